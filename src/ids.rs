@@ -1,0 +1,101 @@
+//! Identifier newtypes shared by every layer; parsing here is the only place a raw id
+//! string becomes typed, and nothing here touches the database or the disk.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// A session's id: a UUID v7, stored and printed as hyphenated lowercase text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SessionId(Uuid);
+
+/// A message's id: a UUID v7, unique across sessions so `--message` needs no session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MessageId(Uuid);
+
+/// Position of an event in the global, append-only event log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EventSeq(pub i64);
+
+/// Why an id string was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {kind} id {input:?}: expected a hyphenated UUID")]
+pub struct IdError {
+    pub kind: &'static str,
+    pub input: String,
+}
+
+macro_rules! uuid_id {
+    ($ty:ident, $kind:literal) => {
+        impl $ty {
+            /// A fresh, time-ordered id.
+            pub fn new() -> Self {
+                Self(Uuid::now_v7())
+            }
+
+            pub fn as_uuid(&self) -> Uuid {
+                self.0
+            }
+        }
+
+        impl Default for $ty {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.hyphenated().fmt(f)
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = IdError;
+
+            /// Only the canonical hyphenated form is accepted, so an id always has
+            /// exactly one spelling: the one in the database and in folder names.
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                let err = || IdError {
+                    kind: $kind,
+                    input: s.to_owned(),
+                };
+                let uuid = Uuid::try_parse(s).map_err(|_| err())?;
+                if uuid.hyphenated().to_string() != s {
+                    return Err(err());
+                }
+                Ok(Self(uuid))
+            }
+        }
+    };
+}
+
+uuid_id!(SessionId, "session");
+uuid_id!(MessageId, "message");
+
+impl fmt::Display for EventSeq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_only_in_canonical_form() {
+        let id = SessionId::new();
+        assert_eq!(id.to_string().parse::<SessionId>().unwrap(), id);
+        let upper = id.to_string().to_uppercase();
+        assert!(upper.parse::<SessionId>().is_err());
+        assert!("../etc".parse::<SessionId>().is_err());
+        let simple = id.as_uuid().simple().to_string();
+        assert!(simple.parse::<SessionId>().is_err());
+    }
+}
