@@ -1,1 +1,73 @@
-//! placeholder
+//! Attachments on disk: stored names, attachment URIs, MIME types, and the one place
+//! that reads and writes attachment files; it never touches the database and never
+//! builds a path from a default root (a path always comes from the read that succeeded).
+//!
+//! Map: `name` (pure: upload name → stored name), `uri` (pure: `attachment:///` URIs),
+//! `mime` (pure: type from extension and magic bytes), `disk` (descriptor-relative,
+//! symlink-refusing opens and no-overwrite writes), `store` (roots, `AttachmentStore`).
+
+mod disk;
+mod mime;
+mod name;
+mod store;
+mod uri;
+
+use std::path::PathBuf;
+
+pub use mime::mime_for;
+pub use name::{MAX_NAME_BYTES, numbered_name, sanitize_name};
+pub use store::{AttachmentStore, Download, Resolved, RootKind, Roots, StoredAttachment};
+pub use uri::{AttachmentUri, UriError, UriErrorKind};
+
+/// Why an attachment could not be stored or read. Every message is one lowercase line
+/// naming the URI (or upload name) and the path involved.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachmentError {
+    /// The file is in none of the roots; `tried` holds each path looked at, in order.
+    #[error("attachment {uri} not found; tried {}", join_paths(tried))]
+    NotFound { uri: String, tried: Vec<PathBuf> },
+    /// The reference or what it points at must not be read: an unsafe name, a
+    /// symlink, something that is not a regular file, or another session's URI.
+    #[error("attachment {uri} refused: {reason}")]
+    Refused { uri: String, reason: String },
+    #[error("cannot read attachment {uri} at {path:?}: {source}")]
+    Io {
+        uri: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot store attachment {name:?} at {path:?}: {source}")]
+    Store {
+        name: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl AttachmentError {
+    /// The URI the error is about; `None` for a failed upload, which has no URI yet.
+    pub fn uri(&self) -> Option<&str> {
+        match self {
+            Self::NotFound { uri, .. } | Self::Refused { uri, .. } | Self::Io { uri, .. } => {
+                Some(uri)
+            }
+            Self::Store { .. } => None,
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::NotFound { .. })
+    }
+}
+
+/// Paths are printed `Debug`-quoted so a newline in a root cannot split the message.
+fn join_paths(paths: &[PathBuf]) -> String {
+    if paths.is_empty() {
+        return "no roots".to_owned();
+    }
+    paths
+        .iter()
+        .map(|p| format!("{p:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

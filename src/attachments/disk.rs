@@ -1,0 +1,303 @@
+//! Open-beneath file access inside one session folder: every open is relative to the
+//! folder's descriptor and never follows a symlink; this never decides which root or
+//! name to try, and never checks a path before opening it.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+use super::name::numbered_name;
+
+/// Why something beneath a root could not be opened.
+#[derive(Debug)]
+pub(super) enum Beneath {
+    /// Nothing is there: the caller may look in another root.
+    Missing,
+    /// Something is there that must not be used (a symlink, not a regular file or
+    /// folder); the reason reads after the thing's path.
+    Refused(&'static str),
+    Io(io::Error),
+}
+
+impl From<Errno> for Beneath {
+    fn from(e: Errno) -> Self {
+        Self::Io(e.into())
+    }
+}
+
+const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// Opens a session folder without following a symlink in its last component. The
+/// root above it may be a symlink (a root on another disk is normal); the session
+/// folder may not.
+pub(super) fn open_session_dir(folder: &Path) -> Result<OwnedFd, Beneath> {
+    match rustix::fs::open(folder, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::NOENT) => Err(Beneath::Missing),
+        Err(Errno::LOOP) => Err(Beneath::Refused("is a symlink")),
+        // Linux reports a symlink opened with O_DIRECTORY|O_NOFOLLOW as ENOTDIR. The
+        // lstat below only picks the message (or notices a root that is not a folder);
+        // it never leads to an open, so it cannot be raced into following anything.
+        Err(Errno::NOTDIR) => Err(
+            match rustix::fs::statat(CWD, folder, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
+                    Beneath::Refused("is a symlink")
+                }
+                Ok(_) => Beneath::Refused("is not a directory"),
+                Err(Errno::NOENT | Errno::NOTDIR) => Beneath::Missing,
+                Err(e) => e.into(),
+            },
+        ),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Opens and reads the regular file `name` directly inside `dir`, never following a
+/// symlink and never blocking on a FIFO. `name` must be a single path component.
+pub(super) fn read_beneath(dir: &OwnedFd, name: &str) -> Result<Vec<u8>, Beneath> {
+    let flags =
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let fd = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Err(Beneath::Missing),
+        Err(Errno::LOOP) => return Err(Beneath::Refused("is a symlink")),
+        // A UNIX socket cannot be opened at all.
+        Err(Errno::NXIO) => return Err(Beneath::Refused("is not a regular file")),
+        Err(e) => return Err(e.into()),
+    };
+    let st = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(Beneath::Refused("is not a regular file"));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(st.st_size).unwrap_or(0));
+    File::from(fd)
+        .read_to_end(&mut bytes)
+        .map_err(Beneath::Io)?;
+    Ok(bytes)
+}
+
+/// Opens `<root>/<session>` for writing new files, creating both as needed. The root
+/// is followed if it is a symlink; the session folder is not.
+pub(super) fn create_session_dir(root: &Path, session: &str) -> Result<OwnedFd, Beneath> {
+    std::fs::create_dir_all(root).map_err(Beneath::Io)?;
+    let root_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let root_fd = rustix::fs::open(root, root_flags, Mode::empty())?;
+    match rustix::fs::mkdirat(&root_fd, session, Mode::from_raw_mode(0o777)) {
+        // The new folder's entry must be durable before files in it are reported stored.
+        Ok(()) => rustix::fs::fsync(&root_fd)?,
+        Err(Errno::EXIST) => {}
+        Err(e) => return Err(e.into()),
+    }
+    match rustix::fs::openat(&root_fd, session, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::LOOP) => Err(Beneath::Refused("is a symlink")),
+        Err(Errno::NOTDIR) => Err(Beneath::Refused("is a symlink or not a directory")),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// How many names (`name`, `name (1)`, ...) a store tries before giving up.
+pub(super) const MAX_CLAIM_ATTEMPTS: u32 = 10_000;
+
+/// Writes `bytes` as a new file in `dir` under `name` or the first free numbered
+/// variant of it, and returns the name it got. Never overwrites, never shows partial
+/// contents under a stored name, and leaves no temporary file behind.
+pub(super) fn write_new(
+    dir: &OwnedFd,
+    name: &str,
+    bytes: &[u8],
+    max_attempts: u32,
+) -> io::Result<String> {
+    let mut temp = TempFile::create(dir.as_fd())?;
+    temp.file.write_all(bytes)?;
+    temp.file.sync_all()?;
+    let claimed = claim(&mut temp, name, max_attempts)?;
+    drop(temp);
+    if let Err(e) = rustix::fs::fsync(dir) {
+        // The caller is told the store failed, so the name must not stay taken.
+        let _ = rustix::fs::unlinkat(dir, claimed.as_str(), AtFlags::empty());
+        return Err(e.into());
+    }
+    Ok(claimed)
+}
+
+/// Gives the temporary file its final name without ever replacing an existing file:
+/// `link` fails with EEXIST when the name is taken, and so does a NOREPLACE rename on
+/// file systems without hard links.
+fn claim(temp: &mut TempFile<'_>, name: &str, max_attempts: u32) -> io::Result<String> {
+    let mut use_rename = false;
+    for n in 0..max_attempts {
+        let candidate = if n == 0 {
+            name.to_owned()
+        } else {
+            numbered_name(name, n)
+        };
+        loop {
+            let result = if use_rename {
+                temp.rename_noreplace(&candidate)
+            } else {
+                rustix::fs::linkat(
+                    temp.dir,
+                    temp.name.as_str(),
+                    temp.dir,
+                    candidate.as_str(),
+                    AtFlags::empty(),
+                )
+            };
+            match result {
+                Ok(()) => return Ok(candidate),
+                Err(Errno::EXIST) => break,
+                Err(Errno::PERM | Errno::OPNOTSUPP | Errno::MLINK) if !use_rename => {
+                    use_rename = true;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!("{max_attempts} names like this one are already taken"),
+    ))
+}
+
+/// A freshly created file in a session folder that is unlinked when dropped (unless it
+/// was renamed into place). Its name starts with `.` and ends with `.`: a stored name
+/// never ends with a dot, so no stored name or URI can ever name a temporary file.
+struct TempFile<'a> {
+    dir: BorrowedFd<'a>,
+    name: String,
+    file: File,
+    present: bool,
+}
+
+impl<'a> TempFile<'a> {
+    fn create(dir: BorrowedFd<'a>) -> io::Result<Self> {
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut last = Errno::EXIST;
+        for _ in 0..16 {
+            // v7 ids carry random bits; O_EXCL makes a collision a retry, not a clash.
+            let name = format!(".upload-{}.partial.", uuid::Uuid::now_v7().simple());
+            match rustix::fs::openat(dir, name.as_str(), flags, Mode::from_raw_mode(0o666)) {
+                Ok(fd) => {
+                    return Ok(Self {
+                        dir,
+                        name,
+                        file: File::from(fd),
+                        present: true,
+                    });
+                }
+                Err(Errno::EXIST) => last = Errno::EXIST,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(last.into())
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
+    fn rename_noreplace(&mut self, to: &str) -> Result<(), Errno> {
+        rustix::fs::renameat_with(
+            self.dir,
+            self.name.as_str(),
+            self.dir,
+            to,
+            rustix::fs::RenameFlags::NOREPLACE,
+        )?;
+        self.present = false;
+        Ok(())
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
+    fn rename_noreplace(&mut self, _to: &str) -> Result<(), Errno> {
+        Err(Errno::NOTSUP)
+    }
+}
+
+impl Drop for TempFile<'_> {
+    fn drop(&mut self) {
+        if self.present {
+            let _ = rustix::fs::unlinkat(self.dir, self.name.as_str(), AtFlags::empty());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_failed_claim_leaves_no_temporary_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = create_session_dir(tmp.path(), "s").unwrap();
+        assert_eq!(write_new(&dir, "a.txt", b"one", 1).unwrap(), "a.txt");
+        let e = write_new(&dir, "a.txt", b"two", 1).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(entries(&tmp.path().join("s")), ["a.txt"]);
+        assert_eq!(std::fs::read(tmp.path().join("s/a.txt")).unwrap(), b"one");
+    }
+
+    #[test]
+    fn rename_fallback_never_overwrites() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = create_session_dir(tmp.path(), "s").unwrap();
+        std::fs::write(tmp.path().join("s/a.txt"), b"old").unwrap();
+        let mut temp = TempFile::create(dir.as_fd()).unwrap();
+        temp.file.write_all(b"new").unwrap();
+        assert_eq!(temp.rename_noreplace("a.txt"), Err(Errno::EXIST));
+        temp.rename_noreplace("b.txt").unwrap();
+        drop(temp);
+        assert_eq!(entries(&tmp.path().join("s")), ["a.txt", "b.txt"]);
+        assert_eq!(std::fs::read(tmp.path().join("s/a.txt")).unwrap(), b"old");
+        assert_eq!(std::fs::read(tmp.path().join("s/b.txt")).unwrap(), b"new");
+    }
+
+    #[test]
+    fn special_files_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let folder = tmp.path().join("s");
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::create_dir(folder.join("sub")).unwrap();
+        let fifo = folder.join("pipe");
+        rustix::fs::mknodat(CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
+        let _socket = std::os::unix::net::UnixListener::bind(folder.join("sock")).unwrap();
+        let dir = open_session_dir(&folder).unwrap();
+        for name in ["sub", "pipe", "sock"] {
+            assert!(
+                matches!(read_beneath(&dir, name), Err(Beneath::Refused(_))),
+                "{name}"
+            );
+        }
+        assert!(matches!(read_beneath(&dir, "none"), Err(Beneath::Missing)));
+    }
+
+    #[test]
+    fn a_root_that_is_a_file_is_missing_not_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("root"), b"x").unwrap();
+        assert!(matches!(
+            open_session_dir(&tmp.path().join("root/s")),
+            Err(Beneath::Missing)
+        ));
+        std::fs::write(tmp.path().join("s"), b"x").unwrap();
+        assert!(matches!(
+            open_session_dir(&tmp.path().join("s")),
+            Err(Beneath::Refused("is not a directory"))
+        ));
+    }
+}

@@ -1,0 +1,98 @@
+//! MIME types of attachments: the extension's guess, overruled by magic bytes for the
+//! image types models accept; pure, it looks only at the name and bytes it is given.
+
+const OCTET_STREAM: &str = "application/octet-stream";
+
+/// The MIME type of an attachment named `name` with contents `bytes`.
+///
+/// The extension decides (default `application/octet-stream`), except for images:
+/// PNG, JPEG, GIF, WebP and BMP bytes are that image type whatever the name says, and a
+/// name that claims `image/*` for bytes that are none of those gets
+/// `application/octet-stream`, so an image block only ever carries real image bytes.
+pub fn mime_for(name: &str, bytes: &[u8]) -> String {
+    if let Some(image) = sniff_image(bytes) {
+        return image.to_owned();
+    }
+    match mime_guess::from_path(name).first() {
+        Some(guess) if guess.type_() == mime_guess::mime::IMAGE => OCTET_STREAM.to_owned(),
+        Some(guess) => guess.essence_str().to_owned(),
+        None => OCTET_STREAM.to_owned(),
+    }
+}
+
+/// The image type whose signature `bytes` start with, if any.
+fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(b"\xff\xd8\xff") {
+        Some("image/jpeg")
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if bytes.len() >= 12 && bytes.starts_with(b"RIFF") && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else if is_bmp(bytes) {
+        Some("image/bmp")
+    } else {
+        None
+    }
+}
+
+/// `BM` alone starts too much ordinary text, so the DIB header's size must also be one
+/// of the known header sizes.
+fn is_bmp(bytes: &[u8]) -> bool {
+    let Some(header) = bytes.get(14..18) else {
+        return false;
+    };
+    let dib_size = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+    bytes.starts_with(b"BM") && matches!(dib_size, 12 | 40 | 52 | 56 | 64 | 108 | 124)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0";
+
+    fn check(name: &str, bytes: &[u8], expected: &str) {
+        assert_eq!(mime_for(name, bytes), expected, "mime_for({name:?}, ..)");
+    }
+
+    #[test]
+    fn magic_bytes_win_for_images() {
+        check("photo.jpg", PNG, "image/png");
+        check("photo.png", PNG, "image/png");
+        check("notes.txt", PNG, "image/png");
+        check("noext", b"\xff\xd8\xff\xe0\0\x10JFIF", "image/jpeg");
+        check("a.gif", b"GIF89a\x01\0\x01\0", "image/gif");
+        check("a.bin", b"RIFF\x24\0\0\0WEBPVP8 ", "image/webp");
+        let mut bmp = b"BM\0\0\0\0\0\0\0\0\x36\0\0\0\x28\0\0\0".to_vec();
+        bmp.extend_from_slice(&[0; 8]);
+        check("a.bmp", &bmp, "image/bmp");
+    }
+
+    #[test]
+    fn image_extensions_without_image_bytes_are_binary() {
+        check("fake.png", b"just some text", OCTET_STREAM);
+        check("fake.jpg", b"", OCTET_STREAM);
+        check(
+            "BMW notes.bmp",
+            b"BMW is a car maker, not a bitmap",
+            OCTET_STREAM,
+        );
+        check(
+            "drawing.svg",
+            b"<svg xmlns='http://www.w3.org/2000/svg'/>",
+            OCTET_STREAM,
+        );
+    }
+
+    #[test]
+    fn other_types_come_from_the_extension() {
+        check("notes.txt", b"hello", "text/plain");
+        check("BMW notes.txt", b"BMW is a car maker", "text/plain");
+        check("report.pdf", b"%PDF-1.7", "application/pdf");
+        check("data.json", b"{}", "application/json");
+        check("README", b"hello", OCTET_STREAM);
+        check("x.unknownext", b"hello", OCTET_STREAM);
+    }
+}

@@ -1,0 +1,635 @@
+//! The attachment store: writes uploads under the configured root and resolves URIs
+//! against the configured root, then the legacy roots; it never searches another
+//! session folder or another name, and never reports a path it did not read from.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::AttachmentError;
+use super::disk::{self, Beneath};
+use super::mime::mime_for;
+use super::name::sanitize_name;
+use super::uri::AttachmentUri;
+use crate::ids::SessionId;
+
+/// Where attachments live: new uploads go to `configured`; `legacy` roots are only
+/// read, in order, after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roots {
+    pub configured: PathBuf,
+    pub legacy: Vec<PathBuf>,
+}
+
+/// Which root a read succeeded in; `Legacy(i)` indexes [`Roots::legacy`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootKind {
+    Configured,
+    Legacy(usize),
+}
+
+/// What a store reports for one upload; serializes as `{name, uri, mimeType, size}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StoredAttachment {
+    pub name: String,
+    pub uri: AttachmentUri,
+    #[serde(rename = "mimeType")]
+    pub mime: String,
+    pub size: u64,
+}
+
+/// One successful read: the bytes, and the absolute path that read came from.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub bytes: Arc<[u8]>,
+    /// `<absolute root>/<session-id>/<name>` of the root the bytes were read from.
+    pub path: PathBuf,
+    pub root: RootKind,
+    pub name: String,
+    pub mime: String,
+}
+
+/// A read for a user download: like [`Resolved`], without the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Download {
+    pub bytes: Vec<u8>,
+    pub mime: String,
+    pub name: String,
+}
+
+/// Reads and writes attachment files under a set of roots.
+#[derive(Debug, Clone)]
+pub struct AttachmentStore {
+    roots: Roots,
+}
+
+impl AttachmentStore {
+    /// Relative roots are made absolute against the current directory now, so every
+    /// path this store reports is absolute and does not change if the directory does.
+    pub fn new(roots: Roots) -> Self {
+        Self {
+            roots: Roots {
+                configured: absolute(&roots.configured),
+                legacy: roots.legacy.iter().map(|root| absolute(root)).collect(),
+            },
+        }
+    }
+
+    pub fn roots(&self) -> &Roots {
+        &self.roots
+    }
+
+    /// Stores an upload as `<configured root>/<session-id>/<stored name>`. The name is
+    /// [`sanitize_name`]d and, if taken, numbered (`name (1).ext`, ...); an existing
+    /// file is never replaced and a partial write is never visible under a stored name.
+    pub fn store(
+        &self,
+        session: &SessionId,
+        upload_name: &str,
+        bytes: &[u8],
+    ) -> Result<StoredAttachment, AttachmentError> {
+        let name = sanitize_name(upload_name);
+        let folder = self.roots.configured.join(session.to_string());
+        let store_err = |path: PathBuf, source| AttachmentError::Store {
+            name: upload_name.to_owned(),
+            path,
+            source,
+        };
+        let dir = disk::create_session_dir(&self.roots.configured, &session.to_string()).map_err(
+            |e| {
+                let source = match e {
+                    Beneath::Io(e) => e,
+                    Beneath::Missing => std::io::ErrorKind::NotFound.into(),
+                    Beneath::Refused(reason) => {
+                        std::io::Error::other(format!("the session folder {reason}"))
+                    }
+                };
+                store_err(folder.clone(), source)
+            },
+        )?;
+        let stored = disk::write_new(&dir, &name, bytes, disk::MAX_CLAIM_ATTEMPTS)
+            .map_err(|e| store_err(folder.join(&name), e))?;
+        Ok(StoredAttachment {
+            uri: AttachmentUri::new(*session, &stored),
+            mime: mime_for(&stored, bytes),
+            size: bytes.len() as u64,
+            name: stored,
+        })
+    }
+
+    /// Reads the file `uri` names from the first root whose session folder has it, and
+    /// returns the bytes with the path of that same read. Only a missing folder or
+    /// file moves on to the next root; a refusal or an I/O error ends the search.
+    pub fn read(
+        &self,
+        session: &SessionId,
+        uri: &AttachmentUri,
+    ) -> Result<Resolved, AttachmentError> {
+        let (bytes, path, root) = self.read_bytes(session, uri)?;
+        let name = uri.name().to_owned();
+        Ok(Resolved {
+            mime: mime_for(&name, &bytes),
+            bytes: bytes.into(),
+            path,
+            root,
+            name,
+        })
+    }
+
+    /// Like [`AttachmentStore::read`], for a user download: no path in the result.
+    pub fn download(
+        &self,
+        session: &SessionId,
+        uri: &AttachmentUri,
+    ) -> Result<Download, AttachmentError> {
+        let (bytes, _, _) = self.read_bytes(session, uri)?;
+        let name = uri.name().to_owned();
+        Ok(Download {
+            mime: mime_for(&name, &bytes),
+            bytes,
+            name,
+        })
+    }
+
+    fn read_bytes(
+        &self,
+        session: &SessionId,
+        uri: &AttachmentUri,
+    ) -> Result<(Vec<u8>, PathBuf, RootKind), AttachmentError> {
+        let refused = |reason: String| AttachmentError::Refused {
+            uri: uri.to_string(),
+            reason,
+        };
+        if uri.session() != *session {
+            return Err(refused(format!(
+                "it names session {}, not session {session}",
+                uri.session()
+            )));
+        }
+        let name = uri.name();
+        // A URI built with `AttachmentUri::new` from an arbitrary string is not checked
+        // the way a parsed one is; only a name the store could have written is opened.
+        if sanitize_name(name) != name {
+            return Err(refused(format!("{name:?} is not a safe stored name")));
+        }
+        let session = session.to_string();
+        let mut tried = Vec::new();
+        for (root, kind) in self.roots_in_order() {
+            let folder = root.join(&session);
+            let path = folder.join(name);
+            tried.push(path.clone());
+            let dir = match disk::open_session_dir(&folder) {
+                Ok(dir) => dir,
+                Err(Beneath::Missing) => continue,
+                Err(Beneath::Refused(reason)) => {
+                    return Err(refused(format!("session folder {folder:?} {reason}")));
+                }
+                Err(Beneath::Io(source)) => {
+                    return Err(AttachmentError::Io {
+                        uri: uri.to_string(),
+                        path: folder,
+                        source,
+                    });
+                }
+            };
+            return match disk::read_beneath(&dir, name) {
+                Ok(bytes) => Ok((bytes, path, kind)),
+                Err(Beneath::Missing) => continue,
+                Err(Beneath::Refused(reason)) => Err(refused(format!("{path:?} {reason}"))),
+                Err(Beneath::Io(source)) => Err(AttachmentError::Io {
+                    uri: uri.to_string(),
+                    path,
+                    source,
+                }),
+            };
+        }
+        Err(AttachmentError::NotFound {
+            uri: uri.to_string(),
+            tried,
+        })
+    }
+
+    fn roots_in_order(&self) -> impl Iterator<Item = (&Path, RootKind)> {
+        std::iter::once((self.roots.configured.as_path(), RootKind::Configured)).chain(
+            self.roots
+                .legacy
+                .iter()
+                .enumerate()
+                .map(|(i, root)| (root.as_path(), RootKind::Legacy(i))),
+        )
+    }
+}
+
+/// `std::path::absolute` fails only for an empty path or an unreadable current
+/// directory; such a root then stays as given, and every read under it fails visibly.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use std::os::unix::fs::symlink;
+    use tempfile::TempDir;
+
+    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0";
+
+    /// A store over real temporary roots: `configured`, plus `legacy` roots.
+    struct TestStore {
+        dir: TempDir,
+        store: AttachmentStore,
+        session: SessionId,
+    }
+
+    impl TestStore {
+        fn new(legacy: usize) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let roots = Roots {
+                configured: dir.path().join("configured"),
+                legacy: (0..legacy)
+                    .map(|i| dir.path().join(format!("legacy{i}")))
+                    .collect(),
+            };
+            Self {
+                store: AttachmentStore::new(roots),
+                dir,
+                session: SessionId::new(),
+            }
+        }
+
+        fn folder(&self, root: &Path) -> PathBuf {
+            root.join(self.session.to_string())
+        }
+
+        fn configured_folder(&self) -> PathBuf {
+            self.folder(&self.store.roots().configured)
+        }
+
+        fn legacy_folder(&self, i: usize) -> PathBuf {
+            self.folder(&self.store.roots().legacy[i])
+        }
+
+        /// Puts a file directly in a root, as an older version would have.
+        fn plant(&self, folder: &Path, name: &str, bytes: &[u8]) -> AttachmentUri {
+            std::fs::create_dir_all(folder).unwrap();
+            std::fs::write(folder.join(name), bytes).unwrap();
+            AttachmentUri::new(self.session, name)
+        }
+
+        fn read(&self, uri: &AttachmentUri) -> Result<Resolved, AttachmentError> {
+            self.store.read(&self.session, uri)
+        }
+
+        fn refused(&self, uri: &AttachmentUri) -> String {
+            match self.read(uri) {
+                Err(e @ AttachmentError::Refused { .. }) => e.to_string(),
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn reads_from_the_configured_root() {
+        let t = TestStore::new(1);
+        let stored = t.store.store(&t.session, "notes.txt", b"hello").unwrap();
+        assert_eq!(stored.name, "notes.txt");
+        assert_eq!(stored.mime, "text/plain");
+        assert_eq!(stored.size, 5);
+        let r = t.read(&stored.uri).unwrap();
+        assert_eq!(&*r.bytes, b"hello");
+        assert_eq!(r.root, RootKind::Configured);
+        assert_eq!(r.path, t.configured_folder().join("notes.txt"));
+        assert!(r.path.is_absolute());
+        assert_eq!(std::fs::read(&r.path).unwrap(), b"hello");
+        assert_eq!(r.mime, "text/plain");
+        assert_eq!(r.name, "notes.txt");
+    }
+
+    #[test]
+    fn falls_back_to_a_legacy_root_when_the_configured_copy_is_missing() {
+        let t = TestStore::new(2);
+        let uri = t.plant(&t.legacy_folder(1), "old.txt", b"legacy bytes");
+        let r = t.read(&uri).unwrap();
+        assert_eq!(&*r.bytes, b"legacy bytes");
+        assert_eq!(r.root, RootKind::Legacy(1));
+        assert_eq!(r.path, t.legacy_folder(1).join("old.txt"));
+        assert_eq!(std::fs::read(&r.path).unwrap(), b"legacy bytes");
+
+        // An existing configured session folder without the file still falls back.
+        t.plant(&t.configured_folder(), "other.txt", b"x");
+        assert_eq!(t.read(&uri).unwrap().root, RootKind::Legacy(1));
+    }
+
+    #[test]
+    fn the_configured_copy_wins_when_both_exist() {
+        let t = TestStore::new(1);
+        t.plant(&t.legacy_folder(0), "both.txt", b"legacy");
+        let uri = t.plant(&t.configured_folder(), "both.txt", b"configured");
+        let r = t.read(&uri).unwrap();
+        assert_eq!(&*r.bytes, b"configured");
+        assert_eq!(r.root, RootKind::Configured);
+        assert_eq!(r.path, t.configured_folder().join("both.txt"));
+    }
+
+    #[test]
+    fn stores_with_different_roots_resolve_after_a_move() {
+        let t = TestStore::new(0);
+        let stored = t.store.store(&t.session, "moved.txt", b"moving").unwrap();
+        let new_root = t.dir.path().join("new-root");
+        std::fs::create_dir_all(&new_root).unwrap();
+        std::fs::rename(t.configured_folder(), t.folder(&new_root)).unwrap();
+
+        let moved = AttachmentStore::new(Roots {
+            configured: new_root.clone(),
+            legacy: vec![],
+        });
+        let r = moved.read(&t.session, &stored.uri).unwrap();
+        assert_eq!(&*r.bytes, b"moving");
+        assert_eq!(r.path, t.folder(&new_root).join("moved.txt"));
+        assert!(t.read(&stored.uri).unwrap_err().is_not_found());
+
+        // A store that keeps the new root as a legacy root finds it there.
+        let both = AttachmentStore::new(Roots {
+            configured: t.store.roots().configured.clone(),
+            legacy: vec![new_root.clone()],
+        });
+        let r = both.read(&t.session, &stored.uri).unwrap();
+        assert_eq!(r.root, RootKind::Legacy(0));
+        assert_eq!(r.path, t.folder(&new_root).join("moved.txt"));
+    }
+
+    #[test]
+    fn relative_roots_are_made_absolute() {
+        let store = AttachmentStore::new(Roots {
+            configured: PathBuf::from("rel/configured"),
+            legacy: vec![PathBuf::from("rel/legacy")],
+        });
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(store.roots().configured, cwd.join("rel/configured"));
+        assert_eq!(store.roots().legacy, [cwd.join("rel/legacy")]);
+    }
+
+    #[test]
+    fn ten_concurrent_uploads_of_one_name_get_ten_files() {
+        let t = TestStore::new(0);
+        let stored: Vec<(Vec<u8>, StoredAttachment)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..10)
+                .map(|i| {
+                    let t = &t;
+                    s.spawn(move || {
+                        let bytes = format!("upload number {i}").repeat(1000).into_bytes();
+                        let stored = t.store.store(&t.session, "a.txt", &bytes).unwrap();
+                        (bytes, stored)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let names: BTreeSet<_> = stored.iter().map(|(_, s)| s.name.clone()).collect();
+        let expected: BTreeSet<_> = std::iter::once("a.txt".to_owned())
+            .chain((1..10).map(|i| format!("a ({i}).txt")))
+            .collect();
+        assert_eq!(names, expected);
+        for (bytes, s) in &stored {
+            assert_eq!(&*t.read(&s.uri).unwrap().bytes, bytes.as_slice());
+            assert_eq!(s.size, bytes.len() as u64);
+        }
+        let on_disk: BTreeSet<_> = std::fs::read_dir(t.configured_folder())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(on_disk, expected, "no temporary file may be left behind");
+    }
+
+    #[test]
+    fn names_with_spaces_unicode_quotes_and_markup() {
+        let t = TestStore::new(0);
+        let nfc = t.store.store(&t.session, "Café menu.txt", b"1").unwrap();
+        let nfd = t
+            .store
+            .store(&t.session, "Cafe\u{301} menu.txt", b"2")
+            .unwrap();
+        assert_eq!(nfc.name, "Caf\u{e9} menu.txt");
+        assert_eq!(nfd.name, "Caf\u{e9} menu (1).txt");
+        let quotes = t
+            .store
+            .store(&t.session, "say \"hi\" 'there'.md", b"3")
+            .unwrap();
+        assert_eq!(quotes.name, "say \"hi\" 'there'.md");
+        let markup = t.store.store(&t.session, "<b>markup</b>", b"4").unwrap();
+        assert_eq!(markup.name, "b>");
+        let angle = t
+            .store
+            .store(&t.session, "<b>markup<b>.html", b"5")
+            .unwrap();
+        assert_eq!(angle.name, "<b>markup<b>.html");
+        for s in [&nfc, &nfd, &quotes, &markup, &angle] {
+            let parsed = AttachmentUri::parse(&s.uri.to_string()).unwrap();
+            assert_eq!(parsed, s.uri);
+            assert!(t.configured_folder().join(&s.name).is_file(), "{}", s.name);
+            t.read(&parsed).unwrap();
+        }
+    }
+
+    #[test]
+    fn traversal_upload_names_stay_in_the_session_folder() {
+        let t = TestStore::new(0);
+        let cases = [
+            ("../../etc/passwd", "passwd"),
+            ("..\\..\\x", "x"),
+            ("..", "attachment"),
+            (".", "attachment (1)"),
+            ("/abs/path", "path"),
+            ("nul\0byte.txt", "nulbyte.txt"),
+            ("ctrl\u{7}\u{1b}\r\n.txt", "ctrl.txt"),
+        ];
+        for (upload, expected) in cases {
+            let s = t
+                .store
+                .store(&t.session, upload, upload.as_bytes())
+                .unwrap();
+            let r = t.read(&s.uri).unwrap();
+            assert_eq!(r.path.parent(), Some(t.configured_folder().as_path()));
+            assert_eq!(&*r.bytes, upload.as_bytes());
+            assert_eq!(s.name, expected, "{upload:?}");
+        }
+        let root_entries: Vec<_> = std::fs::read_dir(&t.store.roots().configured)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(root_entries, [t.session.to_string().as_str()]);
+    }
+
+    #[test]
+    fn a_symlink_in_the_session_folder_is_refused() {
+        let t = TestStore::new(1);
+        let outside = t.dir.path().join("secret.txt");
+        std::fs::write(&outside, b"secret").unwrap();
+        let stored = t.store.store(&t.session, "inside.txt", b"inside").unwrap();
+        symlink(&outside, t.configured_folder().join("out.txt")).unwrap();
+        symlink("inside.txt", t.configured_folder().join("in.txt")).unwrap();
+        // A regular copy in a legacy root must not be used instead of a refusal.
+        t.plant(&t.legacy_folder(0), "out.txt", b"legacy");
+
+        let msg = t.refused(&AttachmentUri::new(t.session, "out.txt"));
+        assert!(msg.contains("is a symlink"), "{msg}");
+        let msg = t.refused(&AttachmentUri::new(t.session, "in.txt"));
+        assert!(msg.contains("is a symlink"), "{msg}");
+        assert!(!msg.contains('\n'));
+        assert_eq!(&*t.read(&stored.uri).unwrap().bytes, b"inside");
+        assert!(
+            t.store
+                .download(&t.session, &AttachmentUri::new(t.session, "in.txt"))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn a_session_folder_that_is_a_symlink_is_refused() {
+        let t = TestStore::new(1);
+        let elsewhere = t.dir.path().join("elsewhere");
+        let uri = t.plant(&elsewhere, "a.txt", b"elsewhere");
+        std::fs::create_dir_all(&t.store.roots().configured).unwrap();
+        symlink(&elsewhere, t.configured_folder()).unwrap();
+        t.plant(&t.legacy_folder(0), "a.txt", b"legacy");
+        let msg = t.refused(&uri);
+        assert!(
+            msg.contains("session folder") && msg.contains("is a symlink"),
+            "{msg}"
+        );
+
+        // Storing into it is refused too, and writes nothing there.
+        let e = t.store.store(&t.session, "b.txt", b"b").unwrap_err();
+        assert!(matches!(e, AttachmentError::Store { .. }), "{e}");
+        assert!(!elsewhere.join("b.txt").exists());
+    }
+
+    #[test]
+    fn a_file_deleted_after_storing_is_not_found() {
+        let t = TestStore::new(1);
+        let stored = t.store.store(&t.session, "gone.txt", b"bye").unwrap();
+        std::fs::remove_file(t.configured_folder().join("gone.txt")).unwrap();
+        let e = t.read(&stored.uri).unwrap_err();
+        assert!(e.is_not_found());
+        assert_eq!(e.uri(), Some(stored.uri.to_string().as_str()));
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&t.store.roots().configured.display().to_string()),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(&t.store.roots().legacy[0].display().to_string()),
+            "{msg}"
+        );
+        assert!(!msg.contains('\n'));
+        match e {
+            AttachmentError::NotFound { tried, .. } => assert_eq!(
+                tried,
+                [
+                    t.configured_folder().join("gone.txt"),
+                    t.legacy_folder(0).join("gone.txt")
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn another_sessions_file_never_resolves() {
+        let t = TestStore::new(0);
+        let a = t.session;
+        let b = SessionId::new();
+        let stored = t.store.store(&a, "same.txt", b"session a").unwrap();
+
+        // A's URI presented for session B is refused outright.
+        let e = t.store.read(&b, &stored.uri).unwrap_err();
+        assert!(matches!(e, AttachmentError::Refused { .. }), "{e}");
+
+        // B's own URI for the same name finds nothing, even though A has the file.
+        let b_uri = AttachmentUri::new(b, "same.txt");
+        assert!(t.store.read(&b, &b_uri).unwrap_err().is_not_found());
+        assert!(t.store.download(&b, &b_uri).unwrap_err().is_not_found());
+    }
+
+    #[test]
+    fn unsafe_names_in_hand_built_uris_are_refused() {
+        let t = TestStore::new(0);
+        t.store.store(&t.session, "a.txt", b"a").unwrap();
+        for name in [
+            "..",
+            ".",
+            "",
+            "../a.txt",
+            "x/../a.txt",
+            "a.txt\0",
+            " a.txt",
+            "a.txt.",
+        ] {
+            let msg = t.refused(&AttachmentUri::new(t.session, name));
+            assert!(msg.contains("not a safe stored name"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn a_300_byte_name_is_cut_keeping_the_extension() {
+        let t = TestStore::new(0);
+        let upload = format!("{}.txt", "n".repeat(296));
+        assert_eq!(upload.len(), 300);
+        let s = t.store.store(&t.session, &upload, b"long").unwrap();
+        assert!(
+            s.name.len() <= 255 && s.name.ends_with(".txt"),
+            "{}",
+            s.name
+        );
+        let again = t.store.store(&t.session, &upload, b"long 2").unwrap();
+        assert!(again.name.len() <= 255 && again.name.ends_with(" (1).txt"));
+        assert_eq!(&*t.read(&again.uri).unwrap().bytes, b"long 2");
+    }
+
+    #[test]
+    fn image_types_come_from_magic_bytes() {
+        let t = TestStore::new(0);
+        let png = t.store.store(&t.session, "photo.jpg", PNG).unwrap();
+        assert_eq!(png.mime, "image/png");
+        assert_eq!(t.read(&png.uri).unwrap().mime, "image/png");
+        let fake = t
+            .store
+            .store(&t.session, "fake.png", b"not an image")
+            .unwrap();
+        assert_eq!(fake.mime, "application/octet-stream");
+        assert_eq!(t.read(&fake.uri).unwrap().mime, "application/octet-stream");
+    }
+
+    #[test]
+    fn download_has_bytes_mime_and_name() {
+        let t = TestStore::new(0);
+        let s = t.store.store(&t.session, "d.txt", b"download").unwrap();
+        let d = t.store.download(&t.session, &s.uri).unwrap();
+        assert_eq!(
+            d,
+            Download {
+                bytes: b"download".to_vec(),
+                mime: "text/plain".into(),
+                name: "d.txt".into()
+            }
+        );
+    }
+
+    #[test]
+    fn stored_attachment_json_shape() {
+        let t = TestStore::new(0);
+        let s = t.store.store(&t.session, "a b.txt", b"x").unwrap();
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "name": "a b.txt",
+                "uri": format!("attachment:///{}/a%20b.txt", t.session),
+                "mimeType": "text/plain",
+                "size": 1
+            })
+        );
+    }
+}

@@ -1,0 +1,172 @@
+//! The integrity check: SQLite's own, then the tables against the event log, which is
+//! the record they are a projection of. It reads only and reports every problem.
+
+use std::collections::BTreeMap;
+
+use rusqlite::Connection;
+
+use crate::db::queries;
+use crate::error::{Error, Result};
+use crate::ids::SessionId;
+use crate::model::{Event, Message, Session};
+use crate::projection::replay;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct VerifyReport {
+    pub sessions: usize,
+    pub messages: usize,
+    pub events: usize,
+    pub problems: Vec<String>,
+}
+
+impl VerifyReport {
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+pub fn verify(conn: &Connection) -> Result<VerifyReport> {
+    let mut report = VerifyReport::default();
+    let mut stmt = conn
+        .prepare("PRAGMA integrity_check")
+        .map_err(|e| Error::sqlite("run the integrity check", e))?;
+    let lines: Vec<String> = stmt
+        .query_map([], |r| r.get(0))
+        .and_then(|rows| rows.collect())
+        .map_err(|e| Error::sqlite("run the integrity check", e))?;
+    report.problems.extend(
+        lines
+            .into_iter()
+            .filter(|l| l != "ok")
+            .map(|l| format!("sqlite: {l}")),
+    );
+    let mut fk = conn
+        .prepare("PRAGMA foreign_key_check")
+        .map_err(|e| Error::sqlite("check foreign keys", e))?;
+    let dangling: Vec<(String, i64)> = fk
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .and_then(|rows| rows.collect())
+        .map_err(|e| Error::sqlite("check foreign keys", e))?;
+    for (table, rowid) in dangling {
+        report.problems.push(format!(
+            "{table} row {rowid} points at a row that does not exist"
+        ));
+    }
+
+    let sessions = queries::list_sessions(conn)?;
+    let events = queries::all_events(conn)?;
+    report.sessions = sessions.len();
+    report.events = events.len();
+    let mut by_session: BTreeMap<SessionId, Vec<Event>> = BTreeMap::new();
+    for e in events {
+        by_session.entry(e.session_id).or_default().push(e);
+    }
+    for id in by_session.keys() {
+        if !sessions.iter().any(|s| s.id == *id) {
+            report.problems.push(format!(
+                "events name session {id}, which is not in the sessions table"
+            ));
+        }
+    }
+    for session in &sessions {
+        let rows = queries::messages(conn, &session.id, None)?;
+        report.messages += rows.len();
+        let events = by_session.remove(&session.id).unwrap_or_default();
+        let (expected, problems) = replay(session.id, &events);
+        report.problems.extend(problems);
+        if let Some(expected) = expected {
+            compare(&mut report.problems, session, &rows, &expected);
+        }
+    }
+    let total: i64 = conn
+        .query_row("SELECT count(*) FROM messages", [], |r| r.get(0))
+        .map_err(|e| Error::sqlite("count messages", e))?;
+    if total as usize != report.messages {
+        report.problems.push(format!(
+            "{} messages belong to no listed session",
+            total as usize - report.messages
+        ));
+    }
+    Ok(report)
+}
+
+fn compare(
+    problems: &mut Vec<String>,
+    session: &Session,
+    rows: &[Message],
+    expected: &crate::projection::Projection,
+) {
+    let want = &expected.session;
+    let mut fields = Vec::new();
+    if session.title != want.title {
+        fields.push("title");
+    }
+    if session.tools_host != want.tools_host {
+        fields.push("tools host");
+    }
+    if session.created_at != want.created_at {
+        fields.push("created time");
+    }
+    if session.updated_at != want.updated_at {
+        fields.push("updated time");
+    }
+    if !fields.is_empty() {
+        problems.push(format!(
+            "session {}: table row differs from its event log ({})",
+            session.id,
+            fields.join(", ")
+        ));
+    }
+    for want in &expected.messages {
+        match rows.iter().find(|m| m.id == want.id) {
+            None => problems.push(format!(
+                "session {}: message {} is in the event log but not in the table",
+                session.id, want.id
+            )),
+            Some(have) if have != want => problems.push(format!(
+                "session {}: message {} differs from its event log ({})",
+                session.id,
+                want.id,
+                differences(have, want)
+            )),
+            Some(_) => {}
+        }
+    }
+    for have in rows {
+        if !expected.messages.iter().any(|m| m.id == have.id) {
+            problems.push(format!(
+                "session {}: message {} is in the table but no event records it",
+                session.id, have.id
+            ));
+        }
+    }
+}
+
+fn differences(have: &Message, want: &Message) -> String {
+    let mut fields = Vec::new();
+    if have.seq != want.seq {
+        fields.push("seq");
+    }
+    if have.role != want.role {
+        fields.push("role");
+    }
+    if have.display_text != want.display_text {
+        fields.push("display text");
+    }
+    if have.model_text != want.model_text {
+        fields.push("model text");
+    }
+    if have.transcript != want.transcript {
+        fields.push("transcript");
+    }
+    if have.state != want.state {
+        fields.push("delivery state");
+    }
+    if have.created_at != want.created_at {
+        fields.push("created time");
+    }
+    if have.refs != want.refs {
+        fields.push("references");
+    }
+    fields.join(", ")
+}

@@ -1,0 +1,497 @@
+//! Dispatch: turns a message's references into model content blocks. IO happens first,
+//! through a `Resolver` and the memo (`resolve`); the conversion to ACP blocks is pure
+//! (`to_blocks`). A path given to the model is only ever the path of the read that
+//! produced the block's bytes; it is never rebuilt from a root, never persisted.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use agent_client_protocol_schema::v1::{
+    BlobResourceContents, ContentBlock, EmbeddedResource, EmbeddedResourceResource, ImageContent,
+    Meta, TextContent, TextResourceContents,
+};
+use base64::Engine;
+
+use crate::attachments::{AttachmentError, AttachmentStore, AttachmentUri, Resolved, RootKind};
+use crate::ids::{MessageId, SessionId};
+use crate::model::{Message, Role, ToolsHost};
+
+/// The `_meta` key under which every attachment block carries its path context.
+pub const DAEMON_ATTACHMENT_CONTEXT_META_KEY: &str = "daemon/attachmentContext";
+
+/// Reads an attachment and reports the path of that read. The store's resolver is the
+/// real one; tests wrap it to count reads.
+pub trait Resolver: Send + Sync {
+    fn read(&self, session: &SessionId, uri: &AttachmentUri) -> Result<Resolved, AttachmentError>;
+}
+
+impl Resolver for AttachmentStore {
+    fn read(&self, session: &SessionId, uri: &AttachmentUri) -> Result<Resolved, AttachmentError> {
+        AttachmentStore::read(self, session, uri)
+    }
+}
+
+/// A successful read, encoded once for the model. Clones share the encoded text.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub name: String,
+    pub uri: String,
+    pub mime: String,
+    /// The absolute path of the read that produced `content`.
+    pub path: PathBuf,
+    pub root: RootKind,
+    pub content: Content,
+}
+
+#[derive(Debug, Clone)]
+pub enum Content {
+    /// Base64 of an image's bytes.
+    Image(Arc<str>),
+    /// A text file's contents, decoded as UTF-8.
+    Text(Arc<str>),
+    /// Base64 of any other file's bytes.
+    Blob(Arc<str>),
+}
+
+impl Prepared {
+    fn from_read(uri: &AttachmentUri, read: Resolved) -> Prepared {
+        let b64 = || -> Arc<str> {
+            base64::engine::general_purpose::STANDARD
+                .encode(&read.bytes)
+                .into()
+        };
+        let content = if is_image(&read.mime) {
+            Content::Image(b64())
+        } else if is_text(&read.mime, &read.name) {
+            match std::str::from_utf8(&read.bytes) {
+                Ok(text) => Content::Text(text.into()),
+                Err(_) => Content::Blob(b64()),
+            }
+        } else {
+            Content::Blob(b64())
+        };
+        Prepared {
+            name: read.name,
+            uri: uri.to_string(),
+            mime: read.mime,
+            path: read.path,
+            root: read.root,
+            content,
+        }
+    }
+}
+
+fn is_image(mime: &str) -> bool {
+    matches!(
+        mime,
+        "image/png" | "image/jpeg" | "image/gif" | "image/webp" | "image/bmp"
+    )
+}
+
+/// Text files: `text/*`, the structured text types, and common source files.
+fn is_text(mime: &str, name: &str) -> bool {
+    const TYPES: &[&str] = &[
+        "application/json",
+        "application/xml",
+        "application/yaml",
+        "application/x-yaml",
+        "application/toml",
+        "application/javascript",
+        "application/x-javascript",
+        "application/typescript",
+        "application/x-sh",
+        "application/x-shellscript",
+        "application/sql",
+        "application/csv",
+        "application/x-python",
+        "application/x-httpd-php",
+        "image/svg+xml",
+    ];
+    const EXTENSIONS: &[&str] = &[
+        "rs",
+        "py",
+        "js",
+        "mjs",
+        "cjs",
+        "ts",
+        "tsx",
+        "jsx",
+        "go",
+        "c",
+        "h",
+        "cc",
+        "cpp",
+        "hpp",
+        "java",
+        "kt",
+        "kts",
+        "rb",
+        "sh",
+        "bash",
+        "zsh",
+        "fish",
+        "toml",
+        "yaml",
+        "yml",
+        "ini",
+        "cfg",
+        "conf",
+        "md",
+        "markdown",
+        "csv",
+        "tsv",
+        "sql",
+        "json",
+        "jsonl",
+        "xml",
+        "html",
+        "htm",
+        "css",
+        "scss",
+        "txt",
+        "log",
+        "swift",
+        "php",
+        "pl",
+        "lua",
+        "r",
+        "scala",
+        "cs",
+        "fs",
+        "hs",
+        "ml",
+        "ex",
+        "exs",
+        "erl",
+        "clj",
+        "vue",
+        "svelte",
+        "gradle",
+        "properties",
+        "env",
+        "tex",
+        "rst",
+        "diff",
+        "patch",
+        "proto",
+        "graphql",
+        "dockerfile",
+        "makefile",
+    ];
+    if mime.starts_with("text/")
+        || TYPES.contains(&mime)
+        || mime.ends_with("+json")
+        || mime.ends_with("+xml")
+    {
+        return true;
+    }
+    let lower = name.to_lowercase();
+    let ext = lower.rsplit_once('.').map_or(lower.as_str(), |(_, e)| e);
+    EXTENSIONS.contains(&ext)
+}
+
+/// A reference that could not be read, named for errors and the degradation notice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    pub name: String,
+    pub uri: String,
+    pub reason: String,
+    pub not_found: bool,
+}
+
+/// Successful reads shared across the dispatches of one turn (normal delivery and
+/// drains) or one restore. A failed read is never kept, so the next dispatch reads the
+/// file again; a success is kept for the memo's life, so duplicates cost one read and
+/// one encoding.
+#[derive(Debug, Default)]
+pub struct Memo {
+    entries: Mutex<HashMap<String, Arc<Prepared>>>,
+}
+
+impl Memo {
+    pub fn new() -> Memo {
+        Memo::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether a successful read of `uri` is held.
+    pub fn contains(&self, uri: &str) -> bool {
+        self.lock().contains_key(uri)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Prepared>>> {
+        // A panic while holding this lock cannot leave a half-made entry (inserts are
+        // single calls), so a poisoned map is still sound to use.
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The outcome of reading each of a message's references, in order.
+pub type Reads = Vec<Result<Arc<Prepared>, Unreadable>>;
+
+/// Reads every reference of `message` (IO only). Within the call a failing reference
+/// is tried once, however often it repeats; across calls only successes are memoized.
+pub fn resolve(resolver: &dyn Resolver, memo: &Memo, message: &Message) -> Reads {
+    let mut failed: HashMap<&str, Unreadable> = HashMap::new();
+    let mut out = Vec::with_capacity(message.refs.len());
+    for reference in &message.refs {
+        let key = reference.uri.as_str();
+        if let Some(hit) = memo.lock().get(key).cloned() {
+            out.push(Ok(hit));
+            continue;
+        }
+        if let Some(f) = failed.get(key) {
+            out.push(Err(f.clone()));
+            continue;
+        }
+        let unreadable = |reason: String, not_found: bool| Unreadable {
+            name: reference.stored_name.clone(),
+            uri: reference.uri.clone(),
+            reason,
+            not_found,
+        };
+        let read = match AttachmentUri::parse(key) {
+            Ok(uri) => resolver
+                .read(&message.session_id, &uri)
+                .map(|r| Prepared::from_read(&uri, r))
+                .map_err(|e| unreadable(e.to_string(), e.is_not_found())),
+            Err(e) => Err(unreadable(e.to_string(), false)),
+        };
+        match read {
+            Ok(prepared) => {
+                let prepared = Arc::new(prepared);
+                memo.lock().insert(key.to_owned(), prepared.clone());
+                out.push(Ok(prepared));
+            }
+            Err(u) => {
+                failed.insert(key, u.clone());
+                out.push(Err(u));
+            }
+        }
+    }
+    out
+}
+
+/// Strict dispatch fails on any unreadable reference; degrading dispatch drops those
+/// blocks and says so in a short notice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Strict,
+    Degrade,
+}
+
+/// Where the model's tools run, and the daemon host every path is on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub host: String,
+    pub tools_host: ToolsHost,
+}
+
+/// Escapes a string as JSON, and then also every control, invisible-format, bidi,
+/// zero-width, tag and line-separator character as `\uXXXX`, so a name or path can
+/// neither hide text nor reorder what the model reads. Printable Unicode stays.
+pub fn json_escaped(s: &str) -> String {
+    let plain = serde_json::to_string(s).expect("a string always serializes");
+    let mut out = String::with_capacity(plain.len());
+    for c in plain.chars() {
+        if is_hidden(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Control characters (Cc), format characters (Cf: bidi controls, zero-width,
+/// tags...) and the line and paragraph separators.
+fn is_hidden(c: char) -> bool {
+    let u = c as u32;
+    c.is_control()
+        || matches!(
+            u,
+            0x00AD
+                | 0x0600..=0x0605
+                | 0x061C
+                | 0x06DD
+                | 0x070F
+                | 0x0890..=0x0891
+                | 0x08E2
+                | 0x115F..=0x1160
+                | 0x17B4..=0x17B5
+                | 0x180B..=0x180F
+                | 0x200B..=0x200F
+                | 0x2028..=0x202E
+                | 0x2060..=0x206F
+                | 0x3164
+                | 0xFE00..=0xFE0F
+                | 0xFEFF
+                | 0xFFA0
+                | 0xFFF0..=0xFFFB
+                | 0x110BD
+                | 0x110CD
+                | 0x13430..=0x1343F
+                | 0x1BCA0..=0x1BCA3
+                | 0x1D173..=0x1D17A
+                | 0xE0000..=0xE0FFF
+        )
+}
+
+/// The plain-text context that rides in an attachment block's `_meta`: instructions,
+/// then exactly one JSON line with the name, URI, MIME type, path and host. Nothing
+/// from the file's contents is in it.
+pub fn attachment_context(p: &Prepared, placement: &Placement) -> String {
+    let json = format!(
+        "{{\"name\":{},\"uri\":{},\"mimeType\":{},\"path\":{},\"host\":{}}}",
+        json_escaped(&p.name),
+        json_escaped(&p.uri),
+        json_escaped(&p.mime),
+        json_escaped(&p.path.to_string_lossy()),
+        json_escaped(&placement.host),
+    );
+    let instruction = match placement.tools_host {
+        ToolsHost::Local => {
+            "This attachment is stored as a file on the daemon host. Tools running on the \
+             daemon host can open it at the absolute path below."
+        }
+        ToolsHost::Ssh | ToolsHost::Managed => {
+            "This attachment is stored as a file on the daemon host, not where this \
+             session's tools run. The path below is on the daemon host; those tools may not \
+             be able to reach it."
+        }
+    };
+    format!("Attachment context.\n{instruction}\n{json}")
+}
+
+fn meta_with(context: String) -> Meta {
+    let mut meta = Meta::new();
+    meta.insert(
+        DAEMON_ATTACHMENT_CONTEXT_META_KEY.to_owned(),
+        serde_json::Value::String(context),
+    );
+    meta
+}
+
+/// One content block for one prepared attachment, with its path context.
+pub fn attachment_block(p: &Prepared, placement: &Placement) -> ContentBlock {
+    let meta = Some(meta_with(attachment_context(p, placement)));
+    match &p.content {
+        Content::Image(data) => {
+            let mut image = ImageContent::new(data.to_string(), p.mime.clone());
+            image.uri = Some(p.uri.clone());
+            image.meta = meta;
+            ContentBlock::Image(image)
+        }
+        Content::Text(text) => {
+            let mut contents = TextResourceContents::new(text.to_string(), p.uri.clone());
+            contents.mime_type = Some(p.mime.clone());
+            let mut resource =
+                EmbeddedResource::new(EmbeddedResourceResource::TextResourceContents(contents));
+            resource.meta = meta;
+            ContentBlock::Resource(resource)
+        }
+        Content::Blob(blob) => {
+            let mut contents = BlobResourceContents::new(blob.to_string(), p.uri.clone());
+            contents.mime_type = Some(p.mime.clone());
+            let mut resource =
+                EmbeddedResource::new(EmbeddedResourceResource::BlobResourceContents(contents));
+            resource.meta = meta;
+            ContentBlock::Resource(resource)
+        }
+    }
+}
+
+/// Why a strict dispatch refused: every unreadable reference, by name and URI.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "message {message} has unreadable attachments: {}",
+    unreadable.iter().map(|u| format!("{} ({})", json_escaped(&u.name), u.reason)).collect::<Vec<_>>().join("; ")
+)]
+pub struct DispatchError {
+    pub message: MessageId,
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// The short notice a degrading dispatch adds: names only, never paths.
+pub fn degradation_notice(unreadable: &[Unreadable]) -> String {
+    let mut names: Vec<String> = Vec::new();
+    for u in unreadable {
+        let n = json_escaped(&u.name);
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    format!(
+        "[Some attachments could not be read and were left out: {}]",
+        names.join(", ")
+    )
+}
+
+/// Pure: a message and the reads of its references become its content blocks. User
+/// messages get their model text (when not empty), then one block per reference in
+/// order; other roles convert to text only.
+pub fn to_blocks(
+    message: &Message,
+    reads: &[Result<Arc<Prepared>, Unreadable>],
+    placement: &Placement,
+    mode: Mode,
+) -> Result<Vec<ContentBlock>, DispatchError> {
+    let mut blocks = Vec::with_capacity(reads.len() + 2);
+    let text = message.model_text();
+    if message.role != Role::User {
+        blocks.push(ContentBlock::Text(TextContent::new(text)));
+        return Ok(blocks);
+    }
+    if !text.is_empty() {
+        blocks.push(ContentBlock::Text(TextContent::new(text)));
+    }
+    let mut unreadable = Vec::new();
+    for read in reads {
+        match read {
+            Ok(p) => blocks.push(attachment_block(p, placement)),
+            Err(u) => unreadable.push(u.clone()),
+        }
+    }
+    if unreadable.is_empty() {
+        return Ok(blocks);
+    }
+    match mode {
+        Mode::Strict => Err(DispatchError {
+            message: message.id,
+            unreadable,
+        }),
+        Mode::Degrade => {
+            blocks.push(ContentBlock::Text(TextContent::new(degradation_notice(
+                &unreadable,
+            ))));
+            Ok(blocks)
+        }
+    }
+}
+
+/// IO then conversion, for one message.
+pub fn dispatch(
+    resolver: &dyn Resolver,
+    memo: &Memo,
+    message: &Message,
+    placement: &Placement,
+    mode: Mode,
+) -> Result<Vec<ContentBlock>, DispatchError> {
+    let reads = if message.role == Role::User {
+        resolve(resolver, memo, message)
+    } else {
+        vec![]
+    };
+    to_blocks(message, &reads, placement, mode)
+}

@@ -1,0 +1,69 @@
+//! The library's error type: each variant names the thing that failed (a path, a
+//! session, a reference), and every message is one lowercase line.
+
+use std::path::PathBuf;
+
+use crate::attachments::AttachmentError;
+use crate::ids::{IdError, MessageId, SessionId};
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot use database {path}: {source}")]
+    DatabaseIo {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a usable sqlite database: {detail}")]
+    NotDatabase { path: PathBuf, detail: String },
+    #[error(
+        "database {path} is at schema version {found}, newer than this binary knows ({known}); \
+         unknown migrations: {}; upgrade sessionstore",
+        unknown.join(", ")
+    )]
+    NewerSchema {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+        unknown: Vec<String>,
+    },
+    #[error("migration failed, schema left as it was: {0}")]
+    Migration(String),
+    #[error("database error while trying to {action}: {source}")]
+    Sqlite {
+        action: &'static str,
+        source: rusqlite::Error,
+    },
+    #[error("cannot get a database connection: {0}")]
+    Pool(#[from] r2d2::Error),
+    #[error(transparent)]
+    Attachment(#[from] AttachmentError),
+    #[error(transparent)]
+    Id(#[from] IdError),
+    #[error("no session {0}")]
+    SessionNotFound(SessionId),
+    #[error("no message {0}")]
+    MessageNotFound(MessageId),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("background task failed: {0}")]
+    Task(String),
+}
+
+impl Error {
+    pub(crate) fn sqlite(action: &'static str, source: rusqlite::Error) -> Self {
+        Error::Sqlite { action, source }
+    }
+
+    pub(crate) fn not_database(path: &std::path::Path, e: rusqlite::Error) -> Self {
+        Error::NotDatabase {
+            path: path.to_owned(),
+            detail: e.to_string(),
+        }
+    }
+
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        Error::Invalid(msg.into())
+    }
+}

@@ -1,0 +1,278 @@
+//! The Vision Bridge focus hint, built from the user's resolved text alone; pure: no IO,
+//! and it never sees attachments, so no name or path can displace the user's question.
+
+/// The most Unicode scalar values (`char`s) a focus hint may hold, marker included.
+pub const FOCUS_HINT_LIMIT: usize = 2000;
+
+/// Ends a hint that had to be cut, so the vision model knows text is missing.
+pub const TRUNCATION_MARKER: &str = "…[truncated]";
+
+const SEPARATOR: &str = "\n\n";
+const EXPANDED_LABEL: &str = "Custom command:\n";
+const TRANSCRIPT_LABEL: &str = "Audio transcript:\n";
+
+/// The focus hint for a vision request: the user's question, then the expanded
+/// custom-command text, then the audio transcription, each after a blank line and the
+/// later two under a label; empty pieces are left out.
+///
+/// The hint holds at most [`FOCUS_HINT_LIMIT`] chars. When the pieces do not fit, the text
+/// is cut from its end, so the transcript goes first, then the expanded text, and the
+/// question last; the cut falls on a char boundary and [`TRUNCATION_MARKER`] (counted in
+/// the limit) is appended. A label is kept whole or dropped with its piece.
+#[must_use]
+pub fn focus_hint(question: &str, expanded: Option<&str>, transcript: Option<&str>) -> String {
+    let mut segments: Vec<Segment<'_>> = Vec::with_capacity(5);
+    if !question.is_empty() {
+        segments.push(Segment::Text(question));
+    }
+    for (label, piece) in [(EXPANDED_LABEL, expanded), (TRANSCRIPT_LABEL, transcript)] {
+        let Some(piece) = piece.filter(|piece| !piece.is_empty()) else {
+            continue;
+        };
+        segments.push(Segment::Label {
+            separator: !segments.is_empty(),
+            label,
+        });
+        segments.push(Segment::Text(piece));
+    }
+
+    let total: usize = segments.iter().map(Segment::chars).sum();
+    if total <= FOCUS_HINT_LIMIT {
+        return segments.iter().map(Segment::render).collect();
+    }
+
+    let mut budget = FOCUS_HINT_LIMIT - TRUNCATION_MARKER.chars().count();
+    let mut hint = String::new();
+    for segment in &segments {
+        let chars = segment.chars();
+        if chars <= budget {
+            hint.push_str(&segment.render());
+            budget -= chars;
+            continue;
+        }
+        if let Segment::Text(text) = segment {
+            hint.push_str(char_prefix(text, budget));
+        }
+        break;
+    }
+    hint.push_str(TRUNCATION_MARKER);
+    hint
+}
+
+enum Segment<'a> {
+    /// A piece's heading; `separator` puts a blank line before it when a piece came first.
+    Label {
+        separator: bool,
+        label: &'static str,
+    },
+    Text(&'a str),
+}
+
+impl Segment<'_> {
+    fn chars(&self) -> usize {
+        match self {
+            Segment::Label { separator, label } => {
+                label.chars().count()
+                    + if *separator {
+                        SEPARATOR.chars().count()
+                    } else {
+                        0
+                    }
+            }
+            Segment::Text(text) => text.chars().count(),
+        }
+    }
+
+    fn render(&self) -> String {
+        match self {
+            Segment::Label { separator, label } => {
+                let separator = if *separator { SEPARATOR } else { "" };
+                format!("{separator}{label}")
+            }
+            Segment::Text(text) => (*text).to_owned(),
+        }
+    }
+}
+
+/// The first `n` chars of `text`, or all of it when it is shorter.
+fn char_prefix(text: &str, n: usize) -> &str {
+    let end = text
+        .char_indices()
+        .nth(n)
+        .map_or(text.len(), |(index, _)| index);
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn marker_chars() -> usize {
+        TRUNCATION_MARKER.chars().count()
+    }
+
+    fn check(question: &str, expanded: Option<&str>, transcript: Option<&str>, expected: &str) {
+        let hint = focus_hint(question, expanded, transcript);
+        assert_eq!(hint, expected);
+        assert!(hint.chars().count() <= FOCUS_HINT_LIMIT);
+    }
+
+    #[test]
+    fn fits_untouched() {
+        check(
+            "What breed is this?",
+            Some("Describe the animal."),
+            Some("is it a husky"),
+            "What breed is this?\n\nCustom command:\nDescribe the animal.\n\nAudio transcript:\nis it a husky",
+        );
+    }
+
+    #[test]
+    fn empty_and_missing_pieces_are_left_out() {
+        check("", None, None, "");
+        check("q", Some(""), None, "q");
+        check("q", None, Some("t"), "q\n\nAudio transcript:\nt");
+        check("", Some("e"), Some(""), "Custom command:\ne");
+        check("", None, Some("t"), "Audio transcript:\nt");
+    }
+
+    #[test]
+    fn transcript_is_cut_first() {
+        let question = "q".repeat(1000);
+        let expanded = "e".repeat(500);
+        let transcript = "t".repeat(1000);
+        let hint = focus_hint(&question, Some(&expanded), Some(&transcript));
+        let kept = FOCUS_HINT_LIMIT
+            - marker_chars()
+            - 1000
+            - "\n\nCustom command:\n".chars().count()
+            - 500
+            - "\n\nAudio transcript:\n".chars().count();
+        let expected = format!(
+            "{question}\n\nCustom command:\n{expanded}\n\nAudio transcript:\n{}{TRUNCATION_MARKER}",
+            "t".repeat(kept)
+        );
+        assert_eq!(hint, expected);
+        assert_eq!(hint.chars().count(), FOCUS_HINT_LIMIT);
+    }
+
+    #[test]
+    fn expanded_is_cut_after_transcript_is_gone() {
+        let question = "q".repeat(1000);
+        let expanded = "e".repeat(1500);
+        let hint = focus_hint(&question, Some(&expanded), Some("dropped"));
+        let kept =
+            FOCUS_HINT_LIMIT - marker_chars() - 1000 - "\n\nCustom command:\n".chars().count();
+        let expected = format!(
+            "{question}\n\nCustom command:\n{}{TRUNCATION_MARKER}",
+            "e".repeat(kept)
+        );
+        assert_eq!(hint, expected);
+        assert!(!hint.contains("dropped"));
+        assert!(!hint.contains("Audio transcript"));
+    }
+
+    #[test]
+    fn a_label_that_does_not_fit_is_dropped_whole() {
+        let question = "q".repeat(FOCUS_HINT_LIMIT - marker_chars() - 5);
+        let hint = focus_hint(&question, Some("expanded text"), None);
+        assert_eq!(hint, format!("{question}{TRUNCATION_MARKER}"));
+    }
+
+    #[test]
+    fn question_is_kept_whole() {
+        let question = "Q".repeat(1500);
+        let hint = focus_hint(&question, Some(&"e".repeat(3000)), Some(&"t".repeat(3000)));
+        assert!(hint.starts_with(&question));
+        assert!(hint.chars().count() <= FOCUS_HINT_LIMIT);
+        assert!(hint.ends_with(TRUNCATION_MARKER));
+    }
+
+    #[test]
+    fn question_alone_over_the_limit_is_cut_with_marker() {
+        let question = "q".repeat(FOCUS_HINT_LIMIT + 1);
+        let hint = focus_hint(&question, Some("e"), Some("t"));
+        let expected = format!(
+            "{}{TRUNCATION_MARKER}",
+            "q".repeat(FOCUS_HINT_LIMIT - marker_chars())
+        );
+        assert_eq!(hint, expected);
+    }
+
+    #[test]
+    fn exactly_the_limit_is_untouched() {
+        let question = "q".repeat(FOCUS_HINT_LIMIT);
+        check(&question, None, None, &question);
+
+        let label = "\n\nAudio transcript:\n".chars().count();
+        let question = "q".repeat(100);
+        let transcript = "t".repeat(FOCUS_HINT_LIMIT - 100 - label);
+        let hint = focus_hint(&question, None, Some(&transcript));
+        assert_eq!(hint.chars().count(), FOCUS_HINT_LIMIT);
+        assert!(hint.ends_with(&transcript));
+        assert!(!hint.contains(TRUNCATION_MARKER));
+    }
+
+    #[test]
+    fn one_over_the_limit_is_cut() {
+        let question = "q".repeat(FOCUS_HINT_LIMIT + 1);
+        let hint = focus_hint(&question, None, None);
+        assert_eq!(hint.chars().count(), FOCUS_HINT_LIMIT);
+        assert!(hint.ends_with(TRUNCATION_MARKER));
+    }
+
+    #[test]
+    fn multibyte_text_is_cut_at_char_boundaries() {
+        let question = "猫".repeat(1000);
+        let expanded = "🐈".repeat(1500);
+        let transcript = "é".repeat(10);
+        let hint = focus_hint(&question, Some(&expanded), Some(&transcript));
+        assert_eq!(hint.chars().count(), FOCUS_HINT_LIMIT);
+        assert!(hint.starts_with(&question));
+        let body = hint
+            .strip_suffix(TRUNCATION_MARKER)
+            .expect("cut hint ends with the marker");
+        let cut = body
+            .strip_prefix(&format!("{question}\n\nCustom command:\n"))
+            .expect("question and label kept");
+        assert!(cut.chars().all(|c| c == '🐈'));
+
+        let emoji = "👍🏽".repeat(FOCUS_HINT_LIMIT);
+        let hint = focus_hint(&emoji, None, None);
+        assert_eq!(hint.chars().count(), FOCUS_HINT_LIMIT);
+    }
+
+    /// Any question short enough to be kept whole beside the marker.
+    fn question_that_fits() -> impl Strategy<Value = String> {
+        let most = FOCUS_HINT_LIMIT - marker_chars();
+        proptest::string::string_regex(&format!("\\PC{{0,{most}}}"))
+            .expect("a repetition of one class is a valid regex")
+    }
+
+    proptest! {
+        #[test]
+        fn hint_is_bounded_and_keeps_the_question(
+            question in "(?s).{0,2100}",
+            expanded in proptest::option::of("(?s).{0,2100}"),
+            transcript in proptest::option::of("(?s).{0,2100}"),
+        ) {
+            let hint = focus_hint(&question, expanded.as_deref(), transcript.as_deref());
+            prop_assert!(hint.chars().count() <= FOCUS_HINT_LIMIT);
+            if question.chars().count() <= FOCUS_HINT_LIMIT - marker_chars() {
+                prop_assert!(hint.starts_with(&question));
+            }
+        }
+
+        #[test]
+        fn long_pieces_keep_the_question(
+            question in question_that_fits(),
+            expanded in "\\PC{0,3000}",
+            transcript in "\\PC{0,3000}",
+        ) {
+            let hint = focus_hint(&question, Some(&expanded), Some(&transcript));
+            prop_assert!(hint.chars().count() <= FOCUS_HINT_LIMIT);
+            prop_assert!(hint.starts_with(&question));
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! The command line's shared contract: global flags anywhere, environment variables,
+//! the default data directory, and one-line errors.
+
+use crate::support::{assert_one_line_error, bin, json, stdout};
+
+#[test]
+fn global_flags_work_before_or_after_the_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let root = dir.path().join("files");
+    let out = bin(dir.path())
+        .arg("--db")
+        .arg(&db)
+        .args(["session", "new", "--json", "--attachments-root"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    let id = json(&out)["id"].as_str().unwrap().to_owned();
+    let out = bin(dir.path())
+        .args(["--json", "session", "show", &id])
+        .env("SESSIONSTORE_DB", &db)
+        .env("SESSIONSTORE_ATTACHMENTS_ROOT", &root)
+        .output()
+        .unwrap();
+    assert_eq!(json(&out)["session"]["id"], id.as_str());
+}
+
+#[test]
+fn with_no_flags_everything_lives_in_the_data_directory() {
+    let home = tempfile::tempdir().unwrap();
+    let out = bin(home.path())
+        .args(["migrate", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(json(&out)["current"], 1);
+    let out = bin(home.path())
+        .args(["session", "new", "--title", "x", "--json"])
+        .output()
+        .unwrap();
+    let id = json(&out)["id"].as_str().unwrap().to_owned();
+    let out = bin(home.path())
+        .args(["events", "--session", &id])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let first: serde_json::Value =
+        serde_json::from_str(stdout(&out).lines().next().unwrap()).unwrap();
+    assert_eq!(first["kind"], "session_created");
+    assert!(
+        home.path()
+            .join(".local/share/sessionstore/sessions.db")
+            .is_file()
+    );
+}
+
+#[test]
+fn bad_ids_and_unknown_sessions_are_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| crate::support::run_in(dir.path(), args);
+    let err = assert_one_line_error(&run(&["events", "--session", "../../etc"]));
+    assert!(err.contains("invalid session id"), "{err}");
+    let ghost = sessionstore::SessionId::new().to_string();
+    let err = assert_one_line_error(&run(&["session", "show", &ghost]));
+    assert!(err.contains(&format!("no session {ghost}")), "{err}");
+    let err = assert_one_line_error(&run(&["session", "new", "--tools-host", "mars"]));
+    assert!(err.contains("unknown tools host"), "{err}");
+}

@@ -1,0 +1,9 @@
+//! The single integration-test binary: real SQLite files, real attachment trees in
+//! temporary folders, and the real `sessionstore` binary for command-line and
+//! multi-process tests.
+
+mod cli;
+mod migrate;
+mod store;
+mod support;
+mod verify;

@@ -1,0 +1,199 @@
+//! Migrations: fresh, idempotent, atomic, concurrent, and refusals that leave the
+//! file byte-for-byte as it was.
+
+use std::path::Path;
+
+use crate::support::{assert_one_line_error, bin, json, run_in};
+
+fn history_rows(db: &Path) -> Vec<(i64, String)> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT version, name FROM refinery_schema_history ORDER BY version")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn tables(db: &Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap();
+    stmt.query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[test]
+fn fresh_database_is_migrated_to_latest() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = json(&run_in(dir.path(), &["migrate", "--json"]));
+    assert_eq!(report["applied"], serde_json::json!(["V1__initial_schema"]));
+    assert_eq!(report["current"], 1);
+    let names = tables(&dir.path().join("sessions.db"));
+    for t in [
+        "sessions",
+        "messages",
+        "message_refs",
+        "events",
+        "refinery_schema_history",
+    ] {
+        assert!(names.iter().any(|n| n == t), "{t} missing from {names:?}");
+    }
+}
+
+#[test]
+fn migrating_twice_applies_nothing_the_second_time() {
+    let dir = tempfile::tempdir().unwrap();
+    json(&run_in(dir.path(), &["migrate", "--json"]));
+    let again = json(&run_in(dir.path(), &["migrate", "--json"]));
+    assert_eq!(again["applied"], serde_json::json!([]));
+    assert_eq!(again["current"], 1);
+    assert_eq!(history_rows(&dir.path().join("sessions.db")).len(), 1);
+}
+
+#[test]
+fn dry_run_reports_pending_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = json(&run_in(dir.path(), &["migrate", "--dry-run", "--json"]));
+    assert_eq!(report["applied"], serde_json::json!([]));
+    assert_eq!(report["pending"], serde_json::json!(["V1__initial_schema"]));
+    assert_eq!(report["current"], 0);
+    assert!(!dir.path().join("sessions.db").exists());
+}
+
+/// Closes every connection so the WAL is checkpointed away and the main file is the
+/// whole database, then returns its bytes.
+fn settled_bytes(db: &Path) -> Vec<u8> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+        .unwrap();
+    drop(conn);
+    std::fs::read(db).unwrap()
+}
+
+#[test]
+fn newer_schema_is_refused_and_left_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sessions.db");
+    json(&run_in(dir.path(), &["migrate", "--json"]));
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute(
+            "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
+             VALUES (2, 'from_the_future', '2030-01-01T00:00:00Z', '1')",
+            [],
+        )
+        .unwrap();
+    }
+    let before = settled_bytes(&db);
+    for args in [
+        &["migrate"][..],
+        &["migrate", "--dry-run"],
+        &["session", "list"],
+    ] {
+        let err = assert_one_line_error(&run_in(dir.path(), args));
+        assert!(err.contains("newer"), "{err}");
+        assert!(err.contains("V2__from_the_future"), "{err}");
+        assert_eq!(
+            std::fs::read(&db).unwrap(),
+            before,
+            "{args:?} changed the file"
+        );
+    }
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_refused_and_left_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sessions.db");
+    let junk = b"these are not the pages you are looking for\n".repeat(100);
+    std::fs::write(&db, &junk).unwrap();
+    for args in [&["migrate"][..], &["session", "new"], &["verify"]] {
+        let err = assert_one_line_error(&run_in(dir.path(), args));
+        assert!(err.contains("not a usable sqlite database"), "{err}");
+        assert_eq!(std::fs::read(&db).unwrap(), junk);
+    }
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("sessions.db")]);
+}
+
+#[test]
+fn a_failed_upgrade_leaves_the_previous_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sessions.db");
+    {
+        // A database someone else made, whose `messages` table collides with V1's.
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("CREATE TABLE messages (whatever TEXT);")
+            .unwrap();
+    }
+    let err = assert_one_line_error(&run_in(dir.path(), &["migrate"]));
+    assert!(err.contains("migration failed"), "{err}");
+    assert_eq!(tables(&db), vec!["messages".to_owned()]);
+}
+
+#[test]
+fn concurrent_migrate_processes_both_succeed_and_apply_once() {
+    for _ in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("sessions.db");
+        let spawn = || {
+            bin(dir.path())
+                .args(["migrate", "--json", "--db"])
+                .arg(&db)
+                .arg("--attachments-root")
+                .arg(dir.path().join("attachments"))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn(), spawn());
+        let outs = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
+        let mut applied = 0;
+        for out in &outs {
+            let report = json(out);
+            applied += report["applied"].as_array().unwrap().len();
+            assert_eq!(report["current"], 1);
+        }
+        assert_eq!(applied, 1, "exactly one process applied V1");
+        assert_eq!(history_rows(&db), vec![(1, "initial_schema".to_owned())]);
+    }
+}
+
+#[test]
+fn no_column_holds_a_path_root_or_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    json(&run_in(dir.path(), &["migrate", "--json"]));
+    let db = dir.path().join("sessions.db");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let mut columns = Vec::new();
+    for table in tables(&db) {
+        let mut stmt = conn
+            .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
+            .unwrap();
+        let names: Vec<String> = stmt
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        columns.extend(names.into_iter().map(|c| format!("{table}.{c}")));
+    }
+    assert!(columns.len() > 20, "the schema was read: {columns:?}");
+    for column in &columns {
+        let lower = column.to_lowercase();
+        for word in ["path", "root", "dir", "folder", "location", "file"] {
+            assert!(
+                !lower.contains(word),
+                "{column} looks like it stores a {word}"
+            );
+        }
+    }
+}

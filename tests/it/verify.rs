@@ -1,0 +1,98 @@
+//! `verify`: the tables are a projection of the event log, and edits made behind the
+//! store's back are caught and named.
+
+use crate::support::{config_in, run_in, stdout};
+use sessionstore::model::{NewMessage, Role, ToolsHost};
+
+async fn seeded(dir: &std::path::Path) -> sessionstore::Store {
+    let store = sessionstore::Store::open(config_in(dir)).await.unwrap();
+    let s = store.create_session(None, ToolsHost::Local).await.unwrap();
+    for t in ["one", "two"] {
+        store
+            .append_message(
+                s.id,
+                NewMessage {
+                    role: Role::User,
+                    display_text: t.to_owned(),
+                    model_text: None,
+                    transcript: None,
+                    refs: vec![],
+                },
+            )
+            .await
+            .unwrap();
+    }
+    store
+}
+
+fn verify_cli(dir: &std::path::Path) -> (bool, String) {
+    let out = run_in(dir, &["verify"]);
+    (out.status.success(), stdout(&out))
+}
+
+#[tokio::test]
+async fn a_clean_database_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    seeded(dir.path()).await;
+    let (ok, out) = verify_cli(dir.path());
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("1 sessions, 2 messages, 4 events: ok"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn an_event_removed_behind_its_back_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    seeded(dir.path()).await;
+    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    conn.execute_batch(
+        "DROP TRIGGER events_no_delete;
+         DELETE FROM events WHERE seq = (SELECT min(seq) FROM events WHERE kind = 'message_appended');",
+    )
+    .unwrap();
+    let (ok, out) = verify_cli(dir.path());
+    assert!(!ok, "{out}");
+    assert!(out.contains("sequence jumps"), "{out}");
+    assert!(
+        out.contains("in the table but no event records it"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn a_message_text_edited_behind_its_back_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    seeded(dir.path()).await;
+    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    conn.execute(
+        "UPDATE messages SET display_text = 'forged' WHERE seq = 2",
+        [],
+    )
+    .unwrap();
+    let (ok, out) = verify_cli(dir.path());
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("differs from its event log (display text)"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn an_event_for_a_missing_session_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = seeded(dir.path()).await;
+    drop(store);
+    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    conn.execute_batch(
+        "PRAGMA foreign_keys = OFF;
+         INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+         VALUES ('00000000-0000-7000-8000-000000000000', 1, 'session_created',
+                 '{\"kind\":\"session_created\",\"title\":null,\"toolsHost\":\"local\"}', 'now');",
+    )
+    .unwrap();
+    let (ok, out) = verify_cli(dir.path());
+    assert!(!ok, "{out}");
+    assert!(out.contains("not in the sessions table"), "{out}");
+}
