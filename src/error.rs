@@ -41,6 +41,8 @@ pub enum Error {
     Attachment(#[from] AttachmentError),
     #[error(transparent)]
     Id(#[from] IdError),
+    #[error(transparent)]
+    Dispatch(#[from] crate::dispatch::DispatchError),
     #[error("no session {0}")]
     SessionNotFound(SessionId),
     #[error("no message {0}")]

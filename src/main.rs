@@ -5,12 +5,17 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
+use agent_client_protocol_schema::v1::ContentBlock;
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 
-use sessionstore::model::ToolsHost;
-use sessionstore::{Config, SessionId, Store, db};
+use sessionstore::dispatch::{Memo, Mode};
+use sessionstore::model::{Role, ToolsHost};
+use sessionstore::store::{Dispatched, Outgoing};
+use sessionstore::{Config, MessageId, SessionId, Store, db, focus, openai};
 
 #[derive(Parser)]
 #[command(
@@ -68,6 +73,64 @@ enum Command {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
+    /// Persist a message with its attachment references
+    Send {
+        #[arg(long)]
+        session: String,
+        /// What the user typed (display text)
+        #[arg(long)]
+        text: String,
+        /// An attachment URI, as `attach` printed it (repeatable)
+        #[arg(long = "attach", value_name = "URI")]
+        attach: Vec<String>,
+        /// Queue the message mid-turn; `drain` delivers it
+        #[arg(long)]
+        mid_turn: bool,
+        /// The custom-command expansion the model gets instead of the text
+        #[arg(long, value_name = "TEXT")]
+        expanded: Option<String>,
+        /// An audio transcription that came with the message
+        #[arg(long, value_name = "TEXT")]
+        transcript: Option<String>,
+        #[arg(long, default_value = "user", value_name = "user|assistant")]
+        role: String,
+    },
+    /// Print what the model gets for one user message (default: the latest delivered)
+    Dispatch {
+        #[arg(long)]
+        session: String,
+        /// A message id as printed by `send`
+        #[arg(long)]
+        message: Option<String>,
+        /// Fail on an unreadable attachment instead of leaving it out
+        #[arg(long)]
+        strict: bool,
+        #[arg(long, value_enum, default_value_t = Format::Acp)]
+        format: Format,
+        /// The model named in OpenAI requests
+        #[arg(long, default_value = "gpt-4o")]
+        model: String,
+    },
+    /// Deliver the queued mid-turn messages, in order, and mark them delivered
+    Drain {
+        #[arg(long)]
+        session: String,
+        #[arg(long)]
+        strict: bool,
+        #[arg(long, value_enum, default_value_t = Format::Acp)]
+        format: Format,
+        #[arg(long, default_value = "gpt-4o")]
+        model: String,
+    },
+    /// Open a session in a fresh store and print its model-bound history
+    Restore {
+        #[arg(long)]
+        session: String,
+        #[arg(long, value_enum, default_value_t = Format::Acp)]
+        format: Format,
+        #[arg(long, default_value = "gpt-4o")]
+        model: String,
+    },
     /// Print a session's event log, one JSON object a line
     Events {
         #[arg(long)]
@@ -75,6 +138,18 @@ enum Command {
     },
     /// Check the database's integrity and its tables against the event log
     Verify,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// ACP content blocks
+    Acp,
+    /// an OpenAI Chat Completions request
+    Openai,
+    /// an OpenAI Responses API request
+    OpenaiResponses,
+    /// the Vision Bridge focus hint (dispatch only)
+    FocusHint,
 }
 
 #[derive(Subcommand)]
@@ -150,6 +225,34 @@ fn print_json<T: Serialize>(value: &T) -> Result<()> {
 
 fn session_id(text: &str) -> Result<SessionId> {
     Ok(text.parse()?)
+}
+
+fn mode(strict: bool) -> Mode {
+    if strict { Mode::Strict } else { Mode::Degrade }
+}
+
+/// Prints a conversation in the chosen model-request format.
+fn print_conversation(
+    format: Format,
+    model: &str,
+    conversation: &[(Role, Vec<ContentBlock>)],
+) -> Result<()> {
+    match format {
+        Format::Acp => {
+            let blocks: Vec<&ContentBlock> = conversation.iter().flat_map(|(_, b)| b).collect();
+            print_json(&blocks)
+        }
+        Format::Openai => print_json(&openai::chat_request(model, conversation)),
+        Format::OpenaiResponses => print_json(&openai::responses_request(model, conversation)),
+        Format::FocusHint => bail!("--format focus-hint is for dispatch only"),
+    }
+}
+
+fn conversation(dispatched: Vec<Dispatched>) -> Vec<(Role, Vec<ContentBlock>)> {
+    dispatched
+        .into_iter()
+        .map(|d| (d.message.role, d.blocks))
+        .collect()
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
@@ -266,6 +369,103 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 for s in stored {
                     println!("{}", s.uri);
                 }
+            }
+        }
+        Command::Send {
+            session,
+            text,
+            attach,
+            mid_turn,
+            expanded,
+            transcript,
+            role,
+        } => {
+            let store = Store::open(config).await?;
+            let message = store
+                .send(
+                    session_id(&session)?,
+                    Outgoing {
+                        role: role.parse()?,
+                        text,
+                        expanded,
+                        transcript,
+                        attach,
+                        mid_turn,
+                    },
+                )
+                .await?;
+            if json {
+                print_json(&serde_json::json!({ "id": message.id }))?;
+            } else {
+                println!("{}", message.id);
+            }
+        }
+        Command::Dispatch {
+            session,
+            message,
+            strict,
+            format,
+            model,
+        } => {
+            let message = message.map(|m| m.parse::<MessageId>()).transpose()?;
+            let store = Store::open(config).await?;
+            let dispatched = store
+                .dispatch(
+                    session_id(&session)?,
+                    message,
+                    mode(strict),
+                    Arc::new(Memo::new()),
+                )
+                .await?;
+            if format == Format::FocusHint {
+                let m = &dispatched.message;
+                let hint = focus::focus_hint(
+                    &m.display_text,
+                    m.model_text.as_deref(),
+                    m.transcript.as_deref(),
+                );
+                print_json(&serde_json::json!({ "hint": hint }))?;
+            } else {
+                print_conversation(format, &model, &conversation(vec![dispatched]))?;
+            }
+        }
+        Command::Drain {
+            session,
+            strict,
+            format,
+            model,
+        } => {
+            if format == Format::FocusHint {
+                bail!("--format focus-hint is for dispatch only");
+            }
+            let store = Store::open(config).await?;
+            let drained = store
+                .drain(session_id(&session)?, mode(strict), Arc::new(Memo::new()))
+                .await?;
+            print_conversation(format, &model, &conversation(drained))?;
+        }
+        Command::Restore {
+            session,
+            format,
+            model,
+        } => {
+            if format == Format::FocusHint {
+                bail!("--format focus-hint is for dispatch only");
+            }
+            // This process has opened no store yet: the restore is in a fresh one.
+            let store = Store::open(config).await?;
+            let restored = store.restore(session_id(&session)?).await?;
+            if format == Format::Acp {
+                let messages: Vec<_> = restored
+                    .messages
+                    .iter()
+                    .map(|d| serde_json::json!({ "id": d.message.id, "role": d.message.role, "content": d.blocks }))
+                    .collect();
+                print_json(
+                    &serde_json::json!({ "sessionId": restored.session.id, "messages": messages }),
+                )?;
+            } else {
+                print_conversation(format, &model, &conversation(restored.messages))?;
             }
         }
         Command::Events { session } => {

@@ -111,3 +111,72 @@ pub fn replay(session_id: SessionId, events: &[Event]) -> (Option<Projection>, V
         problems,
     )
 }
+
+/// Names every way the tables' rows differ from what the event log says they should be.
+pub fn compare(session: &Session, rows: &[Message], expected: &Projection) -> Vec<String> {
+    let mut problems = Vec::new();
+    let want = &expected.session;
+    let mut fields = Vec::new();
+    if session.title != want.title {
+        fields.push("title");
+    }
+    if session.tools_host != want.tools_host {
+        fields.push("tools host");
+    }
+    if session.created_at != want.created_at {
+        fields.push("created time");
+    }
+    if session.updated_at != want.updated_at {
+        fields.push("updated time");
+    }
+    if !fields.is_empty() {
+        problems.push(format!(
+            "session {}: table row differs from its event log ({})",
+            session.id,
+            fields.join(", ")
+        ));
+    }
+    for want in &expected.messages {
+        match rows.iter().find(|m| m.id == want.id) {
+            None => problems.push(format!(
+                "session {}: message {} is in the event log but not in the table",
+                session.id, want.id
+            )),
+            Some(have) if have != want => problems.push(format!(
+                "session {}: message {} differs from its event log ({})",
+                session.id,
+                want.id,
+                message_differences(have, want)
+            )),
+            Some(_) => {}
+        }
+    }
+    for have in rows {
+        if !expected.messages.iter().any(|m| m.id == have.id) {
+            problems.push(format!(
+                "session {}: message {} is in the table but no event records it",
+                session.id, have.id
+            ));
+        }
+    }
+    problems
+}
+
+fn message_differences(have: &Message, want: &Message) -> String {
+    let checks = [
+        (have.seq != want.seq, "seq"),
+        (have.role != want.role, "role"),
+        (have.display_text != want.display_text, "display text"),
+        (have.model_text != want.model_text, "model text"),
+        (have.transcript != want.transcript, "transcript"),
+        (have.state != want.state, "delivery state"),
+        (have.created_at != want.created_at, "created time"),
+        (have.refs != want.refs, "references"),
+    ];
+    checks
+        .iter()
+        .filter(|(differs, _)| *differs)
+        .map(|(_, name)| *name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -4,18 +4,65 @@
 
 use std::sync::Arc;
 
-use crate::attachments::{AttachmentStore, StoredAttachment};
+use agent_client_protocol_schema::v1::ContentBlock;
+
+use crate::attachments::{AttachmentStore, AttachmentUri, StoredAttachment};
 use crate::config::Config;
 use crate::db::{self, Pool, queries, verify::VerifyReport};
+use crate::dispatch::{self, Memo, Mode, Placement, Resolver};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
-use crate::model::{Delivery, Event, Message, NewMessage, Session, ToolsHost};
+use crate::model::{Delivery, Event, Message, NewMessage, NewReference, Role, Session, ToolsHost};
+use crate::projection;
 
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
     attachments: AttachmentStore,
+    resolver: Arc<dyn Resolver>,
     config: Arc<Config>,
+}
+
+/// A message as `send` receives it: what the user typed and the URIs it refers to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    pub role: Role,
+    /// What the user typed: shown in the UI, used for the title, never given a path.
+    pub text: String,
+    /// The custom-command expansion the model gets instead of `text`.
+    pub expanded: Option<String>,
+    pub transcript: Option<String>,
+    pub attach: Vec<String>,
+    /// Queue the message for the next drain instead of delivering it now.
+    pub mid_turn: bool,
+}
+
+impl Outgoing {
+    pub fn user(text: impl Into<String>) -> Outgoing {
+        Outgoing {
+            role: Role::User,
+            text: text.into(),
+            expanded: None,
+            transcript: None,
+            attach: vec![],
+            mid_turn: false,
+        }
+    }
+}
+
+/// One message and the blocks the model gets for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dispatched {
+    pub message: Message,
+    pub blocks: Vec<ContentBlock>,
+}
+
+/// A session rebuilt in a fresh store: its delivered history, replayed through the
+/// resolver so every path comes from a live read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Restored {
+    pub session: Session,
+    pub messages: Vec<Dispatched>,
 }
 
 impl std::fmt::Debug for Store {
@@ -30,11 +77,18 @@ impl Store {
     /// Opens the database (migrating it first, refusing a newer or foreign file) and
     /// the attachment roots named by `config`.
     pub async fn open(config: Config) -> Result<Store> {
+        let attachments = AttachmentStore::new(config.roots.clone());
+        Store::open_with_resolver(config, Arc::new(attachments)).await
+    }
+
+    /// Like `open`, with reads going through `resolver` (tests count reads this way).
+    pub async fn open_with_resolver(config: Config, resolver: Arc<dyn Resolver>) -> Result<Store> {
         let path = config.db_path.clone();
         let pool = blocking(move || db::open_pool(&path)).await?;
         Ok(Store {
             pool,
             attachments: AttachmentStore::new(config.roots.clone()),
+            resolver,
             config: Arc::new(config),
         })
     }
@@ -148,6 +202,192 @@ impl Store {
         self.session(session).await?;
         let attachments = self.attachments.clone();
         blocking(move || Ok(attachments.store(&session, &upload_name, &bytes)?)).await
+    }
+}
+
+impl Store {
+    /// Checks every reference before persisting anything: the URI parses, names this
+    /// session, and resolves now; that read fills the stored name, MIME type and size.
+    /// Then the message is stored, delivered or queued, with its event.
+    pub async fn send(&self, session: SessionId, send: Outgoing) -> Result<Message> {
+        let current = self.session(session).await?;
+        if send.role != Role::User && (!send.attach.is_empty() || send.mid_turn) {
+            return Err(Error::invalid(format!(
+                "only user messages carry attachments or wait in the mid-turn queue, not {}",
+                send.role
+            )));
+        }
+        if send.text.trim().is_empty()
+            && send.attach.is_empty()
+            && send.expanded.as_deref().is_none_or(|e| e.trim().is_empty())
+        {
+            return Err(Error::invalid(
+                "a message needs text or at least one attachment",
+            ));
+        }
+        let resolver = self.resolver.clone();
+        let uris = send.attach.clone();
+        let refs = blocking(move || {
+            uris.iter()
+                .map(|text| {
+                    let uri =
+                        AttachmentUri::parse(text).map_err(|e| Error::invalid(e.to_string()))?;
+                    if uri.session() != current.id {
+                        return Err(Error::invalid(format!(
+                            "attachment {text} belongs to session {}, not {}",
+                            uri.session(),
+                            current.id
+                        )));
+                    }
+                    let read = resolver.read(&current.id, &uri)?;
+                    Ok(NewReference {
+                        uri: uri.to_string(),
+                        stored_name: read.name,
+                        mime_type: read.mime,
+                        size: read.bytes.len() as u64,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .await?;
+        let message = NewMessage {
+            role: send.role,
+            display_text: send.text,
+            model_text: send.expanded,
+            transcript: send.transcript,
+            refs,
+        };
+        if send.mid_turn {
+            self.queue_message(session, message).await
+        } else {
+            self.append_message(session, message).await
+        }
+    }
+
+    fn placement(&self, session: &Session) -> Placement {
+        Placement {
+            host: self.config.host.clone(),
+            tools_host: session.tools_host,
+        }
+    }
+
+    /// The blocks the model gets for one delivered user message (default: the latest).
+    /// Changes nothing; reads go through `memo`.
+    pub async fn dispatch(
+        &self,
+        session: SessionId,
+        message: Option<MessageId>,
+        mode: Mode,
+        memo: Arc<Memo>,
+    ) -> Result<Dispatched> {
+        let current = self.session(session).await?;
+        let message = match message {
+            Some(id) => {
+                let m = self.message(id).await?;
+                if m.session_id != session {
+                    return Err(Error::invalid(format!(
+                        "message {id} belongs to session {}, not {session}",
+                        m.session_id
+                    )));
+                }
+                if m.state == Delivery::Queued {
+                    return Err(Error::invalid(format!(
+                        "message {id} is queued mid-turn; drain delivers it"
+                    )));
+                }
+                m
+            }
+            None => self
+                .messages(session)
+                .await?
+                .into_iter()
+                .rev()
+                .find(|m| m.role == Role::User && m.state == Delivery::Delivered)
+                .ok_or_else(|| {
+                    Error::invalid(format!("session {session} has no delivered user message"))
+                })?,
+        };
+        let placement = self.placement(&current);
+        let resolver = self.resolver.clone();
+        blocking(move || {
+            let blocks = dispatch::dispatch(&*resolver, &memo, &message, &placement, mode)?;
+            Ok(Dispatched { message, blocks })
+        })
+        .await
+    }
+
+    /// Delivers the queued mid-turn messages in order through the same resolver and
+    /// memo as normal delivery, then marks them delivered (with their events) in one
+    /// write. A strict drain that cannot read a reference delivers nothing.
+    pub async fn drain(
+        &self,
+        session: SessionId,
+        mode: Mode,
+        memo: Arc<Memo>,
+    ) -> Result<Vec<Dispatched>> {
+        let current = self.session(session).await?;
+        let queued = self.queued_messages(session).await?;
+        if queued.is_empty() {
+            return Ok(vec![]);
+        }
+        let placement = self.placement(&current);
+        let resolver = self.resolver.clone();
+        let drained = blocking(move || {
+            queued
+                .into_iter()
+                .map(|message| {
+                    let blocks = dispatch::dispatch(&*resolver, &memo, &message, &placement, mode)?;
+                    Ok(Dispatched { message, blocks })
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .await?;
+        let ids = drained.iter().map(|d| d.message.id).collect();
+        self.mark_delivered(session, ids).await?;
+        Ok(drained)
+    }
+
+    /// Rebuilds a session from its rows and event log, refusing one whose tables
+    /// disagree with the log, then replays every delivered message's references
+    /// through the resolver (one memo: each distinct file is read once). References
+    /// whose files are gone degrade; queued messages stay queued.
+    pub async fn restore(&self, session: SessionId) -> Result<Restored> {
+        let (current, rows, events) = self
+            .with_read(move |tx| {
+                let current = queries::get_session(tx, &session)?;
+                let rows = queries::messages(tx, &session, None)?;
+                let events = queries::events(tx, &session)?;
+                Ok((current, rows, events))
+            })
+            .await?;
+        let (expected, mut problems) = projection::replay(session, &events);
+        if let Some(expected) = &expected {
+            problems.extend(projection::compare(&current, &rows, expected));
+        }
+        if !problems.is_empty() {
+            return Err(Error::invalid(format!(
+                "session {session} does not restore: {}; run `sessionstore verify` for the full report",
+                problems.join("; ")
+            )));
+        }
+        let placement = self.placement(&current);
+        let resolver = self.resolver.clone();
+        let memo = Memo::new();
+        let messages = blocking(move || {
+            rows.into_iter()
+                .filter(|m| m.state == Delivery::Delivered)
+                .map(|message| {
+                    let blocks =
+                        dispatch::dispatch(&*resolver, &memo, &message, &placement, Mode::Degrade)?;
+                    Ok(Dispatched { message, blocks })
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .await?;
+        Ok(Restored {
+            session: current,
+            messages,
+        })
     }
 }
 

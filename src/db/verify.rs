@@ -8,8 +8,8 @@ use rusqlite::Connection;
 use crate::db::queries;
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
-use crate::model::{Event, Message, Session};
-use crate::projection::replay;
+use crate::model::Event;
+use crate::projection::{compare, replay};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct VerifyReport {
@@ -75,7 +75,7 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
         let (expected, problems) = replay(session.id, &events);
         report.problems.extend(problems);
         if let Some(expected) = expected {
-            compare(&mut report.problems, session, &rows, &expected);
+            report.problems.extend(compare(session, &rows, &expected));
         }
     }
     let total: i64 = conn
@@ -88,85 +88,4 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
         ));
     }
     Ok(report)
-}
-
-fn compare(
-    problems: &mut Vec<String>,
-    session: &Session,
-    rows: &[Message],
-    expected: &crate::projection::Projection,
-) {
-    let want = &expected.session;
-    let mut fields = Vec::new();
-    if session.title != want.title {
-        fields.push("title");
-    }
-    if session.tools_host != want.tools_host {
-        fields.push("tools host");
-    }
-    if session.created_at != want.created_at {
-        fields.push("created time");
-    }
-    if session.updated_at != want.updated_at {
-        fields.push("updated time");
-    }
-    if !fields.is_empty() {
-        problems.push(format!(
-            "session {}: table row differs from its event log ({})",
-            session.id,
-            fields.join(", ")
-        ));
-    }
-    for want in &expected.messages {
-        match rows.iter().find(|m| m.id == want.id) {
-            None => problems.push(format!(
-                "session {}: message {} is in the event log but not in the table",
-                session.id, want.id
-            )),
-            Some(have) if have != want => problems.push(format!(
-                "session {}: message {} differs from its event log ({})",
-                session.id,
-                want.id,
-                differences(have, want)
-            )),
-            Some(_) => {}
-        }
-    }
-    for have in rows {
-        if !expected.messages.iter().any(|m| m.id == have.id) {
-            problems.push(format!(
-                "session {}: message {} is in the table but no event records it",
-                session.id, have.id
-            ));
-        }
-    }
-}
-
-fn differences(have: &Message, want: &Message) -> String {
-    let mut fields = Vec::new();
-    if have.seq != want.seq {
-        fields.push("seq");
-    }
-    if have.role != want.role {
-        fields.push("role");
-    }
-    if have.display_text != want.display_text {
-        fields.push("display text");
-    }
-    if have.model_text != want.model_text {
-        fields.push("model text");
-    }
-    if have.transcript != want.transcript {
-        fields.push("transcript");
-    }
-    if have.state != want.state {
-        fields.push("delivery state");
-    }
-    if have.created_at != want.created_at {
-        fields.push("created time");
-    }
-    if have.refs != want.refs {
-        fields.push("references");
-    }
-    fields.join(", ")
 }
