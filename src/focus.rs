@@ -8,6 +8,18 @@ pub const FOCUS_HINT_LIMIT: usize = 2000;
 pub const TRUNCATION_MARKER: &str = "…[truncated]";
 
 const SEPARATOR: &str = "\n\n";
+
+/// The focus hint for a stored message. Normal, custom-command and drained mid-turn
+/// messages all come through here, so they are filtered the same way: only the display
+/// text, the expansion and the transcript are read, never the references.
+#[must_use]
+pub fn focus_hint_for(message: &crate::model::Message) -> String {
+    focus_hint(
+        &message.display_text,
+        message.model_text.as_deref(),
+        message.transcript.as_deref(),
+    )
+}
 const EXPANDED_LABEL: &str = "Custom command:\n";
 const TRANSCRIPT_LABEL: &str = "Audio transcript:\n";
 

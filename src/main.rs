@@ -418,12 +418,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 )
                 .await?;
             if format == Format::FocusHint {
-                let m = &dispatched.message;
-                let hint = focus::focus_hint(
-                    &m.display_text,
-                    m.model_text.as_deref(),
-                    m.transcript.as_deref(),
-                );
+                let hint = focus::focus_hint_for(&dispatched.message);
                 print_json(&serde_json::json!({ "hint": hint }))?;
             } else {
                 print_conversation(format, &model, &conversation(vec![dispatched]))?;

@@ -3,7 +3,9 @@
 //! multi-process tests.
 
 mod cli;
+mod fixtures;
 mod migrate;
+mod requests;
 mod store;
 mod support;
 mod verify;

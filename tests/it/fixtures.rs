@@ -1,0 +1,155 @@
+//! Databases of every released schema version (`tests/fixtures/v<N>`, made by the
+//! script beside them): each upgrades to the same schema a fresh database gets, and
+//! still verifies and restores from wherever its attachment trees are moved to.
+
+use std::path::{Path, PathBuf};
+
+use crate::support::{bin, json, run_in};
+
+/// Every fixture version; a new released schema adds its folder here.
+const FIXTURES: &[&str] = &["v1"];
+
+fn fixture(version: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(version)
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// The schema as SQLite records it, and the migration history without its times.
+fn schema(
+    db: &Path,
+) -> (
+    Vec<(String, String, Option<String>)>,
+    Vec<(i64, String, String)>,
+) {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let objects = conn
+        .prepare("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let history = conn
+        .prepare("SELECT version, name, checksum FROM refinery_schema_history ORDER BY version")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    (objects, history)
+}
+
+#[test]
+fn every_fixture_upgrades_to_the_schema_of_a_fresh_database() {
+    let fresh = tempfile::tempdir().unwrap();
+    json(&run_in(fresh.path(), &["migrate", "--json"]));
+    let want = schema(&fresh.path().join("sessions.db"));
+    for version in FIXTURES {
+        let dir = tempfile::tempdir().unwrap();
+        copy_tree(&fixture(version), dir.path());
+        let report = json(&run_in(dir.path(), &["migrate", "--json"]));
+        assert_eq!(report["current"], want.1.last().unwrap().0, "{version}");
+        assert_eq!(schema(&dir.path().join("sessions.db")), want, "{version}");
+        let out = run_in(dir.path(), &["verify"]);
+        assert!(out.status.success(), "{version}: {out:?}");
+    }
+}
+
+#[test]
+fn the_v1_fixture_restores_from_moved_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let moved = dir.path().join("somewhere else");
+    copy_tree(&fixture("v1"), &moved);
+    let sid = std::fs::read_to_string(moved.join("session-id")).unwrap();
+    let out = bin(dir.path())
+        .args([
+            "restore",
+            "--format",
+            "acp",
+            "--session",
+            sid.trim(),
+            "--db",
+        ])
+        .arg(moved.join("sessions.db"))
+        .arg("--attachments-root")
+        .arg(moved.join("attachments"))
+        .arg("--legacy-root")
+        .arg(moved.join("legacy"))
+        .output()
+        .unwrap();
+    let restored = json(&out);
+    let messages = restored["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "user", "user"],
+        "the queued one stays queued"
+    );
+    assert_eq!(messages[1]["content"].as_array().unwrap().len(), 1);
+    let mut paths = 0;
+    for block in messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap())
+    {
+        let Some(context) = block["_meta"]["daemon/attachmentContext"].as_str() else {
+            continue;
+        };
+        let line = context.lines().find(|l| l.starts_with('{')).unwrap();
+        let meta: serde_json::Value = serde_json::from_str(line).unwrap();
+        let path = PathBuf::from(meta["path"].as_str().unwrap());
+        assert!(
+            path.starts_with(&moved),
+            "{path:?} is under the moved roots"
+        );
+        let name = meta["name"].as_str().unwrap();
+        let expected_root = if name == "old.txt" {
+            "legacy"
+        } else {
+            "attachments"
+        };
+        assert!(path.starts_with(moved.join(expected_root)), "{path:?}");
+        let on_disk = std::fs::read(&path).unwrap();
+        let b64 = |v: &serde_json::Value| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(v.as_str().unwrap())
+                .unwrap()
+        };
+        let in_block = match block["type"].as_str().unwrap() {
+            "image" => b64(&block["data"]),
+            _ if block["resource"]["text"].is_string() => block["resource"]["text"]
+                .as_str()
+                .unwrap()
+                .as_bytes()
+                .to_vec(),
+            _ => b64(&block["resource"]["blob"]),
+        };
+        assert_eq!(
+            on_disk, in_block,
+            "{name}: the path holds the block's bytes"
+        );
+        paths += 1;
+    }
+    // 6 references, 1 image-only, 1 custom command.
+    assert_eq!(paths, 8);
+    // The fixture itself was not touched by any of this.
+    let original = fixture("v1");
+    assert!(!original.join("sessions.db-wal").exists());
+}
