@@ -451,14 +451,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let store = Store::open(config).await?;
             let restored = store.restore(session_id(&session)?).await?;
             if format == Format::Acp {
-                let messages: Vec<_> = restored
-                    .messages
-                    .iter()
-                    .map(|d| serde_json::json!({ "id": d.message.id, "role": d.message.role, "content": d.blocks }))
-                    .collect();
-                print_json(
-                    &serde_json::json!({ "sessionId": restored.session.id, "messages": messages }),
-                )?;
+                print_json(&restored)?;
             } else {
                 print_conversation(format, &model, &conversation(restored.messages))?;
             }

@@ -65,6 +65,41 @@ pub struct Restored {
     pub messages: Vec<Dispatched>,
 }
 
+/// `{"sessionId", "messages": [{"id", "role", "content": [ContentBlock]}]}`, the shape
+/// `restore --format acp` prints.
+impl serde::Serialize for Restored {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Shape<'a> {
+            session_id: SessionId,
+            messages: Vec<Turn<'a>>,
+        }
+        #[derive(serde::Serialize)]
+        struct Turn<'a> {
+            id: MessageId,
+            role: Role,
+            content: &'a [ContentBlock],
+        }
+        Shape {
+            session_id: self.session.id,
+            messages: self
+                .messages
+                .iter()
+                .map(|d| Turn {
+                    id: d.message.id,
+                    role: d.message.role,
+                    content: &d.blocks,
+                })
+                .collect(),
+        }
+        .serialize(serializer)
+    }
+}
+
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")

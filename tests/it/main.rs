@@ -6,6 +6,7 @@ mod cli;
 mod fixtures;
 mod migrate;
 mod requests;
+mod snapshots;
 mod store;
 mod support;
 mod verify;

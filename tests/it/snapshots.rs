@@ -1,0 +1,90 @@
+//! Snapshots of what the model sees for the frozen v1 fixture (ACP blocks, and both
+//! OpenAI requests), with the temporary root redacted to `<ROOT>`, so any change in
+//! model-bound content shows up as a reviewed diff. `SESSIONSTORE_BLESS=1 cargo test`
+//! rewrites them.
+
+use std::path::{Path, PathBuf};
+
+use sessionstore::attachments::Roots;
+use sessionstore::model::Role;
+use sessionstore::openai::{chat_request, responses_request};
+use sessionstore::{Config, SessionId, Store};
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Compares `actual` with the stored snapshot `name`, or writes it when blessing.
+fn check(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/it/snapshots")
+        .join(name);
+    if std::env::var_os("SESSIONSTORE_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|_| panic!("no snapshot {name}: run with SESSIONSTORE_BLESS=1"));
+    assert!(
+        expected == actual,
+        "snapshot {name} differs; if the change is intended, re-bless with \
+         SESSIONSTORE_BLESS=1 and review the diff\n--- expected\n{expected}\n--- actual\n{actual}"
+    );
+}
+
+#[tokio::test]
+async fn what_the_model_sees_for_the_v1_fixture() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1"),
+        &root,
+    );
+    let sid: SessionId = std::fs::read_to_string(root.join("session-id"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let store = Store::open(Config {
+        db_path: root.join("sessions.db"),
+        roots: Roots {
+            configured: root.join("attachments"),
+            legacy: vec![root.join("legacy")],
+        },
+        host: "snapshot-host".into(),
+    })
+    .await
+    .unwrap();
+    let restored = store.restore(sid).await.unwrap();
+    let conversation: Vec<(Role, _)> = restored
+        .messages
+        .iter()
+        .map(|d| (d.message.role, d.blocks.clone()))
+        .collect();
+    let redact = |v: serde_json::Value| {
+        let text = serde_json::to_string_pretty(&v).unwrap();
+        text.replace(root.to_str().unwrap(), "<ROOT>") + "\n"
+    };
+    let acp = redact(serde_json::to_value(&restored).unwrap());
+    assert!(acp.contains("<ROOT>/attachments/"), "paths were redacted, not lost");
+    assert!(acp.contains("<ROOT>/legacy/"), "the legacy read is reported as such");
+    check("v1-restore-acp.json", &acp);
+    check(
+        "v1-restore-openai.json",
+        &redact(serde_json::to_value(chat_request("gpt-4o", &conversation)).unwrap()),
+    );
+    check(
+        "v1-restore-openai-responses.json",
+        &redact(serde_json::to_value(responses_request("gpt-4o", &conversation)).unwrap()),
+    );
+}
