@@ -82,6 +82,12 @@ fn read_history(conn: &Connection) -> rusqlite::Result<Option<Vec<Applied>>> {
 /// than this binary. Opening read-only is what keeps the file byte-for-byte unchanged.
 pub fn check_readable(path: &Path) -> Result<()> {
     let is_empty_or_missing = match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => {
+            return Err(Error::NotDatabase {
+                path: path.to_owned(),
+                detail: "it is a directory, not a database file".to_owned(),
+            });
+        }
         Ok(meta) => meta.len() == 0,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
         Err(source) => {

@@ -197,3 +197,15 @@ fn no_column_holds_a_path_root_or_directory() {
         }
     }
 }
+
+#[test]
+fn a_directory_given_as_the_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = crate::support::bin(dir.path())
+        .args(["migrate", "--db"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let err = assert_one_line_error(&out);
+    assert!(err.contains("is a directory"), "{err}");
+}
