@@ -453,7 +453,8 @@ pub fn to_blocks(
         blocks.push(ContentBlock::Text(TextContent::new(text)));
         return Ok(blocks);
     }
-    if !text.is_empty() {
+    // Whitespace alone is no text, as `send` already judges it.
+    if !text.trim().is_empty() {
         blocks.push(ContentBlock::Text(TextContent::new(text)));
     }
     let mut unreadable = Vec::new();

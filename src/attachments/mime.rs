@@ -2,6 +2,7 @@
 //! image types models accept; pure, it looks only at the name and bytes it is given.
 
 const OCTET_STREAM: &str = "application/octet-stream";
+const SVG: &str = "image/svg+xml";
 
 /// The MIME type of an attachment named `name` with contents `bytes`.
 ///
@@ -9,12 +10,15 @@ const OCTET_STREAM: &str = "application/octet-stream";
 /// PNG, JPEG, GIF, WebP and BMP bytes are that image type whatever the name says, and a
 /// name that claims `image/*` for bytes that are none of those gets
 /// `application/octet-stream`, so an image block only ever carries real image bytes.
+/// SVG is the exception: it is XML text, never an image block, so it keeps its type.
 pub fn mime_for(name: &str, bytes: &[u8]) -> String {
     if let Some(image) = sniff_image(bytes) {
         return image.to_owned();
     }
     match mime_guess::from_path(name).first() {
-        Some(guess) if guess.type_() == mime_guess::mime::IMAGE => OCTET_STREAM.to_owned(),
+        Some(guess) if guess.type_() == mime_guess::mime::IMAGE && guess.essence_str() != SVG => {
+            OCTET_STREAM.to_owned()
+        }
         Some(guess) => guess.essence_str().to_owned(),
         None => OCTET_STREAM.to_owned(),
     }
@@ -79,10 +83,14 @@ mod tests {
             b"BMW is a car maker, not a bitmap",
             OCTET_STREAM,
         );
+    }
+
+    #[test]
+    fn svg_keeps_its_type_so_dispatch_sends_it_as_text() {
         check(
             "drawing.svg",
             b"<svg xmlns='http://www.w3.org/2000/svg'/>",
-            OCTET_STREAM,
+            SVG,
         );
     }
 

@@ -28,13 +28,15 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// The schema as SQLite records it, and the migration history without its times.
-fn schema(
-    db: &Path,
-) -> (
+/// `(type, name, sql)` of every schema object, and `(version, name, checksum)` of
+/// every applied migration.
+type Schema = (
     Vec<(String, String, Option<String>)>,
     Vec<(i64, String, String)>,
-) {
+);
+
+/// The schema as SQLite records it, and the migration history without its times.
+fn schema(db: &Path) -> Schema {
     let conn = rusqlite::Connection::open(db).unwrap();
     let objects = conn
         .prepare("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")

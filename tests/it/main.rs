@@ -3,9 +3,11 @@
 //! multi-process tests.
 
 mod cli;
+mod dispatch;
 mod fixtures;
 mod migrate;
 mod requests;
+mod restore;
 mod snapshots;
 mod store;
 mod support;

@@ -76,8 +76,14 @@ async fn what_the_model_sees_for_the_v1_fixture() {
         text.replace(root.to_str().unwrap(), "<ROOT>") + "\n"
     };
     let acp = redact(serde_json::to_value(&restored).unwrap());
-    assert!(acp.contains("<ROOT>/attachments/"), "paths were redacted, not lost");
-    assert!(acp.contains("<ROOT>/legacy/"), "the legacy read is reported as such");
+    assert!(
+        acp.contains("<ROOT>/attachments/"),
+        "paths were redacted, not lost"
+    );
+    assert!(
+        acp.contains("<ROOT>/legacy/"),
+        "the legacy read is reported as such"
+    );
     check("v1-restore-acp.json", &acp);
     check(
         "v1-restore-openai.json",

@@ -92,3 +92,233 @@ pub fn json(out: &Output) -> serde_json::Value {
     assert!(out.status.success(), "command failed: {}", stderr(out));
     serde_json::from_str(stdout(out).trim()).expect("stdout is one JSON value")
 }
+
+/// A complete 1×1 RGBA PNG: real magic bytes, IHDR, IDAT and IEND with valid CRCs.
+pub const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\x0dIDAT\x78\x9c\x63\xf8\xcf\xc0\xf0\x1f\x00\x05\x00\x01\xff\x89\x99\x3d\x1d\x00\x00\x00\x00IEND\xae\x42\x60\x82";
+
+/// The real resolver, counting every read that reaches it.
+pub struct CountingResolver {
+    inner: sessionstore::attachments::AttachmentStore,
+    reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl sessionstore::dispatch::Resolver for CountingResolver {
+    fn read(
+        &self,
+        session: &sessionstore::SessionId,
+        uri: &sessionstore::attachments::AttachmentUri,
+    ) -> Result<sessionstore::attachments::Resolved, sessionstore::attachments::AttachmentError>
+    {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.read(session, uri)
+    }
+}
+
+/// Reads counted so far by a [`CountingResolver`].
+#[derive(Clone, Default)]
+pub struct ReadCount(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl ReadCount {
+    pub fn get(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A store on `config` whose reads go through a counting wrapper of the real resolver.
+pub async fn counting_store(config: Config) -> (Store, ReadCount) {
+    let count = ReadCount::default();
+    let resolver = CountingResolver {
+        inner: sessionstore::attachments::AttachmentStore::new(config.roots.clone()),
+        reads: count.0.clone(),
+    };
+    let store = Store::open_with_resolver(config, std::sync::Arc::new(resolver))
+        .await
+        .expect("a store with a counting resolver opens");
+    (store, count)
+}
+
+/// A block as JSON, after checking that it round-trips as an ACP `ContentBlock`.
+pub fn block_json(block: &agent_client_protocol_schema::v1::ContentBlock) -> serde_json::Value {
+    let value = serde_json::to_value(block).expect("a content block serializes");
+    let back: agent_client_protocol_schema::v1::ContentBlock =
+        serde_json::from_value(value.clone()).expect("a content block deserializes");
+    assert_eq!(&back, block, "the block round-trips through JSON");
+    value
+}
+
+/// The path context in a block's `_meta`, if it has one.
+pub fn context_of(block: &serde_json::Value) -> Option<&str> {
+    block
+        .get("_meta")?
+        .get(sessionstore::DAEMON_ATTACHMENT_CONTEXT_META_KEY)?
+        .as_str()
+}
+
+/// The one JSON line of a context string, checked to have exactly the contract's keys.
+pub fn context_line(context: &str) -> serde_json::Map<String, serde_json::Value> {
+    let objects: Vec<serde_json::Map<String, serde_json::Value>> = context
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v.as_object().cloned())
+        .collect();
+    assert_eq!(objects.len(), 1, "exactly one JSON line in {context:?}");
+    let line = objects.into_iter().next().expect("one line");
+    let mut keys: Vec<&str> = line.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["host", "mimeType", "name", "path", "uri"],
+        "{context:?}"
+    );
+    line
+}
+
+/// What an attachment block should hold: the stored name, URI and original bytes, and
+/// the daemon host its context names.
+pub struct Expect {
+    pub name: String,
+    pub uri: String,
+    pub bytes: Vec<u8>,
+    pub host: String,
+}
+
+/// Checks one attachment block end to end: its content is the original bytes (image
+/// data and blobs decode to them, a text resource holds them as text), and its context
+/// names it, with an absolute path whose file holds the same bytes. Returns the block's
+/// kind (`image`, `text` or `blob`) and that path.
+pub fn check_attachment(block: &serde_json::Value, expect: &Expect) -> (&'static str, PathBuf) {
+    use base64::Engine;
+    let b64 = |s: &serde_json::Value| {
+        base64::engine::general_purpose::STANDARD
+            .decode(s.as_str().expect("base64 text"))
+            .expect("valid base64")
+    };
+    let (kind, mime) = match block["type"].as_str() {
+        Some("image") => {
+            assert_eq!(b64(&block["data"]), expect.bytes, "image data is the file");
+            assert_eq!(block["uri"], expect.uri.as_str());
+            ("image", &block["mimeType"])
+        }
+        Some("resource") => {
+            let resource = &block["resource"];
+            assert_eq!(resource["uri"], expect.uri.as_str());
+            let kind = if let Some(text) = resource.get("text") {
+                assert_eq!(
+                    text.as_str().expect("text").as_bytes(),
+                    expect.bytes,
+                    "text resource keeps the contents"
+                );
+                "text"
+            } else {
+                assert_eq!(b64(&resource["blob"]), expect.bytes, "blob keeps the bytes");
+                "blob"
+            };
+            (kind, &resource["mimeType"])
+        }
+        other => panic!("not an attachment block: {other:?} in {block}"),
+    };
+    let context = context_of(block).unwrap_or_else(|| panic!("no path context in {block}"));
+    let line = context_line(context);
+    // Names and paths appear only in the JSON line, never in the instruction lines.
+    for other in context.lines().filter(|l| !l.starts_with('{')) {
+        assert!(!other.contains(expect.name.as_str()), "{context}");
+        assert!(!other.contains('/'), "{context}");
+    }
+    assert_eq!(line["name"], expect.name.as_str(), "{context}");
+    assert_eq!(line["uri"], expect.uri.as_str(), "{context}");
+    assert_eq!(&line["mimeType"], mime, "{context}");
+    assert_eq!(line["host"], expect.host.as_str(), "{context}");
+    let path = PathBuf::from(line["path"].as_str().expect("path is a string"));
+    assert!(path.is_absolute(), "{path:?}");
+    assert_eq!(
+        path.file_name().and_then(|n| n.to_str()),
+        Some(expect.name.as_str()),
+        "{path:?}"
+    );
+    assert_eq!(
+        std::fs::read(&path).expect("the path given to the model reads"),
+        expect.bytes,
+        "reading {path:?} gives the original bytes"
+    );
+    (kind, path)
+}
+
+/// A store on real files with a configured root (`<dir>/attachments`), one legacy root
+/// (`<dir>/legacy`) and a counting resolver, plus shortcuts for the usual steps.
+pub struct Harness {
+    pub dir: TempDir,
+    pub config: Config,
+    pub store: Store,
+    pub reads: ReadCount,
+}
+
+impl Harness {
+    pub async fn new() -> Harness {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut config = config_in(dir.path());
+        config.roots.legacy = vec![dir.path().join("legacy")];
+        let (store, reads) = counting_store(config.clone()).await;
+        Harness {
+            dir,
+            config,
+            store,
+            reads,
+        }
+    }
+
+    pub fn configured(&self) -> &Path {
+        &self.config.roots.configured
+    }
+
+    pub fn legacy(&self) -> &Path {
+        &self.config.roots.legacy[0]
+    }
+
+    /// `<root>/<session>`: where a session's files live under `root`.
+    pub fn folder(&self, root: &Path, session: sessionstore::SessionId) -> PathBuf {
+        root.join(session.to_string())
+    }
+
+    pub async fn session(&self, tools: sessionstore::model::ToolsHost) -> sessionstore::SessionId {
+        self.store
+            .create_session(None, tools)
+            .await
+            .expect("a session is created")
+            .id
+    }
+
+    /// Uploads `bytes` as `name` and returns what an attachment block for it must hold.
+    pub async fn attach(
+        &self,
+        session: sessionstore::SessionId,
+        name: &str,
+        bytes: &[u8],
+    ) -> Expect {
+        let stored = self
+            .store
+            .attach(session, name.to_owned(), bytes.to_vec())
+            .await
+            .expect("the upload is stored");
+        Expect {
+            name: stored.name,
+            uri: stored.uri.to_string(),
+            bytes: bytes.to_vec(),
+            host: self.config.host.clone(),
+        }
+    }
+
+    /// Sends a delivered user message with `text` and references to `files`, in order.
+    pub async fn send(
+        &self,
+        session: sessionstore::SessionId,
+        text: &str,
+        files: &[&Expect],
+    ) -> sessionstore::model::Message {
+        let mut out = sessionstore::store::Outgoing::user(text);
+        out.attach = files.iter().map(|f| f.uri.clone()).collect();
+        self.store
+            .send(session, out)
+            .await
+            .expect("the message is sent")
+    }
+}

@@ -1,0 +1,577 @@
+//! Restore in a fresh store: stored references are replayed through the resolver, so
+//! every path comes from a live read under whatever roots the new store was given; the
+//! database itself never holds a path, a root or a directory.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use sessionstore::attachments::Roots;
+use sessionstore::dispatch::{Memo, Mode};
+use sessionstore::model::{Delivery, Role, ToolsHost};
+use sessionstore::store::{Dispatched, Outgoing};
+use sessionstore::{Config, SessionId, Store};
+
+use crate::support::{
+    Expect, Harness, PNG, bin, block_json, check_attachment, config_in, context_of, counting_store,
+    json, run_in, stdout,
+};
+
+const TEXT: &[u8] = "a text file\nwith two lines, naïve\n".as_bytes();
+const BIN: &[u8] = b"\x7fELF\x00\x00\xff\xfe raw";
+
+fn blocks(d: &Dispatched) -> Vec<Value> {
+    d.blocks.iter().map(block_json).collect()
+}
+
+async fn upload(store: &Store, s: SessionId, name: &str, bytes: &[u8]) -> Expect {
+    let stored = store
+        .attach(s, name.to_owned(), bytes.to_vec())
+        .await
+        .unwrap();
+    Expect {
+        name: stored.name,
+        uri: stored.uri.to_string(),
+        bytes: bytes.to_vec(),
+        host: store.config().host.clone(),
+    }
+}
+
+async fn send(store: &Store, s: SessionId, text: &str, files: &[&Expect]) {
+    let mut out = Outgoing::user(text);
+    out.attach = files.iter().map(|f| f.uri.clone()).collect();
+    store.send(s, out).await.unwrap();
+}
+
+/// A session in a store whose only root is `root`: an image, a text file and a binary
+/// file, in two delivered user messages.
+async fn session_under(config: Config) -> (SessionId, [Expect; 3]) {
+    let store = Store::open(config).await.unwrap();
+    let s = store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .unwrap()
+        .id;
+    let img = upload(&store, s, "photo one.png", PNG).await;
+    let txt = upload(&store, s, "notes.txt", TEXT).await;
+    let bin = upload(&store, s, "blob.bin", BIN).await;
+    send(&store, s, "before the move", &[&img, &txt, &bin]).await;
+    send(&store, s, "and again", &[&txt]).await;
+    (s, [img, txt, bin])
+}
+
+/// Checks a restored session made by `session_under`: every block's path is in
+/// `folder` and reads back the original bytes.
+fn check_restored(messages: &[Dispatched], files: &[Expect; 3], folder: &Path) {
+    assert_eq!(messages.len(), 2);
+    let first = blocks(&messages[0]);
+    assert_eq!(first.len(), 4, "{first:?}");
+    assert_eq!(first[0]["text"], "before the move");
+    for (block, (file, kind)) in first[1..]
+        .iter()
+        .zip(files.iter().zip(["image", "text", "blob"]))
+    {
+        let (got, path) = check_attachment(block, file);
+        assert_eq!(got, kind);
+        assert_eq!(path, folder.join(&file.name));
+    }
+    let second = blocks(&messages[1]);
+    assert_eq!(second.len(), 2, "{second:?}");
+    assert_eq!(
+        check_attachment(&second[1], &files[1]).1,
+        folder.join("notes.txt")
+    );
+}
+
+#[tokio::test]
+async fn restore_after_moving_the_attachment_root_reads_from_the_new_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config_in(dir.path());
+    config.roots.configured = dir.path().join("r1");
+    let (s, files) = session_under(config.clone()).await;
+
+    let r2 = dir.path().join("moved").join("r2");
+    std::fs::create_dir_all(r2.parent().unwrap()).unwrap();
+    std::fs::rename(dir.path().join("r1"), &r2).unwrap();
+    let mut moved = config.clone();
+    moved.roots.configured = r2.clone();
+    let (store, reads) = counting_store(moved).await;
+
+    let restored = store.restore(s).await.unwrap();
+    assert_eq!(restored.session.id, s);
+    check_restored(&restored.messages, &files, &r2.join(s.to_string()));
+    assert_eq!(reads.get(), 3, "one read per distinct file");
+    assert!(!dir.path().join("r1").exists());
+}
+
+#[tokio::test]
+async fn restore_finds_moved_files_in_a_legacy_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config_in(dir.path());
+    config.roots.configured = dir.path().join("r1");
+    let (s, files) = session_under(config.clone()).await;
+
+    let r2 = dir.path().join("old-root");
+    std::fs::rename(dir.path().join("r1"), &r2).unwrap();
+    let mut moved = config.clone();
+    moved.roots = Roots {
+        configured: dir.path().join("fresh-root"),
+        legacy: vec![dir.path().join("missing-legacy"), r2.clone()],
+    };
+    let store = Store::open(moved).await.unwrap();
+    let restored = store.restore(s).await.unwrap();
+    check_restored(&restored.messages, &files, &r2.join(s.to_string()));
+}
+
+#[tokio::test]
+async fn restore_after_moving_the_whole_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("data");
+    std::fs::create_dir_all(&old).unwrap();
+    let (s, files) = session_under(config_in(&old)).await;
+
+    let new = dir.path().join("elsewhere").join("data");
+    std::fs::create_dir_all(new.parent().unwrap()).unwrap();
+    std::fs::rename(&old, &new).unwrap();
+    let store = Store::open(config_in(&new)).await.unwrap();
+    let restored = store.restore(s).await.unwrap();
+    check_restored(
+        &restored.messages,
+        &files,
+        &new.join("attachments").join(s.to_string()),
+    );
+    assert!(store.verify().await.unwrap().ok());
+}
+
+/// Every text value in every table of the database at `db`.
+fn all_text(db: &Path) -> Vec<(String, String)> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(tables.iter().any(|t| t == "message_refs"), "{tables:?}");
+    let mut out = Vec::new();
+    for table in tables {
+        let mut stmt = conn.prepare(&format!("SELECT * FROM \"{table}\"")).unwrap();
+        let columns = stmt.column_count();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(row) = rows.next().unwrap() {
+            for i in 0..columns {
+                if let rusqlite::types::ValueRef::Text(t) = row.get_ref(i).unwrap() {
+                    out.push((table.clone(), String::from_utf8_lossy(t).into_owned()));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_database_never_holds_a_path_or_a_root() {
+    let h = Harness::new().await;
+    let s = h.session(ToolsHost::Ssh).await;
+    let img = h.attach(s, "photo.png", PNG).await;
+    let txt = h.attach(s, "dir\\like/notes.txt", TEXT).await;
+    assert_eq!(txt.name, "notes.txt");
+    let legacy_folder = h.folder(h.legacy(), s);
+    std::fs::create_dir_all(&legacy_folder).unwrap();
+    std::fs::write(legacy_folder.join("old.bin"), BIN).unwrap();
+    let old = Expect {
+        name: "old.bin".into(),
+        uri: sessionstore::attachments::AttachmentUri::new(s, "old.bin").to_string(),
+        bytes: BIN.to_vec(),
+        host: h.config.host.clone(),
+    };
+    h.send(s, "everything", &[&img, &txt, &old]).await;
+    h.store
+        .send(
+            s,
+            Outgoing {
+                attach: vec![img.uri.clone()],
+                mid_turn: true,
+                ..Outgoing::user("queued")
+            },
+        )
+        .await
+        .unwrap();
+    h.store
+        .dispatch(s, None, Mode::Strict, std::sync::Arc::new(Memo::new()))
+        .await
+        .unwrap();
+    h.store
+        .drain(s, Mode::Degrade, std::sync::Arc::new(Memo::new()))
+        .await
+        .unwrap();
+    let restored = h.store.restore(s).await.unwrap();
+    // The model did get paths, so their absence below is not for want of any.
+    let paths: Vec<PathBuf> = blocks(&restored.messages[0])[1..]
+        .iter()
+        .zip([&img, &txt, &old])
+        .map(|(b, f)| check_attachment(b, f).1)
+        .collect();
+    assert!(paths[2].starts_with(h.legacy()));
+
+    let dir = h.dir.path();
+    // The temporary folder's own name is random, so it cannot appear by chance.
+    let marker = dir.file_name().unwrap().to_str().unwrap().to_owned();
+    let mut needles = vec![marker.clone(), dir.display().to_string()];
+    if let Ok(canonical) = dir.canonicalize() {
+        needles.push(canonical.display().to_string());
+    }
+    for (table, text) in all_text(&h.config.db_path) {
+        for needle in &needles {
+            assert!(!text.contains(needle), "{table} holds {needle:?}: {text}");
+        }
+    }
+    // And the raw files, whatever has or has not been checkpointed yet.
+    let mut db_files = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("sessions.db") || path.is_dir() {
+            continue;
+        }
+        db_files += 1;
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(
+            !bytes.windows(marker.len()).any(|w| w == marker.as_bytes()),
+            "{name} holds the temporary folder's name"
+        );
+    }
+    assert!(db_files >= 1);
+}
+
+#[tokio::test]
+async fn restoring_a_long_history_reads_each_file_once() {
+    let h = Harness::new().await;
+    let s = h.session(ToolsHost::Local).await;
+    let p = h.attach(s, "p.png", PNG).await;
+    let q = h.attach(s, "q.txt", TEXT).await;
+    for i in 0..20 {
+        let refs: &[&Expect] = if i % 2 == 0 { &[&p, &q] } else { &[&q, &p, &q] };
+        h.send(s, &format!("message {i}"), refs).await;
+    }
+    // A fresh store on the same files, as after a daemon restart.
+    let (fresh, reads) = counting_store(h.config.clone()).await;
+    let restored = fresh.restore(s).await.unwrap();
+    assert_eq!(reads.get(), 2, "20 messages over 2 files cost 2 reads");
+    assert_eq!(restored.messages.len(), 20);
+    let folder = h.folder(h.configured(), s);
+    for (i, d) in restored.messages.iter().enumerate() {
+        let out = blocks(d);
+        assert_eq!(out[0]["text"], format!("message {i}"));
+        let expected: &[&Expect] = if i % 2 == 0 { &[&p, &q] } else { &[&q, &p, &q] };
+        assert_eq!(out.len(), expected.len() + 1);
+        for (block, file) in out[1..].iter().zip(expected) {
+            assert_eq!(check_attachment(block, file).1, folder.join(&file.name));
+        }
+    }
+}
+
+#[tokio::test]
+async fn restore_replays_user_and_assistant_history_and_leaves_queued_messages_queued() {
+    let h = Harness::new().await;
+    let s = h.session(ToolsHost::Managed).await;
+    let img = h.attach(s, "chart.png", PNG).await;
+    let first = h.send(s, "What does this chart show?", &[&img]).await;
+    let reply = h
+        .store
+        .send(
+            s,
+            Outgoing {
+                role: Role::Assistant,
+                ..Outgoing::user("It shows growth.")
+            },
+        )
+        .await
+        .unwrap();
+    let custom = h
+        .store
+        .send(
+            s,
+            Outgoing {
+                expanded: Some("Explain the chart step by step.".into()),
+                ..Outgoing::user("/explain")
+            },
+        )
+        .await
+        .unwrap();
+    let queued = h
+        .store
+        .send(
+            s,
+            Outgoing {
+                attach: vec![img.uri.clone()],
+                mid_turn: true,
+                ..Outgoing::user("wait for me")
+            },
+        )
+        .await
+        .unwrap();
+
+    let fresh = Store::open(h.config.clone()).await.unwrap();
+    let restored = fresh.restore(s).await.unwrap();
+    let ids: Vec<_> = restored.messages.iter().map(|d| d.message.id).collect();
+    assert_eq!(ids, [first.id, reply.id, custom.id]);
+    let roles: Vec<Role> = restored.messages.iter().map(|d| d.message.role).collect();
+    assert_eq!(roles, [Role::User, Role::Assistant, Role::User]);
+
+    let user = blocks(&restored.messages[0]);
+    assert_eq!(user.len(), 2);
+    assert_eq!(
+        user[0],
+        serde_json::json!({"type": "text", "text": "What does this chart show?"})
+    );
+    check_attachment(&user[1], &img);
+    let context = context_of(&user[1]).unwrap();
+    assert!(
+        context.contains("may not"),
+        "managed tools are told: {context}"
+    );
+    assert_eq!(
+        blocks(&restored.messages[1]),
+        [serde_json::json!({"type": "text", "text": "It shows growth."})],
+        "assistant messages are text only"
+    );
+    assert_eq!(
+        blocks(&restored.messages[2]),
+        [serde_json::json!({"type": "text", "text": "Explain the chart step by step."})]
+    );
+
+    let still: Vec<_> = fresh
+        .queued_messages(s)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(
+        still,
+        [queued.id],
+        "restore leaves the queue for the next drain"
+    );
+    assert_eq!(
+        fresh.message(queued.id).await.unwrap().state,
+        Delivery::Queued
+    );
+}
+
+#[tokio::test]
+async fn restore_degrades_a_missing_file_and_keeps_the_rest() {
+    let h = Harness::new().await;
+    let s = h.session(ToolsHost::Local).await;
+    let keep = h.attach(s, "keep.bin", BIN).await;
+    let lose = h.attach(s, "lose.png", PNG).await;
+    h.send(s, "one", &[&keep, &lose]).await;
+    h.send(s, "two", &[&keep]).await;
+    std::fs::remove_file(h.folder(h.configured(), s).join("lose.png")).unwrap();
+
+    let restored = Store::open(h.config.clone())
+        .await
+        .unwrap()
+        .restore(s)
+        .await
+        .unwrap();
+    let one = blocks(&restored.messages[0]);
+    assert_eq!(one.len(), 3, "{one:?}");
+    check_attachment(&one[1], &keep);
+    assert_eq!(one[2]["type"], "text");
+    assert!(one[2].get("_meta").is_none());
+    let notice = one[2]["text"].as_str().unwrap();
+    assert!(
+        notice.contains("lose.png") && !notice.contains('/'),
+        "{notice}"
+    );
+    let two = blocks(&restored.messages[1]);
+    assert_eq!(two.len(), 2);
+    check_attachment(&two[1], &keep);
+}
+
+#[tokio::test]
+async fn restore_leaves_display_text_title_and_references_path_free() {
+    let h = Harness::new().await;
+    let s = h.session(ToolsHost::Local).await;
+    let img = h.attach(s, "photo.png", PNG).await;
+    h.send(
+        s,
+        "  \nFirst question about photo.png\nsecond line",
+        &[&img],
+    )
+    .await;
+    h.send(s, "follow-up", &[&img]).await;
+    let before = h.store.messages(s).await.unwrap();
+
+    let restored = h.store.restore(s).await.unwrap();
+    assert_eq!(
+        restored.session.title.as_deref(),
+        Some("First question about photo.png")
+    );
+    let session = h.store.session(s).await.unwrap();
+    assert_eq!(session, restored.session);
+    let after = h.store.messages(s).await.unwrap();
+    assert_eq!(after, before, "restore changes nothing");
+    let restored_messages: Vec<_> = restored
+        .messages
+        .iter()
+        .map(|d| d.message.clone())
+        .collect();
+    assert_eq!(restored_messages, before);
+    let dir = h.dir.path().display().to_string();
+    let persisted = serde_json::to_string(&(&session, &after)).unwrap();
+    assert!(!persisted.contains(&dir), "{persisted}");
+    // Only the attachment blocks' context carries the path.
+    for d in &restored.messages {
+        for block in blocks(d) {
+            let without_meta = {
+                let mut b = block.clone();
+                b.as_object_mut().unwrap().remove("_meta");
+                b.to_string()
+            };
+            assert!(!without_meta.contains(&dir), "{without_meta}");
+            if block["type"] == "image" {
+                assert!(context_of(&block).unwrap().contains(&dir));
+            }
+        }
+    }
+}
+
+// The command line.
+
+fn new_session(dir: &Path) -> String {
+    json(&run_in(dir, &["session", "new", "--json"]))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn attach(dir: &Path, sid: &str, name: &str, bytes: &[u8]) -> String {
+    let file = dir.join("uploads").join(name);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, bytes).unwrap();
+    let out = json(&run_in(
+        dir,
+        &["attach", "--session", sid, "--json", file.to_str().unwrap()],
+    ));
+    out[0]["uri"].as_str().unwrap().to_owned()
+}
+
+fn sorted_keys(v: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    keys.sort_unstable();
+    keys
+}
+
+#[test]
+fn cli_restore_prints_the_history_in_acp_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sid = new_session(d);
+    let uri = attach(d, &sid, "photo.png", PNG);
+    let sent = |args: &[&str]| -> String {
+        let mut all = vec!["send", "--session", sid.as_str(), "--json"];
+        all.extend_from_slice(args);
+        json(&run_in(d, &all))["id"].as_str().unwrap().to_owned()
+    };
+    let user = sent(&["--text", "look", "--attach", &uri]);
+    let reply = sent(&["--text", "a reply", "--role", "assistant"]);
+    sent(&["--text", "queued", "--mid-turn"]);
+
+    let out = json(&run_in(
+        d,
+        &["restore", "--session", &sid, "--format", "acp"],
+    ));
+    assert_eq!(sorted_keys(&out), ["messages", "sessionId"]);
+    assert_eq!(out["sessionId"], sid.as_str());
+    let messages = out["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "the queued message is not history yet");
+    for m in messages {
+        assert_eq!(sorted_keys(m), ["content", "id", "role"]);
+    }
+    assert_eq!(messages[0]["id"], user.as_str());
+    assert_eq!(messages[0]["role"], "user");
+    assert_eq!(messages[1]["id"], reply.as_str());
+    assert_eq!(messages[1]["role"], "assistant");
+    assert_eq!(
+        messages[1]["content"],
+        serde_json::json!([{"type": "text", "text": "a reply"}])
+    );
+    let content: Vec<Value> = messages[0]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| block_json(&serde_json::from_value(b.clone()).unwrap()))
+        .collect();
+    assert_eq!(content.len(), 2);
+    assert_eq!(
+        content[0],
+        serde_json::json!({"type": "text", "text": "look"})
+    );
+    let expect = Expect {
+        name: "photo.png".into(),
+        uri,
+        bytes: PNG.to_vec(),
+        host: sessionstore::config::host_name(),
+    };
+    let (kind, path) = check_attachment(&content[1], &expect);
+    assert_eq!(kind, "image");
+    assert_eq!(path, d.join("attachments").join(&sid).join("photo.png"));
+
+    // Restore changed nothing: the queued message is still there for the drain.
+    let drained = json(&run_in(d, &["drain", "--session", &sid]));
+    assert_eq!(
+        drained,
+        serde_json::json!([{"type": "text", "text": "queued"}])
+    );
+}
+
+#[test]
+fn cli_restore_reads_from_a_legacy_root_after_the_files_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sid = new_session(d);
+    let uri = attach(d, &sid, "report.txt", TEXT);
+    assert!(
+        run_in(
+            d,
+            &[
+                "send",
+                "--session",
+                &sid,
+                "--text",
+                "read",
+                "--attach",
+                &uri
+            ]
+        )
+        .status
+        .success()
+    );
+    let moved = d.join("archive");
+    std::fs::rename(d.join("attachments"), &moved).unwrap();
+
+    let out = bin(d)
+        .args(["restore", "--session", &sid])
+        .arg("--db")
+        .arg(d.join("sessions.db"))
+        .arg("--attachments-root")
+        .arg(d.join("new-root"))
+        .env("SESSIONSTORE_LEGACY_ROOTS", &moved)
+        .output()
+        .unwrap();
+    let out = json(&out);
+    let content = &out["messages"][0]["content"];
+    let expect = Expect {
+        name: "report.txt".into(),
+        uri,
+        bytes: TEXT.to_vec(),
+        host: sessionstore::config::host_name(),
+    };
+    let (kind, path) = check_attachment(&content[1], &expect);
+    assert_eq!(kind, "text");
+    assert_eq!(path, moved.join(&sid).join("report.txt"));
+    let show = stdout(&run_in(d, &["session", "show", &sid, "--json"]));
+    assert!(!show.contains(&d.display().to_string()), "{show}");
+}
