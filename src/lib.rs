@@ -10,6 +10,7 @@ pub mod focus;
 pub mod ids;
 pub mod model;
 pub mod openai;
+pub mod probe;
 pub mod projection;
 pub mod store;
 

@@ -15,7 +15,7 @@ use serde::Serialize;
 use sessionstore::dispatch::{Memo, Mode};
 use sessionstore::model::{Role, ToolsHost};
 use sessionstore::store::{Dispatched, Outgoing};
-use sessionstore::{Config, MessageId, SessionId, Store, db, focus, openai};
+use sessionstore::{Config, MessageId, SessionId, Store, db, focus, openai, probe};
 
 #[derive(Parser)]
 #[command(
@@ -138,6 +138,8 @@ enum Command {
     },
     /// Check the database's integrity and its tables against the event log
     Verify,
+    /// Run the isolated Store → Session → OpenAI request probe
+    Probe,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -257,6 +259,11 @@ fn conversation(dispatched: Vec<Dispatched>) -> Vec<(Role, Vec<ContentBlock>)> {
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     let json = cli.global.json;
+    if matches!(cli.command, Command::Probe) {
+        // The probe builds its own store in a temporary directory: no flag, variable
+        // or data directory applies, so none is looked up.
+        return print_probe(json).await;
+    }
     let config = cli.global.config()?;
     match cli.command {
         Command::Migrate { dry_run } => {
@@ -487,6 +494,24 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
+        Command::Probe => {
+            unreachable!("run returns the probe's report before reading any configuration")
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the probe's report (one line per check, or JSON); non-zero when a check failed.
+async fn print_probe(json: bool) -> Result<ExitCode> {
+    let report = probe::run_probe().await?;
+    if json {
+        print_json(&report)?;
+    } else {
+        println!("{report}");
+    }
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -6,6 +6,7 @@ mod cli;
 mod dispatch;
 mod fixtures;
 mod migrate;
+mod probe;
 mod requests;
 mod restore;
 mod snapshots;

@@ -1,0 +1,89 @@
+//! The probe: the real binary and the library function both run every check green, in
+//! a temporary directory of their own that never reaches the user's data directory.
+
+use sessionstore::probe::run_probe;
+
+use crate::support::{bin, stderr, stdout};
+
+/// The least number of checks a full run reports; a run that stops early has fewer.
+const AT_LEAST: usize = 15;
+
+#[test]
+fn the_probe_binary_passes_every_check() {
+    let home = tempfile::tempdir().unwrap();
+    let out = bin(home.path()).arg("probe").output().unwrap();
+    let text = stdout(&out);
+    assert!(
+        out.status.success(),
+        "probe failed:\n{text}{}",
+        stderr(&out)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    let (last, checks) = lines.split_last().expect("the probe prints lines");
+    assert!(checks.len() >= AT_LEAST, "{text}");
+    for line in checks {
+        assert!(line.starts_with("ok   "), "not ok: {line}");
+    }
+    let passed: usize = last
+        .strip_prefix("probe: ")
+        .and_then(|rest| rest.strip_suffix(" passed, 0 failed"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected count line {last:?}"));
+    assert_eq!(passed, checks.len(), "{text}");
+    assert!(passed >= AT_LEAST, "{text}");
+}
+
+#[test]
+fn the_probe_prints_json_with_counts() {
+    let home = tempfile::tempdir().unwrap();
+    let out = bin(home.path()).args(["probe", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    let checks = report["checks"].as_array().expect("a list of checks");
+    assert!(checks.len() >= AT_LEAST);
+    for check in checks {
+        assert!(
+            check["name"].is_string() && check["detail"].is_string(),
+            "{check}"
+        );
+        assert_eq!(check["ok"], true, "{check}");
+    }
+    assert_eq!(report["passed"], checks.len());
+    assert_eq!(report["failed"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_probe_function_passes_every_check() {
+    let report = run_probe().await.expect("the probe runs");
+    let failed: Vec<_> = report.checks().iter().filter(|c| !c.ok).collect();
+    assert!(failed.is_empty(), "failed checks: {failed:#?}");
+    assert!(report.ok());
+    assert!(report.passed() >= AT_LEAST, "{report}");
+    let mut names: Vec<&str> = report.checks().iter().map(|c| c.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), report.checks().len(), "check names are unique");
+}
+
+#[test]
+fn the_probe_never_touches_the_data_directory() {
+    let home = tempfile::tempdir().unwrap();
+    let out = bin(home.path())
+        .arg("probe")
+        // The probe ignores the usual settings rather than writing where they point.
+        .env("SESSIONSTORE_DB", home.path().join("elsewhere/sessions.db"))
+        .env(
+            "SESSIONSTORE_ATTACHMENTS_ROOT",
+            home.path().join("elsewhere/files"),
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(!home.path().join(".local/share/sessionstore").exists());
+    assert!(!home.path().join("elsewhere").exists());
+    let left: Vec<_> = std::fs::read_dir(home.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "the probe left {left:?} in HOME");
+}
