@@ -184,11 +184,27 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            let line = format!("{e:#}").replace('\n', " ");
-            eprintln!("error: {line}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line. Library errors already name their cause in
+/// their own message, so a cause whose text is already there is not repeated.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.replace(['\n', '\r'], " ")
 }
 
 impl Global {

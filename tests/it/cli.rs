@@ -65,3 +65,18 @@ fn bad_ids_and_unknown_sessions_are_one_line_errors() {
     let err = assert_one_line_error(&run(&["session", "new", "--tools-host", "mars"]));
     assert!(err.contains("unknown tools host"), "{err}");
 }
+
+#[test]
+fn an_error_names_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    // A database path beneath a plain file cannot be created.
+    let out = bin(dir.path())
+        .args(["migrate", "--db"])
+        .arg(file.join("sessions.db"))
+        .output()
+        .unwrap();
+    let err = assert_one_line_error(&out);
+    assert_eq!(err.matches("Not a directory").count(), 1, "{err}");
+}
