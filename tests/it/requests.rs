@@ -11,15 +11,6 @@ use sessionstore::{DAEMON_ATTACHMENT_CONTEXT_META_KEY, focus};
 
 use crate::support::TestStore;
 
-/// The JSON line of a context string, parsed.
-fn context_json(context: &str) -> serde_json::Value {
-    let line = context
-        .lines()
-        .find(|l| l.starts_with('{'))
-        .expect("a context has one JSON line");
-    serde_json::from_str(line).expect("the JSON line parses")
-}
-
 #[tokio::test]
 async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_model() {
     let t = TestStore::new().await;
@@ -93,7 +84,7 @@ async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_m
         .collect();
     assert_eq!(contexts.len(), 50, "one context part per attachment");
     for (i, context) in contexts.iter().enumerate() {
-        let json = context_json(context);
+        let json = crate::support::context_line(context);
         assert_eq!(json["name"], names[i].as_str());
         let path = json["path"].as_str().unwrap();
         assert!(std::path::Path::new(path).is_absolute());
@@ -126,7 +117,7 @@ async fn custom_command_and_mid_turn_hints_use_the_same_filtering() {
         .unwrap();
     let stored = t
         .store
-        .attach(s.id, "secret-plan.png".into(), tiny_png())
+        .attach(s.id, "secret-plan.png".into(), crate::support::PNG.to_vec())
         .await
         .unwrap();
     let custom = t
@@ -170,18 +161,4 @@ async fn custom_command_and_mid_turn_hints_use_the_same_filtering() {
     assert!(vision.contains("image_url"));
     assert!(!vision.contains("secret-plan"));
     assert!(!vision.contains(&t.dir.path().to_string_lossy().into_owned()));
-}
-
-/// A 1x1 PNG, so the store sniffs it as an image from its bytes.
-pub fn tiny_png() -> Vec<u8> {
-    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
-    png.extend_from_slice(&[0, 0, 0, 13]);
-    png.extend_from_slice(b"IHDR");
-    png.extend_from_slice(&[
-        0, 0, 0, 1, 0, 0, 0, 1, 8, 6, 0, 0, 0, 0x1f, 0x15, 0xc4, 0x89,
-    ]);
-    png.extend_from_slice(&[0, 0, 0, 0]);
-    png.extend_from_slice(b"IEND");
-    png.extend_from_slice(&[0xae, 0x42, 0x60, 0x82]);
-    png
 }

@@ -10,18 +10,7 @@ use sessionstore::model::Role;
 use sessionstore::openai::{chat_request, responses_request};
 use sessionstore::{Config, SessionId, Store};
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
+use crate::support::copy_tree;
 
 /// Compares `actual` with the stored snapshot `name`, or writes it when blessing.
 fn check(name: &str, actual: &str) {

@@ -322,3 +322,17 @@ impl Harness {
             .expect("the message is sent")
     }
 }
+
+/// Copies a fixture tree (files and folders only) to `to`.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("the target folder is made");
+    for entry in std::fs::read_dir(from).expect("the fixture folder lists") {
+        let entry = entry.expect("a fixture entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("a file type").is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("a fixture file copies");
+        }
+    }
+}
