@@ -105,11 +105,8 @@ enum Command {
         /// Fail on an unreadable attachment instead of leaving it out
         #[arg(long)]
         strict: bool,
-        #[arg(long, value_enum, default_value_t = Format::Acp)]
-        format: Format,
-        /// The model named in OpenAI requests
-        #[arg(long, default_value = "gpt-4o")]
-        model: String,
+        #[command(flatten)]
+        output: Output,
     },
     /// Deliver the queued mid-turn messages, in order, and mark them delivered
     Drain {
@@ -117,19 +114,15 @@ enum Command {
         session: String,
         #[arg(long)]
         strict: bool,
-        #[arg(long, value_enum, default_value_t = Format::Acp)]
-        format: Format,
-        #[arg(long, default_value = "gpt-4o")]
-        model: String,
+        #[command(flatten)]
+        output: Output,
     },
     /// Open a session in a fresh store and print its model-bound history
     Restore {
         #[arg(long)]
         session: String,
-        #[arg(long, value_enum, default_value_t = Format::Acp)]
-        format: Format,
-        #[arg(long, default_value = "gpt-4o")]
-        model: String,
+        #[command(flatten)]
+        output: Output,
     },
     /// Print a session's event log, one JSON object a line
     Events {
@@ -140,6 +133,16 @@ enum Command {
     Verify,
     /// Run the isolated Store → Session → OpenAI request probe
     Probe,
+}
+
+/// What a model-bound command prints.
+#[derive(Args)]
+struct Output {
+    #[arg(long, value_enum, default_value_t = Format::Acp)]
+    format: Format,
+    /// The model named in OpenAI requests
+    #[arg(long, default_value = "gpt-4o")]
+    model: String,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -427,8 +430,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             session,
             message,
             strict,
-            format,
-            model,
+            output: Output { format, model },
         } => {
             let message = message.map(|m| m.parse::<MessageId>()).transpose()?;
             let store = Store::open(config).await?;
@@ -450,8 +452,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Drain {
             session,
             strict,
-            format,
-            model,
+            output: Output { format, model },
         } => {
             if format == Format::FocusHint {
                 bail!("--format focus-hint is for dispatch only");
@@ -464,8 +465,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Restore {
             session,
-            format,
-            model,
+            output: Output { format, model },
         } => {
             if format == Format::FocusHint {
                 bail!("--format focus-hint is for dispatch only");
