@@ -30,7 +30,9 @@ const TRANSCRIPT_LABEL: &str = "Audio transcript:\n";
 /// The hint holds at most [`FOCUS_HINT_LIMIT`] chars. When the pieces do not fit, the text
 /// is cut from its end, so the transcript goes first, then the expanded text, and the
 /// question last; the cut falls on a char boundary and [`TRUNCATION_MARKER`] (counted in
-/// the limit) is appended. A label is kept whole or dropped with its piece.
+/// the limit) is appended. A label is kept whole, and only when at least one char of its
+/// piece fits after it; otherwise it is dropped with its separator, so a hint never ends
+/// on a bare heading.
 #[must_use]
 pub fn focus_hint(question: &str, expanded: Option<&str>, transcript: Option<&str>) -> String {
     let mut segments: Vec<Segment<'_>> = Vec::with_capacity(5);
@@ -57,7 +59,12 @@ pub fn focus_hint(question: &str, expanded: Option<&str>, transcript: Option<&st
     let mut hint = String::new();
     for segment in &segments {
         let chars = segment.chars();
-        if chars <= budget {
+        // A label is always followed by its non-empty piece: it needs room for one more.
+        let needs = match segment {
+            Segment::Label { .. } => chars + 1,
+            Segment::Text(_) => chars,
+        };
+        if needs <= budget {
             hint.push_str(&segment.render());
             budget -= chars;
             continue;
@@ -192,6 +199,39 @@ mod tests {
         assert_eq!(hint, format!("{question}{TRUNCATION_MARKER}"));
     }
 
+    /// Regression: a label that fit with no room left for its text ended the hint as
+    /// `…\n\nCustom command:\n…[truncated]`.
+    #[test]
+    fn a_label_with_no_room_for_its_text_is_dropped_with_its_separator() {
+        let label = "\n\nCustom command:\n".chars().count();
+        let question = "q".repeat(FOCUS_HINT_LIMIT - marker_chars() - label);
+        let hint = focus_hint(&question, Some("expanded text"), None);
+        assert!(!hint.ends_with(&format!("Custom command:\n{TRUNCATION_MARKER}")));
+        assert!(hint.chars().count() <= FOCUS_HINT_LIMIT);
+        assert!(hint.starts_with(&question));
+        assert_eq!(hint, format!("{question}{TRUNCATION_MARKER}"));
+
+        // One char more room keeps the label with the first char of its text.
+        let question = "q".repeat(FOCUS_HINT_LIMIT - marker_chars() - label - 1);
+        let hint = focus_hint(&question, Some("expanded text, too long to fit"), None);
+        assert_eq!(
+            hint,
+            format!("{question}\n\nCustom command:\ne{TRUNCATION_MARKER}")
+        );
+        assert_eq!(hint.chars().count(), FOCUS_HINT_LIMIT);
+
+        // The same boundary for the transcript's label, after a whole expansion.
+        let transcript_label = "\n\nAudio transcript:\n".chars().count();
+        let expanded = "e".repeat(100);
+        let question =
+            "q".repeat(FOCUS_HINT_LIMIT - marker_chars() - label - 100 - transcript_label);
+        let hint = focus_hint(&question, Some(&expanded), Some(&"t".repeat(50)));
+        assert_eq!(
+            hint,
+            format!("{question}\n\nCustom command:\n{expanded}{TRUNCATION_MARKER}")
+        );
+    }
+
     #[test]
     fn question_is_kept_whole() {
         let question = "Q".repeat(1500);
@@ -285,6 +325,26 @@ mod tests {
             let hint = focus_hint(&question, Some(&expanded), Some(&transcript));
             prop_assert!(hint.chars().count() <= FOCUS_HINT_LIMIT);
             prop_assert!(hint.starts_with(&question));
+        }
+
+        /// Questions and pieces sized around every place a label can fall at the limit.
+        #[test]
+        fn a_cut_hint_never_ends_on_a_label(
+            question_len in 1900..=FOCUS_HINT_LIMIT - marker_chars(),
+            expanded_len in 0..60usize,
+            transcript_len in 0..60usize,
+        ) {
+            let question = "q".repeat(question_len);
+            let expanded = "e".repeat(expanded_len);
+            let transcript = "t".repeat(transcript_len);
+            let hint = focus_hint(&question, Some(&expanded), Some(&transcript));
+            prop_assert!(hint.chars().count() <= FOCUS_HINT_LIMIT);
+            prop_assert!(hint.starts_with(&question));
+            for label in [EXPANDED_LABEL, TRANSCRIPT_LABEL] {
+                let bare = [label, TRUNCATION_MARKER].concat();
+                prop_assert!(!hint.ends_with(&bare), "ends on {:?}", label);
+                prop_assert!(!hint.ends_with(label));
+            }
         }
     }
 }

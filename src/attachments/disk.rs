@@ -59,27 +59,67 @@ pub(super) fn open_session_dir(folder: &Path) -> Result<OwnedFd, Beneath> {
     }
 }
 
+/// Why a file beneath a session folder could not be read.
+#[derive(Debug)]
+pub(super) enum ReadFailure {
+    Beneath(Beneath),
+    /// The file holds more than the limit; the size is as much of it as was seen.
+    TooLarge(u64),
+}
+
+impl From<Beneath> for ReadFailure {
+    fn from(e: Beneath) -> Self {
+        Self::Beneath(e)
+    }
+}
+
+impl From<Errno> for ReadFailure {
+    fn from(e: Errno) -> Self {
+        Self::Beneath(e.into())
+    }
+}
+
 /// Opens and reads the regular file `name` directly inside `dir`, never following a
-/// symlink and never blocking on a FIFO. `name` must be a single path component.
-pub(super) fn read_beneath(dir: &OwnedFd, name: &str) -> Result<Vec<u8>, Beneath> {
+/// symlink and never blocking on a FIFO, and never holding more than `limit` bytes of
+/// it. `name` must be a single path component.
+pub(super) fn read_beneath(dir: &OwnedFd, name: &str, limit: u64) -> Result<Vec<u8>, ReadFailure> {
     let flags =
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
     let fd = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
         Ok(fd) => fd,
-        Err(Errno::NOENT) => return Err(Beneath::Missing),
-        Err(Errno::LOOP) => return Err(Beneath::Refused("is a symlink")),
+        Err(Errno::NOENT) => return Err(Beneath::Missing.into()),
+        Err(Errno::LOOP) => return Err(Beneath::Refused("is a symlink").into()),
         // A UNIX socket cannot be opened at all.
-        Err(Errno::NXIO) => return Err(Beneath::Refused("is not a regular file")),
+        Err(Errno::NXIO) => return Err(Beneath::Refused("is not a regular file").into()),
         Err(e) => return Err(e.into()),
     };
     let st = rustix::fs::fstat(&fd)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return Err(Beneath::Refused("is not a regular file"));
+        return Err(Beneath::Refused("is not a regular file").into());
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(st.st_size).unwrap_or(0));
-    File::from(fd)
+    // The size is checked before anything is allocated for it, so a huge file costs
+    // nothing; `st_size` is never negative for a regular file.
+    let size = u64::try_from(st.st_size).unwrap_or(0);
+    if size > limit {
+        return Err(ReadFailure::TooLarge(size));
+    }
+    // The capacity is the file's size, so at most `limit`; it grows only if the file
+    // grew, and the read below never takes more than `limit + 1` bytes.
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    let mut file = File::from(fd);
+    // The file may grow after the fstat (or report no size at all, like files in
+    // /proc): reading one byte past the limit tells "at the limit" from "over it".
+    (&mut file)
+        .take(limit.saturating_add(1))
         .read_to_end(&mut bytes)
-        .map_err(Beneath::Io)?;
+        .map_err(|e| ReadFailure::Beneath(Beneath::Io(e)))?;
+    let read = bytes.len() as u64;
+    if read > limit {
+        // The file's size now, if it can be had, says better than `limit + 1` how much
+        // it grew.
+        let now = rustix::fs::fstat(&file).map_or(0, |st| u64::try_from(st.st_size).unwrap_or(0));
+        return Err(ReadFailure::TooLarge(read.max(now)));
+    }
     Ok(bytes)
 }
 
@@ -279,11 +319,65 @@ mod tests {
         let dir = open_session_dir(&folder).unwrap();
         for name in ["sub", "pipe", "sock"] {
             assert!(
-                matches!(read_beneath(&dir, name), Err(Beneath::Refused(_))),
+                matches!(
+                    read_beneath(&dir, name, 10),
+                    Err(ReadFailure::Beneath(Beneath::Refused(_)))
+                ),
                 "{name}"
             );
         }
-        assert!(matches!(read_beneath(&dir, "none"), Err(Beneath::Missing)));
+        assert!(matches!(
+            read_beneath(&dir, "none", 10),
+            Err(ReadFailure::Beneath(Beneath::Missing))
+        ));
+    }
+
+    #[test]
+    fn a_file_over_the_limit_is_refused_by_its_size() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = create_session_dir(tmp.path(), "s").unwrap();
+        std::fs::write(tmp.path().join("s/at"), b"12345").unwrap();
+        std::fs::write(tmp.path().join("s/over"), b"123456").unwrap();
+        // A sparse file: its size says 1 TiB but no byte of it is ever read.
+        File::create(tmp.path().join("s/huge"))
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        assert_eq!(read_beneath(&dir, "at", 5).unwrap(), b"12345");
+        assert!(matches!(
+            read_beneath(&dir, "over", 5),
+            Err(ReadFailure::TooLarge(6))
+        ));
+        assert!(matches!(
+            read_beneath(&dir, "huge", 5),
+            Err(ReadFailure::TooLarge(size)) if size == 1 << 40
+        ));
+    }
+
+    /// Files in /proc report a size of 0 whatever they hold: the stand-in for a file that
+    /// grows after its size was checked, so the cap on the read itself is what stops it.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_file_larger_than_its_reported_size_is_cut_off_at_the_limit() {
+        let folder = Path::new("/proc").join(std::process::id().to_string());
+        let Ok(dir) = open_session_dir(&folder) else {
+            return; // no /proc here
+        };
+        let status = std::fs::read(folder.join("status")).unwrap();
+        assert!(
+            status.len() > 10,
+            "a process status is longer than 10 bytes"
+        );
+        assert_eq!(
+            rustix::fs::stat(folder.join("status")).unwrap().st_size,
+            0,
+            "the test relies on /proc reporting no size"
+        );
+        assert!(matches!(
+            read_beneath(&dir, "status", 10),
+            Err(ReadFailure::TooLarge(11))
+        ));
+        assert!(read_beneath(&dir, "status", 1 << 20).is_ok());
     }
 
     #[test]

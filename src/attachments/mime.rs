@@ -1,16 +1,23 @@
 //! MIME types of attachments: the extension's guess, overruled by magic bytes for the
-//! image types models accept; pure, it looks only at the name and bytes it is given.
+//! image types models accept, and by a look at the bytes when the extension says
+//! nothing; pure, it looks only at the name and bytes it is given.
 
 const OCTET_STREAM: &str = "application/octet-stream";
 const SVG: &str = "image/svg+xml";
+const TEXT: &str = "text/plain";
 
 /// The MIME type of an attachment named `name` with contents `bytes`.
 ///
-/// The extension decides (default `application/octet-stream`), except for images:
-/// PNG, JPEG, GIF, WebP and BMP bytes are that image type whatever the name says, and a
-/// name that claims `image/*` for bytes that are none of those gets
-/// `application/octet-stream`, so an image block only ever carries real image bytes.
-/// SVG is the exception: it is XML text, never an image block, so it keeps its type.
+/// The extension decides, except for images: PNG, JPEG, GIF, WebP and BMP bytes are
+/// that image type whatever the name says, and a name that claims `image/*` for bytes
+/// that are none of those gets `application/octet-stream`, so an image block only ever
+/// carries real image bytes. SVG is the exception: it is XML text, never an image
+/// block, so it keeps its type.
+///
+/// When the extension gives no type, or only `application/octet-stream` (no extension
+/// at all, as in `README`, `LICENSE` or `notes`, or one nobody registered), the bytes
+/// decide: text is `text/plain`, anything else `application/octet-stream`. Otherwise a
+/// plain text file would reach the model as a base64 blob it cannot read.
 pub fn mime_for(name: &str, bytes: &[u8]) -> String {
     if let Some(image) = sniff_image(bytes) {
         return image.to_owned();
@@ -19,9 +26,24 @@ pub fn mime_for(name: &str, bytes: &[u8]) -> String {
         Some(guess) if guess.type_() == mime_guess::mime::IMAGE && guess.essence_str() != SVG => {
             OCTET_STREAM.to_owned()
         }
-        Some(guess) => guess.essence_str().to_owned(),
-        None => OCTET_STREAM.to_owned(),
+        Some(guess) if guess.essence_str() != OCTET_STREAM => guess.essence_str().to_owned(),
+        _ if looks_like_text(bytes) => TEXT.to_owned(),
+        _ => OCTET_STREAM.to_owned(),
     }
+}
+
+/// Non-empty UTF-8 with no NUL and no other control character than the ones text uses
+/// (tab, line feed, form feed, carriage return, and escape for coloured terminal logs).
+///
+/// UTF-8 alone is not enough: any run of ASCII control bytes is valid UTF-8, and binary
+/// formats full of them (with no NUL) would otherwise be sent as text. An empty file
+/// says nothing, so it stays binary.
+fn looks_like_text(bytes: &[u8]) -> bool {
+    !bytes.is_empty() && std::str::from_utf8(bytes).is_ok_and(|text| text.chars().all(is_text_char))
+}
+
+fn is_text_char(c: char) -> bool {
+    !c.is_ascii_control() || matches!(c, '\t' | '\n' | '\x0c' | '\r' | '\x1b')
 }
 
 /// The image type whose signature `bytes` start with, if any.
@@ -100,7 +122,34 @@ mod tests {
         check("BMW notes.txt", b"BMW is a car maker", "text/plain");
         check("report.pdf", b"%PDF-1.7", "application/pdf");
         check("data.json", b"{}", "application/json");
-        check("README", b"hello", OCTET_STREAM);
-        check("x.unknownext", b"hello", OCTET_STREAM);
+    }
+
+    #[test]
+    fn text_with_no_known_extension_is_plain_text() {
+        check("README", b"# Project\n\nRead me.\n", TEXT);
+        check("LICENSE", "Copyright © 2024\r\n".as_bytes(), TEXT);
+        check("notes", "tab\there, ünïcödé, 日本語\x0c".as_bytes(), TEXT);
+        check("build.log", b"\x1b[31merror\x1b[0m: failed\n", TEXT);
+        check("x.unknownext", b"hello", TEXT);
+        // `.bin` maps to application/octet-stream itself: the bytes still decide.
+        check("dump.bin", b"plain words", TEXT);
+    }
+
+    #[test]
+    fn binary_with_no_known_extension_stays_binary() {
+        check("data", b"\x00\x01\x02\xff\xfe binary", OCTET_STREAM);
+        check("nul", b"text with a \0 in it", OCTET_STREAM);
+        check("latin1", b"caf\xe9", OCTET_STREAM);
+        check("bells.bin", &[0x07; 64], OCTET_STREAM);
+        check("x.unknownext", b"\x7fELF\x02\x01", OCTET_STREAM);
+        check("empty", b"", OCTET_STREAM);
+    }
+
+    #[test]
+    fn the_text_rule_never_overrules_an_extension_or_an_image() {
+        // An image extension on text is still refused as an image, not turned into text.
+        check("fake.png", b"just some text", OCTET_STREAM);
+        check("report.pdf", b"not really a pdf", "application/pdf");
+        check("README", PNG, "image/png");
     }
 }

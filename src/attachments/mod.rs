@@ -19,8 +19,13 @@ pub use name::{MAX_NAME_BYTES, numbered_name, sanitize_name};
 pub use store::{AttachmentStore, Download, Resolved, RootKind, Roots, StoredAttachment};
 pub use uri::{AttachmentUri, UriError, UriErrorKind};
 
+/// The largest attachment, in bytes, that is stored or read (64 MiB). Every read holds
+/// the whole file in memory, and dispatch encodes it again for the model, so without a
+/// bound one planted or runaway file could take the daemon's memory with it.
+pub const MAX_ATTACHMENT_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Why an attachment could not be stored or read. Every message is one lowercase line
-/// naming the URI (or upload name) and the path involved.
+/// naming the URI (or upload name), and the path involved when there is one.
 #[derive(Debug, thiserror::Error)]
 pub enum AttachmentError {
     /// The file is in none of the roots; `tried` holds each path looked at, in order.
@@ -30,6 +35,10 @@ pub enum AttachmentError {
     /// symlink, something that is not a regular file, or another session's URI.
     #[error("attachment {uri} refused: {reason}")]
     Refused { uri: String, reason: String },
+    /// The file is larger than the limit; `size` is as much of it as was seen, which
+    /// for a file that grew while it was read is at least `limit + 1`.
+    #[error("attachment {uri} is {size} bytes, over the {limit}-byte limit")]
+    TooLarge { uri: String, size: u64, limit: u64 },
     #[error("cannot read attachment {uri} at {path:?}: {source}")]
     Io {
         uri: String,
@@ -42,16 +51,20 @@ pub enum AttachmentError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// An upload larger than the limit, refused before anything was written.
+    #[error("cannot store attachment {name:?}: it is {size} bytes, over the {limit}-byte limit")]
+    UploadTooLarge { name: String, size: u64, limit: u64 },
 }
 
 impl AttachmentError {
     /// The URI the error is about; `None` for a failed upload, which has no URI yet.
     pub fn uri(&self) -> Option<&str> {
         match self {
-            Self::NotFound { uri, .. } | Self::Refused { uri, .. } | Self::Io { uri, .. } => {
-                Some(uri)
-            }
-            Self::Store { .. } => None,
+            Self::NotFound { uri, .. }
+            | Self::Refused { uri, .. }
+            | Self::TooLarge { uri, .. }
+            | Self::Io { uri, .. } => Some(uri),
+            Self::Store { .. } | Self::UploadTooLarge { .. } => None,
         }
     }
 

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::AttachmentError;
-use super::disk::{self, Beneath};
+use super::disk::{self, Beneath, ReadFailure};
 use super::mime::mime_for;
 use super::name::sanitize_name;
 use super::uri::AttachmentUri;
+use super::{AttachmentError, MAX_ATTACHMENT_BYTES};
 use crate::ids::SessionId;
 
 /// Where attachments live: new uploads go to `configured`; `legacy` roots are only
@@ -58,10 +58,13 @@ pub struct Download {
     pub name: String,
 }
 
-/// Reads and writes attachment files under a set of roots.
+/// Reads and writes attachment files under a set of roots, none larger than
+/// [`MAX_ATTACHMENT_BYTES`].
 #[derive(Debug, Clone)]
 pub struct AttachmentStore {
     roots: Roots,
+    /// [`MAX_ATTACHMENT_BYTES`]; only unit tests lower it, to test the bound cheaply.
+    limit: u64,
 }
 
 impl AttachmentStore {
@@ -73,7 +76,13 @@ impl AttachmentStore {
                 configured: absolute(&roots.configured),
                 legacy: roots.legacy.iter().map(|root| absolute(root)).collect(),
             },
+            limit: MAX_ATTACHMENT_BYTES,
         }
+    }
+
+    #[cfg(test)]
+    fn with_limit(self, limit: u64) -> Self {
+        Self { limit, ..self }
     }
 
     pub fn roots(&self) -> &Roots {
@@ -83,12 +92,21 @@ impl AttachmentStore {
     /// Stores an upload as `<configured root>/<session-id>/<stored name>`. The name is
     /// [`sanitize_name`]d and, if taken, numbered (`name (1).ext`, ...); an existing
     /// file is never replaced and a partial write is never visible under a stored name.
+    /// An upload over [`MAX_ATTACHMENT_BYTES`] is refused before anything is written.
     pub fn store(
         &self,
         session: &SessionId,
         upload_name: &str,
         bytes: &[u8],
     ) -> Result<StoredAttachment, AttachmentError> {
+        let size = bytes.len() as u64;
+        if size > self.limit {
+            return Err(AttachmentError::UploadTooLarge {
+                name: upload_name.to_owned(),
+                size,
+                limit: self.limit,
+            });
+        }
         let name = sanitize_name(upload_name);
         let folder = self.roots.configured.join(session.to_string());
         let store_err = |path: PathBuf, source| AttachmentError::Store {
@@ -113,14 +131,15 @@ impl AttachmentStore {
         Ok(StoredAttachment {
             uri: AttachmentUri::new(*session, &stored),
             mime: mime_for(&stored, bytes),
-            size: bytes.len() as u64,
+            size,
             name: stored,
         })
     }
 
     /// Reads the file `uri` names from the first root whose session folder has it, and
     /// returns the bytes with the path of that same read. Only a missing folder or
-    /// file moves on to the next root; a refusal or an I/O error ends the search.
+    /// file moves on to the next root; a refusal, a file over [`MAX_ATTACHMENT_BYTES`]
+    /// or an I/O error ends the search.
     pub fn read(
         &self,
         session: &SessionId,
@@ -135,6 +154,17 @@ impl AttachmentStore {
             root,
             name,
         })
+    }
+
+    /// Removes a file this store just wrote under the configured root, when a
+    /// multi-file upload fails partway. Best effort, and only that one name in that one
+    /// session folder: a stored name is a single path component, and removing a
+    /// symlink never touches what it points at.
+    pub fn discard(&self, session: &SessionId, uri: &AttachmentUri) {
+        if uri.session() == *session {
+            let folder = self.roots.configured.join(session.to_string());
+            let _ = std::fs::remove_file(folder.join(uri.name()));
+        }
     }
 
     /// Like [`AttachmentStore::read`], for a user download: no path in the result.
@@ -193,11 +223,18 @@ impl AttachmentStore {
                     });
                 }
             };
-            return match disk::read_beneath(&dir, name) {
+            return match disk::read_beneath(&dir, name, self.limit) {
                 Ok(bytes) => Ok((bytes, path, kind)),
-                Err(Beneath::Missing) => continue,
-                Err(Beneath::Refused(reason)) => Err(refused(format!("{path:?} {reason}"))),
-                Err(Beneath::Io(source)) => Err(AttachmentError::Io {
+                Err(ReadFailure::Beneath(Beneath::Missing)) => continue,
+                Err(ReadFailure::Beneath(Beneath::Refused(reason))) => {
+                    Err(refused(format!("{path:?} {reason}")))
+                }
+                Err(ReadFailure::TooLarge(size)) => Err(AttachmentError::TooLarge {
+                    uri: uri.to_string(),
+                    size,
+                    limit: self.limit,
+                }),
+                Err(ReadFailure::Beneath(Beneath::Io(source))) => Err(AttachmentError::Io {
                     uri: uri.to_string(),
                     path,
                     source,
@@ -600,6 +637,73 @@ mod tests {
             .unwrap();
         assert_eq!(fake.mime, "application/octet-stream");
         assert_eq!(t.read(&fake.uri).unwrap().mime, "application/octet-stream");
+    }
+
+    #[test]
+    fn a_file_over_the_limit_is_too_large_and_ends_the_search() {
+        let mut t = TestStore::new(1);
+        t.store = t.store.clone().with_limit(4);
+        let uri = t.plant(&t.configured_folder(), "big.txt", b"12345");
+        // A smaller copy in a legacy root must not be read instead.
+        t.plant(&t.legacy_folder(0), "big.txt", b"123");
+        let e = t.read(&uri).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                AttachmentError::TooLarge {
+                    size: 5,
+                    limit: 4,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(e.uri(), Some(uri.to_string().as_str()));
+        assert!(!e.is_not_found());
+        assert_eq!(
+            e.to_string(),
+            format!("attachment {uri} is 5 bytes, over the 4-byte limit")
+        );
+        assert!(matches!(
+            t.store.download(&t.session, &uri),
+            Err(AttachmentError::TooLarge { .. })
+        ));
+
+        let at = t.plant(&t.configured_folder(), "at.txt", b"1234");
+        assert_eq!(&*t.read(&at).unwrap().bytes, b"1234");
+    }
+
+    #[test]
+    fn an_upload_over_the_limit_is_refused_before_anything_is_written() {
+        let mut t = TestStore::new(0);
+        t.store = t.store.clone().with_limit(4);
+        let e = t
+            .store
+            .store(&t.session, "big\nname.txt", b"12345")
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                AttachmentError::UploadTooLarge {
+                    size: 5,
+                    limit: 4,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(e.uri(), None);
+        assert_eq!(
+            e.to_string(),
+            "cannot store attachment \"big\\nname.txt\": it is 5 bytes, over the 4-byte limit"
+        );
+        assert!(
+            !t.store.roots().configured.exists(),
+            "not even the root is created"
+        );
+
+        let at = t.store.store(&t.session, "at.txt", b"1234").unwrap();
+        assert_eq!(at.size, 4);
     }
 
     #[test]
