@@ -82,10 +82,12 @@ impl Prepared {
     }
 }
 
+/// The image types vision models accept inline. A BMP is still stored as an image,
+/// but goes to the model as a file: an `image_url` of BMP fails a whole OpenAI request.
 fn is_image(mime: &str) -> bool {
     matches!(
         mime,
-        "image/png" | "image/jpeg" | "image/gif" | "image/webp" | "image/bmp"
+        "image/png" | "image/jpeg" | "image/gif" | "image/webp"
     )
 }
 
@@ -280,6 +282,9 @@ pub fn resolve(resolver: &dyn Resolver, memo: &Memo, message: &Message) -> Reads
     out
 }
 
+/// Heads the text block that carries a message's audio transcription.
+pub const TRANSCRIPT_LABEL: &str = "Audio transcript:\n";
+
 /// Strict dispatch fails on any unreadable reference; degrading dispatch drops those
 /// blocks and says so in a short notice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -439,8 +444,8 @@ pub fn degradation_notice(unreadable: &[Unreadable]) -> String {
 }
 
 /// Pure: a message and the reads of its references become its content blocks. User
-/// messages get their model text (when not empty), then one block per reference in
-/// order; other roles convert to text only.
+/// messages get their model text (when not blank), their transcript (when there is
+/// one), then one block per reference in order; other roles convert to text only.
 pub fn to_blocks(
     message: &Message,
     reads: &[Result<Arc<Prepared>, Unreadable>],
@@ -456,6 +461,16 @@ pub fn to_blocks(
     // Whitespace alone is no text, as `send` already judges it.
     if !text.trim().is_empty() {
         blocks.push(ContentBlock::Text(TextContent::new(text)));
+    }
+    // An audio message's words reach the main model too, as their own text block.
+    if let Some(transcript) = message
+        .transcript
+        .as_deref()
+        .filter(|t| !t.trim().is_empty())
+    {
+        blocks.push(ContentBlock::Text(TextContent::new(format!(
+            "{TRANSCRIPT_LABEL}{transcript}"
+        ))));
     }
     let mut unreadable = Vec::new();
     for read in reads {

@@ -15,6 +15,8 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("no database at {0}: run `sessionstore migrate` (or `session new`) to create it")]
+    NoDatabase(PathBuf),
     #[error("{path} is not a usable sqlite database: {detail}")]
     NotDatabase { path: PathBuf, detail: String },
     #[error(

@@ -750,10 +750,11 @@ impl Probe {
         );
         let blocks = &drained[0].blocks;
         ensure!(
-            blocks.len() == 2
+            blocks.len() == 3
                 && text_of(&blocks[0]) == Some(MID_TURN)
-                && attached(&blocks[1]).is_some_and(|a| a.uri == self.file(NOTES_AGAIN).uri),
-            "the drained message gave {} blocks, expected its text and one attachment",
+                && text_of(&blocks[1]).is_some_and(|t| t.contains(TRANSCRIPT))
+                && attached(&blocks[2]).is_some_and(|a| a.uri == self.file(NOTES_AGAIN).uri),
+            "the drained message gave {} blocks, expected its text, its transcript and one attachment",
             blocks.len()
         );
         ensure!(
@@ -2018,8 +2019,14 @@ fn one_block_per_reference(restored: &[Dispatched]) -> Outcome {
         let m = &d.message;
         // Whitespace alone is no text, as `send` judges it, so it gets no block.
         let text = usize::from(!m.model_text().trim().is_empty());
+        // An audio transcript rides in a text block of its own, after the text.
+        let transcript = usize::from(
+            m.transcript
+                .as_deref()
+                .is_some_and(|t| !t.trim().is_empty()),
+        );
         ensure!(
-            d.blocks.len() == text + m.refs.len(),
+            d.blocks.len() == text + transcript + m.refs.len(),
             "message {} has {} references and {} blocks",
             m.id,
             m.refs.len(),

@@ -116,8 +116,26 @@ impl Store {
         Store::open_with_resolver(config, Arc::new(attachments)).await
     }
 
+    /// Like `open`, but refuses to create a database that does not exist yet: for
+    /// commands that only read, where a mistyped path must not look like an empty store.
+    pub async fn open_existing(config: Config) -> Result<Store> {
+        if !config.db_path.exists() {
+            return Err(Error::NoDatabase(config.db_path.clone()));
+        }
+        Store::open(config).await
+    }
+
     /// Like `open`, with reads going through `resolver` (tests count reads this way).
     pub async fn open_with_resolver(config: Config, resolver: Arc<dyn Resolver>) -> Result<Store> {
+        // A model is given paths as text; a root that is not UTF-8 could only be given
+        // as a lossy copy that names some other file.
+        for root in std::iter::once(&config.roots.configured).chain(&config.roots.legacy) {
+            if root.to_str().is_none() {
+                return Err(Error::invalid(format!(
+                    "attachment root {root:?} is not valid UTF-8, so its paths cannot be given to a model"
+                )));
+            }
+        }
         let path = config.db_path.clone();
         let pool = blocking(move || db::open_pool(&path)).await?;
         Ok(Store {
@@ -157,6 +175,8 @@ impl Store {
         title: Option<String>,
         tools_host: ToolsHost,
     ) -> Result<Session> {
+        // A blank title is no title, so the first message can still name the session.
+        let title = title.filter(|t| !t.trim().is_empty());
         self.with_write(move |tx| queries::insert_session(tx, title.as_deref(), tools_host))
             .await
     }
@@ -227,6 +247,33 @@ impl Store {
         self.with_read(|tx| db::verify::verify(tx)).await
     }
 
+    /// Stores several uploads for a session that exists, all or none: if one fails,
+    /// the ones already stored by this call are removed again.
+    pub async fn attach_all(
+        &self,
+        session: SessionId,
+        uploads: Vec<(String, Vec<u8>)>,
+    ) -> Result<Vec<StoredAttachment>> {
+        self.session(session).await?;
+        let attachments = self.attachments.clone();
+        blocking(move || {
+            let mut stored = Vec::with_capacity(uploads.len());
+            for (name, bytes) in &uploads {
+                match attachments.store(&session, name, bytes) {
+                    Ok(s) => stored.push(s),
+                    Err(e) => {
+                        for s in &stored {
+                            attachments.discard(&session, &s.uri);
+                        }
+                        return Err(e.into());
+                    }
+                }
+            }
+            Ok(stored)
+        })
+        .await
+    }
+
     /// Stores an upload under the configured root, for a session that exists.
     pub async fn attach(
         &self,
@@ -252,12 +299,21 @@ impl Store {
                 send.role
             )));
         }
+        // Blank optional parts are no parts: an empty expansion must not replace what
+        // was typed, and an empty transcript is no audio.
+        let blank_to_none = |v: Option<String>| v.filter(|t| !t.trim().is_empty());
+        let send = Outgoing {
+            expanded: blank_to_none(send.expanded),
+            transcript: blank_to_none(send.transcript),
+            ..send
+        };
         if send.text.trim().is_empty()
             && send.attach.is_empty()
-            && send.expanded.as_deref().is_none_or(|e| e.trim().is_empty())
+            && send.expanded.is_none()
+            && send.transcript.is_none()
         {
             return Err(Error::invalid(
-                "a message needs text or at least one attachment",
+                "a message needs text, a transcript or at least one attachment",
             ));
         }
         let resolver = self.resolver.clone();
@@ -306,6 +362,43 @@ impl Store {
         }
     }
 
+    /// The user message a dispatch is for, without reading any file: `message` when
+    /// given (it must be a delivered user message of this session), else the latest
+    /// delivered user message. Queued mid-turn messages are reached only by a drain.
+    pub async fn select(&self, session: SessionId, message: Option<MessageId>) -> Result<Message> {
+        self.session(session).await?;
+        let Some(id) = message else {
+            return self
+                .messages(session)
+                .await?
+                .into_iter()
+                .rev()
+                .find(|m| m.role == Role::User && m.state == Delivery::Delivered)
+                .ok_or_else(|| {
+                    Error::invalid(format!("session {session} has no delivered user message"))
+                });
+        };
+        let m = self.message(id).await?;
+        if m.session_id != session {
+            return Err(Error::invalid(format!(
+                "message {id} belongs to session {}, not {session}",
+                m.session_id
+            )));
+        }
+        if m.role != Role::User {
+            return Err(Error::invalid(format!(
+                "message {id} is a {} message; dispatch is for user messages",
+                m.role
+            )));
+        }
+        if m.state == Delivery::Queued {
+            return Err(Error::invalid(format!(
+                "message {id} is queued mid-turn; drain delivers it"
+            )));
+        }
+        Ok(m)
+    }
+
     /// The blocks the model gets for one delivered user message (default: the latest).
     /// Changes nothing; reads go through `memo`.
     pub async fn dispatch(
@@ -316,32 +409,7 @@ impl Store {
         memo: Arc<Memo>,
     ) -> Result<Dispatched> {
         let current = self.session(session).await?;
-        let message = match message {
-            Some(id) => {
-                let m = self.message(id).await?;
-                if m.session_id != session {
-                    return Err(Error::invalid(format!(
-                        "message {id} belongs to session {}, not {session}",
-                        m.session_id
-                    )));
-                }
-                if m.state == Delivery::Queued {
-                    return Err(Error::invalid(format!(
-                        "message {id} is queued mid-turn; drain delivers it"
-                    )));
-                }
-                m
-            }
-            None => self
-                .messages(session)
-                .await?
-                .into_iter()
-                .rev()
-                .find(|m| m.role == Role::User && m.state == Delivery::Delivered)
-                .ok_or_else(|| {
-                    Error::invalid(format!("session {session} has no delivered user message"))
-                })?,
-        };
+        let message = self.select(session, message).await?;
         let placement = self.placement(&current);
         let resolver = self.resolver.clone();
         blocking(move || {
@@ -351,10 +419,11 @@ impl Store {
         .await
     }
 
-    /// Delivers the queued mid-turn messages in order through the same resolver and
-    /// memo as normal delivery, then marks them delivered (with their events) in one
-    /// write. A strict drain that cannot read a reference delivers nothing.
-    pub async fn drain(
+    /// What a drain would deliver: the queued mid-turn messages in order, through the
+    /// same resolver and memo as normal delivery. Changes nothing, so a caller can hand
+    /// the blocks on first and `mark_delivered` only once they got through. A strict
+    /// drain that cannot read a reference fails whole.
+    pub async fn prepare_drain(
         &self,
         session: SessionId,
         mode: Mode,
@@ -367,7 +436,7 @@ impl Store {
         }
         let placement = self.placement(&current);
         let resolver = self.resolver.clone();
-        let drained = blocking(move || {
+        blocking(move || {
             queued
                 .into_iter()
                 .map(|message| {
@@ -376,9 +445,22 @@ impl Store {
                 })
                 .collect::<Result<Vec<_>>>()
         })
-        .await?;
-        let ids = drained.iter().map(|d| d.message.id).collect();
-        self.mark_delivered(session, ids).await?;
+        .await
+    }
+
+    /// `prepare_drain`, then marks the drained messages delivered (with their events)
+    /// in one write: for a caller whose delivery cannot fail after this returns.
+    pub async fn drain(
+        &self,
+        session: SessionId,
+        mode: Mode,
+        memo: Arc<Memo>,
+    ) -> Result<Vec<Dispatched>> {
+        let drained = self.prepare_drain(session, mode, memo).await?;
+        if !drained.is_empty() {
+            let ids = drained.iter().map(|d| d.message.id).collect();
+            self.mark_delivered(session, ids).await?;
+        }
         Ok(drained)
     }
 

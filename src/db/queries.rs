@@ -30,10 +30,15 @@ where
     })
 }
 
+/// RFC 3339 in UTC with all nine fraction digits, so timestamps sort as text.
+const TIMESTAMP: &[time::format_description::BorrowedFormatItem<'static>] = time::macros::format_description!(
+    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:9]Z"
+);
+
 pub fn now() -> String {
     time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .expect("a UTC timestamp always formats as RFC 3339")
+        .format(TIMESTAMP)
+        .expect("a UTC timestamp always formats with a fixed-width pattern")
 }
 
 /// Appends one event for `session`, giving it the next per-session sequence number.
@@ -124,7 +129,9 @@ pub fn get_session(conn: &Connection, id: &SessionId) -> Result<Session> {
 pub fn list_sessions(conn: &Connection) -> Result<Vec<Session>> {
     let mut stmt = conn
         .prepare(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions ORDER BY created_at, id"
+            // UUID v7 ids sort by creation time; timestamps written before they had a
+            // fixed width do not sort as text.
+            "SELECT {SESSION_COLUMNS} FROM sessions ORDER BY id"
         ))
         .map_err(sql("list sessions"))?;
     let rows = stmt
@@ -240,7 +247,7 @@ pub fn mark_delivered(conn: &Connection, session: &SessionId, ids: &[MessageId])
             .map_err(sql("mark a message delivered"))?;
         if changed == 0 {
             return Err(Error::invalid(format!(
-                "message {id} is not queued in session {session}"
+                "message {id} is no longer queued in session {session}: another drain delivered it"
             )));
         }
         append_event(

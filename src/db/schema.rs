@@ -100,13 +100,60 @@ pub fn check_readable(path: &Path) -> Result<()> {
     if is_empty_or_missing {
         return Ok(());
     }
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(|e| Error::not_database(path, e))?;
-    let history = read_history(&conn).map_err(|e| Error::not_database(path, e))?;
-    refuse_unknown(path, history.as_deref().unwrap_or(&[]))
+    let applied = read_only(path, |conn| {
+        let history = read_history(conn)?;
+        let objects: i64 =
+            conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+        Ok((history, objects))
+    })?;
+    match applied {
+        (Some(history), _) => refuse_unknown(path, &history),
+        (None, 0) => Ok(()),
+        (None, _) => Err(Error::NotDatabase {
+            path: path.to_owned(),
+            detail: "it is a sqlite database of something else (it has tables but no \
+                     sessionstore schema history), so sessionstore leaves it alone"
+                .to_owned(),
+        }),
+    }
+}
+
+/// Runs `f` on a read-only connection that leaves no trace. A WAL database opened
+/// read-only normally gets `-wal` and `-shm` files beside it; when it has no `-wal`
+/// file, its main file is the whole database, so it is opened `immutable` instead,
+/// which takes no locks and creates nothing. (With a `-wal` file present, another
+/// process has it open or crashed with it open, and that file must be read.)
+fn read_only<T>(path: &Path, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = if Path::new(&wal).exists() {
+        Connection::open_with_flags(path, flags)
+    } else {
+        Connection::open_with_flags(immutable_uri(path)?, flags | OpenFlags::SQLITE_OPEN_URI)
+    };
+    conn.and_then(|conn| f(&conn))
+        .map_err(|e| Error::not_database(path, e))
+}
+
+/// `file:<absolute path>?immutable=1`, the path percent-encoded as SQLite's URI
+/// parser expects.
+fn immutable_uri(path: &Path) -> Result<String> {
+    const PATH: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'/')
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    let absolute = std::path::absolute(path).map_err(|source| Error::DatabaseIo {
+        path: path.to_owned(),
+        source,
+    })?;
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(absolute.as_os_str());
+    Ok(format!(
+        "file:{}?immutable=1",
+        percent_encoding::percent_encode(bytes, PATH)
+    ))
 }
 
 fn refuse_unknown(path: &Path, applied: &[Applied]) -> Result<()> {
@@ -179,13 +226,7 @@ impl Migrate for Locked<'_> {}
 pub fn plan(path: &Path) -> Result<MigrationReport> {
     check_readable(path)?;
     let applied = match std::fs::metadata(path) {
-        Ok(meta) if meta.len() > 0 => {
-            let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
-                .map_err(|e| Error::not_database(path, e))?;
-            read_history(&conn)
-                .map_err(|e| Error::not_database(path, e))?
-                .unwrap_or_default()
-        }
+        Ok(meta) if meta.len() > 0 => read_only(path, read_history)?.unwrap_or_default(),
         _ => vec![],
     };
     let runner = runner();

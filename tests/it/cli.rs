@@ -61,9 +61,76 @@ fn bad_ids_and_unknown_sessions_are_one_line_errors() {
     assert!(err.contains("invalid session id"), "{err}");
     let ghost = sessionstore::SessionId::new().to_string();
     let err = assert_one_line_error(&run(&["session", "show", &ghost]));
-    assert!(err.contains(&format!("no session {ghost}")), "{err}");
+    assert!(err.contains("no database at"), "{err}");
     let err = assert_one_line_error(&run(&["session", "new", "--tools-host", "mars"]));
-    assert!(err.contains("unknown tools host"), "{err}");
+    assert!(
+        err.contains("'mars'") && err.contains("--tools-host"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("sessions.db").exists(),
+        "a refused command created nothing"
+    );
+    json(&run(&["migrate", "--json"]));
+    let err = assert_one_line_error(&run(&["session", "show", &ghost]));
+    assert!(err.contains(&format!("no session {ghost}")), "{err}");
+}
+
+#[test]
+fn usage_errors_are_one_line_and_help_still_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["dispatch"][..],
+        &["send", "--session"],
+        &["frobnicate"],
+        &["send", "--session", "x", "--text", "t", "--role", "system"],
+        &["dispatch", "--session", "x", "--format", "yaml"],
+    ] {
+        let out = crate::support::run_in(dir.path(), args);
+        assert_one_line_error(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    let out = bin(dir.path()).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("migrate"));
+}
+
+#[test]
+fn empty_environment_variables_count_as_unset() {
+    let home = tempfile::tempdir().unwrap();
+    let out = bin(home.path())
+        .args(["migrate", "--json"])
+        .env("SESSIONSTORE_DB", "")
+        .env("SESSIONSTORE_ATTACHMENTS_ROOT", "")
+        .env("SESSIONSTORE_LEGACY_ROOTS", "")
+        .output()
+        .unwrap();
+    assert_eq!(json(&out)["current"], 1);
+    assert!(
+        home.path()
+            .join(".local/share/sessionstore/sessions.db")
+            .is_file()
+    );
+}
+
+#[test]
+fn commands_that_only_read_never_create_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let ghost = sessionstore::SessionId::new().to_string();
+    let out = crate::support::run_in(dir.path(), &["session", "list", "--json"]);
+    assert_eq!(json(&out), serde_json::json!([]));
+    for args in [
+        &["verify"][..],
+        &["events", "--session", &ghost],
+        &["dispatch", "--session", &ghost],
+        &["drain", "--session", &ghost],
+        &["restore", "--session", &ghost],
+        &["send", "--session", &ghost, "--text", "hi"],
+    ] {
+        let err = assert_one_line_error(&crate::support::run_in(dir.path(), args));
+        assert!(err.contains("no database at"), "{args:?}: {err}");
+    }
+    assert!(!dir.path().join("sessions.db").exists());
 }
 
 #[test]

@@ -2,11 +2,13 @@
 //! temporary folders, and the real `sessionstore` binary for command-line and
 //! multi-process tests.
 
+mod attachments;
 mod cli;
 mod dispatch;
 mod fixtures;
 mod migrate;
 mod probe;
+mod regressions;
 mod requests;
 mod restore;
 mod snapshots;

@@ -129,14 +129,71 @@ fn a_failed_upgrade_leaves_the_previous_schema() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sessions.db");
     {
-        // A database someone else made, whose `messages` table collides with V1's.
+        // A sessionstore history with nothing applied, beside a `messages` table that
+        // makes V1 fail halfway through (its `sessions` table is already made by then).
         let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("CREATE TABLE messages (whatever TEXT);")
-            .unwrap();
+        conn.execute_batch(
+            "CREATE TABLE refinery_schema_history (version int4 PRIMARY KEY, name VARCHAR(255),
+                                                   applied_on VARCHAR(255), checksum VARCHAR(255));
+             CREATE TABLE messages (whatever TEXT);",
+        )
+        .unwrap();
     }
     let err = assert_one_line_error(&run_in(dir.path(), &["migrate"]));
     assert!(err.contains("migration failed"), "{err}");
-    assert_eq!(tables(&db), vec!["messages".to_owned()]);
+    assert_eq!(tables(&db), ["messages", "refinery_schema_history"]);
+    assert!(history_rows(&db).is_empty());
+}
+
+#[test]
+fn another_programs_sqlite_database_is_refused_and_left_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sessions.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("CREATE TABLE bookmarks (url TEXT);")
+            .unwrap();
+    }
+    let before = std::fs::read(&db).unwrap();
+    for args in [
+        &["migrate"][..],
+        &["migrate", "--dry-run"],
+        &["session", "new"],
+    ] {
+        let err = assert_one_line_error(&run_in(dir.path(), args));
+        assert!(err.contains("sqlite database of something else"), "{err}");
+    }
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+    assert_eq!(tables(&db), ["bookmarks"]);
+}
+
+#[test]
+fn a_refused_wal_database_gets_no_side_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sessions.db");
+    json(&run_in(dir.path(), &["migrate", "--json"]));
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute(
+            "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
+             VALUES (9, 'later', '2030-01-01T00:00:00Z', '1')",
+            [],
+        )
+        .unwrap();
+    }
+    let before = settled_bytes(&db);
+    let listing = || {
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let files = listing();
+    assert_one_line_error(&run_in(dir.path(), &["migrate"]));
+    assert_eq!(listing(), files, "no -wal or -shm file appeared");
+    assert_eq!(std::fs::read(&db).unwrap(), before);
 }
 
 #[test]
