@@ -369,11 +369,8 @@ impl Store {
         self.session(session).await?;
         let Some(id) = message else {
             return self
-                .messages(session)
+                .with_read(move |tx| queries::latest_delivered_user_message(tx, &session))
                 .await?
-                .into_iter()
-                .rev()
-                .find(|m| m.role == Role::User && m.state == Delivery::Delivered)
                 .ok_or_else(|| {
                     Error::invalid(format!("session {session} has no delivered user message"))
                 });

@@ -343,6 +343,33 @@ pub fn messages(
     Ok(out)
 }
 
+/// The latest delivered user message of a session, if any: what `dispatch` takes by
+/// default, found without loading the rest of the history.
+pub fn latest_delivered_user_message(
+    conn: &Connection,
+    session: &SessionId,
+) -> Result<Option<Message>> {
+    let found = conn
+        .query_row(
+            &format!(
+                "SELECT {MESSAGE_COLUMNS} FROM messages
+                 WHERE session_id = ?1 AND role = 'user' AND state = 'delivered'
+                 ORDER BY seq DESC LIMIT 1"
+            ),
+            [session.to_string()],
+            message_from_row,
+        )
+        .optional()
+        .map_err(sql("read the latest message"))?;
+    match found {
+        Some(mut message) => {
+            load_refs(conn, &mut message)?;
+            Ok(Some(message))
+        }
+        None => Ok(None),
+    }
+}
+
 fn event_from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
     let payload: String = row.get(4)?;
     Ok(Event {
