@@ -511,3 +511,74 @@ pub fn dispatch(
     };
     to_blocks(message, &reads, placement, mode)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attachments::Roots;
+    use crate::model::{Delivery, Reference};
+
+    fn message(session: SessionId, uris: &[String]) -> Message {
+        Message {
+            id: MessageId::new(),
+            session_id: session,
+            seq: 1,
+            role: Role::User,
+            display_text: "look".into(),
+            model_text: None,
+            transcript: None,
+            state: Delivery::Delivered,
+            created_at: String::new(),
+            refs: uris
+                .iter()
+                .enumerate()
+                .map(|(i, uri)| Reference {
+                    ordinal: i as u32,
+                    uri: uri.clone(),
+                    stored_name: String::new(),
+                    mime_type: String::new(),
+                    size: 0,
+                })
+                .collect(),
+        }
+    }
+
+    fn encoded(read: &Result<Arc<Prepared>, Unreadable>) -> Arc<str> {
+        match &read.as_ref().expect("the file reads").content {
+            Content::Image(s) | Content::Text(s) | Content::Blob(s) => s.clone(),
+        }
+    }
+
+    /// Invariant 6: duplicates share one encoding, within a dispatch and across
+    /// dispatches that share the memo, and a fresh memo encodes anew.
+    #[test]
+    fn duplicate_references_share_one_encoding() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let store = AttachmentStore::new(Roots {
+            configured: dir.path().to_owned(),
+            legacy: vec![],
+        });
+        let session = SessionId::new();
+        let stored = store
+            .store(&session, "blob.bin", &[0u8, 1, 2, 255])
+            .expect("stored");
+        let uri = stored.uri.to_string();
+        let m = message(session, &[uri.clone(), uri.clone()]);
+        let memo = Memo::new();
+        let first = resolve(&store, &memo, &m);
+        assert!(Arc::ptr_eq(&encoded(&first[0]), &encoded(&first[1])));
+        let again = resolve(&store, &memo, &m);
+        assert!(Arc::ptr_eq(&encoded(&first[0]), &encoded(&again[0])));
+        let fresh = resolve(&store, &Memo::new(), &m);
+        assert!(!Arc::ptr_eq(&encoded(&first[0]), &encoded(&fresh[0])));
+        assert_eq!(encoded(&first[0]), encoded(&fresh[0]));
+    }
+
+    #[test]
+    fn hidden_characters_are_escaped_and_printable_ones_kept() {
+        let escaped = json_escaped("a\u{202E}b\u{200B}c\u{E0041}d é 日本\n");
+        assert_eq!(escaped, "\"a\\u202eb\\u200bc\\udb40\\udc41d é 日本\\n\"");
+        let back: String = serde_json::from_str(&escaped).expect("still JSON");
+        assert_eq!(back, "a\u{202E}b\u{200B}c\u{E0041}d é 日本\n");
+    }
+}

@@ -138,7 +138,38 @@ fn the_v1_fixture_restores_from_moved_roots() {
     }
     // 6 references, 1 image-only, 1 custom command.
     assert_eq!(paths, 8);
-    // The fixture itself was not touched by any of this.
-    let original = fixture("v1");
-    assert!(!original.join("sessions.db-wal").exists());
+}
+
+/// Every file under `dir`, by relative path, with its bytes.
+fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path.strip_prefix(dir).unwrap().to_owned();
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_frozen_fixtures_are_only_ever_copied() {
+    for version in FIXTURES {
+        let before = snapshot(&fixture(version));
+        let dir = tempfile::tempdir().unwrap();
+        copy_tree(&fixture(version), dir.path());
+        json(&run_in(dir.path(), &["migrate", "--json"]));
+        assert_eq!(snapshot(&fixture(version)), before, "{version} was changed");
+        assert!(
+            before
+                .keys()
+                .all(|p| !p.to_string_lossy().ends_with("-wal"))
+        );
+    }
 }

@@ -33,18 +33,19 @@ async fn a_drain_whose_output_cannot_be_written_delivers_nothing() {
         )
         .await
         .unwrap();
-    let mut child = bin(t.dir.path())
+    // A pipe whose reading end is closed before the child starts: every write the
+    // child tries fails, however the two processes are scheduled.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = bin(t.dir.path())
         .args(["drain", "--session", &s.id.to_string(), "--db"])
         .arg(t.db_path())
         .arg("--attachments-root")
         .arg(t.dir.path().join("attachments"))
-        .stdout(Stdio::piped())
+        .stdout(writer)
         .stderr(Stdio::piped())
-        .spawn()
+        .output()
         .unwrap();
-    // Closing the reading end first makes every write the child tries fail.
-    drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
     let err = assert_one_line_error(&out);
     assert!(err.contains("cannot write the output"), "{err}");
     let m = t.store.message(q.id).await.unwrap();
@@ -52,6 +53,43 @@ async fn a_drain_whose_output_cannot_be_written_delivers_nothing() {
     let out = cli(&t, &["drain", "--session", &s.id.to_string()]);
     let blocks = json(&out);
     assert_eq!(blocks[0]["text"], "wait for me");
+}
+
+#[tokio::test]
+async fn a_drain_onto_a_full_disk_delivers_nothing() {
+    let t = TestStore::new().await;
+    let s = t
+        .store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .unwrap();
+    let q = t
+        .store
+        .send(
+            s.id,
+            Outgoing {
+                mid_turn: true,
+                ..Outgoing::user("still here")
+            },
+        )
+        .await
+        .unwrap();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = bin(t.dir.path())
+        .args(["drain", "--session", &s.id.to_string(), "--db"])
+        .arg(t.db_path())
+        .arg("--attachments-root")
+        .arg(t.dir.path().join("attachments"))
+        .stdout(full)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = assert_one_line_error(&out);
+    assert!(err.contains("cannot write the output"), "{err}");
+    assert_eq!(t.store.message(q.id).await.unwrap().state, Delivery::Queued);
 }
 
 #[tokio::test]
@@ -284,13 +322,12 @@ async fn timestamps_have_one_width_so_they_sort_as_text() {
             .unwrap();
     }
     let events = t.store.events(s.id).await.unwrap();
-    let widths: std::collections::BTreeSet<usize> =
-        events.iter().map(|e| e.created_at.len()).collect();
-    assert_eq!(widths.len(), 1, "{widths:?}");
-    let times: Vec<&str> = events.iter().map(|e| e.created_at.as_str()).collect();
-    let mut sorted = times.clone();
-    sorted.sort();
-    assert_eq!(times, sorted);
+    for e in &events {
+        // 2026-11-30T06:42:28.123456789Z: nine fraction digits, always.
+        assert_eq!(e.created_at.len(), 30, "{}", e.created_at);
+        assert_eq!(e.created_at.as_bytes()[19], b'.', "{}", e.created_at);
+        assert!(e.created_at.ends_with('Z'), "{}", e.created_at);
+    }
 }
 
 #[test]
@@ -358,4 +395,192 @@ fn attach_refuses_what_is_not_a_regular_file() {
         &["attach", "--session", &s, dir.path().to_str().unwrap()],
     ));
     assert!(err.contains("not a regular file"), "{err}");
+}
+
+#[tokio::test]
+async fn dispatch_by_default_takes_the_latest_user_message_not_a_reply() {
+    let t = TestStore::new().await;
+    let s = t
+        .store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .unwrap();
+    let question = t
+        .store
+        .send(s.id, Outgoing::user("question"))
+        .await
+        .unwrap();
+    t.store
+        .send(
+            s.id,
+            Outgoing {
+                role: sessionstore::model::Role::Assistant,
+                ..Outgoing::user("the model's answer")
+            },
+        )
+        .await
+        .unwrap();
+    let out = cli(&t, &["dispatch", "--session", &s.id.to_string()]);
+    assert_eq!(
+        json(&out),
+        serde_json::json!([{ "type": "text", "text": "question" }])
+    );
+    let d = t
+        .store
+        .dispatch(s.id, None, Mode::Strict, Arc::new(Memo::new()))
+        .await
+        .unwrap();
+    assert_eq!(d.message.id, question.id);
+}
+
+#[tokio::test]
+async fn a_missing_file_is_never_replaced_by_a_similar_name() {
+    let t = TestStore::new().await;
+    let s = t
+        .store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .unwrap();
+    let first = t
+        .store
+        .attach(s.id, "a.txt".into(), b"one".to_vec())
+        .await
+        .unwrap();
+    let second = t
+        .store
+        .attach(s.id, "a.txt".into(), b"two".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(second.name, "a (1).txt");
+    t.store
+        .send(
+            s.id,
+            Outgoing {
+                attach: vec![first.uri.to_string()],
+                ..Outgoing::user("read a.txt")
+            },
+        )
+        .await
+        .unwrap();
+    std::fs::remove_file(
+        t.dir
+            .path()
+            .join("attachments")
+            .join(s.id.to_string())
+            .join("a.txt"),
+    )
+    .unwrap();
+    let err = t
+        .store
+        .dispatch(s.id, None, Mode::Strict, Arc::new(Memo::new()))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("a.txt"), "{err}");
+    let d = t
+        .store
+        .dispatch(s.id, None, Mode::Degrade, Arc::new(Memo::new()))
+        .await
+        .unwrap();
+    let text = serde_json::to_string(&d.blocks).unwrap();
+    assert!(!text.contains("two"), "the other file's bytes never appear");
+    assert!(!text.contains("a (1).txt"), "nor its name");
+    assert!(text.contains("could not be read"), "{text}");
+}
+
+/// The OpenAI formats on the command line, read back through the official client's
+/// request types, with the default and a chosen model.
+#[tokio::test]
+async fn dispatch_drain_and_restore_print_requests_the_openai_types_accept() {
+    use async_openai::types::chat::CreateChatCompletionRequest;
+    use async_openai::types::responses::CreateResponse;
+    let t = TestStore::new().await;
+    let s = t
+        .store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .unwrap();
+    let stored = t
+        .store
+        .attach(s.id, "dot.png".into(), PNG.to_vec())
+        .await
+        .unwrap();
+    let uri = stored.uri.to_string();
+    let sid = s.id.to_string();
+    cli(
+        &t,
+        &[
+            "send",
+            "--session",
+            &sid,
+            "--text",
+            "look",
+            "--attach",
+            &uri,
+        ],
+    );
+    cli(
+        &t,
+        &[
+            "send",
+            "--session",
+            &sid,
+            "--text",
+            "later",
+            "--mid-turn",
+            "--attach",
+            &uri,
+        ],
+    );
+    let chat = |args: &[&str]| -> CreateChatCompletionRequest {
+        serde_json::from_value(json(&cli(&t, args))).expect("a Chat Completions request")
+    };
+    let request = chat(&["dispatch", "--session", &sid, "--format", "openai"]);
+    assert_eq!(request.model, "gpt-4o");
+    assert_eq!(request.messages.len(), 1);
+    let request = chat(&[
+        "dispatch",
+        "--session",
+        &sid,
+        "--format",
+        "openai",
+        "--model",
+        "o3",
+    ]);
+    assert_eq!(request.model, "o3");
+    let out = cli(
+        &t,
+        &[
+            "dispatch",
+            "--session",
+            &sid,
+            "--format",
+            "openai-responses",
+        ],
+    );
+    let responses: CreateResponse =
+        serde_json::from_value(json(&out)).expect("a Responses request");
+    assert_eq!(responses.model.as_deref(), Some("gpt-4o"));
+    let request = chat(&[
+        "drain",
+        "--session",
+        &sid,
+        "--format",
+        "openai",
+        "--model",
+        "m",
+    ]);
+    assert_eq!((request.model.as_str(), request.messages.len()), ("m", 1));
+    let request = chat(&["restore", "--session", &sid, "--format", "openai"]);
+    assert_eq!(request.messages.len(), 2, "both delivered user messages");
+    let text = serde_json::to_string(&request).unwrap();
+    assert!(text.contains("data:image/png;base64,"), "{text}");
+    assert!(
+        text.contains(t.dir.path().to_str().unwrap()),
+        "the paths reach the model"
+    );
+    let out = cli(
+        &t,
+        &["restore", "--session", &sid, "--format", "openai-responses"],
+    );
+    let _: CreateResponse = serde_json::from_value(json(&out)).expect("a Responses request");
 }

@@ -96,3 +96,36 @@ async fn an_event_for_a_missing_session_is_caught() {
     assert!(!ok, "{out}");
     assert!(out.contains("not in the sessions table"), "{out}");
 }
+
+#[tokio::test]
+async fn a_reference_deleted_behind_its_back_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sessionstore::Store::open(config_in(dir.path()))
+        .await
+        .unwrap();
+    let s = store.create_session(None, ToolsHost::Local).await.unwrap();
+    let stored = store
+        .attach(s.id, "kept.txt".into(), b"contents".to_vec())
+        .await
+        .unwrap();
+    store
+        .send(
+            s.id,
+            sessionstore::store::Outgoing {
+                attach: vec![stored.uri.to_string()],
+                ..sessionstore::store::Outgoing::user("with a file")
+            },
+        )
+        .await
+        .unwrap();
+    drop(store);
+    assert!(verify_cli(dir.path()).0);
+    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    conn.execute("DELETE FROM message_refs", []).unwrap();
+    let (ok, out) = verify_cli(dir.path());
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("differs from its event log (references)"),
+        "{out}"
+    );
+}
