@@ -281,9 +281,10 @@ impl Store {
         upload_name: String,
         bytes: Vec<u8>,
     ) -> Result<StoredAttachment> {
-        self.session(session).await?;
-        let attachments = self.attachments.clone();
-        blocking(move || Ok(attachments.store(&session, &upload_name, &bytes)?)).await
+        let mut stored = self.attach_all(session, vec![(upload_name, bytes)]).await?;
+        Ok(stored
+            .pop()
+            .expect("attach_all stores exactly one attachment per upload"))
     }
 }
 
