@@ -123,17 +123,22 @@ pub fn check_readable(path: &Path) -> Result<()> {
 /// file, its main file is the whole database, so it is opened `immutable` instead,
 /// which takes no locks and creates nothing. (With a `-wal` file present, another
 /// process has it open or crashed with it open, and that file must be read.)
-fn read_only<T>(path: &Path, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+fn read_only<T>(path: &Path, f: impl Fn(&Connection) -> rusqlite::Result<T>) -> Result<T> {
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = if Path::new(&wal).exists() {
-        Connection::open_with_flags(path, flags)
+    let locked = || Connection::open_with_flags(path, flags).and_then(|conn| f(&conn));
+    let result = if Path::new(&wal).exists() {
+        locked()
     } else {
+        // An immutable read takes no lock, so it can catch another process halfway
+        // through creating the file; before calling the file unusable, read it again
+        // the ordinary way, which waits for that process.
         Connection::open_with_flags(immutable_uri(path)?, flags | OpenFlags::SQLITE_OPEN_URI)
+            .and_then(|conn| f(&conn))
+            .or_else(|_| locked())
     };
-    conn.and_then(|conn| f(&conn))
-        .map_err(|e| Error::not_database(path, e))
+    result.map_err(|e| Error::not_database(path, e))
 }
 
 /// `file:<absolute path>?immutable=1`, the path percent-encoded as SQLite's URI

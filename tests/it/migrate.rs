@@ -266,3 +266,33 @@ fn a_directory_given_as_the_database_is_refused() {
     let err = assert_one_line_error(&out);
     assert!(err.contains("is a directory"), "{err}");
 }
+
+#[test]
+fn processes_that_create_a_database_at_once_all_succeed() {
+    for _ in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let children: Vec<_> = (0..4)
+            .map(|_| {
+                bin(dir.path())
+                    .args(["session", "new", "--json", "--db"])
+                    .arg(dir.path().join("sessions.db"))
+                    .arg("--attachments-root")
+                    .arg(dir.path().join("attachments"))
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in children {
+            json(&child.wait_with_output().unwrap());
+        }
+        let db = dir.path().join("sessions.db");
+        assert_eq!(history_rows(&db).len(), 1);
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let sessions: i64 = conn
+            .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(sessions, 4);
+    }
+}
