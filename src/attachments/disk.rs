@@ -123,6 +123,12 @@ pub(super) fn read_beneath(dir: &OwnedFd, name: &str, limit: u64) -> Result<Vec<
     Ok(bytes)
 }
 
+/// Removes the entry `name` from the open folder `dir`. A symlink is removed itself,
+/// never what it points at.
+pub(super) fn remove_beneath(dir: &OwnedFd, name: &str) -> std::io::Result<()> {
+    rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()).map_err(std::io::Error::from)
+}
+
 /// Opens `<root>/<session>` for writing new files, creating both as needed. The root
 /// is followed if it is a symlink; the session folder is not.
 pub(super) fn create_session_dir(root: &Path, session: &str) -> Result<OwnedFd, Beneath> {

@@ -161,9 +161,12 @@ impl AttachmentStore {
     /// session folder: a stored name is a single path component, and removing a
     /// symlink never touches what it points at.
     pub fn discard(&self, session: &SessionId, uri: &AttachmentUri) {
-        if uri.session() == *session {
-            let folder = self.roots.configured.join(session.to_string());
-            let _ = std::fs::remove_file(folder.join(uri.name()));
+        if uri.session() != *session {
+            return;
+        }
+        let folder = self.roots.configured.join(session.to_string());
+        if let Ok(dir) = disk::open_session_dir(&folder) {
+            let _ = disk::remove_beneath(&dir, uri.name());
         }
     }
 
