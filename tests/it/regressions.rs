@@ -1,56 +1,70 @@
 //! Regression tests, each named for what it guards, from review findings.
 
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 use std::sync::Arc;
 
+use sessionstore::SessionId;
 use sessionstore::dispatch::{Memo, Mode};
-use sessionstore::model::{Delivery, ToolsHost};
+use sessionstore::model::{Delivery, Role, ToolsHost};
 use sessionstore::store::Outgoing;
 
 use crate::support::{PNG, TestStore, assert_one_line_error, bin, json, run_in, stdout};
 
 /// Runs the binary on the store of `t` (its database and configured root).
-fn cli(t: &TestStore, args: &[&str]) -> std::process::Output {
+fn cli(t: &TestStore, args: &[&str]) -> Output {
     run_in(t.dir.path(), args)
+}
+
+/// A user message with `text` and references to `uris`.
+fn with_files(text: &str, uris: &[&sessionstore::attachments::StoredAttachment]) -> Outgoing {
+    Outgoing {
+        attach: uris.iter().map(|s| s.uri.to_string()).collect(),
+        ..Outgoing::user(text)
+    }
+}
+
+fn assistant(text: &str) -> Outgoing {
+    Outgoing {
+        role: Role::Assistant,
+        ..Outgoing::user(text)
+    }
+}
+
+fn mid_turn(text: &str) -> Outgoing {
+    Outgoing {
+        mid_turn: true,
+        ..Outgoing::user(text)
+    }
+}
+
+/// `drain` on the store of `t`, its standard output sent to `out`.
+fn drain_into(t: &TestStore, session: SessionId, out: impl Into<Stdio>) -> Output {
+    bin(t.dir.path())
+        .args(["drain", "--session", &session.to_string(), "--db"])
+        .arg(t.db_path())
+        .arg("--attachments-root")
+        .arg(t.dir.path().join("attachments"))
+        .stdout(out)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
 }
 
 #[tokio::test]
 async fn a_drain_whose_output_cannot_be_written_delivers_nothing() {
     let t = TestStore::new().await;
-    let s = t
-        .store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap();
-    let q = t
-        .store
-        .send(
-            s.id,
-            Outgoing {
-                mid_turn: true,
-                ..Outgoing::user("wait for me")
-            },
-        )
-        .await
-        .unwrap();
+    let s = t.session().await;
+    let q = t.send(s, mid_turn("wait for me")).await;
     // A pipe whose reading end is closed before the child starts: every write the
     // child tries fails, however the two processes are scheduled.
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let out = bin(t.dir.path())
-        .args(["drain", "--session", &s.id.to_string(), "--db"])
-        .arg(t.db_path())
-        .arg("--attachments-root")
-        .arg(t.dir.path().join("attachments"))
-        .stdout(writer)
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+    let out = drain_into(&t, s, writer);
     let err = assert_one_line_error(&out);
     assert!(err.contains("cannot write the output"), "{err}");
     let m = t.store.message(q.id).await.unwrap();
     assert_eq!(m.state, Delivery::Queued, "the message is still queued");
-    let out = cli(&t, &["drain", "--session", &s.id.to_string()]);
+    let out = cli(&t, &["drain", "--session", &s.to_string()]);
     let blocks = json(&out);
     assert_eq!(blocks[0]["text"], "wait for me");
 }
@@ -58,35 +72,13 @@ async fn a_drain_whose_output_cannot_be_written_delivers_nothing() {
 #[tokio::test]
 async fn a_drain_onto_a_full_disk_delivers_nothing() {
     let t = TestStore::new().await;
-    let s = t
-        .store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap();
-    let q = t
-        .store
-        .send(
-            s.id,
-            Outgoing {
-                mid_turn: true,
-                ..Outgoing::user("still here")
-            },
-        )
-        .await
-        .unwrap();
+    let s = t.session().await;
+    let q = t.send(s, mid_turn("still here")).await;
     let full = std::fs::OpenOptions::new()
         .write(true)
         .open("/dev/full")
         .unwrap();
-    let out = bin(t.dir.path())
-        .args(["drain", "--session", &s.id.to_string(), "--db"])
-        .arg(t.db_path())
-        .arg("--attachments-root")
-        .arg(t.dir.path().join("attachments"))
-        .stdout(full)
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+    let out = drain_into(&t, s, full);
     let err = assert_one_line_error(&out);
     assert!(err.contains("cannot write the output"), "{err}");
     assert_eq!(t.store.message(q.id).await.unwrap().state, Delivery::Queued);
@@ -95,11 +87,7 @@ async fn a_drain_onto_a_full_disk_delivers_nothing() {
 #[tokio::test]
 async fn attach_reads_every_file_before_storing_any() {
     let t = TestStore::new().await;
-    let s = t
-        .store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap();
+    let s = t.session().await;
     let good = t.dir.path().join("good.txt");
     std::fs::write(&good, "fine").unwrap();
     let out = cli(
@@ -107,15 +95,14 @@ async fn attach_reads_every_file_before_storing_any() {
         &[
             "attach",
             "--session",
-            &s.id.to_string(),
+            &s.to_string(),
             good.to_str().unwrap(),
             "/nonexistent/missing.txt",
         ],
     );
     let err = assert_one_line_error(&out);
     assert!(err.contains("missing.txt"), "{err}");
-    let folder = t.dir.path().join("attachments").join(s.id.to_string());
-    let left: Vec<_> = std::fs::read_dir(&folder)
+    let left: Vec<_> = std::fs::read_dir(t.folder(s))
         .map(|d| d.map(|e| e.unwrap().file_name()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "nothing was stored: {left:?}");
@@ -124,25 +111,11 @@ async fn attach_reads_every_file_before_storing_any() {
 #[tokio::test]
 async fn dispatch_is_for_user_messages_only() {
     let t = TestStore::new().await;
-    let s = t
-        .store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap();
-    let reply = t
-        .store
-        .send(
-            s.id,
-            Outgoing {
-                role: sessionstore::model::Role::Assistant,
-                ..Outgoing::user("an answer")
-            },
-        )
-        .await
-        .unwrap();
+    let s = t.session().await;
+    let reply = t.send(s, assistant("an answer")).await;
     let err = t
         .store
-        .dispatch(s.id, Some(reply.id), Mode::Strict, Arc::new(Memo::new()))
+        .dispatch(s, Some(reply.id), Mode::Strict, Arc::new(Memo::new()))
         .await
         .unwrap_err();
     assert!(
@@ -154,42 +127,17 @@ async fn dispatch_is_for_user_messages_only() {
 #[tokio::test]
 async fn the_focus_hint_reads_no_attachment() {
     let t = TestStore::new().await;
-    let s = t
-        .store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap();
-    let stored = t
-        .store
-        .attach(s.id, "gone.png".into(), PNG.to_vec())
-        .await
-        .unwrap();
-    let sent = t
-        .store
-        .send(
-            s.id,
-            Outgoing {
-                attach: vec![stored.uri.to_string()],
-                ..Outgoing::user("what is this?")
-            },
-        )
-        .await
-        .unwrap();
-    std::fs::remove_file(
-        t.dir
-            .path()
-            .join("attachments")
-            .join(s.id.to_string())
-            .join("gone.png"),
-    )
-    .unwrap();
+    let s = t.session().await;
+    let stored = t.upload(s, "gone.png", PNG).await;
+    let sent = t.send(s, with_files("what is this?", &[&stored])).await;
+    std::fs::remove_file(t.folder(s).join("gone.png")).unwrap();
     let printed = serde_json::json!({ "id": sent.id }).to_string();
     let out = cli(
         &t,
         &[
             "dispatch",
             "--session",
-            &s.id.to_string(),
+            &s.to_string(),
             "--message",
             &printed,
             "--strict",
@@ -210,7 +158,6 @@ async fn blank_titles_and_expansions_count_as_none() {
         .unwrap();
     assert_eq!(s.title, None);
     let sent = t
-        .store
         .send(
             s.id,
             Outgoing {
@@ -218,18 +165,13 @@ async fn blank_titles_and_expansions_count_as_none() {
                 ..Outgoing::user("the real question")
             },
         )
-        .await
-        .unwrap();
+        .await;
     assert_eq!(sent.model_text, None);
     assert_eq!(
         t.store.session(s.id).await.unwrap().title.as_deref(),
         Some("the real question")
     );
-    let d = t
-        .store
-        .dispatch(s.id, None, Mode::Strict, Arc::new(Memo::new()))
-        .await
-        .unwrap();
+    let d = t.dispatch(s.id, Mode::Strict).await.unwrap();
     assert_eq!(
         serde_json::to_value(&d.blocks).unwrap()[0]["text"],
         "the real question"
@@ -239,26 +181,16 @@ async fn blank_titles_and_expansions_count_as_none() {
 #[tokio::test]
 async fn an_audio_only_message_reaches_the_main_model() {
     let t = TestStore::new().await;
-    let s = t
-        .store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap();
-    t.store
-        .send(
-            s.id,
-            Outgoing {
-                transcript: Some("turn the lights off".into()),
-                ..Outgoing::user("")
-            },
-        )
-        .await
-        .unwrap();
-    let d = t
-        .store
-        .dispatch(s.id, None, Mode::Strict, Arc::new(Memo::new()))
-        .await
-        .unwrap();
+    let s = t.session().await;
+    t.send(
+        s,
+        Outgoing {
+            transcript: Some("turn the lights off".into()),
+            ..Outgoing::user("")
+        },
+    )
+    .await;
+    let d = t.dispatch(s, Mode::Strict).await.unwrap();
     let blocks = serde_json::to_value(&d.blocks).unwrap();
     assert_eq!(blocks.as_array().unwrap().len(), 1);
     assert_eq!(blocks[0]["text"], "Audio transcript:\nturn the lights off");
@@ -268,11 +200,7 @@ async fn an_audio_only_message_reaches_the_main_model() {
 #[tokio::test]
 async fn a_bmp_goes_to_the_model_as_a_file_not_an_image() {
     let t = TestStore::new().await;
-    let s = t
-        .store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap();
+    let s = t.session().await;
     // A 1x1 24-bit BMP: a 14-byte file header and a 40-byte info header.
     let mut bmp = b"BM".to_vec();
     bmp.extend_from_slice(&58u32.to_le_bytes());
@@ -285,23 +213,10 @@ async fn a_bmp_goes_to_the_model_as_a_file_not_an_image() {
     bmp.extend_from_slice(&24u16.to_le_bytes());
     bmp.extend_from_slice(&[0; 24]);
     bmp.extend_from_slice(&[0, 0, 255, 0]);
-    let stored = t.store.attach(s.id, "dot.bmp".into(), bmp).await.unwrap();
+    let stored = t.upload(s, "dot.bmp", &bmp).await;
     assert_eq!(stored.mime, "image/bmp");
-    t.store
-        .send(
-            s.id,
-            Outgoing {
-                attach: vec![stored.uri.to_string()],
-                ..Outgoing::user("")
-            },
-        )
-        .await
-        .unwrap();
-    let d = t
-        .store
-        .dispatch(s.id, None, Mode::Strict, Arc::new(Memo::new()))
-        .await
-        .unwrap();
+    t.send(s, with_files("", &[&stored])).await;
+    let d = t.dispatch(s, Mode::Strict).await.unwrap();
     let block = serde_json::to_value(&d.blocks[0]).unwrap();
     assert_eq!(block["type"], "resource");
     assert!(block["resource"]["blob"].is_string());
@@ -310,18 +225,11 @@ async fn a_bmp_goes_to_the_model_as_a_file_not_an_image() {
 #[tokio::test]
 async fn timestamps_have_one_width_so_they_sort_as_text() {
     let t = TestStore::new().await;
-    let s = t
-        .store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap();
+    let s = t.session().await;
     for i in 0..20 {
-        t.store
-            .send(s.id, Outgoing::user(format!("m{i}")))
-            .await
-            .unwrap();
+        t.send(s, Outgoing::user(format!("m{i}"))).await;
     }
-    let events = t.store.events(s.id).await.unwrap();
+    let events = t.store.events(s).await.unwrap();
     for e in &events {
         // 2026-11-30T06:42:28.123456789Z: nine fraction digits, always.
         assert_eq!(e.created_at.len(), 30, "{}", e.created_at);
@@ -353,16 +261,12 @@ fn the_listing_keeps_creation_order() {
 #[tokio::test]
 async fn a_multi_file_upload_that_fails_partway_keeps_nothing() {
     let t = TestStore::new().await;
-    let s = t
-        .store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap();
+    let s = t.session().await;
     let too_big = vec![0u8; sessionstore::attachments::MAX_ATTACHMENT_BYTES as usize + 1];
     let err = t
         .store
         .attach_all(
-            s.id,
+            s,
             vec![
                 ("first.txt".into(), b"fine".to_vec()),
                 ("huge.bin".into(), too_big),
@@ -371,8 +275,7 @@ async fn a_multi_file_upload_that_fails_partway_keeps_nothing() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("huge.bin"), "{err}");
-    let folder = t.dir.path().join("attachments").join(s.id.to_string());
-    let left: Vec<_> = std::fs::read_dir(&folder)
+    let left: Vec<_> = std::fs::read_dir(t.folder(s))
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
@@ -400,87 +303,30 @@ fn attach_refuses_what_is_not_a_regular_file() {
 #[tokio::test]
 async fn dispatch_by_default_takes_the_latest_user_message_not_a_reply() {
     let t = TestStore::new().await;
-    let s = t
-        .store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap();
-    let question = t
-        .store
-        .send(s.id, Outgoing::user("question"))
-        .await
-        .unwrap();
-    t.store
-        .send(
-            s.id,
-            Outgoing {
-                role: sessionstore::model::Role::Assistant,
-                ..Outgoing::user("the model's answer")
-            },
-        )
-        .await
-        .unwrap();
-    let out = cli(&t, &["dispatch", "--session", &s.id.to_string()]);
+    let s = t.session().await;
+    let question = t.send(s, Outgoing::user("question")).await;
+    t.send(s, assistant("the model's answer")).await;
+    let out = cli(&t, &["dispatch", "--session", &s.to_string()]);
     assert_eq!(
         json(&out),
         serde_json::json!([{ "type": "text", "text": "question" }])
     );
-    let d = t
-        .store
-        .dispatch(s.id, None, Mode::Strict, Arc::new(Memo::new()))
-        .await
-        .unwrap();
+    let d = t.dispatch(s, Mode::Strict).await.unwrap();
     assert_eq!(d.message.id, question.id);
 }
 
 #[tokio::test]
 async fn a_missing_file_is_never_replaced_by_a_similar_name() {
     let t = TestStore::new().await;
-    let s = t
-        .store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap();
-    let first = t
-        .store
-        .attach(s.id, "a.txt".into(), b"one".to_vec())
-        .await
-        .unwrap();
-    let second = t
-        .store
-        .attach(s.id, "a.txt".into(), b"two".to_vec())
-        .await
-        .unwrap();
+    let s = t.session().await;
+    let first = t.upload(s, "a.txt", b"one").await;
+    let second = t.upload(s, "a.txt", b"two").await;
     assert_eq!(second.name, "a (1).txt");
-    t.store
-        .send(
-            s.id,
-            Outgoing {
-                attach: vec![first.uri.to_string()],
-                ..Outgoing::user("read a.txt")
-            },
-        )
-        .await
-        .unwrap();
-    std::fs::remove_file(
-        t.dir
-            .path()
-            .join("attachments")
-            .join(s.id.to_string())
-            .join("a.txt"),
-    )
-    .unwrap();
-    let err = t
-        .store
-        .dispatch(s.id, None, Mode::Strict, Arc::new(Memo::new()))
-        .await
-        .unwrap_err();
+    t.send(s, with_files("read a.txt", &[&first])).await;
+    std::fs::remove_file(t.folder(s).join("a.txt")).unwrap();
+    let err = t.dispatch(s, Mode::Strict).await.unwrap_err();
     assert!(err.to_string().contains("a.txt"), "{err}");
-    let d = t
-        .store
-        .dispatch(s.id, None, Mode::Degrade, Arc::new(Memo::new()))
-        .await
-        .unwrap();
+    let d = t.dispatch(s, Mode::Degrade).await.unwrap();
     let text = serde_json::to_string(&d.blocks).unwrap();
     assert!(!text.contains("two"), "the other file's bytes never appear");
     assert!(!text.contains("a (1).txt"), "nor its name");
@@ -494,45 +340,23 @@ async fn dispatch_drain_and_restore_print_requests_the_openai_types_accept() {
     use async_openai::types::chat::CreateChatCompletionRequest;
     use async_openai::types::responses::CreateResponse;
     let t = TestStore::new().await;
-    let s = t
-        .store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap();
-    let stored = t
-        .store
-        .attach(s.id, "dot.png".into(), PNG.to_vec())
-        .await
-        .unwrap();
-    let uri = stored.uri.to_string();
-    let sid = s.id.to_string();
-    cli(
-        &t,
-        &[
-            "send",
-            "--session",
-            &sid,
-            "--text",
-            "look",
-            "--attach",
-            &uri,
-        ],
-    );
-    cli(
-        &t,
-        &[
-            "send",
-            "--session",
-            &sid,
-            "--text",
-            "later",
-            "--mid-turn",
-            "--attach",
-            &uri,
-        ],
-    );
+    let s = t.session().await;
+    let stored = t.upload(s, "dot.png", PNG).await;
+    t.send(s, with_files("look", &[&stored])).await;
+    t.send(
+        s,
+        Outgoing {
+            mid_turn: true,
+            ..with_files("later", &[&stored])
+        },
+    )
+    .await;
+    let sid = s.to_string();
     let chat = |args: &[&str]| -> CreateChatCompletionRequest {
         serde_json::from_value(json(&cli(&t, args))).expect("a Chat Completions request")
+    };
+    let responses = |args: &[&str]| -> CreateResponse {
+        serde_json::from_value(json(&cli(&t, args))).expect("a Responses request")
     };
     let request = chat(&["dispatch", "--session", &sid, "--format", "openai"]);
     assert_eq!(request.model, "gpt-4o");
@@ -547,19 +371,14 @@ async fn dispatch_drain_and_restore_print_requests_the_openai_types_accept() {
         "o3",
     ]);
     assert_eq!(request.model, "o3");
-    let out = cli(
-        &t,
-        &[
-            "dispatch",
-            "--session",
-            &sid,
-            "--format",
-            "openai-responses",
-        ],
-    );
-    let responses: CreateResponse =
-        serde_json::from_value(json(&out)).expect("a Responses request");
-    assert_eq!(responses.model.as_deref(), Some("gpt-4o"));
+    let request = responses(&[
+        "dispatch",
+        "--session",
+        &sid,
+        "--format",
+        "openai-responses",
+    ]);
+    assert_eq!(request.model.as_deref(), Some("gpt-4o"));
     let request = chat(&[
         "drain",
         "--session",
@@ -578,9 +397,5 @@ async fn dispatch_drain_and_restore_print_requests_the_openai_types_accept() {
         text.contains(t.dir.path().to_str().unwrap()),
         "the paths reach the model"
     );
-    let out = cli(
-        &t,
-        &["restore", "--session", &sid, "--format", "openai-responses"],
-    );
-    let _: CreateResponse = serde_json::from_value(json(&out)).expect("a Responses request");
+    responses(&["restore", "--session", &sid, "--format", "openai-responses"]);
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use sessionstore::dispatch::{Memo, Mode};
-use sessionstore::model::{Role, ToolsHost};
+use sessionstore::model::Role;
 use sessionstore::openai::{ChatMessage, ChatPart, chat_request, vision_request};
 use sessionstore::store::Outgoing;
 use sessionstore::{DAEMON_ATTACHMENT_CONTEXT_META_KEY, focus};
@@ -14,11 +14,7 @@ use crate::support::TestStore;
 #[tokio::test]
 async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_model() {
     let t = TestStore::new().await;
-    let s = t
-        .store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap();
+    let s = t.session().await;
     let mut uris = Vec::new();
     let mut names = Vec::new();
     for i in 0..50 {
@@ -26,7 +22,7 @@ async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_m
         assert_eq!(name.chars().count(), 200);
         let stored = t
             .store
-            .attach(s.id, name.clone(), format!("file {i}").into_bytes())
+            .attach(s, name.clone(), format!("file {i}").into_bytes())
             .await
             .unwrap();
         assert_eq!(stored.name, name);
@@ -41,7 +37,7 @@ async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_m
     let sent = t
         .store
         .send(
-            s.id,
+            s,
             Outgoing {
                 attach: uris.clone(),
                 transcript: Some("spoken words ".repeat(100)),
@@ -52,7 +48,7 @@ async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_m
         .unwrap();
     let dispatched = t
         .store
-        .dispatch(s.id, None, Mode::Strict, Arc::new(Memo::new()))
+        .dispatch(s, None, Mode::Strict, Arc::new(Memo::new()))
         .await
         .unwrap();
     assert_eq!(dispatched.message.id, sent.id);
@@ -110,20 +106,16 @@ const DAEMON_CONTEXT_MARK: &str = "Attachment context.";
 #[tokio::test]
 async fn custom_command_and_mid_turn_hints_use_the_same_filtering() {
     let t = TestStore::new().await;
-    let s = t
-        .store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap();
+    let s = t.session().await;
     let stored = t
         .store
-        .attach(s.id, "secret-plan.png".into(), crate::support::PNG.to_vec())
+        .attach(s, "secret-plan.png".into(), crate::support::PNG.to_vec())
         .await
         .unwrap();
     let custom = t
         .store
         .send(
-            s.id,
+            s,
             Outgoing {
                 expanded: Some("Describe the chart in detail.".into()),
                 attach: vec![stored.uri.to_string()],
@@ -140,7 +132,7 @@ async fn custom_command_and_mid_turn_hints_use_the_same_filtering() {
     let queued = t
         .store
         .send(
-            s.id,
+            s,
             Outgoing {
                 mid_turn: true,
                 attach: vec![stored.uri.to_string()],
@@ -151,7 +143,7 @@ async fn custom_command_and_mid_turn_hints_use_the_same_filtering() {
         .unwrap();
     let drained = t
         .store
-        .drain(s.id, Mode::Strict, Arc::new(Memo::new()))
+        .drain(s, Mode::Strict, Arc::new(Memo::new()))
         .await
         .unwrap();
     assert_eq!(drained[0].message.id, queued.id);

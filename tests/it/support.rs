@@ -30,6 +30,56 @@ impl TestStore {
     pub fn raw(&self) -> rusqlite::Connection {
         rusqlite::Connection::open(self.db_path()).expect("the test database opens")
     }
+
+    /// A new local session's id.
+    pub async fn session(&self) -> sessionstore::SessionId {
+        self.store
+            .create_session(None, sessionstore::model::ToolsHost::Local)
+            .await
+            .expect("a session is created")
+            .id
+    }
+
+    pub async fn upload(
+        &self,
+        session: sessionstore::SessionId,
+        name: &str,
+        bytes: &[u8],
+    ) -> sessionstore::attachments::StoredAttachment {
+        self.store
+            .attach(session, name.to_owned(), bytes.to_vec())
+            .await
+            .expect("the upload is stored")
+    }
+
+    pub async fn send(
+        &self,
+        session: sessionstore::SessionId,
+        message: sessionstore::store::Outgoing,
+    ) -> sessionstore::model::Message {
+        self.store
+            .send(session, message)
+            .await
+            .expect("the message is sent")
+    }
+
+    /// Dispatches the latest user message through a fresh memo.
+    pub async fn dispatch(
+        &self,
+        session: sessionstore::SessionId,
+        mode: sessionstore::dispatch::Mode,
+    ) -> sessionstore::Result<sessionstore::store::Dispatched> {
+        let memo = std::sync::Arc::new(sessionstore::dispatch::Memo::new());
+        self.store.dispatch(session, None, mode, memo).await
+    }
+
+    /// `<configured root>/<session>`.
+    pub fn folder(&self, session: sessionstore::SessionId) -> PathBuf {
+        self.dir
+            .path()
+            .join("attachments")
+            .join(session.to_string())
+    }
 }
 
 pub fn config_in(dir: &Path) -> Config {
