@@ -368,6 +368,11 @@ impl Store {
     /// delivered user message. Queued mid-turn messages are reached only by a drain.
     pub async fn select(&self, session: SessionId, message: Option<MessageId>) -> Result<Message> {
         self.session(session).await?;
+        self.select_in(session, message).await
+    }
+
+    /// `select` for a session already known to exist.
+    async fn select_in(&self, session: SessionId, message: Option<MessageId>) -> Result<Message> {
         let Some(id) = message else {
             return self
                 .with_read(move |tx| queries::latest_delivered_user_message(tx, &session))
@@ -407,7 +412,7 @@ impl Store {
         memo: Arc<Memo>,
     ) -> Result<Dispatched> {
         let current = self.session(session).await?;
-        let message = self.select(session, message).await?;
+        let message = self.select_in(session, message).await?;
         let placement = self.placement(&current);
         let resolver = self.resolver.clone();
         blocking(move || {
@@ -427,8 +432,13 @@ impl Store {
         mode: Mode,
         memo: Arc<Memo>,
     ) -> Result<Vec<Dispatched>> {
-        let current = self.session(session).await?;
-        let queued = self.queued_messages(session).await?;
+        let (current, queued) = self
+            .with_read(move |tx| {
+                let current = queries::get_session(tx, &session)?;
+                let queued = queries::messages(tx, &session, Some(Delivery::Queued))?;
+                Ok((current, queued))
+            })
+            .await?;
         if queued.is_empty() {
             return Ok(vec![]);
         }
