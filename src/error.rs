@@ -1,5 +1,7 @@
 //! The library's error type: each variant names the thing that failed (a path, a
-//! session, a reference), and every message is one lowercase line.
+//! session, a reference), and every message is one lowercase line. A message already
+//! ends with its cause, so no variant also reports that cause as `source()`: printing
+//! an error's chain never repeats it. (The cause stays reachable as a field.)
 
 use std::path::PathBuf;
 
@@ -10,10 +12,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot use database {path}: {source}")]
+    #[error("cannot use database {path}: {cause}")]
     DatabaseIo {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("no database at {0}: run `sessionstore migrate` (or `session new`) to create it")]
     NoDatabase(PathBuf),
@@ -32,13 +34,13 @@ pub enum Error {
     },
     #[error("migration failed, schema left as it was: {0}")]
     Migration(String),
-    #[error("database error while trying to {action}: {source}")]
+    #[error("database error while trying to {action}: {cause}")]
     Sqlite {
         action: &'static str,
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
     #[error("cannot get a database connection: {0}")]
-    Pool(#[from] r2d2::Error),
+    Pool(r2d2::Error),
     #[error(transparent)]
     Attachment(#[from] AttachmentError),
     #[error(transparent)]
@@ -55,9 +57,18 @@ pub enum Error {
     Task(String),
 }
 
+impl From<r2d2::Error> for Error {
+    fn from(e: r2d2::Error) -> Self {
+        Error::Pool(e)
+    }
+}
+
 impl Error {
     pub(crate) fn sqlite(action: &'static str, source: rusqlite::Error) -> Self {
-        Error::Sqlite { action, source }
+        Error::Sqlite {
+            action,
+            cause: source,
+        }
     }
 
     pub(crate) fn not_database(path: &std::path::Path, e: rusqlite::Error) -> Self {

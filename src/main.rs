@@ -254,21 +254,10 @@ fn usage_error(e: clap::Error) -> ExitCode {
     }
 }
 
-/// The error and its causes on one line. Library errors already name their cause in
-/// their own message, so a cause whose text is already there is not repeated.
+/// The error and its causes on one line. (Library errors end with their own cause
+/// and report no further `source`, so the chain holds each cause once.)
 fn one_line(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if line.contains(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-    }
-    line.replace(['\n', '\r'], " ")
+    format!("{e:#}").replace(['\n', '\r'], " ")
 }
 
 /// A variable's value, or `None` when it is unset or empty.

@@ -39,17 +39,17 @@ pub enum AttachmentError {
     /// for a file that grew while it was read is at least `limit + 1`.
     #[error("attachment {uri} is {size} bytes, over the {limit}-byte limit")]
     TooLarge { uri: String, size: u64, limit: u64 },
-    #[error("cannot read attachment {uri} at {path:?}: {source}")]
+    #[error("cannot read attachment {uri} at {path:?}: {cause}")]
     Io {
         uri: String,
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("cannot store attachment {name:?} at {path:?}: {source}")]
+    #[error("cannot store attachment {name:?} at {path:?}: {cause}")]
     Store {
         name: String,
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// An upload larger than the limit, refused before anything was written.
     #[error("cannot store attachment {name:?}: it is {size} bytes, over the {limit}-byte limit")]

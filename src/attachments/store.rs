@@ -112,7 +112,7 @@ impl AttachmentStore {
         let store_err = |path: PathBuf, source| AttachmentError::Store {
             name: upload_name.to_owned(),
             path,
-            source,
+            cause: source,
         };
         let dir = disk::create_session_dir(&self.roots.configured, &session.to_string()).map_err(
             |e| {
@@ -222,7 +222,7 @@ impl AttachmentStore {
                     return Err(AttachmentError::Io {
                         uri: uri.to_string(),
                         path: folder,
-                        source,
+                        cause: source,
                     });
                 }
             };
@@ -240,7 +240,7 @@ impl AttachmentStore {
                 Err(ReadFailure::Beneath(Beneath::Io(source))) => Err(AttachmentError::Io {
                     uri: uri.to_string(),
                     path,
-                    source,
+                    cause: source,
                 }),
             };
         }

@@ -50,7 +50,7 @@ fn ensure_parent(path: &Path) -> Result<()> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|source| Error::DatabaseIo {
             path: path.to_owned(),
-            source,
+            cause: source,
         })?;
     }
     Ok(())

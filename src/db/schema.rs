@@ -93,7 +93,7 @@ pub fn check_readable(path: &Path) -> Result<()> {
         Err(source) => {
             return Err(Error::DatabaseIo {
                 path: path.to_owned(),
-                source,
+                cause: source,
             });
         }
     };
@@ -152,7 +152,7 @@ fn immutable_uri(path: &Path) -> Result<String> {
         .remove(b'~');
     let absolute = std::path::absolute(path).map_err(|source| Error::DatabaseIo {
         path: path.to_owned(),
-        source,
+        cause: source,
     })?;
     let bytes = std::os::unix::ffi::OsStrExt::as_bytes(absolute.as_os_str());
     Ok(format!(
