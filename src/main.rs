@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 
-use sessionstore::attachments::MAX_ATTACHMENT_BYTES;
+use sessionstore::attachments::{AttachmentUri, MAX_ATTACHMENT_BYTES};
 use sessionstore::dispatch::{Memo, Mode};
 use sessionstore::model::{Role, ToolsHost};
 use sessionstore::store::{Dispatched, Outgoing};
@@ -227,7 +227,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", one_line(&e));
-            ExitCode::FAILURE
+            exit_code(&e)
         }
     }
 }
@@ -248,16 +248,33 @@ fn usage_error(e: clap::Error) -> ExitCode {
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("invalid arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("error: {first} (see --help)");
+            eprintln!("error: {} (see --help)", terminal_safe(first));
             ExitCode::from(2)
         }
     }
 }
 
-/// The error and its causes on one line. (Library errors end with their own cause
-/// and report no further `source`, so the chain holds each cause once.)
+/// The error and its causes on one line (each library error reports its cause as
+/// `source()` and does not repeat it). Messages echo paths, names and a database's own
+/// text, any of which may hold escape sequences, so every hidden character is printed
+/// as `\uXXXX` and never reaches the terminal raw.
 fn one_line(e: &anyhow::Error) -> String {
-    format!("{e:#}").replace(['\n', '\r'], " ")
+    terminal_safe(&format!("{e:#}"))
+}
+
+/// Line breaks become spaces (one error, one line); every other control or invisible
+/// character is escaped.
+fn terminal_safe(text: &str) -> String {
+    sessionstore::dispatch::hidden_escaped(&text.replace(['\n', '\r'], " "))
+}
+
+/// 3 when the store refused its input (a newer or foreign database, an unsafe name or
+/// URI, an unreadable reference in strict mode), 1 for any other failure.
+fn exit_code(e: &anyhow::Error) -> ExitCode {
+    match e.downcast_ref::<Error>() {
+        Some(e) if e.is_refused() => ExitCode::from(3),
+        _ => ExitCode::FAILURE,
+    }
 }
 
 /// A variable's value, or `None` when it is unset or empty.
@@ -500,6 +517,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 SendRole::User => Role::User,
                 SendRole::Assistant => Role::Assistant,
             };
+            let attach = attach
+                .iter()
+                .map(|text| AttachmentUri::parse(text).map_err(Error::from))
+                .collect::<Result<Vec<_>, _>>()?;
             let store = Store::open_existing(config).await?;
             let message = store
                 .send(

@@ -299,7 +299,9 @@ const TRANSCRIPT: &str = "and tell me which one is cheaper";
 /// A stored file and the URI the store gave it.
 struct Stored {
     spec: &'static Upload,
+    /// The URI as text, as checks compare it with what blocks and contexts print.
     uri: String,
+    parsed: AttachmentUri,
 }
 
 /// The real resolver, counting every read (successful or not) per URI.
@@ -450,7 +452,7 @@ impl Probe {
                         .await
                         .step("store an attachment")?;
                     stored_names.push((spec, stored.name));
-                    stored.uri.to_string()
+                    stored.uri
                 }
                 Place::Legacy => {
                     let folder = probe.session_folder(probe.legacy());
@@ -462,10 +464,14 @@ impl Probe {
                         std::fs::write(folder.join(spec.name), spec.bytes),
                         "plant the legacy-only file",
                     )?;
-                    AttachmentUri::new(session, spec.name).to_string()
+                    AttachmentUri::new(session, spec.name)
                 }
             };
-            probe.files.push(Stored { spec, uri });
+            probe.files.push(Stored {
+                spec,
+                uri: uri.to_string(),
+                parsed: uri,
+            });
         }
         let outcome = probe.stored_names(&stored_names);
         probe.record("stored-names", outcome);
@@ -519,7 +525,7 @@ impl Probe {
     }
 
     async fn send_all(&self) -> Result<Sent, Failure> {
-        let uri = |i: usize| self.file(i).uri.clone();
+        let uri = |i: usize| self.file(i).parsed.clone();
         let normal = Outgoing {
             attach: vec![
                 uri(IMAGE),
@@ -649,7 +655,7 @@ impl Probe {
         memo: &Memo,
     ) -> Outcome {
         let refs = &normal.message.refs;
-        let distinct: BTreeSet<&str> = refs.iter().map(|r| r.uri.as_str()).collect();
+        let distinct: BTreeSet<String> = refs.iter().map(|r| r.uri.to_string()).collect();
         ensure!(
             distinct.len() < refs.len(),
             "the normal message has no duplicate reference ({} references)",
@@ -834,8 +840,20 @@ impl Probe {
 
     async fn refused_all(&self, uris: &[String]) -> Outcome {
         for uri in uris {
+            // A URI that does not parse is refused where its text comes in, before
+            // any store sees it.
+            let parsed = match AttachmentUri::parse(uri) {
+                Ok(parsed) => parsed,
+                Err(e) => {
+                    ensure!(
+                        !e.to_string().contains('\n'),
+                        "the refusal of {uri:?} is not one line"
+                    );
+                    continue;
+                }
+            };
             let send = Outgoing {
-                attach: vec![uri.clone()],
+                attach: vec![parsed],
                 ..Outgoing::user("look at this")
             };
             match self.store.send(self.session, send).await {
@@ -863,7 +881,7 @@ impl Probe {
             .await
             .step("store an attachment in the ssh session")?;
         let send = Outgoing {
-            attach: vec![note.uri.to_string()],
+            attach: vec![note.uri],
             ..Outgoing::user("read the note")
         };
         self.store
@@ -942,13 +960,13 @@ impl Probe {
                 ids == expected,
                 "the restored history is {ids:?}, expected {expected:?}"
             );
-            let distinct: BTreeSet<&str> = restored
+            let distinct: BTreeSet<String> = restored
                 .messages
                 .iter()
-                .flat_map(|d| d.message.refs.iter().map(|r| r.uri.as_str()))
+                .flat_map(|d| d.message.refs.iter().map(|r| r.uri.to_string()))
                 .collect();
             for uri in &distinct {
-                let n = counts.get(*uri).copied().unwrap_or(0);
+                let n = counts.get(uri).copied().unwrap_or(0);
                 ensure!(
                     n == 1,
                     "the replay read {uri} {n} times through the new store's resolver"
@@ -1059,7 +1077,10 @@ impl Probe {
                 .message
                 .refs
                 .iter()
-                .filter(|r| self.by_uri(&r.uri).is_some_and(|f| f.spec.kind == kind))
+                .filter(|r| {
+                    self.by_uri(&r.uri.to_string())
+                        .is_some_and(|f| f.spec.kind == kind)
+                })
                 .count();
             let mut found = 0;
             for a in d.blocks.iter().filter_map(attached) {
@@ -1088,7 +1109,7 @@ impl Probe {
                     kind.label(),
                     file.spec.name
                 );
-                let reference = d.message.refs.iter().find(|r| r.uri == a.uri);
+                let reference = d.message.refs.iter().find(|r| r.uri.to_string() == a.uri);
                 ensure!(
                     reference.is_some_and(|r| Some(r.mime_type.as_str()) == a.mime),
                     "the {} block for {:?} has MIME type {:?}",
@@ -1127,7 +1148,9 @@ impl Probe {
                     .ok_or_else(|| format!("the block for {} has no context", a.uri))?;
                 let line = parse_context(context)?;
                 ensure!(
-                    line.name == r.stored_name && line.uri == r.uri && line.mime == r.mime_type,
+                    line.name == r.stored_name
+                        && line.uri == r.uri.to_string()
+                        && line.mime == r.mime_type,
                     "the context of {} names {:?} {:?} {:?}, its reference {:?} {:?} {:?}",
                     a.uri,
                     line.name,
@@ -1431,6 +1454,7 @@ impl Probe {
     async fn degradation(&mut self, sent: &Sent) -> Result<(), Failure> {
         let s = self.session;
         let blob = self.file(BLOB).uri.clone();
+        let blob_uri = self.file(BLOB).parsed.clone();
         let name = UPLOADS[BLOB].name;
         let real = self.session_folder(self.configured()).join(name);
         let aside = self.tmp.join("aside.bin");
@@ -1463,7 +1487,7 @@ impl Probe {
                 Err(other) => return Err(format!("strict dispatch failed otherwise: {other}")),
             };
             ensure!(
-                e.unreadable.len() == 1 && e.unreadable[0].uri == blob,
+                e.unreadable.len() == 1 && e.unreadable[0].uri == blob_uri,
                 "the error names {:?}, expected only {blob}",
                 e.unreadable.iter().map(|u| &u.uri).collect::<Vec<_>>()
             );
@@ -1487,7 +1511,7 @@ impl Probe {
             .send(
                 s,
                 Outgoing {
-                    attach: vec![blob.clone()],
+                    attach: vec![blob_uri.clone()],
                     ..Outgoing::user("again")
                 },
             )
@@ -1523,11 +1547,11 @@ impl Probe {
                 delta(&before_again, &after_again, &blob) == 1,
                 "the file was not read again once it was back"
             );
-            let others: BTreeSet<&str> = sent
+            let others: BTreeSet<String> = sent
                 .normal
                 .refs
                 .iter()
-                .map(|r| r.uri.as_str())
+                .map(|r| r.uri.to_string())
                 .filter(|u| *u != blob)
                 .collect();
             for uri in &others {
@@ -2044,7 +2068,7 @@ fn one_block_per_reference(restored: &[Dispatched]) -> Outcome {
             .iter()
             .filter_map(|b| Some(attached(b)?.uri))
             .collect();
-        let expected: Vec<&str> = m.refs.iter().map(|r| r.uri.as_str()).collect();
+        let expected: Vec<String> = m.refs.iter().map(|r| r.uri.to_string()).collect();
         ensure!(
             uris == expected,
             "message {} has blocks for {uris:?}, references {expected:?}",
@@ -2428,7 +2452,7 @@ mod tests {
         );
     }
 
-    fn user_message(refs: &[&str]) -> Message {
+    fn user_message(refs: &[&AttachmentUri]) -> Message {
         Message {
             id: crate::ids::MessageId::new(),
             session_id: SessionId::new(),
@@ -2444,7 +2468,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, uri)| crate::model::Reference {
                     ordinal: i as u32,
-                    uri: (*uri).to_owned(),
+                    uri: (*uri).clone(),
                     stored_name: "a.txt".into(),
                     mime_type: "text/plain".into(),
                     size: 1,
@@ -2475,12 +2499,13 @@ mod tests {
     #[test]
     fn block_checks_fail_on_broken_dispatches() {
         let question = ContentBlock::Text(agent_client_protocol_schema::v1::TextContent::new("q"));
+        let u1 = AttachmentUri::new(SessionId::new(), "a.txt");
         let good = Dispatched {
-            message: user_message(&["u1", "u1"]),
+            message: user_message(&[&u1, &u1]),
             blocks: vec![
                 question.clone(),
-                text_resource("u1", Some(context_meta())),
-                text_resource("u1", Some(context_meta())),
+                text_resource(&u1.to_string(), Some(context_meta())),
+                text_resource(&u1.to_string(), Some(context_meta())),
             ],
         };
         assert!(one_block_per_reference(std::slice::from_ref(&good)).is_ok());
@@ -2492,7 +2517,7 @@ mod tests {
         assert!(one_block_per_reference(&[merged]).is_err());
 
         let mut bare = good.clone();
-        bare.blocks[1] = text_resource("u1", None);
+        bare.blocks[1] = text_resource(&u1.to_string(), None);
         assert!(context_under_meta_key(&[bare]).is_err());
 
         let mut tagged = good;

@@ -32,7 +32,8 @@ pub struct Outgoing {
     /// The custom-command expansion the model gets instead of `text`.
     pub expanded: Option<String>,
     pub transcript: Option<String>,
-    pub attach: Vec<String>,
+    /// Attachment references, parsed where their text came in (see `AttachmentUri`).
+    pub attach: Vec<AttachmentUri>,
     /// Queue the message for the next drain instead of delivering it now.
     pub mid_turn: bool,
 }
@@ -131,9 +132,7 @@ impl Store {
         // as a lossy copy that names some other file.
         for root in std::iter::once(&config.roots.configured).chain(&config.roots.legacy) {
             if root.to_str().is_none() {
-                return Err(Error::invalid(format!(
-                    "attachment root {root:?} is not valid UTF-8, so its paths cannot be given to a model"
-                )));
+                return Err(Error::RootNotUtf8 { root: root.clone() });
             }
         }
         let path = config.db_path.clone();
@@ -295,10 +294,7 @@ impl Store {
     pub async fn send(&self, session: SessionId, send: Outgoing) -> Result<Message> {
         let current = self.session(session).await?;
         if send.role != Role::User && (!send.attach.is_empty() || send.mid_turn) {
-            return Err(Error::invalid(format!(
-                "only user messages carry attachments or wait in the mid-turn queue, not {}",
-                send.role
-            )));
+            return Err(Error::RoleCannotAttach { role: send.role });
         }
         // Blank optional parts are no parts: an empty expansion must not replace what
         // was typed, and an empty transcript is no audio.
@@ -313,27 +309,22 @@ impl Store {
             && send.expanded.is_none()
             && send.transcript.is_none()
         {
-            return Err(Error::invalid(
-                "a message needs text, a transcript or at least one attachment",
-            ));
+            return Err(Error::EmptyMessage);
         }
         let resolver = self.resolver.clone();
         let uris = send.attach.clone();
         let refs = blocking(move || {
-            uris.iter()
-                .map(|text| {
-                    let uri =
-                        AttachmentUri::parse(text).map_err(|e| Error::invalid(e.to_string()))?;
+            uris.into_iter()
+                .map(|uri| {
                     if uri.session() != current.id {
-                        return Err(Error::invalid(format!(
-                            "attachment {text} belongs to session {}, not {}",
-                            uri.session(),
-                            current.id
-                        )));
+                        return Err(Error::ForeignReference {
+                            uri,
+                            session: current.id,
+                        });
                     }
                     let read = resolver.read(&current.id, &uri)?;
                     Ok(NewReference {
-                        uri: uri.to_string(),
+                        uri,
                         stored_name: read.name,
                         mime_type: read.mime,
                         size: read.bytes.len() as u64,
@@ -377,27 +368,24 @@ impl Store {
             return self
                 .with_read(move |tx| queries::latest_delivered_user_message(tx, &session))
                 .await?
-                .ok_or_else(|| {
-                    Error::invalid(format!("session {session} has no delivered user message"))
-                });
+                .ok_or(Error::NoDeliveredUserMessage { session });
         };
         let m = self.message(id).await?;
         if m.session_id != session {
-            return Err(Error::invalid(format!(
-                "message {id} belongs to session {}, not {session}",
-                m.session_id
-            )));
+            return Err(Error::MessageOfAnotherSession {
+                message: id,
+                owner: m.session_id,
+                session,
+            });
         }
         if m.role != Role::User {
-            return Err(Error::invalid(format!(
-                "message {id} is a {} message; dispatch is for user messages",
-                m.role
-            )));
+            return Err(Error::NotUserMessage {
+                message: id,
+                role: m.role,
+            });
         }
         if m.state == Delivery::Queued {
-            return Err(Error::invalid(format!(
-                "message {id} is queued mid-turn; drain delivers it"
-            )));
+            return Err(Error::MessageQueued { message: id });
         }
         Ok(m)
     }
@@ -490,10 +478,7 @@ impl Store {
             problems.extend(projection::compare(&current, &rows, expected));
         }
         if !problems.is_empty() {
-            return Err(Error::invalid(format!(
-                "session {session} does not restore: {}; run `sessionstore verify` for the full report",
-                problems.join("; ")
-            )));
+            return Err(Error::LogMismatch { session, problems });
         }
         let placement = self.placement(&current);
         let resolver = self.resolver.clone();

@@ -71,6 +71,24 @@ impl AttachmentError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, Self::NotFound { .. })
     }
+
+    /// A stable snake_case name for the condition (see `Error::kind`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NotFound { .. } => "attachment_not_found",
+            Self::Refused { .. } => "attachment_refused",
+            Self::TooLarge { .. } => "attachment_too_large",
+            Self::Io { .. } => "attachment_io",
+            Self::Store { .. } => "attachment_store",
+            Self::UploadTooLarge { .. } => "upload_too_large",
+        }
+    }
+
+    /// Whether the reference or its file must not be read at all (an unsafe name, a
+    /// symlink, not a regular file), as opposed to being missing or failing to read.
+    pub fn is_refused(&self) -> bool {
+        matches!(self, Self::Refused { .. })
+    }
 }
 
 /// Paths are printed `Debug`-quoted so a newline in a root cannot split the message.

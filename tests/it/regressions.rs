@@ -3,10 +3,11 @@
 use std::process::{Output, Stdio};
 use std::sync::Arc;
 
-use sessionstore::SessionId;
+use sessionstore::attachments::AttachmentError;
 use sessionstore::dispatch::{Memo, Mode};
 use sessionstore::model::{Delivery, Role, ToolsHost};
 use sessionstore::store::Outgoing;
+use sessionstore::{Error, SessionId};
 
 use crate::support::{PNG, TestStore, assert_one_line_error, bin, json, run_in, stdout};
 
@@ -18,7 +19,7 @@ fn cli(t: &TestStore, args: &[&str]) -> Output {
 /// A user message with `text` and references to `uris`.
 fn with_files(text: &str, uris: &[&sessionstore::attachments::StoredAttachment]) -> Outgoing {
     Outgoing {
-        attach: uris.iter().map(|s| s.uri.to_string()).collect(),
+        attach: uris.iter().map(|s| s.uri.clone()).collect(),
         ..Outgoing::user(text)
     }
 }
@@ -119,8 +120,11 @@ async fn dispatch_is_for_user_messages_only() {
         .await
         .unwrap_err();
     assert!(
-        err.to_string().contains("dispatch is for user messages"),
-        "{err}"
+        matches!(
+            err,
+            Error::NotUserMessage { message, role: Role::Assistant } if message == reply.id
+        ),
+        "{err:?}"
     );
 }
 
@@ -274,7 +278,13 @@ async fn a_multi_file_upload_that_fails_partway_keeps_nothing() {
         )
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("huge.bin"), "{err}");
+    assert!(
+        matches!(
+            &err,
+            Error::Attachment(AttachmentError::UploadTooLarge { name, .. }) if name == "huge.bin"
+        ),
+        "{err:?}"
+    );
     let left: Vec<_> = std::fs::read_dir(t.folder(s))
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -325,7 +335,11 @@ async fn a_missing_file_is_never_replaced_by_a_similar_name() {
     t.send(s, with_files("read a.txt", &[&first])).await;
     std::fs::remove_file(t.folder(s).join("a.txt")).unwrap();
     let err = t.dispatch(s, Mode::Strict).await.unwrap_err();
-    assert!(err.to_string().contains("a.txt"), "{err}");
+    let Error::Dispatch(refused) = &err else {
+        panic!("expected an unreadable-attachment error, got {err:?}");
+    };
+    let names: Vec<&str> = refused.unreadable.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(names, ["a.txt"]);
     let d = t.dispatch(s, Mode::Degrade).await.unwrap();
     let text = serde_json::to_string(&d.blocks).unwrap();
     assert!(!text.contains("two"), "the other file's bytes never appear");

@@ -365,7 +365,7 @@ impl Harness {
         files: &[&Expect],
     ) -> sessionstore::model::Message {
         let mut out = sessionstore::store::Outgoing::user(text);
-        out.attach = files.iter().map(|f| f.uri.clone()).collect();
+        out.attach = files.iter().map(|f| parse_uri(&f.uri)).collect();
         self.store
             .send(session, out)
             .await
@@ -385,4 +385,10 @@ pub fn copy_tree(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), &target).expect("a fixture file copies");
         }
     }
+}
+
+/// A URI the store printed, parsed back as a caller would parse it.
+pub fn parse_uri(text: &str) -> sessionstore::attachments::AttachmentUri {
+    text.parse()
+        .expect("the store printed a valid attachment uri")
 }
