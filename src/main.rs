@@ -17,7 +17,7 @@ use sessionstore::attachments::{AttachmentUri, MAX_ATTACHMENT_BYTES};
 use sessionstore::dispatch::{Memo, Mode};
 use sessionstore::model::{Role, ToolsHost};
 use sessionstore::store::{Dispatched, Outgoing};
-use sessionstore::{Config, Error, MessageId, SessionId, Store, db, focus, openai, probe};
+use sessionstore::{Config, Error, MessageId, SessionId, Store, focus, openai};
 
 #[derive(Parser)]
 #[command(
@@ -377,10 +377,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Migrate { dry_run } => {
             let report = if dry_run {
-                db::schema::plan(&config.db_path)?
+                Store::migration_plan(&config.db_path).await?
             } else {
-                let path = config.db_path.clone();
-                tokio::task::spawn_blocking(move || db::migrate(&path)).await??
+                Store::migrate(&config.db_path).await?
             };
             if json {
                 print_json(&report)?;
@@ -642,7 +641,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
 
 /// Prints the probe's report (one line per check, or JSON); non-zero when a check failed.
 async fn print_probe(json: bool) -> Result<ExitCode> {
-    let report = probe::run_probe().await?;
+    let report = sessionstore::run_probe().await?;
     if json {
         print_json(&report)?;
     } else {

@@ -38,9 +38,9 @@ use base64::Engine;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::attachments::{AttachmentError, AttachmentStore, AttachmentUri, Resolved, Roots};
+use crate::attachments::{AttachmentUri, ReadObserver, Roots};
 use crate::config::{self, Config};
-use crate::dispatch::{DAEMON_ATTACHMENT_CONTEXT_META_KEY, Memo, Mode, Resolver};
+use crate::dispatch::{DAEMON_ATTACHMENT_CONTEXT_META_KEY, Memo, Mode};
 use crate::error::Error;
 use crate::focus;
 use crate::ids::SessionId;
@@ -304,20 +304,30 @@ struct Stored {
     parsed: AttachmentUri,
 }
 
-/// The real resolver, counting every read (successful or not) per URI.
+/// Every attachment read of a store (successful or not), counted per URI.
+#[derive(Default)]
 struct CountingResolver {
-    inner: AttachmentStore,
     reads: Mutex<HashMap<String, usize>>,
 }
 
 type Counts = HashMap<String, usize>;
 
 impl CountingResolver {
-    fn new(roots: &Roots) -> CountingResolver {
-        CountingResolver {
-            inner: AttachmentStore::new(roots.clone()),
-            reads: Mutex::default(),
-        }
+    fn new() -> Arc<CountingResolver> {
+        Arc::default()
+    }
+
+    /// What the store calls on each read.
+    fn observer(self: &Arc<Self>) -> ReadObserver {
+        let counts = self.clone();
+        ReadObserver::new(move |_, uri| {
+            *counts
+                .reads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(uri.to_string())
+                .or_default() += 1;
+        })
     }
 
     fn snapshot(&self) -> Counts {
@@ -325,18 +335,6 @@ impl CountingResolver {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-    }
-}
-
-impl Resolver for CountingResolver {
-    fn read(&self, session: &SessionId, uri: &AttachmentUri) -> Result<Resolved, AttachmentError> {
-        *self
-            .reads
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(uri.to_string())
-            .or_default() += 1;
-        self.inner.read(session, uri)
     }
 }
 
@@ -423,8 +421,8 @@ impl Probe {
             },
             host: config::host_name(),
         };
-        let reads = Arc::new(CountingResolver::new(&config.roots));
-        let store = Store::open_with_resolver(config.clone(), reads.clone())
+        let reads = CountingResolver::new();
+        let store = Store::open_with_read_observer(config.clone(), reads.observer())
             .await
             .step("open the probe's store")?;
         let session = store
@@ -939,8 +937,8 @@ impl Probe {
         sent: &Sent,
         first: &FirstDelivery,
     ) -> Result<Vec<Dispatched>, Failure> {
-        let reads = Arc::new(CountingResolver::new(&self.config.roots));
-        let fresh = Store::open_with_resolver(self.config.clone(), reads.clone())
+        let reads = CountingResolver::new();
+        let fresh = Store::open_with_read_observer(self.config.clone(), reads.observer())
             .await
             .step("open a second store on the same database")?;
         let restored = fresh

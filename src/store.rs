@@ -2,24 +2,26 @@
 //! work runs on tokio's blocking threads and no pooled connection is held across an
 //! `.await`; SQL stays in `db`, file IO stays in `attachments`.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use agent_client_protocol_schema::v1::ContentBlock;
 
-use crate::attachments::{AttachmentStore, AttachmentUri, StoredAttachment};
+use crate::attachments::{AttachmentStore, AttachmentUri, ReadObserver, StoredAttachment};
 use crate::config::Config;
-use crate::db::{self, Pool, queries, verify::VerifyReport};
-use crate::dispatch::{self, Memo, Mode, Placement, Resolver};
+use crate::db::{self, Pool, queries, schema::MigrationReport, verify::VerifyReport};
+use crate::dispatch::{self, Memo, Mode, Placement};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, Event, Message, NewMessage, NewReference, Role, Session, ToolsHost};
 use crate::projection;
 
+/// The one handle on a session store: the database pool and the one attachment store
+/// that both writes uploads and reads them back, over the roots in `config`.
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
     attachments: AttachmentStore,
-    resolver: Arc<dyn Resolver>,
     config: Arc<Config>,
 }
 
@@ -114,7 +116,7 @@ impl Store {
     /// the attachment roots named by `config`.
     pub async fn open(config: Config) -> Result<Store> {
         let attachments = AttachmentStore::new(config.roots.clone());
-        Store::open_with_resolver(config, Arc::new(attachments)).await
+        Store::open_with(config, attachments).await
     }
 
     /// Like `open`, but refuses to create a database that does not exist yet: for
@@ -126,8 +128,16 @@ impl Store {
         Store::open(config).await
     }
 
-    /// Like `open`, with reads going through `resolver` (tests count reads this way).
-    pub async fn open_with_resolver(config: Config, resolver: Arc<dyn Resolver>) -> Result<Store> {
+    /// Like `open`, telling `observer` of every attachment read (tests and the probe
+    /// count reads this way). The observed store is the same one that writes.
+    pub async fn open_with_read_observer(config: Config, observer: ReadObserver) -> Result<Store> {
+        let attachments = AttachmentStore::new(config.roots.clone()).observing_reads(observer);
+        Store::open_with(config, attachments).await
+    }
+
+    /// `attachments` is always built from `config.roots`, so reads and writes share
+    /// one set of roots.
+    async fn open_with(config: Config, attachments: AttachmentStore) -> Result<Store> {
         // A model is given paths as text; a root that is not UTF-8 could only be given
         // as a lossy copy that names some other file.
         for root in std::iter::once(&config.roots.configured).chain(&config.roots.legacy) {
@@ -139,10 +149,24 @@ impl Store {
         let pool = blocking(move || db::open_pool(&path)).await?;
         Ok(Store {
             pool,
-            attachments: AttachmentStore::new(config.roots.clone()),
-            resolver,
+            attachments,
             config: Arc::new(config),
         })
+    }
+
+    /// Applies pending migrations to the database at `path`, creating it if needed
+    /// and refusing a newer or foreign file without writing to it. `open` does the
+    /// same; this is for a caller that only wants the schema brought up to date.
+    pub async fn migrate(path: &Path) -> Result<MigrationReport> {
+        let path = path.to_owned();
+        blocking(move || db::migrate(&path)).await
+    }
+
+    /// What `migrate` would apply, read without writing a byte (a missing file is
+    /// not created).
+    pub async fn migration_plan(path: &Path) -> Result<MigrationReport> {
+        let path = path.to_owned();
+        blocking(move || db::schema::plan(&path)).await
     }
 
     pub fn config(&self) -> &Config {
@@ -311,7 +335,7 @@ impl Store {
         {
             return Err(Error::EmptyMessage);
         }
-        let resolver = self.resolver.clone();
+        let resolver = self.attachments.clone();
         let uris = send.attach.clone();
         let refs = blocking(move || {
             uris.into_iter()
@@ -402,9 +426,9 @@ impl Store {
         let current = self.session(session).await?;
         let message = self.select_in(session, message).await?;
         let placement = self.placement(&current);
-        let resolver = self.resolver.clone();
+        let resolver = self.attachments.clone();
         blocking(move || {
-            let blocks = dispatch::dispatch(&*resolver, &memo, &message, &placement, mode)?;
+            let blocks = dispatch::dispatch(&resolver, &memo, &message, &placement, mode)?;
             Ok(Dispatched { message, blocks })
         })
         .await
@@ -431,12 +455,12 @@ impl Store {
             return Ok(vec![]);
         }
         let placement = self.placement(&current);
-        let resolver = self.resolver.clone();
+        let resolver = self.attachments.clone();
         blocking(move || {
             queued
                 .into_iter()
                 .map(|message| {
-                    let blocks = dispatch::dispatch(&*resolver, &memo, &message, &placement, mode)?;
+                    let blocks = dispatch::dispatch(&resolver, &memo, &message, &placement, mode)?;
                     Ok(Dispatched { message, blocks })
                 })
                 .collect::<Result<Vec<_>>>()
@@ -481,14 +505,14 @@ impl Store {
             return Err(Error::LogMismatch { session, problems });
         }
         let placement = self.placement(&current);
-        let resolver = self.resolver.clone();
+        let resolver = self.attachments.clone();
         let memo = Memo::new();
         let messages = blocking(move || {
             rows.into_iter()
                 .filter(|m| m.state == Delivery::Delivered)
                 .map(|message| {
                     let blocks =
-                        dispatch::dispatch(&*resolver, &memo, &message, &placement, Mode::Degrade)?;
+                        dispatch::dispatch(&resolver, &memo, &message, &placement, Mode::Degrade)?;
                     Ok(Dispatched { message, blocks })
                 })
                 .collect::<Result<Vec<_>>>()

@@ -165,3 +165,29 @@ async fn unknown_sessions_and_messages_are_named_in_errors() {
     let err = t.store.events(ghost).await.unwrap_err();
     assert_eq!(err.to_string(), format!("no session {ghost}"));
 }
+
+#[tokio::test]
+async fn renaming_a_session_records_its_event_and_names_an_unknown_one() {
+    let t = TestStore::new().await;
+    let s = t
+        .store
+        .create_session(Some("before".into()), ToolsHost::Local)
+        .await
+        .unwrap();
+    t.store.rename_session(s.id, "after".into()).await.unwrap();
+    assert_eq!(
+        t.store.session(s.id).await.unwrap().title.as_deref(),
+        Some("after")
+    );
+    let events = t.store.events(s.id).await.unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(last.kind, "session_renamed");
+    assert_eq!(last.payload["title"], "after");
+    assert!(t.store.verify().await.unwrap().ok());
+    let ghost = sessionstore::SessionId::new();
+    let err = t.store.rename_session(ghost, "x".into()).await.unwrap_err();
+    assert!(
+        matches!(err, sessionstore::Error::SessionNotFound(id) if id == ghost),
+        "{err:?}"
+    );
+}
