@@ -13,7 +13,7 @@ use agent_client_protocol_schema::v1::{
 };
 use base64::Engine;
 
-use crate::attachments::{AttachmentError, AttachmentStore, AttachmentUri, Resolved, RootKind};
+use crate::attachments::{AttachmentError, AttachmentStore, AttachmentUri, Resolved};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Message, Role, ToolsHost};
 
@@ -40,7 +40,6 @@ pub struct Prepared {
     pub mime: String,
     /// The absolute path of the read that produced `content`.
     pub path: PathBuf,
-    pub root: RootKind,
     pub content: Content,
 }
 
@@ -76,7 +75,6 @@ impl Prepared {
             uri: uri.clone(),
             mime: read.mime,
             path: read.path,
-            root: read.root,
             content,
         }
     }

@@ -2,12 +2,14 @@
 //! work runs on tokio's blocking threads and no pooled connection is held across an
 //! `.await`; SQL stays in `db`, file IO stays in `attachments`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_client_protocol_schema::v1::ContentBlock;
 
-use crate::attachments::{AttachmentStore, AttachmentUri, ReadObserver, StoredAttachment};
+use crate::attachments::{
+    AttachmentStore, AttachmentUri, MAX_ATTACHMENT_BYTES, ReadObserver, StoredAttachment,
+};
 use crate::config::Config;
 use crate::db::{self, Pool, queries, schema::MigrationReport, verify::VerifyReport};
 use crate::dispatch::{self, Memo, Mode, Placement};
@@ -58,6 +60,16 @@ impl Outgoing {
 pub struct Dispatched {
     pub message: Message,
     pub blocks: Vec<ContentBlock>,
+}
+
+impl crate::openai::Turn for Dispatched {
+    fn role(&self) -> Role {
+        self.message.role
+    }
+
+    fn blocks(&self) -> &[ContentBlock] {
+        &self.blocks
+    }
 }
 
 /// A session rebuilt in a fresh store: its delivered history, replayed through the
@@ -275,14 +287,14 @@ impl Store {
     pub async fn attach_all(
         &self,
         session: SessionId,
-        uploads: Vec<(String, Vec<u8>)>,
+        uploads: Vec<Upload>,
     ) -> Result<Vec<StoredAttachment>> {
         self.session(session).await?;
         let attachments = self.attachments.clone();
         blocking(move || {
             let mut stored = Vec::with_capacity(uploads.len());
-            for (name, bytes) in &uploads {
-                match attachments.store(&session, name, bytes) {
+            for upload in &uploads {
+                match attachments.store(&session, &upload.name, &upload.bytes) {
                     Ok(s) => stored.push(s),
                     Err(e) => {
                         for s in &stored {
@@ -304,7 +316,11 @@ impl Store {
         upload_name: String,
         bytes: Vec<u8>,
     ) -> Result<StoredAttachment> {
-        let mut stored = self.attach_all(session, vec![(upload_name, bytes)]).await?;
+        let upload = Upload {
+            name: upload_name,
+            bytes,
+        };
+        let mut stored = self.attach_all(session, vec![upload]).await?;
         Ok(stored
             .pop()
             .expect("attach_all stores exactly one attachment per upload"))
@@ -522,6 +538,67 @@ impl Store {
             session: current,
             messages,
         })
+    }
+}
+
+/// A file handed to the store to keep: the upload's own name (made safe when stored)
+/// and its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upload {
+    pub name: String,
+    pub bytes: Vec<u8>,
+}
+
+impl Upload {
+    /// Reads a file the user named for upload, as `name` or else under the file's own
+    /// name. Only a regular file of at most [`MAX_ATTACHMENT_BYTES`] is taken: the
+    /// checks are made on the opened file (opened non-blocking, so a FIFO cannot hang
+    /// the call), and the read stops past the limit, so a file that grows while it is
+    /// read is refused rather than read without bound.
+    pub async fn read_file(path: PathBuf, name: Option<String>) -> Result<Upload> {
+        blocking(move || Upload::read_file_blocking(&path, name)).await
+    }
+
+    fn read_file_blocking(path: &Path, name: Option<String>) -> Result<Upload> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let io = |cause| Error::Io {
+            path: path.to_owned(),
+            cause,
+        };
+        let nonblocking = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nonblocking)
+            .open(path)
+            .map_err(io)?;
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(Error::NotRegularFile {
+                path: path.to_owned(),
+            });
+        }
+        let too_large = |size| Error::FileTooLarge {
+            path: path.to_owned(),
+            size,
+            limit: MAX_ATTACHMENT_BYTES,
+        };
+        if meta.len() > MAX_ATTACHMENT_BYTES {
+            return Err(too_large(meta.len()));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        file.take(MAX_ATTACHMENT_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
+        if bytes.len() as u64 > MAX_ATTACHMENT_BYTES {
+            return Err(too_large(bytes.len() as u64));
+        }
+        let name = name.unwrap_or_else(|| {
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+        Ok(Upload { name, bytes })
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sessionstore::attachments::AttachmentError;
 use sessionstore::dispatch::{Memo, Mode};
 use sessionstore::model::{Delivery, Role, ToolsHost};
-use sessionstore::store::Outgoing;
+use sessionstore::store::{Outgoing, Upload};
 use sessionstore::{Error, SessionId};
 
 use crate::support::{PNG, TestStore, assert_one_line_error, bin, json, run_in, stdout};
@@ -272,8 +272,14 @@ async fn a_multi_file_upload_that_fails_partway_keeps_nothing() {
         .attach_all(
             s,
             vec![
-                ("first.txt".into(), b"fine".to_vec()),
-                ("huge.bin".into(), too_big),
+                Upload {
+                    name: "first.txt".into(),
+                    bytes: b"fine".to_vec(),
+                },
+                Upload {
+                    name: "huge.bin".into(),
+                    bytes: too_big,
+                },
             ],
         )
         .await
