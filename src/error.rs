@@ -66,15 +66,15 @@ pub enum Error {
     Dispatch(#[from] DispatchError),
 
     // Input files and values.
-    #[error("cannot read {path:?}")]
+    #[error("cannot read {path}")]
     Io {
         path: PathBuf,
         #[source]
         cause: std::io::Error,
     },
-    #[error("cannot attach {path:?}: not a regular file")]
+    #[error("cannot attach {path}: not a regular file")]
     NotRegularFile { path: PathBuf },
-    #[error("cannot attach {path:?}: it is {size} bytes, over the {limit}-byte limit")]
+    #[error("cannot attach {path}: it is {size} bytes, over the {limit}-byte limit")]
     FileTooLarge {
         path: PathBuf,
         size: u64,

@@ -9,7 +9,7 @@ use sessionstore::model::{Delivery, Role, ToolsHost};
 use sessionstore::store::{Outgoing, Upload};
 use sessionstore::{Error, SessionId};
 
-use crate::support::{PNG, TestStore, assert_one_line_error, bin, json, run_in, stdout};
+use crate::support::{PNG, TestStore, assert_one_line_error, bin, json, run_in, stderr, stdout};
 
 /// Runs the binary on the store of `t` (its database and configured root).
 fn cli(t: &TestStore, args: &[&str]) -> Output {
@@ -418,4 +418,75 @@ async fn dispatch_drain_and_restore_print_requests_the_openai_types_accept() {
         "the paths reach the model"
     );
     responses(&["restore", "--session", &sid, "--format", "openai-responses"]);
+}
+
+/// Issue 12, hole 3: a crafted database or a path the user passes could carry escape
+/// sequences (ESC, VT, FF, BS, DEL, NEL, a bidi override) into an error message and on
+/// to the terminal. Every message the binary prints shows them as `\uXXXX`.
+#[test]
+fn control_characters_in_error_messages_never_reach_the_terminal() {
+    const HIDDEN: &str = "\u{1b}[31m\u{0b}\u{0c}\u{08}\u{7f}\u{85}\u{202e}";
+    const SHOWN: &str = "\\u001b[31m\\u000b\\u000c\\u0008\\u007f\\u0085\\u202e";
+    let dir = tempfile::tempdir().unwrap();
+    let check = |out: &Output| {
+        let err = assert_one_line_error(out);
+        for c in HIDDEN.chars().filter(|c| !c.is_ascii_graphic()) {
+            assert!(!err.contains(c), "raw {c:?} reached stderr: {err:?}");
+        }
+        assert!(err.contains(SHOWN), "{err:?}");
+    };
+
+    // A --db path that names nothing.
+    let db = dir.path().join(format!("db{HIDDEN}.sqlite"));
+    let session = SessionId::new().to_string();
+    let out = bin(dir.path())
+        .args([
+            "session",
+            "show",
+            &session,
+            "--attachments-root",
+            "a",
+            "--db",
+        ])
+        .arg(&db)
+        .output()
+        .unwrap();
+    check(&out);
+
+    // A file given to `attach` that is not a regular file (checked before any
+    // database is opened).
+    let folder = dir.path().join(format!("upload{HIDDEN}"));
+    std::fs::create_dir(&folder).unwrap();
+    let out = bin(dir.path())
+        .args(["attach", "--session", &session, "--db", "x.db"])
+        .args(["--attachments-root", "a"])
+        .arg(&folder)
+        .output()
+        .unwrap();
+    check(&out);
+
+    // A database whose schema names a table with the sequences in it.
+    let crafted = dir.path().join("crafted.db");
+    {
+        let conn = rusqlite::Connection::open(&crafted).unwrap();
+        conn.execute_batch("CREATE TABLE t (a)").unwrap();
+        conn.pragma_update(None, "writable_schema", true).unwrap();
+        conn.execute(
+            "UPDATE sqlite_master SET name = ?1, sql = 'CREATE TABLE broken (' WHERE name = 't'",
+            [format!("refinery_s{HIDDEN}chema_history")],
+        )
+        .unwrap();
+    }
+    let out = bin(dir.path())
+        .args(["session", "list", "--attachments-root", "a", "--db"])
+        .arg(&crafted)
+        .output()
+        .unwrap();
+    check(&out);
+    assert!(stderr(&out).contains("malformed database schema"));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "a foreign database is refused input"
+    );
 }
