@@ -224,7 +224,7 @@ impl AttachmentStore {
         uri: &AttachmentUri,
     ) -> Result<(Vec<u8>, PathBuf, RootKind), AttachmentError> {
         let refused = |reason: String| AttachmentError::Refused {
-            uri: uri.to_string(),
+            uri: uri.clone(),
             reason,
         };
         if uri.session() != *session {
@@ -253,7 +253,7 @@ impl AttachmentStore {
                 }
                 Err(Beneath::Io(source)) => {
                     return Err(AttachmentError::Io {
-                        uri: uri.to_string(),
+                        uri: uri.clone(),
                         path: folder,
                         cause: source,
                     });
@@ -266,19 +266,19 @@ impl AttachmentStore {
                     Err(refused(format!("{path:?} {reason}")))
                 }
                 Err(ReadFailure::TooLarge(size)) => Err(AttachmentError::TooLarge {
-                    uri: uri.to_string(),
+                    uri: uri.clone(),
                     size,
                     limit: self.limit,
                 }),
                 Err(ReadFailure::Beneath(Beneath::Io(source))) => Err(AttachmentError::Io {
-                    uri: uri.to_string(),
+                    uri: uri.clone(),
                     path,
                     cause: source,
                 }),
             };
         }
         Err(AttachmentError::NotFound {
-            uri: uri.to_string(),
+            uri: uri.clone(),
             tried,
         })
     }
@@ -586,7 +586,7 @@ mod tests {
         std::fs::remove_file(t.configured_folder().join("gone.txt")).unwrap();
         let e = t.read(&stored.uri).unwrap_err();
         assert!(e.is_not_found());
-        assert_eq!(e.uri(), Some(stored.uri.to_string().as_str()));
+        assert_eq!(e.uri(), Some(&stored.uri));
         let msg = e.to_string();
         assert!(
             msg.contains(&t.store.roots().configured.display().to_string()),
@@ -694,7 +694,7 @@ mod tests {
             ),
             "{e:?}"
         );
-        assert_eq!(e.uri(), Some(uri.to_string().as_str()));
+        assert_eq!(e.uri(), Some(&uri));
         assert!(!e.is_not_found());
         assert_eq!(
             e.to_string(),

@@ -82,6 +82,15 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
                     session.id
                 ));
                 by_session.remove(&session.id);
+                // Its rows still count as its own, not as rows of no session.
+                let count: i64 = conn
+                    .query_row(
+                        "SELECT count(*) FROM messages WHERE session_id = ?1",
+                        [session.id.to_string()],
+                        |r| r.get(0),
+                    )
+                    .map_err(|e| Error::sqlite("count messages", e))?;
+                report.messages += count as usize;
                 continue;
             }
         };

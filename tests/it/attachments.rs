@@ -46,13 +46,13 @@ async fn a_file_over_the_limit_is_refused_by_its_size_before_it_is_read() {
             size: got,
             limit,
         } => {
-            assert_eq!(named, &uri.to_string());
+            assert_eq!(named, &uri);
             assert_eq!(*got, size);
             assert_eq!(*limit, MAX_ATTACHMENT_BYTES);
         }
         other => panic!("expected TooLarge, got {other:?}"),
     }
-    assert_eq!(e.uri(), Some(uri.to_string().as_str()));
+    assert_eq!(e.uri(), Some(&uri));
     assert!(!e.is_not_found());
     assert_eq!(
         e.to_string(),
