@@ -183,26 +183,14 @@ pub(crate) fn inspect(path: &Path) -> Result<OnDisk> {
 /// while no writer is present: a live writer's file may be mid-checkpoint.
 fn check_header(path: &Path, len: u64) -> Result<()> {
     use std::io::Read;
-    let mut header = [0u8; 100];
-    let mut file = std::fs::File::open(path).map_err(|cause| Error::DatabaseIo {
-        path: path.to_owned(),
-        cause,
-    })?;
-    let mut read = 0;
-    while read < header.len() {
-        match file.read(&mut header[read..]) {
-            Ok(0) => break,
-            Ok(n) => read += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(cause) => {
-                return Err(Error::DatabaseIo {
-                    path: path.to_owned(),
-                    cause,
-                });
-            }
-        }
-    }
-    if read < header.len() || !header.starts_with(MAGIC) {
+    let mut header = Vec::with_capacity(100);
+    std::fs::File::open(path)
+        .and_then(|file| file.take(100).read_to_end(&mut header))
+        .map_err(|cause| Error::DatabaseIo {
+            path: path.to_owned(),
+            cause,
+        })?;
+    if header.len() < 100 || !header.starts_with(MAGIC) {
         return Err(Error::NotDatabase {
             path: path.to_owned(),
             detail: "it does not begin with a sqlite database header".to_owned(),
@@ -486,6 +474,14 @@ mod tests {
         path
     }
 
+    /// Upgrades the database at `path` to the test-only V2, which adds a table.
+    fn upgrade(path: &Path, backup: Backup) -> (Connection, MigrationReport) {
+        let mut conn = open_checked(path).unwrap();
+        let migrations = with_v2("CREATE TABLE later (x TEXT);");
+        let report = migrate_with(&mut conn, path, &migrations, backup).unwrap();
+        (conn, report)
+    }
+
     fn names(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
@@ -516,14 +512,7 @@ mod tests {
     fn an_upgrade_first_copies_the_database_and_the_copy_opens_as_it_was() {
         let dir = tempfile::tempdir().unwrap();
         let path = v1_with_a_session(dir.path());
-        let mut conn = open_checked(&path).unwrap();
-        let report = migrate_with(
-            &mut conn,
-            &path,
-            &with_v2("CREATE TABLE later (x TEXT);"),
-            Backup::Make,
-        )
-        .unwrap();
+        let (conn, report) = upgrade(&path, Backup::Make);
         let copy = dir.path().join("sessions.db.v1.bak");
         assert_eq!(report.backup.as_deref(), Some(copy.as_path()));
         assert_eq!(report.applied, ["V2__test_only"]);
@@ -560,14 +549,7 @@ mod tests {
         let path = v1_with_a_session(dir.path());
         let taken = dir.path().join("sessions.db.v1.bak");
         std::fs::write(&taken, "an older copy").unwrap();
-        let mut conn = open_checked(&path).unwrap();
-        let report = migrate_with(
-            &mut conn,
-            &path,
-            &with_v2("CREATE TABLE later (x TEXT);"),
-            Backup::Make,
-        )
-        .unwrap();
+        let (_, report) = upgrade(&path, Backup::Make);
         let next = dir.path().join("sessions.db.v1.1.bak");
         assert_eq!(report.backup.as_deref(), Some(next.as_path()));
         assert_eq!(std::fs::read(&taken).unwrap(), b"an older copy");
@@ -579,14 +561,7 @@ mod tests {
     fn no_backup_skips_the_copy() {
         let dir = tempfile::tempdir().unwrap();
         let path = v1_with_a_session(dir.path());
-        let mut conn = open_checked(&path).unwrap();
-        let report = migrate_with(
-            &mut conn,
-            &path,
-            &with_v2("CREATE TABLE later (x TEXT);"),
-            Backup::Skip,
-        )
-        .unwrap();
+        let (_, report) = upgrade(&path, Backup::Skip);
         assert_eq!(report.backup, None);
         assert_eq!(report.applied, ["V2__test_only"]);
         assert!(

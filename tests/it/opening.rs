@@ -2,37 +2,18 @@
 //! them, reading commands never write or migrate (and work on a read-only copy), and
 //! only `migrate` and `session new` turn an empty file into a database.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
 use sessionstore::model::ToolsHost;
 use sessionstore::{Error, Store};
 
 use crate::support::{
-    PNG, TestStore, assert_one_line_error, bin, config_in, json, run_in, stderr, stdout,
+    PNG, TestStore, assert_one_line_error, bin, config_in, json, run_in, snapshot, stderr, stdout,
 };
 
 /// A session id no damaged file knows; commands that need one get it.
 const SID: &str = "01a22b1d-b6fa-778b-a534-d674f3630de8";
-
-/// Every file under `dir`, by relative path, with its bytes: what "left alone" means.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                let rel = path.strip_prefix(dir).unwrap().to_owned();
-                out.insert(rel, std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    out
-}
 
 /// Commands that only read, with the words after the command name.
 fn reading_commands() -> Vec<Vec<&'static str>> {
