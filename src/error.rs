@@ -32,6 +32,17 @@ pub enum Error {
         known: i64,
         unknown: Vec<String>,
     },
+    #[error(
+        "database {path} is at schema version {found} and this sessionstore needs {latest}: \
+         run `sessionstore migrate` to upgrade it (reading commands never do)"
+    )]
+    NeedsMigration {
+        path: PathBuf,
+        found: i64,
+        latest: i64,
+    },
+    #[error("database {0} was opened for reading only, so it cannot be changed")]
+    ReadOnly(PathBuf),
     #[error("migration failed, schema left as it was: {0}")]
     Migration(String),
     #[error("database error while trying to {action}: {cause}")]

@@ -59,6 +59,9 @@ enum Command {
         /// Report what would be applied without writing anything
         #[arg(long)]
         dry_run: bool,
+        /// Upgrade without first copying the database to `<db>.v<N>.bak`
+        #[arg(long)]
+        no_backup: bool,
     },
     /// Create, list and show sessions
     #[command(subcommand)]
@@ -358,12 +361,17 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
     let config = cli.global.config()?;
     match cli.command {
-        Command::Migrate { dry_run } => {
+        Command::Migrate { dry_run, no_backup } => {
             let report = if dry_run {
                 db::schema::plan(&config.db_path)?
             } else {
                 let path = config.db_path.clone();
-                tokio::task::spawn_blocking(move || db::migrate(&path)).await??
+                let backup = if no_backup {
+                    db::schema::Backup::Skip
+                } else {
+                    db::schema::Backup::Make
+                };
+                tokio::task::spawn_blocking(move || db::migrate(&path, backup)).await??
             };
             if json {
                 print_json(&report)?;
@@ -379,8 +387,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     report.current
                 ))?;
             } else {
+                let kept = match &report.backup {
+                    Some(copy) => format!("; the database as it was is kept in {}", copy.display()),
+                    None => String::new(),
+                };
                 emit(&format!(
-                    "applied {}; schema at version {}",
+                    "applied {}; schema at version {}{kept}",
                     report.applied.join(", "),
                     report.current
                 ))?;
@@ -402,7 +414,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Session(SessionCommand::List) => {
             // Listing never creates a database: with none yet, there is nothing to list.
-            let sessions = match Store::open_existing(config).await {
+            let sessions = match Store::open_read_only(config).await {
                 Ok(store) => store.list_sessions().await?,
                 Err(Error::NoDatabase(_)) => vec![],
                 Err(e) => return Err(e.into()),
@@ -416,7 +428,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Session(SessionCommand::Show { id }) => {
-            let store = Store::open_existing(config).await?;
+            let store = Store::open_read_only(config).await?;
             let session = store.session(id).await?;
             let messages = store.messages(id).await?;
             if json {
@@ -526,7 +538,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             strict,
             output: Output { format, model },
         } => {
-            let store = Store::open_existing(config).await?;
+            let store = Store::open_read_only(config).await?;
             if format == Format::FocusHint {
                 // The hint never sees attachments, so none is read for it.
                 let message = store.select(session, message).await?;
@@ -566,7 +578,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 bail!("--format focus-hint is for dispatch only");
             }
             // This process has opened no store yet: the restore is in a fresh one.
-            let store = Store::open_existing(config).await?;
+            let store = Store::open_read_only(config).await?;
             let restored = store.restore(session).await?;
             if format == Format::Acp {
                 print_json(&restored)?;
@@ -575,7 +587,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Events { session } => {
-            let store = Store::open_existing(config).await?;
+            let store = Store::open_read_only(config).await?;
             let lines = store
                 .events(session)
                 .await?
@@ -585,7 +597,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             emit(&lines.join("\n"))?;
         }
         Command::Verify => {
-            let store = Store::open_existing(config).await?;
+            let store = Store::open_read_only(config).await?;
             let report = store.verify().await?;
             if json {
                 print_json(&report)?;

@@ -8,7 +8,7 @@ use agent_client_protocol_schema::v1::ContentBlock;
 
 use crate::attachments::{AttachmentStore, AttachmentUri, StoredAttachment};
 use crate::config::Config;
-use crate::db::{self, Pool, queries, verify::VerifyReport};
+use crate::db::{self, Access, Db, queries, verify::VerifyReport};
 use crate::dispatch::{self, Memo, Mode, Placement, Resolver};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
@@ -17,7 +17,7 @@ use crate::projection;
 
 #[derive(Clone)]
 pub struct Store {
-    pool: Pool,
+    db: Db,
     attachments: AttachmentStore,
     resolver: Arc<dyn Resolver>,
     config: Arc<Config>,
@@ -112,21 +112,35 @@ impl Store {
     /// Opens the database (migrating it first, refusing a newer or foreign file) and
     /// the attachment roots named by `config`.
     pub async fn open(config: Config) -> Result<Store> {
-        let attachments = AttachmentStore::new(config.roots.clone());
-        Store::open_with_resolver(config, Arc::new(attachments)).await
+        Store::open_as(config, None, Access::Create).await
     }
 
     /// Like `open`, but refuses to create a database that does not exist yet: for
-    /// commands that only read, where a mistyped path must not look like an empty store.
+    /// commands that write to an existing store, where a mistyped path must not look
+    /// like an empty store.
     pub async fn open_existing(config: Config) -> Result<Store> {
-        if !config.db_path.exists() {
-            return Err(Error::NoDatabase(config.db_path.clone()));
-        }
-        Store::open(config).await
+        Store::open_as(config, None, Access::Existing).await
+    }
+
+    /// Opens the database for reading only: nothing is written to the file or beside
+    /// it, and a database that is missing, empty or needs a migration is refused
+    /// (pointing at `sessionstore migrate`). Writes on such a store fail.
+    pub async fn open_read_only(config: Config) -> Result<Store> {
+        Store::open_as(config, None, Access::ReadOnly).await
     }
 
     /// Like `open`, with reads going through `resolver` (tests count reads this way).
     pub async fn open_with_resolver(config: Config, resolver: Arc<dyn Resolver>) -> Result<Store> {
+        Store::open_as(config, Some(resolver), Access::Create).await
+    }
+
+    async fn open_as(
+        config: Config,
+        resolver: Option<Arc<dyn Resolver>>,
+        access: Access,
+    ) -> Result<Store> {
+        let resolver =
+            resolver.unwrap_or_else(|| Arc::new(AttachmentStore::new(config.roots.clone())));
         // A model is given paths as text; a root that is not UTF-8 could only be given
         // as a lossy copy that names some other file.
         for root in std::iter::once(&config.roots.configured).chain(&config.roots.legacy) {
@@ -137,9 +151,9 @@ impl Store {
             }
         }
         let path = config.db_path.clone();
-        let pool = blocking(move || db::open_pool(&path)).await?;
+        let db = blocking(move || Db::open(&path, access)).await?;
         Ok(Store {
-            pool,
+            db,
             attachments: AttachmentStore::new(config.roots.clone()),
             resolver,
             config: Arc::new(config),
@@ -158,16 +172,16 @@ impl Store {
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let pool = self.pool.clone();
-        blocking(move || db::write(&mut *pool.get()?, f)).await
+        let db = self.db.clone();
+        blocking(move || db.write(f)).await
     }
 
     async fn with_read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T> + Send + 'static,
+        f: impl Fn(&rusqlite::Transaction<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let pool = self.pool.clone();
-        blocking(move || db::read(&mut *pool.get()?, f)).await
+        let db = self.db.clone();
+        blocking(move || db.read(f)).await
     }
 
     pub async fn create_session(
