@@ -126,6 +126,17 @@ pub enum Error {
         known: i64,
         unknown: Vec<String>,
     },
+    #[error(
+        "database {path} is at schema version {found} and this sessionstore needs {latest}: \
+         run `sessionstore migrate` to upgrade it (reading commands never do)"
+    )]
+    NeedsMigration {
+        path: PathBuf,
+        found: i64,
+        latest: i64,
+    },
+    #[error("database {0} was opened for reading only, so it cannot be changed")]
+    ReadOnly(PathBuf),
     #[error("migration failed, schema left as it was: {0}")]
     Migration(String),
     /// Another writer held the database past the busy timeout.
@@ -184,6 +195,8 @@ impl Error {
             Error::NoDatabase(_) => "no_database",
             Error::NotDatabase { .. } => "not_database",
             Error::NewerSchema { .. } => "newer_schema",
+            Error::NeedsMigration { .. } => "needs_migration",
+            Error::ReadOnly(_) => "read_only",
             Error::Migration(_) => "migration_failed",
             Error::Busy { .. } => "busy",
             Error::Sqlite { .. } => "database",

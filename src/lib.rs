@@ -21,7 +21,7 @@ pub(crate) mod projection;
 pub mod store;
 
 pub use config::Config;
-pub use db::schema::MigrationReport;
+pub use db::schema::{Backup, MigrationReport};
 pub use db::verify::VerifyReport;
 pub use dispatch::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
 pub use error::{Error, Result};

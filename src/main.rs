@@ -17,7 +17,7 @@ use sessionstore::attachments::AttachmentUri;
 use sessionstore::dispatch::{Memo, Mode};
 use sessionstore::model::{Role, ToolsHost};
 use sessionstore::store::{Dispatched, Outgoing, Upload};
-use sessionstore::{Config, Error, MessageId, SessionId, Store, focus, openai};
+use sessionstore::{Backup, Config, Error, MessageId, SessionId, Store, focus, openai};
 
 #[derive(Parser)]
 #[command(
@@ -82,6 +82,9 @@ struct MigrateArgs {
     /// Report what would be applied without writing anything
     #[arg(long)]
     dry_run: bool,
+    /// Upgrade without first copying the database to `<db>.v<N>.bak`
+    #[arg(long)]
+    no_backup: bool,
 }
 
 #[derive(Args)]
@@ -453,7 +456,12 @@ async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {
     let report = if args.dry_run {
         Store::migration_plan(&config.db_path).await?
     } else {
-        Store::migrate(&config.db_path).await?
+        let backup = if args.no_backup {
+            Backup::Skip
+        } else {
+            Backup::Make
+        };
+        Store::migrate(&config.db_path, backup).await?
     };
     if json {
         print_json(&report)
@@ -469,8 +477,12 @@ async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {
             report.current
         ))
     } else {
+        let kept = match &report.backup {
+            Some(copy) => format!("; the database as it was is kept in {}", copy.display()),
+            None => String::new(),
+        };
         emit(&format!(
-            "applied {}; schema at version {}",
+            "applied {}; schema at version {}{kept}",
             report.applied.join(", "),
             report.current
         ))
@@ -494,7 +506,7 @@ async fn session_new(
 
 async fn session_list(config: Config, json: bool) -> Result<()> {
     // Listing never creates a database: with none yet, there is nothing to list.
-    let sessions = match Store::open_existing(config).await {
+    let sessions = match Store::open_read_only(config).await {
         Ok(store) => store.list_sessions().await?,
         Err(Error::NoDatabase(_)) => vec![],
         Err(e) => return Err(e.into()),
@@ -509,7 +521,7 @@ async fn session_list(config: Config, json: bool) -> Result<()> {
 }
 
 async fn session_show(config: Config, json: bool, id: SessionId) -> Result<()> {
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_read_only(config).await?;
     let session = store.session(id).await?;
     let messages = store.messages(id).await?;
     if json {
@@ -580,7 +592,7 @@ async fn send(config: Config, json: bool, args: SendArgs) -> Result<()> {
 }
 
 async fn dispatch(config: Config, args: DispatchArgs) -> Result<()> {
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_read_only(config).await?;
     let request = match args.format {
         DispatchFormat::FocusHint => {
             // The hint never sees attachments, so none is read for it.
@@ -619,7 +631,7 @@ async fn drain(config: Config, args: DrainArgs) -> Result<()> {
 
 async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     // This process has opened no store yet: the restore is in a fresh one.
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_read_only(config).await?;
     let restored = store.restore(args.session).await?;
     let request = match args.format {
         RestoreFormat::Acp => return print_json(&restored),
@@ -630,7 +642,7 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
 }
 
 async fn events(config: Config, args: EventsArgs) -> Result<()> {
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_read_only(config).await?;
     let lines = store
         .events(args.session)
         .await?
@@ -642,7 +654,7 @@ async fn events(config: Config, args: EventsArgs) -> Result<()> {
 
 /// Prints the report; non-zero when it found a problem.
 async fn verify(config: Config, json: bool) -> Result<ExitCode> {
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_read_only(config).await?;
     let report = store.verify().await?;
     if json {
         print_json(&report)?;

@@ -11,7 +11,9 @@ use crate::attachments::{
     AttachmentStore, AttachmentUri, MAX_ATTACHMENT_BYTES, ReadObserver, StoredAttachment,
 };
 use crate::config::Config;
-use crate::db::{self, Pool, queries, schema::MigrationReport, verify::VerifyReport};
+use crate::db::{
+    self, Access, Db, queries, schema::Backup, schema::MigrationReport, verify::VerifyReport,
+};
 use crate::dispatch::{self, Memo, Mode, Placement};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
@@ -22,7 +24,7 @@ use crate::projection;
 /// that both writes uploads and reads them back, over the roots in `config`.
 #[derive(Clone)]
 pub struct Store {
-    pool: Pool,
+    db: Db,
     attachments: AttachmentStore,
     config: Arc<Config>,
 }
@@ -127,29 +129,40 @@ impl Store {
     /// Opens the database (migrating it first, refusing a newer or foreign file) and
     /// the attachment roots named by `config`.
     pub async fn open(config: Config) -> Result<Store> {
-        let attachments = AttachmentStore::new(config.roots.clone());
-        Store::open_with(config, attachments).await
+        Store::open_as(config, None, Access::Create).await
     }
 
     /// Like `open`, but refuses to create a database that does not exist yet: for
-    /// commands that only read, where a mistyped path must not look like an empty store.
+    /// commands that write to an existing store, where a mistyped path must not look
+    /// like an empty store.
     pub async fn open_existing(config: Config) -> Result<Store> {
-        if !config.db_path.exists() {
-            return Err(Error::NoDatabase(config.db_path.clone()));
-        }
-        Store::open(config).await
+        Store::open_as(config, None, Access::Existing).await
+    }
+
+    /// Opens the database for reading only: nothing is written to the file or beside
+    /// it, and a database that is missing, empty or needs a migration is refused
+    /// (pointing at `sessionstore migrate`). Writes on such a store fail.
+    pub async fn open_read_only(config: Config) -> Result<Store> {
+        Store::open_as(config, None, Access::ReadOnly).await
     }
 
     /// Like `open`, telling `observer` of every attachment read (tests and the probe
     /// count reads this way). The observed store is the same one that writes.
     pub async fn open_with_read_observer(config: Config, observer: ReadObserver) -> Result<Store> {
-        let attachments = AttachmentStore::new(config.roots.clone()).observing_reads(observer);
-        Store::open_with(config, attachments).await
+        Store::open_as(config, Some(observer), Access::Create).await
     }
 
-    /// `attachments` is always built from `config.roots`, so reads and writes share
-    /// one set of roots.
-    async fn open_with(config: Config, attachments: AttachmentStore) -> Result<Store> {
+    /// The one attachment store is always built from `config.roots`, so reads and
+    /// writes share one set of roots.
+    async fn open_as(
+        config: Config,
+        observer: Option<ReadObserver>,
+        access: Access,
+    ) -> Result<Store> {
+        let mut attachments = AttachmentStore::new(config.roots.clone());
+        if let Some(observer) = observer {
+            attachments = attachments.observing_reads(observer);
+        }
         // A model is given paths as text; a root that is not UTF-8 could only be given
         // as a lossy copy that names some other file.
         for root in std::iter::once(&config.roots.configured).chain(&config.roots.legacy) {
@@ -158,9 +171,9 @@ impl Store {
             }
         }
         let path = config.db_path.clone();
-        let pool = blocking(move || db::open_pool(&path)).await?;
+        let db = blocking(move || Db::open(&path, access)).await?;
         Ok(Store {
-            pool,
+            db,
             attachments,
             config: Arc::new(config),
         })
@@ -169,9 +182,11 @@ impl Store {
     /// Applies pending migrations to the database at `path`, creating it if needed
     /// and refusing a newer or foreign file without writing to it. `open` does the
     /// same; this is for a caller that only wants the schema brought up to date.
-    pub async fn migrate(path: &Path) -> Result<MigrationReport> {
+    /// With `Backup::Make`, a database that already has a schema is first copied to
+    /// `<db>.v<N>.bak`.
+    pub async fn migrate(path: &Path, backup: Backup) -> Result<MigrationReport> {
         let path = path.to_owned();
-        blocking(move || db::migrate(&path)).await
+        blocking(move || db::migrate(&path, backup)).await
     }
 
     /// What `migrate` would apply, read without writing a byte (a missing file is
@@ -193,16 +208,16 @@ impl Store {
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let pool = self.pool.clone();
-        blocking(move || db::write(&mut *pool.get()?, f)).await
+        let db = self.db.clone();
+        blocking(move || db.write(f)).await
     }
 
     async fn with_read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T> + Send + 'static,
+        f: impl Fn(&rusqlite::Transaction<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let pool = self.pool.clone();
-        blocking(move || db::read(&mut *pool.get()?, f)).await
+        let db = self.db.clone();
+        blocking(move || db.read(f)).await
     }
 
     pub async fn create_session(

@@ -13,13 +13,20 @@ const MAX_EXTENSION_BYTES: usize = 16;
 /// What an empty or dot-only upload name becomes.
 const FALLBACK_NAME: &str = "attachment";
 
+/// How the store's own temporary files in a session folder begin (`disk.rs` writes an
+/// upload to `.upload-<id>.partial.` before giving it its name). A stored name never
+/// begins this way, so nothing that cleans up such leftovers can mistake an upload for one.
+pub const TEMPORARY_PREFIX: &str = ".upload-";
+
 /// Rewrites an upload's name into a safe stored name; never refuses.
 ///
 /// Keeps the part after the last `/` or `\`, drops control characters (Unicode `Cc`),
 /// normalizes to NFC, trims surrounding whitespace and trailing dots, maps an empty
 /// result, `.` or `..` to `attachment`, and cuts to 255 bytes at a character boundary
-/// keeping a short extension. The result never contains `/`, `\` or NUL, is never
-/// empty, `.` or `..`, and `sanitize_name(&sanitize_name(x)) == sanitize_name(x)`.
+/// keeping a short extension; a name that would begin like the store's temporary files
+/// (`.upload-`, in any case) gets `_` for its leading dot. The result never contains
+/// `/`, `\` or NUL, is never empty, `.` or `..`, never begins with `.upload-`, and
+/// `sanitize_name(&sanitize_name(x)) == sanitize_name(x)`.
 pub fn sanitize_name(upload: &str) -> String {
     let base = upload.rsplit(['/', '\\']).next().unwrap_or(upload);
     let visible: String = base.chars().filter(|c| !c.is_control()).collect();
@@ -28,13 +35,26 @@ pub fn sanitize_name(upload: &str) -> String {
     if trimmed.is_empty() {
         return FALLBACK_NAME.to_owned();
     }
-    let cut = truncate_keeping_extension(trimmed, MAX_NAME_BYTES);
+    let cut = unlike_temporary(truncate_keeping_extension(trimmed, MAX_NAME_BYTES));
     // A prefix of an NFC string is NFC in practice, but if some sequence proves
     // otherwise, normalizing again keeps the result a fixed point of this function.
     if !is_nfc(&cut) {
         return sanitize_name(&cut.nfc().collect::<String>());
     }
     cut
+}
+
+/// `_upload-…` for a name that begins like the store's temporary files. Case is
+/// ignored, for file systems that ignore it; the dot is one byte, so the length holds.
+fn unlike_temporary(name: String) -> String {
+    let looks_temporary = name
+        .get(..TEMPORARY_PREFIX.len())
+        .is_some_and(|start| start.eq_ignore_ascii_case(TEMPORARY_PREFIX));
+    if looks_temporary {
+        format!("_{}", &name[1..])
+    } else {
+        name
+    }
 }
 
 /// The `n`th de-duplicated variant of a stored name: `stem (n).ext`, or `name (n)` when
@@ -122,6 +142,20 @@ mod tests {
         check("<b>markup</b>", "b>");
         check("résumé — 履歴書.txt", "résumé — 履歴書.txt");
         check(".bashrc", ".bashrc");
+        check(".uploaded.txt", ".uploaded.txt");
+        check("upload-x.partial", "upload-x.partial");
+    }
+
+    /// Issue 12, hole 6: `.upload-x.partial.` was stored as the hidden
+    /// `.upload-x.partial`, which looks like one of the store's own temporary files.
+    #[test]
+    fn hole_6_a_name_like_the_stores_temporary_files_is_rewritten() {
+        check(".upload-x.partial.", "_upload-x.partial");
+        check(".upload-x.partial", "_upload-x.partial");
+        check("  .upload-", "_upload-");
+        check(".UPLOAD-x.Partial", "_UPLOAD-x.Partial");
+        check("dir/.upload-1234.partial.", "_upload-1234.partial");
+        check("_upload-x.partial", "_upload-x.partial");
     }
 
     #[test]
@@ -183,7 +217,7 @@ mod tests {
     fn interesting_name() -> impl Strategy<Value = String> {
         prop_oneof![
             any::<String>(),
-            "[ ./\\\\a-zé\u{301}\u{0}\t\u{200b}\u{202e}\u{1100}\u{1161}\u{11a8}]{0,40}",
+            "(\\.[uU]pload-)?[ ./\\\\a-zé\u{301}\u{0}\t\u{200b}\u{202e}\u{1100}\u{1161}\u{11a8}]{0,40}",
             "[a-zé\u{301}\u{e000} .]{200,400}(\\.[a-z]{1,20})?",
             "[\u{0300}-\u{036f}a\u{0f73}\u{0958}]{0,300}",
         ]
@@ -197,6 +231,7 @@ mod tests {
             prop_assert!(!name.contains(['/', '\\', '\0']));
             prop_assert!(!name.chars().any(char::is_control));
             prop_assert!(name.len() <= MAX_NAME_BYTES);
+            prop_assert!(!name.to_ascii_lowercase().starts_with(TEMPORARY_PREFIX));
             prop_assert!(is_nfc(&name));
             prop_assert_eq!(sanitize_name(&name), name.clone());
             let components: Vec<_> = Path::new(&name).components().collect();

@@ -3,10 +3,12 @@
 //! functions are synchronous and never touch attachment files.
 
 pub mod queries;
+mod readonly;
 pub mod schema;
 pub mod verify;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use r2d2_sqlite::SqliteConnectionManager;
@@ -59,25 +61,88 @@ fn ensure_parent(path: &Path) -> Result<()> {
 /// Opens one configured read-write connection, creating the file if needed, after the
 /// read-only checks have said the file is safe to touch.
 pub fn open_checked(path: &Path) -> Result<Connection> {
-    schema::check_readable(path)?;
+    schema::inspect(path)?;
     ensure_parent(path)?;
     let conn = Connection::open(path).map_err(|e| Error::not_database(path, e))?;
     configure(&conn).map_err(|e| Error::not_database(path, e))?;
     Ok(conn)
 }
 
-/// Applies pending migrations to the database at `path`; the same logic runs when a
-/// store is opened, so nothing ever works on an unmigrated database.
-pub fn migrate(path: &Path) -> Result<schema::MigrationReport> {
+/// Applies pending migrations to the database at `path` (creating it when missing),
+/// first copying a database that already has a schema unless told to `Skip`.
+pub fn migrate(path: &Path, backup: schema::Backup) -> Result<schema::MigrationReport> {
     let mut conn = open_checked(path)?;
-    schema::migrate_conn(&mut conn, path)
+    schema::migrate_conn(&mut conn, path, backup)
 }
 
-/// Migrates, then builds the pool. Every pooled connection is configured on open.
-pub fn open_pool(path: &Path) -> Result<Pool> {
-    migrate(path)?;
-    let manager = SqliteConnectionManager::file(path).with_init(|c| configure(c));
-    Ok(r2d2::Pool::builder().max_size(8).build(manager)?)
+/// How a store may use its database file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read and write, creating and migrating the database as needed.
+    Create,
+    /// Read and write a database that exists (a missing or empty file is refused),
+    /// migrating it first.
+    Existing,
+    /// Read only: no write, no migration, no side file. A database that is missing,
+    /// empty or behind this binary's schema is refused.
+    ReadOnly,
+}
+
+/// The database a store works on: a pool of read-write connections, or a file read
+/// one transaction at a time through connections that leave no trace.
+#[derive(Clone)]
+pub enum Db {
+    ReadWrite(Pool),
+    ReadOnly(Arc<PathBuf>),
+}
+
+impl Db {
+    pub fn open(path: &Path, access: Access) -> Result<Db> {
+        let on_disk = schema::inspect(path)?;
+        match (access, on_disk) {
+            (Access::Create, _) => {}
+            // A file with no sessionstore schema yet (none, empty, or SQLite with no
+            // migration applied) is made a database only by a command that creates.
+            (Access::Existing, schema::OnDisk::Database(applied)) if !applied.is_empty() => {}
+            (Access::Existing, _) => return Err(Error::NoDatabase(path.to_owned())),
+            (Access::ReadOnly, schema::OnDisk::Missing) => {
+                return Err(Error::NoDatabase(path.to_owned()));
+            }
+            (Access::ReadOnly, schema::OnDisk::Empty) => {
+                return Err(Error::NeedsMigration {
+                    path: path.to_owned(),
+                    found: 0,
+                    latest: schema::latest_version(),
+                });
+            }
+            (Access::ReadOnly, schema::OnDisk::Database(applied)) => {
+                schema::require_current(path, &applied)?;
+                return Ok(Db::ReadOnly(Arc::new(path.to_owned())));
+            }
+        }
+        migrate(path, schema::Backup::Make)?;
+        let manager = SqliteConnectionManager::file(path).with_init(|c| configure(c));
+        Ok(Db::ReadWrite(
+            r2d2::Pool::builder().max_size(8).build(manager)?,
+        ))
+    }
+
+    /// `write` on a pooled connection; refused on a read-only database.
+    pub fn write<T>(&self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
+        match self {
+            Db::ReadWrite(pool) => write(&mut *pool.get()?, f),
+            Db::ReadOnly(path) => Err(Error::ReadOnly(path.to_path_buf())),
+        }
+    }
+
+    /// `read` in one snapshot. On a read-only database `f` may run more than once,
+    /// when a writer changed the file while it was being read.
+    pub fn read<T>(&self, f: impl Fn(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
+        match self {
+            Db::ReadWrite(pool) => read(&mut *pool.get()?, f),
+            Db::ReadOnly(path) => readonly::read(path, f),
+        }
+    }
 }
 
 /// Runs `f` in a transaction that takes the write lock up front (`BEGIN IMMEDIATE`),

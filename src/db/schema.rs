@@ -1,8 +1,10 @@
-//! The schema's versions: embedded refinery migrations, the newer-schema and
-//! not-a-database refusals, and applying pending migrations under one write lock.
-//! It never edits a migration and never writes to a database it has refused.
+//! The schema's versions: embedded refinery migrations, the refusals of files that are
+//! not ours to touch (not SQLite, truncated, another program's, newer, or older than a
+//! reading command may use), the backup taken before an upgrade, and applying pending
+//! migrations under one write lock. It never edits a migration and never writes to a
+//! database it has refused.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use refinery::{Migration, Runner};
 use refinery_core::traits::sync::{Migrate, Query, Transaction};
@@ -10,6 +12,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use super::readonly;
 use crate::error::{Error, Result};
 
 mod embedded {
@@ -28,34 +31,66 @@ pub struct MigrationReport {
     pub pending: Vec<String>,
     /// The schema version the database is at after this call.
     pub current: i64,
+    /// Where the copy of the database taken before the upgrade went, if one was made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backup: Option<PathBuf>,
 }
 
-fn runner() -> Runner {
-    embedded::migrations::runner()
+/// Whether an upgrade first copies a database that already has a schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backup {
+    /// Copy it to `<db>.v<N>.bak` (N: the version it had) before applying anything.
+    Make,
+    /// Apply the migrations with no copy (`migrate --no-backup`).
+    Skip,
+}
+
+/// The migrations compiled into this binary, in version order.
+pub(crate) fn embedded() -> Vec<Migration> {
+    let mut migrations = embedded::migrations::runner().get_migrations().clone();
+    migrations.sort_by_key(|m| m.version());
+    migrations
 }
 
 fn label(m: &Migration) -> String {
     format!("V{}__{}", m.version(), m.name())
 }
 
-/// The newest schema version this binary knows.
-pub fn latest_version() -> i64 {
-    runner()
-        .get_migrations()
+fn latest(migrations: &[Migration]) -> i64 {
+    migrations
         .iter()
         .map(|m| i64::from(m.version()))
         .max()
         .unwrap_or(0)
 }
 
+/// The newest schema version this binary knows.
+pub fn latest_version() -> i64 {
+    latest(&embedded())
+}
+
 /// One applied row of refinery's history table.
-struct Applied {
-    version: i64,
-    name: String,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Applied {
+    pub(crate) version: i64,
+    pub(crate) name: String,
+}
+
+/// The version a history puts a database at (0 for none).
+pub(crate) fn current(applied: &[Applied]) -> i64 {
+    applied.iter().map(|a| a.version).max().unwrap_or(0)
+}
+
+/// The migrations of `migrations` that `applied` lacks, in version order.
+fn pending<'m>(migrations: &'m [Migration], applied: &[Applied]) -> Vec<&'m Migration> {
+    migrations
+        .iter()
+        .filter(|m| !applied.iter().any(|a| a.version == i64::from(m.version())))
+        .collect()
 }
 
 /// Reads the history without writing anything. `None` when the table does not exist.
-fn read_history(conn: &Connection) -> rusqlite::Result<Option<Vec<Applied>>> {
+pub(crate) fn read_history(conn: &Connection) -> rusqlite::Result<Option<Vec<Applied>>> {
     let exists: Option<i64> = conn
         .query_row(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
@@ -78,96 +113,131 @@ fn read_history(conn: &Connection) -> rusqlite::Result<Option<Vec<Applied>>> {
     rows.collect::<rusqlite::Result<Vec<_>>>().map(Some)
 }
 
-/// Refuses, without writing a byte, a file that is not SQLite or whose schema is newer
-/// than this binary. Opening read-only is what keeps the file byte-for-byte unchanged.
-pub fn check_readable(path: &Path) -> Result<()> {
-    let is_empty_or_missing = match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => {
-            return Err(Error::NotDatabase {
-                path: path.to_owned(),
-                detail: "it is a directory, not a database file".to_owned(),
-            });
-        }
-        Ok(meta) => meta.len() == 0,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
-        Err(source) => {
+/// What is at a database path, once it has passed the checks that refuse it.
+#[derive(Debug)]
+pub(crate) enum OnDisk {
+    Missing,
+    /// A file of no bytes: SQLite would make it a database on first write.
+    Empty,
+    /// A SQLite database, with the sessionstore migrations applied to it so far (none
+    /// for a database with no tables at all).
+    Database(Vec<Applied>),
+}
+
+/// The first 16 bytes of every SQLite database file.
+const MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// Looks at the file at `path` without writing a byte or creating a side file, and
+/// refuses it when it is not a regular file, not a SQLite database, shorter than its
+/// own header says, a database of another program, or newer than this binary.
+/// (SQLite itself reads a 1-byte file as an empty database, and would overwrite it.)
+pub(crate) fn inspect(path: &Path) -> Result<OnDisk> {
+    let refuse = |detail: &str| Error::NotDatabase {
+        path: path.to_owned(),
+        detail: detail.to_owned(),
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(OnDisk::Missing),
+        Err(cause) => {
             return Err(Error::DatabaseIo {
                 path: path.to_owned(),
-                cause: source,
+                cause,
             });
         }
     };
-    if is_empty_or_missing {
+    if meta.is_dir() {
+        return Err(refuse("it is a directory, not a database file"));
+    }
+    if !meta.is_file() {
+        return Err(refuse("it is not a regular file"));
+    }
+    if meta.len() == 0 {
+        return Ok(OnDisk::Empty);
+    }
+    check_header(path, meta.len())?;
+    let (history, objects) = readonly::read(path, |conn| {
+        let inspect = || {
+            let history = read_history(conn)?;
+            let objects: i64 =
+                conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+            Ok((history, objects))
+        };
+        inspect().map_err(|e| Error::not_database(path, e))
+    })?;
+    match (history, objects) {
+        (Some(history), _) => {
+            refuse_unknown(path, &history, &embedded())?;
+            Ok(OnDisk::Database(history))
+        }
+        (None, 0) => Ok(OnDisk::Database(vec![])),
+        (None, _) => Err(refuse(
+            "it is a sqlite database of something else (it has tables but no sessionstore \
+             schema history), so sessionstore leaves it alone",
+        )),
+    }
+}
+
+/// Refuses a file that does not start with SQLite's header, or that is shorter than
+/// the page count its header records (a truncated copy). The length is only checked
+/// while no writer is present: a live writer's file may be mid-checkpoint.
+fn check_header(path: &Path, len: u64) -> Result<()> {
+    use std::io::Read;
+    let mut header = Vec::with_capacity(100);
+    std::fs::File::open(path)
+        .and_then(|file| file.take(100).read_to_end(&mut header))
+        .map_err(|cause| Error::DatabaseIo {
+            path: path.to_owned(),
+            cause,
+        })?;
+    if header.len() < 100 || !header.starts_with(MAGIC) {
+        return Err(Error::NotDatabase {
+            path: path.to_owned(),
+            detail: "it does not begin with a sqlite database header".to_owned(),
+        });
+    }
+    let be32 = |at: usize| {
+        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let page_size = match u16::from_be_bytes([header[16], header[17]]) {
+        1 => 65_536,
+        n => u64::from(n),
+    };
+    let pages = u64::from(be32(28));
+    // SQLite trusts the header's page count only when this "valid for" number matches
+    // the change counter; otherwise it counts pages from the file size itself.
+    let count_valid = be32(92) == be32(24);
+    let expected = pages * page_size;
+    if count_valid && !readonly::writer_present(path) && len < expected {
+        return Err(Error::NotDatabase {
+            path: path.to_owned(),
+            detail: format!(
+                "it is {len} bytes long but its header says {expected}: it looks truncated"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a database that is not at this binary's latest schema: for commands that
+/// only read, which never migrate and so must not work on an older schema.
+pub(crate) fn require_current(path: &Path, applied: &[Applied]) -> Result<()> {
+    let migrations = embedded();
+    if pending(&migrations, applied).is_empty() {
         return Ok(());
     }
-    let applied = read_only(path, |conn| {
-        let history = read_history(conn)?;
-        let objects: i64 =
-            conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
-        Ok((history, objects))
-    })?;
-    match applied {
-        (Some(history), _) => refuse_unknown(path, &history),
-        (None, 0) => Ok(()),
-        (None, _) => Err(Error::NotDatabase {
-            path: path.to_owned(),
-            detail: "it is a sqlite database of something else (it has tables but no \
-                     sessionstore schema history), so sessionstore leaves it alone"
-                .to_owned(),
-        }),
-    }
-}
-
-/// Runs `f` on a read-only connection that leaves no trace. A WAL database opened
-/// read-only normally gets `-wal` and `-shm` files beside it; when it has no `-wal`
-/// file, its main file is the whole database, so it is opened `immutable` instead,
-/// which takes no locks and creates nothing. (With a `-wal` file present, another
-/// process has it open or crashed with it open, and that file must be read.)
-fn read_only<T>(path: &Path, f: impl Fn(&Connection) -> rusqlite::Result<T>) -> Result<T> {
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let locked = || Connection::open_with_flags(path, flags).and_then(|conn| f(&conn));
-    let result = if Path::new(&wal).exists() {
-        locked()
-    } else {
-        // An immutable read takes no lock, so it can catch another process halfway
-        // through creating the file; before calling the file unusable, read it again
-        // the ordinary way, which waits for that process.
-        Connection::open_with_flags(immutable_uri(path)?, flags | OpenFlags::SQLITE_OPEN_URI)
-            .and_then(|conn| f(&conn))
-            .or_else(|_| locked())
-    };
-    result.map_err(|e| Error::not_database(path, e))
-}
-
-/// `file:<absolute path>?immutable=1`, the path percent-encoded as SQLite's URI
-/// parser expects.
-fn immutable_uri(path: &Path) -> Result<String> {
-    const PATH: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-        .remove(b'/')
-        .remove(b'-')
-        .remove(b'.')
-        .remove(b'_')
-        .remove(b'~');
-    let absolute = std::path::absolute(path).map_err(|source| Error::DatabaseIo {
+    Err(Error::NeedsMigration {
         path: path.to_owned(),
-        cause: source,
-    })?;
-    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(absolute.as_os_str());
-    Ok(format!(
-        "file:{}?immutable=1",
-        percent_encoding::percent_encode(bytes, PATH)
-    ))
+        found: current(applied),
+        latest: latest(&migrations),
+    })
 }
 
-fn refuse_unknown(path: &Path, applied: &[Applied]) -> Result<()> {
-    let known = runner();
-    let known = known.get_migrations();
+fn refuse_unknown(path: &Path, applied: &[Applied], migrations: &[Migration]) -> Result<()> {
     let unknown: Vec<String> = applied
         .iter()
         .filter(|a| {
-            !known
+            !migrations
                 .iter()
                 .any(|m| i64::from(m.version()) == a.version && m.name() == a.name)
         })
@@ -178,8 +248,8 @@ fn refuse_unknown(path: &Path, applied: &[Applied]) -> Result<()> {
     }
     Err(Error::NewerSchema {
         path: path.to_owned(),
-        found: applied.iter().map(|a| a.version).max().unwrap_or(0),
-        known: latest_version(),
+        found: current(applied),
+        known: latest(migrations),
         unknown,
     })
 }
@@ -229,29 +299,36 @@ impl Migrate for Locked<'_> {}
 /// What a migration run would apply, read without writing a byte (a missing file is
 /// not created).
 pub fn plan(path: &Path) -> Result<MigrationReport> {
-    check_readable(path)?;
-    let applied = match std::fs::metadata(path) {
-        Ok(meta) if meta.len() > 0 => read_only(path, read_history)?.unwrap_or_default(),
-        _ => vec![],
+    let applied = match inspect(path)? {
+        OnDisk::Database(applied) => applied,
+        OnDisk::Missing | OnDisk::Empty => vec![],
     };
-    let runner = runner();
-    let mut pending: Vec<&Migration> = runner
-        .get_migrations()
-        .iter()
-        .filter(|m| !applied.iter().any(|a| a.version == i64::from(m.version())))
-        .collect();
-    pending.sort_by_key(|m| m.version());
+    let migrations = embedded();
     Ok(MigrationReport {
         applied: vec![],
-        pending: pending.iter().map(|m| label(m)).collect(),
-        current: applied.iter().map(|a| a.version).max().unwrap_or(0),
+        pending: pending(&migrations, &applied)
+            .into_iter()
+            .map(label)
+            .collect(),
+        current: current(&applied),
+        backup: None,
     })
 }
 
 /// Applies pending migrations on an open read-write connection, atomically: all of
 /// them and their history rows commit together, or nothing does. Concurrent callers
 /// queue on the write lock; the second finds nothing left to apply.
-pub fn migrate_conn(conn: &mut Connection, path: &Path) -> Result<MigrationReport> {
+pub fn migrate_conn(conn: &mut Connection, path: &Path, backup: Backup) -> Result<MigrationReport> {
+    migrate_with(conn, path, &embedded(), backup)
+}
+
+/// `migrate_conn` with the migrations given: tests add one the binary does not have.
+pub(crate) fn migrate_with(
+    conn: &mut Connection,
+    path: &Path,
+    migrations: &[Migration],
+    backup: Backup,
+) -> Result<MigrationReport> {
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .map_err(|e| Error::sqlite("take the write lock for migrate", e))?;
@@ -259,17 +336,284 @@ pub fn migrate_conn(conn: &mut Connection, path: &Path) -> Result<MigrationRepor
     let applied = read_history(&tx)
         .map_err(|e| Error::sqlite("read schema history", e))?
         .unwrap_or_default();
-    refuse_unknown(path, &applied)?;
-    let before = applied.iter().map(|a| a.version).max().unwrap_or(0);
-    let report = runner()
+    refuse_unknown(path, &applied, migrations)?;
+    let before = current(&applied);
+    let copy = if backup == Backup::Make
+        && !applied.is_empty()
+        && !pending(migrations, &applied).is_empty()
+    {
+        Some(back_up(path, before)?)
+    } else {
+        None
+    };
+    let report = Runner::new(migrations)
         .set_grouped(true)
         .run(&mut Locked(&tx))
         .map_err(|e| Error::Migration(e.to_string()))?;
     tx.commit()
         .map_err(|e| Error::sqlite("commit migrations", e))?;
     Ok(MigrationReport {
-        current: latest_version().max(before),
+        current: latest(migrations).max(before),
         applied: report.applied_migrations().iter().map(label).collect(),
         pending: vec![],
+        backup: copy,
     })
+}
+
+/// Copies the database at `path`, at schema `version`, to `<db>.v<version>.bak` (or
+/// `<db>.v<version>.<n>.bak` when that name is taken: a backup is never overwritten),
+/// with SQLite's online backup API.
+///
+/// The caller holds the write lock, so nothing can commit meanwhile: the copy is the
+/// database exactly as the upgrade found it. It is read through a second connection
+/// because SQLite will not back up from a connection inside a write transaction; in
+/// WAL mode that reader sees the last commit. The copy is written to a temporary file
+/// beside the database, synced, and only then given its name, so a crash leaves no
+/// half-written backup under a backup's name.
+fn back_up(path: &Path, version: i64) -> Result<PathBuf> {
+    let io = |cause: std::io::Error| Error::DatabaseIo {
+        path: path.to_owned(),
+        cause,
+    };
+    let failed = |e| Error::sqlite("back up the database before migrating", e);
+    let source = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(failed)?;
+    source.busy_timeout(super::BUSY_TIMEOUT).map_err(failed)?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut temp = tempfile::Builder::new()
+        .prefix(".sessionstore-backup-")
+        .suffix(".partial")
+        .tempfile_in(dir)
+        .map_err(io)?;
+    {
+        let mut copy = Connection::open(temp.path()).map_err(failed)?;
+        let backup = rusqlite::backup::Backup::new(&source, &mut copy).map_err(failed)?;
+        // Copies every page in one step; the lock held by the caller means no writer
+        // can make the source busy.
+        loop {
+            match backup.step(-1).map_err(failed)? {
+                rusqlite::backup::StepResult::Done => break,
+                rusqlite::backup::StepResult::More => {}
+                _ => {
+                    let busy = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY);
+                    return Err(failed(rusqlite::Error::SqliteFailure(busy, None)));
+                }
+            }
+        }
+    }
+    temp.as_file().sync_all().map_err(io)?;
+    for n in 0u32.. {
+        let suffix = if n == 0 {
+            format!(".v{version}.bak")
+        } else {
+            format!(".v{version}.{n}.bak")
+        };
+        let target = readonly::side_file(path, &suffix);
+        match temp.persist_noclobber(&target) {
+            Ok(_) => {
+                std::fs::File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(io)?;
+                return Ok(target);
+            }
+            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => temp = e.file,
+            Err(e) => return Err(io(e.error)),
+        }
+    }
+    unreachable!("some numbered backup name is free")
+}
+
+/// Builds, in `conn` (a fresh in-memory database), the schema the migrations up to
+/// `version` make: what `verify` compares a database's schema with.
+pub(crate) fn build_reference(conn: &mut Connection, version: i64) -> Result<()> {
+    let migrations: Vec<Migration> = embedded()
+        .into_iter()
+        .filter(|m| i64::from(m.version()) <= version)
+        .collect();
+    let tx = conn
+        .transaction()
+        .map_err(|e| Error::sqlite("build the reference schema", e))?;
+    Runner::new(&migrations)
+        .set_grouped(true)
+        .run(&mut Locked(&tx))
+        .map_err(|e| Error::Migration(e.to_string()))?;
+    tx.commit()
+        .map_err(|e| Error::sqlite("build the reference schema", e))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The upgrade path of a schema version this binary does not have yet: the
+    //! embedded migrations plus a test-only V2, run on real files.
+
+    use super::*;
+    use crate::db::{open_checked, queries, write};
+    use crate::model::ToolsHost;
+
+    fn with_v2(sql: &str) -> Vec<Migration> {
+        let mut migrations = embedded();
+        migrations.push(Migration::unapplied("V2__test_only", sql).expect("a valid name"));
+        migrations
+    }
+
+    /// A database at V1 holding one session, and its path.
+    fn v1_with_a_session(dir: &Path) -> PathBuf {
+        let path = dir.join("sessions.db");
+        let mut conn = open_checked(&path).unwrap();
+        migrate_with(&mut conn, &path, &embedded(), Backup::Make).unwrap();
+        write(&mut conn, |tx| {
+            queries::insert_session(tx, Some("kept"), ToolsHost::Local)
+        })
+        .unwrap();
+        path
+    }
+
+    /// Upgrades the database at `path` to the test-only V2, which adds a table.
+    fn upgrade(path: &Path, backup: Backup) -> (Connection, MigrationReport) {
+        let mut conn = open_checked(path).unwrap();
+        let migrations = with_v2("CREATE TABLE later (x TEXT);");
+        let report = migrate_with(&mut conn, path, &migrations, backup).unwrap();
+        (conn, report)
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn versions(conn: &Connection) -> Vec<i64> {
+        read_history(conn)
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|a| a.version)
+            .collect()
+    }
+
+    fn titles(conn: &Connection) -> Vec<Option<String>> {
+        let mut stmt = conn.prepare("SELECT title FROM sessions").unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn an_upgrade_first_copies_the_database_and_the_copy_opens_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = v1_with_a_session(dir.path());
+        let (conn, report) = upgrade(&path, Backup::Make);
+        let copy = dir.path().join("sessions.db.v1.bak");
+        assert_eq!(report.backup.as_deref(), Some(copy.as_path()));
+        assert_eq!(report.applied, ["V2__test_only"]);
+        assert_eq!(report.current, 2);
+        assert_eq!(versions(&conn), [1, 2]);
+
+        let old = Connection::open_with_flags(&copy, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let ok: String = old
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(ok, "ok");
+        assert_eq!(versions(&old), [1]);
+        assert_eq!(titles(&old), [Some("kept".to_owned())]);
+        let later: i64 = old
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = 'later'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(later, 0, "the copy is from before the upgrade");
+        assert!(
+            !names(dir.path())
+                .iter()
+                .any(|n| n.ends_with(".partial") || n.ends_with("-journal")),
+            "no temporary copy or journal is left: {:?}",
+            names(dir.path())
+        );
+    }
+
+    #[test]
+    fn an_existing_backup_is_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = v1_with_a_session(dir.path());
+        let taken = dir.path().join("sessions.db.v1.bak");
+        std::fs::write(&taken, "an older copy").unwrap();
+        let (_, report) = upgrade(&path, Backup::Make);
+        let next = dir.path().join("sessions.db.v1.1.bak");
+        assert_eq!(report.backup.as_deref(), Some(next.as_path()));
+        assert_eq!(std::fs::read(&taken).unwrap(), b"an older copy");
+        let old = Connection::open_with_flags(&next, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        assert_eq!(versions(&old), [1]);
+    }
+
+    #[test]
+    fn no_backup_skips_the_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = v1_with_a_session(dir.path());
+        let (_, report) = upgrade(&path, Backup::Skip);
+        assert_eq!(report.backup, None);
+        assert_eq!(report.applied, ["V2__test_only"]);
+        assert!(
+            !names(dir.path()).iter().any(|n| n.contains(".bak")),
+            "{:?}",
+            names(dir.path())
+        );
+    }
+
+    #[test]
+    fn nothing_to_copy_when_there_is_no_schema_or_nothing_to_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        let mut conn = open_checked(&path).unwrap();
+        let fresh = migrate_with(&mut conn, &path, &embedded(), Backup::Make).unwrap();
+        assert_eq!(fresh.backup, None);
+        let again = migrate_with(&mut conn, &path, &embedded(), Backup::Make).unwrap();
+        assert_eq!(again.backup, None);
+        assert!(again.applied.is_empty());
+        assert!(!names(dir.path()).iter().any(|n| n.contains(".bak")));
+    }
+
+    /// The bytes of the main file once every connection has let go of it.
+    fn settled(path: &Path) -> Vec<u8> {
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+            .unwrap();
+        drop(conn);
+        std::fs::read(path).unwrap()
+    }
+
+    #[test]
+    fn a_failed_migration_leaves_the_database_exactly_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = v1_with_a_session(dir.path());
+        let before = settled(&path);
+        let mut conn = open_checked(&path).unwrap();
+        // The first statement succeeds, the second fails: nothing of either may stay.
+        let err = migrate_with(
+            &mut conn,
+            &path,
+            &with_v2("CREATE TABLE later (x TEXT); INSERT INTO nowhere VALUES (1);"),
+            Backup::Skip,
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::Migration(_)), "{err}");
+        assert_eq!(versions(&conn), [1]);
+        drop(conn);
+        assert_eq!(
+            settled(&path),
+            before,
+            "the file is byte for byte as it was"
+        );
+    }
 }

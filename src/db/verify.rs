@@ -1,11 +1,12 @@
-//! The integrity check: SQLite's own, then the tables against the event log, which is
-//! the record they are a projection of. It reads only and reports every problem.
+//! The integrity check: SQLite's own, the schema against the one its migrations make,
+//! then the tables against the event log, which is the record they are a projection
+//! of. It reads only and reports every problem.
 
 use std::collections::BTreeMap;
 
 use rusqlite::Connection;
 
-use crate::db::queries;
+use crate::db::{queries, schema};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::model::Event;
@@ -40,6 +41,7 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
             .filter(|l| l != "ok")
             .map(|l| format!("sqlite: {l}")),
     );
+    report.problems.extend(schema_problems(conn)?);
     let mut fk = conn
         .prepare("PRAGMA foreign_key_check")
         .map_err(|e| Error::sqlite("check foreign keys", e))?;
@@ -112,4 +114,62 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
         ));
     }
     Ok(report)
+}
+
+/// Schema objects as `sqlite_master` records them: `(type, name)` to `(table, sql)`,
+/// the SQL with runs of whitespace made one space (SQLite keeps the text as written,
+/// and layout is not a difference).
+type Objects = BTreeMap<(String, String), (String, Option<String>)>;
+
+fn objects(conn: &Connection) -> rusqlite::Result<Objects> {
+    // `sqlite_stat*` tables are made by ANALYZE, which changes no behaviour.
+    let mut stmt = conn.prepare(
+        "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_stat%' ESCAPE '\\'",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        let sql: Option<String> = r.get(3)?;
+        Ok((
+            (r.get(0)?, r.get(1)?),
+            (
+                r.get(2)?,
+                sql.map(|s| s.split_whitespace().collect::<Vec<_>>().join(" ")),
+            ),
+        ))
+    })?;
+    rows.collect()
+}
+
+/// Compares the database's tables, indexes, triggers and views with those of a fresh
+/// in-memory database migrated to the same version, naming each difference: a dropped
+/// trigger would let the append-only event log be edited with no row out of place.
+fn schema_problems(conn: &Connection) -> Result<Vec<String>> {
+    let failed = |e| Error::sqlite("compare the schema", e);
+    let version = schema::read_history(conn)
+        .map_err(failed)?
+        .map(|applied| schema::current(&applied))
+        .unwrap_or(0);
+    let mut reference = Connection::open_in_memory().map_err(failed)?;
+    schema::build_reference(&mut reference, version)?;
+    let want = objects(&reference).map_err(failed)?;
+    let have = objects(conn).map_err(failed)?;
+    let mut problems = Vec::new();
+    for ((kind, name), (table, sql)) in &want {
+        match have.get(&(kind.clone(), name.clone())) {
+            None => problems.push(format!(
+                "schema: {kind} {name} (on {table}) is missing; the version-{version} schema has it"
+            )),
+            Some(found) if found != &(table.clone(), sql.clone()) => problems.push(format!(
+                "schema: {kind} {name} differs from the version-{version} schema"
+            )),
+            Some(_) => {}
+        }
+    }
+    for (kind, name) in have.keys() {
+        if !want.contains_key(&(kind.clone(), name.clone())) {
+            problems.push(format!(
+                "schema: {kind} {name} is not in the version-{version} schema"
+            ));
+        }
+    }
+    Ok(problems)
 }

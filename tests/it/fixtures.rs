@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::support::{bin, copy_tree, json, run_in};
+use crate::support::{bin, copy_tree, json, run_in, snapshot};
 
 /// Every fixture version; a new released schema adds its folder here.
 const FIXTURES: &[&str] = &["v1"];
@@ -138,24 +138,6 @@ fn the_v1_fixture_restores_from_moved_roots() {
     }
     // 6 references, 1 image-only, 1 custom command.
     assert_eq!(paths, 8);
-}
-
-/// Every file under `dir`, by relative path, with its bytes.
-fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = std::collections::BTreeMap::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                let rel = path.strip_prefix(dir).unwrap().to_owned();
-                out.insert(rel, std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    out
 }
 
 #[test]

@@ -7,6 +7,7 @@ mod cli;
 mod dispatch;
 mod fixtures;
 mod migrate;
+mod opening;
 mod probe;
 mod regressions;
 mod requests;

@@ -369,6 +369,24 @@ pub fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// Every file under `dir`, by relative path, with its bytes: what "left alone" means.
+pub fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("the folder lists") {
+            let path = entry.expect("a folder entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path.strip_prefix(dir).expect("under dir").to_owned();
+                out.insert(rel, std::fs::read(&path).expect("the file reads"));
+            }
+        }
+    }
+    out
+}
+
 /// A URI the store printed, parsed back as a caller would parse it.
 pub fn parse_uri(text: &str) -> sessionstore::attachments::AttachmentUri {
     text.parse()

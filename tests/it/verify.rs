@@ -129,3 +129,64 @@ async fn a_reference_deleted_behind_its_back_is_caught() {
         "{out}"
     );
 }
+
+/// Issue 12, hole 5: `verify` passed with the append-only triggers dropped, because it
+/// compared only rows. It now compares the schema with what the migrations make.
+#[tokio::test]
+async fn hole_5_verify_names_each_way_the_schema_differs_from_the_migrations() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(seeded(dir.path()).await);
+    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    conn.execute_batch(
+        "DROP TRIGGER events_no_update;
+         DROP TRIGGER events_no_delete;
+         DROP INDEX messages_queued;
+         CREATE INDEX sessions_by_title ON sessions (title);
+         CREATE TRIGGER events_no_update BEFORE UPDATE ON events BEGIN SELECT 1; END;",
+    )
+    .unwrap();
+    drop(conn);
+    let (ok, out) = verify_cli(dir.path());
+    assert!(!ok, "{out}");
+    for expected in [
+        "schema: trigger events_no_delete (on events) is missing",
+        "schema: trigger events_no_update differs from the version-1 schema",
+        "schema: index messages_queued (on messages) is missing",
+        "schema: index sessions_by_title is not in the version-1 schema",
+        "4 problems",
+    ] {
+        assert!(out.contains(expected), "{expected:?} not in {out}");
+    }
+}
+
+#[tokio::test]
+async fn a_changed_table_is_a_schema_problem_and_layout_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(seeded(dir.path()).await);
+    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    conn.execute_batch("ALTER TABLE sessions ADD COLUMN note TEXT;")
+        .unwrap();
+    drop(conn);
+    let (ok, out) = verify_cli(dir.path());
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("schema: table sessions differs from the version-1 schema"),
+        "{out}"
+    );
+
+    // The same trigger written over more lines is the same schema.
+    let dir = tempfile::tempdir().unwrap();
+    drop(seeded(dir.path()).await);
+    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    conn.execute_batch(
+        "DROP TRIGGER events_no_delete;
+         CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+         BEGIN
+                SELECT   RAISE(ABORT, 'events are append-only: delete refused');
+         END;",
+    )
+    .unwrap();
+    drop(conn);
+    let (ok, out) = verify_cli(dir.path());
+    assert!(ok, "{out}");
+}

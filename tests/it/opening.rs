@@ -1,0 +1,446 @@
+//! Opening a database: refused files are left byte for byte with no side file beside
+//! them, reading commands never write or migrate (and work on a read-only copy), and
+//! only `migrate` and `session new` turn an empty file into a database.
+
+use std::path::Path;
+use std::process::Output;
+
+use sessionstore::model::ToolsHost;
+use sessionstore::{Error, Store};
+
+use crate::support::{
+    PNG, TestStore, assert_one_line_error, bin, config_in, json, run_in, snapshot, stderr, stdout,
+};
+
+/// A session id no damaged file knows; commands that need one get it.
+const SID: &str = "01a22b1d-b6fa-778b-a534-d674f3630de8";
+
+/// Commands that only read, with the words after the command name.
+fn reading_commands() -> Vec<Vec<&'static str>> {
+    vec![
+        vec!["session", "list"],
+        vec!["session", "show", SID],
+        vec!["events", "--session", SID],
+        vec!["verify"],
+        vec!["dispatch", "--session", SID],
+        vec!["restore", "--session", SID],
+    ]
+}
+
+/// Commands that write to a database that must already exist.
+fn writing_commands() -> Vec<Vec<&'static str>> {
+    vec![
+        vec!["send", "--session", SID, "--text", "hello"],
+        vec!["drain", "--session", SID],
+    ]
+}
+
+/// Commands that may create a database.
+fn creating_commands() -> Vec<Vec<&'static str>> {
+    vec![
+        vec!["migrate"],
+        vec!["migrate", "--dry-run"],
+        vec!["session", "new"],
+    ]
+}
+
+/// A healthy database made through the binary (a session, an attachment, a message),
+/// with every process gone so its `-wal` is checkpointed away. Returns its session.
+fn healthy(dir: &Path) -> String {
+    let sid = json(&run_in(dir, &["session", "new", "--json"]))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let file = dir.join("chart.png");
+    std::fs::write(&file, PNG).unwrap();
+    let stored = json(&run_in(
+        dir,
+        &[
+            "attach",
+            "--session",
+            &sid,
+            file.to_str().unwrap(),
+            "--json",
+        ],
+    ));
+    std::fs::remove_file(&file).unwrap();
+    let uri = stored[0]["uri"].as_str().unwrap().to_owned();
+    json(&run_in(
+        dir,
+        &[
+            "send",
+            "--session",
+            &sid,
+            "--text",
+            "what is this?",
+            "--attach",
+            &uri,
+            "--json",
+        ],
+    ));
+    assert!(
+        !dir.join("sessions.db-wal").exists(),
+        "the last writer checkpointed and removed its -wal"
+    );
+    sid
+}
+
+fn healthy_bytes() -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    healthy(dir.path());
+    std::fs::read(dir.path().join("sessions.db")).unwrap()
+}
+
+/// Bytes that look like nothing, the same on every run.
+fn noise(len: usize) -> Vec<u8> {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
+
+/// A SQLite database of some other program.
+fn foreign_database() -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE bookmarks (url TEXT); INSERT INTO bookmarks VALUES ('https://example.org');",
+    )
+    .unwrap();
+    drop(conn);
+    std::fs::read(&path).unwrap()
+}
+
+/// Runs `args` on `dir/sessions.db` and checks the refusal contract: one line on
+/// stderr, non-zero exit, and every file under `dir` exactly as it was, with no
+/// `-wal`, `-shm` or `-journal` beside the database.
+fn assert_refused_and_untouched(dir: &Path, args: &[&str]) -> String {
+    let before = snapshot(dir);
+    let out = run_in(dir, args);
+    let err = assert_one_line_error(&out);
+    assert_eq!(
+        snapshot(dir).keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>(),
+        "{args:?} left a file behind: {err}"
+    );
+    assert!(snapshot(dir) == before, "{args:?} changed a file: {err}");
+    err
+}
+
+/// Issue 12, holes 1 and 2: a truncated database was refused but got `-wal` and `-shm`
+/// beside it, and a 1-byte file was taken for an empty database and overwritten.
+#[test]
+fn hole_1_and_2_damaged_files_are_refused_and_left_byte_for_byte() {
+    let good = healthy_bytes();
+    let damaged: Vec<(&str, Vec<u8>)> = vec![
+        ("the first page of a good database", good[..4096].to_vec()),
+        ("half a good database", good[..good.len() / 2].to_vec()),
+        (
+            "a good database less one byte",
+            good[..good.len() - 1].to_vec(),
+        ),
+        ("a 1-byte file", b"h".to_vec()),
+        ("a 15-byte file", b"SQLite format 3".to_vec()),
+        ("random bytes", noise(8192)),
+        ("another program's database", foreign_database()),
+    ];
+    let uploads = tempfile::tempdir().unwrap();
+    let upload = uploads.path().join("x.txt");
+    std::fs::write(&upload, "an upload").unwrap();
+    let commands: Vec<Vec<&str>> = creating_commands()
+        .into_iter()
+        .chain(reading_commands())
+        .chain(writing_commands())
+        .chain([vec!["attach", "--session", SID, upload.to_str().unwrap()]])
+        .collect();
+    for (what, bytes) in &damaged {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("sessions.db"), bytes).unwrap();
+        for args in &commands {
+            let err = assert_refused_and_untouched(dir.path(), args);
+            assert!(
+                err.contains("not a usable sqlite database"),
+                "{what}, {args:?}: {err}"
+            );
+        }
+    }
+}
+
+/// Issue 12, hole 2 and issue 10, part 5: reading commands turned an empty file into a
+/// migrated database; only `migrate` and `session new` may.
+#[test]
+fn an_empty_file_becomes_a_database_only_through_migrate_or_session_new() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sessions.db");
+    std::fs::write(&db, b"").unwrap();
+    for args in reading_commands() {
+        let err = assert_refused_and_untouched(dir.path(), &args);
+        assert!(
+            err.contains("run `sessionstore migrate`"),
+            "{args:?}: {err}"
+        );
+    }
+    for args in writing_commands() {
+        let err = assert_refused_and_untouched(dir.path(), &args);
+        assert!(err.contains("no database at"), "{args:?}: {err}");
+    }
+    json(&run_in(dir.path(), &["migrate", "--json"]));
+    json(&run_in(dir.path(), &["session", "list", "--json"]));
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("sessions.db"), b"").unwrap();
+    json(&run_in(dir.path(), &["session", "new", "--json"]));
+    let listed = json(&run_in(dir.path(), &["session", "list", "--json"]));
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+}
+
+/// A schema behind this binary's latest migration (here: a sessionstore history with
+/// nothing applied yet) is refused by every reading command, which never upgrade it.
+#[test]
+fn reading_commands_refuse_a_database_that_needs_a_migration() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sessions.db");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE refinery_schema_history (version int4 PRIMARY KEY, name VARCHAR(255),
+                                               applied_on VARCHAR(255), checksum VARCHAR(255));",
+    )
+    .unwrap();
+    drop(conn);
+    for args in reading_commands() {
+        let err = assert_refused_and_untouched(dir.path(), &args);
+        assert!(err.contains("schema version 0"), "{args:?}: {err}");
+        assert!(
+            err.contains("run `sessionstore migrate`"),
+            "{args:?}: {err}"
+        );
+    }
+    let report = json(&run_in(dir.path(), &["migrate", "--json"]));
+    assert_eq!(report["applied"], serde_json::json!(["V1__initial_schema"]));
+    assert!(
+        report.get("backup").is_none(),
+        "nothing was applied before, so there is nothing to keep: {report}"
+    );
+}
+
+/// Issue 10, part 5: reading commands open the file read-only and leave no `-wal`,
+/// `-shm` or journal beside it when there was none.
+#[test]
+fn reading_commands_leave_no_side_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let sid = healthy(dir.path());
+    let before = snapshot(dir.path());
+    for args in reading_commands() {
+        let args: Vec<&str> = args
+            .iter()
+            .map(|a| if *a == SID { sid.as_str() } else { a })
+            .collect();
+        let out = run_in(dir.path(), &args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert!(
+            snapshot(dir.path()) == before,
+            "{args:?} wrote something: {:?}",
+            snapshot(dir.path()).keys().collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn a_path_that_is_not_a_regular_file_is_refused_without_writing_beside_it() {
+    for args in [&["session", "list"][..], &["migrate"], &["verify"]] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = bin(dir.path())
+            .args(args)
+            .args(["--db", "/dev/null"])
+            .output()
+            .unwrap();
+        let err = assert_one_line_error(&out);
+        assert!(err.contains("not a regular file"), "{args:?}: {err}");
+    }
+    assert!(!Path::new("/dev/null-wal").exists());
+    assert!(!Path::new("/dev/null-journal").exists());
+}
+
+/// How to run the binary as a user who cannot write to a folder: as root, a write bit
+/// does not stop us, so the command runs as `nobody` through `setpriv`; as anyone else,
+/// removing the write bits is enough. `None` when neither is possible here.
+fn without_write_permission(home: &Path) -> Option<std::process::Command> {
+    use std::os::unix::fs::MetadataExt;
+    // `home` was just made by this process, so it is owned by the user we run as.
+    if std::fs::metadata(home).unwrap().uid() == 0 {
+        let works = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "true"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !works {
+            return None;
+        }
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_sessionstore"))
+            .env_remove("SESSIONSTORE_DB")
+            .env_remove("SESSIONSTORE_ATTACHMENTS_ROOT")
+            .env_remove("SESSIONSTORE_LEGACY_ROOTS")
+            .env("HOME", home)
+            .env("XDG_DATA_HOME", home.join(".local/share"));
+        Some(cmd)
+    } else {
+        Some(bin(home))
+    }
+}
+
+/// Sets the mode of `path` and everything under it: `dirs` for folders, `files` else.
+fn chmod_tree(path: &Path, dirs: u32, files: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            chmod_tree(&entry.unwrap().path(), dirs, files);
+        }
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(dirs)).unwrap();
+    } else {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(files)).unwrap();
+    }
+}
+
+/// Gives write permission back, so the temporary folder can be removed.
+struct Writable<'a>(&'a Path);
+
+impl Drop for Writable<'_> {
+    fn drop(&mut self) {
+        chmod_tree(self.0, 0o755, 0o644);
+    }
+}
+
+/// Issue 10, part 5: a valid database in a folder the user cannot write to could not
+/// be read at all ("attempt to write a readonly database").
+#[test]
+fn a_read_only_copy_can_be_listed_shown_verified_and_restored() {
+    let dir = tempfile::tempdir().unwrap();
+    let sid = healthy(dir.path());
+    let Some(_) = without_write_permission(dir.path()) else {
+        eprintln!("skipped: running as root and `setpriv` cannot drop to nobody here");
+        return;
+    };
+    chmod_tree(dir.path(), 0o555, 0o444);
+    let _restore = Writable(dir.path());
+    let before = snapshot(dir.path());
+    let run = |args: &[&str]| -> Output {
+        without_write_permission(dir.path())
+            .unwrap()
+            .args(args)
+            .arg("--db")
+            .arg(dir.path().join("sessions.db"))
+            .arg("--attachments-root")
+            .arg(dir.path().join("attachments"))
+            .output()
+            .unwrap()
+    };
+    let listed = json(&run(&["session", "list", "--json"]));
+    assert_eq!(listed[0]["id"], sid.as_str());
+    let shown = json(&run(&["session", "show", &sid, "--json"]));
+    assert_eq!(shown["messages"][0]["displayText"], "what is this?");
+    let verified = run(&["verify"]);
+    assert!(verified.status.success(), "{}", stderr(&verified));
+    assert!(stdout(&verified).contains(": ok"), "{}", stdout(&verified));
+    let restored = json(&run(&["restore", "--session", &sid, "--json"]));
+    let blocks = restored["messages"][0]["content"].as_array().unwrap();
+    assert_eq!(
+        blocks[1]["type"], "image",
+        "the attachment was read: {restored}"
+    );
+    let events = run(&["events", "--session", &sid]);
+    assert!(events.status.success(), "{}", stderr(&events));
+    let first = stdout(&events).lines().next().unwrap().to_owned();
+    assert!(
+        serde_json::from_str::<serde_json::Value>(&first)
+            .unwrap()
+            .is_object()
+    );
+    let out = run(&["dispatch", "--session", &sid]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(snapshot(dir.path()) == before, "nothing was written");
+
+    // Writing is refused by the file system, in one line, leaving the copy alone.
+    let out = run(&["send", "--session", &sid, "--text", "more"]);
+    assert_one_line_error(&out);
+    assert!(snapshot(dir.path()) == before, "nothing was written");
+}
+
+/// A reader opened while no writer is present reads the file as unchanging; a writer
+/// that starts afterwards must still be seen, and must not tear what is read.
+#[tokio::test]
+async fn a_read_only_store_sees_what_a_writer_commits_after_it_opened() {
+    let TestStore { dir, store } = TestStore::new().await;
+    store.create_session(None, ToolsHost::Local).await.unwrap();
+    drop(store);
+    let wal = dir.path().join("sessions.db-wal");
+    assert!(!wal.exists(), "the store closed and removed its -wal");
+
+    let reader = Store::open_read_only(config_in(dir.path())).await.unwrap();
+    assert_eq!(reader.list_sessions().await.unwrap().len(), 1);
+    assert!(!wal.exists(), "reading made no side file");
+
+    let writer = Store::open(config_in(dir.path())).await.unwrap();
+    writer
+        .create_session(Some("later".into()), ToolsHost::Local)
+        .await
+        .unwrap();
+    assert!(wal.exists(), "a live writer keeps its -wal");
+    assert_eq!(reader.list_sessions().await.unwrap().len(), 2);
+    drop(writer);
+    assert!(!wal.exists());
+    assert_eq!(reader.list_sessions().await.unwrap().len(), 2);
+
+    let err = reader
+        .create_session(None, ToolsHost::Local)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::ReadOnly(_)), "{err}");
+}
+
+/// Many writers coming and going while a reader reads: every read sees a whole
+/// committed state (the session count only grows, and `verify` finds nothing wrong).
+#[tokio::test]
+async fn reads_stay_whole_while_writers_come_and_go() {
+    let TestStore { dir, store } = TestStore::new().await;
+    store.create_session(None, ToolsHost::Local).await.unwrap();
+    drop(store);
+    let reader = Store::open_read_only(config_in(dir.path())).await.unwrap();
+    let path = dir.path().to_owned();
+    let writers = tokio::spawn(async move {
+        for _ in 0..20 {
+            let writer = Store::open(config_in(&path)).await.unwrap();
+            writer.create_session(None, ToolsHost::Local).await.unwrap();
+        }
+    });
+    let mut last = 0;
+    while !writers.is_finished() {
+        let n = reader.list_sessions().await.unwrap().len();
+        assert!(n >= last, "a read went back in time: {n} after {last}");
+        last = n;
+        let report = reader.verify().await.unwrap();
+        assert!(report.ok(), "{:?}", report.problems);
+    }
+    writers.await.unwrap();
+    assert_eq!(reader.list_sessions().await.unwrap().len(), 21);
+}
+
+#[test]
+fn migrate_no_backup_is_accepted_and_says_nothing_was_copied() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = json(&run_in(dir.path(), &["migrate", "--no-backup", "--json"]));
+    assert_eq!(report["current"], 1);
+    assert!(report.get("backup").is_none(), "{report}");
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(!names.iter().any(|n| n.contains(".bak")), "{names:?}");
+}
