@@ -54,9 +54,9 @@ fn main() {
         let stored = rt
             .block_on(store.attach(session.id, format!("file{i}.bin"), bytes))
             .expect("attach");
-        uris.push(stored.uri.to_string());
+        uris.push(stored.uri);
     }
-    let refs: Vec<String> = (0..40).map(|i| uris[i % 4].clone()).collect();
+    let refs: Vec<_> = (0..40).map(|i| uris[i % 4].clone()).collect();
     for _ in 0..100 {
         rt.block_on(store.send(
             session.id,

@@ -38,9 +38,7 @@ impl Config {
 pub fn default_data_dir() -> Result<PathBuf> {
     directories::ProjectDirs::from("", "", "sessionstore")
         .map(|dirs| dirs.data_dir().to_owned())
-        .ok_or_else(|| {
-            Error::invalid("cannot find the user's data directory: set --db and --attachments-root")
-        })
+        .ok_or(Error::NoDataDir)
 }
 
 /// The kernel's name for this host; the `HOSTNAME` variable, then `localhost`, when

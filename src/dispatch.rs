@@ -13,7 +13,7 @@ use agent_client_protocol_schema::v1::{
 };
 use base64::Engine;
 
-use crate::attachments::{AttachmentError, AttachmentStore, AttachmentUri, Resolved, RootKind};
+use crate::attachments::{AttachmentError, AttachmentStore, AttachmentUri, Resolved};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Message, Role, ToolsHost};
 
@@ -36,11 +36,10 @@ impl Resolver for AttachmentStore {
 #[derive(Debug, Clone)]
 pub struct Prepared {
     pub name: String,
-    pub uri: String,
+    pub uri: AttachmentUri,
     pub mime: String,
     /// The absolute path of the read that produced `content`.
     pub path: PathBuf,
-    pub root: RootKind,
     pub content: Content,
 }
 
@@ -73,10 +72,9 @@ impl Prepared {
         };
         Prepared {
             name: read.name,
-            uri: uri.to_string(),
+            uri: uri.clone(),
             mime: read.mime,
             path: read.path,
-            root: read.root,
             content,
         }
     }
@@ -197,7 +195,7 @@ fn is_text(mime: &str, name: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unreadable {
     pub name: String,
-    pub uri: String,
+    pub uri: AttachmentUri,
     pub reason: String,
     pub not_found: bool,
 }
@@ -242,35 +240,31 @@ pub type Reads = Vec<Result<Arc<Prepared>, Unreadable>>;
 /// Reads every reference of `message` (IO only). Within the call a failing reference
 /// is tried once, however often it repeats; across calls only successes are memoized.
 pub fn resolve(resolver: &dyn Resolver, memo: &Memo, message: &Message) -> Reads {
-    let mut failed: HashMap<&str, Unreadable> = HashMap::new();
+    let mut failed: HashMap<String, Unreadable> = HashMap::new();
     let mut out = Vec::with_capacity(message.refs.len());
     for reference in &message.refs {
-        let key = reference.uri.as_str();
-        if let Some(hit) = memo.lock().get(key).cloned() {
+        let key = reference.uri.to_string();
+        if let Some(hit) = memo.lock().get(&key).cloned() {
             out.push(Ok(hit));
             continue;
         }
-        if let Some(f) = failed.get(key) {
+        if let Some(f) = failed.get(&key) {
             out.push(Err(f.clone()));
             continue;
         }
-        let unreadable = |reason: String, not_found: bool| Unreadable {
-            name: reference.stored_name.clone(),
-            uri: reference.uri.clone(),
-            reason,
-            not_found,
-        };
-        let read = match AttachmentUri::parse(key) {
-            Ok(uri) => resolver
-                .read(&message.session_id, &uri)
-                .map(|r| Prepared::from_read(&uri, r))
-                .map_err(|e| unreadable(e.to_string(), e.is_not_found())),
-            Err(e) => Err(unreadable(e.to_string(), false)),
-        };
+        let read = resolver
+            .read(&message.session_id, &reference.uri)
+            .map(|r| Prepared::from_read(&reference.uri, r))
+            .map_err(|e| Unreadable {
+                name: reference.stored_name.clone(),
+                uri: reference.uri.clone(),
+                reason: e.to_string(),
+                not_found: e.is_not_found(),
+            });
         match read {
             Ok(prepared) => {
                 let prepared = Arc::new(prepared);
-                memo.lock().insert(key.to_owned(), prepared.clone());
+                memo.lock().insert(key, prepared.clone());
                 out.push(Ok(prepared));
             }
             Err(u) => {
@@ -304,9 +298,16 @@ pub struct Placement {
 /// zero-width, tag and line-separator character as `\uXXXX`, so a name or path can
 /// neither hide text nor reorder what the model reads. Printable Unicode stays.
 pub fn json_escaped(s: &str) -> String {
-    let plain = serde_json::to_string(s).expect("a string always serializes");
-    let mut out = String::with_capacity(plain.len());
-    for c in plain.chars() {
+    hidden_escaped(&serde_json::to_string(s).expect("a string always serializes"))
+}
+
+/// Every control, invisible-format, bidi, zero-width, tag and separator character of
+/// `s` as `\\uXXXX` (UTF-16 units, as in JSON), the rest unchanged: how a message that
+/// echoes a name, a path or a database's own text reaches a terminal without letting
+/// it move the cursor, recolour the screen or reorder what is read.
+pub fn hidden_escaped(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
         if is_hidden(c) {
             let mut units = [0u16; 2];
             for unit in c.encode_utf16(&mut units) {
@@ -360,7 +361,7 @@ pub fn attachment_context(p: &Prepared, placement: &Placement) -> String {
     let json = format!(
         "{{\"name\":{},\"uri\":{},\"mimeType\":{},\"path\":{},\"host\":{}}}",
         json_escaped(&p.name),
-        json_escaped(&p.uri),
+        json_escaped(&p.uri.to_string()),
         json_escaped(&p.mime),
         json_escaped(&p.path.to_string_lossy()),
         json_escaped(&placement.host),
@@ -394,12 +395,12 @@ pub fn attachment_block(p: &Prepared, placement: &Placement) -> ContentBlock {
     match &p.content {
         Content::Image(data) => {
             let mut image = ImageContent::new(data.to_string(), p.mime.clone());
-            image.uri = Some(p.uri.clone());
+            image.uri = Some(p.uri.to_string());
             image.meta = meta;
             ContentBlock::Image(image)
         }
         Content::Text(text) => {
-            let mut contents = TextResourceContents::new(text.to_string(), p.uri.clone());
+            let mut contents = TextResourceContents::new(text.to_string(), p.uri.to_string());
             contents.mime_type = Some(p.mime.clone());
             let mut resource =
                 EmbeddedResource::new(EmbeddedResourceResource::TextResourceContents(contents));
@@ -407,7 +408,7 @@ pub fn attachment_block(p: &Prepared, placement: &Placement) -> ContentBlock {
             ContentBlock::Resource(resource)
         }
         Content::Blob(blob) => {
-            let mut contents = BlobResourceContents::new(blob.to_string(), p.uri.clone());
+            let mut contents = BlobResourceContents::new(blob.to_string(), p.uri.to_string());
             contents.mime_type = Some(p.mime.clone());
             let mut resource =
                 EmbeddedResource::new(EmbeddedResourceResource::BlobResourceContents(contents));
@@ -518,7 +519,7 @@ mod tests {
     use crate::attachments::Roots;
     use crate::model::{Delivery, Reference};
 
-    fn message(session: SessionId, uris: &[String]) -> Message {
+    fn message(session: SessionId, uris: &[AttachmentUri]) -> Message {
         Message {
             id: MessageId::new(),
             session_id: session,
@@ -562,7 +563,7 @@ mod tests {
         let stored = store
             .store(&session, "blob.bin", &[0u8, 1, 2, 255])
             .expect("stored");
-        let uri = stored.uri.to_string();
+        let uri = stored.uri;
         let m = message(session, &[uri.clone(), uri.clone()]);
         let memo = Memo::new();
         let first = resolve(&store, &memo, &m);

@@ -1,20 +1,114 @@
-//! The library's error type: each variant names the thing that failed (a path, a
-//! session, a reference), and every message is one lowercase line. A message already
-//! ends with its cause, so no variant also reports that cause as `source()`: printing
-//! an error's chain never repeats it. (The cause stays reachable as a field.)
+//! The library's public error type: one variant per condition a caller may act on,
+//! carrying the ids, URIs and paths involved, so a daemon matches on what happened
+//! rather than on wording. Never does IO; never formats a cause into its own message.
+//!
+//! Each message is one lowercase line. A variant that wraps a foreign cause (an I/O or
+//! SQLite error) reports it as `source()` and does not repeat it, so printing the chain
+//! (`{err}: {source}: …`, as the binary does) holds every cause exactly once.
 
 use std::path::PathBuf;
 
-use crate::attachments::AttachmentError;
+use crate::attachments::{AttachmentError, AttachmentUri, UriError};
+use crate::dispatch::DispatchError;
 use crate::ids::{IdError, MessageId, SessionId};
+use crate::model::Role;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
-    #[error("cannot use database {path}: {cause}")]
+    // What the caller named is not there, or not what the call needs.
+    #[error("no session {0}")]
+    SessionNotFound(SessionId),
+    #[error("no message {0}")]
+    MessageNotFound(MessageId),
+    #[error("session {session} has no delivered user message")]
+    NoDeliveredUserMessage { session: SessionId },
+    #[error("message {message} belongs to session {owner}, not {session}")]
+    MessageOfAnotherSession {
+        message: MessageId,
+        owner: SessionId,
+        session: SessionId,
+    },
+    #[error("message {message} is a {role} message; dispatch is for user messages")]
+    NotUserMessage { message: MessageId, role: Role },
+    /// A mid-turn message waits for a drain; a dispatch does not take it.
+    #[error("message {message} is queued mid-turn; drain delivers it")]
+    MessageQueued { message: MessageId },
+    /// Marking delivered found the message delivered already: another drain won.
+    #[error(
+        "message {message} is no longer queued in session {session}: another drain delivered it"
+    )]
+    NoLongerQueued {
+        message: MessageId,
+        session: SessionId,
+    },
+
+    // What `send` refuses before it stores anything.
+    #[error("only user messages carry attachments or wait in the mid-turn queue, not {role}")]
+    RoleCannotAttach { role: Role },
+    #[error("a message needs text, a transcript or at least one attachment")]
+    EmptyMessage,
+    #[error("malformed attachment reference")]
+    MalformedReference(#[from] UriError),
+    /// The URI names a file of `uri.session()`, not of `session`.
+    #[error("attachment {uri} belongs to session {}, not {session}", uri.session())]
+    ForeignReference {
+        uri: AttachmentUri,
+        session: SessionId,
+    },
+    /// An attachment could not be stored or read (`send` reads each reference once).
+    #[error(transparent)]
+    Attachment(#[from] AttachmentError),
+    /// A strict dispatch met references it could not read; all of them are named.
+    #[error(transparent)]
+    Dispatch(#[from] DispatchError),
+
+    // Input files and values.
+    #[error("cannot read {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        cause: std::io::Error,
+    },
+    #[error("cannot attach {path}: not a regular file")]
+    NotRegularFile { path: PathBuf },
+    #[error("cannot attach {path}: it is {size} bytes, over the {limit}-byte limit")]
+    FileTooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+    #[error(transparent)]
+    Id(#[from] IdError),
+    #[error("unknown {what} {value:?}: expected one of {expected}")]
+    UnknownValue {
+        what: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+    #[error("{what} is out of range for the database")]
+    OutOfRange { what: &'static str },
+
+    // Configuration.
+    #[error("cannot find the user's data directory: set --db and --attachments-root")]
+    NoDataDir,
+    /// A model is given paths as text; a root that is not UTF-8 could only be given as
+    /// a lossy copy that names some other file.
+    #[error("attachment root {root:?} is not valid UTF-8, so its paths cannot be given to a model")]
+    RootNotUtf8 { root: PathBuf },
+
+    // The database.
+    #[error("session {session} does not restore: {}; run `sessionstore verify` for the full report", problems.join("; "))]
+    LogMismatch {
+        session: SessionId,
+        problems: Vec<String>,
+    },
+    #[error("cannot use database {path}")]
     DatabaseIo {
         path: PathBuf,
+        #[source]
         cause: std::io::Error,
     },
     #[error("no database at {0}: run `sessionstore migrate` (or `session new`) to create it")]
@@ -45,25 +139,21 @@ pub enum Error {
     ReadOnly(PathBuf),
     #[error("migration failed, schema left as it was: {0}")]
     Migration(String),
-    #[error("database error while trying to {action}: {cause}")]
-    Sqlite {
+    /// Another writer held the database past the busy timeout.
+    #[error("database busy while trying to {action}")]
+    Busy {
         action: &'static str,
+        #[source]
         cause: rusqlite::Error,
     },
-    #[error("cannot get a database connection: {0}")]
-    Pool(r2d2::Error),
-    #[error(transparent)]
-    Attachment(#[from] AttachmentError),
-    #[error(transparent)]
-    Id(#[from] IdError),
-    #[error(transparent)]
-    Dispatch(#[from] crate::dispatch::DispatchError),
-    #[error("no session {0}")]
-    SessionNotFound(SessionId),
-    #[error("no message {0}")]
-    MessageNotFound(MessageId),
-    #[error("{0}")]
-    Invalid(String),
+    #[error("database error while trying to {action}")]
+    Sqlite {
+        action: &'static str,
+        #[source]
+        cause: rusqlite::Error,
+    },
+    #[error("cannot get a database connection")]
+    Pool(#[source] r2d2::Error),
     #[error("background task failed: {0}")]
     Task(String),
 }
@@ -75,10 +165,71 @@ impl From<r2d2::Error> for Error {
 }
 
 impl Error {
-    pub(crate) fn sqlite(action: &'static str, source: rusqlite::Error) -> Self {
-        Error::Sqlite {
-            action,
-            cause: source,
+    /// A stable, machine-readable name for the condition, in snake_case: what a
+    /// front end prints under `--json` and what a daemon can log or branch on.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::SessionNotFound(_) => "session_not_found",
+            Error::MessageNotFound(_) => "message_not_found",
+            Error::NoDeliveredUserMessage { .. } => "no_delivered_user_message",
+            Error::MessageOfAnotherSession { .. } => "message_of_another_session",
+            Error::NotUserMessage { .. } => "not_user_message",
+            Error::MessageQueued { .. } => "message_queued",
+            Error::NoLongerQueued { .. } => "no_longer_queued",
+            Error::RoleCannotAttach { .. } => "role_cannot_attach",
+            Error::EmptyMessage => "empty_message",
+            Error::MalformedReference(_) => "malformed_reference",
+            Error::ForeignReference { .. } => "foreign_reference",
+            Error::Attachment(e) => e.kind(),
+            Error::Dispatch(_) => "unreadable_attachment",
+            Error::Io { .. } => "io",
+            Error::NotRegularFile { .. } => "not_regular_file",
+            Error::FileTooLarge { .. } => "file_too_large",
+            Error::Id(_) => "invalid_id",
+            Error::UnknownValue { .. } => "unknown_value",
+            Error::OutOfRange { .. } => "out_of_range",
+            Error::NoDataDir => "no_data_dir",
+            Error::RootNotUtf8 { .. } => "root_not_utf8",
+            Error::LogMismatch { .. } => "log_mismatch",
+            Error::DatabaseIo { .. } => "database_io",
+            Error::NoDatabase(_) => "no_database",
+            Error::NotDatabase { .. } => "not_database",
+            Error::NewerSchema { .. } => "newer_schema",
+            Error::NeedsMigration { .. } => "needs_migration",
+            Error::ReadOnly(_) => "read_only",
+            Error::Migration(_) => "migration_failed",
+            Error::Busy { .. } => "busy",
+            Error::Sqlite { .. } => "database",
+            Error::Pool(_) => "database",
+            Error::Task(_) => "internal",
+        }
+    }
+
+    /// Whether the store refused its input as unsafe or not its own, rather than
+    /// failing at something it tried: a newer or foreign database, an unsafe name or
+    /// URI, a reference of another session, an unreadable reference in strict mode.
+    /// Retrying the same call cannot succeed; the command line exits 3 for these.
+    pub fn is_refused(&self) -> bool {
+        match self {
+            Error::NewerSchema { .. }
+            | Error::NotDatabase { .. }
+            | Error::MalformedReference(_)
+            | Error::ForeignReference { .. }
+            | Error::Dispatch(_) => true,
+            Error::Attachment(e) => e.is_refused(),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn sqlite(action: &'static str, cause: rusqlite::Error) -> Self {
+        let busy = matches!(
+            cause.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        );
+        if busy {
+            Error::Busy { action, cause }
+        } else {
+            Error::Sqlite { action, cause }
         }
     }
 
@@ -87,9 +238,5 @@ impl Error {
             path: path.to_owned(),
             detail: e.to_string(),
         }
-    }
-
-    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
-        Error::Invalid(msg.into())
     }
 }

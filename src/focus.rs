@@ -21,7 +21,8 @@ pub fn focus_hint_for(message: &crate::model::Message) -> String {
     )
 }
 const EXPANDED_LABEL: &str = "Custom command:\n";
-const TRANSCRIPT_LABEL: &str = "Audio transcript:\n";
+// The same label the main model sees over a transcript, so both read it alike.
+use crate::dispatch::TRANSCRIPT_LABEL;
 
 /// The focus hint for a vision request: the user's question, then the expanded
 /// custom-command text, then the audio transcription, each after a blank line and the

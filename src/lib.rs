@@ -1,21 +1,30 @@
 //! sessionstore: the backing store of an agent daemon's restorable sessions. See
 //! ARCHITECTURE.md for the module map and the invariants each module keeps.
 
+//!
+//! The public face is what a daemon embedding the store needs: `Store` (which also
+//! reaches migrations and `verify`), `Config`, the records, the errors, attachments and
+//! the pure conversions. The SQL (`db`), the event projection and the probe's insides
+//! stay crate-private; the probe is reached through `run_probe`.
+
 pub mod attachments;
 pub mod config;
-pub mod db;
+pub(crate) mod db;
 pub mod dispatch;
 pub mod error;
 pub mod focus;
 pub mod ids;
 pub mod model;
 pub mod openai;
-pub mod probe;
-pub mod projection;
+mod probe;
+pub(crate) mod projection;
 pub mod store;
 
 pub use config::Config;
+pub use db::schema::{Backup, MigrationReport};
+pub use db::verify::VerifyReport;
 pub use dispatch::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
 pub use error::{Error, Result};
 pub use ids::{EventSeq, IdError, MessageId, SessionId};
+pub use probe::{Check, ProbeError, ProbeReport, run_probe};
 pub use store::Store;

@@ -13,11 +13,11 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 
-use sessionstore::attachments::MAX_ATTACHMENT_BYTES;
+use sessionstore::attachments::AttachmentUri;
 use sessionstore::dispatch::{Memo, Mode};
 use sessionstore::model::{Role, ToolsHost};
-use sessionstore::store::{Dispatched, Outgoing};
-use sessionstore::{Config, Error, MessageId, SessionId, Store, db, focus, openai, probe};
+use sessionstore::store::{Dispatched, Outgoing, Upload};
+use sessionstore::{Backup, Config, Error, MessageId, SessionId, Store, focus, openai};
 
 #[derive(Parser)]
 #[command(
@@ -55,123 +55,176 @@ struct Global {
 #[derive(Subcommand)]
 enum Command {
     /// Apply pending schema migrations
-    Migrate {
-        /// Report what would be applied without writing anything
-        #[arg(long)]
-        dry_run: bool,
-        /// Upgrade without first copying the database to `<db>.v<N>.bak`
-        #[arg(long)]
-        no_backup: bool,
-    },
+    Migrate(MigrateArgs),
     /// Create, list and show sessions
     #[command(subcommand)]
     Session(SessionCommand),
     /// Store files as attachments of a session
-    Attach {
-        #[arg(long, value_parser = parse_session)]
-        session: SessionId,
-        /// The upload's own name, for a single file
-        #[arg(long)]
-        name: Option<String>,
-        #[arg(required = true, value_name = "FILE")]
-        files: Vec<PathBuf>,
-    },
+    Attach(AttachArgs),
     /// Persist a message with its attachment references
-    Send {
-        #[arg(long, value_parser = parse_session)]
-        session: SessionId,
-        /// What the user typed (display text)
-        #[arg(long)]
-        text: String,
-        /// An attachment URI, as `attach` printed it (repeatable)
-        #[arg(long = "attach", value_name = "URI")]
-        attach: Vec<String>,
-        /// Queue the message mid-turn; `drain` delivers it
-        #[arg(long)]
-        mid_turn: bool,
-        /// The custom-command expansion the model gets instead of the text
-        #[arg(long, value_name = "TEXT")]
-        expanded: Option<String>,
-        /// An audio transcription that came with the message
-        #[arg(long, value_name = "TEXT")]
-        transcript: Option<String>,
-        #[arg(long, value_enum, default_value_t = SendRole::User)]
-        role: SendRole,
-    },
+    Send(SendArgs),
     /// Print what the model gets for one user message (default: the latest delivered)
-    Dispatch {
-        #[arg(long, value_parser = parse_session)]
-        session: SessionId,
-        /// A message id as printed by `send` (the id, or the whole `{"id": ...}`)
-        #[arg(long, value_parser = parse_message)]
-        message: Option<MessageId>,
-        /// Fail on an unreadable attachment instead of leaving it out
-        #[arg(long)]
-        strict: bool,
-        #[command(flatten)]
-        output: Output,
-    },
+    Dispatch(DispatchArgs),
     /// Deliver the queued mid-turn messages, in order, and mark them delivered
-    Drain {
-        #[arg(long, value_parser = parse_session)]
-        session: SessionId,
-        #[arg(long)]
-        strict: bool,
-        #[command(flatten)]
-        output: Output,
-    },
+    Drain(DrainArgs),
     /// Open a session in a fresh store and print its model-bound history
-    Restore {
-        #[arg(long, value_parser = parse_session)]
-        session: SessionId,
-        #[command(flatten)]
-        output: Output,
-    },
+    Restore(RestoreArgs),
     /// Print a session's event log, one JSON object a line
-    Events {
-        #[arg(long, value_parser = parse_session)]
-        session: SessionId,
-    },
+    Events(EventsArgs),
     /// Check the database's integrity and its tables against the event log
     Verify,
     /// Run the isolated Store → Session → OpenAI request probe
     Probe,
 }
 
-/// What a model-bound command prints.
 #[derive(Args)]
-struct Output {
-    #[arg(long, value_enum, default_value_t = Format::Acp)]
-    format: Format,
+struct MigrateArgs {
+    /// Report what would be applied without writing anything
+    #[arg(long)]
+    dry_run: bool,
+    /// Upgrade without first copying the database to `<db>.v<N>.bak`
+    #[arg(long)]
+    no_backup: bool,
+}
+
+#[derive(Args)]
+struct AttachArgs {
+    #[arg(long, value_parser = parse_session)]
+    session: SessionId,
+    /// The upload's own name, for a single file
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+struct SendArgs {
+    #[arg(long, value_parser = parse_session)]
+    session: SessionId,
+    /// What the user typed (display text)
+    #[arg(long)]
+    text: String,
+    /// An attachment URI, as `attach` printed it (repeatable)
+    #[arg(long = "attach", value_name = "URI")]
+    attach: Vec<String>,
+    /// Queue the message mid-turn; `drain` delivers it
+    #[arg(long)]
+    mid_turn: bool,
+    /// The custom-command expansion the model gets instead of the text
+    #[arg(long, value_name = "TEXT")]
+    expanded: Option<String>,
+    /// An audio transcription that came with the message
+    #[arg(long, value_name = "TEXT")]
+    transcript: Option<String>,
+    /// System prompts are the daemon's, not a user's to store, so `system` is not taken
+    #[arg(long, default_value = "user", value_parser = parse_send_role())]
+    role: Role,
+}
+
+#[derive(Args)]
+struct DispatchArgs {
+    #[arg(long, value_parser = parse_session)]
+    session: SessionId,
+    /// A message id as printed by `send` (the id, or the whole `{"id": ...}`)
+    #[arg(long, value_parser = parse_message)]
+    message: Option<MessageId>,
+    /// Fail on an unreadable attachment instead of leaving it out
+    #[arg(long)]
+    strict: bool,
+    #[arg(long, value_enum, default_value_t = DispatchFormat::Acp)]
+    format: DispatchFormat,
+    #[command(flatten)]
+    model: ModelArg,
+}
+
+#[derive(Args)]
+struct DrainArgs {
+    #[arg(long, value_parser = parse_session)]
+    session: SessionId,
+    #[arg(long)]
+    strict: bool,
+    #[arg(long, value_enum, default_value_t = DrainFormat::Acp)]
+    format: DrainFormat,
+    #[command(flatten)]
+    model: ModelArg,
+}
+
+#[derive(Args)]
+struct RestoreArgs {
+    #[arg(long, value_parser = parse_session)]
+    session: SessionId,
+    #[arg(long, value_enum, default_value_t = RestoreFormat::Acp)]
+    format: RestoreFormat,
+    #[command(flatten)]
+    model: ModelArg,
+}
+
+#[derive(Args)]
+struct EventsArgs {
+    #[arg(long, value_parser = parse_session)]
+    session: SessionId,
+}
+
+#[derive(Args)]
+struct ModelArg {
     /// The model named in OpenAI requests
     #[arg(long, default_value = "gpt-4o")]
     model: String,
 }
 
+/// What `dispatch` prints: the only command with a focus hint, since the hint is made
+/// for one user message.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Format {
+enum DispatchFormat {
     /// ACP content blocks
     Acp,
     /// an OpenAI Chat Completions request
     Openai,
     /// an OpenAI Responses API request
     OpenaiResponses,
-    /// the Vision Bridge focus hint (dispatch only)
+    /// the Vision Bridge focus hint
     FocusHint,
 }
 
-/// The roles `send` takes: system prompts are the daemon's, not a user's to store.
+/// What `drain` prints.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum SendRole {
-    User,
-    Assistant,
+enum DrainFormat {
+    /// ACP content blocks
+    Acp,
+    /// an OpenAI Chat Completions request
+    Openai,
+    /// an OpenAI Responses API request
+    OpenaiResponses,
 }
 
+/// What `restore` prints.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum HostArg {
-    Local,
-    Ssh,
-    Managed,
+enum RestoreFormat {
+    /// the session's messages with their ACP content blocks
+    Acp,
+    /// an OpenAI Chat Completions request
+    Openai,
+    /// an OpenAI Responses API request
+    OpenaiResponses,
+}
+
+/// A conversation as one model-request JSON line: the part the three formats share.
+#[derive(Clone, Copy)]
+enum Request {
+    Blocks,
+    Chat,
+    Responses,
+}
+
+impl From<DrainFormat> for Request {
+    fn from(f: DrainFormat) -> Request {
+        match f {
+            DrainFormat::Acp => Request::Blocks,
+            DrainFormat::Openai => Request::Chat,
+            DrainFormat::OpenaiResponses => Request::Responses,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -181,8 +234,8 @@ enum SessionCommand {
         #[arg(long)]
         title: Option<String>,
         /// Where the session's tools run
-        #[arg(long, value_enum, default_value_t = HostArg::Local)]
-        tools_host: HostArg,
+        #[arg(long, default_value = "local", value_parser = parse_tools_host())]
+        tools_host: ToolsHost,
     },
     /// List sessions
     List,
@@ -191,6 +244,19 @@ enum SessionCommand {
         #[arg(value_parser = parse_session)]
         id: SessionId,
     },
+}
+
+/// `local`, `ssh` or `managed`, listed in help and parsed by the library's own names.
+fn parse_tools_host() -> impl clap::builder::TypedValueParser<Value = ToolsHost> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["local", "ssh", "managed"])
+        .try_map(|s| s.parse::<ToolsHost>())
+}
+
+/// The roles `send` takes: a user's message or an assistant's reply.
+fn parse_send_role() -> impl clap::builder::TypedValueParser<Value = Role> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["user", "assistant"]).try_map(|s| s.parse::<Role>())
 }
 
 fn parse_session(text: &str) -> Result<SessionId, String> {
@@ -230,7 +296,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", one_line(&e));
-            ExitCode::FAILURE
+            exit_code(&e)
         }
     }
 }
@@ -251,16 +317,33 @@ fn usage_error(e: clap::Error) -> ExitCode {
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("invalid arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("error: {first} (see --help)");
+            eprintln!("error: {} (see --help)", terminal_safe(first));
             ExitCode::from(2)
         }
     }
 }
 
-/// The error and its causes on one line. (Library errors end with their own cause
-/// and report no further `source`, so the chain holds each cause once.)
+/// The error and its causes on one line (each library error reports its cause as
+/// `source()` and does not repeat it). Messages echo paths, names and a database's own
+/// text, any of which may hold escape sequences, so every hidden character is printed
+/// as `\uXXXX` and never reaches the terminal raw.
 fn one_line(e: &anyhow::Error) -> String {
-    format!("{e:#}").replace(['\n', '\r'], " ")
+    terminal_safe(&format!("{e:#}"))
+}
+
+/// Line breaks become spaces (one error, one line); every other control or invisible
+/// character is escaped.
+fn terminal_safe(text: &str) -> String {
+    sessionstore::dispatch::hidden_escaped(&text.replace(['\n', '\r'], " "))
+}
+
+/// 3 when the store refused its input (a newer or foreign database, an unsafe name or
+/// URI, an unreadable reference in strict mode), 1 for any other failure.
+fn exit_code(e: &anyhow::Error) -> ExitCode {
+    match e.downcast_ref::<Error>() {
+        Some(e) if e.is_refused() => ExitCode::from(3),
+        _ => ExitCode::FAILURE,
+    }
 }
 
 /// A variable's value, or `None` when it is unset or empty.
@@ -323,29 +406,17 @@ fn mode(strict: bool) -> Mode {
 }
 
 /// A conversation in the chosen model-request format, as one JSON line.
-fn render(
-    format: Format,
-    model: &str,
-    conversation: &[(Role, Vec<ContentBlock>)],
-) -> Result<String> {
-    Ok(match format {
-        Format::Acp => {
-            let blocks: Vec<&ContentBlock> = conversation.iter().flat_map(|(_, b)| b).collect();
+fn render(request: Request, model: &str, conversation: &[Dispatched]) -> Result<String> {
+    Ok(match request {
+        Request::Blocks => {
+            let blocks: Vec<&ContentBlock> = conversation.iter().flat_map(|d| &d.blocks).collect();
             serde_json::to_string(&blocks)?
         }
-        Format::Openai => serde_json::to_string(&openai::chat_request(model, conversation))?,
-        Format::OpenaiResponses => {
+        Request::Chat => serde_json::to_string(&openai::chat_request(model, conversation))?,
+        Request::Responses => {
             serde_json::to_string(&openai::responses_request(model, conversation))?
         }
-        Format::FocusHint => bail!("--format focus-hint is for dispatch only"),
     })
-}
-
-fn conversation(dispatched: &[Dispatched]) -> Vec<(Role, Vec<ContentBlock>)> {
-    dispatched
-        .iter()
-        .map(|d| (d.message.role, d.blocks.clone()))
-        .collect()
 }
 
 fn title(s: &sessionstore::model::Session) -> &str {
@@ -357,273 +428,23 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     if matches!(cli.command, Command::Probe) {
         // The probe builds its own store in a temporary directory: no flag, variable
         // or data directory applies, so none is looked up.
-        return print_probe(json).await;
+        return probe(json).await;
     }
     let config = cli.global.config()?;
     match cli.command {
-        Command::Migrate { dry_run, no_backup } => {
-            let report = if dry_run {
-                db::schema::plan(&config.db_path)?
-            } else {
-                let path = config.db_path.clone();
-                let backup = if no_backup {
-                    db::schema::Backup::Skip
-                } else {
-                    db::schema::Backup::Make
-                };
-                tokio::task::spawn_blocking(move || db::migrate(&path, backup)).await??
-            };
-            if json {
-                print_json(&report)?;
-            } else if dry_run && !report.pending.is_empty() {
-                emit(&format!(
-                    "would apply {}; schema at version {}",
-                    report.pending.join(", "),
-                    report.current
-                ))?;
-            } else if report.applied.is_empty() {
-                emit(&format!(
-                    "nothing to apply; schema at version {}",
-                    report.current
-                ))?;
-            } else {
-                let kept = match &report.backup {
-                    Some(copy) => format!("; the database as it was is kept in {}", copy.display()),
-                    None => String::new(),
-                };
-                emit(&format!(
-                    "applied {}; schema at version {}{kept}",
-                    report.applied.join(", "),
-                    report.current
-                ))?;
-            }
-        }
+        Command::Migrate(args) => migrate(config, json, args).await?,
         Command::Session(SessionCommand::New { title, tools_host }) => {
-            let host = match tools_host {
-                HostArg::Local => ToolsHost::Local,
-                HostArg::Ssh => ToolsHost::Ssh,
-                HostArg::Managed => ToolsHost::Managed,
-            };
-            let store = Store::open(config).await?;
-            let session = store.create_session(title, host).await?;
-            if json {
-                print_json(&serde_json::json!({ "id": session.id }))?;
-            } else {
-                emit(&session.id.to_string())?;
-            }
+            session_new(config, json, title, tools_host).await?
         }
-        Command::Session(SessionCommand::List) => {
-            // Listing never creates a database: with none yet, there is nothing to list.
-            let sessions = match Store::open_read_only(config).await {
-                Ok(store) => store.list_sessions().await?,
-                Err(Error::NoDatabase(_)) => vec![],
-                Err(e) => return Err(e.into()),
-            };
-            if json {
-                print_json(&sessions)?;
-            } else {
-                for s in &sessions {
-                    emit(&format!("{}  {}  {}", s.id, s.tools_host, title(s)))?;
-                }
-            }
-        }
-        Command::Session(SessionCommand::Show { id }) => {
-            let store = Store::open_read_only(config).await?;
-            let session = store.session(id).await?;
-            let messages = store.messages(id).await?;
-            if json {
-                print_json(&serde_json::json!({ "session": session, "messages": messages }))?;
-            } else {
-                let mut text = format!(
-                    "{}  {}  {}",
-                    session.id,
-                    session.tools_host,
-                    title(&session)
-                );
-                for m in messages {
-                    text.push_str(&format!(
-                        "\n  {} {} [{}] {}",
-                        m.seq, m.role, m.state, m.display_text
-                    ));
-                    for r in m.refs {
-                        text.push_str(&format!(
-                            "\n      {} ({}, {} bytes)",
-                            r.uri, r.mime_type, r.size
-                        ));
-                    }
-                }
-                emit(&text)?;
-            }
-        }
-        Command::Attach {
-            session,
-            name,
-            files,
-        } => {
-            if name.is_some() && files.len() != 1 {
-                bail!("--name names one upload: give exactly one FILE with it");
-            }
-            // Every file is read before anything is stored, so an unreadable one
-            // leaves no upload behind.
-            let mut uploads = Vec::with_capacity(files.len());
-            for file in &files {
-                let meta = std::fs::metadata(file)
-                    .with_context(|| format!("cannot read {}", file.display()))?;
-                if !meta.is_file() {
-                    bail!("cannot attach {}: not a regular file", file.display());
-                }
-                if meta.len() > MAX_ATTACHMENT_BYTES {
-                    bail!(
-                        "cannot attach {}: it is {} bytes, over the {MAX_ATTACHMENT_BYTES}-byte limit",
-                        file.display(),
-                        meta.len()
-                    );
-                }
-                let bytes = std::fs::read(file)
-                    .with_context(|| format!("cannot read {}", file.display()))?;
-                let upload = match &name {
-                    Some(n) => n.clone(),
-                    None => file
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                };
-                uploads.push((upload, bytes));
-            }
-            let store = Store::open_existing(config).await?;
-            let stored = store.attach_all(session, uploads).await?;
-            if json {
-                print_json(&stored)?;
-            } else {
-                let uris: Vec<String> = stored.iter().map(|s| s.uri.to_string()).collect();
-                emit(&uris.join("\n"))?;
-            }
-        }
-        Command::Send {
-            session,
-            text,
-            attach,
-            mid_turn,
-            expanded,
-            transcript,
-            role,
-        } => {
-            let role = match role {
-                SendRole::User => Role::User,
-                SendRole::Assistant => Role::Assistant,
-            };
-            let store = Store::open_existing(config).await?;
-            let message = store
-                .send(
-                    session,
-                    Outgoing {
-                        role,
-                        text,
-                        expanded,
-                        transcript,
-                        attach,
-                        mid_turn,
-                    },
-                )
-                .await?;
-            if json {
-                print_json(&serde_json::json!({ "id": message.id }))?;
-            } else {
-                emit(&message.id.to_string())?;
-            }
-        }
-        Command::Dispatch {
-            session,
-            message,
-            strict,
-            output: Output { format, model },
-        } => {
-            let store = Store::open_read_only(config).await?;
-            if format == Format::FocusHint {
-                // The hint never sees attachments, so none is read for it.
-                let message = store.select(session, message).await?;
-                print_json(&serde_json::json!({ "hint": focus::focus_hint_for(&message) }))?;
-            } else {
-                let dispatched = store
-                    .dispatch(session, message, mode(strict), Arc::new(Memo::new()))
-                    .await?;
-                emit(&render(format, &model, &conversation(&[dispatched]))?)?;
-            }
-        }
-        Command::Drain {
-            session,
-            strict,
-            output: Output { format, model },
-        } => {
-            if format == Format::FocusHint {
-                bail!("--format focus-hint is for dispatch only");
-            }
-            let store = Store::open_existing(config).await?;
-            let drained = store
-                .prepare_drain(session, mode(strict), Arc::new(Memo::new()))
-                .await?;
-            // Delivered means handed on: the messages are marked only after the whole
-            // output was written and flushed.
-            emit(&render(format, &model, &conversation(&drained))?)?;
-            if !drained.is_empty() {
-                let ids = drained.iter().map(|d| d.message.id).collect();
-                store.mark_delivered(session, ids).await?;
-            }
-        }
-        Command::Restore {
-            session,
-            output: Output { format, model },
-        } => {
-            if format == Format::FocusHint {
-                bail!("--format focus-hint is for dispatch only");
-            }
-            // This process has opened no store yet: the restore is in a fresh one.
-            let store = Store::open_read_only(config).await?;
-            let restored = store.restore(session).await?;
-            if format == Format::Acp {
-                print_json(&restored)?;
-            } else {
-                emit(&render(format, &model, &conversation(&restored.messages))?)?;
-            }
-        }
-        Command::Events { session } => {
-            let store = Store::open_read_only(config).await?;
-            let lines = store
-                .events(session)
-                .await?
-                .iter()
-                .map(serde_json::to_string)
-                .collect::<Result<Vec<_>, _>>()?;
-            emit(&lines.join("\n"))?;
-        }
-        Command::Verify => {
-            let store = Store::open_read_only(config).await?;
-            let report = store.verify().await?;
-            if json {
-                print_json(&report)?;
-            } else {
-                let mut lines: Vec<String> = report
-                    .problems
-                    .iter()
-                    .map(|p| format!("problem: {p}"))
-                    .collect();
-                lines.push(format!(
-                    "{} sessions, {} messages, {} events: {}",
-                    report.sessions,
-                    report.messages,
-                    report.events,
-                    if report.ok() {
-                        "ok".to_owned()
-                    } else {
-                        format!("{} problems", report.problems.len())
-                    }
-                ));
-                emit(&lines.join("\n"))?;
-            }
-            if !report.ok() {
-                return Ok(ExitCode::FAILURE);
-            }
-        }
+        Command::Session(SessionCommand::List) => session_list(config, json).await?,
+        Command::Session(SessionCommand::Show { id }) => session_show(config, json, id).await?,
+        Command::Attach(args) => attach(config, json, args).await?,
+        Command::Send(args) => send(config, json, args).await?,
+        Command::Dispatch(args) => dispatch(config, args).await?,
+        Command::Drain(args) => drain(config, args).await?,
+        Command::Restore(args) => restore(config, args).await?,
+        Command::Events(args) => events(config, args).await?,
+        Command::Verify => return verify(config, json).await,
         Command::Probe => {
             unreachable!("run returns the probe's report before reading any configuration")
         }
@@ -631,9 +452,241 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {
+    let report = if args.dry_run {
+        Store::migration_plan(&config.db_path).await?
+    } else {
+        let backup = if args.no_backup {
+            Backup::Skip
+        } else {
+            Backup::Make
+        };
+        Store::migrate(&config.db_path, backup).await?
+    };
+    if json {
+        print_json(&report)
+    } else if args.dry_run && !report.pending.is_empty() {
+        emit(&format!(
+            "would apply {}; schema at version {}",
+            report.pending.join(", "),
+            report.current
+        ))
+    } else if report.applied.is_empty() {
+        emit(&format!(
+            "nothing to apply; schema at version {}",
+            report.current
+        ))
+    } else {
+        let kept = match &report.backup {
+            Some(copy) => format!("; the database as it was is kept in {}", copy.display()),
+            None => String::new(),
+        };
+        emit(&format!(
+            "applied {}; schema at version {}{kept}",
+            report.applied.join(", "),
+            report.current
+        ))
+    }
+}
+
+async fn session_new(
+    config: Config,
+    json: bool,
+    title: Option<String>,
+    tools_host: ToolsHost,
+) -> Result<()> {
+    let store = Store::open(config).await?;
+    let session = store.create_session(title, tools_host).await?;
+    if json {
+        print_json(&serde_json::json!({ "id": session.id }))
+    } else {
+        emit(&session.id.to_string())
+    }
+}
+
+async fn session_list(config: Config, json: bool) -> Result<()> {
+    // Listing never creates a database: with none yet, there is nothing to list.
+    let sessions = match Store::open_read_only(config).await {
+        Ok(store) => store.list_sessions().await?,
+        Err(Error::NoDatabase(_)) => vec![],
+        Err(e) => return Err(e.into()),
+    };
+    if json {
+        return print_json(&sessions);
+    }
+    for s in &sessions {
+        emit(&format!("{}  {}  {}", s.id, s.tools_host, title(s)))?;
+    }
+    Ok(())
+}
+
+async fn session_show(config: Config, json: bool, id: SessionId) -> Result<()> {
+    let store = Store::open_read_only(config).await?;
+    let session = store.session(id).await?;
+    let messages = store.messages(id).await?;
+    if json {
+        return print_json(&serde_json::json!({ "session": session, "messages": messages }));
+    }
+    let mut text = format!(
+        "{}  {}  {}",
+        session.id,
+        session.tools_host,
+        title(&session)
+    );
+    for m in messages {
+        text.push_str(&format!(
+            "\n  {} {} [{}] {}",
+            m.seq, m.role, m.state, m.display_text
+        ));
+        for r in m.refs {
+            text.push_str(&format!(
+                "\n      {} ({}, {} bytes)",
+                r.uri, r.mime_type, r.size
+            ));
+        }
+    }
+    emit(&text)
+}
+
+async fn attach(config: Config, json: bool, args: AttachArgs) -> Result<()> {
+    if args.name.is_some() && args.files.len() != 1 {
+        bail!("--name names one upload: give exactly one FILE with it");
+    }
+    // Every file is read before anything is stored, so an unreadable one leaves no
+    // upload behind.
+    let mut uploads = Vec::with_capacity(args.files.len());
+    for file in args.files {
+        uploads.push(Upload::read_file(file, args.name.clone()).await?);
+    }
+    let store = Store::open_existing(config).await?;
+    let stored = store.attach_all(args.session, uploads).await?;
+    if json {
+        print_json(&stored)
+    } else {
+        let uris: Vec<String> = stored.iter().map(|s| s.uri.to_string()).collect();
+        emit(&uris.join("\n"))
+    }
+}
+
+async fn send(config: Config, json: bool, args: SendArgs) -> Result<()> {
+    let attach = args
+        .attach
+        .iter()
+        .map(|text| AttachmentUri::parse(text).map_err(Error::from))
+        .collect::<Result<Vec<_>, _>>()?;
+    let store = Store::open_existing(config).await?;
+    let outgoing = Outgoing {
+        role: args.role,
+        text: args.text,
+        expanded: args.expanded,
+        transcript: args.transcript,
+        attach,
+        mid_turn: args.mid_turn,
+    };
+    let message = store.send(args.session, outgoing).await?;
+    if json {
+        print_json(&serde_json::json!({ "id": message.id }))
+    } else {
+        emit(&message.id.to_string())
+    }
+}
+
+async fn dispatch(config: Config, args: DispatchArgs) -> Result<()> {
+    let store = Store::open_read_only(config).await?;
+    let request = match args.format {
+        DispatchFormat::FocusHint => {
+            // The hint never sees attachments, so none is read for it.
+            let message = store.select(args.session, args.message).await?;
+            return print_json(&serde_json::json!({ "hint": focus::focus_hint_for(&message) }));
+        }
+        DispatchFormat::Acp => Request::Blocks,
+        DispatchFormat::Openai => Request::Chat,
+        DispatchFormat::OpenaiResponses => Request::Responses,
+    };
+    let dispatched = store
+        .dispatch(
+            args.session,
+            args.message,
+            mode(args.strict),
+            Arc::new(Memo::new()),
+        )
+        .await?;
+    emit(&render(request, &args.model.model, &[dispatched])?)
+}
+
+async fn drain(config: Config, args: DrainArgs) -> Result<()> {
+    let store = Store::open_existing(config).await?;
+    let drained = store
+        .prepare_drain(args.session, mode(args.strict), Arc::new(Memo::new()))
+        .await?;
+    // Delivered means handed on: the messages are marked only after the whole output
+    // was written and flushed.
+    emit(&render(args.format.into(), &args.model.model, &drained)?)?;
+    if !drained.is_empty() {
+        let ids = drained.iter().map(|d| d.message.id).collect();
+        store.mark_delivered(args.session, ids).await?;
+    }
+    Ok(())
+}
+
+async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
+    // This process has opened no store yet: the restore is in a fresh one.
+    let store = Store::open_read_only(config).await?;
+    let restored = store.restore(args.session).await?;
+    let request = match args.format {
+        RestoreFormat::Acp => return print_json(&restored),
+        RestoreFormat::Openai => Request::Chat,
+        RestoreFormat::OpenaiResponses => Request::Responses,
+    };
+    emit(&render(request, &args.model.model, &restored.messages)?)
+}
+
+async fn events(config: Config, args: EventsArgs) -> Result<()> {
+    let store = Store::open_read_only(config).await?;
+    let lines = store
+        .events(args.session)
+        .await?
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<Vec<_>, _>>()?;
+    emit(&lines.join("\n"))
+}
+
+/// Prints the report; non-zero when it found a problem.
+async fn verify(config: Config, json: bool) -> Result<ExitCode> {
+    let store = Store::open_read_only(config).await?;
+    let report = store.verify().await?;
+    if json {
+        print_json(&report)?;
+    } else {
+        let mut lines: Vec<String> = report
+            .problems
+            .iter()
+            .map(|p| format!("problem: {p}"))
+            .collect();
+        lines.push(format!(
+            "{} sessions, {} messages, {} events: {}",
+            report.sessions,
+            report.messages,
+            report.events,
+            if report.ok() {
+                "ok".to_owned()
+            } else {
+                format!("{} problems", report.problems.len())
+            }
+        ));
+        emit(&lines.join("\n"))?;
+    }
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 /// Prints the probe's report (one line per check, or JSON); non-zero when a check failed.
-async fn print_probe(json: bool) -> Result<ExitCode> {
-    let report = probe::run_probe().await?;
+async fn probe(json: bool) -> Result<ExitCode> {
+    let report = sessionstore::run_probe().await?;
     if json {
         print_json(&report)?;
     } else {

@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::attachments::AttachmentUri;
 use crate::error::Error;
 use crate::ids::{EventSeq, MessageId, SessionId};
 
@@ -34,10 +35,11 @@ macro_rules! text_enum {
             fn from_str(s: &str) -> Result<Self, Error> {
                 match s {
                     $($text => Ok($ty::$variant),)+
-                    other => Err(Error::invalid(format!(
-                        concat!("unknown ", $what, " {:?}: expected one of ", $($text, " "),+),
-                        other
-                    ))),
+                    other => Err(Error::UnknownValue {
+                        what: $what,
+                        value: other.to_owned(),
+                        expected: concat!($($text, " "),+),
+                    }),
                 }
             }
         }
@@ -73,7 +75,7 @@ pub struct Session {
 #[serde(rename_all = "camelCase")]
 pub struct Reference {
     pub ordinal: u32,
-    pub uri: String,
+    pub uri: AttachmentUri,
     pub stored_name: String,
     pub mime_type: String,
     pub size: u64,
@@ -115,7 +117,7 @@ pub struct NewMessage {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewReference {
-    pub uri: String,
+    pub uri: AttachmentUri,
     pub stored_name: String,
     pub mime_type: String,
     pub size: u64,

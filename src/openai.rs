@@ -136,11 +136,30 @@ impl From<ChatPart> for ResponsesPart {
     }
 }
 
+/// One turn of a conversation as the request builders read it: who spoke, and the
+/// blocks they said. The builders borrow the blocks, so a dispatched history (base64
+/// and all) is never copied to build a request.
+pub trait Turn {
+    fn role(&self) -> Role;
+    fn blocks(&self) -> &[ContentBlock];
+}
+
+impl Turn for (Role, Vec<ContentBlock>) {
+    fn role(&self) -> Role {
+        self.0
+    }
+
+    fn blocks(&self) -> &[ContentBlock] {
+        &self.1
+    }
+}
+
 /// The Chat Completions request for a conversation, roles and order kept.
 #[must_use]
-pub fn chat_request(model: &str, conversation: &[(Role, Vec<ContentBlock>)]) -> ChatRequest {
+pub fn chat_request<T: Turn>(model: &str, conversation: &[T]) -> ChatRequest {
     let messages = conversation
         .iter()
+        .map(|turn| (turn.role(), turn.blocks()))
         .map(|(role, blocks)| match role {
             Role::User => ChatMessage::User {
                 content: user_parts(blocks),
@@ -162,12 +181,10 @@ pub fn chat_request(model: &str, conversation: &[(Role, Vec<ContentBlock>)]) -> 
 /// The Responses API request for a conversation, with the same parts and context rule as
 /// [`chat_request`].
 #[must_use]
-pub fn responses_request(
-    model: &str,
-    conversation: &[(Role, Vec<ContentBlock>)],
-) -> ResponsesRequest {
+pub fn responses_request<T: Turn>(model: &str, conversation: &[T]) -> ResponsesRequest {
     let input = conversation
         .iter()
+        .map(|turn| (turn.role(), turn.blocks()))
         .map(|(role, blocks)| match role {
             Role::User => ResponsesMessage::User {
                 kind: MessageKind::Message,

@@ -38,9 +38,9 @@ use base64::Engine;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::attachments::{AttachmentError, AttachmentStore, AttachmentUri, Resolved, Roots};
+use crate::attachments::{AttachmentUri, ReadObserver, Roots};
 use crate::config::{self, Config};
-use crate::dispatch::{DAEMON_ATTACHMENT_CONTEXT_META_KEY, Memo, Mode, Resolver};
+use crate::dispatch::{DAEMON_ATTACHMENT_CONTEXT_META_KEY, Memo, Mode};
 use crate::error::Error;
 use crate::focus;
 use crate::ids::SessionId;
@@ -299,23 +299,35 @@ const TRANSCRIPT: &str = "and tell me which one is cheaper";
 /// A stored file and the URI the store gave it.
 struct Stored {
     spec: &'static Upload,
+    /// The URI as text, as checks compare it with what blocks and contexts print.
     uri: String,
+    parsed: AttachmentUri,
 }
 
-/// The real resolver, counting every read (successful or not) per URI.
+/// Every attachment read of a store (successful or not), counted per URI.
+#[derive(Default)]
 struct CountingResolver {
-    inner: AttachmentStore,
     reads: Mutex<HashMap<String, usize>>,
 }
 
 type Counts = HashMap<String, usize>;
 
 impl CountingResolver {
-    fn new(roots: &Roots) -> CountingResolver {
-        CountingResolver {
-            inner: AttachmentStore::new(roots.clone()),
-            reads: Mutex::default(),
-        }
+    fn new() -> Arc<CountingResolver> {
+        Arc::default()
+    }
+
+    /// What the store calls on each read.
+    fn observer(self: &Arc<Self>) -> ReadObserver {
+        let counts = self.clone();
+        ReadObserver::new(move |_, uri| {
+            *counts
+                .reads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(uri.to_string())
+                .or_default() += 1;
+        })
     }
 
     fn snapshot(&self) -> Counts {
@@ -323,18 +335,6 @@ impl CountingResolver {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-    }
-}
-
-impl Resolver for CountingResolver {
-    fn read(&self, session: &SessionId, uri: &AttachmentUri) -> Result<Resolved, AttachmentError> {
-        *self
-            .reads
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(uri.to_string())
-            .or_default() += 1;
-        self.inner.read(session, uri)
     }
 }
 
@@ -421,8 +421,8 @@ impl Probe {
             },
             host: config::host_name(),
         };
-        let reads = Arc::new(CountingResolver::new(&config.roots));
-        let store = Store::open_with_resolver(config.clone(), reads.clone())
+        let reads = CountingResolver::new();
+        let store = Store::open_with_read_observer(config.clone(), reads.observer())
             .await
             .step("open the probe's store")?;
         let session = store
@@ -450,7 +450,7 @@ impl Probe {
                         .await
                         .step("store an attachment")?;
                     stored_names.push((spec, stored.name));
-                    stored.uri.to_string()
+                    stored.uri
                 }
                 Place::Legacy => {
                     let folder = probe.session_folder(probe.legacy());
@@ -462,10 +462,14 @@ impl Probe {
                         std::fs::write(folder.join(spec.name), spec.bytes),
                         "plant the legacy-only file",
                     )?;
-                    AttachmentUri::new(session, spec.name).to_string()
+                    AttachmentUri::new(session, spec.name)
                 }
             };
-            probe.files.push(Stored { spec, uri });
+            probe.files.push(Stored {
+                spec,
+                uri: uri.to_string(),
+                parsed: uri,
+            });
         }
         let outcome = probe.stored_names(&stored_names);
         probe.record("stored-names", outcome);
@@ -519,7 +523,7 @@ impl Probe {
     }
 
     async fn send_all(&self) -> Result<Sent, Failure> {
-        let uri = |i: usize| self.file(i).uri.clone();
+        let uri = |i: usize| self.file(i).parsed.clone();
         let normal = Outgoing {
             attach: vec![
                 uri(IMAGE),
@@ -649,7 +653,7 @@ impl Probe {
         memo: &Memo,
     ) -> Outcome {
         let refs = &normal.message.refs;
-        let distinct: BTreeSet<&str> = refs.iter().map(|r| r.uri.as_str()).collect();
+        let distinct: BTreeSet<String> = refs.iter().map(|r| r.uri.to_string()).collect();
         ensure!(
             distinct.len() < refs.len(),
             "the normal message has no duplicate reference ({} references)",
@@ -834,8 +838,20 @@ impl Probe {
 
     async fn refused_all(&self, uris: &[String]) -> Outcome {
         for uri in uris {
+            // A URI that does not parse is refused where its text comes in, before
+            // any store sees it.
+            let parsed = match AttachmentUri::parse(uri) {
+                Ok(parsed) => parsed,
+                Err(e) => {
+                    ensure!(
+                        !e.to_string().contains('\n'),
+                        "the refusal of {uri:?} is not one line"
+                    );
+                    continue;
+                }
+            };
             let send = Outgoing {
-                attach: vec![uri.clone()],
+                attach: vec![parsed],
                 ..Outgoing::user("look at this")
             };
             match self.store.send(self.session, send).await {
@@ -863,7 +879,7 @@ impl Probe {
             .await
             .step("store an attachment in the ssh session")?;
         let send = Outgoing {
-            attach: vec![note.uri.to_string()],
+            attach: vec![note.uri],
             ..Outgoing::user("read the note")
         };
         self.store
@@ -921,8 +937,8 @@ impl Probe {
         sent: &Sent,
         first: &FirstDelivery,
     ) -> Result<Vec<Dispatched>, Failure> {
-        let reads = Arc::new(CountingResolver::new(&self.config.roots));
-        let fresh = Store::open_with_resolver(self.config.clone(), reads.clone())
+        let reads = CountingResolver::new();
+        let fresh = Store::open_with_read_observer(self.config.clone(), reads.observer())
             .await
             .step("open a second store on the same database")?;
         let restored = fresh
@@ -942,13 +958,13 @@ impl Probe {
                 ids == expected,
                 "the restored history is {ids:?}, expected {expected:?}"
             );
-            let distinct: BTreeSet<&str> = restored
+            let distinct: BTreeSet<String> = restored
                 .messages
                 .iter()
-                .flat_map(|d| d.message.refs.iter().map(|r| r.uri.as_str()))
+                .flat_map(|d| d.message.refs.iter().map(|r| r.uri.to_string()))
                 .collect();
             for uri in &distinct {
-                let n = counts.get(*uri).copied().unwrap_or(0);
+                let n = counts.get(uri).copied().unwrap_or(0);
                 ensure!(
                     n == 1,
                     "the replay read {uri} {n} times through the new store's resolver"
@@ -1059,7 +1075,10 @@ impl Probe {
                 .message
                 .refs
                 .iter()
-                .filter(|r| self.by_uri(&r.uri).is_some_and(|f| f.spec.kind == kind))
+                .filter(|r| {
+                    self.by_uri(&r.uri.to_string())
+                        .is_some_and(|f| f.spec.kind == kind)
+                })
                 .count();
             let mut found = 0;
             for a in d.blocks.iter().filter_map(attached) {
@@ -1088,7 +1107,7 @@ impl Probe {
                     kind.label(),
                     file.spec.name
                 );
-                let reference = d.message.refs.iter().find(|r| r.uri == a.uri);
+                let reference = d.message.refs.iter().find(|r| r.uri.to_string() == a.uri);
                 ensure!(
                     reference.is_some_and(|r| Some(r.mime_type.as_str()) == a.mime),
                     "the {} block for {:?} has MIME type {:?}",
@@ -1127,7 +1146,9 @@ impl Probe {
                     .ok_or_else(|| format!("the block for {} has no context", a.uri))?;
                 let line = parse_context(context)?;
                 ensure!(
-                    line.name == r.stored_name && line.uri == r.uri && line.mime == r.mime_type,
+                    line.name == r.stored_name
+                        && line.uri == r.uri.to_string()
+                        && line.mime == r.mime_type,
                     "the context of {} names {:?} {:?} {:?}, its reference {:?} {:?} {:?}",
                     a.uri,
                     line.name,
@@ -1431,6 +1452,7 @@ impl Probe {
     async fn degradation(&mut self, sent: &Sent) -> Result<(), Failure> {
         let s = self.session;
         let blob = self.file(BLOB).uri.clone();
+        let blob_uri = self.file(BLOB).parsed.clone();
         let name = UPLOADS[BLOB].name;
         let real = self.session_folder(self.configured()).join(name);
         let aside = self.tmp.join("aside.bin");
@@ -1463,7 +1485,7 @@ impl Probe {
                 Err(other) => return Err(format!("strict dispatch failed otherwise: {other}")),
             };
             ensure!(
-                e.unreadable.len() == 1 && e.unreadable[0].uri == blob,
+                e.unreadable.len() == 1 && e.unreadable[0].uri == blob_uri,
                 "the error names {:?}, expected only {blob}",
                 e.unreadable.iter().map(|u| &u.uri).collect::<Vec<_>>()
             );
@@ -1487,7 +1509,7 @@ impl Probe {
             .send(
                 s,
                 Outgoing {
-                    attach: vec![blob.clone()],
+                    attach: vec![blob_uri.clone()],
                     ..Outgoing::user("again")
                 },
             )
@@ -1523,11 +1545,11 @@ impl Probe {
                 delta(&before_again, &after_again, &blob) == 1,
                 "the file was not read again once it was back"
             );
-            let others: BTreeSet<&str> = sent
+            let others: BTreeSet<String> = sent
                 .normal
                 .refs
                 .iter()
-                .map(|r| r.uri.as_str())
+                .map(|r| r.uri.to_string())
                 .filter(|u| *u != blob)
                 .collect();
             for uri in &others {
@@ -2044,7 +2066,7 @@ fn one_block_per_reference(restored: &[Dispatched]) -> Outcome {
             .iter()
             .filter_map(|b| Some(attached(b)?.uri))
             .collect();
-        let expected: Vec<&str> = m.refs.iter().map(|r| r.uri.as_str()).collect();
+        let expected: Vec<String> = m.refs.iter().map(|r| r.uri.to_string()).collect();
         ensure!(
             uris == expected,
             "message {} has blocks for {uris:?}, references {expected:?}",
@@ -2428,7 +2450,7 @@ mod tests {
         );
     }
 
-    fn user_message(refs: &[&str]) -> Message {
+    fn user_message(refs: &[&AttachmentUri]) -> Message {
         Message {
             id: crate::ids::MessageId::new(),
             session_id: SessionId::new(),
@@ -2444,7 +2466,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, uri)| crate::model::Reference {
                     ordinal: i as u32,
-                    uri: (*uri).to_owned(),
+                    uri: (*uri).clone(),
                     stored_name: "a.txt".into(),
                     mime_type: "text/plain".into(),
                     size: 1,
@@ -2475,12 +2497,13 @@ mod tests {
     #[test]
     fn block_checks_fail_on_broken_dispatches() {
         let question = ContentBlock::Text(agent_client_protocol_schema::v1::TextContent::new("q"));
+        let u1 = AttachmentUri::new(SessionId::new(), "a.txt");
         let good = Dispatched {
-            message: user_message(&["u1", "u1"]),
+            message: user_message(&[&u1, &u1]),
             blocks: vec![
                 question.clone(),
-                text_resource("u1", Some(context_meta())),
-                text_resource("u1", Some(context_meta())),
+                text_resource(&u1.to_string(), Some(context_meta())),
+                text_resource(&u1.to_string(), Some(context_meta())),
             ],
         };
         assert!(one_block_per_reference(std::slice::from_ref(&good)).is_ok());
@@ -2492,7 +2515,7 @@ mod tests {
         assert!(one_block_per_reference(&[merged]).is_err());
 
         let mut bare = good.clone();
-        bare.blocks[1] = text_resource("u1", None);
+        bare.blocks[1] = text_resource(&u1.to_string(), None);
         assert!(context_under_meta_key(&[bare]).is_err());
 
         let mut tagged = good;

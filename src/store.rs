@@ -2,24 +2,30 @@
 //! work runs on tokio's blocking threads and no pooled connection is held across an
 //! `.await`; SQL stays in `db`, file IO stays in `attachments`.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_client_protocol_schema::v1::ContentBlock;
 
-use crate::attachments::{AttachmentStore, AttachmentUri, StoredAttachment};
+use crate::attachments::{
+    AttachmentStore, AttachmentUri, MAX_ATTACHMENT_BYTES, ReadObserver, StoredAttachment,
+};
 use crate::config::Config;
-use crate::db::{self, Access, Db, queries, verify::VerifyReport};
-use crate::dispatch::{self, Memo, Mode, Placement, Resolver};
+use crate::db::{
+    self, Access, Db, queries, schema::Backup, schema::MigrationReport, verify::VerifyReport,
+};
+use crate::dispatch::{self, Memo, Mode, Placement};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, Event, Message, NewMessage, NewReference, Role, Session, ToolsHost};
 use crate::projection;
 
+/// The one handle on a session store: the database pool and the one attachment store
+/// that both writes uploads and reads them back, over the roots in `config`.
 #[derive(Clone)]
 pub struct Store {
     db: Db,
     attachments: AttachmentStore,
-    resolver: Arc<dyn Resolver>,
     config: Arc<Config>,
 }
 
@@ -32,7 +38,8 @@ pub struct Outgoing {
     /// The custom-command expansion the model gets instead of `text`.
     pub expanded: Option<String>,
     pub transcript: Option<String>,
-    pub attach: Vec<String>,
+    /// Attachment references, parsed where their text came in (see `AttachmentUri`).
+    pub attach: Vec<AttachmentUri>,
     /// Queue the message for the next drain instead of delivering it now.
     pub mid_turn: bool,
 }
@@ -55,6 +62,16 @@ impl Outgoing {
 pub struct Dispatched {
     pub message: Message,
     pub blocks: Vec<ContentBlock>,
+}
+
+impl crate::openai::Turn for Dispatched {
+    fn role(&self) -> Role {
+        self.message.role
+    }
+
+    fn blocks(&self) -> &[ContentBlock] {
+        &self.blocks
+    }
 }
 
 /// A session rebuilt in a fresh store: its delivered history, replayed through the
@@ -129,35 +146,54 @@ impl Store {
         Store::open_as(config, None, Access::ReadOnly).await
     }
 
-    /// Like `open`, with reads going through `resolver` (tests count reads this way).
-    pub async fn open_with_resolver(config: Config, resolver: Arc<dyn Resolver>) -> Result<Store> {
-        Store::open_as(config, Some(resolver), Access::Create).await
+    /// Like `open`, telling `observer` of every attachment read (tests and the probe
+    /// count reads this way). The observed store is the same one that writes.
+    pub async fn open_with_read_observer(config: Config, observer: ReadObserver) -> Result<Store> {
+        Store::open_as(config, Some(observer), Access::Create).await
     }
 
+    /// The one attachment store is always built from `config.roots`, so reads and
+    /// writes share one set of roots.
     async fn open_as(
         config: Config,
-        resolver: Option<Arc<dyn Resolver>>,
+        observer: Option<ReadObserver>,
         access: Access,
     ) -> Result<Store> {
-        let resolver =
-            resolver.unwrap_or_else(|| Arc::new(AttachmentStore::new(config.roots.clone())));
+        let mut attachments = AttachmentStore::new(config.roots.clone());
+        if let Some(observer) = observer {
+            attachments = attachments.observing_reads(observer);
+        }
         // A model is given paths as text; a root that is not UTF-8 could only be given
         // as a lossy copy that names some other file.
         for root in std::iter::once(&config.roots.configured).chain(&config.roots.legacy) {
             if root.to_str().is_none() {
-                return Err(Error::invalid(format!(
-                    "attachment root {root:?} is not valid UTF-8, so its paths cannot be given to a model"
-                )));
+                return Err(Error::RootNotUtf8 { root: root.clone() });
             }
         }
         let path = config.db_path.clone();
         let db = blocking(move || Db::open(&path, access)).await?;
         Ok(Store {
             db,
-            attachments: AttachmentStore::new(config.roots.clone()),
-            resolver,
+            attachments,
             config: Arc::new(config),
         })
+    }
+
+    /// Applies pending migrations to the database at `path`, creating it if needed
+    /// and refusing a newer or foreign file without writing to it. `open` does the
+    /// same; this is for a caller that only wants the schema brought up to date.
+    /// With `Backup::Make`, a database that already has a schema is first copied to
+    /// `<db>.v<N>.bak`.
+    pub async fn migrate(path: &Path, backup: Backup) -> Result<MigrationReport> {
+        let path = path.to_owned();
+        blocking(move || db::migrate(&path, backup)).await
+    }
+
+    /// What `migrate` would apply, read without writing a byte (a missing file is
+    /// not created).
+    pub async fn migration_plan(path: &Path) -> Result<MigrationReport> {
+        let path = path.to_owned();
+        blocking(move || db::schema::plan(&path)).await
     }
 
     pub fn config(&self) -> &Config {
@@ -266,14 +302,14 @@ impl Store {
     pub async fn attach_all(
         &self,
         session: SessionId,
-        uploads: Vec<(String, Vec<u8>)>,
+        uploads: Vec<Upload>,
     ) -> Result<Vec<StoredAttachment>> {
         self.session(session).await?;
         let attachments = self.attachments.clone();
         blocking(move || {
             let mut stored = Vec::with_capacity(uploads.len());
-            for (name, bytes) in &uploads {
-                match attachments.store(&session, name, bytes) {
+            for upload in &uploads {
+                match attachments.store(&session, &upload.name, &upload.bytes) {
                     Ok(s) => stored.push(s),
                     Err(e) => {
                         for s in &stored {
@@ -295,7 +331,11 @@ impl Store {
         upload_name: String,
         bytes: Vec<u8>,
     ) -> Result<StoredAttachment> {
-        let mut stored = self.attach_all(session, vec![(upload_name, bytes)]).await?;
+        let upload = Upload {
+            name: upload_name,
+            bytes,
+        };
+        let mut stored = self.attach_all(session, vec![upload]).await?;
         Ok(stored
             .pop()
             .expect("attach_all stores exactly one attachment per upload"))
@@ -309,10 +349,7 @@ impl Store {
     pub async fn send(&self, session: SessionId, send: Outgoing) -> Result<Message> {
         let current = self.session(session).await?;
         if send.role != Role::User && (!send.attach.is_empty() || send.mid_turn) {
-            return Err(Error::invalid(format!(
-                "only user messages carry attachments or wait in the mid-turn queue, not {}",
-                send.role
-            )));
+            return Err(Error::RoleCannotAttach { role: send.role });
         }
         // Blank optional parts are no parts: an empty expansion must not replace what
         // was typed, and an empty transcript is no audio.
@@ -327,27 +364,22 @@ impl Store {
             && send.expanded.is_none()
             && send.transcript.is_none()
         {
-            return Err(Error::invalid(
-                "a message needs text, a transcript or at least one attachment",
-            ));
+            return Err(Error::EmptyMessage);
         }
-        let resolver = self.resolver.clone();
+        let resolver = self.attachments.clone();
         let uris = send.attach.clone();
         let refs = blocking(move || {
-            uris.iter()
-                .map(|text| {
-                    let uri =
-                        AttachmentUri::parse(text).map_err(|e| Error::invalid(e.to_string()))?;
+            uris.into_iter()
+                .map(|uri| {
                     if uri.session() != current.id {
-                        return Err(Error::invalid(format!(
-                            "attachment {text} belongs to session {}, not {}",
-                            uri.session(),
-                            current.id
-                        )));
+                        return Err(Error::ForeignReference {
+                            uri,
+                            session: current.id,
+                        });
                     }
                     let read = resolver.read(&current.id, &uri)?;
                     Ok(NewReference {
-                        uri: uri.to_string(),
+                        uri,
                         stored_name: read.name,
                         mime_type: read.mime,
                         size: read.bytes.len() as u64,
@@ -391,27 +423,24 @@ impl Store {
             return self
                 .with_read(move |tx| queries::latest_delivered_user_message(tx, &session))
                 .await?
-                .ok_or_else(|| {
-                    Error::invalid(format!("session {session} has no delivered user message"))
-                });
+                .ok_or(Error::NoDeliveredUserMessage { session });
         };
         let m = self.message(id).await?;
         if m.session_id != session {
-            return Err(Error::invalid(format!(
-                "message {id} belongs to session {}, not {session}",
-                m.session_id
-            )));
+            return Err(Error::MessageOfAnotherSession {
+                message: id,
+                owner: m.session_id,
+                session,
+            });
         }
         if m.role != Role::User {
-            return Err(Error::invalid(format!(
-                "message {id} is a {} message; dispatch is for user messages",
-                m.role
-            )));
+            return Err(Error::NotUserMessage {
+                message: id,
+                role: m.role,
+            });
         }
         if m.state == Delivery::Queued {
-            return Err(Error::invalid(format!(
-                "message {id} is queued mid-turn; drain delivers it"
-            )));
+            return Err(Error::MessageQueued { message: id });
         }
         Ok(m)
     }
@@ -428,9 +457,9 @@ impl Store {
         let current = self.session(session).await?;
         let message = self.select_in(session, message).await?;
         let placement = self.placement(&current);
-        let resolver = self.resolver.clone();
+        let resolver = self.attachments.clone();
         blocking(move || {
-            let blocks = dispatch::dispatch(&*resolver, &memo, &message, &placement, mode)?;
+            let blocks = dispatch::dispatch(&resolver, &memo, &message, &placement, mode)?;
             Ok(Dispatched { message, blocks })
         })
         .await
@@ -457,12 +486,12 @@ impl Store {
             return Ok(vec![]);
         }
         let placement = self.placement(&current);
-        let resolver = self.resolver.clone();
+        let resolver = self.attachments.clone();
         blocking(move || {
             queued
                 .into_iter()
                 .map(|message| {
-                    let blocks = dispatch::dispatch(&*resolver, &memo, &message, &placement, mode)?;
+                    let blocks = dispatch::dispatch(&resolver, &memo, &message, &placement, mode)?;
                     Ok(Dispatched { message, blocks })
                 })
                 .collect::<Result<Vec<_>>>()
@@ -504,20 +533,17 @@ impl Store {
             problems.extend(projection::compare(&current, &rows, expected));
         }
         if !problems.is_empty() {
-            return Err(Error::invalid(format!(
-                "session {session} does not restore: {}; run `sessionstore verify` for the full report",
-                problems.join("; ")
-            )));
+            return Err(Error::LogMismatch { session, problems });
         }
         let placement = self.placement(&current);
-        let resolver = self.resolver.clone();
+        let resolver = self.attachments.clone();
         let memo = Memo::new();
         let messages = blocking(move || {
             rows.into_iter()
                 .filter(|m| m.state == Delivery::Delivered)
                 .map(|message| {
                     let blocks =
-                        dispatch::dispatch(&*resolver, &memo, &message, &placement, Mode::Degrade)?;
+                        dispatch::dispatch(&resolver, &memo, &message, &placement, Mode::Degrade)?;
                     Ok(Dispatched { message, blocks })
                 })
                 .collect::<Result<Vec<_>>>()
@@ -527,6 +553,67 @@ impl Store {
             session: current,
             messages,
         })
+    }
+}
+
+/// A file handed to the store to keep: the upload's own name (made safe when stored)
+/// and its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upload {
+    pub name: String,
+    pub bytes: Vec<u8>,
+}
+
+impl Upload {
+    /// Reads a file the user named for upload, as `name` or else under the file's own
+    /// name. Only a regular file of at most [`MAX_ATTACHMENT_BYTES`] is taken: the
+    /// checks are made on the opened file (opened non-blocking, so a FIFO cannot hang
+    /// the call), and the read stops past the limit, so a file that grows while it is
+    /// read is refused rather than read without bound.
+    pub async fn read_file(path: PathBuf, name: Option<String>) -> Result<Upload> {
+        blocking(move || Upload::read_file_blocking(&path, name)).await
+    }
+
+    fn read_file_blocking(path: &Path, name: Option<String>) -> Result<Upload> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let io = |cause| Error::Io {
+            path: path.to_owned(),
+            cause,
+        };
+        let nonblocking = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nonblocking)
+            .open(path)
+            .map_err(io)?;
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(Error::NotRegularFile {
+                path: path.to_owned(),
+            });
+        }
+        let too_large = |size| Error::FileTooLarge {
+            path: path.to_owned(),
+            size,
+            limit: MAX_ATTACHMENT_BYTES,
+        };
+        if meta.len() > MAX_ATTACHMENT_BYTES {
+            return Err(too_large(meta.len()));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        file.take(MAX_ATTACHMENT_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
+        if bytes.len() as u64 > MAX_ATTACHMENT_BYTES {
+            return Err(too_large(bytes.len() as u64));
+        }
+        let name = name.unwrap_or_else(|| {
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+        Ok(Upload { name, bytes })
     }
 }
 

@@ -16,7 +16,9 @@ use std::path::PathBuf;
 
 pub use mime::mime_for;
 pub use name::{MAX_NAME_BYTES, numbered_name, sanitize_name};
-pub use store::{AttachmentStore, Download, Resolved, RootKind, Roots, StoredAttachment};
+pub use store::{
+    AttachmentStore, Download, ReadObserver, Resolved, RootKind, Roots, StoredAttachment,
+};
 pub use uri::{AttachmentUri, UriError, UriErrorKind};
 
 /// The largest attachment, in bytes, that is stored or read (64 MiB). Every read holds
@@ -30,18 +32,25 @@ pub const MAX_ATTACHMENT_BYTES: u64 = 64 * 1024 * 1024;
 pub enum AttachmentError {
     /// The file is in none of the roots; `tried` holds each path looked at, in order.
     #[error("attachment {uri} not found; tried {}", join_paths(tried))]
-    NotFound { uri: String, tried: Vec<PathBuf> },
+    NotFound {
+        uri: AttachmentUri,
+        tried: Vec<PathBuf>,
+    },
     /// The reference or what it points at must not be read: an unsafe name, a
     /// symlink, something that is not a regular file, or another session's URI.
     #[error("attachment {uri} refused: {reason}")]
-    Refused { uri: String, reason: String },
+    Refused { uri: AttachmentUri, reason: String },
     /// The file is larger than the limit; `size` is as much of it as was seen, which
     /// for a file that grew while it was read is at least `limit + 1`.
     #[error("attachment {uri} is {size} bytes, over the {limit}-byte limit")]
-    TooLarge { uri: String, size: u64, limit: u64 },
+    TooLarge {
+        uri: AttachmentUri,
+        size: u64,
+        limit: u64,
+    },
     #[error("cannot read attachment {uri} at {path:?}: {cause}")]
     Io {
-        uri: String,
+        uri: AttachmentUri,
         path: PathBuf,
         cause: std::io::Error,
     },
@@ -58,7 +67,7 @@ pub enum AttachmentError {
 
 impl AttachmentError {
     /// The URI the error is about; `None` for a failed upload, which has no URI yet.
-    pub fn uri(&self) -> Option<&str> {
+    pub fn uri(&self) -> Option<&AttachmentUri> {
         match self {
             Self::NotFound { uri, .. }
             | Self::Refused { uri, .. }
@@ -70,6 +79,24 @@ impl AttachmentError {
 
     pub fn is_not_found(&self) -> bool {
         matches!(self, Self::NotFound { .. })
+    }
+
+    /// A stable snake_case name for the condition (see `Error::kind`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NotFound { .. } => "attachment_not_found",
+            Self::Refused { .. } => "attachment_refused",
+            Self::TooLarge { .. } => "attachment_too_large",
+            Self::Io { .. } => "attachment_io",
+            Self::Store { .. } => "attachment_store",
+            Self::UploadTooLarge { .. } => "upload_too_large",
+        }
+    }
+
+    /// Whether the reference or its file must not be read at all (an unsafe name, a
+    /// symlink, not a regular file), as opposed to being missing or failing to read.
+    pub fn is_refused(&self) -> bool {
+        matches!(self, Self::Refused { .. })
     }
 }
 

@@ -65,6 +65,27 @@ pub struct AttachmentStore {
     roots: Roots,
     /// [`MAX_ATTACHMENT_BYTES`]; only unit tests lower it, to test the bound cheaply.
     limit: u64,
+    on_read: Option<ReadObserver>,
+}
+
+/// Told of every [`AttachmentStore::read`] before it happens, whatever its outcome:
+/// how the tests and the probe count reads (invariant 6) through the one store that
+/// also writes, rather than through a second handle that could name other roots.
+#[derive(Clone)]
+pub struct ReadObserver(Arc<ObserveRead>);
+
+type ObserveRead = dyn Fn(&SessionId, &AttachmentUri) + Send + Sync;
+
+impl ReadObserver {
+    pub fn new(f: impl Fn(&SessionId, &AttachmentUri) + Send + Sync + 'static) -> Self {
+        ReadObserver(Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for ReadObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReadObserver")
+    }
 }
 
 impl AttachmentStore {
@@ -77,6 +98,15 @@ impl AttachmentStore {
                 legacy: roots.legacy.iter().map(|root| absolute(root)).collect(),
             },
             limit: MAX_ATTACHMENT_BYTES,
+            on_read: None,
+        }
+    }
+
+    /// This store, telling `observer` of every read.
+    pub fn observing_reads(self, observer: ReadObserver) -> Self {
+        Self {
+            on_read: Some(observer),
+            ..self
         }
     }
 
@@ -145,6 +175,9 @@ impl AttachmentStore {
         session: &SessionId,
         uri: &AttachmentUri,
     ) -> Result<Resolved, AttachmentError> {
+        if let Some(observer) = &self.on_read {
+            (observer.0)(session, uri);
+        }
         let (bytes, path, root) = self.read_bytes(session, uri)?;
         let name = uri.name().to_owned();
         Ok(Resolved {
@@ -191,7 +224,7 @@ impl AttachmentStore {
         uri: &AttachmentUri,
     ) -> Result<(Vec<u8>, PathBuf, RootKind), AttachmentError> {
         let refused = |reason: String| AttachmentError::Refused {
-            uri: uri.to_string(),
+            uri: uri.clone(),
             reason,
         };
         if uri.session() != *session {
@@ -220,7 +253,7 @@ impl AttachmentStore {
                 }
                 Err(Beneath::Io(source)) => {
                     return Err(AttachmentError::Io {
-                        uri: uri.to_string(),
+                        uri: uri.clone(),
                         path: folder,
                         cause: source,
                     });
@@ -233,19 +266,19 @@ impl AttachmentStore {
                     Err(refused(format!("{path:?} {reason}")))
                 }
                 Err(ReadFailure::TooLarge(size)) => Err(AttachmentError::TooLarge {
-                    uri: uri.to_string(),
+                    uri: uri.clone(),
                     size,
                     limit: self.limit,
                 }),
                 Err(ReadFailure::Beneath(Beneath::Io(source))) => Err(AttachmentError::Io {
-                    uri: uri.to_string(),
+                    uri: uri.clone(),
                     path,
                     cause: source,
                 }),
             };
         }
         Err(AttachmentError::NotFound {
-            uri: uri.to_string(),
+            uri: uri.clone(),
             tried,
         })
     }
@@ -553,7 +586,7 @@ mod tests {
         std::fs::remove_file(t.configured_folder().join("gone.txt")).unwrap();
         let e = t.read(&stored.uri).unwrap_err();
         assert!(e.is_not_found());
-        assert_eq!(e.uri(), Some(stored.uri.to_string().as_str()));
+        assert_eq!(e.uri(), Some(&stored.uri));
         let msg = e.to_string();
         assert!(
             msg.contains(&t.store.roots().configured.display().to_string()),
@@ -661,7 +694,7 @@ mod tests {
             ),
             "{e:?}"
         );
-        assert_eq!(e.uri(), Some(uri.to_string().as_str()));
+        assert_eq!(e.uri(), Some(&uri));
         assert!(!e.is_not_found());
         assert_eq!(
             e.to_string(),

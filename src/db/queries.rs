@@ -179,7 +179,9 @@ pub fn insert_message(
     let mut refs = Vec::with_capacity(message.refs.len());
     for (ordinal, r) in message.refs.iter().enumerate() {
         let reference = Reference {
-            ordinal: u32::try_from(ordinal).map_err(|_| Error::invalid("too many references"))?,
+            ordinal: u32::try_from(ordinal).map_err(|_| Error::OutOfRange {
+                what: "a reference's ordinal",
+            })?,
             uri: r.uri.clone(),
             stored_name: r.stored_name.clone(),
             mime_type: r.mime_type.clone(),
@@ -191,10 +193,12 @@ pub fn insert_message(
             params![
                 id.to_string(),
                 reference.ordinal,
-                reference.uri,
+                reference.uri.to_string(),
                 reference.stored_name,
                 reference.mime_type,
-                i64::try_from(reference.size).map_err(|_| Error::invalid("file too large"))?
+                i64::try_from(reference.size).map_err(|_| Error::OutOfRange {
+                    what: "an attachment's size"
+                })?
             ],
         )
         .map_err(sql("insert a reference"))?;
@@ -246,9 +250,10 @@ pub fn mark_delivered(conn: &Connection, session: &SessionId, ids: &[MessageId])
             )
             .map_err(sql("mark a message delivered"))?;
         if changed == 0 {
-            return Err(Error::invalid(format!(
-                "message {id} is no longer queued in session {session}: another drain delivered it"
-            )));
+            return Err(Error::NoLongerQueued {
+                message: *id,
+                session: *session,
+            });
         }
         append_event(
             conn,
@@ -289,10 +294,18 @@ fn load_refs(conn: &Connection, message: &mut Message) -> Result<()> {
         .query_map([message.id.to_string()], |row| {
             Ok(Reference {
                 ordinal: row.get(0)?,
-                uri: row.get(1)?,
+                uri: parsed(row, 1)?,
                 stored_name: row.get(2)?,
                 mime_type: row.get(3)?,
-                size: u64::try_from(row.get::<_, i64>(4)?).unwrap_or(0),
+                // A negative size was not written by this store: refused like any
+                // other row that does not parse, rather than read as 0.
+                size: u64::try_from(row.get::<_, i64>(4)?).map_err(|e| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        4,
+                        rusqlite::types::Type::Integer,
+                        e.into(),
+                    )
+                })?,
             })
         })
         .map_err(sql("read references"))?;

@@ -71,7 +71,31 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
         }
     }
     for session in &sessions {
-        let rows = queries::messages(conn, &session.id, None)?;
+        // A row this store could not have written (a URI that does not parse, a
+        // negative size) is a finding to report, not a reason to stop checking.
+        let rows = match queries::messages(conn, &session.id, None) {
+            Ok(rows) => rows,
+            Err(e) => {
+                let cause = std::error::Error::source(&e)
+                    .map(|c| format!(": {c}"))
+                    .unwrap_or_default();
+                report.problems.push(format!(
+                    "session {} has rows that do not parse ({e}{cause})",
+                    session.id
+                ));
+                by_session.remove(&session.id);
+                // Its rows still count as its own, not as rows of no session.
+                let count: i64 = conn
+                    .query_row(
+                        "SELECT count(*) FROM messages WHERE session_id = ?1",
+                        [session.id.to_string()],
+                        |r| r.get(0),
+                    )
+                    .map_err(|e| Error::sqlite("count messages", e))?;
+                report.messages += count as usize;
+                continue;
+            }
+        };
         report.messages += rows.len();
         let events = by_session.remove(&session.id).unwrap_or_default();
         let (expected, problems) = replay(session.id, &events);

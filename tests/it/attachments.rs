@@ -46,13 +46,13 @@ async fn a_file_over_the_limit_is_refused_by_its_size_before_it_is_read() {
             size: got,
             limit,
         } => {
-            assert_eq!(named, &uri.to_string());
+            assert_eq!(named, &uri);
             assert_eq!(*got, size);
             assert_eq!(*limit, MAX_ATTACHMENT_BYTES);
         }
         other => panic!("expected TooLarge, got {other:?}"),
     }
-    assert_eq!(e.uri(), Some(uri.to_string().as_str()));
+    assert_eq!(e.uri(), Some(&uri));
     assert!(!e.is_not_found());
     assert_eq!(
         e.to_string(),
@@ -61,7 +61,7 @@ async fn a_file_over_the_limit_is_refused_by_its_size_before_it_is_read() {
 
     // `send` resolves each reference first, so it refuses the message and stores none.
     let mut out = Outgoing::user("look at this log");
-    out.attach = vec![uri.to_string()];
+    out.attach = vec![uri.clone()];
     let e = t.store.send(s, out).await.unwrap_err();
     assert!(
         matches!(e, Error::Attachment(AttachmentError::TooLarge { .. })),
@@ -129,7 +129,7 @@ async fn an_extensionless_text_file_is_plain_text_and_reaches_the_model_as_text(
     assert_eq!(data.mime, "application/octet-stream");
 
     let mut out = Outgoing::user("summarise the readme");
-    out.attach = vec![stored.uri.to_string()];
+    out.attach = vec![stored.uri.clone()];
     t.store.send(s, out).await.unwrap();
     let dispatched = t
         .store

@@ -147,3 +147,34 @@ fn an_error_names_its_cause_once() {
     let err = assert_one_line_error(&out);
     assert_eq!(err.matches("Not a directory").count(), 1, "{err}");
 }
+
+#[test]
+fn refused_input_exits_3_and_other_failures_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| crate::support::run_in(dir.path(), args);
+    let session = sessionstore::SessionId::new().to_string();
+    let bad = format!("attachment:///{session}/..%2Fx");
+    let out = run(&[
+        "send",
+        "--session",
+        &session,
+        "--text",
+        "x",
+        "--attach",
+        &bad,
+    ]);
+    let err = assert_one_line_error(&out);
+    assert!(err.contains(&bad), "{err}");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "a malformed uri is refused input"
+    );
+    let out = run(&["send", "--session", &session, "--text", "x"]);
+    assert_one_line_error(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a missing database is a failure"
+    );
+}

@@ -11,11 +11,11 @@ use sessionstore::attachments::AttachmentUri;
 use sessionstore::dispatch::{Memo, Mode};
 use sessionstore::model::{Delivery, Role, ToolsHost};
 use sessionstore::store::{Dispatched, Outgoing};
-use sessionstore::{SessionId, Store};
+use sessionstore::{Error, SessionId, Store};
 
 use crate::support::{
     Expect, Harness, PNG, assert_one_line_error, block_json, check_attachment, context_line,
-    context_of, json, run_in, stdout,
+    context_of, json, parse_uri, run_in, stdout,
 };
 
 const TEXT: &[u8] = "first line\nsecond line, café\n".as_bytes();
@@ -131,7 +131,7 @@ async fn a_custom_command_shows_what_was_typed_and_sends_the_expansion() {
             s,
             Outgoing {
                 expanded: Some(expansion.to_owned()),
-                attach: vec![txt.uri.clone()],
+                attach: vec![parse_uri(&txt.uri)],
                 ..Outgoing::user("/summarize")
             },
         )
@@ -328,7 +328,7 @@ async fn mid_turn_messages_wait_for_drain_and_degrade_there() {
         .send(
             s,
             Outgoing {
-                attach: vec![keep.uri.clone(), lose.uri.clone()],
+                attach: vec![parse_uri(&keep.uri), parse_uri(&lose.uri)],
                 mid_turn: true,
                 ..Outgoing::user("also this")
             },
@@ -349,7 +349,10 @@ async fn mid_turn_messages_wait_for_drain_and_degrade_there() {
         .dispatch(s, Some(queued.id), Mode::Degrade, memo())
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("queued"), "{err}");
+    assert!(
+        matches!(err, Error::MessageQueued { message } if message == queued.id),
+        "{err:?}"
+    );
 
     let drained = h.store.drain(s, Mode::Degrade, memo()).await.unwrap();
     assert_eq!(drained.len(), 1);
@@ -396,7 +399,7 @@ async fn a_strict_drain_that_cannot_read_leaves_the_message_queued() {
         .send(
             s,
             Outgoing {
-                attach: vec![lose.uri.clone()],
+                attach: vec![parse_uri(&lose.uri)],
                 mid_turn: true,
                 ..Outgoing::user("queued")
             },
@@ -444,7 +447,7 @@ async fn display_text_title_and_references_never_hold_a_path() {
         .send(
             s,
             Outgoing {
-                attach: vec![txt.uri.clone()],
+                attach: vec![parse_uri(&txt.uri)],
                 mid_turn: true,
                 ..Outgoing::user("one more")
             },
@@ -563,29 +566,46 @@ async fn send_refuses_bad_references_and_stores_nothing() {
     let other = h.session(ToolsHost::Local).await;
     let mine = h.attach(s, "mine.txt", b"mine").await;
     let theirs = h.attach(other, "theirs.txt", b"theirs").await;
-    let cases = [
-        theirs.uri.clone(),
+    // A URI that is not one the store could have written never becomes an
+    // `AttachmentUri`, so it cannot reach `send` at all.
+    for bad in [
         format!("attachment:///{s}/../x"),
         format!("attachment:///{s}/..%2Fx"),
-        AttachmentUri::new(s, "missing.txt").to_string(),
         "file:///etc/passwd".to_owned(),
-    ];
+    ] {
+        let refused = AttachmentUri::parse(&bad).unwrap_err();
+        assert_eq!(refused.input, bad);
+        let err = Error::from(refused);
+        assert!(matches!(err, Error::MalformedReference(_)), "{err:?}");
+        assert!(err.is_refused());
+    }
+    let theirs = parse_uri(&theirs.uri);
+    let missing = AttachmentUri::new(s, "missing.txt");
     let events_before = h.store.events(s).await.unwrap().len();
-    for bad in cases {
+    for bad in [theirs.clone(), missing.clone()] {
         let err = h
             .store
             .send(
                 s,
                 Outgoing {
-                    attach: vec![mine.uri.clone(), bad.clone()],
+                    attach: vec![parse_uri(&mine.uri), bad.clone()],
                     ..Outgoing::user("refuse me")
                 },
             )
             .await
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains(&bad), "the error names {bad}: {err}");
-        assert!(!err.contains('\n'), "{err}");
+            .unwrap_err();
+        if bad == theirs {
+            assert!(
+                matches!(&err, Error::ForeignReference { uri, session } if *uri == theirs && *session == s),
+                "{err:?}"
+            );
+        } else {
+            assert!(
+                matches!(&err, Error::Attachment(a) if a.is_not_found() && a.uri() == Some(&missing)),
+                "{err:?}"
+            );
+        }
+        assert!(!err.to_string().contains('\n'), "{err}");
         assert!(h.store.messages(s).await.unwrap().is_empty(), "{bad}");
         assert_eq!(
             h.store.events(s).await.unwrap().len(),
@@ -600,13 +620,21 @@ async fn send_refuses_bad_references_and_stores_nothing() {
             s,
             Outgoing {
                 role: Role::Assistant,
-                attach: vec![mine.uri.clone()],
+                attach: vec![parse_uri(&mine.uri)],
                 ..Outgoing::user("reply")
             },
         )
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("only user messages"), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::RoleCannotAttach {
+                role: Role::Assistant
+            }
+        ),
+        "{err:?}"
+    );
     assert!(h.store.messages(s).await.unwrap().is_empty());
     assert!(h.store.messages(other).await.unwrap().is_empty());
     assert_eq!(h.store.events(s).await.unwrap().len(), events_before);
@@ -872,7 +900,24 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
         .unwrap();
     }
 
-    for id in [&first_id, &second_id] {
+    // A row whose URI does not parse was not written by this store: reading it is
+    // refused like any other such row, before any file is opened.
+    let err = h
+        .store
+        .dispatch(s, Some(second_id.parse().unwrap()), Mode::Degrade, memo())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Sqlite {
+                action: "read references",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    for id in [&first_id] {
         let d = h
             .store
             .dispatch(s, Some(id.parse().unwrap()), Mode::Degrade, memo())
@@ -887,8 +932,21 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
         let b64 = base64::engine::general_purpose::STANDARD.encode(b"THEIR SECRET");
         assert!(!all.contains(&b64), "{all}");
     }
-    // The event log still says what was sent, so verify and restore catch the edit.
-    assert!(!h.store.verify().await.unwrap().ok());
+    // The event log still says what was sent, so verify and restore catch the edit;
+    // verify names the row that does not parse and still checks the rest.
+    let report = h.store.verify().await.unwrap();
+    assert!(!report.ok());
+    assert!(
+        report.problems.iter().any(|p| p.contains("do not parse")),
+        "{report:?}"
+    );
+    assert!(
+        !report
+            .problems
+            .iter()
+            .any(|p| p.contains("no listed session")),
+        "{report:?}"
+    );
     assert!(h.store.restore(s).await.is_err());
 }
 
@@ -910,7 +968,7 @@ async fn an_svg_reaches_the_model_as_text_and_blank_text_gets_no_block() {
         .send(
             s.id,
             sessionstore::store::Outgoing {
-                attach: vec![stored.uri.to_string()],
+                attach: vec![stored.uri.clone()],
                 ..sessionstore::store::Outgoing::user("   ")
             },
         )

@@ -1,7 +1,7 @@
 //! The probe: the real binary and the library function both run every check green, in
 //! a temporary directory of their own that never reaches the user's data directory.
 
-use sessionstore::probe::run_probe;
+use sessionstore::run_probe;
 
 use crate::support::{bin, stderr, stdout};
 

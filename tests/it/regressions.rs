@@ -3,12 +3,13 @@
 use std::process::{Output, Stdio};
 use std::sync::Arc;
 
-use sessionstore::SessionId;
+use sessionstore::attachments::AttachmentError;
 use sessionstore::dispatch::{Memo, Mode};
 use sessionstore::model::{Delivery, Role, ToolsHost};
-use sessionstore::store::Outgoing;
+use sessionstore::store::{Outgoing, Upload};
+use sessionstore::{Error, SessionId};
 
-use crate::support::{PNG, TestStore, assert_one_line_error, bin, json, run_in, stdout};
+use crate::support::{PNG, TestStore, assert_one_line_error, bin, json, run_in, stderr, stdout};
 
 /// Runs the binary on the store of `t` (its database and configured root).
 fn cli(t: &TestStore, args: &[&str]) -> Output {
@@ -18,7 +19,7 @@ fn cli(t: &TestStore, args: &[&str]) -> Output {
 /// A user message with `text` and references to `uris`.
 fn with_files(text: &str, uris: &[&sessionstore::attachments::StoredAttachment]) -> Outgoing {
     Outgoing {
-        attach: uris.iter().map(|s| s.uri.to_string()).collect(),
+        attach: uris.iter().map(|s| s.uri.clone()).collect(),
         ..Outgoing::user(text)
     }
 }
@@ -119,8 +120,11 @@ async fn dispatch_is_for_user_messages_only() {
         .await
         .unwrap_err();
     assert!(
-        err.to_string().contains("dispatch is for user messages"),
-        "{err}"
+        matches!(
+            err,
+            Error::NotUserMessage { message, role: Role::Assistant } if message == reply.id
+        ),
+        "{err:?}"
     );
 }
 
@@ -268,13 +272,25 @@ async fn a_multi_file_upload_that_fails_partway_keeps_nothing() {
         .attach_all(
             s,
             vec![
-                ("first.txt".into(), b"fine".to_vec()),
-                ("huge.bin".into(), too_big),
+                Upload {
+                    name: "first.txt".into(),
+                    bytes: b"fine".to_vec(),
+                },
+                Upload {
+                    name: "huge.bin".into(),
+                    bytes: too_big,
+                },
             ],
         )
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("huge.bin"), "{err}");
+    assert!(
+        matches!(
+            &err,
+            Error::Attachment(AttachmentError::UploadTooLarge { name, .. }) if name == "huge.bin"
+        ),
+        "{err:?}"
+    );
     let left: Vec<_> = std::fs::read_dir(t.folder(s))
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -325,7 +341,11 @@ async fn a_missing_file_is_never_replaced_by_a_similar_name() {
     t.send(s, with_files("read a.txt", &[&first])).await;
     std::fs::remove_file(t.folder(s).join("a.txt")).unwrap();
     let err = t.dispatch(s, Mode::Strict).await.unwrap_err();
-    assert!(err.to_string().contains("a.txt"), "{err}");
+    let Error::Dispatch(refused) = &err else {
+        panic!("expected an unreadable-attachment error, got {err:?}");
+    };
+    let names: Vec<&str> = refused.unreadable.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(names, ["a.txt"]);
     let d = t.dispatch(s, Mode::Degrade).await.unwrap();
     let text = serde_json::to_string(&d.blocks).unwrap();
     assert!(!text.contains("two"), "the other file's bytes never appear");
@@ -398,4 +418,75 @@ async fn dispatch_drain_and_restore_print_requests_the_openai_types_accept() {
         "the paths reach the model"
     );
     responses(&["restore", "--session", &sid, "--format", "openai-responses"]);
+}
+
+/// Issue 12, hole 3: a crafted database or a path the user passes could carry escape
+/// sequences (ESC, VT, FF, BS, DEL, NEL, a bidi override) into an error message and on
+/// to the terminal. Every message the binary prints shows them as `\uXXXX`.
+#[test]
+fn control_characters_in_error_messages_never_reach_the_terminal() {
+    const HIDDEN: &str = "\u{1b}[31m\u{0b}\u{0c}\u{08}\u{7f}\u{85}\u{202e}";
+    const SHOWN: &str = "\\u001b[31m\\u000b\\u000c\\u0008\\u007f\\u0085\\u202e";
+    let dir = tempfile::tempdir().unwrap();
+    let check = |out: &Output| {
+        let err = assert_one_line_error(out);
+        for c in HIDDEN.chars().filter(|c| !c.is_ascii_graphic()) {
+            assert!(!err.contains(c), "raw {c:?} reached stderr: {err:?}");
+        }
+        assert!(err.contains(SHOWN), "{err:?}");
+    };
+
+    // A --db path that names nothing.
+    let db = dir.path().join(format!("db{HIDDEN}.sqlite"));
+    let session = SessionId::new().to_string();
+    let out = bin(dir.path())
+        .args([
+            "session",
+            "show",
+            &session,
+            "--attachments-root",
+            "a",
+            "--db",
+        ])
+        .arg(&db)
+        .output()
+        .unwrap();
+    check(&out);
+
+    // A file given to `attach` that is not a regular file (checked before any
+    // database is opened).
+    let folder = dir.path().join(format!("upload{HIDDEN}"));
+    std::fs::create_dir(&folder).unwrap();
+    let out = bin(dir.path())
+        .args(["attach", "--session", &session, "--db", "x.db"])
+        .args(["--attachments-root", "a"])
+        .arg(&folder)
+        .output()
+        .unwrap();
+    check(&out);
+
+    // A database whose schema names a table with the sequences in it.
+    let crafted = dir.path().join("crafted.db");
+    {
+        let conn = rusqlite::Connection::open(&crafted).unwrap();
+        conn.execute_batch("CREATE TABLE t (a)").unwrap();
+        conn.pragma_update(None, "writable_schema", true).unwrap();
+        conn.execute(
+            "UPDATE sqlite_master SET name = ?1, sql = 'CREATE TABLE broken (' WHERE name = 't'",
+            [format!("refinery_s{HIDDEN}chema_history")],
+        )
+        .unwrap();
+    }
+    let out = bin(dir.path())
+        .args(["session", "list", "--attachments-root", "a", "--db"])
+        .arg(&crafted)
+        .output()
+        .unwrap();
+    check(&out);
+    assert!(stderr(&out).contains("malformed database schema"));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "a foreign database is refused input"
+    );
 }

@@ -26,7 +26,7 @@ async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_m
             .await
             .unwrap();
         assert_eq!(stored.name, name);
-        uris.push(stored.uri.to_string());
+        uris.push(stored.uri.clone());
         names.push(name);
     }
     let question: String = "Which of these files mention the budget? "
@@ -118,7 +118,7 @@ async fn custom_command_and_mid_turn_hints_use_the_same_filtering() {
             s,
             Outgoing {
                 expanded: Some("Describe the chart in detail.".into()),
-                attach: vec![stored.uri.to_string()],
+                attach: vec![stored.uri.clone()],
                 ..Outgoing::user("/describe")
             },
         )
@@ -135,7 +135,7 @@ async fn custom_command_and_mid_turn_hints_use_the_same_filtering() {
             s,
             Outgoing {
                 mid_turn: true,
-                attach: vec![stored.uri.to_string()],
+                attach: vec![stored.uri.clone()],
                 ..Outgoing::user("and this one?")
             },
         )

@@ -13,7 +13,7 @@ use sessionstore::{Config, SessionId, Store};
 
 use crate::support::{
     Expect, Harness, PNG, bin, block_json, check_attachment, config_in, context_of, counting_store,
-    json, run_in, stdout,
+    json, parse_uri, run_in, stdout,
 };
 
 const TEXT: &[u8] = "a text file\nwith two lines, naïve\n".as_bytes();
@@ -38,7 +38,10 @@ async fn upload(store: &Store, s: SessionId, name: &str, bytes: &[u8]) -> Expect
 
 async fn send(store: &Store, s: SessionId, text: &str, files: &[&Expect]) {
     let mut out = Outgoing::user(text);
-    out.attach = files.iter().map(|f| f.uri.clone()).collect();
+    out.attach = files
+        .iter()
+        .map(|f| crate::support::parse_uri(&f.uri))
+        .collect();
     store.send(s, out).await.unwrap();
 }
 
@@ -190,7 +193,7 @@ async fn the_database_never_holds_a_path_or_a_root() {
         .send(
             s,
             Outgoing {
-                attach: vec![img.uri.clone()],
+                attach: vec![parse_uri(&img.uri)],
                 mid_turn: true,
                 ..Outgoing::user("queued")
             },
@@ -304,7 +307,7 @@ async fn restore_replays_user_and_assistant_history_and_leaves_queued_messages_q
         .send(
             s,
             Outgoing {
-                attach: vec![img.uri.clone()],
+                attach: vec![parse_uri(&img.uri)],
                 mid_turn: true,
                 ..Outgoing::user("wait for me")
             },

@@ -96,7 +96,9 @@ async fn a_failure_mid_transaction_keeps_neither_row_nor_event() {
         .append_message(s.id, text("lost"))
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("forced failure"), "{err}");
+    assert!(matches!(err, sessionstore::Error::Sqlite { .. }), "{err:?}");
+    let cause = std::error::Error::source(&err).expect("the sqlite error is kept as the cause");
+    assert!(cause.to_string().contains("forced failure"), "{cause}");
     let conn = t.raw();
     assert_eq!(count(&conn, "messages"), 0);
     assert_eq!(count(&conn, "events"), 1);
@@ -158,7 +160,34 @@ async fn unknown_sessions_and_messages_are_named_in_errors() {
     let t = TestStore::new().await;
     let ghost = sessionstore::SessionId::new();
     let err = t.store.append_message(ghost, text("x")).await.unwrap_err();
+    assert!(matches!(err, sessionstore::Error::SessionNotFound(id) if id == ghost));
     assert_eq!(err.to_string(), format!("no session {ghost}"));
     let err = t.store.events(ghost).await.unwrap_err();
     assert_eq!(err.to_string(), format!("no session {ghost}"));
+}
+
+#[tokio::test]
+async fn renaming_a_session_records_its_event_and_names_an_unknown_one() {
+    let t = TestStore::new().await;
+    let s = t
+        .store
+        .create_session(Some("before".into()), ToolsHost::Local)
+        .await
+        .unwrap();
+    t.store.rename_session(s.id, "after".into()).await.unwrap();
+    assert_eq!(
+        t.store.session(s.id).await.unwrap().title.as_deref(),
+        Some("after")
+    );
+    let events = t.store.events(s.id).await.unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(last.kind, "session_renamed");
+    assert_eq!(last.payload["title"], "after");
+    assert!(t.store.verify().await.unwrap().ok());
+    let ghost = sessionstore::SessionId::new();
+    let err = t.store.rename_session(ghost, "x".into()).await.unwrap_err();
+    assert!(
+        matches!(err, sessionstore::Error::SessionNotFound(id) if id == ghost),
+        "{err:?}"
+    );
 }

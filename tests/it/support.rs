@@ -146,25 +146,7 @@ pub fn json(out: &Output) -> serde_json::Value {
 /// A complete 1×1 RGBA PNG: real magic bytes, IHDR, IDAT and IEND with valid CRCs.
 pub const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\x0dIDAT\x78\x9c\x63\xf8\xcf\xc0\xf0\x1f\x00\x05\x00\x01\xff\x89\x99\x3d\x1d\x00\x00\x00\x00IEND\xae\x42\x60\x82";
 
-/// The real resolver, counting every read that reaches it.
-pub struct CountingResolver {
-    inner: sessionstore::attachments::AttachmentStore,
-    reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl sessionstore::dispatch::Resolver for CountingResolver {
-    fn read(
-        &self,
-        session: &sessionstore::SessionId,
-        uri: &sessionstore::attachments::AttachmentUri,
-    ) -> Result<sessionstore::attachments::Resolved, sessionstore::attachments::AttachmentError>
-    {
-        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.read(session, uri)
-    }
-}
-
-/// Reads counted so far by a [`CountingResolver`].
+/// Reads counted so far by a store made with [`counting_store`].
 #[derive(Clone, Default)]
 pub struct ReadCount(std::sync::Arc<std::sync::atomic::AtomicUsize>);
 
@@ -174,16 +156,16 @@ impl ReadCount {
     }
 }
 
-/// A store on `config` whose reads go through a counting wrapper of the real resolver.
+/// A store on `config` that counts every attachment read it makes.
 pub async fn counting_store(config: Config) -> (Store, ReadCount) {
     let count = ReadCount::default();
-    let resolver = CountingResolver {
-        inner: sessionstore::attachments::AttachmentStore::new(config.roots.clone()),
-        reads: count.0.clone(),
-    };
-    let store = Store::open_with_resolver(config, std::sync::Arc::new(resolver))
+    let reads = count.0.clone();
+    let observer = sessionstore::attachments::ReadObserver::new(move |_, _| {
+        reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    });
+    let store = Store::open_with_read_observer(config, observer)
         .await
-        .expect("a store with a counting resolver opens");
+        .expect("a store that counts reads opens");
     (store, count)
 }
 
@@ -365,7 +347,7 @@ impl Harness {
         files: &[&Expect],
     ) -> sessionstore::model::Message {
         let mut out = sessionstore::store::Outgoing::user(text);
-        out.attach = files.iter().map(|f| f.uri.clone()).collect();
+        out.attach = files.iter().map(|f| parse_uri(&f.uri)).collect();
         self.store
             .send(session, out)
             .await
@@ -403,4 +385,10 @@ pub fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
         }
     }
     out
+}
+
+/// A URI the store printed, parsed back as a caller would parse it.
+pub fn parse_uri(text: &str) -> sessionstore::attachments::AttachmentUri {
+    text.parse()
+        .expect("the store printed a valid attachment uri")
 }

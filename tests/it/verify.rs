@@ -112,7 +112,7 @@ async fn a_reference_deleted_behind_its_back_is_caught() {
         .send(
             s.id,
             sessionstore::store::Outgoing {
-                attach: vec![stored.uri.to_string()],
+                attach: vec![stored.uri.clone()],
                 ..sessionstore::store::Outgoing::user("with a file")
             },
         )
