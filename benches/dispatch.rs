@@ -9,7 +9,6 @@
 //!   block owns a copy of its shared encoding, as the ACP types require.
 //! - restore: 100 such messages replayed through one memo.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -93,7 +92,7 @@ fn main() {
     );
     let dispatch = median(15, || {
         let d = rt
-            .block_on(store.dispatch(session.id, None, Mode::Strict, Arc::new(Memo::new())))
+            .block_on(store.dispatch(session.id, None, Mode::Strict, Memo::new()))
             .expect("dispatch");
         std::hint::black_box(d);
     });

@@ -6,7 +6,6 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use agent_client_protocol_schema::v1::ContentBlock;
 use anyhow::{Context, Result, bail};
@@ -14,7 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 
 use sessionstore::attachments::MAX_ATTACHMENT_BYTES;
-use sessionstore::dispatch::{Memo, Mode};
+use sessionstore::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode};
 use sessionstore::model::{Role, ToolsHost};
 use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{Config, Error, MessageId, SessionId, Store, db, focus, openai, probe};
@@ -121,6 +120,11 @@ enum Command {
     Restore {
         #[arg(long, value_parser = parse_session)]
         session: SessionId,
+        /// How much encoded content the replay keeps for reuse (like 64MiB, 512KiB,
+        /// 1GiB or plain bytes); files it evicts are read again when needed
+        #[arg(long, value_name = "SIZE", value_parser = dispatch::parse_byte_size,
+              default_value_t = DEFAULT_MEMO_BUDGET)]
+        memo_budget: u64,
         #[command(flatten)]
         output: Output,
     },
@@ -533,7 +537,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 print_json(&serde_json::json!({ "hint": focus::focus_hint_for(&message) }))?;
             } else {
                 let dispatched = store
-                    .dispatch(session, message, mode(strict), Arc::new(Memo::new()))
+                    .dispatch(session, message, mode(strict), Memo::new())
                     .await?;
                 emit(&render(format, &model, &conversation(&[dispatched]))?)?;
             }
@@ -548,7 +552,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             let store = Store::open_existing(config).await?;
             let drained = store
-                .prepare_drain(session, mode(strict), Arc::new(Memo::new()))
+                .prepare_drain(session, mode(strict), Memo::new())
                 .await?;
             // Delivered means handed on: the messages are marked only after the whole
             // output was written and flushed.
@@ -560,6 +564,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Restore {
             session,
+            memo_budget,
             output: Output { format, model },
         } => {
             if format == Format::FocusHint {
@@ -567,7 +572,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             // This process has opened no store yet: the restore is in a fresh one.
             let store = Store::open_existing(config).await?;
-            let restored = store.restore(session).await?;
+            let restored = store.restore_with_budget(session, memo_budget).await?;
             if format == Format::Acp {
                 print_json(&restored)?;
             } else {

@@ -574,7 +574,7 @@ impl Probe {
     /// One turn: the normal message, the latest message by default, then the drain,
     /// all through one memo as the daemon does.
     async fn first_delivery(&mut self, sent: &Sent) -> Result<FirstDelivery, Failure> {
-        let memo = Arc::new(Memo::new());
+        let memo = Memo::new();
         let s = self.session;
         let before = self.reads.snapshot();
         let normal = self
@@ -872,7 +872,7 @@ impl Probe {
             .step("send in the ssh session")?;
         let remote = self
             .store
-            .dispatch(ssh, None, Mode::Strict, Arc::new(Memo::new()))
+            .dispatch(ssh, None, Mode::Strict, Memo::new())
             .await
             .step("dispatch in the ssh session")?;
         let outcome = (|| {
@@ -1450,7 +1450,7 @@ impl Probe {
             setup(std::fs::write(decoy, BLOB_BYTES), "plant a decoy file")?;
         }
 
-        let memo = Arc::new(Memo::new());
+        let memo = Memo::new();
         let before = self.reads.snapshot();
         let strict = self
             .store

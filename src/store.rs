@@ -9,7 +9,7 @@ use agent_client_protocol_schema::v1::ContentBlock;
 use crate::attachments::{AttachmentStore, AttachmentUri, StoredAttachment};
 use crate::config::Config;
 use crate::db::{self, Pool, queries, verify::VerifyReport};
-use crate::dispatch::{self, Memo, Mode, Placement, Resolver};
+use crate::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode, Placement, Resolver};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, Event, Message, NewMessage, NewReference, Role, Session, ToolsHost};
@@ -409,7 +409,7 @@ impl Store {
         session: SessionId,
         message: Option<MessageId>,
         mode: Mode,
-        memo: Arc<Memo>,
+        memo: Memo,
     ) -> Result<Dispatched> {
         let current = self.session(session).await?;
         let message = self.select_in(session, message).await?;
@@ -430,7 +430,7 @@ impl Store {
         &self,
         session: SessionId,
         mode: Mode,
-        memo: Arc<Memo>,
+        memo: Memo,
     ) -> Result<Vec<Dispatched>> {
         let (current, queued) = self
             .with_read(move |tx| {
@@ -462,7 +462,7 @@ impl Store {
         &self,
         session: SessionId,
         mode: Mode,
-        memo: Arc<Memo>,
+        memo: Memo,
     ) -> Result<Vec<Dispatched>> {
         let drained = self.prepare_drain(session, mode, memo).await?;
         if !drained.is_empty() {
@@ -474,9 +474,20 @@ impl Store {
 
     /// Rebuilds a session from its rows and event log, refusing one whose tables
     /// disagree with the log, then replays every delivered message's references
-    /// through the resolver (one memo: each distinct file is read once). References
-    /// whose files are gone degrade; queued messages stay queued.
+    /// through the resolver (one memo of [`DEFAULT_MEMO_BUDGET`] bytes: each distinct
+    /// file is read once while it fits). References whose files are gone degrade;
+    /// queued messages stay queued.
     pub async fn restore(&self, session: SessionId) -> Result<Restored> {
+        self.restore_with_budget(session, DEFAULT_MEMO_BUDGET).await
+    }
+
+    /// `restore` with a memo that keeps at most `memo_budget` bytes of encoded
+    /// content; a file evicted from it is read again when a later message needs it.
+    pub async fn restore_with_budget(
+        &self,
+        session: SessionId,
+        memo_budget: u64,
+    ) -> Result<Restored> {
         let (current, rows, events) = self
             .with_read(move |tx| {
                 let current = queries::get_session(tx, &session)?;
@@ -497,7 +508,7 @@ impl Store {
         }
         let placement = self.placement(&current);
         let resolver = self.resolver.clone();
-        let memo = Memo::new();
+        let memo = Memo::with_budget(memo_budget);
         let messages = blocking(move || {
             rows.into_iter()
                 .filter(|m| m.state == Delivery::Delivered)
