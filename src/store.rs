@@ -290,10 +290,11 @@ impl Store {
 
 impl Store {
     /// Checks every reference before persisting anything: the URI parses, names this
-    /// session, and resolves now; that read fills the stored name, MIME type and size.
-    /// Then the message is stored, delivered or queued, with its event.
+    /// session, and opens now, the way a read would, which fills the stored name, MIME
+    /// type and size without reading the whole file. Then the message is stored,
+    /// delivered or queued, with its event. The checks and the write are one trip to
+    /// the blocking pool, and the session is looked up inside the write.
     pub async fn send(&self, session: SessionId, send: Outgoing) -> Result<Message> {
-        let current = self.session(session).await?;
         if send.role != Role::User && (!send.attach.is_empty() || send.mid_turn) {
             return Err(Error::invalid(format!(
                 "only user messages carry attachments or wait in the mid-turn queue, not {}",
@@ -317,43 +318,51 @@ impl Store {
                 "a message needs text, a transcript or at least one attachment",
             ));
         }
-        let resolver = self.resolver.clone();
-        let uris = send.attach.clone();
-        let refs = blocking(move || {
-            uris.iter()
+        let attachments = self.attachments.clone();
+        let pool = self.pool.clone();
+        blocking(move || {
+            // The files are looked at before the write lock is taken, so no writer
+            // waits on a slow disk; a refusal is reported only once the session is
+            // known to exist, so an unknown session is named as such first.
+            let refs = send
+                .attach
+                .iter()
                 .map(|text| {
                     let uri =
                         AttachmentUri::parse(text).map_err(|e| Error::invalid(e.to_string()))?;
-                    if uri.session() != current.id {
+                    if uri.session() != session {
                         return Err(Error::invalid(format!(
-                            "attachment {text} belongs to session {}, not {}",
+                            "attachment {text} belongs to session {}, not {session}",
                             uri.session(),
-                            current.id
                         )));
                     }
-                    let read = resolver.read(&current.id, &uri)?;
+                    let checked = attachments.check(&session, &uri)?;
                     Ok(NewReference {
                         uri: uri.to_string(),
-                        stored_name: read.name,
-                        mime_type: read.mime,
-                        size: read.bytes.len() as u64,
+                        stored_name: checked.name,
+                        mime_type: checked.mime,
+                        size: checked.size,
                     })
                 })
-                .collect::<Result<Vec<_>>>()
+                .collect::<Result<Vec<_>>>();
+            let state = if send.mid_turn {
+                Delivery::Queued
+            } else {
+                Delivery::Delivered
+            };
+            db::write(&mut *pool.get()?, move |tx| {
+                queries::get_session(tx, &session)?;
+                let message = NewMessage {
+                    role: send.role,
+                    display_text: send.text,
+                    model_text: send.expanded,
+                    transcript: send.transcript,
+                    refs: refs?,
+                };
+                queries::insert_message(tx, &session, &message, state)
+            })
         })
-        .await?;
-        let message = NewMessage {
-            role: send.role,
-            display_text: send.text,
-            model_text: send.expanded,
-            transcript: send.transcript,
-            refs,
-        };
-        if send.mid_turn {
-            self.queue_message(session, message).await
-        } else {
-            self.append_message(session, message).await
-        }
+        .await
     }
 
     fn placement(&self, session: &Session) -> Placement {

@@ -14,9 +14,9 @@ mod uri;
 
 use std::path::PathBuf;
 
-pub use mime::mime_for;
+pub use mime::{SNIFF_BYTES, mime_for, mime_from_head};
 pub use name::{MAX_NAME_BYTES, numbered_name, sanitize_name};
-pub use store::{AttachmentStore, Download, Resolved, RootKind, Roots, StoredAttachment};
+pub use store::{AttachmentStore, Checked, Download, Resolved, RootKind, Roots, StoredAttachment};
 pub use uri::{AttachmentUri, UriError, UriErrorKind};
 
 /// The largest attachment, in bytes, that is stored or read (64 MiB). Every read holds
