@@ -3,7 +3,7 @@
 //! (`to_blocks`). A path given to the model is only ever the path of the read that
 //! produced the block's bytes; it is never rebuilt from a root, never persisted.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -51,6 +51,15 @@ pub enum Content {
     Text(Arc<str>),
     /// Base64 of any other file's bytes.
     Blob(Arc<str>),
+}
+
+impl Content {
+    /// The length of the encoded text, what a memo's budget counts.
+    pub fn encoded_len(&self) -> u64 {
+        match self {
+            Content::Image(s) | Content::Text(s) | Content::Blob(s) => s.len() as u64,
+        }
+    }
 }
 
 impl Prepared {
@@ -200,22 +209,76 @@ pub struct Unreadable {
     pub not_found: bool,
 }
 
+/// The restore memo's default budget: 64 MiB of encoded content.
+pub const DEFAULT_MEMO_BUDGET: u64 = 64 * 1024 * 1024;
+
 /// Successful reads shared across the dispatches of one turn (normal delivery and
-/// drains) or one restore. A failed read is never kept, so the next dispatch reads the
-/// file again; a success is kept for the memo's life, so duplicates cost one read and
-/// one encoding.
-#[derive(Debug, Default)]
+/// drains) or one restore. A cheap handle: clones share one memo.
+///
+/// A failed read is never kept, so the next dispatch reads the file again. Successes
+/// are kept up to a budget of encoded bytes, least recently used evicted first, so a
+/// long history cannot pile every file up in memory; a file evicted and needed again
+/// is read again, and its blocks carry the path of that new read. Within one message
+/// duplicates always share one read and one encoding, whatever the budget.
+#[derive(Debug, Clone)]
 pub struct Memo {
-    entries: Mutex<HashMap<String, Arc<Prepared>>>,
+    inner: Arc<Mutex<Lru>>,
+}
+
+#[derive(Debug)]
+struct Lru {
+    budget: u64,
+    used: u64,
+    /// Bumped on every use, so the smallest tick is the least recently used entry.
+    tick: u64,
+    entries: HashMap<String, Entry>,
+    by_age: BTreeMap<u64, String>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    prepared: Arc<Prepared>,
+    cost: u64,
+    tick: u64,
+}
+
+impl Default for Memo {
+    fn default() -> Memo {
+        Memo::new()
+    }
 }
 
 impl Memo {
+    /// A memo with the default budget, [`DEFAULT_MEMO_BUDGET`].
     pub fn new() -> Memo {
-        Memo::default()
+        Memo::with_budget(DEFAULT_MEMO_BUDGET)
+    }
+
+    /// A memo that keeps at most `budget` bytes of encoded content. A budget of 0
+    /// keeps nothing across messages.
+    pub fn with_budget(budget: u64) -> Memo {
+        Memo {
+            inner: Arc::new(Mutex::new(Lru {
+                budget,
+                used: 0,
+                tick: 0,
+                entries: HashMap::new(),
+                by_age: BTreeMap::new(),
+            })),
+        }
+    }
+
+    pub fn budget(&self) -> u64 {
+        self.lock().budget
+    }
+
+    /// Encoded bytes held now; never more than the budget.
+    pub fn used(&self) -> u64 {
+        self.lock().used
     }
 
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().entries.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -224,54 +287,132 @@ impl Memo {
 
     /// Whether a successful read of `uri` is held.
     pub fn contains(&self, uri: &str) -> bool {
-        self.lock().contains_key(uri)
+        self.lock().entries.contains_key(uri)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Prepared>>> {
-        // A panic while holding this lock cannot leave a half-made entry (inserts are
-        // single calls), so a poisoned map is still sound to use.
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    /// The held read of `uri`, marked as just used.
+    fn get(&self, uri: &str) -> Option<Arc<Prepared>> {
+        let mut lru = self.lock();
+        lru.tick += 1;
+        let tick = lru.tick;
+        let Lru {
+            entries, by_age, ..
+        } = &mut *lru;
+        let entry = entries.get_mut(uri)?;
+        by_age.remove(&entry.tick);
+        entry.tick = tick;
+        by_age.insert(tick, uri.to_owned());
+        Some(entry.prepared.clone())
     }
+
+    /// Keeps a successful read, evicting the least recently used entries to make room.
+    /// A read larger than the whole budget is not kept at all.
+    fn insert(&self, uri: &str, prepared: Arc<Prepared>) {
+        let cost = prepared.content.encoded_len();
+        let mut lru = self.lock();
+        if cost > lru.budget {
+            return;
+        }
+        if let Some(old) = lru.entries.remove(uri) {
+            lru.by_age.remove(&old.tick);
+            lru.used -= old.cost;
+        }
+        while lru.used + cost > lru.budget {
+            let Some((_, victim)) = lru.by_age.pop_first() else {
+                break;
+            };
+            if let Some(old) = lru.entries.remove(&victim) {
+                lru.used -= old.cost;
+            }
+        }
+        lru.tick += 1;
+        let tick = lru.tick;
+        lru.used += cost;
+        lru.by_age.insert(tick, uri.to_owned());
+        lru.entries.insert(
+            uri.to_owned(),
+            Entry {
+                prepared,
+                cost,
+                tick,
+            },
+        );
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lru> {
+        // A panic while holding this lock cannot leave a half-made entry (each change
+        // is made before `used` is), so a poisoned memo is still sound to use.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Parses a byte size for a memo budget: plain bytes (`1048576`), or a number with a
+/// binary unit, `B`, `KiB`, `MiB` or `GiB` (any case, `K`/`M`/`G` alone too, a space
+/// allowed before the unit). Decimal units like `MB` are refused rather than guessed.
+pub fn parse_byte_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let digits_end = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(digits_end);
+    if number.is_empty() {
+        return Err(format!(
+            "{text:?} is not a size: expected a number of bytes, or one like 512KiB, 64MiB, 1GiB"
+        ));
+    }
+    let shift = match unit.trim_start().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        _ => {
+            return Err(format!(
+                "{text:?} has an unknown unit: use B, KiB, MiB or GiB"
+            ));
+        }
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .ok_or_else(|| format!("{text:?} is too large a size"))
 }
 
 /// The outcome of reading each of a message's references, in order.
 pub type Reads = Vec<Result<Arc<Prepared>, Unreadable>>;
 
-/// Reads every reference of `message` (IO only). Within the call a failing reference
-/// is tried once, however often it repeats; across calls only successes are memoized.
+/// Reads every reference of `message` (IO only). Within the call a reference is read
+/// at most once, however often it repeats and whether or not the memo keeps it;
+/// across calls only successes are memoized, within the memo's budget.
 pub fn resolve(resolver: &dyn Resolver, memo: &Memo, message: &Message) -> Reads {
-    let mut failed: HashMap<String, Unreadable> = HashMap::new();
+    let mut seen: HashMap<String, Result<Arc<Prepared>, Unreadable>> = HashMap::new();
     let mut out = Vec::with_capacity(message.refs.len());
     for reference in &message.refs {
         let key = reference.uri.to_string();
-        if let Some(hit) = memo.lock().get(&key).cloned() {
-            out.push(Ok(hit));
+        if let Some(done) = seen.get(&key) {
+            out.push(done.clone());
             continue;
         }
-        if let Some(f) = failed.get(&key) {
-            out.push(Err(f.clone()));
-            continue;
-        }
-        let read = resolver
-            .read(&message.session_id, &reference.uri)
-            .map(|r| Prepared::from_read(&reference.uri, r))
-            .map_err(|e| Unreadable {
-                name: reference.stored_name.clone(),
-                uri: reference.uri.clone(),
-                reason: e.to_string(),
-                not_found: e.is_not_found(),
-            });
-        match read {
-            Ok(prepared) => {
-                let prepared = Arc::new(prepared);
-                memo.lock().insert(key, prepared.clone());
-                out.push(Ok(prepared));
+        let read = match memo.get(&key) {
+            Some(hit) => Ok(hit),
+            None => {
+                let read = resolver
+                    .read(&message.session_id, &reference.uri)
+                    .map(|r| Arc::new(Prepared::from_read(&reference.uri, r)))
+                    .map_err(|e| Unreadable {
+                        name: reference.stored_name.clone(),
+                        uri: reference.uri.clone(),
+                        reason: e.to_string(),
+                        not_found: e.is_not_found(),
+                    });
+                if let Ok(prepared) = &read {
+                    memo.insert(&key, prepared.clone());
+                }
+                read
             }
-            Err(u) => {
-                failed.insert(key, u.clone());
-                out.push(Err(u));
-            }
-        }
+        };
+        seen.insert(key, read.clone());
+        out.push(read);
     }
     out
 }
@@ -573,6 +714,151 @@ mod tests {
         let fresh = resolve(&store, &Memo::new(), &m);
         assert!(!Arc::ptr_eq(&encoded(&first[0]), &encoded(&fresh[0])));
         assert_eq!(encoded(&first[0]), encoded(&fresh[0]));
+    }
+
+    /// Three 3000-byte blobs encode to 4000 bytes each; a 9000-byte budget holds two.
+    fn three_blobs(roots: Roots) -> (AttachmentStore, SessionId, Vec<AttachmentUri>) {
+        let store = AttachmentStore::new(roots);
+        let session = SessionId::new();
+        let uris = (0..3u8)
+            .map(|i| {
+                let bytes = vec![i; 3000];
+                let stored = store
+                    .store(&session, &format!("f{i}.bin"), &bytes)
+                    .expect("stored");
+                stored.uri
+            })
+            .collect();
+        (store, session, uris)
+    }
+
+    #[test]
+    fn the_memo_keeps_its_budget_and_evicts_the_least_recently_used() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let (store, session, uris) = three_blobs(Roots {
+            configured: dir.path().to_owned(),
+            legacy: vec![],
+        });
+        let memo = Memo::with_budget(9000);
+        let clone = memo.clone();
+        resolve(&store, &memo, &message(session, &[uris[0].clone()]));
+        resolve(&store, &memo, &message(session, &[uris[1].clone()]));
+        assert_eq!(
+            (clone.len(), clone.used()),
+            (2, 8000),
+            "clones share one memo"
+        );
+        // Using the first again makes the second the least recently used.
+        resolve(&store, &memo, &message(session, &[uris[0].clone()]));
+        resolve(&store, &memo, &message(session, &[uris[2].clone()]));
+        assert!(memo.contains(&uris[0].to_string()) && memo.contains(&uris[2].to_string()));
+        assert!(!memo.contains(&uris[1].to_string()));
+        assert!(memo.used() <= memo.budget());
+    }
+
+    #[test]
+    fn duplicates_in_one_message_share_a_read_even_with_no_budget() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let (store, session, uris) = three_blobs(Roots {
+            configured: dir.path().to_owned(),
+            legacy: vec![],
+        });
+        let memo = Memo::with_budget(0);
+        let m = message(
+            session,
+            &[uris[0].clone(), uris[1].clone(), uris[0].clone()],
+        );
+        let reads = resolve(&store, &memo, &m);
+        assert!(Arc::ptr_eq(&encoded(&reads[0]), &encoded(&reads[2])));
+        assert!(memo.is_empty());
+        let again = resolve(&store, &memo, &m);
+        assert!(!Arc::ptr_eq(&encoded(&reads[0]), &encoded(&again[0])));
+    }
+
+    #[test]
+    fn an_evicted_file_is_read_again_and_given_the_path_of_that_read() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let configured = dir.path().join("configured");
+        let legacy = dir.path().join("legacy");
+        let (store, session, uris) = three_blobs(Roots {
+            configured: configured.clone(),
+            legacy: vec![legacy.clone()],
+        });
+        let memo = Memo::with_budget(4000);
+        let first = resolve(&store, &memo, &message(session, &[uris[0].clone()]));
+        let first = first[0].as_ref().expect("the file reads");
+        assert_eq!(
+            first.path,
+            configured.join(session.to_string()).join("f0.bin")
+        );
+        resolve(&store, &memo, &message(session, &[uris[1].clone()]));
+        assert!(
+            !memo.contains(&uris[0].to_string()),
+            "evicted by the second file"
+        );
+        // The file moves to the legacy root while it is out of the memo.
+        let moved = legacy.join(session.to_string());
+        std::fs::create_dir_all(&moved).expect("a legacy folder");
+        std::fs::rename(
+            configured.join(session.to_string()).join("f0.bin"),
+            moved.join("f0.bin"),
+        )
+        .expect("the file moves");
+        let again = resolve(&store, &memo, &message(session, &[uris[0].clone()]));
+        let again = again[0]
+            .as_ref()
+            .expect("the file reads from the legacy root");
+        assert_eq!(again.path, moved.join("f0.bin"));
+        assert_eq!(encoded(&Ok(again.clone())), encoded(&Ok(first.clone())));
+    }
+
+    #[test]
+    fn a_failed_read_is_never_kept() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let (store, session, uris) = three_blobs(Roots {
+            configured: dir.path().to_owned(),
+            legacy: vec![],
+        });
+        std::fs::remove_file(dir.path().join(session.to_string()).join("f0.bin"))
+            .expect("the file goes");
+        let memo = Memo::new();
+        let reads = resolve(&store, &memo, &message(session, &[uris[0].clone()]));
+        assert!(reads[0].as_ref().is_err_and(|u| u.not_found));
+        assert!(memo.is_empty() && memo.used() == 0);
+    }
+
+    #[test]
+    fn byte_sizes_parse_with_binary_units_and_garbage_is_refused() {
+        for (text, bytes) in [
+            ("0", 0),
+            ("1048576", 1 << 20),
+            ("64MiB", 64 << 20),
+            ("512KiB", 512 << 10),
+            ("1GiB", 1 << 30),
+            ("1gib", 1 << 30),
+            ("3 MiB", 3 << 20),
+            ("7B", 7),
+            ("2k", 2048),
+            (" 5M ", 5 << 20),
+        ] {
+            assert_eq!(parse_byte_size(text), Ok(bytes), "{text:?}");
+        }
+        for text in [
+            "",
+            "MiB",
+            "-1",
+            "1.5MiB",
+            "64MB",
+            "64 MiBs",
+            "x",
+            "1e6",
+            "0x10",
+            "99999999999999999999",
+            "17179869184GiB",
+        ] {
+            let e = parse_byte_size(text).expect_err(text);
+            assert!(!e.contains('\n') && e.contains(&format!("{text:?}")), "{e}");
+        }
     }
 
     #[test]

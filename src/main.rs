@@ -6,7 +6,6 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use agent_client_protocol_schema::v1::ContentBlock;
 use anyhow::{Context, Result, bail};
@@ -14,7 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 
 use sessionstore::attachments::AttachmentUri;
-use sessionstore::dispatch::{Memo, Mode};
+use sessionstore::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode};
 use sessionstore::model::{Role, ToolsHost};
 use sessionstore::store::{Dispatched, Outgoing, Upload};
 use sessionstore::{Backup, Config, Error, MessageId, SessionId, Store, focus, openai};
@@ -158,6 +157,11 @@ struct RestoreArgs {
     format: RestoreFormat,
     #[command(flatten)]
     model: ModelArg,
+    /// How much encoded content the replay keeps for reuse (like 64MiB, 512KiB,
+    /// 1GiB or plain bytes); files it evicts are read again when needed
+    #[arg(long, value_name = "SIZE", value_parser = dispatch::parse_byte_size,
+          default_value_t = DEFAULT_MEMO_BUDGET)]
+    memo_budget: u64,
 }
 
 #[derive(Args)]
@@ -604,12 +608,7 @@ async fn dispatch(config: Config, args: DispatchArgs) -> Result<()> {
         DispatchFormat::OpenaiResponses => Request::Responses,
     };
     let dispatched = store
-        .dispatch(
-            args.session,
-            args.message,
-            mode(args.strict),
-            Arc::new(Memo::new()),
-        )
+        .dispatch(args.session, args.message, mode(args.strict), Memo::new())
         .await?;
     emit(&render(request, &args.model.model, &[dispatched])?)
 }
@@ -617,7 +616,7 @@ async fn dispatch(config: Config, args: DispatchArgs) -> Result<()> {
 async fn drain(config: Config, args: DrainArgs) -> Result<()> {
     let store = Store::open_existing(config).await?;
     let drained = store
-        .prepare_drain(args.session, mode(args.strict), Arc::new(Memo::new()))
+        .prepare_drain(args.session, mode(args.strict), Memo::new())
         .await?;
     // Delivered means handed on: the messages are marked only after the whole output
     // was written and flushed.
@@ -632,7 +631,9 @@ async fn drain(config: Config, args: DrainArgs) -> Result<()> {
 async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     // This process has opened no store yet: the restore is in a fresh one.
     let store = Store::open_read_only(config).await?;
-    let restored = store.restore(args.session).await?;
+    let restored = store
+        .restore_with_budget(args.session, args.memo_budget)
+        .await?;
     let request = match args.format {
         RestoreFormat::Acp => return print_json(&restored),
         RestoreFormat::Openai => Request::Chat,

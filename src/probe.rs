@@ -578,7 +578,7 @@ impl Probe {
     /// One turn: the normal message, the latest message by default, then the drain,
     /// all through one memo as the daemon does.
     async fn first_delivery(&mut self, sent: &Sent) -> Result<FirstDelivery, Failure> {
-        let memo = Arc::new(Memo::new());
+        let memo = Memo::new();
         let s = self.session;
         let before = self.reads.snapshot();
         let normal = self
@@ -888,7 +888,7 @@ impl Probe {
             .step("send in the ssh session")?;
         let remote = self
             .store
-            .dispatch(ssh, None, Mode::Strict, Arc::new(Memo::new()))
+            .dispatch(ssh, None, Mode::Strict, Memo::new())
             .await
             .step("dispatch in the ssh session")?;
         let outcome = (|| {
@@ -1472,7 +1472,7 @@ impl Probe {
             setup(std::fs::write(decoy, BLOB_BYTES), "plant a decoy file")?;
         }
 
-        let memo = Arc::new(Memo::new());
+        let memo = Memo::new();
         let before = self.reads.snapshot();
         let strict = self
             .store

@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::db::{
     self, Access, Db, queries, schema::Backup, schema::MigrationReport, verify::VerifyReport,
 };
-use crate::dispatch::{self, Memo, Mode, Placement};
+use crate::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode, Placement};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, Event, Message, NewMessage, NewReference, Role, Session, ToolsHost};
@@ -344,10 +344,11 @@ impl Store {
 
 impl Store {
     /// Checks every reference before persisting anything: the URI parses, names this
-    /// session, and resolves now; that read fills the stored name, MIME type and size.
-    /// Then the message is stored, delivered or queued, with its event.
+    /// session, and opens now, the way a read would, which fills the stored name, MIME
+    /// type and size without reading the whole file. Then the message is stored,
+    /// delivered or queued, with its event. The checks and the write are one trip to
+    /// the blocking pool, and the session is looked up inside the write.
     pub async fn send(&self, session: SessionId, send: Outgoing) -> Result<Message> {
-        let current = self.session(session).await?;
         if send.role != Role::User && (!send.attach.is_empty() || send.mid_turn) {
             return Err(Error::RoleCannotAttach { role: send.role });
         }
@@ -366,40 +367,46 @@ impl Store {
         {
             return Err(Error::EmptyMessage);
         }
-        let resolver = self.attachments.clone();
-        let uris = send.attach.clone();
-        let refs = blocking(move || {
-            uris.into_iter()
+        let attachments = self.attachments.clone();
+        let db = self.db.clone();
+        blocking(move || {
+            // The files are looked at before the write lock is taken, so no writer
+            // waits on a slow disk; a refusal is reported only once the session is
+            // known to exist, so an unknown session is named as such first.
+            let refs = send
+                .attach
+                .into_iter()
                 .map(|uri| {
-                    if uri.session() != current.id {
-                        return Err(Error::ForeignReference {
-                            uri,
-                            session: current.id,
-                        });
+                    if uri.session() != session {
+                        return Err(Error::ForeignReference { uri, session });
                     }
-                    let read = resolver.read(&current.id, &uri)?;
+                    let checked = attachments.check(&session, &uri)?;
                     Ok(NewReference {
                         uri,
-                        stored_name: read.name,
-                        mime_type: read.mime,
-                        size: read.bytes.len() as u64,
+                        stored_name: checked.name,
+                        mime_type: checked.mime,
+                        size: checked.size,
                     })
                 })
-                .collect::<Result<Vec<_>>>()
+                .collect::<Result<Vec<_>>>();
+            let state = if send.mid_turn {
+                Delivery::Queued
+            } else {
+                Delivery::Delivered
+            };
+            db.write(move |tx| {
+                queries::get_session(tx, &session)?;
+                let message = NewMessage {
+                    role: send.role,
+                    display_text: send.text,
+                    model_text: send.expanded,
+                    transcript: send.transcript,
+                    refs: refs?,
+                };
+                queries::insert_message(tx, &session, &message, state)
+            })
         })
-        .await?;
-        let message = NewMessage {
-            role: send.role,
-            display_text: send.text,
-            model_text: send.expanded,
-            transcript: send.transcript,
-            refs,
-        };
-        if send.mid_turn {
-            self.queue_message(session, message).await
-        } else {
-            self.append_message(session, message).await
-        }
+        .await
     }
 
     fn placement(&self, session: &Session) -> Placement {
@@ -452,7 +459,7 @@ impl Store {
         session: SessionId,
         message: Option<MessageId>,
         mode: Mode,
-        memo: Arc<Memo>,
+        memo: Memo,
     ) -> Result<Dispatched> {
         let current = self.session(session).await?;
         let message = self.select_in(session, message).await?;
@@ -473,7 +480,7 @@ impl Store {
         &self,
         session: SessionId,
         mode: Mode,
-        memo: Arc<Memo>,
+        memo: Memo,
     ) -> Result<Vec<Dispatched>> {
         let (current, queued) = self
             .with_read(move |tx| {
@@ -505,7 +512,7 @@ impl Store {
         &self,
         session: SessionId,
         mode: Mode,
-        memo: Arc<Memo>,
+        memo: Memo,
     ) -> Result<Vec<Dispatched>> {
         let drained = self.prepare_drain(session, mode, memo).await?;
         if !drained.is_empty() {
@@ -517,9 +524,20 @@ impl Store {
 
     /// Rebuilds a session from its rows and event log, refusing one whose tables
     /// disagree with the log, then replays every delivered message's references
-    /// through the resolver (one memo: each distinct file is read once). References
-    /// whose files are gone degrade; queued messages stay queued.
+    /// through the resolver (one memo of [`DEFAULT_MEMO_BUDGET`] bytes: each distinct
+    /// file is read once while it fits). References whose files are gone degrade;
+    /// queued messages stay queued.
     pub async fn restore(&self, session: SessionId) -> Result<Restored> {
+        self.restore_with_budget(session, DEFAULT_MEMO_BUDGET).await
+    }
+
+    /// `restore` with a memo that keeps at most `memo_budget` bytes of encoded
+    /// content; a file evicted from it is read again when a later message needs it.
+    pub async fn restore_with_budget(
+        &self,
+        session: SessionId,
+        memo_budget: u64,
+    ) -> Result<Restored> {
         let (current, rows, events) = self
             .with_read(move |tx| {
                 let current = queries::get_session(tx, &session)?;
@@ -537,7 +555,7 @@ impl Store {
         }
         let placement = self.placement(&current);
         let resolver = self.attachments.clone();
-        let memo = Memo::new();
+        let memo = Memo::with_budget(memo_budget);
         let messages = blocking(move || {
             rows.into_iter()
                 .filter(|m| m.state == Delivery::Delivered)

@@ -79,10 +79,11 @@ impl From<Errno> for ReadFailure {
     }
 }
 
-/// Opens and reads the regular file `name` directly inside `dir`, never following a
-/// symlink and never blocking on a FIFO, and never holding more than `limit` bytes of
-/// it. `name` must be a single path component.
-pub(super) fn read_beneath(dir: &OwnedFd, name: &str, limit: u64) -> Result<Vec<u8>, ReadFailure> {
+/// Opens the regular file `name` directly inside `dir`, never following a symlink and
+/// never blocking on a FIFO, and returns it with its size from the open descriptor,
+/// refusing one over `limit` before anything is read. `name` must be a single path
+/// component.
+fn open_regular(dir: &OwnedFd, name: &str, limit: u64) -> Result<(File, u64), ReadFailure> {
     let flags =
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
     let fd = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
@@ -103,10 +104,34 @@ pub(super) fn read_beneath(dir: &OwnedFd, name: &str, limit: u64) -> Result<Vec<
     if size > limit {
         return Err(ReadFailure::TooLarge(size));
     }
+    Ok((File::from(fd), size))
+}
+
+/// Opens `name` inside `dir` exactly as [`read_beneath`] does, and reads no more than
+/// its first `head` bytes: the file's size (from the open descriptor) and its start.
+pub(super) fn peek_beneath(
+    dir: &OwnedFd,
+    name: &str,
+    limit: u64,
+    head: usize,
+) -> Result<(u64, Vec<u8>), ReadFailure> {
+    let (file, size) = open_regular(dir, name, limit)?;
+    let want = usize::try_from(size).unwrap_or(usize::MAX).min(head);
+    let mut bytes = Vec::with_capacity(want);
+    file.take(head as u64)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ReadFailure::Beneath(Beneath::Io(e)))?;
+    Ok((size, bytes))
+}
+
+/// Opens and reads the regular file `name` directly inside `dir`, never following a
+/// symlink and never blocking on a FIFO, and never holding more than `limit` bytes of
+/// it. `name` must be a single path component.
+pub(super) fn read_beneath(dir: &OwnedFd, name: &str, limit: u64) -> Result<Vec<u8>, ReadFailure> {
+    let (mut file, size) = open_regular(dir, name, limit)?;
     // The capacity is the file's size, so at most `limit`; it grows only if the file
     // grew, and the read below never takes more than `limit + 1` bytes.
     let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    let mut file = File::from(fd);
     // The file may grow after the fstat (or report no size at all, like files in
     // /proc): reading one byte past the limit tells "at the limit" from "over it".
     (&mut file)

@@ -2,6 +2,11 @@
 //! image types models accept, and by a look at the bytes when the extension says
 //! nothing; pure, it looks only at the name and bytes it is given.
 
+/// How much of a file the type is judged from: the same everywhere (an upload, a
+/// full read, and `send`'s check, which reads only this much), so a file gets one
+/// type whoever looks. Git judges text against binary from its first 8000 bytes.
+pub const SNIFF_BYTES: usize = 8192;
+
 const OCTET_STREAM: &str = "application/octet-stream";
 const SVG: &str = "image/svg+xml";
 const TEXT: &str = "text/plain";
@@ -18,7 +23,18 @@ const TEXT: &str = "text/plain";
 /// at all, as in `README`, `LICENSE` or `notes`, or one nobody registered), the bytes
 /// decide: text is `text/plain`, anything else `application/octet-stream`. Otherwise a
 /// plain text file would reach the model as a base64 blob it cannot read.
+///
+/// Only the first [`SNIFF_BYTES`] of `bytes` are looked at.
 pub fn mime_for(name: &str, bytes: &[u8]) -> String {
+    mime_from_head(name, bytes, bytes.len() as u64)
+}
+
+/// [`mime_for`] from the start of a file alone: `head` holds at least the first
+/// `min(size, SNIFF_BYTES)` bytes of a file of `size` bytes. Gives what `mime_for` gives
+/// for the whole file.
+pub fn mime_from_head(name: &str, head: &[u8], size: u64) -> String {
+    let bytes = &head[..head.len().min(SNIFF_BYTES)];
+    let cut = size > bytes.len() as u64;
     if let Some(image) = sniff_image(bytes) {
         return image.to_owned();
     }
@@ -27,7 +43,7 @@ pub fn mime_for(name: &str, bytes: &[u8]) -> String {
             OCTET_STREAM.to_owned()
         }
         Some(guess) if guess.essence_str() != OCTET_STREAM => guess.essence_str().to_owned(),
-        _ if looks_like_text(bytes) => TEXT.to_owned(),
+        _ if looks_like_text(bytes, cut) => TEXT.to_owned(),
         _ => OCTET_STREAM.to_owned(),
     }
 }
@@ -37,9 +53,18 @@ pub fn mime_for(name: &str, bytes: &[u8]) -> String {
 ///
 /// UTF-8 alone is not enough: any run of ASCII control bytes is valid UTF-8, and binary
 /// formats full of them (with no NUL) would otherwise be sent as text. An empty file
-/// says nothing, so it stays binary.
-fn looks_like_text(bytes: &[u8]) -> bool {
-    !bytes.is_empty() && std::str::from_utf8(bytes).is_ok_and(|text| text.chars().all(is_text_char))
+/// says nothing, so it stays binary. When `bytes` is only the start of the file (`cut`),
+/// a character the cut split in two is not held against it.
+fn looks_like_text(bytes: &[u8], cut: bool) -> bool {
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        // `error_len() == None`: the bytes end inside a character that may be whole.
+        Err(e) if cut && e.error_len().is_none() => {
+            std::str::from_utf8(&bytes[..e.valid_up_to()]).expect("valid up to this point")
+        }
+        Err(_) => return false,
+    };
+    !text.is_empty() && text.chars().all(is_text_char)
 }
 
 fn is_text_char(c: char) -> bool {
@@ -143,6 +168,47 @@ mod tests {
         check("bells.bin", &[0x07; 64], OCTET_STREAM);
         check("x.unknownext", b"\x7fELF\x02\x01", OCTET_STREAM);
         check("empty", b"", OCTET_STREAM);
+    }
+
+    #[test]
+    fn the_type_is_judged_from_the_first_bytes_alone() {
+        // A character split by the cut still reads as text; what lies past the cut,
+        // even a NUL, does not count.
+        let mut split = vec![b'a'; SNIFF_BYTES - 1];
+        split.extend_from_slice("é and more".as_bytes());
+        check("README", &split, TEXT);
+        let mut late_nul = vec![b'a'; SNIFF_BYTES];
+        late_nul.extend_from_slice(b"\0\x01");
+        check("README", &late_nul, TEXT);
+        // A whole file that ends inside a character is not text.
+        let mut broken = vec![b'a'; 10];
+        broken.push(0xc3);
+        check("README", &broken, OCTET_STREAM);
+        let mut early_nul = vec![b'a'; 100];
+        early_nul.push(0);
+        early_nul.extend_from_slice(&[b'a'; SNIFF_BYTES]);
+        check("README", &early_nul, OCTET_STREAM);
+    }
+
+    proptest::proptest! {
+        // Each case is up to 8 KiB of bytes: a few dozen cases cover the cut well.
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// The head of a file, however much more of it is given, types it as the
+        /// whole file does.
+        #[test]
+        fn a_head_gives_the_whole_files_type(
+            bytes in proptest::collection::vec(
+                proptest::prop_oneof![proptest::num::u8::ANY, 0x20u8..0x7f, 0x80u8..0xc0],
+                0..(SNIFF_BYTES + 64),
+            ),
+            extra in 0usize..64,
+            name in proptest::sample::select(vec!["README", "a.txt", "a.png", "a.bin", "x.svg"]),
+        ) {
+            let whole = mime_for(name, &bytes);
+            let head = &bytes[..bytes.len().min(SNIFF_BYTES + extra)];
+            proptest::prop_assert_eq!(mime_from_head(name, head, bytes.len() as u64), whole);
+        }
     }
 
     #[test]

@@ -14,10 +14,10 @@ mod uri;
 
 use std::path::PathBuf;
 
-pub use mime::mime_for;
+pub use mime::{SNIFF_BYTES, mime_for, mime_from_head};
 pub use name::{MAX_NAME_BYTES, numbered_name, sanitize_name};
 pub use store::{
-    AttachmentStore, Download, ReadObserver, Resolved, RootKind, Roots, StoredAttachment,
+    AttachmentStore, Checked, Download, ReadObserver, Resolved, RootKind, Roots, StoredAttachment,
 };
 pub use uri::{AttachmentUri, UriError, UriErrorKind};
 

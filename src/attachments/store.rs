@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::disk::{self, Beneath, ReadFailure};
-use super::mime::mime_for;
+use super::mime::{SNIFF_BYTES, mime_for, mime_from_head};
 use super::name::sanitize_name;
 use super::uri::AttachmentUri;
 use super::{AttachmentError, MAX_ATTACHMENT_BYTES};
@@ -48,6 +48,18 @@ pub struct Resolved {
     pub root: RootKind,
     pub name: String,
     pub mime: String,
+}
+
+/// What `send` learns about a reference without reading the file: where it is, its
+/// size from the open descriptor, and its type from the name and the first
+/// [`SNIFF_BYTES`] bytes, the same type a full read gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    pub name: String,
+    pub mime: String,
+    pub size: u64,
+    pub path: PathBuf,
+    pub root: RootKind,
 }
 
 /// A read for a user download: like [`Resolved`], without the path.
@@ -189,6 +201,27 @@ impl AttachmentStore {
         })
     }
 
+    /// Opens the file `uri` names the way [`AttachmentStore::read`] does, in the same
+    /// roots in the same order with the same refusals, but reads only its first
+    /// [`SNIFF_BYTES`] bytes: what `send` needs to record a reference.
+    pub fn check(
+        &self,
+        session: &SessionId,
+        uri: &AttachmentUri,
+    ) -> Result<Checked, AttachmentError> {
+        let ((size, head), path, root) = self.locate(session, uri, |dir, name| {
+            disk::peek_beneath(dir, name, self.limit, SNIFF_BYTES)
+        })?;
+        let name = uri.name().to_owned();
+        Ok(Checked {
+            mime: mime_from_head(&name, &head, size),
+            size,
+            path,
+            root,
+            name,
+        })
+    }
+
     /// Removes a file this store just wrote under the configured root, when a
     /// multi-file upload fails partway. Best effort, and only that one name in that one
     /// session folder: a stored name is a single path component, and removing a
@@ -223,6 +256,19 @@ impl AttachmentStore {
         session: &SessionId,
         uri: &AttachmentUri,
     ) -> Result<(Vec<u8>, PathBuf, RootKind), AttachmentError> {
+        self.locate(session, uri, |dir, name| {
+            disk::read_beneath(dir, name, self.limit)
+        })
+    }
+
+    /// Runs `open` on the file `uri` names in the first root whose session folder has
+    /// it, returning its result with the path and root of that open.
+    fn locate<T>(
+        &self,
+        session: &SessionId,
+        uri: &AttachmentUri,
+        open: impl Fn(&std::os::fd::OwnedFd, &str) -> Result<T, ReadFailure>,
+    ) -> Result<(T, PathBuf, RootKind), AttachmentError> {
         let refused = |reason: String| AttachmentError::Refused {
             uri: uri.clone(),
             reason,
@@ -259,8 +305,8 @@ impl AttachmentStore {
                     });
                 }
             };
-            return match disk::read_beneath(&dir, name, self.limit) {
-                Ok(bytes) => Ok((bytes, path, kind)),
+            return match open(&dir, name) {
+                Ok(found) => Ok((found, path, kind)),
                 Err(ReadFailure::Beneath(Beneath::Missing)) => continue,
                 Err(ReadFailure::Beneath(Beneath::Refused(reason))) => {
                     Err(refused(format!("{path:?} {reason}")))
@@ -533,6 +579,94 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(root_entries, [t.session.to_string().as_str()]);
+    }
+
+    /// `check` opens what `read` opens, in the same roots in the same order, refuses
+    /// what it refuses, and records what a full read gives.
+    #[test]
+    fn check_agrees_with_a_full_read_in_every_case() {
+        let mut t = TestStore::new(2);
+        t.store = t.store.clone().with_limit(3 * SNIFF_BYTES as u64);
+        let mut long_text = vec![b'x'; SNIFF_BYTES - 1];
+        long_text.extend_from_slice("é, then a NUL \0 past the sniffed part".as_bytes());
+        let mut uris = vec![
+            t.plant(&t.configured_folder(), "photo.jpg", PNG),
+            t.plant(&t.configured_folder(), "README", &long_text),
+            t.plant(&t.configured_folder(), "empty", b""),
+            t.plant(
+                &t.legacy_folder(1),
+                "old notes",
+                b"only in the second legacy root",
+            ),
+            t.plant(&t.legacy_folder(0), "both.txt", b"legacy copy"),
+            t.plant(&t.configured_folder(), "both.txt", b"configured copy"),
+            t.plant(
+                &t.configured_folder(),
+                "big.bin",
+                &vec![1; 3 * SNIFF_BYTES + 1],
+            ),
+            t.plant(
+                &t.legacy_folder(0),
+                "dir",
+                b"legacy copy of a folder's name",
+            ),
+            AttachmentUri::new(t.session, "missing.txt"),
+            AttachmentUri::new(t.session, "../escape"),
+            AttachmentUri::new(SessionId::new(), "photo.jpg"),
+        ];
+        std::fs::create_dir(t.configured_folder().join("dir")).unwrap();
+        symlink("README", t.configured_folder().join("link")).unwrap();
+        uris.push(AttachmentUri::new(t.session, "link"));
+        for uri in &uris {
+            match (t.store.check(&t.session, uri), t.read(uri)) {
+                (Ok(checked), Ok(read)) => {
+                    assert_eq!(checked.name, read.name, "{uri}");
+                    assert_eq!(checked.mime, read.mime, "{uri}");
+                    assert_eq!(checked.size, read.bytes.len() as u64, "{uri}");
+                    assert_eq!(checked.path, read.path, "{uri}");
+                    assert_eq!(checked.root, read.root, "{uri}");
+                }
+                (Err(c), Err(r)) => assert_eq!(c.to_string(), r.to_string(), "{uri}"),
+                (c, r) => panic!("{uri}: check gave {c:?}, read gave {r:?}"),
+            }
+        }
+        let readme = t.store.check(&t.session, &uris[1]).unwrap();
+        assert_eq!(readme.mime, "text/plain");
+        let old = t.store.check(&t.session, &uris[3]).unwrap();
+        assert_eq!(old.root, RootKind::Legacy(1));
+    }
+
+    /// Bytes this thread has read through system calls so far (Linux's per-thread IO
+    /// accounting), or `None` where the kernel does not keep it.
+    fn thread_bytes_read() -> Option<u64> {
+        let io = std::fs::read_to_string("/proc/thread-self/io").ok()?;
+        io.lines()
+            .find_map(|l| l.strip_prefix("rchar: "))
+            .and_then(|n| n.trim().parse().ok())
+    }
+
+    #[test]
+    fn check_reads_only_the_start_of_a_file() {
+        let t = TestStore::new(0);
+        let size = 16 << 20;
+        let mut bytes = vec![b'a'; size];
+        bytes[size - 1] = 0;
+        let uri = t.plant(&t.configured_folder(), "huge log", &bytes);
+        let Some(before) = thread_bytes_read() else {
+            return; // no per-thread IO accounting here
+        };
+        let checked = t.store.check(&t.session, &uri).unwrap();
+        let after_check = thread_bytes_read().unwrap();
+        assert_eq!(checked.size, size as u64);
+        assert_eq!(checked.mime, "text/plain");
+        // Reading /proc itself counts too, so allow a little beyond the sniffed part.
+        let by_check = after_check - before;
+        assert!(by_check < 64 * 1024, "check read {by_check} bytes");
+        // The same accounting sees a full read, so the bound above means something.
+        let read = t.read(&uri).unwrap();
+        let by_read = thread_bytes_read().unwrap() - after_check;
+        assert!(by_read >= size as u64, "read counted {by_read} bytes");
+        assert_eq!(read.mime, checked.mime);
     }
 
     #[test]

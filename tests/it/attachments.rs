@@ -2,7 +2,6 @@
 //! reads and uploads alike, and a text file with no extension is sent as text.
 
 use std::fs::File;
-use std::sync::Arc;
 
 use sessionstore::attachments::{AttachmentError, AttachmentUri, MAX_ATTACHMENT_BYTES};
 use sessionstore::dispatch::{Memo, Mode};
@@ -133,7 +132,7 @@ async fn an_extensionless_text_file_is_plain_text_and_reaches_the_model_as_text(
     t.store.send(s, out).await.unwrap();
     let dispatched = t
         .store
-        .dispatch(s, None, Mode::Strict, Arc::new(Memo::new()))
+        .dispatch(s, None, Mode::Strict, Memo::new())
         .await
         .unwrap();
     let block = dispatched

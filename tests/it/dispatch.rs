@@ -4,7 +4,6 @@
 //! mid-turn messages wait for a drain, and `send` refuses what it cannot resolve.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use serde_json::Value;
 use sessionstore::attachments::AttachmentUri;
@@ -21,8 +20,8 @@ use crate::support::{
 const TEXT: &[u8] = "first line\nsecond line, café\n".as_bytes();
 const BIN: &[u8] = b"\x00\x01\x02\xff\xfe\x80binary\x00tail";
 
-fn memo() -> Arc<Memo> {
-    Arc::new(Memo::new())
+fn memo() -> Memo {
+    Memo::new()
 }
 
 fn blocks(d: &Dispatched) -> Vec<Value> {
@@ -980,7 +979,7 @@ async fn an_svg_reaches_the_model_as_text_and_blank_text_gets_no_block() {
             s.id,
             None,
             sessionstore::dispatch::Mode::Strict,
-            std::sync::Arc::new(sessionstore::dispatch::Memo::new()),
+            sessionstore::dispatch::Memo::new(),
         )
         .await
         .unwrap();

@@ -1,7 +1,6 @@
 //! Regression tests, each named for what it guards, from review findings.
 
 use std::process::{Output, Stdio};
-use std::sync::Arc;
 
 use sessionstore::attachments::AttachmentError;
 use sessionstore::dispatch::{Memo, Mode};
@@ -116,7 +115,7 @@ async fn dispatch_is_for_user_messages_only() {
     let reply = t.send(s, assistant("an answer")).await;
     let err = t
         .store
-        .dispatch(s, Some(reply.id), Mode::Strict, Arc::new(Memo::new()))
+        .dispatch(s, Some(reply.id), Mode::Strict, Memo::new())
         .await
         .unwrap_err();
     assert!(

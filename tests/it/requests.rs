@@ -1,8 +1,6 @@
 //! Model requests built from real dispatches: the OpenAI shapes carry every path, and
 //! the Vision Bridge focus hint and vision request carry none.
 
-use std::sync::Arc;
-
 use sessionstore::dispatch::{Memo, Mode};
 use sessionstore::model::Role;
 use sessionstore::openai::{ChatMessage, ChatPart, chat_request, vision_request};
@@ -48,7 +46,7 @@ async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_m
         .unwrap();
     let dispatched = t
         .store
-        .dispatch(s, None, Mode::Strict, Arc::new(Memo::new()))
+        .dispatch(s, None, Mode::Strict, Memo::new())
         .await
         .unwrap();
     assert_eq!(dispatched.message.id, sent.id);
@@ -141,11 +139,7 @@ async fn custom_command_and_mid_turn_hints_use_the_same_filtering() {
         )
         .await
         .unwrap();
-    let drained = t
-        .store
-        .drain(s, Mode::Strict, Arc::new(Memo::new()))
-        .await
-        .unwrap();
+    let drained = t.store.drain(s, Mode::Strict, Memo::new()).await.unwrap();
     assert_eq!(drained[0].message.id, queued.id);
     let hint = focus::focus_hint_for(&drained[0].message);
     assert_eq!(hint, "and this one?");

@@ -201,13 +201,10 @@ async fn the_database_never_holds_a_path_or_a_root() {
         .await
         .unwrap();
     h.store
-        .dispatch(s, None, Mode::Strict, std::sync::Arc::new(Memo::new()))
+        .dispatch(s, None, Mode::Strict, Memo::new())
         .await
         .unwrap();
-    h.store
-        .drain(s, Mode::Degrade, std::sync::Arc::new(Memo::new()))
-        .await
-        .unwrap();
+    h.store.drain(s, Mode::Degrade, Memo::new()).await.unwrap();
     let restored = h.store.restore(s).await.unwrap();
     // The model did get paths, so their absence below is not for want of any.
     let paths: Vec<PathBuf> = blocks(&restored.messages[0])[1..]
@@ -577,4 +574,106 @@ fn cli_restore_reads_from_a_legacy_root_after_the_files_moved() {
     assert_eq!(path, moved.join(&sid).join("report.txt"));
     let show = stdout(&run_in(d, &["session", "show", &sid, "--json"]));
     assert!(!show.contains(&d.display().to_string()), "{show}");
+}
+
+/// A history whose files do not fit the memo: every block still carries the path of a
+/// read that gave its bytes, and files the memo evicted were read again.
+#[tokio::test]
+async fn a_restore_larger_than_its_memo_budget_reads_evicted_files_again() {
+    let h = Harness::new().await;
+    let s = h.session(ToolsHost::Local).await;
+    // Five 6000-byte files, 8000 bytes once encoded; the budget holds two of them.
+    let mut files = Vec::new();
+    for i in 0..5u8 {
+        let bytes: Vec<u8> = (0..6000u32)
+            .map(|j| (j as u8) ^ i.wrapping_mul(37))
+            .collect();
+        files.push(h.attach(s, &format!("part {i}.bin"), &bytes).await);
+    }
+    for i in 0..15 {
+        let a = &files[i % 5];
+        let b = &files[(i * 3 + 1) % 5];
+        h.send(s, &format!("message {i}"), &[a, b, a]).await;
+    }
+    let (fresh, reads) = counting_store(h.config.clone()).await;
+    let restored = fresh.restore_with_budget(s, 16_000).await.unwrap();
+    assert_eq!(restored.messages.len(), 15);
+    let folder = h.folder(h.configured(), s);
+    for (i, d) in restored.messages.iter().enumerate() {
+        let out = blocks(d);
+        assert_eq!(out.len(), 4, "{out:?}");
+        assert_eq!(out[0]["text"], format!("message {i}"));
+        let expected = [&files[i % 5], &files[(i * 3 + 1) % 5], &files[i % 5]];
+        for (block, file) in out[1..].iter().zip(expected) {
+            let (kind, path) = check_attachment(block, file);
+            assert_eq!(kind, "blob");
+            assert_eq!(path, folder.join(&file.name));
+        }
+    }
+    let over_budget = reads.get();
+    assert!(
+        over_budget > 5,
+        "evicted files were read again ({over_budget} reads of 5 files)"
+    );
+    // At most one read per distinct file per message, even over budget.
+    assert!(over_budget <= 30, "{over_budget} reads");
+    let (roomy, reads) = counting_store(h.config.clone()).await;
+    let whole = roomy.restore(s).await.unwrap();
+    assert_eq!(
+        reads.get(),
+        5,
+        "with the default budget each file is read once"
+    );
+    assert_eq!(whole, restored);
+}
+
+#[test]
+fn restore_takes_a_memo_budget_and_refuses_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| run_in(dir.path(), args);
+    json(&run(&["migrate", "--json"]));
+    let s = json(&run(&["session", "new", "--json"]))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let file = dir.path().join("a.txt");
+    std::fs::write(&file, "hello").unwrap();
+    let uri = json(&run(&[
+        "attach",
+        "--session",
+        &s,
+        "--json",
+        file.to_str().unwrap(),
+    ]))[0]["uri"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    json(&run(&[
+        "send",
+        "--session",
+        &s,
+        "--text",
+        "hi",
+        "--attach",
+        &uri,
+        "--json",
+    ]));
+    for size in ["0", "512KiB", "64MiB", "1GiB", "4096"] {
+        let out = json(&run(&["restore", "--session", &s, "--memo-budget", size]));
+        assert_eq!(
+            out["messages"][0]["content"][1]["resource"]["text"],
+            "hello"
+        );
+    }
+    for garbage in ["lots", "12MB", "-5", "1.5GiB", ""] {
+        let flag = format!("--memo-budget={garbage}");
+        let out = run(&["restore", "--session", &s, &flag]);
+        crate::support::assert_one_line_error(&out);
+        assert_eq!(out.status.code(), Some(2), "{garbage:?}");
+        assert!(stderr_of(&out).contains("--memo-budget"), "{garbage:?}");
+    }
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }

@@ -191,3 +191,75 @@ async fn renaming_a_session_records_its_event_and_names_an_unknown_one() {
         "{err:?}"
     );
 }
+
+/// `send` opens each reference the way a read does but never reads it through the
+/// resolver, and what it records (name, type, size) is what a full read gives, in the
+/// configured root and in a legacy one alike.
+#[tokio::test]
+async fn send_records_what_a_read_gives_without_reading_the_files() {
+    use sessionstore::attachments::SNIFF_BYTES;
+    use sessionstore::dispatch::{Memo, Mode};
+
+    let h = crate::support::Harness::new().await;
+    let s = h.session(sessionstore::model::ToolsHost::Local).await;
+    let image = h.attach(s, "photo.jpg", crate::support::PNG).await;
+    // Text whose sniffed part ends inside a character, with a NUL after it.
+    let mut long = vec![b'x'; SNIFF_BYTES - 1];
+    long.extend_from_slice("é and a \0 later".as_bytes());
+    let readme = h.attach(s, "README", &long).await;
+    let legacy_folder = h.folder(h.legacy(), s);
+    std::fs::create_dir_all(&legacy_folder).unwrap();
+    std::fs::write(legacy_folder.join("old.bin"), b"\x00\x01 legacy bytes").unwrap();
+    let old = crate::support::Expect {
+        name: "old.bin".into(),
+        uri: sessionstore::attachments::AttachmentUri::new(s, "old.bin").to_string(),
+        bytes: b"\x00\x01 legacy bytes".to_vec(),
+        host: h.config.host.clone(),
+    };
+
+    let before = h.reads.get();
+    let sent = h.send(s, "three files", &[&image, &readme, &old]).await;
+    assert_eq!(
+        h.reads.get(),
+        before,
+        "send reads nothing through the resolver"
+    );
+
+    let dispatched = h
+        .store
+        .dispatch(s, None, Mode::Strict, Memo::new())
+        .await
+        .unwrap();
+    assert_eq!(h.reads.get(), before + 3);
+    let blocks: Vec<_> = dispatched
+        .blocks
+        .iter()
+        .map(crate::support::block_json)
+        .collect();
+    let files = [&image, &readme, &old];
+    for ((r, block), file) in sent.refs.iter().zip(&blocks[1..]).zip(files) {
+        let (_, path) = crate::support::check_attachment(block, file);
+        let line = crate::support::context_line(crate::support::context_of(block).unwrap());
+        assert_eq!(line["mimeType"], r.mime_type.as_str(), "{}", r.uri);
+        assert_eq!(r.stored_name, file.name);
+        assert_eq!(r.size, file.bytes.len() as u64);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), r.size);
+    }
+    let types: Vec<&str> = sent.refs.iter().map(|r| r.mime_type.as_str()).collect();
+    assert_eq!(
+        types,
+        ["image/png", "text/plain", "application/octet-stream"]
+    );
+}
+
+#[tokio::test]
+async fn send_names_an_unknown_session_before_its_references() {
+    let t = TestStore::new().await;
+    let ghost = sessionstore::SessionId::new();
+    let mut out = sessionstore::store::Outgoing::user("x");
+    out.attach = vec![sessionstore::attachments::AttachmentUri::new(
+        ghost, "gone.txt",
+    )];
+    let err = t.store.send(ghost, out).await.unwrap_err();
+    assert_eq!(err.to_string(), format!("no session {ghost}"));
+}

@@ -69,7 +69,7 @@ impl TestStore {
         session: sessionstore::SessionId,
         mode: sessionstore::dispatch::Mode,
     ) -> sessionstore::Result<sessionstore::store::Dispatched> {
-        let memo = std::sync::Arc::new(sessionstore::dispatch::Memo::new());
+        let memo = sessionstore::dispatch::Memo::new();
         self.store.dispatch(session, None, mode, memo).await
     }
 
