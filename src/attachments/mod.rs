@@ -16,7 +16,9 @@ use std::path::PathBuf;
 
 pub use mime::mime_for;
 pub use name::{MAX_NAME_BYTES, numbered_name, sanitize_name};
-pub use store::{AttachmentStore, Download, Resolved, RootKind, Roots, StoredAttachment};
+pub use store::{
+    AttachmentStore, Download, Resolved, RootKind, Roots, StoredAttachment, Swept, UPLOAD_GRACE,
+};
 pub use uri::{AttachmentUri, UriError, UriErrorKind};
 
 /// The largest attachment, in bytes, that is stored or read (64 MiB). Every read holds
