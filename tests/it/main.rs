@@ -9,6 +9,7 @@ mod fixtures;
 mod migrate;
 mod probe;
 mod regressions;
+mod reliability;
 mod requests;
 mod restore;
 mod snapshots;
