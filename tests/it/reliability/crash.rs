@@ -78,7 +78,9 @@ fn kill_at_random(mut cmd: Command, rng: &mut Rng, max_ms: u64) -> Vec<String> {
     let reader = std::thread::spawn(move || {
         for line in std::io::BufReader::new(out).lines() {
             let Ok(line) = line else { break };
-            if let Some(x) = line.strip_prefix("ACK ") {
+            // libtest prints `test <name> ... ` with no newline before the test's own
+            // output, so the first acknowledgement shares its line.
+            if let Some(x) = line.find("ACK ").map(|i| &line[i + 4..]) {
                 sink.lock().unwrap().push(x.to_owned());
             }
         }
