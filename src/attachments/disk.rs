@@ -174,6 +174,71 @@ pub(super) fn create_session_dir(root: &Path, session: &str) -> Result<OwnedFd, 
     }
 }
 
+/// The prefix and suffix of a temporary upload's name; between them are the 32
+/// lowercase hex digits of a UUID. [`is_upload_temp`] is the one place that recognizes
+/// the pattern, so the sweep can never take a stored name for a leftover.
+const TEMP_PREFIX: &str = ".upload-";
+const TEMP_SUFFIX: &str = ".partial.";
+
+/// Whether `name` is exactly the name [`TempFile::create`] gives a temporary upload.
+pub(super) fn is_upload_temp(name: &[u8]) -> bool {
+    let Some(rest) = name.strip_prefix(TEMP_PREFIX.as_bytes()) else {
+        return false;
+    };
+    let Some(hex) = rest.strip_suffix(TEMP_SUFFIX.as_bytes()) else {
+        return false;
+    };
+    hex.len() == 32 && hex.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Removes the temporary upload files a killed upload left in the open folder `dir`
+/// whose last change is more than `grace` before `now`, and returns how many went and
+/// how many bytes they held. One scan of this folder only: no recursion, nothing but
+/// regular files whose names match the temporary pattern exactly, never a symlink
+/// (`statat` does not follow one, and `unlinkat` removes an entry, not its target).
+/// A live upload keeps touching its file, so the grace period keeps it safe.
+pub(super) fn sweep_upload_temps(
+    dir: &OwnedFd,
+    grace: std::time::Duration,
+    now: std::time::SystemTime,
+) -> io::Result<(usize, u64)> {
+    let cutoff = now.checked_sub(grace).unwrap_or(std::time::UNIX_EPOCH);
+    let mut removed = (0, 0);
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if !is_upload_temp(name.to_bytes()) {
+            continue;
+        }
+        let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            // Another sweep or the upload itself got there first.
+            Err(Errno::NOENT) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            continue;
+        }
+        let changed = std::time::UNIX_EPOCH
+            + std::time::Duration::new(
+                u64::try_from(st.st_mtime).unwrap_or(0),
+                u32::try_from(st.st_mtime_nsec).unwrap_or(0),
+            );
+        if changed >= cutoff {
+            continue;
+        }
+        match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+            Ok(()) => {
+                removed.0 += 1;
+                removed.1 += u64::try_from(st.st_size).unwrap_or(0);
+            }
+            Err(Errno::NOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(removed)
+}
+
 /// How many names (`name`, `name (1)`, ...) a store tries before giving up.
 pub(super) const MAX_CLAIM_ATTEMPTS: u32 = 10_000;
 
@@ -255,7 +320,10 @@ impl<'a> TempFile<'a> {
         let mut last = Errno::EXIST;
         for _ in 0..16 {
             // v7 ids carry random bits; O_EXCL makes a collision a retry, not a clash.
-            let name = format!(".upload-{}.partial.", uuid::Uuid::now_v7().simple());
+            let name = format!(
+                "{TEMP_PREFIX}{}{TEMP_SUFFIX}",
+                uuid::Uuid::now_v7().simple()
+            );
             match rustix::fs::openat(dir, name.as_str(), flags, Mode::from_raw_mode(0o666)) {
                 Ok(fd) => {
                     return Ok(Self {
@@ -321,6 +389,19 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
         assert_eq!(entries(&tmp.path().join("s")), ["a.txt"]);
         assert_eq!(std::fs::read(tmp.path().join("s/a.txt")).unwrap(), b"one");
+    }
+
+    #[test]
+    fn the_sweep_pattern_matches_every_temporary_name_and_no_stored_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = create_session_dir(tmp.path(), "s").unwrap();
+        for _ in 0..20 {
+            let temp = TempFile::create(dir.as_fd()).unwrap();
+            assert!(is_upload_temp(temp.name.as_bytes()), "{}", temp.name);
+            assert!(!is_upload_temp(
+                crate::attachments::sanitize_name(&temp.name).as_bytes()
+            ));
+        }
     }
 
     #[test]

@@ -70,6 +70,17 @@ pub struct Download {
     pub name: String,
 }
 
+/// How old a temporary upload file must be before a sweep takes it for a crash
+/// leftover. An upload in progress rewrites its file far more often than this.
+pub const UPLOAD_GRACE: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+
+/// What a sweep of crash leftovers removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Swept {
+    pub files: usize,
+    pub bytes: u64,
+}
+
 /// Reads and writes attachment files under a set of roots, none larger than
 /// [`MAX_ATTACHMENT_BYTES`].
 #[derive(Debug, Clone)]
@@ -168,6 +179,8 @@ impl AttachmentStore {
                 store_err(folder.clone(), source)
             },
         )?;
+        // Best effort: a failed sweep must not fail the upload, and the next one retries.
+        let _ = disk::sweep_upload_temps(&dir, UPLOAD_GRACE, std::time::SystemTime::now());
         let stored = disk::write_new(&dir, &name, bytes, disk::MAX_CLAIM_ATTEMPTS)
             .map_err(|e| store_err(folder.join(&name), e))?;
         Ok(StoredAttachment {
@@ -234,6 +247,31 @@ impl AttachmentStore {
         if let Ok(dir) = disk::open_session_dir(&folder) {
             let _ = disk::remove_beneath(&dir, uri.name());
         }
+    }
+
+    /// Removes the temporary files that killed uploads left in `session`'s folder under
+    /// the configured root, when last changed more than `grace` ago. Uploads do this on
+    /// their own (with [`UPLOAD_GRACE`]) each time they write to a folder; this is the
+    /// same sweep for a caller that cleans up without uploading. A missing folder has
+    /// nothing to sweep; a folder that is a symlink is refused, never entered.
+    pub fn sweep_leftovers(
+        &self,
+        session: &SessionId,
+        grace: std::time::Duration,
+    ) -> std::io::Result<Swept> {
+        let folder = self.roots.configured.join(session.to_string());
+        let dir = match disk::open_session_dir(&folder) {
+            Ok(dir) => dir,
+            Err(Beneath::Missing) => return Ok(Swept::default()),
+            Err(Beneath::Refused(reason)) => {
+                return Err(std::io::Error::other(format!(
+                    "the session folder {folder:?} {reason}"
+                )));
+            }
+            Err(Beneath::Io(e)) => return Err(e),
+        };
+        let (files, bytes) = disk::sweep_upload_temps(&dir, grace, std::time::SystemTime::now())?;
+        Ok(Swept { files, bytes })
     }
 
     /// Like [`AttachmentStore::read`], for a user download: no path in the result.

@@ -171,3 +171,53 @@ pub fn read<T>(
         .map_err(|e| Error::sqlite("begin a read", e))?;
     f(&tx)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic inside a write closure unwinds through the transaction, whose drop rolls
+    /// it back, so the connection goes back to the pool in autocommit mode and the
+    /// next user of it neither inherits the half-done write nor finds the lock held.
+    #[test]
+    fn a_panic_inside_a_write_never_leaves_a_pooled_connection_mid_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = r2d2::Pool::builder()
+            .max_size(1)
+            .build(
+                SqliteConnectionManager::file(dir.path().join("p.db")).with_init(|c| configure(c)),
+            )
+            .unwrap();
+        pool.get()
+            .unwrap()
+            .execute_batch("CREATE TABLE t (x INTEGER)")
+            .unwrap();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut conn = pool.get().unwrap();
+            let _: Result<()> = write(&mut conn, |tx| {
+                tx.execute("INSERT INTO t VALUES (1)", []).unwrap();
+                panic!("a bug inside a write");
+            });
+        }));
+        assert!(result.is_err(), "the closure panicked");
+        let mut conn = pool.get().unwrap();
+        assert!(
+            conn.is_autocommit(),
+            "the pooled connection is mid-transaction"
+        );
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 0, "the panicked write was rolled back");
+        // Another connection can take the write lock at once.
+        let other = Connection::open(dir.path().join("p.db")).unwrap();
+        other.busy_timeout(Duration::ZERO).unwrap();
+        other.execute("INSERT INTO t VALUES (2)", []).unwrap();
+        write(&mut conn, |tx| {
+            tx.execute("INSERT INTO t VALUES (3)", [])
+                .map_err(|e| Error::sqlite("insert", e))?;
+            Ok(())
+        })
+        .unwrap();
+    }
+}

@@ -10,6 +10,7 @@ mod migrate;
 mod opening;
 mod probe;
 mod regressions;
+mod reliability;
 mod requests;
 mod restore;
 mod snapshots;

@@ -489,3 +489,72 @@ fn control_characters_in_error_messages_never_reach_the_terminal() {
         "a foreign database is refused input"
     );
 }
+
+/// Hole 4 of the reliability issue: uploads killed mid-write left their hidden
+/// temporary files behind forever. The next upload into the folder sweeps the ones
+/// older than the grace period, and nothing else.
+#[tokio::test]
+async fn crash_leftover_uploads_are_swept_by_the_next_upload_into_the_folder() {
+    use std::time::{Duration, SystemTime};
+    let t = TestStore::new().await;
+    let s = t.session().await;
+    t.upload(s, "first.txt", b"one").await;
+    let folder = t.folder(s);
+    let old = SystemTime::now() - sessionstore::attachments::UPLOAD_GRACE - Duration::from_secs(60);
+    let plant = |name: &str, when: SystemTime| {
+        let f = std::fs::File::create(folder.join(name)).unwrap();
+        f.set_len(4096).unwrap();
+        f.set_modified(when).unwrap();
+    };
+    let stale = ".upload-0123456789abcdef0123456789abcdef.partial.";
+    let fresh = ".upload-fedcba9876543210fedcba9876543210.partial.";
+    // Near misses of the pattern, and a user's own file, stay whatever their age.
+    let lookalikes = [
+        ".upload-0123456789abcdef0123456789abcde.partial.",
+        ".upload-0123456789ABCDEF0123456789ABCDEF.partial.",
+        ".upload-0123456789abcdef0123456789abcdef.partial",
+        "upload-0123456789abcdef0123456789abcdef.partial.",
+    ];
+    plant(stale, old);
+    plant(fresh, SystemTime::now());
+    for name in lookalikes {
+        plant(name, old);
+    }
+    // A symlink with a temporary's name is never followed: its old target stays.
+    let outside = t.dir.path().join("sentinel");
+    std::fs::write(&outside, b"outside").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&outside)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let linked = ".upload-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.partial.";
+    std::os::unix::fs::symlink(&outside, folder.join(linked)).unwrap();
+
+    t.upload(s, "second.txt", b"two").await;
+
+    let mut left: Vec<String> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    let mut expected: Vec<String> = ["first.txt", "second.txt", fresh, linked]
+        .into_iter()
+        .chain(lookalikes)
+        .map(str::to_owned)
+        .collect();
+    expected.sort();
+    assert_eq!(left, expected, "only the stale temporary went");
+    assert_eq!(std::fs::read(&outside).unwrap(), b"outside");
+
+    // The same sweep, called directly (as `gc` will), takes any age given to it.
+    let swept = t
+        .store
+        .attachments()
+        .sweep_leftovers(&s, Duration::ZERO)
+        .unwrap();
+    assert_eq!(swept.files, 1, "the fresh temporary, not the symlink");
+    assert!(!folder.join(fresh).exists());
+    assert!(folder.join(linked).symlink_metadata().is_ok());
+}

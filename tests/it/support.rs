@@ -392,3 +392,116 @@ pub fn parse_uri(text: &str) -> sessionstore::attachments::AttachmentUri {
     text.parse()
         .expect("the store printed a valid attachment uri")
 }
+
+/// Whether this is the long reliability run (`SESSIONSTORE_LONG=1`).
+pub fn long_run() -> bool {
+    std::env::var("SESSIONSTORE_LONG").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// A scenario's count: the variable `var` if set, else the long or the short default.
+pub fn count(var: &str, short: usize, long: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if long_run() { long } else { short })
+}
+
+/// A small seeded generator (splitmix64), so a failing run can be replayed with
+/// `SESSIONSTORE_SEED`; the seed is printed with the scenario's name.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn seeded(scenario: &str) -> Rng {
+        let seed = std::env::var("SESSIONSTORE_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+        eprintln!("{scenario}: seed {seed}");
+        Rng(seed)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Runs `cmd` to the end with no stdin, or kills it after `timeout`: `None` means it
+/// hung, so a hang is a counted failure and never a stuck test.
+pub fn run_bounded(cmd: &mut Command, timeout: std::time::Duration) -> Option<Output> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("piped stderr")));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the child can be waited on") {
+            break Some(status);
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    let stdout = out.join().expect("the stdout reader");
+    let stderr = err.join().expect("the stderr reader");
+    status.map(|status| Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// This test binary run again as a child that executes only the ignored test `test`,
+/// with `env` telling it what to do.
+pub fn reexec(test: &str, env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().expect("the test binary's path"));
+    cmd.args([
+        test,
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env_remove("SESSIONSTORE_LONG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// The value at `q` (0..=1) of sorted `values`.
+pub fn percentile(sorted: &[std::time::Duration], q: f64) -> std::time::Duration {
+    if sorted.is_empty() {
+        return std::time::Duration::ZERO;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i]
+}

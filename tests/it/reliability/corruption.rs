@@ -1,0 +1,409 @@
+//! Corruption suite: variants of a real database made through the binary (truncated,
+//! bytes flipped, pages zeroed, a wrong page size, a damaged or missing WAL or SHM,
+//! semantic damage) run through every reading and writing command. It counts panics,
+//! hangs and multi-line errors, and checks refused files are left alone; it never
+//! expects a damaged file to be repaired.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::support::{Rng, bin, count, json, run_bounded, run_in};
+
+/// A variant: the database bytes, and its WAL and SHM files when it has them.
+struct Variant {
+    name: String,
+    db: Vec<u8>,
+    wal: Option<Vec<u8>>,
+    shm: Option<Vec<u8>>,
+}
+
+/// The base database, made through the binary: a session with an attachment, a
+/// delivered message that references it, a reply and a queued message. Returns its
+/// folder, the session id, and a copy of the database with data still in its WAL.
+fn base() -> (tempfile::TempDir, String, Variant) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    json(&run_in(d, &["migrate", "--json"]));
+    let s = json(&run_in(d, &["session", "new", "--title", "base", "--json"]))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    std::fs::write(d.join("notes.txt"), b"some notes").unwrap();
+    let uri = json(&run_in(
+        d,
+        &[
+            "attach",
+            "--session",
+            &s,
+            "--json",
+            d.join("notes.txt").to_str().unwrap(),
+        ],
+    ))[0]["uri"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    json(&run_in(
+        d,
+        &[
+            "send",
+            "--session",
+            &s,
+            "--text",
+            "look",
+            "--attach",
+            &uri,
+            "--json",
+        ],
+    ));
+    json(&run_in(
+        d,
+        &[
+            "send",
+            "--session",
+            &s,
+            "--text",
+            "ok",
+            "--role",
+            "assistant",
+            "--json",
+        ],
+    ));
+    json(&run_in(
+        d,
+        &[
+            "send",
+            "--session",
+            &s,
+            "--text",
+            "later",
+            "--mid-turn",
+            "--json",
+        ],
+    ));
+    // A copy taken while a connection holds un-checkpointed frames in the WAL.
+    let conn = rusqlite::Connection::open(d.join("sessions.db")).unwrap();
+    conn.execute_batch("PRAGMA wal_autocheckpoint = 0; UPDATE sessions SET title = title;")
+        .unwrap();
+    let read = |ext: &str| std::fs::read(d.join(format!("sessions.db{ext}"))).ok();
+    let with_wal = Variant {
+        name: "with-wal".into(),
+        db: read("").unwrap(),
+        wal: read("-wal"),
+        shm: read("-shm"),
+    };
+    drop(conn);
+    (dir, s, with_wal)
+}
+
+/// Applies SQL to a copy of `db` and returns the damaged bytes.
+fn semantic(db: &[u8], sql: &str) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.db");
+    std::fs::write(&path, db).unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(sql)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode = DELETE;")
+        .unwrap();
+    drop(conn);
+    std::fs::read(&path).unwrap()
+}
+
+fn variants(db: &[u8], with_wal: &Variant, rng: &mut Rng) -> Vec<Variant> {
+    let plain = |name: String, db: Vec<u8>| Variant {
+        name,
+        db,
+        wal: None,
+        shm: None,
+    };
+    let page = u16::from_be_bytes([db[16], db[17]]) as usize;
+    let pages = db.len() / page;
+    let mut out = Vec::new();
+    let mut cuts: Vec<usize> = vec![1, 2, 15, 16, 17, 50, 99, 100, 101, 512, 1024];
+    for p in 1..pages {
+        cuts.extend([p * page - 1, p * page, p * page + 1, p * page + page / 2]);
+    }
+    for cut in cuts.into_iter().filter(|&c| c < db.len()) {
+        out.push(plain(format!("truncated at {cut}"), db[..cut].to_vec()));
+    }
+    for at in 0..100 {
+        let mut d = db.to_vec();
+        d[at] ^= 0xff;
+        out.push(plain(format!("header byte {at} flipped"), d));
+    }
+    for _ in 0..60 {
+        let at = page + rng.below((db.len() - page) as u64) as usize;
+        let mut d = db.to_vec();
+        d[at] ^= 1 << rng.below(8);
+        out.push(plain(format!("byte {at} flipped"), d));
+    }
+    for p in 0..pages {
+        let mut d = db.to_vec();
+        d[p * page..(p + 1) * page].fill(0);
+        out.push(plain(format!("page {} zeroed", p + 1), d));
+    }
+    for size in [0u16, 1, 512, 1024, 2048, 8192, 32768, 3000] {
+        let mut d = db.to_vec();
+        d[16..18].copy_from_slice(&size.to_be_bytes());
+        out.push(plain(format!("page size {size}"), d));
+    }
+    let wal = with_wal.wal.clone().unwrap_or_default();
+    out.push(Variant {
+        name: "wal intact".into(),
+        db: with_wal.db.clone(),
+        wal: Some(wal.clone()),
+        shm: with_wal.shm.clone(),
+    });
+    out.push(plain("wal missing".into(), with_wal.db.clone()));
+    for cut in [
+        0,
+        1,
+        31,
+        32,
+        33,
+        100,
+        wal.len() / 2,
+        wal.len().saturating_sub(1),
+    ] {
+        out.push(Variant {
+            name: format!("wal truncated at {cut}"),
+            db: with_wal.db.clone(),
+            wal: Some(wal[..cut.min(wal.len())].to_vec()),
+            shm: None,
+        });
+    }
+    for at in [0, 4, 8, 12, 16, 24, 28, 32, 40, 48, 60, wal.len() / 2] {
+        let mut w = wal.clone();
+        if at < w.len() {
+            w[at] ^= 0xff;
+        }
+        out.push(Variant {
+            name: format!("wal byte {at} flipped"),
+            db: with_wal.db.clone(),
+            wal: Some(w),
+            shm: None,
+        });
+    }
+    for (name, shm) in [
+        ("shm empty", vec![]),
+        ("shm garbage", vec![0xa5; 32768]),
+        ("shm zeroed", vec![0; 32768]),
+    ] {
+        out.push(Variant {
+            name: name.into(),
+            db: with_wal.db.clone(),
+            wal: Some(wal.clone()),
+            shm: Some(shm),
+        });
+    }
+    let off = "PRAGMA ignore_check_constraints = 1; PRAGMA foreign_keys = OFF;";
+    for (name, sql) in [
+        ("triggers dropped", "DROP TRIGGER events_no_update; DROP TRIGGER events_no_delete;".to_owned()),
+        ("events dropped", "DROP TRIGGER events_no_update; DROP TRIGGER events_no_delete; DROP TABLE events;".to_owned()),
+        ("schema history dropped", "DROP TABLE refinery_schema_history;".to_owned()),
+        ("newer schema", "INSERT INTO refinery_schema_history (version, name, applied_on, checksum) VALUES (99, 'future', '', '0');".to_owned()),
+        ("session id not a uuid", format!("{off} UPDATE sessions SET id = 'zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz'; UPDATE messages SET session_id = 'zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz';")),
+        ("message id not a uuid", format!("{off} UPDATE messages SET id = '!!!!!!!!-!!!!-!!!!-!!!!-!!!!!!!!!!!!' WHERE seq = 1;")),
+        ("payload not json", format!("{off} DROP TRIGGER events_no_update; UPDATE events SET payload = '{{not json';")),
+        ("payload wrong shape", format!("{off} DROP TRIGGER events_no_update; UPDATE events SET payload = '[1,2,3]';")),
+        ("negative size", format!("{off} UPDATE message_refs SET size = -5;")),
+        ("bad role", format!("{off} UPDATE messages SET role = 'wizard';")),
+        ("bad state", format!("{off} UPDATE messages SET state = 'lost';")),
+        ("bad uri", format!("{off} UPDATE message_refs SET uri = 'attachment:///../../etc/passwd';")),
+        ("seq gap", format!("{off} UPDATE messages SET seq = seq + 10 WHERE seq > 1;")),
+        ("bad tools host", format!("{off} UPDATE sessions SET tools_host = 'mars';")),
+        ("event deleted", format!("{off} DROP TRIGGER events_no_delete; DELETE FROM events WHERE session_seq = 2;")),
+    ] {
+        out.push(plain(name.into(), semantic(db, &sql)));
+    }
+    out
+}
+
+/// The reading and writing commands every variant goes through.
+fn commands(s: &str, file: &str) -> Vec<Vec<String>> {
+    let c = |a: &[&str]| a.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    vec![
+        c(&["session", "list", "--json"]),
+        c(&["session", "show", s]),
+        c(&["events", "--session", s]),
+        c(&["verify"]),
+        c(&["dispatch", "--session", s]),
+        c(&["restore", "--session", s]),
+        c(&["drain", "--session", s]),
+        c(&["send", "--session", s, "--text", "after damage"]),
+        c(&["attach", "--session", s, file]),
+        c(&["migrate"]),
+        c(&["session", "new"]),
+    ]
+}
+
+/// The commands that open a database for writing.
+const WRITING: &[&str] = &["drain", "send", "attach", "migrate", "session"];
+
+/// Whether `after` differs from `before` only in the header fields a switch of the
+/// journal mode to WAL rewrites: the file format versions (bytes 18-19), the change
+/// counter (24-27) and the version-valid-for number and SQLite version (92-99).
+fn only_journal_mode_changed(before: &[u8], after: &[u8]) -> bool {
+    before.len() == after.len()
+        && before.len() >= 100
+        && before
+            .iter()
+            .zip(after)
+            .enumerate()
+            .all(|(i, (a, b))| a == b || matches!(i, 18 | 19 | 24..=27 | 92..=99))
+        && after[18] == 2
+        && after[19] == 2
+}
+
+#[derive(Default)]
+struct Tally {
+    runs: usize,
+    refused: usize,
+    panics: Vec<String>,
+    hangs: Vec<String>,
+    multiline: Vec<String>,
+    touched: Vec<String>,
+}
+
+fn lay_out(dir: &Path, v: &Variant) -> PathBuf {
+    let db = dir.join("sessions.db");
+    std::fs::write(&db, &v.db).unwrap();
+    for (ext, bytes) in [("-wal", &v.wal), ("-shm", &v.shm)] {
+        if let Some(bytes) = bytes {
+            std::fs::write(dir.join(format!("sessions.db{ext}")), bytes).unwrap();
+        }
+    }
+    db
+}
+
+fn side_files(dir: &Path) -> Vec<String> {
+    ["-wal", "-shm", "-journal"]
+        .into_iter()
+        .filter(|ext| dir.join(format!("sessions.db{ext}")).exists())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn run_variants(sample: usize) -> Tally {
+    let mut rng = Rng::seeded("corruption");
+    let (base_dir, s, with_wal) = base();
+    let db = std::fs::read(base_dir.path().join("sessions.db")).unwrap();
+    let mut all = variants(&db, &with_wal, &mut rng);
+    // A sample keeps every kind of damage in view: a random, evenly spread choice.
+    while all.len() > sample {
+        let i = rng.below(all.len() as u64) as usize;
+        all.swap_remove(i);
+    }
+    let upload = base_dir.path().join("notes.txt");
+    let mut tally = Tally::default();
+    for v in &all {
+        for args in commands(&s, upload.to_str().unwrap()) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = lay_out(dir.path(), v);
+            let before_sides = side_files(dir.path());
+            let what = format!("{} / {}", v.name, args.join(" "));
+            let mut cmd = bin(dir.path());
+            cmd.args(&args)
+                .arg("--db")
+                .arg(&path)
+                .arg("--attachments-root")
+                .arg(base_dir.path().join("attachments"));
+            tally.runs += 1;
+            let Some(out) = run_bounded(&mut cmd, Duration::from_secs(30)) else {
+                tally.hangs.push(what);
+                continue;
+            };
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            if out.status.code() == Some(101) || err.contains("panicked") {
+                tally.panics.push(format!("{what}: {err}"));
+            }
+            // `verify` exits non-zero with its report on stdout when it finds problems:
+            // that is its answer, not a refusal of the file.
+            if out.status.success()
+                || (err.is_empty() && args[0] == "verify" && !out.stdout.is_empty())
+            {
+                continue;
+            }
+            tally.refused += 1;
+            if err.trim_end().lines().count() != 1 || !err.starts_with("error: ") {
+                tally.multiline.push(format!("{what}: {err:?}"));
+            }
+            let now = std::fs::read(&path).unwrap_or_default();
+            let sides = side_files(dir.path());
+            // A writing command opens a database it does not refuse in WAL mode, which
+            // rewrites the header of one kept with a rollback journal; when its write
+            // then fails (exit 1, not a refusal), that switch is the only change allowed.
+            let switched_to_wal = WRITING.contains(&args[0].as_str())
+                && out.status.code() == Some(1)
+                && only_journal_mode_changed(&v.db, &now);
+            if (now != v.db && !switched_to_wal) || sides != before_sides {
+                tally
+                    .touched
+                    .push(format!("{what}: {err:?} side files {sides:?}"));
+            }
+        }
+    }
+    println!(
+        "corruption: variants {}, runs {}, refused {}, panics {}, hangs {}, multi-line errors {}, refused files touched {}",
+        all.len(),
+        tally.runs,
+        tally.refused,
+        tally.panics.len(),
+        tally.hangs.len(),
+        tally.multiline.len(),
+        tally.touched.len()
+    );
+    tally
+}
+
+fn first(list: &[String]) -> &[String] {
+    &list[..list.len().min(5)]
+}
+
+#[test]
+fn damaged_databases_never_panic_hang_or_print_more_than_one_line() {
+    let tally = run_variants(count("SESSIONSTORE_CORRUPT_VARIANTS", 24, 10_000));
+    assert!(
+        tally.panics.is_empty(),
+        "panics: {:?}",
+        first(&tally.panics)
+    );
+    assert!(tally.hangs.is_empty(), "hangs: {:?}", first(&tally.hangs));
+    assert!(
+        tally.multiline.is_empty(),
+        "errors: {:?}",
+        first(&tally.multiline)
+    );
+}
+
+#[test]
+fn refused_damaged_databases_are_left_byte_for_byte_with_no_side_files() {
+    let tally = run_variants(count("SESSIONSTORE_CORRUPT_VARIANTS", 24, 10_000));
+    assert!(
+        tally.touched.is_empty(),
+        "touched: {:?}",
+        first(&tally.touched)
+    );
+}
+
+#[test]
+fn verify_names_dropped_append_only_triggers() {
+    let (dir, _, _) = base();
+    let db = dir.path().join("sessions.db");
+    let damaged = semantic(
+        &std::fs::read(&db).unwrap(),
+        "DROP TRIGGER events_no_update;",
+    );
+    std::fs::write(&db, damaged).unwrap();
+    let out = run_in(dir.path(), &["verify"]);
+    assert!(
+        !out.status.success(),
+        "verify passed with a trigger dropped"
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("events_no_update"), "{text}");
+}
