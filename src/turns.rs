@@ -1,0 +1,289 @@
+//! Whole turns from ACP session updates: which updates are kept, coalescing agent
+//! message and thought chunks, and merging tool-call updates into their calls. Pure:
+//! no IO and no SQL. `record` applies it to what the tables hold and `projection`
+//! to what the event log holds, so the two can only agree.
+
+use std::collections::HashMap;
+
+use agent_client_protocol_schema::v1::{
+    self as acp, ContentBlock, ContentChunk, SessionNotification, SessionUpdate, ToolCall,
+};
+
+use crate::ids::{ItemId, SessionId};
+use crate::model::{AgentText, ItemBody};
+
+/// Why one update (or one input line) was not taken; nothing of its batch is stored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    #[error(
+        "a user_message_chunk is not recorded: user messages go through send, which checks their references"
+    )]
+    UserMessageChunk,
+    #[error("{kind} updates are not part of a session's history, so they are not recorded")]
+    NotRecorded { kind: String },
+    #[error("tool_call_update for tool call {id:?}, which this session has not recorded")]
+    UnknownToolCall { id: String },
+    #[error("tool call {id:?} is already recorded; a tool_call_update changes it")]
+    DuplicateToolCall { id: String },
+    #[error("not a JSON object ({detail})")]
+    NotJson { detail: String },
+    #[error("not an ACP session update: {detail}")]
+    NotAnUpdate { detail: String },
+    #[error("a session/update notification for session {found:?}, not {session}")]
+    OtherSession { found: String, session: SessionId },
+}
+
+/// Reads one input line: a bare `SessionUpdate`, or a whole `session/update`
+/// JSON-RPC notification whose `sessionId` must be `session`.
+pub fn parse_line(line: &str, session: SessionId) -> Result<SessionUpdate, Refusal> {
+    let value: serde_json::Value = serde_json::from_str(line).map_err(|e| Refusal::NotJson {
+        detail: e.to_string(),
+    })?;
+    let Some(object) = value.as_object() else {
+        return Err(Refusal::NotJson {
+            detail: "a JSON value that is not an object".to_owned(),
+        });
+    };
+    let not_update = |e: serde_json::Error| Refusal::NotAnUpdate {
+        detail: e.to_string(),
+    };
+    if object.contains_key("sessionUpdate") {
+        return serde_json::from_value(value).map_err(not_update);
+    }
+    if object.get("method").and_then(|m| m.as_str()) != Some("session/update") {
+        return Err(Refusal::NotAnUpdate {
+            detail: "neither a \"sessionUpdate\" object nor a \"session/update\" notification"
+                .to_owned(),
+        });
+    }
+    let params = object.get("params").cloned().unwrap_or_default();
+    let notification: SessionNotification = serde_json::from_value(params).map_err(not_update)?;
+    if *notification.session_id.0 != *session.to_string() {
+        return Err(Refusal::OtherSession {
+            found: notification.session_id.0.to_string(),
+            session,
+        });
+    }
+    Ok(notification.update)
+}
+
+/// The `sessionUpdate` tag of an update.
+pub(crate) fn tag(update: &SessionUpdate) -> String {
+    serde_json::to_value(update)
+        .ok()
+        .and_then(|v| v.get("sessionUpdate")?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// Which item an outcome changes: one already stored, or the n-th this batch creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Slot {
+    Stored(ItemId),
+    New(usize),
+}
+
+/// What of a session's history a batch may change: its last entry, when that is an
+/// agent message or thought a chunk may continue, and the tool calls it names.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct State {
+    pub(crate) tail: Option<(ItemId, ItemBody)>,
+    pub(crate) tool_calls: HashMap<acp::ToolCallId, (ItemId, ToolCall)>,
+}
+
+/// The items a batch creates or changes, each once, in the order it first touched them,
+/// with their final content. `New(n)` slots appear in creation order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Outcome {
+    pub(crate) items: Vec<(Slot, ItemBody)>,
+    pub(crate) created: usize,
+}
+
+/// The tool-call ids a batch names: what `State::tool_calls` must hold before `apply`.
+pub(crate) fn tool_call_ids(updates: &[SessionUpdate]) -> Vec<acp::ToolCallId> {
+    let mut ids: Vec<acp::ToolCallId> = Vec::new();
+    for update in updates {
+        let id = match update {
+            SessionUpdate::ToolCall(c) => &c.tool_call_id,
+            SessionUpdate::ToolCallUpdate(u) => &u.tool_call_id,
+            _ => continue,
+        };
+        if !ids.contains(id) {
+            ids.push(id.clone());
+        }
+    }
+    ids
+}
+
+/// Applies a batch to `state`, all or nothing: the first update that cannot be taken
+/// is refused with its index, and nothing of the batch counts.
+pub(crate) fn apply(
+    mut state: State,
+    updates: &[SessionUpdate],
+) -> Result<Outcome, (usize, Refusal)> {
+    let mut out = Outcome::default();
+    let mut index: HashMap<Slot, usize> = HashMap::new();
+    // Where tool calls live now: stored ones not yet touched stay in `state`.
+    let mut calls: HashMap<acp::ToolCallId, Slot> = state
+        .tool_calls
+        .iter()
+        .map(|(id, (item, _))| (id.clone(), Slot::Stored(*item)))
+        .collect();
+    let mut tail: Option<Slot> = state.tail.as_ref().map(|(id, _)| Slot::Stored(*id));
+
+    for (i, update) in updates.iter().enumerate() {
+        match update {
+            SessionUpdate::AgentMessageChunk(chunk) | SessionUpdate::AgentThoughtChunk(chunk) => {
+                let thought = matches!(update, SessionUpdate::AgentThoughtChunk(_));
+                let continued = tail.filter(|slot| {
+                    let body = body_of(&out, &index, &state, *slot);
+                    match (body, thought) {
+                        (Some(ItemBody::AgentMessage(t)), false)
+                        | (Some(ItemBody::AgentThought(t)), true) => continues(t, chunk),
+                        _ => false,
+                    }
+                });
+                match continued {
+                    Some(slot) => {
+                        let at = touch(&mut out, &mut index, &mut state, slot);
+                        if let ItemBody::AgentMessage(t) | ItemBody::AgentThought(t) =
+                            &mut out.items[at].1
+                        {
+                            push_content(&mut t.content, chunk.content.clone());
+                        }
+                    }
+                    None => {
+                        let text = AgentText {
+                            message_id: chunk.message_id.clone(),
+                            content: vec![chunk.content.clone()],
+                        };
+                        let body = if thought {
+                            ItemBody::AgentThought(text)
+                        } else {
+                            ItemBody::AgentMessage(text)
+                        };
+                        tail = Some(create(&mut out, &mut index, body));
+                    }
+                }
+                continue;
+            }
+            SessionUpdate::ToolCall(call) => {
+                if calls.contains_key(&call.tool_call_id) {
+                    return Err((
+                        i,
+                        Refusal::DuplicateToolCall {
+                            id: call.tool_call_id.to_string(),
+                        },
+                    ));
+                }
+                let slot = create(&mut out, &mut index, ItemBody::ToolCall(call.clone()));
+                calls.insert(call.tool_call_id.clone(), slot);
+            }
+            SessionUpdate::ToolCallUpdate(change) => {
+                let Some(slot) = calls.get(&change.tool_call_id).copied() else {
+                    return Err((
+                        i,
+                        Refusal::UnknownToolCall {
+                            id: change.tool_call_id.to_string(),
+                        },
+                    ));
+                };
+                let at = touch(&mut out, &mut index, &mut state, slot);
+                if let ItemBody::ToolCall(call) = &mut out.items[at].1 {
+                    // ACP's own merge: fields present replace, absent ones stay.
+                    call.update(change.fields.clone());
+                }
+            }
+            SessionUpdate::Plan(plan) => {
+                create(&mut out, &mut index, ItemBody::Plan(plan.clone()));
+            }
+            SessionUpdate::AvailableCommandsUpdate(_)
+            | SessionUpdate::CurrentModeUpdate(_)
+            | SessionUpdate::SessionInfoUpdate(_)
+            | SessionUpdate::ConfigOptionUpdate(_) => {
+                create(&mut out, &mut index, ItemBody::Session(update.clone()));
+            }
+            SessionUpdate::UserMessageChunk(_) => return Err((i, Refusal::UserMessageChunk)),
+            other => return Err((i, Refusal::NotRecorded { kind: tag(other) })),
+        }
+        // Any update other than a chunk ends the agent message or thought.
+        tail = None;
+    }
+    Ok(out)
+}
+
+/// A chunk continues an agent message when it names the same message, or none.
+fn continues(text: &AgentText, chunk: &ContentChunk) -> bool {
+    chunk.message_id.is_none() || chunk.message_id == text.message_id
+}
+
+/// Adjacent text joins the text block before it when nothing else about the two
+/// differs; any other content is a block of its own.
+fn push_content(content: &mut Vec<ContentBlock>, block: ContentBlock) {
+    if let (Some(ContentBlock::Text(last)), ContentBlock::Text(next)) = (content.last_mut(), &block)
+        && last.annotations == next.annotations
+        && last.meta == next.meta
+    {
+        last.text.push_str(&next.text);
+        return;
+    }
+    content.push(block);
+}
+
+fn body_of<'a>(
+    out: &'a Outcome,
+    index: &HashMap<Slot, usize>,
+    state: &'a State,
+    slot: Slot,
+) -> Option<&'a ItemBody> {
+    if let Some(&at) = index.get(&slot) {
+        return Some(&out.items[at].1);
+    }
+    match (slot, &state.tail) {
+        (Slot::Stored(id), Some((tail, body))) if *tail == id => Some(body),
+        _ => None,
+    }
+}
+
+fn create(out: &mut Outcome, index: &mut HashMap<Slot, usize>, body: ItemBody) -> Slot {
+    let slot = Slot::New(out.created);
+    out.created += 1;
+    index.insert(slot, out.items.len());
+    out.items.push((slot, body));
+    slot
+}
+
+/// The position in `out` of the item in `slot`, moving a stored one there first.
+fn touch(
+    out: &mut Outcome,
+    index: &mut HashMap<Slot, usize>,
+    state: &mut State,
+    slot: Slot,
+) -> usize {
+    if let Some(&at) = index.get(&slot) {
+        return at;
+    }
+    let Slot::Stored(id) = slot else {
+        unreachable!("a new slot is indexed when it is created")
+    };
+    let body = match state.tail.take() {
+        Some((tail, body)) if tail == id => body,
+        other => {
+            state.tail = other;
+            let key = state
+                .tool_calls
+                .iter()
+                .find(|(_, (item, _))| *item == id)
+                .map(|(key, _)| key.clone())
+                .expect("a stored slot is the tail or one of the state's tool calls");
+            let (_, call) = state
+                .tool_calls
+                .remove(&key)
+                .expect("the key was just found");
+            ItemBody::ToolCall(call)
+        }
+    };
+    index.insert(slot, out.items.len());
+    out.items.push((slot, body));
+    out.items.len() - 1
+}
