@@ -287,3 +287,222 @@ fn touch(
     out.items.push((slot, body));
     out.items.len() - 1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn update(json: serde_json::Value) -> SessionUpdate {
+        serde_json::from_value(json).expect("a valid update")
+    }
+
+    fn chunk(kind: &str, text: &str, id: Option<&str>) -> SessionUpdate {
+        let mut v = serde_json::json!({
+            "sessionUpdate": kind,
+            "content": {"type": "text", "text": text},
+        });
+        if let Some(id) = id {
+            v["messageId"] = id.into();
+        }
+        update(v)
+    }
+
+    fn bodies(outcome: &Outcome) -> Vec<serde_json::Value> {
+        outcome
+            .items
+            .iter()
+            .map(|(_, b)| {
+                let mut v: serde_json::Value = serde_json::from_str(&b.to_json()).unwrap();
+                v["kind"] = b.kind().into();
+                v
+            })
+            .collect()
+    }
+
+    /// Applies `updates` to an empty session and returns the bodies it makes.
+    fn check(updates: &[SessionUpdate]) -> Vec<serde_json::Value> {
+        bodies(&apply(State::default(), updates).unwrap())
+    }
+
+    #[test]
+    fn chunks_of_one_message_coalesce_and_other_content_is_its_own_block() {
+        let image = update(serde_json::json!({
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "image", "mimeType": "image/png", "data": "AA=="},
+            "messageId": "m",
+        }));
+        let got = check(&[
+            chunk("agent_message_chunk", "Hello, ", Some("m")),
+            chunk("agent_message_chunk", "world", None),
+            image,
+            chunk("agent_message_chunk", "after", Some("m")),
+            chunk("agent_message_chunk", " the image", Some("m")),
+        ]);
+        assert_eq!(got.len(), 1, "{got:?}");
+        let content = got[0]["content"].as_array().unwrap();
+        assert_eq!(content.len(), 3);
+        assert_eq!(content[0]["text"], "Hello, world");
+        assert_eq!(content[1]["type"], "image");
+        assert_eq!(content[2]["text"], "after the image");
+        assert_eq!(got[0]["messageId"], "m");
+    }
+
+    #[test]
+    fn a_new_message_id_or_another_kind_ends_the_message() {
+        let got = check(&[
+            chunk("agent_message_chunk", "one", Some("a")),
+            chunk("agent_message_chunk", "two", Some("b")),
+            chunk("agent_thought_chunk", "hmm", Some("b")),
+            chunk("agent_thought_chunk", " yes", None),
+            chunk("agent_message_chunk", "three", Some("b")),
+            update(
+                serde_json::json!({"sessionUpdate": "current_mode_update", "currentModeId": "x"}),
+            ),
+            chunk("agent_message_chunk", "four", Some("b")),
+        ]);
+        let kinds: Vec<&str> = got.iter().map(|v| v["kind"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "agent_message",
+                "agent_message",
+                "agent_thought",
+                "agent_message",
+                "current_mode_update",
+                "agent_message"
+            ]
+        );
+        assert_eq!(got[2]["content"][0]["text"], "hmm yes");
+    }
+
+    #[test]
+    fn tool_call_updates_replace_present_fields_and_keep_absent_ones() {
+        let got = check(&[
+            update(
+                serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "t",
+                "title": "Read", "kind": "read", "rawInput": {"p": 1}}),
+            ),
+            update(
+                serde_json::json!({"sessionUpdate": "tool_call_update", "toolCallId": "t",
+                "status": "in_progress"}),
+            ),
+            update(
+                serde_json::json!({"sessionUpdate": "tool_call_update", "toolCallId": "t",
+                "title": "Read (done)"}),
+            ),
+            update(
+                serde_json::json!({"sessionUpdate": "tool_call_update", "toolCallId": "t",
+                "status": "completed",
+                "content": [{"type": "content", "content": {"type": "text", "text": "ok"}}]}),
+            ),
+        ]);
+        assert_eq!(got.len(), 1);
+        let call = &got[0];
+        assert_eq!(call["title"], "Read (done)");
+        assert_eq!(call["kind"], "tool_call", "the item kind, set by `bodies`");
+        assert_eq!(call["status"], "completed");
+        assert_eq!(call["rawInput"], serde_json::json!({"p": 1}));
+        assert_eq!(call["content"][0]["content"]["text"], "ok");
+    }
+
+    #[test]
+    fn later_batches_continue_the_stored_tail_and_merge_into_stored_calls() {
+        let message = ItemId::new();
+        let call_item = ItemId::new();
+        let mut state = State {
+            tail: Some((
+                message,
+                ItemBody::AgentMessage(AgentText {
+                    message_id: None,
+                    content: vec![ContentBlock::from("Hel")],
+                }),
+            )),
+            ..State::default()
+        };
+        state
+            .tool_calls
+            .insert("t".into(), (call_item, ToolCall::new("t", "Run")));
+        let outcome = apply(
+            state,
+            &[
+                chunk("agent_message_chunk", "lo", None),
+                update(serde_json::json!({"sessionUpdate": "tool_call_update",
+                    "toolCallId": "t", "status": "failed"})),
+            ],
+        )
+        .unwrap();
+        assert_eq!(outcome.created, 0);
+        assert_eq!(outcome.items[0].0, Slot::Stored(message));
+        assert_eq!(bodies(&outcome)[0]["content"][0]["text"], "Hello");
+        assert_eq!(outcome.items[1].0, Slot::Stored(call_item));
+        assert_eq!(bodies(&outcome)[1]["status"], "failed");
+    }
+
+    #[test]
+    fn refusals_name_the_update() {
+        let refused = |updates: &[SessionUpdate]| apply(State::default(), updates).unwrap_err();
+        let call = update(
+            serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "x"}),
+        );
+        assert_eq!(
+            refused(&[
+                call.clone(),
+                update(serde_json::json!({"sessionUpdate": "tool_call_update", "toolCallId": "u"}))
+            ]),
+            (1, Refusal::UnknownToolCall { id: "u".into() })
+        );
+        assert_eq!(
+            refused(&[call.clone(), call]),
+            (1, Refusal::DuplicateToolCall { id: "t".into() })
+        );
+        assert_eq!(
+            refused(&[chunk("user_message_chunk", "hi", None)]),
+            (0, Refusal::UserMessageChunk)
+        );
+        assert_eq!(
+            refused(&[update(
+                serde_json::json!({"sessionUpdate": "usage_update", "used": 1, "size": 2})
+            )]),
+            (
+                0,
+                Refusal::NotRecorded {
+                    kind: "usage_update".into()
+                }
+            )
+        );
+    }
+
+    #[test]
+    fn lines_are_bare_updates_or_notifications_of_this_session() {
+        let session = SessionId::new();
+        let bare = r#"{"sessionUpdate":"plan","entries":[]}"#;
+        assert!(matches!(
+            parse_line(bare, session),
+            Ok(SessionUpdate::Plan(_))
+        ));
+        let wrapped = format!(
+            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"{session}","update":{bare}}}}}"#
+        );
+        assert!(matches!(
+            parse_line(&wrapped, session),
+            Ok(SessionUpdate::Plan(_))
+        ));
+        let other = wrapped.replace(&session.to_string(), "elsewhere");
+        assert!(matches!(
+            parse_line(&other, session),
+            Err(Refusal::OtherSession { .. })
+        ));
+        assert!(matches!(
+            parse_line("[1]", session),
+            Err(Refusal::NotJson { .. })
+        ));
+        assert!(matches!(
+            parse_line(r#"{"sessionUpdate":"no_such_thing"}"#, session),
+            Err(Refusal::NotAnUpdate { .. })
+        ));
+        assert!(matches!(
+            parse_line(r#"{"method":"session/prompt"}"#, session),
+            Err(Refusal::NotAnUpdate { .. })
+        ));
+    }
+}
