@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::support::{bin, copy_tree, json, run_in, snapshot};
 
 /// Every fixture version; a new released schema adds its folder here.
-const FIXTURES: &[&str] = &["v1"];
+const FIXTURES: &[&str] = &["v1", "v2"];
 
 fn fixture(version: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -212,4 +212,42 @@ fn upgrading_the_v1_fixture_keeps_a_backup_that_opens_as_the_v1_database_it_was(
     assert_eq!((schema(&backup), v1_rows(&backup)), before);
     // And every V1 row and event is still in the upgraded database.
     assert_eq!(v1_rows(&db), before.1);
+}
+
+/// The V2 fixture holds a recorded turn with every kind of item the store keeps, in
+/// one history with its messages, and verifies as its generator left it.
+#[test]
+fn the_v2_fixture_holds_a_whole_turn_in_history_order() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("v2"), dir.path());
+    let report = json(&run_in(dir.path(), &["verify", "--json"]));
+    assert_eq!(report["items"], 9, "{report}");
+    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    let history: Vec<String> = conn
+        .prepare(
+            "SELECT kind FROM (SELECT seq, 'message:' || role || ':' || state AS kind FROM messages
+             UNION ALL SELECT seq, kind FROM items) ORDER BY seq",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        history,
+        [
+            "message:user:delivered",
+            "agent_thought",
+            "plan",
+            "tool_call",
+            "tool_call",
+            "agent_message",
+            "current_mode_update",
+            "available_commands_update",
+            "session_info_update",
+            "config_option_update",
+            "message:user:delivered",
+            "message:user:queued",
+        ]
+    );
 }
