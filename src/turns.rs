@@ -288,6 +288,49 @@ fn touch(
     out.items.len() - 1
 }
 
+/// How a recorded item replays to a client that loads the session: the updates an
+/// ACP agent sends for it on `session/load`. An agent message or thought is one chunk
+/// per content block, under its `messageId`; a tool call is one `tool_call` in its
+/// merged final state; plans and session-level updates are sent as stored.
+pub fn replay_updates(body: &ItemBody) -> Vec<SessionUpdate> {
+    let chunks = |text: &AgentText| -> Vec<ContentChunk> {
+        text.content
+            .iter()
+            .map(|block| ContentChunk::new(block.clone()).message_id(text.message_id.clone()))
+            .collect()
+    };
+    match body {
+        ItemBody::AgentMessage(text) => chunks(text)
+            .into_iter()
+            .map(SessionUpdate::AgentMessageChunk)
+            .collect(),
+        ItemBody::AgentThought(text) => chunks(text)
+            .into_iter()
+            .map(SessionUpdate::AgentThoughtChunk)
+            .collect(),
+        ItemBody::ToolCall(call) => vec![SessionUpdate::ToolCall(call.clone())],
+        ItemBody::Plan(plan) => vec![SessionUpdate::Plan(plan.clone())],
+        ItemBody::Session(update) => vec![update.clone()],
+    }
+}
+
+/// What a model request carries of a recorded item: an agent message as assistant
+/// text (its text blocks only). Thoughts, tool calls, plans and session-level updates
+/// are the agent's own working and the client's state, not conversation, so they
+/// are left out (`None`).
+pub fn model_text(body: &ItemBody) -> Option<Vec<ContentBlock>> {
+    let ItemBody::AgentMessage(text) = body else {
+        return None;
+    };
+    let blocks: Vec<ContentBlock> = text
+        .content
+        .iter()
+        .filter(|b| matches!(b, ContentBlock::Text(_)))
+        .cloned()
+        .collect();
+    (!blocks.is_empty()).then_some(blocks)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,6 +479,66 @@ mod tests {
         assert_eq!(bodies(&outcome)[0]["content"][0]["text"], "Hello");
         assert_eq!(outcome.items[1].0, Slot::Stored(call_item));
         assert_eq!(bodies(&outcome)[1]["status"], "failed");
+    }
+
+    #[test]
+    fn items_replay_as_the_updates_a_client_loads_and_only_messages_reach_a_model() {
+        let session = SessionId::new();
+        let input = [
+            chunk("agent_thought_chunk", "think", Some("t")),
+            chunk("agent_message_chunk", "one ", Some("m")),
+            update(serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                "content": {"type": "image", "mimeType": "image/png", "data": "AA=="},
+                "messageId": "m"})),
+            chunk("agent_message_chunk", "two", Some("m")),
+            update(
+                serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "c",
+                "title": "ls"}),
+            ),
+            update(
+                serde_json::json!({"sessionUpdate": "tool_call_update", "toolCallId": "c",
+                "status": "completed"}),
+            ),
+            update(serde_json::json!({"sessionUpdate": "current_mode_update",
+                "currentModeId": "ask"})),
+        ];
+        let outcome = apply(State::default(), &input).unwrap();
+        let replayed: Vec<SessionUpdate> = outcome
+            .items
+            .iter()
+            .flat_map(|(_, body)| replay_updates(body))
+            .collect();
+        let tags: Vec<String> = replayed.iter().map(tag).collect();
+        assert_eq!(
+            tags,
+            [
+                "agent_thought_chunk",
+                "agent_message_chunk",
+                "agent_message_chunk",
+                "agent_message_chunk",
+                "tool_call",
+                "current_mode_update"
+            ]
+        );
+        // Each line a client reads is a session/update the schema crate accepts, and
+        // recording the replay again gives the same items.
+        for update in &replayed {
+            let line = serde_json::json!({"jsonrpc": "2.0", "method": "session/update",
+                "params": SessionNotification::new(session.to_string(), update.clone())});
+            parse_line(&line.to_string(), session).unwrap();
+        }
+        assert_eq!(
+            apply(State::default(), &replayed).unwrap().items,
+            outcome.items
+        );
+        let model: Vec<Option<Vec<ContentBlock>>> =
+            outcome.items.iter().map(|(_, b)| model_text(b)).collect();
+        assert_eq!(model[0], None, "thoughts stay out of model requests");
+        assert_eq!(
+            model[1],
+            Some(vec![ContentBlock::from("one "), ContentBlock::from("two")])
+        );
+        assert!(model[2..].iter().all(Option::is_none));
     }
 
     #[test]
