@@ -19,12 +19,14 @@ pub mod openai;
 mod probe;
 pub(crate) mod projection;
 pub mod store;
+pub mod turns;
 
 pub use config::Config;
 pub use db::schema::{Backup, MigrationReport};
+pub use db::turns::Recorded;
 pub use db::verify::VerifyReport;
 pub use dispatch::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
 pub use error::{Error, Result};
-pub use ids::{EventSeq, IdError, MessageId, SessionId};
+pub use ids::{EventSeq, IdError, ItemId, MessageId, SessionId};
 pub use probe::{Check, ProbeError, ProbeReport, run_probe};
 pub use store::Store;

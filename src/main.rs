@@ -62,6 +62,8 @@ enum Command {
     Attach(AttachArgs),
     /// Persist a message with its attachment references
     Send(SendArgs),
+    /// Record the agent's side of a turn: ACP session updates from stdin, one JSON a line
+    Record(RecordArgs),
     /// Print what the model gets for one user message (default: the latest delivered)
     Dispatch(DispatchArgs),
     /// Deliver the queued mid-turn messages, in order, and mark them delivered
@@ -119,6 +121,12 @@ struct SendArgs {
     /// System prompts are the daemon's, not a user's to store, so `system` is not taken
     #[arg(long, default_value = "user", value_parser = parse_send_role())]
     role: Role,
+}
+
+#[derive(Args)]
+struct RecordArgs {
+    #[arg(long, value_parser = parse_session)]
+    session: SessionId,
 }
 
 #[derive(Args)]
@@ -444,6 +452,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Session(SessionCommand::Show { id }) => session_show(config, json, id).await?,
         Command::Attach(args) => attach(config, json, args).await?,
         Command::Send(args) => send(config, json, args).await?,
+        Command::Record(args) => record(config, json, args).await?,
         Command::Dispatch(args) => dispatch(config, args).await?,
         Command::Drain(args) => drain(config, args).await?,
         Command::Restore(args) => restore(config, args).await?,
@@ -592,6 +601,46 @@ async fn send(config: Config, json: bool, args: SendArgs) -> Result<()> {
         print_json(&serde_json::json!({ "id": message.id }))
     } else {
         emit(&message.id.to_string())
+    }
+}
+
+/// Every line is read and checked before the store is opened, and the store checks
+/// the whole batch before it writes: a bad line stores nothing and is named by its
+/// number. Blank lines are skipped but still counted.
+async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> {
+    use std::io::BufRead;
+    let mut updates = Vec::new();
+    let mut lines = Vec::new();
+    for (n, line) in std::io::stdin().lock().lines().enumerate() {
+        let line = line.context("cannot read standard input")?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let update = sessionstore::turns::parse_line(&line, args.session).map_err(|refusal| {
+            Error::UpdateRefused {
+                line: n + 1,
+                refusal,
+            }
+        })?;
+        updates.push(update);
+        lines.push(n + 1);
+    }
+    let store = Store::open_existing(config).await?;
+    let recorded = match store.record(args.session, updates).await {
+        Err(Error::UpdateRefused { line, refusal }) => Err(Error::UpdateRefused {
+            line: lines[line - 1],
+            refusal,
+        }),
+        other => other,
+    }?;
+    if json {
+        print_json(&recorded)
+    } else {
+        emit(&format!(
+            "recorded {} updates into {} items",
+            recorded.recorded,
+            recorded.items.len()
+        ))
     }
 }
 

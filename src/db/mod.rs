@@ -5,6 +5,7 @@
 pub mod queries;
 mod readonly;
 pub mod schema;
+pub mod turns;
 pub mod verify;
 
 use std::path::{Path, PathBuf};

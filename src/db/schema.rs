@@ -449,24 +449,31 @@ pub(crate) fn build_reference(conn: &mut Connection, version: i64) -> Result<()>
 
 #[cfg(test)]
 mod tests {
-    //! The upgrade path of a schema version this binary does not have yet: the
-    //! embedded migrations plus a test-only V2, run on real files.
+    //! The upgrade path from V1 to the embedded V2, and of a version this binary does
+    //! not have yet (the embedded migrations plus a test-only V3), run on real files.
 
     use super::*;
     use crate::db::{open_checked, queries, write};
     use crate::model::ToolsHost;
 
-    fn with_v2(sql: &str) -> Vec<Migration> {
+    fn with_v3(sql: &str) -> Vec<Migration> {
         let mut migrations = embedded();
-        migrations.push(Migration::unapplied("V2__test_only", sql).expect("a valid name"));
+        migrations.push(Migration::unapplied("V3__test_only", sql).expect("a valid name"));
         migrations
+    }
+
+    fn v1_only() -> Vec<Migration> {
+        embedded()
+            .into_iter()
+            .filter(|m| m.version() == 1)
+            .collect()
     }
 
     /// A database at V1 holding one session, and its path.
     fn v1_with_a_session(dir: &Path) -> PathBuf {
         let path = dir.join("sessions.db");
         let mut conn = open_checked(&path).unwrap();
-        migrate_with(&mut conn, &path, &embedded(), Backup::Make).unwrap();
+        migrate_with(&mut conn, &path, &v1_only(), Backup::Make).unwrap();
         write(&mut conn, |tx| {
             queries::insert_session(tx, Some("kept"), ToolsHost::Local)
         })
@@ -474,10 +481,10 @@ mod tests {
         path
     }
 
-    /// Upgrades the database at `path` to the test-only V2, which adds a table.
+    /// Upgrades the database at `path` to the embedded V2, which adds the items table.
     fn upgrade(path: &Path, backup: Backup) -> (Connection, MigrationReport) {
         let mut conn = open_checked(path).unwrap();
-        let migrations = with_v2("CREATE TABLE later (x TEXT);");
+        let migrations = embedded();
         let report = migrate_with(&mut conn, path, &migrations, backup).unwrap();
         (conn, report)
     }
@@ -515,7 +522,7 @@ mod tests {
         let (conn, report) = upgrade(&path, Backup::Make);
         let copy = dir.path().join("sessions.db.v1.bak");
         assert_eq!(report.backup.as_deref(), Some(copy.as_path()));
-        assert_eq!(report.applied, ["V2__test_only"]);
+        assert_eq!(report.applied, ["V2__turn_items"]);
         assert_eq!(report.current, 2);
         assert_eq!(versions(&conn), [1, 2]);
 
@@ -528,7 +535,7 @@ mod tests {
         assert_eq!(titles(&old), [Some("kept".to_owned())]);
         let later: i64 = old
             .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE name = 'later'",
+                "SELECT count(*) FROM sqlite_master WHERE name = 'items'",
                 [],
                 |r| r.get(0),
             )
@@ -563,7 +570,7 @@ mod tests {
         let path = v1_with_a_session(dir.path());
         let (_, report) = upgrade(&path, Backup::Skip);
         assert_eq!(report.backup, None);
-        assert_eq!(report.applied, ["V2__test_only"]);
+        assert_eq!(report.applied, ["V2__turn_items"]);
         assert!(
             !names(dir.path()).iter().any(|n| n.contains(".bak")),
             "{:?}",
@@ -603,10 +610,37 @@ mod tests {
         let err = migrate_with(
             &mut conn,
             &path,
-            &with_v2("CREATE TABLE later (x TEXT); INSERT INTO nowhere VALUES (1);"),
+            &with_v3("CREATE TABLE later (x TEXT); INSERT INTO nowhere VALUES (1);"),
             Backup::Skip,
         )
         .unwrap_err();
+        assert!(matches!(err, Error::Migration(_)), "{err}");
+        assert_eq!(
+            versions(&conn),
+            [1],
+            "V2, which succeeded, is rolled back too"
+        );
+        drop(conn);
+        assert_eq!(
+            settled(&path),
+            before,
+            "the file is byte for byte as it was"
+        );
+    }
+
+    /// V2 itself failing part-way (here its table name is taken) leaves a V1 database
+    /// byte for byte as it was, its backup aside.
+    #[test]
+    fn a_failed_v2_upgrade_leaves_the_v1_database_exactly_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = v1_with_a_session(dir.path());
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE items (x TEXT);")
+            .unwrap();
+        let before = settled(&path);
+        let mut conn = open_checked(&path).unwrap();
+        let err = migrate_with(&mut conn, &path, &embedded(), Backup::Skip).unwrap_err();
         assert!(matches!(err, Error::Migration(_)), "{err}");
         assert_eq!(versions(&conn), [1]);
         drop(conn);
