@@ -152,7 +152,7 @@ mod tests {
         assert_eq!(clean.columns, ["refs.uri", "refs.note"]);
         assert!(clean.path_columns.is_empty() && clean.value_hits.is_empty());
         assert_eq!(clean.values, 2);
-        assert_eq!(clean.files, [db.clone()]);
+        assert_eq!(clean.files, std::slice::from_ref(&db));
         assert!(clean.file_hits.is_empty());
 
         conn.execute_batch(

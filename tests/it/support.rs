@@ -143,30 +143,16 @@ pub fn json(out: &Output) -> serde_json::Value {
     serde_json::from_str(stdout(out).trim()).expect("stdout is one JSON value")
 }
 
-/// A complete 1×1 RGBA PNG: real magic bytes, IHDR, IDAT and IEND with valid CRCs.
-pub const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\x0dIDAT\x78\x9c\x63\xf8\xcf\xc0\xf0\x1f\x00\x05\x00\x01\xff\x89\x99\x3d\x1d\x00\x00\x00\x00IEND\xae\x42\x60\x82";
+/// A complete 1×1 RGBA PNG, the same bytes the probe stores.
+pub use sessionstore::oracle::PNG;
+use sessionstore::oracle::{ContextLine, ReadCounter};
 
-/// Reads counted so far by a store made with [`counting_store`].
-#[derive(Clone, Default)]
-pub struct ReadCount(std::sync::Arc<std::sync::atomic::AtomicUsize>);
-
-impl ReadCount {
-    pub fn get(&self) -> usize {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-/// A store on `config` that counts every attachment read it makes.
-pub async fn counting_store(config: Config) -> (Store, ReadCount) {
-    let count = ReadCount::default();
-    let reads = count.0.clone();
-    let observer = sessionstore::attachments::ReadObserver::new(move |_, _| {
-        reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    });
-    let store = Store::open_with_read_observer(config, observer)
+/// A store on `config` that counts every attachment read it makes, per URI, through
+/// the store's own read observer (the probe's counter).
+pub async fn counting_store(config: Config) -> (Store, ReadCounter) {
+    ReadCounter::open(config)
         .await
-        .expect("a store that counts reads opens");
-    (store, count)
+        .expect("a store that counts reads opens")
 }
 
 /// A block as JSON, after checking that it round-trips as an ACP `ContentBlock`.
@@ -186,23 +172,10 @@ pub fn context_of(block: &serde_json::Value) -> Option<&str> {
         .as_str()
 }
 
-/// The one JSON line of a context string, checked to have exactly the contract's keys.
-pub fn context_line(context: &str) -> serde_json::Map<String, serde_json::Value> {
-    let objects: Vec<serde_json::Map<String, serde_json::Value>> = context
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v.as_object().cloned())
-        .collect();
-    assert_eq!(objects.len(), 1, "exactly one JSON line in {context:?}");
-    let line = objects.into_iter().next().expect("one line");
-    let mut keys: Vec<&str> = line.keys().map(String::as_str).collect();
-    keys.sort_unstable();
-    assert_eq!(
-        keys,
-        ["host", "mimeType", "name", "path", "uri"],
-        "{context:?}"
-    );
-    line
+/// The one JSON line of a context string, checked to have exactly the contract's keys
+/// (by the oracle the probe uses).
+pub fn context_line(context: &str) -> ContextLine {
+    sessionstore::oracle::parse_context(context).unwrap_or_else(|e| panic!("{e} in {context:?}"))
 }
 
 /// What an attachment block should hold: the stored name, URI and original bytes, and
@@ -256,11 +229,15 @@ pub fn check_attachment(block: &serde_json::Value, expect: &Expect) -> (&'static
         assert!(!other.contains(expect.name.as_str()), "{context}");
         assert!(!other.contains('/'), "{context}");
     }
-    assert_eq!(line["name"], expect.name.as_str(), "{context}");
-    assert_eq!(line["uri"], expect.uri.as_str(), "{context}");
-    assert_eq!(&line["mimeType"], mime, "{context}");
-    assert_eq!(line["host"], expect.host.as_str(), "{context}");
-    let path = PathBuf::from(line["path"].as_str().expect("path is a string"));
+    assert_eq!(line.name, expect.name, "{context}");
+    assert_eq!(line.uri, expect.uri, "{context}");
+    assert_eq!(
+        line.mime_type,
+        mime.as_str().expect("a MIME type"),
+        "{context}"
+    );
+    assert_eq!(line.host, expect.host, "{context}");
+    let path = PathBuf::from(&line.path);
     assert!(path.is_absolute(), "{path:?}");
     assert_eq!(
         path.file_name().and_then(|n| n.to_str()),
@@ -281,7 +258,7 @@ pub struct Harness {
     pub dir: TempDir,
     pub config: Config,
     pub store: Store,
-    pub reads: ReadCount,
+    pub reads: ReadCounter,
 }
 
 impl Harness {
