@@ -192,37 +192,25 @@ pub struct Expect {
 /// names it, with an absolute path whose file holds the same bytes. Returns the block's
 /// kind (`image`, `text` or `blob`) and that path.
 pub fn check_attachment(block: &serde_json::Value, expect: &Expect) -> (&'static str, PathBuf) {
-    use base64::Engine;
-    let b64 = |s: &serde_json::Value| {
-        base64::engine::general_purpose::STANDARD
-            .decode(s.as_str().expect("base64 text"))
-            .expect("valid base64")
+    use sessionstore::oracle::{Kind, attached};
+    let typed: agent_client_protocol_schema::v1::ContentBlock =
+        serde_json::from_value(block.clone()).expect("an ACP content block");
+    let a = attached(&typed).unwrap_or_else(|| panic!("not an attachment block: {block}"));
+    assert_eq!(a.uri, expect.uri, "{block}");
+    assert_eq!(
+        a.bytes().expect("valid base64"),
+        expect.bytes,
+        "the block keeps the file's bytes (image data, text contents or blob)"
+    );
+    let kind = match a.kind {
+        Kind::Image => "image",
+        Kind::Text => "text",
+        Kind::Blob => "blob",
     };
-    let (kind, mime) = match block["type"].as_str() {
-        Some("image") => {
-            assert_eq!(b64(&block["data"]), expect.bytes, "image data is the file");
-            assert_eq!(block["uri"], expect.uri.as_str());
-            ("image", &block["mimeType"])
-        }
-        Some("resource") => {
-            let resource = &block["resource"];
-            assert_eq!(resource["uri"], expect.uri.as_str());
-            let kind = if let Some(text) = resource.get("text") {
-                assert_eq!(
-                    text.as_str().expect("text").as_bytes(),
-                    expect.bytes,
-                    "text resource keeps the contents"
-                );
-                "text"
-            } else {
-                assert_eq!(b64(&resource["blob"]), expect.bytes, "blob keeps the bytes");
-                "blob"
-            };
-            (kind, &resource["mimeType"])
-        }
-        other => panic!("not an attachment block: {other:?} in {block}"),
-    };
-    let context = context_of(block).unwrap_or_else(|| panic!("no path context in {block}"));
+    let mime = a.mime.expect("a MIME type");
+    let context = a
+        .context()
+        .unwrap_or_else(|| panic!("no path context in {block}"));
     let line = context_line(context);
     // Names and paths appear only in the JSON line, never in the instruction lines.
     for other in context.lines().filter(|l| !l.starts_with('{')) {
@@ -231,11 +219,7 @@ pub fn check_attachment(block: &serde_json::Value, expect: &Expect) -> (&'static
     }
     assert_eq!(line.name, expect.name, "{context}");
     assert_eq!(line.uri, expect.uri, "{context}");
-    assert_eq!(
-        line.mime_type,
-        mime.as_str().expect("a MIME type"),
-        "{context}"
-    );
+    assert_eq!(line.mime_type, mime, "{context}");
     assert_eq!(line.host, expect.host, "{context}");
     let path = PathBuf::from(&line.path);
     assert!(path.is_absolute(), "{path:?}");
