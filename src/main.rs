@@ -75,6 +75,7 @@ enum Command {
     /// Check the database's integrity and its tables against the event log
     Verify,
     /// Run the isolated Store → Session → OpenAI request probe
+    #[cfg(feature = "probe")]
     Probe,
 }
 
@@ -437,6 +438,7 @@ fn title(s: &sessionstore::model::Session) -> &str {
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     let json = cli.global.json;
+    #[cfg(feature = "probe")]
     if matches!(cli.command, Command::Probe) {
         // The probe builds its own store in a temporary directory: no flag, variable
         // or data directory applies, so none is looked up.
@@ -458,6 +460,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Restore(args) => restore(config, args).await?,
         Command::Events(args) => events(config, args).await?,
         Command::Verify => return verify(config, json).await,
+        #[cfg(feature = "probe")]
         Command::Probe => {
             unreachable!("run returns the probe's report before reading any configuration")
         }
@@ -735,6 +738,7 @@ async fn verify(config: Config, json: bool) -> Result<ExitCode> {
 }
 
 /// Prints the probe's report (one line per check, or JSON); non-zero when a check failed.
+#[cfg(feature = "probe")]
 async fn probe(json: bool) -> Result<ExitCode> {
     let report = sessionstore::run_probe().await?;
     if json {

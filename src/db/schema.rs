@@ -386,13 +386,9 @@ fn back_up(path: &Path, version: i64) -> Result<PathBuf> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let mut temp = tempfile::Builder::new()
-        .prefix(".sessionstore-backup-")
-        .suffix(".partial")
-        .tempfile_in(dir)
-        .map_err(io)?;
+    let temp = Partial::create(dir).map_err(io)?;
     {
-        let mut copy = Connection::open(temp.path()).map_err(failed)?;
+        let mut copy = Connection::open(&temp.path).map_err(failed)?;
         let backup = rusqlite::backup::Backup::new(&source, &mut copy).map_err(failed)?;
         // Copies every page in one step; the lock held by the caller means no writer
         // can make the source busy.
@@ -407,7 +403,7 @@ fn back_up(path: &Path, version: i64) -> Result<PathBuf> {
             }
         }
     }
-    temp.as_file().sync_all().map_err(io)?;
+    temp.file.sync_all().map_err(io)?;
     for n in 0u32.. {
         let suffix = if n == 0 {
             format!(".v{version}.bak")
@@ -415,18 +411,60 @@ fn back_up(path: &Path, version: i64) -> Result<PathBuf> {
             format!(".v{version}.{n}.bak")
         };
         let target = readonly::side_file(path, &suffix);
-        match temp.persist_noclobber(&target) {
-            Ok(_) => {
+        // A hard link never replaces what is there; the partial name goes when `temp`
+        // is dropped.
+        match std::fs::hard_link(&temp.path, &target) {
+            Ok(()) => {
                 std::fs::File::open(dir)
                     .and_then(|d| d.sync_all())
                     .map_err(io)?;
                 return Ok(target);
             }
-            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => temp = e.file,
-            Err(e) => return Err(io(e.error)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(e)),
         }
     }
     unreachable!("some numbered backup name is free")
+}
+
+/// A backup being written: a file made with `O_EXCL` beside the database under a name
+/// no stored file takes, removed when dropped (by then it is linked to its real name,
+/// or the backup failed). Hand-made rather than `tempfile`, which only the probe needs.
+struct Partial {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl Partial {
+    fn create(dir: &Path) -> std::io::Result<Partial> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        loop {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = format!(
+                ".sessionstore-backup-{}-{nanos:08x}-{n}.partial",
+                std::process::id()
+            );
+            let path = dir.join(name);
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(file) => return Ok(Partial { path, file }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// Builds, in `conn` (a fresh in-memory database), the schema the migrations up to

@@ -8,6 +8,7 @@ mod dispatch;
 mod fixtures;
 mod migrate;
 mod opening;
+#[cfg(feature = "probe")]
 mod probe;
 mod regressions;
 mod reliability;
