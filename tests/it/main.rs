@@ -15,5 +15,6 @@ mod requests;
 mod restore;
 mod snapshots;
 mod store;
+mod streaming;
 mod support;
 mod verify;
