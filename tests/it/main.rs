@@ -16,6 +16,7 @@ mod requests;
 mod restore;
 mod snapshots;
 mod store;
+mod streaming;
 mod support;
 mod turns;
 mod verify;
