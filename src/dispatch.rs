@@ -651,6 +651,24 @@ pub fn dispatch(
     } else {
         vec![]
     };
+    if mode == Mode::Degrade {
+        let left_out: Vec<String> = reads
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .map(|u| format!("{} ({})", json_escaped(&u.name), u.reason))
+            .collect();
+        if !left_out.is_empty() {
+            // One line per message that degraded, naming what was left out and why;
+            // a strict dispatch reports the same as its error instead.
+            tracing::warn!(
+                "message {} was dispatched without {} unreadable attachment{}: {}",
+                message.id,
+                left_out.len(),
+                if left_out.len() == 1 { "" } else { "s" },
+                left_out.join("; ")
+            );
+        }
+    }
     to_blocks(message, &reads, placement, mode)
 }
 
