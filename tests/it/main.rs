@@ -16,4 +16,5 @@ mod restore;
 mod snapshots;
 mod store;
 mod support;
+mod usability;
 mod verify;
