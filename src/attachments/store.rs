@@ -936,7 +936,7 @@ mod tests {
         assert!(!e.is_not_found());
         assert_eq!(
             e.to_string(),
-            format!("attachment {uri} is 5 bytes, over the 4-byte limit")
+            format!("attachment {uri} is 5 bytes, over the 4 bytes limit")
         );
         assert!(matches!(
             t.store.download(&t.session, &uri),
@@ -969,7 +969,7 @@ mod tests {
         assert_eq!(e.uri(), None);
         assert_eq!(
             e.to_string(),
-            "cannot store attachment \"big\\nname.txt\": it is 5 bytes, over the 4-byte limit"
+            "cannot store attachment \"big\\nname.txt\": it is 5 bytes, over the 4 bytes limit"
         );
         assert!(
             !t.store.roots().configured.exists(),
