@@ -8,7 +8,8 @@ use std::sync::Arc;
 use agent_client_protocol_schema::v1::{ContentBlock, SessionUpdate};
 
 use crate::attachments::{
-    AttachmentStore, AttachmentUri, MAX_ATTACHMENT_BYTES, ReadObserver, StoredAttachment,
+    AttachmentStore, AttachmentUri, Download, Listed, MAX_ATTACHMENT_BYTES, ReadObserver,
+    StoredAttachment,
 };
 use crate::config::Config;
 use crate::db::turns::Recorded;
@@ -76,6 +77,15 @@ impl crate::openai::Turn for Dispatched {
     fn blocks(&self) -> &[ContentBlock] {
         &self.blocks
     }
+}
+
+/// One attachment of a session: the file as the roots have it now (`None` when a
+/// message refers to it but no root has it), and the messages that refer to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionAttachment {
+    pub uri: AttachmentUri,
+    pub file: Option<Listed>,
+    pub messages: Vec<MessageId>,
 }
 
 /// A session rebuilt in a fresh store: its delivered history, replayed through the
@@ -321,6 +331,54 @@ impl Store {
 
     pub async fn verify(&self) -> Result<VerifyReport> {
         self.with_read(|tx| db::verify::verify(tx)).await
+    }
+
+    /// A session's attachments: every file its folders hold, as a read would find
+    /// them (configured root first), and every file its messages refer to, each with
+    /// the messages that refer to it. Sorted by stored name; reads no file whole.
+    pub async fn attachments_of(&self, session: SessionId) -> Result<Vec<SessionAttachment>> {
+        let refs = self
+            .with_read(move |tx| {
+                queries::get_session(tx, &session)?;
+                queries::session_references(tx, &session)
+            })
+            .await?;
+        let attachments = self.attachments.clone();
+        let files = blocking(move || Ok(attachments.list(&session)?)).await?;
+        let mut out: std::collections::BTreeMap<String, SessionAttachment> = files
+            .into_iter()
+            .map(|f| {
+                let entry = SessionAttachment {
+                    uri: f.uri.clone(),
+                    file: Some(f.clone()),
+                    messages: vec![],
+                };
+                (f.name, entry)
+            })
+            .collect();
+        for (uri, message) in refs {
+            let entry = out
+                .entry(uri.name().to_owned())
+                .or_insert_with(|| SessionAttachment {
+                    uri: uri.clone(),
+                    file: None,
+                    messages: vec![],
+                });
+            if !entry.messages.contains(&message) {
+                entry.messages.push(message);
+            }
+        }
+        Ok(out.into_values().collect())
+    }
+
+    /// The bytes of one attachment, read the way a dispatch reads it (the same roots,
+    /// order and refusals) but with no path in the result: what a user download gets.
+    /// The session must exist.
+    pub async fn download(&self, uri: AttachmentUri) -> Result<Download> {
+        let session = uri.session();
+        self.session(session).await?;
+        let attachments = self.attachments.clone();
+        blocking(move || Ok(attachments.download(&session, &uri)?)).await
     }
 
     /// Stores several uploads for a session that exists, all or none: if one fails,

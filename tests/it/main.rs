@@ -19,4 +19,5 @@ mod store;
 mod streaming;
 mod support;
 mod turns;
+mod usability;
 mod verify;
