@@ -271,22 +271,15 @@ fn a_recorded_turn_replays_in_order_from_moved_roots() {
         uploads.join("chart.png").to_str().unwrap(),
         uploads.join("notes.txt").to_str().unwrap(),
     ]));
-    let uri = |i: usize| attached[i]["uri"].as_str().unwrap().to_owned();
-    let first = json(&ss(&[
-        "send",
-        "--json",
-        "--session",
-        &sid,
-        "--text",
-        "What is the budget?",
-        "--attach",
-        &uri(0),
-        "--attach",
-        &uri(1),
-    ]))["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    // Sends a user message with the given attachments; its id.
+    let send = |text: &str, attach: &[usize]| {
+        let mut args = vec!["send", "--json", "--session", &sid, "--text", text];
+        for i in attach {
+            args.extend(["--attach", attached[*i]["uri"].as_str().unwrap()]);
+        }
+        json(&ss(&args))["id"].as_str().unwrap().to_owned()
+    };
+    let first = send("What is the budget?", &[0, 1]);
     let turn = home.join("turn.jsonl");
     std::fs::write(&turn, TURN).unwrap();
     let recorded = cmd(&["record", "--json", "--session", &sid])
@@ -294,19 +287,7 @@ fn a_recorded_turn_replays_in_order_from_moved_roots() {
         .output()
         .unwrap();
     assert_eq!(json(&recorded)["recorded"], 11);
-    let second = json(&ss(&[
-        "send",
-        "--json",
-        "--session",
-        &sid,
-        "--text",
-        "and the notes?",
-        "--attach",
-        &uri(1),
-    ]))["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let second = send("and the notes?", &[1]);
 
     let want: Vec<(String, String)> = [
         ("user_message_chunk", first.as_str()),
