@@ -12,6 +12,7 @@ mod opening;
 mod probe;
 mod regressions;
 mod reliability;
+mod replay;
 mod requests;
 mod restore;
 mod snapshots;
