@@ -7,6 +7,7 @@
 //! the pure conversions. The SQL (`db`), the event projection and the probe's insides
 //! stay crate-private; the probe is reached through `run_probe`.
 
+pub mod acp;
 pub mod attachments;
 pub mod config;
 pub(crate) mod db;
