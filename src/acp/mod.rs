@@ -197,6 +197,8 @@ impl AcpFront {
     pub async fn prompt(&self, request: PromptRequest) -> RpcResult<PromptResponse> {
         let id = store_id(&request.session_id)?;
         if !self.open_sessions().contains(&id) {
+            // An unknown session is named as such, not as one that is merely closed.
+            self.store.session(id).await.map_err(rpc_error)?;
             return Err(invalid_params(format!(
                 "session {id} is not open on this connection: call session/new, session/load \
                  or session/resume first"
