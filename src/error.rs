@@ -65,6 +65,15 @@ pub enum Error {
     #[error(transparent)]
     Dispatch(#[from] DispatchError),
 
+    /// `record` refused a batch: `line` is the 1-based position of the first update it
+    /// could not take (one update a line, as the command line reads them). Nothing of
+    /// the batch was stored.
+    #[error("line {line}: {refusal}")]
+    UpdateRefused {
+        line: usize,
+        refusal: crate::turns::Refusal,
+    },
+
     // Input files and values.
     #[error("cannot read {path}")]
     Io {
@@ -182,6 +191,7 @@ impl Error {
             Error::ForeignReference { .. } => "foreign_reference",
             Error::Attachment(e) => e.kind(),
             Error::Dispatch(_) => "unreadable_attachment",
+            Error::UpdateRefused { .. } => "update_refused",
             Error::Io { .. } => "io",
             Error::NotRegularFile { .. } => "not_regular_file",
             Error::FileTooLarge { .. } => "file_too_large",
@@ -215,6 +225,7 @@ impl Error {
             | Error::NotDatabase { .. }
             | Error::MalformedReference(_)
             | Error::ForeignReference { .. }
+            | Error::UpdateRefused { .. }
             | Error::Dispatch(_) => true,
             Error::Attachment(e) => e.is_refused(),
             _ => false,

@@ -17,6 +17,12 @@ pub struct SessionId(Uuid);
 #[serde(transparent)]
 pub struct MessageId(Uuid);
 
+/// A recorded turn item's id (an agent message, a thought, a tool call, a plan or a
+/// session-level update): a UUID v7, unique across sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ItemId(Uuid);
+
 /// Position of an event in the global, append-only event log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -77,6 +83,7 @@ macro_rules! uuid_id {
 
 uuid_id!(SessionId, "session");
 uuid_id!(MessageId, "message");
+uuid_id!(ItemId, "item");
 
 impl fmt::Display for EventSeq {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

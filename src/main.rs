@@ -62,6 +62,8 @@ enum Command {
     Attach(AttachArgs),
     /// Persist a message with its attachment references
     Send(SendArgs),
+    /// Record the agent's side of a turn: ACP session updates from stdin, one JSON a line
+    Record(RecordArgs),
     /// Print what the model gets for one user message (default: the latest delivered)
     Dispatch(DispatchArgs),
     /// Deliver the queued mid-turn messages, in order, and mark them delivered
@@ -73,6 +75,7 @@ enum Command {
     /// Check the database's integrity and its tables against the event log
     Verify,
     /// Run the isolated Store → Session → OpenAI request probe
+    #[cfg(feature = "probe")]
     Probe,
     /// Serve the store as an ACP agent over standard input and output
     Acp(AcpArgs),
@@ -129,6 +132,12 @@ struct SendArgs {
     /// System prompts are the daemon's, not a user's to store, so `system` is not taken
     #[arg(long, default_value = "user", value_parser = parse_send_role())]
     role: Role,
+}
+
+#[derive(Args)]
+struct RecordArgs {
+    #[arg(long, value_parser = parse_session)]
+    session: SessionId,
 }
 
 #[derive(Args)]
@@ -439,6 +448,7 @@ fn title(s: &sessionstore::model::Session) -> &str {
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     let json = cli.global.json;
+    #[cfg(feature = "probe")]
     if matches!(cli.command, Command::Probe) {
         // The probe builds its own store in a temporary directory: no flag, variable
         // or data directory applies, so none is looked up.
@@ -454,12 +464,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Session(SessionCommand::Show { id }) => session_show(config, json, id).await?,
         Command::Attach(args) => attach(config, json, args).await?,
         Command::Send(args) => send(config, json, args).await?,
+        Command::Record(args) => record(config, json, args).await?,
         Command::Dispatch(args) => dispatch(config, args).await?,
         Command::Drain(args) => drain(config, args).await?,
         Command::Restore(args) => restore(config, args).await?,
         Command::Events(args) => events(config, args).await?,
         Command::Verify => return verify(config, json).await,
         Command::Acp(args) => acp(config, args).await?,
+        #[cfg(feature = "probe")]
         Command::Probe => {
             unreachable!("run returns the probe's report before reading any configuration")
         }
@@ -621,6 +633,46 @@ async fn send(config: Config, json: bool, args: SendArgs) -> Result<()> {
     }
 }
 
+/// Every line is read and checked before the store is opened, and the store checks
+/// the whole batch before it writes: a bad line stores nothing and is named by its
+/// number. Blank lines are skipped but still counted.
+async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> {
+    use std::io::BufRead;
+    let mut updates = Vec::new();
+    let mut lines = Vec::new();
+    for (n, line) in std::io::stdin().lock().lines().enumerate() {
+        let line = line.context("cannot read standard input")?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let update = sessionstore::turns::parse_line(&line, args.session).map_err(|refusal| {
+            Error::UpdateRefused {
+                line: n + 1,
+                refusal,
+            }
+        })?;
+        updates.push(update);
+        lines.push(n + 1);
+    }
+    let store = Store::open_existing(config).await?;
+    let recorded = match store.record(args.session, updates).await {
+        Err(Error::UpdateRefused { line, refusal }) => Err(Error::UpdateRefused {
+            line: lines[line - 1],
+            refusal,
+        }),
+        other => other,
+    }?;
+    if json {
+        print_json(&recorded)
+    } else {
+        emit(&format!(
+            "recorded {} updates into {} items",
+            recorded.recorded,
+            recorded.items.len()
+        ))
+    }
+}
+
 async fn dispatch(config: Config, args: DispatchArgs) -> Result<()> {
     let store = Store::open_read_only(config).await?;
     let request = match args.format {
@@ -712,6 +764,7 @@ async fn verify(config: Config, json: bool) -> Result<ExitCode> {
 }
 
 /// Prints the probe's report (one line per check, or JSON); non-zero when a check failed.
+#[cfg(feature = "probe")]
 async fn probe(json: bool) -> Result<ExitCode> {
     let report = sessionstore::run_probe().await?;
     if json {

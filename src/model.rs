@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::attachments::AttachmentUri;
 use crate::error::Error;
-use crate::ids::{EventSeq, MessageId, SessionId};
+use agent_client_protocol_schema::v1::{self as acp, ContentBlock, Plan, SessionUpdate, ToolCall};
+
+use crate::ids::{EventSeq, ItemId, MessageId, SessionId};
 
 macro_rules! text_enum {
     ($(#[$doc:meta])* $ty:ident, $what:literal { $($variant:ident => $text:literal),+ $(,)? }) => {
@@ -142,6 +144,21 @@ pub enum EventPayload {
     MessageDelivered {
         id: MessageId,
     },
+    /// A batch of ACP session updates, each as received, and the items it created
+    /// (in order) with their ids and places in the session's history. Updates that
+    /// continued or merged into an earlier item name no new item: replaying the batch
+    /// through `turns::apply` finds them.
+    TurnRecorded {
+        updates: Vec<serde_json::Value>,
+        items: Vec<CreatedItem>,
+    },
+}
+
+/// An item a `turn_recorded` event created: the id and seq it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatedItem {
+    pub id: ItemId,
+    pub seq: i64,
 }
 
 impl EventPayload {
@@ -151,6 +168,7 @@ impl EventPayload {
             EventPayload::SessionRenamed { .. } => "session_renamed",
             EventPayload::MessageAppended { .. } => "message_appended",
             EventPayload::MessageDelivered { .. } => "message_delivered",
+            EventPayload::TurnRecorded { .. } => "turn_recorded",
         }
     }
 }
@@ -179,4 +197,88 @@ pub struct Event {
     pub kind: String,
     pub payload: serde_json::Value,
     pub created_at: String,
+}
+
+/// A recorded part of a turn, with its place in the session's history: `seq` is shared
+/// with messages, so messages and items are one sequence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    pub id: ItemId,
+    pub session_id: SessionId,
+    pub seq: i64,
+    pub body: ItemBody,
+    pub created_at: String,
+    /// When a later update last changed it (a tool-call update, a continued chunk).
+    pub updated_at: String,
+}
+
+/// What an item holds, as the agent sent it (serialized with the ACP schema types).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ItemBody {
+    /// Consecutive `agent_message_chunk`s, coalesced.
+    AgentMessage(AgentText),
+    /// Consecutive `agent_thought_chunk`s, coalesced.
+    AgentThought(AgentText),
+    /// A `tool_call` with every `tool_call_update` for it merged in.
+    ToolCall(ToolCall),
+    Plan(Plan),
+    /// A session-level update (`available_commands_update`, `current_mode_update`,
+    /// `session_info_update`, `config_option_update`), stored as given.
+    Session(SessionUpdate),
+}
+
+/// A coalesced agent message or thought: adjacent text joined into one block, other
+/// content (images, resources) a block of its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentText {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<acp::MessageId>,
+    pub content: Vec<ContentBlock>,
+}
+
+impl ItemBody {
+    /// The `kind` column: the item's own name, or the session update's tag.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ItemBody::AgentMessage(_) => "agent_message",
+            ItemBody::AgentThought(_) => "agent_thought",
+            ItemBody::ToolCall(_) => "tool_call",
+            ItemBody::Plan(_) => "plan",
+            ItemBody::Session(SessionUpdate::AvailableCommandsUpdate(_)) => {
+                "available_commands_update"
+            }
+            ItemBody::Session(SessionUpdate::CurrentModeUpdate(_)) => "current_mode_update",
+            ItemBody::Session(SessionUpdate::SessionInfoUpdate(_)) => "session_info_update",
+            ItemBody::Session(SessionUpdate::ConfigOptionUpdate(_)) => "config_option_update",
+            ItemBody::Session(_) => "session_update",
+        }
+    }
+
+    /// The `body` column: the ACP JSON of what is kept.
+    pub fn to_json(&self) -> String {
+        let text = match self {
+            ItemBody::AgentMessage(t) | ItemBody::AgentThought(t) => serde_json::to_string(t),
+            ItemBody::ToolCall(c) => serde_json::to_string(c),
+            ItemBody::Plan(p) => serde_json::to_string(p),
+            ItemBody::Session(u) => serde_json::to_string(u),
+        };
+        text.expect("ACP schema values always serialize")
+    }
+
+    /// Reads a row back; an `Err` names a kind or body this store could not have written.
+    pub fn from_json(kind: &str, body: &str) -> Result<ItemBody, String> {
+        let bad = |e: serde_json::Error| format!("{kind} body does not parse: {e}");
+        let item = match kind {
+            "agent_message" => ItemBody::AgentMessage(serde_json::from_str(body).map_err(bad)?),
+            "agent_thought" => ItemBody::AgentThought(serde_json::from_str(body).map_err(bad)?),
+            "tool_call" => ItemBody::ToolCall(serde_json::from_str(body).map_err(bad)?),
+            "plan" => ItemBody::Plan(serde_json::from_str(body).map_err(bad)?),
+            _ => ItemBody::Session(serde_json::from_str(body).map_err(bad)?),
+        };
+        if item.kind() != kind {
+            return Err(format!("a {kind} row holds a {} body", item.kind()));
+        }
+        Ok(item)
+    }
 }

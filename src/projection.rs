@@ -1,15 +1,30 @@
-//! Replays a session's events into the rows its tables should hold. Pure: it is given
-//! events and returns records, so `verify` and restore can both compare them with
-//! what the tables say.
+//! Replays a session's events into the rows its tables should hold, including the
+//! items of recorded turns (through `turns::apply`, the same merge `record` runs).
+//! Pure: it is given events and returns records, so `verify` and restore can both
+//! compare them with what the tables say.
+
+use agent_client_protocol_schema::v1::SessionUpdate;
 
 use crate::ids::SessionId;
-use crate::model::{Delivery, Event, EventPayload, Message, Session};
+use crate::model::{Delivery, Event, EventPayload, Item, ItemBody, Message, Session};
+use crate::turns::{self, Slot, State};
 
 /// A session as its event log describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Projection {
     pub session: Session,
     pub messages: Vec<Message>,
+    /// Recorded turn items, in the order they were created.
+    pub items: Vec<Item>,
+}
+
+/// Where the projection stands in the session's one history sequence.
+#[derive(Default)]
+struct History {
+    /// The highest seq given to a message or an item so far.
+    last: i64,
+    /// The item holding that seq, if the last entry is an item.
+    last_item: Option<usize>,
 }
 
 /// Folds one session's events, in `session_seq` order, into its expected rows, and
@@ -19,6 +34,8 @@ pub fn replay(session_id: SessionId, events: &[Event]) -> (Option<Projection>, V
     let mut problems = Vec::new();
     let mut session: Option<Session> = None;
     let mut messages: Vec<Message> = Vec::new();
+    let mut items: Vec<Item> = Vec::new();
+    let mut history = History::default();
     for (i, event) in events.iter().enumerate() {
         let expected_seq = i as i64 + 1;
         if event.session_seq != expected_seq {
@@ -75,6 +92,17 @@ pub fn replay(session_id: SessionId, events: &[Event]) -> (Option<Projection>, V
                         event.seq
                     ));
                 }
+                if message.seq != history.last + 1 {
+                    problems.push(format!(
+                        "event {} puts message {} at seq {} where {} was due",
+                        event.seq,
+                        message.id,
+                        message.seq,
+                        history.last + 1
+                    ));
+                }
+                history.last = history.last.max(message.seq);
+                history.last_item = None;
                 messages.push(Message {
                     id: message.id,
                     session_id,
@@ -101,15 +129,191 @@ pub fn replay(session_id: SessionId, events: &[Event]) -> (Option<Projection>, V
                     )),
                 }
             }
+            EventPayload::TurnRecorded {
+                updates,
+                items: created,
+            } => {
+                if session.is_none() {
+                    problems.push(format!(
+                        "event {} records a turn in session {session_id} before it was created",
+                        event.seq
+                    ));
+                }
+                replay_turn(
+                    event,
+                    &updates,
+                    &created,
+                    &mut items,
+                    &mut history,
+                    &mut problems,
+                );
+            }
         }
     }
     if session.is_none() {
         problems.push(format!("session {session_id} has no session_created event"));
     }
     (
-        session.map(|session| Projection { session, messages }),
+        session.map(|session| Projection {
+            session,
+            messages,
+            items,
+        }),
         problems,
     )
+}
+
+/// Replays one recorded batch onto the projected items, the way `record` applied it.
+fn replay_turn(
+    event: &Event,
+    updates: &[serde_json::Value],
+    created: &[crate::model::CreatedItem],
+    items: &mut Vec<Item>,
+    history: &mut History,
+    problems: &mut Vec<String>,
+) {
+    let parsed: Result<Vec<SessionUpdate>, _> = updates
+        .iter()
+        .map(|u| serde_json::from_value::<SessionUpdate>(u.clone()))
+        .collect();
+    let batch = match parsed {
+        Ok(batch) => batch,
+        Err(e) => {
+            problems.push(format!(
+                "event {} holds an update this store cannot read: {e}",
+                event.seq
+            ));
+            return;
+        }
+    };
+    let mut state = State {
+        tail: history
+            .last_item
+            .map(|at| &items[at])
+            .filter(|item| {
+                matches!(
+                    item.body,
+                    ItemBody::AgentMessage(_) | ItemBody::AgentThought(_)
+                )
+            })
+            .map(|item| (item.id, item.body.clone())),
+        ..State::default()
+    };
+    for id in turns::tool_call_ids(&batch) {
+        let found = items.iter().find(|item| match &item.body {
+            ItemBody::ToolCall(call) => call.tool_call_id == id,
+            _ => false,
+        });
+        if let Some(Item {
+            id: item,
+            body: ItemBody::ToolCall(call),
+            ..
+        }) = found
+        {
+            state.tool_calls.insert(id, (*item, call.clone()));
+        }
+    }
+    let outcome = match turns::apply(state, &batch) {
+        Ok(outcome) => outcome,
+        Err((index, refusal)) => {
+            problems.push(format!(
+                "event {} records update {} that the store refuses: {refusal}",
+                event.seq,
+                index + 1
+            ));
+            return;
+        }
+    };
+    if outcome.created != created.len() {
+        problems.push(format!(
+            "event {} names {} new items where its updates make {}",
+            event.seq,
+            created.len(),
+            outcome.created
+        ));
+        return;
+    }
+    for (slot, body) in outcome.items {
+        match slot {
+            Slot::New(n) => {
+                let made = created[n];
+                if made.seq != history.last + 1 {
+                    problems.push(format!(
+                        "event {} puts item {} at seq {} where {} was due",
+                        event.seq,
+                        made.id,
+                        made.seq,
+                        history.last + 1
+                    ));
+                }
+                history.last = history.last.max(made.seq);
+                history.last_item = Some(items.len());
+                items.push(Item {
+                    id: made.id,
+                    session_id: event.session_id,
+                    seq: made.seq,
+                    body,
+                    created_at: event.created_at.clone(),
+                    updated_at: event.created_at.clone(),
+                });
+            }
+            Slot::Stored(id) => {
+                if let Some(item) = items.iter_mut().find(|item| item.id == id) {
+                    item.body = body;
+                    item.updated_at = event.created_at.clone();
+                }
+            }
+        }
+    }
+}
+
+/// Names every way the items table differs from what the event log says it should
+/// hold: a tool-call row edited behind the log's back shows up here.
+pub fn compare_items(session: &Session, rows: &[Item], expected: &Projection) -> Vec<String> {
+    let mut problems = Vec::new();
+    for want in &expected.items {
+        match rows.iter().find(|i| i.id == want.id) {
+            None => problems.push(format!(
+                "session {}: {} item {} is in the event log but not in the table",
+                session.id,
+                want.body.kind(),
+                want.id
+            )),
+            Some(have) if have != want => {
+                let checks = [
+                    (have.seq != want.seq, "seq"),
+                    (have.body.kind() != want.body.kind(), "kind"),
+                    (have.body != want.body, "content"),
+                    (have.created_at != want.created_at, "created time"),
+                    (have.updated_at != want.updated_at, "updated time"),
+                ];
+                let fields: Vec<&str> = checks
+                    .iter()
+                    .filter(|(differs, _)| *differs)
+                    .map(|(_, name)| *name)
+                    .collect();
+                problems.push(format!(
+                    "session {}: {} item {} differs from its event log ({})",
+                    session.id,
+                    want.body.kind(),
+                    want.id,
+                    fields.join(", ")
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    for have in rows {
+        if !expected.items.iter().any(|i| i.id == have.id) {
+            problems.push(format!(
+                "session {}: {} item {} is in the table but no event records it",
+                session.id,
+                have.body.kind(),
+                have.id
+            ));
+        }
+    }
+    problems
 }
 
 /// Names every way the tables' rows differ from what the event log says they should be.

@@ -5,19 +5,22 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agent_client_protocol_schema::v1::ContentBlock;
+use agent_client_protocol_schema::v1::{ContentBlock, SessionUpdate};
 
 use crate::attachments::{
     AttachmentStore, AttachmentUri, MAX_ATTACHMENT_BYTES, ReadObserver, StoredAttachment,
 };
 use crate::config::Config;
+use crate::db::turns::Recorded;
 use crate::db::{
     self, Access, Db, queries, schema::Backup, schema::MigrationReport, verify::VerifyReport,
 };
 use crate::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode, Placement};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
-use crate::model::{Delivery, Event, Message, NewMessage, NewReference, Role, Session, ToolsHost};
+use crate::model::{
+    Delivery, Event, Item, Message, NewMessage, NewReference, Role, Session, ToolsHost,
+};
 use crate::projection;
 
 /// The one handle on a session store: the database pool and the one attachment store
@@ -293,6 +296,28 @@ impl Store {
         .await
     }
 
+    /// Records a batch of ACP session updates from the agent (its messages, thoughts,
+    /// tool calls, plans and session-level updates) in one write with its event,
+    /// all or nothing: a refused update (a `user_message_chunk`, a kind that is not
+    /// history, an update for a tool call never recorded) stores nothing of the batch.
+    pub async fn record(
+        &self,
+        session: SessionId,
+        updates: Vec<SessionUpdate>,
+    ) -> Result<Recorded> {
+        self.with_write(move |tx| db::turns::record(tx, &session, &updates))
+            .await
+    }
+
+    /// A session's recorded turn items, in history order.
+    pub async fn items(&self, session: SessionId) -> Result<Vec<Item>> {
+        self.with_read(move |tx| {
+            queries::get_session(tx, &session)?;
+            db::turns::items(tx, &session)
+        })
+        .await
+    }
+
     pub async fn verify(&self) -> Result<VerifyReport> {
         self.with_read(|tx| db::verify::verify(tx)).await
     }
@@ -538,17 +563,19 @@ impl Store {
         session: SessionId,
         memo_budget: u64,
     ) -> Result<Restored> {
-        let (current, rows, events) = self
+        let (current, rows, items, events) = self
             .with_read(move |tx| {
                 let current = queries::get_session(tx, &session)?;
                 let rows = queries::messages(tx, &session, None)?;
+                let items = db::turns::items(tx, &session)?;
                 let events = queries::events(tx, &session)?;
-                Ok((current, rows, events))
+                Ok((current, rows, items, events))
             })
             .await?;
         let (expected, mut problems) = projection::replay(session, &events);
         if let Some(expected) = &expected {
             problems.extend(projection::compare(&current, &rows, expected));
+            problems.extend(projection::compare_items(&current, &items, expected));
         }
         if !problems.is_empty() {
             return Err(Error::LogMismatch { session, problems });

@@ -244,30 +244,43 @@ impl AcpFront {
     }
 }
 
-/// The history as `session/update` notifications, in order: each message's blocks as
-/// user or agent message chunks carrying the message's id.
+/// The history as `session/update` notifications, in order: each delivered message's
+/// blocks as user or agent message chunks carrying the message's id, and each recorded
+/// item (agent text, thoughts, tool calls, plans) as `turns::replay_updates` gives it,
+/// merged by the sequence that messages and items share.
 ///
 /// This is the one place that turns a restore into updates; it will replay through the
 /// streamed restore (`restore --format acp-updates`) once that exists, so the two can
 /// never differ.
 async fn replay(store: &Store, session: SessionId) -> RpcResult<Vec<SessionNotification>> {
     let restored = store.restore(session).await.map_err(rpc_error)?;
-    let id = acp_id(session);
-    let mut updates = Vec::new();
+    let items = store.items(session).await.map_err(rpc_error)?;
+    let mut history: Vec<(i64, Vec<SessionUpdate>)> = Vec::new();
     for dispatched in restored.messages {
         let message_id = AcpMessageId::new(dispatched.message.id.to_string());
-        for block in dispatched.blocks {
-            let chunk = ContentChunk::new(block).message_id(message_id.clone());
-            let update = match dispatched.message.role {
-                Role::User => SessionUpdate::UserMessageChunk(chunk),
-                Role::Assistant => SessionUpdate::AgentMessageChunk(chunk),
-                // ACP has no chunk for a system message, and the store takes none.
-                Role::System => continue,
-            };
-            updates.push(SessionNotification::new(id.clone(), update));
-        }
+        let chunks = dispatched
+            .blocks
+            .into_iter()
+            .map(|block| ContentChunk::new(block).message_id(message_id.clone()));
+        let updates = match dispatched.message.role {
+            Role::User => chunks.map(SessionUpdate::UserMessageChunk).collect(),
+            Role::Assistant => chunks.map(SessionUpdate::AgentMessageChunk).collect(),
+            // ACP has no chunk for a system message, and the store takes none.
+            Role::System => continue,
+        };
+        history.push((dispatched.message.seq, updates));
     }
-    Ok(updates)
+    for item in &items {
+        history.push((item.seq, crate::turns::replay_updates(&item.body)));
+    }
+    // Both lists are in order already; a stable sort by the shared sequence merges them.
+    history.sort_by_key(|(seq, _)| *seq);
+    let id = acp_id(session);
+    Ok(history
+        .into_iter()
+        .flat_map(|(_, updates)| updates)
+        .map(|update| SessionNotification::new(id.clone(), update))
+        .collect())
 }
 
 /// A prompt taken apart: the text the user typed and the files that came with it.

@@ -2,9 +2,11 @@
 //! schema's migrations, the record reads and writes, and the integrity check. Its
 //! functions are synchronous and never touch attachment files.
 
+pub mod audit;
 pub mod queries;
 mod readonly;
 pub mod schema;
+pub mod turns;
 pub mod verify;
 
 use std::path::{Path, PathBuf};

@@ -152,13 +152,8 @@ pub fn insert_message(
     let current = get_session(conn, session)?;
     let id = MessageId::new();
     let at = now();
-    let seq: i64 = conn
-        .query_row(
-            "SELECT coalesce(max(seq), 0) + 1 FROM messages WHERE session_id = ?1",
-            [session.to_string()],
-            |r| r.get(0),
-        )
-        .map_err(sql("number a message"))?;
+    // Messages and recorded items share one sequence: the session's history order.
+    let seq = super::turns::next_seq(conn, session)?;
     conn.execute(
         "INSERT INTO messages
            (id, session_id, seq, role, display_text, model_text, transcript, state, created_at)

@@ -386,13 +386,9 @@ fn back_up(path: &Path, version: i64) -> Result<PathBuf> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let mut temp = tempfile::Builder::new()
-        .prefix(".sessionstore-backup-")
-        .suffix(".partial")
-        .tempfile_in(dir)
-        .map_err(io)?;
+    let temp = Partial::create(dir).map_err(io)?;
     {
-        let mut copy = Connection::open(temp.path()).map_err(failed)?;
+        let mut copy = Connection::open(&temp.path).map_err(failed)?;
         let backup = rusqlite::backup::Backup::new(&source, &mut copy).map_err(failed)?;
         // Copies every page in one step; the lock held by the caller means no writer
         // can make the source busy.
@@ -407,7 +403,7 @@ fn back_up(path: &Path, version: i64) -> Result<PathBuf> {
             }
         }
     }
-    temp.as_file().sync_all().map_err(io)?;
+    temp.file.sync_all().map_err(io)?;
     for n in 0u32.. {
         let suffix = if n == 0 {
             format!(".v{version}.bak")
@@ -415,18 +411,60 @@ fn back_up(path: &Path, version: i64) -> Result<PathBuf> {
             format!(".v{version}.{n}.bak")
         };
         let target = readonly::side_file(path, &suffix);
-        match temp.persist_noclobber(&target) {
-            Ok(_) => {
+        // A hard link never replaces what is there; the partial name goes when `temp`
+        // is dropped.
+        match std::fs::hard_link(&temp.path, &target) {
+            Ok(()) => {
                 std::fs::File::open(dir)
                     .and_then(|d| d.sync_all())
                     .map_err(io)?;
                 return Ok(target);
             }
-            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => temp = e.file,
-            Err(e) => return Err(io(e.error)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(e)),
         }
     }
     unreachable!("some numbered backup name is free")
+}
+
+/// A backup being written: a file made with `O_EXCL` beside the database under a name
+/// no stored file takes, removed when dropped (by then it is linked to its real name,
+/// or the backup failed). Hand-made rather than `tempfile`, which only the probe needs.
+struct Partial {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl Partial {
+    fn create(dir: &Path) -> std::io::Result<Partial> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        loop {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = format!(
+                ".sessionstore-backup-{}-{nanos:08x}-{n}.partial",
+                std::process::id()
+            );
+            let path = dir.join(name);
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(file) => return Ok(Partial { path, file }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// Builds, in `conn` (a fresh in-memory database), the schema the migrations up to
@@ -449,24 +487,31 @@ pub(crate) fn build_reference(conn: &mut Connection, version: i64) -> Result<()>
 
 #[cfg(test)]
 mod tests {
-    //! The upgrade path of a schema version this binary does not have yet: the
-    //! embedded migrations plus a test-only V2, run on real files.
+    //! The upgrade path from V1 to the embedded V2, and of a version this binary does
+    //! not have yet (the embedded migrations plus a test-only V3), run on real files.
 
     use super::*;
     use crate::db::{open_checked, queries, write};
     use crate::model::ToolsHost;
 
-    fn with_v2(sql: &str) -> Vec<Migration> {
+    fn with_v3(sql: &str) -> Vec<Migration> {
         let mut migrations = embedded();
-        migrations.push(Migration::unapplied("V2__test_only", sql).expect("a valid name"));
+        migrations.push(Migration::unapplied("V3__test_only", sql).expect("a valid name"));
         migrations
+    }
+
+    fn v1_only() -> Vec<Migration> {
+        embedded()
+            .into_iter()
+            .filter(|m| m.version() == 1)
+            .collect()
     }
 
     /// A database at V1 holding one session, and its path.
     fn v1_with_a_session(dir: &Path) -> PathBuf {
         let path = dir.join("sessions.db");
         let mut conn = open_checked(&path).unwrap();
-        migrate_with(&mut conn, &path, &embedded(), Backup::Make).unwrap();
+        migrate_with(&mut conn, &path, &v1_only(), Backup::Make).unwrap();
         write(&mut conn, |tx| {
             queries::insert_session(tx, Some("kept"), ToolsHost::Local)
         })
@@ -474,10 +519,10 @@ mod tests {
         path
     }
 
-    /// Upgrades the database at `path` to the test-only V2, which adds a table.
+    /// Upgrades the database at `path` to the embedded V2, which adds the items table.
     fn upgrade(path: &Path, backup: Backup) -> (Connection, MigrationReport) {
         let mut conn = open_checked(path).unwrap();
-        let migrations = with_v2("CREATE TABLE later (x TEXT);");
+        let migrations = embedded();
         let report = migrate_with(&mut conn, path, &migrations, backup).unwrap();
         (conn, report)
     }
@@ -515,7 +560,7 @@ mod tests {
         let (conn, report) = upgrade(&path, Backup::Make);
         let copy = dir.path().join("sessions.db.v1.bak");
         assert_eq!(report.backup.as_deref(), Some(copy.as_path()));
-        assert_eq!(report.applied, ["V2__test_only"]);
+        assert_eq!(report.applied, ["V2__turn_items"]);
         assert_eq!(report.current, 2);
         assert_eq!(versions(&conn), [1, 2]);
 
@@ -528,7 +573,7 @@ mod tests {
         assert_eq!(titles(&old), [Some("kept".to_owned())]);
         let later: i64 = old
             .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE name = 'later'",
+                "SELECT count(*) FROM sqlite_master WHERE name = 'items'",
                 [],
                 |r| r.get(0),
             )
@@ -563,7 +608,7 @@ mod tests {
         let path = v1_with_a_session(dir.path());
         let (_, report) = upgrade(&path, Backup::Skip);
         assert_eq!(report.backup, None);
-        assert_eq!(report.applied, ["V2__test_only"]);
+        assert_eq!(report.applied, ["V2__turn_items"]);
         assert!(
             !names(dir.path()).iter().any(|n| n.contains(".bak")),
             "{:?}",
@@ -603,10 +648,37 @@ mod tests {
         let err = migrate_with(
             &mut conn,
             &path,
-            &with_v2("CREATE TABLE later (x TEXT); INSERT INTO nowhere VALUES (1);"),
+            &with_v3("CREATE TABLE later (x TEXT); INSERT INTO nowhere VALUES (1);"),
             Backup::Skip,
         )
         .unwrap_err();
+        assert!(matches!(err, Error::Migration(_)), "{err}");
+        assert_eq!(
+            versions(&conn),
+            [1],
+            "V2, which succeeded, is rolled back too"
+        );
+        drop(conn);
+        assert_eq!(
+            settled(&path),
+            before,
+            "the file is byte for byte as it was"
+        );
+    }
+
+    /// V2 itself failing part-way (here its table name is taken) leaves a V1 database
+    /// byte for byte as it was, its backup aside.
+    #[test]
+    fn a_failed_v2_upgrade_leaves_the_v1_database_exactly_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = v1_with_a_session(dir.path());
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE items (x TEXT);")
+            .unwrap();
+        let before = settled(&path);
+        let mut conn = open_checked(&path).unwrap();
+        let err = migrate_with(&mut conn, &path, &embedded(), Backup::Skip).unwrap_err();
         assert!(matches!(err, Error::Migration(_)), "{err}");
         assert_eq!(versions(&conn), [1]);
         drop(conn);

@@ -6,16 +6,19 @@ use std::collections::BTreeMap;
 
 use rusqlite::Connection;
 
+use crate::db::turns as queries_turns;
 use crate::db::{queries, schema};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::model::Event;
-use crate::projection::{compare, replay};
+use crate::projection::{compare, compare_items, replay};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct VerifyReport {
     pub sessions: usize,
     pub messages: usize,
+    /// Recorded turn items: agent messages, thoughts, tool calls, plans, updates.
+    pub items: usize,
     pub events: usize,
     pub problems: Vec<String>,
 }
@@ -100,8 +103,26 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
         let events = by_session.remove(&session.id).unwrap_or_default();
         let (expected, problems) = replay(session.id, &events);
         report.problems.extend(problems);
+        let items = match queries_turns::items(conn, &session.id) {
+            Ok(items) => Some(items),
+            Err(e) => {
+                let cause = std::error::Error::source(&e)
+                    .map(|c| format!(": {c}"))
+                    .unwrap_or_default();
+                report.problems.push(format!(
+                    "session {} has item rows that do not parse ({e}{cause})",
+                    session.id
+                ));
+                None
+            }
+        };
         if let Some(expected) = expected {
             report.problems.extend(compare(session, &rows, &expected));
+            if let Some(items) = &items {
+                report
+                    .problems
+                    .extend(compare_items(session, items, &expected));
+            }
         }
     }
     let total: i64 = conn
@@ -111,6 +132,23 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
         report.problems.push(format!(
             "{} messages belong to no listed session",
             total as usize - report.messages
+        ));
+    }
+    let items: i64 = conn
+        .query_row("SELECT count(*) FROM items", [], |r| r.get(0))
+        .map_err(|e| Error::sqlite("count items", e))?;
+    report.items = items as usize;
+    let owned: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM items WHERE session_id IN (SELECT id FROM sessions)",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| Error::sqlite("count items", e))?;
+    if owned != items {
+        report.problems.push(format!(
+            "{} items belong to no listed session",
+            items - owned
         ));
     }
     Ok(report)

@@ -15,7 +15,7 @@ use agent_client_protocol::v1::schema::{
     EmbeddedResource, EmbeddedResourceResource, ForkSessionRequest, ImageContent,
     InitializeRequest, ListSessionsRequest, LoadSessionRequest, NewSessionRequest, PromptRequest,
     ResourceLink, ResumeSessionRequest, SessionId as AcpSessionId, SessionNotification,
-    SessionUpdate, StopReason, TextContent, TextResourceContents,
+    SessionUpdate, StopReason, TextContent, TextResourceContents, ToolCallStatus,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client, ErrorCode, JsonRpcRequest};
 use base64::Engine;
@@ -468,7 +468,8 @@ async fn refused_prompts_store_nothing() {
 /// Raw JSON-RPC lines, as a careless client might send them: malformed JSON, unknown
 /// methods and bad params each get an error and the connection stays up; stdout
 /// carries only JSON-RPC, and every notification parses as the schema's
-/// `session/update`. A history with an assistant reply replays in order.
+/// `session/update`. A history of messages and a recorded turn (agent text, a tool
+/// call) replays in order.
 #[tokio::test]
 async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
     use std::io::{BufRead, Write};
@@ -486,6 +487,21 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         .send(session.id, Outgoing::user("first question"))
         .await
         .expect("a user message");
+    let recorded: Vec<SessionUpdate> = [
+        serde_json::json!({"sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": "Running the tests"}}),
+        serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "t1",
+            "title": "Run tests", "kind": "execute", "status": "pending"}),
+        serde_json::json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1",
+            "status": "completed"}),
+    ]
+    .into_iter()
+    .map(|v| serde_json::from_value(v).expect("a valid update"))
+    .collect();
+    store
+        .record(session.id, recorded)
+        .await
+        .expect("the turn is recorded");
     let mut reply = Outgoing::user("an answer");
     reply.role = Role::Assistant;
     store
@@ -567,8 +583,12 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         let params = notification.params.expect("params");
         assert_eq!(params.session_id.0.as_ref(), session.id.to_string());
         chunks.push(match params.update {
-            SessionUpdate::UserMessageChunk(c) => ("user", c.content),
-            SessionUpdate::AgentMessageChunk(c) => ("agent", c.content),
+            SessionUpdate::UserMessageChunk(c) => ("user", block_text(&c.content)),
+            SessionUpdate::AgentMessageChunk(c) => ("agent", block_text(&c.content)),
+            SessionUpdate::ToolCall(call) => {
+                assert_eq!(call.status, ToolCallStatus::Completed, "merged: {call:?}");
+                ("tool", call.title)
+            }
             other => panic!("unexpected update {other:?}"),
         });
     };
@@ -576,17 +596,16 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
     assert!(answer.get("result").is_some(), "{answer}");
     let texts: Vec<(&str, &str)> = chunks
         .iter()
-        .map(|(who, block)| match block {
-            ContentBlock::Text(t) => (*who, t.text.as_str()),
-            other => panic!("{other:?}"),
-        })
+        .map(|(who, text)| (*who, text.as_str()))
         .collect();
     assert_eq!(
         texts,
         [
             ("user", "first question"),
+            ("agent", "Running the tests"),
+            ("tool", "Run tests"),
             ("agent", "an answer"),
-            ("user", "second question")
+            ("user", "second question"),
         ]
     );
     drop(stdin);
@@ -596,4 +615,11 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         "closing stdin ends the agent cleanly: {status:?}"
     );
     assert!(!agent.stderr().contains("panicked"));
+}
+
+fn block_text(block: &ContentBlock) -> String {
+    match block {
+        ContentBlock::Text(t) => t.text.clone(),
+        other => panic!("not a text block: {other:?}"),
+    }
 }

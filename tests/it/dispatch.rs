@@ -210,13 +210,13 @@ async fn duplicate_references_cost_one_read() {
     h.send(s, "dupes", &[&x, &x, &x, &y]).await;
 
     let shared = memo();
-    let before = h.reads.get();
+    let before = h.reads.total();
     let d = h
         .store
         .dispatch(s, None, Mode::Strict, shared.clone())
         .await
         .unwrap();
-    assert_eq!(h.reads.get() - before, 2, "one read per distinct file");
+    assert_eq!(h.reads.total() - before, 2, "one read per distinct file");
     let out = blocks(&d);
     assert_eq!(out.len(), 5);
     for block in &out[1..4] {
@@ -226,13 +226,13 @@ async fn duplicate_references_cost_one_read() {
     assert_eq!(shared.len(), 2);
 
     // The same memo serves the next dispatch of the turn without reading again.
-    let before = h.reads.get();
+    let before = h.reads.total();
     let again = h
         .store
         .dispatch(s, None, Mode::Strict, shared)
         .await
         .unwrap();
-    assert_eq!(h.reads.get(), before);
+    assert_eq!(h.reads.total(), before);
     assert_eq!(again.blocks, d.blocks);
 }
 
@@ -247,7 +247,7 @@ async fn a_failed_read_is_evicted_so_the_next_dispatch_reads_again() {
     std::fs::remove_file(&path).unwrap();
 
     let shared = memo();
-    let before = h.reads.get();
+    let before = h.reads.total();
     let first = blocks(
         &h.store
             .dispatch(s, None, Mode::Degrade, shared.clone())
@@ -256,7 +256,7 @@ async fn a_failed_read_is_evicted_so_the_next_dispatch_reads_again() {
     );
     // The configured root and the legacy root are both looked at, but that is one
     // read through the resolver for each reference.
-    assert_eq!(h.reads.get() - before, 2);
+    assert_eq!(h.reads.total() - before, 2);
     assert_eq!(first.len(), 3, "{first:?}");
     check_attachment(&first[1], &ok);
     assert_notice(&first[2], &["late.txt"], h.dir.path());
@@ -264,7 +264,7 @@ async fn a_failed_read_is_evicted_so_the_next_dispatch_reads_again() {
     assert!(!shared.contains(&late.uri), "a failure is not memoized");
 
     std::fs::write(&path, b"arrives later").unwrap();
-    let before = h.reads.get();
+    let before = h.reads.total();
     let second = blocks(
         &h.store
             .dispatch(s, None, Mode::Degrade, shared.clone())
@@ -272,7 +272,7 @@ async fn a_failed_read_is_evicted_so_the_next_dispatch_reads_again() {
             .unwrap(),
     );
     assert_eq!(
-        h.reads.get() - before,
+        h.reads.total() - before,
         1,
         "only the failed file is read again"
     );
@@ -517,7 +517,7 @@ async fn sessions_whose_tools_run_elsewhere_are_told_the_path_is_on_the_daemon_h
     h.send(s, "which host", &[&f]).await;
     let d = other.dispatch(s, None, Mode::Strict, memo()).await.unwrap();
     let line = context_line(context_of(&block_json(&d.blocks[1])).unwrap());
-    assert_eq!(line["host"], "daemon-7.internal");
+    assert_eq!(line.host, "daemon-7.internal");
 }
 
 #[tokio::test]
@@ -544,7 +544,7 @@ async fn hidden_characters_in_names_are_escaped_and_printable_unicode_stays() {
         assert!(lower.contains(escape), "{escape} in {context:?}");
     }
     assert!(context.contains("café 日本.txt"), "{context}");
-    assert_eq!(context_line(context)["name"], f.name.as_str());
+    assert_eq!(context_line(context).name, f.name);
 
     // The notice and the strict error name it the same careful way.
     std::fs::remove_file(&path).unwrap();
@@ -654,9 +654,9 @@ async fn a_symlink_planted_after_send_is_refused_never_followed() {
     // A regular copy in a legacy root must not stand in for the refused one.
     plant(&h.folder(h.legacy(), s), "a.txt", b"legacy copy");
 
-    let before = h.reads.get();
+    let before = h.reads.total();
     let out = blocks(&dispatch(&h, s, Mode::Degrade).await.unwrap());
-    assert_eq!(h.reads.get() - before, 1);
+    assert_eq!(h.reads.total() - before, 1);
     assert_eq!(out.len(), 2, "{out:?}");
     assert_plain_text(&out[0], "read it");
     assert_notice(&out[1], &["a.txt"], h.dir.path());

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::support::{bin, copy_tree, json, run_in, snapshot};
 
 /// Every fixture version; a new released schema adds its folder here.
-const FIXTURES: &[&str] = &["v1"];
+const FIXTURES: &[&str] = &["v1", "v2"];
 
 fn fixture(version: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -64,6 +64,16 @@ fn the_v1_fixture_restores_from_moved_roots() {
     let moved = dir.path().join("somewhere else");
     copy_tree(&fixture("v1"), &moved);
     let sid = std::fs::read_to_string(moved.join("session-id")).unwrap();
+    // Reading commands never upgrade: the V1 database is migrated first, as a user would.
+    let migrated = bin(dir.path())
+        .args(["migrate", "--json", "--db"])
+        .arg(moved.join("sessions.db"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        json(&migrated)["applied"],
+        serde_json::json!(["V2__turn_items"])
+    );
     let out = bin(dir.path())
         .args([
             "restore",
@@ -154,4 +164,90 @@ fn the_frozen_fixtures_are_only_ever_copied() {
                 .all(|p| !p.to_string_lossy().ends_with("-wal"))
         );
     }
+}
+
+/// Every row of the tables a V1 database has, as text, table by table.
+fn v1_rows(db: &Path) -> Vec<(String, Vec<String>)> {
+    let conn =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    ["sessions", "messages", "message_refs", "events"]
+        .iter()
+        .map(|table| {
+            let mut stmt = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
+            let columns = stmt.column_count();
+            let mut rows: Vec<String> = stmt
+                .query_map([], |r| {
+                    (0..columns)
+                        .map(|i| {
+                            r.get::<_, rusqlite::types::Value>(i)
+                                .map(|v| format!("{v:?}"))
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                        .map(|v| v.join("|"))
+                })
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            rows.sort();
+            (table.to_string(), rows)
+        })
+        .collect()
+}
+
+#[test]
+fn upgrading_the_v1_fixture_keeps_a_backup_that_opens_as_the_v1_database_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("v1"), dir.path());
+    let db = dir.path().join("sessions.db");
+    let before = (schema(&db), v1_rows(&db));
+    // A reading command refuses the V1 database and leaves it alone.
+    let out = run_in(dir.path(), &["verify"]);
+    assert!(!out.status.success());
+    assert!(crate::support::stderr(&out).contains("sessionstore migrate"));
+    let report = json(&run_in(dir.path(), &["migrate", "--json"]));
+    assert_eq!(report["applied"], serde_json::json!(["V2__turn_items"]));
+    let backup = PathBuf::from(report["backup"].as_str().unwrap());
+    assert_eq!(backup, dir.path().join("sessions.db.v1.bak"));
+    assert_eq!((schema(&backup), v1_rows(&backup)), before);
+    // And every V1 row and event is still in the upgraded database.
+    assert_eq!(v1_rows(&db), before.1);
+}
+
+/// The V2 fixture holds a recorded turn with every kind of item the store keeps, in
+/// one history with its messages, and verifies as its generator left it.
+#[test]
+fn the_v2_fixture_holds_a_whole_turn_in_history_order() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("v2"), dir.path());
+    let report = json(&run_in(dir.path(), &["verify", "--json"]));
+    assert_eq!(report["items"], 9, "{report}");
+    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    let history: Vec<String> = conn
+        .prepare(
+            "SELECT kind FROM (SELECT seq, 'message:' || role || ':' || state AS kind FROM messages
+             UNION ALL SELECT seq, kind FROM items) ORDER BY seq",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        history,
+        [
+            "message:user:delivered",
+            "agent_thought",
+            "plan",
+            "tool_call",
+            "tool_call",
+            "agent_message",
+            "current_mode_update",
+            "available_commands_update",
+            "session_info_update",
+            "config_option_update",
+            "message:user:delivered",
+            "message:user:queued",
+        ]
+    );
 }

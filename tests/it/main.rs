@@ -9,6 +9,7 @@ mod dispatch;
 mod fixtures;
 mod migrate;
 mod opening;
+#[cfg(feature = "probe")]
 mod probe;
 mod regressions;
 mod reliability;
@@ -17,4 +18,5 @@ mod restore;
 mod snapshots;
 mod store;
 mod support;
+mod turns;
 mod verify;

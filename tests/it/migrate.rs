@@ -31,12 +31,16 @@ fn tables(db: &Path) -> Vec<String> {
 fn fresh_database_is_migrated_to_latest() {
     let dir = tempfile::tempdir().unwrap();
     let report = json(&run_in(dir.path(), &["migrate", "--json"]));
-    assert_eq!(report["applied"], serde_json::json!(["V1__initial_schema"]));
-    assert_eq!(report["current"], 1);
+    assert_eq!(
+        report["applied"],
+        serde_json::json!(["V1__initial_schema", "V2__turn_items"])
+    );
+    assert_eq!(report["current"], 2);
     let names = tables(&dir.path().join("sessions.db"));
     for t in [
         "sessions",
         "messages",
+        "items",
         "message_refs",
         "events",
         "refinery_schema_history",
@@ -51,8 +55,8 @@ fn migrating_twice_applies_nothing_the_second_time() {
     json(&run_in(dir.path(), &["migrate", "--json"]));
     let again = json(&run_in(dir.path(), &["migrate", "--json"]));
     assert_eq!(again["applied"], serde_json::json!([]));
-    assert_eq!(again["current"], 1);
-    assert_eq!(history_rows(&dir.path().join("sessions.db")).len(), 1);
+    assert_eq!(again["current"], 2);
+    assert_eq!(history_rows(&dir.path().join("sessions.db")).len(), 2);
 }
 
 #[test]
@@ -60,7 +64,10 @@ fn dry_run_reports_pending_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let report = json(&run_in(dir.path(), &["migrate", "--dry-run", "--json"]));
     assert_eq!(report["applied"], serde_json::json!([]));
-    assert_eq!(report["pending"], serde_json::json!(["V1__initial_schema"]));
+    assert_eq!(
+        report["pending"],
+        serde_json::json!(["V1__initial_schema", "V2__turn_items"])
+    );
     assert_eq!(report["current"], 0);
     assert!(!dir.path().join("sessions.db").exists());
 }
@@ -84,7 +91,7 @@ fn newer_schema_is_refused_and_left_unchanged() {
         let conn = rusqlite::Connection::open(&db).unwrap();
         conn.execute(
             "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
-             VALUES (2, 'from_the_future', '2030-01-01T00:00:00Z', '1')",
+             VALUES (3, 'from_the_future', '2030-01-01T00:00:00Z', '1')",
             [],
         )
         .unwrap();
@@ -97,7 +104,7 @@ fn newer_schema_is_refused_and_left_unchanged() {
     ] {
         let err = assert_one_line_error(&run_in(dir.path(), args));
         assert!(err.contains("newer"), "{err}");
-        assert!(err.contains("V2__from_the_future"), "{err}");
+        assert!(err.contains("V3__from_the_future"), "{err}");
         assert_eq!(
             std::fs::read(&db).unwrap(),
             before,
@@ -218,10 +225,16 @@ fn concurrent_migrate_processes_both_succeed_and_apply_once() {
         for out in &outs {
             let report = json(out);
             applied += report["applied"].as_array().unwrap().len();
-            assert_eq!(report["current"], 1);
+            assert_eq!(report["current"], 2);
         }
-        assert_eq!(applied, 1, "exactly one process applied V1");
-        assert_eq!(history_rows(&db), vec![(1, "initial_schema".to_owned())]);
+        assert_eq!(applied, 2, "exactly one process applied V1 and V2");
+        assert_eq!(
+            history_rows(&db),
+            vec![
+                (1, "initial_schema".to_owned()),
+                (2, "turn_items".to_owned())
+            ]
+        );
     }
 }
 
@@ -230,29 +243,21 @@ fn no_column_holds_a_path_root_or_directory() {
     let dir = tempfile::tempdir().unwrap();
     json(&run_in(dir.path(), &["migrate", "--json"]));
     let db = dir.path().join("sessions.db");
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let mut columns = Vec::new();
-    for table in tables(&db) {
-        let mut stmt = conn
-            .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
-            .unwrap();
-        let names: Vec<String> = stmt
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        columns.extend(names.into_iter().map(|c| format!("{table}.{c}")));
+    // The probe's audit, with at least the words this test has always looked for.
+    for word in ["path", "root", "dir", "folder", "location", "file"] {
+        assert!(sessionstore::oracle::PATH_WORDS.contains(&word), "{word}");
     }
-    assert!(columns.len() > 20, "the schema was read: {columns:?}");
-    for column in &columns {
-        let lower = column.to_lowercase();
-        for word in ["path", "root", "dir", "folder", "location", "file"] {
-            assert!(
-                !lower.contains(word),
-                "{column} looks like it stores a {word}"
-            );
-        }
-    }
+    let audit = sessionstore::oracle::audit_database(&db, &[]).unwrap();
+    assert!(
+        audit.columns.len() > 20,
+        "the schema was read: {:?}",
+        audit.columns
+    );
+    assert!(
+        audit.path_columns.is_empty(),
+        "{:?} look like they store a path",
+        audit.path_columns
+    );
 }
 
 #[test]
@@ -288,7 +293,7 @@ fn processes_that_create_a_database_at_once_all_succeed() {
             json(&child.wait_with_output().unwrap());
         }
         let db = dir.path().join("sessions.db");
-        assert_eq!(history_rows(&db).len(), 1);
+        assert_eq!(history_rows(&db).len(), 2);
         let conn = rusqlite::Connection::open(&db).unwrap();
         let sessions: i64 = conn
             .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))

@@ -78,9 +78,9 @@ async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_m
         .collect();
     assert_eq!(contexts.len(), 50, "one context part per attachment");
     for (i, context) in contexts.iter().enumerate() {
-        let json = crate::support::context_line(context);
-        assert_eq!(json["name"], names[i].as_str());
-        let path = json["path"].as_str().unwrap();
+        let line = crate::support::context_line(context);
+        assert_eq!(line.name, names[i]);
+        let path = line.path.as_str();
         assert!(std::path::Path::new(path).is_absolute());
         assert_eq!(
             std::fs::read(path).unwrap(),

@@ -217,10 +217,10 @@ async fn send_records_what_a_read_gives_without_reading_the_files() {
         host: h.config.host.clone(),
     };
 
-    let before = h.reads.get();
+    let before = h.reads.total();
     let sent = h.send(s, "three files", &[&image, &readme, &old]).await;
     assert_eq!(
-        h.reads.get(),
+        h.reads.total(),
         before,
         "send reads nothing through the resolver"
     );
@@ -230,7 +230,7 @@ async fn send_records_what_a_read_gives_without_reading_the_files() {
         .dispatch(s, None, Mode::Strict, Memo::new())
         .await
         .unwrap();
-    assert_eq!(h.reads.get(), before + 3);
+    assert_eq!(h.reads.total(), before + 3);
     let blocks: Vec<_> = dispatched
         .blocks
         .iter()
@@ -240,7 +240,7 @@ async fn send_records_what_a_read_gives_without_reading_the_files() {
     for ((r, block), file) in sent.refs.iter().zip(&blocks[1..]).zip(files) {
         let (_, path) = crate::support::check_attachment(block, file);
         let line = crate::support::context_line(crate::support::context_of(block).unwrap());
-        assert_eq!(line["mimeType"], r.mime_type.as_str(), "{}", r.uri);
+        assert_eq!(line.mime_type, r.mime_type, "{}", r.uri);
         assert_eq!(r.stored_name, file.name);
         assert_eq!(r.size, file.bytes.len() as u64);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), r.size);

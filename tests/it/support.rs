@@ -143,30 +143,16 @@ pub fn json(out: &Output) -> serde_json::Value {
     serde_json::from_str(stdout(out).trim()).expect("stdout is one JSON value")
 }
 
-/// A complete 1×1 RGBA PNG: real magic bytes, IHDR, IDAT and IEND with valid CRCs.
-pub const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\x0dIDAT\x78\x9c\x63\xf8\xcf\xc0\xf0\x1f\x00\x05\x00\x01\xff\x89\x99\x3d\x1d\x00\x00\x00\x00IEND\xae\x42\x60\x82";
+/// A complete 1×1 RGBA PNG, the same bytes the probe stores.
+pub use sessionstore::oracle::PNG;
+use sessionstore::oracle::{ContextLine, ReadCounter};
 
-/// Reads counted so far by a store made with [`counting_store`].
-#[derive(Clone, Default)]
-pub struct ReadCount(std::sync::Arc<std::sync::atomic::AtomicUsize>);
-
-impl ReadCount {
-    pub fn get(&self) -> usize {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-/// A store on `config` that counts every attachment read it makes.
-pub async fn counting_store(config: Config) -> (Store, ReadCount) {
-    let count = ReadCount::default();
-    let reads = count.0.clone();
-    let observer = sessionstore::attachments::ReadObserver::new(move |_, _| {
-        reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    });
-    let store = Store::open_with_read_observer(config, observer)
+/// A store on `config` that counts every attachment read it makes, per URI, through
+/// the store's own read observer (the probe's counter).
+pub async fn counting_store(config: Config) -> (Store, ReadCounter) {
+    ReadCounter::open(config)
         .await
-        .expect("a store that counts reads opens");
-    (store, count)
+        .expect("a store that counts reads opens")
 }
 
 /// A block as JSON, after checking that it round-trips as an ACP `ContentBlock`.
@@ -186,23 +172,10 @@ pub fn context_of(block: &serde_json::Value) -> Option<&str> {
         .as_str()
 }
 
-/// The one JSON line of a context string, checked to have exactly the contract's keys.
-pub fn context_line(context: &str) -> serde_json::Map<String, serde_json::Value> {
-    let objects: Vec<serde_json::Map<String, serde_json::Value>> = context
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v.as_object().cloned())
-        .collect();
-    assert_eq!(objects.len(), 1, "exactly one JSON line in {context:?}");
-    let line = objects.into_iter().next().expect("one line");
-    let mut keys: Vec<&str> = line.keys().map(String::as_str).collect();
-    keys.sort_unstable();
-    assert_eq!(
-        keys,
-        ["host", "mimeType", "name", "path", "uri"],
-        "{context:?}"
-    );
-    line
+/// The one JSON line of a context string, checked to have exactly the contract's keys
+/// (by the oracle the probe uses).
+pub fn context_line(context: &str) -> ContextLine {
+    sessionstore::oracle::parse_context(context).unwrap_or_else(|e| panic!("{e} in {context:?}"))
 }
 
 /// What an attachment block should hold: the stored name, URI and original bytes, and
@@ -219,48 +192,36 @@ pub struct Expect {
 /// names it, with an absolute path whose file holds the same bytes. Returns the block's
 /// kind (`image`, `text` or `blob`) and that path.
 pub fn check_attachment(block: &serde_json::Value, expect: &Expect) -> (&'static str, PathBuf) {
-    use base64::Engine;
-    let b64 = |s: &serde_json::Value| {
-        base64::engine::general_purpose::STANDARD
-            .decode(s.as_str().expect("base64 text"))
-            .expect("valid base64")
+    use sessionstore::oracle::{Kind, attached};
+    let typed: agent_client_protocol_schema::v1::ContentBlock =
+        serde_json::from_value(block.clone()).expect("an ACP content block");
+    let a = attached(&typed).unwrap_or_else(|| panic!("not an attachment block: {block}"));
+    assert_eq!(a.uri, expect.uri, "{block}");
+    assert_eq!(
+        a.bytes().expect("valid base64"),
+        expect.bytes,
+        "the block keeps the file's bytes (image data, text contents or blob)"
+    );
+    let kind = match a.kind {
+        Kind::Image => "image",
+        Kind::Text => "text",
+        Kind::Blob => "blob",
     };
-    let (kind, mime) = match block["type"].as_str() {
-        Some("image") => {
-            assert_eq!(b64(&block["data"]), expect.bytes, "image data is the file");
-            assert_eq!(block["uri"], expect.uri.as_str());
-            ("image", &block["mimeType"])
-        }
-        Some("resource") => {
-            let resource = &block["resource"];
-            assert_eq!(resource["uri"], expect.uri.as_str());
-            let kind = if let Some(text) = resource.get("text") {
-                assert_eq!(
-                    text.as_str().expect("text").as_bytes(),
-                    expect.bytes,
-                    "text resource keeps the contents"
-                );
-                "text"
-            } else {
-                assert_eq!(b64(&resource["blob"]), expect.bytes, "blob keeps the bytes");
-                "blob"
-            };
-            (kind, &resource["mimeType"])
-        }
-        other => panic!("not an attachment block: {other:?} in {block}"),
-    };
-    let context = context_of(block).unwrap_or_else(|| panic!("no path context in {block}"));
+    let mime = a.mime.expect("a MIME type");
+    let context = a
+        .context()
+        .unwrap_or_else(|| panic!("no path context in {block}"));
     let line = context_line(context);
     // Names and paths appear only in the JSON line, never in the instruction lines.
     for other in context.lines().filter(|l| !l.starts_with('{')) {
         assert!(!other.contains(expect.name.as_str()), "{context}");
         assert!(!other.contains('/'), "{context}");
     }
-    assert_eq!(line["name"], expect.name.as_str(), "{context}");
-    assert_eq!(line["uri"], expect.uri.as_str(), "{context}");
-    assert_eq!(&line["mimeType"], mime, "{context}");
-    assert_eq!(line["host"], expect.host.as_str(), "{context}");
-    let path = PathBuf::from(line["path"].as_str().expect("path is a string"));
+    assert_eq!(line.name, expect.name, "{context}");
+    assert_eq!(line.uri, expect.uri, "{context}");
+    assert_eq!(line.mime_type, mime, "{context}");
+    assert_eq!(line.host, expect.host, "{context}");
+    let path = PathBuf::from(&line.path);
     assert!(path.is_absolute(), "{path:?}");
     assert_eq!(
         path.file_name().and_then(|n| n.to_str()),
@@ -281,7 +242,7 @@ pub struct Harness {
     pub dir: TempDir,
     pub config: Config,
     pub store: Store,
-    pub reads: ReadCount,
+    pub reads: ReadCounter,
 }
 
 impl Harness {

@@ -162,7 +162,7 @@ async fn hostile_upload_names_stay_in_their_session_folder() {
         let value = crate::support::block_json(block);
         if let Some(context) = crate::support::context_of(&value) {
             let line = crate::support::context_line(context);
-            let path = PathBuf::from(line["path"].as_str().unwrap());
+            let path = PathBuf::from(line.path);
             if path.parent() != Some(folder.as_path()) {
                 escapes += 1;
             }

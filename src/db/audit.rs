@@ -1,0 +1,178 @@
+//! The path audit: reads a database behind the store's back (read-only, leaving no
+//! trace) and the files beside it, and reports every column named like a path and
+//! every stored value or file that holds one of the given strings. It judges nothing
+//! and writes nothing; the probe and the tests decide what a finding means.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::Transaction;
+use rusqlite::types::ValueRef;
+
+use crate::db::readonly;
+use crate::error::{Error, Result};
+
+/// Words that make a column look like it stores a location on disk.
+pub const PATH_WORDS: [&str; 6] = ["path", "root", "dir", "folder", "location", "file"];
+
+/// What [`audit`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathAudit {
+    pub tables: Vec<String>,
+    /// Every column as `table.column`.
+    pub columns: Vec<String>,
+    /// The columns whose names hold one of [`PATH_WORDS`].
+    pub path_columns: Vec<String>,
+    /// Text and blob values looked at.
+    pub values: usize,
+    /// `(table, needle)` for each value that holds a needle.
+    pub value_hits: Vec<(String, String)>,
+    /// The database file and every file beside it whose name begins with its name
+    /// (`-wal`, `-journal`, `-shm`, backups): whatever is not checkpointed yet too.
+    pub files: Vec<PathBuf>,
+    pub file_bytes: usize,
+    /// `(file, needle)` for each file whose bytes hold a needle.
+    pub file_hits: Vec<(PathBuf, String)>,
+}
+
+/// Audits the database at `db` for `needles` (empty needles match nothing).
+pub fn audit(db: &Path, needles: &[String]) -> Result<PathAudit> {
+    let mut audit = readonly::read(db, |tx| scan_tables(tx, needles))?;
+    scan_files(db, needles, &mut audit)?;
+    Ok(audit)
+}
+
+fn scan_tables(tx: &Transaction<'_>, needles: &[String]) -> Result<PathAudit> {
+    let failed = |e| Error::sqlite("audit the database for paths", e);
+    let mut audit = PathAudit::default();
+    let mut stmt = tx
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .map_err(failed)?;
+    audit.tables = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+        .map_err(failed)?;
+    for table in &audit.tables {
+        let mut stmt = tx
+            .prepare("SELECT name FROM pragma_table_info(?1)")
+            .map_err(failed)?;
+        let names: Vec<String> = stmt
+            .query_map([table], |r| r.get(0))
+            .and_then(|rows| rows.collect())
+            .map_err(failed)?;
+        for name in names {
+            let column = format!("{table}.{name}");
+            let lower = name.to_lowercase();
+            if PATH_WORDS.iter().any(|w| lower.contains(w)) {
+                audit.path_columns.push(column.clone());
+            }
+            audit.columns.push(column);
+        }
+        let quoted = format!("\"{}\"", table.replace('"', "\"\""));
+        let mut stmt = tx
+            .prepare(&format!("SELECT * FROM {quoted}"))
+            .map_err(failed)?;
+        let width = stmt.column_count();
+        let mut rows = stmt.query([]).map_err(failed)?;
+        while let Some(row) = rows.next().map_err(failed)? {
+            for i in 0..width {
+                let (ValueRef::Text(bytes) | ValueRef::Blob(bytes)) =
+                    row.get_ref(i).map_err(failed)?
+                else {
+                    continue;
+                };
+                audit.values += 1;
+                if let Some(needle) = find_needle(bytes, needles) {
+                    audit.value_hits.push((table.clone(), needle.to_owned()));
+                }
+            }
+        }
+    }
+    Ok(audit)
+}
+
+fn scan_files(db: &Path, needles: &[String], audit: &mut PathAudit) -> Result<()> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |cause| Error::DatabaseIo { path, cause }
+    };
+    let dir = match db.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let prefix = db.file_name().unwrap_or_default().as_encoded_bytes();
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let entry = entry.map_err(io(dir))?;
+        let is_file = entry.file_type().map_err(io(dir))?.is_file();
+        if is_file && entry.file_name().as_encoded_bytes().starts_with(prefix) {
+            files.push(entry.path());
+        }
+    }
+    files.sort();
+    for path in files {
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            // A side file a checkpoint removed since the listing.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && path != db => continue,
+            Err(e) => return Err(io(&path)(e)),
+        };
+        if let Some(needle) = find_needle(&bytes, needles) {
+            audit.file_hits.push((path.clone(), needle.to_owned()));
+        }
+        audit.file_bytes += bytes.len();
+        audit.files.push(path);
+    }
+    Ok(())
+}
+
+fn find_needle<'n>(haystack: &[u8], needles: &'n [String]) -> Option<&'n str> {
+    needles
+        .iter()
+        .map(String::as_str)
+        .find(|n| !n.is_empty() && haystack.windows(n.len()).any(|w| w == n.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_audit_finds_path_columns_and_stored_paths_in_tables_and_side_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("x.db");
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE refs (uri TEXT, note TEXT);
+             INSERT INTO refs VALUES ('attachment:///s/a.txt', 'fine');",
+        )
+        .unwrap();
+        let needles = vec!["/tmp/sessionstore-probe-x".to_owned()];
+        let clean = audit(&db, &needles).unwrap();
+        assert_eq!(clean.tables, ["refs"]);
+        assert_eq!(clean.columns, ["refs.uri", "refs.note"]);
+        assert!(clean.path_columns.is_empty() && clean.value_hits.is_empty());
+        assert_eq!(clean.values, 2);
+        assert_eq!(clean.files, std::slice::from_ref(&db));
+        assert!(clean.file_hits.is_empty());
+
+        conn.execute_batch(
+            "INSERT INTO refs VALUES ('u', 'read /tmp/sessionstore-probe-x/attachments/a.txt');
+             CREATE TABLE cache (file_path TEXT);",
+        )
+        .unwrap();
+        drop(conn);
+        let found = audit(&db, &needles).unwrap();
+        assert_eq!(found.path_columns, ["cache.file_path"]);
+        assert_eq!(found.value_hits, [("refs".to_owned(), needles[0].clone())]);
+        assert_eq!(found.file_hits.len(), 1, "the file holds the value too");
+
+        // Bytes not yet checkpointed count too (scanned alone: SQLite would not
+        // open beside a made-up WAL).
+        let wal = dir.path().join("x.db-wal");
+        std::fs::write(&wal, b"..../tmp/sessionstore-probe-x/a..").unwrap();
+        let mut files = PathAudit::default();
+        scan_files(&db, &needles, &mut files).unwrap();
+        assert_eq!(files.files, [db.clone(), wal.clone()]);
+        assert!(files.file_hits.iter().any(|(p, _)| *p == wal), "{files:?}");
+    }
+}

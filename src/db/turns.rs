@@ -1,0 +1,188 @@
+//! Reads and writes of recorded turn items (agent messages and thoughts, tool calls,
+//! plans, session-level updates). A recorded batch writes its items and its
+//! `turn_recorded` event in the caller's transaction; the merge itself is
+//! `crate::turns`, so this file only loads what it needs and stores what it returns.
+
+use agent_client_protocol_schema::v1::SessionUpdate;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::error::{Error, Result};
+use crate::ids::{ItemId, SessionId};
+use crate::model::{CreatedItem, EventPayload, Item, ItemBody};
+use crate::turns::{self, Slot, State};
+
+use super::queries::{append_event, get_session, now};
+
+fn sql(action: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
+    move |e| Error::sqlite(action, e)
+}
+
+/// What `record` stored: how many updates, and the items it created or changed, in
+/// the order the batch first touched them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Recorded {
+    pub recorded: usize,
+    pub items: Vec<ItemId>,
+}
+
+/// The next place in a session's history, which messages and items share.
+pub fn next_seq(conn: &Connection, session: &SessionId) -> Result<i64> {
+    conn.query_row(
+        "SELECT coalesce(max(seq), 0) + 1 FROM (
+             SELECT max(seq) AS seq FROM messages WHERE session_id = ?1
+             UNION ALL
+             SELECT max(seq) FROM items WHERE session_id = ?1)",
+        [session.to_string()],
+        |r| r.get(0),
+    )
+    .map_err(sql("number a history entry"))
+}
+
+const ITEM_COLUMNS: &str = "id, session_id, seq, kind, body, created_at, updated_at";
+
+fn item_from_row(row: &Row<'_>) -> rusqlite::Result<Item> {
+    let id: String = row.get(0)?;
+    let session: String = row.get(1)?;
+    let kind: String = row.get(3)?;
+    let body: String = row.get(4)?;
+    let bad = |idx: usize, e: String| {
+        rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, e.into())
+    };
+    Ok(Item {
+        id: id
+            .parse()
+            .map_err(|e: crate::IdError| bad(0, e.to_string()))?,
+        session_id: session
+            .parse()
+            .map_err(|e: crate::IdError| bad(1, e.to_string()))?,
+        seq: row.get(2)?,
+        body: ItemBody::from_json(&kind, &body).map_err(|e| bad(4, e))?,
+        created_at: row.get(5)?,
+        updated_at: row.get(6)?,
+    })
+}
+
+/// A session's items in history order.
+pub fn items(conn: &Connection, session: &SessionId) -> Result<Vec<Item>> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 ORDER BY seq"
+        ))
+        .map_err(sql("read items"))?;
+    let rows = stmt
+        .query_map([session.to_string()], item_from_row)
+        .map_err(sql("read items"))?;
+    rows.collect::<rusqlite::Result<_>>()
+        .map_err(sql("read items"))
+}
+
+/// What of the session's history `batch` may change: the last entry when it is an
+/// agent message or thought, and the tool calls the batch names.
+fn state_for(conn: &Connection, session: &SessionId, batch: &[SessionUpdate]) -> Result<State> {
+    let mut state = State::default();
+    let last = next_seq(conn, session)? - 1;
+    let tail = conn
+        .query_row(
+            &format!(
+                "SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 AND seq = ?2
+                 AND kind IN ('agent_message', 'agent_thought')"
+            ),
+            params![session.to_string(), last],
+            item_from_row,
+        )
+        .optional()
+        .map_err(sql("read the last item"))?;
+    state.tail = tail.map(|item| (item.id, item.body));
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 AND tool_call_id = ?2"
+        ))
+        .map_err(sql("read a tool call"))?;
+    for id in turns::tool_call_ids(batch) {
+        let found = stmt
+            .query_row(params![session.to_string(), id.to_string()], item_from_row)
+            .optional()
+            .map_err(sql("read a tool call"))?;
+        if let Some(Item {
+            id: item,
+            body: ItemBody::ToolCall(call),
+            ..
+        }) = found
+        {
+            state.tool_calls.insert(id, (item, call));
+        }
+    }
+    Ok(state)
+}
+
+/// Records a batch of updates for `session`: every update is checked and merged before
+/// anything is written, then the items and one `turn_recorded` event (holding the
+/// updates as received) are written through `conn`, the caller's transaction.
+pub fn record(conn: &Connection, session: &SessionId, batch: &[SessionUpdate]) -> Result<Recorded> {
+    get_session(conn, session)?;
+    if batch.is_empty() {
+        return Ok(Recorded {
+            recorded: 0,
+            items: vec![],
+        });
+    }
+    let state = state_for(conn, session, batch)?;
+    let outcome = turns::apply(state, batch).map_err(|(index, refusal)| Error::UpdateRefused {
+        line: index + 1,
+        refusal,
+    })?;
+    let at = now();
+    let first = next_seq(conn, session)?;
+    let mut created = Vec::with_capacity(outcome.created);
+    let mut touched = Vec::with_capacity(outcome.items.len());
+    for (slot, body) in &outcome.items {
+        let tool_call_id = match body {
+            ItemBody::ToolCall(call) => Some(call.tool_call_id.to_string()),
+            _ => None,
+        };
+        match slot {
+            Slot::New(n) => {
+                let id = ItemId::new();
+                let seq = first + *n as i64;
+                conn.execute(
+                    "INSERT INTO items
+                       (id, session_id, seq, kind, tool_call_id, body, created_at, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+                    params![
+                        id.to_string(),
+                        session.to_string(),
+                        seq,
+                        body.kind(),
+                        tool_call_id,
+                        body.to_json(),
+                        at
+                    ],
+                )
+                .map_err(sql("insert an item"))?;
+                created.push(CreatedItem { id, seq });
+                touched.push(id);
+            }
+            Slot::Stored(id) => {
+                conn.execute(
+                    "UPDATE items SET body = ?2, updated_at = ?3 WHERE id = ?1",
+                    params![id.to_string(), body.to_json(), at],
+                )
+                .map_err(sql("update an item"))?;
+                touched.push(*id);
+            }
+        }
+    }
+    let updates = batch
+        .iter()
+        .map(|u| serde_json::to_value(u).expect("ACP schema values always serialize"))
+        .collect();
+    let payload = EventPayload::TurnRecorded {
+        updates,
+        items: created,
+    };
+    append_event(conn, session, &payload, &at)?;
+    Ok(Recorded {
+        recorded: batch.len(),
+        items: touched,
+    })
+}

@@ -1,0 +1,28 @@
+//! `sessionstore probe`: a runner over one oracle. `scenario` sets up a store in a
+//! temporary directory and makes the store calls, `checks` judges what they returned
+//! (pure functions, one per invariant), `report` holds what a run prints, and `oracle`
+//! is what the contract says, shared with the integration tests. Only the oracle is
+//! built without the `probe` feature; nothing here touches the user's data directory.
+
+/// Returns `Err(detail)` from a check when `cond` does not hold.
+#[cfg(feature = "probe")]
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)+) => {
+        if !$cond {
+            return Err(format!($($arg)+));
+        }
+    };
+}
+
+#[cfg(feature = "probe")]
+mod checks;
+pub mod oracle;
+#[cfg(feature = "probe")]
+mod report;
+#[cfg(feature = "probe")]
+mod scenario;
+
+#[cfg(feature = "probe")]
+pub use report::{Check, ProbeError, ProbeReport};
+#[cfg(feature = "probe")]
+pub use scenario::run_probe;

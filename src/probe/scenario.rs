@@ -1,0 +1,770 @@
+//! The probe's scenario: one isolated run of Store → Session → OpenAI request in a
+//! temporary directory of its own, making every store call and handing what came back
+//! to `checks`. It never touches the user's data directory, never contacts a model or
+//! a network, and loads no personal data: every file it stores is made here.
+//!
+//! Besides the store calls it does the file work a test would: it writes a legacy root
+//! by hand (an older version wrote it), moves a file aside to make it missing, plants
+//! symlinks and look-alikes, and moves the roots. The database is read behind the
+//! store's back only through `db`'s audit.
+//!
+//! Checks, in the order they run, with the DESIGN.md invariant each pins:
+//! `stored-names`; `duplicates-share-one-read` (6); `image-only-message`;
+//! `queued-reached-only-by-drain`; `turn-memo-shared-by-drain` (6);
+//! `send-refuses-unsafe-uris` (8); `symlinks-refused` (8);
+//! `context-wording-by-tools-host` (4); `restore-replays-through-resolver` (9);
+//! `one-block-per-reference` (3); `context-under-meta-key` (3);
+//! `image-blocks-keep-bytes` (3); `text-blocks-keep-contents` (3);
+//! `binary-blocks-keep-bytes` (3); `context-json-line` (4);
+//! `context-escapes-hidden-characters` (4); `context-holds-no-file-contents` (4);
+//! `raw-text-has-no-meta` (10); `paths-read-back-byte-for-byte` (2);
+//! `legacy-path-from-its-read` (2); `openai-chat-parts`; `openai-responses-parts`;
+//! `openai-requests-round-trip`; `focus-hint-holds-question-only`;
+//! `vision-request-has-no-path`; `strict-dispatch-names-missing-reference` (7);
+//! `degraded-dispatch-keeps-survivors` (7); `no-replacement-search` (7);
+//! `failed-read-is-evicted` (6); `no-path-in-display-title-references` (5);
+//! `event-log-matches-tables`; `restore-after-moving-roots` (1, 9);
+//! `schema-has-no-path-column` (1); `db-text-has-no-path` (1); `db-file-has-no-path` (1).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use agent_client_protocol_schema::v1::ContentBlock;
+
+use super::checks::{self as check, Eviction, Known, Stored};
+use super::oracle::{self, Kind, ReadCounter, expected_uri};
+use super::report::{Check, Outcome, ProbeError, ProbeReport};
+use crate::attachments::{AttachmentUri, Roots};
+use crate::config::{self, Config};
+use crate::dispatch::{Memo, Mode};
+use crate::ids::SessionId;
+use crate::model::{Message, Role, ToolsHost};
+use crate::openai;
+use crate::store::{Dispatched, Outgoing, Store};
+
+/// Bytes that are not UTF-8 and match no image signature: a binary resource.
+pub(super) const BLOB_BYTES: &[u8] = &[
+    0x00, 0xff, 0xfe, 0x80, b'P', b'K', 0x03, 0x04, 0x00, 0x0a, 0xc3, 0x28, 0x7f, 0x00,
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Place {
+    Configured,
+    /// Only in the legacy root, put there by hand as an older version would have.
+    Legacy,
+}
+
+/// A file the probe stores: the upload's own name, the stored name it must get.
+pub(super) struct Upload {
+    pub upload: &'static str,
+    pub name: &'static str,
+    pub bytes: &'static [u8],
+    pub kind: Kind,
+    pub place: Place,
+}
+
+pub(super) const IMAGE: usize = 0;
+pub(super) const NOTES: usize = 1;
+pub(super) const NOTES_AGAIN: usize = 2;
+pub(super) const BLOB: usize = 3;
+pub(super) const LEGACY: usize = 4;
+const BIDI: usize = 5;
+
+pub(super) static UPLOADS: [Upload; 6] = [
+    Upload {
+        upload: "caf\u{e9} menu.png",
+        name: "caf\u{e9} menu.png",
+        bytes: oracle::PNG,
+        kind: Kind::Image,
+        place: Place::Configured,
+    },
+    Upload {
+        upload: "notes 日本.txt",
+        name: "notes 日本.txt",
+        bytes: "Lunch notes\nsoba 蕎麦 and tempura\nthis line must never reach a path context\n"
+            .as_bytes(),
+        kind: Kind::Text,
+        place: Place::Configured,
+    },
+    Upload {
+        upload: "notes 日本.txt",
+        name: "notes 日本 (1).txt",
+        bytes: "Second version of the notes, different bytes\nudon 饂飩\n".as_bytes(),
+        kind: Kind::Text,
+        place: Place::Configured,
+    },
+    Upload {
+        upload: "data blob.bin",
+        name: "data blob.bin",
+        bytes: BLOB_BYTES,
+        kind: Kind::Blob,
+        place: Place::Configured,
+    },
+    Upload {
+        upload: "\u{e4}ltere Notiz.md",
+        name: "\u{e4}ltere Notiz.md",
+        bytes: "# Aus der alten Version\nnur im Legacy-Verzeichnis\n".as_bytes(),
+        kind: Kind::Text,
+        place: Place::Legacy,
+    },
+    Upload {
+        // A right-to-left override makes this look like "invoicetxt.pdf".
+        upload: "invoice\u{202e}fdp.txt",
+        name: "invoice\u{202e}fdp.txt",
+        bytes: b"a name with a bidi override\n",
+        kind: Kind::Text,
+        place: Place::Configured,
+    },
+];
+
+pub(super) const MODEL: &str = "gpt-4o";
+pub(super) const QUESTION: &str = "What is on this menu, and do my notes agree with it?";
+pub(super) const REPLY: &str = "The menu lists soba and tempura; your notes agree.";
+pub(super) const MID_TURN: &str = "Also compare the second version of my notes.";
+pub(super) const TRANSCRIPT: &str = "and tell me which one is cheaper";
+
+/// The messages the scenario sends.
+pub(super) struct Sent {
+    pub normal: Message,
+    pub reply: Message,
+    pub image_only: Message,
+    pub mid_turn: Message,
+}
+
+/// The blocks of the scenario's first delivery, to compare with the replay.
+struct FirstDelivery {
+    normal: Dispatched,
+    image_only: Dispatched,
+    drained: Vec<Dispatched>,
+}
+
+/// Runs the probe in a fresh temporary directory, removed before this returns.
+pub async fn run_probe() -> Result<ProbeReport, ProbeError> {
+    let tmp = tempfile::Builder::new()
+        .prefix("sessionstore-probe-")
+        .tempdir()
+        .map_err(|error| ProbeError {
+            action: "create its temporary directory".to_owned(),
+            error,
+        })?;
+    let mut checks = Vec::new();
+    match scenario(tmp.path(), &mut checks).await {
+        Ok(()) => {}
+        Err(Failure::Setup(e)) => return Err(e),
+        Err(Failure::Step(detail)) => checks.push(Check::new("scenario", Err(detail))),
+    }
+    tmp.close().map_err(|error| ProbeError {
+        action: "remove its temporary directory".to_owned(),
+        error,
+    })?;
+    Ok(ProbeReport::new(checks))
+}
+
+/// Why the scenario stopped: the probe's own IO failed, or a library step it needs
+/// for later checks returned an error (reported as a failed `scenario` check).
+enum Failure {
+    Setup(ProbeError),
+    Step(String),
+}
+
+trait StepResult<T> {
+    fn step(self, what: &str) -> Result<T, Failure>;
+}
+
+impl<T> StepResult<T> for crate::Result<T> {
+    fn step(self, what: &str) -> Result<T, Failure> {
+        self.map_err(|e| Failure::Step(format!("cannot {what}: {e}")))
+    }
+}
+
+fn setup<T>(result: std::io::Result<T>, action: &str) -> Result<T, Failure> {
+    result.map_err(|error| {
+        Failure::Setup(ProbeError {
+            action: action.to_owned(),
+            error,
+        })
+    })
+}
+
+struct Probe {
+    tmp: std::path::PathBuf,
+    config: Config,
+    known: Known,
+    reads: ReadCounter,
+    store: Store,
+    checks: Vec<Check>,
+}
+
+async fn scenario(tmp: &Path, checks: &mut Vec<Check>) -> Result<(), Failure> {
+    let mut p = Probe::start(tmp).await?;
+    let result = p.run().await;
+    checks.append(&mut p.checks);
+    result
+}
+
+impl Probe {
+    fn record(&mut self, name: &str, outcome: Outcome) {
+        self.checks.push(Check::new(name, outcome));
+    }
+
+    /// The session's (messages, events), to see that a refusal stored nothing.
+    async fn counts(&self) -> Result<(usize, usize), Failure> {
+        let s = self.known.session;
+        let messages = self.store.messages(s).await.step("list messages")?.len();
+        let events = self.store.events(s).await.step("list events")?.len();
+        Ok((messages, events))
+    }
+
+    async fn start(tmp: &Path) -> Result<Probe, Failure> {
+        let config = Config {
+            db_path: tmp.join("db").join("sessions.db"),
+            roots: Roots {
+                configured: tmp.join("attachments"),
+                legacy: vec![tmp.join("legacy")],
+            },
+            host: config::host_name(),
+        };
+        let (store, reads) = ReadCounter::open(config.clone())
+            .await
+            .step("open the probe's store")?;
+        let session = store
+            .create_session(None, ToolsHost::Local)
+            .await
+            .step("create a session")?
+            .id;
+        let mut needles = BTreeSet::from([tmp.to_string_lossy().into_owned()]);
+        if let Ok(real) = std::fs::canonicalize(tmp) {
+            needles.insert(real.to_string_lossy().into_owned());
+        }
+        let mut known = Known {
+            session,
+            host: config.host.clone(),
+            configured: config.roots.configured.clone(),
+            legacy: config.roots.legacy[0].clone(),
+            files: Vec::new(),
+            needles,
+        };
+        let mut stored_names = Vec::new();
+        for spec in &UPLOADS {
+            let uri = match spec.place {
+                Place::Configured => {
+                    let stored = store
+                        .attach(session, spec.upload.to_owned(), spec.bytes.to_vec())
+                        .await
+                        .step("store an attachment")?;
+                    stored_names.push((spec, stored.name));
+                    stored.uri
+                }
+                Place::Legacy => {
+                    let folder = known.folder(&known.legacy);
+                    setup(
+                        std::fs::create_dir_all(&folder),
+                        "create the legacy session folder",
+                    )?;
+                    setup(
+                        std::fs::write(folder.join(spec.name), spec.bytes),
+                        "plant the legacy-only file",
+                    )?;
+                    AttachmentUri::new(session, spec.name)
+                }
+            };
+            known.files.push(Stored {
+                spec,
+                uri: uri.to_string(),
+                parsed: uri,
+            });
+        }
+        let outcome = check::stored_names(&known, &stored_names);
+        let mut probe = Probe {
+            tmp: tmp.to_owned(),
+            config,
+            known,
+            reads,
+            store,
+            checks: Vec::new(),
+        };
+        probe.record("stored-names", outcome);
+        Ok(probe)
+    }
+
+    async fn run(&mut self) -> Result<(), Failure> {
+        let sent = self.send_all().await?;
+        let first = self.first_delivery(&sent).await?;
+        self.refusals().await?;
+        self.tools_host_wording(&first).await?;
+        let restored = self.restore(&sent, &first).await?;
+        self.model_bound(&restored);
+        self.degradation(&sent).await?;
+        self.persisted(&sent).await?;
+        self.moved_roots().await?;
+        self.database();
+        Ok(())
+    }
+
+    async fn send_all(&self) -> Result<Sent, Failure> {
+        let uri = |i: usize| self.known.file(i).parsed.clone();
+        let send = |what: &'static str, out: Outgoing| async move {
+            self.store.send(self.known.session, out).await.step(what)
+        };
+        Ok(Sent {
+            normal: send(
+                "send the normal message",
+                Outgoing {
+                    attach: [IMAGE, NOTES, NOTES_AGAIN, BLOB, LEGACY, BIDI, NOTES]
+                        .map(uri)
+                        .to_vec(),
+                    ..Outgoing::user(QUESTION)
+                },
+            )
+            .await?,
+            reply: send(
+                "send the assistant reply",
+                Outgoing {
+                    role: Role::Assistant,
+                    ..Outgoing::user(REPLY)
+                },
+            )
+            .await?,
+            image_only: send(
+                "send the image-only message",
+                Outgoing {
+                    attach: vec![uri(IMAGE)],
+                    ..Outgoing::user("")
+                },
+            )
+            .await?,
+            mid_turn: send(
+                "queue the mid-turn message",
+                Outgoing {
+                    attach: vec![uri(NOTES_AGAIN)],
+                    transcript: Some(TRANSCRIPT.to_owned()),
+                    mid_turn: true,
+                    ..Outgoing::user(MID_TURN)
+                },
+            )
+            .await?,
+        })
+    }
+
+    /// One turn: the normal message, the latest message by default, then the drain,
+    /// all through one memo as the daemon does.
+    async fn first_delivery(&mut self, sent: &Sent) -> Result<FirstDelivery, Failure> {
+        let memo = Memo::new();
+        let s = self.known.session;
+        let before = self.reads.snapshot();
+        let normal = self
+            .store
+            .dispatch(s, Some(sent.normal.id), Mode::Strict, memo.clone())
+            .await
+            .step("dispatch the normal message")?;
+        let after = self.reads.snapshot();
+        let outcome =
+            check::duplicates_share_one_read(&self.known, &normal, &before, &after, memo.len());
+        self.record("duplicates-share-one-read", outcome);
+
+        let latest = self
+            .store
+            .dispatch(s, None, Mode::Strict, memo.clone())
+            .await
+            .step("dispatch the latest message")?;
+        let outcome = check::image_only(&self.known, sent, &latest);
+        self.record("image-only-message", outcome);
+
+        let queued_direct = self
+            .store
+            .dispatch(s, Some(sent.mid_turn.id), Mode::Strict, memo.clone())
+            .await;
+        let drained = self
+            .store
+            .drain(s, Mode::Strict, memo.clone())
+            .await
+            .step("drain the mid-turn queue")?;
+        let after_drain = self.reads.snapshot();
+        let drained_again = self
+            .store
+            .drain(s, Mode::Strict, memo.clone())
+            .await
+            .step("drain an empty queue")?;
+        let still_queued = self
+            .store
+            .queued_messages(s)
+            .await
+            .step("list queued messages")?;
+        let outcome = check::queued_by_drain(
+            &self.known,
+            sent,
+            &latest,
+            queued_direct.is_err(),
+            &drained,
+            drained_again.len(),
+            still_queued.len(),
+        );
+        self.record("queued-reached-only-by-drain", outcome);
+        let outcome = check::turn_memo_shared(&after, &after_drain);
+        self.record("turn-memo-shared-by-drain", outcome);
+        Ok(FirstDelivery {
+            normal,
+            image_only: latest,
+            drained,
+        })
+    }
+
+    async fn refusals(&mut self) -> Result<(), Failure> {
+        let s = self.known.session;
+        let before = self.counts().await?;
+        let image_path = self
+            .known
+            .folder(&self.known.configured)
+            .join(UPLOADS[IMAGE].name);
+        let unsafe_uris = [
+            format!("attachment:///{s}/..%2F..%2Fetc%2Fpasswd"),
+            format!("attachment:///{s}/../../etc/passwd"),
+            format!("attachment:///{s}/.."),
+            format!("attachment:///{s}/%2E%2E"),
+            format!("attachment:///{s}/notes%00.txt"),
+            "attachment:////etc/passwd".to_owned(),
+            format!("file://{}", image_path.display()),
+            image_path.display().to_string(),
+            expected_uri(SessionId::new(), UPLOADS[IMAGE].name),
+            expected_uri(s, "missing file.txt"),
+        ];
+        let outcomes = self.try_sends(&unsafe_uris).await;
+        let after = self.counts().await?;
+        let outcome = check::all_refused(&outcomes, (before, after));
+        self.record("send-refuses-unsafe-uris", outcome);
+
+        // Symlinks inside the session folder are refused wherever they point.
+        let folder = self.known.folder(&self.known.configured);
+        let outside = self.tmp.join("outside.txt");
+        setup(
+            std::fs::write(&outside, b"outside the session folder"),
+            "write a file outside the roots",
+        )?;
+        let escape = folder.join("escape.txt");
+        let alias = folder.join("alias.png");
+        setup(
+            std::os::unix::fs::symlink(&outside, &escape),
+            "make a symlink out of the session folder",
+        )?;
+        setup(
+            std::os::unix::fs::symlink(UPLOADS[IMAGE].name, &alias),
+            "make a symlink inside the session folder",
+        )?;
+        let links = [expected_uri(s, "escape.txt"), expected_uri(s, "alias.png")];
+        let outcomes = self.try_sends(&links).await;
+        let after_links = self.counts().await?;
+        let outcome = check::all_refused(&outcomes, (after, after_links));
+        self.record("symlinks-refused", outcome);
+        setup(std::fs::remove_file(&escape), "remove a symlink")?;
+        setup(std::fs::remove_file(&alias), "remove a symlink")?;
+        Ok(())
+    }
+
+    /// Sends each URI alone: `None` when the store took it, else the refusal. A URI
+    /// that does not parse is refused where its text comes in, before any store.
+    async fn try_sends(&self, uris: &[String]) -> Vec<(String, Option<String>)> {
+        let mut out = Vec::new();
+        for uri in uris {
+            let refusal = match AttachmentUri::parse(uri) {
+                Err(e) => Some(e.to_string()),
+                Ok(parsed) => {
+                    let send = Outgoing {
+                        attach: vec![parsed],
+                        ..Outgoing::user("look at this")
+                    };
+                    let sent = self.store.send(self.known.session, send).await;
+                    sent.err().map(|e| e.to_string())
+                }
+            };
+            out.push((uri.clone(), refusal));
+        }
+        out
+    }
+
+    /// A session whose tools run over ssh gets the "may not reach it" wording.
+    async fn tools_host_wording(&mut self, first: &FirstDelivery) -> Result<(), Failure> {
+        let ssh = self
+            .store
+            .create_session(Some("probe over ssh".to_owned()), ToolsHost::Ssh)
+            .await
+            .step("create an ssh session")?
+            .id;
+        let note = self
+            .store
+            .attach(ssh, "ssh note.txt".to_owned(), b"remote tools\n".to_vec())
+            .await
+            .step("store an attachment in the ssh session")?;
+        let send = Outgoing {
+            attach: vec![note.uri],
+            ..Outgoing::user("read the note")
+        };
+        self.store
+            .send(ssh, send)
+            .await
+            .step("send in the ssh session")?;
+        let remote = self
+            .store
+            .dispatch(ssh, None, Mode::Strict, Memo::new())
+            .await
+            .step("dispatch in the ssh session")?;
+        let outcome = check::tools_host_wording(&self.known, &first.normal, &remote);
+        self.record("context-wording-by-tools-host", outcome);
+        Ok(())
+    }
+
+    /// Restores the session through a new store and checks the replay.
+    async fn restore(
+        &mut self,
+        sent: &Sent,
+        first: &FirstDelivery,
+    ) -> Result<Vec<Dispatched>, Failure> {
+        let (fresh, reads) = ReadCounter::open(self.config.clone())
+            .await
+            .step("open a second store on the same database")?;
+        let restored = fresh
+            .restore(self.known.session)
+            .await
+            .step("restore the session in a new store")?;
+        let delivered = [&first.normal, &first.image_only, &first.drained[0]];
+        let outcome =
+            check::restore_replays(sent, delivered, &restored.messages, &reads.snapshot());
+        self.record("restore-replays-through-resolver", outcome);
+        Ok(restored.messages)
+    }
+
+    /// Everything a model gets from the restored history: ACP blocks, both OpenAI
+    /// requests, the focus hint and the vision request.
+    fn model_bound(&mut self, restored: &[Dispatched]) {
+        self.known.saw_paths(restored);
+        let k = &self.known;
+        let conversation: Vec<(Role, Vec<ContentBlock>)> = restored
+            .iter()
+            .map(|d| (d.message.role, d.blocks.clone()))
+            .collect();
+        let chat = openai::chat_request(MODEL, &conversation);
+        let responses = openai::responses_request(MODEL, &conversation);
+        let legacy_copy = k
+            .folder(&k.configured)
+            .join(UPLOADS[LEGACY].name)
+            .symlink_metadata()
+            .is_ok();
+        let outcomes = [
+            (
+                "one-block-per-reference",
+                check::one_block_per_reference(restored),
+            ),
+            (
+                "context-under-meta-key",
+                check::context_under_meta_key(restored),
+            ),
+            (
+                "image-blocks-keep-bytes",
+                check::blocks_keep_content(k, restored, Kind::Image),
+            ),
+            (
+                "text-blocks-keep-contents",
+                check::blocks_keep_content(k, restored, Kind::Text),
+            ),
+            (
+                "binary-blocks-keep-bytes",
+                check::blocks_keep_content(k, restored, Kind::Blob),
+            ),
+            ("context-json-line", check::context_json_line(k, restored)),
+            (
+                "context-escapes-hidden-characters",
+                check::context_escapes(k, restored),
+            ),
+            (
+                "context-holds-no-file-contents",
+                check::context_holds_no_contents(k, restored),
+            ),
+            (
+                "raw-text-has-no-meta",
+                check::raw_text_has_no_meta(restored),
+            ),
+            (
+                "paths-read-back-byte-for-byte",
+                check::paths_read_back(k, &chat),
+            ),
+            (
+                "legacy-path-from-its-read",
+                check::legacy_path(k, &chat, legacy_copy),
+            ),
+            (
+                "openai-chat-parts",
+                check::openai_chat(&conversation, &chat),
+            ),
+            (
+                "openai-responses-parts",
+                check::openai_responses(&conversation, &responses),
+            ),
+            (
+                "openai-requests-round-trip",
+                check::round_trips(&chat, &responses, &conversation),
+            ),
+            (
+                "focus-hint-holds-question-only",
+                check::focus_hints(k, restored),
+            ),
+            (
+                "vision-request-has-no-path",
+                check::vision_request(k, restored),
+            ),
+        ];
+        for (name, outcome) in outcomes {
+            self.record(name, outcome);
+        }
+    }
+
+    /// Moves the blob aside, plants look-alikes, and dispatches strict, degrading, and
+    /// again once the file is back, all through one memo.
+    async fn degradation(&mut self, sent: &Sent) -> Result<(), Failure> {
+        let s = self.known.session;
+        let blob = self.known.file(BLOB).uri.clone();
+        let name = UPLOADS[BLOB].name;
+        let folder = self.known.folder(&self.known.configured);
+        let real = folder.join(name);
+        let aside = self.tmp.join("aside.bin");
+        setup(std::fs::rename(&real, &aside), "move a file aside")?;
+        let other_folder = self.known.configured.join(SessionId::new().to_string());
+        let decoys = [
+            other_folder.join(name),
+            folder.join("data blob (1).bin"),
+            folder.join("data blob.BIN"),
+        ];
+        setup(
+            std::fs::create_dir_all(&other_folder),
+            "make a decoy folder",
+        )?;
+        for decoy in &decoys {
+            setup(std::fs::write(decoy, BLOB_BYTES), "plant a decoy file")?;
+        }
+
+        let memo = Memo::new();
+        let before = self.reads.snapshot();
+        let strict = self
+            .store
+            .dispatch(s, Some(sent.normal.id), Mode::Strict, memo.clone())
+            .await;
+        let outcome = check::strict_names_missing(&self.known, strict);
+        self.record("strict-dispatch-names-missing-reference", outcome);
+
+        let degraded = self
+            .store
+            .dispatch(s, Some(sent.normal.id), Mode::Degrade, memo.clone())
+            .await
+            .step("dispatch with a missing file, degrading")?;
+        let after_missing = self.reads.snapshot();
+        let again = Outgoing {
+            attach: vec![self.known.file(BLOB).parsed.clone()],
+            ..Outgoing::user("again")
+        };
+        let refused_send = self.store.send(s, again).await.is_err();
+        let evicted_while_missing = !memo.contains(&blob);
+        let outcome = check::degraded_keeps_survivors(&self.known, sent, &degraded);
+        self.record("degraded-dispatch-keeps-survivors", outcome);
+        let outcome = check::no_replacement(&degraded, &decoys, refused_send);
+        self.record("no-replacement-search", outcome);
+
+        for decoy in &decoys {
+            setup(std::fs::remove_file(decoy), "remove a decoy file")?;
+        }
+        setup(std::fs::rename(&aside, &real), "put a file back")?;
+        let before_back = self.reads.snapshot();
+        let again = self
+            .store
+            .dispatch(s, Some(sent.normal.id), Mode::Degrade, memo.clone())
+            .await
+            .step("dispatch once the file is back")?;
+        let eviction = Eviction {
+            evicted_while_missing,
+            kept_once_back: memo.contains(&blob),
+            before: &before,
+            after_missing: &after_missing,
+            before_back: &before_back,
+            after_back: &self.reads.snapshot(),
+            again: &again,
+        };
+        let outcome = check::failed_read_evicted(&self.known, sent, &eviction);
+        self.record("failed-read-is-evicted", outcome);
+        Ok(())
+    }
+
+    /// What is stored and shown: titles, display text, references and the event log.
+    async fn persisted(&mut self, sent: &Sent) -> Result<(), Failure> {
+        let sessions = self.store.list_sessions().await.step("list sessions")?;
+        let mut records = Vec::new();
+        for session in &sessions {
+            let messages = self
+                .store
+                .messages(session.id)
+                .await
+                .step("list messages")?;
+            let events = self.store.events(session.id).await.step("list events")?;
+            records.push(serde_json::to_string(&messages).unwrap_or_default());
+            records.push(serde_json::to_string(&events).unwrap_or_default());
+        }
+        let outcome = check::nothing_persisted_holds_a_path(&self.known, sent, &sessions, &records);
+        self.record("no-path-in-display-title-references", outcome);
+        let report = self.store.verify().await.step("verify the database")?;
+        self.record(
+            "event-log-matches-tables",
+            check::log_matches_tables(&report),
+        );
+        Ok(())
+    }
+
+    /// Moves both roots and restores through a store that knows only the new ones.
+    async fn moved_roots(&mut self) -> Result<(), Failure> {
+        let moved = self.tmp.join("moved");
+        setup(
+            std::fs::create_dir_all(&moved),
+            "make a folder for the moved roots",
+        )?;
+        let roots = Roots {
+            configured: moved.join("attachments"),
+            legacy: vec![moved.join("legacy")],
+        };
+        setup(
+            std::fs::rename(&self.known.configured, &roots.configured),
+            "move the configured root",
+        )?;
+        setup(
+            std::fs::rename(&self.known.legacy, &roots.legacy[0]),
+            "move the legacy root",
+        )?;
+        let config = Config {
+            roots: roots.clone(),
+            ..self.config.clone()
+        };
+        let store = Store::open(config)
+            .await
+            .step("open a store on moved roots")?;
+        let restored = store
+            .restore(self.known.session)
+            .await
+            .step("restore after moving the roots")?;
+        let outcome = check::restored_from_moved_roots(
+            &self.known,
+            &roots.configured,
+            &roots.legacy[0],
+            &restored.messages,
+        );
+        self.record("restore-after-moving-roots", outcome);
+        self.known.saw_paths(&restored.messages);
+        Ok(())
+    }
+
+    /// Audits the database behind the store's back for every path the run saw.
+    fn database(&mut self) {
+        let needles: Vec<String> = self.known.needles.iter().cloned().collect();
+        let audit = oracle::audit_database(&self.config.db_path, &needles);
+        let audit = audit.as_ref().map_err(|e| e.to_string());
+        let outcome = audit.clone().and_then(check::schema_has_no_path_column);
+        self.record("schema-has-no-path-column", outcome);
+        let outcome = audit.clone().and_then(check::db_text_has_no_path);
+        self.record("db-text-has-no-path", outcome);
+        let outcome = audit.and_then(check::db_file_has_no_path);
+        self.record("db-file-has-no-path", outcome);
+    }
+}
