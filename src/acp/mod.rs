@@ -68,12 +68,10 @@ impl AcpFront {
 
     /// What this front can do. `session/delete` and `session/fork` are answered with
     /// an error and not advertised until the store itself can delete and fork.
-    pub fn initialize(&self, request: &InitializeRequest) -> InitializeResponse {
-        // Version 1 is the only one spoken here; a client asking for a later one gets
-        // 1 back and decides whether it can live with it.
-        let version = request
-            .protocol_version
-            .min(agent_client_protocol::schema::ProtocolVersion::V1);
+    pub fn initialize(&self, _request: &InitializeRequest) -> InitializeResponse {
+        // Version 1 is the only one spoken here, and ACP has an agent answer a version
+        // it does not support with the one it does; the client decides what follows.
+        let version = agent_client_protocol::schema::ProtocolVersion::V1;
         let sessions = SessionCapabilities::new()
             .list(SessionListCapabilities::new())
             .resume(SessionResumeCapabilities::new())
