@@ -8,10 +8,10 @@
 //!   event with the same pragmas; and a send with two 256 KiB references against a
 //!   text-only send.
 //! - `restore`: 1,000 messages, 2 references each over 8 distinct 256 KiB files,
-//!   `Store::restore` serialized to JSON into a sink, against a SELECT plus one read and
-//!   one base64 encoding per distinct file.
-//! - `dispatch`: one message with four 16 MiB images, serialized to JSON, against
-//!   reading and base64-encoding the same files.
+//!   `Store::restore_stream` written by the ACP writer into a sink, against a SELECT
+//!   plus one read and one base64 encoding per distinct file.
+//! - `dispatch`: one message with four 16 MiB images, written as JSON by the block
+//!   writer, against reading and base64-encoding the same files.
 //! - `restore-rss` (not criterion): a 200-turn session with a different 1 MiB PNG per
 //!   turn, restored by the release binary in a child process for each format: wall
 //!   time and peak resident memory (`wait4`'s `ru_maxrss`), against the files' size.
@@ -27,7 +27,8 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode};
 use rusqlite::{Connection, params};
 use sessionstore::attachments::{AttachmentUri, Roots};
-use sessionstore::dispatch::{Memo, Mode};
+use sessionstore::dispatch::{DEFAULT_MEMO_BUDGET, Memo, Mode};
+use sessionstore::format::{Format, StreamWriter};
 use sessionstore::model::{Role, ToolsHost};
 use sessionstore::store::Outgoing;
 use sessionstore::{Config, SessionId, Store};
@@ -312,9 +313,21 @@ fn restore(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
         }
         std::hint::black_box((rows, encoded));
     });
-    let restored = timed(&mut group, "Store::restore to JSON", || {
-        let r = rt.block_on(f.store.restore(f.session)).expect("restore");
-        serde_json::to_writer(std::io::sink(), &r).expect("serialize");
+    let restored = timed(&mut group, "Store::restore_stream to JSON", || {
+        rt.block_on(async {
+            let mut stream = f
+                .store
+                .restore_stream(f.session, DEFAULT_MEMO_BUDGET)
+                .await
+                .expect("restore");
+            let mut out =
+                StreamWriter::begin(std::io::sink(), Format::AcpRestore, f.session, "gpt-4o")
+                    .expect("write");
+            while let Some(item) = stream.next().await {
+                out.item(&item.expect("an item")).expect("write");
+            }
+            out.finish().expect("write");
+        })
     });
     group.finish();
     report.ratio(
@@ -346,11 +359,17 @@ fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
             std::hint::black_box(base64::engine::general_purpose::STANDARD.encode(&bytes));
         }
     });
-    let dispatched = timed(&mut group, "Store::dispatch to JSON", || {
+    let dispatched = timed(&mut group, "Store::dispatch_parts to JSON", || {
         let d = rt
-            .block_on(f.store.dispatch(f.session, None, Mode::Strict, Memo::new()))
+            .block_on(
+                f.store
+                    .dispatch_parts(f.session, None, Mode::Strict, Memo::new()),
+            )
             .expect("dispatch");
-        serde_json::to_writer(std::io::sink(), &d.blocks).expect("serialize");
+        let mut out =
+            StreamWriter::begin(std::io::sink(), Format::AcpBlocks, f.session, "").expect("write");
+        out.message(&d).expect("write");
+        out.finish().expect("write");
     });
     group.finish();
     report.ratio(
@@ -407,7 +426,7 @@ fn restore_rss(report: &mut Report, rt: &Runtime) {
         f.send(rt, Role::User, &format!("look at image {i}"), &[uri]);
         f.send(rt, Role::Assistant, &format!("I see image {i}"), &[]);
     }
-    for format in ["acp", "openai", "openai-responses"] {
+    for format in ["acp", "acp-updates", "openai", "openai-responses"] {
         let mut runs: Vec<(Duration, u64)> = (0..3)
             .map(|_| {
                 run_measured(

@@ -532,7 +532,11 @@ fn meta_with(context: String) -> Meta {
 
 /// One content block for one prepared attachment, with its path context.
 pub fn attachment_block(p: &Prepared, placement: &Placement) -> ContentBlock {
-    let meta = Some(meta_with(attachment_context(p, placement)));
+    attachment_block_with(p, attachment_context(p, placement))
+}
+
+fn attachment_block_with(p: &Prepared, context: String) -> ContentBlock {
+    let meta = Some(meta_with(context));
     match &p.content {
         Content::Image(data) => {
             let mut image = ImageContent::new(data.to_string(), p.mime.clone());
@@ -585,24 +589,91 @@ pub fn degradation_notice(unreadable: &[Unreadable]) -> String {
     )
 }
 
-/// Pure: a message and the reads of its references become its content blocks. User
-/// messages get their model text (when not blank), their transcript (when there is
-/// one), then one block per reference in order; other roles convert to text only.
-pub fn to_blocks(
+/// One piece of what the model gets for a message, before it is written anywhere: a
+/// text, or an attachment as its shared encoding plus its context string. An encoding
+/// made once is held here by `Arc`, never copied, so a writer can put it on the output
+/// straight from the memo's buffer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    /// The model text, a transcript, a degradation notice, or an assistant's words.
+    Text(String),
+    Attachment(Attached),
+}
+
+/// An attachment as dispatched: the read (with its encoding) and the path context
+/// written from that read.
+#[derive(Debug, Clone)]
+pub struct Attached {
+    pub prepared: Arc<Prepared>,
+    pub context: String,
+}
+
+impl PartialEq for Attached {
+    fn eq(&self, other: &Attached) -> bool {
+        self.context == other.context && self.prepared.same_as(&other.prepared)
+    }
+}
+
+impl Prepared {
+    /// The same read: same URI, name, type, path and encoded content.
+    fn same_as(&self, other: &Prepared) -> bool {
+        self.uri == other.uri
+            && self.name == other.name
+            && self.mime == other.mime
+            && self.path == other.path
+            && match (&self.content, &other.content) {
+                (Content::Image(a), Content::Image(b))
+                | (Content::Text(a), Content::Text(b))
+                | (Content::Blob(a), Content::Blob(b)) => a == b,
+                _ => false,
+            }
+    }
+}
+
+impl Part {
+    /// The ACP block this part stands for. This copies the encoding into the block
+    /// (the schema types own their strings), so the streaming writers in `format`
+    /// never call it; it is for library callers who want blocks.
+    pub fn to_block(&self) -> ContentBlock {
+        match self {
+            Part::Text(text) => ContentBlock::Text(TextContent::new(text.clone())),
+            Part::Attachment(a) => attachment_block_with(&a.prepared, a.context.clone()),
+        }
+    }
+}
+
+/// One message and what the model gets for it, as parts that share their encodings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelMessage {
+    pub message: Message,
+    pub parts: Vec<Part>,
+}
+
+impl ModelMessage {
+    /// The parts as ACP blocks (each one owning a copy of its encoding).
+    pub fn to_blocks(&self) -> Vec<ContentBlock> {
+        self.parts.iter().map(Part::to_block).collect()
+    }
+}
+
+/// Pure: a message and the reads of its references become its parts. User messages
+/// get their model text (when not blank), their transcript (when there is one), then
+/// one part per reference in order; other roles convert to text only.
+pub fn to_parts(
     message: &Message,
     reads: &[Result<Arc<Prepared>, Unreadable>],
     placement: &Placement,
     mode: Mode,
-) -> Result<Vec<ContentBlock>, DispatchError> {
-    let mut blocks = Vec::with_capacity(reads.len() + 2);
+) -> Result<Vec<Part>, DispatchError> {
+    let mut parts = Vec::with_capacity(reads.len() + 2);
     let text = message.model_text();
     if message.role != Role::User {
-        blocks.push(ContentBlock::Text(TextContent::new(text)));
-        return Ok(blocks);
+        parts.push(Part::Text(text.to_owned()));
+        return Ok(parts);
     }
     // Whitespace alone is no text, as `send` already judges it.
     if !text.trim().is_empty() {
-        blocks.push(ContentBlock::Text(TextContent::new(text)));
+        parts.push(Part::Text(text.to_owned()));
     }
     // An audio message's words reach the main model too, as their own text block.
     if let Some(transcript) = message
@@ -610,19 +681,20 @@ pub fn to_blocks(
         .as_deref()
         .filter(|t| !t.trim().is_empty())
     {
-        blocks.push(ContentBlock::Text(TextContent::new(format!(
-            "{TRANSCRIPT_LABEL}{transcript}"
-        ))));
+        parts.push(Part::Text(format!("{TRANSCRIPT_LABEL}{transcript}")));
     }
     let mut unreadable = Vec::new();
     for read in reads {
         match read {
-            Ok(p) => blocks.push(attachment_block(p, placement)),
+            Ok(p) => parts.push(Part::Attachment(Attached {
+                context: attachment_context(p, placement),
+                prepared: p.clone(),
+            })),
             Err(u) => unreadable.push(u.clone()),
         }
     }
     if unreadable.is_empty() {
-        return Ok(blocks);
+        return Ok(parts);
     }
     match mode {
         Mode::Strict => Err(DispatchError {
@@ -630,12 +702,41 @@ pub fn to_blocks(
             unreadable,
         }),
         Mode::Degrade => {
-            blocks.push(ContentBlock::Text(TextContent::new(degradation_notice(
-                &unreadable,
-            ))));
-            Ok(blocks)
+            parts.push(Part::Text(degradation_notice(&unreadable)));
+            Ok(parts)
         }
     }
+}
+
+/// Pure: a message and the reads of its references become its content blocks, as
+/// [`to_parts`] orders them.
+pub fn to_blocks(
+    message: &Message,
+    reads: &[Result<Arc<Prepared>, Unreadable>],
+    placement: &Placement,
+    mode: Mode,
+) -> Result<Vec<ContentBlock>, DispatchError> {
+    Ok(to_parts(message, reads, placement, mode)?
+        .iter()
+        .map(Part::to_block)
+        .collect())
+}
+
+/// IO then conversion, for one message, as parts that share their encodings.
+pub fn dispatch_parts(
+    resolver: &dyn Resolver,
+    memo: &Memo,
+    message: Message,
+    placement: &Placement,
+    mode: Mode,
+) -> Result<ModelMessage, DispatchError> {
+    let reads = if message.role == Role::User {
+        resolve(resolver, memo, &message)
+    } else {
+        vec![]
+    };
+    let parts = to_parts(&message, &reads, placement, mode)?;
+    Ok(ModelMessage { message, parts })
 }
 
 /// IO then conversion, for one message.

@@ -16,11 +16,13 @@ pub(crate) mod db;
 pub mod dispatch;
 pub mod error;
 pub mod focus;
+pub mod format;
 pub mod ids;
 pub mod model;
 pub mod openai;
 mod probe;
 pub(crate) mod projection;
+pub mod replay;
 pub mod store;
 pub mod turns;
 

@@ -7,16 +7,16 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agent_client_protocol_schema::v1::ContentBlock;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 
 use sessionstore::attachments::AttachmentUri;
 use sessionstore::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode};
+use sessionstore::format::{Format, StreamWriter};
 use sessionstore::model::{Role, ToolsHost};
-use sessionstore::store::{Dispatched, Outgoing, Upload};
-use sessionstore::{Backup, Config, Error, MessageId, SessionId, Store, focus, openai};
+use sessionstore::store::{Outgoing, Upload};
+use sessionstore::{Backup, Config, Error, MessageId, SessionId, Store, focus};
 
 #[derive(Parser)]
 #[command(
@@ -226,26 +226,31 @@ enum DrainFormat {
 enum RestoreFormat {
     /// the session's messages with their ACP content blocks
     Acp,
+    /// one ACP `session/update` notification a line, as an agent answers `session/load`
+    AcpUpdates,
     /// an OpenAI Chat Completions request
     Openai,
     /// an OpenAI Responses API request
     OpenaiResponses,
 }
 
-/// A conversation as one model-request JSON line: the part the three formats share.
-#[derive(Clone, Copy)]
-enum Request {
-    Blocks,
-    Chat,
-    Responses,
+impl From<DrainFormat> for Format {
+    fn from(f: DrainFormat) -> Format {
+        match f {
+            DrainFormat::Acp => Format::AcpBlocks,
+            DrainFormat::Openai => Format::OpenaiChat,
+            DrainFormat::OpenaiResponses => Format::OpenaiResponses,
+        }
+    }
 }
 
-impl From<DrainFormat> for Request {
-    fn from(f: DrainFormat) -> Request {
+impl From<RestoreFormat> for Format {
+    fn from(f: RestoreFormat) -> Format {
         match f {
-            DrainFormat::Acp => Request::Blocks,
-            DrainFormat::Openai => Request::Chat,
-            DrainFormat::OpenaiResponses => Request::Responses,
+            RestoreFormat::Acp => Format::AcpRestore,
+            RestoreFormat::AcpUpdates => Format::AcpUpdates,
+            RestoreFormat::Openai => Format::OpenaiChat,
+            RestoreFormat::OpenaiResponses => Format::OpenaiResponses,
         }
     }
 }
@@ -428,18 +433,23 @@ fn mode(strict: bool) -> Mode {
     if strict { Mode::Strict } else { Mode::Degrade }
 }
 
-/// A conversation in the chosen model-request format, as one JSON line.
-fn render(request: Request, model: &str, conversation: &[Dispatched]) -> Result<String> {
-    Ok(match request {
-        Request::Blocks => {
-            let blocks: Vec<&ContentBlock> = conversation.iter().flat_map(|d| &d.blocks).collect();
-            serde_json::to_string(&blocks)?
-        }
-        Request::Chat => serde_json::to_string(&openai::chat_request(model, conversation))?,
-        Request::Responses => {
-            serde_json::to_string(&openai::responses_request(model, conversation))?
-        }
-    })
+/// Starts writing `format` to stdout, buffered. Encodings go from the memo's buffers
+/// to stdout as each message comes, so no whole rendering is ever held.
+fn output(format: Format, session: SessionId, model: &str) -> Result<Output> {
+    let out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
+    StreamWriter::begin(out, format, session, model).context("cannot write the output")
+}
+
+type Output = StreamWriter<std::io::BufWriter<std::io::StdoutLock<'static>>>;
+
+/// Closes the document (with the newline a single JSON document ends with) and
+/// flushes, so a closed pipe or a full disk is reported rather than lost.
+fn finish(writer: Output, format: Format) -> Result<()> {
+    let mut out = writer.finish().context("cannot write the output")?;
+    if !format.is_lines() {
+        out.write_all(b"\n").context("cannot write the output")?;
+    }
+    out.flush().context("cannot write the output")
 }
 
 fn title(s: &sessionstore::model::Session) -> &str {
@@ -675,30 +685,38 @@ async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> {
 
 async fn dispatch(config: Config, args: DispatchArgs) -> Result<()> {
     let store = Store::open_read_only(config).await?;
-    let request = match args.format {
+    let format = match args.format {
         DispatchFormat::FocusHint => {
             // The hint never sees attachments, so none is read for it.
             let message = store.select(args.session, args.message).await?;
             return print_json(&serde_json::json!({ "hint": focus::focus_hint_for(&message) }));
         }
-        DispatchFormat::Acp => Request::Blocks,
-        DispatchFormat::Openai => Request::Chat,
-        DispatchFormat::OpenaiResponses => Request::Responses,
+        DispatchFormat::Acp => Format::AcpBlocks,
+        DispatchFormat::Openai => Format::OpenaiChat,
+        DispatchFormat::OpenaiResponses => Format::OpenaiResponses,
     };
     let dispatched = store
-        .dispatch(args.session, args.message, mode(args.strict), Memo::new())
+        .dispatch_parts(args.session, args.message, mode(args.strict), Memo::new())
         .await?;
-    emit(&render(request, &args.model.model, &[dispatched])?)
+    let mut out = output(format, args.session, &args.model.model)?;
+    out.message(&dispatched)
+        .context("cannot write the output")?;
+    finish(out, format)
 }
 
 async fn drain(config: Config, args: DrainArgs) -> Result<()> {
     let store = Store::open_existing(config).await?;
     let drained = store
-        .prepare_drain(args.session, mode(args.strict), Memo::new())
+        .prepare_drain_parts(args.session, mode(args.strict), Memo::new())
         .await?;
     // Delivered means handed on: the messages are marked only after the whole output
     // was written and flushed.
-    emit(&render(args.format.into(), &args.model.model, &drained)?)?;
+    let format = args.format.into();
+    let mut out = output(format, args.session, &args.model.model)?;
+    for m in &drained {
+        out.message(m).context("cannot write the output")?;
+    }
+    finish(out, format)?;
     if !drained.is_empty() {
         let ids = drained.iter().map(|d| d.message.id).collect();
         store.mark_delivered(args.session, ids).await?;
@@ -709,15 +727,15 @@ async fn drain(config: Config, args: DrainArgs) -> Result<()> {
 async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     // This process has opened no store yet: the restore is in a fresh one.
     let store = Store::open_read_only(config).await?;
-    let restored = store
-        .restore_with_budget(args.session, args.memo_budget)
-        .await?;
-    let request = match args.format {
-        RestoreFormat::Acp => return print_json(&restored),
-        RestoreFormat::Openai => Request::Chat,
-        RestoreFormat::OpenaiResponses => Request::Responses,
-    };
-    emit(&render(request, &args.model.model, &restored.messages)?)
+    // A session that cannot be restored (unknown, or tables that disagree with the
+    // log) is refused here, before anything is written.
+    let mut stream = store.restore_stream(args.session, args.memo_budget).await?;
+    let format = args.format.into();
+    let mut out = output(format, args.session, &args.model.model)?;
+    while let Some(item) = stream.next().await {
+        out.item(&item?).context("cannot write the output")?;
+    }
+    finish(out, format)
 }
 
 async fn events(config: Config, args: EventsArgs) -> Result<()> {

@@ -312,7 +312,7 @@ fn attachment_context(block: &ContentBlock) -> Option<&str> {
 
 /// A file part's name: the stored name from the context's JSON line when there is one,
 /// else the URI's last segment decoded, since a URI is the percent-encoded stored name.
-fn filename(context: Option<&str>, uri: &str) -> String {
+pub(crate) fn filename(context: Option<&str>, uri: &str) -> String {
     if let Some(name) = context.and_then(name_from_context) {
         return name;
     }

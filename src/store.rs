@@ -15,13 +15,14 @@ use crate::db::turns::Recorded;
 use crate::db::{
     self, Access, Db, queries, schema::Backup, schema::MigrationReport, verify::VerifyReport,
 };
-use crate::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode, Placement};
+use crate::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode, ModelMessage, Placement};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{
     Delivery, Event, Item, Message, NewMessage, NewReference, Role, Session, ToolsHost,
 };
 use crate::projection;
+use crate::replay::{ReplayItem, RestoreStream};
 
 /// The one handle on a session store: the database pool and the one attachment store
 /// that both writes uploads and reads them back, over the roots in `config`.
@@ -477,6 +478,28 @@ impl Store {
         Ok(m)
     }
 
+    /// What the model gets for one delivered user message (default: the latest), as
+    /// parts that share their encodings with `memo`, for a writer in `format`.
+    /// Changes nothing.
+    pub async fn dispatch_parts(
+        &self,
+        session: SessionId,
+        message: Option<MessageId>,
+        mode: Mode,
+        memo: Memo,
+    ) -> Result<ModelMessage> {
+        let current = self.session(session).await?;
+        let message = self.select_in(session, message).await?;
+        let placement = self.placement(&current);
+        let resolver = self.attachments.clone();
+        blocking(move || {
+            Ok(dispatch::dispatch_parts(
+                &resolver, &memo, message, &placement, mode,
+            )?)
+        })
+        .await
+    }
+
     /// The blocks the model gets for one delivered user message (default: the latest).
     /// Changes nothing; reads go through `memo`.
     pub async fn dispatch(
@@ -507,6 +530,24 @@ impl Store {
         mode: Mode,
         memo: Memo,
     ) -> Result<Vec<Dispatched>> {
+        Ok(self
+            .prepare_drain_parts(session, mode, memo)
+            .await?
+            .into_iter()
+            .map(|m| Dispatched {
+                blocks: m.to_blocks(),
+                message: m.message,
+            })
+            .collect())
+    }
+
+    /// `prepare_drain` as parts that share their encodings, for a writer in `format`.
+    pub async fn prepare_drain_parts(
+        &self,
+        session: SessionId,
+        mode: Mode,
+        memo: Memo,
+    ) -> Result<Vec<ModelMessage>> {
         let (current, queued) = self
             .with_read(move |tx| {
                 let current = queries::get_session(tx, &session)?;
@@ -523,8 +564,9 @@ impl Store {
             queued
                 .into_iter()
                 .map(|message| {
-                    let blocks = dispatch::dispatch(&resolver, &memo, &message, &placement, mode)?;
-                    Ok(Dispatched { message, blocks })
+                    Ok(dispatch::dispatch_parts(
+                        &resolver, &memo, message, &placement, mode,
+                    )?)
                 })
                 .collect::<Result<Vec<_>>>()
         })
@@ -551,7 +593,8 @@ impl Store {
     /// disagree with the log, then replays every delivered message's references
     /// through the resolver (one memo of [`DEFAULT_MEMO_BUDGET`] bytes: each distinct
     /// file is read once while it fits). References whose files are gone degrade;
-    /// queued messages stay queued.
+    /// queued messages stay queued. This collects [`Store::restore_stream`], every
+    /// block owning its copy of its content: a long history is better streamed.
     pub async fn restore(&self, session: SessionId) -> Result<Restored> {
         self.restore_with_budget(session, DEFAULT_MEMO_BUDGET).await
     }
@@ -563,41 +606,65 @@ impl Store {
         session: SessionId,
         memo_budget: u64,
     ) -> Result<Restored> {
-        let (current, rows, items, events) = self
+        let mut stream = self.restore_stream(session, memo_budget).await?;
+        let mut messages = Vec::new();
+        while let Some(item) = stream.next().await {
+            match item? {
+                ReplayItem::Message(m) => messages.push(Dispatched {
+                    blocks: m.to_blocks(),
+                    message: m.message,
+                }),
+            }
+        }
+        Ok(Restored {
+            session: stream.session().clone(),
+            messages,
+        })
+    }
+
+    /// The restore as a stream of items in history order, each message dispatched
+    /// through one memo of `memo_budget` bytes as the reader asks for it. The rows and
+    /// the event log are read in one snapshot and compared first, so a session whose
+    /// tables disagree with its log is refused before any item is produced. What is
+    /// held for the whole restore is the rows' texts and references, never their
+    /// files' content.
+    pub async fn restore_stream(
+        &self,
+        session: SessionId,
+        memo_budget: u64,
+    ) -> Result<RestoreStream> {
+        // The snapshot is read whole because a read-only read may be run again when a
+        // writer touched the file meanwhile: items already handed on could not be
+        // taken back. Rows and events carry no attachment content.
+        let (current, rows) = self
             .with_read(move |tx| {
                 let current = queries::get_session(tx, &session)?;
                 let rows = queries::messages(tx, &session, None)?;
                 let items = db::turns::items(tx, &session)?;
                 let events = queries::events(tx, &session)?;
-                Ok((current, rows, items, events))
+                let (expected, mut problems) = projection::replay(session, &events);
+                if let Some(expected) = &expected {
+                    problems.extend(projection::compare(&current, &rows, expected));
+                    problems.extend(projection::compare_items(&current, &items, expected));
+                }
+                if !problems.is_empty() {
+                    return Err(Error::LogMismatch { session, problems });
+                }
+                Ok((current, rows))
             })
             .await?;
-        let (expected, mut problems) = projection::replay(session, &events);
-        if let Some(expected) = &expected {
-            problems.extend(projection::compare(&current, &rows, expected));
-            problems.extend(projection::compare_items(&current, &items, expected));
-        }
-        if !problems.is_empty() {
-            return Err(Error::LogMismatch { session, problems });
-        }
+        let delivered = rows
+            .into_iter()
+            .filter(|m| m.state == Delivery::Delivered)
+            .collect();
         let placement = self.placement(&current);
-        let resolver = self.attachments.clone();
-        let memo = Memo::with_budget(memo_budget);
-        let messages = blocking(move || {
-            rows.into_iter()
-                .filter(|m| m.state == Delivery::Delivered)
-                .map(|message| {
-                    let blocks =
-                        dispatch::dispatch(&resolver, &memo, &message, &placement, Mode::Degrade)?;
-                    Ok(Dispatched { message, blocks })
-                })
-                .collect::<Result<Vec<_>>>()
-        })
-        .await?;
-        Ok(Restored {
-            session: current,
-            messages,
-        })
+        Ok(RestoreStream::start(
+            current,
+            delivered,
+            self.attachments.clone(),
+            placement,
+            Memo::with_budget(memo_budget),
+        ))
     }
 }
 

@@ -17,6 +17,7 @@ mod requests;
 mod restore;
 mod snapshots;
 mod store;
+mod streaming;
 mod support;
 mod turns;
 mod verify;
