@@ -10,27 +10,29 @@
 
 pub mod server;
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CloseSessionRequest, CloseSessionResponse, ContentBlock, ContentChunk,
+    AgentCapabilities, CloseSessionRequest, CloseSessionResponse, ContentBlock,
     DeleteSessionRequest, DeleteSessionResponse, EmbeddedResourceResource, ForkSessionRequest,
-    ForkSessionResponse, Implementation, InitializeRequest, InitializeResponse,
+    ForkSessionResponse, Implementation, InitializeRequest, InitializeResponse, JsonRpcMessage,
     ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
-    MessageId as AcpMessageId, NewSessionRequest, NewSessionResponse, PromptCapabilities,
-    PromptRequest, PromptResponse, ResumeSessionRequest, ResumeSessionResponse,
-    SessionCapabilities, SessionCloseCapabilities, SessionId as AcpSessionId, SessionInfo,
-    SessionListCapabilities, SessionNotification, SessionResumeCapabilities, SessionUpdate,
-    StopReason,
+    NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
+    ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities,
+    SessionId as AcpSessionId, SessionInfo, SessionListCapabilities, SessionNotification,
+    SessionResumeCapabilities, StopReason,
 };
 use agent_client_protocol::{Error as RpcError, ErrorCode};
 use base64::Engine;
 
+use crate::dispatch::DEFAULT_MEMO_BUDGET;
 use crate::error::Error;
+use crate::format::{Format, StreamWriter};
 use crate::ids::SessionId;
-use crate::model::{Role, ToolsHost};
+use crate::model::{Item, ToolsHost};
+use crate::replay::ReplayItem;
 use crate::store::{Outgoing, Store, Upload};
 
 /// What every method of the front returns: the SDK's response, or the JSON-RPC error
@@ -138,9 +140,7 @@ impl AcpFront {
     ) -> RpcResult<LoadSessionResponse> {
         self.check_cwd(&request.cwd)?;
         let id = store_id(&request.session_id)?;
-        for notification in replay(&self.store, id).await? {
-            update(notification)?;
-        }
+        replay(&self.store, id, &mut update).await?;
         self.open_session(id);
         Ok(LoadSessionResponse::new())
     }
@@ -242,43 +242,87 @@ impl AcpFront {
     }
 }
 
-/// The history as `session/update` notifications, in order: each delivered message's
-/// blocks as user or agent message chunks carrying the message's id, and each recorded
-/// item (agent text, thoughts, tool calls, plans) as `turns::replay_updates` gives it,
-/// merged by the sequence that messages and items share.
+/// Replays the history to `update` as `session/update` notifications, one history
+/// item at a time: the streamed restore written as `restore --format acp-updates`
+/// writes it (so the two cannot differ), each line parsed back into the schema's
+/// `SessionNotification`. Only one item's content is held at a time.
 ///
-/// This is the one place that turns a restore into updates; it will replay through the
-/// streamed restore (`restore --format acp-updates`) once that exists, so the two can
-/// never differ.
-async fn replay(store: &Store, session: SessionId) -> RpcResult<Vec<SessionNotification>> {
-    let restored = store.restore(session).await.map_err(rpc_error)?;
-    let items = store.items(session).await.map_err(rpc_error)?;
-    let mut history: Vec<(i64, Vec<SessionUpdate>)> = Vec::new();
-    for dispatched in restored.messages {
-        let message_id = AcpMessageId::new(dispatched.message.id.to_string());
-        let chunks = dispatched
-            .blocks
-            .into_iter()
-            .map(|block| ContentChunk::new(block).message_id(message_id.clone()));
-        let updates = match dispatched.message.role {
-            Role::User => chunks.map(SessionUpdate::UserMessageChunk).collect(),
-            Role::Assistant => chunks.map(SessionUpdate::AgentMessageChunk).collect(),
-            // ACP has no chunk for a system message, and the store takes none.
-            Role::System => continue,
-        };
-        history.push((dispatched.message.seq, updates));
+/// The stream may not carry recorded turn items yet; until it does, they are merged
+/// here by the sequence they share with messages. The moment the stream yields an item
+/// that is not a message, it carries them itself and this merge stands down, so an
+/// item is never sent twice.
+async fn replay(
+    store: &Store,
+    session: SessionId,
+    update: &mut impl FnMut(SessionNotification) -> RpcResult<()>,
+) -> RpcResult<()> {
+    let mut stream = store
+        .restore_stream(session, DEFAULT_MEMO_BUDGET)
+        .await
+        .map_err(rpc_error)?;
+    let mut pending: VecDeque<Item> = store.items(session).await.map_err(rpc_error)?.into();
+    while let Some(item) = stream.next().await {
+        let item = item.map_err(rpc_error)?;
+        match &item {
+            ReplayItem::Message(m) => {
+                send_items(session, &mut pending, Some(m.message.seq), update)?;
+            }
+            #[allow(
+                unreachable_patterns,
+                reason = "reached once the stream carries recorded items itself"
+            )]
+            _ => pending.clear(),
+        }
+        for notification in acp_updates(session, &item)? {
+            update(notification)?;
+        }
     }
-    for item in &items {
-        history.push((item.seq, crate::turns::replay_updates(&item.body)));
+    send_items(session, &mut pending, None, update)
+}
+
+/// Sends the recorded items of `pending` that come before `seq` (all, for `None`).
+fn send_items(
+    session: SessionId,
+    pending: &mut VecDeque<Item>,
+    before: Option<i64>,
+    update: &mut impl FnMut(SessionNotification) -> RpcResult<()>,
+) -> RpcResult<()> {
+    while let Some(item) = pending.front() {
+        if before.is_some_and(|seq| item.seq > seq) {
+            break;
+        }
+        for u in crate::turns::replay_updates(&item.body) {
+            update(SessionNotification::new(acp_id(session), u))?;
+        }
+        pending.pop_front();
     }
-    // Both lists are in order already; a stable sort by the shared sequence merges them.
-    history.sort_by_key(|(seq, _)| *seq);
-    let id = acp_id(session);
-    Ok(history
-        .into_iter()
-        .flat_map(|(_, updates)| updates)
-        .map(|update| SessionNotification::new(id.clone(), update))
-        .collect())
+    Ok(())
+}
+
+/// One history item as the `acp-updates` writer writes it, read back as notifications.
+fn acp_updates(session: SessionId, item: &ReplayItem) -> RpcResult<Vec<SessionNotification>> {
+    type Line =
+        JsonRpcMessage<agent_client_protocol::v1::schema::Notification<SessionNotification>>;
+    let internal = |e: &dyn std::fmt::Display| {
+        RpcError::new(
+            ErrorCode::INTERNAL_ERROR,
+            format!("cannot replay session {session}: {e}"),
+        )
+    };
+    let mut writer = StreamWriter::begin(Vec::new(), Format::AcpUpdates, session, "")
+        .map_err(|e| internal(&e))?;
+    writer.item(item).map_err(|e| internal(&e))?;
+    let bytes = writer.finish().map_err(|e| internal(&e))?;
+    bytes
+        .split(|b| *b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(|line| {
+            let line: Line = serde_json::from_slice(line).map_err(|e| internal(&e))?;
+            line.into_inner()
+                .params
+                .ok_or_else(|| internal(&"a session/update line without params"))
+        })
+        .collect()
 }
 
 /// A prompt taken apart: the text the user typed and the files that came with it.

@@ -508,8 +508,14 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         .send(session.id, reply)
         .await
         .expect("an assistant message");
+    let notes = store
+        .attach(session.id, "notes.txt".into(), b"budget: 42\n".to_vec())
+        .await
+        .expect("an upload");
+    let mut second = Outgoing::user("second question");
+    second.attach = vec![notes.uri];
     store
-        .send(session.id, Outgoing::user("second question"))
+        .send(session.id, second)
         .await
         .expect("a user message");
     drop(store);
@@ -569,11 +575,13 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
     });
     send(&load.to_string());
     let mut chunks = Vec::new();
+    let mut lines = Vec::new();
     let answer = loop {
         let value = next();
         if value.get("id").is_some() {
             break value;
         }
+        lines.push(value.clone());
         let notification: agent_client_protocol_schema::v1::JsonRpcMessage<
             agent_client_protocol_schema::v1::Notification<SessionNotification>,
         > = serde_json::from_value(value.clone())
@@ -583,7 +591,10 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         let params = notification.params.expect("params");
         assert_eq!(params.session_id.0.as_ref(), session.id.to_string());
         chunks.push(match params.update {
-            SessionUpdate::UserMessageChunk(c) => ("user", block_text(&c.content)),
+            SessionUpdate::UserMessageChunk(c) => match &c.content {
+                ContentBlock::Resource(_) => ("user", "<notes.txt>".to_owned()),
+                block => ("user", block_text(block)),
+            },
             SessionUpdate::AgentMessageChunk(c) => ("agent", block_text(&c.content)),
             SessionUpdate::ToolCall(call) => {
                 assert_eq!(call.status, ToolCallStatus::Completed, "merged: {call:?}");
@@ -606,8 +617,10 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
             ("tool", "Run tests"),
             ("agent", "an answer"),
             ("user", "second question"),
+            ("user", "<notes.txt>"),
         ]
     );
+    same_stream_as_restore(dir.path(), session.id, &lines);
     drop(stdin);
     let status = agent.child.wait().expect("the agent exits");
     assert!(
@@ -621,5 +634,51 @@ fn block_text(block: &ContentBlock) -> String {
     match block {
         ContentBlock::Text(t) => t.text.clone(),
         other => panic!("not a text block: {other:?}"),
+    }
+}
+
+/// `session/load` replays the stream `restore --format acp-updates` prints: every line
+/// of it, in order. What load sends beyond it can only be the recorded turn (the agent
+/// text and the tool call), for as long as that command does not print recorded items.
+fn same_stream_as_restore(dir: &Path, session: SessionId, loaded: &[serde_json::Value]) {
+    let out = crate::support::run_in(
+        dir,
+        &[
+            "restore",
+            "--session",
+            &session.to_string(),
+            "--format",
+            "acp-updates",
+        ],
+    );
+    let printed: Vec<serde_json::Value> = crate::support::stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert!(out.status.success(), "{}", crate::support::stderr(&out));
+    let mut rest = loaded.iter();
+    let mut extra = Vec::new();
+    for line in &printed {
+        loop {
+            let next = rest
+                .next()
+                .unwrap_or_else(|| panic!("load did not send {line}"));
+            if next == line {
+                break;
+            }
+            extra.push(next);
+        }
+    }
+    extra.extend(rest);
+    if !extra.is_empty() {
+        let kinds: Vec<&str> = extra
+            .iter()
+            .map(|l| {
+                l["params"]["update"]["sessionUpdate"]
+                    .as_str()
+                    .unwrap_or_default()
+            })
+            .collect();
+        assert_eq!(kinds, ["agent_message_chunk", "tool_call"], "{extra:#?}");
     }
 }
