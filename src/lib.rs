@@ -9,6 +9,7 @@
 //! default-on `probe` feature (a daemon can leave it, and `tempfile`, out). `oracle`
 //! is doc-hidden: what the contracts say, shared by the probe and the tests.
 
+pub mod acp;
 pub mod attachments;
 pub mod config;
 pub(crate) mod db;

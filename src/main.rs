@@ -6,6 +6,7 @@
 
 mod cli;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use std::io::Write;
@@ -84,6 +85,16 @@ enum Command {
     /// variables do not apply, and the flags are refused
     #[cfg(feature = "probe")]
     Probe,
+    /// Serve the store as an ACP agent over standard input and output
+    Acp(AcpArgs),
+}
+
+#[derive(Args)]
+struct AcpArgs {
+    /// The working directory reported for every session (the store keeps no paths)
+    /// [default: the current directory]
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -315,6 +326,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Restore(args) => restore(config, args).await?,
         Command::Events(args) => events(config, args).await?,
         Command::Verify => return verify(config, json).await,
+        Command::Acp(args) => acp(config, args).await?,
         #[cfg(feature = "probe")]
         Command::Probe => unreachable!("handled above, before any configuration is read"),
         Command::Completions { .. } | Command::Paths => {
@@ -322,6 +334,21 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Serves until the client closes standard input. Standard output carries the
+/// protocol alone, so nothing else here prints to it.
+async fn acp(config: Config, args: AcpArgs) -> Result<()> {
+    let cwd = match args.cwd {
+        Some(cwd) => cwd,
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let store = Store::open(config).await?;
+    let front = sessionstore::acp::AcpFront::new(store, &cwd)
+        .with_context(|| format!("cannot make {} absolute", cwd.display()))?;
+    sessionstore::acp::server::serve_stdio(front)
+        .await
+        .context("the ACP connection failed")
 }
 
 async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {

@@ -2,6 +2,7 @@
 //! temporary folders, and the real `sessionstore` binary for command-line and
 //! multi-process tests.
 
+mod acp;
 mod attachments;
 mod cli;
 mod dispatch;

@@ -1,0 +1,526 @@
+//! The ACP face of a `Store`: the session methods (`initialize`, `session/new`, `list`,
+//! `load`, `resume`, `close`, `delete`, `fork`, `prompt`) answered with the SDK's types,
+//! so a daemon that is itself an ACP agent can delegate to it; `server` runs it over
+//! stdio. Nothing here stores or reads anything itself: every row and file goes through
+//! `Store`, and this module keeps only which sessions are open on its connection.
+//!
+//! The store keeps no paths (invariant 1), so the working directory a client sees for
+//! every session is the one this front was started with; a request for another one is
+//! refused, and `session/list` filtered by another one is empty.
+
+pub mod server;
+
+use std::collections::{HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use agent_client_protocol::v1::schema::{
+    AgentCapabilities, CloseSessionRequest, CloseSessionResponse, ContentBlock,
+    DeleteSessionRequest, DeleteSessionResponse, EmbeddedResourceResource, ForkSessionRequest,
+    ForkSessionResponse, Implementation, InitializeRequest, InitializeResponse, JsonRpcMessage,
+    ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
+    NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
+    ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities,
+    SessionId as AcpSessionId, SessionInfo, SessionListCapabilities, SessionNotification,
+    SessionResumeCapabilities, StopReason,
+};
+use agent_client_protocol::{Error as RpcError, ErrorCode};
+use base64::Engine;
+
+use crate::dispatch::DEFAULT_MEMO_BUDGET;
+use crate::error::Error;
+use crate::format::{Format, StreamWriter};
+use crate::ids::SessionId;
+use crate::model::{Item, ToolsHost};
+use crate::replay::ReplayItem;
+use crate::store::{Outgoing, Store, Upload};
+
+/// What every method of the front returns: the SDK's response, or the JSON-RPC error
+/// the client gets (the connection stays up either way).
+pub type RpcResult<T> = std::result::Result<T, RpcError>;
+
+/// The session methods over one `Store`, for one connection: it remembers which
+/// sessions this connection has opened (new, load, resume) and not closed, since only
+/// those take prompts.
+#[derive(Debug)]
+pub struct AcpFront {
+    store: Store,
+    cwd: PathBuf,
+    open: Mutex<HashSet<SessionId>>,
+}
+
+impl AcpFront {
+    /// A front over `store` that reports `cwd` for every session. ACP paths are
+    /// absolute, so a relative `cwd` is taken from the current directory.
+    pub fn new(store: Store, cwd: &Path) -> std::io::Result<AcpFront> {
+        Ok(AcpFront {
+            store,
+            cwd: std::path::absolute(cwd)?,
+            open: Mutex::new(HashSet::new()),
+        })
+    }
+
+    pub fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// What this front can do. `session/delete` and `session/fork` are answered with
+    /// an error and not advertised until the store itself can delete and fork.
+    pub fn initialize(&self, _request: &InitializeRequest) -> InitializeResponse {
+        // Version 1 is the only one spoken here, and ACP has an agent answer a version
+        // it does not support with the one it does; the client decides what follows.
+        let version = agent_client_protocol::schema::ProtocolVersion::V1;
+        let sessions = SessionCapabilities::new()
+            .list(SessionListCapabilities::new())
+            .resume(SessionResumeCapabilities::new())
+            .close(SessionCloseCapabilities::new());
+        let capabilities = AgentCapabilities::new()
+            .load_session(true)
+            .prompt_capabilities(PromptCapabilities::new().image(true).embedded_context(true))
+            .session_capabilities(sessions);
+        InitializeResponse::new(version)
+            .agent_capabilities(capabilities)
+            .agent_info(Implementation::new(
+                "sessionstore",
+                env!("CARGO_PKG_VERSION"),
+            ))
+    }
+
+    /// A new session with no title (its first prompt names it), open on this
+    /// connection. MCP servers are not kept: this front runs no tools.
+    pub async fn new_session(&self, request: NewSessionRequest) -> RpcResult<NewSessionResponse> {
+        self.check_cwd(&request.cwd)?;
+        let session = self
+            .store
+            .create_session(None, ToolsHost::Local)
+            .await
+            .map_err(rpc_error)?;
+        self.open_session(session.id);
+        Ok(NewSessionResponse::new(acp_id(session.id)))
+    }
+
+    /// Every session, in one page: the store has no paged listing yet, so the answer
+    /// has no next cursor and any cursor is one this front never gave out.
+    pub async fn list_sessions(
+        &self,
+        request: ListSessionsRequest,
+    ) -> RpcResult<ListSessionsResponse> {
+        if let Some(cursor) = &request.cursor {
+            return Err(invalid_params(format!(
+                "unknown cursor {cursor:?}: this store lists every session in one page"
+            )));
+        }
+        if request.cwd.as_deref().is_some_and(|cwd| cwd != self.cwd) {
+            return Ok(ListSessionsResponse::new(vec![]));
+        }
+        let sessions = self.store.list_sessions().await.map_err(rpc_error)?;
+        let infos = sessions
+            .into_iter()
+            .map(|s| {
+                SessionInfo::new(acp_id(s.id), self.cwd.clone())
+                    .title(s.title)
+                    .updated_at(s.updated_at)
+            })
+            .collect();
+        Ok(ListSessionsResponse::new(infos))
+    }
+
+    /// Replays the whole history to `update`, one `session/update` notification at a
+    /// time and in order, then opens the session; the caller answers the request only
+    /// after this returns, as ACP requires. Every attachment block carries the path of
+    /// the read made now.
+    pub async fn load_session(
+        &self,
+        request: LoadSessionRequest,
+        mut update: impl FnMut(SessionNotification) -> RpcResult<()>,
+    ) -> RpcResult<LoadSessionResponse> {
+        self.check_cwd(&request.cwd)?;
+        let id = store_id(&request.session_id)?;
+        replay(&self.store, id, &mut update).await?;
+        self.open_session(id);
+        Ok(LoadSessionResponse::new())
+    }
+
+    /// Opens a stored session on this connection without replaying anything.
+    pub async fn resume_session(
+        &self,
+        request: ResumeSessionRequest,
+    ) -> RpcResult<ResumeSessionResponse> {
+        self.check_cwd(&request.cwd)?;
+        let id = store_id(&request.session_id)?;
+        self.store.session(id).await.map_err(rpc_error)?;
+        self.open_session(id);
+        Ok(ResumeSessionResponse::new())
+    }
+
+    /// Closes a session on this connection. Nothing runs for a session here, so there
+    /// is nothing to cancel; closing one that is not open is not an error.
+    pub async fn close_session(
+        &self,
+        request: CloseSessionRequest,
+    ) -> RpcResult<CloseSessionResponse> {
+        let id = store_id(&request.session_id)?;
+        self.store.session(id).await.map_err(rpc_error)?;
+        self.open_sessions().remove(&id);
+        Ok(CloseSessionResponse::new())
+    }
+
+    /// Not yet: the store has no deletion (with its tombstone and folder removal) to
+    /// delegate to, and this front stores nothing itself.
+    pub async fn delete_session(
+        &self,
+        request: DeleteSessionRequest,
+    ) -> RpcResult<DeleteSessionResponse> {
+        Err(not_supported("session/delete", &request.session_id))
+    }
+
+    /// Not yet: the store has no fork (history and attachments copied into a new
+    /// session) to delegate to.
+    pub async fn fork_session(
+        &self,
+        request: ForkSessionRequest,
+    ) -> RpcResult<ForkSessionResponse> {
+        Err(not_supported("session/fork", &request.session_id))
+    }
+
+    /// Records the prompt as a user message and ends the turn: this front records, it
+    /// does not think. Text blocks become the message's text; each image or embedded
+    /// resource becomes an attachment of the session and a reference of the message.
+    /// Everything is decoded before anything is stored, and the attachments stored for
+    /// a prompt the store then refuses are removed again.
+    pub async fn prompt(&self, request: PromptRequest) -> RpcResult<PromptResponse> {
+        let id = store_id(&request.session_id)?;
+        if !self.open_sessions().contains(&id) {
+            // An unknown session is named as such, not as one that is merely closed.
+            self.store.session(id).await.map_err(rpc_error)?;
+            return Err(invalid_params(format!(
+                "session {id} is not open on this connection: call session/new, session/load \
+                 or session/resume first"
+            )));
+        }
+        let prompt = Prompt::from_blocks(&request.prompt)?;
+        let stored = self
+            .store
+            .attach_all(id, prompt.uploads)
+            .await
+            .map_err(rpc_error)?;
+        let mut message = Outgoing::user(prompt.text);
+        message.attach = stored.iter().map(|s| s.uri.clone()).collect();
+        if let Err(e) = self.store.send(id, message).await {
+            for s in &stored {
+                self.store.attachments().discard(&id, &s.uri);
+            }
+            return Err(rpc_error(e));
+        }
+        Ok(PromptResponse::new(StopReason::EndTurn))
+    }
+
+    fn check_cwd(&self, cwd: &Path) -> RpcResult<()> {
+        if cwd == self.cwd {
+            return Ok(());
+        }
+        Err(invalid_params(format!(
+            "this agent serves its sessions under {:?} (its --cwd), not {:?}",
+            self.cwd, cwd
+        )))
+    }
+
+    fn open_session(&self, id: SessionId) {
+        self.open_sessions().insert(id);
+    }
+
+    fn open_sessions(&self) -> std::sync::MutexGuard<'_, HashSet<SessionId>> {
+        // The set is only inserted into and removed from, so a panic elsewhere while
+        // it was held cannot have left it half-changed.
+        self.open
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Replays the history to `update` as `session/update` notifications, one history
+/// item at a time: the streamed restore written as `restore --format acp-updates`
+/// writes it (so the two cannot differ), each line parsed back into the schema's
+/// `SessionNotification`. Only one item's content is held at a time.
+///
+/// The stream may not carry recorded turn items yet; until it does, they are merged
+/// here by the sequence they share with messages. The moment the stream yields an item
+/// that is not a message, it carries them itself and this merge stands down, so an
+/// item is never sent twice.
+async fn replay(
+    store: &Store,
+    session: SessionId,
+    update: &mut impl FnMut(SessionNotification) -> RpcResult<()>,
+) -> RpcResult<()> {
+    let mut stream = store
+        .restore_stream(session, DEFAULT_MEMO_BUDGET)
+        .await
+        .map_err(rpc_error)?;
+    let mut pending: VecDeque<Item> = store.items(session).await.map_err(rpc_error)?.into();
+    while let Some(item) = stream.next().await {
+        let item = item.map_err(rpc_error)?;
+        match &item {
+            ReplayItem::Message(m) => {
+                send_items(session, &mut pending, Some(m.message.seq), update)?;
+            }
+            #[allow(
+                unreachable_patterns,
+                reason = "reached once the stream carries recorded items itself"
+            )]
+            _ => pending.clear(),
+        }
+        for notification in acp_updates(session, &item)? {
+            update(notification)?;
+        }
+    }
+    send_items(session, &mut pending, None, update)
+}
+
+/// Sends the recorded items of `pending` that come before `seq` (all, for `None`).
+fn send_items(
+    session: SessionId,
+    pending: &mut VecDeque<Item>,
+    before: Option<i64>,
+    update: &mut impl FnMut(SessionNotification) -> RpcResult<()>,
+) -> RpcResult<()> {
+    while let Some(item) = pending.front() {
+        if before.is_some_and(|seq| item.seq > seq) {
+            break;
+        }
+        for u in crate::turns::replay_updates(&item.body) {
+            update(SessionNotification::new(acp_id(session), u))?;
+        }
+        pending.pop_front();
+    }
+    Ok(())
+}
+
+/// One history item as the `acp-updates` writer writes it, read back as notifications.
+fn acp_updates(session: SessionId, item: &ReplayItem) -> RpcResult<Vec<SessionNotification>> {
+    type Line =
+        JsonRpcMessage<agent_client_protocol::v1::schema::Notification<SessionNotification>>;
+    let internal = |e: &dyn std::fmt::Display| {
+        RpcError::new(
+            ErrorCode::INTERNAL_ERROR,
+            format!("cannot replay session {session}: {e}"),
+        )
+    };
+    let mut writer = StreamWriter::begin(Vec::new(), Format::AcpUpdates, session, "")
+        .map_err(|e| internal(&e))?;
+    writer.item(item).map_err(|e| internal(&e))?;
+    let bytes = writer.finish().map_err(|e| internal(&e))?;
+    bytes
+        .split(|b| *b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(|line| {
+            let line: Line = serde_json::from_slice(line).map_err(|e| internal(&e))?;
+            line.into_inner()
+                .params
+                .ok_or_else(|| internal(&"a session/update line without params"))
+        })
+        .collect()
+}
+
+/// A prompt taken apart: the text the user typed and the files that came with it.
+#[derive(Debug, PartialEq, Eq)]
+struct Prompt {
+    text: String,
+    uploads: Vec<Upload>,
+}
+
+impl Prompt {
+    fn from_blocks(blocks: &[ContentBlock]) -> RpcResult<Prompt> {
+        let mut texts = Vec::new();
+        let mut uploads = Vec::new();
+        for (i, block) in blocks.iter().enumerate() {
+            match block {
+                ContentBlock::Text(t) => texts.push(t.text.as_str()),
+                ContentBlock::Image(image) => uploads.push(Upload {
+                    name: upload_name(image.uri.as_deref(), Some(&image.mime_type)),
+                    bytes: decode_base64(&image.data, i)?,
+                }),
+                ContentBlock::Resource(embedded) => match &embedded.resource {
+                    EmbeddedResourceResource::TextResourceContents(r) => uploads.push(Upload {
+                        name: upload_name(Some(&r.uri), r.mime_type.as_deref()),
+                        bytes: r.text.clone().into_bytes(),
+                    }),
+                    EmbeddedResourceResource::BlobResourceContents(r) => uploads.push(Upload {
+                        name: upload_name(Some(&r.uri), r.mime_type.as_deref()),
+                        bytes: decode_base64(&r.blob, i)?,
+                    }),
+                    _ => return Err(refused_block(i, "an embedded resource of an unknown kind")),
+                },
+                ContentBlock::ResourceLink(link) => {
+                    return Err(invalid_params(format!(
+                        "prompt block {i} is a resource_link to {:?}: this store does not read \
+                         files from the client's paths; embed the content as a resource instead",
+                        link.uri
+                    )));
+                }
+                ContentBlock::Audio(_) => {
+                    return Err(refused_block(i, "audio, which this agent does not take"));
+                }
+                _ => return Err(refused_block(i, "a content block of an unknown kind")),
+            }
+        }
+        Ok(Prompt {
+            text: texts.join("\n"),
+            uploads,
+        })
+    }
+}
+
+fn refused_block(index: usize, what: &str) -> RpcError {
+    invalid_params(format!("prompt block {index} is {what}"))
+}
+
+fn decode_base64(data: &str, index: usize) -> RpcResult<Vec<u8>> {
+    base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|e| invalid_params(format!("prompt block {index} is not valid base64: {e}")))
+}
+
+/// The upload's own name: the last path segment of the resource URI, percent-decoded
+/// (the store then makes it safe), or else `attachment.<ext>` from the MIME type.
+fn upload_name(uri: Option<&str>, mime: Option<&str>) -> String {
+    if let Some(name) = uri.and_then(last_segment) {
+        return name;
+    }
+    match mime.and_then(extension_for) {
+        Some(ext) => format!("attachment.{ext}"),
+        None => "attachment".to_owned(),
+    }
+}
+
+fn last_segment(uri: &str) -> Option<String> {
+    let end = uri.find(['?', '#']).unwrap_or(uri.len());
+    let path = &uri[..end];
+    // `data:` and other opaque URIs have no path to take a name from.
+    if path.starts_with("data:") {
+        return None;
+    }
+    let segment = path.rsplit('/').next()?;
+    let decoded = percent_encoding::percent_decode_str(segment).decode_utf8_lossy();
+    let name = decoded.trim();
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+/// An extension for a MIME type: the subtype itself when it is one of the type's
+/// extensions (`png`, `pdf`), else a usual choice for the common types whose subtype is
+/// not (mime_guess lists `text/plain`'s extensions alphabetically, starting at `asm`),
+/// else the first one mime_guess knows.
+fn extension_for(mime: &str) -> Option<&'static str> {
+    let essence = mime.split(';').next()?.trim().to_ascii_lowercase();
+    let usual = match essence.as_str() {
+        "text/plain" => Some("txt"),
+        "image/jpeg" => Some("jpg"),
+        "image/svg+xml" => Some("svg"),
+        "text/markdown" => Some("md"),
+        "application/octet-stream" => Some("bin"),
+        _ => None,
+    };
+    if usual.is_some() {
+        return usual;
+    }
+    let extensions = mime_guess::get_mime_extensions_str(&essence)?;
+    let subtype = essence.split('/').nth(1).unwrap_or_default();
+    extensions
+        .iter()
+        .find(|e| **e == subtype)
+        .or_else(|| extensions.first())
+        .copied()
+}
+
+fn acp_id(id: SessionId) -> AcpSessionId {
+    AcpSessionId::new(id.to_string())
+}
+
+/// A session id as the store knows it; one that could not be a store's id names no
+/// session here.
+fn store_id(id: &AcpSessionId) -> RpcResult<SessionId> {
+    id.0.parse::<SessionId>().map_err(|e: crate::IdError| {
+        RpcError::new(
+            ErrorCode::RESOURCE_NOT_FOUND,
+            format!("no session {:?}: {e}", &*id.0),
+        )
+    })
+}
+
+fn invalid_params(message: String) -> RpcError {
+    RpcError::new(ErrorCode::INVALID_PARAMS, message)
+}
+
+fn not_supported(method: &str, session: &AcpSessionId) -> RpcError {
+    RpcError::new(
+        ErrorCode::METHOD_NOT_FOUND,
+        format!("{method} is not supported by this store yet"),
+    )
+    .data(serde_json::json!({ "method": method, "sessionId": &*session.0 }))
+}
+
+/// A store error as the client sees it: an unknown session is "resource not found",
+/// input the store will not take is "invalid params", and the rest is an internal
+/// error. The message is the error and its causes on one line; `data.kind` is the
+/// store's stable name for the condition.
+pub fn rpc_error(e: Error) -> RpcError {
+    let code = match &e {
+        Error::SessionNotFound(_) => ErrorCode::RESOURCE_NOT_FOUND,
+        Error::EmptyMessage
+        | Error::MalformedReference(_)
+        | Error::ForeignReference { .. }
+        | Error::Attachment(crate::attachments::AttachmentError::UploadTooLarge { .. })
+        | Error::Id(_) => ErrorCode::INVALID_PARAMS,
+        e if e.is_refused() => ErrorCode::INVALID_PARAMS,
+        _ => ErrorCode::INTERNAL_ERROR,
+    };
+    let kind = e.kind();
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    RpcError::new(code, message.replace(['\n', '\r'], " "))
+        .data(serde_json::json!({ "kind": kind }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upload_names_come_from_the_uri_then_the_mime_type() {
+        let cases = [
+            (Some("file:///home/me/notes%20v2.txt"), None, "notes v2.txt"),
+            (Some("zed://selection/src/main.rs#L1-5"), None, "main.rs"),
+            (
+                Some("https://example.com/a/chart.png?x=1"),
+                None,
+                "chart.png",
+            ),
+            (
+                Some("file:///home/me/"),
+                Some("text/plain"),
+                "attachment.txt",
+            ),
+            (None, Some("image/png"), "attachment.png"),
+            (None, Some("image/jpeg"), "attachment.jpg"),
+            (None, Some("application/pdf"), "attachment.pdf"),
+            (
+                Some("data:image/png;base64,AAAA"),
+                Some("image/png"),
+                "attachment.png",
+            ),
+            (None, Some("x-unknown/whatever"), "attachment"),
+            (None, None, "attachment"),
+        ];
+        for (uri, mime, expected) in cases {
+            assert_eq!(upload_name(uri, mime), expected, "{uri:?} {mime:?}");
+        }
+    }
+}

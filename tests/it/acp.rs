@@ -1,0 +1,684 @@
+//! `sessionstore acp` driven by a real ACP client: the SDK's client side talking to the
+//! built binary over its standard input and output, and raw JSON-RPC lines for what a
+//! well-behaved client never sends. Every child is killed when its test ends and every
+//! conversation has a timeout, so a hang fails rather than sticks.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    BlobResourceContents, CloseSessionRequest, ContentBlock, DeleteSessionRequest,
+    EmbeddedResource, EmbeddedResourceResource, ForkSessionRequest, ImageContent,
+    InitializeRequest, ListSessionsRequest, LoadSessionRequest, NewSessionRequest, PromptRequest,
+    ResourceLink, ResumeSessionRequest, SessionId as AcpSessionId, SessionNotification,
+    SessionUpdate, StopReason, TextContent, TextResourceContents, ToolCallStatus,
+};
+use agent_client_protocol::{Agent, ByteStreams, Client, ErrorCode, JsonRpcRequest};
+use base64::Engine;
+use blocking::Unblock;
+use sessionstore::model::{Role, ToolsHost};
+use sessionstore::store::Outgoing;
+use sessionstore::{SessionId, Store};
+
+use crate::support::{Expect, PNG, bin, check_attachment, config_in};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running `sessionstore acp`, killed and reaped when dropped. Its standard error
+/// goes to a file, so a test can see what it logged and that it never panicked.
+struct AgentProcess {
+    child: Child,
+    stderr: PathBuf,
+}
+
+impl AgentProcess {
+    /// Starts the agent on `<dir>/sessions.db` with `root` as the configured root,
+    /// serving sessions under `cwd`.
+    fn start(dir: &Path, root: &Path, cwd: &Path) -> AgentProcess {
+        let stderr = dir.join(format!("acp-stderr-{}.log", uuid_ish()));
+        let child = bin(dir)
+            .arg("acp")
+            .arg("--db")
+            .arg(dir.join("sessions.db"))
+            .arg("--attachments-root")
+            .arg(root)
+            .arg("--cwd")
+            .arg(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(File::create(&stderr).expect("a log file"))
+            .spawn()
+            .expect("the agent starts");
+        AgentProcess { child, stderr }
+    }
+
+    /// The SDK's byte-stream transport over the child's pipes.
+    fn transport(&mut self) -> ByteStreams<Unblock<ChildStdin>, Unblock<ChildStdout>> {
+        let stdin = self.child.stdin.take().expect("piped stdin");
+        let stdout = self.child.stdout.take().expect("piped stdout");
+        ByteStreams::new(Unblock::new(stdin), Unblock::new(stdout))
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).expect("the agent's log reads")
+    }
+
+    fn kill(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let log = self.stderr();
+        assert!(!log.contains("panicked"), "the agent panicked: {log}");
+        log
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn uuid_ish() -> String {
+    SessionId::new().to_string()
+}
+
+/// Every `session/update` the client receives, in order, parsed by the SDK into the
+/// schema's `SessionNotification` (a notification that did not parse would not be here,
+/// and the counts below would miss it).
+type Updates = Arc<Mutex<Vec<SessionNotification>>>;
+
+/// Runs `script` as an ACP client of `agent`, collecting notifications into `updates`.
+async fn client<T: Send + 'static>(
+    agent: &mut AgentProcess,
+    updates: &Updates,
+    script: impl AsyncFnOnce(ConnectionTo<Agent>) -> Result<T, agent_client_protocol::Error> + Send,
+) -> T {
+    let sink = updates.clone();
+    let run = Client
+        .v1()
+        .name("sessionstore-test")
+        .on_receive_notification(
+            async move |n: SessionNotification, _cx| {
+                sink.lock().expect("the update list").push(n);
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_with(agent.transport(), script);
+    tokio::time::timeout(TIMEOUT, run)
+        .await
+        .expect("the client finished in time")
+        .expect("the client ran")
+}
+
+async fn call<R: JsonRpcRequest>(
+    cx: &ConnectionTo<Agent>,
+    request: R,
+) -> Result<R::Response, agent_client_protocol::Error> {
+    cx.send_request(request).block_task().await
+}
+
+fn initialize() -> InitializeRequest {
+    InitializeRequest::new(agent_client_protocol::schema::ProtocolVersion::V1)
+}
+
+fn taken(updates: &Updates) -> Vec<SessionNotification> {
+    std::mem::take(&mut *updates.lock().expect("the update list"))
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn text_resource(text: &str, uri: &str) -> ContentBlock {
+    let mut contents = TextResourceContents::new(text, uri);
+    contents.mime_type = Some("text/plain".into());
+    ContentBlock::Resource(EmbeddedResource::new(
+        EmbeddedResourceResource::TextResourceContents(contents),
+    ))
+}
+
+fn store_id(id: &AcpSessionId) -> SessionId {
+    id.0.parse()
+        .expect("the agent's session ids are the store's")
+}
+
+/// The whole story of the issue: a client records a prompt with an image and an
+/// embedded file, the agent dies, the attachment folder moves to a new root, and a new
+/// agent on that root replays the session with paths from reads made there.
+#[tokio::test]
+async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let cwd = dir.path().join("project");
+    std::fs::create_dir(&cwd).expect("the project folder");
+    let first_root = dir.path().join("attachments");
+    let notes = "budget: 42\nquarterly notes\n";
+    let updates = Updates::default();
+
+    let mut agent = AgentProcess::start(dir.path(), &first_root, &cwd);
+    let (id, listed) = client(&mut agent, &updates, {
+        let cwd = cwd.clone();
+        async move |cx| {
+            let init = call(&cx, initialize()).await?;
+            let caps = &init.agent_capabilities;
+            assert!(caps.load_session);
+            assert!(caps.prompt_capabilities.image);
+            assert!(caps.prompt_capabilities.embedded_context);
+            assert!(!caps.prompt_capabilities.audio);
+            let sessions = &caps.session_capabilities;
+            assert!(sessions.list.is_some() && sessions.resume.is_some());
+            assert!(sessions.close.is_some());
+            // Not advertised until the store itself can delete and fork.
+            assert!(sessions.delete.is_none() && sessions.fork.is_none());
+
+            let id = call(&cx, NewSessionRequest::new(&cwd)).await?.session_id;
+            let prompt = vec![
+                ContentBlock::Text(TextContent::new("what is in these?")),
+                ContentBlock::Image(ImageContent::new(b64(PNG), "image/png")),
+                text_resource(notes, "file:///home/me/notes%20%C3%A9t%C3%A9.txt"),
+            ];
+            let answer = call(&cx, PromptRequest::new(id.clone(), prompt)).await?;
+            assert_eq!(answer.stop_reason, StopReason::EndTurn);
+
+            let listed = call(&cx, ListSessionsRequest::new().cwd(cwd.clone())).await?;
+            let elsewhere = call(&cx, ListSessionsRequest::new().cwd(cwd.join("other"))).await?;
+            assert!(elsewhere.sessions.is_empty(), "{elsewhere:?}");
+            Ok((id, listed))
+        }
+    })
+    .await;
+    assert_eq!(listed.sessions.len(), 1, "{listed:?}");
+    assert_eq!(listed.sessions[0].session_id, id);
+    assert_eq!(listed.sessions[0].cwd, cwd);
+    assert_eq!(listed.next_cursor, None);
+    assert!(
+        taken(&updates).is_empty(),
+        "this front records, it does not answer"
+    );
+    agent.kill();
+
+    // What was stored: the text as typed, two references, and no path anywhere.
+    let session = store_id(&id);
+    let store = Store::open_read_only(config_in(dir.path()))
+        .await
+        .expect("the database opens for reading");
+    let messages = store.messages(session).await.expect("the messages read");
+    assert_eq!(messages.len(), 1);
+    let message = &messages[0];
+    assert_eq!(message.role, Role::User);
+    assert_eq!(message.display_text, "what is in these?");
+    let names: Vec<&str> = message
+        .refs
+        .iter()
+        .map(|r| r.stored_name.as_str())
+        .collect();
+    assert_eq!(names, ["attachment.png", "notes été.txt"]);
+    let expected: Vec<Expect> = message
+        .refs
+        .iter()
+        .zip([PNG.to_vec(), notes.as_bytes().to_vec()])
+        .map(|(r, bytes)| Expect {
+            name: r.stored_name.clone(),
+            uri: r.uri.to_string(),
+            bytes,
+            host: sessionstore::config::host_name(),
+        })
+        .collect();
+    drop(store);
+
+    let moved_root = dir.path().join("moved").join("attachments");
+    std::fs::create_dir(dir.path().join("moved")).expect("the new root's parent");
+    std::fs::rename(&first_root, &moved_root).expect("the attachment folder moves");
+
+    let mut agent = AgentProcess::start(dir.path(), &moved_root, &cwd);
+    let (fork, delete, listed) = client(&mut agent, &updates, {
+        let (id, cwd) = (id.clone(), cwd.clone());
+        let updates = updates.clone();
+        let message_id = message.id.to_string();
+        let moved_root = moved_root.clone();
+        async move |cx| {
+            call(&cx, initialize()).await?;
+            call(&cx, LoadSessionRequest::new(id.clone(), &cwd)).await?;
+            // The replay was sent before the answer, so it is all here already.
+            let replayed = taken(&updates);
+            check_replay(&replayed, &id, &message_id, &expected, &moved_root);
+
+            let fork = call(&cx, ForkSessionRequest::new(id.clone(), &cwd)).await;
+            let delete = call(&cx, DeleteSessionRequest::new(id.clone())).await;
+            // Both errors left the connection usable.
+            let listed = call(&cx, ListSessionsRequest::new()).await?;
+            Ok((fork, delete, listed))
+        }
+    })
+    .await;
+    for (method, result) in [
+        ("session/fork", fork.map(|_| ())),
+        ("session/delete", delete.map(|_| ())),
+    ] {
+        let e = result.expect_err("not supported yet");
+        assert_eq!(e.code, ErrorCode::METHOD_NOT_FOUND, "{method}: {e:?}");
+        assert!(e.message.contains(method), "{e:?}");
+    }
+    // Delete is refused, so the session is still listed.
+    assert_eq!(listed.sessions.len(), 1);
+    assert!(taken(&updates).is_empty());
+    let log = agent.kill();
+    assert!(log.contains("session/fork failed"), "{log}");
+}
+
+/// The replayed prompt: three user chunks of the stored message, in order, whose
+/// attachment blocks hold the original bytes and a path from a read under `root`.
+fn check_replay(
+    replayed: &[SessionNotification],
+    id: &AcpSessionId,
+    message_id: &str,
+    expected: &[Expect],
+    root: &Path,
+) {
+    assert_eq!(replayed.len(), 3, "{replayed:#?}");
+    let mut blocks = Vec::new();
+    for n in replayed {
+        assert_eq!(&n.session_id, id);
+        let SessionUpdate::UserMessageChunk(chunk) = &n.update else {
+            panic!("not a user chunk: {n:?}");
+        };
+        assert_eq!(
+            chunk
+                .message_id
+                .as_ref()
+                .map(|m| m.0.to_string())
+                .as_deref(),
+            Some(message_id)
+        );
+        blocks.push(serde_json::to_value(&chunk.content).expect("a block serializes"));
+    }
+    assert_eq!(blocks[0]["type"], "text");
+    assert_eq!(blocks[0]["text"], "what is in these?");
+    for (block, expect) in blocks[1..].iter().zip(expected) {
+        let (_, path) = check_attachment(block, expect);
+        assert!(
+            path.starts_with(root),
+            "{path:?} is under the new root {root:?}"
+        );
+    }
+}
+
+/// A session stays open on its connection until closed: prompts before load or
+/// resume and after close are refused, with the connection still usable.
+#[tokio::test]
+async fn prompts_need_an_open_session_and_resume_replays_nothing() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let cwd = dir.path().to_owned();
+    let root = dir.path().join("attachments");
+    let store = Store::open(config_in(dir.path())).await.expect("a store");
+    let session = store
+        .create_session(Some("kept".into()), ToolsHost::Local)
+        .await
+        .expect("a session");
+    drop(store);
+    let id = AcpSessionId::new(session.id.to_string());
+    let ghost = AcpSessionId::new(SessionId::new().to_string());
+    let updates = Updates::default();
+
+    let mut agent = AgentProcess::start(dir.path(), &root, &cwd);
+    client(&mut agent, &updates, async move |cx| {
+        call(&cx, initialize()).await?;
+        let hello = || vec![ContentBlock::Text(TextContent::new("hello"))];
+        let e = call(&cx, PromptRequest::new(id.clone(), hello()))
+            .await
+            .expect_err("not open yet");
+        assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
+        assert!(e.message.contains("not open"), "{e:?}");
+        let e = call(&cx, PromptRequest::new(ghost.clone(), hello()))
+            .await
+            .expect_err("no such session");
+        assert_eq!(e.code, ErrorCode::RESOURCE_NOT_FOUND, "{e:?}");
+        let e = call(&cx, ResumeSessionRequest::new(ghost.clone(), &cwd))
+            .await
+            .expect_err("no such session");
+        assert_eq!(e.code, ErrorCode::RESOURCE_NOT_FOUND, "{e:?}");
+        let e = call(
+            &cx,
+            ResumeSessionRequest::new(id.clone(), cwd.join("elsewhere")),
+        )
+        .await
+        .expect_err("another cwd");
+        assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
+
+        call(&cx, ResumeSessionRequest::new(id.clone(), &cwd)).await?;
+        call(&cx, PromptRequest::new(id.clone(), hello())).await?;
+        call(&cx, CloseSessionRequest::new(id.clone())).await?;
+        let e = call(&cx, PromptRequest::new(id.clone(), hello()))
+            .await
+            .expect_err("closed");
+        assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
+        Ok(())
+    })
+    .await;
+    assert!(taken(&updates).is_empty(), "resume replays nothing");
+    agent.kill();
+    let store = Store::open_read_only(config_in(dir.path()))
+        .await
+        .expect("a store");
+    let messages = store.messages(session.id).await.expect("messages");
+    let texts: Vec<&str> = messages.iter().map(|m| m.display_text.as_str()).collect();
+    assert_eq!(
+        texts,
+        ["hello"],
+        "only the prompt made while open was stored"
+    );
+}
+
+/// A prompt the front refuses stores nothing, neither a message nor a file, and the
+/// connection goes on; names come from the resource URI or the MIME type.
+#[tokio::test]
+async fn refused_prompts_store_nothing() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let cwd = dir.path().to_owned();
+    let root = dir.path().join("attachments");
+    let updates = Updates::default();
+    let mut agent = AgentProcess::start(dir.path(), &root, &cwd);
+    let id = client(&mut agent, &updates, {
+        let cwd = cwd.clone();
+        async move |cx| {
+            call(&cx, initialize()).await?;
+            let id = call(&cx, NewSessionRequest::new(&cwd)).await?.session_id;
+            let text = || ContentBlock::Text(TextContent::new("look"));
+            let refused = [
+                (
+                    vec![
+                        text(),
+                        ContentBlock::ResourceLink(ResourceLink::new(
+                            "secrets",
+                            "file:///etc/passwd",
+                        )),
+                    ],
+                    "resource_link",
+                ),
+                (
+                    vec![
+                        text(),
+                        ContentBlock::Image(ImageContent::new("not base64!", "image/png")),
+                    ],
+                    "base64",
+                ),
+                (
+                    vec![
+                        text_resource("fine", "file:///a.txt"),
+                        ContentBlock::Resource(EmbeddedResource::new(
+                            EmbeddedResourceResource::BlobResourceContents(
+                                BlobResourceContents::new("%%%", "file:///b.bin"),
+                            ),
+                        )),
+                    ],
+                    "base64",
+                ),
+                (vec![], "needs text"),
+                (
+                    vec![ContentBlock::Text(TextContent::new("  "))],
+                    "needs text",
+                ),
+            ];
+            for (prompt, why) in refused {
+                let e = call(&cx, PromptRequest::new(id.clone(), prompt))
+                    .await
+                    .expect_err(why);
+                assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{why}: {e:?}");
+                assert!(e.message.contains(why), "{why}: {e:?}");
+            }
+            let blob = ContentBlock::Resource(EmbeddedResource::new(
+                EmbeddedResourceResource::BlobResourceContents({
+                    let mut b = BlobResourceContents::new(b64(b"\x00\x01\x02"), "");
+                    b.mime_type = Some("application/pdf".into());
+                    b
+                }),
+            ));
+            call(&cx, PromptRequest::new(id.clone(), vec![blob])).await?;
+            Ok(id)
+        }
+    })
+    .await;
+    let log = agent.kill();
+    assert!(log.contains("resource_link"), "refusals are logged: {log}");
+    let session = store_id(&id);
+    let folder = root.join(session.to_string());
+    let files: Vec<String> = std::fs::read_dir(&folder)
+        .expect("the session folder")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(files, ["attachment.pdf"], "refused prompts left no files");
+    let store = Store::open_read_only(config_in(dir.path()))
+        .await
+        .expect("a store");
+    let messages = store.messages(session).await.expect("messages");
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].refs[0].stored_name, "attachment.pdf");
+}
+
+/// Raw JSON-RPC lines, as a careless client might send them: malformed JSON, unknown
+/// methods and bad params each get an error and the connection stays up; stdout
+/// carries only JSON-RPC, and every notification parses as the schema's
+/// `session/update`. A history of messages and a recorded turn (agent text, a tool
+/// call) replays in order.
+#[tokio::test]
+async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
+    use std::io::{BufRead, Write};
+    use std::sync::mpsc;
+
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let cwd = dir.path().to_owned();
+    let root = dir.path().join("attachments");
+    let store = Store::open(config_in(dir.path())).await.expect("a store");
+    let session = store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .expect("a session");
+    store
+        .send(session.id, Outgoing::user("first question"))
+        .await
+        .expect("a user message");
+    let recorded: Vec<SessionUpdate> = [
+        serde_json::json!({"sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": "Running the tests"}}),
+        serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "t1",
+            "title": "Run tests", "kind": "execute", "status": "pending"}),
+        serde_json::json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1",
+            "status": "completed"}),
+    ]
+    .into_iter()
+    .map(|v| serde_json::from_value(v).expect("a valid update"))
+    .collect();
+    store
+        .record(session.id, recorded)
+        .await
+        .expect("the turn is recorded");
+    let mut reply = Outgoing::user("an answer");
+    reply.role = Role::Assistant;
+    store
+        .send(session.id, reply)
+        .await
+        .expect("an assistant message");
+    let notes = store
+        .attach(session.id, "notes.txt".into(), b"budget: 42\n".to_vec())
+        .await
+        .expect("an upload");
+    let mut second = Outgoing::user("second question");
+    second.attach = vec![notes.uri];
+    store
+        .send(session.id, second)
+        .await
+        .expect("a user message");
+    drop(store);
+
+    let mut agent = AgentProcess::start(dir.path(), &root, &cwd);
+    let mut stdin = agent.child.stdin.take().expect("piped stdin");
+    let stdout = agent.child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = || -> serde_json::Value {
+        let line = rx.recv_timeout(TIMEOUT).expect("the agent answers in time");
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout is JSON-RPC only: {line:?}: {e}"))
+    };
+    let mut send = |line: &str| {
+        writeln!(stdin, "{line}").expect("the agent reads");
+        stdin.flush().expect("the agent reads");
+    };
+
+    send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#);
+    assert_eq!(next()["result"]["protocolVersion"], 1);
+    let cases = [
+        ("{not json", -32700),
+        (
+            r#"{"jsonrpc":"2.0","id":2,"method":"session/set_mode","params":{}}"#,
+            -32601,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":3,"method":"no/such/method","params":{}}"#,
+            -32601,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":4,"method":"session/load","params":{"cwd":5}}"#,
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":5,"method":"session/prompt","params":{"sessionId":"x"}}"#,
+            -32602,
+        ),
+    ];
+    for (line, code) in cases {
+        send(line);
+        let answer = next();
+        assert_eq!(answer["error"]["code"], code, "{line}: {answer}");
+    }
+
+    let load = serde_json::json!({
+        "jsonrpc": "2.0", "id": 6, "method": "session/load",
+        "params": {"sessionId": session.id.to_string(), "cwd": cwd, "mcpServers": []},
+    });
+    send(&load.to_string());
+    let mut chunks = Vec::new();
+    let mut lines = Vec::new();
+    let answer = loop {
+        let value = next();
+        if value.get("id").is_some() {
+            break value;
+        }
+        lines.push(value.clone());
+        let notification: agent_client_protocol_schema::v1::JsonRpcMessage<
+            agent_client_protocol_schema::v1::Notification<SessionNotification>,
+        > = serde_json::from_value(value.clone())
+            .unwrap_or_else(|e| panic!("not a session/update the schema accepts: {value}: {e}"));
+        let notification = notification.into_inner();
+        assert_eq!(&*notification.method, "session/update");
+        let params = notification.params.expect("params");
+        assert_eq!(params.session_id.0.as_ref(), session.id.to_string());
+        chunks.push(match params.update {
+            SessionUpdate::UserMessageChunk(c) => match &c.content {
+                ContentBlock::Resource(_) => ("user", "<notes.txt>".to_owned()),
+                block => ("user", block_text(block)),
+            },
+            SessionUpdate::AgentMessageChunk(c) => ("agent", block_text(&c.content)),
+            SessionUpdate::ToolCall(call) => {
+                assert_eq!(call.status, ToolCallStatus::Completed, "merged: {call:?}");
+                ("tool", call.title)
+            }
+            other => panic!("unexpected update {other:?}"),
+        });
+    };
+    assert_eq!(answer["id"], 6);
+    assert!(answer.get("result").is_some(), "{answer}");
+    let texts: Vec<(&str, &str)> = chunks
+        .iter()
+        .map(|(who, text)| (*who, text.as_str()))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            ("user", "first question"),
+            ("agent", "Running the tests"),
+            ("tool", "Run tests"),
+            ("agent", "an answer"),
+            ("user", "second question"),
+            ("user", "<notes.txt>"),
+        ]
+    );
+    same_stream_as_restore(dir.path(), session.id, &lines);
+    drop(stdin);
+    let status = agent.child.wait().expect("the agent exits");
+    assert!(
+        status.success(),
+        "closing stdin ends the agent cleanly: {status:?}"
+    );
+    assert!(!agent.stderr().contains("panicked"));
+}
+
+fn block_text(block: &ContentBlock) -> String {
+    match block {
+        ContentBlock::Text(t) => t.text.clone(),
+        other => panic!("not a text block: {other:?}"),
+    }
+}
+
+/// `session/load` replays the stream `restore --format acp-updates` prints: every line
+/// of it, in order. What load sends beyond it can only be the recorded turn (the agent
+/// text and the tool call), for as long as that command does not print recorded items.
+fn same_stream_as_restore(dir: &Path, session: SessionId, loaded: &[serde_json::Value]) {
+    let out = crate::support::run_in(
+        dir,
+        &[
+            "restore",
+            "--session",
+            &session.to_string(),
+            "--format",
+            "acp-updates",
+        ],
+    );
+    let printed: Vec<serde_json::Value> = crate::support::stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert!(out.status.success(), "{}", crate::support::stderr(&out));
+    let mut rest = loaded.iter();
+    let mut extra = Vec::new();
+    for line in &printed {
+        loop {
+            let next = rest
+                .next()
+                .unwrap_or_else(|| panic!("load did not send {line}"));
+            if next == line {
+                break;
+            }
+            extra.push(next);
+        }
+    }
+    extra.extend(rest);
+    if !extra.is_empty() {
+        let kinds: Vec<&str> = extra
+            .iter()
+            .map(|l| {
+                l["params"]["update"]["sessionUpdate"]
+                    .as_str()
+                    .unwrap_or_default()
+            })
+            .collect();
+        assert_eq!(kinds, ["agent_message_chunk", "tool_call"], "{extra:#?}");
+    }
+}
