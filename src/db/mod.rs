@@ -60,9 +60,15 @@ fn ensure_parent(path: &Path) -> Result<()> {
 }
 
 /// Opens one configured read-write connection, creating the file if needed, after the
-/// read-only checks have said the file is safe to touch.
+/// read-only checks have said the file is safe to touch: among them, that a database
+/// with migrations applied has the schema they make, since switching it to WAL below
+/// is already a write.
 pub fn open_checked(path: &Path) -> Result<Connection> {
-    schema::inspect(path)?;
+    if let schema::OnDisk::Database(applied) = schema::inspect(path)?
+        && !applied.is_empty()
+    {
+        verify::require_intact_schema(path)?;
+    }
     ensure_parent(path)?;
     let conn = Connection::open(path).map_err(|e| Error::not_database(path, e))?;
     configure(&conn).map_err(|e| Error::not_database(path, e))?;
