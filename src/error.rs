@@ -135,6 +135,17 @@ pub enum Error {
         known: i64,
         unknown: Vec<String>,
     },
+    /// A writing command found tables, indexes or triggers missing, changed or added
+    /// against what the database's own migrations make, and touched nothing.
+    #[error(
+        "database {path} does not have the schema its migrations make: {}; nothing was \
+         written to it (`sessionstore verify` reports every difference)",
+        problems.join("; ")
+    )]
+    SchemaDamaged {
+        path: PathBuf,
+        problems: Vec<String>,
+    },
     #[error(
         "database {path} is at schema version {found} and this sessionstore needs {latest}: \
          run `sessionstore migrate` to upgrade it (reading commands never do)"
@@ -223,6 +234,7 @@ impl Error {
             Error::NoDatabase(_) => "no_database",
             Error::NotDatabase { .. } => "not_database",
             Error::NewerSchema { .. } => "newer_schema",
+            Error::SchemaDamaged { .. } => "schema_damaged",
             Error::NeedsMigration { .. } => "needs_migration",
             Error::ReadOnly(_) => "read_only",
             Error::Migration(_) => "migration_failed",
@@ -240,6 +252,7 @@ impl Error {
     pub fn is_refused(&self) -> bool {
         match self {
             Error::NewerSchema { .. }
+            | Error::SchemaDamaged { .. }
             | Error::NotDatabase { .. }
             | Error::MalformedReference(_)
             | Error::ForeignReference { .. }

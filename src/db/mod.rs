@@ -9,16 +9,17 @@ pub mod schema;
 pub mod turns;
 pub mod verify;
 
+mod pool;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::error::{Error, Result};
 
-pub type Pool = r2d2::Pool<SqliteConnectionManager>;
+pub use pool::Pool;
 
 /// How long a connection waits for another writer before giving up with SQLITE_BUSY.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -61,9 +62,15 @@ fn ensure_parent(path: &Path) -> Result<()> {
 }
 
 /// Opens one configured read-write connection, creating the file if needed, after the
-/// read-only checks have said the file is safe to touch.
+/// read-only checks have said the file is safe to touch: among them, that a database
+/// with migrations applied has the schema they make, since switching it to WAL below
+/// is already a write.
 pub fn open_checked(path: &Path) -> Result<Connection> {
-    schema::inspect(path)?;
+    if let schema::OnDisk::Database(applied) = schema::inspect(path)?
+        && !applied.is_empty()
+    {
+        verify::require_intact_schema(path)?;
+    }
     ensure_parent(path)?;
     let conn = Connection::open(path).map_err(|e| Error::not_database(path, e))?;
     configure(&conn).map_err(|e| Error::not_database(path, e))?;
@@ -123,16 +130,13 @@ impl Db {
             }
         }
         migrate(path, schema::Backup::Make)?;
-        let manager = SqliteConnectionManager::file(path).with_init(|c| configure(c));
-        Ok(Db::ReadWrite(
-            r2d2::Pool::builder().max_size(8).build(manager)?,
-        ))
+        Ok(Db::ReadWrite(Pool::open(path)?))
     }
 
     /// `write` on a pooled connection; refused on a read-only database.
     pub fn write<T>(&self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
         match self {
-            Db::ReadWrite(pool) => write(&mut *pool.get()?, f),
+            Db::ReadWrite(pool) => write(&mut **pool.get()?, f),
             Db::ReadOnly(path) => Err(Error::ReadOnly(path.to_path_buf())),
         }
     }
@@ -141,7 +145,7 @@ impl Db {
     /// when a writer changed the file while it was being read.
     pub fn read<T>(&self, f: impl Fn(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
         match self {
-            Db::ReadWrite(pool) => read(&mut *pool.get()?, f),
+            Db::ReadWrite(pool) => read(&mut **pool.get()?, f),
             Db::ReadOnly(path) => readonly::read(path, f),
         }
     }
@@ -177,6 +181,7 @@ pub fn read<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use r2d2_sqlite::SqliteConnectionManager;
 
     /// A panic inside a write closure unwinds through the transaction, whose drop rolls
     /// it back, so the connection goes back to the pool in autocommit mode and the

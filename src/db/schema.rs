@@ -677,7 +677,13 @@ mod tests {
             .execute_batch("CREATE TABLE items (x TEXT);")
             .unwrap();
         let before = settled(&path);
-        let mut conn = open_checked(&path).unwrap();
+        // A writing open refuses this damage before it touches anything (the schema
+        // check); the migration is driven directly here to prove its own rollback.
+        assert!(matches!(
+            open_checked(&path),
+            Err(Error::SchemaDamaged { .. })
+        ));
+        let mut conn = Connection::open(&path).unwrap();
         let err = migrate_with(&mut conn, &path, &embedded(), Backup::Skip).unwrap_err();
         assert!(matches!(err, Error::Migration(_)), "{err}");
         assert_eq!(versions(&conn), [1]);

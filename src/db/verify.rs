@@ -3,6 +3,7 @@
 //! of. It reads only and reports every problem.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use rusqlite::Connection;
 
@@ -175,6 +176,25 @@ fn objects(conn: &Connection) -> rusqlite::Result<Objects> {
         ))
     })?;
     rows.collect()
+}
+
+/// Refuses, before a writing command touches it, a database whose schema is not the
+/// one its own migrations make. A dropped table would only fail the write midway,
+/// after the open had already switched a rollback-journal file to WAL and so rewritten
+/// its header; a dropped trigger would let the next write skip a guarantee. Read
+/// through a connection that leaves no trace.
+pub(crate) fn require_intact_schema(path: &Path) -> Result<()> {
+    let problems = super::readonly::read(path, |tx| schema_problems(tx))?;
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(Error::SchemaDamaged {
+        path: path.to_owned(),
+        problems: problems
+            .into_iter()
+            .map(|p| p.strip_prefix("schema: ").map(str::to_owned).unwrap_or(p))
+            .collect(),
+    })
 }
 
 /// Compares the database's tables, indexes, triggers and views with those of a fresh

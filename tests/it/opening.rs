@@ -172,6 +172,58 @@ fn hole_1_and_2_damaged_files_are_refused_and_left_byte_for_byte() {
     }
 }
 
+/// Issue 12, hole 1 (the rest): a database whose `events` table was dropped, kept with
+/// a rollback journal, was switched to WAL by a writing command's open (a rewrite of
+/// its header) before the write failed on "no such table". Every command that opens
+/// for writing now first compares the schema with what the database's own migrations
+/// make, and refuses a difference with nothing touched and no side file.
+#[test]
+fn hole_1_a_damaged_schema_is_refused_before_a_writing_open_switches_the_journal_mode() {
+    let good = healthy_bytes();
+    let uploads = tempfile::tempdir().unwrap();
+    let upload = uploads.path().join("x.txt");
+    std::fs::write(&upload, "an upload").unwrap();
+    let commands: Vec<Vec<&str>> = [vec!["migrate"], vec!["session", "new"]]
+        .into_iter()
+        .chain(writing_commands())
+        .chain([vec!["attach", "--session", SID, upload.to_str().unwrap()]])
+        .collect();
+    for (what, sql, named) in [
+        (
+            "events dropped",
+            "DROP TRIGGER events_no_update; DROP TRIGGER events_no_delete; DROP TABLE events;",
+            "table events",
+        ),
+        (
+            "a trigger dropped",
+            "DROP TRIGGER events_no_delete;",
+            "trigger events_no_delete",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("sessions.db");
+        std::fs::write(&db, &good).unwrap();
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(sql).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = DELETE;").unwrap();
+        drop(conn);
+        for args in &commands {
+            let before = snapshot(dir.path());
+            let out = run_in(dir.path(), args);
+            let err = assert_one_line_error(&out);
+            assert_eq!(out.status.code(), Some(3), "{what}, {args:?}: {err}");
+            assert!(
+                err.contains("does not have the schema its migrations make") && err.contains(named),
+                "{what}, {args:?}: {err}"
+            );
+            assert!(
+                snapshot(dir.path()) == before,
+                "{what}, {args:?} touched the files: {err}"
+            );
+        }
+    }
+}
+
 /// Issue 12, hole 2 and issue 10, part 5: reading commands turned an empty file into a
 /// migrated database; only `migrate` and `session new` may.
 #[test]

@@ -1,0 +1,194 @@
+//! The read-write connection pool, and the promise that when the last handle on it is
+//! dropped, every one of its connections has been closed before that drop returns. It
+//! runs no SQL of its own beyond what `configure` sets on each new connection.
+//!
+//! r2d2 opens connections on its own worker threads, and a worker keeps a strong
+//! reference to the pool for a moment after it hands a new connection over. When the
+//! store's own handle is dropped inside that moment, the pool (and with it every
+//! connection) is freed later, on the worker, and a command that exits right after its
+//! store is dropped can end the process before those connections close. SQLite then
+//! never runs the closing checkpoint that deletes `-wal` and `-shm`, so a command
+//! that failed leaves side files that were not there before. So each connection is
+//! counted while it is open, and dropping the last `Pool` waits for the count to reach
+//! zero.
+
+use std::ops::{Deref, DerefMut};
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
+
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::Connection;
+
+use crate::error::Result;
+
+/// How many connections the pool keeps at most.
+const MAX_CONNECTIONS: u32 = 8;
+
+/// A pool of configured read-write connections to one database file. Clones share it;
+/// dropping the last clone closes every connection before it returns.
+#[derive(Clone)]
+pub struct Pool(Arc<Shared>);
+
+struct Shared {
+    /// `Some` until the last handle's drop takes it out to free it.
+    pool: Option<r2d2::Pool<Manager>>,
+    open: Arc<Open>,
+}
+
+/// The number of connections open right now, whichever thread holds them.
+#[derive(Default)]
+struct Open {
+    count: Mutex<usize>,
+    all_closed: Condvar,
+}
+
+impl Open {
+    fn lock(&self) -> std::sync::MutexGuard<'_, usize> {
+        // The count is a plain integer, consistent even if a holder panicked.
+        self.count.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A connection that is counted as open until it has been closed.
+pub(super) struct Counted {
+    // Fields drop in order: the connection is closed before the ticket is given back.
+    conn: Connection,
+    _ticket: Ticket,
+}
+
+struct Ticket(Arc<Open>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut count = self.0.lock();
+        *count -= 1;
+        if *count == 0 {
+            self.0.all_closed.notify_all();
+        }
+    }
+}
+
+impl Deref for Counted {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl DerefMut for Counted {
+    fn deref_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+}
+
+pub(super) struct Manager {
+    inner: SqliteConnectionManager,
+    open: Arc<Open>,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Counted;
+    type Error = rusqlite::Error;
+
+    fn connect(&self) -> rusqlite::Result<Counted> {
+        let conn = self.inner.connect()?;
+        *self.open.lock() += 1;
+        Ok(Counted {
+            conn,
+            _ticket: Ticket(self.open.clone()),
+        })
+    }
+
+    fn is_valid(&self, conn: &mut Counted) -> rusqlite::Result<()> {
+        self.inner.is_valid(&mut conn.conn)
+    }
+
+    fn has_broken(&self, conn: &mut Counted) -> bool {
+        self.inner.has_broken(&mut conn.conn)
+    }
+}
+
+impl Pool {
+    /// Opens the pool's connections to `path`, each set up by `configure`. The caller
+    /// has already checked and migrated the file.
+    pub(super) fn open(path: &Path) -> Result<Pool> {
+        let open = Arc::new(Open::default());
+        let manager = Manager {
+            inner: SqliteConnectionManager::file(path).with_init(|c| super::configure(c)),
+            open: open.clone(),
+        };
+        let pool = r2d2::Pool::builder()
+            .max_size(MAX_CONNECTIONS)
+            .build(manager)?;
+        Ok(Pool(Arc::new(Shared {
+            pool: Some(pool),
+            open,
+        })))
+    }
+
+    pub(super) fn get(&self) -> Result<r2d2::PooledConnection<Manager>> {
+        let pool = self
+            .0
+            .pool
+            .as_ref()
+            .expect("the r2d2 pool is only taken out by the last handle's drop");
+        Ok(pool.get()?)
+    }
+
+    /// How many connections are open now (for tests).
+    #[cfg(test)]
+    fn open_connections(&self) -> usize {
+        *self.0.open.lock()
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        drop(self.pool.take());
+        // A worker that is still finishing a connect holds the last reference to the
+        // r2d2 pool and frees it within moments; the bound only guards against a
+        // connection checked out on a thread that outlived every handle, which the
+        // store never does (each blocking task holds a handle of its own).
+        let count = self.open.lock();
+        let _ = self
+            .open
+            .all_closed
+            .wait_timeout_while(count, super::BUSY_TIMEOUT, |open| *open > 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cause of issue 12's leftover side files: r2d2 frees its pool on a worker
+    /// thread when that worker held the last reference, so a process could exit with
+    /// connections still open and SQLite never deleted `-wal` and `-shm`. Dropping the
+    /// last handle must return only once every connection is closed and the side
+    /// files are gone, every time.
+    #[test]
+    fn dropping_the_last_pool_handle_closes_every_connection_before_returning() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        for round in 0..50 {
+            let pool = Pool::open(&path).unwrap();
+            let open = pool.0.open.clone();
+            pool.get()
+                .unwrap()
+                .execute_batch("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
+                .unwrap();
+            assert!(pool.open_connections() > 0);
+            let clone = pool.clone();
+            drop(pool);
+            assert!(*open.lock() > 0, "a clone still holds the pool");
+            drop(clone);
+            assert_eq!(*open.lock(), 0, "round {round}: connections left open");
+            for side in ["-wal", "-shm"] {
+                assert!(
+                    !super::super::readonly::side_file(&path, side).exists(),
+                    "round {round}: {side} left beside the database"
+                );
+            }
+        }
+    }
+}
