@@ -77,6 +77,54 @@ enum Command {
     /// Run the isolated Store → Session → OpenAI request probe
     #[cfg(feature = "probe")]
     Probe,
+    /// Full-text search over titles, messages and recorded agent text
+    Search(SearchArgs),
+    /// Write one session to a file: a self-contained archive, or a markdown transcript
+    Export(ExportArgs),
+    /// Restore an exported archive as a new session
+    Import(ImportArgs),
+}
+
+#[derive(Args)]
+struct SearchArgs {
+    /// FTS5 query: words, "a phrase", AND / OR / NOT, prefix*
+    query: String,
+    /// Only this session
+    #[arg(long, value_parser = parse_session)]
+    session: Option<SessionId>,
+    /// At most this many hits
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    limit: u32,
+}
+
+#[derive(Args)]
+struct ExportArgs {
+    #[arg(long, value_parser = parse_session)]
+    session: SessionId,
+    /// The file to write (replaced only once the new one is complete)
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    #[arg(long, value_enum, default_value_t = ExportFormat::Tar)]
+    format: ExportFormat,
+}
+
+/// What `export` writes.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ExportFormat {
+    /// a tar archive `import` takes back: manifest.json, then files/<stored name>
+    Tar,
+    /// a readable transcript, attachments listed by name
+    Markdown,
+}
+
+#[derive(Args)]
+struct ImportArgs {
+    /// An archive written by `export`
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Keep the archive's session id when no session has it yet
+    #[arg(long)]
+    keep_id: bool,
 }
 
 #[derive(Args)]
@@ -261,6 +309,17 @@ enum SessionCommand {
     Show {
         #[arg(value_parser = parse_session)]
         id: SessionId,
+    },
+    /// Make a new session from a session's delivered history, up to one message
+    Fork {
+        #[arg(value_parser = parse_session)]
+        id: SessionId,
+        /// The last message to take (default: all delivered history)
+        #[arg(long, value_name = "MESSAGE", value_parser = parse_message)]
+        at: Option<MessageId>,
+        /// The fork's title (default: the origin's)
+        #[arg(long)]
+        title: Option<String>,
     },
 }
 
@@ -462,6 +521,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Session(SessionCommand::List) => session_list(config, json).await?,
         Command::Session(SessionCommand::Show { id }) => session_show(config, json, id).await?,
+        Command::Session(SessionCommand::Fork { id, at, title }) => {
+            session_fork(config, json, id, at, title).await?
+        }
+        Command::Search(args) => search(config, json, args).await?,
+        Command::Export(args) => export(config, json, args).await?,
+        Command::Import(args) => import(config, json, args).await?,
         Command::Attach(args) => attach(config, json, args).await?,
         Command::Send(args) => send(config, json, args).await?,
         Command::Record(args) => record(config, json, args).await?,
@@ -572,6 +637,146 @@ async fn session_show(config: Config, json: bool, id: SessionId) -> Result<()> {
         }
     }
     emit(&text)
+}
+
+async fn session_fork(
+    config: Config,
+    json: bool,
+    id: SessionId,
+    at: Option<MessageId>,
+    title: Option<String>,
+) -> Result<()> {
+    let store = Store::open_existing(config).await?;
+    let forked = {
+        let _progress = Progress::start("forking");
+        store.fork_session(id, at, title).await?
+    };
+    if json {
+        print_json(&serde_json::json!({ "id": forked.session.id }))
+    } else {
+        emit(&forked.session.id.to_string())
+    }
+}
+
+async fn search(config: Config, json: bool, args: SearchArgs) -> Result<()> {
+    let store = Store::open_read_only(config).await?;
+    let hits = {
+        let _progress = Progress::start("searching");
+        store.search(args.query, args.session, args.limit).await?
+    };
+    if json {
+        return print_json(&hits);
+    }
+    let lines: Vec<String> = hits
+        .iter()
+        .map(|h| {
+            format!(
+                "{}  {}  {}",
+                h.session_id,
+                h.message_id.as_deref().unwrap_or("title"),
+                terminal_safe(&h.snippet)
+            )
+        })
+        .collect();
+    if lines.is_empty() {
+        return Ok(());
+    }
+    emit(&lines.join("\n"))
+}
+
+async fn export(config: Config, json: bool, args: ExportArgs) -> Result<()> {
+    let store = Store::open_read_only(config).await?;
+    let exported = {
+        let _progress = Progress::start("exporting");
+        match args.format {
+            ExportFormat::Tar => store.export_archive(args.session, args.out).await?,
+            ExportFormat::Markdown => store.export_markdown(args.session, args.out).await?,
+        }
+    };
+    if json {
+        print_json(&exported)
+    } else {
+        let mut line = format!(
+            "exported {} messages, {} items, {} files",
+            exported.messages, exported.items, exported.files
+        );
+        if !exported.missing.is_empty() {
+            line.push_str(&format!(
+                "; missing on disk: {}",
+                terminal_safe(&exported.missing.join(", "))
+            ));
+        }
+        emit(&line)
+    }
+}
+
+async fn import(config: Config, json: bool, args: ImportArgs) -> Result<()> {
+    let store = Store::open(config).await?;
+    let imported = {
+        let _progress = Progress::start("importing");
+        store.import_archive(args.file, args.keep_id).await?
+    };
+    if json {
+        print_json(&serde_json::json!({ "id": imported.session.id }))
+    } else {
+        emit(&imported.session.id.to_string())
+    }
+}
+
+/// A line on stderr that says a command is still working, shown only on a terminal
+/// and only once the command has run for a second: short commands, pipes and logs
+/// stay as they were. Dropping it stops it and clears the line.
+struct Progress {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    fn start(label: &'static str) -> Progress {
+        use std::io::IsTerminal;
+        if !std::io::stderr().is_terminal() {
+            return Progress {
+                stop: None,
+                thread: None,
+            };
+        }
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            let first = std::time::Duration::from_secs(1);
+            // A sender dropped before the second is up ends it as surely as a message.
+            if !matches!(
+                stopped.recv_timeout(first),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            ) {
+                return;
+            }
+            loop {
+                let mut err = std::io::stderr().lock();
+                let _ = write!(err, "\r{label}… {}s", started.elapsed().as_secs());
+                let _ = err.flush();
+                drop(err);
+                match stopped.recv_timeout(std::time::Duration::from_millis(250)) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+                    _ => break,
+                }
+            }
+            let _ = write!(std::io::stderr(), "\r\x1b[2K");
+        });
+        Progress {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 async fn attach(config: Config, json: bool, args: AttachArgs) -> Result<()> {
