@@ -74,6 +74,21 @@ pub enum Error {
         refusal: crate::turns::Refusal,
     },
 
+    /// A search query FTS5 cannot take; `reason` is FTS5's own words for it.
+    #[error("cannot search for {query:?}: {reason}")]
+    SearchQuery { query: String, reason: String },
+    /// An archive `import` will not take (unsafe, inconsistent or over a limit);
+    /// nothing was written.
+    #[error("archive refused: {reason}")]
+    ArchiveRefused { reason: String },
+    /// A session to fork or export has nothing the operation could carry.
+    #[error("session {session} cannot be forked at message {message}: {reason}")]
+    ForkPoint {
+        session: SessionId,
+        message: MessageId,
+        reason: &'static str,
+    },
+
     // Input files and values.
     #[error("cannot read {path}")]
     Io {
@@ -221,6 +236,9 @@ impl Error {
             Error::Attachment(e) => e.kind(),
             Error::Dispatch(_) => "unreadable_attachment",
             Error::UpdateRefused { .. } => "update_refused",
+            Error::SearchQuery { .. } => "search_query",
+            Error::ArchiveRefused { .. } => "archive_refused",
+            Error::ForkPoint { .. } => "fork_point",
             Error::Io { .. } => "io",
             Error::NotRegularFile { .. } => "not_regular_file",
             Error::FileTooLarge { .. } => "file_too_large",
@@ -257,6 +275,8 @@ impl Error {
             | Error::MalformedReference(_)
             | Error::ForeignReference { .. }
             | Error::UpdateRefused { .. }
+            | Error::SearchQuery { .. }
+            | Error::ArchiveRefused { .. }
             | Error::Dispatch(_) => true,
             Error::Attachment(e) => e.is_refused(),
             _ => false,

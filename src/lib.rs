@@ -18,6 +18,7 @@ pub mod error;
 pub mod focus;
 pub mod format;
 pub mod ids;
+pub mod lifecycle;
 pub mod model;
 pub mod openai;
 mod probe;
@@ -28,6 +29,7 @@ pub mod turns;
 
 pub use config::Config;
 pub use db::schema::{Backup, MigrationReport};
+pub use db::search::Hit as SearchHit;
 pub use db::turns::Recorded;
 pub use db::verify::VerifyReport;
 pub use dispatch::DAEMON_ATTACHMENT_CONTEXT_META_KEY;

@@ -85,6 +85,12 @@ enum Command {
     /// variables do not apply, and the flags are refused
     #[cfg(feature = "probe")]
     Probe,
+    /// Full-text search over titles, messages and recorded agent text, best first
+    Search(cli::lifecycle::SearchArgs),
+    /// Write one session to a file: a self-contained archive, or a markdown transcript
+    Export(cli::lifecycle::ExportArgs),
+    /// Restore an exported archive as a new session
+    Import(cli::lifecycle::ImportArgs),
     /// Serve the store as an ACP agent over standard input and output
     Acp(AcpArgs),
 }
@@ -327,6 +333,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Events(args) => events(config, args).await?,
         Command::Verify => return verify(config, json).await,
         Command::Acp(args) => acp(config, args).await?,
+        Command::Search(args) => cli::lifecycle::search(config, json, args).await?,
+        Command::Export(args) => cli::lifecycle::export(config, json, args).await?,
+        Command::Import(args) => cli::lifecycle::import(config, json, args).await?,
         #[cfg(feature = "probe")]
         Command::Probe => unreachable!("handled above, before any configuration is read"),
         Command::Completions { .. } | Command::Paths => {

@@ -133,6 +133,13 @@ pub enum EventPayload {
         title: Option<String>,
         #[serde(rename = "toolsHost")]
         tools_host: ToolsHost,
+        /// Where a fork came from; absent for a session created afresh.
+        #[serde(
+            rename = "forkedFrom",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
+        forked_from: Option<ForkedFrom>,
     },
     SessionRenamed {
         title: String,
@@ -152,6 +159,14 @@ pub enum EventPayload {
         updates: Vec<serde_json::Value>,
         items: Vec<CreatedItem>,
     },
+}
+
+/// The session and the message a fork was cut at (`None` when the fork took a
+/// history with no delivered message, or an empty one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkedFrom {
+    pub session: SessionId,
+    pub message: Option<MessageId>,
 }
 
 /// An item a `turn_recorded` event created: the id and seq it was given.

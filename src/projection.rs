@@ -66,7 +66,9 @@ pub fn replay(session_id: SessionId, events: &[Event]) -> (Option<Projection>, V
             s.updated_at = event.created_at.clone();
         }
         match payload {
-            EventPayload::SessionCreated { title, tools_host } => {
+            EventPayload::SessionCreated {
+                title, tools_host, ..
+            } => {
                 if session.is_some() {
                     problems.push(format!("session {session_id} is created twice"));
                 }

@@ -29,8 +29,8 @@ use crate::replay::{ReplayItem, RestoreStream};
 /// that both writes uploads and reads them back, over the roots in `config`.
 #[derive(Clone)]
 pub struct Store {
-    db: Db,
-    attachments: AttachmentStore,
+    pub(crate) db: Db,
+    pub(crate) attachments: AttachmentStore,
     config: Arc<Config>,
 }
 
@@ -298,7 +298,7 @@ impl Store {
         &self.attachments
     }
 
-    async fn with_write<T: Send + 'static>(
+    pub(crate) async fn with_write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
@@ -306,7 +306,7 @@ impl Store {
         blocking(move || db.write(f)).await
     }
 
-    async fn with_read<T: Send + 'static>(
+    pub(crate) async fn with_read<T: Send + 'static>(
         &self,
         f: impl Fn(&rusqlite::Transaction<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
@@ -405,6 +405,25 @@ impl Store {
         self.with_read(move |tx| {
             queries::get_session(tx, &session)?;
             db::turns::items(tx, &session)
+        })
+        .await
+    }
+
+    /// Full-text search over titles, messages (display text, expansion, transcript)
+    /// and recorded agent messages and thoughts, best-ranked first, optionally in one
+    /// session. `query` is FTS5 syntax; one FTS5 cannot parse is
+    /// `Error::SearchQuery`.
+    pub async fn search(
+        &self,
+        query: String,
+        session: Option<SessionId>,
+        limit: u32,
+    ) -> Result<Vec<db::search::Hit>> {
+        self.with_read(move |tx| {
+            if let Some(s) = &session {
+                queries::get_session(tx, s)?;
+            }
+            db::search::search(tx, &query, session.as_ref(), limit)
         })
         .await
     }

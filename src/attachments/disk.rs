@@ -83,7 +83,11 @@ impl From<Errno> for ReadFailure {
 /// never blocking on a FIFO, and returns it with its size from the open descriptor,
 /// refusing one over `limit` before anything is read. `name` must be a single path
 /// component.
-fn open_regular(dir: &OwnedFd, name: &str, limit: u64) -> Result<(File, u64), ReadFailure> {
+pub(super) fn open_regular(
+    dir: &OwnedFd,
+    name: &str,
+    limit: u64,
+) -> Result<(File, u64), ReadFailure> {
     let flags =
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
     let fd = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
@@ -237,6 +241,61 @@ pub(super) fn sweep_upload_temps(
         }
     }
     Ok(removed)
+}
+
+/// Hard-links `name` in `from` as `name` in `to`, never replacing an entry, and checks
+/// that the new entry is the very file `opened` (the one checked as a regular file):
+/// `linkat` takes a name, which could have been swapped for something else since it
+/// was opened, so a link to anything else is removed again. `Ok(false)` means no link
+/// was made here (another file system, no hard links, or the name changed) and the
+/// caller should copy `opened` instead; an existing `name` in `to` is an error.
+pub(super) fn link_beneath(
+    from: &OwnedFd,
+    name: &str,
+    to: &OwnedFd,
+    opened: &File,
+) -> io::Result<bool> {
+    match rustix::fs::linkat(from, name, to, name, AtFlags::empty()) {
+        Ok(()) => {}
+        Err(Errno::XDEV | Errno::PERM | Errno::OPNOTSUPP | Errno::MLINK | Errno::ACCESS) => {
+            return Ok(false);
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let want = rustix::fs::fstat(opened)?;
+    let same = match rustix::fs::statat(to, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(got) => got.st_dev == want.st_dev && got.st_ino == want.st_ino,
+        Err(e) => return Err(e.into()),
+    };
+    if !same {
+        rustix::fs::unlinkat(to, name, AtFlags::empty())?;
+        return Ok(false);
+    }
+    rustix::fs::fsync(to)?;
+    Ok(true)
+}
+
+/// Reads what is left of an opened file, never more than `limit` bytes: a file that
+/// grew past the limit since it was opened is an error, not a cut copy.
+pub(super) fn read_opened(file: &mut File, size: u64, limit: u64) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(usize::try_from(size.min(limit)).unwrap_or(0));
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!("it grew past the {limit}-byte limit while it was copied"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Removes the session folder `name` from `root` if it is empty; anything else (it
+/// holds files, it is gone, it is a symlink) leaves it as it is.
+pub(super) fn remove_empty_dir(root: &Path, name: &str) {
+    let root_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    if let Ok(root_fd) = rustix::fs::open(root, root_flags, Mode::empty()) {
+        let _ = rustix::fs::unlinkat(&root_fd, name, AtFlags::REMOVEDIR);
+    }
 }
 
 /// The names of the regular files directly inside `dir`, in no particular order:

@@ -285,6 +285,107 @@ impl AttachmentStore {
         Ok(Swept { files, bytes })
     }
 
+    /// Gives session `to` its own copy of the file `uri` names (a file of session
+    /// `from`), under the same stored name in `to`'s folder under the configured root:
+    /// a hard link when the file is in the configured root and the file system allows
+    /// one, else a copy of the bytes read from wherever a live read finds it (a legacy
+    /// root included), so the copy always lives under the configured root. The file is
+    /// opened and checked exactly as a read would be; an existing file in `to` is never
+    /// replaced. Returns whether it was linked.
+    pub fn copy_into(
+        &self,
+        from: &SessionId,
+        uri: &AttachmentUri,
+        to: &SessionId,
+    ) -> Result<bool, AttachmentError> {
+        let ((from_dir, mut file, size), path, root) = self.locate(from, uri, |dir, name| {
+            let (file, size) = disk::open_regular(dir, name, self.limit)?;
+            let dir = dir
+                .try_clone()
+                .map_err(|e| ReadFailure::Beneath(Beneath::Io(e)))?;
+            Ok((dir, file, size))
+        })?;
+        let name = uri.name();
+        let target = self.roots.configured.join(to.to_string());
+        let store_err = |cause| AttachmentError::Store {
+            name: name.to_owned(),
+            path: target.join(name),
+            cause,
+        };
+        let to_dir = disk::create_session_dir(&self.roots.configured, &to.to_string())
+            .map_err(|e| store_err(beneath_io(e)))?;
+        if root == RootKind::Configured
+            && disk::link_beneath(&from_dir, name, &to_dir, &file).map_err(store_err)?
+        {
+            return Ok(true);
+        }
+        let bytes = disk::read_opened(&mut file, size, self.limit).map_err(|cause| {
+            AttachmentError::Io {
+                uri: uri.clone(),
+                path,
+                cause,
+            }
+        })?;
+        self.write_exact(&to_dir, name, &bytes).map_err(store_err)?;
+        Ok(false)
+    }
+
+    /// Stores `bytes` as `<configured root>/<session>/<name>` under exactly that name,
+    /// which must already be a stored name (what [`sanitize_name`] leaves unchanged);
+    /// an existing file of that name is never replaced, and the call fails instead.
+    /// For restoring files whose references already name them (`import`).
+    pub fn store_exact(
+        &self,
+        session: &SessionId,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<StoredAttachment, AttachmentError> {
+        let folder = self.roots.configured.join(session.to_string());
+        let store_err = |cause| AttachmentError::Store {
+            name: name.to_owned(),
+            path: folder.join(name),
+            cause,
+        };
+        if sanitize_name(name) != name {
+            return Err(store_err(std::io::Error::other("not a safe stored name")));
+        }
+        let size = bytes.len() as u64;
+        if size > self.limit {
+            return Err(AttachmentError::UploadTooLarge {
+                name: name.to_owned(),
+                size,
+                limit: self.limit,
+            });
+        }
+        let dir = disk::create_session_dir(&self.roots.configured, &session.to_string())
+            .map_err(|e| store_err(beneath_io(e)))?;
+        self.write_exact(&dir, name, bytes).map_err(store_err)?;
+        Ok(StoredAttachment {
+            uri: AttachmentUri::new(*session, name),
+            mime: mime_for(name, bytes),
+            size,
+            name: name.to_owned(),
+        })
+    }
+
+    fn write_exact(
+        &self,
+        dir: &std::os::fd::OwnedFd,
+        name: &str,
+        bytes: &[u8],
+    ) -> std::io::Result<()> {
+        // One attempt: the name is taken as given or the write fails, never numbered.
+        let got = disk::write_new(dir, name, bytes, 1)?;
+        debug_assert_eq!(got, name, "a single claim attempt keeps the name");
+        Ok(())
+    }
+
+    /// Removes `session`'s folder under the configured root if nothing is left in it:
+    /// the tidy-up after a fork or import that failed and discarded its files.
+    pub fn remove_folder_if_empty(&self, session: &SessionId) {
+        disk::remove_empty_dir(&self.roots.configured, &session.to_string());
+    }
+
     /// The files a session has in these roots, in the order reads would find them:
     /// each stored name once, from the first root that has it (a legacy copy hidden
     /// by a configured one is not listed), with the size and type a check of it gives.
@@ -441,6 +542,14 @@ impl AttachmentStore {
                 .enumerate()
                 .map(|(i, root)| (root.as_path(), RootKind::Legacy(i))),
         )
+    }
+}
+
+fn beneath_io(e: Beneath) -> std::io::Error {
+    match e {
+        Beneath::Io(e) => e,
+        Beneath::Missing => std::io::ErrorKind::NotFound.into(),
+        Beneath::Refused(reason) => std::io::Error::other(format!("the session folder {reason}")),
     }
 }
 

@@ -1,10 +1,11 @@
 //! The command line's pieces beside `main.rs`: one file per command group (`session`,
-//! `attachment`, `send`, `paths`), output and escaping (`output`), errors and exit
+//! `attachment`, `send`, `paths`, `lifecycle` for fork, search, export and import), output and escaping (`output`), errors and exit
 //! codes (`errors`), logs and progress (`logging`), and the argument parsers they
 //! share. Never holds behaviour the library lacks.
 
 pub mod attachment;
 pub mod errors;
+pub mod lifecycle;
 pub mod logging;
 pub mod output;
 pub mod paths;

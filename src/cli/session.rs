@@ -1,4 +1,4 @@
-//! `session new|list|show|rename`: argument types and printing. Human output shows
+//! `session new|list|show|rename|fork`: argument types and printing. Human output shows
 //! stored text escaped, one line a row, long text cut with a marker; `--json` prints
 //! it whole. Never changes a session except through `Store`.
 
@@ -31,6 +31,19 @@ pub enum SessionCommand {
         #[arg(value_name = "ID", value_parser = parse_session)]
         id: SessionId,
     },
+    /// Make a new session from a session's delivered history, up to one message, with
+    /// its own copies of the attachments
+    Fork {
+        /// The session to fork
+        #[arg(value_name = "ID", value_parser = parse_session)]
+        id: SessionId,
+        /// The last message to take (default: all delivered history)
+        #[arg(long, value_name = "MESSAGE", value_parser = super::parse_message)]
+        at: Option<sessionstore::MessageId>,
+        /// The fork's title (default: the origin's)
+        #[arg(long, value_name = "TITLE")]
+        title: Option<String>,
+    },
     /// Give a session a new title
     Rename {
         /// The session's id
@@ -55,6 +68,9 @@ pub async fn run(config: Config, json: bool, command: SessionCommand) -> Result<
         SessionCommand::List => list(config, json).await,
         SessionCommand::Show { id } => show(config, json, id).await,
         SessionCommand::Rename { id, title } => rename(config, json, id, title).await,
+        SessionCommand::Fork { id, at, title } => {
+            super::lifecycle::fork(config, json, id, at, title).await
+        }
     }
 }
 

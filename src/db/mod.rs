@@ -3,9 +3,11 @@
 //! functions are synchronous and never touch attachment files.
 
 pub mod audit;
+pub mod copies;
 pub mod queries;
 mod readonly;
 pub mod schema;
+pub mod search;
 pub mod turns;
 pub mod verify;
 

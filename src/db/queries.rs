@@ -83,7 +83,18 @@ pub fn insert_session(
     title: Option<&str>,
     tools_host: ToolsHost,
 ) -> Result<Session> {
-    let id = SessionId::new();
+    insert_session_as(conn, SessionId::new(), title, tools_host, None)
+}
+
+/// `insert_session` with an id chosen by the caller (a fork's, made before its files
+/// were placed; an import's kept id) and, for a fork, where it came from.
+pub fn insert_session_as(
+    conn: &Connection,
+    id: SessionId,
+    title: Option<&str>,
+    tools_host: ToolsHost,
+    forked_from: Option<crate::model::ForkedFrom>,
+) -> Result<Session> {
     let at = now();
     conn.execute(
         "INSERT INTO sessions (id, title, tools_host, created_at, updated_at)
@@ -94,6 +105,7 @@ pub fn insert_session(
     let payload = EventPayload::SessionCreated {
         title: title.map(str::to_owned),
         tools_host,
+        forked_from,
     };
     append_event(conn, &id, &payload, &at)?;
     get_session(conn, &id)
@@ -114,6 +126,16 @@ pub fn rename_session(conn: &Connection, id: &SessionId, title: &str) -> Result<
     };
     append_event(conn, id, &payload, &now())?;
     Ok(())
+}
+
+/// Whether a session with this id exists.
+pub fn session_exists(conn: &Connection, id: &SessionId) -> Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",
+        [id.to_string()],
+        |r| r.get(0),
+    )
+    .map_err(sql("look for a session"))
 }
 
 pub fn get_session(conn: &Connection, id: &SessionId) -> Result<Session> {

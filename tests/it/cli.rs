@@ -32,7 +32,7 @@ fn with_no_flags_everything_lives_in_the_data_directory() {
         .args(["migrate", "--json"])
         .output()
         .unwrap();
-    assert_eq!(json(&out)["current"], 2);
+    assert_eq!(json(&out)["current"], crate::support::latest_version());
     let out = bin(home.path())
         .args(["session", "new", "--title", "x", "--json"])
         .output()
@@ -155,7 +155,7 @@ fn empty_environment_variables_count_as_unset() {
         .env("SESSIONSTORE_LEGACY_ROOTS", "")
         .output()
         .unwrap();
-    assert_eq!(json(&out)["current"], 2);
+    assert_eq!(json(&out)["current"], crate::support::latest_version());
     assert!(
         home.path()
             .join(".local/share/sessionstore/sessions.db")

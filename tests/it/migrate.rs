@@ -33,9 +33,9 @@ fn fresh_database_is_migrated_to_latest() {
     let report = json(&run_in(dir.path(), &["migrate", "--json"]));
     assert_eq!(
         report["applied"],
-        serde_json::json!(["V1__initial_schema", "V2__turn_items"])
+        serde_json::json!(crate::support::migration_names())
     );
-    assert_eq!(report["current"], 2);
+    assert_eq!(report["current"], crate::support::latest_version());
     let names = tables(&dir.path().join("sessions.db"));
     for t in [
         "sessions",
@@ -55,8 +55,11 @@ fn migrating_twice_applies_nothing_the_second_time() {
     json(&run_in(dir.path(), &["migrate", "--json"]));
     let again = json(&run_in(dir.path(), &["migrate", "--json"]));
     assert_eq!(again["applied"], serde_json::json!([]));
-    assert_eq!(again["current"], 2);
-    assert_eq!(history_rows(&dir.path().join("sessions.db")).len(), 2);
+    assert_eq!(again["current"], crate::support::latest_version());
+    assert_eq!(
+        history_rows(&dir.path().join("sessions.db")).len(),
+        crate::support::migration_names().len()
+    );
 }
 
 #[test]
@@ -66,7 +69,7 @@ fn dry_run_reports_pending_and_creates_nothing() {
     assert_eq!(report["applied"], serde_json::json!([]));
     assert_eq!(
         report["pending"],
-        serde_json::json!(["V1__initial_schema", "V2__turn_items"])
+        serde_json::json!(crate::support::migration_names())
     );
     assert_eq!(report["current"], 0);
     assert!(!dir.path().join("sessions.db").exists());
@@ -225,16 +228,21 @@ fn concurrent_migrate_processes_both_succeed_and_apply_once() {
         for out in &outs {
             let report = json(out);
             applied += report["applied"].as_array().unwrap().len();
-            assert_eq!(report["current"], 2);
+            assert_eq!(report["current"], crate::support::latest_version());
         }
-        assert_eq!(applied, 2, "exactly one process applied V1 and V2");
         assert_eq!(
-            history_rows(&db),
-            vec![
-                (1, "initial_schema".to_owned()),
-                (2, "turn_items".to_owned())
-            ]
+            applied,
+            crate::support::migration_names().len(),
+            "exactly one process applied every migration"
         );
+        let want: Vec<(i64, String)> = crate::support::migration_names()
+            .iter()
+            .map(|n| {
+                let (version, name) = n[1..].split_once("__").unwrap();
+                (version.parse().unwrap(), name.to_owned())
+            })
+            .collect();
+        assert_eq!(history_rows(&db), want);
     }
 }
 
@@ -293,7 +301,10 @@ fn processes_that_create_a_database_at_once_all_succeed() {
             json(&child.wait_with_output().unwrap());
         }
         let db = dir.path().join("sessions.db");
-        assert_eq!(history_rows(&db).len(), 2);
+        assert_eq!(
+            history_rows(&db).len(),
+            crate::support::migration_names().len()
+        );
         let conn = rusqlite::Connection::open(&db).unwrap();
         let sessions: i64 = conn
             .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))

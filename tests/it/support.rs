@@ -486,3 +486,33 @@ pub fn percentile(sorted: &[std::time::Duration], q: f64) -> std::time::Duration
     let i = ((sorted.len() - 1) as f64 * q).round() as usize;
     sorted[i]
 }
+
+/// The migrations in `migrations/`, in version order, named as `migrate` reports them
+/// (`V1__initial_schema`, ...): what a fresh database applies. Read from the folder
+/// so that a new migration does not mean editing every test that counts them.
+pub fn migration_names() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let mut named: Vec<(i64, String)> = std::fs::read_dir(dir)
+        .expect("the migrations folder")
+        .map(|e| {
+            let name = e.expect("a migration entry").file_name();
+            let name = name.to_str().expect("a UTF-8 migration name");
+            let stem = name.strip_suffix(".sql").expect("an .sql migration");
+            let version = stem[1..stem.find("__").expect("V<N>__name")]
+                .parse()
+                .expect("a numbered migration");
+            (version, stem.to_owned())
+        })
+        .collect();
+    named.sort();
+    named.into_iter().map(|(_, n)| n).collect()
+}
+
+/// The newest schema version in `migrations/`.
+pub fn latest_version() -> i64 {
+    let names = migration_names();
+    let last = names.last().expect("at least one migration");
+    last[1..last.find("__").expect("V<N>__name")]
+        .parse()
+        .expect("a numbered migration")
+}

@@ -1,0 +1,55 @@
+//! Writes a whole session from a history handed to it (a fork's cut of another
+//! session, an imported archive) through the same write functions as `send` and
+//! `record`, so the new session's own event log replays to its rows. Never copies an
+//! event or a row id from anywhere: every row and event here is the new session's.
+
+use rusqlite::Connection;
+
+use crate::error::Result;
+use crate::ids::SessionId;
+use crate::model::{Delivery, ForkedFrom, ItemBody, NewMessage, Session, ToolsHost};
+
+/// One entry of a history to write, in history order.
+#[derive(Debug, Clone)]
+pub enum Entry {
+    Message(NewMessage, Delivery),
+    /// A recorded item, written as the updates an agent would send for it
+    /// (`turns::replay_updates`), so `record`'s own merge makes the row.
+    Item(Box<ItemBody>),
+}
+
+/// A session to create with a history.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub id: SessionId,
+    pub title: Option<String>,
+    pub tools_host: ToolsHost,
+    pub forked_from: Option<ForkedFrom>,
+}
+
+/// Creates `session` and appends `entries` in order, each with its event, through
+/// `conn` (the caller's write transaction).
+pub fn write_session(
+    conn: &Connection,
+    session: &NewSession,
+    entries: &[Entry],
+) -> Result<Session> {
+    super::queries::insert_session_as(
+        conn,
+        session.id,
+        session.title.as_deref(),
+        session.tools_host,
+        session.forked_from,
+    )?;
+    for entry in entries {
+        match entry {
+            Entry::Message(message, state) => {
+                super::queries::insert_message(conn, &session.id, message, *state)?;
+            }
+            Entry::Item(body) => {
+                super::turns::record(conn, &session.id, &crate::turns::replay_updates(body))?;
+            }
+        }
+    }
+    super::queries::get_session(conn, &session.id)
+}

@@ -1,0 +1,108 @@
+//! Full-text queries over the index that the V4 triggers keep (`search`, with
+//! `search_entries` naming what each text belongs to). This file only reads; the index
+//! is written by the triggers, in the transaction of the rows it follows, never here.
+
+use rusqlite::{Connection, params};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::ids::SessionId;
+
+/// Marks put around each matched term in a snippet: visible, and not HTML.
+pub const MATCH_START: &str = "[";
+pub const MATCH_END: &str = "]";
+
+/// One hit: the session, the message or recorded item the text belongs to (none for a
+/// session's title), where it came from, a snippet with the matches marked, and
+/// FTS5's bm25 rank (lower is better).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hit {
+    pub session_id: SessionId,
+    /// A message id, or a recorded item's id for agent text; `None` for a title.
+    pub message_id: Option<String>,
+    /// `title`, `message`, `agent_message` or `agent_thought`.
+    pub source: String,
+    pub snippet: String,
+    pub rank: f64,
+}
+
+/// Runs an FTS5 `query` (its own syntax: words, "phrases", AND/OR/NOT, prefix*),
+/// best-ranked first. A query FTS5 cannot parse is `Error::SearchQuery`, one line
+/// in FTS5's words, never the SQL around it.
+pub fn search(
+    conn: &Connection,
+    query: &str,
+    session: Option<&SessionId>,
+    limit: u32,
+) -> Result<Vec<Hit>> {
+    if query.trim().is_empty() {
+        return Err(Error::SearchQuery {
+            query: query.to_owned(),
+            reason: "the query is empty".to_owned(),
+        });
+    }
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT e.session_id, e.entry_id, e.source,
+                    snippet(search, 0, ?4, ?5, '…', 16), search.rank
+             FROM search JOIN search_entries e ON e.id = search.rowid
+             WHERE search MATCH ?1 AND (?2 IS NULL OR e.session_id = ?2)
+             ORDER BY search.rank, e.id LIMIT ?3",
+        )
+        .map_err(|e| Error::sqlite("prepare a search", e))?;
+    let fail = |e: rusqlite::Error| query_error(query, e);
+    let rows = stmt
+        .query_map(
+            params![
+                query,
+                session.map(|s| s.to_string()),
+                limit,
+                MATCH_START,
+                MATCH_END
+            ],
+            |row| {
+                let session: String = row.get(0)?;
+                let entry: String = row.get(1)?;
+                let source: String = row.get(2)?;
+                Ok((session, entry, source, row.get(3)?, row.get(4)?))
+            },
+        )
+        .map_err(fail)?;
+    let mut hits = Vec::new();
+    for row in rows {
+        let (session, entry, source, snippet, rank) = row.map_err(fail)?;
+        let session_id = session.parse().map_err(|e: crate::IdError| Error::Sqlite {
+            action: "read a search hit",
+            cause: rusqlite::Error::FromSqlConversionFailure(
+                0,
+                rusqlite::types::Type::Text,
+                e.to_string().into(),
+            ),
+        })?;
+        hits.push(Hit {
+            session_id,
+            message_id: (source != "title").then_some(entry),
+            source,
+            snippet,
+            rank,
+        });
+    }
+    Ok(hits)
+}
+
+/// The statement was prepared before the query ran, so a plain `SQLITE_ERROR` while
+/// stepping it is FTS5 refusing the query (`fts5: syntax error near ...`,
+/// `unterminated string`, `no such column: x` for `x:word`): the caller's query, told
+/// in FTS5's words. Anything else (busy, I/O, corruption) is the database's.
+fn query_error(query: &str, e: rusqlite::Error) -> Error {
+    match &e {
+        rusqlite::Error::SqliteFailure(f, Some(text)) if f.extended_code == 1 => {
+            Error::SearchQuery {
+                query: query.to_owned(),
+                reason: text.strip_prefix("fts5: ").unwrap_or(text).to_owned(),
+            }
+        }
+        _ => Error::sqlite("search", e),
+    }
+}

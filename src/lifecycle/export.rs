@@ -1,0 +1,343 @@
+//! `Store::export_archive` and `Store::export_markdown`: one session written to one
+//! file, either a self-contained tar archive (a JSON manifest first, then every
+//! attachment file as `files/<stored name>`) or a readable markdown transcript. The
+//! archive holds no path of this machine; the transcript names attachments by stored
+//! name only. The output is written beside its name and renamed into place, so a
+//! failed export leaves no partial file.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::Store;
+use crate::attachments::AttachmentUri;
+use crate::error::{Error, Result};
+use crate::ids::{ItemId, SessionId};
+use crate::model::{Event, Item, ItemBody, Message, Session};
+use crate::store::blocking;
+
+/// What the manifest's `format` says, so `import` knows the archive for one of ours.
+pub const ARCHIVE_FORMAT: &str = "sessionstore-archive";
+/// The manifest layout this build writes and reads.
+pub const ARCHIVE_VERSION: u32 = 1;
+/// The manifest's entry name; it is always the archive's first entry.
+pub const MANIFEST_NAME: &str = "manifest.json";
+/// Where attachment files sit in the archive: `files/<stored name>`.
+pub const FILES_DIR: &str = "files/";
+
+/// The archive's table of contents: the session, its rows and event log as this store
+/// reads them, and the files that follow with their sizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Manifest {
+    pub format: String,
+    pub version: u32,
+    pub session: Session,
+    pub messages: Vec<Message>,
+    pub items: Vec<ArchivedItem>,
+    pub events: Vec<Event>,
+    /// Every file the archive holds after the manifest, in archive order.
+    pub files: Vec<ArchivedFile>,
+    /// Stored names the messages refer to that no root had at export time: their
+    /// references travel, and degrade on dispatch as they did in the origin.
+    pub missing: Vec<String>,
+}
+
+/// A recorded item as its row holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ArchivedItem {
+    pub id: ItemId,
+    pub seq: i64,
+    pub kind: String,
+    /// The ACP JSON of the item, as the `body` column holds it.
+    pub body: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl ArchivedItem {
+    fn from_item(item: &Item) -> ArchivedItem {
+        ArchivedItem {
+            id: item.id,
+            seq: item.seq,
+            kind: item.body.kind().to_owned(),
+            body: item.body.to_json(),
+            created_at: item.created_at.clone(),
+            updated_at: item.updated_at.clone(),
+        }
+    }
+
+    /// The item back, for the session `session`; an `Err` names what does not parse.
+    pub fn to_item(&self, session: SessionId) -> std::result::Result<Item, String> {
+        Ok(Item {
+            id: self.id,
+            session_id: session,
+            seq: self.seq,
+            body: ItemBody::from_json(&self.kind, &self.body)?,
+            created_at: self.created_at.clone(),
+            updated_at: self.updated_at.clone(),
+        })
+    }
+}
+
+/// One attachment file in the archive: its stored name and size in bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchivedFile {
+    pub name: String,
+    pub size: u64,
+}
+
+/// What an export wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Exported {
+    pub session_id: SessionId,
+    pub messages: usize,
+    pub items: usize,
+    pub files: usize,
+    pub missing: Vec<String>,
+}
+
+impl Store {
+    /// Writes `session` to `out` as one tar archive: `manifest.json` (the session, its
+    /// messages, recorded items and event log, and the list of files), then each
+    /// attachment file the messages refer to, read the way dispatch reads it (the
+    /// configured root, then the legacy roots). A file no root has is listed as
+    /// missing; any other failed read fails the export, which then leaves nothing at
+    /// `out`. An existing `out` is replaced only once the new archive is complete.
+    pub async fn export_archive(&self, session: SessionId, out: PathBuf) -> Result<Exported> {
+        let snap = super::snapshot(self, session).await?;
+        let attachments = self.attachments.clone();
+        blocking(move || {
+            let names: BTreeSet<String> = snap
+                .messages
+                .iter()
+                .flat_map(|m| m.refs.iter().map(|r| r.uri.name().to_owned()))
+                .collect();
+            // Files are read twice (once for the sizes, once to write) rather than
+            // held together, so memory stays at one file whatever the session holds.
+            let mut files = Vec::new();
+            let mut missing = Vec::new();
+            for name in &names {
+                match attachments.download(&session, &AttachmentUri::new(session, name)) {
+                    Ok(d) => files.push(ArchivedFile {
+                        name: name.clone(),
+                        size: d.bytes.len() as u64,
+                    }),
+                    Err(e) if e.is_not_found() => missing.push(name.clone()),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let manifest = Manifest {
+                format: ARCHIVE_FORMAT.to_owned(),
+                version: ARCHIVE_VERSION,
+                session: snap.session.clone(),
+                messages: snap.messages.clone(),
+                items: snap.items.iter().map(ArchivedItem::from_item).collect(),
+                events: snap.events.clone(),
+                files,
+                missing,
+            };
+            write_replacing(&out, |file| {
+                let mut tar = tar::Builder::new(std::io::BufWriter::new(file));
+                let json =
+                    serde_json::to_vec_pretty(&manifest).expect("a manifest always serializes");
+                append(&mut tar, MANIFEST_NAME, &json)?;
+                for f in &manifest.files {
+                    let uri = AttachmentUri::new(session, &f.name);
+                    let d = attachments.download(&session, &uri).map_err(Error::from)?;
+                    if d.bytes.len() as u64 != f.size {
+                        return Err(Error::Io {
+                            path: out.clone(),
+                            cause: std::io::Error::other(format!(
+                                "attachment {uri} changed size while it was exported"
+                            )),
+                        });
+                    }
+                    append(&mut tar, &format!("{FILES_DIR}{}", f.name), &d.bytes)?;
+                }
+                let mut buffered = tar.into_inner().map_err(io_at(&out))?;
+                buffered.flush().map_err(io_at(&out))?;
+                Ok(())
+            })?;
+            Ok(Exported {
+                session_id: session,
+                messages: manifest.messages.len(),
+                items: manifest.items.len(),
+                files: manifest.files.len(),
+                missing: manifest.missing,
+            })
+        })
+        .await
+    }
+
+    /// Writes `session` to `out` as a markdown transcript for people: the title, then
+    /// each message and recorded item in history order. Attachments are listed by
+    /// stored name, never by path or URI, and no file is read.
+    pub async fn export_markdown(&self, session: SessionId, out: PathBuf) -> Result<Exported> {
+        let snap = super::snapshot(self, session).await?;
+        blocking(move || {
+            let text = markdown(&snap.session, &snap.messages, &snap.items);
+            write_replacing(&out, |mut file| {
+                file.write_all(text.as_bytes()).map_err(io_at(&out))
+            })?;
+            Ok(Exported {
+                session_id: session,
+                messages: snap.messages.len(),
+                items: snap.items.len(),
+                files: 0,
+                missing: vec![],
+            })
+        })
+        .await
+    }
+}
+
+fn io_at(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |cause| Error::Io {
+        path: path.to_owned(),
+        cause,
+    }
+}
+
+fn append<W: Write>(tar: &mut tar::Builder<W>, name: &str, bytes: &[u8]) -> Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_size(bytes.len() as u64);
+    header.set_mode(0o644);
+    header.set_mtime(0);
+    tar.append_data(&mut header, name, bytes)
+        .map_err(|cause| Error::Io {
+            path: PathBuf::from(name),
+            cause,
+        })
+}
+
+/// Writes a new file beside `out` with `write`, syncs it, and renames it over `out`;
+/// on any failure the temporary file is removed and `out` is left as it was.
+fn write_replacing(out: &Path, write: impl FnOnce(std::fs::File) -> Result<()>) -> Result<()> {
+    let file_name = out.file_name().ok_or_else(|| Error::Io {
+        path: out.to_owned(),
+        cause: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"),
+    })?;
+    let mut temp_name = std::ffi::OsString::from(".");
+    temp_name.push(file_name);
+    temp_name.push(format!(".{}.partial", uuid::Uuid::now_v7().simple()));
+    let temp = out.with_file_name(temp_name);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temp)
+        .map_err(io_at(out))?;
+    let result = file
+        .try_clone()
+        .map_err(io_at(out))
+        .and_then(write)
+        .and_then(|()| file.sync_all().map_err(io_at(out)))
+        .and_then(|()| std::fs::rename(&temp, out).map_err(io_at(out)));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result
+}
+
+/// The transcript: a heading per entry, the text as typed (an expansion or a
+/// transcript under its own label), attachments by name.
+pub fn markdown(session: &Session, messages: &[Message], items: &[Item]) -> String {
+    let mut out = String::new();
+    let title = session.title.as_deref().unwrap_or("(untitled)");
+    out.push_str(&format!("# {}\n\n", one_line(title)));
+    out.push_str(&format!(
+        "Session `{}`, created {}.\n",
+        session.id, session.created_at
+    ));
+    let mut entries: Vec<(i64, Entry<'_>)> = messages
+        .iter()
+        .map(|m| (m.seq, Entry::Message(m)))
+        .chain(items.iter().map(|i| (i.seq, Entry::Item(i))))
+        .collect();
+    entries.sort_by_key(|(seq, _)| *seq);
+    for (_, entry) in entries {
+        out.push('\n');
+        match entry {
+            Entry::Message(m) => {
+                let queued = if m.state == crate::model::Delivery::Queued {
+                    " (queued)"
+                } else {
+                    ""
+                };
+                out.push_str(&format!("## {}{queued}\n\n", m.role));
+                out.push_str(&m.display_text);
+                out.push('\n');
+                if let Some(expanded) = &m.model_text {
+                    out.push_str(&format!("\n*Expanded:*\n\n{expanded}\n"));
+                }
+                if let Some(transcript) = &m.transcript {
+                    out.push_str(&format!("\n*Transcript:*\n\n{transcript}\n"));
+                }
+                if !m.refs.is_empty() {
+                    out.push_str("\nAttachments:\n\n");
+                    for r in &m.refs {
+                        out.push_str(&format!(
+                            "- {} ({}, {} bytes)\n",
+                            one_line(&r.stored_name),
+                            r.mime_type,
+                            r.size
+                        ));
+                    }
+                }
+            }
+            Entry::Item(item) => out.push_str(&item_markdown(&item.body)),
+        }
+    }
+    out
+}
+
+enum Entry<'a> {
+    Message(&'a Message),
+    Item(&'a Item),
+}
+
+fn item_markdown(body: &ItemBody) -> String {
+    use agent_client_protocol_schema::v1::ContentBlock;
+    let text = |t: &crate::model::AgentText| {
+        t.content
+            .iter()
+            .map(|b| match b {
+                ContentBlock::Text(t) => t.text.clone(),
+                _ => "*(non-text content)*".to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    match body {
+        ItemBody::AgentMessage(t) => format!("## agent\n\n{}\n", text(t)),
+        ItemBody::AgentThought(t) => {
+            let quoted: Vec<String> = text(t).lines().map(|l| format!("> {l}")).collect();
+            format!("## agent (thinking)\n\n{}\n", quoted.join("\n"))
+        }
+        ItemBody::ToolCall(call) => format!(
+            "## tool call\n\n{} ({:?})\n",
+            one_line(&call.title),
+            call.status
+        ),
+        ItemBody::Plan(plan) => {
+            let lines: Vec<String> = plan
+                .entries
+                .iter()
+                .map(|e| format!("- {} ({:?})", one_line(&e.content), e.status))
+                .collect();
+            format!("## plan\n\n{}\n", lines.join("\n"))
+        }
+        ItemBody::Session(_) => format!("*({})*\n", body.kind().replace('_', " ")),
+    }
+}
+
+/// Headings and list entries are one line each.
+fn one_line(text: &str) -> String {
+    text.replace(['\n', '\r'], " ")
+}

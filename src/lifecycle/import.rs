@@ -1,0 +1,387 @@
+//! `Store::import_archive`: an archive made by `export` back as a new session. The
+//! archive is untrusted input: the whole of it is checked (entry types, names, sizes,
+//! the manifest against the files and against its own event log) before anything is
+//! written, and a refusal is one line with nothing written. Then the files go through
+//! the attachment store and the rows through one write; a failure removes the files.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::Store;
+use crate::attachments::{AttachmentUri, MAX_ATTACHMENT_BYTES, sanitize_name};
+use crate::db::copies::{self, Entry, NewSession};
+use crate::error::{Error, Result};
+use crate::ids::SessionId;
+use crate::model::{Item, Session};
+use crate::projection;
+use crate::store::blocking;
+
+use super::export::{ARCHIVE_FORMAT, ARCHIVE_VERSION, FILES_DIR, MANIFEST_NAME, Manifest};
+
+/// The largest manifest read: far above any real session's rows, and a bound on what
+/// a hostile archive can make the import hold.
+pub const MAX_MANIFEST_BYTES: u64 = 256 * 1024 * 1024;
+
+/// What an import made.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Imported {
+    pub session: Session,
+    /// The session id the archive was exported from.
+    pub original: SessionId,
+    pub files: usize,
+    pub missing: Vec<String>,
+}
+
+fn refused(reason: impl Into<String>) -> Error {
+    Error::ArchiveRefused {
+        reason: reason.into(),
+    }
+}
+
+impl Store {
+    /// Imports the archive at `path` as a new session: a new id, or the archive's own
+    /// with `keep_id` when no session has it yet. Files are placed in the new
+    /// session's folder under the configured root and every reference names the new
+    /// session's URIs. Nothing is written unless the whole archive checks out.
+    pub async fn import_archive(&self, path: PathBuf, keep_id: bool) -> Result<Imported> {
+        let checked = {
+            let path = path.clone();
+            blocking(move || check_archive(&path)).await?
+        };
+        let original = checked.manifest.session.id;
+        let id = if keep_id
+            && !self
+                .with_read(move |tx| crate::db::queries::session_exists(tx, &original))
+                .await?
+        {
+            original
+        } else {
+            SessionId::new()
+        };
+        let attachments = self.attachments.clone();
+        let db = self.db.clone();
+        blocking(move || {
+            let manifest = &checked.manifest;
+            let mut placed: Vec<AttachmentUri> = Vec::new();
+            let undo = |placed: &[AttachmentUri]| {
+                for uri in placed {
+                    attachments.discard(&id, uri);
+                }
+                attachments.remove_folder_if_empty(&id);
+            };
+            let result = (|| {
+                // The archive is read again to write the files one at a time; each
+                // entry must still be what the check saw.
+                let mut archive = open_archive(&path)?;
+                let mut entries = archive.entries().map_err(unreadable)?;
+                entries
+                    .next()
+                    .ok_or_else(|| refused("the archive changed"))?
+                    .map_err(unreadable)?;
+                for want in &manifest.files {
+                    let mut entry = entries
+                        .next()
+                        .ok_or_else(|| refused("the archive changed while it was imported"))?
+                        .map_err(unreadable)?;
+                    let name = entry_name(&entry)?;
+                    if name.strip_prefix(FILES_DIR) != Some(want.name.as_str())
+                        || entry.header().entry_type() != tar::EntryType::Regular
+                        || entry.size() != want.size
+                    {
+                        return Err(refused("the archive changed while it was imported"));
+                    }
+                    let bytes = read_capped(&mut entry, want.size)?;
+                    attachments.store_exact(&id, &want.name, &bytes)?;
+                    placed.push(AttachmentUri::new(id, &want.name));
+                }
+                let mut history: Vec<(i64, Entry)> = manifest
+                    .messages
+                    .iter()
+                    .map(|m| {
+                        (
+                            m.seq,
+                            Entry::Message(super::fork::rewritten(m, id), m.state),
+                        )
+                    })
+                    .collect();
+                history.extend(
+                    checked
+                        .items
+                        .iter()
+                        .map(|i| (i.seq, Entry::Item(Box::new(i.body.clone())))),
+                );
+                history.sort_by_key(|(seq, _)| *seq);
+                let history: Vec<Entry> = history.into_iter().map(|(_, e)| e).collect();
+                let new = NewSession {
+                    id,
+                    title: manifest.session.title.clone(),
+                    tools_host: manifest.session.tools_host,
+                    forked_from: None,
+                };
+                db.write(|tx| copies::write_session(tx, &new, &history))
+            })();
+            match result {
+                Ok(session) => Ok(Imported {
+                    session,
+                    original,
+                    files: manifest.files.len(),
+                    missing: manifest.missing.clone(),
+                }),
+                Err(e) => {
+                    undo(&placed);
+                    Err(e)
+                }
+            }
+        })
+        .await
+    }
+}
+
+/// An archive that passed every check, with its items parsed.
+struct Checked {
+    manifest: Manifest,
+    items: Vec<Item>,
+}
+
+fn open_archive(path: &Path) -> Result<tar::Archive<std::io::BufReader<std::fs::File>>> {
+    let file = std::fs::File::open(path).map_err(|cause| Error::Io {
+        path: path.to_owned(),
+        cause,
+    })?;
+    Ok(tar::Archive::new(std::io::BufReader::new(file)))
+}
+
+fn unreadable(e: std::io::Error) -> Error {
+    refused(format!("not a readable tar archive ({e})"))
+}
+
+/// The entry's name as stored, refused unless it is UTF-8, relative, and free of
+/// `..`, `.`, empty components and NUL.
+fn entry_name<R: Read>(entry: &tar::Entry<'_, R>) -> Result<String> {
+    let raw = entry.path_bytes();
+    let name = std::str::from_utf8(&raw)
+        .map_err(|_| {
+            refused(format!(
+                "entry name {:?} is not UTF-8",
+                String::from_utf8_lossy(&raw)
+            ))
+        })?
+        .to_owned();
+    if name.starts_with('/') {
+        return Err(refused(format!("entry {name:?} has an absolute name")));
+    }
+    if name.split('/').any(|c| c == "..") {
+        return Err(refused(format!("entry {name:?} climbs out with '..'")));
+    }
+    if name.contains('\0') || name.split('/').any(|c| c.is_empty() || c == ".") {
+        return Err(refused(format!("entry {name:?} is not a plain name")));
+    }
+    Ok(name)
+}
+
+/// Reads exactly `size` bytes of an entry (at most [`MAX_ATTACHMENT_BYTES`]).
+fn read_capped<R: Read>(entry: &mut R, size: u64) -> Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    entry
+        .take(size.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 != size {
+        return Err(refused("an entry is shorter than its header says"));
+    }
+    Ok(bytes)
+}
+
+/// Reads the whole archive once and checks it: the manifest comes first and is ours,
+/// every other entry is a regular file `files/<stored name>` listed in the manifest
+/// once, with the size it lists and within [`MAX_ATTACHMENT_BYTES`], every listed
+/// file is there, every reference names the archived session and a file it holds (or
+/// lists as missing), and the event log replays to the rows. Writes nothing.
+fn check_archive(path: &Path) -> Result<Checked> {
+    let mut archive = open_archive(path)?;
+    let mut entries = archive.entries().map_err(unreadable)?;
+    let mut first = match entries.next() {
+        Some(entry) => entry.map_err(unreadable)?,
+        None => return Err(refused("the archive is empty")),
+    };
+    check_type(&first)?;
+    let name = entry_name(&first)?;
+    if name != MANIFEST_NAME {
+        return Err(refused(format!(
+            "the first entry is {name:?}, not {MANIFEST_NAME}"
+        )));
+    }
+    if first.size() > MAX_MANIFEST_BYTES {
+        return Err(refused(format!(
+            "the manifest is {} bytes, over the {MAX_MANIFEST_BYTES}-byte limit",
+            first.size()
+        )));
+    }
+    let size = first.size();
+    let json = read_capped(&mut first, size)?;
+    let manifest: Manifest = serde_json::from_slice(&json)
+        .map_err(|e| refused(format!("the manifest does not parse: {e}")))?;
+    if manifest.format != ARCHIVE_FORMAT || manifest.version != ARCHIVE_VERSION {
+        return Err(refused(format!(
+            "the manifest is {} version {}, not {ARCHIVE_FORMAT} version {ARCHIVE_VERSION}",
+            manifest.format, manifest.version
+        )));
+    }
+    let mut listed: BTreeMap<&str, u64> = BTreeMap::new();
+    for f in &manifest.files {
+        check_stored_name(&f.name)?;
+        if f.size > MAX_ATTACHMENT_BYTES {
+            return Err(refused(format!(
+                "file {:?} is {} bytes, over the {MAX_ATTACHMENT_BYTES}-byte attachment limit",
+                f.name, f.size
+            )));
+        }
+        if listed.insert(&f.name, f.size).is_some() {
+            return Err(refused(format!("the manifest lists {:?} twice", f.name)));
+        }
+    }
+    let mut order = manifest.files.iter();
+    let mut seen = BTreeSet::new();
+    for entry in entries {
+        let mut entry = entry.map_err(unreadable)?;
+        check_type(&entry)?;
+        let name = entry_name(&entry)?;
+        let Some(stored) = name.strip_prefix(FILES_DIR) else {
+            return Err(refused(format!("entry {name:?} is not under {FILES_DIR}")));
+        };
+        if stored.contains('/') {
+            return Err(refused(format!("entry {name:?} is nested")));
+        }
+        check_stored_name(stored)?;
+        let Some(&size) = listed.get(stored) else {
+            return Err(refused(format!("entry {name:?} is not in the manifest")));
+        };
+        if !seen.insert(stored.to_owned()) {
+            return Err(refused(format!("entry {name:?} appears twice")));
+        }
+        if order.next().map(|f| f.name.as_str()) != Some(stored) {
+            return Err(refused(format!(
+                "entry {name:?} is not where the manifest lists it"
+            )));
+        }
+        if entry.size() > MAX_ATTACHMENT_BYTES {
+            return Err(refused(format!(
+                "entry {name:?} is {} bytes, over the {MAX_ATTACHMENT_BYTES}-byte attachment limit",
+                entry.size()
+            )));
+        }
+        if entry.size() != size {
+            return Err(refused(format!(
+                "entry {name:?} is {} bytes, and the manifest says {size}",
+                entry.size()
+            )));
+        }
+        let n = std::io::copy(&mut entry, &mut std::io::sink()).map_err(unreadable)?;
+        if n != size {
+            return Err(refused(format!("entry {name:?} is cut short")));
+        }
+    }
+    if let Some(absent) = manifest.files.iter().find(|f| !seen.contains(&f.name)) {
+        return Err(refused(format!(
+            "the manifest lists {:?}, which the archive does not hold",
+            absent.name
+        )));
+    }
+    let items = check_rows(&manifest, &listed)?;
+    Ok(Checked { manifest, items })
+}
+
+/// Only regular files: no links, devices, folders, FIFOs or archive-wide headers.
+fn check_type<R: Read>(entry: &tar::Entry<'_, R>) -> Result<()> {
+    let kind = entry.header().entry_type();
+    if kind == tar::EntryType::Regular {
+        return Ok(());
+    }
+    let what = match kind {
+        tar::EntryType::Symlink | tar::EntryType::Link => "a link",
+        tar::EntryType::Char | tar::EntryType::Block | tar::EntryType::Fifo => "a device",
+        tar::EntryType::Directory => "a folder",
+        _ => "not a regular file",
+    };
+    let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+    Err(refused(format!("entry {name:?} is {what}")))
+}
+
+/// A stored name is what the store's own sanitizer leaves as it is; anything else
+/// is a name this store could not have written.
+fn check_stored_name(name: &str) -> Result<()> {
+    if name.is_empty() || sanitize_name(name) != name {
+        return Err(refused(format!("{name:?} is not a safe stored name")));
+    }
+    Ok(())
+}
+
+/// The manifest's rows: every message of the archived session, every reference to
+/// that session's file held or listed missing, items that parse, and an event log
+/// that replays to exactly these rows.
+fn check_rows(manifest: &Manifest, listed: &BTreeMap<&str, u64>) -> Result<Vec<Item>> {
+    let session = manifest.session.id;
+    let missing: BTreeSet<&str> = manifest.missing.iter().map(String::as_str).collect();
+    for m in &manifest.messages {
+        if m.session_id != session {
+            return Err(refused(format!(
+                "message {} belongs to session {}, not {session}",
+                m.id, m.session_id
+            )));
+        }
+        for r in &m.refs {
+            if r.uri.session() != session || r.uri.name() != r.stored_name {
+                return Err(refused(format!(
+                    "message {} refers to {}, which is not a file of session {session}",
+                    m.id, r.uri
+                )));
+            }
+            if let Some(&size) = listed.get(r.stored_name.as_str())
+                && size != r.size
+            {
+                return Err(refused(format!(
+                    "message {} says {:?} is {} bytes, and the archive holds {size}",
+                    m.id, r.stored_name, r.size
+                )));
+            }
+            if !listed.contains_key(r.stored_name.as_str())
+                && !missing.contains(r.stored_name.as_str())
+            {
+                return Err(refused(format!(
+                    "message {} refers to {:?}, which the archive neither holds nor lists as missing",
+                    m.id, r.stored_name
+                )));
+            }
+        }
+    }
+    let items = manifest
+        .items
+        .iter()
+        .map(|i| i.to_item(session))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| refused(format!("an item does not parse: {e}")))?;
+    if manifest.events.iter().any(|e| e.session_id != session) {
+        return Err(refused("the event log names another session"));
+    }
+    let (expected, mut problems) = projection::replay(session, &manifest.events);
+    if let Some(expected) = &expected {
+        problems.extend(projection::compare(
+            &manifest.session,
+            &manifest.messages,
+            expected,
+        ));
+        problems.extend(projection::compare_items(
+            &manifest.session,
+            &items,
+            expected,
+        ));
+    }
+    if let Some(first) = problems.first() {
+        return Err(refused(format!(
+            "the manifest's rows disagree with its event log: {first}"
+        )));
+    }
+    Ok(items)
+}

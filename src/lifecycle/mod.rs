@@ -1,0 +1,52 @@
+//! Whole-session operations on a `Store`: fork (a new session from part of another,
+//! with its own files), export (one self-contained archive, or a readable markdown
+//! transcript) and import (an untrusted archive back as a new session). Everything
+//! they write goes through `db` write functions with their events and through the
+//! attachment store; nothing here runs SQL or opens an attachment file itself.
+
+pub mod export;
+pub mod fork;
+pub mod import;
+
+use crate::Store;
+use crate::db::{queries, turns};
+use crate::error::{Error, Result};
+use crate::ids::SessionId;
+use crate::model::{Event, Item, Message, Session};
+use crate::projection;
+
+/// A session's rows and its event log read in one snapshot, after checking that the
+/// rows are what the log says (the check restore makes): a fork or an export of a
+/// session edited behind its log would carry the damage somewhere `verify` of the
+/// origin could no longer point at it.
+pub(crate) struct Snapshot {
+    pub session: Session,
+    pub messages: Vec<Message>,
+    pub items: Vec<Item>,
+    pub events: Vec<Event>,
+}
+
+pub(crate) async fn snapshot(store: &Store, session: SessionId) -> Result<Snapshot> {
+    store
+        .with_read(move |tx| {
+            let current = queries::get_session(tx, &session)?;
+            let messages = queries::messages(tx, &session, None)?;
+            let items = turns::items(tx, &session)?;
+            let events = queries::events(tx, &session)?;
+            let (expected, mut problems) = projection::replay(session, &events);
+            if let Some(expected) = &expected {
+                problems.extend(projection::compare(&current, &messages, expected));
+                problems.extend(projection::compare_items(&current, &items, expected));
+            }
+            if !problems.is_empty() {
+                return Err(Error::LogMismatch { session, problems });
+            }
+            Ok(Snapshot {
+                session: current,
+                messages,
+                items,
+                events,
+            })
+        })
+        .await
+}
