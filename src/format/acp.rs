@@ -27,7 +27,7 @@ fn text_block(out: &mut impl Write, text: &str) -> io::Result<()> {
 
 fn attachment_block(out: &mut impl Write, a: &Attached) -> io::Result<()> {
     let p = &a.prepared;
-    let uri = p.uri.to_string();
+    let uri = p.uri_text();
     match &p.content {
         Content::Image(data) => {
             out.write_all(b"{\"type\":\"image\",\"data\":")?;
@@ -35,7 +35,7 @@ fn attachment_block(out: &mut impl Write, a: &Attached) -> io::Result<()> {
             out.write_all(b",\"mimeType\":")?;
             json(out, &p.mime)?;
             out.write_all(b",\"uri\":")?;
-            json(out, &uri)?;
+            json(out, uri)?;
         }
         Content::Text(text) => {
             out.write_all(b"{\"type\":\"resource\",\"resource\":{\"mimeType\":")?;
@@ -43,7 +43,7 @@ fn attachment_block(out: &mut impl Write, a: &Attached) -> io::Result<()> {
             out.write_all(b",\"text\":")?;
             json(out, &**text)?;
             out.write_all(b",\"uri\":")?;
-            json(out, &uri)?;
+            json(out, uri)?;
             out.write_all(b"}")?;
         }
         Content::Blob(blob) => {
@@ -52,7 +52,7 @@ fn attachment_block(out: &mut impl Write, a: &Attached) -> io::Result<()> {
             out.write_all(b",\"mimeType\":")?;
             json(out, &p.mime)?;
             out.write_all(b",\"uri\":")?;
-            json(out, &uri)?;
+            json(out, uri)?;
             out.write_all(b"}")?;
         }
     }
