@@ -17,6 +17,7 @@ pub mod error;
 pub mod focus;
 pub mod format;
 pub mod ids;
+pub mod lifecycle;
 pub mod model;
 pub mod openai;
 mod probe;

@@ -14,6 +14,7 @@ use serde::Serialize;
 use sessionstore::attachments::AttachmentUri;
 use sessionstore::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode};
 use sessionstore::format::{Format, StreamWriter};
+use sessionstore::lifecycle::{DeletionStatus, GcOptions, Progress, SessionCursor};
 use sessionstore::model::{Role, ToolsHost};
 use sessionstore::store::{Outgoing, Upload};
 use sessionstore::{Backup, Config, Error, MessageId, SessionId, Store, focus};
@@ -74,6 +75,9 @@ enum Command {
     Events(EventsArgs),
     /// Check the database's integrity and its tables against the event log
     Verify,
+    /// Remove, under the configured root, uploads no message refers to, deleted
+    /// sessions' folders and killed uploads' temporary files
+    Gc(GcArgs),
     /// Run the isolated Store → Session → OpenAI request probe
     #[cfg(feature = "probe")]
     Probe,
@@ -174,6 +178,17 @@ struct RestoreArgs {
 }
 
 #[derive(Args)]
+struct GcArgs {
+    /// Report what would be removed without removing anything
+    #[arg(long)]
+    dry_run: bool,
+    /// Keep files that changed more recently than this (like 24h, 90m, 7d, 0)
+    #[arg(long, value_name = "DURATION", default_value = "24h",
+          value_parser = sessionstore::lifecycle::parse_duration)]
+    grace: std::time::Duration,
+}
+
+#[derive(Args)]
 struct EventsArgs {
     #[arg(long, value_parser = parse_session)]
     session: SessionId,
@@ -255,8 +270,25 @@ enum SessionCommand {
         #[arg(long, default_value = "local", value_parser = parse_tools_host())]
         tools_host: ToolsHost,
     },
-    /// List sessions
-    List,
+    /// List sessions, most recently updated first, a page at a time
+    List {
+        /// How many sessions a page holds
+        #[arg(long, value_name = "N", default_value_t = sessionstore::lifecycle::DEFAULT_PAGE as u64,
+              value_parser = clap::value_parser!(u64).range(1..=sessionstore::lifecycle::MAX_PAGE as u64))]
+        limit: u64,
+        /// Where the page starts: a nextCursor value as a previous page printed it
+        #[arg(long, value_name = "C", value_parser = parse_cursor)]
+        cursor: Option<SessionCursor>,
+    },
+    /// Delete sessions: their rows and events (leaving a tombstone) and their folder
+    /// under the configured root; files in legacy roots are reported and left
+    Delete {
+        #[arg(required = true, value_name = "ID", value_parser = parse_session)]
+        ids: Vec<SessionId>,
+        /// Report what would go without changing anything
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Show a session and its messages
     Show {
         #[arg(value_parser = parse_session)]
@@ -275,6 +307,11 @@ fn parse_tools_host() -> impl clap::builder::TypedValueParser<Value = ToolsHost>
 fn parse_send_role() -> impl clap::builder::TypedValueParser<Value = Role> {
     use clap::builder::TypedValueParser;
     clap::builder::PossibleValuesParser::new(["user", "assistant"]).try_map(|s| s.parse::<Role>())
+}
+
+fn parse_cursor(text: &str) -> Result<SessionCursor, String> {
+    text.parse()
+        .map_err(|e: sessionstore::lifecycle::CursorError| e.to_string())
 }
 
 fn parse_session(text: &str) -> Result<SessionId, String> {
@@ -460,7 +497,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Session(SessionCommand::New { title, tools_host }) => {
             session_new(config, json, title, tools_host).await?
         }
-        Command::Session(SessionCommand::List) => session_list(config, json).await?,
+        Command::Session(SessionCommand::List { limit, cursor }) => {
+            session_list(config, json, limit as usize, cursor).await?
+        }
+        Command::Session(SessionCommand::Delete { ids, dry_run }) => {
+            session_delete(config, json, ids, dry_run).await?
+        }
+        Command::Gc(args) => gc(config, json, args).await?,
         Command::Session(SessionCommand::Show { id }) => session_show(config, json, id).await?,
         Command::Attach(args) => attach(config, json, args).await?,
         Command::Send(args) => send(config, json, args).await?,
@@ -530,20 +573,160 @@ async fn session_new(
     }
 }
 
-async fn session_list(config: Config, json: bool) -> Result<()> {
+async fn session_list(
+    config: Config,
+    json: bool,
+    limit: usize,
+    cursor: Option<SessionCursor>,
+) -> Result<()> {
     // Listing never creates a database: with none yet, there is nothing to list.
-    let sessions = match Store::open_read_only(config).await {
-        Ok(store) => store.list_sessions().await?,
-        Err(Error::NoDatabase(_)) => vec![],
+    let page = match Store::open_read_only(config).await {
+        Ok(store) => store.list_sessions_page(limit, cursor).await?,
+        Err(Error::NoDatabase(_)) => sessionstore::lifecycle::SessionPage {
+            sessions: vec![],
+            next_cursor: None,
+        },
         Err(e) => return Err(e.into()),
     };
     if json {
-        return print_json(&sessions);
+        return print_json(&page);
     }
-    for s in &sessions {
-        emit(&format!("{}  {}  {}", s.id, s.tools_host, title(s)))?;
+    let mut lines: Vec<String> = page
+        .sessions
+        .iter()
+        .map(|s| {
+            format!(
+                "{}  {}  {}  {} messages  {} bytes  {}",
+                s.id,
+                s.updated_at,
+                s.tools_host,
+                s.messages,
+                s.attachment_bytes,
+                terminal_safe(s.title.as_deref().unwrap_or("(untitled)"))
+            )
+        })
+        .collect();
+    if let Some(next) = &page.next_cursor {
+        lines.push(format!("next page: --cursor {next}"));
     }
-    Ok(())
+    if lines.is_empty() {
+        return Ok(());
+    }
+    emit(&lines.join("\n"))
+}
+
+async fn session_delete(
+    config: Config,
+    json: bool,
+    ids: Vec<SessionId>,
+    dry_run: bool,
+) -> Result<()> {
+    let store = if dry_run {
+        Store::open_read_only(config).await?
+    } else {
+        Store::open_existing(config).await?
+    };
+    let report = store
+        .delete_sessions_with(ids, dry_run, terminal_progress())
+        .await?;
+    if json {
+        return print_json(&report);
+    }
+    let mut lines = Vec::new();
+    for s in &report.sessions {
+        let what = format!(
+            "{} messages, {} items, {} events, {} files ({} bytes)",
+            s.messages, s.items, s.events, s.files, s.bytes
+        );
+        lines.push(match s.status {
+            DeletionStatus::Deleted => format!("deleted {}: {what}", s.id),
+            DeletionStatus::WouldDelete => format!("would delete {}: {what}", s.id),
+            DeletionStatus::AlreadyDeleted => format!(
+                "{} was already deleted{}",
+                s.id,
+                s.deleted_at
+                    .as_deref()
+                    .map(|at| format!(" at {at}"))
+                    .unwrap_or_default()
+            ),
+        });
+        for path in &s.legacy_files {
+            lines.push(format!(
+                "  left in a legacy root (read-only to the store): {}",
+                terminal_safe(&path.display().to_string())
+            ));
+        }
+    }
+    if !report.erased {
+        lines.push(
+            "note: a reader kept the write-ahead log busy; its copy of the deleted rows \
+             goes at the next checkpoint"
+                .to_owned(),
+        );
+    }
+    emit(&lines.join("\n"))
+}
+
+async fn gc(config: Config, json: bool, args: GcArgs) -> Result<()> {
+    let store = if args.dry_run {
+        Store::open_read_only(config).await?
+    } else {
+        Store::open_existing(config).await?
+    };
+    let report = store
+        .gc(GcOptions {
+            dry_run: args.dry_run,
+            grace: args.grace,
+            progress: terminal_progress(),
+        })
+        .await?;
+    if json {
+        return print_json(&report);
+    }
+    emit(&format!(
+        "{} {} unreferenced uploads ({} bytes), {} folders of deleted sessions ({} files, \
+         {} bytes), {} upload leftovers ({} bytes): {} files, {} bytes in all; left {} \
+         entries alone",
+        if report.dry_run {
+            "would remove"
+        } else {
+            "removed"
+        },
+        report.unreferenced.files,
+        report.unreferenced.bytes,
+        report.deleted_session_folders,
+        report.deleted_sessions.files,
+        report.deleted_sessions.bytes,
+        report.leftovers.files,
+        report.leftovers.bytes,
+        report.total.files,
+        report.total.bytes,
+        report.skipped
+    ))
+}
+
+/// Progress on stderr for a command that runs longer than a second, drawn only on a
+/// terminal (nothing when stderr is a file or a pipe) and cleared when it ends.
+fn terminal_progress() -> Progress {
+    use std::io::IsTerminal;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !std::io::stderr().is_terminal() {
+        return Progress::none();
+    }
+    let start = std::time::Instant::now();
+    let drawn = AtomicBool::new(false);
+    Progress::new(move |step| {
+        let mut err = std::io::stderr().lock();
+        if step.done >= step.total {
+            if drawn.load(Ordering::Relaxed) {
+                let _ = write!(err, "\r\x1b[2K");
+            }
+        } else if start.elapsed() >= std::time::Duration::from_secs(1) {
+            drawn.store(true, Ordering::Relaxed);
+            let _ = write!(err, "\r\x1b[2K{} {}/{}", step.what, step.done, step.total);
+        }
+        let _ = err.flush();
+    })
 }
 
 async fn session_show(config: Config, json: bool, id: SessionId) -> Result<()> {

@@ -496,7 +496,9 @@ mod tests {
 
     fn with_v3(sql: &str) -> Vec<Migration> {
         let mut migrations = embedded();
-        migrations.push(Migration::unapplied("V3__test_only", sql).expect("a valid name"));
+        // One past the newest embedded migration, whatever that is.
+        let next = format!("V{}__test_only", latest_version() + 1);
+        migrations.push(Migration::unapplied(&next, sql).expect("a valid name"));
         migrations
     }
 
@@ -519,7 +521,7 @@ mod tests {
         path
     }
 
-    /// Upgrades the database at `path` to the embedded V2, which adds the items table.
+    /// Upgrades the database at `path` to the newest embedded schema (V2 adds the items table).
     fn upgrade(path: &Path, backup: Backup) -> (Connection, MigrationReport) {
         let mut conn = open_checked(path).unwrap();
         let migrations = embedded();
@@ -560,9 +562,9 @@ mod tests {
         let (conn, report) = upgrade(&path, Backup::Make);
         let copy = dir.path().join("sessions.db.v1.bak");
         assert_eq!(report.backup.as_deref(), Some(copy.as_path()));
-        assert_eq!(report.applied, ["V2__turn_items"]);
-        assert_eq!(report.current, 2);
-        assert_eq!(versions(&conn), [1, 2]);
+        assert_eq!(report.applied, ["V2__turn_items", "V3__tombstones"]);
+        assert_eq!(report.current, 3);
+        assert_eq!(versions(&conn), [1, 2, 3]);
 
         let old = Connection::open_with_flags(&copy, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
         let ok: String = old
@@ -608,7 +610,7 @@ mod tests {
         let path = v1_with_a_session(dir.path());
         let (_, report) = upgrade(&path, Backup::Skip);
         assert_eq!(report.backup, None);
-        assert_eq!(report.applied, ["V2__turn_items"]);
+        assert_eq!(report.applied, ["V2__turn_items", "V3__tombstones"]);
         assert!(
             !names(dir.path()).iter().any(|n| n.contains(".bak")),
             "{:?}",
@@ -656,7 +658,7 @@ mod tests {
         assert_eq!(
             versions(&conn),
             [1],
-            "V2, which succeeded, is rolled back too"
+            "V2 and V3, which succeeded, are rolled back too"
         );
         drop(conn);
         assert_eq!(

@@ -32,7 +32,7 @@ fn with_no_flags_everything_lives_in_the_data_directory() {
         .args(["migrate", "--json"])
         .output()
         .unwrap();
-    assert_eq!(json(&out)["current"], 2);
+    assert_eq!(json(&out)["current"], 3);
     let out = bin(home.path())
         .args(["session", "new", "--title", "x", "--json"])
         .output()
@@ -105,7 +105,7 @@ fn empty_environment_variables_count_as_unset() {
         .env("SESSIONSTORE_LEGACY_ROOTS", "")
         .output()
         .unwrap();
-    assert_eq!(json(&out)["current"], 2);
+    assert_eq!(json(&out)["current"], 3);
     assert!(
         home.path()
             .join(".local/share/sessionstore/sessions.db")
@@ -118,7 +118,10 @@ fn commands_that_only_read_never_create_a_database() {
     let dir = tempfile::tempdir().unwrap();
     let ghost = sessionstore::SessionId::new().to_string();
     let out = crate::support::run_in(dir.path(), &["session", "list", "--json"]);
-    assert_eq!(json(&out), serde_json::json!([]));
+    assert_eq!(
+        json(&out),
+        serde_json::json!({"sessions": [], "nextCursor": null})
+    );
     for args in [
         &["verify"][..],
         &["events", "--session", &ghost],

@@ -72,7 +72,7 @@ fn the_v1_fixture_restores_from_moved_roots() {
         .unwrap();
     assert_eq!(
         json(&migrated)["applied"],
-        serde_json::json!(["V2__turn_items"])
+        serde_json::json!(["V2__turn_items", "V3__tombstones"])
     );
     let out = bin(dir.path())
         .args([
@@ -206,7 +206,10 @@ fn upgrading_the_v1_fixture_keeps_a_backup_that_opens_as_the_v1_database_it_was(
     assert!(!out.status.success());
     assert!(crate::support::stderr(&out).contains("sessionstore migrate"));
     let report = json(&run_in(dir.path(), &["migrate", "--json"]));
-    assert_eq!(report["applied"], serde_json::json!(["V2__turn_items"]));
+    assert_eq!(
+        report["applied"],
+        serde_json::json!(["V2__turn_items", "V3__tombstones"])
+    );
     let backup = PathBuf::from(report["backup"].as_str().unwrap());
     assert_eq!(backup, dir.path().join("sessions.db.v1.bak"));
     assert_eq!((schema(&backup), v1_rows(&backup)), before);
@@ -220,6 +223,8 @@ fn upgrading_the_v1_fixture_keeps_a_backup_that_opens_as_the_v1_database_it_was(
 fn the_v2_fixture_holds_a_whole_turn_in_history_order() {
     let dir = tempfile::tempdir().unwrap();
     copy_tree(&fixture("v2"), dir.path());
+    // Reading commands never upgrade: the V2 database is migrated first, as a user would.
+    json(&run_in(dir.path(), &["migrate", "--json"]));
     let report = json(&run_in(dir.path(), &["verify", "--json"]));
     assert_eq!(report["items"], 9, "{report}");
     let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();

@@ -6,6 +6,7 @@ mod attachments;
 mod cli;
 mod dispatch;
 mod fixtures;
+mod lifecycle;
 mod migrate;
 mod opening;
 #[cfg(feature = "probe")]

@@ -33,9 +33,9 @@ fn fresh_database_is_migrated_to_latest() {
     let report = json(&run_in(dir.path(), &["migrate", "--json"]));
     assert_eq!(
         report["applied"],
-        serde_json::json!(["V1__initial_schema", "V2__turn_items"])
+        serde_json::json!(["V1__initial_schema", "V2__turn_items", "V3__tombstones"])
     );
-    assert_eq!(report["current"], 2);
+    assert_eq!(report["current"], 3);
     let names = tables(&dir.path().join("sessions.db"));
     for t in [
         "sessions",
@@ -55,8 +55,8 @@ fn migrating_twice_applies_nothing_the_second_time() {
     json(&run_in(dir.path(), &["migrate", "--json"]));
     let again = json(&run_in(dir.path(), &["migrate", "--json"]));
     assert_eq!(again["applied"], serde_json::json!([]));
-    assert_eq!(again["current"], 2);
-    assert_eq!(history_rows(&dir.path().join("sessions.db")).len(), 2);
+    assert_eq!(again["current"], 3);
+    assert_eq!(history_rows(&dir.path().join("sessions.db")).len(), 3);
 }
 
 #[test]
@@ -66,7 +66,7 @@ fn dry_run_reports_pending_and_creates_nothing() {
     assert_eq!(report["applied"], serde_json::json!([]));
     assert_eq!(
         report["pending"],
-        serde_json::json!(["V1__initial_schema", "V2__turn_items"])
+        serde_json::json!(["V1__initial_schema", "V2__turn_items", "V3__tombstones"])
     );
     assert_eq!(report["current"], 0);
     assert!(!dir.path().join("sessions.db").exists());
@@ -91,7 +91,7 @@ fn newer_schema_is_refused_and_left_unchanged() {
         let conn = rusqlite::Connection::open(&db).unwrap();
         conn.execute(
             "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
-             VALUES (3, 'from_the_future', '2030-01-01T00:00:00Z', '1')",
+             VALUES (99, 'from_the_future', '2030-01-01T00:00:00Z', '1')",
             [],
         )
         .unwrap();
@@ -104,7 +104,7 @@ fn newer_schema_is_refused_and_left_unchanged() {
     ] {
         let err = assert_one_line_error(&run_in(dir.path(), args));
         assert!(err.contains("newer"), "{err}");
-        assert!(err.contains("V3__from_the_future"), "{err}");
+        assert!(err.contains("V99__from_the_future"), "{err}");
         assert_eq!(
             std::fs::read(&db).unwrap(),
             before,
@@ -225,14 +225,15 @@ fn concurrent_migrate_processes_both_succeed_and_apply_once() {
         for out in &outs {
             let report = json(out);
             applied += report["applied"].as_array().unwrap().len();
-            assert_eq!(report["current"], 2);
+            assert_eq!(report["current"], 3);
         }
-        assert_eq!(applied, 2, "exactly one process applied V1 and V2");
+        assert_eq!(applied, 3, "exactly one process applied V1, V2 and V3");
         assert_eq!(
             history_rows(&db),
             vec![
                 (1, "initial_schema".to_owned()),
-                (2, "turn_items".to_owned())
+                (2, "turn_items".to_owned()),
+                (3, "tombstones".to_owned())
             ]
         );
     }
@@ -293,7 +294,7 @@ fn processes_that_create_a_database_at_once_all_succeed() {
             json(&child.wait_with_output().unwrap());
         }
         let db = dir.path().join("sessions.db");
-        assert_eq!(history_rows(&db).len(), 2);
+        assert_eq!(history_rows(&db).len(), 3);
         let conn = rusqlite::Connection::open(&db).unwrap();
         let sessions: i64 = conn
             .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))

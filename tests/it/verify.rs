@@ -150,9 +150,9 @@ async fn hole_5_verify_names_each_way_the_schema_differs_from_the_migrations() {
     assert!(!ok, "{out}");
     for expected in [
         "schema: trigger events_no_delete (on events) is missing",
-        "schema: trigger events_no_update differs from the version-2 schema",
+        "schema: trigger events_no_update differs from the version-3 schema",
         "schema: index messages_queued (on messages) is missing",
-        "schema: index sessions_by_title is not in the version-2 schema",
+        "schema: index sessions_by_title is not in the version-3 schema",
         "4 problems",
     ] {
         assert!(out.contains(expected), "{expected:?} not in {out}");
@@ -170,7 +170,7 @@ async fn a_changed_table_is_a_schema_problem_and_layout_is_not() {
     let (ok, out) = verify_cli(dir.path());
     assert!(!ok, "{out}");
     assert!(
-        out.contains("schema: table sessions differs from the version-2 schema"),
+        out.contains("schema: table sessions differs from the version-3 schema"),
         "{out}"
     );
 
