@@ -735,8 +735,31 @@ pub fn dispatch_parts(
     } else {
         vec![]
     };
+    warn_if_degraded(&message, &reads, mode);
     let parts = to_parts(&message, &reads, placement, mode)?;
     Ok(ModelMessage { message, parts })
+}
+
+/// Logs one line per message that a degrading dispatch left references out of, naming
+/// what was left out and why; a strict dispatch reports the same as its error instead.
+fn warn_if_degraded(message: &Message, reads: &Reads, mode: Mode) {
+    if mode != Mode::Degrade {
+        return;
+    }
+    let left_out: Vec<String> = reads
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .map(|u| format!("{} ({})", json_escaped(&u.name), u.reason))
+        .collect();
+    if !left_out.is_empty() {
+        tracing::warn!(
+            "message {} was dispatched without {} unreadable attachment{}: {}",
+            message.id,
+            left_out.len(),
+            if left_out.len() == 1 { "" } else { "s" },
+            left_out.join("; ")
+        );
+    }
 }
 
 /// IO then conversion, for one message.
@@ -752,6 +775,7 @@ pub fn dispatch(
     } else {
         vec![]
     };
+    warn_if_degraded(message, &reads, mode);
     to_blocks(message, &reads, placement, mode)
 }
 

@@ -31,7 +31,7 @@ pub enum Error {
         owner: SessionId,
         session: SessionId,
     },
-    #[error("message {message} is a {role} message; dispatch is for user messages")]
+    #[error("message {message} is {} {role} message; dispatch is for user messages", article(*role))]
     NotUserMessage { message: MessageId, role: Role },
     /// A mid-turn message waits for a drain; a dispatch does not take it.
     #[error("message {message} is queued mid-turn; drain delivers it")]
@@ -83,7 +83,7 @@ pub enum Error {
     },
     #[error("cannot attach {path}: not a regular file")]
     NotRegularFile { path: PathBuf },
-    #[error("cannot attach {path}: it is {size} bytes, over the {limit}-byte limit")]
+    #[error("cannot attach {path}: it is {}", crate::attachments::over_limit(*size, *limit))]
     FileTooLarge {
         path: PathBuf,
         size: u64,
@@ -117,7 +117,7 @@ pub enum Error {
     RootNotUtf8 { root: PathBuf },
 
     // The database.
-    #[error("session {session} does not restore: {}; run `sessionstore verify` for the full report", problems.join("; "))]
+    #[error("session {session} does not restore: {}; run `sessionstore verify` for the full report", without_session(*session, problems))]
     LogMismatch {
         session: SessionId,
         problems: Vec<String>,
@@ -173,6 +173,24 @@ pub enum Error {
     Pool(#[source] r2d2::Error),
     #[error("background task failed: {0}")]
     Task(String),
+}
+
+/// "a user", "an assistant".
+fn article(role: Role) -> &'static str {
+    match role {
+        Role::Assistant => "an",
+        _ => "a",
+    }
+}
+
+/// The log's problems name their session, which the message has already named once.
+fn without_session(session: SessionId, problems: &[String]) -> String {
+    let named = format!("session {session}: ");
+    problems
+        .iter()
+        .map(|p| p.strip_prefix(&named).unwrap_or(p))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl From<r2d2::Error> for Error {

@@ -30,7 +30,7 @@ pub struct EventSeq(pub i64);
 
 /// Why an id string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {kind} id {input:?}: expected a hyphenated UUID")]
+#[error("invalid {kind} id {input:?}: expected a hyphenated lower-case UUID")]
 pub struct IdError {
     pub kind: &'static str,
     pub input: String,

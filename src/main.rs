@@ -1,29 +1,37 @@
-//! The `sessionstore` command line: argument parsing, configuration from flags and
-//! environment, and printing. All behaviour lives in the library; errors become one
-//! line on stderr and a non-zero exit, and arguments are checked before any database
-//! is opened, so a refused command writes nothing.
+//! The `sessionstore` command line: argument types, and one function per command.
+//! All behaviour lives in the library; `cli/` holds the command groups, output,
+//! errors and logs. Errors become one line on stderr and a non-zero exit, and
+//! arguments are checked before any database is opened, so a refused command writes
+//! nothing.
 
-use std::io::Write;
-use std::path::PathBuf;
+mod cli;
+
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use serde::Serialize;
+use std::io::Write;
 
-use sessionstore::attachments::AttachmentUri;
+use anyhow::{Context, Result};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+
+use cli::attachment::{AttachArgs, AttachmentCommand};
+use cli::errors::EXIT_CODES;
+#[cfg(feature = "probe")]
+use cli::errors::Usage;
+use cli::output::{count, emit, print_json, terminal_line};
+use cli::paths::Global;
+use cli::send::SendArgs;
+use cli::session::SessionCommand;
+use cli::{parse_message, parse_session};
 use sessionstore::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode};
 use sessionstore::format::{Format, StreamWriter};
-use sessionstore::lifecycle::{DeletionStatus, GcOptions, Progress, SessionCursor};
-use sessionstore::model::{Role, ToolsHost};
-use sessionstore::store::{Outgoing, Upload};
 use sessionstore::{Backup, Config, Error, MessageId, SessionId, Store, focus};
 
 #[derive(Parser)]
 #[command(
     name = "sessionstore",
     version,
-    about = "The backing store of an agent daemon's restorable sessions"
+    about = "The backing store of an agent daemon's restorable sessions",
+    after_help = EXIT_CODES
 )]
 struct Cli {
     #[command(flatten)]
@@ -32,53 +40,51 @@ struct Cli {
     command: Command,
 }
 
-/// Flags every command takes. Their environment variables are read by `Global::config`
-/// rather than by clap, so that an empty variable counts as unset.
-#[derive(Args)]
-struct Global {
-    /// The SQLite database file [env: SESSIONSTORE_DB] [default: <data dir>/sessions.db]
-    #[arg(long, global = true, value_name = "PATH")]
-    db: Option<PathBuf>,
-    /// Where new uploads are written [env: SESSIONSTORE_ATTACHMENTS_ROOT]
-    /// [default: <data dir>/attachments]
-    #[arg(long, global = true, value_name = "DIR")]
-    attachments_root: Option<PathBuf>,
-    /// An older, read-only attachment root, tried after the configured one (repeatable)
-    /// [env: SESSIONSTORE_LEGACY_ROOTS, colon-separated]
-    #[arg(long = "legacy-root", global = true, value_name = "DIR")]
-    legacy_roots: Vec<PathBuf>,
-    /// Print machine-readable JSON
-    #[arg(long, global = true)]
-    json: bool,
-}
-
 #[derive(Subcommand)]
 enum Command {
-    /// Apply pending schema migrations
+    /// Apply pending schema migrations, and say which database
     Migrate(MigrateArgs),
-    /// Create, list and show sessions
+    /// Create, list, show and rename sessions
     #[command(subcommand)]
     Session(SessionCommand),
     /// Store files as attachments of a session
     Attach(AttachArgs),
+    /// List a session's attachments, or write one out
+    #[command(subcommand)]
+    Attachment(AttachmentCommand),
     /// Persist a message with its attachment references
     Send(SendArgs),
     /// Record the agent's side of a turn: ACP session updates from stdin, one JSON a line
     Record(RecordArgs),
-    /// Print what the model gets for one user message (default: the latest delivered)
+    /// Print what the model gets for one user message (default: the latest delivered);
+    /// always JSON, so --json changes nothing
     Dispatch(DispatchArgs),
-    /// Deliver the queued mid-turn messages, in order, and mark them delivered
+    /// Deliver the queued mid-turn messages, in order, and mark them delivered; always
+    /// JSON, so --json changes nothing
     Drain(DrainArgs),
-    /// Open a session in a fresh store and print its model-bound history
+    /// Open a session in a fresh store and print its model-bound history; always JSON,
+    /// so --json changes nothing
     Restore(RestoreArgs),
-    /// Print a session's event log, one JSON object a line
+    /// Print a session's event log, one JSON object a line (--json changes nothing)
     Events(EventsArgs),
     /// Check the database's integrity and its tables against the event log
     Verify,
     /// Remove, under the configured root, uploads no message refers to, deleted
     /// sessions' folders and killed uploads' temporary files
-    Gc(GcArgs),
-    /// Run the isolated Store → Session → OpenAI request probe
+    Gc(cli::lifecycle::GcArgs),
+    /// Print where the database and attachment roots are, and where each setting came
+    /// from (flag, environment or default)
+    Paths,
+    /// Print a shell completion script: source it, or install it where your shell
+    /// looks for completions
+    Completions {
+        /// The shell to complete for
+        #[arg(value_enum, value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Run the isolated Store → Session → OpenAI request probe, in a temporary
+    /// directory of its own: --db, --attachments-root, --legacy-root and their
+    /// variables do not apply, and the flags are refused
     #[cfg(feature = "probe")]
     Probe,
 }
@@ -94,49 +100,9 @@ struct MigrateArgs {
 }
 
 #[derive(Args)]
-struct AttachArgs {
-    #[arg(long, value_parser = parse_session)]
-    session: SessionId,
-    /// The upload's own name, for a single file
-    #[arg(long)]
-    name: Option<String>,
-    #[arg(required = true, value_name = "FILE")]
-    files: Vec<PathBuf>,
-}
-
-#[derive(Args)]
-struct SendArgs {
-    #[arg(long, value_parser = parse_session)]
-    session: SessionId,
-    /// What the user typed (display text)
-    #[arg(long)]
-    text: String,
-    /// An attachment URI, as `attach` printed it (repeatable)
-    #[arg(long = "attach", value_name = "URI")]
-    attach: Vec<String>,
-    /// Queue the message mid-turn; `drain` delivers it
-    #[arg(long)]
-    mid_turn: bool,
-    /// The custom-command expansion the model gets instead of the text
-    #[arg(long, value_name = "TEXT")]
-    expanded: Option<String>,
-    /// An audio transcription that came with the message
-    #[arg(long, value_name = "TEXT")]
-    transcript: Option<String>,
-    /// System prompts are the daemon's, not a user's to store, so `system` is not taken
-    #[arg(long, default_value = "user", value_parser = parse_send_role())]
-    role: Role,
-}
-
-#[derive(Args)]
-struct RecordArgs {
-    #[arg(long, value_parser = parse_session)]
-    session: SessionId,
-}
-
-#[derive(Args)]
 struct DispatchArgs {
-    #[arg(long, value_parser = parse_session)]
+    /// The session whose message to dispatch
+    #[arg(long, value_name = "ID", value_parser = parse_session)]
     session: SessionId,
     /// A message id as printed by `send` (the id, or the whole `{"id": ...}`)
     #[arg(long, value_parser = parse_message)]
@@ -144,6 +110,7 @@ struct DispatchArgs {
     /// Fail on an unreadable attachment instead of leaving it out
     #[arg(long)]
     strict: bool,
+    /// What to print
     #[arg(long, value_enum, default_value_t = DispatchFormat::Acp)]
     format: DispatchFormat,
     #[command(flatten)]
@@ -152,10 +119,13 @@ struct DispatchArgs {
 
 #[derive(Args)]
 struct DrainArgs {
-    #[arg(long, value_parser = parse_session)]
+    /// The session whose queued messages to deliver
+    #[arg(long, value_name = "ID", value_parser = parse_session)]
     session: SessionId,
+    /// Fail, delivering nothing, on an unreadable attachment instead of leaving it out
     #[arg(long)]
     strict: bool,
+    /// What to print
     #[arg(long, value_enum, default_value_t = DrainFormat::Acp)]
     format: DrainFormat,
     #[command(flatten)]
@@ -164,8 +134,10 @@ struct DrainArgs {
 
 #[derive(Args)]
 struct RestoreArgs {
-    #[arg(long, value_parser = parse_session)]
+    /// The session to restore
+    #[arg(long, value_name = "ID", value_parser = parse_session)]
     session: SessionId,
+    /// What to print
     #[arg(long, value_enum, default_value_t = RestoreFormat::Acp)]
     format: RestoreFormat,
     #[command(flatten)]
@@ -178,19 +150,9 @@ struct RestoreArgs {
 }
 
 #[derive(Args)]
-struct GcArgs {
-    /// Report what would be removed without removing anything
-    #[arg(long)]
-    dry_run: bool,
-    /// Keep files that changed more recently than this (like 24h, 90m, 7d, 0)
-    #[arg(long, value_name = "DURATION", default_value = "24h",
-          value_parser = sessionstore::lifecycle::parse_duration)]
-    grace: std::time::Duration,
-}
-
-#[derive(Args)]
 struct EventsArgs {
-    #[arg(long, value_parser = parse_session)]
+    /// The session whose events to print
+    #[arg(long, value_name = "ID", value_parser = parse_session)]
     session: SessionId,
 }
 
@@ -260,200 +222,11 @@ impl From<RestoreFormat> for Format {
     }
 }
 
-#[derive(Subcommand)]
-enum SessionCommand {
-    /// Create a session
-    New {
-        #[arg(long)]
-        title: Option<String>,
-        /// Where the session's tools run
-        #[arg(long, default_value = "local", value_parser = parse_tools_host())]
-        tools_host: ToolsHost,
-    },
-    /// List sessions, most recently updated first, a page at a time
-    List {
-        /// How many sessions a page holds
-        #[arg(long, value_name = "N", default_value_t = sessionstore::lifecycle::DEFAULT_PAGE as u64,
-              value_parser = clap::value_parser!(u64).range(1..=sessionstore::lifecycle::MAX_PAGE as u64))]
-        limit: u64,
-        /// Where the page starts: a nextCursor value as a previous page printed it
-        #[arg(long, value_name = "C", value_parser = parse_cursor)]
-        cursor: Option<SessionCursor>,
-    },
-    /// Delete sessions: their rows and events (leaving a tombstone) and their folder
-    /// under the configured root; files in legacy roots are reported and left
-    Delete {
-        #[arg(required = true, value_name = "ID", value_parser = parse_session)]
-        ids: Vec<SessionId>,
-        /// Report what would go without changing anything
-        #[arg(long)]
-        dry_run: bool,
-    },
-    /// Show a session and its messages
-    Show {
-        #[arg(value_parser = parse_session)]
-        id: SessionId,
-    },
-}
-
-/// `local`, `ssh` or `managed`, listed in help and parsed by the library's own names.
-fn parse_tools_host() -> impl clap::builder::TypedValueParser<Value = ToolsHost> {
-    use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(["local", "ssh", "managed"])
-        .try_map(|s| s.parse::<ToolsHost>())
-}
-
-/// The roles `send` takes: a user's message or an assistant's reply.
-fn parse_send_role() -> impl clap::builder::TypedValueParser<Value = Role> {
-    use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(["user", "assistant"]).try_map(|s| s.parse::<Role>())
-}
-
-fn parse_cursor(text: &str) -> Result<SessionCursor, String> {
-    text.parse()
-        .map_err(|e: sessionstore::lifecycle::CursorError| e.to_string())
-}
-
-fn parse_session(text: &str) -> Result<SessionId, String> {
-    text.parse()
-        .map_err(|e: sessionstore::IdError| e.to_string())
-}
-
-/// A message id, bare or as `send --json` printed it.
-fn parse_message(text: &str) -> Result<MessageId, String> {
-    let bare = match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(serde_json::Value::Object(o)) => match o.get("id") {
-            Some(serde_json::Value::String(id)) => id.clone(),
-            _ => return Err(format!("{text:?} has no \"id\" string")),
-        },
-        _ => text.to_owned(),
-    };
-    bare.parse()
-        .map_err(|e: sessionstore::IdError| e.to_string())
-}
-
-fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => return usage_error(e),
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(cli)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {}", one_line(&e));
-            exit_code(&e)
-        }
-    }
-}
-
-/// Help and version print as clap writes them; an argument error is cut to its first
-/// line, so every failure is one line on stderr.
-fn usage_error(e: clap::Error) -> ExitCode {
-    use clap::error::ErrorKind;
-    match e.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
-            let _ = e.print();
-            ExitCode::SUCCESS
-        }
-        _ => {
-            let text = e.to_string();
-            let first = text
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("error: {} (see --help)", terminal_safe(first));
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// The error and its causes on one line (each library error reports its cause as
-/// `source()` and does not repeat it). Messages echo paths, names and a database's own
-/// text, any of which may hold escape sequences, so every hidden character is printed
-/// as `\uXXXX` and never reaches the terminal raw.
-fn one_line(e: &anyhow::Error) -> String {
-    terminal_safe(&format!("{e:#}"))
-}
-
-/// Line breaks become spaces (one error, one line); every other control or invisible
-/// character is escaped.
-fn terminal_safe(text: &str) -> String {
-    sessionstore::dispatch::hidden_escaped(&text.replace(['\n', '\r'], " "))
-}
-
-/// 3 when the store refused its input (a newer or foreign database, an unsafe name or
-/// URI, an unreadable reference in strict mode), 1 for any other failure.
-fn exit_code(e: &anyhow::Error) -> ExitCode {
-    match e.downcast_ref::<Error>() {
-        Some(e) if e.is_refused() => ExitCode::from(3),
-        _ => ExitCode::FAILURE,
-    }
-}
-
-/// A variable's value, or `None` when it is unset or empty.
-fn env_var(name: &str) -> Option<std::ffi::OsString> {
-    std::env::var_os(name).filter(|v| !v.is_empty())
-}
-
-impl Global {
-    fn config(&self) -> Result<Config> {
-        let db = self
-            .db
-            .clone()
-            .or_else(|| env_var("SESSIONSTORE_DB").map(PathBuf::from));
-        let root = self
-            .attachments_root
-            .clone()
-            .or_else(|| env_var("SESSIONSTORE_ATTACHMENTS_ROOT").map(PathBuf::from));
-        // The data directory is looked up only when something still needs it, so
-        // explicit paths work where no home directory exists.
-        let mut config = match (&db, &root) {
-            (Some(_), Some(_)) => Config::in_dir(std::path::Path::new("")),
-            _ => Config::default_paths()?,
-        };
-        if let Some(db) = db {
-            config.db_path = db;
-        }
-        if let Some(root) = root {
-            config.roots.configured = root;
-        }
-        config.roots.legacy = if self.legacy_roots.is_empty() {
-            env_var("SESSIONSTORE_LEGACY_ROOTS")
-                .map(|v| {
-                    std::env::split_paths(&v)
-                        .filter(|p| !p.as_os_str().is_empty())
-                        .collect()
-                })
-                .unwrap_or_default()
-        } else {
-            self.legacy_roots.clone()
-        };
-        Ok(config)
-    }
-}
-
-/// Writes to stdout and flushes, so a closed pipe or a full disk is an error the
-/// command reports (and, for `drain`, delivers nothing) rather than a panic.
-fn emit(text: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{text}")
-        .and_then(|()| out.flush())
-        .context("cannot write the output")
-}
-
-fn print_json<T: Serialize>(value: &T) -> Result<()> {
-    emit(&serde_json::to_string(value)?)
+#[derive(Args)]
+struct RecordArgs {
+    /// The session the updates belong to
+    #[arg(long, value_name = "ID", value_parser = parse_session)]
+    session: SessionId,
 }
 
 fn mode(strict: bool) -> Mode {
@@ -479,43 +252,77 @@ fn finish(writer: Output, format: Format) -> Result<()> {
     out.flush().context("cannot write the output")
 }
 
-fn title(s: &sessionstore::model::Session) -> &str {
-    s.title.as_deref().unwrap_or("(untitled)")
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return cli::errors::usage_error(e),
+    };
+    cli::logging::init(cli.global.verbose, cli.global.quiet);
+    let json = cli.global.json;
+    let quiet_pipe = !matches!(cli.command, Command::Drain(_));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let e = anyhow::Error::new(e).context("cannot start the async runtime");
+            return cli::errors::report(&e, json, quiet_pipe);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => cli::errors::report(&e, json, quiet_pipe),
+    }
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     let json = cli.global.json;
-    #[cfg(feature = "probe")]
-    if matches!(cli.command, Command::Probe) {
-        // The probe builds its own store in a temporary directory: no flag, variable
-        // or data directory applies, so none is looked up.
-        return probe(json).await;
+    match cli.command {
+        #[cfg(feature = "probe")]
+        Command::Probe => {
+            // The probe builds its own store in a temporary directory: no flag,
+            // variable or data directory applies, so a flag that names one is a
+            // mistake rather than something to ignore.
+            if cli.global.names_a_location() {
+                return Err(Usage(
+                    "probe runs in a temporary directory of its own: \
+                     --db, --attachments-root and --legacy-root do not apply to it"
+                        .into(),
+                )
+                .into());
+            }
+            return probe(json).await;
+        }
+        Command::Completions { shell } => {
+            let mut out = std::io::stdout().lock();
+            clap_complete::generate(shell, &mut Cli::command(), "sessionstore", &mut out);
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Paths => {
+            cli::paths::paths(&cli.global)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
     }
     let config = cli.global.config()?;
     match cli.command {
         Command::Migrate(args) => migrate(config, json, args).await?,
-        Command::Session(SessionCommand::New { title, tools_host }) => {
-            session_new(config, json, title, tools_host).await?
-        }
-        Command::Session(SessionCommand::List { limit, cursor }) => {
-            session_list(config, json, limit as usize, cursor).await?
-        }
-        Command::Session(SessionCommand::Delete { ids, dry_run }) => {
-            session_delete(config, json, ids, dry_run).await?
-        }
-        Command::Gc(args) => gc(config, json, args).await?,
-        Command::Session(SessionCommand::Show { id }) => session_show(config, json, id).await?,
-        Command::Attach(args) => attach(config, json, args).await?,
-        Command::Send(args) => send(config, json, args).await?,
+        Command::Session(command) => cli::session::run(config, json, command).await?,
+        Command::Attach(args) => cli::attachment::attach(config, json, args).await?,
+        Command::Attachment(command) => cli::attachment::run(config, json, command).await?,
+        Command::Send(args) => cli::send::send(config, json, args).await?,
         Command::Record(args) => record(config, json, args).await?,
         Command::Dispatch(args) => dispatch(config, args).await?,
         Command::Drain(args) => drain(config, args).await?,
         Command::Restore(args) => restore(config, args).await?,
         Command::Events(args) => events(config, args).await?,
         Command::Verify => return verify(config, json).await,
+        Command::Gc(args) => cli::lifecycle::gc(config, json, args).await?,
         #[cfg(feature = "probe")]
-        Command::Probe => {
-            unreachable!("run returns the probe's report before reading any configuration")
+        Command::Probe => unreachable!("handled above, before any configuration is read"),
+        Command::Completions { .. } | Command::Paths => {
+            unreachable!("handled above, before any configuration is read")
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -533,270 +340,33 @@ async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {
         Store::migrate(&config.db_path, backup).await?
     };
     if json {
-        print_json(&report)
-    } else if args.dry_run && !report.pending.is_empty() {
+        return print_json(&report);
+    }
+    let db = terminal_line(&config.db_path.display().to_string());
+    if args.dry_run && !report.pending.is_empty() {
         emit(&format!(
-            "would apply {}; schema at version {}",
+            "{db}: would apply {}; schema at version {}",
             report.pending.join(", "),
             report.current
         ))
     } else if report.applied.is_empty() {
         emit(&format!(
-            "nothing to apply; schema at version {}",
+            "{db}: nothing to apply; schema at version {}",
             report.current
         ))
     } else {
         let kept = match &report.backup {
-            Some(copy) => format!("; the database as it was is kept in {}", copy.display()),
+            Some(copy) => format!(
+                "; the database as it was is kept in {}",
+                terminal_line(&copy.display().to_string())
+            ),
             None => String::new(),
         };
         emit(&format!(
-            "applied {}; schema at version {}{kept}",
+            "{db}: applied {}; schema at version {}{kept}",
             report.applied.join(", "),
             report.current
         ))
-    }
-}
-
-async fn session_new(
-    config: Config,
-    json: bool,
-    title: Option<String>,
-    tools_host: ToolsHost,
-) -> Result<()> {
-    let store = Store::open(config).await?;
-    let session = store.create_session(title, tools_host).await?;
-    if json {
-        print_json(&serde_json::json!({ "id": session.id }))
-    } else {
-        emit(&session.id.to_string())
-    }
-}
-
-async fn session_list(
-    config: Config,
-    json: bool,
-    limit: usize,
-    cursor: Option<SessionCursor>,
-) -> Result<()> {
-    // Listing never creates a database: with none yet, there is nothing to list.
-    let page = match Store::open_read_only(config).await {
-        Ok(store) => store.list_sessions_page(limit, cursor).await?,
-        Err(Error::NoDatabase(_)) => sessionstore::lifecycle::SessionPage {
-            sessions: vec![],
-            next_cursor: None,
-        },
-        Err(e) => return Err(e.into()),
-    };
-    if json {
-        return print_json(&page);
-    }
-    let mut lines: Vec<String> = page
-        .sessions
-        .iter()
-        .map(|s| {
-            format!(
-                "{}  {}  {}  {} messages  {} bytes  {}",
-                s.id,
-                s.updated_at,
-                s.tools_host,
-                s.messages,
-                s.attachment_bytes,
-                terminal_safe(s.title.as_deref().unwrap_or("(untitled)"))
-            )
-        })
-        .collect();
-    if let Some(next) = &page.next_cursor {
-        lines.push(format!("next page: --cursor {next}"));
-    }
-    if lines.is_empty() {
-        return Ok(());
-    }
-    emit(&lines.join("\n"))
-}
-
-async fn session_delete(
-    config: Config,
-    json: bool,
-    ids: Vec<SessionId>,
-    dry_run: bool,
-) -> Result<()> {
-    let store = if dry_run {
-        Store::open_read_only(config).await?
-    } else {
-        Store::open_existing(config).await?
-    };
-    let report = store
-        .delete_sessions_with(ids, dry_run, terminal_progress())
-        .await?;
-    if json {
-        return print_json(&report);
-    }
-    let mut lines = Vec::new();
-    for s in &report.sessions {
-        let what = format!(
-            "{} messages, {} items, {} events, {} files ({} bytes)",
-            s.messages, s.items, s.events, s.files, s.bytes
-        );
-        lines.push(match s.status {
-            DeletionStatus::Deleted => format!("deleted {}: {what}", s.id),
-            DeletionStatus::WouldDelete => format!("would delete {}: {what}", s.id),
-            DeletionStatus::AlreadyDeleted => format!(
-                "{} was already deleted{}",
-                s.id,
-                s.deleted_at
-                    .as_deref()
-                    .map(|at| format!(" at {at}"))
-                    .unwrap_or_default()
-            ),
-        });
-        for path in &s.legacy_files {
-            lines.push(format!(
-                "  left in a legacy root (read-only to the store): {}",
-                terminal_safe(&path.display().to_string())
-            ));
-        }
-    }
-    if !report.erased {
-        lines.push(
-            "note: a reader kept the write-ahead log busy; its copy of the deleted rows \
-             goes at the next checkpoint"
-                .to_owned(),
-        );
-    }
-    emit(&lines.join("\n"))
-}
-
-async fn gc(config: Config, json: bool, args: GcArgs) -> Result<()> {
-    let store = if args.dry_run {
-        Store::open_read_only(config).await?
-    } else {
-        Store::open_existing(config).await?
-    };
-    let report = store
-        .gc(GcOptions {
-            dry_run: args.dry_run,
-            grace: args.grace,
-            progress: terminal_progress(),
-        })
-        .await?;
-    if json {
-        return print_json(&report);
-    }
-    emit(&format!(
-        "{} {} unreferenced uploads ({} bytes), {} folders of deleted sessions ({} files, \
-         {} bytes), {} upload leftovers ({} bytes): {} files, {} bytes in all; left {} \
-         entries alone",
-        if report.dry_run {
-            "would remove"
-        } else {
-            "removed"
-        },
-        report.unreferenced.files,
-        report.unreferenced.bytes,
-        report.deleted_session_folders,
-        report.deleted_sessions.files,
-        report.deleted_sessions.bytes,
-        report.leftovers.files,
-        report.leftovers.bytes,
-        report.total.files,
-        report.total.bytes,
-        report.skipped
-    ))
-}
-
-/// Progress on stderr for a command that runs longer than a second, drawn only on a
-/// terminal (nothing when stderr is a file or a pipe) and cleared when it ends.
-fn terminal_progress() -> Progress {
-    use std::io::IsTerminal;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    if !std::io::stderr().is_terminal() {
-        return Progress::none();
-    }
-    let start = std::time::Instant::now();
-    let drawn = AtomicBool::new(false);
-    Progress::new(move |step| {
-        let mut err = std::io::stderr().lock();
-        if step.done >= step.total {
-            if drawn.load(Ordering::Relaxed) {
-                let _ = write!(err, "\r\x1b[2K");
-            }
-        } else if start.elapsed() >= std::time::Duration::from_secs(1) {
-            drawn.store(true, Ordering::Relaxed);
-            let _ = write!(err, "\r\x1b[2K{} {}/{}", step.what, step.done, step.total);
-        }
-        let _ = err.flush();
-    })
-}
-
-async fn session_show(config: Config, json: bool, id: SessionId) -> Result<()> {
-    let store = Store::open_read_only(config).await?;
-    let session = store.session(id).await?;
-    let messages = store.messages(id).await?;
-    if json {
-        return print_json(&serde_json::json!({ "session": session, "messages": messages }));
-    }
-    let mut text = format!(
-        "{}  {}  {}",
-        session.id,
-        session.tools_host,
-        title(&session)
-    );
-    for m in messages {
-        text.push_str(&format!(
-            "\n  {} {} [{}] {}",
-            m.seq, m.role, m.state, m.display_text
-        ));
-        for r in m.refs {
-            text.push_str(&format!(
-                "\n      {} ({}, {} bytes)",
-                r.uri, r.mime_type, r.size
-            ));
-        }
-    }
-    emit(&text)
-}
-
-async fn attach(config: Config, json: bool, args: AttachArgs) -> Result<()> {
-    if args.name.is_some() && args.files.len() != 1 {
-        bail!("--name names one upload: give exactly one FILE with it");
-    }
-    // Every file is read before anything is stored, so an unreadable one leaves no
-    // upload behind.
-    let mut uploads = Vec::with_capacity(args.files.len());
-    for file in args.files {
-        uploads.push(Upload::read_file(file, args.name.clone()).await?);
-    }
-    let store = Store::open_existing(config).await?;
-    let stored = store.attach_all(args.session, uploads).await?;
-    if json {
-        print_json(&stored)
-    } else {
-        let uris: Vec<String> = stored.iter().map(|s| s.uri.to_string()).collect();
-        emit(&uris.join("\n"))
-    }
-}
-
-async fn send(config: Config, json: bool, args: SendArgs) -> Result<()> {
-    let attach = args
-        .attach
-        .iter()
-        .map(|text| AttachmentUri::parse(text).map_err(Error::from))
-        .collect::<Result<Vec<_>, _>>()?;
-    let store = Store::open_existing(config).await?;
-    let outgoing = Outgoing {
-        role: args.role,
-        text: args.text,
-        expanded: args.expanded,
-        transcript: args.transcript,
-        attach,
-        mid_turn: args.mid_turn,
-    };
-    let message = store.send(args.session, outgoing).await?;
-    if json {
-        print_json(&serde_json::json!({ "id": message.id }))
-    } else {
-        emit(&message.id.to_string())
     }
 }
 
@@ -909,7 +479,10 @@ async fn events(config: Config, args: EventsArgs) -> Result<()> {
 /// Prints the report; non-zero when it found a problem.
 async fn verify(config: Config, json: bool) -> Result<ExitCode> {
     let store = Store::open_read_only(config).await?;
-    let report = store.verify().await?;
+    let progress = cli::logging::spinner("verifying");
+    let report = store.verify().await;
+    progress.finish_and_clear();
+    let report = report?;
     if json {
         print_json(&report)?;
     } else {
@@ -919,14 +492,14 @@ async fn verify(config: Config, json: bool) -> Result<ExitCode> {
             .map(|p| format!("problem: {p}"))
             .collect();
         lines.push(format!(
-            "{} sessions, {} messages, {} events: {}",
-            report.sessions,
-            report.messages,
-            report.events,
+            "{}, {}, {}: {}",
+            count(report.sessions, "session", "sessions"),
+            count(report.messages, "message", "messages"),
+            count(report.events, "event", "events"),
             if report.ok() {
                 "ok".to_owned()
             } else {
-                format!("{} problems", report.problems.len())
+                count(report.problems.len(), "problem", "problems")
             }
         ));
         emit(&lines.join("\n"))?;
@@ -941,7 +514,10 @@ async fn verify(config: Config, json: bool) -> Result<ExitCode> {
 /// Prints the probe's report (one line per check, or JSON); non-zero when a check failed.
 #[cfg(feature = "probe")]
 async fn probe(json: bool) -> Result<ExitCode> {
-    let report = sessionstore::run_probe().await?;
+    let progress = cli::logging::spinner("probing");
+    let report = sessionstore::run_probe().await;
+    progress.finish_and_clear();
+    let report = report?;
     if json {
         print_json(&report)?;
     } else {

@@ -1,7 +1,8 @@
-//! Restore as a stream: a session's delivered history, one item at a time, each message
-//! dispatched through one budgeted memo on a blocking thread and handed over through a
-//! bounded channel. It never holds the whole history's attachment content at once, and
-//! it never writes: output is the `format` writers' business.
+//! Restore as a stream: a session's delivered history, one item at a time, user and
+//! assistant messages and recorded turn items merged in their one `seq` order, each
+//! message dispatched through one budgeted memo on a blocking thread and handed over
+//! through a bounded channel. It never holds the whole history's attachment content at
+//! once, and it never writes: output is the `format` writers' business.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -10,16 +11,20 @@ use tokio::sync::mpsc;
 
 use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement, Resolver};
 use crate::error::{Error, Result};
-use crate::model::{Message, Session};
+use crate::model::{Item, Message, Session};
 
-/// One item of a restored history, in history order. An enum so that later kinds of
-/// recorded item (an agent's own message, a tool call) can join without breaking
-/// the writers that match on it.
+/// One item of a restored history, in history order. Non-exhaustive so that later
+/// kinds of history entry can join without breaking the writers that match on it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ReplayItem {
     /// A delivered user or assistant message, with the parts the model gets for it.
     Message(ModelMessage),
+    /// A recorded turn item (an agent message or thought, a tool call in its merged
+    /// state, a plan, a session-level update), as stored. It refers to no attachment
+    /// file, so it passes through without a read. Boxed: an item is several times
+    /// the size of a message's handle, and messages are most of a history.
+    Recorded(Box<Item>),
 }
 
 /// Batches are cut at this many distinct bytes of encoded content (or
@@ -58,10 +63,12 @@ impl RestoreStream {
         }
     }
 
-    /// Starts replaying `rows` (the delivered messages, in order) on a blocking thread.
+    /// Starts replaying `rows` (the delivered messages) and `items` (the recorded
+    /// turn items), each in `seq` order, merged into one history on a blocking thread.
     pub(crate) fn start(
         session: Session,
         rows: Vec<Message>,
+        items: Vec<Item>,
         resolver: impl Resolver + 'static,
         placement: Placement,
         memo: Memo,
@@ -69,12 +76,21 @@ impl RestoreStream {
         let (tx, rx) = mpsc::channel(1);
         tokio::task::spawn_blocking(move || {
             let mut batch = Batch::default();
-            for message in rows {
-                let item =
-                    dispatch::dispatch_parts(&resolver, &memo, message, &placement, Mode::Degrade)
-                        .map_err(Error::from);
+            for entry in merge(rows, items) {
+                let item = match entry {
+                    Entry::Message(message) => dispatch::dispatch_parts(
+                        &resolver,
+                        &memo,
+                        message,
+                        &placement,
+                        Mode::Degrade,
+                    )
+                    .map(ReplayItem::Message)
+                    .map_err(Error::from),
+                    Entry::Item(item) => Ok(ReplayItem::Recorded(item)),
+                };
                 let item = match item {
-                    Ok(m) => ReplayItem::Message(m),
+                    Ok(item) => item,
                     Err(e) => {
                         let _ = tx.blocking_send(Err(e));
                         return;
@@ -96,6 +112,23 @@ impl RestoreStream {
     }
 }
 
+enum Entry {
+    Message(Message),
+    Item(Box<Item>),
+}
+
+/// Messages and items as one history: both lists are in `seq` order and share the
+/// session's one sequence, so a merge of the two is the history's order.
+fn merge(rows: Vec<Message>, items: Vec<Item>) -> impl Iterator<Item = Entry> {
+    let mut rows = rows.into_iter().peekable();
+    let mut items = items.into_iter().peekable();
+    std::iter::from_fn(move || match (rows.peek(), items.peek()) {
+        (Some(m), Some(i)) if i.seq < m.seq => items.next().map(|i| Entry::Item(Box::new(i))),
+        (Some(_), _) => rows.next().map(Entry::Message),
+        (None, _) => items.next().map(|i| Entry::Item(Box::new(i))),
+    })
+}
+
 /// Items waiting to be handed over, and the distinct encoded bytes they hold (an
 /// encoding shared by several items counts once: it is one buffer).
 #[derive(Default)]
@@ -109,8 +142,13 @@ struct Batch {
 impl Batch {
     /// Adds an item; true when the batch is full and should be handed over.
     fn push(&mut self, item: ReplayItem) -> bool {
-        let ReplayItem::Message(m) = &item;
-        for part in &m.parts {
+        // A recorded item's content is already in memory (it came with the rows), so
+        // only the encodings a message's reads produced count against the budget.
+        let parts = match &item {
+            ReplayItem::Message(m) => &m.parts[..],
+            ReplayItem::Recorded(_) => &[],
+        };
+        for part in parts {
             if let dispatch::Part::Attachment(a) = part {
                 let ptr = Arc::as_ptr(&a.prepared) as usize;
                 if !self.seen.contains(&ptr) {

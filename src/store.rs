@@ -8,7 +8,8 @@ use std::sync::Arc;
 use agent_client_protocol_schema::v1::{ContentBlock, SessionUpdate};
 
 use crate::attachments::{
-    AttachmentStore, AttachmentUri, MAX_ATTACHMENT_BYTES, ReadObserver, StoredAttachment,
+    AttachmentStore, AttachmentUri, Download, Listed, MAX_ATTACHMENT_BYTES, ReadObserver,
+    StoredAttachment,
 };
 use crate::config::Config;
 use crate::db::turns::Recorded;
@@ -78,16 +79,94 @@ impl crate::openai::Turn for Dispatched {
     }
 }
 
+/// One attachment of a session: the file as the roots have it now (`None` when a
+/// message refers to it but no root has it), and the messages that refer to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionAttachment {
+    pub uri: AttachmentUri,
+    pub file: Option<Listed>,
+    pub messages: Vec<MessageId>,
+}
+
 /// A session rebuilt in a fresh store: its delivered history, replayed through the
-/// resolver so every path comes from a live read.
+/// resolver so every path comes from a live read, and its recorded turn items.
+/// Messages and items share one `seq`, so `seq` places each item among the messages.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Restored {
     pub session: Session,
     pub messages: Vec<Dispatched>,
+    /// The recorded turn items, in history order.
+    pub items: Vec<Item>,
+}
+
+/// One entry of a restored history, in `seq` order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HistoryEntry<'a> {
+    Message(&'a Dispatched),
+    Recorded(&'a Item),
+}
+
+/// One turn of a restored conversation as a model request takes it: a message with
+/// its blocks, or a recorded agent message as assistant text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConversationTurn<'a> {
+    Message(&'a Dispatched),
+    Agent(Vec<ContentBlock>),
+}
+
+impl crate::openai::Turn for ConversationTurn<'_> {
+    fn role(&self) -> Role {
+        match self {
+            ConversationTurn::Message(d) => d.message.role,
+            ConversationTurn::Agent(_) => Role::Assistant,
+        }
+    }
+
+    fn blocks(&self) -> &[ContentBlock] {
+        match self {
+            ConversationTurn::Message(d) => &d.blocks,
+            ConversationTurn::Agent(blocks) => blocks,
+        }
+    }
+}
+
+impl Restored {
+    /// Messages and items merged in their one history order.
+    pub fn history(&self) -> Vec<HistoryEntry<'_>> {
+        let mut entries: Vec<(i64, HistoryEntry<'_>)> = self
+            .messages
+            .iter()
+            .map(|d| (d.message.seq, HistoryEntry::Message(d)))
+            .chain(
+                self.items
+                    .iter()
+                    .map(|i| (i.seq, HistoryEntry::Recorded(i))),
+            )
+            .collect();
+        // Stable, and no two entries share a seq: the messages' own order is kept.
+        entries.sort_by_key(|(seq, _)| *seq);
+        entries.into_iter().map(|(_, e)| e).collect()
+    }
+
+    /// What a model request carries, in order: every message, and each recorded agent
+    /// message's text (`turns::model_text`); thoughts, tool calls, plans and
+    /// session-level updates are left out.
+    pub fn conversation(&self) -> Vec<ConversationTurn<'_>> {
+        self.history()
+            .into_iter()
+            .filter_map(|entry| match entry {
+                HistoryEntry::Message(d) => Some(ConversationTurn::Message(d)),
+                HistoryEntry::Recorded(item) => {
+                    crate::turns::model_text(&item.body).map(ConversationTurn::Agent)
+                }
+            })
+            .collect()
+    }
 }
 
 /// `{"sessionId", "messages": [{"id", "role", "content": [ContentBlock]}]}`, the shape
-/// `restore --format acp` prints.
+/// `restore --format acp` prints, with recorded items among the messages in history
+/// order (their shapes: `format::RecordedEntry`).
 impl serde::Serialize for Restored {
     fn serialize<S: serde::Serializer>(
         &self,
@@ -97,7 +176,13 @@ impl serde::Serialize for Restored {
         #[serde(rename_all = "camelCase")]
         struct Shape<'a> {
             session_id: SessionId,
-            messages: Vec<Turn<'a>>,
+            messages: Vec<Entry<'a>>,
+        }
+        #[derive(serde::Serialize)]
+        #[serde(untagged)]
+        enum Entry<'a> {
+            Message(Turn<'a>),
+            Recorded(crate::format::RecordedEntry<'a>),
         }
         #[derive(serde::Serialize)]
         struct Turn<'a> {
@@ -108,12 +193,17 @@ impl serde::Serialize for Restored {
         Shape {
             session_id: self.session.id,
             messages: self
-                .messages
-                .iter()
-                .map(|d| Turn {
-                    id: d.message.id,
-                    role: d.message.role,
-                    content: &d.blocks,
+                .history()
+                .into_iter()
+                .map(|entry| match entry {
+                    HistoryEntry::Message(d) => Entry::Message(Turn {
+                        id: d.message.id,
+                        role: d.message.role,
+                        content: &d.blocks,
+                    }),
+                    HistoryEntry::Recorded(item) => {
+                        Entry::Recorded(crate::format::RecordedEntry::new(item))
+                    }
                 })
                 .collect(),
         }
@@ -326,6 +416,54 @@ impl Store {
 
     pub async fn verify(&self) -> Result<VerifyReport> {
         self.with_read(|tx| db::verify::verify(tx)).await
+    }
+
+    /// A session's attachments: every file its folders hold, as a read would find
+    /// them (configured root first), and every file its messages refer to, each with
+    /// the messages that refer to it. Sorted by stored name; reads no file whole.
+    pub async fn attachments_of(&self, session: SessionId) -> Result<Vec<SessionAttachment>> {
+        let refs = self
+            .with_read(move |tx| {
+                queries::get_session(tx, &session)?;
+                queries::session_references(tx, &session)
+            })
+            .await?;
+        let attachments = self.attachments.clone();
+        let files = blocking(move || Ok(attachments.list(&session)?)).await?;
+        let mut out: std::collections::BTreeMap<String, SessionAttachment> = files
+            .into_iter()
+            .map(|f| {
+                let entry = SessionAttachment {
+                    uri: f.uri.clone(),
+                    file: Some(f.clone()),
+                    messages: vec![],
+                };
+                (f.name, entry)
+            })
+            .collect();
+        for (uri, message) in refs {
+            let entry = out
+                .entry(uri.name().to_owned())
+                .or_insert_with(|| SessionAttachment {
+                    uri: uri.clone(),
+                    file: None,
+                    messages: vec![],
+                });
+            if !entry.messages.contains(&message) {
+                entry.messages.push(message);
+            }
+        }
+        Ok(out.into_values().collect())
+    }
+
+    /// The bytes of one attachment, read the way a dispatch reads it (the same roots,
+    /// order and refusals) but with no path in the result: what a user download gets.
+    /// The session must exist.
+    pub async fn download(&self, uri: AttachmentUri) -> Result<Download> {
+        let session = uri.session();
+        self.session(session).await?;
+        let attachments = self.attachments.clone();
+        blocking(move || Ok(attachments.download(&session, &uri)?)).await
     }
 
     /// Stores several uploads for a session that exists, all or none: if one fails,
@@ -605,8 +743,8 @@ impl Store {
     /// Rebuilds a session from its rows and event log, refusing one whose tables
     /// disagree with the log, then replays every delivered message's references
     /// through the resolver (one memo of [`DEFAULT_MEMO_BUDGET`] bytes: each distinct
-    /// file is read once while it fits). References whose files are gone degrade;
-    /// queued messages stay queued. This collects [`Store::restore_stream`], every
+    /// file is read once while it fits), and hands back the recorded turn items as
+    /// stored. References whose files are gone degrade; queued messages stay queued. This collects [`Store::restore_stream`], every
     /// block owning its copy of its content: a long history is better streamed.
     pub async fn restore(&self, session: SessionId) -> Result<Restored> {
         self.restore_with_budget(session, DEFAULT_MEMO_BUDGET).await
@@ -621,17 +759,20 @@ impl Store {
     ) -> Result<Restored> {
         let mut stream = self.restore_stream(session, memo_budget).await?;
         let mut messages = Vec::new();
+        let mut items = Vec::new();
         while let Some(item) = stream.next().await {
             match item? {
                 ReplayItem::Message(m) => messages.push(Dispatched {
                     blocks: m.to_blocks(),
                     message: m.message,
                 }),
+                ReplayItem::Recorded(item) => items.push(*item),
             }
         }
         Ok(Restored {
             session: stream.session().clone(),
             messages,
+            items,
         })
     }
 
@@ -649,7 +790,7 @@ impl Store {
         // The snapshot is read whole because a read-only read may be run again when a
         // writer touched the file meanwhile: items already handed on could not be
         // taken back. Rows and events carry no attachment content.
-        let (current, rows) = self
+        let (current, rows, items) = self
             .with_read(move |tx| {
                 let current = queries::get_session(tx, &session)?;
                 let rows = queries::messages(tx, &session, None)?;
@@ -663,7 +804,7 @@ impl Store {
                 if !problems.is_empty() {
                     return Err(Error::LogMismatch { session, problems });
                 }
-                Ok((current, rows))
+                Ok((current, rows, items))
             })
             .await?;
         let delivered = rows
@@ -674,6 +815,7 @@ impl Store {
         Ok(RestoreStream::start(
             current,
             delivered,
+            items,
             self.attachments.clone(),
             placement,
             Memo::with_budget(memo_budget),

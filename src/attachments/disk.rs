@@ -407,6 +407,32 @@ pub(super) fn regular_file_at(dir: &OwnedFd, name: &str) -> Result<(), Beneath> 
     }
 }
 
+/// The names of the regular files directly inside `dir`, in no particular order:
+/// no symlink, folder or upload temporary, and only names that are UTF-8. Nothing is
+/// opened; a caller reads each through [`peek_beneath`] like any other reference.
+pub(super) fn list_regular(dir: &OwnedFd) -> io::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if is_upload_temp(name.to_bytes()) {
+            continue;
+        }
+        let Ok(text) = name.to_str() else { continue };
+        if text == "." || text == ".." {
+            continue;
+        }
+        match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
+                names.push(text.to_owned());
+            }
+            Ok(_) | Err(Errno::NOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(names)
+}
+
 /// How many names (`name`, `name (1)`, ...) a store tries before giving up.
 pub(super) const MAX_CLAIM_ATTEMPTS: u32 = 10_000;
 

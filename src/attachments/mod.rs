@@ -16,13 +16,14 @@ mod uri;
 
 use std::path::PathBuf;
 
+use crate::ids::SessionId;
 pub(crate) use gc::FileKind;
 
 pub use mime::{SNIFF_BYTES, mime_for, mime_from_head};
 pub use name::{MAX_NAME_BYTES, numbered_name, sanitize_name};
 pub use store::{
-    AttachmentStore, Checked, Download, ReadObserver, Resolved, RootKind, Roots, StoredAttachment,
-    Swept, UPLOAD_GRACE,
+    AttachmentStore, Checked, Download, Listed, ReadObserver, Resolved, RootKind, Roots,
+    StoredAttachment, Swept, UPLOAD_GRACE,
 };
 pub use uri::{AttachmentUri, UriError, UriErrorKind};
 
@@ -47,7 +48,7 @@ pub enum AttachmentError {
     Refused { uri: AttachmentUri, reason: String },
     /// The file is larger than the limit; `size` is as much of it as was seen, which
     /// for a file that grew while it was read is at least `limit + 1`.
-    #[error("attachment {uri} is {size} bytes, over the {limit}-byte limit")]
+    #[error("attachment {uri} is {}", over_limit(*size, *limit))]
     TooLarge {
         uri: AttachmentUri,
         size: u64,
@@ -65,8 +66,15 @@ pub enum AttachmentError {
         path: PathBuf,
         cause: std::io::Error,
     },
+    /// A session folder could not be listed.
+    #[error("cannot list the attachments of session {session} in {path:?}: {cause}")]
+    List {
+        session: SessionId,
+        path: PathBuf,
+        cause: std::io::Error,
+    },
     /// An upload larger than the limit, refused before anything was written.
-    #[error("cannot store attachment {name:?}: it is {size} bytes, over the {limit}-byte limit")]
+    #[error("cannot store attachment {name:?}: it is {}", over_limit(*size, *limit))]
     UploadTooLarge { name: String, size: u64, limit: u64 },
 }
 
@@ -78,7 +86,7 @@ impl AttachmentError {
             | Self::Refused { uri, .. }
             | Self::TooLarge { uri, .. }
             | Self::Io { uri, .. } => Some(uri),
-            Self::Store { .. } | Self::UploadTooLarge { .. } => None,
+            Self::Store { .. } | Self::UploadTooLarge { .. } | Self::List { .. } => None,
         }
     }
 
@@ -95,6 +103,7 @@ impl AttachmentError {
             Self::Io { .. } => "attachment_io",
             Self::Store { .. } => "attachment_store",
             Self::UploadTooLarge { .. } => "upload_too_large",
+            Self::List { .. } => "attachment_list",
         }
     }
 
@@ -115,4 +124,57 @@ fn join_paths(paths: &[PathBuf]) -> String {
         .map(|p| format!("{p:?}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A size for people: bytes below 1 KiB, else KiB, MiB or GiB with one decimal when
+/// it is not a whole number (`65 MiB`, `1.5 KiB`, `512 bytes`).
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 3] = ["KiB", "MiB", "GiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// `65 MiB, over the 64 MiB limit`; when rounding would make the two look equal, the
+/// size is given in bytes.
+pub fn over_limit(size: u64, limit: u64) -> String {
+    let (shown, cap) = (human_size(size), human_size(limit));
+    let shown = if shown == cap || shown.replace(".0 ", " ") == cap {
+        format!("{size} bytes")
+    } else {
+        shown
+    };
+    format!("{shown}, over the {cap} limit")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(human_size(0), "0 bytes");
+        assert_eq!(human_size(1536), "1.5 KiB");
+        assert_eq!(human_size(64 * 1024 * 1024), "64 MiB");
+        assert_eq!(human_size(3 * 1024 * 1024 * 1024), "3 GiB");
+        assert_eq!(
+            over_limit(68_157_440, MAX_ATTACHMENT_BYTES),
+            "65 MiB, over the 64 MiB limit"
+        );
+        assert_eq!(
+            over_limit(MAX_ATTACHMENT_BYTES + 1, MAX_ATTACHMENT_BYTES),
+            "67108865 bytes, over the 64 MiB limit"
+        );
+    }
 }

@@ -70,6 +70,17 @@ pub struct Download {
     pub name: String,
 }
 
+/// One file of a session as [`AttachmentStore::list`] finds it: no path, only which
+/// root it is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub name: String,
+    pub uri: AttachmentUri,
+    pub mime: String,
+    pub size: u64,
+    pub root: RootKind,
+}
+
 /// How old a temporary upload file must be before a sweep takes it for a crash
 /// leftover. An upload in progress rewrites its file far more often than this.
 pub const UPLOAD_GRACE: std::time::Duration = std::time::Duration::from_secs(60 * 60);
@@ -274,6 +285,52 @@ impl AttachmentStore {
         Ok(Swept { files, bytes })
     }
 
+    /// The files a session has in these roots, in the order reads would find them:
+    /// each stored name once, from the first root that has it (a legacy copy hidden
+    /// by a configured one is not listed), with the size and type a check of it gives.
+    /// Names the store could not have written, symlinks and upload temporaries are
+    /// left out, as a read would refuse them. Sorted by name.
+    pub fn list(&self, session: &SessionId) -> Result<Vec<Listed>, AttachmentError> {
+        let mut seen = std::collections::BTreeMap::new();
+        for (root, kind) in self.roots_in_order() {
+            let folder = root.join(session.to_string());
+            let io = |cause| AttachmentError::List {
+                session: *session,
+                path: folder.clone(),
+                cause,
+            };
+            let dir = match disk::open_session_dir(&folder) {
+                Ok(dir) => dir,
+                Err(Beneath::Missing) => continue,
+                Err(Beneath::Refused(reason)) => {
+                    return Err(io(std::io::Error::other(format!("the folder {reason}"))));
+                }
+                Err(Beneath::Io(e)) => return Err(io(e)),
+            };
+            for name in disk::list_regular(&dir).map_err(io)? {
+                if seen.contains_key(&name) || sanitize_name(&name) != name {
+                    continue;
+                }
+                let head = disk::peek_beneath(&dir, &name, u64::MAX, SNIFF_BYTES);
+                let Ok((size, head)) = head else {
+                    // Gone or changed since the listing: a read would not find it here.
+                    continue;
+                };
+                seen.insert(
+                    name.clone(),
+                    Listed {
+                        uri: AttachmentUri::new(*session, &name),
+                        mime: mime_from_head(&name, &head, size),
+                        size,
+                        root: kind.clone(),
+                        name,
+                    },
+                );
+            }
+        }
+        Ok(seen.into_values().collect())
+    }
+
     /// Like [`AttachmentStore::read`], for a user download: no path in the result.
     pub fn download(
         &self,
@@ -344,7 +401,16 @@ impl AttachmentStore {
                 }
             };
             return match open(&dir, name) {
-                Ok(found) => Ok((found, path, kind)),
+                Ok(found) => {
+                    if let RootKind::Legacy(i) = kind {
+                        // Names and paths only: a log never carries a file's contents.
+                        tracing::info!(
+                            "attachment {uri} found in legacy root {} at {path:?}",
+                            i + 1
+                        );
+                    }
+                    Ok((found, path, kind))
+                }
                 Err(ReadFailure::Beneath(Beneath::Missing)) => continue,
                 Err(ReadFailure::Beneath(Beneath::Refused(reason))) => {
                     Err(refused(format!("{path:?} {reason}")))
@@ -870,7 +936,7 @@ mod tests {
         assert!(!e.is_not_found());
         assert_eq!(
             e.to_string(),
-            format!("attachment {uri} is 5 bytes, over the 4-byte limit")
+            format!("attachment {uri} is 5 bytes, over the 4 bytes limit")
         );
         assert!(matches!(
             t.store.download(&t.session, &uri),
@@ -903,7 +969,7 @@ mod tests {
         assert_eq!(e.uri(), None);
         assert_eq!(
             e.to_string(),
-            "cannot store attachment \"big\\nname.txt\": it is 5 bytes, over the 4-byte limit"
+            "cannot store attachment \"big\\nname.txt\": it is 5 bytes, over the 4 bytes limit"
         );
         assert!(
             !t.store.roots().configured.exists(),

@@ -31,10 +31,14 @@ pub struct AttachmentUri {
 
 /// Why a string is not an attachment URI.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid attachment uri {input:?}: {kind}")]
+#[error("invalid attachment uri {input:?}: {kind}{}", canonical.as_ref().map(|c| format!("; the canonical form is {c}")).unwrap_or_default())]
 pub struct UriError {
     pub input: String,
     pub kind: UriErrorKind,
+    /// The one spelling of what `input` seems to mean, when it names a file the store
+    /// could have written in a different spelling (a raw space or accent, lower-case
+    /// escapes, an upper-case session id).
+    pub canonical: Option<String>,
 }
 
 /// The specific way a URI is malformed.
@@ -87,6 +91,10 @@ impl AttachmentUri {
     pub fn parse(s: &str) -> Result<Self, UriError> {
         let err = |kind| UriError {
             input: s.to_owned(),
+            canonical: match kind {
+                UriErrorKind::NotCanonical | UriErrorKind::Session(_) => canonical_spelling(s),
+                _ => None,
+            },
             kind,
         };
         let Some(rest) = s.strip_prefix(PREFIX) else {
@@ -116,6 +124,20 @@ impl AttachmentUri {
         }
         Ok(Self { session, name })
     }
+}
+
+/// What a refused URI would be in the one spelling the store prints, if it names a
+/// stored name in some session: the session id lower-cased, the name decoded and
+/// encoded again. `None` when it is more than a matter of spelling.
+fn canonical_spelling(s: &str) -> Option<String> {
+    let (session, encoded) = s.strip_prefix(PREFIX)?.split_once('/')?;
+    let session = session.to_ascii_lowercase().parse::<SessionId>().ok()?;
+    let name = decode_name(encoded).ok()?;
+    if sanitize_name(&name) != name {
+        return None;
+    }
+    let canonical = AttachmentUri { session, name }.to_string();
+    (canonical != s).then_some(canonical)
 }
 
 /// Decodes a name segment, refusing what could escape a session folder.
@@ -194,6 +216,29 @@ mod tests {
         let msg = e.to_string();
         assert!(!msg.contains('\n'), "{msg}");
         assert!(msg.starts_with("invalid attachment uri"), "{msg}");
+    }
+
+    #[test]
+    fn a_misspelled_uri_is_refused_with_its_canonical_form() {
+        let s = sid();
+        for given in [
+            format!("attachment:///{s}/caf\u{e9} chart.png"),
+            format!("attachment:///{s}/caf%c3%a9%20chart.png"),
+            format!(
+                "attachment:///{}/caf%C3%A9%20chart.png",
+                s.to_string().to_uppercase()
+            ),
+        ] {
+            let e = AttachmentUri::parse(&given).expect_err(&given);
+            let want = format!("attachment:///{s}/caf%C3%A9%20chart.png");
+            assert_eq!(e.canonical.as_deref(), Some(want.as_str()), "{given}");
+            assert!(
+                e.to_string()
+                    .ends_with(&format!("the canonical form is {want}"))
+            );
+        }
+        let e = AttachmentUri::parse(&format!("attachment:///{s}/..%2Fx")).unwrap_err();
+        assert_eq!(e.canonical, None, "an unsafe name has no canonical form");
     }
 
     #[test]

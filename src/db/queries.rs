@@ -4,6 +4,7 @@
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use crate::attachments::AttachmentUri;
 use crate::error::{Error, Result};
 use crate::ids::{EventSeq, MessageId, SessionId};
 use crate::model::{
@@ -349,6 +350,28 @@ pub fn messages(
         load_refs(conn, m)?;
     }
     Ok(out)
+}
+
+/// Every reference a session's messages make, as (URI, message id) in message and
+/// reference order: which messages refer to which file.
+pub fn session_references(
+    conn: &Connection,
+    session: &SessionId,
+) -> Result<Vec<(AttachmentUri, MessageId)>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT r.uri, r.message_id FROM message_refs r
+             JOIN messages m ON m.id = r.message_id
+             WHERE m.session_id = ?1 ORDER BY m.seq, r.ordinal",
+        )
+        .map_err(sql("read references"))?;
+    let rows = stmt
+        .query_map([session.to_string()], |row| {
+            Ok((parsed(row, 0)?, parsed(row, 1)?))
+        })
+        .map_err(sql("read references"))?;
+    rows.collect::<rusqlite::Result<_>>()
+        .map_err(sql("read references"))
 }
 
 /// The latest delivered user message of a session, if any: what `dispatch` takes by

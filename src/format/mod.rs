@@ -1,7 +1,8 @@
 //! Streaming writers of what the model gets, over any `io::Write`: the ACP restore
 //! object and block array, `acp-updates` lines, and the OpenAI Chat Completions and
-//! Responses requests, each written as `begin`, one `item` per message, `finish`.
-//! Pure: they write only to the writer they are given and never read a file.
+//! Responses requests, each written as `begin`, one `item` per history entry (a
+//! dispatched message or a recorded turn item), `finish`. Pure: they write only to
+//! the writer they are given and never read a file.
 //!
 //! The bytes are exactly what serde_json writes for the schema types (the ACP
 //! crate's, and `openai`'s request types), field for field in declaration order; the
@@ -16,13 +17,18 @@ use std::io::{self, Write};
 
 use crate::dispatch::ModelMessage;
 use crate::ids::SessionId;
+use crate::model::Item;
 use crate::replay::ReplayItem;
+use crate::turns;
+
+pub(crate) use acp::RecordedEntry;
 
 /// What a stream is written as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// `{"sessionId","messages":[{"id","role","content":[ContentBlock]}]}`, what
-    /// `restore --format acp` prints.
+    /// `restore --format acp` prints; recorded items join `messages` in the shapes
+    /// `RecordedEntry` describes.
     AcpRestore,
     /// One JSON array of every message's ACP blocks, what `dispatch` and `drain` print.
     AcpBlocks,
@@ -94,6 +100,33 @@ impl<W: Write> StreamWriter<W> {
     pub fn item(&mut self, item: &ReplayItem) -> io::Result<()> {
         match item {
             ReplayItem::Message(m) => self.message(m),
+            ReplayItem::Recorded(item) => self.recorded(item),
+        }
+    }
+
+    /// Writes one recorded turn item: in full in the ACP formats, as the assistant
+    /// text it carries in the OpenAI requests, where thoughts, tool calls, plans and
+    /// session-level updates are left out (they are the agent's working and the
+    /// client's state, not conversation: `turns::model_text`).
+    pub fn recorded(&mut self, item: &Item) -> io::Result<()> {
+        let out = &mut self.out;
+        match self.format {
+            Format::AcpRestore => {
+                comma(out, &mut self.first)?;
+                json(out, &RecordedEntry::new(item))
+            }
+            // `dispatch` and `drain` hand over messages only; a block array has no
+            // place for a tool call or a plan.
+            Format::AcpBlocks => Ok(()),
+            Format::AcpUpdates => acp::recorded_updates(out, &self.session, item),
+            Format::OpenaiChat | Format::OpenaiResponses => {
+                let Some(blocks) = turns::model_text(&item.body) else {
+                    return Ok(());
+                };
+                comma(out, &mut self.first)?;
+                let responses = self.format == Format::OpenaiResponses;
+                openai::assistant_text(out, &blocks, responses)
+            }
         }
     }
 

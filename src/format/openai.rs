@@ -4,6 +4,8 @@
 
 use std::io::{self, Write};
 
+use agent_client_protocol_schema::v1::ContentBlock;
+
 use super::{data_url, json};
 use crate::dispatch::{Attached, Content, ModelMessage, Part};
 use crate::model::Role;
@@ -71,6 +73,28 @@ fn message(out: &mut impl Write, m: &ModelMessage, names: &Names) -> io::Result<
         }
     }
     out.write_all(b"]}")
+}
+
+/// A recorded agent message as an assistant message of plain text, the same text an
+/// assistant message's blocks convert to (`openai::chat_request` joins them).
+pub(super) fn assistant_text(
+    out: &mut impl Write,
+    blocks: &[ContentBlock],
+    responses: bool,
+) -> io::Result<()> {
+    let names = if responses { &RESPONSES } else { &CHAT };
+    let text: String = blocks
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text(t) => Some(t.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    out.write_all(b"{\"role\":\"assistant\"")?;
+    out.write_all(names.after_role)?;
+    out.write_all(b",\"content\":")?;
+    json(out, &text)?;
+    out.write_all(b"}")
 }
 
 fn text_part(out: &mut impl Write, names: &Names, text: &str) -> io::Result<()> {

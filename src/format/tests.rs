@@ -185,6 +185,7 @@ fn every_format_writes_the_bytes_the_schema_types_serialize_to() {
             updated_at: String::new(),
         },
         messages: dispatched.clone(),
+        items: vec![],
     };
     assert_eq!(
         streamed(Format::AcpRestore, session, &history),

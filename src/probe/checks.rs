@@ -15,8 +15,8 @@ use super::oracle::{
 };
 use super::report::Outcome;
 use super::scenario::{
-    BLOB, BLOB_BYTES, IMAGE, LEGACY, MID_TURN, MODEL, NOTES, NOTES_AGAIN, Place, QUESTION, REPLY,
-    Sent, TRANSCRIPT, UPLOADS, Upload,
+    AGENT_TEXT, BLOB, BLOB_BYTES, IMAGE, LEGACY, MID_TURN, MODEL, NOTES, NOTES_AGAIN, Place,
+    QUESTION, REPLY, RecordedTurn, Sent, TRANSCRIPT, TURN_NOTE, UPLOADS, Upload,
 };
 use crate::attachments::AttachmentUri;
 use crate::db::verify::VerifyReport;
@@ -24,8 +24,9 @@ use crate::dispatch::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
 use crate::error::Error;
 use crate::focus;
 use crate::ids::SessionId;
-use crate::model::{Message, Role, Session};
+use crate::model::{ItemBody, Message, Role, Session};
 use crate::openai::{self, ChatMessage, ChatPart, ChatRequest, ResponsesRequest};
+use crate::replay::ReplayItem;
 use crate::store::Dispatched;
 
 /// A stored file and the URI the store gave it.
@@ -1149,6 +1150,117 @@ pub(super) fn restored_from_moved_roots(
     ))
 }
 
+/// A recorded turn replayed by a fresh store: the user message, the agent's answer,
+/// its tool call and the next user message, in that order; the agent's text as it was
+/// sent, chunks joined; the tool call in its merged final state; the user message's
+/// attachment from a live read; and the `acp-updates` lines, each a
+/// `SessionNotification`, in the same order.
+pub(super) fn recorded_turn_replays(
+    t: &RecordedTurn,
+    items: &[ReplayItem],
+    updates: &str,
+) -> Outcome {
+    use agent_client_protocol_schema::rpc::{JsonRpcMessage, Notification};
+    use agent_client_protocol_schema::v1::{SessionNotification, SessionUpdate, ToolCallStatus};
+
+    let answer = ContentBlock::from(AGENT_TEXT.concat());
+    let order: Vec<String> = items
+        .iter()
+        .map(|item| match item {
+            ReplayItem::Message(m) => format!("message {}", m.message.id),
+            ReplayItem::Recorded(i) => i.body.kind().to_owned(),
+        })
+        .collect();
+    let want = [
+        format!("message {}", t.question.id),
+        "agent_message".to_owned(),
+        "tool_call".to_owned(),
+        format!("message {}", t.follow_up.id),
+    ];
+    ensure!(order == want, "replayed as {order:?}, expected {want:?}");
+    let [
+        ReplayItem::Message(question),
+        ReplayItem::Recorded(agent),
+        ReplayItem::Recorded(call),
+        _,
+    ] = items
+    else {
+        return Err("the replay's items are not the kinds their order says".to_owned());
+    };
+    let ItemBody::AgentMessage(text) = &agent.body else {
+        return Err("the agent message is not one".to_owned());
+    };
+    ensure!(
+        text.content == [answer.clone()],
+        "the agent's text came back as {:?}, not verbatim",
+        text.content
+    );
+    let ItemBody::ToolCall(call) = &call.body else {
+        return Err("the tool call is not one".to_owned());
+    };
+    ensure!(
+        call.status == ToolCallStatus::Completed && !call.content.is_empty(),
+        "the tool call replays as {:?} with {} content, not in its final state",
+        call.status,
+        call.content.len()
+    );
+
+    let blocks = question.to_blocks();
+    let read: Vec<Attached<'_>> = blocks.iter().filter_map(attached).collect();
+    let [a] = &read[..] else {
+        return Err(format!(
+            "the user message replayed {} attachment blocks, not 1",
+            read.len()
+        ));
+    };
+    let line = context_line(a)?;
+    ensure!(
+        Path::new(&line.path).starts_with(&t.configured),
+        "the attachment was given as {:?}, outside the configured root",
+        line.path
+    );
+    let on_disk = std::fs::read(&line.path).map_err(|e| format!("{}: {e}", line.path))?;
+    ensure!(
+        on_disk == TURN_NOTE && a.bytes()? == TURN_NOTE,
+        "the attachment's path does not read back its bytes"
+    );
+
+    let mut tags = Vec::new();
+    for l in updates.lines() {
+        let n: JsonRpcMessage<Notification<SessionNotification>> =
+            serde_json::from_str(l).map_err(|e| format!("an acp-updates line: {e}"))?;
+        let update = n
+            .into_inner()
+            .params
+            .ok_or("an acp-updates line has no params")?
+            .update;
+        if let SessionUpdate::AgentMessageChunk(chunk) = &update {
+            ensure!(
+                chunk.content == answer,
+                "the agent chunk replays as {:?}, not verbatim",
+                chunk.content
+            );
+        }
+        tags.push(crate::turns::tag(&update));
+    }
+    let want_tags = [
+        "user_message_chunk",
+        "user_message_chunk",
+        "agent_message_chunk",
+        "tool_call",
+        "user_message_chunk",
+    ];
+    ensure!(
+        tags == want_tags,
+        "acp-updates came as {tags:?}, expected {want_tags:?}"
+    );
+    Ok(format!(
+        "{} history items and {} session/update lines in order, agent text verbatim",
+        items.len(),
+        tags.len()
+    ))
+}
+
 pub(super) fn schema_has_no_path_column(audit: &PathAudit) -> Outcome {
     if let Some(column) = audit.path_columns.first() {
         return Err(format!("the column {column} looks like it stores a path"));
@@ -1293,5 +1405,59 @@ mod tests {
             crate::attachments::mime_for("x.bin", BLOB_BYTES),
             "application/octet-stream"
         );
+    }
+
+    /// The recorded-turn check judges the order first: an agent answer handed over
+    /// after the next user message, or one whose text changed, fails it.
+    #[test]
+    fn a_recorded_turn_out_of_order_or_reworded_fails() {
+        use crate::dispatch::ModelMessage;
+        use crate::model::{AgentText, Item};
+        use agent_client_protocol_schema::v1::ToolCall;
+
+        let turn = RecordedTurn {
+            question: user_message(&[]),
+            follow_up: user_message(&[]),
+            configured: PathBuf::from("/nowhere"),
+        };
+        let message = |m: &Message| {
+            ReplayItem::Message(ModelMessage {
+                message: m.clone(),
+                parts: vec![],
+            })
+        };
+        let item = |body: ItemBody| {
+            ReplayItem::Recorded(Box::new(Item {
+                id: crate::ids::ItemId::new(),
+                session_id: SessionId::new(),
+                seq: 2,
+                body,
+                created_at: String::new(),
+                updated_at: String::new(),
+            }))
+        };
+        let answer = |text: String| {
+            item(ItemBody::AgentMessage(AgentText {
+                message_id: None,
+                content: vec![ContentBlock::from(text)],
+            }))
+        };
+        let call = || item(ItemBody::ToolCall(ToolCall::new("c", "Read")));
+        let late = [
+            message(&turn.question),
+            call(),
+            message(&turn.follow_up),
+            answer(AGENT_TEXT.concat()),
+        ];
+        let err = recorded_turn_replays(&turn, &late, "").unwrap_err();
+        assert!(err.starts_with("replayed as"), "{err}");
+        let reworded = [
+            message(&turn.question),
+            answer(AGENT_TEXT.join(" ")),
+            call(),
+            message(&turn.follow_up),
+        ];
+        let err = recorded_turn_replays(&turn, &reworded, "").unwrap_err();
+        assert!(err.contains("not verbatim"), "{err}");
     }
 }

@@ -24,19 +24,22 @@
 //! `degraded-dispatch-keeps-survivors` (7); `no-replacement-search` (7);
 //! `failed-read-is-evicted` (6); `no-path-in-display-title-references` (5);
 //! `event-log-matches-tables`; `restore-after-moving-roots` (1, 9);
-//! `schema-has-no-path-column` (1); `db-text-has-no-path` (1); `db-file-has-no-path` (1).
+//! `schema-has-no-path-column` (1); `db-text-has-no-path` (1); `db-file-has-no-path` (1);
+//! `recorded-turn-replays-in-order` (9: a recorded agent turn replays among the user
+//! messages, its text verbatim, their attachments from a live read).
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use agent_client_protocol_schema::v1::ContentBlock;
+use agent_client_protocol_schema::v1::{ContentBlock, SessionUpdate};
 
 use super::checks::{self as check, Eviction, Known, Stored};
 use super::oracle::{self, Kind, ReadCounter, expected_uri};
 use super::report::{Check, Outcome, ProbeError, ProbeReport};
 use crate::attachments::{AttachmentUri, Roots};
 use crate::config::{self, Config};
-use crate::dispatch::{Memo, Mode};
+use crate::dispatch::{DEFAULT_MEMO_BUDGET, Memo, Mode};
+use crate::format::{Format, StreamWriter};
 use crate::ids::SessionId;
 use crate::model::{Message, Role, ToolsHost};
 use crate::openai;
@@ -122,6 +125,23 @@ pub(super) const QUESTION: &str = "What is on this menu, and do my notes agree w
 pub(super) const REPLY: &str = "The menu lists soba and tempura; your notes agree.";
 pub(super) const MID_TURN: &str = "Also compare the second version of my notes.";
 pub(super) const TRANSCRIPT: &str = "and tell me which one is cheaper";
+
+/// The recorded turn's session: a user message with one attachment, the agent's
+/// answer (sent as these chunks, which must come back joined and verbatim: it names
+/// no temporary root, so the database audit still finds no path of the probe's) and
+/// a tool call, then the next user message.
+pub(super) const TURN_QUESTION: &str = "Summarize my lunch note.";
+pub(super) const TURN_NOTE: &[u8] = "soba 蕎麦 at noon\n".as_bytes();
+pub(super) const AGENT_TEXT: [&str; 2] =
+    ["Your note says \"soba 蕎麦\"", " at noon.\nNothing else."];
+const TURN_FOLLOW_UP: &str = "Thanks.";
+
+/// The recorded turn's user messages, and the root its attachment must be read from.
+pub(super) struct RecordedTurn {
+    pub question: Message,
+    pub follow_up: Message,
+    pub configured: std::path::PathBuf,
+}
 
 /// The messages the scenario sends.
 pub(super) struct Sent {
@@ -297,7 +317,11 @@ impl Probe {
         self.degradation(&sent).await?;
         self.persisted(&sent).await?;
         self.moved_roots().await?;
+        // Recorded before the audit, so the audit covers what `record` wrote; its
+        // check is reported after the others.
+        let turn = self.recorded_turn().await?;
         self.database();
+        self.record("recorded-turn-replays-in-order", turn);
         Ok(())
     }
 
@@ -752,7 +776,93 @@ impl Probe {
         );
         self.record("restore-after-moving-roots", outcome);
         self.known.saw_paths(&restored.messages);
+        // The files live there now; later steps use the roots where they are.
+        self.config.roots = roots;
         Ok(())
+    }
+
+    /// Records an agent turn (text in two chunks, a tool call and its update) between
+    /// two user messages in a session of its own, and replays it through a fresh
+    /// store: the items as the stream hands them over, and the `acp-updates` lines a
+    /// client loading the session would read.
+    async fn recorded_turn(&mut self) -> Result<Outcome, Failure> {
+        let store = Store::open(self.config.clone())
+            .await
+            .step("open a store to record a turn")?;
+        let s = store
+            .create_session(Some("probe recorded turn".to_owned()), ToolsHost::Local)
+            .await
+            .step("create a session for the recorded turn")?
+            .id;
+        let note = store
+            .attach(s, "lunch note.txt".to_owned(), TURN_NOTE.to_vec())
+            .await
+            .step("store the recorded turn's attachment")?;
+        let question = Outgoing {
+            attach: vec![note.uri],
+            ..Outgoing::user(TURN_QUESTION)
+        };
+        let question = store
+            .send(s, question)
+            .await
+            .step("send the recorded turn's question")?;
+        let update = |value: serde_json::Value| {
+            serde_json::from_value::<SessionUpdate>(value)
+                .map_err(|e| Failure::Step(format!("cannot build a session update: {e}")))
+        };
+        let mut updates = Vec::new();
+        for text in AGENT_TEXT {
+            updates.push(update(serde_json::json!({
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": text},
+                "messageId": "probe-answer",
+            }))?);
+        }
+        updates.push(update(serde_json::json!({
+            "sessionUpdate": "tool_call", "toolCallId": "probe-read",
+            "title": "Read the note", "kind": "read", "status": "pending",
+        }))?);
+        updates.push(update(serde_json::json!({
+            "sessionUpdate": "tool_call_update", "toolCallId": "probe-read",
+            "status": "completed",
+            "content": [{"type": "content", "content": {"type": "text", "text": "read"}}],
+        }))?);
+        store
+            .record(s, updates)
+            .await
+            .step("record the agent's turn")?;
+        let follow_up = store
+            .send(s, Outgoing::user(TURN_FOLLOW_UP))
+            .await
+            .step("send the message after the turn")?;
+
+        let fresh = Store::open_read_only(self.config.clone())
+            .await
+            .step("open a fresh store to replay the turn")?;
+        let mut stream = fresh
+            .restore_stream(s, DEFAULT_MEMO_BUDGET)
+            .await
+            .step("replay the recorded turn")?;
+        let written = |e: std::io::Error| Failure::Step(format!("cannot write acp-updates: {e}"));
+        let mut lines =
+            StreamWriter::begin(Vec::new(), Format::AcpUpdates, s, MODEL).map_err(written)?;
+        let mut items = Vec::new();
+        while let Some(item) = stream.next().await {
+            let item = item.step("replay the recorded turn")?;
+            lines.item(&item).map_err(written)?;
+            items.push(item);
+        }
+        let lines = lines.finish().map_err(written)?;
+        let turn = RecordedTurn {
+            question,
+            follow_up,
+            configured: self.config.roots.configured.clone(),
+        };
+        Ok(check::recorded_turn_replays(
+            &turn,
+            &items,
+            &String::from_utf8_lossy(&lines),
+        ))
     }
 
     /// Audits the database behind the store's back for every path the run saw.

@@ -55,7 +55,7 @@ async fn a_file_over_the_limit_is_refused_by_its_size_before_it_is_read() {
     assert!(!e.is_not_found());
     assert_eq!(
         e.to_string(),
-        format!("attachment {uri} is 68157440 bytes, over the 67108864-byte limit")
+        format!("attachment {uri} is 65 MiB, over the 64 MiB limit")
     );
 
     // `send` resolves each reference first, so it refuses the message and stores none.
@@ -91,7 +91,7 @@ async fn an_upload_over_the_limit_is_refused_and_leaves_no_file() {
     }
     assert_eq!(
         e.to_string(),
-        "cannot store attachment \"big.bin\": it is 67108865 bytes, over the 67108864-byte limit"
+        "cannot store attachment \"big.bin\": it is 67108865 bytes, over the 64 MiB limit"
     );
     let folder = session_folder(&t, s);
     let left: Vec<_> = match std::fs::read_dir(&folder) {

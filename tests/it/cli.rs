@@ -1,7 +1,7 @@
 //! The command line's shared contract: global flags anywhere, environment variables,
 //! the default data directory, and one-line errors.
 
-use crate::support::{assert_one_line_error, bin, json, stdout};
+use crate::support::{assert_one_line_error, assert_usage_error, bin, json, stdout};
 
 #[test]
 fn global_flags_work_before_or_after_the_subcommand() {
@@ -57,16 +57,17 @@ fn with_no_flags_everything_lives_in_the_data_directory() {
 fn bad_ids_and_unknown_sessions_are_one_line_errors() {
     let dir = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| crate::support::run_in(dir.path(), args);
-    let err = assert_one_line_error(&run(&["events", "--session", "../../etc"]));
+    let err = assert_usage_error(&run(&["events", "--session", "../../etc"]));
     assert!(err.contains("invalid session id"), "{err}");
     let ghost = sessionstore::SessionId::new().to_string();
     let err = assert_one_line_error(&run(&["session", "show", &ghost]));
     assert!(err.contains("no database at"), "{err}");
-    let err = assert_one_line_error(&run(&["session", "new", "--tools-host", "mars"]));
+    let err = assert_usage_error(&run(&["session", "new", "--tools-host", "mars"]));
     assert!(
         err.contains("'mars'") && err.contains("--tools-host"),
         "{err}"
     );
+    assert!(err.contains("local, ssh, managed"), "{err}");
     assert!(
         !dir.path().join("sessions.db").exists(),
         "a refused command created nothing"
@@ -76,23 +77,72 @@ fn bad_ids_and_unknown_sessions_are_one_line_errors() {
     assert!(err.contains(&format!("no session {ghost}")), "{err}");
 }
 
+/// Issue 13.1: a usage error prints clap's own message, which names what is wrong.
 #[test]
-fn usage_errors_are_one_line_and_help_still_prints() {
+fn usage_errors_print_clap_s_message_with_exit_2_and_help_still_prints() {
     let dir = tempfile::tempdir().unwrap();
-    for args in [
-        &["dispatch"][..],
-        &["send", "--session"],
-        &["frobnicate"],
-        &["send", "--session", "x", "--text", "t", "--role", "system"],
-        &["dispatch", "--session", "x", "--format", "yaml"],
+    let s = sessionstore::SessionId::new().to_string();
+    for (args, says) in [
+        (&["dispatch"][..], "--session <ID>"),
+        (
+            &["send", "--session"],
+            "a value is required for '--session <ID>'",
+        ),
+        (
+            &["send", "--session", &s],
+            "--text <TEXT>|--text-file <PATH>",
+        ),
+        (&["frobnicate"], "unrecognized subcommand 'frobnicate'"),
+        (
+            &["sesion", "list"],
+            "a similar subcommand exists: 'session'",
+        ),
+        (
+            &["send", "--session", &s, "--txt", "t"],
+            "a similar argument exists: '--text'",
+        ),
+        (
+            &["send", "--session", &s, "--text", "t", "--role", "system"],
+            "[possible values: user, assistant]",
+        ),
+        (
+            &["dispatch", "--session", &s, "--format", "bogus"],
+            "[possible values: acp, openai, openai-responses, focus-hint]",
+        ),
+        (
+            &["drain", "--session", &s, "--format", "focus-hint"],
+            "[possible values: acp, openai, openai-responses]",
+        ),
+        (&[], "Usage: sessionstore"),
     ] {
         let out = crate::support::run_in(dir.path(), args);
-        assert_one_line_error(&out);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = if args.is_empty() {
+            // With no command at all, clap prints the help, on stderr, and exits 2.
+            assert_eq!(out.status.code(), Some(2));
+            crate::support::stderr(&out)
+        } else {
+            assert_usage_error(&out)
+        };
+        assert!(err.contains(says), "{args:?}: {says:?} not in {err}");
     }
+    assert!(
+        !dir.path().join("sessions.db").exists(),
+        "a usage error opens nothing"
+    );
     let out = bin(dir.path()).arg("--help").output().unwrap();
     assert!(out.status.success());
     assert!(stdout(&out).contains("migrate"));
+}
+
+/// Issue 13.8: the exit codes are in `--help`.
+#[test]
+fn help_lists_the_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin(dir.path()).arg("--help").output().unwrap();
+    let help = stdout(&out);
+    for line in ["0  ok", "1  failure", "2  usage", "3  refused input"] {
+        assert!(help.contains(line), "{line:?} not in {help}");
+    }
 }
 
 #[test]

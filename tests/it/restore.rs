@@ -632,7 +632,7 @@ fn restore_takes_a_memo_budget_and_refuses_a_bad_one() {
     for garbage in ["lots", "12MB", "-5", "1.5GiB", ""] {
         let flag = format!("--memo-budget={garbage}");
         let out = run(&["restore", "--session", &s, &flag]);
-        crate::support::assert_one_line_error(&out);
+        crate::support::assert_usage_error(&out);
         assert_eq!(out.status.code(), Some(2), "{garbage:?}");
         assert!(stderr_of(&out).contains("--memo-budget"), "{garbage:?}");
     }

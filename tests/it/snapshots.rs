@@ -1,11 +1,13 @@
-//! Snapshots of what the model sees for the frozen v1 fixture (ACP blocks, and both
-//! OpenAI requests), with the temporary root redacted to `<ROOT>`, so any change in
-//! model-bound content shows up as a reviewed diff. `SESSIONSTORE_BLESS=1 cargo test`
-//! rewrites them.
+//! Snapshots of what the model sees for the frozen fixtures (ACP blocks, and both
+//! OpenAI requests; for v2's recorded turn also the `acp-updates` lines), with the
+//! temporary root redacted to `<ROOT>`, so any change in model-bound content shows up
+//! as a reviewed diff. `SESSIONSTORE_BLESS=1 cargo test` rewrites them.
 
 use std::path::{Path, PathBuf};
 
 use sessionstore::attachments::Roots;
+use sessionstore::dispatch::DEFAULT_MEMO_BUDGET;
+use sessionstore::format::{Format, StreamWriter};
 use sessionstore::model::Role;
 use sessionstore::openai::{chat_request, responses_request};
 use sessionstore::{Config, SessionId, Store};
@@ -31,13 +33,13 @@ fn check(name: &str, actual: &str) {
     );
 }
 
-#[tokio::test]
-async fn what_the_model_sees_for_the_v1_fixture() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
+/// A store on a copy of fixture `version` under `root`, and its session.
+async fn fixture_store(version: &str, root: &Path) -> (Store, SessionId) {
     copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1"),
-        &root,
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(version),
+        root,
     );
     let sid: SessionId = std::fs::read_to_string(root.join("session-id"))
         .unwrap()
@@ -54,6 +56,14 @@ async fn what_the_model_sees_for_the_v1_fixture() {
     })
     .await
     .unwrap();
+    (store, sid)
+}
+
+#[tokio::test]
+async fn what_the_model_sees_for_the_v1_fixture() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let (store, sid) = fixture_store("v1", &root).await;
     let restored = store.restore(sid).await.unwrap();
     let conversation: Vec<(Role, _)> = restored
         .messages
@@ -82,4 +92,41 @@ async fn what_the_model_sees_for_the_v1_fixture() {
         "v1-restore-openai-responses.json",
         &redact(serde_json::to_value(responses_request("gpt-4o", &conversation)).unwrap()),
     );
+}
+
+/// The v2 fixture's recorded turn as `restore` streams it in each format: the same
+/// writers the binary uses, over the same stream.
+#[tokio::test]
+async fn what_a_restore_prints_for_the_v2_fixture_and_its_recorded_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let (store, sid) = fixture_store("v2", &root).await;
+    let redact = |text: &str| text.replace(root.to_str().unwrap(), "<ROOT>");
+    for (format, name) in [
+        (Format::AcpRestore, "v2-restore-acp.json"),
+        (Format::AcpUpdates, "v2-restore-acp-updates.jsonl"),
+        (Format::OpenaiChat, "v2-restore-openai.json"),
+        (Format::OpenaiResponses, "v2-restore-openai-responses.json"),
+    ] {
+        let mut stream = store
+            .restore_stream(sid, DEFAULT_MEMO_BUDGET)
+            .await
+            .unwrap();
+        let mut out = StreamWriter::begin(Vec::new(), format, sid, "gpt-4o").unwrap();
+        while let Some(item) = stream.next().await {
+            out.item(&item.unwrap()).unwrap();
+        }
+        let text = String::from_utf8(out.finish().unwrap()).unwrap();
+        let text = if format.is_lines() {
+            redact(&text)
+        } else {
+            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            redact(&serde_json::to_string_pretty(&value).unwrap()) + "\n"
+        };
+        assert!(
+            text.contains("<ROOT>/legacy/"),
+            "{name}: paths were redacted, not lost"
+        );
+        check(name, &text);
+    }
 }

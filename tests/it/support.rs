@@ -138,6 +138,26 @@ pub fn assert_one_line_error(out: &Output) -> String {
     err
 }
 
+/// Asserts a run was refused as a usage mistake: exit 2, clap's own message on stderr
+/// (which names the argument, the values it takes or a similar flag, over a few
+/// lines), nothing on stdout, no control character and no panic.
+pub fn assert_usage_error(out: &Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "expected a usage error, got {out:?}"
+    );
+    assert!(out.stdout.is_empty(), "nothing on stdout: {out:?}");
+    let err = stderr(out);
+    assert!(err.starts_with("error: "), "{err:?}");
+    assert!(!err.contains("panicked"), "{err:?}");
+    assert!(
+        !err.chars().any(|c| c.is_control() && c != '\n'),
+        "escaped for the terminal: {err:?}"
+    );
+    err
+}
+
 pub fn json(out: &Output) -> serde_json::Value {
     assert!(out.status.success(), "command failed: {}", stderr(out));
     serde_json::from_str(stdout(out).trim()).expect("stdout is one JSON value")

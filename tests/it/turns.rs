@@ -10,7 +10,7 @@ use sessionstore::store::Outgoing;
 use sessionstore::turns::Refusal;
 use sessionstore::{Error, SessionId};
 
-use crate::support::{TestStore, assert_one_line_error, bin, json, run_in, stderr};
+use crate::support::{TestStore, bin, json, run_in, stderr};
 
 fn update(value: serde_json::Value) -> SessionUpdate {
     serde_json::from_value(value).expect("a valid update")
@@ -243,7 +243,12 @@ fn record_reads_lines_checks_them_all_and_names_a_bad_one() {
         ),
     ] {
         let out = record_cli(dir.path(), &sid, &format!("{good}{bad}\n"));
-        let err = assert_one_line_error(&out);
+        // Under --json the one error line is a JSON object naming the kind.
+        let text = stderr(&out);
+        assert_eq!(text.trim_end().lines().count(), 1, "{text}");
+        let error: serde_json::Value = serde_json::from_str(&text).expect("a JSON error");
+        assert_eq!(error["error"]["kind"], "update_refused", "{text}");
+        let err = error["error"]["message"].as_str().unwrap().to_owned();
         assert!(err.contains(&format!("line {line}:")), "{err}");
         assert!(err.contains(words), "{err}");
         assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
@@ -255,6 +260,9 @@ fn record_reads_lines_checks_them_all_and_names_a_bad_one() {
     assert_eq!(out["recorded"], 3);
     assert_eq!(out["items"].as_array().unwrap().len(), 2);
     let other = good.replace(&sid, "00000000-0000-7000-8000-000000000000");
-    let err = assert_one_line_error(&record_cli(dir.path(), &sid, &other));
+    let out = record_cli(dir.path(), &sid, &other);
+    assert_eq!(out.status.code(), Some(3));
+    let error: serde_json::Value = serde_json::from_str(&stderr(&out)).expect("a JSON error");
+    let err = error["error"]["message"].as_str().unwrap();
     assert!(err.contains("line 3:") && err.contains("not "), "{err}");
 }

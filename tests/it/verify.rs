@@ -36,10 +36,7 @@ async fn a_clean_database_verifies() {
     seeded(dir.path()).await;
     let (ok, out) = verify_cli(dir.path());
     assert!(ok, "{out}");
-    assert!(
-        out.contains("1 sessions, 2 messages, 4 events: ok"),
-        "{out}"
-    );
+    assert!(out.contains("1 session, 2 messages, 4 events: ok"), "{out}");
 }
 
 #[tokio::test]

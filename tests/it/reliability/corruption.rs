@@ -325,7 +325,14 @@ fn run_variants(sample: usize) -> Tally {
                 continue;
             }
             tally.refused += 1;
-            if err.trim_end().lines().count() != 1 || !err.starts_with("error: ") {
+            // Under `--json` the one line is the error as a JSON object.
+            let one_error = if args.iter().any(|a| a == "--json") {
+                serde_json::from_str::<serde_json::Value>(err.trim_end())
+                    .is_ok_and(|v| v["error"]["kind"].is_string())
+            } else {
+                err.starts_with("error: ")
+            };
+            if err.trim_end().lines().count() != 1 || !one_error {
                 tally.multiline.push(format!("{what}: {err:?}"));
             }
             let now = std::fs::read(&path).unwrap_or_default();

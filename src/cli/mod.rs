@@ -1,0 +1,41 @@
+//! The command line's pieces beside `main.rs`: one file per command group (`session`,
+//! `attachment`, `send`, `paths`, `lifecycle` for delete and gc), output and escaping (`output`), errors and exit
+//! codes (`errors`), logs and progress (`logging`), and the argument parsers they
+//! share. Never holds behaviour the library lacks.
+
+pub mod attachment;
+pub mod errors;
+pub mod lifecycle;
+pub mod logging;
+pub mod output;
+pub mod paths;
+pub mod send;
+pub mod session;
+
+use sessionstore::{IdError, MessageId, SessionId};
+
+/// A session id as the store prints it; upper-case hex is taken too, since a UUID's
+/// letters are the same either way.
+pub fn parse_session(text: &str) -> Result<SessionId, String> {
+    text.to_ascii_lowercase()
+        .parse()
+        .map_err(|_: IdError| invalid("session", text))
+}
+
+/// A message id, bare or as `send --json` printed it, in either case.
+pub fn parse_message(text: &str) -> Result<MessageId, String> {
+    let bare = match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(o)) => match o.get("id") {
+            Some(serde_json::Value::String(id)) => id.clone(),
+            _ => return Err(format!("{text:?} has no \"id\" string")),
+        },
+        _ => text.to_owned(),
+    };
+    bare.to_ascii_lowercase()
+        .parse()
+        .map_err(|_: IdError| invalid("message", &bare))
+}
+
+fn invalid(kind: &str, text: &str) -> String {
+    format!("invalid {kind} id {text:?}: expected a UUID like 0190b3c2-7d4e-7abc-8def-0123456789ab")
+}

@@ -1,0 +1,198 @@
+//! `session new|list|show|rename|delete`: argument types and printing. Human output shows
+//! stored text escaped, one line a row, long text cut with a marker; `--json` prints
+//! it whole. Never changes a session except through `Store`.
+
+use anyhow::Result;
+use clap::Subcommand;
+
+use sessionstore::attachments::human_size;
+use sessionstore::lifecycle::{CursorError, DEFAULT_PAGE, MAX_PAGE, SessionCursor, SessionPage};
+use sessionstore::model::{Session, ToolsHost};
+use sessionstore::{Config, Error, SessionId, Store};
+
+use super::output::{TEXT_CHARS, TITLE_CHARS, cell, emit, print_json};
+use super::parse_session;
+
+#[derive(Subcommand)]
+pub enum SessionCommand {
+    /// Create a session and print its id
+    New {
+        /// The session's title; without one, the first message names it
+        #[arg(long, value_name = "TITLE")]
+        title: Option<String>,
+        /// Where the session's tools run
+        #[arg(long, default_value = "local", value_parser = parse_tools_host())]
+        tools_host: ToolsHost,
+    },
+    /// List sessions, most recently updated first, a page at a time, one a line: id,
+    /// updated time, tools host, messages, attachment size, title
+    List {
+        /// How many sessions a page holds
+        #[arg(long, value_name = "N", default_value_t = DEFAULT_PAGE as u64,
+              value_parser = clap::value_parser!(u64).range(1..=MAX_PAGE as u64))]
+        limit: u64,
+        /// Where the page starts: a nextCursor value exactly as a previous page printed it
+        #[arg(long, value_name = "C", value_parser = parse_cursor)]
+        cursor: Option<SessionCursor>,
+    },
+    /// Show a session and its messages, one a line
+    Show {
+        /// The session's id
+        #[arg(value_name = "ID", value_parser = parse_session)]
+        id: SessionId,
+    },
+    /// Give a session a new title
+    Rename {
+        /// The session's id
+        #[arg(value_name = "ID", value_parser = parse_session)]
+        id: SessionId,
+        /// The new title
+        #[arg(value_name = "TITLE")]
+        title: String,
+    },
+    /// Delete sessions: their rows and events (leaving a tombstone) and their folder
+    /// under the configured root; files in legacy roots are reported and left
+    Delete {
+        /// The sessions' ids
+        #[arg(required = true, value_name = "ID", value_parser = parse_session)]
+        ids: Vec<SessionId>,
+        /// Report what would go without changing anything
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+fn parse_cursor(text: &str) -> Result<SessionCursor, String> {
+    text.parse().map_err(|e: CursorError| e.to_string())
+}
+
+/// `local`, `ssh` or `managed`, listed in help and parsed by the library's own names.
+fn parse_tools_host() -> impl clap::builder::TypedValueParser<Value = ToolsHost> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["local", "ssh", "managed"])
+        .try_map(|s| s.parse::<ToolsHost>())
+}
+
+pub async fn run(config: Config, json: bool, command: SessionCommand) -> Result<()> {
+    match command {
+        SessionCommand::New { title, tools_host } => new(config, json, title, tools_host).await,
+        SessionCommand::List { limit, cursor } => list(config, json, limit as usize, cursor).await,
+        SessionCommand::Show { id } => show(config, json, id).await,
+        SessionCommand::Rename { id, title } => rename(config, json, id, title).await,
+        SessionCommand::Delete { ids, dry_run } => {
+            super::lifecycle::delete(config, json, ids, dry_run).await
+        }
+    }
+}
+
+fn title(s: &Session) -> String {
+    match &s.title {
+        Some(t) => cell(t, TITLE_CHARS),
+        None => "(untitled)".to_owned(),
+    }
+}
+
+async fn new(
+    config: Config,
+    json: bool,
+    title: Option<String>,
+    tools_host: ToolsHost,
+) -> Result<()> {
+    let store = Store::open(config).await?;
+    tracing::info!("using database {:?}", store.config().db_path);
+    let session = store.create_session(title, tools_host).await?;
+    if json {
+        print_json(&serde_json::json!({ "id": session.id }))
+    } else {
+        emit(&session.id.to_string())
+    }
+}
+
+async fn list(
+    config: Config,
+    json: bool,
+    limit: usize,
+    cursor: Option<SessionCursor>,
+) -> Result<()> {
+    // Listing never creates a database: with none yet, there is nothing to list.
+    let page = match Store::open_read_only(config).await {
+        Ok(store) => store.list_sessions_page(limit, cursor).await?,
+        Err(Error::NoDatabase(_)) => SessionPage {
+            sessions: vec![],
+            next_cursor: None,
+        },
+        Err(e) => return Err(e.into()),
+    };
+    if json {
+        return print_json(&page);
+    }
+    let mut rows: Vec<String> = page
+        .sessions
+        .iter()
+        .map(|s| {
+            let title = match &s.title {
+                Some(t) => cell(t, TITLE_CHARS),
+                None => "(untitled)".to_owned(),
+            };
+            format!(
+                "{}  {}  {}  {}  {}  {title}",
+                s.id,
+                s.updated_at,
+                s.tools_host,
+                super::output::count(s.messages as usize, "message", "messages"),
+                human_size(s.attachment_bytes)
+            )
+        })
+        .collect();
+    if let Some(next) = &page.next_cursor {
+        rows.push(format!("next page: --cursor {next}"));
+    }
+    if rows.is_empty() {
+        return Ok(());
+    }
+    emit(&rows.join("\n"))
+}
+
+async fn show(config: Config, json: bool, id: SessionId) -> Result<()> {
+    let store = Store::open_read_only(config).await?;
+    let session = store.session(id).await?;
+    let messages = store.messages(id).await?;
+    if json {
+        return print_json(&serde_json::json!({ "session": session, "messages": messages }));
+    }
+    let mut text = format!(
+        "{}  {}  {}",
+        session.id,
+        session.tools_host,
+        title(&session)
+    );
+    for m in messages {
+        text.push_str(&format!(
+            "\n  {} {} [{}] {}",
+            m.seq,
+            m.role,
+            m.state,
+            cell(&m.display_text, TEXT_CHARS)
+        ));
+        for r in m.refs {
+            text.push_str(&format!(
+                "\n      {} ({}, {})",
+                r.uri,
+                cell(&r.mime_type, TITLE_CHARS),
+                human_size(r.size)
+            ));
+        }
+    }
+    emit(&text)
+}
+
+async fn rename(config: Config, json: bool, id: SessionId, title: String) -> Result<()> {
+    let store = Store::open_existing(config).await?;
+    store.rename_session(id, title).await?;
+    let session = store.session(id).await?;
+    if json {
+        print_json(&serde_json::json!({ "id": session.id, "title": session.title }))
+    } else {
+        emit(&format!("{}  {}", session.id, self::title(&session)))
+    }
+}

@@ -1,0 +1,646 @@
+//! Issue 13, the command line as people expect it: each finding checked through the
+//! real binary (human output, `paths`, flags, `--text -`, small wording, logs,
+//! completions, JSON errors, `session rename`, `attachment list/get`, exit codes), and
+//! README's tour run as written.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Output, Stdio};
+
+use crate::support::{assert_one_line_error, bin, json, run_in, stderr, stdout};
+
+/// A migrated store under `dir` with one session; its id.
+fn session(dir: &Path) -> String {
+    json(&run_in(dir, &["migrate", "--json"]));
+    json(&run_in(dir, &["session", "new", "--json"]))["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned()
+}
+
+/// The binary on the store under `dir`, fed `input` on stdin.
+fn run_with_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
+    let mut child = bin(dir)
+        .args(args)
+        .arg("--db")
+        .arg(dir.join("sessions.db"))
+        .arg("--attachments-root")
+        .arg(dir.join("attachments"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    child
+        .stdin
+        .take()
+        .expect("a stdin pipe")
+        .write_all(input)
+        .expect("stdin takes the input");
+    child.wait_with_output().expect("the binary ends")
+}
+
+fn assert_quiet_success(out: &Output) {
+    assert!(out.status.success(), "{}", stderr(out));
+    assert_eq!(stderr(out), "", "nothing on stderr");
+}
+
+/// 13.2: stored text is escaped, one line a row, and cut with a marker.
+#[test]
+fn human_output_escapes_stored_text_and_cuts_long_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    json(&run_in(d, &["migrate", "--json"]));
+    let title = "line one\nline two \u{1b}[31mred\u{1b}[0m";
+    let s = json(&run_in(d, &["session", "new", "--title", title, "--json"]))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let list = stdout(&run_in(d, &["session", "list"]));
+    assert_eq!(list.lines().count(), 1, "one session, one row: {list:?}");
+    assert!(
+        !list.contains('\u{1b}'),
+        "no escape sequence reaches the terminal"
+    );
+    assert!(
+        list.contains("line one\\nline two \\u001b[31mred"),
+        "{list}"
+    );
+
+    json(&run_in(
+        d,
+        &["send", "--session", &s, "--text", "first\nsecond", "--json"],
+    ));
+    let long = "x".repeat(131 * 1024);
+    let path = d.join("long.txt");
+    std::fs::write(&path, &long).unwrap();
+    let p = path.to_str().unwrap();
+    json(&run_in(
+        d,
+        &["send", "--session", &s, "--text-file", p, "--json"],
+    ));
+    let shown = stdout(&run_in(d, &["session", "show", &s]));
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(
+        lines.len(),
+        3,
+        "a header and one row per message: {lines:?}"
+    );
+    assert!(lines[1].ends_with("first\\nsecond"), "{}", lines[1]);
+    assert!(lines[2].len() < 1000, "the long text is cut");
+    assert!(
+        lines[2].contains(&format!(
+            "[{} more characters; --json has the full text]",
+            131 * 1024 - 300
+        )),
+        "{}",
+        lines[2]
+    );
+    let whole = json(&run_in(d, &["session", "show", &s, "--json"]));
+    assert_eq!(
+        whole["messages"][1]["displayText"].as_str().map(str::len),
+        Some(131 * 1024)
+    );
+}
+
+/// 13.3: `paths` says where everything is and where each setting came from; `migrate`
+/// names its database.
+#[test]
+fn paths_names_each_place_and_its_source() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let db = h.join("x.db");
+    let out = bin(h)
+        .args(["paths", "--json", "--db"])
+        .arg(&db)
+        .env("SESSIONSTORE_LEGACY_ROOTS", h.join("old"))
+        .output()
+        .unwrap();
+    let p = json(&out);
+    assert_eq!(p["database"]["path"], db.to_str().unwrap());
+    assert_eq!(p["database"]["source"], "flag");
+    assert_eq!(p["database"]["exists"], false);
+    let root = h.join(".local/share/sessionstore/attachments");
+    assert_eq!(p["attachmentsRoot"]["path"], root.to_str().unwrap());
+    assert_eq!(p["attachmentsRoot"]["source"], "default");
+    assert_eq!(p["legacyRoots"][0], h.join("old").to_str().unwrap());
+    assert_eq!(p["legacyRootsSource"], "environment");
+    let out = bin(h).args(["paths", "--db"]).arg(&db).output().unwrap();
+    assert_quiet_success(&out);
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("{}  (from --db, not created yet)", db.display())),
+        "{text}"
+    );
+    assert!(text.contains("legacy roots      none  (default)"), "{text}");
+
+    let out = bin(h).args(["migrate", "--db"]).arg(&db).output().unwrap();
+    assert_quiet_success(&out);
+    assert!(
+        stdout(&out).starts_with(&format!("{}: applied", db.display())),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// 13.4: flags that cannot apply are refused or documented.
+#[test]
+fn flags_that_cannot_apply_are_refused_or_documented() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = bin(d).args(["probe", "--db", "x.db"]).output().unwrap();
+    let err = assert_one_line_error(&out);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.contains("--db, --attachments-root and --legacy-root do not apply"),
+        "{err}"
+    );
+    for command in ["dispatch", "drain", "restore", "events"] {
+        let help = stdout(&bin(d).args(["help"]).output().unwrap());
+        let row = help
+            .lines()
+            .find(|l| l.trim_start().starts_with(command))
+            .unwrap();
+        assert!(row.contains("JSON"), "{command}: {row}");
+    }
+    for command in ["drain", "restore"] {
+        let help = stdout(&bin(d).args([command, "--help"]).output().unwrap());
+        assert!(
+            !help.contains("focus-hint"),
+            "{command} does not offer focus-hint"
+        );
+    }
+    let help = stdout(&bin(d).args(["dispatch", "--help"]).output().unwrap());
+    assert!(help.contains("focus-hint"));
+}
+
+/// 13.5: `--text -` reads standard input; `--text-file` takes text too long for argv.
+#[test]
+fn text_comes_from_stdin_or_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = session(d);
+    let out = run_with_stdin(
+        d,
+        &["send", "--session", &s, "--text", "-", "--json"],
+        b"from a pipe\n",
+    );
+    json(&out);
+    let big = "y".repeat(140 * 1024);
+    let path = d.join("big.txt");
+    std::fs::write(&path, &big).unwrap();
+    json(&run_in(
+        d,
+        &[
+            "send",
+            "--session",
+            &s,
+            "--text-file",
+            path.to_str().unwrap(),
+            "--json",
+        ],
+    ));
+    let shown = json(&run_in(d, &["session", "show", &s, "--json"]));
+    assert_eq!(shown["messages"][0]["displayText"], "from a pipe\n");
+    assert_eq!(
+        shown["messages"][1]["displayText"].as_str().unwrap().len(),
+        140 * 1024
+    );
+    let out = run_in(
+        d,
+        &["send", "--session", &s, "--text", "a", "--text-file", "b"],
+    );
+    crate::support::assert_usage_error(&out);
+}
+
+/// 13.6: upper-case ids, canonical URIs, the degraded-dispatch warning, a closed pipe,
+/// wording and sizes.
+#[test]
+fn small_things_read_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = session(d);
+    json(&run_in(
+        d,
+        &["session", "show", &s.to_uppercase(), "--json"],
+    ));
+
+    let file = d.join("café chart.png");
+    std::fs::write(&file, crate::support::PNG).unwrap();
+    json(&run_in(
+        d,
+        &["attach", "--session", &s, file.to_str().unwrap(), "--json"],
+    ));
+    let raw = format!("attachment:///{s}/café chart.png");
+    let out = run_in(
+        d,
+        &["send", "--session", &s, "--text", "x", "--attach", &raw],
+    );
+    let err = assert_one_line_error(&out);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        err.contains(&format!(
+            "the canonical form is attachment:///{s}/caf%C3%A9%20chart.png"
+        )),
+        "{err}"
+    );
+
+    // A dispatch that leaves out an unreadable file warns once and still succeeds.
+    let uri = format!("attachment:///{s}/caf%C3%A9%20chart.png");
+    json(&run_in(
+        d,
+        &[
+            "send",
+            "--session",
+            &s,
+            "--text",
+            "look",
+            "--attach",
+            &uri,
+            "--json",
+        ],
+    ));
+    std::fs::remove_file(d.join("attachments").join(&s).join("café chart.png")).unwrap();
+    let out = run_in(d, &["dispatch", "--session", &s]);
+    assert!(out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("warning: message ") && err.contains("café chart.png"),
+        "{err}"
+    );
+    let out = run_in(d, &["dispatch", "--session", &s, "-q"]);
+    assert_quiet_success(&out);
+
+    // The reader went away: no error, as with other tools.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = bin(d)
+        .args(["session", "list", "--db"])
+        .arg(d.join("sessions.db"))
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_quiet_success(&out);
+
+    // An assistant message is "an assistant message".
+    let reply = json(&run_in(
+        d,
+        &[
+            "send",
+            "--session",
+            &s,
+            "--text",
+            "ok",
+            "--role",
+            "assistant",
+            "--json",
+        ],
+    ));
+    let id = reply["id"].as_str().unwrap();
+    let err = assert_one_line_error(&run_in(d, &["dispatch", "--session", &s, "--message", id]));
+    assert!(err.contains("is an assistant message"), "{err}");
+
+    // Sizes read as people write them.
+    let huge = d.join("huge.bin");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(65 * 1024 * 1024)
+        .unwrap();
+    let err = assert_one_line_error(&run_in(
+        d,
+        &["attach", "--session", &s, huge.to_str().unwrap()],
+    ));
+    assert!(err.contains("it is 65 MiB, over the 64 MiB limit"), "{err}");
+}
+
+/// 13.6: options and arguments say what they are.
+#[test]
+fn every_option_has_help_text() {
+    let dir = tempfile::tempdir().unwrap();
+    for (command, wanted) in [
+        (
+            &["send"][..],
+            &["The session to send to", "Who wrote the message"][..],
+        ),
+        (&["session", "new"], &["The session's title"]),
+        (&["session", "show"], &["The session's id"]),
+        (
+            &["attach"],
+            &["The files to store", "The session the files belong to"],
+        ),
+        (&["drain"], &["Fail, delivering nothing", "What to print"]),
+    ] {
+        let out = bin(dir.path())
+            .args(command)
+            .arg("--help")
+            .output()
+            .unwrap();
+        let help = stdout(&out);
+        for w in wanted {
+            assert!(help.contains(w), "{command:?}: {w:?} not in {help}");
+        }
+    }
+}
+
+/// 13.7: logs are quiet by default, `-v` shows a legacy-root read, `RUST_LOG` decides.
+#[test]
+fn logs_follow_v_q_and_rust_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = session(d);
+    let legacy = d.join("legacy");
+    std::fs::create_dir_all(legacy.join(&s)).unwrap();
+    std::fs::write(legacy.join(&s).join("old.txt"), "secret contents").unwrap();
+    let legacy = legacy.to_str().unwrap();
+    let uri = format!("attachment:///{s}/old.txt");
+    let send = [
+        "send",
+        "--session",
+        &s,
+        "--text",
+        "x",
+        "--attach",
+        &uri,
+        "--legacy-root",
+        legacy,
+    ];
+    assert_quiet_success(&run_in(d, &send));
+    let dispatch = ["dispatch", "--session", &s, "--legacy-root", legacy];
+    assert_quiet_success(&run_in(d, &dispatch));
+    let mut verbose = dispatch.to_vec();
+    verbose.push("-v");
+    let out = run_in(d, &verbose);
+    assert!(out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("info: attachment ") && err.contains("legacy root 1"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("secret contents"),
+        "a log never holds contents"
+    );
+    let out = bin(d)
+        .args(dispatch)
+        .arg("--db")
+        .arg(d.join("sessions.db"))
+        .arg("--attachments-root")
+        .arg(d.join("attachments"))
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(stderr(&out).contains("legacy root 1"));
+}
+
+/// 13.7 and 13.8: `--json` errors are one object with the library's kind.
+#[test]
+fn json_errors_carry_the_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ghost = sessionstore::SessionId::new().to_string();
+    let out = run_in(d, &["session", "show", &ghost, "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err: serde_json::Value = serde_json::from_str(stderr(&out).trim()).unwrap();
+    assert_eq!(err["error"]["kind"], "no_database");
+    let s = session(d);
+    let out = run_in(d, &["session", "show", &ghost, "--json"]);
+    let err: serde_json::Value = serde_json::from_str(stderr(&out).trim()).unwrap();
+    assert_eq!(err["error"]["kind"], "session_not_found");
+    assert!(err["error"]["message"].as_str().unwrap().contains(&ghost));
+    let bad = format!("attachment:///{s}/..%2Fx");
+    let out = run_in(
+        d,
+        &[
+            "send",
+            "--session",
+            &s,
+            "--text",
+            "x",
+            "--attach",
+            &bad,
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let err: serde_json::Value = serde_json::from_str(stderr(&out).trim()).unwrap();
+    assert_eq!(err["error"]["kind"], "malformed_reference");
+    let out = run_in(d, &["send", "--json", "--session", &s, "--txt", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err: serde_json::Value = serde_json::from_str(stderr(&out).trim()).unwrap();
+    assert_eq!(err["error"]["kind"], "usage");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'--text'")
+    );
+}
+
+/// 13.7: `session rename`, `attachment list`, `attachment get`.
+#[test]
+fn rename_list_and_get() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = session(d);
+    let renamed = json(&run_in(d, &["session", "rename", &s, "new name", "--json"]));
+    assert_eq!(renamed["title"], "new name");
+    let shown = json(&run_in(d, &["session", "show", &s, "--json"]));
+    assert_eq!(shown["session"]["title"], "new name");
+
+    let notes = d.join("notes.txt");
+    std::fs::write(&notes, "quarterly notes\n").unwrap();
+    let other = d.join("other.txt");
+    std::fs::write(&other, "kept").unwrap();
+    let stored = json(&run_in(
+        d,
+        &[
+            "attach",
+            "--session",
+            &s,
+            notes.to_str().unwrap(),
+            other.to_str().unwrap(),
+            "--json",
+        ],
+    ));
+    let uri = stored[0]["uri"].as_str().unwrap().to_owned();
+    let gone = stored[1]["uri"].as_str().unwrap().to_owned();
+    let m = json(&run_in(
+        d,
+        &[
+            "send",
+            "--session",
+            &s,
+            "--text",
+            "x",
+            "--attach",
+            &uri,
+            "--attach",
+            &gone,
+            "--json",
+        ],
+    ));
+    std::fs::remove_file(d.join("attachments").join(&s).join("other.txt")).unwrap();
+    let listed = json(&run_in(
+        d,
+        &["attachment", "list", "--session", &s, "--json"],
+    ));
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    assert_eq!(listed[0]["name"], "notes.txt");
+    assert_eq!(listed[0]["size"], 16);
+    assert_eq!(listed[0]["mimeType"], "text/plain");
+    assert_eq!(listed[0]["messages"][0], m["id"]);
+    assert_eq!(listed[1]["name"], "other.txt");
+    assert_eq!(listed[1]["present"], false);
+    let human = stdout(&run_in(d, &["attachment", "list", "--session", &s]));
+    assert!(
+        human.contains("notes.txt  16 bytes  text/plain  used by"),
+        "{human}"
+    );
+    assert!(
+        !human.contains(d.to_str().unwrap()),
+        "no path in the listing"
+    );
+
+    let out = run_in(d, &["attachment", "get", &uri]);
+    assert!(out.status.success());
+    assert_eq!(out.stdout, b"quarterly notes\n");
+    let copy = d.join("copy.txt");
+    let out = run_in(
+        d,
+        &["attachment", "get", &uri, "--out", copy.to_str().unwrap()],
+    );
+    assert_quiet_success(&out);
+    assert_eq!(std::fs::read(&copy).unwrap(), b"quarterly notes\n");
+    let out = run_in(
+        d,
+        &["attachment", "get", &format!("attachment:///{s}/..%2Fetc")],
+    );
+    assert_one_line_error(&out);
+    assert_eq!(out.status.code(), Some(3));
+    let out = run_in(d, &["attachment", "get", &gone]);
+    let err = assert_one_line_error(&out);
+    assert!(err.contains("not found"), "{err}");
+}
+
+/// 13.7: `completions bash` loads in bash; zsh, fish and powershell print too.
+#[test]
+fn completions_load_in_bash() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("sessionstore.bash");
+    let out = bin(dir.path())
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::fs::write(&script, &out.stdout).unwrap();
+    let loaded = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("source {:?} && complete -p sessionstore", script))
+        .output()
+        .unwrap();
+    assert!(loaded.status.success(), "{}", stderr(&loaded));
+    assert_eq!(stderr(&loaded), "");
+    assert!(stdout(&loaded).contains("sessionstore"));
+    for shell in ["zsh", "fish", "powershell"] {
+        let out = bin(dir.path())
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success() && !out.stdout.is_empty(), "{shell}");
+    }
+}
+
+/// Nothing prints colour or progress when stdout is not a terminal.
+#[test]
+fn no_colour_or_progress_off_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = session(d);
+    let file = d.join("a.txt");
+    std::fs::write(&file, "a").unwrap();
+    for args in [
+        &["attach", "--session", &s, file.to_str().unwrap()][..],
+        &["verify"],
+        &["session", "list"],
+        &["paths"],
+    ] {
+        let out = run_in(d, args);
+        assert_quiet_success(&out);
+        assert!(!out.stdout.contains(&0x1b), "{args:?}: no escape sequence");
+    }
+    let out = bin(d).arg("frobnicate").output().unwrap();
+    assert!(!out.stderr.contains(&0x1b), "usage errors are not coloured");
+}
+
+/// README's tour, run as written with `cargo run` standing for the built binary.
+#[test]
+fn readme_tour_runs_as_written() {
+    let readme = include_str!("../../README.md");
+    let start = readme.find("## A short tour").expect("a tour");
+    let block = &readme[start..];
+    let block = &block[block.find("```sh\n").unwrap() + 6..];
+    let block = &block[..block.find("```").unwrap()];
+    let binary = env!("CARGO_BIN_EXE_sessionstore");
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let script = block
+        .replace("cargo run -q --", binary)
+        .replace("cargo run --", binary)
+        .replace("tests/fixtures", fixtures);
+    assert!(
+        script.contains(" paths")
+            && script.contains("--text -")
+            && script.contains("attachment get")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin(dir.path())
+        .current_dir(dir.path())
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("XDG_DATA_HOME", dir.path().join(".local/share"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -euo pipefail\n{script}"))
+        .current_dir(dir.path())
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("XDG_DATA_HOME", dir.path().join(".local/share"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the tour failed: {}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("notes-copy.txt")).unwrap(),
+        b"quarterly notes\nbudget: 42\n"
+    );
+}
+
+/// 13.6: a session that does not restore is named once in the refusal.
+#[test]
+fn the_restore_refusal_names_its_session_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = session(d);
+    json(&run_in(
+        d,
+        &["send", "--session", &s, "--text", "hello", "--json"],
+    ));
+    let conn = rusqlite::Connection::open(d.join("sessions.db")).unwrap();
+    conn.execute("UPDATE messages SET display_text = 'edited'", [])
+        .unwrap();
+    drop(conn);
+    let err = assert_one_line_error(&run_in(d, &["restore", "--session", &s]));
+    assert_eq!(err.matches(&s).count(), 1, "{err}");
+    assert!(err.contains("differs from its event log"), "{err}");
+}
