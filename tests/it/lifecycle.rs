@@ -201,17 +201,25 @@ fn list_json_has_the_contract_shape_and_counts() {
 }
 
 #[test]
-fn a_malformed_cursor_or_limit_is_a_one_line_usage_error() {
+fn a_malformed_cursor_or_limit_is_a_usage_error() {
     let dir = tempfile::tempdir().unwrap();
     json(&run_in(dir.path(), &["session", "new", "--json"]));
-    for args in [
-        &["session", "list", "--cursor", "not a cursor"][..],
-        &["session", "list", "--cursor", "bm8gaWQgaGVyZQ"],
-        &["session", "list", "--limit", "0"],
+    for (args, says) in [
+        (
+            &["session", "list", "--cursor", "not a cursor"][..],
+            "malformed cursor",
+        ),
+        (
+            &["session", "list", "--cursor", "bm8gaWQgaGVyZQ"],
+            "malformed cursor",
+        ),
+        (&["session", "list", "--limit", "0"], "--limit"),
     ] {
-        let out = run_in(dir.path(), args);
-        let err = assert_one_line_error(&out);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        let err = crate::support::assert_usage_error(&run_in(dir.path(), args));
+        assert!(
+            err.lines().next().unwrap().contains(says),
+            "{args:?}: {err}"
+        );
     }
 }
 
