@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::Progress;
+use crate::db::search;
 use crate::db::sessions::{self, Counts, State};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
@@ -112,6 +113,11 @@ impl Store {
                             State::Deleted { .. } => None,
                             State::Unknown => return Err(Error::SessionNotFound(*id)),
                         });
+                    }
+                    // The triggers took the sessions' texts out of the search index,
+                    // but its segments keep their terms until they are merged.
+                    if written.iter().any(Option::is_some) {
+                        search::purge_deleted(tx)?;
                     }
                     Ok(written)
                 })?;

@@ -245,6 +245,16 @@ fn files_holding(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
     found
 }
 
+/// One word each for the texts the search index holds, each starting with a letter no
+/// other word of the test starts with: FTS5 keeps its terms lower-cased and each leaf
+/// page's first term whole, so such a word is in the file as written here for as long
+/// as the index holds it.
+const INDEXED: [&str; 5] = ["quokka", "zebu", "ocelot", "narwhal", "kinkajou"];
+
+/// A word only in a title the session had before a rename: the index no longer
+/// answers it, but its old entries stay in FTS5's segments until they are merged.
+const RENAMED_AWAY: &str = "yapok";
+
 #[tokio::test]
 async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
     let t = TestStore::new().await;
@@ -252,20 +262,51 @@ async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
     let kept = t.session().await;
     let upload = t.upload(gone, "wombat-ledger.txt", b"file body").await;
     let mut out = Outgoing::user("QUOKKA-7719 secret plans");
-    out.expanded = Some("QUOKKA-7719 expanded".into());
+    out.expanded = Some("QUOKKA-7719 expanded ocelot".into());
+    out.transcript = Some("QUOKKA-7719 narwhal said aloud".into());
     out.attach = vec![upload.uri.clone()];
     t.send(gone, out).await;
+    for title in ["QUOKKA-7719 yapok draft", "QUOKKA-7719 zebu title"] {
+        t.store.rename_session(gone, title.into()).await.unwrap();
+    }
+    let chunk = |text: &str| -> SessionUpdate {
+        serde_json::from_value(serde_json::json!({
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": text}
+        }))
+        .unwrap()
+    };
     t.store
-        .rename_session(gone, "QUOKKA-7719 title".into())
+        .record(gone, vec![chunk("QUOKKA-7719 agent kinkajou")])
         .await
         .unwrap();
-    let chunk: SessionUpdate = serde_json::from_value(serde_json::json!({
-        "sessionUpdate": "agent_message_chunk",
-        "content": {"type": "text", "text": "QUOKKA-7719 agent reply"}
-    }))
-    .unwrap();
-    t.store.record(gone, vec![chunk]).await.unwrap();
+    // A continued chunk rewrites the item, and with it the item's indexed text.
+    t.store.record(gone, vec![chunk(" reply")]).await.unwrap();
     t.send(kept, Outgoing::user("PLATYPUS-3301 stays")).await;
+    // Before the delete, the index holds every one of those texts and the file shows
+    // each word: what follows would prove nothing otherwise.
+    for word in INDEXED {
+        let hits = t.store.search(word.into(), None, 10).await.unwrap();
+        assert!(!hits.is_empty(), "{word} is not indexed");
+        assert!(
+            hits.iter().all(|h| h.session_id == gone),
+            "{word}: {hits:?}"
+        );
+    }
+    let settled = || {
+        t.raw()
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .unwrap()
+    };
+    assert_eq!(settled(), 0);
+    for word in INDEXED.into_iter().chain([RENAMED_AWAY]) {
+        assert!(
+            !files_holding(t.dir.path(), word.as_bytes()).is_empty(),
+            "{word} is not in the file as the test expects"
+        );
+    }
 
     let report = t.store.delete_sessions(vec![gone]).await.unwrap();
     assert!(report.erased);
@@ -279,13 +320,27 @@ async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
     assert!(!t.folder(gone).exists());
 
     // The store still runs (its pool keeps the file open) while the files are read.
-    for needle in ["QUOKKA-7719", "wombat-ledger"] {
+    let needles = ["QUOKKA-7719", "wombat-ledger", RENAMED_AWAY];
+    for needle in needles.into_iter().chain(INDEXED) {
         assert_eq!(
             files_holding(t.dir.path(), needle.as_bytes()),
             Vec::<PathBuf>::new(),
             "{needle} survived the delete"
         );
     }
+    for word in INDEXED {
+        let hits = t.store.search(word.into(), None, 10).await.unwrap();
+        assert!(hits.is_empty(), "{word}: {hits:?}");
+    }
+    let entries: i64 = t
+        .raw()
+        .query_row(
+            "SELECT count(*) FROM search_entries WHERE session_id = ?1",
+            [gone.to_string()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(entries, 0, "the index names nothing of the deleted session");
     // The same scan does see the text of a session that was not deleted.
     assert!(!files_holding(t.dir.path(), b"PLATYPUS-3301").is_empty());
 
@@ -820,12 +875,54 @@ async fn a_fork_restores_from_its_own_folder_and_survives_the_loss_of_its_origin
         );
     }
 
-    // lifea's `session delete` is not on main yet: the origin's files are removed by
-    // hand, from the configured root and the legacy root.
+    // The origin's files are lost by hand here, from the legacy root too, which
+    // `session delete` leaves alone (the test below deletes the origin itself).
     std::fs::remove_dir_all(h.folder(h.configured(), origin)).unwrap();
     std::fs::remove_dir_all(h.folder(h.legacy(), origin)).unwrap();
     let again = restored_paths(&h, fork, &want).await;
     assert_eq!(again, paths, "the fork is whole without its origin's files");
+}
+
+#[tokio::test]
+async fn deleting_the_origin_of_a_fork_leaves_the_fork_whole_and_searchable() {
+    let h = Harness::new().await;
+    let (origin, files, _) = seeded(&h).await;
+    let fork = h
+        .store
+        .fork_session(origin, None, None)
+        .await
+        .unwrap()
+        .session
+        .id;
+    let want: Vec<Expect> = files.iter().map(|f| moved(f, fork)).collect();
+    let paths = restored_paths(&h, fork, &want).await;
+    let fork_folder = h.folder(h.configured(), fork);
+
+    let report = h.store.delete_sessions(vec![origin]).await.unwrap();
+    assert_eq!(report.sessions[0].status, DeletionStatus::Deleted);
+    assert!(!h.folder(h.configured(), origin).exists());
+
+    // Its own rows, items and files, read under its own folder, as before.
+    let again = restored_paths(&h, fork, &want).await;
+    assert_eq!(again, paths, "the fork restores as it did");
+    assert!(
+        again.iter().all(|p| p.starts_with(&fork_folder)),
+        "{again:?}"
+    );
+    assert_eq!(h.store.messages(fork).await.unwrap().len(), 2);
+    assert_eq!(h.store.items(fork).await.unwrap().len(), 1);
+    let verified = h.store.verify().await.unwrap();
+    assert!(verified.ok(), "{:?}", verified.problems);
+
+    // Erasing the origin's index entries took none of the fork's, the title included.
+    for word in ["mango", "papaya", "durian"] {
+        let hits = h.store.search(word.into(), None, 10).await.unwrap();
+        assert!(!hits.is_empty(), "{word} is no longer found");
+        assert!(hits.iter().all(|hit| hit.session_id == fork), "{hits:?}");
+    }
+    let page = h.store.list_sessions_page(10, None).await.unwrap();
+    let listed: Vec<SessionId> = page.sessions.iter().map(|s| s.id).collect();
+    assert_eq!(listed, [fork]);
 }
 
 #[tokio::test]
