@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::disk::{self, Beneath, ReadFailure};
 use super::mime::{SNIFF_BYTES, mime_for, mime_from_head};
-use super::name::sanitize_name;
+use super::name::{is_stored_name, sanitize_name};
 use super::uri::AttachmentUri;
 use super::{AttachmentError, MAX_ATTACHMENT_BYTES};
 use crate::ids::SessionId;
@@ -501,7 +501,7 @@ impl AttachmentStore {
         let name = uri.name();
         // A URI built with `AttachmentUri::new` from an arbitrary string is not checked
         // the way a parsed one is; only a name the store could have written is opened.
-        if sanitize_name(name) != name {
+        if !is_stored_name(name) {
             return Err(refused(format!("{name:?} is not a safe stored name")));
         }
         dirs.start(session);

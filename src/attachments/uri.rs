@@ -7,7 +7,7 @@ use std::str::FromStr;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::name::sanitize_name;
+use super::name::{is_stored_name, sanitize_name};
 use crate::ids::SessionId;
 
 const PREFIX: &str = "attachment:///";
@@ -130,7 +130,7 @@ impl AttachmentUri {
             }
             name
         };
-        if sanitize_name(&name) != name {
+        if !is_stored_name(&name) {
             return Err(err(UriErrorKind::NotAStoredName));
         }
         Ok(Self { session, name })
