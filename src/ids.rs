@@ -72,7 +72,9 @@ macro_rules! uuid_id {
                     input: s.to_owned(),
                 };
                 let uuid = Uuid::try_parse(s).map_err(|_| err())?;
-                if uuid.hyphenated().to_string() != s {
+                // Encoded on the stack: restore parses thousands of ids.
+                let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+                if *uuid.hyphenated().encode_lower(&mut buf) != *s {
                     return Err(err());
                 }
                 Ok(Self(uuid))

@@ -21,13 +21,15 @@ pub struct Projection {
 
 /// An event payload as the log was read: a parsed JSON value, or the text itself.
 pub trait Payload {
-    fn decode(&self) -> serde_json::Result<EventPayload>;
+    /// `kind` is the event row's own `kind` column: a hint for choosing a decoder,
+    /// never a substitute for the payload's own `kind` field.
+    fn decode(&self, kind: &str) -> serde_json::Result<EventPayload>;
 }
 
 impl Payload for serde_json::Value {
     /// Deserialized from the borrowed value: cloning each payload first would copy the
     /// whole log once more.
-    fn decode(&self) -> serde_json::Result<EventPayload> {
+    fn decode(&self, _kind: &str) -> serde_json::Result<EventPayload> {
         EventPayload::deserialize(self)
     }
 }
@@ -38,8 +40,59 @@ impl Payload for serde_json::Value {
 pub struct PayloadText(pub String);
 
 impl Payload for PayloadText {
-    fn decode(&self) -> serde_json::Result<EventPayload> {
+    fn decode(&self, kind: &str) -> serde_json::Result<EventPayload> {
+        // The tagged, flattened `EventPayload` is decoded through serde's buffered
+        // content, twice over; most of a log is `message_appended`, which a plain
+        // struct decodes straight from the text. Whatever the plain struct refuses
+        // goes the general way, so what is accepted, and every error, stay the same.
+        if kind == "message_appended"
+            && let Ok(plain) = serde_json::from_str::<PlainAppended>(&self.0)
+        {
+            return Ok(EventPayload::MessageAppended {
+                message: plain.message(),
+            });
+        }
         serde_json::from_str(&self.0)
+    }
+}
+
+/// The `message_appended` tag, and no other.
+#[derive(Deserialize)]
+enum AppendedTag {
+    #[serde(rename = "message_appended")]
+    MessageAppended,
+}
+
+/// A `message_appended` payload with its fields listed directly: the same fields as
+/// [`crate::model::AppendedMessage`] plus the tag, unknown fields ignored as the
+/// flattened form ignores them.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PlainAppended {
+    #[allow(dead_code)]
+    kind: AppendedTag,
+    id: MessageId,
+    seq: i64,
+    role: crate::model::Role,
+    display_text: String,
+    model_text: Option<String>,
+    transcript: Option<String>,
+    state: Delivery,
+    refs: Vec<crate::model::Reference>,
+}
+
+impl PlainAppended {
+    fn message(self) -> crate::model::AppendedMessage {
+        crate::model::AppendedMessage {
+            id: self.id,
+            seq: self.seq,
+            role: self.role,
+            display_text: self.display_text,
+            model_text: self.model_text,
+            transcript: self.transcript,
+            state: self.state,
+            refs: self.refs,
+        }
     }
 }
 
@@ -72,7 +125,7 @@ pub fn replay<P: Payload>(
                 event.session_seq
             ));
         }
-        let payload = match event.payload.decode() {
+        let payload = match event.payload.decode(&event.kind) {
             Ok(p) => p,
             Err(e) => {
                 problems.push(format!(
@@ -418,4 +471,60 @@ fn message_differences(have: &Message, want: &Message) -> String {
         .map(|(_, name)| *name)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain `message_appended` decoder must accept exactly what the tagged one
+    /// accepts, with the same result, and leave every refusal to it.
+    #[test]
+    fn message_appended_text_decodes_as_the_tagged_form_does() {
+        let s = "01890a5d-ac96-774b-bcce-b302099a8057";
+        let m = "01890a5d-ac96-774b-bcce-b302099a8058";
+        let uri = format!("attachment:///{s}/a.png");
+        let refs = format!(
+            r#"[{{"ordinal":0,"uri":"{uri}","storedName":"a.png","mimeType":"image/png","size":3}}]"#
+        );
+        let payloads = [
+            format!(
+                r#"{{"kind":"message_appended","id":"{m}","seq":1,"role":"user","displayText":"hi","modelText":null,"transcript":"t","state":"queued","refs":{refs}}}"#
+            ),
+            format!(
+                r#"{{"id":"{m}","seq":2,"kind":"message_appended","role":"assistant","displayText":"x","state":"delivered","refs":[],"extra":1}}"#
+            ),
+            format!(r#"{{"kind":"message_delivered","id":"{m}"}}"#),
+            format!(
+                r#"{{"kind":"message_appended","kind":"message_appended","id":"{m}","seq":1,"role":"user","displayText":"","state":"queued","refs":[]}}"#
+            ),
+            format!(
+                r#"{{"kind":"message_appended","id":"{m}","seq":1.5,"role":"user","displayText":"","state":"queued","refs":[]}}"#
+            ),
+            format!(
+                r#"{{"kind":"message_appended","id":"{m}","seq":1,"role":"user","displayText":"","state":"queued","refs":[{{"ordinal":0,"uri":"attachment:///{s}/..","storedName":"a","mimeType":"a/b","size":1}}]}}"#
+            ),
+            format!(r#"{{"kind":"message_appended","id":"{m}","seq":1}}"#),
+        ];
+        for text in &payloads[..2] {
+            assert!(
+                serde_json::from_str::<PlainAppended>(text).is_ok(),
+                "{text}"
+            );
+        }
+        for text in payloads {
+            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let tagged = value.decode("message_appended").map_err(|e| e.to_string());
+            let plain = PayloadText(text.clone())
+                .decode("message_appended")
+                .map_err(|e| e.to_string());
+            let general = serde_json::from_str::<EventPayload>(&text).map_err(|e| e.to_string());
+            assert_eq!(plain, general, "{text}");
+            // A parsed `Value` keeps only the last of duplicate keys, so only what the
+            // text decoders accept is compared with it.
+            if let Ok(a) = &plain {
+                assert_eq!(Ok(a), tagged.as_ref(), "{text}");
+            }
+        }
+    }
 }

@@ -561,6 +561,7 @@ impl Store {
             // The files are looked at before the write lock is taken, so no writer
             // waits on a slow disk; a refusal is reported only once the session is
             // known to exist, so an unknown session is named as such first.
+            let mut dirs = crate::attachments::SessionDirs::default();
             let refs = send
                 .attach
                 .into_iter()
@@ -568,7 +569,7 @@ impl Store {
                     if uri.session() != session {
                         return Err(Error::ForeignReference { uri, session });
                     }
-                    let checked = attachments.check(&session, &uri)?;
+                    let checked = attachments.check_in(&mut dirs, &session, &uri)?;
                     let reference = NewReference {
                         uri,
                         stored_name: checked.name,

@@ -23,7 +23,7 @@ pub use mime::{SNIFF_BYTES, mime_for, mime_from_head};
 pub use name::{MAX_NAME_BYTES, numbered_name, sanitize_name};
 pub use store::{
     AttachmentStore, Checked, Download, Listed, ReadObserver, Resolved, RootKind, Roots,
-    StoredAttachment, Swept, UPLOAD_GRACE,
+    SessionDirs, StoredAttachment, Swept, UPLOAD_GRACE,
 };
 pub use uri::{AttachmentUri, UriError, UriErrorKind};
 

@@ -50,6 +50,25 @@ pub fn sanitize_name(upload: &str) -> String {
     cut
 }
 
+/// Whether `name` is a fixed point of [`sanitize_name`]: a name the store could have
+/// written. A name of RFC 3986 unreserved characters only (`A-Z a-z 0-9 - . _ ~`), as
+/// most are, is answered without building the sanitized copy: such a name has no
+/// separator, control character, whitespace or non-ASCII character, so sanitizing it
+/// could only trim trailing dots, replace an empty name, cut a long one, or rename a
+/// temporary-looking one.
+pub fn is_stored_name(name: &str) -> bool {
+    let unreserved = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'));
+    if !unreserved {
+        return sanitize_name(name) == name;
+    }
+    let looks_temporary = name
+        .get(..TEMPORARY_PREFIX.len())
+        .is_some_and(|start| start.eq_ignore_ascii_case(TEMPORARY_PREFIX));
+    !name.is_empty() && !name.ends_with('.') && name.len() <= MAX_NAME_BYTES && !looks_temporary
+}
+
 /// `_upload-…` for a name that begins like the store's temporary files. Case is
 /// ignored, for file systems that ignore it; the dot is one byte, so the length holds.
 fn unlike_temporary(name: String) -> String {
@@ -229,7 +248,50 @@ mod tests {
         ]
     }
 
+    #[test]
+    fn is_stored_name_agrees_with_sanitize_name_on_edge_cases() {
+        let long = "a".repeat(MAX_NAME_BYTES);
+        let longer = "a".repeat(MAX_NAME_BYTES + 1);
+        for name in [
+            "",
+            ".",
+            "..",
+            "a.",
+            "a..",
+            ".a",
+            "a",
+            "~",
+            ".upload-x",
+            ".UPLOAD-x",
+            "_upload-x",
+            ".upload",
+            "a b",
+            " a",
+            "a\u{e9}",
+            long.as_str(),
+            longer.as_str(),
+        ] {
+            assert_eq!(
+                is_stored_name(name),
+                sanitize_name(name) == name,
+                "{name:?}"
+            );
+        }
+    }
+
     proptest! {
+        #[test]
+        fn is_stored_name_agrees_with_sanitize_name(
+            name in "([a-zA-Z0-9._~-]|\\.upload-|\\.UpLoAd-| |\\u{e9}){0,300}"
+        ) {
+            prop_assert_eq!(is_stored_name(&name), sanitize_name(&name) == name);
+        }
+
+        #[test]
+        fn is_stored_name_agrees_on_any_string(name in any::<String>()) {
+            prop_assert_eq!(is_stored_name(&name), sanitize_name(&name) == name);
+        }
+
         #[test]
         fn sanitize_name_is_safe_and_idempotent(upload in interesting_name()) {
             let name = sanitize_name(&upload);

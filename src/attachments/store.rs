@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::disk::{self, Beneath, ReadFailure};
 use super::mime::{SNIFF_BYTES, mime_for, mime_from_head};
-use super::name::sanitize_name;
+use super::name::{is_stored_name, sanitize_name};
 use super::uri::AttachmentUri;
 use super::{AttachmentError, MAX_ATTACHMENT_BYTES};
 use crate::ids::SessionId;
@@ -235,7 +235,18 @@ impl AttachmentStore {
         session: &SessionId,
         uri: &AttachmentUri,
     ) -> Result<Checked, AttachmentError> {
-        let ((size, head), path, root) = self.locate(session, uri, |dir, name| {
+        self.check_in(&mut SessionDirs::default(), session, uri)
+    }
+
+    /// [`AttachmentStore::check`], reusing the session folders `dirs` already holds
+    /// open: a send checks all its references with one open of each folder.
+    pub fn check_in(
+        &self,
+        dirs: &mut SessionDirs,
+        session: &SessionId,
+        uri: &AttachmentUri,
+    ) -> Result<Checked, AttachmentError> {
+        let ((size, head), path, root) = self.locate_in(dirs, session, uri, |dir, name| {
             disk::peek_beneath(dir, name, self.limit, SNIFF_BYTES)
         })?;
         let name = uri.name().to_owned();
@@ -467,6 +478,16 @@ impl AttachmentStore {
         uri: &AttachmentUri,
         open: impl Fn(&std::os::fd::OwnedFd, &str) -> Result<T, ReadFailure>,
     ) -> Result<(T, PathBuf, RootKind), AttachmentError> {
+        self.locate_in(&mut SessionDirs::default(), session, uri, open)
+    }
+
+    fn locate_in<T>(
+        &self,
+        dirs: &mut SessionDirs,
+        session: &SessionId,
+        uri: &AttachmentUri,
+        open: impl Fn(&std::os::fd::OwnedFd, &str) -> Result<T, ReadFailure>,
+    ) -> Result<(T, PathBuf, RootKind), AttachmentError> {
         let refused = |reason: String| AttachmentError::Refused {
             uri: uri.clone(),
             reason,
@@ -480,16 +501,17 @@ impl AttachmentStore {
         let name = uri.name();
         // A URI built with `AttachmentUri::new` from an arbitrary string is not checked
         // the way a parsed one is; only a name the store could have written is opened.
-        if sanitize_name(name) != name {
+        if !is_stored_name(name) {
             return Err(refused(format!("{name:?} is not a safe stored name")));
         }
+        dirs.start(session);
         let session = session.to_string();
         let mut tried = Vec::new();
-        for (root, kind) in self.roots_in_order() {
+        for (at, (root, kind)) in self.roots_in_order().enumerate() {
             let folder = root.join(&session);
             let path = folder.join(name);
             tried.push(path.clone());
-            let dir = match disk::open_session_dir(&folder) {
+            let dir = match dirs.open(at, &folder) {
                 Ok(dir) => dir,
                 Err(Beneath::Missing) => continue,
                 Err(Beneath::Refused(reason)) => {
@@ -503,7 +525,7 @@ impl AttachmentStore {
                     });
                 }
             };
-            return match open(&dir, name) {
+            return match open(dir, name) {
                 Ok(found) => {
                     if let RootKind::Legacy(i) = kind {
                         // Names and paths only: a log never carries a file's contents.
@@ -544,6 +566,45 @@ impl AttachmentStore {
                 .enumerate()
                 .map(|(i, root)| (root.as_path(), RootKind::Legacy(i))),
         )
+    }
+}
+
+/// The session folders one caller has opened, root by root, so that several files of
+/// one session are looked up with one open of each folder. Only an opened folder and
+/// a missing one are kept: a refusal or an error is met again, and reported the same
+/// way, on the next lookup. Held for one operation, never across them.
+#[derive(Default)]
+pub struct SessionDirs {
+    session: Option<SessionId>,
+    /// By root, in lookup order: `Some(Some(fd))` opened, `Some(None)` missing.
+    opened: Vec<Option<Option<std::os::fd::OwnedFd>>>,
+}
+
+impl SessionDirs {
+    /// Forgets the folders of any other session.
+    fn start(&mut self, session: &SessionId) {
+        if self.session != Some(*session) {
+            self.session = Some(*session);
+            self.opened.clear();
+        }
+    }
+
+    fn open(&mut self, root: usize, folder: &Path) -> Result<&std::os::fd::OwnedFd, Beneath> {
+        if self.opened.len() <= root {
+            self.opened.resize_with(root + 1, || None);
+        }
+        let slot = &mut self.opened[root];
+        if slot.is_none() {
+            *slot = match disk::open_session_dir(folder) {
+                Ok(dir) => Some(Some(dir)),
+                Err(Beneath::Missing) => Some(None),
+                Err(e) => return Err(e),
+            };
+        }
+        match slot {
+            Some(Some(dir)) => Ok(dir),
+            _ => Err(Beneath::Missing),
+        }
     }
 }
 
@@ -832,6 +893,25 @@ mod tests {
         std::fs::create_dir(t.configured_folder().join("dir")).unwrap();
         symlink("README", t.configured_folder().join("link")).unwrap();
         uris.push(AttachmentUri::new(t.session, "link"));
+        // One `SessionDirs` for every check, as a send holds one for its references,
+        // gives what a fresh open of each folder gives, refusals included.
+        let mut dirs = SessionDirs::default();
+        for uri in uris.iter().chain(&uris) {
+            let fresh = t.store.check(&t.session, uri);
+            let shared = t.store.check_in(&mut dirs, &t.session, uri);
+            assert_eq!(format!("{fresh:?}"), format!("{shared:?}"), "{uri}");
+        }
+        let other = SessionId::new();
+        let folder = t.store.roots().configured.join(other.to_string());
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("theirs.txt"), b"x").unwrap();
+        let theirs = AttachmentUri::new(other, "theirs.txt");
+        let found = t.store.check_in(&mut dirs, &other, &theirs);
+        assert_eq!(
+            found.map(|c| c.path).ok(),
+            Some(folder.join("theirs.txt")),
+            "another session's lookup must not use this session's folders"
+        );
         for uri in &uris {
             match (t.store.check(&t.session, uri), t.read(uri)) {
                 (Ok(checked), Ok(read)) => {

@@ -7,7 +7,7 @@ use std::str::FromStr;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::name::sanitize_name;
+use super::name::{is_stored_name, sanitize_name};
 use crate::ids::SessionId;
 
 const PREFIX: &str = "attachment:///";
@@ -115,11 +115,22 @@ impl AttachmentUri {
         let session = session
             .parse::<SessionId>()
             .map_err(|e| err(UriErrorKind::Session(e)))?;
-        let name = decode_name(encoded).map_err(err)?;
-        if encode_name(&name) != encoded {
-            return Err(err(UriErrorKind::NotCanonical));
-        }
-        if sanitize_name(&name) != name {
+        // A segment of unreserved characters only is its own decoding and its own
+        // canonical encoding, so the decode and re-encode (two allocations and a
+        // comparison, thousands of times per restore) can be skipped for it.
+        let name = if encoded.bytes().all(is_unreserved) {
+            if encoded.is_empty() || encoded == "." || encoded == ".." {
+                return Err(err(UriErrorKind::DotOrEmpty));
+            }
+            encoded.to_owned()
+        } else {
+            let name = decode_name(encoded).map_err(err)?;
+            if encode_name(&name) != encoded {
+                return Err(err(UriErrorKind::NotCanonical));
+            }
+            name
+        };
+        if !is_stored_name(&name) {
             return Err(err(UriErrorKind::NotAStoredName));
         }
         Ok(Self { session, name })
@@ -162,6 +173,11 @@ fn decode_name(encoded: &str) -> Result<String, UriErrorKind> {
         return Err(UriErrorKind::DotOrEmpty);
     }
     Ok(name.into_owned())
+}
+
+/// The bytes [`ENCODED`] leaves as they are (RFC 3986 unreserved).
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
 }
 
 fn encode_name(name: &str) -> String {
@@ -313,7 +329,57 @@ mod tests {
         assert!(serde_json::from_str::<AttachmentUri>("\"attachment:///x/..\"").is_err());
     }
 
+    /// The shortcut for unreserved-only names must agree with the full decode and
+    /// re-encode on every input, refusals included.
+    fn parse_the_long_way(s: &str) -> Result<AttachmentUri, UriErrorKind> {
+        let rest = s.strip_prefix(PREFIX).ok_or(UriErrorKind::Scheme)?;
+        let (session, encoded) = rest.split_once('/').ok_or(UriErrorKind::Shape)?;
+        if encoded.contains('/') {
+            return Err(UriErrorKind::Shape);
+        }
+        let session = session
+            .parse::<SessionId>()
+            .map_err(UriErrorKind::Session)?;
+        let name = decode_name(encoded)?;
+        if encode_name(&name) != encoded {
+            return Err(UriErrorKind::NotCanonical);
+        }
+        if sanitize_name(&name) != name {
+            return Err(UriErrorKind::NotAStoredName);
+        }
+        Ok(AttachmentUri { session, name })
+    }
+
+    #[test]
+    fn unreserved_names_parse_as_the_long_way_does() {
+        for tail in [
+            "",
+            ".",
+            "..",
+            "...",
+            "a.",
+            ".a",
+            "a",
+            "~",
+            "_upload-x",
+            "a-b_c.d~e",
+        ] {
+            let s = format!("attachment:///{}/{tail}", sid());
+            assert_eq!(
+                AttachmentUri::parse(&s).map_err(|e| e.kind),
+                parse_the_long_way(&s),
+                "{s}"
+            );
+        }
+    }
+
     proptest! {
+        #[test]
+        fn parse_agrees_with_the_long_way(tail in "([a-zA-Z0-9._~ -]|%[0-9A-F]{2}){0,12}") {
+            let s = format!("attachment:///{}/{tail}", sid());
+            prop_assert_eq!(AttachmentUri::parse(&s).map_err(|e| e.kind), parse_the_long_way(&s));
+        }
+
         #[test]
         fn parse_never_panics(s in any::<String>()) {
             let _ = AttachmentUri::parse(&s);
