@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::support::{bin, copy_tree, json, run_in, snapshot};
 
 /// Every fixture version; a new released schema adds its folder here.
-const FIXTURES: &[&str] = &["v1", "v2"];
+const FIXTURES: &[&str] = &["v1", "v2", "v4"];
 
 fn fixture(version: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -102,10 +102,30 @@ fn the_v1_fixture_restores_from_moved_roots() {
         "the queued one stays queued"
     );
     assert_eq!(messages[1]["content"].as_array().unwrap().len(), 1);
-    let mut paths = 0;
-    for block in messages
+    let paths = attachment_paths(&restored, &moved);
+    for (name, path) in &paths {
+        let expected_root = if name == "old.txt" {
+            "legacy"
+        } else {
+            "attachments"
+        };
+        assert!(path.starts_with(moved.join(expected_root)), "{path:?}");
+    }
+    // 6 references, 1 image-only, 1 custom command.
+    assert_eq!(paths.len(), 8);
+}
+
+/// Every `(name, path)` a restored ACP history hands the model, each checked to lie
+/// under `moved` and to hold exactly the bytes of the block that names it.
+fn attachment_paths(restored: &serde_json::Value, moved: &Path) -> Vec<(String, PathBuf)> {
+    let mut paths = vec![];
+    // Recorded plans, tool calls and session updates carry no content blocks.
+    for block in restored["messages"]
+        .as_array()
+        .unwrap()
         .iter()
-        .flat_map(|m| m["content"].as_array().unwrap())
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
     {
         let Some(context) = block["_meta"]["daemon/attachmentContext"].as_str() else {
             continue;
@@ -113,17 +133,8 @@ fn the_v1_fixture_restores_from_moved_roots() {
         let line = context.lines().find(|l| l.starts_with('{')).unwrap();
         let meta: serde_json::Value = serde_json::from_str(line).unwrap();
         let path = PathBuf::from(meta["path"].as_str().unwrap());
-        assert!(
-            path.starts_with(&moved),
-            "{path:?} is under the moved roots"
-        );
+        assert!(path.starts_with(moved), "{path:?} is under the moved roots");
         let name = meta["name"].as_str().unwrap();
-        let expected_root = if name == "old.txt" {
-            "legacy"
-        } else {
-            "attachments"
-        };
-        assert!(path.starts_with(moved.join(expected_root)), "{path:?}");
         let on_disk = std::fs::read(&path).unwrap();
         let b64 = |v: &serde_json::Value| {
             use base64::Engine;
@@ -144,10 +155,9 @@ fn the_v1_fixture_restores_from_moved_roots() {
             on_disk, in_block,
             "{name}: the path holds the block's bytes"
         );
-        paths += 1;
+        paths.push((name.to_string(), path));
     }
-    // 6 references, 1 image-only, 1 custom command.
-    assert_eq!(paths, 8);
+    paths
 }
 
 #[test]
@@ -256,4 +266,106 @@ fn the_v2_fixture_holds_a_whole_turn_in_history_order() {
             "message:user:queued",
         ]
     );
+}
+
+/// The V4 fixture, moved elsewhere: its origin and fork restore from the moved roots,
+/// search finds their words and none of the deleted session's, the list skips the
+/// deleted session, and verify understands its tombstone.
+#[test]
+fn the_v4_fixture_restores_searches_and_lists_from_moved_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let moved = dir.path().join("somewhere else");
+    copy_tree(&fixture("v4"), &moved);
+    let id = |file: &str| {
+        std::fs::read_to_string(moved.join(file))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (origin, fork, deleted) = (id("session-id"), id("fork-id"), id("deleted-id"));
+    let run = |args: &[&str]| {
+        json(
+            &bin(dir.path())
+                .args(args)
+                .arg("--json")
+                .arg("--db")
+                .arg(moved.join("sessions.db"))
+                .arg("--attachments-root")
+                .arg(moved.join("attachments"))
+                .arg("--legacy-root")
+                .arg(moved.join("legacy"))
+                .output()
+                .unwrap(),
+        )
+    };
+    // Reading commands never upgrade: a later schema is migrated to first, as a user would.
+    run(&["migrate"]);
+
+    let restored = run(&["restore", "--format", "acp", "--session", &origin]);
+    let roots: Vec<(String, bool)> = attachment_paths(&restored, &moved)
+        .into_iter()
+        .map(|(name, path)| (name, path.starts_with(moved.join("legacy"))))
+        .collect();
+    assert_eq!(
+        roots,
+        [
+            ("café chart.png".to_string(), false),
+            ("notes 日本.txt".to_string(), false),
+            ("old.txt".to_string(), true),
+        ]
+    );
+    // The fork holds its own copies, the legacy file included, in its own folder.
+    let restored = run(&["restore", "--format", "acp", "--session", &fork]);
+    let paths = attachment_paths(&restored, &moved);
+    assert_eq!(paths.len(), 3, "{paths:?}");
+    for (_, path) in &paths {
+        assert!(
+            path.starts_with(moved.join("attachments").join(&fork)),
+            "{path:?}"
+        );
+    }
+
+    let sessions_of = |hits: serde_json::Value| -> Vec<String> {
+        let mut ids: Vec<String> = hits
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["sessionId"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mut both = vec![origin.clone(), fork.clone()];
+    both.sort();
+    let hits = run(&["search", "zeppelin"]);
+    assert_eq!(sessions_of(hits.clone()), both, "{hits}");
+    assert!(
+        hits.as_array().unwrap().iter().all(
+            |h| h["source"] == "message" && h["snippet"].as_str().unwrap().contains("zeppelin")
+        ),
+        "{hits}"
+    );
+    assert_eq!(sessions_of(run(&["search", "marmalade"])), [fork.as_str()]);
+    // Titles are indexed too: only the origin's names the quarter.
+    let hits = run(&["search", "quarterly"]);
+    assert_eq!(sessions_of(hits.clone()), [origin.as_str()], "{hits}");
+    assert_eq!(hits[0]["source"], "title", "{hits}");
+    for word in ["walrus", "scratch", "draft"] {
+        assert_eq!(run(&["search", word]), serde_json::json!([]), "{word}");
+    }
+
+    let listed: Vec<String> = run(&["session", "list"])["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(listed, [fork.clone(), origin.clone()], "newest first");
+    assert!(!listed.contains(&deleted));
+    assert!(!moved.join("attachments").join(&deleted).exists());
+
+    let report = run(&["verify"]);
+    assert_eq!(report["tombstones"], 1, "{report}");
+    assert_eq!(report["sessions"], 2, "{report}");
+    assert_eq!(report["problems"], serde_json::json!([]), "{report}");
 }
