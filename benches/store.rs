@@ -16,26 +16,18 @@
 //!   turn, restored by the release binary in a child process for each format: wall
 //!   time and peak resident memory (`wait4`'s `ru_maxrss`), against the files' size.
 
+mod workload;
+
 use std::cell::RefCell;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use base64::Engine;
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode};
-use rusqlite::{Connection, params};
-use sessionstore::attachments::{AttachmentUri, Roots};
-use sessionstore::dispatch::{DEFAULT_MEMO_BUDGET, Memo, Mode};
-use sessionstore::format::{Format, StreamWriter};
-use sessionstore::model::{Role, ToolsHost};
-use sessionstore::store::Outgoing;
-use sessionstore::{Config, SessionId, Store};
+use sessionstore::model::Role;
 use tokio::runtime::Runtime;
-
-const KIB: usize = 1024;
-const MIB: usize = 1024 * KIB;
+use workload::{Fixture, MIB};
 
 /// Per-iteration times a benchmark recorded, so a ratio can be printed afterwards.
 #[derive(Clone, Default)]
@@ -97,157 +89,28 @@ fn ms(seconds: f64) -> String {
     format!("{:.3} ms", seconds * 1e3)
 }
 
-fn config_in(dir: &Path) -> Config {
-    Config {
-        db_path: dir.join("sessions.db"),
-        roots: Roots {
-            configured: dir.join("attachments"),
-            legacy: vec![],
-        },
-        host: "bench".into(),
-    }
-}
-
-/// Bytes that differ per `seed` and do not compress to nothing.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-/// A file that starts like a PNG (so it is sent as an image), `len` bytes long.
-fn fake_png(len: usize, seed: u64) -> Vec<u8> {
-    let mut bytes = noise(len, seed);
-    bytes[..8].copy_from_slice(b"\x89PNG\r\n\x1a\n");
-    bytes
-}
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    dir: PathBuf,
-    store: Store,
-    session: SessionId,
-}
-
-impl Fixture {
-    fn new(rt: &Runtime) -> Fixture {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let path = dir.path().to_owned();
-        let store = rt
-            .block_on(Store::open(config_in(&path)))
-            .expect("store opens");
-        let session = rt
-            .block_on(store.create_session(None, ToolsHost::Local))
-            .expect("a session")
-            .id;
-        Fixture {
-            _dir: dir,
-            dir: path,
-            store,
-            session,
-        }
-    }
-
-    fn attach(&self, rt: &Runtime, name: &str, bytes: Vec<u8>) -> AttachmentUri {
-        rt.block_on(self.store.attach(self.session, name.to_owned(), bytes))
-            .expect("attach")
-            .uri
-    }
-
-    fn send(&self, rt: &Runtime, role: Role, text: &str, attach: &[AttachmentUri]) {
-        let out = Outgoing {
-            role,
-            attach: attach.to_vec(),
-            ..Outgoing::user(text)
-        };
-        rt.block_on(self.store.send(self.session, out))
-            .expect("send");
-    }
-
-    fn folder(&self) -> PathBuf {
-        self.dir.join("attachments").join(self.session.to_string())
-    }
-}
-
-/// A connection set up as the store sets up its own.
-fn raw_connection(path: &Path) -> Connection {
-    let conn = Connection::open(path).expect("raw connection");
-    conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
-        .expect("wal");
-    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
-        .expect("pragmas");
-    conn
-}
-
-/// What `send` writes for a text-only user message, by hand: the session check, the
-/// message row, its event, and the session's new `updated_at`, in one transaction.
-fn raw_append(conn: &mut Connection, session: &str, text: &str) {
-    let tx = conn
-        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-        .expect("begin");
-    let at = time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .expect("a timestamp");
-    let id = uuid::Uuid::now_v7().to_string();
-    tx.prepare_cached("SELECT id, title FROM sessions WHERE id = ?1")
-        .and_then(|mut s| {
-            s.query_row([session], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
-            })
-        })
-        .expect("the session");
-    let seq: i64 = tx
-        .prepare_cached("SELECT coalesce(max(seq), 0) + 1 FROM messages WHERE session_id = ?1")
-        .and_then(|mut s| s.query_row([session], |r| r.get(0)))
-        .expect("seq");
-    tx.prepare_cached(
-        "INSERT INTO messages (id, session_id, seq, role, display_text, state, created_at)
-         VALUES (?1, ?2, ?3, 'user', ?4, 'delivered', ?5)",
-    )
-    .and_then(|mut s| s.execute(params![id, session, seq, text, at]))
-    .expect("insert a message");
-    let payload = serde_json::json!({
-        "kind": "message_appended",
-        "message": {"id": id, "seq": seq, "role": "user", "displayText": text,
-                    "modelText": null, "transcript": null, "state": "delivered", "refs": []}
-    })
-    .to_string();
-    tx.prepare_cached(
-        "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
-         VALUES (?1, (SELECT coalesce(max(session_seq), 0) + 1 FROM events
-                      WHERE session_id = ?1), 'message_appended', ?2, ?3)",
-    )
-    .and_then(|mut s| s.execute(params![session, payload, at]))
-    .expect("insert an event");
-    tx.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")
-        .and_then(|mut s| s.execute(params![session, at]))
-        .expect("touch the session");
-    tx.commit().expect("commit");
+/// A fixture in a temporary folder, kept for as long as the fixture is used.
+fn fixture(rt: &Runtime) -> (tempfile::TempDir, Fixture) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let f = Fixture::create(rt, dir.path());
+    (dir, f)
 }
 
 fn append(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
-    let store_side = Fixture::new(rt);
-    let refs: Vec<AttachmentUri> = (0..2)
-        .map(|i| store_side.attach(rt, &format!("ref{i}.bin"), noise(256 * KIB, i)))
-        .collect();
+    let (_store_dir, store_side) = fixture(rt);
+    let refs = workload::append_refs(rt, &store_side);
     // The baseline writes into a database of its own, made by the store so the schema
     // is the same, through a plain connection.
-    let raw_side = Fixture::new(rt);
+    let (_raw_dir, raw_side) = fixture(rt);
     let raw_session = raw_side.session.to_string();
-    let mut conn = raw_connection(&raw_side.dir.join("sessions.db"));
+    let mut conn = workload::raw_connection(&raw_side.dir.join("sessions.db"));
 
     let mut group = c.benchmark_group("append");
     group.sample_size(10);
     group.warm_up_time(Duration::from_millis(300));
     group.measurement_time(Duration::from_secs(2));
     let raw = timed(&mut group, "raw rusqlite", || {
-        raw_append(&mut conn, &raw_session, "hello")
+        workload::raw_append(&mut conn, &raw_session, "hello")
     });
     let text = timed(&mut group, "send text", || {
         store_side.send(rt, Role::User, "hello", &[])
@@ -265,19 +128,10 @@ fn append(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     );
 }
 
-/// A message row joined with one of its references: id, role, text, URI, stored name.
-type Row = (String, String, String, Option<String>, Option<String>);
-
 fn restore(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
-    let f = Fixture::new(rt);
-    let uris: Vec<AttachmentUri> = (0..8u64)
-        .map(|i| f.attach(rt, &format!("file{i}.bin"), noise(256 * KIB, 100 + i)))
-        .collect();
-    for i in 0..1000 {
-        let pair = [uris[i % 8].clone(), uris[(i * 3 + 1) % 8].clone()];
-        f.send(rt, Role::User, &format!("message {i}"), &pair);
-    }
-    let conn = raw_connection(&f.dir.join("sessions.db"));
+    let (_dir, f) = fixture(rt);
+    workload::build_restore(rt, &f);
+    let conn = workload::raw_connection(&f.dir.join("sessions.db"));
     let folder = f.folder();
     let session = f.session.to_string();
 
@@ -287,47 +141,10 @@ fn restore(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     group.warm_up_time(Duration::from_millis(100));
     group.measurement_time(Duration::from_secs(5));
     let baseline = timed(&mut group, "select + read + base64 per file", || {
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT m.id, m.role, m.display_text, r.uri, r.stored_name
-                 FROM messages m LEFT JOIN message_refs r ON r.message_id = m.id
-                 WHERE m.session_id = ?1 AND m.state = 'delivered'
-                 ORDER BY m.seq, r.ordinal",
-            )
-            .expect("prepare");
-        let rows: Vec<Row> = stmt
-            .query_map([&session], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })
-            .expect("query")
-            .collect::<Result<_, _>>()
-            .expect("rows");
-        let mut encoded = std::collections::HashMap::new();
-        for (_, _, _, uri, name) in &rows {
-            if let (Some(uri), Some(name)) = (uri, name) {
-                encoded.entry(uri.clone()).or_insert_with(|| {
-                    let bytes = std::fs::read(folder.join(name)).expect("read");
-                    base64::engine::general_purpose::STANDARD.encode(&bytes)
-                });
-            }
-        }
-        std::hint::black_box((rows, encoded));
+        workload::restore_baseline(&conn, &session, &folder)
     });
     let restored = timed(&mut group, "Store::restore_stream to JSON", || {
-        rt.block_on(async {
-            let mut stream = f
-                .store
-                .restore_stream(f.session, DEFAULT_MEMO_BUDGET)
-                .await
-                .expect("restore");
-            let mut out =
-                StreamWriter::begin(std::io::sink(), Format::AcpRestore, f.session, "gpt-4o")
-                    .expect("write");
-            while let Some(item) = stream.next().await {
-                out.item(&item.expect("an item")).expect("write");
-            }
-            out.finish().expect("write");
-        })
+        workload::restore_store(rt, &f)
     });
     group.finish();
     report.ratio(
@@ -339,14 +156,8 @@ fn restore(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
 }
 
 fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
-    let f = Fixture::new(rt);
-    let uris: Vec<AttachmentUri> = (0..4u64)
-        .map(|i| f.attach(rt, &format!("big{i}.png"), fake_png(16 * MIB, 200 + i)))
-        .collect();
-    f.send(rt, Role::User, "four big images", &uris);
-    let paths: Vec<PathBuf> = (0..4)
-        .map(|i| f.folder().join(format!("big{i}.png")))
-        .collect();
+    let (_dir, f) = fixture(rt);
+    let paths = workload::build_dispatch(rt, &f);
 
     let mut group = c.benchmark_group("dispatch");
     group.sample_size(10);
@@ -354,22 +165,10 @@ fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     group.warm_up_time(Duration::from_millis(100));
     group.measurement_time(Duration::from_secs(5));
     let baseline = timed(&mut group, "read + base64", || {
-        for path in &paths {
-            let bytes = std::fs::read(path).expect("read");
-            std::hint::black_box(base64::engine::general_purpose::STANDARD.encode(&bytes));
-        }
+        workload::dispatch_baseline(&paths)
     });
     let dispatched = timed(&mut group, "Store::dispatch_parts to JSON", || {
-        let d = rt
-            .block_on(
-                f.store
-                    .dispatch_parts(f.session, None, Mode::Strict, Memo::new()),
-            )
-            .expect("dispatch");
-        let mut out =
-            StreamWriter::begin(std::io::sink(), Format::AcpBlocks, f.session, "").expect("write");
-        out.message(&d).expect("write");
-        out.finish().expect("write");
+        workload::dispatch_store(rt, &f)
     });
     group.finish();
     report.ratio(
@@ -417,10 +216,10 @@ fn own_peak() -> u64 {
 }
 
 fn restore_rss(report: &mut Report, rt: &Runtime) {
-    let f = Fixture::new(rt);
+    let (_dir, f) = fixture(rt);
     let mut total = 0u64;
     for i in 0..200u64 {
-        let png = fake_png(MIB, 1000 + i);
+        let png = workload::fake_png(MIB, 1000 + i);
         total += png.len() as u64;
         let uri = f.attach(rt, &format!("turn {i}.png"), png);
         f.send(rt, Role::User, &format!("look at image {i}"), &[uri]);

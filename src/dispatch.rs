@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use agent_client_protocol_schema::v1::{
     BlobResourceContents, ContentBlock, EmbeddedResource, EmbeddedResourceResource, ImageContent,
@@ -41,51 +41,143 @@ pub struct Prepared {
     /// The absolute path of the read that produced `content`.
     pub path: PathBuf,
     pub content: Content,
+    /// `uri` as text, made once per read: every block of this read carries it.
+    uri_text: String,
+    /// The context string of this read for the placement it was first asked for.
+    /// It is written from this read's own path, so it lives and dies with the read:
+    /// a file evicted from the memo and read again is a new `Prepared`, whose context
+    /// is written anew from the path of that new read.
+    context: OnceLock<(Placement, String)>,
 }
 
 #[derive(Debug, Clone)]
 pub enum Content {
     /// Base64 of an image's bytes.
-    Image(Arc<str>),
+    Image(SharedStr),
     /// A text file's contents, decoded as UTF-8.
-    Text(Arc<str>),
+    Text(SharedStr),
     /// Base64 of any other file's bytes.
-    Blob(Arc<str>),
+    Blob(SharedStr),
 }
 
 impl Content {
     /// The length of the encoded text, what a memo's budget counts.
     pub fn encoded_len(&self) -> u64 {
+        self.text().len() as u64
+    }
+
+    /// The encoded text, whichever kind it is.
+    pub fn text(&self) -> &SharedStr {
         match self {
-            Content::Image(s) | Content::Text(s) | Content::Blob(s) => s.len() as u64,
+            Content::Image(s) | Content::Text(s) | Content::Blob(s) => s,
         }
+    }
+}
+
+/// An encoding shared by every block made from one read. It wraps the `String` the
+/// encoding was made in, so sharing it costs no copy: an `Arc<str>` made from a
+/// `String` copies every byte into a new allocation, which for a 16 MiB image is
+/// 21 MB copied and a second buffer faulted in.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SharedStr(Arc<String>);
+
+impl SharedStr {
+    /// Whether both are the one buffer (not merely equal text).
+    pub fn ptr_eq(a: &SharedStr, b: &SharedStr) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+}
+
+impl std::ops::Deref for SharedStr {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SharedStr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self.0, f)
+    }
+}
+
+impl std::fmt::Display for SharedStr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for SharedStr {
+    fn from(s: String) -> SharedStr {
+        SharedStr(Arc::new(s))
+    }
+}
+
+impl From<&str> for SharedStr {
+    fn from(s: &str) -> SharedStr {
+        SharedStr(Arc::new(s.to_owned()))
     }
 }
 
 impl Prepared {
     fn from_read(uri: &AttachmentUri, read: Resolved) -> Prepared {
-        let b64 = || -> Arc<str> {
+        let b64 = |bytes: &[u8]| -> SharedStr {
             base64::engine::general_purpose::STANDARD
-                .encode(&read.bytes)
+                .encode(bytes)
                 .into()
         };
         let content = if is_image(&read.mime) {
-            Content::Image(b64())
+            Content::Image(b64(&read.bytes))
         } else if is_text(&read.mime, &read.name) {
-            match std::str::from_utf8(&read.bytes) {
+            // The read's own buffer becomes the text when it is UTF-8: no copy.
+            match String::from_utf8(read.bytes) {
                 Ok(text) => Content::Text(text.into()),
-                Err(_) => Content::Blob(b64()),
+                Err(e) => Content::Blob(b64(e.as_bytes())),
             }
         } else {
-            Content::Blob(b64())
+            Content::Blob(b64(&read.bytes))
         };
+        Prepared::new(read.name, uri.clone(), read.mime, read.path, content)
+    }
+
+    /// A read as dispatch keeps it: what was read, from which path, and its encoding.
+    pub fn new(
+        name: String,
+        uri: AttachmentUri,
+        mime: String,
+        path: PathBuf,
+        content: Content,
+    ) -> Prepared {
         Prepared {
-            name: read.name,
-            uri: uri.clone(),
-            mime: read.mime,
-            path: read.path,
+            name,
+            uri_text: uri.to_string(),
+            uri,
+            mime,
+            path,
             content,
+            context: OnceLock::new(),
         }
+    }
+
+    /// The URI as text, as every block of this read writes it.
+    pub fn uri_text(&self) -> &str {
+        &self.uri_text
+    }
+
+    /// [`attachment_context`] for this read, written once per placement: every block
+    /// made from this read (duplicates, and later messages while the memo keeps it)
+    /// gets a copy of that one string.
+    pub fn context(&self, placement: &Placement) -> String {
+        if let Some((at, text)) = self.context.get()
+            && at == placement
+        {
+            return text.clone();
+        }
+        let text = attachment_context(self, placement);
+        // Only the first placement is kept; a memo serves one session, so one
+        // placement, and another one is simply written each time.
+        let _ = self.context.set((placement.clone(), text.clone()));
+        text
     }
 }
 
@@ -502,7 +594,7 @@ pub fn attachment_context(p: &Prepared, placement: &Placement) -> String {
     let json = format!(
         "{{\"name\":{},\"uri\":{},\"mimeType\":{},\"path\":{},\"host\":{}}}",
         json_escaped(&p.name),
-        json_escaped(&p.uri.to_string()),
+        json_escaped(p.uri_text()),
         json_escaped(&p.mime),
         json_escaped(&p.path.to_string_lossy()),
         json_escaped(&placement.host),
@@ -540,12 +632,12 @@ fn attachment_block_with(p: &Prepared, context: String) -> ContentBlock {
     match &p.content {
         Content::Image(data) => {
             let mut image = ImageContent::new(data.to_string(), p.mime.clone());
-            image.uri = Some(p.uri.to_string());
+            image.uri = Some(p.uri_text().to_owned());
             image.meta = meta;
             ContentBlock::Image(image)
         }
         Content::Text(text) => {
-            let mut contents = TextResourceContents::new(text.to_string(), p.uri.to_string());
+            let mut contents = TextResourceContents::new(text.to_string(), p.uri_text().to_owned());
             contents.mime_type = Some(p.mime.clone());
             let mut resource =
                 EmbeddedResource::new(EmbeddedResourceResource::TextResourceContents(contents));
@@ -553,7 +645,7 @@ fn attachment_block_with(p: &Prepared, context: String) -> ContentBlock {
             ContentBlock::Resource(resource)
         }
         Content::Blob(blob) => {
-            let mut contents = BlobResourceContents::new(blob.to_string(), p.uri.to_string());
+            let mut contents = BlobResourceContents::new(blob.to_string(), p.uri_text().to_owned());
             contents.mime_type = Some(p.mime.clone());
             let mut resource =
                 EmbeddedResource::new(EmbeddedResourceResource::BlobResourceContents(contents));
@@ -687,7 +779,7 @@ pub fn to_parts(
     for read in reads {
         match read {
             Ok(p) => parts.push(Part::Attachment(Attached {
-                context: attachment_context(p, placement),
+                context: p.context(placement),
                 prepared: p.clone(),
             })),
             Err(u) => unreadable.push(u.clone()),
@@ -810,10 +902,12 @@ mod tests {
         }
     }
 
-    fn encoded(read: &Result<Arc<Prepared>, Unreadable>) -> Arc<str> {
-        match &read.as_ref().expect("the file reads").content {
-            Content::Image(s) | Content::Text(s) | Content::Blob(s) => s.clone(),
-        }
+    fn encoded(read: &Result<Arc<Prepared>, Unreadable>) -> SharedStr {
+        read.as_ref()
+            .expect("the file reads")
+            .content
+            .text()
+            .clone()
     }
 
     /// Invariant 6: duplicates share one encoding, within a dispatch and across
@@ -833,11 +927,11 @@ mod tests {
         let m = message(session, &[uri.clone(), uri.clone()]);
         let memo = Memo::new();
         let first = resolve(&store, &memo, &m);
-        assert!(Arc::ptr_eq(&encoded(&first[0]), &encoded(&first[1])));
+        assert!(SharedStr::ptr_eq(&encoded(&first[0]), &encoded(&first[1])));
         let again = resolve(&store, &memo, &m);
-        assert!(Arc::ptr_eq(&encoded(&first[0]), &encoded(&again[0])));
+        assert!(SharedStr::ptr_eq(&encoded(&first[0]), &encoded(&again[0])));
         let fresh = resolve(&store, &Memo::new(), &m);
-        assert!(!Arc::ptr_eq(&encoded(&first[0]), &encoded(&fresh[0])));
+        assert!(!SharedStr::ptr_eq(&encoded(&first[0]), &encoded(&fresh[0])));
         assert_eq!(encoded(&first[0]), encoded(&fresh[0]));
     }
 
@@ -894,10 +988,10 @@ mod tests {
             &[uris[0].clone(), uris[1].clone(), uris[0].clone()],
         );
         let reads = resolve(&store, &memo, &m);
-        assert!(Arc::ptr_eq(&encoded(&reads[0]), &encoded(&reads[2])));
+        assert!(SharedStr::ptr_eq(&encoded(&reads[0]), &encoded(&reads[2])));
         assert!(memo.is_empty());
         let again = resolve(&store, &memo, &m);
-        assert!(!Arc::ptr_eq(&encoded(&reads[0]), &encoded(&again[0])));
+        assert!(!SharedStr::ptr_eq(&encoded(&reads[0]), &encoded(&again[0])));
     }
 
     #[test]
@@ -935,6 +1029,50 @@ mod tests {
             .expect("the file reads from the legacy root");
         assert_eq!(again.path, moved.join("f0.bin"));
         assert_eq!(encoded(&Ok(again.clone())), encoded(&Ok(first.clone())));
+    }
+
+    /// Invariant 2 with the cached context: blocks of one kept read share its context,
+    /// and a file evicted, moved and read again gets a context naming the new path.
+    #[test]
+    fn a_cached_context_belongs_to_its_read_and_a_re_read_writes_a_new_one() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let configured = dir.path().join("configured");
+        let legacy = dir.path().join("legacy");
+        let (store, session, uris) = three_blobs(Roots {
+            configured: configured.clone(),
+            legacy: vec![legacy.clone()],
+        });
+        let placement = Placement {
+            host: "h".into(),
+            tools_host: ToolsHost::Local,
+        };
+        let memo = Memo::with_budget(4000);
+        let context_of = |uri: &AttachmentUri| {
+            let m = message(session, &[uri.clone(), uri.clone()]);
+            let parts = dispatch_parts(&store, &memo, m, &placement, Mode::Strict)
+                .expect("dispatched")
+                .parts;
+            let contexts: Vec<String> = parts
+                .iter()
+                .filter_map(|p| match p {
+                    Part::Attachment(a) => Some(a.context.clone()),
+                    Part::Text(_) => None,
+                })
+                .collect();
+            assert_eq!(contexts.len(), 2);
+            assert_eq!(contexts[0], contexts[1], "duplicates share one context");
+            contexts[0].clone()
+        };
+        let old = configured.join(session.to_string()).join("f0.bin");
+        let first = context_of(&uris[0]);
+        assert!(first.contains(&json_escaped(&old.to_string_lossy())[1..]));
+        context_of(&uris[1]); // evicts the first file
+        let moved = legacy.join(session.to_string());
+        std::fs::create_dir_all(&moved).expect("a legacy folder");
+        std::fs::rename(&old, moved.join("f0.bin")).expect("the file moves");
+        let again = context_of(&uris[0]);
+        assert!(again.contains(&json_escaped(&moved.join("f0.bin").to_string_lossy())[1..]));
+        assert!(!again.contains(&json_escaped(&old.to_string_lossy())[1..]));
     }
 
     #[test]

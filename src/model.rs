@@ -203,14 +203,17 @@ pub struct AppendedMessage {
     pub refs: Vec<Reference>,
 }
 
+/// One entry of the event log. The payload is JSON; callers get it as a
+/// `serde_json::Value`, while restore reads it as text and decodes it straight into
+/// an [`EventPayload`] (building a `Value` first cost more than the rest of the check).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Event {
+pub struct Event<P = serde_json::Value> {
     pub seq: EventSeq,
     pub session_id: SessionId,
     pub session_seq: i64,
     pub kind: String,
-    pub payload: serde_json::Value,
+    pub payload: P,
     pub created_at: String,
 }
 

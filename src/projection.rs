@@ -4,8 +4,9 @@
 //! compare them with what the tables say.
 
 use agent_client_protocol_schema::v1::SessionUpdate;
+use serde::Deserialize;
 
-use crate::ids::SessionId;
+use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, Event, EventPayload, Item, ItemBody, Message, Session};
 use crate::turns::{self, Slot, State};
 
@@ -16,6 +17,30 @@ pub struct Projection {
     pub messages: Vec<Message>,
     /// Recorded turn items, in the order they were created.
     pub items: Vec<Item>,
+}
+
+/// An event payload as the log was read: a parsed JSON value, or the text itself.
+pub trait Payload {
+    fn decode(&self) -> serde_json::Result<EventPayload>;
+}
+
+impl Payload for serde_json::Value {
+    /// Deserialized from the borrowed value: cloning each payload first would copy the
+    /// whole log once more.
+    fn decode(&self) -> serde_json::Result<EventPayload> {
+        EventPayload::deserialize(self)
+    }
+}
+
+/// A payload as the text the log holds, already checked to be JSON when it was read,
+/// so that a restore decodes each one once, straight into its [`EventPayload`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadText(pub String);
+
+impl Payload for PayloadText {
+    fn decode(&self) -> serde_json::Result<EventPayload> {
+        serde_json::from_str(&self.0)
+    }
 }
 
 /// Where the projection stands in the session's one history sequence.
@@ -30,7 +55,10 @@ struct History {
 /// Folds one session's events, in `session_seq` order, into its expected rows, and
 /// names each inconsistency found in the log itself. The projection is kept even when
 /// the log has problems, so the tables can still be compared with what is there.
-pub fn replay(session_id: SessionId, events: &[Event]) -> (Option<Projection>, Vec<String>) {
+pub fn replay<P: Payload>(
+    session_id: SessionId,
+    events: &[Event<P>],
+) -> (Option<Projection>, Vec<String>) {
     let mut problems = Vec::new();
     let mut session: Option<Session> = None;
     let mut messages: Vec<Message> = Vec::new();
@@ -44,7 +72,7 @@ pub fn replay(session_id: SessionId, events: &[Event]) -> (Option<Projection>, V
                 event.session_seq
             ));
         }
-        let payload: EventPayload = match serde_json::from_value(event.payload.clone()) {
+        let payload = match event.payload.decode() {
             Ok(p) => p,
             Err(e) => {
                 problems.push(format!(
@@ -166,18 +194,16 @@ pub fn replay(session_id: SessionId, events: &[Event]) -> (Option<Projection>, V
 }
 
 /// Replays one recorded batch onto the projected items, the way `record` applied it.
-fn replay_turn(
-    event: &Event,
+fn replay_turn<P>(
+    event: &Event<P>,
     updates: &[serde_json::Value],
     created: &[crate::model::CreatedItem],
     items: &mut Vec<Item>,
     history: &mut History,
     problems: &mut Vec<String>,
 ) {
-    let parsed: Result<Vec<SessionUpdate>, _> = updates
-        .iter()
-        .map(|u| serde_json::from_value::<SessionUpdate>(u.clone()))
-        .collect();
+    let parsed: Result<Vec<SessionUpdate>, _> =
+        updates.iter().map(SessionUpdate::deserialize).collect();
     let batch = match parsed {
         Ok(batch) => batch,
         Err(e) => {
@@ -342,8 +368,15 @@ pub fn compare(session: &Session, rows: &[Message], expected: &Projection) -> Ve
             fields.join(", ")
         ));
     }
-    for want in &expected.messages {
-        match rows.iter().find(|m| m.id == want.id) {
+    // Rows and the log both list messages in history order, so the same index is
+    // tried first: a consistent session is compared in one pass, not in n² lookups.
+    fn find(list: &[Message], at: usize, id: MessageId) -> Option<&Message> {
+        list.get(at)
+            .filter(|m| m.id == id)
+            .or_else(|| list.iter().find(|m| m.id == id))
+    }
+    for (at, want) in expected.messages.iter().enumerate() {
+        match find(rows, at, want.id) {
             None => problems.push(format!(
                 "session {}: message {} is in the event log but not in the table",
                 session.id, want.id
@@ -357,8 +390,8 @@ pub fn compare(session: &Session, rows: &[Message], expected: &Projection) -> Ve
             Some(_) => {}
         }
     }
-    for have in rows {
-        if !expected.messages.iter().any(|m| m.id == have.id) {
+    for (at, have) in rows.iter().enumerate() {
+        if find(&expected.messages, at, have.id).is_none() {
             problems.push(format!(
                 "session {}: message {} is in the table but no event records it",
                 session.id, have.id

@@ -578,7 +578,7 @@ impl Store {
                 Delivery::Delivered
             };
             db.write(move |tx| {
-                queries::get_session(tx, &session)?;
+                let current = queries::get_session(tx, &session)?;
                 let message = NewMessage {
                     role: send.role,
                     display_text: send.text,
@@ -586,7 +586,7 @@ impl Store {
                     transcript: send.transcript,
                     refs: refs?,
                 };
-                queries::insert_message(tx, &session, &message, state)
+                queries::insert_message_for(tx, &current, &message, state)
             })
         })
         .await
@@ -801,7 +801,7 @@ impl Store {
                 let current = queries::get_session(tx, &session)?;
                 let rows = queries::messages(tx, &session, None)?;
                 let items = db::turns::items(tx, &session)?;
-                let events = queries::events(tx, &session)?;
+                let events = queries::events_as_text(tx, &session)?;
                 let (expected, mut problems) = projection::replay(session, &events);
                 if let Some(expected) = &expected {
                     problems.extend(projection::compare(&current, &rows, expected));

@@ -30,7 +30,13 @@ pub const TEMPORARY_PREFIX: &str = ".upload-";
 pub fn sanitize_name(upload: &str) -> String {
     let base = upload.rsplit(['/', '\\']).next().unwrap_or(upload);
     let visible: String = base.chars().filter(|c| !c.is_control()).collect();
-    let normalized: String = visible.nfc().collect();
+    // ASCII is its own NFC: most names skip the normalizer, which every URI parse
+    // runs through (a restore parses thousands).
+    let normalized: String = if visible.is_ascii() {
+        visible
+    } else {
+        visible.nfc().collect()
+    };
     let trimmed = trim_name(&normalized);
     if trimmed.is_empty() {
         return FALLBACK_NAME.to_owned();
@@ -38,7 +44,7 @@ pub fn sanitize_name(upload: &str) -> String {
     let cut = unlike_temporary(truncate_keeping_extension(trimmed, MAX_NAME_BYTES));
     // A prefix of an NFC string is NFC in practice, but if some sequence proves
     // otherwise, normalizing again keeps the result a fixed point of this function.
-    if !is_nfc(&cut) {
+    if !cut.is_ascii() && !is_nfc(&cut) {
         return sanitize_name(&cut.nfc().collect::<String>());
     }
     cut

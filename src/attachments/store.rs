@@ -39,10 +39,12 @@ pub struct StoredAttachment {
     pub size: u64,
 }
 
-/// One successful read: the bytes, and the absolute path that read came from.
+/// One successful read: the bytes, and the absolute path that read came from. The
+/// bytes are the buffer the file was read into, owned, so dispatch can encode them
+/// or keep them as text without copying a large file once more.
 #[derive(Debug, Clone)]
 pub struct Resolved {
-    pub bytes: Arc<[u8]>,
+    pub bytes: Vec<u8>,
     /// `<absolute root>/<session-id>/<name>` of the root the bytes were read from.
     pub path: PathBuf,
     pub root: RootKind,
@@ -218,7 +220,7 @@ impl AttachmentStore {
         let name = uri.name().to_owned();
         Ok(Resolved {
             mime: mime_for(&name, &bytes),
-            bytes: bytes.into(),
+            bytes,
             path,
             root,
             name,

@@ -10,6 +10,7 @@ use crate::ids::{EventSeq, MessageId, SessionId};
 use crate::model::{
     AppendedMessage, Delivery, Event, EventPayload, Message, Reference, Session, ToolsHost,
 };
+use crate::projection::PayloadText;
 
 fn sql(action: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
     move |e| Error::sqlite(action, e)
@@ -50,19 +51,18 @@ pub fn append_event(
     at: &str,
 ) -> Result<EventSeq> {
     let body = serde_json::to_string(payload).expect("event payloads always serialize");
-    conn.execute(
+    let session = session.to_string();
+    conn.prepare_cached(
         "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
          VALUES (?1,
                  (SELECT coalesce(max(session_seq), 0) + 1 FROM events WHERE session_id = ?1),
                  ?2, ?3, ?4)",
-        params![session.to_string(), payload.kind(), body, at],
     )
+    .and_then(|mut insert| insert.execute(params![session, payload.kind(), body, at]))
     .map_err(sql("append an event"))?;
-    conn.execute(
-        "UPDATE sessions SET updated_at = ?2 WHERE id = ?1",
-        params![session.to_string(), at],
-    )
-    .map_err(sql("touch the session"))?;
+    conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")
+        .and_then(|mut touch| touch.execute(params![session, at]))
+        .map_err(sql("touch the session"))?;
     Ok(EventSeq(conn.last_insert_rowid()))
 }
 
@@ -139,11 +139,10 @@ pub fn session_exists(conn: &Connection, id: &SessionId) -> Result<bool> {
 }
 
 pub fn get_session(conn: &Connection, id: &SessionId) -> Result<Session> {
-    conn.query_row(
-        &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"),
-        [id.to_string()],
-        session_from_row,
-    )
+    conn.prepare_cached(&format!(
+        "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"
+    ))
+    .and_then(|mut select| select.query_row([id.to_string()], session_from_row))
     .optional()
     .map_err(sql("read a session"))?
     .ok_or(Error::SessionNotFound(*id))
@@ -173,17 +172,34 @@ pub fn insert_message(
     state: Delivery,
 ) -> Result<Message> {
     let current = get_session(conn, session)?;
+    insert_message_for(conn, &current, message, state)
+}
+
+/// [`insert_message`] for a session the caller has just read in this transaction.
+/// Statements are cached on the connection (a send runs the same few every time),
+/// and the message returned is built from what was written rather than read back.
+pub fn insert_message_for(
+    conn: &Connection,
+    current: &Session,
+    message: &crate::model::NewMessage,
+    state: Delivery,
+) -> Result<Message> {
+    let session = &current.id;
+    let session_text = session.to_string();
     let id = MessageId::new();
+    let id_text = id.to_string();
     let at = now();
     // Messages and recorded items share one sequence: the session's history order.
     let seq = super::turns::next_seq(conn, session)?;
-    conn.execute(
+    conn.prepare_cached(
         "INSERT INTO messages
            (id, session_id, seq, role, display_text, model_text, transcript, state, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        params![
-            id.to_string(),
-            session.to_string(),
+    )
+    .and_then(|mut insert| {
+        insert.execute(params![
+            id_text,
+            session_text,
             seq,
             message.role.as_str(),
             message.display_text,
@@ -191,8 +207,8 @@ pub fn insert_message(
             message.transcript,
             state.as_str(),
             at
-        ],
-    )
+        ])
+    })
     .map_err(sql("insert a message"))?;
     let mut refs = Vec::with_capacity(message.refs.len());
     for (ordinal, r) in message.refs.iter().enumerate() {
@@ -205,46 +221,60 @@ pub fn insert_message(
             mime_type: r.mime_type.clone(),
             size: r.size,
         };
-        conn.execute(
+        let size = i64::try_from(reference.size).map_err(|_| Error::OutOfRange {
+            what: "an attachment's size",
+        })?;
+        conn.prepare_cached(
             "INSERT INTO message_refs (message_id, ordinal, uri, stored_name, mime_type, size)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                id.to_string(),
+        )
+        .and_then(|mut insert| {
+            insert.execute(params![
+                id_text,
                 reference.ordinal,
                 reference.uri.to_string(),
                 reference.stored_name,
                 reference.mime_type,
-                i64::try_from(reference.size).map_err(|_| Error::OutOfRange {
-                    what: "an attachment's size"
-                })?
-            ],
-        )
+                size
+            ])
+        })
         .map_err(sql("insert a reference"))?;
         refs.push(reference);
     }
+    let written = Message {
+        id,
+        session_id: *session,
+        seq,
+        role: message.role,
+        display_text: message.display_text.clone(),
+        model_text: message.model_text.clone(),
+        transcript: message.transcript.clone(),
+        state,
+        created_at: at,
+        refs,
+    };
     let payload = EventPayload::MessageAppended {
         message: AppendedMessage {
             id,
             seq,
-            role: message.role,
-            display_text: message.display_text.clone(),
-            model_text: message.model_text.clone(),
-            transcript: message.transcript.clone(),
+            role: written.role,
+            display_text: written.display_text.clone(),
+            model_text: written.model_text.clone(),
+            transcript: written.transcript.clone(),
             state,
-            refs,
+            refs: written.refs.clone(),
         },
     };
-    append_event(conn, session, &payload, &at)?;
+    append_event(conn, session, &payload, &written.created_at)?;
     if current.title.is_none()
         && message.role == crate::model::Role::User
         && let Some(title) = title_from(&message.display_text)
     {
         rename_session(conn, session, &title)?;
     }
-    get_message(conn, &id)
+    Ok(written)
 }
 
-/// A title from what the user typed: its first non-empty line, at most 80 characters.
 pub fn title_from(display_text: &str) -> Option<String> {
     let line = display_text
         .lines()
@@ -301,6 +331,24 @@ fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
     })
 }
 
+fn reference_from_row(row: &Row<'_>, at: usize) -> rusqlite::Result<Reference> {
+    Ok(Reference {
+        ordinal: row.get(at)?,
+        uri: parsed(row, at + 1)?,
+        stored_name: row.get(at + 2)?,
+        mime_type: row.get(at + 3)?,
+        // A negative size was not written by this store: refused like any other row
+        // that does not parse, rather than read as 0.
+        size: u64::try_from(row.get::<_, i64>(at + 4)?).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(
+                at + 4,
+                rusqlite::types::Type::Integer,
+                e.into(),
+            )
+        })?,
+    })
+}
+
 fn load_refs(conn: &Connection, message: &mut Message) -> Result<()> {
     let mut stmt = conn
         .prepare_cached(
@@ -309,23 +357,7 @@ fn load_refs(conn: &Connection, message: &mut Message) -> Result<()> {
         )
         .map_err(sql("read references"))?;
     let rows = stmt
-        .query_map([message.id.to_string()], |row| {
-            Ok(Reference {
-                ordinal: row.get(0)?,
-                uri: parsed(row, 1)?,
-                stored_name: row.get(2)?,
-                mime_type: row.get(3)?,
-                // A negative size was not written by this store: refused like any
-                // other row that does not parse, rather than read as 0.
-                size: u64::try_from(row.get::<_, i64>(4)?).map_err(|e| {
-                    rusqlite::Error::FromSqlConversionFailure(
-                        4,
-                        rusqlite::types::Type::Integer,
-                        e.into(),
-                    )
-                })?,
-            })
-        })
+        .query_map([message.id.to_string()], |row| reference_from_row(row, 0))
         .map_err(sql("read references"))?;
     message.refs = rows
         .collect::<rusqlite::Result<_>>()
@@ -368,8 +400,32 @@ pub fn messages(
     let mut out: Vec<Message> = rows
         .collect::<rusqlite::Result<_>>()
         .map_err(sql("read messages"))?;
-    for m in &mut out {
-        load_refs(conn, m)?;
+    // Every reference of those messages in one query, in message order, rather than
+    // one query per message: a long history has thousands of messages.
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT r.message_id, r.ordinal, r.uri, r.stored_name, r.mime_type, r.size
+             FROM message_refs r JOIN messages m ON m.id = r.message_id
+             WHERE m.session_id = ?1 AND (?2 IS NULL OR m.state = ?2)
+             ORDER BY m.seq, r.ordinal",
+        )
+        .map_err(sql("read references"))?;
+    let mut rows = stmt
+        .query(params![session.to_string(), state.map(Delivery::as_str)])
+        .map_err(sql("read references"))?;
+    let mut at = 0;
+    while let Some(row) = rows.next().map_err(sql("read references"))? {
+        let owner: MessageId = parsed(row, 0).map_err(sql("read references"))?;
+        // Both lists are in seq order, so the owner is this message or a later one.
+        // Outside a transaction a message could be added between the two queries;
+        // its references then have no message here and are left out with it.
+        let Some(found) = out[at..].iter().position(|m| m.id == owner) else {
+            continue;
+        };
+        at += found;
+        out[at]
+            .refs
+            .push(reference_from_row(row, 1).map_err(sql("read references"))?);
     }
     Ok(out)
 }
@@ -423,30 +479,57 @@ pub fn latest_delivered_user_message(
     }
 }
 
-fn event_from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
-    let payload: String = row.get(4)?;
+/// An event row, its payload read by `payload` (which may refuse text that is not
+/// JSON, as a conversion failure of that column).
+fn event_from_row<P>(
+    row: &Row<'_>,
+    payload: impl Fn(String) -> serde_json::Result<P>,
+) -> rusqlite::Result<Event<P>> {
+    let text: String = row.get(4)?;
     Ok(Event {
         seq: EventSeq(row.get(0)?),
         session_id: parsed(row, 1)?,
         session_seq: row.get(2)?,
         kind: row.get(3)?,
-        payload: serde_json::from_str(&payload).map_err(|e| {
+        payload: payload(text).map_err(|e| {
             rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Text, e.into())
         })?,
         created_at: row.get(5)?,
     })
 }
 
+fn json_value(text: String) -> serde_json::Result<serde_json::Value> {
+    serde_json::from_str(&text)
+}
+
 const EVENT_COLUMNS: &str = "seq, session_id, session_seq, kind, payload, created_at";
 
 pub fn events(conn: &Connection, session: &SessionId) -> Result<Vec<Event>> {
+    session_events(conn, session, json_value)
+}
+
+/// A session's events with their payloads as text, checked to be JSON as [`events`]
+/// checks them (a row that is not is refused the same way) but not parsed into
+/// values: what restore decodes straight into event payloads.
+pub fn events_as_text(conn: &Connection, session: &SessionId) -> Result<Vec<Event<PayloadText>>> {
+    session_events(conn, session, |text| {
+        serde_json::from_str::<serde::de::IgnoredAny>(&text)?;
+        Ok(PayloadText(text))
+    })
+}
+
+fn session_events<P>(
+    conn: &Connection,
+    session: &SessionId,
+    payload: impl Fn(String) -> serde_json::Result<P>,
+) -> Result<Vec<Event<P>>> {
     let mut stmt = conn
-        .prepare(&format!(
+        .prepare_cached(&format!(
             "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?1 ORDER BY session_seq"
         ))
         .map_err(sql("read events"))?;
     let rows = stmt
-        .query_map([session.to_string()], event_from_row)
+        .query_map([session.to_string()], |row| event_from_row(row, &payload))
         .map_err(sql("read events"))?;
     rows.collect::<rusqlite::Result<_>>()
         .map_err(sql("read events"))
@@ -459,7 +542,7 @@ pub fn all_events(conn: &Connection) -> Result<Vec<Event>> {
         .prepare(&format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY seq"))
         .map_err(sql("read events"))?;
     let rows = stmt
-        .query_map([], event_from_row)
+        .query_map([], |row| event_from_row(row, json_value))
         .map_err(sql("read events"))?;
     rows.collect::<rusqlite::Result<_>>()
         .map_err(sql("read events"))

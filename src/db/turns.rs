@@ -27,14 +27,13 @@ pub struct Recorded {
 
 /// The next place in a session's history, which messages and items share.
 pub fn next_seq(conn: &Connection, session: &SessionId) -> Result<i64> {
-    conn.query_row(
+    conn.prepare_cached(
         "SELECT coalesce(max(seq), 0) + 1 FROM (
              SELECT max(seq) AS seq FROM messages WHERE session_id = ?1
              UNION ALL
              SELECT max(seq) FROM items WHERE session_id = ?1)",
-        [session.to_string()],
-        |r| r.get(0),
     )
+    .and_then(|mut select| select.query_row([session.to_string()], |r| r.get(0)))
     .map_err(sql("number a history entry"))
 }
 

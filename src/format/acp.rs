@@ -31,7 +31,7 @@ fn text_block(out: &mut impl Write, text: &str) -> io::Result<()> {
 
 fn attachment_block(out: &mut impl Write, a: &Attached) -> io::Result<()> {
     let p = &a.prepared;
-    let uri = p.uri.to_string();
+    let uri = p.uri_text();
     match &p.content {
         Content::Image(data) => {
             out.write_all(b"{\"type\":\"image\",\"data\":")?;
@@ -39,7 +39,7 @@ fn attachment_block(out: &mut impl Write, a: &Attached) -> io::Result<()> {
             out.write_all(b",\"mimeType\":")?;
             json(out, &p.mime)?;
             out.write_all(b",\"uri\":")?;
-            json(out, &uri)?;
+            json(out, uri)?;
         }
         Content::Text(text) => {
             out.write_all(b"{\"type\":\"resource\",\"resource\":{\"mimeType\":")?;
@@ -47,7 +47,7 @@ fn attachment_block(out: &mut impl Write, a: &Attached) -> io::Result<()> {
             out.write_all(b",\"text\":")?;
             json(out, &**text)?;
             out.write_all(b",\"uri\":")?;
-            json(out, &uri)?;
+            json(out, uri)?;
             out.write_all(b"}")?;
         }
         Content::Blob(blob) => {
@@ -56,7 +56,7 @@ fn attachment_block(out: &mut impl Write, a: &Attached) -> io::Result<()> {
             out.write_all(b",\"mimeType\":")?;
             json(out, &p.mime)?;
             out.write_all(b",\"uri\":")?;
-            json(out, &uri)?;
+            json(out, uri)?;
             out.write_all(b"}")?;
         }
     }

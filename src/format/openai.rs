@@ -120,7 +120,7 @@ fn content_part(out: &mut impl Write, names: &Names, a: &Attached) -> io::Result
         }
         Content::Blob(blob) => {
             // The same name the block conversion takes: the context's, else the URI's.
-            let filename = crate::openai::filename(Some(&a.context), &p.uri.to_string());
+            let filename = crate::openai::filename(Some(&a.context), p.uri_text());
             if responses {
                 out.write_all(b"{\"type\":\"input_file\",\"filename\":")?;
             } else {

@@ -23,13 +23,13 @@ use crate::store::{Dispatched, Restored};
 const HOSTILE: &str = "quote \" back \\ nl \n tab \t nul \u{0} bell \u{7} sep \u{2028} bidi \u{202E} é 日本 😀 </script>";
 
 fn prepared(session: SessionId, name: &str, mime: &str, content: Content) -> Arc<Prepared> {
-    Arc::new(Prepared {
-        name: name.to_owned(),
-        uri: AttachmentUri::new(session, name),
-        mime: mime.to_owned(),
-        path: PathBuf::from(format!("/roots/a \"b\"/{session}/{name}")),
+    Arc::new(Prepared::new(
+        name.to_owned(),
+        AttachmentUri::new(session, name),
+        mime.to_owned(),
+        PathBuf::from(format!("/roots/a \"b\"/{session}/{name}")),
         content,
-    })
+    ))
 }
 
 fn attached(p: &Arc<Prepared>, tools_host: ToolsHost) -> Part {

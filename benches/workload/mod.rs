@@ -1,0 +1,277 @@
+//! The workloads the bench times and `examples/callgrind.rs` counts: each group's data
+//! (built once in a folder), the store's side and the hand-written baseline. It
+//! measures nothing itself and prints nothing.
+
+#![allow(dead_code)] // each includer uses its own subset
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use rusqlite::{Connection, params};
+use sessionstore::attachments::{AttachmentUri, Roots};
+use sessionstore::dispatch::{DEFAULT_MEMO_BUDGET, Memo, Mode};
+use sessionstore::format::{Format, StreamWriter};
+use sessionstore::model::{Role, ToolsHost};
+use sessionstore::store::Outgoing;
+use sessionstore::{Config, SessionId, Store};
+use tokio::runtime::Runtime;
+
+pub const KIB: usize = 1024;
+pub const MIB: usize = 1024 * KIB;
+
+pub fn config_in(dir: &Path) -> Config {
+    Config {
+        db_path: dir.join("sessions.db"),
+        roots: Roots {
+            configured: dir.join("attachments"),
+            legacy: vec![],
+        },
+        host: "bench".into(),
+    }
+}
+
+/// Bytes that differ per `seed` and do not compress to nothing.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A file that starts like a PNG (so it is sent as an image), `len` bytes long.
+pub fn fake_png(len: usize, seed: u64) -> Vec<u8> {
+    let mut bytes = noise(len, seed);
+    bytes[..8].copy_from_slice(b"\x89PNG\r\n\x1a\n");
+    bytes
+}
+
+/// A store in a folder with one session.
+pub struct Fixture {
+    pub dir: PathBuf,
+    pub store: Store,
+    pub session: SessionId,
+}
+
+impl Fixture {
+    /// A new store and session in `dir`.
+    pub fn create(rt: &Runtime, dir: &Path) -> Fixture {
+        let store = rt
+            .block_on(Store::open(config_in(dir)))
+            .expect("store opens");
+        let session = rt
+            .block_on(store.create_session(None, ToolsHost::Local))
+            .expect("a session")
+            .id;
+        Fixture {
+            dir: dir.to_owned(),
+            store,
+            session,
+        }
+    }
+
+    /// The store `create` made in `dir` earlier, and its one session.
+    pub fn open(rt: &Runtime, dir: &Path) -> Fixture {
+        let store = rt
+            .block_on(Store::open(config_in(dir)))
+            .expect("store opens");
+        let session = rt
+            .block_on(store.list_sessions())
+            .expect("sessions")
+            .first()
+            .expect("one session")
+            .id;
+        Fixture {
+            dir: dir.to_owned(),
+            store,
+            session,
+        }
+    }
+
+    pub fn attach(&self, rt: &Runtime, name: &str, bytes: Vec<u8>) -> AttachmentUri {
+        rt.block_on(self.store.attach(self.session, name.to_owned(), bytes))
+            .expect("attach")
+            .uri
+    }
+
+    pub fn send(&self, rt: &Runtime, role: Role, text: &str, attach: &[AttachmentUri]) {
+        let out = Outgoing {
+            role,
+            attach: attach.to_vec(),
+            ..Outgoing::user(text)
+        };
+        rt.block_on(self.store.send(self.session, out))
+            .expect("send");
+    }
+
+    pub fn folder(&self) -> PathBuf {
+        self.dir.join("attachments").join(self.session.to_string())
+    }
+}
+
+/// A connection set up as the store sets up its own.
+pub fn raw_connection(path: &Path) -> Connection {
+    let conn = Connection::open(path).expect("raw connection");
+    conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
+        .expect("wal");
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
+        .expect("pragmas");
+    conn
+}
+
+/// What `send` writes for a text-only user message, by hand: the session check, the
+/// message row, its event, and the session's new `updated_at`, in one transaction.
+pub fn raw_append(conn: &mut Connection, session: &str, text: &str) {
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .expect("begin");
+    let at = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .expect("a timestamp");
+    let id = uuid::Uuid::now_v7().to_string();
+    tx.prepare_cached("SELECT id, title FROM sessions WHERE id = ?1")
+        .and_then(|mut s| {
+            s.query_row([session], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+            })
+        })
+        .expect("the session");
+    let seq: i64 = tx
+        .prepare_cached("SELECT coalesce(max(seq), 0) + 1 FROM messages WHERE session_id = ?1")
+        .and_then(|mut s| s.query_row([session], |r| r.get(0)))
+        .expect("seq");
+    tx.prepare_cached(
+        "INSERT INTO messages (id, session_id, seq, role, display_text, state, created_at)
+         VALUES (?1, ?2, ?3, 'user', ?4, 'delivered', ?5)",
+    )
+    .and_then(|mut s| s.execute(params![id, session, seq, text, at]))
+    .expect("insert a message");
+    let payload = serde_json::json!({
+        "kind": "message_appended",
+        "message": {"id": id, "seq": seq, "role": "user", "displayText": text,
+                    "modelText": null, "transcript": null, "state": "delivered", "refs": []}
+    })
+    .to_string();
+    tx.prepare_cached(
+        "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+         VALUES (?1, (SELECT coalesce(max(session_seq), 0) + 1 FROM events
+                      WHERE session_id = ?1), 'message_appended', ?2, ?3)",
+    )
+    .and_then(|mut s| s.execute(params![session, payload, at]))
+    .expect("insert an event");
+    tx.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")
+        .and_then(|mut s| s.execute(params![session, at]))
+        .expect("touch the session");
+    tx.commit().expect("commit");
+}
+
+/// The `append` group's references: two 256 KiB files in the fixture's session.
+pub fn append_refs(rt: &Runtime, f: &Fixture) -> Vec<AttachmentUri> {
+    (0..2)
+        .map(|i| f.attach(rt, &format!("ref{i}.bin"), noise(256 * KIB, i)))
+        .collect()
+}
+
+/// The `restore` group's history: 1,000 messages, 2 references each over 8 distinct
+/// 256 KiB files.
+pub fn build_restore(rt: &Runtime, f: &Fixture) {
+    let uris: Vec<AttachmentUri> = (0..8u64)
+        .map(|i| f.attach(rt, &format!("file{i}.bin"), noise(256 * KIB, 100 + i)))
+        .collect();
+    for i in 0..1000 {
+        let pair = [uris[i % 8].clone(), uris[(i * 3 + 1) % 8].clone()];
+        f.send(rt, Role::User, &format!("message {i}"), &pair);
+    }
+}
+
+/// A message row joined with one of its references: id, role, text, URI, stored name.
+type Row = (String, String, String, Option<String>, Option<String>);
+
+/// The restore baseline: one SELECT of the rows and references, plus one read and one
+/// base64 encoding per distinct file.
+pub fn restore_baseline(conn: &Connection, session: &str, folder: &Path) {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT m.id, m.role, m.display_text, r.uri, r.stored_name
+             FROM messages m LEFT JOIN message_refs r ON r.message_id = m.id
+             WHERE m.session_id = ?1 AND m.state = 'delivered'
+             ORDER BY m.seq, r.ordinal",
+        )
+        .expect("prepare");
+    let rows: Vec<Row> = stmt
+        .query_map([session], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    let mut encoded = std::collections::HashMap::new();
+    for (_, _, _, uri, name) in &rows {
+        if let (Some(uri), Some(name)) = (uri, name) {
+            encoded.entry(uri.clone()).or_insert_with(|| {
+                let bytes = std::fs::read(folder.join(name)).expect("read");
+                base64::engine::general_purpose::STANDARD.encode(&bytes)
+            });
+        }
+    }
+    std::hint::black_box((rows, encoded));
+}
+
+/// The store's restore: `restore_stream` written by the ACP restore writer into a sink.
+pub fn restore_store(rt: &Runtime, f: &Fixture) {
+    rt.block_on(async {
+        let mut stream = f
+            .store
+            .restore_stream(f.session, DEFAULT_MEMO_BUDGET)
+            .await
+            .expect("restore");
+        let mut out = StreamWriter::begin(std::io::sink(), Format::AcpRestore, f.session, "gpt-4o")
+            .expect("write");
+        while let Some(item) = stream.next().await {
+            out.item(&item.expect("an item")).expect("write");
+        }
+        out.finish().expect("write");
+    })
+}
+
+/// The `dispatch` group's message: four 16 MiB images. Returns the files' paths.
+pub fn build_dispatch(rt: &Runtime, f: &Fixture) -> Vec<PathBuf> {
+    let uris: Vec<AttachmentUri> = (0..4u64)
+        .map(|i| f.attach(rt, &format!("big{i}.png"), fake_png(16 * MIB, 200 + i)))
+        .collect();
+    f.send(rt, Role::User, "four big images", &uris);
+    dispatch_paths(f)
+}
+
+pub fn dispatch_paths(f: &Fixture) -> Vec<PathBuf> {
+    (0..4)
+        .map(|i| f.folder().join(format!("big{i}.png")))
+        .collect()
+}
+
+/// The dispatch baseline: reading and base64-encoding the same files.
+pub fn dispatch_baseline(paths: &[PathBuf]) {
+    for path in paths {
+        let bytes = std::fs::read(path).expect("read");
+        std::hint::black_box(base64::engine::general_purpose::STANDARD.encode(&bytes));
+    }
+}
+
+/// The store's dispatch: `dispatch_parts` with a fresh memo, written by the ACP block
+/// writer into a sink.
+pub fn dispatch_store(rt: &Runtime, f: &Fixture) {
+    let d = rt
+        .block_on(
+            f.store
+                .dispatch_parts(f.session, None, Mode::Strict, Memo::new()),
+        )
+        .expect("dispatch");
+    let mut out =
+        StreamWriter::begin(std::io::sink(), Format::AcpBlocks, f.session, "").expect("write");
+    out.message(&d).expect("write");
+    out.finish().expect("write");
+}

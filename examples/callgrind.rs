@@ -1,0 +1,113 @@
+//! Runs one bench workload a given number of times, for `valgrind --tool=callgrind`:
+//! instruction counts repeat from run to run where wall-clock times on a busy machine
+//! do not. It builds its data in a folder first (`setup`), so a counted run only opens
+//! the store and repeats the workload; the count of a run with 0 repetitions is the
+//! fixed cost to subtract. It prints nothing and times nothing. See BENCHMARKS.md.
+//!
+//! ```text
+//! cargo build --release --example callgrind
+//! target/release/examples/callgrind setup DIR
+//! valgrind --tool=callgrind target/release/examples/callgrind restore DIR 3
+//! ```
+
+#[path = "../benches/workload/mod.rs"]
+mod workload;
+
+use std::path::Path;
+
+use sessionstore::attachments::AttachmentUri;
+use sessionstore::model::Role;
+use tokio::runtime::Runtime;
+use workload::Fixture;
+
+const USAGE: &str = "usage: callgrind setup DIR | callgrind WORKLOAD DIR N, where WORKLOAD is \
+                     restore, restore-baseline, dispatch, dispatch-baseline, send-text, \
+                     send-refs or raw-append";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rt = Runtime::new().expect("a runtime");
+    match args.as_slice() {
+        [setup, dir] if setup == "setup" => self::setup(&rt, Path::new(dir)),
+        [workload, dir, n] => {
+            let n: usize = n.parse().expect("N is a count");
+            run(&rt, workload, Path::new(dir), n);
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// One store per group, in `dir/<group>`, plus a second, empty one for the raw
+/// append baseline so that it writes into a database of the same schema.
+fn setup(rt: &Runtime, dir: &Path) {
+    let folder = |name: &str| {
+        let path = dir.join(name);
+        std::fs::create_dir_all(&path).expect("a fixture folder");
+        path
+    };
+    let append = Fixture::create(rt, &folder("append"));
+    workload::append_refs(rt, &append);
+    Fixture::create(rt, &folder("raw"));
+    workload::build_restore(rt, &Fixture::create(rt, &folder("restore")));
+    workload::build_dispatch(rt, &Fixture::create(rt, &folder("dispatch")));
+}
+
+fn run(rt: &Runtime, workload: &str, dir: &Path, n: usize) {
+    match workload {
+        "restore" => {
+            let f = Fixture::open(rt, &dir.join("restore"));
+            for _ in 0..n {
+                workload::restore_store(rt, &f);
+            }
+        }
+        "restore-baseline" => {
+            let f = Fixture::open(rt, &dir.join("restore"));
+            let conn = workload::raw_connection(&f.dir.join("sessions.db"));
+            let session = f.session.to_string();
+            for _ in 0..n {
+                workload::restore_baseline(&conn, &session, &f.folder());
+            }
+        }
+        "dispatch" => {
+            let f = Fixture::open(rt, &dir.join("dispatch"));
+            for _ in 0..n {
+                workload::dispatch_store(rt, &f);
+            }
+        }
+        "dispatch-baseline" => {
+            let f = Fixture::open(rt, &dir.join("dispatch"));
+            let paths = workload::dispatch_paths(&f);
+            for _ in 0..n {
+                workload::dispatch_baseline(&paths);
+            }
+        }
+        "send-text" | "send-refs" => {
+            let f = Fixture::open(rt, &dir.join("append"));
+            let refs = if workload == "send-refs" {
+                (0..2)
+                    .map(|i| AttachmentUri::new(f.session, &format!("ref{i}.bin")))
+                    .collect()
+            } else {
+                vec![]
+            };
+            for _ in 0..n {
+                f.send(rt, Role::User, "hello", &refs);
+            }
+        }
+        "raw-append" => {
+            let f = Fixture::open(rt, &dir.join("raw"));
+            let mut conn = workload::raw_connection(&f.dir.join("sessions.db"));
+            let session = f.session.to_string();
+            for _ in 0..n {
+                workload::raw_append(&mut conn, &session, "hello");
+            }
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            std::process::exit(2);
+        }
+    }
+}
