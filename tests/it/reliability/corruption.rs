@@ -509,3 +509,29 @@ fn verify_names_dropped_append_only_triggers() {
     );
     assert!(text.contains("events_no_update"), "{text}");
 }
+
+/// Found by the long run: `session rename` on a row whose tools host does not read
+/// renamed it, then failed reading it back, so the file changed under an error.
+#[test]
+fn rename_refused_on_a_session_row_that_does_not_read_changes_nothing() {
+    let (dir, s, _) = base();
+    let db = dir.path().join("sessions.db");
+    let damaged = semantic(
+        &std::fs::read(&db).unwrap(),
+        "PRAGMA ignore_check_constraints = 1; UPDATE sessions SET tools_host = 'mars';",
+    );
+    std::fs::write(&db, damaged).unwrap();
+    let state = || -> (String, i64) {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.query_row(
+            "SELECT title, (SELECT count(*) FROM events) FROM sessions",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    };
+    let before = state();
+    let out = run_in(dir.path(), &["session", "rename", &s, "renamed"]);
+    crate::support::assert_one_line_error(&out);
+    assert_eq!(state(), before, "the title and the event log are unchanged");
+}
