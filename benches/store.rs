@@ -12,6 +12,9 @@
 //!   plus one read and one base64 encoding per distinct file.
 //! - `dispatch`: one message with four 16 MiB images, written as JSON by the block
 //!   writer, against reading and base64-encoding the same files.
+//! - `list`: one page of 50 of 10,000 sessions (`Store::list_sessions_page`, from the
+//!   start and from a cursor halfway), against a hand-written SELECT with the same
+//!   ORDER BY and LIMIT on a raw connection.
 //! - `restore-rss` (not criterion): a 200-turn session with a different 1 MiB PNG per
 //!   turn, restored by the release binary in a child process for each format: wall
 //!   time and peak resident memory (`wait4`'s `ru_maxrss`), against the files' size.
@@ -25,9 +28,10 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode};
+use rusqlite::params;
 use sessionstore::model::Role;
 use tokio::runtime::Runtime;
-use workload::{Fixture, MIB};
+use workload::{Fixture, MIB, raw_connection};
 
 /// Per-iteration times a benchmark recorded, so a ratio can be printed afterwards.
 #[derive(Clone, Default)]
@@ -273,6 +277,91 @@ fn wanted(group: &str) -> bool {
     filters.is_empty() || filters.iter().any(|f| group.contains(f.as_str()))
 }
 
+/// 10,000 sessions, every tenth with a message, written in one transaction by hand
+/// (10,000 store writes would be 10,000 fsyncs), each with its creation event.
+fn list(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let fx = Fixture::create(rt, dir.path());
+    let db = fx.dir.join("sessions.db");
+    {
+        let mut conn = raw_connection(&db);
+        let tx = conn.transaction().expect("begin");
+        for i in 0..10_000u32 {
+            let id = uuid::Uuid::now_v7().to_string();
+            let at = format!("2026-01-01T00:00:{:02}.{:09}Z", i % 60, i);
+            tx.execute(
+                "INSERT INTO sessions (id, title, tools_host, created_at, updated_at)
+                 VALUES (?1, ?2, 'local', ?3, ?3)",
+                params![id, format!("session {i}"), at],
+            )
+            .expect("a session");
+            tx.execute(
+                "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+                 VALUES (?1, 1, 'session_created', '{}', ?2)",
+                params![id, at],
+            )
+            .expect("its event");
+            if i % 10 == 0 {
+                tx.execute(
+                    "INSERT INTO messages (id, session_id, seq, role, display_text, state, created_at)
+                     VALUES (?1, ?2, 1, 'user', 'hello', 'delivered', ?3)",
+                    params![uuid::Uuid::now_v7().to_string(), id, at],
+                )
+                .expect("a message");
+            }
+        }
+        tx.commit().expect("commit");
+    }
+    let store = fx.store.clone();
+    let halfway = rt
+        .block_on(async {
+            let mut cursor = None;
+            for _ in 0..100 {
+                cursor = store.list_sessions_page(50, cursor).await?.next_cursor;
+            }
+            Ok::<_, sessionstore::Error>(cursor)
+        })
+        .expect("pages");
+    let raw = raw_connection(&db);
+    let mut group = c.benchmark_group("list");
+    group.sample_size(20);
+    let baseline = timed(&mut group, "select", || {
+        let mut stmt = raw
+            .prepare_cached(
+                "SELECT id, title, tools_host, created_at, updated_at FROM sessions
+                 ORDER BY updated_at DESC, id DESC LIMIT 51",
+            )
+            .expect("prepare");
+        let rows: Vec<(String, Option<String>, String, String, String)> = stmt
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .and_then(|rows| rows.collect())
+            .expect("rows");
+        assert_eq!(rows.len(), 51);
+    });
+    let first = timed(&mut group, "first page", || {
+        let page = rt
+            .block_on(store.list_sessions_page(50, None))
+            .expect("a page");
+        assert_eq!(page.sessions.len(), 50);
+    });
+    let middle = timed(&mut group, "page from a cursor", || {
+        let page = rt
+            .block_on(store.list_sessions_page(50, halfway.clone()))
+            .expect("a page");
+        assert_eq!(page.sessions.len(), 50);
+    });
+    group.finish();
+    report.ratio(
+        "list: first page of 50 of 10,000 vs SELECT",
+        &baseline,
+        &first,
+        0.5,
+    );
+    report.ratio("list: page 101 of 50 vs SELECT", &baseline, &middle, 0.5);
+}
+
 fn main() {
     let rt = Runtime::new().expect("a runtime");
     let mut c = Criterion::default().configure_from_args();
@@ -291,6 +380,9 @@ fn main() {
     }
     if wanted("dispatch") && !test_mode {
         dispatch(&mut c, &rt, &mut report);
+    }
+    if wanted("list") {
+        list(&mut c, &rt, &mut report);
     }
     c.final_summary();
     println!("\nratios (baseline time / measured time; >= 1 is as fast as the baseline):");

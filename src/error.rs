@@ -112,6 +112,14 @@ pub enum Error {
         value: String,
         expected: &'static str,
     },
+    /// A file or folder under the configured root that `session delete` or `gc`
+    /// meant to remove could not be looked at or removed.
+    #[error("cannot clean up {path}")]
+    Cleanup {
+        path: PathBuf,
+        #[source]
+        cause: std::io::Error,
+    },
     #[error("{what} is out of range for the database")]
     OutOfRange { what: &'static str },
 
@@ -244,6 +252,7 @@ impl Error {
             Error::FileTooLarge { .. } => "file_too_large",
             Error::Id(_) => "invalid_id",
             Error::UnknownValue { .. } => "unknown_value",
+            Error::Cleanup { .. } => "cleanup",
             Error::OutOfRange { .. } => "out_of_range",
             Error::NoDataDir => "no_data_dir",
             Error::RootNotUtf8 { .. } => "root_not_utf8",

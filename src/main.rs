@@ -70,6 +70,9 @@ enum Command {
     Events(EventsArgs),
     /// Check the database's integrity and its tables against the event log
     Verify,
+    /// Remove, under the configured root, uploads no message refers to, deleted
+    /// sessions' folders and killed uploads' temporary files
+    Gc(cli::lifecycle::GcArgs),
     /// Print where the database and attachment roots are, and where each setting came
     /// from (flag, environment or default)
     Paths,
@@ -336,6 +339,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Search(args) => cli::lifecycle::search(config, json, args).await?,
         Command::Export(args) => cli::lifecycle::export(config, json, args).await?,
         Command::Import(args) => cli::lifecycle::import(config, json, args).await?,
+        Command::Gc(args) => cli::lifecycle::gc(config, json, args).await?,
         #[cfg(feature = "probe")]
         Command::Probe => unreachable!("handled above, before any configuration is read"),
         Command::Completions { .. } | Command::Paths => {

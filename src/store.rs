@@ -298,6 +298,11 @@ impl Store {
         &self.attachments
     }
 
+    /// For `lifecycle`, which runs its own writes (deletion, gc) through `db`.
+    pub(crate) fn db(&self) -> &Db {
+        &self.db
+    }
+
     pub(crate) async fn with_write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T> + Send + 'static,
@@ -569,12 +574,13 @@ impl Store {
                         return Err(Error::ForeignReference { uri, session });
                     }
                     let checked = attachments.check(&session, &uri)?;
-                    Ok(NewReference {
+                    let reference = NewReference {
                         uri,
                         stored_name: checked.name,
                         mime_type: checked.mime,
                         size: checked.size,
-                    })
+                    };
+                    Ok((reference, checked.root))
                 })
                 .collect::<Result<Vec<_>>>();
             let state = if send.mid_turn {
@@ -584,12 +590,19 @@ impl Store {
             };
             db.write(move |tx| {
                 let current = queries::get_session(tx, &session)?;
+                let refs = refs?;
+                // gc decides and removes unreferenced uploads under this same write
+                // lock, so a file it took since the check above is seen gone here,
+                // and one still here stays: this message's reference now protects it.
+                for (reference, root) in &refs {
+                    attachments.still_there(&session, &reference.uri, root)?;
+                }
                 let message = NewMessage {
                     role: send.role,
                     display_text: send.text,
                     model_text: send.expanded,
                     transcript: send.transcript,
-                    refs: refs?,
+                    refs: refs.into_iter().map(|(reference, _)| reference).collect(),
                 };
                 queries::insert_message_for(tx, &current, &message, state)
             })

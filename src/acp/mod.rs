@@ -21,8 +21,8 @@ use agent_client_protocol::v1::schema::{
     ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
     NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
     ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities,
-    SessionId as AcpSessionId, SessionInfo, SessionListCapabilities, SessionNotification,
-    SessionResumeCapabilities, StopReason,
+    SessionDeleteCapabilities, SessionForkCapabilities, SessionId as AcpSessionId, SessionInfo,
+    SessionListCapabilities, SessionNotification, SessionResumeCapabilities, StopReason,
 };
 use agent_client_protocol::{Error as RpcError, ErrorCode};
 use base64::Engine;
@@ -31,9 +31,13 @@ use crate::dispatch::DEFAULT_MEMO_BUDGET;
 use crate::error::Error;
 use crate::format::{Format, StreamWriter};
 use crate::ids::SessionId;
+use crate::lifecycle::{DEFAULT_PAGE, SessionCursor};
 use crate::model::{Item, ToolsHost};
 use crate::replay::ReplayItem;
 use crate::store::{Outgoing, Store, Upload};
+
+/// How many sessions one `session/list` answer holds: the store's default page.
+pub const LIST_PAGE: usize = DEFAULT_PAGE;
 
 /// What every method of the front returns: the SDK's response, or the JSON-RPC error
 /// the client gets (the connection stays up either way).
@@ -68,8 +72,7 @@ impl AcpFront {
         &self.store
     }
 
-    /// What this front can do. `session/delete` and `session/fork` are answered with
-    /// an error and not advertised until the store itself can delete and fork.
+    /// What this front can do: every session method it answers is advertised.
     pub fn initialize(&self, _request: &InitializeRequest) -> InitializeResponse {
         // Version 1 is the only one spoken here, and ACP has an agent answer a version
         // it does not support with the one it does; the client decides what follows.
@@ -77,7 +80,9 @@ impl AcpFront {
         let sessions = SessionCapabilities::new()
             .list(SessionListCapabilities::new())
             .resume(SessionResumeCapabilities::new())
-            .close(SessionCloseCapabilities::new());
+            .close(SessionCloseCapabilities::new())
+            .delete(SessionDeleteCapabilities::new())
+            .fork(SessionForkCapabilities::new());
         let capabilities = AgentCapabilities::new()
             .load_session(true)
             .prompt_capabilities(PromptCapabilities::new().image(true).embedded_context(true))
@@ -103,22 +108,31 @@ impl AcpFront {
         Ok(NewSessionResponse::new(acp_id(session.id)))
     }
 
-    /// Every session, in one page: the store has no paged listing yet, so the answer
-    /// has no next cursor and any cursor is one this front never gave out.
+    /// One page of sessions, most recently updated first, through the store's paged
+    /// listing: `nextCursor` is the store's opaque cursor, so pages neither repeat nor
+    /// skip a session while others are added. ACP lets a client pass a cursor but not
+    /// a page size, so a page holds [`LIST_PAGE`] sessions. A cursor this front did
+    /// not give out is refused as invalid params.
     pub async fn list_sessions(
         &self,
         request: ListSessionsRequest,
     ) -> RpcResult<ListSessionsResponse> {
-        if let Some(cursor) = &request.cursor {
-            return Err(invalid_params(format!(
-                "unknown cursor {cursor:?}: this store lists every session in one page"
-            )));
-        }
+        let cursor = request
+            .cursor
+            .as_deref()
+            .map(str::parse::<SessionCursor>)
+            .transpose()
+            .map_err(|e| invalid_params(e.to_string()))?;
         if request.cwd.as_deref().is_some_and(|cwd| cwd != self.cwd) {
             return Ok(ListSessionsResponse::new(vec![]));
         }
-        let sessions = self.store.list_sessions().await.map_err(rpc_error)?;
-        let infos = sessions
+        let page = self
+            .store
+            .list_sessions_page(LIST_PAGE, cursor)
+            .await
+            .map_err(rpc_error)?;
+        let infos = page
+            .sessions
             .into_iter()
             .map(|s| {
                 SessionInfo::new(acp_id(s.id), self.cwd.clone())
@@ -126,7 +140,7 @@ impl AcpFront {
                     .updated_at(s.updated_at)
             })
             .collect();
-        Ok(ListSessionsResponse::new(infos))
+        Ok(ListSessionsResponse::new(infos).next_cursor(page.next_cursor.map(|c| c.to_string())))
     }
 
     /// Replays the whole history to `update`, one `session/update` notification at a
@@ -169,22 +183,40 @@ impl AcpFront {
         Ok(CloseSessionResponse::new())
     }
 
-    /// Not yet: the store has no deletion (with its tombstone and folder removal) to
-    /// delegate to, and this front stores nothing itself.
+    /// Deletes a session through the store: its rows and event log erased behind a
+    /// tombstone, its folder under the configured root removed. It is closed on this
+    /// connection first, so no prompt reaches it afterwards. Deleting a session that
+    /// is already deleted succeeds again; an id the store never had is not found.
     pub async fn delete_session(
         &self,
         request: DeleteSessionRequest,
     ) -> RpcResult<DeleteSessionResponse> {
-        Err(not_supported("session/delete", &request.session_id))
+        let id = store_id(&request.session_id)?;
+        self.open_sessions().remove(&id);
+        self.store
+            .delete_sessions(vec![id])
+            .await
+            .map_err(rpc_error)?;
+        Ok(DeleteSessionResponse::new())
     }
 
-    /// Not yet: the store has no fork (history and attachments copied into a new
-    /// session) to delegate to.
+    /// Forks a session through the store: a new session with the origin's delivered
+    /// history and recorded turns, its files in its own folder, open on this
+    /// connection as `session/new` would leave it. The fork keeps the origin's title;
+    /// MCP servers are not kept, as for `session/new`.
     pub async fn fork_session(
         &self,
         request: ForkSessionRequest,
     ) -> RpcResult<ForkSessionResponse> {
-        Err(not_supported("session/fork", &request.session_id))
+        self.check_cwd(&request.cwd)?;
+        let origin = store_id(&request.session_id)?;
+        let forked = self
+            .store
+            .fork_session(origin, None, None)
+            .await
+            .map_err(rpc_error)?;
+        self.open_session(forked.session.id);
+        Ok(ForkSessionResponse::new(acp_id(forked.session.id)))
     }
 
     /// Records the prompt as a user message and ends the turn: this front records, it
@@ -452,14 +484,6 @@ fn store_id(id: &AcpSessionId) -> RpcResult<SessionId> {
 
 fn invalid_params(message: String) -> RpcError {
     RpcError::new(ErrorCode::INVALID_PARAMS, message)
-}
-
-fn not_supported(method: &str, session: &AcpSessionId) -> RpcError {
-    RpcError::new(
-        ErrorCode::METHOD_NOT_FOUND,
-        format!("{method} is not supported by this store yet"),
-    )
-    .data(serde_json::json!({ "method": method, "sessionId": &*session.0 }))
 }
 
 /// A store error as the client sees it: an unknown session is "resource not found",

@@ -298,6 +298,174 @@ pub(super) fn remove_empty_dir(root: &Path, name: &str) {
     }
 }
 
+/// What an entry of a folder is, looked at without following it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EntryKind {
+    File,
+    /// A regular file named like a temporary upload ([`is_upload_temp`]).
+    UploadTemp,
+    Symlink,
+    Dir,
+    Other,
+}
+
+/// One entry of a folder: its name, what it is, its size, and when it last changed
+/// (the later of its modification and status-change times, so a file just linked into
+/// place counts as new even when its contents are older).
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    pub name: std::ffi::OsString,
+    pub kind: EntryKind,
+    pub size: u64,
+    pub changed: std::time::SystemTime,
+    /// The modification time alone, which a live upload keeps moving.
+    pub modified: std::time::SystemTime,
+}
+
+fn kind_and_time(st: &rustix::fs::Stat) -> (EntryKind, u64, std::time::SystemTime) {
+    let at = |secs: i64, nanos: i64| {
+        std::time::UNIX_EPOCH
+            + std::time::Duration::new(
+                u64::try_from(secs).unwrap_or(0),
+                u32::try_from(nanos).unwrap_or(0),
+            )
+    };
+    #[allow(clippy::unnecessary_cast)]
+    let changed = at(st.st_mtime as i64, st.st_mtime_nsec as i64)
+        .max(at(st.st_ctime as i64, st.st_ctime_nsec as i64));
+    let kind = match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => EntryKind::File,
+        FileType::Symlink => EntryKind::Symlink,
+        FileType::Directory => EntryKind::Dir,
+        _ => EntryKind::Other,
+    };
+    (kind, u64::try_from(st.st_size).unwrap_or(0), changed)
+}
+
+/// Every entry of the open folder `dir` but `.` and `..`, each looked at with
+/// `statat(AT_SYMLINK_NOFOLLOW)`: nothing is followed or opened. An entry that went
+/// away between the listing and its look is left out.
+pub(super) fn list_entries(dir: &OwnedFd) -> io::Result<Vec<Entry>> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = Vec::new();
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if matches!(name.to_bytes(), b"." | b"..") {
+            continue;
+        }
+        let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::NOENT) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let (mut kind, size, changed) = kind_and_time(&st);
+        #[allow(clippy::unnecessary_cast)]
+        let modified = std::time::UNIX_EPOCH
+            + std::time::Duration::new(
+                u64::try_from(st.st_mtime as i64).unwrap_or(0),
+                u32::try_from(st.st_mtime_nsec as i64).unwrap_or(0),
+            );
+        if kind == EntryKind::File && is_upload_temp(name.to_bytes()) {
+            kind = EntryKind::UploadTemp;
+        }
+        out.push(Entry {
+            name: std::ffi::OsStr::from_bytes(name.to_bytes()).to_owned(),
+            kind,
+            size,
+            changed,
+            modified,
+        });
+    }
+    Ok(out)
+}
+
+/// Opens a root folder to work beneath it. The root itself may be a symlink (a root
+/// on another disk is normal); nothing beneath it is followed.
+pub(super) fn open_root(root: &Path) -> Result<OwnedFd, Beneath> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    match rustix::fs::open(root, flags, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::NOENT) => Err(Beneath::Missing),
+        Err(Errno::NOTDIR) => Err(Beneath::Refused("is not a directory")),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Removes the regular file `name` from `dir` when it is still a regular file that
+/// last changed before `cutoff`, and returns its size; `None` when it is gone, has
+/// changed since, or is not a regular file (nothing is removed then).
+pub(super) fn remove_file_if_older(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    cutoff: std::time::SystemTime,
+) -> io::Result<Option<u64>> {
+    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let (kind, size, changed) = kind_and_time(&st);
+    if kind != EntryKind::File || changed >= cutoff {
+        return Ok(None);
+    }
+    match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+        Ok(()) => Ok(Some(size)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Removes the entry `name` of `parent` and, when it is a folder, everything in it,
+/// and returns how many files went and their bytes. Nothing is followed: a symlink is
+/// removed as a link, a folder is entered only through `openat(O_NOFOLLOW)` on its
+/// parent's descriptor, so a folder swapped for a link mid-way is refused, not
+/// entered.
+pub(super) fn remove_tree(parent: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<(usize, u64)> {
+    let st = match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok((0, 0)),
+        Err(e) => return Err(e.into()),
+    };
+    let (kind, size, _) = kind_and_time(&st);
+    if kind != EntryKind::Dir {
+        return match rustix::fs::unlinkat(parent, name, AtFlags::empty()) {
+            Ok(()) => Ok((1, if kind == EntryKind::Symlink { 0 } else { size })),
+            Err(Errno::NOENT) => Ok((0, 0)),
+            Err(e) => Err(e.into()),
+        };
+    }
+    let dir = rustix::fs::openat(parent, name, DIR_FLAGS, Mode::empty())?;
+    let mut removed = (0, 0);
+    for entry in list_entries(&dir)? {
+        let (files, bytes) = remove_tree(&dir, &entry.name)?;
+        removed.0 += files;
+        removed.1 += bytes;
+    }
+    drop(dir);
+    match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
+        Ok(()) | Err(Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    // The removal must be durable before a caller reports the files gone.
+    rustix::fs::fsync(parent)?;
+    Ok(removed)
+}
+
+/// Whether `name` is a regular file directly inside `dir`, looked at without
+/// following or opening it: the cheap check `send` repeats inside its write.
+pub(super) fn regular_file_at(dir: &OwnedFd, name: &str) -> Result<(), Beneath> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => Ok(()),
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
+            Err(Beneath::Refused("is a symlink"))
+        }
+        Ok(_) => Err(Beneath::Refused("is not a regular file")),
+        Err(Errno::NOENT) => Err(Beneath::Missing),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The names of the regular files directly inside `dir`, in no particular order:
 /// no symlink, folder or upload temporary, and only names that are UTF-8. Nothing is
 /// opened; a caller reads each through [`peek_beneath`] like any other reference.

@@ -4,9 +4,11 @@
 //!
 //! Map: `name` (pure: upload name → stored name), `uri` (pure: `attachment:///` URIs),
 //! `mime` (pure: type from extension and magic bytes), `disk` (descriptor-relative,
-//! symlink-refusing opens and no-overwrite writes), `store` (roots, `AttachmentStore`).
+//! symlink-refusing opens and no-overwrite writes), `store` (roots, `AttachmentStore`),
+//! `gc` (session folders and their files as a collector sees them, removal beneath).
 
 mod disk;
+mod gc;
 mod mime;
 mod name;
 mod store;
@@ -15,6 +17,7 @@ mod uri;
 use std::path::PathBuf;
 
 use crate::ids::SessionId;
+pub(crate) use gc::FileKind;
 
 pub use mime::{SNIFF_BYTES, mime_for, mime_from_head};
 pub use name::{MAX_NAME_BYTES, numbered_name, sanitize_name};

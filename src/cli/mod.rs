@@ -1,5 +1,5 @@
 //! The command line's pieces beside `main.rs`: one file per command group (`session`,
-//! `attachment`, `send`, `paths`, `lifecycle` for fork, search, export and import), output and escaping (`output`), errors and exit
+//! `attachment`, `send`, `paths`, `lifecycle` for fork, search, export, import and gc), output and escaping (`output`), errors and exit
 //! codes (`errors`), logs and progress (`logging`), and the argument parsers they
 //! share. Never holds behaviour the library lacks.
 

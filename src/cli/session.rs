@@ -1,4 +1,4 @@
-//! `session new|list|show|rename|fork`: argument types and printing. Human output shows
+//! `session new|list|show|rename|fork|delete`: argument types and printing. Human output shows
 //! stored text escaped, one line a row, long text cut with a marker; `--json` prints
 //! it whole. Never changes a session except through `Store`.
 
@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::Subcommand;
 
 use sessionstore::attachments::human_size;
+use sessionstore::lifecycle::{CursorError, DEFAULT_PAGE, MAX_PAGE, SessionCursor, SessionPage};
 use sessionstore::model::{Session, ToolsHost};
 use sessionstore::{Config, Error, SessionId, Store};
 
@@ -23,8 +24,17 @@ pub enum SessionCommand {
         #[arg(long, default_value = "local", value_parser = parse_tools_host())]
         tools_host: ToolsHost,
     },
-    /// List sessions, one a line: id, tools host, title
-    List,
+    /// List sessions, most recently updated first, a page at a time, one a line: id,
+    /// updated time, tools host, messages, attachment size, title
+    List {
+        /// How many sessions a page holds
+        #[arg(long, value_name = "N", default_value_t = DEFAULT_PAGE as u64,
+              value_parser = clap::value_parser!(u64).range(1..=MAX_PAGE as u64))]
+        limit: u64,
+        /// Where the page starts: a nextCursor value exactly as a previous page printed it
+        #[arg(long, value_name = "C", value_parser = parse_cursor)]
+        cursor: Option<SessionCursor>,
+    },
     /// Show a session and its messages, one a line
     Show {
         /// The session's id
@@ -53,6 +63,20 @@ pub enum SessionCommand {
         #[arg(value_name = "TITLE")]
         title: String,
     },
+    /// Delete sessions: their rows and events (leaving a tombstone) and their folder
+    /// under the configured root; files in legacy roots are reported and left
+    Delete {
+        /// The sessions' ids
+        #[arg(required = true, value_name = "ID", value_parser = parse_session)]
+        ids: Vec<SessionId>,
+        /// Report what would go without changing anything
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+fn parse_cursor(text: &str) -> Result<SessionCursor, String> {
+    text.parse().map_err(|e: CursorError| e.to_string())
 }
 
 /// `local`, `ssh` or `managed`, listed in help and parsed by the library's own names.
@@ -65,11 +89,14 @@ fn parse_tools_host() -> impl clap::builder::TypedValueParser<Value = ToolsHost>
 pub async fn run(config: Config, json: bool, command: SessionCommand) -> Result<()> {
     match command {
         SessionCommand::New { title, tools_host } => new(config, json, title, tools_host).await,
-        SessionCommand::List => list(config, json).await,
+        SessionCommand::List { limit, cursor } => list(config, json, limit as usize, cursor).await,
         SessionCommand::Show { id } => show(config, json, id).await,
         SessionCommand::Rename { id, title } => rename(config, json, id, title).await,
         SessionCommand::Fork { id, at, title } => {
             super::lifecycle::fork(config, json, id, at, title).await
+        }
+        SessionCommand::Delete { ids, dry_run } => {
+            super::lifecycle::delete(config, json, ids, dry_run).await
         }
     }
 }
@@ -97,20 +124,45 @@ async fn new(
     }
 }
 
-async fn list(config: Config, json: bool) -> Result<()> {
+async fn list(
+    config: Config,
+    json: bool,
+    limit: usize,
+    cursor: Option<SessionCursor>,
+) -> Result<()> {
     // Listing never creates a database: with none yet, there is nothing to list.
-    let sessions = match Store::open_read_only(config).await {
-        Ok(store) => store.list_sessions().await?,
-        Err(Error::NoDatabase(_)) => vec![],
+    let page = match Store::open_read_only(config).await {
+        Ok(store) => store.list_sessions_page(limit, cursor).await?,
+        Err(Error::NoDatabase(_)) => SessionPage {
+            sessions: vec![],
+            next_cursor: None,
+        },
         Err(e) => return Err(e.into()),
     };
     if json {
-        return print_json(&sessions);
+        return print_json(&page);
     }
-    let rows: Vec<String> = sessions
+    let mut rows: Vec<String> = page
+        .sessions
         .iter()
-        .map(|s| format!("{}  {}  {}", s.id, s.tools_host, title(s)))
+        .map(|s| {
+            let title = match &s.title {
+                Some(t) => cell(t, TITLE_CHARS),
+                None => "(untitled)".to_owned(),
+            };
+            format!(
+                "{}  {}  {}  {}  {}  {title}",
+                s.id,
+                s.updated_at,
+                s.tools_host,
+                super::output::count(s.messages as usize, "message", "messages"),
+                human_size(s.attachment_bytes)
+            )
+        })
         .collect();
+    if let Some(next) = &page.next_cursor {
+        rows.push(format!("next page: --cursor {next}"));
+    }
     if rows.is_empty() {
         return Ok(());
     }

@@ -8,6 +8,7 @@ pub mod queries;
 mod readonly;
 pub mod schema;
 pub mod search;
+pub mod sessions;
 pub mod turns;
 pub mod verify;
 
@@ -141,6 +142,37 @@ impl Db {
             Db::ReadWrite(pool) => write(&mut **pool.get()?, f),
             Db::ReadOnly(path) => Err(Error::ReadOnly(path.to_path_buf())),
         }
+    }
+
+    /// `write` with SQLite's `secure_delete` on, so the pages and cells it frees are
+    /// zeroed instead of keeping the deleted text, then a checkpoint that copies the
+    /// WAL into the main file and truncates it, so no older copy of those pages stays
+    /// in the WAL either. Returns whether that checkpoint completed: a reader that
+    /// keeps an old snapshot past the busy timeout leaves the WAL for a later one.
+    pub fn erase<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>,
+    ) -> Result<(T, bool)> {
+        let pool = match self {
+            Db::ReadWrite(pool) => pool,
+            Db::ReadOnly(path) => return Err(Error::ReadOnly(path.to_path_buf())),
+        };
+        let mut conn = pool.get()?;
+        let pragma = |conn: &Connection, on: bool| {
+            conn.pragma_update(None, "secure_delete", on)
+                .map_err(|e| Error::sqlite("set secure_delete", e))
+        };
+        pragma(&conn, true)?;
+        let written = write(&mut conn, f);
+        // The pooled connection goes back as every other one is: without the cost of
+        // zeroing on each later write.
+        let reset = pragma(&conn, false);
+        let value = written?;
+        reset?;
+        let busy: i64 = conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+            .map_err(|e| Error::sqlite("checkpoint the erasure", e))?;
+        Ok((value, busy == 0))
     }
 
     /// `read` in one snapshot. On a read-only database `f` may run more than once,

@@ -1,6 +1,7 @@
 //! Full-text queries over the index that the V4 triggers keep (`search`, with
-//! `search_entries` naming what each text belongs to). This file only reads; the index
-//! is written by the triggers, in the transaction of the rows it follows, never here.
+//! `search_entries` naming what each text belongs to). This file reads, and merges
+//! the index for an erasure; the index's rows are written by the triggers, in the
+//! transaction of the rows they follow, never here.
 
 use rusqlite::{Connection, params};
 use serde::Serialize;
@@ -105,4 +106,16 @@ fn query_error(query: &str, e: rusqlite::Error) -> Error {
         }
         _ => Error::sqlite("search", e),
     }
+}
+
+/// Rewrites the index as one segment holding only live entries (FTS5's `optimize`).
+/// A deleted row leaves its terms in the segments that held it, under a delete marker
+/// that itself repeats them, until a merge drops both; so does every earlier version
+/// of a renamed title or a continued agent message. An erasure runs this in its own
+/// transaction, on a connection with `secure_delete` on, so the pages the old segments
+/// free are zeroed. It costs a rewrite of the whole index, once per erasure.
+pub fn purge_deleted(conn: &Connection) -> Result<()> {
+    conn.execute("INSERT INTO search (search) VALUES ('optimize')", [])
+        .map_err(|e| Error::sqlite("merge the search index", e))?;
+    Ok(())
 }

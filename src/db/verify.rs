@@ -21,6 +21,8 @@ pub struct VerifyReport {
     /// Recorded turn items: agent messages, thoughts, tool calls, plans, updates.
     pub items: usize,
     pub events: usize,
+    /// Deleted sessions: each left a tombstone and no rows or events.
+    pub tombstones: usize,
     pub problems: Vec<String>,
 }
 
@@ -135,6 +137,9 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
             total as usize - report.messages
         ));
     }
+    let (tombstones, problems) = crate::db::sessions::tombstone_problems(conn)?;
+    report.tombstones = tombstones;
+    report.problems.extend(problems);
     let items: i64 = conn
         .query_row("SELECT count(*) FROM items", [], |r| r.get(0))
         .map_err(|e| Error::sqlite("count items", e))?;

@@ -1,12 +1,24 @@
-//! Whole-session operations on a `Store`: fork (a new session from part of another,
-//! with its own files), export (one self-contained archive, or a readable markdown
-//! transcript) and import (an untrusted archive back as a new session). Everything
-//! they write goes through `db` write functions with their events and through the
-//! attachment store; nothing here runs SQL or opens an attachment file itself.
+//! Whole-session operations on a `Store`: listing by pages, deleting with erasure,
+//! collecting what no session needs any more on disk, fork (a new session from part of
+//! another, with its own files), export (one self-contained archive, or a readable
+//! markdown transcript) and import (an untrusted archive back as a new session).
+//! Everything they write goes through `db` write functions with their events and
+//! through the attachment store; nothing here runs SQL or opens an attachment file
+//! itself, and nothing bypasses the event log: a deleted session leaves its tombstone
+//! in the same write that erases it.
 
+mod delete;
 pub mod export;
 pub mod fork;
+mod gc;
 pub mod import;
+mod list;
+mod progress;
+
+pub use delete::{DeleteReport, DeletedSession, DeletionStatus};
+pub use gc::{DEFAULT_GC_GRACE, GcOptions, GcReport, Tally, parse_duration};
+pub use list::{CursorError, DEFAULT_PAGE, MAX_PAGE, SessionCursor, SessionPage, SessionSummary};
+pub use progress::{Progress, Step};
 
 use crate::Store;
 use crate::db::{queries, turns};

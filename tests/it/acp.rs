@@ -173,8 +173,7 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
             let sessions = &caps.session_capabilities;
             assert!(sessions.list.is_some() && sessions.resume.is_some());
             assert!(sessions.close.is_some());
-            // Not advertised until the store itself can delete and fork.
-            assert!(sessions.delete.is_none() && sessions.fork.is_none());
+            assert!(sessions.delete.is_some() && sessions.fork.is_some());
 
             let id = call(&cx, NewSessionRequest::new(&cwd)).await?.session_id;
             let prompt = vec![
@@ -235,11 +234,13 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
     std::fs::create_dir(dir.path().join("moved")).expect("the new root's parent");
     std::fs::rename(&first_root, &moved_root).expect("the attachment folder moves");
 
+    // Issue 14: "... fork; delete; list no longer shows it".
     let mut agent = AgentProcess::start(dir.path(), &moved_root, &cwd);
-    let (fork, delete, listed) = client(&mut agent, &updates, {
+    let (fork, fork_replay, listed, gone) = client(&mut agent, &updates, {
         let (id, cwd) = (id.clone(), cwd.clone());
         let updates = updates.clone();
         let message_id = message.id.to_string();
+        let expected: Vec<Expect> = expected.iter().map(|e| expect_in(e, session)).collect();
         let moved_root = moved_root.clone();
         async move |cx| {
             call(&cx, initialize()).await?;
@@ -248,27 +249,177 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
             let replayed = taken(&updates);
             check_replay(&replayed, &id, &message_id, &expected, &moved_root);
 
-            let fork = call(&cx, ForkSessionRequest::new(id.clone(), &cwd)).await;
-            let delete = call(&cx, DeleteSessionRequest::new(id.clone())).await;
-            // Both errors left the connection usable.
+            let fork = call(&cx, ForkSessionRequest::new(id.clone(), &cwd))
+                .await?
+                .session_id;
+            assert_ne!(fork, id);
+            // The fork is open on this connection, as a new session would be.
+            let answer = call(
+                &cx,
+                PromptRequest::new(fork.clone(), vec!["and now?".into()]),
+            )
+            .await?;
+            assert_eq!(answer.stop_reason, StopReason::EndTurn);
+
+            call(&cx, DeleteSessionRequest::new(id.clone())).await?;
+            // Deleting it again is no error; the deleted session takes no prompt.
+            call(&cx, DeleteSessionRequest::new(id.clone())).await?;
+            let gone = [
+                call(
+                    &cx,
+                    PromptRequest::new(id.clone(), vec!["still there?".into()]),
+                )
+                .await
+                .map(|_| ()),
+                call(&cx, LoadSessionRequest::new(id.clone(), &cwd))
+                    .await
+                    .map(|_| ()),
+                call(&cx, ForkSessionRequest::new(id.clone(), &cwd))
+                    .await
+                    .map(|_| ()),
+                call(
+                    &cx,
+                    DeleteSessionRequest::new(AcpSessionId::new(uuid_ish())),
+                )
+                .await
+                .map(|_| ()),
+            ];
+            assert!(taken(&updates).is_empty());
+
+            // The fork replays from its own folder after its origin went.
+            call(&cx, LoadSessionRequest::new(fork.clone(), &cwd)).await?;
+            let fork_replay = taken(&updates);
             let listed = call(&cx, ListSessionsRequest::new()).await?;
-            Ok((fork, delete, listed))
+            Ok((fork, fork_replay, listed, gone))
         }
     })
     .await;
-    for (method, result) in [
-        ("session/fork", fork.map(|_| ())),
-        ("session/delete", delete.map(|_| ())),
-    ] {
-        let e = result.expect_err("not supported yet");
-        assert_eq!(e.code, ErrorCode::METHOD_NOT_FOUND, "{method}: {e:?}");
-        assert!(e.message.contains(method), "{e:?}");
-    }
-    // Delete is refused, so the session is still listed.
-    assert_eq!(listed.sessions.len(), 1);
-    assert!(taken(&updates).is_empty());
     let log = agent.kill();
-    assert!(log.contains("session/fork failed"), "{log}");
+    for refused in gone {
+        let e = refused.expect_err("the session is gone");
+        assert_eq!(e.code, ErrorCode::RESOURCE_NOT_FOUND, "{e:?}");
+    }
+    assert!(log.contains("session/prompt failed"), "{log}");
+    let listed: Vec<&AcpSessionId> = listed.sessions.iter().map(|s| &s.session_id).collect();
+    assert_eq!(
+        listed,
+        [&fork],
+        "the list no longer shows the deleted session"
+    );
+    assert!(
+        !moved_root.join(&*id.0).exists(),
+        "the deleted session's folder went with it"
+    );
+
+    // The fork's replay: the original prompt with the fork's own references, read
+    // under its own folder of the moved root, then the prompt sent to the fork.
+    let fork_folder = moved_root.join(&*fork.0);
+    let store = Store::open_read_only(config_in(dir.path()))
+        .await
+        .expect("the database opens for reading");
+    let fork_messages = store
+        .messages(store_id(&fork))
+        .await
+        .expect("the fork's messages");
+    assert_eq!(fork_messages.len(), 2);
+    let fork_expected: Vec<Expect> = expected
+        .iter()
+        .map(|e| expect_in(e, store_id(&fork)))
+        .collect();
+    check_replay(
+        &fork_replay[..3],
+        &fork,
+        &fork_messages[0].id.to_string(),
+        &fork_expected,
+        &fork_folder,
+    );
+    assert_eq!(fork_replay.len(), 4, "{fork_replay:#?}");
+}
+
+/// `session/list` pages with the store's cursor. ACP gives the client no page size,
+/// so there are more sessions than one page holds; sessions created between pages
+/// neither repeat nor push one off a later page, and a cursor the agent never gave out
+/// is invalid params.
+#[tokio::test]
+async fn session_list_pages_through_every_session_with_the_stores_cursor() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let cwd = dir.path().to_owned();
+    let root = dir.path().join("attachments");
+    let total = 2 * sessionstore::acp::LIST_PAGE + 7;
+    let store = Store::open(config_in(dir.path())).await.expect("a store");
+    let mut made = std::collections::HashSet::new();
+    for _ in 0..total {
+        let s = store
+            .create_session(None, ToolsHost::Local)
+            .await
+            .expect("a session");
+        made.insert(s.id);
+    }
+    drop(store);
+
+    let updates = Updates::default();
+    let mut agent = AgentProcess::start(dir.path(), &root, &cwd);
+    let (pages, added, bogus) = client(&mut agent, &updates, {
+        let cwd = cwd.clone();
+        async move |cx| {
+            call(&cx, initialize()).await?;
+            let mut pages = Vec::new();
+            let mut added = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                let mut request = ListSessionsRequest::new();
+                request.cursor = cursor.take();
+                let page = call(&cx, request).await?;
+                pages.push(
+                    page.sessions
+                        .iter()
+                        .map(|s| store_id(&s.session_id))
+                        .collect::<Vec<_>>(),
+                );
+                added.push(store_id(
+                    &call(&cx, NewSessionRequest::new(&cwd)).await?.session_id,
+                ));
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+            let mut bogus = ListSessionsRequest::new();
+            bogus.cursor = Some("not-a-cursor".into());
+            let bogus = call(&cx, bogus).await.map(|_| ());
+            Ok((pages, added, bogus))
+        }
+    })
+    .await;
+    agent.kill();
+    assert_eq!(
+        pages.len(),
+        3,
+        "{:?}",
+        pages.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    assert!(
+        pages
+            .iter()
+            .all(|p| p.len() <= sessionstore::acp::LIST_PAGE)
+    );
+    let seen: Vec<SessionId> = pages.concat();
+    let unique: std::collections::HashSet<SessionId> = seen.iter().copied().collect();
+    assert_eq!(unique.len(), seen.len(), "a session was listed twice");
+    assert_eq!(unique, made, "every session, and none added while paging");
+    assert!(added.iter().all(|a| !unique.contains(a)));
+    let e = bogus.expect_err("a cursor the agent never gave");
+    assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
+}
+
+/// `e` as session `session` holds it: the same name and bytes, under its own URI.
+fn expect_in(e: &Expect, session: SessionId) -> Expect {
+    Expect {
+        name: e.name.clone(),
+        uri: sessionstore::oracle::expected_uri(session, &e.name),
+        bytes: e.bytes.clone(),
+        host: e.host.clone(),
+    }
 }
 
 /// The replayed prompt: three user chunks of the stored message, in order, whose

@@ -168,7 +168,10 @@ fn commands_that_only_read_never_create_a_database() {
     let dir = tempfile::tempdir().unwrap();
     let ghost = sessionstore::SessionId::new().to_string();
     let out = crate::support::run_in(dir.path(), &["session", "list", "--json"]);
-    assert_eq!(json(&out), serde_json::json!([]));
+    assert_eq!(
+        json(&out),
+        serde_json::json!({"sessions": [], "nextCursor": null})
+    );
     for args in [
         &["verify"][..],
         &["events", "--session", &ghost],

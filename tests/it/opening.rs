@@ -249,7 +249,7 @@ fn an_empty_file_becomes_a_database_only_through_migrate_or_session_new() {
     std::fs::write(dir.path().join("sessions.db"), b"").unwrap();
     json(&run_in(dir.path(), &["session", "new", "--json"]));
     let listed = json(&run_in(dir.path(), &["session", "list", "--json"]));
-    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 1);
 }
 
 /// A schema behind this binary's latest migration (here: a sessionstore history with
@@ -398,7 +398,7 @@ fn a_read_only_copy_can_be_listed_shown_verified_and_restored() {
             .unwrap()
     };
     let listed = json(&run(&["session", "list", "--json"]));
-    assert_eq!(listed[0]["id"], sid.as_str());
+    assert_eq!(listed["sessions"][0]["id"], sid.as_str());
     let shown = json(&run(&["session", "show", &sid, "--json"]));
     assert_eq!(shown["messages"][0]["displayText"], "what is this?");
     let verified = run(&["verify"]);

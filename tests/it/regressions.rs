@@ -241,8 +241,11 @@ async fn timestamps_have_one_width_so_they_sort_as_text() {
     }
 }
 
+/// Once sessions listed in creation order (ids, since early timestamps did not sort as
+/// text); the contract is now most recently updated first, and a send moves a session
+/// to the front.
 #[test]
-fn the_listing_keeps_creation_order() {
+fn the_listing_shows_the_most_recently_updated_first() {
     let dir = tempfile::tempdir().unwrap();
     let ids: Vec<String> = (0..5)
         .map(|i| {
@@ -253,12 +256,22 @@ fn the_listing_keeps_creation_order() {
             json(&out)["id"].as_str().unwrap().to_owned()
         })
         .collect();
-    let out = run_in(dir.path(), &["session", "list"]);
-    let listed: Vec<String> = stdout(&out)
-        .lines()
-        .map(|l| l.split_whitespace().next().unwrap().to_owned())
-        .collect();
-    assert_eq!(listed, ids);
+    let listed = || -> Vec<String> {
+        let out = run_in(dir.path(), &["session", "list"]);
+        stdout(&out)
+            .lines()
+            .map(|l| l.split_whitespace().next().unwrap().to_owned())
+            .collect()
+    };
+    let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
+    assert_eq!(listed(), newest_first);
+    json(&run_in(
+        dir.path(),
+        &["send", "--session", &ids[0], "--text", "news", "--json"],
+    ));
+    let mut moved = vec![ids[0].clone()];
+    moved.extend(newest_first[..4].iter().cloned());
+    assert_eq!(listed(), moved);
 }
 
 #[tokio::test]

@@ -77,6 +77,8 @@ fn restore(home: &Path, db: &Path, session: &str, format: &str, roots: &[&str]) 
 async fn the_v2_fixture_restores_its_turn_in_every_format() {
     let dir = tempfile::tempdir().unwrap();
     copy_tree(&fixture("v2"), dir.path());
+    // Reading commands never upgrade: the V2 database is migrated first, as a user would.
+    crate::support::json(&crate::support::run_in(dir.path(), &["migrate", "--json"]));
     let sid = std::fs::read_to_string(dir.path().join("session-id")).unwrap();
     let sid = sid.trim();
     let db = dir.path().join("sessions.db");

@@ -180,10 +180,10 @@ async fn a_changed_table_is_a_schema_problem_and_layout_is_not() {
     drop(seeded(dir.path()).await);
     let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
     conn.execute_batch(
-        "DROP TRIGGER events_no_delete;
-         CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+        "DROP TRIGGER events_no_update;
+         CREATE TRIGGER events_no_update BEFORE UPDATE ON events
          BEGIN
-                SELECT   RAISE(ABORT, 'events are append-only: delete refused');
+                SELECT   RAISE(ABORT, 'events are append-only: update refused');
          END;",
     )
     .unwrap();

@@ -1,0 +1,179 @@
+//! `session delete`: a session's rows, references, items and events erased in one
+//! write that first leaves its tombstone, then its folder under the configured root
+//! removed. Legacy roots are read-only to the store: their files are reported, never
+//! touched. It never deletes a session it cannot name, and never leaves rows without
+//! a tombstone or a tombstone beside rows.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::Progress;
+use crate::db::search;
+use crate::db::sessions::{self, Counts, State};
+use crate::error::{Error, Result};
+use crate::ids::SessionId;
+use crate::store::{Store, blocking};
+
+/// What happened to one session named to `session delete`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeletionStatus {
+    Deleted,
+    /// Its tombstone was there already: deleting twice is not an error.
+    AlreadyDeleted,
+    /// A dry run: this is what would go.
+    WouldDelete,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletedSession {
+    pub id: SessionId,
+    pub status: DeletionStatus,
+    /// When the tombstone was written (`None` for a dry run).
+    pub deleted_at: Option<String>,
+    pub messages: u64,
+    pub items: u64,
+    pub events: u64,
+    pub references: u64,
+    /// Files removed from (or, in a dry run, in) its folder under the configured root.
+    pub files: usize,
+    pub bytes: u64,
+    /// Its files in legacy roots, left where they are.
+    pub legacy_files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteReport {
+    pub dry_run: bool,
+    pub sessions: Vec<DeletedSession>,
+    /// Whether the write-ahead log was checkpointed and truncated after the erasure,
+    /// so no copy of the deleted rows stays in it. `false` when a reader held an old
+    /// snapshot past the busy timeout: the next checkpoint finishes the job.
+    pub erased: bool,
+}
+
+impl Store {
+    /// Deletes the sessions named: see [`Store::delete_sessions_with`].
+    pub async fn delete_sessions(&self, ids: Vec<SessionId>) -> Result<DeleteReport> {
+        self.delete_sessions_with(ids, false, Progress::none())
+            .await
+    }
+
+    /// Deletes each session named: in one write, each gets its tombstone (id, time,
+    /// counts, no content) and loses its rows and events, with SQLite's secure delete
+    /// on and the WAL truncated after, so none of its text stays in the database
+    /// files. Then its folder under the configured root is removed. A session deleted
+    /// before is reported as such (and a folder it left is removed); an id that names
+    /// no session and no tombstone fails the whole call before anything changes.
+    /// With `dry_run`, reports what would go and changes nothing.
+    pub async fn delete_sessions_with(
+        &self,
+        ids: Vec<SessionId>,
+        dry_run: bool,
+        progress: Progress,
+    ) -> Result<DeleteReport> {
+        let db = self.db().clone();
+        let attachments = self.attachments().clone();
+        blocking(move || {
+            let mut unique = Vec::with_capacity(ids.len());
+            for id in ids {
+                if !unique.contains(&id) {
+                    unique.push(id);
+                }
+            }
+            let states = db.read(|tx| {
+                unique
+                    .iter()
+                    .map(|id| match sessions::state(tx, id)? {
+                        State::Live => Ok((*id, State::Live, sessions::counts(tx, id)?)),
+                        State::Deleted { at, counts } => {
+                            Ok((*id, State::Deleted { at, counts }, counts))
+                        }
+                        State::Unknown => Err(Error::SessionNotFound(*id)),
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })?;
+            let total = states.len() as u64 * 2;
+            let mut erased = true;
+            let mut deleted_at: Vec<Option<String>> = vec![None; states.len()];
+            let mut counts: Vec<Counts> = states.iter().map(|(_, _, c)| *c).collect();
+            if !dry_run && states.iter().any(|(_, s, _)| *s == State::Live) {
+                let at = crate::db::queries::now();
+                let (written, checkpointed) = db.erase(|tx| {
+                    let mut written = Vec::with_capacity(states.len());
+                    for (n, (id, _, _)) in states.iter().enumerate() {
+                        progress.step("sessions erased", n as u64, total);
+                        // Looked up again under the write lock: another delete may
+                        // have won since the read above.
+                        written.push(match sessions::state(tx, id)? {
+                            State::Live => Some(sessions::erase(tx, id, &at)?),
+                            State::Deleted { .. } => None,
+                            State::Unknown => return Err(Error::SessionNotFound(*id)),
+                        });
+                    }
+                    // The triggers took the sessions' texts out of the search index,
+                    // but its segments keep their terms until they are merged.
+                    if written.iter().any(Option::is_some) {
+                        search::purge_deleted(tx)?;
+                    }
+                    Ok(written)
+                })?;
+                erased = checkpointed;
+                for (i, w) in written.into_iter().enumerate() {
+                    if let Some(c) = w {
+                        counts[i] = c;
+                        deleted_at[i] = Some(at.clone());
+                    }
+                }
+            }
+            let mut report = Vec::with_capacity(states.len());
+            for (n, (id, state, _)) in states.iter().enumerate() {
+                progress.step("folders removed", states.len() as u64 + n as u64, total);
+                let (status, at) = match (state, deleted_at[n].take()) {
+                    (_, Some(at)) => (DeletionStatus::Deleted, Some(at)),
+                    (State::Deleted { at, .. }, None) => {
+                        (DeletionStatus::AlreadyDeleted, Some(at.clone()))
+                    }
+                    // Another delete won the race between the read and the write.
+                    _ if !dry_run => (DeletionStatus::AlreadyDeleted, None),
+                    _ => (DeletionStatus::WouldDelete, None),
+                };
+                let folder = attachments.roots().configured.join(id.to_string());
+                let cleanup = |cause| Error::Cleanup {
+                    path: folder.clone(),
+                    cause,
+                };
+                let (files, bytes) = if dry_run {
+                    let files = attachments.folder_files(id).map_err(cleanup)?;
+                    (files.len(), files.iter().map(|f| f.size).sum())
+                } else {
+                    let swept = attachments.remove_session_folder(id).map_err(cleanup)?;
+                    (swept.files, swept.bytes)
+                };
+                let c = counts[n];
+                report.push(DeletedSession {
+                    id: *id,
+                    status,
+                    deleted_at: at,
+                    messages: c.messages,
+                    items: c.items,
+                    events: c.events,
+                    references: c.refs,
+                    files,
+                    bytes,
+                    legacy_files: attachments.legacy_files(id),
+                });
+            }
+            progress.step("folders removed", total, total);
+            Ok(DeleteReport {
+                dry_run,
+                sessions: report,
+                erased,
+            })
+        })
+        .await
+    }
+}

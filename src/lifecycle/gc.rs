@@ -1,0 +1,284 @@
+//! `gc`: removes, under the configured root only, uploads no message refers to once
+//! they are older than a grace period, the folders of deleted sessions, and
+//! temporary files killed uploads left. It never touches a legacy root, never follows
+//! a symlink, and leaves alone every entry it cannot place (folders of sessions this
+//! database does not know, names no upload could have).
+//!
+//! Against a concurrent `send`, the decision and the removal of a session's
+//! unreferenced uploads happen inside one database write, under the lock `send`
+//! stores its references under; `send` checks again, inside its own write, that
+//! each file it refers to is still there. Whichever takes the lock first wins
+//! cleanly: gc sees the reference and keeps the file, or send sees the file gone and
+//! refuses with the usual unreadable-reference error.
+
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use super::Progress;
+use crate::attachments::FileKind;
+use crate::db::sessions::{self, State};
+use crate::error::{Error, Result};
+use crate::ids::SessionId;
+use crate::store::{Store, blocking};
+
+/// How old an unreferenced upload (or a temporary file) must be before gc takes it,
+/// unless told otherwise: long enough that an upload about to be sent is safe.
+pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
+
+#[derive(Debug, Clone)]
+pub struct GcOptions {
+    /// Report what would go and change nothing.
+    pub dry_run: bool,
+    /// Files that changed more recently than this are kept.
+    pub grace: Duration,
+    pub progress: Progress,
+}
+
+impl Default for GcOptions {
+    fn default() -> Self {
+        GcOptions {
+            dry_run: false,
+            grace: DEFAULT_GC_GRACE,
+            progress: Progress::none(),
+        }
+    }
+}
+
+/// A count of files and their bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Tally {
+    pub files: usize,
+    pub bytes: u64,
+}
+
+impl Tally {
+    fn add(&mut self, files: usize, bytes: u64) {
+        self.files += files;
+        self.bytes += bytes;
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcReport {
+    pub dry_run: bool,
+    pub grace_seconds: u64,
+    /// Uploads no message refers to, older than the grace period.
+    pub unreferenced: Tally,
+    /// Folders of deleted sessions, and the files that were in them.
+    pub deleted_session_folders: usize,
+    pub deleted_sessions: Tally,
+    /// Temporary files of killed uploads, older than the grace period.
+    pub leftovers: Tally,
+    /// Entries left alone: symlinks, folders of sessions this database does not know,
+    /// files no upload could have made.
+    pub skipped: usize,
+    /// Everything removed (or, in a dry run, that would be).
+    pub total: Tally,
+}
+
+/// Parses a duration like `24h`, `90m`, `30s`, `7d` or a plain number of seconds.
+pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}: expected a number and s, m, h or d"))?;
+    let scale = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 60 * 60,
+        "d" => 24 * 60 * 60,
+        _ => {
+            return Err(format!(
+                "invalid duration {text:?}: the unit is one of s, m, h, d"
+            ));
+        }
+    };
+    n.checked_mul(scale)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("invalid duration {text:?}: too long"))
+}
+
+impl Store {
+    /// Collects garbage under the configured root: see the module documentation.
+    pub async fn gc(&self, options: GcOptions) -> Result<GcReport> {
+        let db = self.db().clone();
+        let attachments = self.attachments().clone();
+        blocking(move || {
+            let GcOptions {
+                dry_run,
+                grace,
+                progress,
+            } = options;
+            let cutoff = SystemTime::now()
+                .checked_sub(grace)
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            let mut report = GcReport {
+                dry_run,
+                grace_seconds: grace.as_secs(),
+                ..GcReport::default()
+            };
+            let root = attachments.roots().configured.clone();
+            let (folders, others) =
+                attachments
+                    .session_folders()
+                    .map_err(|cause| Error::Cleanup {
+                        path: root.clone(),
+                        cause,
+                    })?;
+            report.skipped += others;
+            let total = folders.len() as u64;
+            for (n, folder) in folders.iter().enumerate() {
+                progress.step("session folders", n as u64, total);
+                let id = folder.session;
+                let path = root.join(id.to_string());
+                let cleanup = |cause| Error::Cleanup {
+                    path: path.clone(),
+                    cause,
+                };
+                match db.read(|tx| sessions::state(tx, &id))? {
+                    State::Unknown => report.skipped += 1,
+                    State::Deleted { .. } => {
+                        report.deleted_session_folders += 1;
+                        if dry_run {
+                            let files = if folder.is_link {
+                                vec![]
+                            } else {
+                                attachments.folder_files(&id).map_err(cleanup)?
+                            };
+                            report
+                                .deleted_sessions
+                                .add(files.len(), files.iter().map(|f| f.size).sum());
+                        } else {
+                            let swept = attachments.remove_session_folder(&id).map_err(cleanup)?;
+                            report.deleted_sessions.add(swept.files, swept.bytes);
+                        }
+                    }
+                    // A live session's folder that is a link is never entered.
+                    State::Live if folder.is_link => report.skipped += 1,
+                    State::Live => {
+                        collect_live(&db, &attachments, id, cutoff, dry_run, &mut report).map_err(
+                            |e| match e {
+                                Collect::Io(cause) => cleanup(cause),
+                                Collect::Store(e) => e,
+                            },
+                        )?;
+                        if !dry_run {
+                            let swept = attachments.sweep_leftovers(&id, grace).map_err(cleanup)?;
+                            report.leftovers.add(swept.files, swept.bytes);
+                        }
+                    }
+                }
+            }
+            progress.step("session folders", total, total);
+            report.total = Tally {
+                files: report.unreferenced.files
+                    + report.deleted_sessions.files
+                    + report.leftovers.files,
+                bytes: report.unreferenced.bytes
+                    + report.deleted_sessions.bytes
+                    + report.leftovers.bytes,
+            };
+            Ok(report)
+        })
+        .await
+    }
+}
+
+enum Collect {
+    Io(std::io::Error),
+    Store(Error),
+}
+
+impl From<Error> for Collect {
+    fn from(e: Error) -> Self {
+        Collect::Store(e)
+    }
+}
+
+/// One live session's folder: its unreferenced uploads older than `cutoff` are
+/// decided and removed inside one write, so no `send` can store a reference to one
+/// of them in between. A dry run reads instead and removes nothing; it also counts
+/// the temporaries a real run would sweep.
+fn collect_live(
+    db: &crate::db::Db,
+    attachments: &crate::attachments::AttachmentStore,
+    id: SessionId,
+    cutoff: SystemTime,
+    dry_run: bool,
+    report: &mut GcReport,
+) -> std::result::Result<(), Collect> {
+    let judge = |tx: &rusqlite::Transaction<'_>, remove: bool| {
+        let referenced = sessions::referenced_names(tx, &id)?;
+        let files = attachments.folder_files(&id).map_err(Collect::Io)?;
+        let mut unreferenced = Tally::default();
+        let mut leftovers = Tally::default();
+        let mut skipped = 0;
+        for file in files {
+            match file.kind {
+                FileKind::Other => skipped += 1,
+                // The sweep goes by modification time, which a live upload moves.
+                FileKind::Temp if file.modified < cutoff => leftovers.add(1, file.size),
+                FileKind::Temp => {}
+                FileKind::Upload if referenced.contains(&file.name) => {}
+                FileKind::Upload if file.changed >= cutoff => {}
+                FileKind::Upload if remove => {
+                    if let Some(bytes) = attachments
+                        .remove_upload_if_older(&id, &file.name, cutoff)
+                        .map_err(Collect::Io)?
+                    {
+                        unreferenced.add(1, bytes);
+                    }
+                }
+                FileKind::Upload => unreferenced.add(1, file.size),
+            }
+        }
+        Ok::<_, Collect>((unreferenced, leftovers, skipped))
+    };
+    let (unreferenced, leftovers, skipped) = if dry_run {
+        let outcome = std::cell::RefCell::new(None);
+        db.read(|tx| {
+            *outcome.borrow_mut() = Some(judge(tx, false));
+            Ok(())
+        })?;
+        outcome
+            .into_inner()
+            .expect("the read ran its closure at least once")?
+    } else {
+        let mut outcome = None;
+        db.write(|tx| {
+            outcome = Some(judge(tx, true));
+            Ok(())
+        })?;
+        outcome.expect("the write ran its closure")?
+    };
+    report
+        .unreferenced
+        .add(unreferenced.files, unreferenced.bytes);
+    report.skipped += skipped;
+    if dry_run {
+        report.leftovers.add(leftovers.files, leftovers.bytes);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_their_units() {
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("90m"), Ok(Duration::from_secs(5_400)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(604_800)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("45s"), Ok(Duration::from_secs(45)));
+        for bad in ["", "h", "-1h", "1w", "1.5h", "99999999999999999999d"] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(e.starts_with("invalid duration"), "{bad}: {e}");
+        }
+    }
+}
