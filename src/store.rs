@@ -331,8 +331,13 @@ impl Store {
     }
 
     pub async fn rename_session(&self, id: SessionId, title: String) -> Result<()> {
-        self.with_write(move |tx| queries::rename_session(tx, &id, &title))
-            .await
+        // The row must read before it is written: a damaged one is refused with nothing
+        // changed, not renamed and then reported as an error.
+        self.with_write(move |tx| {
+            queries::get_session(tx, &id)?;
+            queries::rename_session(tx, &id, &title)
+        })
+        .await
     }
 
     pub async fn session(&self, id: SessionId) -> Result<Session> {

@@ -460,6 +460,58 @@ pub fn run_bounded(cmd: &mut Command, timeout: std::time::Duration) -> Option<Ou
     })
 }
 
+/// [`run_bounded`] with `input` fed to the command's stdin (then closed), for commands
+/// that read it, such as `record`. Written from a thread of its own, so a child that
+/// never reads cannot block the timeout.
+pub fn run_bounded_with_stdin(
+    cmd: &mut Command,
+    input: &'static [u8],
+    timeout: std::time::Duration,
+) -> Option<Output> {
+    use std::io::{Read, Write};
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    // A child that exits before reading closes the pipe: that write error is its answer.
+    let feed = std::thread::spawn(move || {
+        let _ = stdin.write_all(input);
+    });
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("piped stderr")));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the child can be waited on") {
+            break Some(status);
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    let _ = feed.join();
+    let stdout = out.join().expect("the stdout reader");
+    let stderr = err.join().expect("the stderr reader");
+    status.map(|status| Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
 /// This test binary run again as a child that executes only the ignored test `test`,
 /// with `env` telling it what to do.
 pub fn reexec(test: &str, env: &[(&str, &str)]) -> Command {

@@ -1,13 +1,16 @@
 //! Corruption suite: variants of a real database made through the binary (truncated,
 //! bytes flipped, pages zeroed, a wrong page size, a damaged or missing WAL or SHM,
-//! semantic damage) run through every reading and writing command. It counts panics,
-//! hangs and multi-line errors, and checks refused files are left alone; it never
-//! expects a damaged file to be repaired.
+//! semantic damage) run through every reading and writing command that takes a
+//! database. It counts panics, hangs and multi-line errors, and checks refused files
+//! are left alone with nothing new beside them; it never expects a damaged file to be
+//! repaired.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::support::{Rng, bin, count, json, run_bounded, run_in};
+use crate::support::{Rng, bin, count, json, run_bounded, run_bounded_with_stdin, run_in};
 
 /// A variant: the database bytes, and its WAL and SHM files when it has them.
 struct Variant {
@@ -18,7 +21,8 @@ struct Variant {
 }
 
 /// The base database, made through the binary: a session with an attachment, a
-/// delivered message that references it, a reply and a queued message. Returns its
+/// delivered message that references it, a reply and a queued message, exported as
+/// `base.tar` beside it (what `import` gets, made before any damage). Returns its
 /// folder, the session id, and a copy of the database with data still in its WAL.
 fn base() -> (tempfile::TempDir, String, Variant) {
     let dir = tempfile::tempdir().unwrap();
@@ -77,6 +81,17 @@ fn base() -> (tempfile::TempDir, String, Variant) {
             "--text",
             "later",
             "--mid-turn",
+            "--json",
+        ],
+    ));
+    json(&run_in(
+        d,
+        &[
+            "export",
+            "--session",
+            &s,
+            "--out",
+            d.join("base.tar").to_str().unwrap(),
             "--json",
         ],
     ));
@@ -219,26 +234,55 @@ fn variants(db: &[u8], with_wal: &Variant, rng: &mut Rng) -> Vec<Variant> {
     out
 }
 
-/// The reading and writing commands every variant goes through.
-fn commands(s: &str, file: &str) -> Vec<Vec<String>> {
-    let c = |a: &[&str]| a.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    vec![
-        c(&["session", "list", "--json"]),
-        c(&["session", "show", s]),
-        c(&["events", "--session", s]),
-        c(&["verify"]),
-        c(&["dispatch", "--session", s]),
-        c(&["restore", "--session", s]),
-        c(&["drain", "--session", s]),
-        c(&["send", "--session", s, "--text", "after damage"]),
-        c(&["attach", "--session", s, file]),
-        c(&["migrate"]),
-        c(&["session", "new"]),
-    ]
+/// One command a variant goes through: its words, what it reads on stdin, and whether
+/// it opens the database for writing.
+struct Cmd {
+    args: Vec<String>,
+    stdin: Option<&'static [u8]>,
+    writes: bool,
 }
 
-/// The commands that open a database for writing.
-const WRITING: &[&str] = &["drain", "send", "attach", "migrate", "session"];
+/// One valid update for `record`: an agent's text chunk.
+const RECORD_LINE: &[u8] =
+    br#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"after damage"}}
+"#;
+
+/// The reading and writing commands every variant goes through: `file` is an upload,
+/// `archive` a valid export of the undamaged base, `out` where `export` writes.
+fn commands(s: &str, file: &str, archive: &str, out: &str) -> Vec<Cmd> {
+    let read = |a: &[&str]| Cmd {
+        args: a.iter().map(|x| x.to_string()).collect(),
+        stdin: None,
+        writes: false,
+    };
+    let write = |a: &[&str]| Cmd {
+        writes: true,
+        ..read(a)
+    };
+    vec![
+        read(&["session", "list", "--json"]),
+        read(&["session", "show", s]),
+        read(&["events", "--session", s]),
+        read(&["verify"]),
+        read(&["dispatch", "--session", s]),
+        read(&["restore", "--session", s]),
+        read(&["search", "look", "--json"]),
+        read(&["export", "--session", s, "--out", out]),
+        read(&["attachment", "list", "--session", s]),
+        write(&["drain", "--session", s]),
+        write(&["send", "--session", s, "--text", "after damage"]),
+        write(&["attach", "--session", s, file]),
+        write(&["migrate"]),
+        write(&["session", "new"]),
+        write(&["session", "rename", s, "x"]),
+        write(&["session", "fork", s]),
+        Cmd {
+            stdin: Some(RECORD_LINE),
+            ..write(&["record", "--session", s])
+        },
+        write(&["import", archive, "--json"]),
+    ]
+}
 
 /// Whether `after` differs from `before` only in the header fields a switch of the
 /// journal mode to WAL rewrites: the file format versions (bytes 18-19), the change
@@ -263,6 +307,9 @@ struct Tally {
     hangs: Vec<String>,
     multiline: Vec<String>,
     touched: Vec<String>,
+    /// Commands that failed on the undamaged database: they would make every refusal
+    /// above meaningless.
+    control: Vec<String>,
 }
 
 fn lay_out(dir: &Path, v: &Variant) -> PathBuf {
@@ -276,15 +323,17 @@ fn lay_out(dir: &Path, v: &Variant) -> PathBuf {
     db
 }
 
-fn side_files(dir: &Path) -> Vec<String> {
-    ["-wal", "-shm", "-journal"]
-        .into_iter()
-        .filter(|ext| dir.join(format!("sessions.db{ext}")).exists())
-        .map(str::to_owned)
+/// The names in a run's folder: the database, its side files, and anything a command
+/// left there (a `-journal`, a half-written export).
+fn entries(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect()
 }
 
 fn run_variants(sample: usize) -> Tally {
+    let start = std::time::Instant::now();
     let mut rng = Rng::seeded("corruption");
     let (base_dir, s, with_wal) = base();
     let db = std::fs::read(base_dir.path().join("sessions.db")).unwrap();
@@ -294,22 +343,55 @@ fn run_variants(sample: usize) -> Tally {
         let i = rng.below(all.len() as u64) as usize;
         all.swap_remove(i);
     }
+    // First the undamaged file, on which every command must succeed.
+    all.insert(
+        0,
+        Variant {
+            name: "undamaged".into(),
+            db: db.clone(),
+            wal: None,
+            shm: None,
+        },
+    );
     let upload = base_dir.path().join("notes.txt");
+    let archive = base_dir.path().join("base.tar");
     let mut tally = Tally::default();
+    let per_variant = commands("", "", "", "").len();
     for v in &all {
-        for args in commands(&s, upload.to_str().unwrap()) {
+        for i in 0..per_variant {
+            // Each run gets a folder of its own, and `export` writes into it.
             let dir = tempfile::tempdir().unwrap();
+            let out_file = dir.path().join("export.tar");
+            let command = commands(
+                &s,
+                upload.to_str().unwrap(),
+                archive.to_str().unwrap(),
+                out_file.to_str().unwrap(),
+            )
+            .swap_remove(i);
+            let args = &command.args;
             let path = lay_out(dir.path(), v);
-            let before_sides = side_files(dir.path());
+            let before = entries(dir.path());
             let what = format!("{} / {}", v.name, args.join(" "));
             let mut cmd = bin(dir.path());
-            cmd.args(&args)
+            cmd.args(args)
                 .arg("--db")
                 .arg(&path)
                 .arg("--attachments-root")
                 .arg(base_dir.path().join("attachments"));
+            let timeout = Duration::from_secs(30);
+            let ran = match command.stdin {
+                Some(input) => run_bounded_with_stdin(&mut cmd, input, timeout),
+                None => run_bounded(&mut cmd, timeout),
+            };
+            if v.name == "undamaged" {
+                if !ran.as_ref().is_some_and(|o| o.status.success()) {
+                    tally.control.push(format!("{what}: {ran:?}"));
+                }
+                continue;
+            }
             tally.runs += 1;
-            let Some(out) = run_bounded(&mut cmd, Duration::from_secs(30)) else {
+            let Some(out) = ran else {
                 tally.hangs.push(what);
                 continue;
             };
@@ -336,23 +418,24 @@ fn run_variants(sample: usize) -> Tally {
                 tally.multiline.push(format!("{what}: {err:?}"));
             }
             let now = std::fs::read(&path).unwrap_or_default();
-            let sides = side_files(dir.path());
+            let after = entries(dir.path());
             // A writing command opens a database it does not refuse in WAL mode, which
             // rewrites the header of one kept with a rollback journal; when its write
             // then fails (exit 1, not a refusal), that switch is the only change allowed.
-            let switched_to_wal = WRITING.contains(&args[0].as_str())
+            let switched_to_wal = command.writes
                 && out.status.code() == Some(1)
                 && only_journal_mode_changed(&v.db, &now);
-            if (now != v.db && !switched_to_wal) || sides != before_sides {
+            if (now != v.db && !switched_to_wal) || after != before {
+                let new: Vec<_> = after.difference(&before).collect();
                 tally
                     .touched
-                    .push(format!("{what}: {err:?} side files {sides:?}"));
+                    .push(format!("{what}: {err:?} new files {new:?}"));
             }
         }
     }
     println!(
-        "corruption: variants {}, runs {}, refused {}, panics {}, hangs {}, multi-line errors {}, refused files touched {}",
-        all.len(),
+        "corruption: variants {}, commands {per_variant}, runs {}, refused {}, panics {}, hangs {}, multi-line errors {}, refused files touched {}",
+        all.len() - 1,
         tally.runs,
         tally.refused,
         tally.panics.len(),
@@ -360,7 +443,14 @@ fn run_variants(sample: usize) -> Tally {
         tally.multiline.len(),
         tally.touched.len()
     );
+    println!("corruption: {:.0} s", start.elapsed().as_secs_f64());
     tally
+}
+
+/// The one run both checks read: the commands are many, so they share it.
+fn shared_run() -> &'static Tally {
+    static TALLY: OnceLock<Tally> = OnceLock::new();
+    TALLY.get_or_init(|| run_variants(count("SESSIONSTORE_CORRUPT_VARIANTS", 24, 10_000)))
 }
 
 fn first(list: &[String]) -> &[String] {
@@ -369,7 +459,12 @@ fn first(list: &[String]) -> &[String] {
 
 #[test]
 fn damaged_databases_never_panic_hang_or_print_more_than_one_line() {
-    let tally = run_variants(count("SESSIONSTORE_CORRUPT_VARIANTS", 24, 10_000));
+    let tally = shared_run();
+    assert!(
+        tally.control.is_empty(),
+        "failed on the undamaged database: {:?}",
+        first(&tally.control)
+    );
     assert!(
         tally.panics.is_empty(),
         "panics: {:?}",
@@ -385,7 +480,7 @@ fn damaged_databases_never_panic_hang_or_print_more_than_one_line() {
 
 #[test]
 fn refused_damaged_databases_are_left_byte_for_byte_with_no_side_files() {
-    let tally = run_variants(count("SESSIONSTORE_CORRUPT_VARIANTS", 24, 10_000));
+    let tally = shared_run();
     assert!(
         tally.touched.is_empty(),
         "touched: {:?}",
@@ -413,4 +508,30 @@ fn verify_names_dropped_append_only_triggers() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("events_no_update"), "{text}");
+}
+
+/// Found by the long run: `session rename` on a row whose tools host does not read
+/// renamed it, then failed reading it back, so the file changed under an error.
+#[test]
+fn rename_refused_on_a_session_row_that_does_not_read_changes_nothing() {
+    let (dir, s, _) = base();
+    let db = dir.path().join("sessions.db");
+    let damaged = semantic(
+        &std::fs::read(&db).unwrap(),
+        "PRAGMA ignore_check_constraints = 1; UPDATE sessions SET tools_host = 'mars';",
+    );
+    std::fs::write(&db, damaged).unwrap();
+    let state = || -> (String, i64) {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.query_row(
+            "SELECT title, (SELECT count(*) FROM events) FROM sessions",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    };
+    let before = state();
+    let out = run_in(dir.path(), &["session", "rename", &s, "renamed"]);
+    crate::support::assert_one_line_error(&out);
+    assert_eq!(state(), before, "the title and the event log are unchanged");
 }

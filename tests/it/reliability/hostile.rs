@@ -478,3 +478,172 @@ fn errors_about_hostile_paths_carry_no_raw_control_characters() {
         "{err:?}"
     );
 }
+
+/// `attachment get` takes a bare URI with no session around it, so it is the shortest
+/// way from a crafted text to a read: traversal toward another session's file or a
+/// folder no session owns, a planted symlink, absolute paths. Each is refused in one
+/// line, through stdout and through `--out`, and the sentinel never shows.
+#[tokio::test]
+async fn attachment_get_with_crafted_uris_reads_nothing_outside_the_named_session_folder() {
+    let t = TestStore::new().await;
+    let s = t.session().await;
+    let other = t.session().await;
+    let a = t.upload(s, "a.txt", b"mine").await;
+    t.upload(other, "secret.txt", SENTINEL).await;
+    let sentinel = sentinel_in(t.dir.path());
+    // A folder under the root that no session row owns, as a deleted session leaves.
+    let ghost = sessionstore::SessionId::new();
+    let ghost_folder = t.dir.path().join("attachments").join(ghost.to_string());
+    std::fs::create_dir_all(&ghost_folder).unwrap();
+    std::fs::write(ghost_folder.join("secret.txt"), SENTINEL).unwrap();
+    let folder = t.folder(s);
+    std::os::unix::fs::symlink(&sentinel, folder.join("link.txt")).unwrap();
+    std::os::unix::fs::symlink(format!("../{other}/secret.txt"), folder.join("peek.txt")).unwrap();
+    let own = format!("attachment:///{s}");
+    let encoded_sentinel = sentinel
+        .display()
+        .to_string()
+        .trim_start_matches('/')
+        .replace('/', "%2F");
+    let uris: Vec<String> = vec![
+        format!("{own}/..%2f{other}%2fsecret.txt"),
+        format!("{own}/..%2F{other}%2Fsecret.txt"),
+        format!("{own}/%2e%2e/{other}/secret.txt"),
+        format!("{own}/../{other}/secret.txt"),
+        format!("{own}/%252e%252e%252f{other}%252fsecret.txt"),
+        format!("{own}/..%5c{other}%5csecret.txt"),
+        format!("{own}/..%2f..%2fsentinel.txt"),
+        format!("{own}/%2F{encoded_sentinel}"),
+        format!("{own}/link.txt"),
+        format!("{own}/peek.txt"),
+        format!("attachment:///{ghost}/secret.txt"),
+        format!("{own}/..%2f{ghost}%2fsecret.txt"),
+        format!(
+            "attachment:///{}/secret.txt",
+            other.to_string().to_uppercase()
+        ),
+        format!("attachment://{other}/secret.txt"),
+        format!("attachment:///{other}//secret.txt"),
+        format!("attachment:///{other}/secret.txt%00"),
+        format!("file://{}", sentinel.display()),
+        "attachment:///../sentinel.txt".to_owned(),
+        format!("attachment:///{s}/../../sentinel.txt"),
+    ];
+    let out_dir = tempfile::tempdir().unwrap();
+    let (mut escapes, mut refused) = (0, 0);
+    for uri in &uris {
+        let target = out_dir.path().join("got");
+        for extra in [vec![], vec!["--out", target.to_str().unwrap()]] {
+            let mut args = vec!["attachment", "get", uri.as_str()];
+            args.extend(extra);
+            let out = run_in(t.dir.path(), &args);
+            assert_ne!(out.status.code(), Some(101), "{uri:?}");
+            let written: Vec<u8> = files_under(out_dir.path())
+                .iter()
+                .flat_map(|f| std::fs::read(f).unwrap_or_default())
+                .collect();
+            if leaks(&String::from_utf8_lossy(&out.stdout))
+                || leaks(&String::from_utf8_lossy(&out.stderr))
+                || leaks(&String::from_utf8_lossy(&written))
+            {
+                escapes += 1;
+                eprintln!("{uri:?} {args:?}: {out:?}");
+            }
+            if !out.status.success() {
+                refused += 1;
+                crate::support::assert_one_line_error(&out);
+            }
+            assert!(
+                files_under(out_dir.path()).is_empty(),
+                "{uri:?}: a refused get wrote a file"
+            );
+        }
+    }
+    println!(
+        "hostile/get: uris {}, runs {}, refused {refused}, escapes {escapes}",
+        uris.len(),
+        uris.len() * 2
+    );
+    assert_eq!(escapes, 0);
+    assert_eq!(refused, uris.len() * 2, "every crafted get is refused");
+    // The same command reads the session's own file, so the refusals above are not
+    // the command failing everywhere.
+    let out = run_in(t.dir.path(), &["attachment", "get", &a.uri.to_string()]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, b"mine");
+}
+
+/// `session fork --at` names a message by id alone; one of another session is refused
+/// in one line (plain and `--json`), and no session or folder is made.
+#[test]
+fn a_fork_at_another_sessions_message_is_refused_and_makes_nothing() {
+    use crate::support::json;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let new = |title: &str| {
+        json(&run_in(d, &["session", "new", "--title", title, "--json"]))["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let a = new("a");
+    let b = new("b");
+    std::fs::write(d.join("f.txt"), b"a's file").unwrap();
+    let uri = json(&run_in(
+        d,
+        &[
+            "attach",
+            "--session",
+            &a,
+            d.join("f.txt").to_str().unwrap(),
+            "--json",
+        ],
+    ))[0]["uri"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let m = json(&run_in(
+        d,
+        &[
+            "send",
+            "--session",
+            &a,
+            "--text",
+            "a's",
+            "--attach",
+            &uri,
+            "--json",
+        ],
+    ))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    json(&run_in(
+        d,
+        &["send", "--session", &b, "--text", "b's", "--json"],
+    ));
+    let sessions = || -> i64 {
+        rusqlite::Connection::open(d.join("sessions.db"))
+            .unwrap()
+            .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))
+            .unwrap()
+    };
+    let before = (sessions(), crate::support::snapshot(&d.join("attachments")));
+    let out = run_in(d, &["session", "fork", &b, "--at", &m]);
+    crate::support::assert_one_line_error(&out);
+    let out = run_in(d, &["session", "fork", &b, "--at", &m, "--json"]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
+    let value: serde_json::Value = serde_json::from_str(err.trim_end()).unwrap();
+    assert!(value["error"]["kind"].is_string(), "{value}");
+    let folders = std::fs::read_dir(d.join("attachments")).unwrap().count();
+    assert_eq!(
+        (sessions(), crate::support::snapshot(&d.join("attachments"))),
+        before
+    );
+    assert_eq!(folders, 1, "only a's folder");
+    // The same fork at a's own message works, so the refusal is about the session.
+    json(&run_in(d, &["session", "fork", &a, "--at", &m, "--json"]));
+    assert_eq!(sessions(), 3);
+}
