@@ -281,6 +281,10 @@ fn commands(s: &str, file: &str, archive: &str, out: &str) -> Vec<Cmd> {
             ..write(&["record", "--session", s])
         },
         write(&["import", archive, "--json"]),
+        write(&["session", "delete", s, "--dry-run"]),
+        write(&["session", "delete", s]),
+        write(&["gc", "--dry-run"]),
+        write(&["gc"]),
     ]
 }
 
