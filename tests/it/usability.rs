@@ -574,20 +574,48 @@ fn no_colour_or_progress_off_a_terminal() {
     assert!(!out.stderr.contains(&0x1b), "usage errors are not coloured");
 }
 
+/// README's `sh` blocks between `from` and `to` (headings), each up to its closing
+/// fence, with `cargo run` standing for the built binary and the fixtures where the
+/// repository has them.
+fn readme_script(from: &str, to: &str) -> String {
+    let readme = include_str!("../../README.md");
+    let start = readme.find(from).expect("the first heading");
+    let end = start + readme[start..].find(to).expect("the last heading");
+    let mut section = &readme[start..end];
+    let mut script = String::new();
+    while let Some(open) = section.find("```sh\n") {
+        let block = &section[open + 6..];
+        let close = block.find("```").expect("a closed block");
+        script.push_str(&block[..close]);
+        section = &block[close + 3..];
+    }
+    let binary = env!("CARGO_BIN_EXE_sessionstore");
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    script
+        .replace("cargo run -q --", binary)
+        .replace("cargo run --", binary)
+        .replace("tests/fixtures", fixtures)
+}
+
+/// `script` under `bash -euo pipefail` in `dir`, with `dir` as the home and nothing
+/// else of the environment but `PATH`.
+fn run_script(dir: &Path, script: &str) -> Output {
+    std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -euo pipefail\n{script}"))
+        .current_dir(dir)
+        .env_clear()
+        .env("HOME", dir)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("XDG_DATA_HOME", dir.join(".local/share"))
+        .output()
+        .unwrap()
+}
+
 /// README's tour, run as written with `cargo run` standing for the built binary.
 #[test]
 fn readme_tour_runs_as_written() {
-    let readme = include_str!("../../README.md");
-    let start = readme.find("## A short tour").expect("a tour");
-    let block = &readme[start..];
-    let block = &block[block.find("```sh\n").unwrap() + 6..];
-    let block = &block[..block.find("```").unwrap()];
-    let binary = env!("CARGO_BIN_EXE_sessionstore");
-    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
-    let script = block
-        .replace("cargo run -q --", binary)
-        .replace("cargo run --", binary)
-        .replace("tests/fixtures", fixtures);
+    let script = readme_script("## A short tour", "`record` reads");
     assert!(
         script.contains(" paths")
             && script.contains("--text -")
@@ -604,16 +632,7 @@ fn readme_tour_runs_as_written() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let out = std::process::Command::new("bash")
-        .arg("-c")
-        .arg(format!("set -euo pipefail\n{script}"))
-        .current_dir(dir.path())
-        .env_clear()
-        .env("HOME", dir.path())
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("XDG_DATA_HOME", dir.path().join(".local/share"))
-        .output()
-        .unwrap();
+    let out = run_script(dir.path(), &script);
     assert!(
         out.status.success(),
         "the tour failed: {}\n{}",
@@ -624,6 +643,46 @@ fn readme_tour_runs_as_written() {
         std::fs::read(dir.path().join("notes-copy.txt")).unwrap(),
         b"quarterly notes\nbudget: 42\n"
     );
+}
+
+/// README's fork, search and export/import examples, run as written after the tour
+/// (they use its `$id`): each runs, the search for the session's title finds it, and
+/// counts read in the singular where there is one.
+#[test]
+fn readme_lifecycle_examples_run_after_the_tour() {
+    let tour = readme_script("## A short tour", "`record` reads");
+    let lifecycle = readme_script("### Forking a session", "## Listing sessions");
+    assert!(
+        lifecycle.contains("--at \"$message\"")
+            && lifecycle.contains(" search ")
+            && lifecycle.contains(" import ")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_script(
+        dir.path(),
+        &format!("{tour} >/dev/null 2>&1\necho \"session $id\"\n{lifecycle}"),
+    );
+    let printed = stdout(&out);
+    assert!(
+        out.status.success(),
+        "the examples failed: {printed}\n{}",
+        stderr(&out)
+    );
+    let id = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("session "))
+        .expect("the tour's session");
+    assert!(
+        printed
+            .lines()
+            .any(|l| l.starts_with(id) && l.contains("title  [quarterly review]")),
+        "the title search finds the session: {printed}"
+    );
+    assert!(
+        printed.contains("exported 3 messages, 1 item, 2 files"),
+        "{printed}"
+    );
+    assert!(dir.path().join("session.md").is_file());
 }
 
 /// 13.6: a session that does not restore is named once in the refusal.
@@ -643,4 +702,15 @@ fn the_restore_refusal_names_its_session_once() {
     let err = assert_one_line_error(&run_in(d, &["restore", "--session", &s]));
     assert_eq!(err.matches(&s).count(), 1, "{err}");
     assert!(err.contains("differs from its event log"), "{err}");
+}
+
+/// `record` counts in the singular where there is one.
+#[test]
+fn record_counts_read_in_the_singular() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = session(dir.path());
+    let line = br#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}"#;
+    let out = run_with_stdin(dir.path(), &["record", "--session", &id], line);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim_end(), "recorded 1 update into 1 item");
 }
