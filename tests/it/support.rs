@@ -1,6 +1,7 @@
 //! Test helpers: a store on real files in a temporary folder, and a runner for the
 //! real binary with its environment cleared of the user's settings.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -117,6 +118,28 @@ pub fn run_in(dir: &Path, args: &[&str]) -> Output {
         .arg(&root)
         .output()
         .expect("the binary runs")
+}
+
+/// Runs the binary with `args` on the store under `dir`, fed `input` on stdin.
+pub fn run_with_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
+    let mut child = bin(dir)
+        .args(args)
+        .arg("--db")
+        .arg(dir.join("sessions.db"))
+        .arg("--attachments-root")
+        .arg(dir.join("attachments"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    child
+        .stdin
+        .take()
+        .expect("a stdin pipe")
+        .write_all(input)
+        .expect("stdin takes the input");
+    child.wait_with_output().expect("the binary ends")
 }
 
 pub fn stdout(out: &Output) -> String {

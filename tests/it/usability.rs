@@ -3,11 +3,10 @@
 //! completions, JSON errors, `session rename`, `attachment list/get`, exit codes), and
 //! README's tour run as written.
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Output, Stdio};
 
-use crate::support::{assert_one_line_error, bin, json, run_in, stderr, stdout};
+use crate::support::{assert_one_line_error, bin, json, run_in, run_with_stdin, stderr, stdout};
 
 /// A migrated store under `dir` with one session; its id.
 fn session(dir: &Path) -> String {
@@ -16,28 +15,6 @@ fn session(dir: &Path) -> String {
         .as_str()
         .expect("an id")
         .to_owned()
-}
-
-/// The binary on the store under `dir`, fed `input` on stdin.
-fn run_with_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
-    let mut child = bin(dir)
-        .args(args)
-        .arg("--db")
-        .arg(dir.join("sessions.db"))
-        .arg("--attachments-root")
-        .arg(dir.join("attachments"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    child
-        .stdin
-        .take()
-        .expect("a stdin pipe")
-        .write_all(input)
-        .expect("stdin takes the input");
-    child.wait_with_output().expect("the binary ends")
 }
 
 fn assert_quiet_success(out: &Output) {
