@@ -82,12 +82,10 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
         let rows = match queries::messages(conn, &session.id, None) {
             Ok(rows) => rows,
             Err(e) => {
-                let cause = std::error::Error::source(&e)
-                    .map(|c| format!(": {c}"))
-                    .unwrap_or_default();
                 report.problems.push(format!(
-                    "session {} has rows that do not parse ({e}{cause})",
-                    session.id
+                    "session {} has rows that do not parse ({})",
+                    session.id,
+                    with_cause(&e)
                 ));
                 by_session.remove(&session.id);
                 // Its rows still count as its own, not as rows of no session.
@@ -109,12 +107,10 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
         let items = match queries_turns::items(conn, &session.id) {
             Ok(items) => Some(items),
             Err(e) => {
-                let cause = std::error::Error::source(&e)
-                    .map(|c| format!(": {c}"))
-                    .unwrap_or_default();
                 report.problems.push(format!(
-                    "session {} has item rows that do not parse ({e}{cause})",
-                    session.id
+                    "session {} has item rows that do not parse ({})",
+                    session.id,
+                    with_cause(&e)
                 ));
                 None
             }
@@ -164,6 +160,15 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
 /// the SQL with runs of whitespace made one space (SQLite keeps the text as written,
 /// and layout is not a difference).
 type Objects = BTreeMap<(String, String), (String, Option<String>)>;
+
+/// An error and its immediate cause, as one finding's text: the cause is what names
+/// the column or value that did not parse.
+fn with_cause(e: &Error) -> String {
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
 
 fn objects(conn: &Connection) -> rusqlite::Result<Objects> {
     // `sqlite_stat*` tables are made by ANALYZE, which changes no behaviour.
