@@ -1231,6 +1231,20 @@ async fn export_then_import_restores_the_same_model_bound_content_under_the_new_
     assert!(other.store.verify().await.unwrap().ok());
 }
 
+/// `--keep-id` treats a deleted session's id as taken: the import gets a new id
+/// rather than failing on the tombstone.
+#[tokio::test]
+async fn keep_id_does_not_take_a_deleted_sessions_id() {
+    let h = Harness::new().await;
+    let (s, _, _) = seeded(&h).await;
+    let archive = h.dir.path().join("out.tar");
+    h.store.export_archive(s, archive.clone()).await.unwrap();
+    h.store.delete_sessions(vec![s]).await.unwrap();
+    let imported = h.store.import_archive(archive, true).await.unwrap();
+    assert_ne!(imported.session.id, s);
+    assert!(h.store.verify().await.unwrap().ok());
+}
+
 /// What an exported archive holds: the manifest and each file's bytes, in order.
 fn unpack(archive: &Path) -> (serde_json::Value, Vec<(String, Vec<u8>)>) {
     use std::io::Read;
