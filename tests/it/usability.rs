@@ -691,3 +691,21 @@ fn record_counts_read_in_the_singular() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out).trim_end(), "recorded 1 update into 1 item");
 }
+
+/// An export that cannot write its output says so, naming the file, and leaves nothing.
+#[test]
+fn an_export_that_cannot_write_says_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = session(dir.path());
+    for format in ["tar", "markdown"] {
+        let out_file = dir.path().join("missing").join("out");
+        let out = out_file.to_str().unwrap();
+        let run = run_in(
+            dir.path(),
+            &["export", "--session", &id, "--out", out, "--format", format],
+        );
+        let err = assert_one_line_error(&run);
+        assert!(err.starts_with(&format!("error: cannot write {out}")), "{err}");
+        assert!(!dir.path().join("missing").exists());
+    }
+}
