@@ -705,7 +705,10 @@ fn an_export_that_cannot_write_says_write() {
             &["export", "--session", &id, "--out", out, "--format", format],
         );
         let err = assert_one_line_error(&run);
-        assert!(err.starts_with(&format!("error: cannot write {out}")), "{err}");
+        assert!(
+            err.starts_with(&format!("error: cannot write {out}")),
+            "{err}"
+        );
         assert!(!dir.path().join("missing").exists());
     }
 }
