@@ -436,8 +436,14 @@ async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> {
     }
     let store = Store::open_existing(config).await?;
     let recorded = match store.record(args.session, updates).await {
+        // The store numbers the updates it was given from 1; blank lines were skipped,
+        // so its number maps back to the input's line through `lines`.
         Err(Error::UpdateRefused { line, refusal }) => Err(Error::UpdateRefused {
-            line: lines[line - 1],
+            line: line
+                .checked_sub(1)
+                .and_then(|at| lines.get(at))
+                .copied()
+                .unwrap_or(line),
             refusal,
         }),
         other => other,
