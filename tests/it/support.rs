@@ -142,6 +142,26 @@ pub fn run_with_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
     child.wait_with_output().expect("the binary ends")
 }
 
+/// The frozen fixture of schema `version` (`v1`, `v2`) in the repository.
+pub fn fixture(version: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(version)
+}
+
+/// A new session in the store under `dir`, made by the binary; its id.
+pub fn new_session(dir: &Path) -> String {
+    json(&run_in(dir, &["session", "new", "--json"]))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// A dispatched message's blocks, as JSON.
+pub fn blocks(d: &sessionstore::store::Dispatched) -> Vec<serde_json::Value> {
+    d.blocks.iter().map(block_json).collect()
+}
+
 pub fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
 }
