@@ -712,3 +712,31 @@ fn an_export_that_cannot_write_says_write() {
         assert!(!dir.path().join("missing").exists());
     }
 }
+
+/// `import` is one of the commands that make a database: an archive carried to a
+/// machine with no store yet comes in whole.
+#[test]
+fn import_makes_the_database_it_imports_into() {
+    let from = tempfile::tempdir().unwrap();
+    let id = session(from.path());
+    let archive = from.path().join("s.tar");
+    let out = run_in(
+        from.path(),
+        &[
+            "export",
+            "--session",
+            &id,
+            "--out",
+            archive.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let to = tempfile::tempdir().unwrap();
+    assert!(!to.path().join("sessions.db").exists());
+    let imported = json(&run_in(
+        to.path(),
+        &["import", archive.to_str().unwrap(), "--keep-id", "--json"],
+    ));
+    assert_eq!(imported["id"], id.as_str());
+    assert!(run_in(to.path(), &["verify"]).status.success());
+}
