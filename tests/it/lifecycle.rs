@@ -1109,6 +1109,15 @@ async fn search_finds_titles_messages_and_agent_text_ranked_and_follows_every_wr
         assert!(matches!(err, Error::SearchQuery { .. }), "{bad}: {err}");
         assert!(!err.to_string().contains('\n'), "{err}");
     }
+    let err = h.store.search("*".into(), None, 10).await.unwrap_err();
+    assert!(
+        !err.to_string().ends_with(' '),
+        "no dangling colon: {err:?}"
+    );
+    assert!(
+        !err.to_string().ends_with(':'),
+        "no dangling colon: {err:?}"
+    );
 }
 
 #[test]
