@@ -96,6 +96,12 @@ pub enum Error {
         #[source]
         cause: std::io::Error,
     },
+    #[error("cannot write {path}")]
+    WriteFile {
+        path: PathBuf,
+        #[source]
+        cause: std::io::Error,
+    },
     #[error("cannot attach {path}: not a regular file")]
     NotRegularFile { path: PathBuf },
     #[error("cannot attach {path}: it is {}", crate::attachments::over_limit(*size, *limit))]
@@ -247,7 +253,7 @@ impl Error {
             Error::SearchQuery { .. } => "search_query",
             Error::ArchiveRefused { .. } => "archive_refused",
             Error::ForkPoint { .. } => "fork_point",
-            Error::Io { .. } => "io",
+            Error::Io { .. } | Error::WriteFile { .. } => "io",
             Error::NotRegularFile { .. } => "not_regular_file",
             Error::FileTooLarge { .. } => "file_too_large",
             Error::Id(_) => "invalid_id",

@@ -274,7 +274,14 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return cli::errors::usage_error(e),
     };
-    cli::logging::init(cli.global.verbose, cli.global.quiet);
+    // The probe makes attachments unreadable on purpose; the warnings that follow are
+    // its scenarios' and not the user's, so it logs errors only unless asked for more.
+    #[cfg(feature = "probe")]
+    let quiet =
+        cli.global.quiet || (matches!(cli.command, Command::Probe) && cli.global.verbose == 0);
+    #[cfg(not(feature = "probe"))]
+    let quiet = cli.global.quiet;
+    cli::logging::init(cli.global.verbose, quiet);
     let json = cli.global.json;
     let quiet_pipe = !matches!(cli.command, Command::Drain(_));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -429,8 +436,14 @@ async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> {
     }
     let store = Store::open_existing(config).await?;
     let recorded = match store.record(args.session, updates).await {
+        // The store numbers the updates it was given from 1; blank lines were skipped,
+        // so its number maps back to the input's line through `lines`.
         Err(Error::UpdateRefused { line, refusal }) => Err(Error::UpdateRefused {
-            line: lines[line - 1],
+            line: line
+                .checked_sub(1)
+                .and_then(|at| lines.get(at))
+                .copied()
+                .unwrap_or(line),
             refusal,
         }),
         other => other,
@@ -439,9 +452,9 @@ async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> {
         print_json(&recorded)
     } else {
         emit(&format!(
-            "recorded {} updates into {} items",
-            recorded.recorded,
-            recorded.items.len()
+            "recorded {} into {}",
+            count(recorded.recorded, "update", "updates"),
+            count(recorded.items.len(), "item", "items")
         ))
     }
 }

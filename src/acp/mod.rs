@@ -10,7 +10,7 @@
 
 pub mod server;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -32,7 +32,7 @@ use crate::error::Error;
 use crate::format::{Format, StreamWriter};
 use crate::ids::SessionId;
 use crate::lifecycle::{DEFAULT_PAGE, SessionCursor};
-use crate::model::{Item, ToolsHost};
+use crate::model::ToolsHost;
 use crate::replay::ReplayItem;
 use crate::store::{Outgoing, Store, Upload};
 
@@ -277,12 +277,8 @@ impl AcpFront {
 /// Replays the history to `update` as `session/update` notifications, one history
 /// item at a time: the streamed restore written as `restore --format acp-updates`
 /// writes it (so the two cannot differ), each line parsed back into the schema's
-/// `SessionNotification`. Only one item's content is held at a time.
-///
-/// The stream may not carry recorded turn items yet; until it does, they are merged
-/// here by the sequence they share with messages. The moment the stream yields an item
-/// that is not a message, it carries them itself and this merge stands down, so an
-/// item is never sent twice.
+/// `SessionNotification`. Only one item's content is held at a time; recorded turn
+/// items come in the stream, in their place among the messages.
 async fn replay(
     store: &Store,
     session: SessionId,
@@ -292,41 +288,11 @@ async fn replay(
         .restore_stream(session, DEFAULT_MEMO_BUDGET)
         .await
         .map_err(rpc_error)?;
-    let mut pending: VecDeque<Item> = store.items(session).await.map_err(rpc_error)?.into();
     while let Some(item) = stream.next().await {
         let item = item.map_err(rpc_error)?;
-        match &item {
-            ReplayItem::Message(m) => {
-                send_items(session, &mut pending, Some(m.message.seq), update)?;
-            }
-            #[allow(
-                unreachable_patterns,
-                reason = "reached once the stream carries recorded items itself"
-            )]
-            _ => pending.clear(),
-        }
         for notification in acp_updates(session, &item)? {
             update(notification)?;
         }
-    }
-    send_items(session, &mut pending, None, update)
-}
-
-/// Sends the recorded items of `pending` that come before `seq` (all, for `None`).
-fn send_items(
-    session: SessionId,
-    pending: &mut VecDeque<Item>,
-    before: Option<i64>,
-    update: &mut impl FnMut(SessionNotification) -> RpcResult<()>,
-) -> RpcResult<()> {
-    while let Some(item) = pending.front() {
-        if before.is_some_and(|seq| item.seq > seq) {
-            break;
-        }
-        for u in crate::turns::replay_updates(&item.body) {
-            update(SessionNotification::new(acp_id(session), u))?;
-        }
-        pending.pop_front();
     }
     Ok(())
 }

@@ -19,6 +19,21 @@ use agent_client_protocol::{Agent, Client, ConnectTo, Error as RpcError, Stdio};
 
 use super::{AcpFront, RpcResult};
 
+/// Adds to `$agent` the handler of `$method`: its request goes whole to
+/// `$front.$call`, and the answer back through `answer`. Every method but `initialize`
+/// (no store) and `session/load` (it streams notifications while it runs) is one.
+macro_rules! handler {
+    ($agent:expr, $method:literal, $request:ty => $front:ident.$call:ident) => {{
+        let front = $front.clone();
+        $agent.on_receive_request(
+            async move |request: $request, responder, _cx| {
+                answer($method, responder, front.$call(request).await)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+    }};
+}
+
 /// Serves `front` over standard input and output until the client closes its end.
 pub async fn serve_stdio(front: AcpFront) -> RpcResult<()> {
     serve(front, Stdio::new()).await
@@ -29,91 +44,31 @@ pub async fn serve_stdio(front: AcpFront) -> RpcResult<()> {
 /// replay before the next request is looked at.
 pub async fn serve(front: AcpFront, transport: impl ConnectTo<Agent> + 'static) -> RpcResult<()> {
     let front = Arc::new(front);
-    let (initialize, new, list, load, resume, close, delete, fork, prompt) = (
-        front.clone(),
-        front.clone(),
-        front.clone(),
-        front.clone(),
-        front.clone(),
-        front.clone(),
-        front.clone(),
-        front.clone(),
-        front,
+    let initialize = front.clone();
+    let agent = Agent.v1().name("sessionstore").on_receive_request(
+        async move |request: InitializeRequest, responder, _cx| {
+            responder.respond(initialize.initialize(&request))
+        },
+        agent_client_protocol::on_receive_request!(),
     );
-    Agent
-        .v1()
-        .name("sessionstore")
-        .on_receive_request(
-            async move |request: InitializeRequest, responder, _cx| {
-                responder.respond(initialize.initialize(&request))
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |request: NewSessionRequest, responder, _cx| {
-                answer("session/new", responder, new.new_session(request).await)
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |request: ListSessionsRequest, responder, _cx| {
-                answer("session/list", responder, list.list_sessions(request).await)
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |request: LoadSessionRequest, responder, cx: ConnectionTo<Client>| {
-                let loaded = load
-                    .load_session(request, |update| cx.send_notification(update))
-                    .await;
-                answer("session/load", responder, loaded)
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |request: ResumeSessionRequest, responder, _cx| {
-                answer(
-                    "session/resume",
-                    responder,
-                    resume.resume_session(request).await,
-                )
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |request: CloseSessionRequest, responder, _cx| {
-                answer(
-                    "session/close",
-                    responder,
-                    close.close_session(request).await,
-                )
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |request: DeleteSessionRequest, responder, _cx| {
-                answer(
-                    "session/delete",
-                    responder,
-                    delete.delete_session(request).await,
-                )
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |request: ForkSessionRequest, responder, _cx| {
-                answer("session/fork", responder, fork.fork_session(request).await)
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |request: PromptRequest, responder, _cx| {
-                answer("session/prompt", responder, prompt.prompt(request).await)
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .connect_to(transport)
-        .await
+    let agent = handler!(agent, "session/new", NewSessionRequest => front.new_session);
+    let agent = handler!(agent, "session/list", ListSessionsRequest => front.list_sessions);
+    let load = front.clone();
+    let agent = agent.on_receive_request(
+        async move |request: LoadSessionRequest, responder, cx: ConnectionTo<Client>| {
+            let loaded = load
+                .load_session(request, |update| cx.send_notification(update))
+                .await;
+            answer("session/load", responder, loaded)
+        },
+        agent_client_protocol::on_receive_request!(),
+    );
+    let agent = handler!(agent, "session/resume", ResumeSessionRequest => front.resume_session);
+    let agent = handler!(agent, "session/close", CloseSessionRequest => front.close_session);
+    let agent = handler!(agent, "session/delete", DeleteSessionRequest => front.delete_session);
+    let agent = handler!(agent, "session/fork", ForkSessionRequest => front.fork_session);
+    let agent = handler!(agent, "session/prompt", PromptRequest => front.prompt);
+    agent.connect_to(transport).await
 }
 
 /// Sends the answer, and logs a failure on standard error so whoever runs the agent

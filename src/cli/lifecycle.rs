@@ -126,8 +126,10 @@ pub async fn export(config: Config, json: bool, args: ExportArgs) -> Result<()> 
         return print_json(&exported);
     }
     let mut line = format!(
-        "exported {} messages, {} items, {} files",
-        exported.messages, exported.items, exported.files
+        "exported {}, {}, {}",
+        count(exported.messages, "message", "messages"),
+        count(exported.items, "item", "items"),
+        count(exported.files, "file", "files")
     );
     if !exported.missing.is_empty() {
         line.push_str(&format!(

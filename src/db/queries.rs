@@ -128,16 +128,6 @@ pub fn rename_session(conn: &Connection, id: &SessionId, title: &str) -> Result<
     Ok(())
 }
 
-/// Whether a session with this id exists.
-pub fn session_exists(conn: &Connection, id: &SessionId) -> Result<bool> {
-    conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",
-        [id.to_string()],
-        |r| r.get(0),
-    )
-    .map_err(sql("look for a session"))
-}
-
 pub fn get_session(conn: &Connection, id: &SessionId) -> Result<Session> {
     conn.prepare_cached(&format!(
         "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"

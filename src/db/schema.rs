@@ -487,8 +487,9 @@ pub(crate) fn build_reference(conn: &mut Connection, version: i64) -> Result<()>
 
 #[cfg(test)]
 mod tests {
-    //! The upgrade path from V1 to the embedded V2, and of a version this binary does
-    //! not have yet (the embedded migrations plus a test-only V3), run on real files.
+    //! The upgrade path from V1 through the embedded migrations, and of a version this
+    //! binary does not have yet (the embedded ones plus a test-only one past the
+    //! newest), run on real files.
 
     use super::*;
     use crate::db::{open_checked, queries, write};
@@ -526,7 +527,7 @@ mod tests {
         path
     }
 
-    /// Upgrades the database at `path` to the newest embedded schema (V2 adds the items table).
+    /// Upgrades the database at `path` to the newest embedded schema.
     fn upgrade(path: &Path, backup: Backup) -> (Connection, MigrationReport) {
         let mut conn = open_checked(path).unwrap();
         let migrations = embedded();

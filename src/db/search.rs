@@ -101,7 +101,13 @@ fn query_error(query: &str, e: rusqlite::Error) -> Error {
         rusqlite::Error::SqliteFailure(f, Some(text)) if f.extended_code == 1 => {
             Error::SearchQuery {
                 query: query.to_owned(),
-                reason: text.strip_prefix("fts5: ").unwrap_or(text).to_owned(),
+                // FTS5 names the offending token after a colon; for an empty one
+                // (a bare `*`) that leaves a dangling ": ".
+                reason: text
+                    .strip_prefix("fts5: ")
+                    .unwrap_or(text)
+                    .trim_end_matches([':', ' '])
+                    .to_owned(),
             }
         }
         _ => Error::sqlite("search", e),

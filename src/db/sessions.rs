@@ -167,6 +167,18 @@ pub fn state(conn: &Connection, id: &SessionId) -> Result<State> {
     Ok(tomb.unwrap_or(State::Unknown))
 }
 
+/// Whether `id` names a session or a deleted one: either way a new session cannot
+/// take it.
+pub fn id_taken(conn: &Connection, id: &SessionId) -> Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)
+             OR EXISTS (SELECT 1 FROM tombstones WHERE session_id = ?1)",
+        [id.to_string()],
+        |r| r.get(0),
+    )
+    .map_err(|e| Error::sqlite("look for a session id", e))
+}
+
 /// Erases a live session: writes its tombstone first (the `events_no_delete` trigger
 /// lets a session's events go only once it has one), then deletes its references,
 /// messages, items, events and the session row, children before parents. Returns

@@ -151,7 +151,7 @@ impl Store {
                     let uri = AttachmentUri::new(session, &f.name);
                     let d = attachments.download(&session, &uri).map_err(Error::from)?;
                     if d.bytes.len() as u64 != f.size {
-                        return Err(Error::Io {
+                        return Err(Error::WriteFile {
                             path: out.clone(),
                             cause: std::io::Error::other(format!(
                                 "attachment {uri} changed size while it was exported"
@@ -198,7 +198,7 @@ impl Store {
 }
 
 fn io_at(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |cause| Error::Io {
+    move |cause| Error::WriteFile {
         path: path.to_owned(),
         cause,
     }
@@ -211,7 +211,7 @@ fn append<W: Write>(tar: &mut tar::Builder<W>, name: &str, bytes: &[u8]) -> Resu
     header.set_mode(0o644);
     header.set_mtime(0);
     tar.append_data(&mut header, name, bytes)
-        .map_err(|cause| Error::Io {
+        .map_err(|cause| Error::WriteFile {
             path: PathBuf::from(name),
             cause,
         })
@@ -220,7 +220,7 @@ fn append<W: Write>(tar: &mut tar::Builder<W>, name: &str, bytes: &[u8]) -> Resu
 /// Writes a new file beside `out` with `write`, syncs it, and renames it over `out`;
 /// on any failure the temporary file is removed and `out` is left as it was.
 fn write_replacing(out: &Path, write: impl FnOnce(std::fs::File) -> Result<()>) -> Result<()> {
-    let file_name = out.file_name().ok_or_else(|| Error::Io {
+    let file_name = out.file_name().ok_or_else(|| Error::WriteFile {
         path: out.to_owned(),
         cause: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"),
     })?;

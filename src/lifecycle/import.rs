@@ -42,7 +42,8 @@ fn refused(reason: impl Into<String>) -> Error {
 
 impl Store {
     /// Imports the archive at `path` as a new session: a new id, or the archive's own
-    /// with `keep_id` when no session has it yet. Files are placed in the new
+    /// with `keep_id` when no session has it and none had it (a deleted session's id
+    /// is never taken again). Files are placed in the new
     /// session's folder under the configured root and every reference names the new
     /// session's URIs. Nothing is written unless the whole archive checks out.
     pub async fn import_archive(&self, path: PathBuf, keep_id: bool) -> Result<Imported> {
@@ -53,7 +54,7 @@ impl Store {
         let original = checked.manifest.session.id;
         let id = if keep_id
             && !self
-                .with_read(move |tx| crate::db::queries::session_exists(tx, &original))
+                .with_read(move |tx| crate::db::sessions::id_taken(tx, &original))
                 .await?
         {
             original

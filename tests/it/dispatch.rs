@@ -13,8 +13,8 @@ use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{Error, SessionId, Store};
 
 use crate::support::{
-    Expect, Harness, PNG, assert_one_line_error, block_json, check_attachment, context_line,
-    context_of, json, parse_uri, run_in, stdout,
+    Expect, Harness, PNG, assert_one_line_error, block_json, blocks, check_attachment,
+    context_line, context_of, json, new_session, parse_uri, run_in, stdout,
 };
 
 const TEXT: &[u8] = "first line\nsecond line, café\n".as_bytes();
@@ -22,10 +22,6 @@ const BIN: &[u8] = b"\x00\x01\x02\xff\xfe\x80binary\x00tail";
 
 fn memo() -> Memo {
     Memo::new()
-}
-
-fn blocks(d: &Dispatched) -> Vec<Value> {
-    d.blocks.iter().map(block_json).collect()
 }
 
 /// A raw text block: the text, and no `_meta` at all (invariant 10).
@@ -701,13 +697,6 @@ async fn every_kind_of_block_round_trips_as_an_acp_content_block() {
 
 fn run(dir: &Path, args: &[&str]) -> std::process::Output {
     run_in(dir, args)
-}
-
-fn new_session(dir: &Path) -> String {
-    json(&run(dir, &["session", "new", "--json"]))["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 #[test]

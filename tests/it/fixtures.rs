@@ -4,16 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::support::{bin, copy_tree, json, run_in, snapshot};
+use crate::support::{bin, copy_tree, fixture, json, run_in, snapshot};
 
 /// Every fixture version; a new released schema adds its folder here.
 const FIXTURES: &[&str] = &["v1", "v2", "v4"];
-
-fn fixture(version: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(version)
-}
 
 /// `(type, name, sql)` of every schema object, and `(version, name, checksum)` of
 /// every applied migration.

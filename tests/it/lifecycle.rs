@@ -1109,6 +1109,15 @@ async fn search_finds_titles_messages_and_agent_text_ranked_and_follows_every_wr
         assert!(matches!(err, Error::SearchQuery { .. }), "{bad}: {err}");
         assert!(!err.to_string().contains('\n'), "{err}");
     }
+    let err = h.store.search("*".into(), None, 10).await.unwrap_err();
+    assert!(
+        !err.to_string().ends_with(' '),
+        "no dangling colon: {err:?}"
+    );
+    assert!(
+        !err.to_string().ends_with(':'),
+        "no dangling colon: {err:?}"
+    );
 }
 
 #[test]
@@ -1229,6 +1238,20 @@ async fn export_then_import_restores_the_same_model_bound_content_under_the_new_
     let again = other.store.import_archive(archive, true).await.unwrap();
     assert_ne!(again.session.id, s);
     assert!(other.store.verify().await.unwrap().ok());
+}
+
+/// `--keep-id` treats a deleted session's id as taken: the import gets a new id
+/// rather than failing on the tombstone.
+#[tokio::test]
+async fn keep_id_does_not_take_a_deleted_sessions_id() {
+    let h = Harness::new().await;
+    let (s, _, _) = seeded(&h).await;
+    let archive = h.dir.path().join("out.tar");
+    h.store.export_archive(s, archive.clone()).await.unwrap();
+    h.store.delete_sessions(vec![s]).await.unwrap();
+    let imported = h.store.import_archive(archive, true).await.unwrap();
+    assert_ne!(imported.session.id, s);
+    assert!(h.store.verify().await.unwrap().ok());
 }
 
 /// What an exported archive holds: the manifest and each file's bytes, in order.

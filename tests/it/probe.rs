@@ -33,6 +33,15 @@ fn the_probe_binary_passes_every_check() {
     assert!(passed >= AT_LEAST, "{text}");
 }
 
+/// The faults the probe provokes on purpose are not reported to the user as warnings.
+#[test]
+fn a_passing_probe_is_quiet_on_stderr() {
+    let home = tempfile::tempdir().unwrap();
+    let out = bin(home.path()).arg("probe").output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+}
+
 #[test]
 fn the_probe_prints_json_with_counts() {
     let home = tempfile::tempdir().unwrap();

@@ -4,7 +4,7 @@
 //! from a live read after the roots moved, and every `acp-updates` line a
 //! `SessionNotification` the schema crate accepts.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 
 use agent_client_protocol_schema::rpc::{JsonRpcMessage, Notification};
@@ -17,15 +17,9 @@ use sessionstore::openai::{chat_request, responses_request};
 use sessionstore::store::{HistoryEntry, Restored};
 use sessionstore::{Config, Store, turns};
 
-use crate::support::{PNG, bin, check_attachment, copy_tree, json, stderr, stdout};
+use crate::support::{PNG, bin, check_attachment, copy_tree, fixture, json, stderr, stdout};
 
 type Line = JsonRpcMessage<Notification<SessionNotification>>;
-
-fn fixture(version: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(version)
-}
 
 /// The updates a client loading the session gets, built with the schema types from a
 /// collected restore: one chunk per message block under the message's id, and each

@@ -12,16 +12,12 @@ use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{Config, SessionId, Store};
 
 use crate::support::{
-    Expect, Harness, PNG, bin, block_json, check_attachment, config_in, context_of, counting_store,
-    json, parse_uri, run_in, stdout,
+    Expect, Harness, PNG, bin, block_json, blocks, check_attachment, config_in, context_of,
+    counting_store, json, new_session, parse_uri, run_in, stdout,
 };
 
 const TEXT: &[u8] = "a text file\nwith two lines, naïve\n".as_bytes();
 const BIN: &[u8] = b"\x7fELF\x00\x00\xff\xfe raw";
-
-fn blocks(d: &Dispatched) -> Vec<Value> {
-    d.blocks.iter().map(block_json).collect()
-}
 
 async fn upload(store: &Store, s: SessionId, name: &str, bytes: &[u8]) -> Expect {
     let stored = store
@@ -403,13 +399,6 @@ async fn restore_leaves_display_text_title_and_references_path_free() {
 }
 
 // The command line.
-
-fn new_session(dir: &Path) -> String {
-    json(&run_in(dir, &["session", "new", "--json"]))["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
 
 fn attach(dir: &Path, sid: &str, name: &str, bytes: &[u8]) -> String {
     let file = dir.join("uploads").join(name);

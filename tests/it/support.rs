@@ -1,6 +1,7 @@
 //! Test helpers: a store on real files in a temporary folder, and a runner for the
 //! real binary with its environment cleared of the user's settings.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -117,6 +118,48 @@ pub fn run_in(dir: &Path, args: &[&str]) -> Output {
         .arg(&root)
         .output()
         .expect("the binary runs")
+}
+
+/// Runs the binary with `args` on the store under `dir`, fed `input` on stdin.
+pub fn run_with_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
+    let mut child = bin(dir)
+        .args(args)
+        .arg("--db")
+        .arg(dir.join("sessions.db"))
+        .arg("--attachments-root")
+        .arg(dir.join("attachments"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    child
+        .stdin
+        .take()
+        .expect("a stdin pipe")
+        .write_all(input)
+        .expect("stdin takes the input");
+    child.wait_with_output().expect("the binary ends")
+}
+
+/// The frozen fixture of schema `version` (`v1`, `v2`) in the repository.
+pub fn fixture(version: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(version)
+}
+
+/// A new session in the store under `dir`, made by the binary; its id.
+pub fn new_session(dir: &Path) -> String {
+    json(&run_in(dir, &["session", "new", "--json"]))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// A dispatched message's blocks, as JSON.
+pub fn blocks(d: &sessionstore::store::Dispatched) -> Vec<serde_json::Value> {
+    d.blocks.iter().map(block_json).collect()
 }
 
 pub fn stdout(out: &Output) -> String {

@@ -2,15 +2,12 @@
 //! said, thought and did, all or nothing, in one history sequence with the messages;
 //! `verify` and restore replay the merge from the log and catch rows edited behind it.
 
-use std::io::Write;
-use std::process::Stdio;
-
 use agent_client_protocol_schema::v1::SessionUpdate;
 use sessionstore::store::Outgoing;
 use sessionstore::turns::Refusal;
 use sessionstore::{Error, SessionId};
 
-use crate::support::{TestStore, bin, json, run_in, stderr};
+use crate::support::{TestStore, json, run_in, run_with_stdin, stderr};
 
 fn update(value: serde_json::Value) -> SessionUpdate {
     serde_json::from_value(value).expect("a valid update")
@@ -192,23 +189,11 @@ async fn verify_and_restore_catch_a_tool_call_row_edited_behind_the_log() {
 
 /// Runs `record` with `input` on stdin.
 fn record_cli(dir: &std::path::Path, session: &str, input: &str) -> std::process::Output {
-    let mut child = bin(dir)
-        .args(["record", "--json", "--session", session, "--db"])
-        .arg(dir.join("sessions.db"))
-        .arg("--attachments-root")
-        .arg(dir.join("attachments"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    run_with_stdin(
+        dir,
+        &["record", "--json", "--session", session],
+        input.as_bytes(),
+    )
 }
 
 #[test]

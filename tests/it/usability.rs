@@ -3,11 +3,10 @@
 //! completions, JSON errors, `session rename`, `attachment list/get`, exit codes), and
 //! README's tour run as written.
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Output, Stdio};
 
-use crate::support::{assert_one_line_error, bin, json, run_in, stderr, stdout};
+use crate::support::{assert_one_line_error, bin, json, run_in, run_with_stdin, stderr, stdout};
 
 /// A migrated store under `dir` with one session; its id.
 fn session(dir: &Path) -> String {
@@ -16,28 +15,6 @@ fn session(dir: &Path) -> String {
         .as_str()
         .expect("an id")
         .to_owned()
-}
-
-/// The binary on the store under `dir`, fed `input` on stdin.
-fn run_with_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
-    let mut child = bin(dir)
-        .args(args)
-        .arg("--db")
-        .arg(dir.join("sessions.db"))
-        .arg("--attachments-root")
-        .arg(dir.join("attachments"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    child
-        .stdin
-        .take()
-        .expect("a stdin pipe")
-        .write_all(input)
-        .expect("stdin takes the input");
-    child.wait_with_output().expect("the binary ends")
 }
 
 fn assert_quiet_success(out: &Output) {
@@ -574,20 +551,48 @@ fn no_colour_or_progress_off_a_terminal() {
     assert!(!out.stderr.contains(&0x1b), "usage errors are not coloured");
 }
 
+/// README's `sh` blocks between `from` and `to` (headings), each up to its closing
+/// fence, with `cargo run` standing for the built binary and the fixtures where the
+/// repository has them.
+fn readme_script(from: &str, to: &str) -> String {
+    let readme = include_str!("../../README.md");
+    let start = readme.find(from).expect("the first heading");
+    let end = start + readme[start..].find(to).expect("the last heading");
+    let mut section = &readme[start..end];
+    let mut script = String::new();
+    while let Some(open) = section.find("```sh\n") {
+        let block = &section[open + 6..];
+        let close = block.find("```").expect("a closed block");
+        script.push_str(&block[..close]);
+        section = &block[close + 3..];
+    }
+    let binary = env!("CARGO_BIN_EXE_sessionstore");
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    script
+        .replace("cargo run -q --", binary)
+        .replace("cargo run --", binary)
+        .replace("tests/fixtures", fixtures)
+}
+
+/// `script` under `bash -euo pipefail` in `dir`, with `dir` as the home and nothing
+/// else of the environment but `PATH`.
+fn run_script(dir: &Path, script: &str) -> Output {
+    std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -euo pipefail\n{script}"))
+        .current_dir(dir)
+        .env_clear()
+        .env("HOME", dir)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("XDG_DATA_HOME", dir.join(".local/share"))
+        .output()
+        .unwrap()
+}
+
 /// README's tour, run as written with `cargo run` standing for the built binary.
 #[test]
 fn readme_tour_runs_as_written() {
-    let readme = include_str!("../../README.md");
-    let start = readme.find("## A short tour").expect("a tour");
-    let block = &readme[start..];
-    let block = &block[block.find("```sh\n").unwrap() + 6..];
-    let block = &block[..block.find("```").unwrap()];
-    let binary = env!("CARGO_BIN_EXE_sessionstore");
-    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
-    let script = block
-        .replace("cargo run -q --", binary)
-        .replace("cargo run --", binary)
-        .replace("tests/fixtures", fixtures);
+    let script = readme_script("## A short tour", "`record` reads");
     assert!(
         script.contains(" paths")
             && script.contains("--text -")
@@ -604,16 +609,7 @@ fn readme_tour_runs_as_written() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let out = std::process::Command::new("bash")
-        .arg("-c")
-        .arg(format!("set -euo pipefail\n{script}"))
-        .current_dir(dir.path())
-        .env_clear()
-        .env("HOME", dir.path())
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("XDG_DATA_HOME", dir.path().join(".local/share"))
-        .output()
-        .unwrap();
+    let out = run_script(dir.path(), &script);
     assert!(
         out.status.success(),
         "the tour failed: {}\n{}",
@@ -624,6 +620,46 @@ fn readme_tour_runs_as_written() {
         std::fs::read(dir.path().join("notes-copy.txt")).unwrap(),
         b"quarterly notes\nbudget: 42\n"
     );
+}
+
+/// README's fork, search and export/import examples, run as written after the tour
+/// (they use its `$id`): each runs, the search for the session's title finds it, and
+/// counts read in the singular where there is one.
+#[test]
+fn readme_lifecycle_examples_run_after_the_tour() {
+    let tour = readme_script("## A short tour", "`record` reads");
+    let lifecycle = readme_script("### Forking a session", "## Listing sessions");
+    assert!(
+        lifecycle.contains("--at \"$message\"")
+            && lifecycle.contains(" search ")
+            && lifecycle.contains(" import ")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_script(
+        dir.path(),
+        &format!("{tour} >/dev/null 2>&1\necho \"session $id\"\n{lifecycle}"),
+    );
+    let printed = stdout(&out);
+    assert!(
+        out.status.success(),
+        "the examples failed: {printed}\n{}",
+        stderr(&out)
+    );
+    let id = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("session "))
+        .expect("the tour's session");
+    assert!(
+        printed
+            .lines()
+            .any(|l| l.starts_with(id) && l.contains("title  [quarterly review]")),
+        "the title search finds the session: {printed}"
+    );
+    assert!(
+        printed.contains("exported 3 messages, 1 item, 2 files"),
+        "{printed}"
+    );
+    assert!(dir.path().join("session.md").is_file());
 }
 
 /// 13.6: a session that does not restore is named once in the refusal.
@@ -643,4 +679,64 @@ fn the_restore_refusal_names_its_session_once() {
     let err = assert_one_line_error(&run_in(d, &["restore", "--session", &s]));
     assert_eq!(err.matches(&s).count(), 1, "{err}");
     assert!(err.contains("differs from its event log"), "{err}");
+}
+
+/// `record` counts in the singular where there is one.
+#[test]
+fn record_counts_read_in_the_singular() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = session(dir.path());
+    let line = br#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}"#;
+    let out = run_with_stdin(dir.path(), &["record", "--session", &id], line);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim_end(), "recorded 1 update into 1 item");
+}
+
+/// An export that cannot write its output says so, naming the file, and leaves nothing.
+#[test]
+fn an_export_that_cannot_write_says_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = session(dir.path());
+    for format in ["tar", "markdown"] {
+        let out_file = dir.path().join("missing").join("out");
+        let out = out_file.to_str().unwrap();
+        let run = run_in(
+            dir.path(),
+            &["export", "--session", &id, "--out", out, "--format", format],
+        );
+        let err = assert_one_line_error(&run);
+        assert!(
+            err.starts_with(&format!("error: cannot write {out}")),
+            "{err}"
+        );
+        assert!(!dir.path().join("missing").exists());
+    }
+}
+
+/// `import` is one of the commands that make a database: an archive carried to a
+/// machine with no store yet comes in whole.
+#[test]
+fn import_makes_the_database_it_imports_into() {
+    let from = tempfile::tempdir().unwrap();
+    let id = session(from.path());
+    let archive = from.path().join("s.tar");
+    let out = run_in(
+        from.path(),
+        &[
+            "export",
+            "--session",
+            &id,
+            "--out",
+            archive.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let to = tempfile::tempdir().unwrap();
+    assert!(!to.path().join("sessions.db").exists());
+    let imported = json(&run_in(
+        to.path(),
+        &["import", archive.to_str().unwrap(), "--keep-id", "--json"],
+    ));
+    assert_eq!(imported["id"], id.as_str());
+    assert!(run_in(to.path(), &["verify"]).status.success());
 }
