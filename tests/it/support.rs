@@ -465,42 +465,7 @@ impl Rng {
 /// Runs `cmd` to the end with no stdin, or kills it after `timeout`: `None` means it
 /// hung, so a hang is a counted failure and never a stuck test.
 pub fn run_bounded(cmd: &mut Command, timeout: std::time::Duration) -> Option<Output> {
-    use std::io::Read;
-    use std::process::Stdio;
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the command starts");
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = pipe.read_to_end(&mut buf);
-            buf
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().expect("piped stdout")));
-    let err = drain(Box::new(child.stderr.take().expect("piped stderr")));
-    let start = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("the child can be waited on") {
-            break Some(status);
-        }
-        if start.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    };
-    let stdout = out.join().expect("the stdout reader");
-    let stderr = err.join().expect("the stderr reader");
-    status.map(|status| Output {
-        status,
-        stdout,
-        stderr,
-    })
+    run_bounded_fed(cmd, None, timeout)
 }
 
 /// [`run_bounded`] with `input` fed to the command's stdin (then closed), for commands
@@ -511,18 +476,32 @@ pub fn run_bounded_with_stdin(
     input: &'static [u8],
     timeout: std::time::Duration,
 ) -> Option<Output> {
+    run_bounded_fed(cmd, Some(input), timeout)
+}
+
+fn run_bounded_fed(
+    cmd: &mut Command,
+    input: Option<&'static [u8]>,
+    timeout: std::time::Duration,
+) -> Option<Output> {
     use std::io::{Read, Write};
     use std::process::Stdio;
     let mut child = cmd
-        .stdin(Stdio::piped())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("the command starts");
-    let mut stdin = child.stdin.take().expect("piped stdin");
     // A child that exits before reading closes the pipe: that write error is its answer.
-    let feed = std::thread::spawn(move || {
-        let _ = stdin.write_all(input);
+    let feed = input.map(|input| {
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(input);
+        })
     });
     let drain = |mut pipe: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
@@ -545,7 +524,9 @@ pub fn run_bounded_with_stdin(
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     };
-    let _ = feed.join();
+    if let Some(feed) = feed {
+        let _ = feed.join();
+    }
     let stdout = out.join().expect("the stdout reader");
     let stderr = err.join().expect("the stderr reader");
     status.map(|status| Output {
