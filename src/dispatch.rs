@@ -323,8 +323,8 @@ struct Lru {
     used: u64,
     /// Bumped on every use, so the smallest tick is the least recently used entry.
     tick: u64,
-    entries: HashMap<String, Entry>,
-    by_age: BTreeMap<u64, String>,
+    entries: HashMap<AttachmentUri, Entry>,
+    by_age: BTreeMap<u64, AttachmentUri>,
 }
 
 #[derive(Debug)]
@@ -378,12 +378,12 @@ impl Memo {
     }
 
     /// Whether a successful read of `uri` is held.
-    pub fn contains(&self, uri: &str) -> bool {
+    pub fn contains(&self, uri: &AttachmentUri) -> bool {
         self.lock().entries.contains_key(uri)
     }
 
     /// The held read of `uri`, marked as just used.
-    fn get(&self, uri: &str) -> Option<Arc<Prepared>> {
+    fn get(&self, uri: &AttachmentUri) -> Option<Arc<Prepared>> {
         let mut lru = self.lock();
         lru.tick += 1;
         let tick = lru.tick;
@@ -393,13 +393,13 @@ impl Memo {
         let entry = entries.get_mut(uri)?;
         by_age.remove(&entry.tick);
         entry.tick = tick;
-        by_age.insert(tick, uri.to_owned());
+        by_age.insert(tick, uri.clone());
         Some(entry.prepared.clone())
     }
 
     /// Keeps a successful read, evicting the least recently used entries to make room.
     /// A read larger than the whole budget is not kept at all.
-    fn insert(&self, uri: &str, prepared: Arc<Prepared>) {
+    fn insert(&self, uri: &AttachmentUri, prepared: Arc<Prepared>) {
         let cost = prepared.content.encoded_len();
         let mut lru = self.lock();
         if cost > lru.budget {
@@ -420,9 +420,9 @@ impl Memo {
         lru.tick += 1;
         let tick = lru.tick;
         lru.used += cost;
-        lru.by_age.insert(tick, uri.to_owned());
+        lru.by_age.insert(tick, uri.clone());
         lru.entries.insert(
-            uri.to_owned(),
+            uri.clone(),
             Entry {
                 prepared,
                 cost,
@@ -477,15 +477,16 @@ pub type Reads = Vec<Result<Arc<Prepared>, Unreadable>>;
 /// at most once, however often it repeats and whether or not the memo keeps it;
 /// across calls only successes are memoized, within the memo's budget.
 pub fn resolve(resolver: &dyn Resolver, memo: &Memo, message: &Message) -> Reads {
-    let mut seen: HashMap<String, Result<Arc<Prepared>, Unreadable>> = HashMap::new();
+    // Keyed by the parsed URI itself: no text is built per reference.
+    let mut seen: HashMap<&AttachmentUri, Result<Arc<Prepared>, Unreadable>> = HashMap::new();
     let mut out = Vec::with_capacity(message.refs.len());
     for reference in &message.refs {
-        let key = reference.uri.to_string();
-        if let Some(done) = seen.get(&key) {
+        let key = &reference.uri;
+        if let Some(done) = seen.get(key) {
             out.push(done.clone());
             continue;
         }
-        let read = match memo.get(&key) {
+        let read = match memo.get(key) {
             Some(hit) => Ok(hit),
             None => {
                 let read = resolver
@@ -498,7 +499,7 @@ pub fn resolve(resolver: &dyn Resolver, memo: &Memo, message: &Message) -> Reads
                         not_found: e.is_not_found(),
                     });
                 if let Ok(prepared) = &read {
-                    memo.insert(&key, prepared.clone());
+                    memo.insert(key, prepared.clone());
                 }
                 read
             }
@@ -970,8 +971,8 @@ mod tests {
         // Using the first again makes the second the least recently used.
         resolve(&store, &memo, &message(session, &[uris[0].clone()]));
         resolve(&store, &memo, &message(session, &[uris[2].clone()]));
-        assert!(memo.contains(&uris[0].to_string()) && memo.contains(&uris[2].to_string()));
-        assert!(!memo.contains(&uris[1].to_string()));
+        assert!(memo.contains(&uris[0]) && memo.contains(&uris[2]));
+        assert!(!memo.contains(&uris[1]));
         assert!(memo.used() <= memo.budget());
     }
 
@@ -1011,10 +1012,7 @@ mod tests {
             configured.join(session.to_string()).join("f0.bin")
         );
         resolve(&store, &memo, &message(session, &[uris[1].clone()]));
-        assert!(
-            !memo.contains(&uris[0].to_string()),
-            "evicted by the second file"
-        );
+        assert!(!memo.contains(&uris[0]), "evicted by the second file");
         // The file moves to the legacy root while it is out of the memo.
         let moved = legacy.join(session.to_string());
         std::fs::create_dir_all(&moved).expect("a legacy folder");

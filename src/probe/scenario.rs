@@ -644,7 +644,7 @@ impl Probe {
     /// again once the file is back, all through one memo.
     async fn degradation(&mut self, sent: &Sent) -> Result<(), Failure> {
         let s = self.known.session;
-        let blob = self.known.file(BLOB).uri.clone();
+        let blob = self.known.file(BLOB).parsed.clone();
         let name = UPLOADS[BLOB].name;
         let folder = self.known.folder(&self.known.configured);
         let real = folder.join(name);
