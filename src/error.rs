@@ -201,6 +201,17 @@ pub enum Error {
         #[source]
         cause: rusqlite::Error,
     },
+    /// A statement PostgreSQL refused or could not run.
+    #[cfg(feature = "postgres")]
+    #[error("database error while trying to {action}")]
+    Postgres {
+        action: &'static str,
+        #[source]
+        cause: postgres::Error,
+    },
+    /// A row whose column does not hold what this store writes there.
+    #[error("database row does not read while trying to {action}: {detail}")]
+    DamagedRow { action: &'static str, detail: String },
     #[error("cannot get a database connection")]
     Pool(#[source] r2d2::Error),
     #[error("background task failed: {0}")]
@@ -272,7 +283,9 @@ impl Error {
             Error::ReadOnly(_) => "read_only",
             Error::Migration(_) => "migration_failed",
             Error::Busy { .. } => "busy",
-            Error::Sqlite { .. } => "database",
+            Error::Sqlite { .. } | Error::DamagedRow { .. } => "database",
+            #[cfg(feature = "postgres")]
+            Error::Postgres { .. } => "database",
             Error::Pool(_) => "database",
             Error::Task(_) => "internal",
         }
@@ -307,6 +320,20 @@ impl Error {
             Error::Busy { action, cause }
         } else {
             Error::Sqlite { action, cause }
+        }
+    }
+
+    /// A failure of one statement on either engine, named by what was being done.
+    pub(crate) fn db(action: &'static str, cause: crate::db::sql::DbError) -> Self {
+        use crate::db::sql::DbError;
+        match cause {
+            DbError::Sqlite(cause) => Error::sqlite(action, cause),
+            #[cfg(feature = "postgres")]
+            DbError::Postgres(cause) => Error::Postgres { action, cause },
+            DbError::Column { index, reason } => Error::DamagedRow {
+                action,
+                detail: format!("column {index}: {reason}"),
+            },
         }
     }
 

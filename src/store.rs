@@ -278,16 +278,33 @@ impl Store {
     /// same; this is for a caller that only wants the schema brought up to date.
     /// With `Backup::Make`, a database that already has a schema is first copied to
     /// `<db>.v<N>.bak`.
+    ///
+    /// On PostgreSQL (`path` a `postgres://` connection string) no copy is taken:
+    /// the pending migrations run in one transaction, which applies them all or none.
     pub async fn migrate(path: &Path, backup: Backup) -> Result<MigrationReport> {
         let path = path.to_owned();
-        blocking(move || db::migrate(&path, backup)).await
+        blocking(move || match db::Location::of(&path) {
+            db::Location::File(path) => db::migrate(path, backup),
+            #[cfg(feature = "postgres")]
+            db::Location::Postgres(url) => db::postgres::migrate(url),
+            #[cfg(not(feature = "postgres"))]
+            db::Location::Postgres(_) => db::Db::open(&path, db::Access::Create).map(|_| unreachable!()),
+        })
+        .await
     }
 
     /// What `migrate` would apply, read without writing a byte (a missing file is
     /// not created).
     pub async fn migration_plan(path: &Path) -> Result<MigrationReport> {
         let path = path.to_owned();
-        blocking(move || db::schema::plan(&path)).await
+        blocking(move || match db::Location::of(&path) {
+            db::Location::File(path) => db::schema::plan(path),
+            #[cfg(feature = "postgres")]
+            db::Location::Postgres(url) => db::postgres::plan(url),
+            #[cfg(not(feature = "postgres"))]
+            db::Location::Postgres(_) => db::Db::open(&path, db::Access::ReadOnly).map(|_| unreachable!()),
+        })
+        .await
     }
 
     pub fn config(&self) -> &Config {
@@ -305,7 +322,7 @@ impl Store {
 
     pub(crate) async fn with_write<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T> + Send + 'static,
+        f: impl FnMut(&db::Tx<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let db = self.db.clone();
         blocking(move || db.write(f)).await
@@ -313,7 +330,7 @@ impl Store {
 
     pub(crate) async fn with_read<T: Send + 'static>(
         &self,
-        f: impl Fn(&rusqlite::Transaction<'_>) -> Result<T> + Send + 'static,
+        f: impl Fn(&db::Tx<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let db = self.db.clone();
         blocking(move || db.read(f)).await
@@ -346,7 +363,7 @@ impl Store {
     }
 
     pub async fn list_sessions(&self) -> Result<Vec<Session>> {
-        self.with_read(|tx| queries::list_sessions(tx)).await
+        self.with_read(queries::list_sessions).await
     }
 
     /// Appends a delivered message with its references, and its event, in one write.
@@ -439,7 +456,7 @@ impl Store {
     }
 
     pub async fn verify(&self) -> Result<VerifyReport> {
-        self.with_read(|tx| db::verify::verify(tx)).await
+        self.with_read(db::verify::verify).await
     }
 
     /// A session's attachments: every file its folders hold, as a read would find
@@ -589,22 +606,34 @@ impl Store {
             } else {
                 Delivery::Delivered
             };
+            // The write may run more than once (PostgreSQL retries a transaction that
+            // lost a race), so it borrows what it writes; a refusal found above is
+            // returned by the first run, which ends the write.
+            let (refs, roots, mut refused) = match refs {
+                Ok(checked) => {
+                    let (refs, roots): (Vec<_>, Vec<_>) = checked.into_iter().unzip();
+                    (refs, roots, None)
+                }
+                Err(e) => (vec![], vec![], Some(e)),
+            };
+            let message = NewMessage {
+                role: send.role,
+                display_text: send.text,
+                model_text: send.expanded,
+                transcript: send.transcript,
+                refs,
+            };
             db.write(move |tx| {
                 let current = queries::get_session(tx, &session)?;
-                let refs = refs?;
+                if let Some(e) = refused.take() {
+                    return Err(e);
+                }
                 // gc decides and removes unreferenced uploads under this same write
                 // lock, so a file it took since the check above is seen gone here,
                 // and one still here stays: this message's reference now protects it.
-                for (reference, root) in &refs {
+                for (reference, root) in message.refs.iter().zip(&roots) {
                     attachments.still_there(&session, &reference.uri, root)?;
                 }
-                let message = NewMessage {
-                    role: send.role,
-                    display_text: send.text,
-                    model_text: send.expanded,
-                    transcript: send.transcript,
-                    refs: refs.into_iter().map(|(reference, _)| reference).collect(),
-                };
                 queries::insert_message_for(tx, &current, &message, state)
             })
         })

@@ -3,7 +3,7 @@
 //! `record`, so the new session's own event log replays to its rows. Never copies an
 //! event or a row id from anywhere: every row and event here is the new session's.
 
-use rusqlite::Connection;
+use super::sql::Tx;
 
 use crate::error::Result;
 use crate::ids::SessionId;
@@ -30,7 +30,7 @@ pub struct NewSession {
 /// Creates `session` and appends `entries` in order, each with its event, through
 /// `conn` (the caller's write transaction).
 pub fn write_session(
-    conn: &Connection,
+    conn: &Tx<'_>,
     session: &NewSession,
     entries: &[Entry],
 ) -> Result<Session> {

@@ -4,11 +4,14 @@
 
 pub mod audit;
 pub mod copies;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod queries;
 mod readonly;
 pub mod schema;
 pub mod search;
 pub mod sessions;
+pub mod sql;
 pub mod turns;
 pub mod verify;
 
@@ -23,6 +26,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::{Error, Result};
 
 pub use pool::Pool;
+pub use sql::Tx;
 
 /// How long a connection waits for another writer before giving up with SQLITE_BUSY.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -101,15 +105,67 @@ pub enum Access {
 }
 
 /// The database a store works on: a pool of read-write connections, or a file read
-/// one transaction at a time through connections that leave no trace.
+/// one transaction at a time through connections that leave no trace, or a
+/// PostgreSQL database.
 #[derive(Clone)]
 pub enum Db {
     ReadWrite(Pool),
     ReadOnly(Arc<PathBuf>),
+    #[cfg(feature = "postgres")]
+    Postgres(postgres::PgDb),
+}
+
+/// What `--db` names: a PostgreSQL connection string, or an SQLite file otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Location<'a> {
+    File(&'a Path),
+    Postgres(&'a str),
+}
+
+impl<'a> Location<'a> {
+    pub fn of(db: &'a Path) -> Location<'a> {
+        match db.to_str() {
+            Some(url) if postgres_url(url) => Location::Postgres(url),
+            _ => Location::File(db),
+        }
+    }
+}
+
+/// Whether `text` is a PostgreSQL connection URL rather than a file name.
+pub fn postgres_url(text: &str) -> bool {
+    text.starts_with("postgres://") || text.starts_with("postgresql://")
+}
+
+/// The database is PostgreSQL, which this binary was built without.
+#[cfg(not(feature = "postgres"))]
+fn no_postgres(url: &str) -> Error {
+    Error::NotDatabase {
+        path: PathBuf::from(postgres::redact(url)),
+        detail: "this sessionstore was built without the `postgres` feature".to_owned(),
+    }
+}
+
+#[cfg(not(feature = "postgres"))]
+mod postgres {
+    /// Without the feature there is nothing to connect to; the URL is still never
+    /// printed with its password.
+    pub fn redact(url: &str) -> String {
+        match url.split_once('@') {
+            Some((_, host)) => format!("postgres://…@{host}"),
+            None => url.to_owned(),
+        }
+    }
 }
 
 impl Db {
-    pub fn open(path: &Path, access: Access) -> Result<Db> {
+    pub fn open(db: &Path, access: Access) -> Result<Db> {
+        let path = match Location::of(db) {
+            Location::File(path) => path,
+            #[cfg(feature = "postgres")]
+            Location::Postgres(url) => return Ok(Db::Postgres(postgres::PgDb::open(url, access)?)),
+            #[cfg(not(feature = "postgres"))]
+            Location::Postgres(url) => return Err(no_postgres(url)),
+        };
         let on_disk = schema::inspect(path)?;
         match (access, on_disk) {
             (Access::Create, _) => {}
@@ -136,11 +192,15 @@ impl Db {
         Ok(Db::ReadWrite(Pool::open(path)?))
     }
 
-    /// `write` on a pooled connection; refused on a read-only database.
-    pub fn write<T>(&self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
+    /// `write` on a pooled connection; refused on a read-only database. On
+    /// PostgreSQL `f` may run more than once: a transaction that lost a race with
+    /// another writer is rolled back and run again.
+    pub fn write<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
         match self {
             Db::ReadWrite(pool) => write(&mut **pool.get()?, f),
             Db::ReadOnly(path) => Err(Error::ReadOnly(path.to_path_buf())),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pg) => pg.write(f),
         }
     }
 
@@ -149,13 +209,16 @@ impl Db {
     /// WAL into the main file and truncates it, so no older copy of those pages stays
     /// in the WAL either. Returns whether that checkpoint completed: a reader that
     /// keeps an old snapshot past the busy timeout leaves the WAL for a later one.
-    pub fn erase<T>(
-        &self,
-        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>,
-    ) -> Result<(T, bool)> {
+    ///
+    /// On PostgreSQL the rows go in one transaction, then the tables they were in are
+    /// vacuumed so their space is reclaimed; see `postgres::PgDb::erase` for what that
+    /// does and does not promise.
+    pub fn erase<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<(T, bool)> {
         let pool = match self {
             Db::ReadWrite(pool) => pool,
             Db::ReadOnly(path) => return Err(Error::ReadOnly(path.to_path_buf())),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pg) => return pg.erase(f),
         };
         let mut conn = pool.get()?;
         let pragma = |conn: &Connection, on: bool| {
@@ -177,10 +240,12 @@ impl Db {
 
     /// `read` in one snapshot. On a read-only database `f` may run more than once,
     /// when a writer changed the file while it was being read.
-    pub fn read<T>(&self, f: impl Fn(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
+    pub fn read<T>(&self, f: impl Fn(&Tx<'_>) -> Result<T>) -> Result<T> {
         match self {
-            Db::ReadWrite(pool) => read(&mut **pool.get()?, f),
-            Db::ReadOnly(path) => readonly::read(path, f),
+            Db::ReadWrite(pool) => read(&mut **pool.get()?, |tx| f(&Tx::sqlite(tx))),
+            Db::ReadOnly(path) => readonly::read(path, |tx| f(&Tx::sqlite(tx))),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pg) => pg.read(f),
         }
     }
 }
@@ -188,14 +253,11 @@ impl Db {
 /// Runs `f` in a transaction that takes the write lock up front (`BEGIN IMMEDIATE`),
 /// so concurrent writers wait on the busy timeout instead of failing midway, and
 /// commits only when `f` returns `Ok`: rows and their events land together or not at all.
-pub fn write<T>(
-    conn: &mut Connection,
-    f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>,
-) -> Result<T> {
+pub fn write<T>(conn: &mut Connection, mut f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| Error::sqlite("begin a write", e))?;
-    let value = f(&tx)?;
+    let value = f(&Tx::sqlite(&tx))?;
     tx.commit()
         .map_err(|e| Error::sqlite("commit a write", e))?;
     Ok(value)
@@ -236,7 +298,7 @@ mod tests {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut conn = pool.get().unwrap();
             let _: Result<()> = write(&mut conn, |tx| {
-                tx.execute("INSERT INTO t VALUES (1)", []).unwrap();
+                tx.execute("INSERT INTO t VALUES (1)", sql::args![]).unwrap();
                 panic!("a bug inside a write");
             });
         }));
@@ -255,8 +317,8 @@ mod tests {
         other.busy_timeout(Duration::ZERO).unwrap();
         other.execute("INSERT INTO t VALUES (2)", []).unwrap();
         write(&mut conn, |tx| {
-            tx.execute("INSERT INTO t VALUES (3)", [])
-                .map_err(|e| Error::sqlite("insert", e))?;
+            tx.execute("INSERT INTO t VALUES (3)", sql::args![])
+                .map_err(|e| Error::db("insert", e))?;
             Ok(())
         })
         .unwrap();

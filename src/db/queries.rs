@@ -2,7 +2,7 @@
 //! here writes its rows and appends its event through the same transaction; the event
 //! log has an append function and nothing that updates or deletes it.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use super::sql::{DbError, Row, Tx, args};
 
 use crate::attachments::AttachmentUri;
 use crate::error::{Error, Result};
@@ -12,24 +12,8 @@ use crate::model::{
 };
 use crate::projection::PayloadText;
 
-fn sql(action: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
-    move |e| Error::sqlite(action, e)
-}
-
-/// Parses a text column into one of the store's typed values; a value that does not
-/// parse means the row was written by something other than this store.
-fn parsed<T: std::str::FromStr>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    let text: String = row.get(idx)?;
-    text.parse().map_err(|e: T::Err| {
-        rusqlite::Error::FromSqlConversionFailure(
-            idx,
-            rusqlite::types::Type::Text,
-            e.to_string().into(),
-        )
-    })
+pub(crate) fn sql(action: &'static str) -> impl FnOnce(DbError) -> Error {
+    move |e| Error::db(action, e)
 }
 
 /// RFC 3339 in UTC with all nine fraction digits, so timestamps sort as text.
@@ -45,32 +29,40 @@ pub fn now() -> String {
 
 /// Appends one event for `session`, giving it the next per-session sequence number.
 pub fn append_event(
-    conn: &Connection,
+    conn: &Tx<'_>,
     session: &SessionId,
     payload: &EventPayload,
     at: &str,
 ) -> Result<EventSeq> {
     let body = serde_json::to_string(payload).expect("event payloads always serialize");
     let session = session.to_string();
-    conn.prepare_cached(
-        "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
-         VALUES (?1,
-                 (SELECT coalesce(max(session_seq), 0) + 1 FROM events WHERE session_id = ?1),
-                 ?2, ?3, ?4)",
+    let seq = conn
+        .query_row(
+            "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+             VALUES (?1,
+                     (SELECT coalesce(max(session_seq), 0) + 1 FROM events WHERE session_id = ?1),
+                     ?2, ?3, ?4)
+             RETURNING seq",
+            args![session, payload.kind(), body, at],
+            |r| r.get(0),
+        )
+        .map_err(sql("append an event"))?
+        .ok_or(Error::OutOfRange {
+            what: "an appended event's sequence number",
+        })?;
+    conn.execute(
+        "UPDATE sessions SET updated_at = ?2 WHERE id = ?1",
+        args![session, at],
     )
-    .and_then(|mut insert| insert.execute(params![session, payload.kind(), body, at]))
-    .map_err(sql("append an event"))?;
-    conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")
-        .and_then(|mut touch| touch.execute(params![session, at]))
-        .map_err(sql("touch the session"))?;
-    Ok(EventSeq(conn.last_insert_rowid()))
+    .map_err(sql("touch the session"))?;
+    Ok(EventSeq(seq))
 }
 
-fn session_from_row(row: &Row<'_>) -> rusqlite::Result<Session> {
+fn session_from_row(row: &Row<'_>) -> Result<Session, DbError> {
     Ok(Session {
-        id: parsed(row, 0)?,
+        id: row.parsed(0)?,
         title: row.get(1)?,
-        tools_host: parsed(row, 2)?,
+        tools_host: row.parsed(2)?,
         created_at: row.get(3)?,
         updated_at: row.get(4)?,
     })
@@ -79,7 +71,7 @@ fn session_from_row(row: &Row<'_>) -> rusqlite::Result<Session> {
 const SESSION_COLUMNS: &str = "id, title, tools_host, created_at, updated_at";
 
 pub fn insert_session(
-    conn: &Connection,
+    conn: &Tx<'_>,
     title: Option<&str>,
     tools_host: ToolsHost,
 ) -> Result<Session> {
@@ -89,7 +81,7 @@ pub fn insert_session(
 /// `insert_session` with an id chosen by the caller (a fork's, made before its files
 /// were placed; an import's kept id) and, for a fork, where it came from.
 pub fn insert_session_as(
-    conn: &Connection,
+    conn: &Tx<'_>,
     id: SessionId,
     title: Option<&str>,
     tools_host: ToolsHost,
@@ -99,7 +91,7 @@ pub fn insert_session_as(
     conn.execute(
         "INSERT INTO sessions (id, title, tools_host, created_at, updated_at)
          VALUES (?1, ?2, ?3, ?4, ?4)",
-        params![id.to_string(), title, tools_host.as_str(), at],
+        args![id.to_string(), title, tools_host.as_str(), at],
     )
     .map_err(sql("insert a session"))?;
     let payload = EventPayload::SessionCreated {
@@ -111,11 +103,11 @@ pub fn insert_session_as(
     get_session(conn, &id)
 }
 
-pub fn rename_session(conn: &Connection, id: &SessionId, title: &str) -> Result<()> {
+pub fn rename_session(conn: &Tx<'_>, id: &SessionId, title: &str) -> Result<()> {
     let changed = conn
         .execute(
             "UPDATE sessions SET title = ?2 WHERE id = ?1",
-            params![id.to_string(), title],
+            args![id.to_string(), title],
         )
         .map_err(sql("rename a session"))?;
     if changed == 0 {
@@ -128,35 +120,31 @@ pub fn rename_session(conn: &Connection, id: &SessionId, title: &str) -> Result<
     Ok(())
 }
 
-pub fn get_session(conn: &Connection, id: &SessionId) -> Result<Session> {
-    conn.prepare_cached(&format!(
-        "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"
-    ))
-    .and_then(|mut select| select.query_row([id.to_string()], session_from_row))
-    .optional()
+pub fn get_session(conn: &Tx<'_>, id: &SessionId) -> Result<Session> {
+    conn.query_row(
+        &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"),
+        args![id.to_string()],
+        session_from_row,
+    )
     .map_err(sql("read a session"))?
     .ok_or(Error::SessionNotFound(*id))
 }
 
-pub fn list_sessions(conn: &Connection) -> Result<Vec<Session>> {
-    let mut stmt = conn
-        .prepare(&format!(
-            // UUID v7 ids sort by creation time; timestamps written before they had a
-            // fixed width do not sort as text.
-            "SELECT {SESSION_COLUMNS} FROM sessions ORDER BY id"
-        ))
-        .map_err(sql("list sessions"))?;
-    let rows = stmt
-        .query_map([], session_from_row)
-        .map_err(sql("list sessions"))?;
-    rows.collect::<rusqlite::Result<_>>()
-        .map_err(sql("list sessions"))
+pub fn list_sessions(conn: &Tx<'_>) -> Result<Vec<Session>> {
+    conn.query_map(
+        // UUID v7 ids sort by creation time; timestamps written before they had a
+        // fixed width do not sort as text.
+        &format!("SELECT {SESSION_COLUMNS} FROM sessions ORDER BY id"),
+        args![],
+        session_from_row,
+    )
+    .map_err(sql("list sessions"))
 }
 
 /// Inserts a message and its references, then its event; a custom-titled session is
 /// left alone, an untitled one takes its title from the first user message.
 pub fn insert_message(
-    conn: &Connection,
+    conn: &Tx<'_>,
     session: &SessionId,
     message: &crate::model::NewMessage,
     state: Delivery,
@@ -169,7 +157,7 @@ pub fn insert_message(
 /// Statements are cached on the connection (a send runs the same few every time),
 /// and the message returned is built from what was written rather than read back.
 pub fn insert_message_for(
-    conn: &Connection,
+    conn: &Tx<'_>,
     current: &Session,
     message: &crate::model::NewMessage,
     state: Delivery,
@@ -181,13 +169,11 @@ pub fn insert_message_for(
     let at = now();
     // Messages and recorded items share one sequence: the session's history order.
     let seq = super::turns::next_seq(conn, session)?;
-    conn.prepare_cached(
+    conn.execute(
         "INSERT INTO messages
            (id, session_id, seq, role, display_text, model_text, transcript, state, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )
-    .and_then(|mut insert| {
-        insert.execute(params![
+        args![
             id_text,
             session_text,
             seq,
@@ -197,8 +183,8 @@ pub fn insert_message_for(
             message.transcript,
             state.as_str(),
             at
-        ])
-    })
+        ],
+    )
     .map_err(sql("insert a message"))?;
     let mut refs = Vec::with_capacity(message.refs.len());
     for (ordinal, r) in message.refs.iter().enumerate() {
@@ -214,20 +200,18 @@ pub fn insert_message_for(
         let size = i64::try_from(reference.size).map_err(|_| Error::OutOfRange {
             what: "an attachment's size",
         })?;
-        conn.prepare_cached(
+        conn.execute(
             "INSERT INTO message_refs (message_id, ordinal, uri, stored_name, mime_type, size)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )
-        .and_then(|mut insert| {
-            insert.execute(params![
+            args![
                 id_text,
                 reference.ordinal,
                 reference.uri.to_string(),
                 reference.stored_name,
                 reference.mime_type,
                 size
-            ])
-        })
+            ],
+        )
         .map_err(sql("insert a reference"))?;
         refs.push(reference);
     }
@@ -278,13 +262,13 @@ pub fn title_from(display_text: &str) -> Option<String> {
 }
 
 /// Marks queued messages delivered, in the order given, each with its event.
-pub fn mark_delivered(conn: &Connection, session: &SessionId, ids: &[MessageId]) -> Result<()> {
+pub fn mark_delivered(conn: &Tx<'_>, session: &SessionId, ids: &[MessageId]) -> Result<()> {
     for id in ids {
         let changed = conn
             .execute(
                 "UPDATE messages SET state = 'delivered'
                  WHERE id = ?1 AND session_id = ?2 AND state = 'queued'",
-                params![id.to_string(), session.to_string()],
+                args![id.to_string(), session.to_string()],
             )
             .map_err(sql("mark a message delivered"))?;
         if changed == 0 {
@@ -306,63 +290,52 @@ pub fn mark_delivered(conn: &Connection, session: &SessionId, ids: &[MessageId])
 const MESSAGE_COLUMNS: &str =
     "id, session_id, seq, role, display_text, model_text, transcript, state, created_at";
 
-fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
+fn message_from_row(row: &Row<'_>) -> Result<Message, DbError> {
     Ok(Message {
-        id: parsed(row, 0)?,
-        session_id: parsed(row, 1)?,
+        id: row.parsed(0)?,
+        session_id: row.parsed(1)?,
         seq: row.get(2)?,
-        role: parsed(row, 3)?,
+        role: row.parsed(3)?,
         display_text: row.get(4)?,
         model_text: row.get(5)?,
         transcript: row.get(6)?,
-        state: parsed(row, 7)?,
+        state: row.parsed(7)?,
         created_at: row.get(8)?,
         refs: vec![],
     })
 }
 
-fn reference_from_row(row: &Row<'_>, at: usize) -> rusqlite::Result<Reference> {
+fn reference_from_row(row: &Row<'_>, at: usize) -> Result<Reference, DbError> {
     Ok(Reference {
         ordinal: row.get(at)?,
-        uri: parsed(row, at + 1)?,
+        uri: row.parsed(at + 1)?,
         stored_name: row.get(at + 2)?,
         mime_type: row.get(at + 3)?,
         // A negative size was not written by this store: refused like any other row
         // that does not parse, rather than read as 0.
-        size: u64::try_from(row.get::<_, i64>(at + 4)?).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(
-                at + 4,
-                rusqlite::types::Type::Integer,
-                e.into(),
-            )
-        })?,
+        size: row.get(at + 4)?,
     })
 }
 
-fn load_refs(conn: &Connection, message: &mut Message) -> Result<()> {
-    let mut stmt = conn
-        .prepare_cached(
+fn load_refs(conn: &Tx<'_>, message: &mut Message) -> Result<()> {
+    message.refs = conn
+        .query_map(
             "SELECT ordinal, uri, stored_name, mime_type, size FROM message_refs
              WHERE message_id = ?1 ORDER BY ordinal",
+            args![message.id.to_string()],
+            |row| reference_from_row(row, 0),
         )
-        .map_err(sql("read references"))?;
-    let rows = stmt
-        .query_map([message.id.to_string()], |row| reference_from_row(row, 0))
-        .map_err(sql("read references"))?;
-    message.refs = rows
-        .collect::<rusqlite::Result<_>>()
         .map_err(sql("read references"))?;
     Ok(())
 }
 
-pub fn get_message(conn: &Connection, id: &MessageId) -> Result<Message> {
+pub fn get_message(conn: &Tx<'_>, id: &MessageId) -> Result<Message> {
     let mut message = conn
         .query_row(
             &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?1"),
-            [id.to_string()],
+            args![id.to_string()],
             message_from_row,
         )
-        .optional()
         .map_err(sql("read a message"))?
         .ok_or(Error::MessageNotFound(*id))?;
     load_refs(conn, &mut message)?;
@@ -371,81 +344,69 @@ pub fn get_message(conn: &Connection, id: &MessageId) -> Result<Message> {
 
 /// A session's messages in order, optionally only those in one delivery state.
 pub fn messages(
-    conn: &Connection,
+    conn: &Tx<'_>,
     session: &SessionId,
     state: Option<Delivery>,
 ) -> Result<Vec<Message>> {
-    let mut stmt = conn
-        .prepare_cached(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages
-             WHERE session_id = ?1 AND (?2 IS NULL OR state = ?2) ORDER BY seq"
-        ))
-        .map_err(sql("read messages"))?;
-    let rows = stmt
+    let session = session.to_string();
+    let state = state.map(Delivery::as_str);
+    let mut out: Vec<Message> = conn
         .query_map(
-            params![session.to_string(), state.map(Delivery::as_str)],
+            &format!(
+                "SELECT {MESSAGE_COLUMNS} FROM messages
+                 WHERE session_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR state = ?2)
+                 ORDER BY seq"
+            ),
+            args![session, state],
             message_from_row,
         )
         .map_err(sql("read messages"))?;
-    let mut out: Vec<Message> = rows
-        .collect::<rusqlite::Result<_>>()
-        .map_err(sql("read messages"))?;
     // Every reference of those messages in one query, in message order, rather than
     // one query per message: a long history has thousands of messages.
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT r.message_id, r.ordinal, r.uri, r.stored_name, r.mime_type, r.size
-             FROM message_refs r JOIN messages m ON m.id = r.message_id
-             WHERE m.session_id = ?1 AND (?2 IS NULL OR m.state = ?2)
-             ORDER BY m.seq, r.ordinal",
-        )
-        .map_err(sql("read references"))?;
-    let mut rows = stmt
-        .query(params![session.to_string(), state.map(Delivery::as_str)])
-        .map_err(sql("read references"))?;
     let mut at = 0;
-    while let Some(row) = rows.next().map_err(sql("read references"))? {
-        let owner: MessageId = parsed(row, 0).map_err(sql("read references"))?;
-        // Both lists are in seq order, so the owner is this message or a later one.
-        // Outside a transaction a message could be added between the two queries;
-        // its references then have no message here and are left out with it.
-        let Some(found) = out[at..].iter().position(|m| m.id == owner) else {
-            continue;
-        };
-        at += found;
-        out[at]
-            .refs
-            .push(reference_from_row(row, 1).map_err(sql("read references"))?);
-    }
+    conn.for_each(
+        "SELECT r.message_id, r.ordinal, r.uri, r.stored_name, r.mime_type, r.size
+         FROM message_refs r JOIN messages m ON m.id = r.message_id
+         WHERE m.session_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR m.state = ?2)
+         ORDER BY m.seq, r.ordinal",
+        args![session, state],
+        |row| {
+            let owner: MessageId = row.parsed(0)?;
+            // Both lists are in seq order, so the owner is this message or a later
+            // one. Outside a transaction a message could be added between the two
+            // queries; its references then have no message here and are left out.
+            let Some(found) = out[at..].iter().position(|m| m.id == owner) else {
+                return Ok(());
+            };
+            at += found;
+            out[at].refs.push(reference_from_row(row, 1)?);
+            Ok(())
+        },
+    )
+    .map_err(sql("read references"))?;
     Ok(out)
 }
 
 /// Every reference a session's messages make, as (URI, message id) in message and
 /// reference order: which messages refer to which file.
 pub fn session_references(
-    conn: &Connection,
+    conn: &Tx<'_>,
     session: &SessionId,
 ) -> Result<Vec<(AttachmentUri, MessageId)>> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT r.uri, r.message_id FROM message_refs r
-             JOIN messages m ON m.id = r.message_id
-             WHERE m.session_id = ?1 ORDER BY m.seq, r.ordinal",
-        )
-        .map_err(sql("read references"))?;
-    let rows = stmt
-        .query_map([session.to_string()], |row| {
-            Ok((parsed(row, 0)?, parsed(row, 1)?))
-        })
-        .map_err(sql("read references"))?;
-    rows.collect::<rusqlite::Result<_>>()
-        .map_err(sql("read references"))
+    conn.query_map(
+        "SELECT r.uri, r.message_id FROM message_refs r
+         JOIN messages m ON m.id = r.message_id
+         WHERE m.session_id = ?1 ORDER BY m.seq, r.ordinal",
+        args![session.to_string()],
+        |row| Ok((row.parsed(0)?, row.parsed(1)?)),
+    )
+    .map_err(sql("read references"))
 }
 
 /// The latest delivered user message of a session, if any: what `dispatch` takes by
 /// default, found without loading the rest of the history.
 pub fn latest_delivered_user_message(
-    conn: &Connection,
+    conn: &Tx<'_>,
     session: &SessionId,
 ) -> Result<Option<Message>> {
     let found = conn
@@ -455,10 +416,9 @@ pub fn latest_delivered_user_message(
                  WHERE session_id = ?1 AND role = 'user' AND state = 'delivered'
                  ORDER BY seq DESC LIMIT 1"
             ),
-            [session.to_string()],
+            args![session.to_string()],
             message_from_row,
         )
-        .optional()
         .map_err(sql("read the latest message"))?;
     match found {
         Some(mut message) => {
@@ -474,16 +434,14 @@ pub fn latest_delivered_user_message(
 fn event_from_row<P>(
     row: &Row<'_>,
     payload: impl Fn(String) -> serde_json::Result<P>,
-) -> rusqlite::Result<Event<P>> {
+) -> Result<Event<P>, DbError> {
     let text: String = row.get(4)?;
     Ok(Event {
         seq: EventSeq(row.get(0)?),
-        session_id: parsed(row, 1)?,
+        session_id: row.parsed(1)?,
         session_seq: row.get(2)?,
         kind: row.get(3)?,
-        payload: payload(text).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Text, e.into())
-        })?,
+        payload: payload(text).map_err(|e| DbError::column(4, e))?,
         created_at: row.get(5)?,
     })
 }
@@ -494,14 +452,14 @@ fn json_value(text: String) -> serde_json::Result<serde_json::Value> {
 
 const EVENT_COLUMNS: &str = "seq, session_id, session_seq, kind, payload, created_at";
 
-pub fn events(conn: &Connection, session: &SessionId) -> Result<Vec<Event>> {
+pub fn events(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Event>> {
     session_events(conn, session, json_value)
 }
 
 /// A session's events with their payloads as text, checked to be JSON as [`events`]
 /// checks them (a row that is not is refused the same way) but not parsed into
 /// values: what restore decodes straight into event payloads.
-pub fn events_as_text(conn: &Connection, session: &SessionId) -> Result<Vec<Event<PayloadText>>> {
+pub fn events_as_text(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Event<PayloadText>>> {
     session_events(conn, session, |text| {
         serde_json::from_str::<serde::de::IgnoredAny>(&text)?;
         Ok(PayloadText(text))
@@ -509,31 +467,25 @@ pub fn events_as_text(conn: &Connection, session: &SessionId) -> Result<Vec<Even
 }
 
 fn session_events<P>(
-    conn: &Connection,
+    conn: &Tx<'_>,
     session: &SessionId,
     payload: impl Fn(String) -> serde_json::Result<P>,
 ) -> Result<Vec<Event<P>>> {
-    let mut stmt = conn
-        .prepare_cached(&format!(
-            "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?1 ORDER BY session_seq"
-        ))
-        .map_err(sql("read events"))?;
-    let rows = stmt
-        .query_map([session.to_string()], |row| event_from_row(row, &payload))
-        .map_err(sql("read events"))?;
-    rows.collect::<rusqlite::Result<_>>()
-        .map_err(sql("read events"))
+    conn.query_map(
+        &format!("SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?1 ORDER BY session_seq"),
+        args![session.to_string()],
+        |row| event_from_row(row, &payload),
+    )
+    .map_err(sql("read events"))
 }
 
 /// Every event, in log order; `verify` groups them by session itself so that events
 /// naming a session that no longer exists are still seen.
-pub fn all_events(conn: &Connection) -> Result<Vec<Event>> {
-    let mut stmt = conn
-        .prepare(&format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY seq"))
-        .map_err(sql("read events"))?;
-    let rows = stmt
-        .query_map([], |row| event_from_row(row, json_value))
-        .map_err(sql("read events"))?;
-    rows.collect::<rusqlite::Result<_>>()
-        .map_err(sql("read events"))
+pub fn all_events(conn: &Tx<'_>) -> Result<Vec<Event>> {
+    conn.query_map(
+        &format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY seq"),
+        args![],
+        |row| event_from_row(row, json_value),
+    )
+    .map_err(sql("read events"))
 }

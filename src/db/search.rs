@@ -3,9 +3,9 @@
 //! the index for an erasure; the index's rows are written by the triggers, in the
 //! transaction of the rows they follow, never here.
 
-use rusqlite::{Connection, params};
 use serde::Serialize;
 
+use super::sql::{DbError, Engine, Tx, args};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
 
@@ -32,7 +32,7 @@ pub struct Hit {
 /// best-ranked first. A query FTS5 cannot parse is `Error::SearchQuery`, one line
 /// in FTS5's words, never the SQL around it.
 pub fn search(
-    conn: &Connection,
+    conn: &Tx<'_>,
     query: &str,
     session: Option<&SessionId>,
     limit: u32,
@@ -43,19 +43,33 @@ pub fn search(
             reason: "the query is empty".to_owned(),
         });
     }
-    let mut stmt = conn
-        .prepare_cached(
+    let statement = match conn.engine() {
+        Engine::Sqlite => {
             "SELECT e.session_id, e.entry_id, e.source,
                     snippet(search, 0, ?4, ?5, '…', 16), search.rank
              FROM search JOIN search_entries e ON e.id = search.rowid
              WHERE search MATCH ?1 AND (?2 IS NULL OR e.session_id = ?2)
-             ORDER BY search.rank, e.id LIMIT ?3",
-        )
-        .map_err(|e| Error::sqlite("prepare a search", e))?;
-    let fail = |e: rusqlite::Error| query_error(query, e);
-    let rows = stmt
+             ORDER BY search.rank, e.id LIMIT ?3"
+        }
+        // PostgreSQL's own full-text search over the text the V4 triggers keep beside
+        // each entry: web-search syntax ("phrases", or, -word), ranked by ts_rank
+        // negated so that, as with bm25, lower is better.
+        Engine::Postgres => {
+            "SELECT e.session_id, e.entry_id, e.source,
+                    ts_headline('simple', e.body, q,
+                        'StartSel=' || CAST(?4 AS TEXT) || ', StopSel=' || CAST(?5 AS TEXT)
+                        || ', MaxWords=16, MinWords=4, HighlightAll=false'),
+                    CAST(-ts_rank(e.doc, q) AS DOUBLE PRECISION) AS rank
+             FROM search_entries e, websearch_to_tsquery('simple', CAST(?1 AS TEXT)) AS q
+             WHERE e.doc @@ q AND (CAST(?2 AS TEXT) IS NULL OR e.session_id = ?2)
+             ORDER BY rank, e.id LIMIT ?3"
+        }
+    };
+    let fail = |e: DbError| query_error(query, e);
+    let rows = conn
         .query_map(
-            params![
+            statement,
+            args![
                 query,
                 session.map(|s| s.to_string()),
                 limit,
@@ -63,42 +77,33 @@ pub fn search(
                 MATCH_END
             ],
             |row| {
-                let session: String = row.get(0)?;
-                let entry: String = row.get(1)?;
                 let source: String = row.get(2)?;
-                Ok((session, entry, source, row.get(3)?, row.get(4)?))
+                Ok(Hit {
+                    session_id: row.parsed(0)?,
+                    message_id: if source == "title" {
+                        None
+                    } else {
+                        Some(row.get(1)?)
+                    },
+                    source,
+                    snippet: row.get(3)?,
+                    rank: row.get(4)?,
+                })
             },
         )
         .map_err(fail)?;
-    let mut hits = Vec::new();
-    for row in rows {
-        let (session, entry, source, snippet, rank) = row.map_err(fail)?;
-        let session_id = session.parse().map_err(|e: crate::IdError| Error::Sqlite {
-            action: "read a search hit",
-            cause: rusqlite::Error::FromSqlConversionFailure(
-                0,
-                rusqlite::types::Type::Text,
-                e.to_string().into(),
-            ),
-        })?;
-        hits.push(Hit {
-            session_id,
-            message_id: (source != "title").then_some(entry),
-            source,
-            snippet,
-            rank,
-        });
-    }
-    Ok(hits)
+    Ok(rows)
 }
 
 /// The statement was prepared before the query ran, so a plain `SQLITE_ERROR` while
 /// stepping it is FTS5 refusing the query (`fts5: syntax error near ...`,
 /// `unterminated string`, `no such column: x` for `x:word`): the caller's query, told
 /// in FTS5's words. Anything else (busy, I/O, corruption) is the database's.
-fn query_error(query: &str, e: rusqlite::Error) -> Error {
+fn query_error(query: &str, e: DbError) -> Error {
     match &e {
-        rusqlite::Error::SqliteFailure(f, Some(text)) if f.extended_code == 1 => {
+        DbError::Sqlite(rusqlite::Error::SqliteFailure(f, Some(text)))
+            if f.extended_code == 1 =>
+        {
             Error::SearchQuery {
                 query: query.to_owned(),
                 // FTS5 names the offending token after a colon; for an empty one
@@ -110,7 +115,7 @@ fn query_error(query: &str, e: rusqlite::Error) -> Error {
                     .to_owned(),
             }
         }
-        _ => Error::sqlite("search", e),
+        _ => Error::db("search", e),
     }
 }
 
@@ -120,8 +125,10 @@ fn query_error(query: &str, e: rusqlite::Error) -> Error {
 /// of a renamed title or a continued agent message. An erasure runs this in its own
 /// transaction, on a connection with `secure_delete` on, so the pages the old segments
 /// free are zeroed. It costs a rewrite of the whole index, once per erasure.
-pub fn purge_deleted(conn: &Connection) -> Result<()> {
-    conn.execute("INSERT INTO search (search) VALUES ('optimize')", [])
-        .map_err(|e| Error::sqlite("merge the search index", e))?;
+pub fn purge_deleted(conn: &Tx<'_>) -> Result<()> {
+    if conn.engine() == Engine::Sqlite {
+        conn.execute("INSERT INTO search (search) VALUES ('optimize')", args![])
+            .map_err(super::queries::sql("merge the search index"))?;
+    }
     Ok(())
 }

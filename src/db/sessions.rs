@@ -5,49 +5,32 @@
 
 use std::collections::HashSet;
 
-use rusqlite::{Connection, OptionalExtension, params};
-
+use super::queries::sql;
+use super::sql::{DbError, Row, Tx, args};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::lifecycle::{SessionCursor, SessionSummary};
-
-fn sql(action: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
-    move |e| Error::sqlite(action, e)
-}
 
 /// Columns of a summary: the session, its message count, and the bytes of the
 /// distinct attachments its messages refer to (by URI, each counted once).
 const SUMMARY: &str = "
     SELECT s.id, s.title, s.tools_host, s.created_at, s.updated_at,
            (SELECT count(*) FROM messages m WHERE m.session_id = s.id),
-           (SELECT coalesce(sum(size), 0) FROM
+           (SELECT CAST(coalesce(sum(size), 0) AS BIGINT) FROM
                (SELECT max(r.size) AS size FROM messages m
                   JOIN message_refs r ON r.message_id = m.id
-                 WHERE m.session_id = s.id GROUP BY r.uri))
+                 WHERE m.session_id = s.id GROUP BY r.uri) AS distinct_files)
       FROM sessions s";
 
-fn summary_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionSummary> {
-    let text = |idx: usize| -> rusqlite::Result<String> { row.get(idx) };
-    let parse_err = |idx: usize, e: String| {
-        rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, e.into())
-    };
-    let count = |idx: usize| -> rusqlite::Result<u64> {
-        u64::try_from(row.get::<_, i64>(idx)?).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Integer, e.into())
-        })
-    };
+fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary, DbError> {
     Ok(SessionSummary {
-        id: text(0)?
-            .parse()
-            .map_err(|e: crate::IdError| parse_err(0, e.to_string()))?,
+        id: row.parsed(0)?,
         title: row.get(1)?,
-        tools_host: text(2)?
-            .parse()
-            .map_err(|e: Error| parse_err(2, e.to_string()))?,
-        created_at: text(3)?,
-        updated_at: text(4)?,
-        messages: count(5)?,
-        attachment_bytes: count(6)?,
+        tools_host: row.parsed(2)?,
+        created_at: row.get(3)?,
+        updated_at: row.get(4)?,
+        messages: row.get(5)?,
+        attachment_bytes: row.get(6)?,
     })
 }
 
@@ -55,7 +38,7 @@ fn summary_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionSummary>
 /// The row-value comparison walks the `sessions_by_updated (updated_at, id)` index
 /// backwards from the cursor, so a page costs the same wherever it starts.
 pub fn page(
-    conn: &Connection,
+    conn: &Tx<'_>,
     limit: usize,
     cursor: Option<&SessionCursor>,
 ) -> Result<Vec<SessionSummary>> {
@@ -63,28 +46,19 @@ pub fn page(
         what: "a page size",
     })?;
     let rows = match cursor {
-        None => {
-            let mut stmt = conn
-                .prepare_cached(&format!(
-                    "{SUMMARY} ORDER BY s.updated_at DESC, s.id DESC LIMIT ?1"
-                ))
-                .map_err(sql("list sessions"))?;
-            stmt.query_map([limit], summary_from_row)
-                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-        }
-        Some(c) => {
-            let mut stmt = conn
-                .prepare_cached(&format!(
-                    "{SUMMARY} WHERE (s.updated_at, s.id) < (?1, ?2)
-                     ORDER BY s.updated_at DESC, s.id DESC LIMIT ?3"
-                ))
-                .map_err(sql("list sessions"))?;
-            stmt.query_map(
-                params![c.updated_at, c.id.to_string(), limit],
-                summary_from_row,
-            )
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-        }
+        None => conn.query_map(
+            &format!("{SUMMARY} ORDER BY s.updated_at DESC, s.id DESC LIMIT ?1"),
+            args![limit],
+            summary_from_row,
+        ),
+        Some(c) => conn.query_map(
+            &format!(
+                "{SUMMARY} WHERE (s.updated_at, s.id) < (?1, ?2)
+                 ORDER BY s.updated_at DESC, s.id DESC LIMIT ?3"
+            ),
+            args![c.updated_at, c.id.to_string(), limit],
+            summary_from_row,
+        ),
     };
     rows.map_err(sql("list sessions"))
 }
@@ -99,25 +73,25 @@ pub struct Counts {
     pub refs: u64,
 }
 
-pub fn counts(conn: &Connection, id: &SessionId) -> Result<Counts> {
+pub fn counts(conn: &Tx<'_>, id: &SessionId) -> Result<Counts> {
     conn.query_row(
         "SELECT (SELECT count(*) FROM messages WHERE session_id = ?1),
                 (SELECT count(*) FROM items WHERE session_id = ?1),
                 (SELECT count(*) FROM events WHERE session_id = ?1),
                 (SELECT count(*) FROM message_refs r JOIN messages m ON m.id = r.message_id
                   WHERE m.session_id = ?1)",
-        [id.to_string()],
+        args![id.to_string()],
         |r| {
-            let n = |i| r.get::<_, i64>(i).map(|v| v.max(0) as u64);
             Ok(Counts {
-                messages: n(0)?,
-                items: n(1)?,
-                events: n(2)?,
-                refs: n(3)?,
+                messages: r.get(0)?,
+                items: r.get(1)?,
+                events: r.get(2)?,
+                refs: r.get(3)?,
             })
         },
     )
-    .map_err(sql("count a session's rows"))
+    .map_err(sql("count a session's rows"))?
+    .ok_or(Error::SessionNotFound(*id))
 }
 
 /// What the database knows of a session id.
@@ -132,14 +106,13 @@ pub enum State {
     Unknown,
 }
 
-pub fn state(conn: &Connection, id: &SessionId) -> Result<State> {
+pub fn state(conn: &Tx<'_>, id: &SessionId) -> Result<State> {
     let live: Option<i64> = conn
         .query_row(
             "SELECT 1 FROM sessions WHERE id = ?1",
-            [id.to_string()],
+            args![id.to_string()],
             |r| r.get(0),
         )
-        .optional()
         .map_err(sql("look a session up"))?;
     if live.is_some() {
         return Ok(State::Live);
@@ -148,35 +121,34 @@ pub fn state(conn: &Connection, id: &SessionId) -> Result<State> {
         .query_row(
             "SELECT deleted_at, messages, items, events, refs FROM tombstones
              WHERE session_id = ?1",
-            [id.to_string()],
+            args![id.to_string()],
             |r| {
-                let n = |i| r.get::<_, i64>(i).map(|v| v.max(0) as u64);
                 Ok(State::Deleted {
                     at: r.get(0)?,
                     counts: Counts {
-                        messages: n(1)?,
-                        items: n(2)?,
-                        events: n(3)?,
-                        refs: n(4)?,
+                        messages: r.get(1)?,
+                        items: r.get(2)?,
+                        events: r.get(3)?,
+                        refs: r.get(4)?,
                     },
                 })
             },
         )
-        .optional()
         .map_err(sql("look a tombstone up"))?;
     Ok(tomb.unwrap_or(State::Unknown))
 }
 
 /// Whether `id` names a session or a deleted one: either way a new session cannot
 /// take it.
-pub fn id_taken(conn: &Connection, id: &SessionId) -> Result<bool> {
+pub fn id_taken(conn: &Tx<'_>, id: &SessionId) -> Result<bool> {
     conn.query_row(
         "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)
              OR EXISTS (SELECT 1 FROM tombstones WHERE session_id = ?1)",
-        [id.to_string()],
+        args![id.to_string()],
         |r| r.get(0),
     )
-    .map_err(|e| Error::sqlite("look for a session id", e))
+    .map_err(sql("look for a session id"))
+    .map(|taken| taken.unwrap_or(false))
 }
 
 /// Erases a live session: writes its tombstone first (the `events_no_delete` trigger
@@ -184,13 +156,13 @@ pub fn id_taken(conn: &Connection, id: &SessionId) -> Result<bool> {
 /// messages, items, events and the session row, children before parents. Returns
 /// what went. Run on a connection with `secure_delete` on, so the freed space is
 /// zeroed rather than left holding the text.
-pub fn erase(conn: &Connection, id: &SessionId, at: &str) -> Result<Counts> {
+pub fn erase(conn: &Tx<'_>, id: &SessionId, at: &str) -> Result<Counts> {
     let counts = counts(conn, id)?;
     let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     conn.execute(
         "INSERT INTO tombstones (session_id, deleted_at, messages, items, events, refs)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![
+        args![
             id.to_string(),
             at,
             as_i64(counts.messages),
@@ -221,45 +193,39 @@ pub fn erase(conn: &Connection, id: &SessionId, at: &str) -> Result<Counts> {
         ),
         ("delete a session", "DELETE FROM sessions WHERE id = ?1"),
     ] {
-        conn.execute(statement, [&id]).map_err(sql(action))?;
+        conn.execute(statement, args![id]).map_err(sql(action))?;
     }
     Ok(counts)
 }
 
 /// The stored names a live session's messages refer to: what gc must keep in its
 /// folder under the configured root.
-pub fn referenced_names(conn: &Connection, id: &SessionId) -> Result<HashSet<String>> {
-    let mut stmt = conn
-        .prepare_cached(
+pub fn referenced_names(conn: &Tx<'_>, id: &SessionId) -> Result<HashSet<String>> {
+    let names = conn
+        .query_map(
             "SELECT DISTINCT r.stored_name FROM message_refs r
                JOIN messages m ON m.id = r.message_id WHERE m.session_id = ?1",
+            args![id.to_string()],
+            |r| r.get::<String>(0),
         )
         .map_err(sql("read a session's references"))?;
-    let names = stmt
-        .query_map([id.to_string()], |r| r.get(0))
-        .and_then(|rows| rows.collect::<rusqlite::Result<HashSet<String>>>())
-        .map_err(sql("read a session's references"))?;
-    Ok(names)
+    Ok(names.into_iter().collect())
 }
 
 /// Tombstones, and a problem for each deleted session that still has rows or events
 /// (its erasure did not finish, or something wrote under its id since).
-pub fn tombstone_problems(conn: &Connection) -> Result<(usize, Vec<String>)> {
-    let mut stmt = conn
-        .prepare(
+pub fn tombstone_problems(conn: &Tx<'_>) -> Result<(usize, Vec<String>)> {
+    let rows: Vec<(String, [i64; 4])> = conn
+        .query_map(
             "SELECT t.session_id,
                     (SELECT count(*) FROM sessions WHERE id = t.session_id),
                     (SELECT count(*) FROM messages WHERE session_id = t.session_id),
                     (SELECT count(*) FROM items WHERE session_id = t.session_id),
                     (SELECT count(*) FROM events WHERE session_id = t.session_id)
                FROM tombstones t ORDER BY t.session_id",
+            args![],
+            |r| Ok((r.get(0)?, [r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?])),
         )
-        .map_err(sql("read tombstones"))?;
-    let rows: Vec<(String, [i64; 4])> = stmt
-        .query_map([], |r| {
-            Ok((r.get(0)?, [r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?]))
-        })
-        .and_then(|rows| rows.collect())
         .map_err(sql("read tombstones"))?;
     let mut problems = Vec::new();
     for (id, [session, messages, items, events]) in &rows {

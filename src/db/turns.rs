@@ -4,18 +4,15 @@
 //! `crate::turns`, so this file only loads what it needs and stores what it returns.
 
 use agent_client_protocol_schema::v1::SessionUpdate;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::sql::{DbError, Row, Tx, args};
 
 use crate::error::{Error, Result};
 use crate::ids::{ItemId, SessionId};
 use crate::model::{CreatedItem, EventPayload, Item, ItemBody};
 use crate::turns::{self, Slot, State};
 
-use super::queries::{append_event, get_session, now};
-
-fn sql(action: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
-    move |e| Error::sqlite(action, e)
-}
+use super::queries::{append_event, get_session, now, sql};
 
 /// What `record` stored: how many updates, and the items it created or changed, in
 /// the order the batch first touched them.
@@ -26,58 +23,49 @@ pub struct Recorded {
 }
 
 /// The next place in a session's history, which messages and items share.
-pub fn next_seq(conn: &Connection, session: &SessionId) -> Result<i64> {
-    conn.prepare_cached(
+pub fn next_seq(conn: &Tx<'_>, session: &SessionId) -> Result<i64> {
+    conn.query_row(
         "SELECT coalesce(max(seq), 0) + 1 FROM (
              SELECT max(seq) AS seq FROM messages WHERE session_id = ?1
              UNION ALL
-             SELECT max(seq) FROM items WHERE session_id = ?1)",
+             SELECT max(seq) FROM items WHERE session_id = ?1) AS history",
+        args![session.to_string()],
+        |r| r.get(0),
     )
-    .and_then(|mut select| select.query_row([session.to_string()], |r| r.get(0)))
-    .map_err(sql("number a history entry"))
+    .map_err(sql("number a history entry"))?
+    .ok_or(Error::OutOfRange {
+        what: "a history entry's sequence number",
+    })
 }
 
 const ITEM_COLUMNS: &str = "id, session_id, seq, kind, body, created_at, updated_at";
 
-fn item_from_row(row: &Row<'_>) -> rusqlite::Result<Item> {
-    let id: String = row.get(0)?;
-    let session: String = row.get(1)?;
+fn item_from_row(row: &Row<'_>) -> Result<Item, DbError> {
     let kind: String = row.get(3)?;
     let body: String = row.get(4)?;
-    let bad = |idx: usize, e: String| {
-        rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, e.into())
-    };
     Ok(Item {
-        id: id
-            .parse()
-            .map_err(|e: crate::IdError| bad(0, e.to_string()))?,
-        session_id: session
-            .parse()
-            .map_err(|e: crate::IdError| bad(1, e.to_string()))?,
+        id: row.parsed(0)?,
+        session_id: row.parsed(1)?,
         seq: row.get(2)?,
-        body: ItemBody::from_json(&kind, &body).map_err(|e| bad(4, e))?,
+        body: ItemBody::from_json(&kind, &body).map_err(|e| DbError::column(4, e))?,
         created_at: row.get(5)?,
         updated_at: row.get(6)?,
     })
 }
 
 /// A session's items in history order.
-pub fn items(conn: &Connection, session: &SessionId) -> Result<Vec<Item>> {
-    let mut stmt = conn
-        .prepare_cached(&format!(
-            "SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 ORDER BY seq"
-        ))
-        .map_err(sql("read items"))?;
-    let rows = stmt
-        .query_map([session.to_string()], item_from_row)
-        .map_err(sql("read items"))?;
-    rows.collect::<rusqlite::Result<_>>()
-        .map_err(sql("read items"))
+pub fn items(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Item>> {
+    conn.query_map(
+        &format!("SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 ORDER BY seq"),
+        args![session.to_string()],
+        item_from_row,
+    )
+    .map_err(sql("read items"))
 }
 
 /// What of the session's history `batch` may change: the last entry when it is an
 /// agent message or thought, and the tool calls the batch names.
-fn state_for(conn: &Connection, session: &SessionId, batch: &[SessionUpdate]) -> Result<State> {
+fn state_for(conn: &Tx<'_>, session: &SessionId, batch: &[SessionUpdate]) -> Result<State> {
     let mut state = State::default();
     let last = next_seq(conn, session)? - 1;
     let tail = conn
@@ -86,21 +74,20 @@ fn state_for(conn: &Connection, session: &SessionId, batch: &[SessionUpdate]) ->
                 "SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 AND seq = ?2
                  AND kind IN ('agent_message', 'agent_thought')"
             ),
-            params![session.to_string(), last],
+            args![session.to_string(), last],
             item_from_row,
         )
-        .optional()
         .map_err(sql("read the last item"))?;
     state.tail = tail.map(|item| (item.id, item.body));
-    let mut stmt = conn
-        .prepare_cached(&format!(
-            "SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 AND tool_call_id = ?2"
-        ))
-        .map_err(sql("read a tool call"))?;
+    let by_call =
+        format!("SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 AND tool_call_id = ?2");
     for id in turns::tool_call_ids(batch) {
-        let found = stmt
-            .query_row(params![session.to_string(), id.to_string()], item_from_row)
-            .optional()
+        let found = conn
+            .query_row(
+                &by_call,
+                args![session.to_string(), id.to_string()],
+                item_from_row,
+            )
             .map_err(sql("read a tool call"))?;
         if let Some(Item {
             id: item,
@@ -117,7 +104,7 @@ fn state_for(conn: &Connection, session: &SessionId, batch: &[SessionUpdate]) ->
 /// Records a batch of updates for `session`: every update is checked and merged before
 /// anything is written, then the items and one `turn_recorded` event (holding the
 /// updates as received) are written through `conn`, the caller's transaction.
-pub fn record(conn: &Connection, session: &SessionId, batch: &[SessionUpdate]) -> Result<Recorded> {
+pub fn record(conn: &Tx<'_>, session: &SessionId, batch: &[SessionUpdate]) -> Result<Recorded> {
     get_session(conn, session)?;
     if batch.is_empty() {
         return Ok(Recorded {
@@ -147,7 +134,7 @@ pub fn record(conn: &Connection, session: &SessionId, batch: &[SessionUpdate]) -
                     "INSERT INTO items
                        (id, session_id, seq, kind, tool_call_id, body, created_at, updated_at)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
-                    params![
+                    args![
                         id.to_string(),
                         session.to_string(),
                         seq,
@@ -164,7 +151,7 @@ pub fn record(conn: &Connection, session: &SessionId, batch: &[SessionUpdate]) -
             Slot::Stored(id) => {
                 conn.execute(
                     "UPDATE items SET body = ?2, updated_at = ?3 WHERE id = ?1",
-                    params![id.to_string(), body.to_json(), at],
+                    args![id.to_string(), body.to_json(), at],
                 )
                 .map_err(sql("update an item"))?;
                 touched.push(*id);

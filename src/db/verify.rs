@@ -7,6 +7,8 @@ use std::path::Path;
 
 use rusqlite::Connection;
 
+use super::queries::sql;
+use super::sql::{Tx, args};
 use crate::db::turns as queries_turns;
 use crate::db::{queries, schema};
 use crate::error::{Error, Result};
@@ -32,8 +34,17 @@ impl VerifyReport {
     }
 }
 
-pub fn verify(conn: &Connection) -> Result<VerifyReport> {
-    let mut report = VerifyReport::default();
+/// What only the engine can tell: SQLite's integrity and foreign-key checks and its
+/// schema against the migrations'; PostgreSQL keeps its own pages and foreign keys
+/// whole, so there only the schema objects are checked.
+fn engine_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
+    let Some(conn) = tx.sqlite_conn() else {
+        #[cfg(feature = "postgres")]
+        return super::postgres::schema_problems(tx);
+        #[cfg(not(feature = "postgres"))]
+        unreachable!("a PostgreSQL transaction exists only with the postgres feature");
+    };
+    let mut problems = Vec::new();
     let mut stmt = conn
         .prepare("PRAGMA integrity_check")
         .map_err(|e| Error::sqlite("run the integrity check", e))?;
@@ -41,13 +52,13 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
         .query_map([], |r| r.get(0))
         .and_then(|rows| rows.collect())
         .map_err(|e| Error::sqlite("run the integrity check", e))?;
-    report.problems.extend(
+    problems.extend(
         lines
             .into_iter()
             .filter(|l| l != "ok")
             .map(|l| format!("sqlite: {l}")),
     );
-    report.problems.extend(schema_problems(conn)?);
+    problems.extend(schema_problems(conn)?);
     let mut fk = conn
         .prepare("PRAGMA foreign_key_check")
         .map_err(|e| Error::sqlite("check foreign keys", e))?;
@@ -56,10 +67,18 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
         .and_then(|rows| rows.collect())
         .map_err(|e| Error::sqlite("check foreign keys", e))?;
     for (table, rowid) in dangling {
-        report.problems.push(format!(
+        problems.push(format!(
             "{table} row {rowid} points at a row that does not exist"
         ));
     }
+    Ok(problems)
+}
+
+pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
+    let mut report = VerifyReport {
+        problems: engine_problems(conn)?,
+        ..VerifyReport::default()
+    };
 
     let sessions = queries::list_sessions(conn)?;
     let events = queries::all_events(conn)?;
@@ -92,10 +111,11 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
                 let count: i64 = conn
                     .query_row(
                         "SELECT count(*) FROM messages WHERE session_id = ?1",
-                        [session.id.to_string()],
+                        args![session.id.to_string()],
                         |r| r.get(0),
                     )
-                    .map_err(|e| Error::sqlite("count messages", e))?;
+                    .map_err(sql("count messages"))?
+                    .unwrap_or(0);
                 report.messages += usize::try_from(count).unwrap_or(0);
                 continue;
             }
@@ -124,9 +144,13 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
             }
         }
     }
-    let total: i64 = conn
-        .query_row("SELECT count(*) FROM messages", [], |r| r.get(0))
-        .map_err(|e| Error::sqlite("count messages", e))?;
+    let count = |statement: &str, action: &'static str| -> Result<i64> {
+        Ok(conn
+            .query_row(statement, args![], |r| r.get(0))
+            .map_err(sql(action))?
+            .unwrap_or(0))
+    };
+    let total = count("SELECT count(*) FROM messages", "count messages")?;
     // The subtraction is checked: a file edited behind the store could make the rows
     // read per session outnumber the table's own count.
     let counted = usize::try_from(total).unwrap_or(0);
@@ -143,17 +167,12 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport> {
     let (tombstones, problems) = crate::db::sessions::tombstone_problems(conn)?;
     report.tombstones = tombstones;
     report.problems.extend(problems);
-    let items: i64 = conn
-        .query_row("SELECT count(*) FROM items", [], |r| r.get(0))
-        .map_err(|e| Error::sqlite("count items", e))?;
+    let items = count("SELECT count(*) FROM items", "count items")?;
     report.items = usize::try_from(items).unwrap_or(0);
-    let owned: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM items WHERE session_id IN (SELECT id FROM sessions)",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(|e| Error::sqlite("count items", e))?;
+    let owned = count(
+        "SELECT count(*) FROM items WHERE session_id IN (SELECT id FROM sessions)",
+        "count items",
+    )?;
     if owned != items {
         report.problems.push(format!(
             "{} items belong to no listed session",
@@ -201,7 +220,9 @@ fn objects(conn: &Connection) -> rusqlite::Result<Objects> {
 /// its header; a dropped trigger would let the next write skip a guarantee. Read
 /// through a connection that leaves no trace.
 pub(crate) fn require_intact_schema(path: &Path) -> Result<()> {
-    let problems = super::readonly::read(path, |tx| schema_problems(tx))?;
+    let problems = super::readonly::read(path, |tx| {
+        schema_problems(tx)
+    })?;
     if problems.is_empty() {
         return Ok(());
     }

@@ -211,7 +211,7 @@ fn collect_live(
     dry_run: bool,
     report: &mut GcReport,
 ) -> std::result::Result<(), Collect> {
-    let judge = |tx: &rusqlite::Transaction<'_>, remove: bool| {
+    let judge = |tx: &crate::db::Tx<'_>, remove: bool| {
         let referenced = sessions::referenced_names(tx, &id)?;
         let files = attachments.folder_files(&id).map_err(Collect::Io)?;
         let mut unreferenced = Tally::default();

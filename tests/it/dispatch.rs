@@ -901,7 +901,7 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
     assert!(
         matches!(
             err,
-            Error::Sqlite {
+            Error::DamagedRow {
                 action: "read references",
                 ..
             }

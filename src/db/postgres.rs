@@ -1,0 +1,535 @@
+//! The store on a PostgreSQL server: the connection pool, transactions that serialize
+//! concurrent writers (serializable isolation, retried when PostgreSQL reports that a
+//! transaction lost a race), read-only transactions for commands that only read, and
+//! the schema's migrations from `migrations-postgres/` with the same versions, names
+//! and refusals as the SQLite ones. It never touches attachment files.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::error::SqlState;
+use postgres::{Client, IsolationLevel, NoTls};
+use r2d2_postgres::PostgresConnectionManager;
+use refinery::Migration;
+
+use super::Access;
+use super::schema::{Applied, MigrationReport, current};
+use super::sql::{DbError, Tx, args};
+use crate::error::{Error, Result};
+
+mod embedded {
+    refinery::embed_migrations!("migrations-postgres");
+}
+
+/// How many connections one store keeps at most; a daemon per host each has its own.
+const MAX_CONNECTIONS: u32 = 8;
+/// How long a caller waits for a connection (the server down, or all in use).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a write keeps retrying after losing races to other writers.
+const RETRY_FOR: Duration = Duration::from_secs(30);
+/// A key for the advisory lock that makes concurrent `migrate` runs take turns.
+const MIGRATION_LOCK: i64 = 0x5e55_1075_70e0_0001;
+
+type Manager = PostgresConnectionManager<NoTls>;
+
+/// A PostgreSQL database: a pool of connections, and whether this store may write.
+#[derive(Clone)]
+pub struct PgDb {
+    pool: r2d2::Pool<Manager>,
+    /// The connection string without its password, for messages.
+    shown: Arc<str>,
+    read_only: bool,
+}
+
+/// The migrations for PostgreSQL compiled into this binary, in version order.
+fn migrations() -> Vec<Migration> {
+    let mut all = embedded::migrations::runner().get_migrations().clone();
+    all.sort_by_key(|m| m.version());
+    all
+}
+
+/// The connection string as it may be printed: the password, if any, replaced.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((name, _password)) => format!("{name}:***@{host}"),
+            None => format!("{user}@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    // A password can also come as a query parameter.
+    let tail = tail
+        .split('&')
+        .map(|part| match part.split_once("password=") {
+            Some((before, _)) => format!("{before}password=***"),
+            None => part.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("&");
+    format!("{scheme}://{authority}{tail}")
+}
+
+fn shown_path(shown: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(shown)
+}
+
+fn connect_error(shown: &str, detail: impl std::fmt::Display) -> Error {
+    Error::NotDatabase {
+        path: shown_path(shown),
+        detail: detail.to_string(),
+    }
+}
+
+fn pg(action: &'static str) -> impl FnOnce(postgres::Error) -> Error {
+    move |e| Error::db(action, DbError::Postgres(e))
+}
+
+/// Whether a failed transaction lost a race that running it again can win, given
+/// how many times it has already run again.
+fn lost_race(e: &Error, attempt: u32) -> bool {
+    let Error::Postgres { cause, .. } = e else {
+        return false;
+    };
+    match cause.code() {
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE => true,
+        Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED => true,
+        // Two writers that both computed the next sequence number of one session can
+        // also meet at its unique index; that is retried a few times like a race,
+        // while a key that is truly taken fails the same way every time.
+        Some(c) if *c == SqlState::UNIQUE_VIOLATION => attempt < 8,
+        _ => false,
+    }
+}
+
+impl PgDb {
+    /// Connects, then brings the schema up to date (`Create`, `Existing`) or checks
+    /// that it already is (`ReadOnly`), refusing a schema newer than this binary.
+    pub fn open(url: &str, access: Access) -> Result<PgDb> {
+        let shown: Arc<str> = redact(url).into();
+        let config: postgres::Config = url
+            .parse()
+            .map_err(|e| connect_error(&shown, format!("not a valid connection string: {e}")))?;
+        let pool = r2d2::Pool::builder()
+            .max_size(MAX_CONNECTIONS)
+            .min_idle(Some(0))
+            .connection_timeout(CONNECT_TIMEOUT)
+            // Errors of failed connection attempts are returned to the caller, not
+            // logged by r2d2 on its own.
+            .error_handler(Box::new(r2d2::NopErrorHandler))
+            .build_unchecked(PostgresConnectionManager::new(config, NoTls));
+        let db = PgDb {
+            pool,
+            shown,
+            read_only: access == Access::ReadOnly,
+        };
+        let mut client = db.client()?;
+        let applied = read_history(&mut client)?;
+        refuse_unknown(&db.shown, applied.as_deref().unwrap_or(&[]))?;
+        match (access, applied) {
+            (Access::ReadOnly, applied) => {
+                let applied = applied.unwrap_or_default();
+                let latest = latest_version();
+                if current(&applied) < latest {
+                    return Err(Error::NeedsMigration {
+                        path: shown_path(&db.shown),
+                        found: current(&applied),
+                        latest,
+                    });
+                }
+            }
+            (Access::Existing, None) => return Err(Error::NoDatabase(shown_path(&db.shown))),
+            (Access::Existing, Some(_)) | (Access::Create, _) => {
+                migrate_client(&mut client, &db.shown)?;
+            }
+        }
+        Ok(db)
+    }
+
+    fn client(&self) -> Result<r2d2::PooledConnection<Manager>> {
+        self.pool.get().map_err(|e| {
+            connect_error(&self.shown, format!("cannot connect to the server: {e}"))
+        })
+    }
+
+    /// Runs `f` in a serializable transaction and commits it. PostgreSQL rolls back
+    /// a transaction whose outcome would differ from some serial order of the
+    /// transactions around it (two writers appending to one session, say); that one
+    /// is run again, from a fresh snapshot, until it commits or `RETRY_FOR` passes.
+    pub fn write<T>(&self, mut f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
+        if self.read_only {
+            return Err(Error::ReadOnly(shown_path(&self.shown)));
+        }
+        let started = std::time::Instant::now();
+        let mut attempt: u32 = 0;
+        loop {
+            let mut client = self.client()?;
+            let outcome = (|| {
+                let tx = client
+                    .build_transaction()
+                    .isolation_level(IsolationLevel::Serializable)
+                    .start()
+                    .map_err(pg("begin a write"))?;
+                let tx = Tx::postgres(tx);
+                let value = f(&tx)?;
+                tx.into_postgres()
+                    .expect("made from a PostgreSQL transaction")
+                    .commit()
+                    .map_err(pg("commit a write"))?;
+                Ok(value)
+            })();
+            match outcome {
+                Err(e) if lost_race(&e, attempt) && started.elapsed() < RETRY_FOR && attempt < 200 => {
+                    attempt += 1;
+                    tracing::debug!("write lost a race (attempt {attempt}), running it again");
+                    // Back off a little, more each time, with jitter so that two
+                    // writers that collided do not collide again in step.
+                    let jitter = u64::from(std::process::id() ^ attempt.wrapping_mul(7919)) % 5;
+                    std::thread::sleep(Duration::from_millis(
+                        u64::from(attempt.min(20)) + jitter,
+                    ));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Runs `f` in one read-only snapshot (`REPEATABLE READ`, `READ ONLY`): it sees
+    /// one moment of the database and cannot write, whatever `f` runs.
+    pub fn read<T>(&self, f: impl Fn(&Tx<'_>) -> Result<T>) -> Result<T> {
+        let mut client = self.client()?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .map_err(pg("begin a read"))?;
+        let tx = Tx::postgres(tx);
+        f(&tx)
+        // Dropping the transaction rolls it back: it changed nothing to commit.
+    }
+
+    /// `write`, then a plain `VACUUM` of the tables a session's rows live in, so the
+    /// space of the deleted rows is reclaimed rather than left for autovacuum. Unlike
+    /// SQLite's `secure_delete`, PostgreSQL does not zero freed space: the bytes stay
+    /// in the data files and the write-ahead log until they are overwritten. Returns
+    /// whether the vacuum ran.
+    pub fn erase<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<(T, bool)> {
+        let value = self.write(f)?;
+        let mut client = self.client()?;
+        let vacuumed = client
+            .batch_execute("VACUUM sessions, messages, message_refs, items, events, search_entries")
+            .is_ok();
+        Ok((value, vacuumed))
+    }
+}
+
+/// The newest schema version this binary knows for PostgreSQL.
+pub fn latest_version() -> i64 {
+    migrations()
+        .iter()
+        .map(|m| i64::from(m.version()))
+        .max()
+        .unwrap_or(0)
+}
+
+/// refinery's history in the connection's schema, or `None` when there is none.
+fn read_history(client: &mut Client) -> Result<Option<Vec<Applied>>> {
+    let exists: bool = client
+        .query_one(
+            "SELECT to_regclass('refinery_schema_history') IS NOT NULL",
+            &[],
+        )
+        .map_err(pg("read the schema history"))?
+        .get(0);
+    if !exists {
+        return Ok(None);
+    }
+    let rows = client
+        .query(
+            "SELECT version, name FROM refinery_schema_history ORDER BY version",
+            &[],
+        )
+        .map_err(pg("read the schema history"))?;
+    Ok(Some(
+        rows.iter()
+            .map(|r| Applied {
+                version: i64::from(r.get::<_, i32>(0)),
+                name: r.get(1),
+            })
+            .collect(),
+    ))
+}
+
+fn refuse_unknown(shown: &str, applied: &[Applied]) -> Result<()> {
+    let known = migrations();
+    let unknown: Vec<String> = applied
+        .iter()
+        .filter(|a| {
+            !known
+                .iter()
+                .any(|m| i64::from(m.version()) == a.version && m.name() == a.name)
+        })
+        .map(|a| format!("V{}__{}", a.version, a.name))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(Error::NewerSchema {
+        path: shown_path(shown),
+        found: current(applied),
+        known: latest_version(),
+        unknown,
+    })
+}
+
+/// Applies what is pending in one transaction (PostgreSQL's DDL is transactional, so
+/// a failed migration leaves the schema as it was), under an advisory lock so that
+/// two hosts starting at once take turns.
+fn migrate_client(client: &mut Client, shown: &str) -> Result<MigrationReport> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .map_err(pg("take the migration lock"))?;
+    let result = (|| {
+        let before = read_history(client)?.unwrap_or_default();
+        refuse_unknown(shown, &before)?;
+        let report = embedded::migrations::runner()
+            .set_grouped(true)
+            .set_abort_divergent(true)
+            .set_abort_missing(true)
+            .run(client)
+            .map_err(|e| Error::Migration(e.to_string()))?;
+        let applied: Vec<String> = report
+            .applied_migrations()
+            .iter()
+            .map(|m| format!("V{}__{}", m.version(), m.name()))
+            .collect();
+        let after = read_history(client)?.unwrap_or_default();
+        Ok(MigrationReport {
+            applied,
+            pending: vec![],
+            current: current(&after),
+            backup: None,
+        })
+    })();
+    // The lock is the session's: released here, or when the connection closes.
+    let _ = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]);
+    result
+}
+
+/// `sessionstore migrate --db postgres://…`: connects and applies what is pending.
+/// No copy is taken first: the migrations run in one transaction and either all
+/// apply or none does.
+pub fn migrate(url: &str) -> Result<MigrationReport> {
+    let db = PgDb {
+        pool: build_pool(url)?,
+        shown: redact(url).into(),
+        read_only: false,
+    };
+    let mut client = db.client()?;
+    migrate_client(&mut client, &db.shown)
+}
+
+/// What `migrate` would apply, read without changing anything.
+pub fn plan(url: &str) -> Result<MigrationReport> {
+    let shown = redact(url);
+    let pool = build_pool(url)?;
+    let mut client = pool
+        .get()
+        .map_err(|e| connect_error(&shown, format!("cannot connect to the server: {e}")))?;
+    let applied = read_history(&mut client)?.unwrap_or_default();
+    refuse_unknown(&shown, &applied)?;
+    let pending = migrations()
+        .iter()
+        .filter(|m| !applied.iter().any(|a| a.version == i64::from(m.version())))
+        .map(|m| format!("V{}__{}", m.version(), m.name()))
+        .collect();
+    Ok(MigrationReport {
+        applied: vec![],
+        pending,
+        current: current(&applied),
+        backup: None,
+    })
+}
+
+fn build_pool(url: &str) -> Result<r2d2::Pool<Manager>> {
+    let shown = redact(url);
+    let config: postgres::Config = url
+        .parse()
+        .map_err(|e| connect_error(&shown, format!("not a valid connection string: {e}")))?;
+    Ok(r2d2::Pool::builder()
+        .max_size(2)
+        .min_idle(Some(0))
+        .connection_timeout(CONNECT_TIMEOUT)
+        .error_handler(Box::new(r2d2::NopErrorHandler))
+        .build_unchecked(PostgresConnectionManager::new(config, NoTls)))
+}
+
+/// The tables and triggers the applied migrations make, read from their own text,
+/// against what the connection's schema has: a dropped trigger would let the
+/// append-only log be edited with no row out of place.
+pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
+    let version: i64 = tx
+        .query_row(
+            "SELECT coalesce(max(version), 0) FROM refinery_schema_history",
+            args![],
+            |r| r.get(0),
+        )
+        .map_err(super::queries::sql("read the schema history"))?
+        .unwrap_or(0);
+    let mut tables = std::collections::BTreeSet::new();
+    let mut triggers = std::collections::BTreeSet::new();
+    for m in migrations()
+        .iter()
+        .filter(|m| i64::from(m.version()) <= version)
+    {
+        let sql = m.sql().unwrap_or_default();
+        for (verb, name) in created_names(sql) {
+            match verb {
+                Named::Table(true) => tables.insert(name),
+                Named::Table(false) => tables.remove(&name),
+                Named::Trigger(true) => triggers.insert(name),
+                Named::Trigger(false) => triggers.remove(&name),
+            };
+        }
+    }
+    let have_tables: std::collections::BTreeSet<String> = tx
+        .query_map(
+            "SELECT table_name FROM information_schema.tables
+             WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'
+               AND table_name <> 'refinery_schema_history'",
+            args![],
+            |r| r.get(0),
+        )
+        .map_err(super::queries::sql("list tables"))?
+        .into_iter()
+        .collect();
+    let have_triggers: std::collections::BTreeSet<String> = tx
+        .query_map(
+            "SELECT t.tgname::text FROM pg_trigger t
+               JOIN pg_class c ON c.oid = t.tgrelid
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = current_schema() AND NOT t.tgisinternal AND t.tgenabled <> 'D'",
+            args![],
+            |r| r.get(0),
+        )
+        .map_err(super::queries::sql("list triggers"))?
+        .into_iter()
+        .collect();
+    let mut problems = Vec::new();
+    for (kind, want, have) in [
+        ("table", &tables, &have_tables),
+        ("trigger", &triggers, &have_triggers),
+    ] {
+        for name in want.difference(have) {
+            problems.push(format!(
+                "schema: {kind} {name} is missing (or disabled); the version-{version} schema has it"
+            ));
+        }
+        for name in have.difference(want) {
+            problems.push(format!(
+                "schema: {kind} {name} is not in the version-{version} schema"
+            ));
+        }
+    }
+    Ok(problems)
+}
+
+enum Named {
+    /// `true` when made, `false` when dropped.
+    Table(bool),
+    Trigger(bool),
+}
+
+/// `CREATE TABLE x`, `CREATE TRIGGER x`, `DROP TRIGGER x` and the like in a
+/// migration's text, in order, comments skipped.
+fn created_names(sql: &str) -> Vec<(Named, String)> {
+    let words: Vec<String> = sql
+        .lines()
+        .map(|l| l.split("--").next().unwrap_or(""))
+        .flat_map(|l| l.split(|c: char| c.is_whitespace() || c == '(' || c == ';'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let mut out = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        let verb = w.to_ascii_uppercase();
+        let make = match verb.as_str() {
+            "CREATE" => true,
+            "DROP" => false,
+            _ => continue,
+        };
+        let mut j = i + 1;
+        // CREATE OR REPLACE / CREATE CONSTRAINT TRIGGER
+        while j < words.len()
+            && matches!(
+                words[j].to_ascii_uppercase().as_str(),
+                "OR" | "REPLACE" | "CONSTRAINT"
+            )
+        {
+            j += 1;
+        }
+        let Some(kind) = words.get(j).map(|k| k.to_ascii_uppercase()) else {
+            continue;
+        };
+        j += 1;
+        while j < words.len()
+            && matches!(
+                words[j].to_ascii_uppercase().as_str(),
+                "IF" | "NOT" | "EXISTS"
+            )
+        {
+            j += 1;
+        }
+        let Some(name) = words.get(j) else { continue };
+        let name = name.trim_matches('"').to_owned();
+        match kind.as_str() {
+            "TABLE" => out.push((Named::Table(make), name)),
+            "TRIGGER" => out.push((Named::Trigger(make), name)),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_never_reaches_a_message() {
+        assert_eq!(
+            redact("postgres://alice:s3cret@db.example:5432/sessions?sslmode=disable"),
+            "postgres://alice:***@db.example:5432/sessions?sslmode=disable"
+        );
+        assert_eq!(
+            redact("postgresql://bob@host/db?password=hunter2&application_name=x"),
+            "postgresql://bob@host/db?password=***&application_name=x"
+        );
+        assert_eq!(redact("postgres://host/db"), "postgres://host/db");
+    }
+
+    #[test]
+    fn the_migrations_name_what_they_make_and_drop() {
+        let names: Vec<String> = created_names(
+            "CREATE TABLE a (x BIGINT);\n-- CREATE TABLE ignored\nCREATE TRIGGER t BEFORE \
+             UPDATE ON a;\nDROP TRIGGER IF EXISTS t ON a;\nCREATE OR REPLACE FUNCTION f()",
+        )
+        .into_iter()
+        .map(|(named, name)| match named {
+            Named::Table(m) => format!("table {m} {name}"),
+            Named::Trigger(m) => format!("trigger {m} {name}"),
+        })
+        .collect();
+        assert_eq!(
+            names,
+            ["table true a", "trigger true t", "trigger false t"]
+        );
+    }
+}
