@@ -211,7 +211,10 @@ pub enum Error {
     },
     /// A row whose column does not hold what this store writes there.
     #[error("database row does not read while trying to {action}: {detail}")]
-    DamagedRow { action: &'static str, detail: String },
+    DamagedRow {
+        action: &'static str,
+        detail: String,
+    },
     #[error("cannot get a database connection")]
     Pool(#[source] r2d2::Error),
     #[error("background task failed: {0}")]

@@ -288,7 +288,9 @@ impl Store {
             #[cfg(feature = "postgres")]
             db::Location::Postgres(url) => db::postgres::migrate(url),
             #[cfg(not(feature = "postgres"))]
-            db::Location::Postgres(_) => db::Db::open(&path, db::Access::Create).map(|_| unreachable!()),
+            db::Location::Postgres(_) => {
+                db::Db::open(&path, db::Access::Create).map(|_| unreachable!())
+            }
         })
         .await
     }
@@ -302,7 +304,9 @@ impl Store {
             #[cfg(feature = "postgres")]
             db::Location::Postgres(url) => db::postgres::plan(url),
             #[cfg(not(feature = "postgres"))]
-            db::Location::Postgres(_) => db::Db::open(&path, db::Access::ReadOnly).map(|_| unreachable!()),
+            db::Location::Postgres(_) => {
+                db::Db::open(&path, db::Access::ReadOnly).map(|_| unreachable!())
+            }
         })
         .await
     }

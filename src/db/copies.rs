@@ -29,11 +29,7 @@ pub struct NewSession {
 
 /// Creates `session` and appends `entries` in order, each with its event, through
 /// `conn` (the caller's write transaction).
-pub fn write_session(
-    conn: &Tx<'_>,
-    session: &NewSession,
-    entries: &[Entry],
-) -> Result<Session> {
+pub fn write_session(conn: &Tx<'_>, session: &NewSession, entries: &[Entry]) -> Result<Session> {
     super::queries::insert_session_as(
         conn,
         session.id,

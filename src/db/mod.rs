@@ -298,7 +298,8 @@ mod tests {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut conn = pool.get().unwrap();
             let _: Result<()> = write(&mut conn, |tx| {
-                tx.execute("INSERT INTO t VALUES (1)", sql::args![]).unwrap();
+                tx.execute("INSERT INTO t VALUES (1)", sql::args![])
+                    .unwrap();
                 panic!("a bug inside a write");
             });
         }));

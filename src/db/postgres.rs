@@ -35,7 +35,7 @@ type Manager = PostgresConnectionManager<NoTls>;
 /// A PostgreSQL database: a pool of connections, and whether this store may write.
 #[derive(Clone)]
 pub struct PgDb {
-    pool: r2d2::Pool<Manager>,
+    pool: Pool,
     /// The connection string without its password, for messages.
     shown: Arc<str>,
     read_only: bool,
@@ -74,6 +74,38 @@ pub fn redact(url: &str) -> String {
         .collect::<Vec<_>>()
         .join("&");
     format!("{scheme}://{authority}{tail}")
+}
+
+/// The connection pool. The `postgres` client is blocking and runs a small runtime of
+/// its own, which it cannot do on a thread that is already driving async tasks: a
+/// connection closed there panics. A store is often dropped on such a thread (the end
+/// of an async command), so the last handle closes the connections on a thread of
+/// its own, and waits for them to close before its drop returns.
+#[derive(Clone)]
+struct Pool(Arc<PoolInner>);
+
+struct PoolInner(Option<r2d2::Pool<Manager>>);
+
+impl Pool {
+    fn new(pool: r2d2::Pool<Manager>) -> Pool {
+        Pool(Arc::new(PoolInner(Some(pool))))
+    }
+
+    fn get(&self) -> std::result::Result<r2d2::PooledConnection<Manager>, r2d2::Error> {
+        self.0.0.as_ref().expect("taken only on drop").get()
+    }
+}
+
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        if let Some(pool) = self.0.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                let _ = std::thread::spawn(move || drop(pool)).join();
+            } else {
+                drop(pool);
+            }
+        }
+    }
 }
 
 fn shown_path(shown: &str) -> std::path::PathBuf {
@@ -125,7 +157,7 @@ impl PgDb {
             .error_handler(Box::new(r2d2::NopErrorHandler))
             .build_unchecked(PostgresConnectionManager::new(config, NoTls));
         let db = PgDb {
-            pool,
+            pool: Pool::new(pool),
             shown,
             read_only: access == Access::ReadOnly,
         };
@@ -153,9 +185,9 @@ impl PgDb {
     }
 
     fn client(&self) -> Result<r2d2::PooledConnection<Manager>> {
-        self.pool.get().map_err(|e| {
-            connect_error(&self.shown, format!("cannot connect to the server: {e}"))
-        })
+        self.pool
+            .get()
+            .map_err(|e| connect_error(&self.shown, format!("cannot connect to the server: {e}")))
     }
 
     /// Runs `f` in a serializable transaction and commits it. PostgreSQL rolls back
@@ -185,15 +217,15 @@ impl PgDb {
                 Ok(value)
             })();
             match outcome {
-                Err(e) if lost_race(&e, attempt) && started.elapsed() < RETRY_FOR && attempt < 200 => {
+                Err(e)
+                    if lost_race(&e, attempt) && started.elapsed() < RETRY_FOR && attempt < 200 =>
+                {
                     attempt += 1;
                     tracing::debug!("write lost a race (attempt {attempt}), running it again");
                     // Back off a little, more each time, with jitter so that two
                     // writers that collided do not collide again in step.
                     let jitter = u64::from(std::process::id() ^ attempt.wrapping_mul(7919)) % 5;
-                    std::thread::sleep(Duration::from_millis(
-                        u64::from(attempt.min(20)) + jitter,
-                    ));
+                    std::thread::sleep(Duration::from_millis(u64::from(attempt.min(20)) + jitter));
                 }
                 other => return other,
             }
@@ -328,7 +360,7 @@ fn migrate_client(client: &mut Client, shown: &str) -> Result<MigrationReport> {
 /// apply or none does.
 pub fn migrate(url: &str) -> Result<MigrationReport> {
     let db = PgDb {
-        pool: build_pool(url)?,
+        pool: Pool::new(build_pool(url)?),
         shown: redact(url).into(),
         read_only: false,
     };
@@ -339,7 +371,7 @@ pub fn migrate(url: &str) -> Result<MigrationReport> {
 /// What `migrate` would apply, read without changing anything.
 pub fn plan(url: &str) -> Result<MigrationReport> {
     let shown = redact(url);
-    let pool = build_pool(url)?;
+    let pool = Pool::new(build_pool(url)?);
     let mut client = pool
         .get()
         .map_err(|e| connect_error(&shown, format!("cannot connect to the server: {e}")))?;
@@ -527,9 +559,6 @@ mod tests {
             Named::Trigger(m) => format!("trigger {m} {name}"),
         })
         .collect();
-        assert_eq!(
-            names,
-            ["table true a", "trigger true t", "trigger false t"]
-        );
+        assert_eq!(names, ["table true a", "trigger true t", "trigger false t"]);
     }
 }

@@ -101,9 +101,7 @@ pub fn search(
 /// in FTS5's words. Anything else (busy, I/O, corruption) is the database's.
 fn query_error(query: &str, e: DbError) -> Error {
     match &e {
-        DbError::Sqlite(rusqlite::Error::SqliteFailure(f, Some(text)))
-            if f.extended_code == 1 =>
-        {
+        DbError::Sqlite(rusqlite::Error::SqliteFailure(f, Some(text))) if f.extended_code == 1 => {
             Error::SearchQuery {
                 query: query.to_owned(),
                 // FTS5 names the offending token after a colon; for an empty one

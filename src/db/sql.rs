@@ -28,7 +28,10 @@ pub enum DbError {
     #[cfg(feature = "postgres")]
     Postgres(postgres::Error),
     /// A column that does not read as its type (a damaged or foreign row).
-    Column { index: usize, reason: String },
+    Column {
+        index: usize,
+        reason: String,
+    },
 }
 
 impl fmt::Display for DbError {
@@ -238,11 +241,9 @@ impl Row<'_> {
                 use rusqlite::types::ValueRef;
                 match row.get_ref(index)? {
                     ValueRef::Null => f(None),
-                    ValueRef::Text(bytes) => {
-                        f(Some(std::str::from_utf8(bytes).map_err(|e| {
-                            DbError::column(index, e)
-                        })?))
-                    }
+                    ValueRef::Text(bytes) => f(Some(
+                        std::str::from_utf8(bytes).map_err(|e| DbError::column(index, e))?,
+                    )),
                     other => Err(DbError::column(
                         index,
                         format!("{} where text was expected", other.data_type()),
@@ -419,7 +420,9 @@ impl<'t> Tx<'t> {
         let mut f = Some(f);
         let mut out = None;
         self.for_each_until(sql, args, |row| {
-            let f = f.take().expect("called once: the scan stops after the first row");
+            let f = f
+                .take()
+                .expect("called once: the scan stops after the first row");
             out = Some(f(row)?);
             Ok(false)
         })?;

@@ -220,9 +220,7 @@ fn objects(conn: &Connection) -> rusqlite::Result<Objects> {
 /// its header; a dropped trigger would let the next write skip a guarantee. Read
 /// through a connection that leaves no trace.
 pub(crate) fn require_intact_schema(path: &Path) -> Result<()> {
-    let problems = super::readonly::read(path, |tx| {
-        schema_problems(tx)
-    })?;
+    let problems = super::readonly::read(path, |tx| schema_problems(tx))?;
     if problems.is_empty() {
         return Ok(());
     }

@@ -4,7 +4,11 @@
 
 mod acp;
 mod attachments;
+#[cfg(feature = "postgres")]
+mod backend;
 mod cli;
+#[cfg(feature = "postgres")]
+mod conformance;
 mod dispatch;
 mod fixtures;
 mod lifecycle;

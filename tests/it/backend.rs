@@ -1,0 +1,214 @@
+//! The engines a conformance test runs on: an SQLite file in a temporary folder, or a
+//! fresh schema of its own on the PostgreSQL server named by
+//! `SESSIONSTORE_TEST_POSTGRES` (dropped when the test ends). Without that variable
+//! the PostgreSQL half of each conformance test passes without running, and the run
+//! says so once on stderr.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sessionstore::attachments::Roots;
+use sessionstore::{Config, Store};
+use tempfile::TempDir;
+
+/// The variable that names the server the PostgreSQL suite runs on.
+pub const POSTGRES_VAR: &str = "SESSIONSTORE_TEST_POSTGRES";
+
+/// Where one test's store lives: its `--db`, and a folder for attachment roots.
+pub struct Backend {
+    pub dir: TempDir,
+    db: String,
+    schema: Option<Schema>,
+}
+
+impl Backend {
+    pub fn sqlite() -> Backend {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let db = dir.path().join("sessions.db").display().to_string();
+        Backend {
+            dir,
+            db,
+            schema: None,
+        }
+    }
+
+    /// A fresh, empty schema on the test server, or `None` when no server is named.
+    pub fn postgres() -> Option<Backend> {
+        let Some(admin) = postgres_url() else {
+            skipped_notice();
+            return None;
+        };
+        let schema = Schema::create(&admin);
+        let dir = tempfile::tempdir().expect("a temp dir");
+        Some(Backend {
+            dir,
+            db: schema.url(),
+            schema: Some(schema),
+        })
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.schema.is_some()
+    }
+
+    /// What `--db` (or `Config::db_path`) is for this store.
+    pub fn db(&self) -> &str {
+        &self.db
+    }
+
+    pub fn configured_root(&self) -> PathBuf {
+        self.dir.path().join("attachments")
+    }
+
+    pub fn config(&self) -> Config {
+        Config {
+            db_path: PathBuf::from(&self.db),
+            roots: Roots {
+                configured: self.configured_root(),
+                legacy: vec![],
+            },
+            host: "test-host".to_owned(),
+        }
+    }
+
+    pub async fn open(&self) -> Store {
+        Store::open(self.config()).await.expect("the store opens")
+    }
+
+    /// The real binary on this store, with its environment cleared as `support::bin`
+    /// clears it.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = super::support::bin(self.dir.path());
+        cmd.args(args)
+            .arg("--db")
+            .arg(&self.db)
+            .arg("--attachments-root")
+            .arg(self.configured_root());
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("the binary runs")
+    }
+
+    /// Runs statements on this store's database behind the store's back (a test
+    /// that damages a row on purpose), on either engine; the engine's error text
+    /// when it refuses them.
+    pub fn raw_execute(&self, sql: &str) -> Result<(), String> {
+        match &self.schema {
+            None => rusqlite::Connection::open(Path::new(&self.db))
+                .and_then(|c| c.execute_batch(sql))
+                .map_err(|e| e.to_string()),
+            Some(schema) => schema.execute(sql),
+        }
+    }
+}
+
+/// The server named for the PostgreSQL suite, if any.
+pub fn postgres_url() -> Option<String> {
+    std::env::var(POSTGRES_VAR).ok().filter(|v| !v.is_empty())
+}
+
+fn skipped_notice() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Straight to the process's stderr, past the test harness's capture, so the
+        // skip is seen in every run and not only in a failing one.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "note: the PostgreSQL conformance suite was skipped: set {POSTGRES_VAR}=postgres://user@host:port/db \
+             (a server the tests may create schemas on), or run `bash .ci/run`, which starts one"
+        );
+    });
+}
+
+/// A schema of one test's own. Each test gets one so that tests running at once on
+/// one server never see each other's rows.
+struct Schema {
+    admin: String,
+    name: String,
+}
+
+impl Schema {
+    fn create(admin: &str) -> Schema {
+        let name = format!("t_{}", uuid::Uuid::now_v7().simple());
+        let schema = Schema {
+            admin: admin.to_owned(),
+            name,
+        };
+        schema
+            .execute(&format!("CREATE SCHEMA {}", schema.name))
+            .expect("the test server lets the tests create schemas");
+        schema
+    }
+
+    /// The server's URL with this schema first on the search path.
+    fn url(&self) -> String {
+        with_search_path(&self.admin, &self.name)
+    }
+
+    /// Runs `sql` on a client of its own, on a thread of its own: the blocking client
+    /// cannot run inside the test's async runtime.
+    fn execute(&self, sql: &str) -> Result<(), String> {
+        let url = self.url();
+        let sql = sql.to_owned();
+        std::thread::spawn(move || {
+            let mut client =
+                postgres::Client::connect(&url, postgres::NoTls).expect("the test server answers");
+            client
+                .batch_execute(&sql)
+                .map_err(|e| match e.as_db_error() {
+                    Some(db) => db.message().to_owned(),
+                    None => e.to_string(),
+                })
+        })
+        .join()
+        .expect("the statement's thread ends")
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        let admin = self.admin.clone();
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            if let Ok(mut client) = postgres::Client::connect(&admin, postgres::NoTls) {
+                let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"));
+            }
+        })
+        .join();
+    }
+}
+
+/// `url` with `options=-c search_path=<schema>` added to its query.
+pub fn with_search_path(url: &str, schema: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-c%20search_path%3D{schema}")
+}
+
+/// Runs one conformance test body on SQLite and on PostgreSQL, as two tests named
+/// `sqlite::<name>` and `postgres::<name>` inside the module that invokes it.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $name() {
+                    super::$name($crate::backend::Backend::sqlite()).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $name() {
+                    if let Some(backend) = $crate::backend::Backend::postgres() {
+                        super::$name(backend).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+pub(crate) use conformance;

@@ -1,0 +1,103 @@
+//! One suite, two engines: each test here runs on SQLite and on PostgreSQL (see
+//! `backend`), through the library and the real binary, and asserts the same outcome
+//! on both. What differs by engine is said where it is checked.
+
+use sessionstore::model::ToolsHost;
+use sessionstore::store::Outgoing;
+
+use crate::backend::{Backend, conformance};
+use crate::support::{Expect, block_json, check_attachment, json, stderr, stdout};
+
+conformance!(
+    a_session_restores_in_a_fresh_store_with_paths_that_read_back,
+    the_event_log_refuses_to_be_rewritten,
+    the_binary_migrates_then_writes_and_reads,
+);
+
+async fn the_binary_migrates_then_writes_and_reads(b: Backend) {
+    let migrated = b.run(&["migrate"]);
+    assert!(migrated.status.success(), "{}", stderr(&migrated));
+    let said = stdout(&migrated);
+    assert!(said.contains("schema at version 4"), "{said}");
+    if b.is_postgres() {
+        // The connection string is named, and no copy is taken on PostgreSQL.
+        assert!(said.starts_with("postgres://"), "{said}");
+        assert!(!said.contains(".bak"), "{said}");
+    }
+    let id = json(&b.run(&["session", "new", "--title", "from the binary", "--json"]))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sent = b.run(&["send", "--session", &id, "--text", "hello from the binary"]);
+    assert!(sent.status.success(), "{}", stderr(&sent));
+    let listed = b.run(&["session", "list"]);
+    assert!(
+        stdout(&listed).contains("from the binary"),
+        "{}",
+        stdout(&listed)
+    );
+    let verified = b.run(&["verify"]);
+    assert!(verified.status.success(), "{}", stdout(&verified));
+    assert!(
+        stdout(&verified).contains("1 session, 1 message, 2 events: ok"),
+        "{}",
+        stdout(&verified)
+    );
+    let mut command = b.command(&["restore", "--session", &id, "--format", "openai"]);
+    let restored = command.output().unwrap();
+    assert!(stdout(&restored).contains("hello from the binary"));
+    assert!(
+        b.db()
+            .starts_with(if b.is_postgres() { "postgres://" } else { "/" })
+    );
+}
+
+async fn a_session_restores_in_a_fresh_store_with_paths_that_read_back(b: Backend) {
+    let store = b.open().await;
+    let session = store
+        .create_session(Some("conformance".into()), ToolsHost::Local)
+        .await
+        .unwrap();
+    let stored = store
+        .attach(session.id, "notes.txt".into(), b"the notes".to_vec())
+        .await
+        .unwrap();
+    let mut out = Outgoing::user("read these notes");
+    out.attach = vec![stored.uri.clone()];
+    store.send(session.id, out).await.unwrap();
+    assert!(store.verify().await.unwrap().ok());
+    drop(store);
+
+    let fresh = b.open().await;
+    let restored = fresh.restore(session.id).await.unwrap();
+    assert_eq!(restored.messages.len(), 1);
+    let blocks: Vec<_> = restored.messages[0].blocks.iter().map(block_json).collect();
+    let expect = Expect {
+        name: stored.name.clone(),
+        uri: stored.uri.to_string(),
+        bytes: b"the notes".to_vec(),
+        host: "test-host".to_owned(),
+    };
+    assert_eq!(blocks.len(), 2, "the text, then the attachment: {blocks:?}");
+    let (_, path) = check_attachment(&blocks[1], &expect);
+    assert!(path.starts_with(b.configured_root()), "{path:?}");
+}
+
+async fn the_event_log_refuses_to_be_rewritten(b: Backend) {
+    let store = b.open().await;
+    store.create_session(None, ToolsHost::Local).await.unwrap();
+    drop(store);
+    for (statement, refusal) in [
+        (
+            "UPDATE events SET kind = 'x'",
+            "events are append-only: update refused",
+        ),
+        (
+            "DELETE FROM events",
+            "events are append-only: delete refused",
+        ),
+    ] {
+        let err = b.raw_execute(statement).expect_err(statement);
+        assert!(err.contains(refusal), "{statement}: {err}");
+    }
+}
