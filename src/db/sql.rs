@@ -483,6 +483,13 @@ impl<'t> Tx<'t> {
                 let mut rows = guard.query_raw(sql.as_str(), pg_args(args))?;
                 while let Some(row) = rows.next()? {
                     if !f(&Row(RowRef::Postgres(&row)))? {
+                        // The server can fail a statement after its first rows (a
+                        // serialization failure found further into the scan, say).
+                        // Dropped unread, that error would be lost, the transaction
+                        // left aborted, and the next statement would fail instead,
+                        // as "current transaction is aborted", which no retry
+                        // recognizes. So the rest is read, and its error returned.
+                        while rows.next()?.is_some() {}
                         break;
                     }
                 }
@@ -521,7 +528,7 @@ pub(crate) fn postgres_text(sql: &str) -> String {
 
 #[cfg(all(test, feature = "postgres"))]
 mod tests {
-    use super::postgres_text;
+    use super::{Tx, postgres_text};
 
     #[test]
     fn placeholders_become_numbered_dollars_outside_quotes() {
@@ -529,5 +536,31 @@ mod tests {
             postgres_text("SELECT ?1, '?2', x FROM t WHERE a = ?12 AND b = '?'"),
             "SELECT $1, '?2', x FROM t WHERE a = $12 AND b = '?'"
         );
+    }
+
+    /// An error the server sends after the first row of a statement reaches the
+    /// caller of `query_row`, which reads only that row, instead of leaving the
+    /// transaction aborted for the next statement to fail on. Runs on the server
+    /// named by `SESSIONSTORE_TEST_POSTGRES`, and passes without running otherwise.
+    #[test]
+    fn an_error_after_the_first_row_is_not_lost() {
+        let Some(url) = std::env::var("SESSIONSTORE_TEST_POSTGRES")
+            .ok()
+            .filter(|v| !v.is_empty())
+        else {
+            return;
+        };
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let tx = Tx::postgres(client.transaction().unwrap());
+        // The first row is 1/1; the second, 1/0, fails once the first is on its way.
+        let first = tx.query_row(
+            "SELECT 1 / x FROM (VALUES (1), (0)) AS v(x)",
+            args![],
+            |r| r.get::<i64>(0),
+        );
+        let Err(super::DbError::Postgres(e)) = first else {
+            panic!("the division by zero was lost: {first:?}");
+        };
+        assert_eq!(e.code(), Some(&postgres::error::SqlState::DIVISION_BY_ZERO));
     }
 }

@@ -5,6 +5,8 @@
 use sessionstore::model::ToolsHost;
 use sessionstore::store::Outgoing;
 
+mod multihost;
+
 use crate::backend::{Backend, conformance};
 use crate::support::{Expect, block_json, check_attachment, json, stderr, stdout};
 
