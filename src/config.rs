@@ -34,6 +34,16 @@ impl Config {
     }
 }
 
+/// The database named by `db` as a person may see it, when it is a PostgreSQL
+/// connection string: with its password replaced, so that it can be printed or
+/// logged. `None` for a file, which is shown as its path.
+pub fn server_url(db: &Path) -> Option<String> {
+    match crate::db::Location::of(db) {
+        crate::db::Location::Postgres(url) => Some(crate::db::redact(url)),
+        crate::db::Location::File(_) => None,
+    }
+}
+
 /// The user's data directory for sessionstore, e.g. `~/.local/share/sessionstore`.
 pub fn default_data_dir() -> Result<PathBuf> {
     directories::ProjectDirs::from("", "", "sessionstore")

@@ -16,7 +16,8 @@ use super::output::{emit, print_json, terminal_line};
 /// `Global::locate` rather than by clap, so that an empty variable counts as unset.
 #[derive(Args)]
 pub struct Global {
-    /// The SQLite database file [env: SESSIONSTORE_DB] [default: <data dir>/sessions.db]
+    /// The SQLite database file, or a postgres:// connection string [env: SESSIONSTORE_DB]
+    /// [default: <data dir>/sessions.db]
     #[arg(long, global = true, value_name = "PATH")]
     pub db: Option<PathBuf>,
     /// Where new uploads are written [env: SESSIONSTORE_ATTACHMENTS_ROOT]
@@ -116,7 +117,7 @@ impl Global {
         };
         tracing::debug!(
             "database {:?} ({:?}), attachment root {:?} ({:?})",
-            config.db_path,
+            shown_db(&config.db_path),
             db_source,
             config.roots.configured,
             root_source
@@ -134,6 +135,12 @@ impl Global {
     }
 }
 
+/// The database as it may be printed or logged: a file's path, or a connection
+/// string without its password.
+pub fn shown_db(db: &Path) -> String {
+    sessionstore::config::server_url(db).unwrap_or_else(|| db.display().to_string())
+}
+
 /// A path as the commands will use it: relative paths are taken against the current
 /// directory, as the store takes them.
 fn absolute(p: &Path) -> PathBuf {
@@ -148,10 +155,26 @@ struct Place {
     exists: bool,
 }
 
+/// A database on a PostgreSQL server: its connection string, password replaced. No
+/// `exists`: telling would mean connecting, and `paths` opens nothing.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Server {
+    url: String,
+    source: Source,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Database {
+    File(Place),
+    Server(Server),
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Paths {
-    database: Place,
+    database: Database,
     attachments_root: Place,
     legacy_roots: Vec<PathBuf>,
     legacy_roots_source: Source,
@@ -170,7 +193,13 @@ pub fn paths(global: &Global) -> Result<()> {
         }
     };
     let report = Paths {
-        database: place(&located.config.db_path, located.db),
+        database: match sessionstore::config::server_url(&located.config.db_path) {
+            Some(url) => Database::Server(Server {
+                url,
+                source: located.db,
+            }),
+            None => Database::File(place(&located.config.db_path, located.db)),
+        },
         attachments_root: place(&located.config.roots.configured, located.root),
         legacy_roots: located
             .config
@@ -185,13 +214,21 @@ pub fn paths(global: &Global) -> Result<()> {
         return print_json(&report);
     }
     let state = |p: &Place| if p.exists { "" } else { ", not created yet" };
-    let mut lines = vec![
-        format!(
+    let database = match &report.database {
+        Database::File(file) => format!(
             "database          {}  ({}{})",
-            terminal_line(&report.database.path.display().to_string()),
-            report.database.source.describe("--db", "SESSIONSTORE_DB"),
-            state(&report.database)
+            terminal_line(&file.path.display().to_string()),
+            file.source.describe("--db", "SESSIONSTORE_DB"),
+            state(file)
         ),
+        Database::Server(server) => format!(
+            "database          {}  ({}, a PostgreSQL server)",
+            terminal_line(&server.url),
+            server.source.describe("--db", "SESSIONSTORE_DB"),
+        ),
+    };
+    let mut lines = vec![
+        database,
         format!(
             "attachments root  {}  ({}{})",
             terminal_line(&report.attachments_root.path.display().to_string()),

@@ -26,6 +26,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::{Error, Result};
 
 pub use pool::Pool;
+pub use postgres::redact;
 pub use sql::Tx;
 
 /// How long a connection waits for another writer before giving up with SQLITE_BUSY.

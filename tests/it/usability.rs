@@ -120,6 +120,85 @@ fn paths_names_each_place_and_its_source() {
     );
 }
 
+/// `paths` with a PostgreSQL database shows the connection string, password
+/// replaced, as a server rather than a file (no `exists`, nothing contacted: the
+/// host here does not resolve). Logs and `migrate` never show the password either.
+#[test]
+fn paths_shows_a_server_without_its_password() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let url = "postgres://alice:s3cret@db.invalid:5432/sessions?sslmode=disable";
+    let shown = "postgres://alice:***@db.invalid:5432/sessions?sslmode=disable";
+    let out = bin(h)
+        .args(["paths", "--json", "-vv", "--db", url])
+        .output()
+        .unwrap();
+    assert!(!stderr(&out).contains("s3cret"), "{}", stderr(&out));
+    let p = json(&out);
+    assert_eq!(
+        p["database"],
+        serde_json::json!({"url": shown, "source": "flag"})
+    );
+    let out = bin(h)
+        .arg("paths")
+        .env("SESSIONSTORE_DB", url)
+        .output()
+        .unwrap();
+    assert_quiet_success(&out);
+    let text = stdout(&out);
+    assert!(!text.contains("s3cret"), "{text}");
+    assert!(
+        text.lines().next().unwrap()
+            == format!("database          {shown}  (from SESSIONSTORE_DB, a PostgreSQL server)"),
+        "{text}"
+    );
+}
+
+/// `migrate` on PostgreSQL names the server without the password it connected with.
+#[cfg(feature = "postgres")]
+#[test]
+fn migrate_names_a_server_without_its_password() {
+    let Some(b) = crate::backend::Backend::postgres() else {
+        return;
+    };
+    // The test server trusts its loopback clients, so a made-up password is ignored;
+    // one the URL already has is kept.
+    let (scheme, rest) = b.db().split_once("://").unwrap();
+    let (user, host) = rest
+        .split_once('@')
+        .expect("a user in the test server's URL");
+    let (url, password) = match user.split_once(':') {
+        Some((_, password)) => (b.db().to_owned(), password.to_owned()),
+        None => (
+            format!("{scheme}://{user}:s3cret@{host}"),
+            "s3cret".to_owned(),
+        ),
+    };
+    for args in [&["migrate", "-v"][..], &["session", "new", "-v"]] {
+        let out = bin(b.dir.path())
+            .args(args)
+            .arg("--db")
+            .arg(&url)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(!said.contains(&password), "{said}");
+    }
+    let out = bin(b.dir.path())
+        .args(["migrate", "--db", &url])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).starts_with(&format!(
+            "{scheme}://{}:***@",
+            user.split(':').next().unwrap()
+        )),
+        "{}",
+        stdout(&out)
+    );
+}
+
 /// 13.4: flags that cannot apply are refused or documented.
 #[test]
 fn flags_that_cannot_apply_are_refused_or_documented() {
