@@ -37,6 +37,8 @@ pub use error::{Error, Result};
 pub use ids::{EventSeq, IdError, ItemId, MessageId, SessionId};
 #[doc(hidden)]
 pub use probe::oracle;
+#[cfg(all(feature = "probe", feature = "postgres"))]
+pub use probe::run_probe_on_postgres;
 #[cfg(feature = "probe")]
 pub use probe::{Check, ProbeError, ProbeReport, run_probe};
 pub use store::Store;

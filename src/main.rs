@@ -84,8 +84,9 @@ enum Command {
         shell: clap_complete::Shell,
     },
     /// Run the isolated Store → Session → OpenAI request probe, in a temporary
-    /// directory of its own: --db, --attachments-root, --legacy-root and their
-    /// variables do not apply, and the flags are refused
+    /// directory of its own: --attachments-root, --legacy-root, a --db file and their
+    /// variables do not apply, and the flags are refused; --db postgres://… runs it in
+    /// a schema of its own on that server, dropped at the end
     #[cfg(feature = "probe")]
     Probe,
     /// Full-text search over titles, messages and recorded agent text, best first
@@ -307,16 +308,21 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Probe => {
             // The probe builds its own store in a temporary directory: no flag,
             // variable or data directory applies, so a flag that names one is a
-            // mistake rather than something to ignore.
-            if cli.global.names_a_location() {
+            // mistake rather than something to ignore. The one exception is a
+            // PostgreSQL server given with --db, where it makes a schema of its own.
+            let server = (cli.global.db.as_deref())
+                .filter(|db| sessionstore::config::server_url(db).is_some())
+                .and_then(|db| db.to_str());
+            if cli.global.names_a_location() && (server.is_none() || cli.global.names_a_root()) {
                 return Err(Usage(
                     "probe runs in a temporary directory of its own: \
-                     --db, --attachments-root and --legacy-root do not apply to it"
+                     --db, --attachments-root and --legacy-root do not apply to it \
+                     (but --db postgres://… runs it in a schema of its own on that server)"
                         .into(),
                 )
                 .into());
             }
-            return probe(json).await;
+            return probe(json, server).await;
         }
         Command::Completions { shell } => {
             let mut out = std::io::stdout().lock();
@@ -562,9 +568,20 @@ async fn verify(config: Config, json: bool) -> Result<ExitCode> {
 
 /// Prints the probe's report (one line per check, or JSON); non-zero when a check failed.
 #[cfg(feature = "probe")]
-async fn probe(json: bool) -> Result<ExitCode> {
+async fn probe(json: bool, server: Option<&str>) -> Result<ExitCode> {
     let progress = cli::logging::spinner("probing");
-    let report = sessionstore::run_probe().await;
+    let report = match server {
+        None => sessionstore::run_probe().await,
+        #[cfg(feature = "postgres")]
+        Some(server) => sessionstore::run_probe_on_postgres(server).await,
+        #[cfg(not(feature = "postgres"))]
+        Some(_) => {
+            progress.finish_and_clear();
+            return Err(
+                Usage("this sessionstore was built without the `postgres` feature".into()).into(),
+            );
+        }
+    };
     progress.finish_and_clear();
     let report = report?;
     if json {

@@ -84,7 +84,13 @@ impl Global {
     /// Whether any of the location flags was given on the command line.
     #[cfg(feature = "probe")]
     pub fn names_a_location(&self) -> bool {
-        self.db.is_some() || self.attachments_root.is_some() || !self.legacy_roots.is_empty()
+        self.db.is_some() || self.names_a_root()
+    }
+
+    /// Whether an attachment root was given on the command line.
+    #[cfg(feature = "probe")]
+    pub fn names_a_root(&self) -> bool {
+        self.attachments_root.is_some() || !self.legacy_roots.is_empty()
     }
 
     pub fn locate(&self) -> Result<Located> {

@@ -1,7 +1,9 @@
 //! The path audit: reads a database behind the store's back (read-only, leaving no
 //! trace) and the files beside it, and reports every column named like a path and
 //! every stored value or file that holds one of the given strings. It judges nothing
-//! and writes nothing; the probe and the tests decide what a finding means.
+//! and writes nothing; the probe and the tests decide what a finding means. On
+//! PostgreSQL it reads the tables of the connection's schema; the files there are the
+//! server's, so only an SQLite audit reads files.
 
 use std::path::{Path, PathBuf};
 
@@ -34,11 +36,122 @@ pub struct PathAudit {
     pub file_hits: Vec<(PathBuf, String)>,
 }
 
-/// Audits the database at `db` for `needles` (empty needles match nothing).
+/// Audits the database at `db` for `needles` (empty needles match nothing): an
+/// SQLite file and the files beside it, or the schema a `postgres://` URL puts first
+/// on its search path.
 pub fn audit(db: &Path, needles: &[String]) -> Result<PathAudit> {
+    let db = match super::Location::of(db) {
+        super::Location::File(db) => db,
+        #[cfg(feature = "postgres")]
+        super::Location::Postgres(url) => return postgres::audit(url, needles),
+        #[cfg(not(feature = "postgres"))]
+        super::Location::Postgres(url) => return Err(super::no_postgres(url)),
+    };
     let mut audit = readonly::read(db, |tx| scan_tables(tx, needles))?;
     scan_files(db, needles, &mut audit)?;
     Ok(audit)
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use std::collections::BTreeMap;
+
+    use postgres::{Client, NoTls};
+
+    use super::{PATH_WORDS, PathAudit, find_needle};
+    use crate::db::postgres::{off_runtime, redact, unreachable};
+    use crate::db::sql::DbError;
+    use crate::error::{Error, Result};
+
+    /// Types whose values are numbers or truth values, which cannot hold a path; every
+    /// other column is read as text.
+    const NOT_TEXT: [&str; 7] = [
+        "smallint",
+        "integer",
+        "bigint",
+        "real",
+        "double precision",
+        "numeric",
+        "boolean",
+    ];
+
+    /// The tables of the URL's current schema, each text value read through
+    /// `CAST(… AS TEXT)`, in one read-only transaction on a connection of its own.
+    pub fn audit(url: &str, needles: &[String]) -> Result<PathAudit> {
+        off_runtime(|| {
+            let mut client =
+                Client::connect(url, NoTls).map_err(|e| unreachable(&redact(url), &e))?;
+            let failed = |e| Error::db("audit the database for paths", DbError::Postgres(e));
+            let mut tx = client
+                .build_transaction()
+                .read_only(true)
+                .start()
+                .map_err(failed)?;
+            let mut audit = PathAudit::default();
+            let mut tables: BTreeMap<String, Vec<(String, bool)>> = tx
+                .query(
+                    "SELECT table_name::text FROM information_schema.tables
+                      WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'",
+                    &[],
+                )
+                .map_err(failed)?
+                .iter()
+                .map(|r| (r.get(0), Vec::new()))
+                .collect();
+            for row in tx
+                .query(
+                    "SELECT table_name::text, column_name::text, data_type::text
+                       FROM information_schema.columns
+                      WHERE table_schema = current_schema()
+                      ORDER BY table_name, ordinal_position",
+                    &[],
+                )
+                .map_err(failed)?
+            {
+                let (table, column, ty): (String, String, String) =
+                    (row.get(0), row.get(1), row.get(2));
+                if let Some(columns) = tables.get_mut(&table) {
+                    columns.push((column, !NOT_TEXT.contains(&ty.as_str())));
+                }
+            }
+            for (table, columns) in &tables {
+                audit.tables.push(table.clone());
+                let mut text = Vec::new();
+                for (name, is_text) in columns {
+                    let column = format!("{table}.{name}");
+                    let lower = name.to_lowercase();
+                    if PATH_WORDS.iter().any(|w| lower.contains(w)) {
+                        audit.path_columns.push(column.clone());
+                    }
+                    audit.columns.push(column);
+                    if *is_text {
+                        text.push(format!("CAST({} AS TEXT)", quoted(name)));
+                    }
+                }
+                if text.is_empty() {
+                    continue;
+                }
+                let sql = format!("SELECT {} FROM {}", text.join(", "), quoted(table));
+                for row in tx.query(sql.as_str(), &[]).map_err(failed)? {
+                    for i in 0..text.len() {
+                        let Some(value) = row.get::<_, Option<&str>>(i) else {
+                            continue;
+                        };
+                        audit.values += 1;
+                        if let Some(needle) = find_needle(value.as_bytes(), needles) {
+                            audit.value_hits.push((table.clone(), needle.to_owned()));
+                        }
+                    }
+                }
+            }
+            tx.rollback().map_err(failed)?;
+            Ok(audit)
+        })
+    }
+
+    fn quoted(name: &str) -> String {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
 }
 
 fn scan_tables(tx: &Transaction<'_>, needles: &[String]) -> Result<PathAudit> {
@@ -174,5 +287,52 @@ mod tests {
         scan_files(&db, &needles, &mut files).unwrap();
         assert_eq!(files.files, [db.clone(), wal.clone()]);
         assert!(files.file_hits.iter().any(|(p, _)| *p == wal), "{files:?}");
+    }
+
+    /// On PostgreSQL the audit reads the tables of the URL's schema: a column named
+    /// like a path, and a needle in a text or JSON value, are found; numbers are not
+    /// read as text. Runs on the server named by `SESSIONSTORE_TEST_POSTGRES`.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn the_audit_reads_a_postgres_schema() {
+        let Some(server) = std::env::var("SESSIONSTORE_TEST_POSTGRES")
+            .ok()
+            .filter(|v| !v.is_empty())
+        else {
+            return;
+        };
+        use crate::db::postgres::{create_schema, drop_schema, with_search_path};
+        let schema = format!("audit_{}", uuid::Uuid::now_v7().simple());
+        create_schema(&server, &schema).unwrap();
+        let url = with_search_path(&server, &schema);
+        let result = std::panic::catch_unwind(|| {
+            let mut client = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+            client
+                .batch_execute(
+                    "CREATE TABLE refs (uri TEXT, n BIGINT, body JSONB);
+                     INSERT INTO refs VALUES ('attachment:///s/a.txt', 7, '{\"a\": 1}');",
+                )
+                .unwrap();
+            let needles = vec!["/tmp/sessionstore-probe-x".to_owned()];
+            let clean = audit(Path::new(&url), &needles).unwrap();
+            assert_eq!(clean.tables, ["refs"]);
+            assert_eq!(clean.columns, ["refs.uri", "refs.n", "refs.body"]);
+            assert_eq!(clean.values, 2, "the text and the JSON, not the number");
+            assert!(clean.path_columns.is_empty() && clean.value_hits.is_empty());
+            assert!(clean.files.is_empty(), "a server's files are not read");
+            client
+                .batch_execute(
+                    "INSERT INTO refs VALUES ('u', 1, '{\"p\": \"/tmp/sessionstore-probe-x/a\"}');
+                     CREATE TABLE cache (file_path TEXT);",
+                )
+                .unwrap();
+            let found = audit(Path::new(&url), &needles).unwrap();
+            assert_eq!(found.path_columns, ["cache.file_path"]);
+            assert_eq!(found.value_hits, [("refs".to_owned(), needles[0].clone())]);
+        });
+        drop_schema(&server, &schema).unwrap();
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
     }
 }

@@ -76,6 +76,83 @@ pub fn redact(url: &str) -> String {
     format!("{scheme}://{authority}{tail}")
 }
 
+/// `url` with `schema` first on its search path (`options=-c search_path=…`), added to
+/// the options the URL already has, which a second `options` parameter would replace.
+/// `schema` must be a plain identifier; the probe's and the tests' are.
+#[cfg(any(feature = "probe", test))]
+pub fn with_search_path(url: &str, schema: &str) -> String {
+    let setting = format!("-c%20search_path%3D{schema}");
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let Some(query) = query else {
+        return format!("{base}?options={setting}");
+    };
+    let mut found = false;
+    let params: Vec<String> = query
+        .split('&')
+        .map(|param| match param.strip_prefix("options=") {
+            Some(options) if !found => {
+                found = true;
+                format!("options={options}%20{setting}")
+            }
+            _ => param.to_owned(),
+        })
+        .collect();
+    let mut query = params.join("&");
+    if !found {
+        query.push_str(&format!("&options={setting}"));
+    }
+    format!("{base}?{query}")
+}
+
+/// Runs `f`, which uses a blocking client, on a thread of its own: the client runs a
+/// runtime of its own, which cannot start on a thread that drives async tasks.
+pub fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| match scope.spawn(f).join() {
+        Ok(value) => value,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
+}
+
+/// Runs `sql` on a connection of its own to the server `url` names, outside any
+/// store: making and removing a schema for the probe.
+#[cfg(any(feature = "probe", test))]
+fn on_server(url: &str, sql: &str, action: &'static str) -> Result<()> {
+    off_runtime(|| {
+        let shown = redact(url);
+        let mut client = Client::connect(url, NoTls).map_err(|e| unreachable(&shown, &e))?;
+        client.batch_execute(sql).map_err(pg(action))
+    })
+}
+
+/// A server that could not be reached, with the reason (`postgres::Error` keeps it
+/// in its source, such as "Connection refused").
+pub fn unreachable(shown: &str, e: &postgres::Error) -> Error {
+    let detail = match std::error::Error::source(e) {
+        Some(cause) => format!("cannot connect to the server: {e}: {cause}"),
+        None => format!("cannot connect to the server: {e}"),
+    };
+    connect_error(shown, detail)
+}
+
+/// Makes the schema `name` (a plain identifier) on the server `url` names.
+#[cfg(any(feature = "probe", test))]
+pub fn create_schema(url: &str, name: &str) -> Result<()> {
+    on_server(url, &format!("CREATE SCHEMA {name}"), "create a schema")
+}
+
+/// Removes the schema `name` and everything in it, if it is there.
+#[cfg(any(feature = "probe", test))]
+pub fn drop_schema(url: &str, name: &str) -> Result<()> {
+    on_server(
+        url,
+        &format!("DROP SCHEMA IF EXISTS {name} CASCADE"),
+        "drop a schema",
+    )
+}
+
 /// The connection pool. The `postgres` client is blocking and runs a small runtime of
 /// its own, which it cannot do on a thread that is already driving async tasks: a
 /// connection closed there panics. A store is often dropped on such a thread (the end
@@ -545,6 +622,32 @@ mod tests {
             "postgresql://bob@host/db?password=***&application_name=x"
         );
         assert_eq!(redact("postgres://host/db"), "postgres://host/db");
+    }
+
+    #[test]
+    fn the_search_path_joins_the_options_a_url_has() {
+        assert_eq!(
+            with_search_path("postgres://h/db", "s1"),
+            "postgres://h/db?options=-c%20search_path%3Ds1"
+        );
+        assert_eq!(
+            with_search_path("postgres://h/db?sslmode=disable", "s1"),
+            "postgres://h/db?sslmode=disable&options=-c%20search_path%3Ds1"
+        );
+        assert_eq!(
+            with_search_path("postgres://h/db?options=-c%20work_mem%3D8MB&x=1", "s1"),
+            "postgres://h/db?options=-c%20work_mem%3D8MB%20-c%20search_path%3Ds1&x=1"
+        );
+        for url in [
+            with_search_path("postgres://h/db", "s1"),
+            with_search_path("postgres://h/db?options=-c%20work_mem%3D8MB", "s1"),
+        ] {
+            let config: postgres::Config = url.parse().unwrap();
+            assert!(
+                config.get_options().unwrap().ends_with("-c search_path=s1"),
+                "{url}"
+            );
+        }
     }
 
     #[test]

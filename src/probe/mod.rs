@@ -26,3 +26,5 @@ mod scenario;
 pub use report::{Check, ProbeError, ProbeReport};
 #[cfg(feature = "probe")]
 pub use scenario::run_probe;
+#[cfg(all(feature = "probe", feature = "postgres"))]
+pub use scenario::run_probe_on_postgres;

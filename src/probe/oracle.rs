@@ -368,8 +368,10 @@ pub fn part_bytes(part: &ChatPart) -> Result<Vec<u8>, String> {
     }
 }
 
-/// Reads the database at `db` and the files beside it behind the store's back, and
-/// reports every path-like column and every place one of `needles` is stored.
+/// Reads the database at `db` and the files beside it behind the store's back (or,
+/// for a `postgres://` URL, the tables of the schema it puts first on the search
+/// path), and reports every path-like column and every place one of `needles` is
+/// stored.
 pub fn audit_database(db: &Path, needles: &[String]) -> crate::Result<PathAudit> {
     crate::db::audit::audit(db, needles)
 }

@@ -1,7 +1,8 @@
 //! The probe's scenario: one isolated run of Store → Session → OpenAI request in a
 //! temporary directory of its own, making every store call and handing what came back
 //! to `checks`. It never touches the user's data directory, never contacts a model or
-//! a network, and loads no personal data: every file it stores is made here.
+//! a network (but the PostgreSQL server it may be given, where it works in a schema of
+//! its own and drops it), and loads no personal data: every file it stores is made here.
 //!
 //! Besides the store calls it does the file work a test would: it writes a legacy root
 //! by hand (an older version wrote it), moves a file aside to make it missing, plants
@@ -24,7 +25,8 @@
 //! `degraded-dispatch-keeps-survivors` (7); `no-replacement-search` (7);
 //! `failed-read-is-evicted` (6); `no-path-in-display-title-references` (5);
 //! `event-log-matches-tables`; `restore-after-moving-roots` (1, 9);
-//! `schema-has-no-path-column` (1); `db-text-has-no-path` (1); `db-file-has-no-path` (1);
+//! `schema-has-no-path-column` (1); `db-text-has-no-path` (1); `db-file-has-no-path` (1,
+//! SQLite only);
 //! `recorded-turn-replays-in-order` (9: a recorded agent turn replays among the user
 //! messages, its text verbatim, their attachments from a live read).
 
@@ -160,6 +162,102 @@ struct FirstDelivery {
 
 /// Runs the probe in a fresh temporary directory, removed before this returns.
 pub async fn run_probe() -> Result<ProbeReport, ProbeError> {
+    run(None).await
+}
+
+/// Runs the probe with its database in a fresh schema of its own on the PostgreSQL
+/// server `server` names (`sessionstore_probe_<uuid>`), removed before this returns,
+/// whether the probe passed, failed or could not run. Its attachment roots are in a
+/// temporary directory, as for `run_probe`. The server must let it create a schema.
+#[cfg(feature = "postgres")]
+pub async fn run_probe_on_postgres(server: &str) -> Result<ProbeReport, ProbeError> {
+    in_schema(server, |db| run(Some(db))).await
+}
+
+/// Runs `body` on the store URL of a new schema on `server`, then drops the schema:
+/// after `body` returns, or, through `ProbeSchema`'s drop, when it panics.
+#[cfg(feature = "postgres")]
+async fn in_schema<F, Fut>(server: &str, body: F) -> Result<ProbeReport, ProbeError>
+where
+    F: FnOnce(std::path::PathBuf) -> Fut,
+    Fut: std::future::Future<Output = Result<ProbeReport, ProbeError>>,
+{
+    let schema = ProbeSchema::create(server)?;
+    let result = body(std::path::PathBuf::from(schema.url())).await;
+    let dropped = schema.remove();
+    let report = result?;
+    dropped?;
+    Ok(report)
+}
+
+/// The probe's schema on a PostgreSQL server, dropped at the latest when this is.
+#[cfg(feature = "postgres")]
+struct ProbeSchema {
+    server: String,
+    name: String,
+    removed: bool,
+}
+
+#[cfg(feature = "postgres")]
+impl ProbeSchema {
+    fn create(server: &str) -> Result<ProbeSchema, ProbeError> {
+        let name = format!("sessionstore_probe_{}", uuid::Uuid::now_v7().simple());
+        crate::db::postgres::create_schema(server, &name)
+            .map_err(server_failure("create its schema on the server"))?;
+        Ok(ProbeSchema {
+            server: server.to_owned(),
+            name,
+            removed: false,
+        })
+    }
+
+    /// What the probe's store is opened on: the server, this schema first on the
+    /// search path.
+    fn url(&self) -> String {
+        crate::db::postgres::with_search_path(&self.server, &self.name)
+    }
+
+    fn remove(mut self) -> Result<(), ProbeError> {
+        self.removed = true;
+        crate::db::postgres::drop_schema(&self.server, &self.name).map_err(server_failure(
+            &format!("remove its schema {} from the server", self.name),
+        ))
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Drop for ProbeSchema {
+    fn drop(&mut self) {
+        if !self.removed {
+            let _ = crate::db::postgres::drop_schema(&self.server, &self.name);
+        }
+    }
+}
+
+/// A server's error as the probe reports it: the error and each cause it does not
+/// already spell out, on one line.
+#[cfg(feature = "postgres")]
+fn server_failure(action: &str) -> impl FnOnce(crate::Error) -> ProbeError + '_ {
+    move |e| {
+        let mut text = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            let said = c.to_string();
+            if !text.contains(&said) {
+                text = format!("{text}: {said}");
+            }
+            cause = c.source();
+        }
+        ProbeError {
+            action: action.to_owned(),
+            error: std::io::Error::other(text),
+        }
+    }
+}
+
+/// The probe in a fresh temporary directory, removed before this returns, with its
+/// database there or at `db` (a PostgreSQL store URL).
+async fn run(db: Option<std::path::PathBuf>) -> Result<ProbeReport, ProbeError> {
     let tmp = tempfile::Builder::new()
         .prefix("sessionstore-probe-")
         .tempdir()
@@ -167,8 +265,9 @@ pub async fn run_probe() -> Result<ProbeReport, ProbeError> {
             action: "create its temporary directory".to_owned(),
             error,
         })?;
+    let db = db.unwrap_or_else(|| tmp.path().join("db").join("sessions.db"));
     let mut checks = Vec::new();
-    match scenario(tmp.path(), &mut checks).await {
+    match scenario(tmp.path(), db, &mut checks).await {
         Ok(()) => {}
         Err(Failure::Setup(e)) => return Err(e),
         Err(Failure::Step(detail)) => checks.push(Check::new("scenario", Err(detail))),
@@ -215,8 +314,12 @@ struct Probe {
     checks: Vec<Check>,
 }
 
-async fn scenario(tmp: &Path, checks: &mut Vec<Check>) -> Result<(), Failure> {
-    let mut p = Probe::start(tmp).await?;
+async fn scenario(
+    tmp: &Path,
+    db: std::path::PathBuf,
+    checks: &mut Vec<Check>,
+) -> Result<(), Failure> {
+    let mut p = Probe::start(tmp, db).await?;
     let result = p.run().await;
     checks.append(&mut p.checks);
     result
@@ -235,9 +338,9 @@ impl Probe {
         Ok((messages, events))
     }
 
-    async fn start(tmp: &Path) -> Result<Probe, Failure> {
+    async fn start(tmp: &Path, db: std::path::PathBuf) -> Result<Probe, Failure> {
         let config = Config {
-            db_path: tmp.join("db").join("sessions.db"),
+            db_path: db,
             roots: Roots {
                 configured: tmp.join("attachments"),
                 legacy: vec![tmp.join("legacy")],
@@ -874,7 +977,83 @@ impl Probe {
         self.record("schema-has-no-path-column", outcome);
         let outcome = audit.clone().and_then(check::db_text_has_no_path);
         self.record("db-text-has-no-path", outcome);
-        let outcome = audit.and_then(check::db_file_has_no_path);
-        self.record("db-file-has-no-path", outcome);
+        // A PostgreSQL server's files are its own to read: there the audit is of the
+        // tables, and this check is not run rather than passed unread.
+        if let crate::db::Location::File(_) = crate::db::Location::of(&self.config.db_path) {
+            let outcome = audit.and_then(check::db_file_has_no_path);
+            self.record("db-file-has-no-path", outcome);
+        }
+    }
+}
+
+#[cfg(all(test, feature = "postgres"))]
+mod tests {
+    use super::*;
+
+    /// The server named by `SESSIONSTORE_TEST_POSTGRES`, if any.
+    fn test_server() -> Option<String> {
+        std::env::var("SESSIONSTORE_TEST_POSTGRES")
+            .ok()
+            .filter(|v| !v.is_empty())
+    }
+
+    /// Whether the schema a store URL names is on the server.
+    fn exists(server: &str, store_url: &std::path::Path) -> bool {
+        let url = store_url.to_str().unwrap();
+        let name = url.rsplit("search_path%3D").next().unwrap().to_owned();
+        let server = server.to_owned();
+        std::thread::spawn(move || {
+            let mut client = postgres::Client::connect(&server, postgres::NoTls).unwrap();
+            client
+                .query_one(
+                    "SELECT count(*) FROM pg_namespace WHERE nspname = $1",
+                    &[&name],
+                )
+                .unwrap()
+                .get::<_, i64>(0)
+                == 1
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// The probe's schema goes when the probe cannot run, and when it panics.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_schema_is_dropped_however_the_probe_ends() {
+        let Some(server) = test_server() else { return };
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let db = seen.clone();
+        let during = server.clone();
+        let failed = in_schema(&server, |url| async move {
+            *db.lock().unwrap() = Some(url.clone());
+            assert!(exists(&during, &url), "the schema is there while it runs");
+            Err(ProbeError {
+                action: "plant a file".to_owned(),
+                error: std::io::Error::other("disk full"),
+            })
+        })
+        .await;
+        assert_eq!(
+            failed.unwrap_err().to_string(),
+            "probe cannot plant a file: disk full"
+        );
+        let url = seen.lock().unwrap().take().expect("the body ran");
+        assert!(!exists(&server, &url), "dropped after a failed run");
+
+        let db = seen.clone();
+        let panicked = tokio::spawn({
+            let server = server.clone();
+            async move {
+                in_schema(&server, |url| async move {
+                    *db.lock().unwrap() = Some(url);
+                    panic!("a bug in a check");
+                })
+                .await
+            }
+        })
+        .await;
+        assert!(panicked.unwrap_err().is_panic());
+        let url = seen.lock().unwrap().take().expect("the body ran");
+        assert!(!exists(&server, &url), "dropped after a panic");
     }
 }

@@ -96,3 +96,105 @@ fn the_probe_never_touches_the_data_directory() {
         .collect();
     assert!(left.is_empty(), "the probe left {left:?} in HOME");
 }
+
+/// The probe's schemas on the test server (`sessionstore_probe_…`).
+#[cfg(feature = "postgres")]
+fn probe_schemas(server: &str) -> Vec<String> {
+    let server = server.to_owned();
+    std::thread::spawn(move || {
+        let mut client = postgres::Client::connect(&server, postgres::NoTls).unwrap();
+        client
+            .query(
+                "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'sessionstore_probe_%'",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    })
+    .join()
+    .unwrap()
+}
+
+/// `probe --db postgres://…` runs every check in a schema of its own, the audit
+/// reading the tables of that schema (there are no database files of its own to
+/// read), and drops the schema; so does the library function. Only this test makes
+/// probe schemas, so none may be left when it ends.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread")]
+async fn the_probe_runs_in_a_schema_of_its_own_on_postgres() {
+    let Some(server) = crate::backend::postgres_url() else {
+        return;
+    };
+    let before = probe_schemas(&server);
+    let home = tempfile::tempdir().unwrap();
+    let out = bin(home.path())
+        .args(["probe", "--db", &server])
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(
+        out.status.success(),
+        "probe failed:\n{text}{}",
+        stderr(&out)
+    );
+    assert_eq!(stderr(&out), "");
+    let lines: Vec<&str> = text.lines().collect();
+    let (last, checks) = lines.split_last().expect("the probe prints lines");
+    assert!(checks.len() >= AT_LEAST, "{text}");
+    for line in checks {
+        assert!(line.starts_with("ok   "), "not ok: {line}");
+    }
+    assert_eq!(*last, format!("probe: {} passed, 0 failed", checks.len()));
+    for name in ["schema-has-no-path-column", "db-text-has-no-path"] {
+        assert!(checks.contains(&format!("ok   {name}").as_str()), "{text}");
+    }
+    assert!(!text.contains("db-file-has-no-path"), "{text}");
+
+    let report = sessionstore::run_probe_on_postgres(&server)
+        .await
+        .expect("the probe runs");
+    let failed: Vec<_> = report.checks().iter().filter(|c| !c.ok).collect();
+    assert!(failed.is_empty(), "failed checks: {failed:#?}");
+    let audited = report
+        .checks()
+        .iter()
+        .find(|c| c.name == "db-text-has-no-path")
+        .expect("the audit ran");
+    assert!(audited.detail.contains(" text values in "), "{audited:?}");
+    assert_eq!(probe_schemas(&server), before, "a probe schema was left");
+}
+
+/// A server the probe cannot reach is one line on stderr, without the password, and
+/// no report; `--db` with a root, or a file, is still refused.
+#[test]
+fn a_probe_on_an_unreachable_server_fails_in_one_line() {
+    let home = tempfile::tempdir().unwrap();
+    // Port 1 on the loopback address: nothing listens there.
+    let out = bin(home.path())
+        .args([
+            "probe",
+            "--db",
+            "postgres://alice:s3cret@127.0.0.1:1/sessions",
+        ])
+        .output()
+        .unwrap();
+    let err = crate::support::assert_one_line_error(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("postgres://alice:***@127.0.0.1:1/sessions"),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret"), "{err}");
+    assert!(stdout(&out).is_empty());
+    let root = home.path().join("files");
+    let out = bin(home.path())
+        .args(["probe", "--db", "postgres://127.0.0.1:1/sessions"])
+        .arg("--attachments-root")
+        .arg(&root)
+        .output()
+        .unwrap();
+    crate::support::assert_usage_error(&out);
+    assert!(!root.exists());
+}
