@@ -28,6 +28,12 @@ impl Config {
         }
     }
 
+    /// The database as it may be printed or logged: the file's path, or the
+    /// PostgreSQL connection string with any password replaced by `***`.
+    pub fn database_shown(&self) -> String {
+        crate::db::shown(&self.db_path)
+    }
+
     /// The defaults of a fresh machine: the user's data directory.
     pub fn default_paths() -> Result<Config> {
         Ok(Config::in_dir(&default_data_dir()?))

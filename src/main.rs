@@ -385,7 +385,7 @@ async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {
     if json {
         return print_json(&report);
     }
-    let db = terminal_line(&config.db_path.display().to_string());
+    let db = terminal_line(&config.database_shown());
     if args.dry_run && !report.pending.is_empty() {
         emit(&format!(
             "{db}: would apply {}; schema at version {}",

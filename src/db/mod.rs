@@ -131,6 +131,15 @@ impl<'a> Location<'a> {
     }
 }
 
+/// The database as it may be printed: a file's path, or a connection string with its
+/// password replaced.
+pub fn shown(db: &Path) -> String {
+    match Location::of(db) {
+        Location::File(path) => path.display().to_string(),
+        Location::Postgres(url) => postgres::redact(url),
+    }
+}
+
 /// Whether `text` is a PostgreSQL connection URL rather than a file name.
 pub fn postgres_url(text: &str) -> bool {
     text.starts_with("postgres://") || text.starts_with("postgresql://")

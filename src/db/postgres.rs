@@ -113,9 +113,26 @@ fn shown_path(shown: &str) -> std::path::PathBuf {
 }
 
 fn connect_error(shown: &str, detail: impl std::fmt::Display) -> Error {
-    Error::NotDatabase {
-        path: shown_path(shown),
+    Error::Server {
+        db: shown.to_owned(),
         detail: detail.to_string(),
+    }
+}
+
+/// The server's own reason a connection failed (refused, no such database, bad
+/// password), on one line.
+fn connect_reason(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db.message().to_owned(),
+        None => {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(cause) = source {
+                text = format!("{text}: {cause}");
+                source = cause.source();
+            }
+            text
+        }
     }
 }
 
@@ -144,21 +161,9 @@ impl PgDb {
     /// Connects, then brings the schema up to date (`Create`, `Existing`) or checks
     /// that it already is (`ReadOnly`), refusing a schema newer than this binary.
     pub fn open(url: &str, access: Access) -> Result<PgDb> {
-        let shown: Arc<str> = redact(url).into();
-        let config: postgres::Config = url
-            .parse()
-            .map_err(|e| connect_error(&shown, format!("not a valid connection string: {e}")))?;
-        let pool = r2d2::Pool::builder()
-            .max_size(MAX_CONNECTIONS)
-            .min_idle(Some(0))
-            .connection_timeout(CONNECT_TIMEOUT)
-            // Errors of failed connection attempts are returned to the caller, not
-            // logged by r2d2 on its own.
-            .error_handler(Box::new(r2d2::NopErrorHandler))
-            .build_unchecked(PostgresConnectionManager::new(config, NoTls));
         let db = PgDb {
-            pool: Pool::new(pool),
-            shown,
+            pool: Pool::new(build_pool(url, MAX_CONNECTIONS)?),
+            shown: redact(url).into(),
             read_only: access == Access::ReadOnly,
         };
         let mut client = db.client()?;
@@ -360,7 +365,7 @@ fn migrate_client(client: &mut Client, shown: &str) -> Result<MigrationReport> {
 /// apply or none does.
 pub fn migrate(url: &str) -> Result<MigrationReport> {
     let db = PgDb {
-        pool: Pool::new(build_pool(url)?),
+        pool: Pool::new(build_pool(url, 2)?),
         shown: redact(url).into(),
         read_only: false,
     };
@@ -371,7 +376,7 @@ pub fn migrate(url: &str) -> Result<MigrationReport> {
 /// What `migrate` would apply, read without changing anything.
 pub fn plan(url: &str) -> Result<MigrationReport> {
     let shown = redact(url);
-    let pool = Pool::new(build_pool(url)?);
+    let pool = Pool::new(build_pool(url, 2)?);
     let mut client = pool
         .get()
         .map_err(|e| connect_error(&shown, format!("cannot connect to the server: {e}")))?;
@@ -390,15 +395,27 @@ pub fn plan(url: &str) -> Result<MigrationReport> {
     })
 }
 
-fn build_pool(url: &str) -> Result<r2d2::Pool<Manager>> {
+/// A pool of at most `size` connections to `url`, after one connection has been made
+/// and closed: a server that refuses it (or a wrong password, a missing database) is
+/// reported at once with the server's reason, not after the pool's timeout.
+fn build_pool(url: &str, size: u32) -> Result<r2d2::Pool<Manager>> {
     let shown = redact(url);
     let config: postgres::Config = url
         .parse()
         .map_err(|e| connect_error(&shown, format!("not a valid connection string: {e}")))?;
+    // On a thread of its own: the blocking client cannot run on an async one.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| config.connect(NoTls).map(drop).map_err(|e| connect_reason(&e)))
+            .join()
+            .unwrap_or_else(|_| Err("the connection attempt panicked".to_owned()))
+    })
+    .map_err(|reason| connect_error(&shown, format!("cannot connect: {reason}")))?;
     Ok(r2d2::Pool::builder()
-        .max_size(2)
+        .max_size(size)
         .min_idle(Some(0))
         .connection_timeout(CONNECT_TIMEOUT)
+        // A failed attempt is returned to the caller, not logged by r2d2 on its own.
         .error_handler(Box::new(r2d2::NopErrorHandler))
         .build_unchecked(PostgresConnectionManager::new(config, NoTls)))
 }
