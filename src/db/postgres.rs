@@ -30,7 +30,35 @@ const RETRY_FOR: Duration = Duration::from_secs(30);
 /// A key for the advisory lock that makes concurrent `migrate` runs take turns.
 const MIGRATION_LOCK: i64 = 0x5e55_1075_70e0_0001;
 
-type Manager = PostgresConnectionManager<NoTls>;
+/// r2d2_postgres's manager, with each connection's prepared statements kept beside it.
+#[derive(Debug)]
+struct Manager(PostgresConnectionManager<NoTls>);
+
+/// One pooled connection and the statements prepared on it.
+pub(crate) struct Conn {
+    client: Client,
+    statements: super::sql::Statements,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> std::result::Result<Conn, postgres::Error> {
+        Ok(Conn {
+            client: self.0.connect()?,
+            statements: Default::default(),
+        })
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> std::result::Result<(), postgres::Error> {
+        self.0.is_valid(&mut conn.client)
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        self.0.has_broken(&mut conn.client)
+    }
+}
 
 /// A PostgreSQL database: a pool of connections, and whether this store may write.
 #[derive(Clone)]
@@ -166,8 +194,9 @@ impl PgDb {
             shown: redact(url).into(),
             read_only: access == Access::ReadOnly,
         };
-        let mut client = db.client()?;
-        let applied = read_history(&mut client)?;
+        let mut conn = db.client()?;
+        let client = &mut conn.client;
+        let applied = read_history(client)?;
         refuse_unknown(&db.shown, applied.as_deref().unwrap_or(&[]))?;
         match (access, applied) {
             (Access::ReadOnly, applied) => {
@@ -183,7 +212,7 @@ impl PgDb {
             }
             (Access::Existing, None) => return Err(Error::NoDatabase(shown_path(&db.shown))),
             (Access::Existing, Some(_)) | (Access::Create, _) => {
-                migrate_client(&mut client, &db.shown)?;
+                migrate_client(client, &db.shown)?;
             }
         }
         Ok(db)
@@ -206,14 +235,15 @@ impl PgDb {
         let started = std::time::Instant::now();
         let mut attempt: u32 = 0;
         loop {
-            let mut client = self.client()?;
+            let mut conn = self.client()?;
+            let Conn { client, statements } = &mut *conn;
             let outcome = (|| {
                 let tx = client
                     .build_transaction()
                     .isolation_level(IsolationLevel::Serializable)
                     .start()
                     .map_err(pg("begin a write"))?;
-                let tx = Tx::postgres(tx);
+                let tx = Tx::postgres(tx, statements);
                 let value = f(&tx)?;
                 tx.into_postgres()
                     .expect("made from a PostgreSQL transaction")
@@ -240,14 +270,15 @@ impl PgDb {
     /// Runs `f` in one read-only snapshot (`REPEATABLE READ`, `READ ONLY`): it sees
     /// one moment of the database and cannot write, whatever `f` runs.
     pub fn read<T>(&self, f: impl Fn(&Tx<'_>) -> Result<T>) -> Result<T> {
-        let mut client = self.client()?;
+        let mut conn = self.client()?;
+        let Conn { client, statements } = &mut *conn;
         let tx = client
             .build_transaction()
             .isolation_level(IsolationLevel::RepeatableRead)
             .read_only(true)
             .start()
             .map_err(pg("begin a read"))?;
-        let tx = Tx::postgres(tx);
+        let tx = Tx::postgres(tx, statements);
         f(&tx)
         // Dropping the transaction rolls it back: it changed nothing to commit.
     }
@@ -259,8 +290,9 @@ impl PgDb {
     /// whether the vacuum ran.
     pub fn erase<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<(T, bool)> {
         let value = self.write(f)?;
-        let mut client = self.client()?;
-        let vacuumed = client
+        let mut conn = self.client()?;
+        let vacuumed = conn
+            .client
             .batch_execute("VACUUM sessions, messages, message_refs, items, events, search_entries")
             .is_ok();
         Ok((value, vacuumed))
@@ -369,8 +401,8 @@ pub fn migrate(url: &str) -> Result<MigrationReport> {
         shown: redact(url).into(),
         read_only: false,
     };
-    let mut client = db.client()?;
-    migrate_client(&mut client, &db.shown)
+    let mut conn = db.client()?;
+    migrate_client(&mut conn.client, &db.shown)
 }
 
 /// What `migrate` would apply, read without changing anything.
@@ -380,7 +412,7 @@ pub fn plan(url: &str) -> Result<MigrationReport> {
     let mut client = pool
         .get()
         .map_err(|e| connect_error(&shown, format!("cannot connect to the server: {e}")))?;
-    let applied = read_history(&mut client)?.unwrap_or_default();
+    let applied = read_history(&mut client.client)?.unwrap_or_default();
     refuse_unknown(&shown, &applied)?;
     let pending = migrations()
         .iter()
@@ -406,7 +438,12 @@ fn build_pool(url: &str, size: u32) -> Result<r2d2::Pool<Manager>> {
     // On a thread of its own: the blocking client cannot run on an async one.
     std::thread::scope(|scope| {
         scope
-            .spawn(|| config.connect(NoTls).map(drop).map_err(|e| connect_reason(&e)))
+            .spawn(|| {
+                config
+                    .connect(NoTls)
+                    .map(drop)
+                    .map_err(|e| connect_reason(&e))
+            })
             .join()
             .unwrap_or_else(|_| Err("the connection attempt panicked".to_owned()))
     })
@@ -417,7 +454,7 @@ fn build_pool(url: &str, size: u32) -> Result<r2d2::Pool<Manager>> {
         .connection_timeout(CONNECT_TIMEOUT)
         // A failed attempt is returned to the caller, not logged by r2d2 on its own.
         .error_handler(Box::new(r2d2::NopErrorHandler))
-        .build_unchecked(PostgresConnectionManager::new(config, NoTls)))
+        .build_unchecked(Manager(PostgresConnectionManager::new(config, NoTls))))
 }
 
 /// The tables and triggers the applied migrations make, read from their own text,
