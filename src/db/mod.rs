@@ -213,6 +213,29 @@ impl Db {
         }
     }
 
+    /// `write` for a closure that also touches `session`'s attachment files (send's
+    /// check that its uploads are still there, gc's removal of those no message
+    /// names): no two such writes of one session overlap. SQLite's write lock already
+    /// excludes every other write; on PostgreSQL a per-session advisory lock is held
+    /// from before the transaction's snapshot until after it commits.
+    pub fn write_for<T>(
+        &self,
+        session: &crate::ids::SessionId,
+        f: impl FnMut(&Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pg) => {
+                let id = session.as_uuid().as_u128();
+                pg.write_locked(Some((id ^ (id >> 64)) as i64), f)
+            }
+            _ => {
+                let _ = session;
+                self.write(f)
+            }
+        }
+    }
+
     /// `write` with SQLite's `secure_delete` on, so the pages and cells it frees are
     /// zeroed instead of keeping the deleted text, then a checkpoint that copies the
     /// WAL into the main file and truncates it, so no older copy of those pages stays

@@ -228,14 +228,45 @@ impl PgDb {
     /// a transaction whose outcome would differ from some serial order of the
     /// transactions around it (two writers appending to one session, say); that one
     /// is run again, from a fresh snapshot, until it commits or `RETRY_FOR` passes.
-    pub fn write<T>(&self, mut f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
+    pub fn write<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
+        self.write_locked(None, f)
+    }
+
+    /// `write` holding the advisory lock `key` from before its snapshot is taken
+    /// until after it commits, so two writes with the same key never overlap, and the
+    /// later one sees what the earlier one committed. For writes whose closure also
+    /// touches files (a send's check that its uploads are still there, gc's removal
+    /// of unreferenced ones): a serializable transaction that loses its race is rolled
+    /// back, but a file it removed stays removed.
+    pub fn write_locked<T>(
+        &self,
+        key: Option<i64>,
+        mut f: impl FnMut(&Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
         if self.read_only {
             return Err(Error::ReadOnly(shown_path(&self.shown)));
         }
+        let mut conn = self.client()?;
+        if let Some(key) = key {
+            conn.client
+                .execute("SELECT pg_advisory_lock($1)", &[&key])
+                .map_err(pg("take a session's lock"))?;
+        }
+        let written = Self::write_on(&mut conn, &mut f);
+        if let Some(key) = key {
+            // A connection that fails here is broken and leaves the pool, and the
+            // server lets go of a closed session's locks.
+            let _ = conn
+                .client
+                .execute("SELECT pg_advisory_unlock($1)", &[&key]);
+        }
+        written
+    }
+
+    fn write_on<T>(conn: &mut Conn, f: &mut impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
         let started = std::time::Instant::now();
         let mut attempt: u32 = 0;
         loop {
-            let mut conn = self.client()?;
             let Conn { client, statements } = &mut *conn;
             let outcome = (|| {
                 let tx = client
@@ -259,8 +290,13 @@ impl PgDb {
                     tracing::debug!("write lost a race (attempt {attempt}), running it again");
                     // Back off a little, more each time, with jitter so that two
                     // writers that collided do not collide again in step.
-                    let jitter = u64::from(std::process::id() ^ attempt.wrapping_mul(7919)) % 5;
-                    std::thread::sleep(Duration::from_millis(u64::from(attempt.min(20)) + jitter));
+                    let jitter = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.subsec_micros() % 3_000);
+                    std::thread::sleep(
+                        Duration::from_millis(u64::from(attempt.min(20)))
+                            + Duration::from_micros(u64::from(jitter)),
+                    );
                 }
                 other => return other,
             }
