@@ -35,6 +35,9 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// commit: see ARCHITECTURE.md for what a crash and a power cut can each lose.
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
+    // Every statement of `db` runs through the connection's cache (`Tx`); a restore
+    // or a verify uses more than rusqlite's default 16 of them.
+    conn.set_prepared_statement_cache_capacity(64);
     // Switching to WAL needs a moment of exclusive access; under a concurrent opener it
     // can report busy before the busy handler applies, so it is retried briefly.
     let mut tries = 0;
