@@ -15,6 +15,10 @@
 //! - `list`: one page of 50 of 10,000 sessions (`Store::list_sessions_page`, from the
 //!   start and from a cursor halfway), against a hand-written SELECT with the same
 //!   ORDER BY and LIMIT on a raw connection.
+//! - `backends`: the same store calls on SQLite and on PostgreSQL (a fresh schema on
+//!   the server named by `SESSIONSTORE_BENCH_POSTGRES`; skipped without it): a
+//!   text-only send, a restore of 200 messages with a 64 KiB reference each, and a
+//!   page of 50 sessions, printed as PostgreSQL's speed relative to SQLite's.
 //! - `restore-rss` (not criterion): a 200-turn session with a different 1 MiB PNG per
 //!   turn, restored by the release binary in a child process for each format: wall
 //!   time and peak resident memory (`wait4`'s `ru_maxrss`), against the files' size.
@@ -83,6 +87,22 @@ impl Report {
         self.0.push(format!(
             "{what}: {ratio:.3}x (target >= {target}x: {}; baseline {}, measured {})",
             if ratio >= target { "met" } else { "not met" },
+            ms(b),
+            ms(m)
+        ));
+    }
+}
+
+impl Report {
+    /// `baseline / measured`, for a comparison that has no target.
+    #[cfg(feature = "postgres")]
+    fn relative(&mut self, what: &str, baseline: &Samples, measured: &Samples) {
+        let (Some(b), Some(m)) = (baseline.median(), measured.median()) else {
+            return;
+        };
+        self.0.push(format!(
+            "{what}: {:.3}x (baseline {}, measured {})",
+            b / m,
             ms(b),
             ms(m)
         ));
@@ -362,6 +382,161 @@ fn list(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     report.ratio("list: page 101 of 50 vs SELECT", &baseline, &middle, 0.5);
 }
 
+/// A fresh schema on the benchmark's PostgreSQL server, dropped on drop.
+#[cfg(feature = "postgres")]
+struct PgSchema {
+    admin: String,
+    name: String,
+}
+
+#[cfg(feature = "postgres")]
+impl PgSchema {
+    fn create(admin: &str) -> PgSchema {
+        let name = format!("bench_{}", uuid::Uuid::now_v7().simple());
+        let sql = format!("CREATE SCHEMA {name}");
+        pg_batch(admin, &sql).expect("the bench server lets the bench create a schema");
+        PgSchema {
+            admin: admin.to_owned(),
+            name,
+        }
+    }
+
+    fn url(&self) -> String {
+        let sep = if self.admin.contains('?') { '&' } else { '?' };
+        format!(
+            "{}{sep}options=-c%20search_path%3D{}",
+            self.admin, self.name
+        )
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        let _ = pg_batch(
+            &self.admin,
+            &format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name),
+        );
+    }
+}
+
+/// Runs `sql` on a client of its own, off the async runtime's threads.
+#[cfg(feature = "postgres")]
+fn pg_batch(url: &str, sql: &str) -> Result<(), postgres::Error> {
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    std::thread::spawn(move || {
+        postgres::Client::connect(&url, postgres::NoTls)?.batch_execute(&sql)
+    })
+    .join()
+    .expect("the thread ends")
+}
+
+/// One engine's side of `backends`: a store with a session of 200 messages, and the
+/// samples of each call.
+#[cfg(feature = "postgres")]
+fn backend_side(
+    c: &mut Criterion,
+    rt: &Runtime,
+    name: &str,
+    dir: &std::path::Path,
+    db: std::path::PathBuf,
+) -> [Samples; 3] {
+    let config = sessionstore::Config {
+        db_path: db,
+        ..workload::config_in(dir)
+    };
+    let store = rt
+        .block_on(sessionstore::Store::open(config))
+        .expect("the store opens");
+    let session = rt
+        .block_on(store.create_session(None, sessionstore::model::ToolsHost::Local))
+        .expect("a session")
+        .id;
+    let files: Vec<_> = (0..4)
+        .map(|i| {
+            rt.block_on(store.attach(session, format!("f{i}.bin"), workload::noise(64 * 1024, i)))
+                .expect("attach")
+                .uri
+        })
+        .collect();
+    for i in 0..200 {
+        let out = sessionstore::store::Outgoing {
+            attach: vec![files[i % files.len()].clone()],
+            ..sessionstore::store::Outgoing::user(format!("message {i}"))
+        };
+        rt.block_on(store.send(session, out)).expect("send");
+    }
+    let listed = rt
+        .block_on(store.create_session(None, sessionstore::model::ToolsHost::Local))
+        .expect("a session for sends")
+        .id;
+    for _ in 0..60 {
+        rt.block_on(store.create_session(None, sessionstore::model::ToolsHost::Local))
+            .expect("a session to list");
+    }
+    let mut group = c.benchmark_group(format!("backends/{name}"));
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_millis(300));
+    group.measurement_time(Duration::from_secs(2));
+    let send = timed(&mut group, "send text", || {
+        rt.block_on(store.send(listed, sessionstore::store::Outgoing::user("hello")))
+            .expect("send");
+    });
+    let restore = timed(&mut group, "restore 200 messages", || {
+        let restored = rt.block_on(store.restore(session)).expect("restore");
+        assert_eq!(restored.messages.len(), 200);
+    });
+    let page = timed(&mut group, "list a page of 50", || {
+        let page = rt
+            .block_on(store.list_sessions_page(50, None))
+            .expect("a page");
+        assert_eq!(page.sessions.len(), 50);
+    });
+    group.finish();
+    [send, restore, page]
+}
+
+#[cfg(feature = "postgres")]
+fn backends(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
+    let Some(admin) = std::env::var("SESSIONSTORE_BENCH_POSTGRES")
+        .ok()
+        .filter(|v| !v.is_empty())
+    else {
+        report.0.push(
+            "backends: skipped (set SESSIONSTORE_BENCH_POSTGRES=postgres://… to compare)"
+                .to_owned(),
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let sqlite = backend_side(
+        c,
+        rt,
+        "sqlite",
+        &dir.path().join("sqlite"),
+        dir.path().join("sqlite/sessions.db"),
+    );
+    let schema = PgSchema::create(&admin);
+    let postgres = backend_side(
+        c,
+        rt,
+        "postgres",
+        &dir.path().join("postgres"),
+        std::path::PathBuf::from(schema.url()),
+    );
+    for (what, i) in [
+        ("send text", 0),
+        ("restore 200 messages", 1),
+        ("list a page of 50", 2),
+    ] {
+        report.relative(
+            &format!("backends: {what}, PostgreSQL vs SQLite"),
+            &sqlite[i],
+            &postgres[i],
+        );
+    }
+}
+
 fn main() {
     let rt = Runtime::new().expect("a runtime");
     let mut c = Criterion::default().configure_from_args();
@@ -383,6 +558,10 @@ fn main() {
     }
     if wanted("list") {
         list(&mut c, &rt, &mut report);
+    }
+    #[cfg(feature = "postgres")]
+    if wanted("backends") && !test_mode {
+        backends(&mut c, &rt, &mut report);
     }
     c.final_summary();
     println!("\nratios (baseline time / measured time; >= 1 is as fast as the baseline):");

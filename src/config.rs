@@ -28,6 +28,12 @@ impl Config {
         }
     }
 
+    /// The database as it may be printed or logged: the file's path, or the
+    /// PostgreSQL connection string with any password replaced by `***`.
+    pub fn database_shown(&self) -> String {
+        crate::db::shown(&self.db_path)
+    }
+
     /// The defaults of a fresh machine: the user's data directory.
     pub fn default_paths() -> Result<Config> {
         Ok(Config::in_dir(&default_data_dir()?))
@@ -39,7 +45,7 @@ impl Config {
 /// logged. `None` for a file, which is shown as its path.
 pub fn server_url(db: &Path) -> Option<String> {
     match crate::db::Location::of(db) {
-        crate::db::Location::Postgres(url) => Some(crate::db::redact(url)),
+        crate::db::Location::Postgres(_) => Some(crate::db::shown(db)),
         crate::db::Location::File(_) => None,
     }
 }

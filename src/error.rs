@@ -209,6 +209,10 @@ pub enum Error {
         #[source]
         cause: postgres::Error,
     },
+    /// A PostgreSQL server that could not be reached or would not take the
+    /// connection string; `db` is the string with its password replaced.
+    #[error("cannot use the PostgreSQL database {db}: {detail}")]
+    Server { db: String, detail: String },
     /// A row whose column does not hold what this store writes there.
     #[error("database row does not read while trying to {action}: {detail}")]
     DamagedRow {
@@ -287,6 +291,7 @@ impl Error {
             Error::Migration(_) => "migration_failed",
             Error::Busy { .. } => "busy",
             Error::Sqlite { .. } | Error::DamagedRow { .. } => "database",
+            Error::Server { .. } => "server",
             #[cfg(feature = "postgres")]
             Error::Postgres { .. } => "database",
             Error::Pool(_) => "database",

@@ -391,7 +391,7 @@ async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {
     if json {
         return print_json(&report);
     }
-    let db = terminal_line(&cli::paths::shown_db(&config.db_path));
+    let db = terminal_line(&config.database_shown());
     if args.dry_run && !report.pending.is_empty() {
         emit(&format!(
             "{db}: would apply {}; schema at version {}",

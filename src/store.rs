@@ -627,7 +627,7 @@ impl Store {
                 transcript: send.transcript,
                 refs,
             };
-            db.write(move |tx| {
+            db.write_for(&session, move |tx| {
                 let current = queries::get_session(tx, &session)?;
                 if let Some(e) = refused.take() {
                     return Err(e);

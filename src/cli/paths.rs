@@ -123,7 +123,7 @@ impl Global {
         };
         tracing::debug!(
             "database {:?} ({:?}), attachment root {:?} ({:?})",
-            shown_db(&config.db_path),
+            config.database_shown(),
             db_source,
             config.roots.configured,
             root_source
@@ -139,12 +139,6 @@ impl Global {
     pub fn config(&self) -> Result<Config> {
         Ok(self.locate()?.config)
     }
-}
-
-/// The database as it may be printed or logged: a file's path, or a connection
-/// string without its password.
-pub fn shown_db(db: &Path) -> String {
-    sessionstore::config::server_url(db).unwrap_or_else(|| db.display().to_string())
 }
 
 /// A path as the commands will use it: relative paths are taken against the current

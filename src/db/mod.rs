@@ -26,7 +26,6 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::{Error, Result};
 
 pub use pool::Pool;
-pub use postgres::redact;
 pub use sql::Tx;
 
 /// How long a connection waits for another writer before giving up with SQLITE_BUSY.
@@ -36,6 +35,9 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// commit: see ARCHITECTURE.md for what a crash and a power cut can each lose.
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
+    // Every statement of `db` runs through the connection's cache (`Tx`); a restore
+    // or a verify uses more than rusqlite's default 16 of them.
+    conn.set_prepared_statement_cache_capacity(64);
     // Switching to WAL needs a moment of exclusive access; under a concurrent opener it
     // can report busy before the busy handler applies, so it is retried briefly.
     let mut tries = 0;
@@ -132,6 +134,15 @@ impl<'a> Location<'a> {
     }
 }
 
+/// The database as it may be printed: a file's path, or a connection string with its
+/// password replaced.
+pub fn shown(db: &Path) -> String {
+    match Location::of(db) {
+        Location::File(path) => path.display().to_string(),
+        Location::Postgres(url) => postgres::redact(url),
+    }
+}
+
 /// Whether `text` is a PostgreSQL connection URL rather than a file name.
 pub fn postgres_url(text: &str) -> bool {
     text.starts_with("postgres://") || text.starts_with("postgresql://")
@@ -202,6 +213,29 @@ impl Db {
             Db::ReadOnly(path) => Err(Error::ReadOnly(path.to_path_buf())),
             #[cfg(feature = "postgres")]
             Db::Postgres(pg) => pg.write(f),
+        }
+    }
+
+    /// `write` for a closure that also touches `session`'s attachment files (send's
+    /// check that its uploads are still there, gc's removal of those no message
+    /// names): no two such writes of one session overlap. SQLite's write lock already
+    /// excludes every other write; on PostgreSQL a per-session advisory lock is held
+    /// from before the transaction's snapshot until after it commits.
+    pub fn write_for<T>(
+        &self,
+        session: &crate::ids::SessionId,
+        f: impl FnMut(&Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pg) => {
+                let id = session.as_uuid().as_u128();
+                pg.write_locked(Some((id ^ (id >> 64)) as i64), f)
+            }
+            _ => {
+                let _ = session;
+                self.write(f)
+            }
         }
     }
 

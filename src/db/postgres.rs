@@ -30,7 +30,35 @@ const RETRY_FOR: Duration = Duration::from_secs(30);
 /// A key for the advisory lock that makes concurrent `migrate` runs take turns.
 const MIGRATION_LOCK: i64 = 0x5e55_1075_70e0_0001;
 
-type Manager = PostgresConnectionManager<NoTls>;
+/// r2d2_postgres's manager, with each connection's prepared statements kept beside it.
+#[derive(Debug)]
+struct Manager(PostgresConnectionManager<NoTls>);
+
+/// One pooled connection and the statements prepared on it.
+pub(crate) struct Conn {
+    client: Client,
+    statements: super::sql::Statements,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> std::result::Result<Conn, postgres::Error> {
+        Ok(Conn {
+            client: self.0.connect()?,
+            statements: Default::default(),
+        })
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> std::result::Result<(), postgres::Error> {
+        self.0.is_valid(&mut conn.client)
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        self.0.has_broken(&mut conn.client)
+    }
+}
 
 /// A PostgreSQL database: a pool of connections, and whether this store may write.
 #[derive(Clone)]
@@ -127,14 +155,9 @@ fn on_server(url: &str, sql: &str, action: &'static str) -> Result<()> {
     })
 }
 
-/// A server that could not be reached, with the reason (`postgres::Error` keeps it
-/// in its source, such as "Connection refused").
+/// A server that could not be reached, with its reason, as `PgDb::open` reports one.
 pub fn unreachable(shown: &str, e: &postgres::Error) -> Error {
-    let detail = match std::error::Error::source(e) {
-        Some(cause) => format!("cannot connect to the server: {e}: {cause}"),
-        None => format!("cannot connect to the server: {e}"),
-    };
-    connect_error(shown, detail)
+    connect_error(shown, format!("cannot connect: {}", connect_reason(e)))
 }
 
 /// Makes the schema `name` (a plain identifier) on the server `url` names.
@@ -190,9 +213,26 @@ fn shown_path(shown: &str) -> std::path::PathBuf {
 }
 
 fn connect_error(shown: &str, detail: impl std::fmt::Display) -> Error {
-    Error::NotDatabase {
-        path: shown_path(shown),
+    Error::Server {
+        db: shown.to_owned(),
         detail: detail.to_string(),
+    }
+}
+
+/// The server's own reason a connection failed (refused, no such database, bad
+/// password), on one line.
+fn connect_reason(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db.message().to_owned(),
+        None => {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(cause) = source {
+                text = format!("{text}: {cause}");
+                source = cause.source();
+            }
+            text
+        }
     }
 }
 
@@ -221,25 +261,14 @@ impl PgDb {
     /// Connects, then brings the schema up to date (`Create`, `Existing`) or checks
     /// that it already is (`ReadOnly`), refusing a schema newer than this binary.
     pub fn open(url: &str, access: Access) -> Result<PgDb> {
-        let shown: Arc<str> = redact(url).into();
-        let config: postgres::Config = url
-            .parse()
-            .map_err(|e| connect_error(&shown, format!("not a valid connection string: {e}")))?;
-        let pool = r2d2::Pool::builder()
-            .max_size(MAX_CONNECTIONS)
-            .min_idle(Some(0))
-            .connection_timeout(CONNECT_TIMEOUT)
-            // Errors of failed connection attempts are returned to the caller, not
-            // logged by r2d2 on its own.
-            .error_handler(Box::new(r2d2::NopErrorHandler))
-            .build_unchecked(PostgresConnectionManager::new(config, NoTls));
         let db = PgDb {
-            pool: Pool::new(pool),
-            shown,
+            pool: Pool::new(build_pool(url, MAX_CONNECTIONS)?),
+            shown: redact(url).into(),
             read_only: access == Access::ReadOnly,
         };
-        let mut client = db.client()?;
-        let applied = read_history(&mut client)?;
+        let mut conn = db.client()?;
+        let client = &mut conn.client;
+        let applied = read_history(client)?;
         refuse_unknown(&db.shown, applied.as_deref().unwrap_or(&[]))?;
         match (access, applied) {
             (Access::ReadOnly, applied) => {
@@ -255,7 +284,7 @@ impl PgDb {
             }
             (Access::Existing, None) => return Err(Error::NoDatabase(shown_path(&db.shown))),
             (Access::Existing, Some(_)) | (Access::Create, _) => {
-                migrate_client(&mut client, &db.shown)?;
+                migrate_client(client, &db.shown)?;
             }
         }
         Ok(db)
@@ -271,21 +300,53 @@ impl PgDb {
     /// a transaction whose outcome would differ from some serial order of the
     /// transactions around it (two writers appending to one session, say); that one
     /// is run again, from a fresh snapshot, until it commits or `RETRY_FOR` passes.
-    pub fn write<T>(&self, mut f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
+    pub fn write<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
+        self.write_locked(None, f)
+    }
+
+    /// `write` holding the advisory lock `key` from before its snapshot is taken
+    /// until after it commits, so two writes with the same key never overlap, and the
+    /// later one sees what the earlier one committed. For writes whose closure also
+    /// touches files (a send's check that its uploads are still there, gc's removal
+    /// of unreferenced ones): a serializable transaction that loses its race is rolled
+    /// back, but a file it removed stays removed.
+    pub fn write_locked<T>(
+        &self,
+        key: Option<i64>,
+        mut f: impl FnMut(&Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
         if self.read_only {
             return Err(Error::ReadOnly(shown_path(&self.shown)));
         }
+        let mut conn = self.client()?;
+        if let Some(key) = key {
+            conn.client
+                .execute("SELECT pg_advisory_lock($1)", &[&key])
+                .map_err(pg("take a session's lock"))?;
+        }
+        let written = Self::write_on(&mut conn, &mut f);
+        if let Some(key) = key {
+            // A connection that fails here is broken and leaves the pool, and the
+            // server lets go of a closed session's locks.
+            let _ = conn
+                .client
+                .execute("SELECT pg_advisory_unlock($1)", &[&key]);
+        }
+        written
+    }
+
+    fn write_on<T>(conn: &mut Conn, f: &mut impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
         let started = std::time::Instant::now();
         let mut attempt: u32 = 0;
         loop {
-            let mut client = self.client()?;
+            let Conn { client, statements } = &mut *conn;
             let outcome = (|| {
                 let tx = client
                     .build_transaction()
                     .isolation_level(IsolationLevel::Serializable)
                     .start()
                     .map_err(pg("begin a write"))?;
-                let tx = Tx::postgres(tx);
+                let tx = Tx::postgres(tx, statements);
                 let value = f(&tx)?;
                 tx.into_postgres()
                     .expect("made from a PostgreSQL transaction")
@@ -301,8 +362,13 @@ impl PgDb {
                     tracing::debug!("write lost a race (attempt {attempt}), running it again");
                     // Back off a little, more each time, with jitter so that two
                     // writers that collided do not collide again in step.
-                    let jitter = u64::from(std::process::id() ^ attempt.wrapping_mul(7919)) % 5;
-                    std::thread::sleep(Duration::from_millis(u64::from(attempt.min(20)) + jitter));
+                    let jitter = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.subsec_micros() % 3_000);
+                    std::thread::sleep(
+                        Duration::from_millis(u64::from(attempt.min(20)))
+                            + Duration::from_micros(u64::from(jitter)),
+                    );
                 }
                 other => return other,
             }
@@ -312,14 +378,15 @@ impl PgDb {
     /// Runs `f` in one read-only snapshot (`REPEATABLE READ`, `READ ONLY`): it sees
     /// one moment of the database and cannot write, whatever `f` runs.
     pub fn read<T>(&self, f: impl Fn(&Tx<'_>) -> Result<T>) -> Result<T> {
-        let mut client = self.client()?;
+        let mut conn = self.client()?;
+        let Conn { client, statements } = &mut *conn;
         let tx = client
             .build_transaction()
             .isolation_level(IsolationLevel::RepeatableRead)
             .read_only(true)
             .start()
             .map_err(pg("begin a read"))?;
-        let tx = Tx::postgres(tx);
+        let tx = Tx::postgres(tx, statements);
         f(&tx)
         // Dropping the transaction rolls it back: it changed nothing to commit.
     }
@@ -331,8 +398,9 @@ impl PgDb {
     /// whether the vacuum ran.
     pub fn erase<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<(T, bool)> {
         let value = self.write(f)?;
-        let mut client = self.client()?;
-        let vacuumed = client
+        let mut conn = self.client()?;
+        let vacuumed = conn
+            .client
             .batch_execute("VACUUM sessions, messages, message_refs, items, events, search_entries")
             .is_ok();
         Ok((value, vacuumed))
@@ -437,22 +505,22 @@ fn migrate_client(client: &mut Client, shown: &str) -> Result<MigrationReport> {
 /// apply or none does.
 pub fn migrate(url: &str) -> Result<MigrationReport> {
     let db = PgDb {
-        pool: Pool::new(build_pool(url)?),
+        pool: Pool::new(build_pool(url, 2)?),
         shown: redact(url).into(),
         read_only: false,
     };
-    let mut client = db.client()?;
-    migrate_client(&mut client, &db.shown)
+    let mut conn = db.client()?;
+    migrate_client(&mut conn.client, &db.shown)
 }
 
 /// What `migrate` would apply, read without changing anything.
 pub fn plan(url: &str) -> Result<MigrationReport> {
     let shown = redact(url);
-    let pool = Pool::new(build_pool(url)?);
+    let pool = Pool::new(build_pool(url, 2)?);
     let mut client = pool
         .get()
         .map_err(|e| connect_error(&shown, format!("cannot connect to the server: {e}")))?;
-    let applied = read_history(&mut client)?.unwrap_or_default();
+    let applied = read_history(&mut client.client)?.unwrap_or_default();
     refuse_unknown(&shown, &applied)?;
     let pending = migrations()
         .iter()
@@ -467,17 +535,34 @@ pub fn plan(url: &str) -> Result<MigrationReport> {
     })
 }
 
-fn build_pool(url: &str) -> Result<r2d2::Pool<Manager>> {
+/// A pool of at most `size` connections to `url`, after one connection has been made
+/// and closed: a server that refuses it (or a wrong password, a missing database) is
+/// reported at once with the server's reason, not after the pool's timeout.
+fn build_pool(url: &str, size: u32) -> Result<r2d2::Pool<Manager>> {
     let shown = redact(url);
     let config: postgres::Config = url
         .parse()
         .map_err(|e| connect_error(&shown, format!("not a valid connection string: {e}")))?;
+    // On a thread of its own: the blocking client cannot run on an async one.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                config
+                    .connect(NoTls)
+                    .map(drop)
+                    .map_err(|e| connect_reason(&e))
+            })
+            .join()
+            .unwrap_or_else(|_| Err("the connection attempt panicked".to_owned()))
+    })
+    .map_err(|reason| connect_error(&shown, format!("cannot connect: {reason}")))?;
     Ok(r2d2::Pool::builder()
-        .max_size(2)
+        .max_size(size)
         .min_idle(Some(0))
         .connection_timeout(CONNECT_TIMEOUT)
+        // A failed attempt is returned to the caller, not logged by r2d2 on its own.
         .error_handler(Box::new(r2d2::NopErrorHandler))
-        .build_unchecked(PostgresConnectionManager::new(config, NoTls)))
+        .build_unchecked(Manager(PostgresConnectionManager::new(config, NoTls))))
 }
 
 /// The tables and triggers the applied migrations make, read from their own text,

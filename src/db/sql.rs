@@ -11,6 +11,8 @@
 
 #[cfg(feature = "postgres")]
 use std::cell::RefCell;
+#[cfg(feature = "postgres")]
+use std::collections::HashMap;
 use std::fmt;
 
 /// Which engine a transaction runs on.
@@ -354,7 +356,32 @@ pub struct Tx<'t>(TxRef<'t>);
 enum TxRef<'t> {
     Sqlite(&'t rusqlite::Connection),
     #[cfg(feature = "postgres")]
-    Postgres(RefCell<postgres::Transaction<'t>>),
+    Postgres(RefCell<PgTx<'t>>),
+}
+
+/// A PostgreSQL transaction and its connection's prepared statements.
+#[cfg(feature = "postgres")]
+struct PgTx<'t> {
+    tx: postgres::Transaction<'t>,
+    statements: &'t mut Statements,
+}
+
+/// The statements a PostgreSQL connection has prepared, by their text as the store
+/// writes it. A statement is prepared once per connection and run by name after, so
+/// each run is one round trip to the server instead of two.
+#[cfg(feature = "postgres")]
+pub type Statements = HashMap<String, postgres::Statement>;
+
+#[cfg(feature = "postgres")]
+impl PgTx<'_> {
+    fn statement(&mut self, sql: &str) -> DbResult<postgres::Statement> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.tx.prepare(&postgres_text(sql))?;
+        self.statements.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
 }
 
 impl<'t> Tx<'t> {
@@ -364,15 +391,15 @@ impl<'t> Tx<'t> {
     }
 
     #[cfg(feature = "postgres")]
-    pub fn postgres(tx: postgres::Transaction<'t>) -> Tx<'t> {
-        Tx(TxRef::Postgres(RefCell::new(tx)))
+    pub fn postgres(tx: postgres::Transaction<'t>, statements: &'t mut Statements) -> Tx<'t> {
+        Tx(TxRef::Postgres(RefCell::new(PgTx { tx, statements })))
     }
 
     /// The PostgreSQL transaction back, to commit it.
     #[cfg(feature = "postgres")]
     pub fn into_postgres(self) -> Option<postgres::Transaction<'t>> {
         match self.0 {
-            TxRef::Postgres(tx) => Some(tx.into_inner()),
+            TxRef::Postgres(tx) => Some(tx.into_inner().tx),
             TxRef::Sqlite(_) => None,
         }
     }
@@ -403,8 +430,9 @@ impl<'t> Tx<'t> {
                 .execute(rusqlite::params_from_iter(args))?),
             #[cfg(feature = "postgres")]
             TxRef::Postgres(tx) => {
-                let sql = postgres_text(sql);
-                let changed = tx.borrow_mut().execute(sql.as_str(), &pg_args(args))?;
+                let mut tx = tx.borrow_mut();
+                let statement = tx.statement(sql)?;
+                let changed = tx.tx.execute(&statement, &pg_args(args))?;
                 Ok(changed as usize)
             }
         }
@@ -475,12 +503,12 @@ impl<'t> Tx<'t> {
             #[cfg(feature = "postgres")]
             TxRef::Postgres(tx) => {
                 use postgres::fallible_iterator::FallibleIterator;
-                let sql = postgres_text(sql);
                 // The rows come in as a stream; `f` may not run another statement on
                 // this transaction while they do (the borrow would panic), which no
                 // caller does.
                 let mut guard = tx.borrow_mut();
-                let mut rows = guard.query_raw(sql.as_str(), pg_args(args))?;
+                let statement = guard.statement(sql)?;
+                let mut rows = guard.tx.query_raw(&statement, pg_args(args))?;
                 while let Some(row) = rows.next()? {
                     if !f(&Row(RowRef::Postgres(&row)))? {
                         // The server can fail a statement after its first rows (a
@@ -551,7 +579,8 @@ mod tests {
             return;
         };
         let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        let tx = Tx::postgres(client.transaction().unwrap());
+        let mut statements = super::Statements::new();
+        let tx = Tx::postgres(client.transaction().unwrap(), &mut statements);
         // The first row is 1/1; the second, 1/0, fails once the first is on its way.
         let first = tx.query_row(
             "SELECT 1 / x FROM (VALUES (1), (0)) AS v(x)",

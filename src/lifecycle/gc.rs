@@ -249,7 +249,7 @@ fn collect_live(
             .expect("the read ran its closure at least once")?
     } else {
         let mut outcome = None;
-        db.write(|tx| {
+        db.write_for(&id, |tx| {
             outcome = Some(judge(tx, true));
             Ok(())
         })?;

@@ -633,7 +633,7 @@ fn no_colour_or_progress_off_a_terminal() {
 /// README's `sh` blocks between `from` and `to` (headings), each up to its closing
 /// fence, with `cargo run` standing for the built binary and the fixtures where the
 /// repository has them.
-fn readme_script(from: &str, to: &str) -> String {
+pub(crate) fn readme_script(from: &str, to: &str) -> String {
     let readme = include_str!("../../README.md");
     let start = readme.find(from).expect("the first heading");
     let end = start + readme[start..].find(to).expect("the last heading");
@@ -656,6 +656,11 @@ fn readme_script(from: &str, to: &str) -> String {
 /// `script` under `bash -euo pipefail` in `dir`, with `dir` as the home and nothing
 /// else of the environment but `PATH`.
 fn run_script(dir: &Path, script: &str) -> Output {
+    run_script_with(dir, script, &[])
+}
+
+/// `run_script` with `env` set as well.
+pub(crate) fn run_script_with(dir: &Path, script: &str, env: &[(&str, &str)]) -> Output {
     std::process::Command::new("bash")
         .arg("-c")
         .arg(format!("set -euo pipefail\n{script}"))
@@ -664,6 +669,7 @@ fn run_script(dir: &Path, script: &str) -> Output {
         .env("HOME", dir)
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("XDG_DATA_HOME", dir.join(".local/share"))
+        .envs(env.iter().copied())
         .output()
         .unwrap()
 }

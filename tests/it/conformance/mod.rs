@@ -2,6 +2,8 @@
 //! `backend`), through the library and the real binary, and asserts the same outcome
 //! on both. What differs by engine is said where it is checked.
 
+mod gc_race;
+
 use sessionstore::model::ToolsHost;
 use sessionstore::store::Outgoing;
 
@@ -14,7 +16,46 @@ conformance!(
     a_session_restores_in_a_fresh_store_with_paths_that_read_back,
     the_event_log_refuses_to_be_rewritten,
     the_binary_migrates_then_writes_and_reads,
+    the_readme_tour_and_lifecycle_examples_run_as_written,
 );
+
+/// README's tour and its fork, search and export/import examples, as written, with
+/// `SESSIONSTORE_DB` naming this engine's database (README's PostgreSQL section says
+/// the tour works unchanged there).
+async fn the_readme_tour_and_lifecycle_examples_run_as_written(b: Backend) {
+    use crate::usability::{readme_script, run_script_with};
+    let tour = readme_script("## A short tour", "`record` reads");
+    let lifecycle = readme_script("### Forking a session", "## Listing sessions");
+    let migrated = b.run(&["migrate"]);
+    assert!(migrated.status.success(), "{}", stderr(&migrated));
+    let out = run_script_with(
+        b.dir.path(),
+        &format!("{tour}\necho \"session $id\"\n{lifecycle}"),
+        &[("SESSIONSTORE_DB", b.db())],
+    );
+    let printed = stdout(&out);
+    assert!(
+        out.status.success(),
+        "the README failed: {printed}\n{}",
+        stderr(&out)
+    );
+    let id = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("session "))
+        .expect("the tour's session");
+    assert!(
+        printed
+            .lines()
+            .any(|l| l.starts_with(id) && l.contains("title  [quarterly review]")),
+        "the title search finds the session: {printed}"
+    );
+    assert!(
+        printed.contains("exported 3 messages, 1 item, 2 files"),
+        "{printed}"
+    );
+    let verified = b.run(&["verify"]);
+    assert!(verified.status.success(), "{}", stdout(&verified));
+}
 
 async fn the_binary_migrates_then_writes_and_reads(b: Backend) {
     let migrated = b.run(&["migrate"]);
