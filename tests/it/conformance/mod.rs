@@ -2,6 +2,8 @@
 //! `backend`), through the library and the real binary, and asserts the same outcome
 //! on both. What differs by engine is said where it is checked.
 
+mod store;
+
 use sessionstore::model::ToolsHost;
 use sessionstore::store::Outgoing;
 
