@@ -56,6 +56,16 @@ impl Backend {
         &self.db
     }
 
+    /// Another store of the same engine, empty: a second SQLite file, or a second
+    /// schema on the same server.
+    pub fn another(&self) -> Backend {
+        if self.is_postgres() {
+            Backend::postgres().expect("the server named for this backend")
+        } else {
+            Backend::sqlite()
+        }
+    }
+
     pub fn configured_root(&self) -> PathBuf {
         self.dir.path().join("attachments")
     }
