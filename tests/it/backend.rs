@@ -127,9 +127,13 @@ impl Backend {
         match &self.schema {
             None => {
                 use rusqlite::types::ValueRef;
+                // Read-write (it runs only what it is given), never creating the file:
+                // a read-only connection to a WAL database would leave `-wal` and
+                // `-shm` behind, which tests of "nothing changed" look for.
                 let conn = rusqlite::Connection::open_with_flags(
                     Path::new(&self.db),
-                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+                        | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )
                 .map_err(|e| e.to_string())?;
                 let mut stmt = conn.prepare(sql).map_err(|e| e.to_string())?;

@@ -4,6 +4,7 @@
 
 mod fixtures;
 mod lifecycle;
+mod refusals;
 mod store;
 
 use sessionstore::model::ToolsHost;
