@@ -343,6 +343,30 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
     let verified = json(&out);
     assert_eq!(verified["tombstones"], 1);
     assert_eq!(verified["problems"], serde_json::json!([]));
+
+    // The log stays append-only for every session but one being erased, and verify
+    // reports a tombstone written beside a live session's rows.
+    let live = live.to_string();
+    for statement in [
+        format!("DELETE FROM events WHERE session_id = '{live}'"),
+        format!("UPDATE events SET kind = 'x' WHERE session_id = '{live}'"),
+    ] {
+        let err = b.raw_execute(&statement).unwrap_err();
+        assert!(err.contains("append-only"), "{statement}: {err}");
+    }
+    b.raw_execute(&format!(
+        "INSERT INTO tombstones VALUES ('{live}', '2026-01-01T00:00:00.000000000Z', 0, 0, 0, 0)"
+    ))
+    .unwrap();
+    let report = store.verify().await.unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains(&live) && p.contains("was deleted but still has")),
+        "{:?}",
+        report.problems
+    );
 }
 
 async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend) {
@@ -626,6 +650,19 @@ async fn search_finds_titles_messages_and_agent_text(b: Backend) {
     } else {
         assert_one_line_error(&out);
     }
+
+    // Accents: FTS5 here folds them (`remove_diacritics 2`); PostgreSQL's 'simple'
+    // configuration keeps words as written, so only the accented spelling finds it.
+    store
+        .send(other, Outgoing::user("meet at the café"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.search("café".into(), None, 10).await.unwrap().len(),
+        1
+    );
+    let folded = store.search("cafe".into(), None, 10).await.unwrap().len();
+    assert_eq!(folded, if b.is_postgres() { 0 } else { 1 });
 
     // Through the binary: the contract's keys, a session filter and a limit.
     let hits = json(&b.run(&[

@@ -463,10 +463,9 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: Backend) {
     let report = store.verify().await.unwrap();
     assert!(!report.ok());
     assert!(
-        report
-            .problems
-            .iter()
-            .any(|p| p.contains(&s.to_string()) && p.contains("message")),
+        report.problems.iter().any(|p| p.contains(&s.to_string())
+            && p.contains("differs from its event log")
+            && p.contains("display text")),
         "{:?}",
         report.problems
     );
