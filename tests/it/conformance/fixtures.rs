@@ -14,6 +14,7 @@ use sessionstore::model::Role;
 use sessionstore::openai::{chat_request, responses_request};
 use sessionstore::{Config, SessionId, Store};
 
+use super::common::{entry_ids, ids_named};
 use crate::backend::{Backend, conformance};
 use crate::support::{bin, copy_tree, fixture, json, snapshot, stderr, stdout};
 
@@ -80,37 +81,6 @@ impl Copy {
         .await
         .expect("the store opens for reading")
     }
-}
-
-/// The ids of a session's messages and recorded items, in history order: an import
-/// keeps the session's id (with `--keep-id`) and gives these new ones.
-async fn entry_ids(store: &Store, s: SessionId) -> Vec<String> {
-    let mut entries: Vec<(i64, String)> = store
-        .messages(s)
-        .await
-        .unwrap()
-        .iter()
-        .map(|m| (m.seq, m.id.to_string()))
-        .chain(
-            store
-                .items(s)
-                .await
-                .unwrap()
-                .iter()
-                .map(|i| (i.seq, i.id.to_string())),
-        )
-        .collect();
-    entries.sort();
-    entries.into_iter().map(|(_, id)| id).collect()
-}
-
-/// `text` with each of `ids` named by its place in the history.
-fn ids_named(text: &str, ids: &[String]) -> String {
-    ids.iter()
-        .enumerate()
-        .fold(text.to_owned(), |text, (i, id)| {
-            text.replace(id.as_str(), &format!("<ENTRY {i}>"))
-        })
 }
 
 /// The committed snapshot `name`, its entry ids named as `ids_named` names them.

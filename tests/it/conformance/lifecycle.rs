@@ -13,6 +13,7 @@ use sessionstore::model::{Delivery, ToolsHost};
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, MessageId, SessionId, Store};
 
+use super::common::{entry_ids, expect, ids_named, session};
 use crate::backend::{Backend, conformance};
 use crate::support::{Expect, assert_one_line_error, block_json, check_attachment, json, stderr};
 
@@ -33,26 +34,12 @@ fn ids(page: &sessionstore::lifecycle::SessionPage) -> Vec<SessionId> {
     page.sessions.iter().map(|s| s.id).collect()
 }
 
-/// What a block naming `name` of `session` must hold, with the library's host.
-fn expect(session: SessionId, name: &str, bytes: &[u8]) -> Expect {
-    Expect {
-        name: name.to_owned(),
-        uri: sessionstore::oracle::expected_uri(session, name),
-        bytes: bytes.to_vec(),
-        host: "test-host".to_owned(),
-    }
-}
-
 /// A session with an image and a text file in the configured root, a file only in
 /// the legacy root, two user messages with a recorded agent reply between them, and
 /// a queued mid-turn message. Each text has a word no other text has. Returns the
 /// session, what its files' blocks must hold, and its two delivered messages.
 async fn seeded(b: &Backend, store: &Store) -> (SessionId, Vec<Expect>, Vec<MessageId>) {
-    let s = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap()
-        .id;
+    let s = session(store, ToolsHost::Local).await;
     let png = store
         .attach(s, "café chart.png".into(), crate::support::PNG.to_vec())
         .await
@@ -120,13 +107,7 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
     let store = b.open().await;
     let mut before = Vec::new();
     for _ in 0..23 {
-        before.push(
-            store
-                .create_session(None, ToolsHost::Local)
-                .await
-                .unwrap()
-                .id,
-        );
+        before.push(session(&store, ToolsHost::Local).await);
     }
     // Pages of 5, with two sessions added after each page.
     let mut seen = Vec::new();
@@ -236,11 +217,7 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
 async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
     let store = b.open().await;
     let (gone, _, _) = seeded(&b, &store).await;
-    let live = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap()
-        .id;
+    let live = session(&store, ToolsHost::Local).await;
     store
         .send(live, Outgoing::user("stays here"))
         .await
@@ -372,11 +349,7 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
 async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend) {
     let store = b.open().await;
     let root = b.configured_root();
-    let live = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap()
-        .id;
+    let live = session(&store, ToolsHost::Local).await;
     let kept = store
         .attach(live, "kept.txt".into(), b"referenced".to_vec())
         .await
@@ -391,11 +364,7 @@ async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend)
     let legacy = b.legacy_root().join(live.to_string());
     std::fs::create_dir_all(&legacy).unwrap();
     std::fs::write(legacy.join("legacy-orphan.txt"), b"old").unwrap();
-    let deleted = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap()
-        .id;
+    let deleted = session(&store, ToolsHost::Local).await;
     store.delete_sessions(vec![deleted]).await.unwrap();
     // An attach that raced the delete left a folder behind.
     std::fs::create_dir_all(root.join(deleted.to_string())).unwrap();
@@ -517,11 +486,7 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend)
 async fn search_finds_titles_messages_and_agent_text(b: Backend) {
     let store = b.open().await;
     let (s, _, ids) = seeded(&b, &store).await;
-    let other = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap()
-        .id;
+    let other = session(&store, ToolsHost::Local).await;
     store
         .send(other, Outgoing::user("mango mango mango everywhere"))
         .await
@@ -687,33 +652,8 @@ async fn search_finds_titles_messages_and_agent_text(b: Backend) {
 /// A restore's output with what names where it was made replaced: the store's
 /// folder, and the ids of its messages and recorded items (an import gives both new
 /// ids; only the session's is kept).
-fn normalised(text: &str, b: &Backend, store: &[String]) -> String {
-    let mut text = text.replace(b.dir.path().to_str().unwrap(), "<DIR>");
-    for (i, id) in store.iter().enumerate() {
-        text = text.replace(id.as_str(), &format!("<ENTRY {i}>"));
-    }
-    text
-}
-
-/// The ids of a session's messages and items, in history order.
-async fn entry_ids(store: &Store, s: SessionId) -> Vec<String> {
-    let mut entries: Vec<(i64, String)> = store
-        .messages(s)
-        .await
-        .unwrap()
-        .iter()
-        .map(|m| (m.seq, m.id.to_string()))
-        .chain(
-            store
-                .items(s)
-                .await
-                .unwrap()
-                .iter()
-                .map(|i| (i.seq, i.id.to_string())),
-        )
-        .collect();
-    entries.sort();
-    entries.into_iter().map(|(_, id)| id).collect()
+fn normalised(text: &str, b: &Backend, ids: &[String]) -> String {
+    ids_named(&text.replace(b.dir.path().to_str().unwrap(), "<DIR>"), ids)
 }
 
 async fn export_then_import_restores_the_same_history(b: Backend) {

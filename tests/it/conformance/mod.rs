@@ -2,6 +2,7 @@
 //! `backend`), through the library and the real binary, and asserts the same outcome
 //! on both. What differs by engine is said where it is checked.
 
+mod common;
 mod fixtures;
 mod lifecycle;
 mod refusals;

@@ -13,6 +13,7 @@ use sessionstore::model::{Delivery, NewMessage, Role, ToolsHost};
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
+use super::common::{expect, session};
 use crate::backend::{Backend, conformance};
 use crate::support::{Expect, block_json, check_attachment, counting_store, json, stderr, stdout};
 
@@ -56,17 +57,6 @@ fn run_fed(b: &Backend, args: &[&str], input: &str) -> Output {
         .write_all(input.as_bytes())
         .expect("stdin takes the input");
     child.wait_with_output().expect("the binary ends")
-}
-
-/// What an attachment block for a file a store keeps must hold, as the library
-/// (whose tests name the host `test-host`) gives it.
-fn expect(session: SessionId, name: &str, bytes: &[u8]) -> Expect {
-    Expect {
-        name: name.to_owned(),
-        uri: sessionstore::oracle::expected_uri(session, name),
-        bytes: bytes.to_vec(),
-        host: "test-host".to_owned(),
-    }
 }
 
 /// `expect` as the binary gives it: it names the machine it runs on.
@@ -125,11 +115,7 @@ async fn every_change_writes_its_event_in_order(b: Backend) {
 
 async fn queued_messages_wait_for_a_drain_that_marks_them_delivered(b: Backend) {
     let store = b.open().await;
-    let s = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap()
-        .id;
+    let s = session(&store, ToolsHost::Local).await;
     store.send(s, Outgoing::user("start")).await.unwrap();
     let stored = store
         .attach(s, "later.txt".into(), b"mid-turn notes".to_vec())
@@ -269,11 +255,7 @@ const TURN: &str = r#"{"sessionUpdate":"agent_thought_chunk","content":{"type":"
 
 async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: Backend) {
     let store = b.open().await;
-    let s = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap()
-        .id;
+    let s = session(&store, ToolsHost::Local).await;
     let sid = s.to_string();
     let stored = store
         .attach(s, "notes.txt".into(), b"budget: 42\n".to_vec())
@@ -421,11 +403,7 @@ async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: Backend) {
 
 async fn verify_catches_rows_edited_behind_the_logs_back(b: Backend) {
     let store = b.open().await;
-    let s = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap()
-        .id;
+    let s = session(&store, ToolsHost::Local).await;
     store.send(s, Outgoing::user("as typed")).await.unwrap();
     let call =
         |value: serde_json::Value| -> SessionUpdate { serde_json::from_value(value).unwrap() };
@@ -495,11 +473,7 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: Backend) {
 
 async fn dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_roots(b: Backend) {
     let store = b.open().await;
-    let s = store
-        .create_session(None, ToolsHost::Managed)
-        .await
-        .unwrap()
-        .id;
+    let s = session(&store, ToolsHost::Managed).await;
     let png = store
         .attach(s, "café chart.png".into(), crate::support::PNG.to_vec())
         .await
@@ -604,11 +578,7 @@ async fn dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_root
 
 async fn a_restore_larger_than_its_memo_budget_reads_evicted_files_again(b: Backend) {
     let store = b.open().await;
-    let s = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap()
-        .id;
+    let s = session(&store, ToolsHost::Local).await;
     // Five 6000-byte files, 8000 bytes once encoded; the budget holds two of them.
     let mut files = Vec::new();
     for i in 0..5u8 {
