@@ -153,6 +153,13 @@ pub enum Error {
     NoDatabase(PathBuf),
     #[error("{path} is not a usable sqlite database: {detail}")]
     NotDatabase { path: PathBuf, detail: String },
+    /// A PostgreSQL connection string that does not parse (shown without its password).
+    #[error("{url} is not a valid PostgreSQL connection string: {detail}")]
+    ConnectionString { url: String, detail: String },
+    /// No connection to the PostgreSQL server: it did not answer, or refused the user
+    /// or the database. Trying again may work, so this is a failure, not a refusal.
+    #[error("cannot connect to {url}: {detail}")]
+    Unreachable { url: String, detail: String },
     #[error(
         "database {path} is at schema version {found}, newer than this binary knows ({known}); \
          unknown migrations: {}; upgrade sessionstore",
@@ -209,10 +216,6 @@ pub enum Error {
         #[source]
         cause: postgres::Error,
     },
-    /// A PostgreSQL server that could not be reached or would not take the
-    /// connection string; `db` is the string with its password replaced.
-    #[error("cannot use the PostgreSQL database {db}: {detail}")]
-    Server { db: String, detail: String },
     /// A row whose column does not hold what this store writes there.
     #[error("database row does not read while trying to {action}: {detail}")]
     DamagedRow {
@@ -284,6 +287,8 @@ impl Error {
             Error::DatabaseIo { .. } => "database_io",
             Error::NoDatabase(_) => "no_database",
             Error::NotDatabase { .. } => "not_database",
+            Error::ConnectionString { .. } => "connection_string",
+            Error::Unreachable { .. } => "unreachable",
             Error::NewerSchema { .. } => "newer_schema",
             Error::SchemaDamaged { .. } => "schema_damaged",
             Error::NeedsMigration { .. } => "needs_migration",
@@ -291,7 +296,6 @@ impl Error {
             Error::Migration(_) => "migration_failed",
             Error::Busy { .. } => "busy",
             Error::Sqlite { .. } | Error::DamagedRow { .. } => "database",
-            Error::Server { .. } => "server",
             #[cfg(feature = "postgres")]
             Error::Postgres { .. } => "database",
             Error::Pool(_) => "database",
@@ -308,6 +312,7 @@ impl Error {
             Error::NewerSchema { .. }
             | Error::SchemaDamaged { .. }
             | Error::NotDatabase { .. }
+            | Error::ConnectionString { .. }
             | Error::MalformedReference(_)
             | Error::ForeignReference { .. }
             | Error::UpdateRefused { .. }

@@ -59,7 +59,7 @@ mod postgres {
     use postgres::{Client, NoTls};
 
     use super::{PATH_WORDS, PathAudit, find_needle};
-    use crate::db::postgres::{off_runtime, redact, unreachable};
+    use crate::db::postgres::{off_runtime, unreachable};
     use crate::db::sql::DbError;
     use crate::error::{Error, Result};
 
@@ -79,8 +79,7 @@ mod postgres {
     /// `CAST(… AS TEXT)`, in one read-only transaction on a connection of its own.
     pub fn audit(url: &str, needles: &[String]) -> Result<PathAudit> {
         off_runtime(|| {
-            let mut client =
-                Client::connect(url, NoTls).map_err(|e| unreachable(&redact(url), &e))?;
+            let mut client = Client::connect(url, NoTls).map_err(|e| unreachable(url, &e))?;
             let failed = |e| Error::db("audit the database for paths", DbError::Postgres(e));
             let mut tx = client
                 .build_transaction()

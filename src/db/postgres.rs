@@ -149,15 +149,18 @@ pub fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 #[cfg(any(feature = "probe", test))]
 fn on_server(url: &str, sql: &str, action: &'static str) -> Result<()> {
     off_runtime(|| {
-        let shown = redact(url);
-        let mut client = Client::connect(url, NoTls).map_err(|e| unreachable(&shown, &e))?;
+        let mut client = Client::connect(url, NoTls).map_err(|e| unreachable(url, &e))?;
         client.batch_execute(sql).map_err(pg(action))
     })
 }
 
-/// A server that could not be reached, with its reason, as `PgDb::open` reports one.
-pub fn unreachable(shown: &str, e: &postgres::Error) -> Error {
-    connect_error(shown, format!("cannot connect: {}", connect_reason(e)))
+/// The server `url` names could not be reached: its reason, as a store's pool
+/// reports one, without the password.
+pub fn unreachable(url: &str, e: &postgres::Error) -> Error {
+    Error::Unreachable {
+        url: redact(url),
+        detail: scrub(&describe(e), &secrets(url)),
+    }
 }
 
 /// Makes the schema `name` (a plain identifier) on the server `url` names.
@@ -176,6 +179,36 @@ pub fn drop_schema(url: &str, name: &str) -> Result<()> {
     )
 }
 
+/// The passwords a connection string carries (in its user part, or as a
+/// `password=` parameter), as written.
+fn secrets(url: &str) -> Vec<String> {
+    let Some((_, rest)) = url.split_once("://") else {
+        return vec![];
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    let mut out = vec![];
+    if let Some((user, _)) = authority.rsplit_once('@')
+        && let Some((_, password)) = user.split_once(':')
+    {
+        out.push(password.to_owned());
+    }
+    for part in tail.split(['?', '&']) {
+        if let Some(password) = part.strip_prefix("password=") {
+            out.push(password.to_owned());
+        }
+    }
+    out.retain(|p| !p.is_empty());
+    out
+}
+
+/// `text` with every one of `secrets` replaced, should a driver's message ever
+/// repeat what it was given.
+fn scrub(text: &str, secrets: &[String]) -> String {
+    secrets.iter().fold(text.to_owned(), |text, secret| {
+        text.replace(secret.as_str(), "***")
+    })
+}
+
 /// The connection pool. The `postgres` client is blocking and runs a small runtime of
 /// its own, which it cannot do on a thread that is already driving async tasks: a
 /// connection closed there panics. A store is often dropped on such a thread (the end
@@ -184,21 +217,123 @@ pub fn drop_schema(url: &str, name: &str) -> Result<()> {
 #[derive(Clone)]
 struct Pool(Arc<PoolInner>);
 
-struct PoolInner(Option<r2d2::Pool<Manager>>);
+struct PoolInner {
+    pool: Option<r2d2::Pool<Manager>>,
+    /// Why the latest attempt to connect failed, as the driver said it.
+    last_error: LastConnectError,
+    /// The connection string without its password, for messages.
+    shown: Arc<str>,
+    /// The password the connection string carries, if any, kept out of messages.
+    secrets: Vec<String>,
+}
+
+/// r2d2 keeps only the outermost words of a failed connection ("error connecting to
+/// server", "db error") and retries until its timeout; this keeps the whole of the
+/// last one (the system's reason, or the server's message) so the caller is told why.
+#[derive(Debug, Clone, Default)]
+struct LastConnectError(Arc<std::sync::Mutex<Option<String>>>);
+
+impl r2d2::HandleError<postgres::Error> for LastConnectError {
+    fn handle_error(&self, error: postgres::Error) {
+        if let Ok(mut last) = self.0.lock() {
+            *last = Some(describe(&error));
+        }
+    }
+}
+
+/// A driver error in one line: the server's own message, or each cause in turn.
+fn describe(error: &postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        return db.message().to_owned();
+    }
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
 
 impl Pool {
-    fn new(pool: r2d2::Pool<Manager>) -> Pool {
-        Pool(Arc::new(PoolInner(Some(pool))))
+    /// A pool of at most `max_size` connections to `url`, none opened yet. A string
+    /// that does not parse is refused here, before any connection is tried.
+    fn new(url: &str, max_size: u32) -> Result<Pool> {
+        let shown: Arc<str> = redact(url).into();
+        let secrets = secrets(url);
+        let config: postgres::Config = url.parse().map_err(|e| Error::ConnectionString {
+            url: shown.to_string(),
+            detail: scrub(&describe_parse(&e), &secrets),
+        })?;
+        let last_error = LastConnectError::default();
+        let pool = r2d2::Pool::builder()
+            .max_size(max_size)
+            .min_idle(Some(0))
+            .connection_timeout(CONNECT_TIMEOUT)
+            // Failed connection attempts are kept for the caller, not logged by r2d2.
+            .error_handler(Box::new(last_error.clone()))
+            .build_unchecked(Manager(PostgresConnectionManager::new(
+                config.clone(),
+                NoTls,
+            )));
+        // One connection first, on a thread of its own (the blocking client cannot
+        // run on an async one): a server that refuses it, a missing database or a
+        // wrong password is reported at once with the reason, not after the pool has
+        // retried for its whole timeout.
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| config.connect(NoTls).map(drop).map_err(|e| describe(&e)))
+                .join()
+                .unwrap_or_else(|_| Err("the connection attempt panicked".to_owned()))
+        })
+        .map_err(|reason| Error::Unreachable {
+            url: shown.to_string(),
+            detail: scrub(&reason, &secrets),
+        })?;
+        Ok(Pool(Arc::new(PoolInner {
+            pool: Some(pool),
+            last_error,
+            shown,
+            secrets,
+        })))
     }
 
-    fn get(&self) -> std::result::Result<r2d2::PooledConnection<Manager>, r2d2::Error> {
-        self.0.0.as_ref().expect("taken only on drop").get()
+    fn shown(&self) -> &Arc<str> {
+        &self.0.shown
+    }
+
+    /// A connection, or `Error::Unreachable` saying why none could be made within
+    /// `CONNECT_TIMEOUT`.
+    fn get(&self) -> Result<r2d2::PooledConnection<Manager>> {
+        let inner = &self.0;
+        inner
+            .pool
+            .as_ref()
+            .expect("taken only on drop")
+            .get()
+            .map_err(|e| {
+                let last = inner.last_error.0.lock().ok().and_then(|mut l| l.take());
+                Error::Unreachable {
+                    url: inner.shown.to_string(),
+                    detail: scrub(&last.unwrap_or_else(|| e.to_string()), &inner.secrets),
+                }
+            })
+    }
+}
+
+/// The words of a connection string that does not parse, after the driver's own
+/// "invalid connection string", which the message already says.
+fn describe_parse(error: &postgres::Error) -> String {
+    match std::error::Error::source(error) {
+        Some(cause) => cause.to_string(),
+        None => error.to_string(),
     }
 }
 
 impl Drop for PoolInner {
     fn drop(&mut self) {
-        if let Some(pool) = self.0.take() {
+        if let Some(pool) = self.pool.take() {
             if tokio::runtime::Handle::try_current().is_ok() {
                 let _ = std::thread::spawn(move || drop(pool)).join();
             } else {
@@ -210,30 +345,6 @@ impl Drop for PoolInner {
 
 fn shown_path(shown: &str) -> std::path::PathBuf {
     std::path::PathBuf::from(shown)
-}
-
-fn connect_error(shown: &str, detail: impl std::fmt::Display) -> Error {
-    Error::Server {
-        db: shown.to_owned(),
-        detail: detail.to_string(),
-    }
-}
-
-/// The server's own reason a connection failed (refused, no such database, bad
-/// password), on one line.
-fn connect_reason(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => db.message().to_owned(),
-        None => {
-            let mut text = e.to_string();
-            let mut source = std::error::Error::source(e);
-            while let Some(cause) = source {
-                text = format!("{text}: {cause}");
-                source = cause.source();
-            }
-            text
-        }
-    }
 }
 
 fn pg(action: &'static str) -> impl FnOnce(postgres::Error) -> Error {
@@ -261,9 +372,10 @@ impl PgDb {
     /// Connects, then brings the schema up to date (`Create`, `Existing`) or checks
     /// that it already is (`ReadOnly`), refusing a schema newer than this binary.
     pub fn open(url: &str, access: Access) -> Result<PgDb> {
+        let pool = Pool::new(url, MAX_CONNECTIONS)?;
         let db = PgDb {
-            pool: Pool::new(build_pool(url, MAX_CONNECTIONS)?),
-            shown: redact(url).into(),
+            shown: pool.shown().clone(),
+            pool,
             read_only: access == Access::ReadOnly,
         };
         let mut conn = db.client()?;
@@ -291,9 +403,7 @@ impl PgDb {
     }
 
     fn client(&self) -> Result<r2d2::PooledConnection<Manager>> {
-        self.pool
-            .get()
-            .map_err(|e| connect_error(&self.shown, format!("cannot connect to the server: {e}")))
+        self.pool.get()
     }
 
     /// Runs `f` in a serializable transaction and commits it. PostgreSQL rolls back
@@ -504,9 +614,10 @@ fn migrate_client(client: &mut Client, shown: &str) -> Result<MigrationReport> {
 /// No copy is taken first: the migrations run in one transaction and either all
 /// apply or none does.
 pub fn migrate(url: &str) -> Result<MigrationReport> {
+    let pool = Pool::new(url, 2)?;
     let db = PgDb {
-        pool: Pool::new(build_pool(url, 2)?),
-        shown: redact(url).into(),
+        shown: pool.shown().clone(),
+        pool,
         read_only: false,
     };
     let mut conn = db.client()?;
@@ -515,11 +626,9 @@ pub fn migrate(url: &str) -> Result<MigrationReport> {
 
 /// What `migrate` would apply, read without changing anything.
 pub fn plan(url: &str) -> Result<MigrationReport> {
-    let shown = redact(url);
-    let pool = Pool::new(build_pool(url, 2)?);
-    let mut client = pool
-        .get()
-        .map_err(|e| connect_error(&shown, format!("cannot connect to the server: {e}")))?;
+    let pool = Pool::new(url, 2)?;
+    let shown = pool.shown().clone();
+    let mut client = pool.get()?;
     let applied = read_history(&mut client.client)?.unwrap_or_default();
     refuse_unknown(&shown, &applied)?;
     let pending = migrations()
@@ -533,36 +642,6 @@ pub fn plan(url: &str) -> Result<MigrationReport> {
         current: current(&applied),
         backup: None,
     })
-}
-
-/// A pool of at most `size` connections to `url`, after one connection has been made
-/// and closed: a server that refuses it (or a wrong password, a missing database) is
-/// reported at once with the server's reason, not after the pool's timeout.
-fn build_pool(url: &str, size: u32) -> Result<r2d2::Pool<Manager>> {
-    let shown = redact(url);
-    let config: postgres::Config = url
-        .parse()
-        .map_err(|e| connect_error(&shown, format!("not a valid connection string: {e}")))?;
-    // On a thread of its own: the blocking client cannot run on an async one.
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                config
-                    .connect(NoTls)
-                    .map(drop)
-                    .map_err(|e| connect_reason(&e))
-            })
-            .join()
-            .unwrap_or_else(|_| Err("the connection attempt panicked".to_owned()))
-    })
-    .map_err(|reason| connect_error(&shown, format!("cannot connect: {reason}")))?;
-    Ok(r2d2::Pool::builder()
-        .max_size(size)
-        .min_idle(Some(0))
-        .connection_timeout(CONNECT_TIMEOUT)
-        // A failed attempt is returned to the caller, not logged by r2d2 on its own.
-        .error_handler(Box::new(r2d2::NopErrorHandler))
-        .build_unchecked(Manager(PostgresConnectionManager::new(config, NoTls))))
 }
 
 /// The tables and triggers the applied migrations make, read from their own text,
@@ -733,6 +812,18 @@ mod tests {
                 "{url}"
             );
         }
+    }
+
+    #[test]
+    fn a_drivers_words_lose_any_password_the_string_carried() {
+        let url = "postgres://alice:s3cret@host/db?password=other&sslmode=disable";
+        assert_eq!(secrets(url), ["s3cret", "other"]);
+        assert_eq!(
+            scrub("got `s3cret` and other things", &secrets(url)),
+            "got `***` and *** things"
+        );
+        assert!(secrets("postgres://alice@host/db").is_empty());
+        assert!(secrets("postgres://alice:@host/db?password=").is_empty());
     }
 
     #[test]

@@ -36,20 +36,26 @@ pub fn append_event(
 ) -> Result<EventSeq> {
     let body = serde_json::to_string(payload).expect("event payloads always serialize");
     let session = session.to_string();
-    let seq = conn
-        .query_row(
-            "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
-             VALUES (?1,
-                     (SELECT coalesce(max(session_seq), 0) + 1 FROM events WHERE session_id = ?1),
-                     ?2, ?3, ?4)
-             RETURNING seq",
-            args![session, payload.kind(), body, at],
-            |r| r.get(0),
-        )
-        .map_err(sql("append an event"))?
-        .ok_or(Error::OutOfRange {
-            what: "an appended event's sequence number",
-        })?;
+    const INSERT: &str = "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+         VALUES (?1,
+                 (SELECT coalesce(max(session_seq), 0) + 1 FROM events WHERE session_id = ?1),
+                 ?2, ?3, ?4)";
+    let kind = payload.kind();
+    let args = args![session, kind, body, at];
+    // SQLite hands the new row's id back without a result row; PostgreSQL needs
+    // `RETURNING`, which on SQLite costs a step and a row on every append.
+    let seq = match conn.sqlite_conn() {
+        Some(sqlite) => {
+            conn.execute(INSERT, args).map_err(sql("append an event"))?;
+            sqlite.last_insert_rowid()
+        }
+        None => conn
+            .query_row(&format!("{INSERT} RETURNING seq"), args, |r| r.get(0))
+            .map_err(sql("append an event"))?
+            .ok_or(Error::OutOfRange {
+                what: "an appended event's sequence number",
+            })?,
+    };
     conn.execute(
         "UPDATE sessions SET updated_at = ?2 WHERE id = ?1",
         args![session, at],

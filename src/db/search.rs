@@ -86,17 +86,7 @@ pub fn search(
                         Some(row.get(1)?)
                     },
                     source,
-                    snippet: {
-                        let snippet: String = row.get(3)?;
-                        // ts_headline marks each matched word; FTS5 marks a run of
-                        // adjacent ones once. The same run reads the same on both.
-                        let between = format!("{MATCH_END} {MATCH_START}");
-                        if conn.engine() == Engine::Postgres {
-                            snippet.replace(&between, " ")
-                        } else {
-                            snippet
-                        }
-                    },
+                    snippet: row.get(3)?,
                     rank: row.get(4)?,
                 })
             },

@@ -56,8 +56,24 @@ impl Backend {
         &self.db
     }
 
+    /// Another store of the same engine, empty: a second SQLite file, or a second
+    /// schema on the same server.
+    pub fn another(&self) -> Backend {
+        if self.is_postgres() {
+            Backend::postgres().expect("the server named for this backend")
+        } else {
+            Backend::sqlite()
+        }
+    }
+
     pub fn configured_root(&self) -> PathBuf {
         self.dir.path().join("attachments")
+    }
+
+    /// The one legacy root every store here reads after the configured root (the
+    /// store never writes there; a test puts files in it by hand).
+    pub fn legacy_root(&self) -> PathBuf {
+        self.dir.path().join("legacy")
     }
 
     pub fn config(&self) -> Config {
@@ -65,7 +81,7 @@ impl Backend {
             db_path: PathBuf::from(&self.db),
             roots: Roots {
                 configured: self.configured_root(),
-                legacy: vec![],
+                legacy: vec![self.legacy_root()],
             },
             host: "test-host".to_owned(),
         }
@@ -83,7 +99,9 @@ impl Backend {
             .arg("--db")
             .arg(&self.db)
             .arg("--attachments-root")
-            .arg(self.configured_root());
+            .arg(self.configured_root())
+            .arg("--legacy-root")
+            .arg(self.legacy_root());
         cmd
     }
 
@@ -100,6 +118,43 @@ impl Backend {
                 .and_then(|c| c.execute_batch(sql))
                 .map_err(|e| e.to_string()),
             Some(schema) => schema.execute(sql),
+        }
+    }
+
+    /// The rows of a query run behind the store's back, each column as text (`None`
+    /// for NULL), so that a test can compare what the database holds on either engine.
+    pub fn raw_query(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+        match &self.schema {
+            None => {
+                use rusqlite::types::ValueRef;
+                // Read-write (it runs only what it is given), never creating the file:
+                // a read-only connection to a WAL database would leave `-wal` and
+                // `-shm` behind, which tests of "nothing changed" look for.
+                let conn = rusqlite::Connection::open_with_flags(
+                    Path::new(&self.db),
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+                        | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )
+                .map_err(|e| e.to_string())?;
+                let mut stmt = conn.prepare(sql).map_err(|e| e.to_string())?;
+                let columns = stmt.column_count();
+                stmt.query_map([], |row| {
+                    (0..columns)
+                        .map(|i| {
+                            Ok(match row.get_ref(i)? {
+                                ValueRef::Null => None,
+                                ValueRef::Integer(n) => Some(n.to_string()),
+                                ValueRef::Real(r) => Some(r.to_string()),
+                                ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
+                                ValueRef::Blob(b) => Some(format!("{b:02x?}")),
+                            })
+                        })
+                        .collect()
+                })
+                .and_then(|rows| rows.collect())
+                .map_err(|e| e.to_string())
+            }
+            Some(schema) => schema.query(sql),
         }
     }
 }
@@ -165,6 +220,37 @@ impl Schema {
         })
         .join()
         .expect("the statement's thread ends")
+    }
+}
+
+impl Schema {
+    /// `sql`'s rows in PostgreSQL's text form, through the simple query protocol.
+    fn query(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+        let url = self.url();
+        let sql = sql.to_owned();
+        std::thread::spawn(move || {
+            let mut client =
+                postgres::Client::connect(&url, postgres::NoTls).expect("the test server answers");
+            let messages = client
+                .simple_query(&sql)
+                .map_err(|e| match e.as_db_error() {
+                    Some(db) => db.message().to_owned(),
+                    None => e.to_string(),
+                })?;
+            Ok(messages
+                .into_iter()
+                .filter_map(|m| match m {
+                    postgres::SimpleQueryMessage::Row(row) => Some(
+                        (0..row.len())
+                            .map(|i| row.get(i).map(str::to_owned))
+                            .collect(),
+                    ),
+                    _ => None,
+                })
+                .collect())
+        })
+        .join()
+        .expect("the query's thread ends")
     }
 }
 

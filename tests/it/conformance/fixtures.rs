@@ -1,0 +1,244 @@
+//! The frozen V1 and V2 fixtures on both engines: a copy of the SQLite fixture is
+//! migrated, its session exported, and the archive imported with `--keep-id` into the
+//! engine under test; restored there with the fixture's own attachment roots, it
+//! gives what the SQLite copy gives in every format, and what the committed
+//! snapshots hold. It never writes inside `tests/fixtures`.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use sessionstore::attachments::Roots;
+use sessionstore::dispatch::DEFAULT_MEMO_BUDGET;
+use sessionstore::format::{Format, StreamWriter};
+use sessionstore::model::Role;
+use sessionstore::openai::{chat_request, responses_request};
+use sessionstore::{Config, SessionId, Store};
+
+use super::common::{entry_ids, ids_named};
+use crate::backend::{Backend, conformance};
+use crate::support::{bin, copy_tree, fixture, json, snapshot, stderr, stdout};
+
+conformance!(
+    the_v1_fixture_imported_restores_as_its_sqlite_copy_does,
+    the_v2_fixture_imported_restores_as_its_sqlite_copy_does,
+);
+
+/// A copy of a fixture in a temporary folder: its database, roots and session.
+struct Copy {
+    dir: tempfile::TempDir,
+    session: SessionId,
+}
+
+impl Copy {
+    fn of(version: &str) -> Copy {
+        let dir = tempfile::tempdir().unwrap();
+        copy_tree(&fixture(version), dir.path());
+        let session = std::fs::read_to_string(dir.path().join("session-id"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        Copy { dir, session }
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn db(&self) -> PathBuf {
+        self.root().join("sessions.db")
+    }
+
+    fn roots(&self) -> Roots {
+        Roots {
+            configured: self.root().join("attachments"),
+            legacy: vec![self.root().join("legacy")],
+        }
+    }
+
+    /// The binary on the database `db` with this copy's attachment roots.
+    fn run_on(&self, db: &str, args: &[&str]) -> Output {
+        bin(self.root())
+            .args(args)
+            .arg("--db")
+            .arg(db)
+            .arg("--attachments-root")
+            .arg(self.root().join("attachments"))
+            .arg("--legacy-root")
+            .arg(self.root().join("legacy"))
+            .output()
+            .expect("the binary runs")
+    }
+
+    /// A store on the database `db` with this copy's roots, naming the host as the
+    /// snapshots do.
+    async fn store_on(&self, db: &str) -> Store {
+        Store::open_read_only(Config {
+            db_path: PathBuf::from(db),
+            roots: self.roots(),
+            host: "snapshot-host".into(),
+        })
+        .await
+        .expect("the store opens for reading")
+    }
+}
+
+/// The committed snapshot `name`, its entry ids named as `ids_named` names them.
+fn snapshot_file(name: &str, ids: &[String]) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/it/snapshots")
+        .join(name);
+    ids_named(&std::fs::read_to_string(path).unwrap(), ids)
+}
+
+/// Loads fixture `version` into `b` (export from a migrated SQLite copy, import with
+/// `--keep-id`), then compares the restores. Returns the copy and `b`'s store on the
+/// copy's roots, for the version's own snapshot checks.
+async fn load(b: &Backend, version: &str) -> (Copy, Store, Vec<String>, Vec<String>) {
+    let before = snapshot(&fixture(version));
+    let copy = Copy::of(version);
+    let sid = copy.session.to_string();
+    let sqlite = copy.db().display().to_string();
+    // Reading commands never upgrade: the copy is migrated first, as a user would.
+    json(&copy.run_on(&sqlite, &["migrate", "--json"]));
+    let archive = copy.root().join("fixture.tar");
+    let out = copy.run_on(
+        &sqlite,
+        &[
+            "export",
+            "--session",
+            &sid,
+            "--out",
+            archive.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let imported = json(&b.run(&["import", archive.to_str().unwrap(), "--keep-id", "--json"]));
+    assert_eq!(imported["id"], sid.as_str(), "the fixture's id is kept");
+
+    // The same rows and items, and both verify.
+    let on_copy = json(&copy.run_on(&sqlite, &["verify", "--json"]));
+    let on_b = json(&b.run(&["verify", "--json"]));
+    for key in ["sessions", "messages", "items", "problems"] {
+        assert_eq!(on_b[key], on_copy[key], "{version}: {key}");
+    }
+
+    // In every format, with the fixture's roots, what the SQLite copy prints, once
+    // the ids the import gave are named like the copy's.
+    let copy_store = copy.store_on(&sqlite).await;
+    let b_store = copy.store_on(b.db()).await;
+    let (copy_ids, b_ids) = (
+        entry_ids(&copy_store, copy.session).await,
+        entry_ids(&b_store, copy.session).await,
+    );
+    assert_eq!(copy_ids.len(), b_ids.len());
+    for format in ["acp", "acp-updates", "openai", "openai-responses"] {
+        let args = ["restore", "--session", &sid, "--format", format];
+        let (from_copy, from_b) = (copy.run_on(&sqlite, &args), copy.run_on(b.db(), &args));
+        assert!(from_b.status.success(), "{format}: {}", stderr(&from_b));
+        assert_eq!(
+            ids_named(&stdout(&from_b), &b_ids),
+            ids_named(&stdout(&from_copy), &copy_ids),
+            "{version} {format}"
+        );
+    }
+
+    // With its own roots, the imported session reads every file from where import
+    // put it: the fixture's legacy file included.
+    let restored = json(&b.run(&["restore", "--session", &sid, "--format", "acp"]));
+    let mut files = 0;
+    for block in restored["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+    {
+        let Some(context) = crate::support::context_of(block) else {
+            continue;
+        };
+        let path = PathBuf::from(crate::support::context_line(context).path);
+        assert!(path.starts_with(b.configured_root().join(&sid)), "{path:?}");
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let original = ["attachments", "legacy"]
+            .iter()
+            .map(|root| fixture(version).join(root).join(&sid).join(name))
+            .find(|p| p.is_file())
+            .expect("the fixture has the file");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            std::fs::read(original).unwrap()
+        );
+        files += 1;
+    }
+    assert!(files > 0);
+    assert_eq!(
+        snapshot(&fixture(version)),
+        before,
+        "{version} was only copied"
+    );
+    (copy, b_store, copy_ids, b_ids)
+}
+
+async fn the_v1_fixture_imported_restores_as_its_sqlite_copy_does(b: Backend) {
+    let (copy, store, copy_ids, b_ids) = load(&b, "v1").await;
+    // What the snapshots hold, made as `snapshots.rs` makes them.
+    let restored = store.restore(copy.session).await.unwrap();
+    let conversation: Vec<(Role, _)> = restored
+        .messages
+        .iter()
+        .map(|d| (d.message.role, d.blocks.clone()))
+        .collect();
+    let redact = |v: serde_json::Value| {
+        let text = serde_json::to_string_pretty(&v).unwrap();
+        ids_named(&text, &b_ids).replace(copy.root().to_str().unwrap(), "<ROOT>") + "\n"
+    };
+    for (name, actual) in [
+        (
+            "v1-restore-acp.json",
+            serde_json::to_value(&restored).unwrap(),
+        ),
+        (
+            "v1-restore-openai.json",
+            serde_json::to_value(chat_request("gpt-4o", &conversation)).unwrap(),
+        ),
+        (
+            "v1-restore-openai-responses.json",
+            serde_json::to_value(responses_request("gpt-4o", &conversation)).unwrap(),
+        ),
+    ] {
+        let actual = redact(actual);
+        assert!(actual.contains("<ROOT>/legacy/"), "{name}: the legacy read");
+        assert_eq!(actual, snapshot_file(name, &copy_ids), "{name}");
+    }
+}
+
+async fn the_v2_fixture_imported_restores_as_its_sqlite_copy_does(b: Backend) {
+    let (copy, store, copy_ids, b_ids) = load(&b, "v2").await;
+    let sid = copy.session;
+    for (format, name) in [
+        (Format::AcpRestore, "v2-restore-acp.json"),
+        (Format::AcpUpdates, "v2-restore-acp-updates.jsonl"),
+        (Format::OpenaiChat, "v2-restore-openai.json"),
+        (Format::OpenaiResponses, "v2-restore-openai-responses.json"),
+    ] {
+        let mut stream = store
+            .restore_stream(sid, DEFAULT_MEMO_BUDGET)
+            .await
+            .unwrap();
+        let mut out = StreamWriter::begin(Vec::new(), format, sid, "gpt-4o").unwrap();
+        while let Some(item) = stream.next().await {
+            out.item(&item.unwrap()).unwrap();
+        }
+        let text = String::from_utf8(out.finish().unwrap()).unwrap();
+        let text = if format.is_lines() {
+            text
+        } else {
+            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            serde_json::to_string_pretty(&value).unwrap() + "\n"
+        };
+        let actual = ids_named(&text, &b_ids).replace(copy.root().to_str().unwrap(), "<ROOT>");
+        assert!(actual.contains("<ROOT>/legacy/"), "{name}: the legacy read");
+        assert_eq!(actual, snapshot_file(name, &copy_ids), "{name}");
+    }
+}

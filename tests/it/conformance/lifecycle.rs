@@ -1,0 +1,720 @@
+//! A session's whole life on both engines: paged listing, delete with its tombstone,
+//! gc, fork, search and export/import, through the library and the binary, with the
+//! same outcomes. Where an engine promises something the other does not (SQLite's
+//! erasure from its files; the two search syntaxes), the body says so and checks each
+//! engine's own promise.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use agent_client_protocol_schema::v1::SessionUpdate;
+use sessionstore::lifecycle::{DeletionStatus, SessionCursor};
+use sessionstore::model::{Delivery, ToolsHost};
+use sessionstore::store::Outgoing;
+use sessionstore::{Error, MessageId, SessionId, Store};
+
+use super::common::{entry_ids, expect, ids_named, session};
+use crate::backend::{Backend, conformance};
+use crate::support::{Expect, assert_one_line_error, block_json, check_attachment, json, stderr};
+
+conformance!(
+    a_cursor_walk_sees_each_session_once_in_order,
+    delete_leaves_a_tombstone_and_never_gives_the_id_again,
+    gc_removes_only_what_no_one_needs_under_the_configured_root,
+    a_fork_restores_from_its_own_folder_and_outlives_its_origin,
+    search_finds_titles_messages_and_agent_text,
+    export_then_import_restores_the_same_history,
+);
+
+fn update(line: &str, session: SessionId) -> SessionUpdate {
+    sessionstore::turns::parse_line(line, session).expect("a valid update")
+}
+
+fn ids(page: &sessionstore::lifecycle::SessionPage) -> Vec<SessionId> {
+    page.sessions.iter().map(|s| s.id).collect()
+}
+
+/// A session with an image and a text file in the configured root, a file only in
+/// the legacy root, two user messages with a recorded agent reply between them, and
+/// a queued mid-turn message. Each text has a word no other text has. Returns the
+/// session, what its files' blocks must hold, and its two delivered messages.
+async fn seeded(b: &Backend, store: &Store) -> (SessionId, Vec<Expect>, Vec<MessageId>) {
+    let s = session(store, ToolsHost::Local).await;
+    let png = store
+        .attach(s, "café chart.png".into(), crate::support::PNG.to_vec())
+        .await
+        .unwrap();
+    let notes = store
+        .attach(s, "notes 日本.txt".into(), b"kiwi notes".to_vec())
+        .await
+        .unwrap();
+    let folder = b.legacy_root().join(s.to_string());
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("old.txt"), b"legacy bytes").unwrap();
+    let mut first = Outgoing::user("compare the mango chart");
+    first.attach = vec![png.uri.clone(), notes.uri.clone()];
+    let first = store.send(s, first).await.unwrap();
+    store
+        .record(
+            s,
+            vec![update(
+                r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"the papaya line rises"}}"#,
+                s,
+            )],
+        )
+        .await
+        .unwrap();
+    let mut second = Outgoing::user("and the old durian notes?");
+    second.attach = vec![sessionstore::attachments::AttachmentUri::new(s, "old.txt")];
+    let second = store.send(s, second).await.unwrap();
+    let mut queued = Outgoing::user("queued lychee");
+    queued.mid_turn = true;
+    store.send(s, queued).await.unwrap();
+    let files = vec![
+        expect(s, "café chart.png", crate::support::PNG),
+        expect(s, "notes 日本.txt", b"kiwi notes"),
+        expect(s, "old.txt", b"legacy bytes"),
+    ];
+    (s, files, vec![first.id, second.id])
+}
+
+/// `e` as it must appear in session `to`'s blocks.
+fn moved(e: &Expect, to: SessionId) -> Expect {
+    Expect {
+        uri: sessionstore::oracle::expected_uri(to, &e.name),
+        ..expect(to, &e.name, &e.bytes)
+    }
+}
+
+/// Restores `session` and checks every attachment block against `files` (matched by
+/// name), returning the paths given to the model.
+async fn restored_paths(store: &Store, session: SessionId, files: &[Expect]) -> Vec<PathBuf> {
+    let restored = store.restore(session).await.unwrap();
+    let mut paths = vec![];
+    for block in restored.messages.iter().flat_map(|m| &m.blocks) {
+        let json = block_json(block);
+        let Some(context) = crate::support::context_of(&json) else {
+            continue;
+        };
+        let name = crate::support::context_line(context).name;
+        let expect = files.iter().find(|f| f.name == name).expect("a known file");
+        paths.push(check_attachment(&json, expect).1);
+    }
+    paths
+}
+
+async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
+    let store = b.open().await;
+    let mut before = Vec::new();
+    for _ in 0..23 {
+        before.push(session(&store, ToolsHost::Local).await);
+    }
+    // Pages of 5, with two sessions added after each page.
+    let mut seen = Vec::new();
+    let mut cursor: Option<SessionCursor> = None;
+    let mut pages = 0;
+    loop {
+        let page = store.list_sessions_page(5, cursor).await.unwrap();
+        assert!(page.sessions.len() <= 5);
+        pages += 1;
+        seen.extend(ids(&page));
+        for _ in 0..2 {
+            store.create_session(None, ToolsHost::Local).await.unwrap();
+        }
+        match page.next_cursor {
+            // Through its printed form, as a caller carries it.
+            Some(c) => cursor = Some(c.to_string().parse().unwrap()),
+            None => break,
+        }
+    }
+    assert_eq!(
+        pages, 5,
+        "23 sessions make 5 pages of 5, the last not empty"
+    );
+    let newest_first: Vec<_> = before.iter().rev().copied().collect();
+    assert_eq!(seen, newest_first, "each session once, newest first");
+
+    // News moves a session to the front, and a later page does not show it again.
+    let first = store.list_sessions_page(3, None).await.unwrap();
+    let shown = ids(&first);
+    store.send(shown[1], Outgoing::user("again")).await.unwrap();
+    let unseen = before[3];
+    store.send(unseen, Outgoing::user("news")).await.unwrap();
+    let mut rest = Vec::new();
+    let mut cursor = first.next_cursor;
+    while let Some(c) = cursor {
+        let page = store.list_sessions_page(7, Some(c)).await.unwrap();
+        rest.extend(ids(&page));
+        cursor = page.next_cursor;
+    }
+    assert!(!rest.contains(&shown[1]) && !rest.contains(&unseen));
+    assert_eq!(rest.len(), 23 + 10 - 3 - 1);
+    assert_eq!(
+        ids(&store.list_sessions_page(2, None).await.unwrap()),
+        [unseen, shown[1]]
+    );
+
+    // The binary's pages, with the printed cursor, and the contract's shape.
+    let file = b.dir.path().join("ten.txt");
+    std::fs::write(&file, b"0123456789").unwrap();
+    let sid = unseen.to_string();
+    let attached = json(&b.run(&[
+        "attach",
+        "--session",
+        &sid,
+        file.to_str().unwrap(),
+        "--json",
+    ]));
+    let uri = attached[0]["uri"].as_str().unwrap();
+    for text in ["one", "two"] {
+        json(&b.run(&[
+            "send",
+            "--session",
+            &sid,
+            "--text",
+            text,
+            "--attach",
+            uri,
+            "--json",
+        ]));
+    }
+    let mut listed = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut args = vec!["session", "list", "--limit", "4", "--json"];
+        if let Some(c) = &cursor {
+            args.extend(["--cursor", c.as_str()]);
+        }
+        let page = json(&b.run(&args));
+        listed.extend(page["sessions"].as_array().unwrap().iter().cloned());
+        match page["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(listed.len(), 33);
+    let unique: HashSet<&str> = listed.iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(unique.len(), 33);
+    let top = &listed[0];
+    assert_eq!(top["id"], sid.as_str());
+    assert_eq!(top["messages"], 3);
+    assert_eq!(
+        top["attachmentBytes"], 10,
+        "the same file twice counts once"
+    );
+    assert_eq!(top["toolsHost"], "local");
+    assert_eq!(top["title"], "news");
+    assert!(top["updatedAt"].as_str().unwrap() > top["createdAt"].as_str().unwrap());
+    let updated: Vec<&str> = listed
+        .iter()
+        .map(|s| s["updatedAt"].as_str().unwrap())
+        .collect();
+    assert!(updated.windows(2).all(|w| w[0] >= w[1]), "{updated:?}");
+    let err = crate::support::assert_usage_error(&b.run(&["session", "list", "--cursor", "nope"]));
+    assert!(err.contains("malformed cursor"), "{err}");
+}
+
+async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
+    let store = b.open().await;
+    let (gone, _, _) = seeded(&b, &store).await;
+    let live = session(&store, ToolsHost::Local).await;
+    store
+        .send(live, Outgoing::user("stays here"))
+        .await
+        .unwrap();
+    let archive = b.dir.path().join("gone.tar");
+    store.export_archive(gone, archive.clone()).await.unwrap();
+    let sid = gone.to_string();
+    let folder = b.configured_root().join(&sid);
+    assert!(folder.join("café chart.png").is_file());
+
+    let planned = json(&b.run(&["session", "delete", &sid, "--dry-run", "--json"]));
+    assert_eq!(planned["sessions"][0]["status"], "would_delete");
+    assert_eq!(planned["sessions"][0]["files"], 2);
+    assert!(folder.is_dir(), "a dry run deletes nothing");
+    assert_eq!(store.messages(gone).await.unwrap().len(), 3);
+    // An unknown id fails the whole call before anything goes.
+    let unknown = SessionId::new().to_string();
+    let err = assert_one_line_error(&b.run(&["session", "delete", &sid, &unknown]));
+    assert!(err.contains(&unknown), "{err}");
+    assert!(folder.is_dir());
+
+    let report = store.delete_sessions(vec![gone]).await.unwrap();
+    let deleted = &report.sessions[0];
+    assert_eq!(deleted.status, DeletionStatus::Deleted);
+    assert_eq!(
+        (deleted.messages, deleted.items, deleted.references),
+        (3, 1, 3)
+    );
+    assert_eq!(deleted.files, 2);
+    assert_eq!(
+        deleted.legacy_files,
+        [b.legacy_root().join(&sid).join("old.txt")]
+    );
+    assert!(report.erased, "{report:?}");
+    assert!(!folder.exists(), "the configured-root folder went");
+    assert!(
+        b.legacy_root().join(&sid).join("old.txt").is_file(),
+        "legacy roots are read-only to the store"
+    );
+    assert!(matches!(
+        store.session(gone).await.unwrap_err(),
+        Error::SessionNotFound(_)
+    ));
+    for (table, whose) in [
+        ("sessions", format!("id = '{sid}'")),
+        ("messages", format!("session_id = '{sid}'")),
+        ("message_refs", format!("uri LIKE 'attachment:///{sid}/%'")),
+        ("items", format!("session_id = '{sid}'")),
+        ("events", format!("session_id = '{sid}'")),
+        ("search_entries", format!("session_id = '{sid}'")),
+        ("tombstones", format!("session_id = '{sid}'")),
+    ] {
+        let left = b
+            .raw_query(&format!("SELECT count(*) FROM {table} WHERE {whose}"))
+            .unwrap_or_else(|e| panic!("{table}: {e}"));
+        let want = if table == "tombstones" { "1" } else { "0" };
+        assert_eq!(left, [[Some(want.to_owned())]], "{table}");
+    }
+    let verified = store.verify().await.unwrap();
+    assert!(verified.ok(), "{:?}", verified.problems);
+    assert_eq!((verified.sessions, verified.tombstones), (1, 1));
+    if !b.is_postgres() {
+        // SQLite's own promise: secure_delete and a merged index leave no text of the
+        // session in the database files. PostgreSQL promises only that the rows are
+        // gone and their tables vacuumed (`PgDb::erase`).
+        let db = std::fs::read(b.db()).unwrap();
+        for word in ["durian", "lychee", "papaya"] {
+            assert!(
+                !db.windows(word.len()).any(|w| w == word.as_bytes()),
+                "{word} is still in the file"
+            );
+        }
+    }
+
+    // Twice is not an error; the id is never taken again.
+    let again = json(&b.run(&["session", "delete", &sid, "--json"]));
+    assert_eq!(again["sessions"][0]["status"], "already_deleted");
+    let err = b
+        .raw_execute(&format!(
+            "INSERT INTO sessions (id, tools_host, created_at, updated_at) \
+             VALUES ('{sid}', 'local', 'x', 'x')"
+        ))
+        .unwrap_err();
+    assert!(err.contains("was deleted"), "{err}");
+    let imported = store.import_archive(archive, true).await.unwrap();
+    assert_ne!(
+        imported.session.id, gone,
+        "--keep-id does not take a deleted id"
+    );
+    assert!(store.verify().await.unwrap().ok());
+    let listed = json(&b.run(&["session", "list", "--json"]));
+    let listed: Vec<&str> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert!(!listed.contains(&sid.as_str()), "{listed:?}");
+    let out = b.run(&["verify", "--json"]);
+    let verified = json(&out);
+    assert_eq!(verified["tombstones"], 1);
+    assert_eq!(verified["problems"], serde_json::json!([]));
+
+    // The log stays append-only for every session but one being erased, and verify
+    // reports a tombstone written beside a live session's rows.
+    let live = live.to_string();
+    for statement in [
+        format!("DELETE FROM events WHERE session_id = '{live}'"),
+        format!("UPDATE events SET kind = 'x' WHERE session_id = '{live}'"),
+    ] {
+        let err = b.raw_execute(&statement).unwrap_err();
+        assert!(err.contains("append-only"), "{statement}: {err}");
+    }
+    b.raw_execute(&format!(
+        "INSERT INTO tombstones VALUES ('{live}', '2026-01-01T00:00:00.000000000Z', 0, 0, 0, 0)"
+    ))
+    .unwrap();
+    let report = store.verify().await.unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains(&live) && p.contains("was deleted but still has")),
+        "{:?}",
+        report.problems
+    );
+}
+
+async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend) {
+    let store = b.open().await;
+    let root = b.configured_root();
+    let live = session(&store, ToolsHost::Local).await;
+    let kept = store
+        .attach(live, "kept.txt".into(), b"referenced".to_vec())
+        .await
+        .unwrap();
+    store
+        .attach(live, "orphan.txt".into(), b"nobody refers".to_vec())
+        .await
+        .unwrap();
+    let mut out = Outgoing::user("see");
+    out.attach = vec![kept.uri.clone()];
+    store.send(live, out).await.unwrap();
+    let legacy = b.legacy_root().join(live.to_string());
+    std::fs::create_dir_all(&legacy).unwrap();
+    std::fs::write(legacy.join("legacy-orphan.txt"), b"old").unwrap();
+    let deleted = session(&store, ToolsHost::Local).await;
+    store.delete_sessions(vec![deleted]).await.unwrap();
+    // An attach that raced the delete left a folder behind.
+    std::fs::create_dir_all(root.join(deleted.to_string())).unwrap();
+    std::fs::write(root.join(deleted.to_string()).join("late.txt"), b"late!").unwrap();
+    let stranger = SessionId::new().to_string();
+    std::fs::create_dir_all(root.join(&stranger)).unwrap();
+    std::fs::write(root.join(&stranger).join("x.txt"), b"x").unwrap();
+    drop(store);
+
+    let planned = json(&b.run(&["gc", "--grace", "0", "--dry-run", "--json"]));
+    assert_eq!(planned["dryRun"], true, "{planned}");
+    assert_eq!(
+        planned["unreferenced"],
+        serde_json::json!({"files": 1, "bytes": 13})
+    );
+    assert!(root.join(live.to_string()).join("orphan.txt").exists());
+
+    // With the default grace, fresh uploads are safe: only the deleted folder goes.
+    let first = json(&b.run(&["gc", "--json"]));
+    assert_eq!(first["deletedSessionFolders"], 1, "{first}");
+    assert_eq!(
+        first["deletedSessions"],
+        serde_json::json!({"files": 1, "bytes": 5})
+    );
+    assert_eq!(first["unreferenced"]["files"], 0, "{first}");
+    assert!(!root.join(deleted.to_string()).exists());
+
+    let done = json(&b.run(&["gc", "--grace", "0", "--json"]));
+    assert_eq!(
+        done["unreferenced"],
+        serde_json::json!({"files": 1, "bytes": 13}),
+        "{done}"
+    );
+    let folder = root.join(live.to_string());
+    assert!(!folder.join("orphan.txt").exists());
+    assert!(folder.join("kept.txt").exists());
+    assert!(legacy.join("legacy-orphan.txt").exists());
+    assert!(root.join(&stranger).join("x.txt").exists());
+    assert!(done["skipped"].as_u64().unwrap() >= 1, "{done}");
+    let restored = json(&b.run(&["restore", "--session", &live.to_string()]));
+    assert!(restored.to_string().contains("referenced"), "{restored}");
+}
+
+async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend) {
+    let store = b.open().await;
+    let (origin, files, ids) = seeded(&b, &store).await;
+    let forked = store.fork_session(origin, None, None).await.unwrap();
+    let fork = forked.session.id;
+    assert_ne!(fork, origin);
+    assert_eq!(
+        forked.session.title.as_deref(),
+        Some("compare the mango chart")
+    );
+    assert_eq!((forked.linked, forked.copied), (2, 1), "{forked:?}");
+    let messages = store.messages(fork).await.unwrap();
+    let texts: Vec<&str> = messages.iter().map(|m| m.display_text.as_str()).collect();
+    assert_eq!(
+        texts,
+        ["compare the mango chart", "and the old durian notes?"]
+    );
+    assert!(messages.iter().all(|m| m.state == Delivery::Delivered));
+    let items = store.items(fork).await.unwrap();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].seq, 2, "the reply keeps its place");
+    let events = store.events(fork).await.unwrap();
+    assert_eq!(
+        events[0].payload["forkedFrom"]["session"],
+        origin.to_string()
+    );
+    assert!(store.verify().await.unwrap().ok());
+
+    let want: Vec<Expect> = files.iter().map(|f| moved(f, fork)).collect();
+    let fork_folder = b.configured_root().join(fork.to_string());
+    let paths = restored_paths(&store, fork, &want).await;
+    assert_eq!(paths.len(), 3);
+    assert!(
+        paths.iter().all(|p| p.starts_with(&fork_folder)),
+        "{paths:?}"
+    );
+
+    // A fork at the first message, through the binary.
+    let at = b.run(&[
+        "session",
+        "fork",
+        &origin.to_string(),
+        "--at",
+        &ids[0].to_string(),
+        "--title",
+        "a branch",
+        "--json",
+    ]);
+    let branch: SessionId = json(&at)["id"].as_str().unwrap().parse().unwrap();
+    assert_eq!(store.messages(branch).await.unwrap().len(), 1);
+    assert!(store.items(branch).await.unwrap().is_empty());
+    let events = store.events(branch).await.unwrap();
+    assert_eq!(
+        events[0].payload["forkedFrom"]["message"],
+        ids[0].to_string()
+    );
+    let queued = store.queued_messages(origin).await.unwrap()[0].id;
+    let err = store
+        .fork_session(origin, Some(queued), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::ForkPoint { .. }), "{err}");
+
+    // The origin goes; the fork restores as before and keeps its words.
+    store.delete_sessions(vec![origin]).await.unwrap();
+    std::fs::remove_dir_all(b.legacy_root().join(origin.to_string())).unwrap();
+    let again = restored_paths(&store, fork, &want).await;
+    assert_eq!(again, paths);
+    let hits = store.search("papaya".into(), None, 10).await.unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0].session_id, fork);
+    let verified = store.verify().await.unwrap();
+    assert!(verified.ok(), "{:?}", verified.problems);
+}
+
+async fn search_finds_titles_messages_and_agent_text(b: Backend) {
+    let store = b.open().await;
+    let (s, _, ids) = seeded(&b, &store).await;
+    let other = session(&store, ToolsHost::Local).await;
+    store
+        .send(other, Outgoing::user("mango mango mango everywhere"))
+        .await
+        .unwrap();
+
+    let hits = store.search("mango".into(), None, 10).await.unwrap();
+    // Both titles (each the first message's text) and both messages.
+    assert_eq!(hits.len(), 4, "{hits:?}");
+    assert!(hits.windows(2).all(|w| w[0].rank <= w[1].rank), "{hits:?}");
+    assert_eq!(hits[0].session_id, other, "{hits:?}");
+    assert!(
+        hits.iter().all(|h| h.snippet.contains("[mango]")),
+        "{hits:?}"
+    );
+    let sources: HashSet<&str> = hits.iter().map(|h| h.source.as_str()).collect();
+    assert_eq!(sources, HashSet::from(["title", "message"]));
+    assert!(
+        hits.iter()
+            .all(|h| (h.source == "title") == h.message_id.is_none())
+    );
+    let mine = store.search("mango".into(), Some(s), 10).await.unwrap();
+    assert_eq!(mine.len(), 2, "{mine:?}");
+    assert!(mine.iter().all(|hit| hit.session_id == s));
+    assert!(
+        mine.iter()
+            .any(|hit| hit.message_id == Some(ids[0].to_string()))
+    );
+    let papaya = store.search("papaya".into(), None, 10).await.unwrap();
+    assert_eq!(papaya.len(), 1);
+    assert_eq!(papaya[0].source, "agent_message");
+    assert!(papaya[0].snippet.contains("[papaya]"), "{papaya:?}");
+    let item = store.items(s).await.unwrap()[0].id.to_string();
+    assert_eq!(papaya[0].message_id.as_deref(), Some(item.as_str()));
+    assert_eq!(
+        store.search("lychee".into(), None, 10).await.unwrap().len(),
+        1
+    );
+    assert_eq!(
+        store.search("mango".into(), None, 1).await.unwrap().len(),
+        1
+    );
+    // Words, phrases and OR are read alike by FTS5 and by websearch_to_tsquery.
+    let either = store
+        .search("durian OR papaya".into(), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(either.len(), 2, "{either:?}");
+    let phrase = store
+        .search("\"papaya line\"".into(), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(phrase.len(), 1, "{phrase:?}");
+    assert!(
+        store
+            .search("\"line papaya\"".into(), None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A rename replaces the title's text; a continued agent message its text.
+    store.rename_session(s, "kiwi plans".into()).await.unwrap();
+    let titles = |hits: Vec<sessionstore::SearchHit>| {
+        hits.into_iter().filter(|h| h.source == "title").count()
+    };
+    assert_eq!(
+        titles(store.search("kiwi".into(), Some(s), 10).await.unwrap()),
+        1
+    );
+    assert_eq!(
+        titles(store.search("mango".into(), Some(s), 10).await.unwrap()),
+        0
+    );
+    store
+        .record(
+            s,
+            vec![update(
+                r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":" and guava"}}"#,
+                s,
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.search("guava".into(), None, 10).await.unwrap().len(),
+        1
+    );
+    // Names, URIs and paths are not indexed.
+    for word in ["png", "attachments", "legacy"] {
+        assert!(
+            store
+                .search(word.into(), None, 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "{word}"
+        );
+    }
+    let err = store.search("   ".into(), None, 10).await.unwrap_err();
+    assert!(matches!(err, Error::SearchQuery { .. }), "{err}");
+
+    // Each engine's own syntax: FTS5 refuses what it cannot parse, in one line;
+    // websearch_to_tsquery reads any text as words, quotes and operators, so the
+    // same text is a query there.
+    for query in ["\"mango", "mango \"chart"] {
+        match (b.is_postgres(), store.search(query.into(), None, 10).await) {
+            (false, Err(err)) => {
+                assert!(matches!(err, Error::SearchQuery { .. }), "{query}: {err}");
+                assert!(!err.to_string().contains('\n'), "{err}");
+            }
+            (true, Ok(hits)) => assert!(!hits.is_empty(), "{query}"),
+            (_, other) => panic!("{query}: {other:?}"),
+        }
+    }
+    let out = b.run(&["search", "NOT durian"]);
+    if b.is_postgres() {
+        // `-word` is websearch's negation; "not" is a plain word there.
+        assert!(out.status.success(), "{}", stderr(&out));
+        let hits = json(&b.run(&["search", "mango -everywhere", "--json"]));
+        assert!(
+            hits.as_array()
+                .unwrap()
+                .iter()
+                .all(|h| h["sessionId"] == s.to_string()),
+            "{hits}"
+        );
+    } else {
+        assert_one_line_error(&out);
+    }
+
+    // Accents: FTS5 here folds them (`remove_diacritics 2`); PostgreSQL's 'simple'
+    // configuration keeps words as written, so only the accented spelling finds it.
+    store
+        .send(other, Outgoing::user("meet at the café"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.search("café".into(), None, 10).await.unwrap().len(),
+        1
+    );
+    let folded = store.search("cafe".into(), None, 10).await.unwrap().len();
+    assert_eq!(folded, if b.is_postgres() { 0 } else { 1 });
+
+    // Through the binary: the contract's keys, a session filter and a limit.
+    let hits = json(&b.run(&[
+        "search",
+        "mango",
+        "--session",
+        &other.to_string(),
+        "--limit",
+        "5",
+        "--json",
+    ]));
+    let hits = hits.as_array().unwrap();
+    assert_eq!(hits.len(), 2, "{hits:?}");
+    for hit in hits {
+        assert_eq!(hit["sessionId"], other.to_string());
+        for key in ["sessionId", "messageId", "source", "snippet", "rank"] {
+            assert!(hit.get(key).is_some(), "{key} in {hit}");
+        }
+    }
+}
+
+/// A restore's output with what names where it was made replaced: the store's
+/// folder, and the ids of its messages and recorded items (an import gives both new
+/// ids; only the session's is kept).
+fn normalised(text: &str, b: &Backend, ids: &[String]) -> String {
+    ids_named(&text.replace(b.dir.path().to_str().unwrap(), "<DIR>"), ids)
+}
+
+async fn export_then_import_restores_the_same_history(b: Backend) {
+    let store = b.open().await;
+    let (s, files, _) = seeded(&b, &store).await;
+    let archive = b.dir.path().join("out.tar");
+    let out = b.run(&[
+        "export",
+        "--session",
+        &s.to_string(),
+        "--out",
+        archive.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Into another store of the same engine, keeping the id: the same output once the
+    // folder and the message ids are named alike.
+    let other = b.another();
+    let imported = json(&other.run(&["import", archive.to_str().unwrap(), "--keep-id", "--json"]));
+    assert_eq!(imported["id"], s.to_string());
+    let there = other.open().await;
+    assert!(there.verify().await.unwrap().ok());
+    assert_eq!(
+        there.queued_messages(s).await.unwrap().len(),
+        1,
+        "queued stays queued"
+    );
+    assert_eq!(there.items(s).await.unwrap().len(), 1);
+    let (here, away) = (entry_ids(&store, s).await, entry_ids(&there, s).await);
+    for format in ["acp", "acp-updates", "openai", "openai-responses"] {
+        let restore = |on: &Backend, ids: &[String]| {
+            let out = on.run(&["restore", "--session", &s.to_string(), "--format", format]);
+            assert!(out.status.success(), "{format}: {}", stderr(&out));
+            normalised(&crate::support::stdout(&out), on, ids)
+        };
+        // The file the origin read from its legacy root was exported with the rest
+        // and imported into the configured root: that is the one path that differs.
+        let before = restore(&b, &here).replace("<DIR>/legacy/", "<DIR>/attachments/");
+        let after = restore(&other, &away);
+        assert_eq!(before, after, "{format}");
+        assert!(after.contains("<DIR>/attachments/"), "{format}: {after}");
+    }
+    let want: Vec<Expect> = files.iter().map(|f| moved(f, s)).collect();
+    let paths = restored_paths(&there, s, &want).await;
+    let folder = other.configured_root().join(s.to_string());
+    assert_eq!(paths.len(), 3);
+    assert!(paths.iter().all(|p| p.starts_with(&folder)), "{paths:?}");
+
+    // Into the same store: the id is taken, so the copy gets a new one, also with
+    // --keep-id; its history restores with the same content under its own folder.
+    let copy = store.import_archive(archive.clone(), false).await.unwrap();
+    let kept = store.import_archive(archive, true).await.unwrap();
+    for new in [copy.session.id, kept.session.id] {
+        assert_ne!(new, s);
+        let want: Vec<Expect> = files.iter().map(|f| moved(f, new)).collect();
+        let paths = restored_paths(&store, new, &want).await;
+        assert_eq!(paths.len(), 3);
+        let folder = b.configured_root().join(new.to_string());
+        assert!(paths.iter().all(|p| p.starts_with(&folder)), "{paths:?}");
+    }
+    let verified = store.verify().await.unwrap();
+    assert!(verified.ok(), "{:?}", verified.problems);
+    assert_eq!(verified.sessions, 3);
+}

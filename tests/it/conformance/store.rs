@@ -1,0 +1,629 @@
+//! The store's own promises on both engines: every change and its event, queued
+//! messages and their drain, renames, a whole recorded turn restored in every format,
+//! `verify` (clean, and catching rows edited behind the log), dispatch paths from the
+//! configured and the legacy root, and a restore larger than its memo budget. It never
+//! checks what only one engine promises without saying so.
+
+use std::io::Write;
+use std::process::{Output, Stdio};
+
+use agent_client_protocol_schema::v1::SessionUpdate;
+use sessionstore::dispatch::{Memo, Mode};
+use sessionstore::model::{Delivery, NewMessage, Role, ToolsHost};
+use sessionstore::store::Outgoing;
+use sessionstore::{Error, SessionId};
+
+use super::common::{expect, session};
+use crate::backend::{Backend, conformance};
+use crate::support::{Expect, block_json, check_attachment, counting_store, json, stderr, stdout};
+
+conformance!(
+    every_change_writes_its_event_in_order,
+    queued_messages_wait_for_a_drain_that_marks_them_delivered,
+    a_rename_is_an_event_and_an_unknown_session_is_named,
+    a_whole_turn_is_recorded_and_restores_in_every_format,
+    verify_catches_rows_edited_behind_the_logs_back,
+    dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_roots,
+    a_restore_larger_than_its_memo_budget_reads_evicted_files_again,
+);
+
+fn text(t: &str) -> NewMessage {
+    NewMessage {
+        role: Role::User,
+        display_text: t.to_owned(),
+        model_text: None,
+        transcript: None,
+        refs: vec![],
+    }
+}
+
+fn kinds(events: &[sessionstore::model::Event]) -> Vec<&str> {
+    events.iter().map(|e| e.kind.as_str()).collect()
+}
+
+/// The binary on `b`'s store with `input` on its stdin.
+fn run_fed(b: &Backend, args: &[&str], input: &str) -> Output {
+    let mut child = b
+        .command(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    child
+        .stdin
+        .take()
+        .expect("a stdin pipe")
+        .write_all(input.as_bytes())
+        .expect("stdin takes the input");
+    child.wait_with_output().expect("the binary ends")
+}
+
+/// `expect` as the binary gives it: it names the machine it runs on.
+fn expect_from_binary(session: SessionId, name: &str, bytes: &[u8]) -> Expect {
+    Expect {
+        host: sessionstore::config::host_name(),
+        ..expect(session, name, bytes)
+    }
+}
+
+async fn every_change_writes_its_event_in_order(b: Backend) {
+    let store = b.open().await;
+    let s = store.create_session(None, ToolsHost::Ssh).await.unwrap();
+    let m = store
+        .append_message(s.id, text("first question\nmore"))
+        .await
+        .unwrap();
+    let q = store.queue_message(s.id, text("mid-turn")).await.unwrap();
+    assert_eq!(q.state, Delivery::Queued);
+    store.mark_delivered(s.id, vec![q.id]).await.unwrap();
+    let events = store.events(s.id).await.unwrap();
+    assert_eq!(
+        kinds(&events),
+        [
+            "session_created",
+            "message_appended",
+            "session_renamed",
+            "message_appended",
+            "message_delivered"
+        ]
+    );
+    // The log's sequence only grows, on either engine's way of numbering it.
+    assert!(events.windows(2).all(|w| w[0].seq < w[1].seq), "{events:?}");
+    let session = store.session(s.id).await.unwrap();
+    assert_eq!(session.title.as_deref(), Some("first question"));
+    assert_eq!(session.tools_host, ToolsHost::Ssh);
+    assert!(session.updated_at > s.updated_at, "{session:?}");
+    let messages = store.messages(s.id).await.unwrap();
+    assert_eq!(messages.iter().map(|m| m.seq).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(messages[0].id, m.id);
+    assert!(messages.iter().all(|m| m.state == Delivery::Delivered));
+    let report = store.verify().await.unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+    assert_eq!((report.sessions, report.messages, report.events), (1, 2, 5));
+
+    // The same log through the binary, a line each.
+    let out = b.run(&["events", "--session", &s.id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object a line"))
+        .collect();
+    let printed: Vec<&str> = lines.iter().map(|l| l["kind"].as_str().unwrap()).collect();
+    assert_eq!(printed, kinds(&events));
+}
+
+async fn queued_messages_wait_for_a_drain_that_marks_them_delivered(b: Backend) {
+    let store = b.open().await;
+    let s = session(&store, ToolsHost::Local).await;
+    store.send(s, Outgoing::user("start")).await.unwrap();
+    let stored = store
+        .attach(s, "later.txt".into(), b"mid-turn notes".to_vec())
+        .await
+        .unwrap();
+    let mut first = Outgoing::user("one more thing");
+    first.mid_turn = true;
+    first.attach = vec![stored.uri.clone()];
+    let q1 = store.send(s, first).await.unwrap();
+    let mut second = Outgoing::user("and another");
+    second.mid_turn = true;
+    let q2 = store.send(s, second).await.unwrap();
+    assert_eq!(
+        store
+            .queued_messages(s)
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| m.id)
+            .collect::<Vec<_>>(),
+        [q1.id, q2.id]
+    );
+    // A dispatch takes the latest delivered message, never a queued one.
+    let latest = store
+        .dispatch(s, None, Mode::Strict, Memo::new())
+        .await
+        .unwrap();
+    assert_eq!(latest.message.display_text, "start");
+
+    // Preparing a drain changes nothing; the drain marks both, in order.
+    let prepared = store
+        .prepare_drain(s, Mode::Strict, Memo::new())
+        .await
+        .unwrap();
+    assert_eq!(prepared.len(), 2);
+    assert_eq!(store.queued_messages(s).await.unwrap().len(), 2);
+    let drained = store.drain(s, Mode::Strict, Memo::new()).await.unwrap();
+    assert_eq!(
+        drained.iter().map(|d| d.message.id).collect::<Vec<_>>(),
+        [q1.id, q2.id]
+    );
+    let blocks: Vec<_> = drained[0].blocks.iter().map(block_json).collect();
+    let (kind, path) = check_attachment(&blocks[1], &expect(s, "later.txt", b"mid-turn notes"));
+    assert_eq!(kind, "text");
+    assert!(path.starts_with(b.configured_root()), "{path:?}");
+    assert!(store.queued_messages(s).await.unwrap().is_empty());
+    let events = store.events(s).await.unwrap();
+    assert_eq!(
+        kinds(&events)
+            .iter()
+            .filter(|k| **k == "message_delivered")
+            .count(),
+        2
+    );
+    assert!(
+        store
+            .drain(s, Mode::Strict, Memo::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // The binary's drain: the blocks of what was queued, then nothing left.
+    let mut third = Outgoing::user("from the queue");
+    third.mid_turn = true;
+    store.send(s, third).await.unwrap();
+    let sid = s.to_string();
+    let out = json(&b.run(&["drain", "--session", &sid, "--format", "acp"]));
+    assert_eq!(out.as_array().unwrap().len(), 1, "{out}");
+    assert_eq!(out[0]["text"], "from the queue");
+    let again = json(&b.run(&["drain", "--session", &sid, "--format", "acp"]));
+    assert_eq!(again, serde_json::json!([]));
+    let report = store.verify().await.unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+}
+
+async fn a_rename_is_an_event_and_an_unknown_session_is_named(b: Backend) {
+    let store = b.open().await;
+    let s = store
+        .create_session(Some("before".into()), ToolsHost::Local)
+        .await
+        .unwrap();
+    // A given title is not replaced by the first message.
+    store.append_message(s.id, text("hello")).await.unwrap();
+    assert_eq!(
+        store.session(s.id).await.unwrap().title.as_deref(),
+        Some("before")
+    );
+    store.rename_session(s.id, "after".into()).await.unwrap();
+    assert_eq!(
+        store.session(s.id).await.unwrap().title.as_deref(),
+        Some("after")
+    );
+    let events = store.events(s.id).await.unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(last.kind, "session_renamed");
+    assert_eq!(last.payload["title"], "after");
+    let out = b.run(&[
+        "session",
+        "rename",
+        &s.id.to_string(),
+        "the third",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        store.session(s.id).await.unwrap().title.as_deref(),
+        Some("the third")
+    );
+    assert!(store.verify().await.unwrap().ok());
+
+    let ghost = SessionId::new();
+    let err = store.rename_session(ghost, "x".into()).await.unwrap_err();
+    assert!(
+        matches!(err, Error::SessionNotFound(id) if id == ghost),
+        "{err:?}"
+    );
+    let err = store.append_message(ghost, text("x")).await.unwrap_err();
+    assert_eq!(err.to_string(), format!("no session {ghost}"));
+    let err = store.events(ghost).await.unwrap_err();
+    assert_eq!(err.to_string(), format!("no session {ghost}"));
+}
+
+/// A turn as `record` reads it: thoughts, a plan, a tool call updated three times and
+/// one that failed, and agent text in two chunks.
+const TURN: &str = r#"{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"Look at the chart "},"messageId":"think"}
+{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"and the notes."},"messageId":"think"}
+{"sessionUpdate":"plan","entries":[{"content":"Read the notes","priority":"high","status":"in_progress"}]}
+{"sessionUpdate":"tool_call","toolCallId":"read","title":"Read notes","kind":"read","status":"pending","rawInput":{"file":"notes.txt"}}
+{"sessionUpdate":"tool_call","toolCallId":"grep","title":"Search","kind":"search","status":"failed"}
+{"sessionUpdate":"tool_call_update","toolCallId":"read","status":"in_progress"}
+{"sessionUpdate":"tool_call_update","toolCallId":"read","title":"Read notes (2 lines)"}
+{"sessionUpdate":"tool_call_update","toolCallId":"read","status":"completed","content":[{"type":"content","content":{"type":"text","text":"budget: 42"}}]}
+{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"The budget "},"messageId":"answer"}
+{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"is 42."},"messageId":"answer"}
+"#;
+
+async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: Backend) {
+    let store = b.open().await;
+    let s = session(&store, ToolsHost::Local).await;
+    let sid = s.to_string();
+    let stored = store
+        .attach(s, "notes.txt".into(), b"budget: 42\n".to_vec())
+        .await
+        .unwrap();
+    let mut question = Outgoing::user("What is the budget?");
+    question.attach = vec![stored.uri.clone()];
+    store.send(s, question).await.unwrap();
+
+    let recorded = json(&run_fed(&b, &["record", "--session", &sid, "--json"], TURN));
+    assert_eq!(recorded["recorded"], 10, "{recorded}");
+    // A later batch continues the stored answer (the same item, one message), then
+    // the agent changes mode.
+    let more: SessionUpdate = serde_json::from_value(serde_json::json!({
+        "sessionUpdate": "agent_message_chunk",
+        "content": {"type": "text", "text": " That is all."},
+        "messageId": "answer"
+    }))
+    .unwrap();
+    let mode: SessionUpdate = serde_json::from_value(serde_json::json!({
+        "sessionUpdate": "current_mode_update", "currentModeId": "code"
+    }))
+    .unwrap();
+    let report = store.record(s, vec![more, mode]).await.unwrap();
+    assert_eq!(report.recorded, 2);
+    assert_eq!(report.items.len(), 2);
+    store.send(s, Outgoing::user("thanks")).await.unwrap();
+
+    let items = store.items(s).await.unwrap();
+    let item_kinds: Vec<(i64, &str)> = items.iter().map(|i| (i.seq, i.body.kind())).collect();
+    assert_eq!(
+        item_kinds,
+        [
+            (2, "agent_thought"),
+            (3, "plan"),
+            (4, "tool_call"),
+            (5, "tool_call"),
+            (6, "agent_message"),
+            (7, "current_mode_update"),
+        ]
+    );
+    let read_call = items[2].body.to_json();
+    assert!(read_call.contains(r#""status":"completed""#), "{read_call}");
+    assert!(read_call.contains("Read notes (2 lines)"), "{read_call}");
+    assert!(
+        items[4]
+            .body
+            .to_json()
+            .contains("The budget is 42. That is all."),
+        "{:?}",
+        items[4]
+    );
+    let messages = store.messages(s).await.unwrap();
+    assert_eq!(messages.iter().map(|m| m.seq).collect::<Vec<_>>(), [1, 8]);
+    let verified = store.verify().await.unwrap();
+    assert!(verified.ok(), "{:?}", verified.problems);
+    assert_eq!(verified.items, 6);
+    drop(store);
+
+    let restore = |format: &str| {
+        let out = b.run(&["restore", "--session", &sid, "--format", format]);
+        assert!(out.status.success(), "{format}: {}", stderr(&out));
+        stdout(&out)
+    };
+    let acp: serde_json::Value = serde_json::from_str(&restore("acp")).unwrap();
+    assert_eq!(acp["sessionId"], sid.as_str());
+    let roles: Vec<&str> = acp["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "thought",
+            "plan",
+            "tool",
+            "tool",
+            "assistant",
+            "session",
+            "user"
+        ]
+    );
+    let entries = acp["messages"].as_array().unwrap();
+    let (_, path) = check_attachment(
+        &entries[0]["content"][1],
+        &expect_from_binary(s, "notes.txt", b"budget: 42\n"),
+    );
+    assert!(path.starts_with(b.configured_root()), "{path:?}");
+    assert_eq!(entries[3]["toolCall"]["status"], "completed");
+    assert_eq!(entries[4]["toolCall"]["status"], "failed");
+    assert_eq!(
+        entries[5]["content"][0]["text"],
+        "The budget is 42. That is all."
+    );
+
+    let lines: Vec<serde_json::Value> = restore("acp-updates")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let tags: Vec<&str> = lines
+        .iter()
+        .map(|l| l["params"]["update"]["sessionUpdate"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tags,
+        [
+            "user_message_chunk",
+            "user_message_chunk",
+            "agent_thought_chunk",
+            "plan",
+            "tool_call",
+            "tool_call",
+            "agent_message_chunk",
+            "current_mode_update",
+            "user_message_chunk",
+        ]
+    );
+    for line in &lines {
+        let _: agent_client_protocol_schema::v1::SessionNotification =
+            serde_json::from_value(line["params"].clone()).expect("a session/update");
+    }
+    assert_eq!(lines[6]["params"]["update"]["messageId"], "answer");
+
+    for format in ["openai", "openai-responses"] {
+        let request: serde_json::Value = serde_json::from_str(&restore(format)).unwrap();
+        let text = request.to_string();
+        assert!(text.contains("The budget is 42. That is all."), "{format}");
+        // Thoughts, tool calls, plans and mode changes are not conversation.
+        for absent in ["Look at the chart", "Read notes", "in_progress", "\"code\""] {
+            assert!(!text.contains(absent), "{format}: {absent} in {text}");
+        }
+    }
+    let chat: serde_json::Value = serde_json::from_str(&restore("openai")).unwrap();
+    let chat_roles: Vec<&str> = chat["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(chat_roles, ["user", "assistant", "user"]);
+}
+
+async fn verify_catches_rows_edited_behind_the_logs_back(b: Backend) {
+    let store = b.open().await;
+    let s = session(&store, ToolsHost::Local).await;
+    store.send(s, Outgoing::user("as typed")).await.unwrap();
+    let call =
+        |value: serde_json::Value| -> SessionUpdate { serde_json::from_value(value).unwrap() };
+    store
+        .record(
+            s,
+            vec![
+                call(
+                    serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "t1",
+                    "title": "Run tests", "kind": "execute", "status": "pending"}),
+                ),
+                call(serde_json::json!({"sessionUpdate": "tool_call_update",
+                    "toolCallId": "t1", "status": "completed"})),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(store.verify().await.unwrap().ok());
+    let out = b.run(&["verify"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+
+    // `replace` is spelled the same on both engines, and neither table has a trigger
+    // that would stop it: only the log can tell.
+    b.raw_execute("UPDATE messages SET display_text = 'edited later'")
+        .unwrap();
+    b.raw_execute(
+        "UPDATE items SET body = replace(body, '\"completed\"', '\"failed\"') \
+         WHERE kind = 'tool_call'",
+    )
+    .unwrap();
+    assert_eq!(
+        b.raw_query("SELECT display_text FROM messages").unwrap(),
+        [[Some("edited later".to_owned())]]
+    );
+    let report = store.verify().await.unwrap();
+    assert!(!report.ok());
+    assert!(
+        report.problems.iter().any(|p| p.contains(&s.to_string())
+            && p.contains("differs from its event log")
+            && p.contains("display text")),
+        "{:?}",
+        report.problems
+    );
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("tool_call item") && p.contains("(content)")),
+        "{:?}",
+        report.problems
+    );
+    let out = b.run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1), "verify exits non-zero");
+    let said = stdout(&out);
+    assert!(
+        said.contains("tool_call item") && said.contains(&s.to_string()),
+        "{said}"
+    );
+    assert!(matches!(
+        store.restore(s).await.unwrap_err(),
+        Error::LogMismatch { .. }
+    ));
+    let out = b.run(&["restore", "--session", &s.to_string()]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "a refused restore prints nothing");
+}
+
+async fn dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_roots(b: Backend) {
+    let store = b.open().await;
+    let s = session(&store, ToolsHost::Managed).await;
+    let png = store
+        .attach(s, "café chart.png".into(), crate::support::PNG.to_vec())
+        .await
+        .unwrap();
+    let notes = store
+        .attach(s, "notes 日本.txt".into(), b"kiwi notes".to_vec())
+        .await
+        .unwrap();
+    // A file that lives only in the legacy root, as after the store was moved.
+    let legacy = b.legacy_root().join(s.to_string());
+    std::fs::create_dir_all(&legacy).unwrap();
+    std::fs::write(legacy.join("old.bin"), b"\x00\x01 legacy bytes").unwrap();
+    let old = sessionstore::attachments::AttachmentUri::new(s, "old.bin");
+    let mut out = Outgoing::user("three files");
+    out.attach = vec![png.uri.clone(), notes.uri.clone(), old, notes.uri.clone()];
+    let sent = store.send(s, out).await.unwrap();
+    let types: Vec<&str> = sent.refs.iter().map(|r| r.mime_type.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "image/png",
+            "text/plain",
+            "application/octet-stream",
+            "text/plain"
+        ]
+    );
+    drop(store);
+
+    let (fresh, reads) = counting_store(b.config()).await;
+    let dispatched = fresh
+        .dispatch(s, None, Mode::Strict, Memo::new())
+        .await
+        .unwrap();
+    assert_eq!(reads.total(), 3, "the duplicate shares one read");
+    let blocks: Vec<_> = dispatched.blocks.iter().map(block_json).collect();
+    assert_eq!(blocks.len(), 5, "the text, then one block a reference");
+    let files = [
+        (
+            expect(s, "café chart.png", crate::support::PNG),
+            "image",
+            false,
+        ),
+        (expect(s, "notes 日本.txt", b"kiwi notes"), "text", false),
+        (expect(s, "old.bin", b"\x00\x01 legacy bytes"), "blob", true),
+        (expect(s, "notes 日本.txt", b"kiwi notes"), "text", false),
+    ];
+    for (block, (file, want_kind, in_legacy)) in blocks[1..].iter().zip(&files) {
+        let (kind, path) = check_attachment(block, file);
+        assert_eq!(kind, *want_kind, "{}", file.name);
+        let root = if *in_legacy {
+            b.legacy_root()
+        } else {
+            b.configured_root()
+        };
+        assert_eq!(path, root.join(s.to_string()).join(&file.name));
+    }
+    // A managed session's context says the path is on the daemon host.
+    let context = crate::support::context_of(&blocks[1]).unwrap();
+    assert!(context.contains("daemon host"), "{context}");
+
+    // The binary prints the same paths.
+    let printed = json(&b.run(&[
+        "dispatch",
+        "--session",
+        &s.to_string(),
+        "--format",
+        "acp",
+        "--strict",
+    ]));
+    let paths: Vec<String> = printed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(crate::support::context_of)
+        .map(|c| crate::support::context_line(c).path)
+        .collect();
+    assert_eq!(paths.len(), 4);
+    assert!(
+        paths[2].starts_with(b.legacy_root().to_str().unwrap()),
+        "{paths:?}"
+    );
+
+    // A file gone from every root: strict dispatch names it, degrading drops it.
+    std::fs::remove_file(legacy.join("old.bin")).unwrap();
+    let err = fresh
+        .dispatch(s, None, Mode::Strict, Memo::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("old.bin"), "{err}");
+    let degraded = fresh
+        .dispatch(s, None, Mode::Degrade, Memo::new())
+        .await
+        .unwrap();
+    let kept = degraded
+        .blocks
+        .iter()
+        .map(block_json)
+        .filter(|block| crate::support::context_of(block).is_some())
+        .count();
+    assert_eq!(kept, 3);
+}
+
+async fn a_restore_larger_than_its_memo_budget_reads_evicted_files_again(b: Backend) {
+    let store = b.open().await;
+    let s = session(&store, ToolsHost::Local).await;
+    // Five 6000-byte files, 8000 bytes once encoded; the budget holds two of them.
+    let mut files = Vec::new();
+    for i in 0..5u8 {
+        let bytes: Vec<u8> = (0..6000u32)
+            .map(|j| (j as u8) ^ i.wrapping_mul(37))
+            .collect();
+        let name = format!("part {i}.bin");
+        let stored = store.attach(s, name.clone(), bytes.clone()).await.unwrap();
+        files.push((stored.uri, expect(s, &name, &bytes)));
+    }
+    for i in 0..15 {
+        let (a, b2) = (&files[i % 5], &files[(i * 3 + 1) % 5]);
+        let mut out = Outgoing::user(format!("message {i}"));
+        out.attach = vec![a.0.clone(), b2.0.clone(), a.0.clone()];
+        store.send(s, out).await.unwrap();
+    }
+    drop(store);
+
+    let (fresh, reads) = counting_store(b.config()).await;
+    let restored = fresh.restore_with_budget(s, 16_000).await.unwrap();
+    assert_eq!(restored.messages.len(), 15);
+    let folder = b.configured_root().join(s.to_string());
+    for (i, d) in restored.messages.iter().enumerate() {
+        let out: Vec<_> = d.blocks.iter().map(block_json).collect();
+        assert_eq!(out.len(), 4, "{out:?}");
+        assert_eq!(out[0]["text"], format!("message {i}"));
+        let expected = [&files[i % 5].1, &files[(i * 3 + 1) % 5].1, &files[i % 5].1];
+        for (block, file) in out[1..].iter().zip(expected) {
+            let (kind, path) = check_attachment(block, file);
+            assert_eq!(kind, "blob");
+            assert_eq!(path, folder.join(&file.name));
+        }
+    }
+    let over_budget = reads.total();
+    assert!(
+        over_budget > 5,
+        "evicted files were read again ({over_budget} reads of 5 files)"
+    );
+    assert!(over_budget <= 30, "{over_budget} reads");
+    let (roomy, reads) = counting_store(b.config()).await;
+    let whole = roomy.restore(s).await.unwrap();
+    assert_eq!(
+        reads.total(),
+        5,
+        "with the default budget each file is read once"
+    );
+    assert_eq!(whole, restored);
+}
