@@ -151,8 +151,8 @@ pub fn postgres_url(text: &str) -> bool {
 /// The database is PostgreSQL, which this binary was built without.
 #[cfg(not(feature = "postgres"))]
 fn no_postgres(url: &str) -> Error {
-    Error::NotDatabase {
-        path: PathBuf::from(postgres::redact(url)),
+    Error::Unreachable {
+        url: postgres::redact(url),
         detail: "this sessionstore was built without the `postgres` feature".to_owned(),
     }
 }
