@@ -81,27 +81,40 @@ pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(at) => rest.split_at(at),
-        None => (rest, ""),
-    };
-    let authority = match authority.rsplit_once('@') {
-        Some((user, host)) => match user.split_once(':') {
-            Some((name, _password)) => format!("{name}:***@{host}"),
-            None => format!("{user}@{host}"),
+    let (creds, after) = credentials(rest);
+    let creds = match creds {
+        Some(creds) => match creds.split_once(':') {
+            Some((name, _password)) => format!("{name}:***@"),
+            None => format!("{creds}@"),
         },
-        None => authority.to_owned(),
+        None => String::new(),
     };
     // A password can also come as a query parameter.
-    let tail = tail
-        .split('&')
-        .map(|part| match part.split_once("password=") {
-            Some((before, _)) => format!("{before}password=***"),
-            None => part.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join("&");
-    format!("{scheme}://{authority}{tail}")
+    let after = match after.split_once('?') {
+        Some((host, query)) => {
+            let query = query
+                .split('&')
+                .map(|part| match part.split_once('=') {
+                    Some(("password", _)) => "password=***".to_owned(),
+                    _ => part.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join("&");
+            format!("{host}?{query}")
+        }
+        None => after.to_owned(),
+    };
+    format!("{scheme}://{creds}{after}")
+}
+
+/// A URL's `user[:password]` part and what follows it, split where the driver splits
+/// them: at the first `@` (a password may hold `/`, `?` or `:`; the driver ends it only
+/// at an `@`).
+fn credentials(rest: &str) -> (Option<&str>, &str) {
+    match rest.split_once('@') {
+        Some((creds, after)) => (Some(creds), after),
+        None => (None, rest),
+    }
 }
 
 /// `url` with `schema` first on its search path (`options=-c search_path=…`), added to
@@ -185,19 +198,26 @@ fn secrets(url: &str) -> Vec<String> {
     let Some((_, rest)) = url.split_once("://") else {
         return vec![];
     };
-    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    let (creds, after) = credentials(rest);
     let mut out = vec![];
-    if let Some((user, _)) = authority.rsplit_once('@')
-        && let Some((_, password)) = user.split_once(':')
-    {
+    if let Some((_, password)) = creds.and_then(|c| c.split_once(':')) {
         out.push(password.to_owned());
+        // The driver decodes it, and could repeat either form.
+        if let Ok(decoded) = percent_encoding::percent_decode_str(password).decode_utf8() {
+            out.push(decoded.into_owned());
+        }
     }
-    for part in tail.split(['?', '&']) {
-        if let Some(password) = part.strip_prefix("password=") {
-            out.push(password.to_owned());
+    if let Some((_, query)) = after.split_once('?') {
+        for part in query.split('&') {
+            if let Some(password) = part.strip_prefix("password=") {
+                out.push(password.to_owned());
+            }
         }
     }
     out.retain(|p| !p.is_empty());
+    // Longest first, so that a secret inside another is not replaced piecemeal.
+    out.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    out.dedup();
     out
 }
 
@@ -774,6 +794,18 @@ fn created_names(sql: &str) -> Vec<(Named, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_with_a_slash_or_a_question_mark_is_still_redacted() {
+        // The driver ends the password at the first `@`, whatever it holds.
+        let url = "postgres://u:Xy/9+kq?Z@host:5432/db?application_name=x";
+        let config: postgres::Config = url.parse().unwrap();
+        assert_eq!(config.get_password(), Some(&b"Xy/9+kq?Z"[..]));
+        let shown = redact(url);
+        assert_eq!(shown, "postgres://u:***@host:5432/db?application_name=x");
+        assert!(secrets(url).contains(&"Xy/9+kq?Z".to_owned()));
+        assert!(!scrub(&format!("failed for {url}"), &secrets(url)).contains("Xy/9"));
+    }
 
     #[test]
     fn a_password_never_reaches_a_message() {
