@@ -64,6 +64,9 @@ impl r2d2::ManageConnection for Manager {
 #[derive(Clone)]
 pub struct PgDb {
     pool: Pool,
+    /// Per-session locks of this process, taken before a connection (see
+    /// `write_locked`).
+    locks: Arc<std::sync::Mutex<std::collections::HashMap<i64, Arc<std::sync::Mutex<()>>>>>,
     /// The connection string without its password, for messages.
     shown: Arc<str>,
     read_only: bool,
@@ -282,10 +285,18 @@ impl Pool {
     fn new(url: &str, max_size: u32) -> Result<Pool> {
         let shown: Arc<str> = redact(url).into();
         let secrets = secrets(url);
-        let config: postgres::Config = url.parse().map_err(|e| Error::ConnectionString {
+        let mut config: postgres::Config = url.parse().map_err(|e| Error::ConnectionString {
             url: shown.to_string(),
             detail: scrub(&describe_parse(&e), &secrets),
         })?;
+        // A server that takes the TCP connection and never answers (a stuck proxy, a
+        // wrong port) must not hang a command: connecting gives up in time, and a
+        // connection whose peer went away is noticed, unless the string says otherwise.
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(60));
         let last_error = LastConnectError::default();
         let pool = r2d2::Pool::builder()
             .max_size(max_size)
@@ -300,17 +311,29 @@ impl Pool {
         // One connection first, on a thread of its own (the blocking client cannot
         // run on an async one): a server that refuses it, a missing database or a
         // wrong password is reported at once with the reason, not after the pool has
-        // retried for its whole timeout.
-        std::thread::scope(|scope| {
-            scope
-                .spawn(|| config.connect(NoTls).map(drop).map_err(|e| describe(&e)))
-                .join()
-                .unwrap_or_else(|_| Err("the connection attempt panicked".to_owned()))
-        })
-        .map_err(|reason| Error::Unreachable {
-            url: shown.to_string(),
-            detail: scrub(&reason, &secrets),
-        })?;
+        // retried for its whole timeout. The driver times only the TCP connect; a
+        // server that accepts and then never answers is given up on here, and the
+        // attempt's thread is left to end with the process.
+        let (sent, answer) = std::sync::mpsc::channel();
+        let attempt = config.clone();
+        std::thread::spawn(move || {
+            let _ = sent.send(attempt.connect(NoTls).map(drop).map_err(|e| describe(&e)));
+        });
+        answer
+            .recv_timeout(CONNECT_TIMEOUT)
+            .unwrap_or_else(|e| match e {
+                std::sync::mpsc::RecvTimeoutError::Timeout => Err(format!(
+                    "the server did not answer within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                )),
+                std::sync::mpsc::RecvTimeoutError::Disconnected => {
+                    Err("the connection attempt panicked".to_owned())
+                }
+            })
+            .map_err(|reason| Error::Unreachable {
+                url: shown.to_string(),
+                detail: scrub(&reason, &secrets),
+            })?;
         Ok(Pool(Arc::new(PoolInner {
             pool: Some(pool),
             last_error,
@@ -397,6 +420,7 @@ impl PgDb {
             shown: pool.shown().clone(),
             pool,
             read_only: access == Access::ReadOnly,
+            locks: Default::default(),
         };
         let mut conn = db.client()?;
         let client = &mut conn.client;
@@ -415,6 +439,10 @@ impl PgDb {
                 }
             }
             (Access::Existing, None) => return Err(Error::NoDatabase(shown_path(&db.shown))),
+            // Nothing pending: no statement that needs the right to create runs, so
+            // a role that may only read and write rows can still write.
+            (Access::Existing | Access::Create, Some(applied))
+                if current(&applied) >= latest_version() => {}
             (Access::Existing, Some(_)) | (Access::Create, _) => {
                 migrate_client(client, &db.shown)?;
             }
@@ -448,13 +476,24 @@ impl PgDb {
         if self.read_only {
             return Err(Error::ReadOnly(shown_path(&self.shown)));
         }
+        // Writers of one session in this process queue here, each without a
+        // connection, so that they cannot fill the pool waiting on the server's lock
+        // while every other session's work waits for a connection.
+        let local = key.map(|key| self.local_lock(key));
+        let _queued = local
+            .as_ref()
+            .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
         let mut conn = self.client()?;
         if let Some(key) = key {
             conn.client
                 .execute("SELECT pg_advisory_lock($1)", &[&key])
                 .map_err(pg("take a session's lock"))?;
         }
-        let written = Self::write_on(&mut conn, &mut f);
+        // A panic inside `f` must not return the connection to the pool still holding
+        // the session's lock: every later writer of the session would wait on it.
+        let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Self::write_on(&mut conn, &mut f)
+        }));
         if let Some(key) = key {
             // A connection that fails here is broken and leaves the pool, and the
             // server lets go of a closed session's locks.
@@ -462,7 +501,29 @@ impl PgDb {
                 .client
                 .execute("SELECT pg_advisory_unlock($1)", &[&key]);
         }
-        written
+        drop(_queued);
+        if let (Some(key), Some(local)) = (key, local) {
+            self.forget_local_lock(key, local);
+        }
+        match written {
+            Ok(written) => written,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    /// This process's lock for `key`, made on first use.
+    fn local_lock(&self, key: i64) -> Arc<std::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(key).or_default().clone()
+    }
+
+    /// Drops the entry for `key` once no writer holds or waits for it.
+    fn forget_local_lock(&self, key: i64, local: Arc<std::sync::Mutex<()>>) {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        // The map's reference and `local` are the only two left.
+        if Arc::strong_count(&local) == 2 {
+            locks.remove(&key);
+        }
     }
 
     fn write_on<T>(conn: &mut Conn, f: &mut impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
@@ -611,7 +672,24 @@ fn migrate_client(client: &mut Client, shown: &str) -> Result<MigrationReport> {
             .set_abort_divergent(true)
             .set_abort_missing(true)
             .run(client)
-            .map_err(|e| Error::Migration(e.to_string()))?;
+            .map_err(|e| {
+                // refinery's own words, then the server's reason ("permission
+                // denied for schema public"), which it keeps as the cause.
+                let mut text = e.to_string();
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    text.push_str(": ");
+                    text.push_str(&c.to_string());
+                    if let Some(pg) = c.downcast_ref::<postgres::Error>()
+                        && let Some(db) = pg.as_db_error()
+                    {
+                        text.push_str(": ");
+                        text.push_str(db.message());
+                    }
+                    cause = c.source();
+                }
+                Error::Migration(text)
+            })?;
         let applied: Vec<String> = report
             .applied_migrations()
             .iter()
@@ -639,6 +717,7 @@ pub fn migrate(url: &str) -> Result<MigrationReport> {
         shown: pool.shown().clone(),
         pool,
         read_only: false,
+        locks: Default::default(),
     };
     let mut conn = db.client()?;
     migrate_client(&mut conn.client, &db.shown)
@@ -871,5 +950,34 @@ mod tests {
         })
         .collect();
         assert_eq!(names, ["table true a", "trigger true t", "trigger false t"]);
+    }
+
+    /// A panic inside a locked write must not send the connection back to the pool
+    /// still holding the session's lock: every later writer of that session, on any
+    /// host, would wait on it.
+    #[test]
+    fn a_panic_inside_a_locked_write_lets_go_of_the_lock() {
+        let Some(server) = std::env::var("SESSIONSTORE_TEST_POSTGRES")
+            .ok()
+            .filter(|v| !v.is_empty())
+        else {
+            return;
+        };
+        let schema = format!("lock_{}", uuid::Uuid::now_v7().simple());
+        create_schema(&server, &schema).unwrap();
+        let db = PgDb::open(&with_search_path(&server, &schema), Access::Create).unwrap();
+        let key = 0x5e55_1075_0000_0042_i64;
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _: Result<()> = db.write_locked(Some(key), |_| panic!("a bug inside a write"));
+        }));
+        assert!(panicked.is_err());
+        let free: bool = Client::connect(&server, NoTls)
+            .unwrap()
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+            .unwrap()
+            .get(0);
+        drop(db);
+        drop_schema(&server, &schema).unwrap();
+        assert!(free, "the session's lock is still held after the panic");
     }
 }

@@ -248,11 +248,24 @@ fn collect_live(
             .into_inner()
             .expect("the read ran its closure at least once")?
     } else {
+        // On PostgreSQL the write may run again after losing a race: what an earlier
+        // run removed stays removed, so its count is kept; a database error is
+        // returned as the write's own, so that the race is seen and retried.
+        let mut removed = Tally::default();
         let mut outcome = None;
-        db.write_for(&id, |tx| {
-            outcome = Some(judge(tx, true));
-            Ok(())
-        })?;
+        let written = db.write_for(&id, |tx| match judge(tx, true) {
+            Err(Collect::Store(e)) => Err(e),
+            Ok((unreferenced, leftovers, skipped)) => {
+                removed.add(unreferenced.files, unreferenced.bytes);
+                outcome = Some(Ok((removed, leftovers, skipped)));
+                Ok(())
+            }
+            Err(io) => {
+                outcome = Some(Err(io));
+                Ok(())
+            }
+        });
+        written?;
         outcome.expect("the write ran its closure")?
     };
     report
