@@ -25,6 +25,10 @@
 --   {"type":"text","text":"hi"} is refused on both engines). The store's text blocks
 --   hold strings; a `text` of another JSON type keeps the spelling it has in the
 --   body, but for true and false, which SQLite writes as 1 and 0.
+-- * A tsvector holds at most 1 MB, and a long text of distinct words (a log, a dump)
+--   would make its row fail to write. Only the first 200,000 characters of an
+--   entry's text are indexed, which keeps any text under that limit; the text itself
+--   is kept whole, and what lies past that point is not found by a search.
 -- * TRUNCATE of messages or items fires no row trigger, so statement triggers drop
 --   their entries. (Truncating sessions needs events to go too, which V1 refuses.)
 
@@ -35,7 +39,8 @@ CREATE TABLE search_entries (
     source      TEXT COLLATE "C" NOT NULL
                 CHECK (source IN ('title', 'message', 'agent_message', 'agent_thought')),
     body        TEXT COLLATE "C",
-    doc         tsvector GENERATED ALWAYS AS (to_tsvector('simple', coalesce(body, ''))) STORED,
+    doc         tsvector GENERATED ALWAYS AS
+                    (to_tsvector('simple', left(coalesce(body, ''), 200000))) STORED,
     UNIQUE (entry_id, source)
 );
 

@@ -22,7 +22,54 @@ conformance!(
     the_event_log_refuses_to_be_rewritten,
     the_binary_migrates_then_writes_and_reads,
     the_readme_tour_and_lifecycle_examples_run_as_written,
+    a_long_text_of_distinct_words_is_stored_and_found,
+    a_nul_character_is_kept_by_sqlite_and_refused_whole_by_postgres,
 );
+
+/// A text far past PostgreSQL's 1 MB tsvector limit (a pasted log of distinct
+/// words) is stored whole on both engines, and a word near its start is found.
+async fn a_long_text_of_distinct_words_is_stored_and_found(b: Backend) {
+    let store = b.open().await;
+    let s = store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .unwrap()
+        .id;
+    let text: String = (0..150_000).map(|i| format!("w{i:x}q ")).collect();
+    assert!(text.len() > 1_000_000);
+    let sent = store.send(s, Outgoing::user(text.clone())).await.unwrap();
+    assert_eq!(store.message(sent.id).await.unwrap().display_text, text);
+    let hits = store.search("w2aq".into(), Some(s), 10).await.unwrap();
+    assert!(hits.iter().any(|h| h.source == "message"), "{hits:?}");
+    assert!(store.verify().await.unwrap().ok());
+}
+
+/// PostgreSQL's text cannot hold U+0000, which SQLite keeps. On PostgreSQL such a
+/// message is refused with one line and nothing of it is written.
+async fn a_nul_character_is_kept_by_sqlite_and_refused_whole_by_postgres(b: Backend) {
+    let store = b.open().await;
+    let s = store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .unwrap()
+        .id;
+    let sent = store.send(s, Outgoing::user("before \0 after")).await;
+    if b.is_postgres() {
+        let err = sent.unwrap_err();
+        assert_eq!(err.kind(), "database", "{err}");
+        assert!(!err.to_string().contains('\n'), "{err}");
+        assert!(store.messages(s).await.unwrap().is_empty());
+        assert_eq!(
+            store.events(s).await.unwrap().len(),
+            1,
+            "only the session's creation"
+        );
+    } else {
+        let sent = sent.unwrap();
+        assert_eq!(sent.display_text, "before \0 after");
+    }
+    assert!(store.verify().await.unwrap().ok());
+}
 
 /// README's tour and its fork, search and export/import examples, as written, with
 /// `SESSIONSTORE_DB` naming this engine's database (README's PostgreSQL section says
