@@ -229,8 +229,9 @@ pub async fn delete(config: Config, json: bool, ids: Vec<SessionId>, dry_run: bo
     }
     if !report.erased {
         lines.push(
-            "note: a reader kept the write-ahead log busy; its copy of the deleted rows \
-             goes at the next checkpoint"
+            "note: the deleted rows' space is not reclaimed yet: on SQLite a reader kept \
+             the write-ahead log busy and its copy goes at the next checkpoint; on \
+             PostgreSQL the vacuum failed and autovacuum will do it"
                 .to_owned(),
         );
     }

@@ -51,7 +51,9 @@ pub struct DeleteReport {
     pub sessions: Vec<DeletedSession>,
     /// Whether the write-ahead log was checkpointed and truncated after the erasure,
     /// so no copy of the deleted rows stays in it. `false` when a reader held an old
-    /// snapshot past the busy timeout: the next checkpoint finishes the job.
+    /// snapshot past the busy timeout: the next checkpoint finishes the job. On
+    /// PostgreSQL: whether the tables were vacuumed after the erasure (which reclaims
+    /// the rows' space but does not zero it).
     pub erased: bool,
 }
 
