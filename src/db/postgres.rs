@@ -447,6 +447,22 @@ impl PgDb {
                 migrate_client(client, &db.shown)?;
             }
         }
+        drop(conn);
+        // As on SQLite, a store that writes first checks that the schema is the one
+        // its migrations make: a dropped trigger or a rewritten trigger function would
+        // let the next write skip a guarantee.
+        if access != Access::ReadOnly {
+            let problems = db.read(schema_problems)?;
+            if !problems.is_empty() {
+                return Err(Error::SchemaDamaged {
+                    path: shown_path(&db.shown),
+                    problems: problems
+                        .into_iter()
+                        .map(|p| p.strip_prefix("schema: ").map(str::to_owned).unwrap_or(p))
+                        .collect(),
+                });
+            }
+        }
         Ok(db)
     }
 
@@ -757,11 +773,13 @@ pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
         .unwrap_or(0);
     let mut tables = std::collections::BTreeSet::new();
     let mut triggers = std::collections::BTreeSet::new();
+    let mut functions = std::collections::BTreeMap::new();
     for m in migrations()
         .iter()
         .filter(|m| i64::from(m.version()) <= version)
     {
         let sql = m.sql().unwrap_or_default();
+        functions.extend(function_bodies(sql));
         for (verb, name) in created_names(sql) {
             match verb {
                 Named::Table(true) => tables.insert(name),
@@ -794,7 +812,38 @@ pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
         .map_err(super::queries::sql("list triggers"))?
         .into_iter()
         .collect();
+    // A trigger can stay in place with its function rewritten to let every change
+    // through: each function's body is compared with the one its migration made.
+    let have_functions: std::collections::BTreeMap<String, String> = tx
+        .query_map(
+            "SELECT p.proname::text, p.prosrc FROM pg_proc p
+               JOIN pg_namespace n ON n.oid = p.pronamespace
+              WHERE n.nspname = current_schema()",
+            args![],
+            |r| Ok((r.get::<String>(0)?, squeeze(&r.get::<String>(1)?))),
+        )
+        .map_err(super::queries::sql("list functions"))?
+        .into_iter()
+        .collect();
     let mut problems = Vec::new();
+    for (name, body) in &functions {
+        match have_functions.get(name) {
+            None => problems.push(format!(
+                "schema: function {name} is missing; the version-{version} schema has it"
+            )),
+            Some(found) if found != body => problems.push(format!(
+                "schema: function {name} differs from the version-{version} schema"
+            )),
+            Some(_) => {}
+        }
+    }
+    for name in have_functions.keys() {
+        if !functions.contains_key(name) {
+            problems.push(format!(
+                "schema: function {name} is not in the version-{version} schema"
+            ));
+        }
+    }
     for (kind, want, have) in [
         ("table", &tables, &have_tables),
         ("trigger", &triggers, &have_triggers),
@@ -811,6 +860,44 @@ pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
         }
     }
     Ok(problems)
+}
+
+/// Runs of whitespace made one space: layout is not a difference.
+fn squeeze(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Each `CREATE [OR REPLACE] FUNCTION name(…) … AS $$ body $$` of a migration, as
+/// (name, body with its whitespace squeezed); a later one of the same name replaces
+/// an earlier one.
+fn function_bodies(sql: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = sql;
+    while let Some(at) = rest.find("FUNCTION ") {
+        let before = &rest[..at];
+        rest = &rest[at + "FUNCTION ".len()..];
+        // Only a definition: `EXECUTE FUNCTION f()` in a trigger names one.
+        let defines = before
+            .trim_end()
+            .rsplit(char::is_whitespace)
+            .next()
+            .is_some_and(|w| w == "CREATE" || w == "REPLACE");
+        if !defines {
+            continue;
+        }
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let Some(open) = rest.find("$$") else { break };
+        let body_and_rest = &rest[open + 2..];
+        let Some(close) = body_and_rest.find("$$") else {
+            break;
+        };
+        out.push((name, squeeze(&body_and_rest[..close])));
+        rest = &body_and_rest[close + 2..];
+    }
+    out
 }
 
 enum Named {

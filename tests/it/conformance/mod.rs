@@ -24,7 +24,45 @@ conformance!(
     the_readme_tour_and_lifecycle_examples_run_as_written,
     a_long_text_of_distinct_words_is_stored_and_found,
     a_nul_character_is_kept_by_sqlite_and_refused_whole_by_postgres,
+    a_defanged_append_only_guard_is_reported_and_refuses_writes,
 );
+
+/// The append-only guard replaced by one that lets updates through (a rewritten
+/// trigger on SQLite, a rewritten trigger function on PostgreSQL, each leaving the
+/// names in place): `verify` names it, and every writing command refuses the
+/// database before writing, with `schema_damaged` and exit 3.
+async fn a_defanged_append_only_guard_is_reported_and_refuses_writes(b: Backend) {
+    let store = b.open().await;
+    store.create_session(None, ToolsHost::Local).await.unwrap();
+    drop(store);
+    let defang = if b.is_postgres() {
+        "CREATE OR REPLACE FUNCTION events_no_update() RETURNS trigger \
+         LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END; $$;"
+    } else {
+        "DROP TRIGGER events_no_update; \
+         CREATE TRIGGER events_no_update BEFORE UPDATE ON events BEGIN SELECT 1; END;"
+    };
+    b.raw_execute(defang).unwrap();
+    let verified = b.run(&["verify"]);
+    assert!(!verified.status.success());
+    assert!(
+        stdout(&verified).contains("events_no_update"),
+        "{}",
+        stdout(&verified)
+    );
+    let refused = b.run(&["session", "new", "--json"]);
+    assert_eq!(refused.status.code(), Some(3), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("schema_damaged"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(
+        stderr(&refused).contains("events_no_update"),
+        "{}",
+        stderr(&refused)
+    );
+}
 
 /// A text far past PostgreSQL's 1 MB tsvector limit (a pasted log of distinct
 /// words) is stored whole on both engines, and a word near its start is found.
