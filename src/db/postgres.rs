@@ -651,26 +651,9 @@ fn read_history(client: &mut Client) -> Result<Option<Vec<Applied>>> {
     ))
 }
 
+/// `schema::refuse_unknown` with this binary's PostgreSQL migrations.
 fn refuse_unknown(shown: &str, applied: &[Applied]) -> Result<()> {
-    let known = migrations();
-    let unknown: Vec<String> = applied
-        .iter()
-        .filter(|a| {
-            !known
-                .iter()
-                .any(|m| i64::from(m.version()) == a.version && m.name() == a.name)
-        })
-        .map(|a| format!("V{}__{}", a.version, a.name))
-        .collect();
-    if unknown.is_empty() {
-        return Ok(());
-    }
-    Err(Error::NewerSchema {
-        path: shown_path(shown),
-        found: current(applied),
-        known: latest_version(),
-        unknown,
-    })
+    super::schema::refuse_unknown(&shown_path(shown), applied, &migrations())
 }
 
 /// Applies what is pending in one transaction (PostgreSQL's DDL is transactional, so

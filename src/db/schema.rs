@@ -233,7 +233,13 @@ pub(crate) fn require_current(path: &Path, applied: &[Applied]) -> Result<()> {
     })
 }
 
-fn refuse_unknown(path: &Path, applied: &[Applied], migrations: &[Migration]) -> Result<()> {
+/// Refuses a history holding a migration `migrations` does not have (by version and
+/// name): a schema newer than this binary, or another program's.
+pub(crate) fn refuse_unknown(
+    path: &Path,
+    applied: &[Applied],
+    migrations: &[Migration],
+) -> Result<()> {
     let unknown: Vec<String> = applied
         .iter()
         .filter(|a| {
