@@ -8,15 +8,16 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use sessionstore::attachments::Roots;
-use sessionstore::dispatch::DEFAULT_MEMO_BUDGET;
-use sessionstore::format::{Format, StreamWriter};
 use sessionstore::model::Role;
 use sessionstore::openai::{chat_request, responses_request};
 use sessionstore::{Config, SessionId, Store};
 
 use super::common::{entry_ids, ids_named};
 use crate::backend::{Backend, conformance};
-use crate::support::{bin, copy_tree, fixture, json, snapshot, stderr, stdout};
+use crate::support::{
+    V2_RESTORE_SNAPSHOTS, bin, copy_tree, fixture, history_blocks, json, restore_text, snapshot,
+    stderr, stdout,
+};
 
 conformance!(
     the_v1_fixture_imported_restores_as_its_sqlite_copy_does,
@@ -147,13 +148,7 @@ async fn load(b: &Backend, version: &str) -> (Copy, Store, Vec<String>, Vec<Stri
     // put it: the fixture's legacy file included.
     let restored = json(&b.run(&["restore", "--session", &sid, "--format", "acp"]));
     let mut files = 0;
-    for block in restored["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["content"].as_array())
-        .flatten()
-    {
+    for block in history_blocks(&restored) {
         let Some(context) = crate::support::context_of(block) else {
             continue;
         };
@@ -216,27 +211,8 @@ async fn the_v1_fixture_imported_restores_as_its_sqlite_copy_does(b: Backend) {
 async fn the_v2_fixture_imported_restores_as_its_sqlite_copy_does(b: Backend) {
     let (copy, store, copy_ids, b_ids) = load(&b, "v2").await;
     let sid = copy.session;
-    for (format, name) in [
-        (Format::AcpRestore, "v2-restore-acp.json"),
-        (Format::AcpUpdates, "v2-restore-acp-updates.jsonl"),
-        (Format::OpenaiChat, "v2-restore-openai.json"),
-        (Format::OpenaiResponses, "v2-restore-openai-responses.json"),
-    ] {
-        let mut stream = store
-            .restore_stream(sid, DEFAULT_MEMO_BUDGET)
-            .await
-            .unwrap();
-        let mut out = StreamWriter::begin(Vec::new(), format, sid, "gpt-4o").unwrap();
-        while let Some(item) = stream.next().await {
-            out.item(&item.unwrap()).unwrap();
-        }
-        let text = String::from_utf8(out.finish().unwrap()).unwrap();
-        let text = if format.is_lines() {
-            text
-        } else {
-            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-            serde_json::to_string_pretty(&value).unwrap() + "\n"
-        };
+    for (format, name) in V2_RESTORE_SNAPSHOTS {
+        let text = restore_text(&store, sid, format).await;
         let actual = ids_named(&text, &b_ids).replace(copy.root().to_str().unwrap(), "<ROOT>");
         assert!(actual.contains("<ROOT>/legacy/"), "{name}: the legacy read");
         assert_eq!(actual, snapshot_file(name, &copy_ids), "{name}");

@@ -189,13 +189,34 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
         listed.extend(page["sessions"].as_array().unwrap().iter().cloned());
         match page["nextCursor"].as_str() {
             Some(c) => cursor = Some(c.to_owned()),
-            None => break,
+            None => {
+                assert_eq!(page["nextCursor"], serde_json::Value::Null, "the last page");
+                break;
+            }
         }
     }
     assert_eq!(listed.len(), 33);
     let unique: HashSet<&str> = listed.iter().map(|s| s["id"].as_str().unwrap()).collect();
     assert_eq!(unique.len(), 33);
     let top = &listed[0];
+    let keys: HashSet<&str> = top
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        HashSet::from([
+            "id",
+            "title",
+            "toolsHost",
+            "createdAt",
+            "updatedAt",
+            "messages",
+            "attachmentBytes"
+        ])
+    );
     assert_eq!(top["id"], sid.as_str());
     assert_eq!(top["messages"], 3);
     assert_eq!(
@@ -210,6 +231,24 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
         .map(|s| s["updatedAt"].as_str().unwrap())
         .collect();
     assert!(updated.windows(2).all(|w| w[0] >= w[1]), "{updated:?}");
+    // A session the binary makes with a title and a tools host lists them.
+    let made = json(&b.run(&[
+        "session",
+        "new",
+        "--title",
+        "Plans",
+        "--tools-host",
+        "ssh",
+        "--json",
+    ]));
+    let first = json(&b.run(&["session", "list", "--limit", "1", "--json"]));
+    assert_eq!(first["sessions"].as_array().unwrap().len(), 1);
+    let newest = &first["sessions"][0];
+    assert_eq!(newest["id"], made["id"]);
+    assert_eq!(newest["title"], "Plans");
+    assert_eq!(newest["toolsHost"], "ssh");
+    assert_eq!(newest["messages"], 0);
+    assert!(first["nextCursor"].is_string(), "{first}");
     let err = crate::support::assert_usage_error(&b.run(&["session", "list", "--cursor", "nope"]));
     assert!(err.contains("malformed cursor"), "{err}");
 }
