@@ -15,8 +15,8 @@ use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
 use crate::support::{
-    Expect, Harness, TestStore, assert_one_line_error, block_json, check_attachment, json, run_in,
-    stderr,
+    Expect, Harness, TestStore, assert_one_line_error, block_json, json, moved, parse_update,
+    restored_paths, run_in, seeded, stderr,
 };
 
 /// Every page from the start, creating `add_between` sessions after each page.
@@ -581,157 +581,10 @@ fn gc_removes_only_what_no_one_needs_under_the_configured_root() {
     assert!(restored.to_string().contains("referenced"), "{restored}");
 }
 
-const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0";
-
-fn update(
-    line: &str,
-    session: sessionstore::SessionId,
-) -> agent_client_protocol_schema::v1::SessionUpdate {
-    sessionstore::turns::parse_line(line, session).expect("a valid update")
-}
-
-/// A session with an image and a text file in the configured root, a file only in
-/// the legacy root, two user messages, a recorded agent reply between them, and a
-/// queued mid-turn message. Returns the session, its files and its two messages.
-async fn seeded(
-    h: &Harness,
-) -> (
-    sessionstore::SessionId,
-    Vec<Expect>,
-    Vec<sessionstore::MessageId>,
-) {
-    let s = h.session(ToolsHost::Local).await;
-    let png = h.attach(s, "café chart.png", PNG).await;
-    let notes = h.attach(s, "notes 日本.txt", b"kiwi notes").await;
-    // A file that lives only in a legacy root, as after a move of the store.
-    let folder = h.folder(h.legacy(), s);
-    std::fs::create_dir_all(&folder).unwrap();
-    std::fs::write(folder.join("old.txt"), b"legacy bytes").unwrap();
-    let old = Expect {
-        name: "old.txt".into(),
-        uri: sessionstore::oracle::expected_uri(s, "old.txt"),
-        bytes: b"legacy bytes".to_vec(),
-        host: h.config.host.clone(),
-    };
-    let first = h.send(s, "compare the mango chart", &[&png, &notes]).await;
-    h.store
-        .record(
-            s,
-            vec![update(
-                r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"the papaya line rises"}}"#,
-                s,
-            )],
-        )
-        .await
-        .unwrap();
-    let second = h.send(s, "and the old durian notes?", &[&old]).await;
-    let mut queued = Outgoing::user("queued lychee");
-    queued.mid_turn = true;
-    h.store.send(s, queued).await.unwrap();
-    (s, vec![png, notes, old], vec![first.id, second.id])
-}
-
-/// `e` as it must appear in session `to`'s blocks.
-fn moved(e: &Expect, to: sessionstore::SessionId) -> Expect {
-    Expect {
-        name: e.name.clone(),
-        uri: sessionstore::oracle::expected_uri(to, &e.name),
-        bytes: e.bytes.clone(),
-        host: e.host.clone(),
-    }
-}
-
-/// Restores `session` and checks every attachment block against `files` (matched by
-/// name), returning the paths given to the model.
-async fn restored_paths(
-    h: &Harness,
-    session: sessionstore::SessionId,
-    files: &[Expect],
-) -> Vec<PathBuf> {
-    let restored = h.store.restore(session).await.unwrap();
-    let mut paths = vec![];
-    for m in &restored.messages {
-        for block in &m.blocks {
-            let json = block_json(block);
-            if crate::support::context_of(&json).is_none() {
-                continue;
-            }
-            let name =
-                crate::support::context_line(crate::support::context_of(&json).unwrap()).name;
-            let expect = files.iter().find(|f| f.name == name).expect("a known file");
-            paths.push(check_attachment(&json, expect).1);
-        }
-    }
-    paths
-}
-
-#[tokio::test]
-async fn a_fork_restores_from_its_own_folder_and_survives_the_loss_of_its_origins_files() {
-    let h = Harness::new().await;
-    let (origin, files, _) = seeded(&h).await;
-    let forked = h.store.fork_session(origin, None, None).await.unwrap();
-    let fork = forked.session.id;
-    assert_ne!(fork, origin);
-    assert_eq!(
-        forked.session.title.as_deref(),
-        Some("compare the mango chart")
-    );
-    assert_eq!((forked.linked, forked.copied), (2, 1), "{forked:?}");
-    assert!(forked.missing.is_empty());
-
-    // The history: both delivered messages and the agent item, not the queued one.
-    let messages = h.store.messages(fork).await.unwrap();
-    let texts: Vec<&str> = messages.iter().map(|m| m.display_text.as_str()).collect();
-    assert_eq!(
-        texts,
-        ["compare the mango chart", "and the old durian notes?"]
-    );
-    assert!(
-        messages
-            .iter()
-            .all(|m| m.state == sessionstore::model::Delivery::Delivered)
-    );
-    for r in messages.iter().flat_map(|m| &m.refs) {
-        assert_eq!(r.uri.session(), fork, "{}", r.uri);
-    }
-    let items = h.store.items(fork).await.unwrap();
-    assert_eq!(items.len(), 1);
-    assert_eq!(
-        items[0].seq, 2,
-        "the item keeps its place between the messages"
-    );
-
-    // Its log says where it came from, and replays to its rows.
-    let events = h.store.events(fork).await.unwrap();
-    assert_eq!(
-        events[0].payload["forkedFrom"]["session"],
-        origin.to_string()
-    );
-    assert!(h.store.verify().await.unwrap().ok());
-
-    let want: Vec<Expect> = files.iter().map(|f| moved(f, fork)).collect();
-    let fork_folder = h.folder(h.configured(), fork);
-    let paths = restored_paths(&h, fork, &want).await;
-    assert_eq!(paths.len(), 3);
-    for p in &paths {
-        assert!(
-            p.starts_with(&fork_folder),
-            "{p:?} is outside {fork_folder:?}"
-        );
-    }
-
-    // The origin's files are lost by hand here, from the legacy root too, which
-    // `session delete` leaves alone (the test below deletes the origin itself).
-    std::fs::remove_dir_all(h.folder(h.configured(), origin)).unwrap();
-    std::fs::remove_dir_all(h.folder(h.legacy(), origin)).unwrap();
-    let again = restored_paths(&h, fork, &want).await;
-    assert_eq!(again, paths, "the fork is whole without its origin's files");
-}
-
 #[tokio::test]
 async fn deleting_the_origin_of_a_fork_leaves_the_fork_whole_and_searchable() {
     let h = Harness::new().await;
-    let (origin, files, _) = seeded(&h).await;
+    let (origin, files, _) = seeded(&h.store, h.legacy(), &h.config.host).await;
     let fork = h
         .store
         .fork_session(origin, None, None)
@@ -740,7 +593,7 @@ async fn deleting_the_origin_of_a_fork_leaves_the_fork_whole_and_searchable() {
         .session
         .id;
     let want: Vec<Expect> = files.iter().map(|f| moved(f, fork)).collect();
-    let paths = restored_paths(&h, fork, &want).await;
+    let paths = restored_paths(&h.store, fork, &want).await;
     let fork_folder = h.folder(h.configured(), fork);
 
     let report = h.store.delete_sessions(vec![origin]).await.unwrap();
@@ -748,7 +601,7 @@ async fn deleting_the_origin_of_a_fork_leaves_the_fork_whole_and_searchable() {
     assert!(!h.folder(h.configured(), origin).exists());
 
     // Its own rows, items and files, read under its own folder, as before.
-    let again = restored_paths(&h, fork, &want).await;
+    let again = restored_paths(&h.store, fork, &want).await;
     assert_eq!(again, paths, "the fork restores as it did");
     assert!(
         again.iter().all(|p| p.starts_with(&fork_folder)),
@@ -773,7 +626,7 @@ async fn deleting_the_origin_of_a_fork_leaves_the_fork_whole_and_searchable() {
 #[tokio::test]
 async fn a_fork_at_a_message_takes_the_history_up_to_it_and_refuses_a_queued_or_foreign_one() {
     let h = Harness::new().await;
-    let (origin, files, ids) = seeded(&h).await;
+    let (origin, files, ids) = seeded(&h.store, h.legacy(), &h.config.host).await;
     let forked = h
         .store
         .fork_session(origin, Some(ids[0]), Some("a branch".into()))
@@ -846,7 +699,7 @@ async fn a_fork_keeps_a_reference_whose_file_is_gone_and_it_degrades_as_in_the_o
 #[tokio::test]
 async fn search_finds_titles_messages_and_agent_text_ranked_and_follows_every_write() {
     let h = Harness::new().await;
-    let (s, _, ids) = seeded(&h).await;
+    let (s, _, ids) = seeded(&h.store, h.legacy(), &h.config.host).await;
     let other = h.session(ToolsHost::Local).await;
     h.send(other, "mango mango mango everywhere", &[]).await;
 
@@ -909,7 +762,7 @@ async fn search_finds_titles_messages_and_agent_text_ranked_and_follows_every_wr
     h.store
         .record(
             s,
-            vec![update(
+            vec![parse_update(
                 r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":" and guava"}}"#,
                 s,
             )],
@@ -1013,7 +866,7 @@ fn the_v4_migration_indexes_what_an_older_database_holds() {
 #[tokio::test]
 async fn export_then_import_restores_the_same_model_bound_content_under_the_new_folder() {
     let h = Harness::new().await;
-    let (s, files, _) = seeded(&h).await;
+    let (s, files, _) = seeded(&h.store, h.legacy(), &h.config.host).await;
     let archive = h.dir.path().join("out.tar");
     let exported = h.store.export_archive(s, archive.clone()).await.unwrap();
     assert_eq!(
@@ -1038,7 +891,7 @@ async fn export_then_import_restores_the_same_model_bound_content_under_the_new_
     );
     assert_eq!(other.store.items(new).await.unwrap().len(), 1);
     let want: Vec<Expect> = files.iter().map(|f| moved(f, new)).collect();
-    let paths = restored_paths(&other, new, &want).await;
+    let paths = restored_paths(&other.store, new, &want).await;
     let folder = other.folder(other.configured(), new);
     assert_eq!(paths.len(), 3);
     assert!(paths.iter().all(|p| p.starts_with(&folder)), "{paths:?}");
@@ -1090,7 +943,7 @@ async fn export_then_import_restores_the_same_model_bound_content_under_the_new_
 #[tokio::test]
 async fn keep_id_does_not_take_a_deleted_sessions_id() {
     let h = Harness::new().await;
-    let (s, _, _) = seeded(&h).await;
+    let (s, _, _) = seeded(&h.store, h.legacy(), &h.config.host).await;
     let archive = h.dir.path().join("out.tar");
     h.store.export_archive(s, archive.clone()).await.unwrap();
     h.store.delete_sessions(vec![s]).await.unwrap();

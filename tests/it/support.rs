@@ -242,6 +242,112 @@ pub async fn restore_text(
     }
 }
 
+/// One line of what `record` reads, as the update it parses to for `session`.
+pub fn parse_update(
+    line: &str,
+    session: sessionstore::SessionId,
+) -> agent_client_protocol_schema::v1::SessionUpdate {
+    sessionstore::turns::parse_line(line, session).expect("a valid update")
+}
+
+/// A session with an image and a text file in the configured root, a file only in
+/// `legacy_root` (as after a move of the store), two user messages with a recorded
+/// agent reply between them, and a queued mid-turn message. Each text has a word no
+/// other text has. Returns the session, what its files' blocks must hold (their
+/// context naming `host`), and its two delivered messages.
+pub async fn seeded(
+    store: &Store,
+    legacy_root: &Path,
+    host: &str,
+) -> (
+    sessionstore::SessionId,
+    Vec<Expect>,
+    Vec<sessionstore::MessageId>,
+) {
+    use sessionstore::store::Outgoing;
+    let s = store
+        .create_session(None, sessionstore::model::ToolsHost::Local)
+        .await
+        .expect("a session is created")
+        .id;
+    let file = |name: &str, bytes: &[u8]| Expect {
+        name: name.to_owned(),
+        uri: sessionstore::oracle::expected_uri(s, name),
+        bytes: bytes.to_vec(),
+        host: host.to_owned(),
+    };
+    let files = vec![
+        file("café chart.png", PNG),
+        file("notes 日本.txt", b"kiwi notes"),
+        file("old.txt", b"legacy bytes"),
+    ];
+    let mut uris = Vec::new();
+    for f in &files[..2] {
+        let stored = store
+            .attach(s, f.name.clone(), f.bytes.clone())
+            .await
+            .expect("the file is stored");
+        uris.push(stored.uri);
+    }
+    let folder = legacy_root.join(s.to_string());
+    std::fs::create_dir_all(&folder).expect("the legacy folder is made");
+    std::fs::write(folder.join(&files[2].name), &files[2].bytes).expect("the legacy file");
+    let mut first = Outgoing::user("compare the mango chart");
+    first.attach = uris;
+    let first = store.send(s, first).await.expect("the first message");
+    store
+        .record(
+            s,
+            vec![parse_update(
+                r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"the papaya line rises"}}"#,
+                s,
+            )],
+        )
+        .await
+        .expect("the reply is recorded");
+    let mut second = Outgoing::user("and the old durian notes?");
+    second.attach = vec![sessionstore::attachments::AttachmentUri::new(
+        s,
+        &files[2].name,
+    )];
+    let second = store.send(s, second).await.expect("the second message");
+    let mut queued = Outgoing::user("queued lychee");
+    queued.mid_turn = true;
+    store.send(s, queued).await.expect("the queued message");
+    (s, files, vec![first.id, second.id])
+}
+
+/// `e` as it must appear in session `to`'s blocks (a fork's or an import's).
+pub fn moved(e: &Expect, to: sessionstore::SessionId) -> Expect {
+    Expect {
+        name: e.name.clone(),
+        uri: sessionstore::oracle::expected_uri(to, &e.name),
+        bytes: e.bytes.clone(),
+        host: e.host.clone(),
+    }
+}
+
+/// Restores `session` and checks every attachment block against `files` (matched by
+/// name), returning the paths given to the model.
+pub async fn restored_paths(
+    store: &Store,
+    session: sessionstore::SessionId,
+    files: &[Expect],
+) -> Vec<PathBuf> {
+    let restored = store.restore(session).await.expect("the session restores");
+    let mut paths = vec![];
+    for block in restored.messages.iter().flat_map(|m| &m.blocks) {
+        let json = block_json(block);
+        let Some(context) = context_of(&json) else {
+            continue;
+        };
+        let name = context_line(context).name;
+        let expect = files.iter().find(|f| f.name == name).expect("a known file");
+        paths.push(check_attachment(&json, expect).1);
+    }
+    paths
+}
+
 /// The frozen fixture of schema `version` (`v1`, `v2`) in the repository.
 pub fn fixture(version: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

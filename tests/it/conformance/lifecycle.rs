@@ -5,17 +5,17 @@
 //! engine's own promise.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 
-use agent_client_protocol_schema::v1::SessionUpdate;
 use sessionstore::lifecycle::{DeletionStatus, SessionCursor};
 use sessionstore::model::{Delivery, ToolsHost};
 use sessionstore::store::Outgoing;
-use sessionstore::{Error, MessageId, SessionId, Store};
+use sessionstore::{Error, SessionId};
 
-use super::common::{entry_ids, expect, ids_named, session};
+use super::common::{entry_ids, ids_named, session};
 use crate::backend::{Backend, conformance};
-use crate::support::{Expect, assert_one_line_error, block_json, check_attachment, json, stderr};
+use crate::support::{
+    Expect, assert_one_line_error, json, moved, parse_update, restored_paths, seeded, stderr,
+};
 
 conformance!(
     a_cursor_walk_sees_each_session_once_in_order,
@@ -26,81 +26,8 @@ conformance!(
     export_then_import_restores_the_same_history,
 );
 
-fn update(line: &str, session: SessionId) -> SessionUpdate {
-    sessionstore::turns::parse_line(line, session).expect("a valid update")
-}
-
 fn ids(page: &sessionstore::lifecycle::SessionPage) -> Vec<SessionId> {
     page.sessions.iter().map(|s| s.id).collect()
-}
-
-/// A session with an image and a text file in the configured root, a file only in
-/// the legacy root, two user messages with a recorded agent reply between them, and
-/// a queued mid-turn message. Each text has a word no other text has. Returns the
-/// session, what its files' blocks must hold, and its two delivered messages.
-async fn seeded(b: &Backend, store: &Store) -> (SessionId, Vec<Expect>, Vec<MessageId>) {
-    let s = session(store, ToolsHost::Local).await;
-    let png = store
-        .attach(s, "café chart.png".into(), crate::support::PNG.to_vec())
-        .await
-        .unwrap();
-    let notes = store
-        .attach(s, "notes 日本.txt".into(), b"kiwi notes".to_vec())
-        .await
-        .unwrap();
-    let folder = b.legacy_root().join(s.to_string());
-    std::fs::create_dir_all(&folder).unwrap();
-    std::fs::write(folder.join("old.txt"), b"legacy bytes").unwrap();
-    let mut first = Outgoing::user("compare the mango chart");
-    first.attach = vec![png.uri.clone(), notes.uri.clone()];
-    let first = store.send(s, first).await.unwrap();
-    store
-        .record(
-            s,
-            vec![update(
-                r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"the papaya line rises"}}"#,
-                s,
-            )],
-        )
-        .await
-        .unwrap();
-    let mut second = Outgoing::user("and the old durian notes?");
-    second.attach = vec![sessionstore::attachments::AttachmentUri::new(s, "old.txt")];
-    let second = store.send(s, second).await.unwrap();
-    let mut queued = Outgoing::user("queued lychee");
-    queued.mid_turn = true;
-    store.send(s, queued).await.unwrap();
-    let files = vec![
-        expect(s, "café chart.png", crate::support::PNG),
-        expect(s, "notes 日本.txt", b"kiwi notes"),
-        expect(s, "old.txt", b"legacy bytes"),
-    ];
-    (s, files, vec![first.id, second.id])
-}
-
-/// `e` as it must appear in session `to`'s blocks.
-fn moved(e: &Expect, to: SessionId) -> Expect {
-    Expect {
-        uri: sessionstore::oracle::expected_uri(to, &e.name),
-        ..expect(to, &e.name, &e.bytes)
-    }
-}
-
-/// Restores `session` and checks every attachment block against `files` (matched by
-/// name), returning the paths given to the model.
-async fn restored_paths(store: &Store, session: SessionId, files: &[Expect]) -> Vec<PathBuf> {
-    let restored = store.restore(session).await.unwrap();
-    let mut paths = vec![];
-    for block in restored.messages.iter().flat_map(|m| &m.blocks) {
-        let json = block_json(block);
-        let Some(context) = crate::support::context_of(&json) else {
-            continue;
-        };
-        let name = crate::support::context_line(context).name;
-        let expect = files.iter().find(|f| f.name == name).expect("a known file");
-        paths.push(check_attachment(&json, expect).1);
-    }
-    paths
 }
 
 async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
@@ -255,7 +182,7 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
 
 async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
     let store = b.open().await;
-    let (gone, _, _) = seeded(&b, &store).await;
+    let (gone, _, _) = seeded(&store, &b.legacy_root(), "test-host").await;
     let live = session(&store, ToolsHost::Local).await;
     store
         .send(live, Outgoing::user("stays here"))
@@ -449,7 +376,7 @@ async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend)
 
 async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend) {
     let store = b.open().await;
-    let (origin, files, ids) = seeded(&b, &store).await;
+    let (origin, files, ids) = seeded(&store, &b.legacy_root(), "test-host").await;
     let forked = store.fork_session(origin, None, None).await.unwrap();
     let fork = forked.session.id;
     assert_ne!(fork, origin);
@@ -458,6 +385,7 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend)
         Some("compare the mango chart")
     );
     assert_eq!((forked.linked, forked.copied), (2, 1), "{forked:?}");
+    assert!(forked.missing.is_empty(), "{forked:?}");
     let messages = store.messages(fork).await.unwrap();
     let texts: Vec<&str> = messages.iter().map(|m| m.display_text.as_str()).collect();
     assert_eq!(
@@ -465,6 +393,9 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend)
         ["compare the mango chart", "and the old durian notes?"]
     );
     assert!(messages.iter().all(|m| m.state == Delivery::Delivered));
+    for r in messages.iter().flat_map(|m| &m.refs) {
+        assert_eq!(r.uri.session(), fork, "{}", r.uri);
+    }
     let items = store.items(fork).await.unwrap();
     assert_eq!(items.len(), 1);
     assert_eq!(items[0].seq, 2, "the reply keeps its place");
@@ -524,7 +455,7 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend)
 
 async fn search_finds_titles_messages_and_agent_text(b: Backend) {
     let store = b.open().await;
-    let (s, _, ids) = seeded(&b, &store).await;
+    let (s, _, ids) = seeded(&store, &b.legacy_root(), "test-host").await;
     let other = session(&store, ToolsHost::Local).await;
     store
         .send(other, Outgoing::user("mango mango mango everywhere"))
@@ -601,7 +532,7 @@ async fn search_finds_titles_messages_and_agent_text(b: Backend) {
     store
         .record(
             s,
-            vec![update(
+            vec![parse_update(
                 r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":" and guava"}}"#,
                 s,
             )],
@@ -697,7 +628,7 @@ fn normalised(text: &str, b: &Backend, ids: &[String]) -> String {
 
 async fn export_then_import_restores_the_same_history(b: Backend) {
     let store = b.open().await;
-    let (s, files, _) = seeded(&b, &store).await;
+    let (s, files, _) = seeded(&store, &b.legacy_root(), "test-host").await;
     let archive = b.dir.path().join("out.tar");
     let out = b.run(&[
         "export",
