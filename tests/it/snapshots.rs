@@ -6,11 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use sessionstore::attachments::Roots;
-use sessionstore::model::Role;
-use sessionstore::openai::{chat_request, responses_request};
 use sessionstore::{Config, SessionId, Store};
 
-use crate::support::{V2_RESTORE_SNAPSHOTS, copy_tree, restore_text};
+use crate::support::{V2_RESTORE_SNAPSHOTS, copy_tree, restore_text, v1_restore_snapshots};
 
 /// Compares `actual` with the stored snapshot `name`, or writes it when blessing.
 fn check(name: &str, actual: &str) {
@@ -63,33 +61,21 @@ async fn what_the_model_sees_for_the_v1_fixture() {
     let root = dir.path().join("root");
     let (store, sid) = fixture_store("v1", &root).await;
     let restored = store.restore(sid).await.unwrap();
-    let conversation: Vec<(Role, _)> = restored
-        .messages
-        .iter()
-        .map(|d| (d.message.role, d.blocks.clone()))
-        .collect();
-    let redact = |v: serde_json::Value| {
-        let text = serde_json::to_string_pretty(&v).unwrap();
-        text.replace(root.to_str().unwrap(), "<ROOT>") + "\n"
-    };
-    let acp = redact(serde_json::to_value(&restored).unwrap());
+    let [acp, chat, responses] = v1_restore_snapshots(&restored).map(|(name, value)| {
+        let text = serde_json::to_string_pretty(&value).unwrap();
+        (name, text.replace(root.to_str().unwrap(), "<ROOT>") + "\n")
+    });
     assert!(
-        acp.contains("<ROOT>/attachments/"),
+        acp.1.contains("<ROOT>/attachments/"),
         "paths were redacted, not lost"
     );
     assert!(
-        acp.contains("<ROOT>/legacy/"),
+        acp.1.contains("<ROOT>/legacy/"),
         "the legacy read is reported as such"
     );
-    check("v1-restore-acp.json", &acp);
-    check(
-        "v1-restore-openai.json",
-        &redact(serde_json::to_value(chat_request("gpt-4o", &conversation)).unwrap()),
-    );
-    check(
-        "v1-restore-openai-responses.json",
-        &redact(serde_json::to_value(responses_request("gpt-4o", &conversation)).unwrap()),
-    );
+    for (name, text) in [acp, chat, responses] {
+        check(name, &text);
+    }
 }
 
 /// The v2 fixture's recorded turn as `restore` streams it in each format: the same

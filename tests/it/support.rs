@@ -196,6 +196,34 @@ pub fn history_blocks(restored: &serde_json::Value) -> impl Iterator<Item = &ser
         .flatten()
 }
 
+/// What the v1 fixture's snapshots hold, by name, before redaction: the restored
+/// ACP history and both OpenAI requests made from its messages.
+pub fn v1_restore_snapshots(
+    restored: &sessionstore::store::Restored,
+) -> [(&'static str, serde_json::Value); 3] {
+    use sessionstore::openai::{chat_request, responses_request};
+    let conversation: Vec<(sessionstore::model::Role, _)> = restored
+        .messages
+        .iter()
+        .map(|d| (d.message.role, d.blocks.clone()))
+        .collect();
+    let value = |v: Result<serde_json::Value, serde_json::Error>| v.expect("JSON prints");
+    [
+        ("v1-restore-acp.json", value(serde_json::to_value(restored))),
+        (
+            "v1-restore-openai.json",
+            value(serde_json::to_value(chat_request("gpt-4o", &conversation))),
+        ),
+        (
+            "v1-restore-openai-responses.json",
+            value(serde_json::to_value(responses_request(
+                "gpt-4o",
+                &conversation,
+            ))),
+        ),
+    ]
+}
+
 /// The snapshots of the v2 fixture's restore, one a format.
 pub const V2_RESTORE_SNAPSHOTS: [(sessionstore::format::Format, &str); 4] = [
     (

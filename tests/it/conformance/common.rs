@@ -1,11 +1,15 @@
 //! Helpers the conformance files share: a new session, what an attachment block
-//! must hold, and a history's entry ids. They only call the public store; none of
-//! them checks anything an engine promises.
+//! must hold, a history's entry ids, and an export through the binary. They only
+//! call the public store or the binary; none of them checks anything an engine
+//! promises.
+
+use std::path::Path;
+use std::process::Output;
 
 use sessionstore::model::ToolsHost;
 use sessionstore::{SessionId, Store};
 
-use crate::support::Expect;
+use crate::support::{Expect, stderr};
 
 /// A new session's id.
 pub async fn session(store: &Store, tools: ToolsHost) -> SessionId {
@@ -48,4 +52,12 @@ pub fn ids_named(text: &str, ids: &[String]) -> String {
         .fold(text.to_owned(), |text, (i, id)| {
             text.replace(id.as_str(), &format!("<ENTRY {i}>"))
         })
+}
+
+/// Exports `session` to `archive` through `run` (the binary on some store), which
+/// must succeed.
+pub fn export(run: impl Fn(&[&str]) -> Output, session: &str, archive: &Path) {
+    let archive = archive.to_str().expect("a UTF-8 archive path");
+    let out = run(&["export", "--session", session, "--out", archive]);
+    assert!(out.status.success(), "export: {}", stderr(&out));
 }

@@ -8,15 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use sessionstore::attachments::Roots;
-use sessionstore::model::Role;
-use sessionstore::openai::{chat_request, responses_request};
 use sessionstore::{Config, SessionId, Store};
 
-use super::common::{entry_ids, ids_named};
+use super::common::{entry_ids, export, ids_named};
 use crate::backend::{Backend, conformance};
 use crate::support::{
     V2_RESTORE_SNAPSHOTS, bin, copy_tree, fixture, history_blocks, json, restore_text, snapshot,
-    stderr, stdout,
+    stderr, stdout, v1_restore_snapshots,
 };
 
 conformance!(
@@ -103,17 +101,7 @@ async fn load(b: &Backend, version: &str) -> (Copy, Store, Vec<String>, Vec<Stri
     // Reading commands never upgrade: the copy is migrated first, as a user would.
     json(&copy.run_on(&sqlite, &["migrate", "--json"]));
     let archive = copy.root().join("fixture.tar");
-    let out = copy.run_on(
-        &sqlite,
-        &[
-            "export",
-            "--session",
-            &sid,
-            "--out",
-            archive.to_str().unwrap(),
-        ],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
+    export(|args| copy.run_on(&sqlite, args), &sid, &archive);
     let imported = json(&b.run(&["import", archive.to_str().unwrap(), "--keep-id", "--json"]));
     assert_eq!(imported["id"], sid.as_str(), "the fixture's id is kept");
 
@@ -179,29 +167,11 @@ async fn the_v1_fixture_imported_restores_as_its_sqlite_copy_does(b: Backend) {
     let (copy, store, copy_ids, b_ids) = load(&b, "v1").await;
     // What the snapshots hold, made as `snapshots.rs` makes them.
     let restored = store.restore(copy.session).await.unwrap();
-    let conversation: Vec<(Role, _)> = restored
-        .messages
-        .iter()
-        .map(|d| (d.message.role, d.blocks.clone()))
-        .collect();
     let redact = |v: serde_json::Value| {
         let text = serde_json::to_string_pretty(&v).unwrap();
         ids_named(&text, &b_ids).replace(copy.root().to_str().unwrap(), "<ROOT>") + "\n"
     };
-    for (name, actual) in [
-        (
-            "v1-restore-acp.json",
-            serde_json::to_value(&restored).unwrap(),
-        ),
-        (
-            "v1-restore-openai.json",
-            serde_json::to_value(chat_request("gpt-4o", &conversation)).unwrap(),
-        ),
-        (
-            "v1-restore-openai-responses.json",
-            serde_json::to_value(responses_request("gpt-4o", &conversation)).unwrap(),
-        ),
-    ] {
+    for (name, actual) in v1_restore_snapshots(&restored) {
         let actual = redact(actual);
         assert!(actual.contains("<ROOT>/legacy/"), "{name}: the legacy read");
         assert_eq!(actual, snapshot_file(name, &copy_ids), "{name}");
