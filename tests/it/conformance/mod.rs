@@ -104,11 +104,17 @@ async fn a_nul_character_is_kept_by_sqlite_and_refused_whole_by_postgres(b: Back
 
 /// README's tour and its fork, search and export/import examples, as written, with
 /// `SESSIONSTORE_DB` naming this engine's database (README's PostgreSQL section says
-/// the tour works unchanged there).
+/// the tour works unchanged there): each runs, the search for the session's title
+/// finds it, and counts read in the singular where there is one.
 async fn the_readme_tour_and_lifecycle_examples_run_as_written(b: Backend) {
     use crate::usability::{readme_script, run_script_with};
     let tour = readme_script("## A short tour", "`record` reads");
     let lifecycle = readme_script("### Forking a session", "## Listing sessions");
+    assert!(
+        lifecycle.contains("--at \"$message\"")
+            && lifecycle.contains(" search ")
+            && lifecycle.contains(" import ")
+    );
     let migrated = b.run(&["migrate"]);
     assert!(migrated.status.success(), "{}", stderr(&migrated));
     let out = run_script_with(
@@ -143,6 +149,7 @@ async fn the_readme_tour_and_lifecycle_examples_run_as_written(b: Backend) {
         printed.contains("exported 3 messages, 1 item, 2 files"),
         "{printed}"
     );
+    assert!(b.dir.path().join("session.md").is_file());
     let verified = b.run(&["verify"]);
     assert!(verified.status.success(), "{}", stdout(&verified));
 }
