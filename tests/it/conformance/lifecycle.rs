@@ -15,6 +15,7 @@ use super::common::{entry_ids, ids_named, session};
 use crate::backend::{Backend, conformance};
 use crate::support::{
     Expect, assert_one_line_error, json, moved, parse_update, restored_paths, seeded, stderr,
+    stdout,
 };
 
 conformance!(
@@ -312,6 +313,18 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
     );
 }
 
+/// Sets a file's modification time an `age` ago (the change time cannot be set, so
+/// the test gives gc a grace period between the two).
+fn age(path: &std::path::Path, age: std::time::Duration) {
+    let when = std::time::SystemTime::now() - age;
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(when)
+        .unwrap();
+}
+
 async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend) {
     let store = b.open().await;
     let root = b.configured_root();
@@ -338,6 +351,14 @@ async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend)
     let stranger = SessionId::new().to_string();
     std::fs::create_dir_all(root.join(&stranger)).unwrap();
     std::fs::write(root.join(&stranger).join("x.txt"), b"x").unwrap();
+    std::fs::write(root.join("README"), b"someone's notes").unwrap();
+    // A crashed upload's temporary file, and a link out of the session folder.
+    let folder = root.join(live.to_string());
+    let temp = folder.join(format!(".upload-{}.partial.", "0123456789abcdef".repeat(2)));
+    std::fs::write(&temp, b"half").unwrap();
+    let outside = b.dir.path().join("outside.txt");
+    std::fs::write(&outside, b"not the store's").unwrap();
+    std::os::unix::fs::symlink(&outside, folder.join("link.txt")).unwrap();
     drop(store);
 
     let planned = json(&b.run(&["gc", "--grace", "0", "--dry-run", "--json"]));
@@ -357,19 +378,54 @@ async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend)
     );
     assert_eq!(first["unreferenced"]["files"], 0, "{first}");
     assert!(!root.join(deleted.to_string()).exists());
+    assert!(folder.join("orphan.txt").exists());
 
-    let done = json(&b.run(&["gc", "--grace", "0", "--json"]));
+    for path in [folder.join("orphan.txt"), temp.clone()] {
+        age(&path, std::time::Duration::from_secs(3 * 3600));
+    }
+    let planned = json(&b.run(&["gc", "--grace", "1h", "--dry-run", "--json"]));
+    assert_eq!(
+        planned["leftovers"],
+        serde_json::json!({"files": 1, "bytes": 4})
+    );
+    assert!(temp.exists(), "a dry run removes nothing");
+    // A temporary file goes by its modification time (a live upload keeps moving
+    // it); an upload by the later of that and its status-change time, which stays
+    // recent here, so a grace only the modification time has passed keeps it.
+    let swept = json(&b.run(&["gc", "--grace", "1h", "--json"]));
+    assert_eq!(
+        swept["leftovers"],
+        serde_json::json!({"files": 1, "bytes": 4})
+    );
+    assert_eq!(swept["unreferenced"]["files"], 0, "{swept}");
+    assert!(!temp.exists() && folder.join("orphan.txt").exists());
+
+    let done = json(&b.run(&["gc", "--grace", "0s", "--json"]));
     assert_eq!(
         done["unreferenced"],
         serde_json::json!({"files": 1, "bytes": 13}),
         "{done}"
     );
-    let folder = root.join(live.to_string());
+    assert_eq!(
+        done["total"],
+        serde_json::json!({"files": 1, "bytes": 13}),
+        "{done}"
+    );
     assert!(!folder.join("orphan.txt").exists());
+    // What stays: the referenced upload, the link and what it points at, the legacy
+    // root, the folder of a session this database does not know, a stray file.
     assert!(folder.join("kept.txt").exists());
+    assert!(folder.join("link.txt").symlink_metadata().is_ok());
+    assert!(outside.exists());
     assert!(legacy.join("legacy-orphan.txt").exists());
     assert!(root.join(&stranger).join("x.txt").exists());
-    assert!(done["skipped"].as_u64().unwrap() >= 1, "{done}");
+    assert!(root.join("README").exists());
+    assert!(done["skipped"].as_u64().unwrap() >= 3, "{done}");
+    let human = b.run(&["gc", "--grace", "0"]);
+    assert!(
+        stdout(&human).starts_with("removed 0 unreferenced uploads"),
+        "{human:?}"
+    );
     let restored = json(&b.run(&["restore", "--session", &live.to_string()]));
     assert!(restored.to_string().contains("referenced"), "{restored}");
 }
