@@ -1,15 +1,15 @@
-//! A session's whole life on real files: paged listing while sessions come and go,
-//! delete with erasure (and the append-only log it must not open to anyone else),
-//! fork, search, export and import (gc is in `conformance::lifecycle` and
-//! `conformance::gc_race`, which run on SQLite too). The fork's and the import's restores read only under
-//! their own folders, the search index follows every write, and each kind of hostile
-//! archive is refused with nothing written.
+//! A session's whole life on real files: a recorded turn moving its session up the
+//! list, delete with erasure (and the append-only log it must not open to anyone
+//! else), fork, search, export and import. The fork's and the import's restores read
+//! only under their own folders, the search index follows every write, and each kind
+//! of hostile archive is refused with nothing written. The cursor walk and gc are in
+//! `conformance::lifecycle` (and the gc race in `conformance::gc_race`), which run on
+//! SQLite too.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use agent_client_protocol_schema::v1::SessionUpdate;
-use sessionstore::lifecycle::{DeletionStatus, SessionCursor};
+use sessionstore::lifecycle::DeletionStatus;
 use sessionstore::model::ToolsHost;
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
@@ -18,85 +18,6 @@ use crate::support::{
     Expect, Harness, TestStore, assert_one_line_error, block_json, json, moved, parse_update,
     restored_paths, run_in, seeded, stderr,
 };
-
-/// Every page from the start, creating `add_between` sessions after each page.
-async fn walk(t: &TestStore, limit: usize, add_between: usize) -> (Vec<SessionId>, usize) {
-    let mut seen = Vec::new();
-    let mut cursor: Option<SessionCursor> = None;
-    let mut pages = 0;
-    loop {
-        let page = t.store.list_sessions_page(limit, cursor).await.unwrap();
-        assert!(page.sessions.len() <= limit);
-        pages += 1;
-        seen.extend(page.sessions.iter().map(|s| s.id));
-        for _ in 0..add_between {
-            t.session().await;
-        }
-        match page.next_cursor {
-            // The cursor goes through its printed form, as a caller would carry it.
-            Some(c) => cursor = Some(c.to_string().parse().unwrap()),
-            None => break,
-        }
-    }
-    (seen, pages)
-}
-
-#[tokio::test]
-async fn pages_are_complete_and_disjoint_while_sessions_are_added_between_them() {
-    let t = TestStore::new().await;
-    let mut before = Vec::new();
-    for _ in 0..23 {
-        before.push(t.session().await);
-    }
-    let (seen, pages) = walk(&t, 5, 2).await;
-    assert_eq!(
-        pages, 5,
-        "23 sessions make 5 pages of 5, the last not empty"
-    );
-    let unique: HashSet<_> = seen.iter().collect();
-    assert_eq!(unique.len(), seen.len(), "a session was listed twice");
-    // Every session there at the start is listed, newest first; the ones added
-    // meanwhile come before the first cursor, so no later page shows them.
-    let newest_first: Vec<_> = before.iter().rev().copied().collect();
-    assert_eq!(seen, newest_first);
-    // A fresh walk sees everyone, still once each.
-    let (all, _) = walk(&t, 7, 0).await;
-    assert_eq!(all.len(), 23 + 5 * 2);
-    assert_eq!(all.iter().collect::<HashSet<_>>().len(), all.len());
-}
-
-#[tokio::test]
-async fn a_session_updated_between_pages_moves_to_the_front_and_shows_once() {
-    let t = TestStore::new().await;
-    let mut ids = Vec::new();
-    for _ in 0..6 {
-        ids.push(t.session().await);
-    }
-    let first = t.store.list_sessions_page(3, None).await.unwrap();
-    assert_eq!(
-        first.sessions.iter().map(|s| s.id).collect::<Vec<_>>(),
-        [ids[5], ids[4], ids[3]]
-    );
-    // One already shown and one not yet shown get news.
-    t.send(ids[4], Outgoing::user("again")).await;
-    t.send(ids[1], Outgoing::user("news")).await;
-    let rest = t
-        .store
-        .list_sessions_page(3, first.next_cursor)
-        .await
-        .unwrap();
-    assert_eq!(
-        rest.sessions.iter().map(|s| s.id).collect::<Vec<_>>(),
-        [ids[2], ids[0]],
-        "neither updated session shows again on a later page"
-    );
-    assert_eq!(rest.next_cursor, None);
-    let fresh = t.store.list_sessions_page(2, None).await.unwrap();
-    assert_eq!(
-        fresh.sessions.iter().map(|s| s.id).collect::<Vec<_>>(),
-        [ids[1], ids[4]]
-    );
-}
 
 #[tokio::test]
 async fn a_recorded_turn_moves_its_session_to_the_front() {

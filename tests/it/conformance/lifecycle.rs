@@ -38,6 +38,7 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
         before.push(session(&store, ToolsHost::Local).await);
     }
     // Pages of 5, with two sessions added after each page.
+    let mut added = Vec::new();
     let mut seen = Vec::new();
     let mut cursor: Option<SessionCursor> = None;
     let mut pages = 0;
@@ -47,7 +48,7 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
         pages += 1;
         seen.extend(ids(&page));
         for _ in 0..2 {
-            store.create_session(None, ToolsHost::Local).await.unwrap();
+            added.push(session(&store, ToolsHost::Local).await);
         }
         match page.next_cursor {
             // Through its printed form, as a caller carries it.
@@ -77,6 +78,24 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
     }
     assert!(!rest.contains(&shown[1]) && !rest.contains(&unseen));
     assert_eq!(rest.len(), 23 + 10 - 3 - 1);
+    // The rest is everyone not on the first page, newest first, but for the one that
+    // moved to the front: the ones added during the walk came first.
+    let everyone: Vec<SessionId> = added
+        .iter()
+        .rev()
+        .chain(before.iter().rev())
+        .copied()
+        .collect();
+    assert_eq!(shown, everyone[..3]);
+    let want: Vec<SessionId> = everyone[3..]
+        .iter()
+        .copied()
+        .filter(|s| *s != unseen)
+        .collect();
+    assert_eq!(
+        rest, want,
+        "neither updated session shows again on a later page"
+    );
     assert_eq!(
         ids(&store.list_sessions_page(2, None).await.unwrap()),
         [unseen, shown[1]]
