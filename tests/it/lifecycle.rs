@@ -1,10 +1,10 @@
 //! A session's whole life on real files: a recorded turn moving its session up the
 //! list, delete with erasure (and the append-only log it must not open to anyone
-//! else), fork, search, export and import. The fork's and the import's restores read
-//! only under their own folders, the search index follows every write, and each kind
-//! of hostile archive is refused with nothing written. The cursor walk and gc are in
-//! `conformance::lifecycle` (and the gc race in `conformance::gc_race`), which run on
-//! SQLite too.
+//! else), fork, the V4 migration's index of older rows, export and import. The fork's
+//! and the import's restores read only under their own folders, and each kind of
+//! hostile archive is refused with nothing written. The cursor walk, gc and search
+//! are in `conformance::lifecycle` (and the gc race in `conformance::gc_race`), which
+//! run on SQLite too.
 
 use std::path::{Path, PathBuf};
 
@@ -15,8 +15,8 @@ use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
 use crate::support::{
-    Expect, Harness, TestStore, assert_one_line_error, block_json, json, moved, parse_update,
-    restored_paths, run_in, seeded, stderr,
+    Expect, Harness, TestStore, assert_one_line_error, block_json, json, moved, restored_paths,
+    run_in, seeded, stderr,
 };
 
 #[tokio::test]
@@ -462,128 +462,6 @@ async fn a_fork_keeps_a_reference_whose_file_is_gone_and_it_degrades_as_in_the_o
             .iter()
             .all(|b| crate::support::context_of(&block_json(b)).is_none()),
         "the missing file degrades to a notice"
-    );
-}
-
-#[tokio::test]
-async fn search_finds_titles_messages_and_agent_text_ranked_and_follows_every_write() {
-    let h = Harness::new().await;
-    let (s, _, ids) = seeded(&h.store, h.legacy(), &h.config.host).await;
-    let other = h.session(ToolsHost::Local).await;
-    h.send(other, "mango mango mango everywhere", &[]).await;
-
-    let hits = h.store.search("mango".into(), None, 10).await.unwrap();
-    assert_eq!(hits.len(), 4, "{hits:?}");
-    // The session whose text is all mango ranks first; ranks only grow.
-    assert_eq!(hits[0].session_id, other);
-    assert!(hits.windows(2).all(|w| w[0].rank <= w[1].rank), "{hits:?}");
-    assert!(
-        hits.iter().all(|h| h.snippet.contains("[mango]")),
-        "{hits:?}"
-    );
-    assert!(
-        hits.iter()
-            .any(|h| h.source == "title" && h.message_id.is_none())
-    );
-
-    let mine = h.store.search("mango".into(), Some(s), 10).await.unwrap();
-    assert!(mine.iter().all(|hit| hit.session_id == s));
-    assert!(
-        mine.iter()
-            .any(|hit| hit.message_id == Some(ids[0].to_string()))
-    );
-    // Agent text, the queued message and a limit.
-    let papaya = h.store.search("papaya".into(), None, 10).await.unwrap();
-    assert_eq!(papaya.len(), 1);
-    assert_eq!(papaya[0].source, "agent_message");
-    assert_eq!(
-        h.store
-            .search("lychee".into(), None, 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
-    assert_eq!(
-        h.store.search("mango".into(), None, 1).await.unwrap().len(),
-        1
-    );
-    // A rename replaces the title's text; a continued agent message its text.
-    h.store
-        .rename_session(s, "kiwi plans".into())
-        .await
-        .unwrap();
-    let titles = |q: &str| {
-        let store = h.store.clone();
-        let q = q.to_owned();
-        async move {
-            store
-                .search(q, Some(s), 10)
-                .await
-                .unwrap()
-                .into_iter()
-                .filter(|h| h.source == "title")
-                .count()
-        }
-    };
-    assert_eq!(titles("kiwi").await, 1);
-    assert_eq!(titles("mango").await, 0);
-    h.store
-        .record(
-            s,
-            vec![parse_update(
-                r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":" and guava"}}"#,
-                s,
-            )],
-        )
-        .await
-        .unwrap();
-    let guava = h.store.search("guava".into(), None, 10).await.unwrap();
-    assert_eq!(guava.len(), 1, "{guava:?}");
-    // Names, URIs and paths are not indexed.
-    assert!(
-        h.store
-            .search("chart".into(), None, 10)
-            .await
-            .unwrap()
-            .iter()
-            .all(|hit| hit.source != "file")
-    );
-    assert!(
-        h.store
-            .search("png".into(), None, 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    assert!(
-        h.store
-            .search("attachments".into(), None, 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    let needles = vec![
-        h.configured().display().to_string(),
-        h.legacy().display().to_string(),
-    ];
-    let audit =
-        sessionstore::oracle::audit_database(&h.dir.path().join("sessions.db"), &needles).unwrap();
-    assert!(audit.value_hits.is_empty(), "{:?}", audit.value_hits);
-
-    for bad in ["\"unterminated", "mango AND", "nosuchcolumn:mango", "   "] {
-        let err = h.store.search(bad.into(), None, 10).await.unwrap_err();
-        assert!(matches!(err, Error::SearchQuery { .. }), "{bad}: {err}");
-        assert!(!err.to_string().contains('\n'), "{err}");
-    }
-    let err = h.store.search("*".into(), None, 10).await.unwrap_err();
-    assert!(
-        !err.to_string().ends_with(' '),
-        "no dangling colon: {err:?}"
-    );
-    assert!(
-        !err.to_string().ends_with(':'),
-        "no dangling colon: {err:?}"
     );
 }
 

@@ -629,6 +629,21 @@ async fn search_finds_titles_messages_and_agent_text(b: Backend) {
             "{word}"
         );
     }
+    assert!(
+        store
+            .search("chart".into(), None, 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|hit| hit.source != "file")
+    );
+    let needles = vec![
+        b.configured_root().display().to_string(),
+        b.legacy_root().display().to_string(),
+    ];
+    let audit =
+        sessionstore::oracle::audit_database(std::path::Path::new(b.db()), &needles).unwrap();
+    assert!(audit.value_hits.is_empty(), "{:?}", audit.value_hits);
     let err = store.search("   ".into(), None, 10).await.unwrap_err();
     assert!(matches!(err, Error::SearchQuery { .. }), "{err}");
 
@@ -644,6 +659,18 @@ async fn search_finds_titles_messages_and_agent_text(b: Backend) {
             (true, Ok(hits)) => assert!(!hits.is_empty(), "{query}"),
             (_, other) => panic!("{query}: {other:?}"),
         }
+    }
+    if !b.is_postgres() {
+        for bad in ["\"unterminated", "mango AND", "nosuchcolumn:mango"] {
+            let err = store.search(bad.into(), None, 10).await.unwrap_err();
+            assert!(matches!(err, Error::SearchQuery { .. }), "{bad}: {err}");
+            assert!(!err.to_string().contains('\n'), "{err}");
+        }
+        let err = store.search("*".into(), None, 10).await.unwrap_err();
+        assert!(
+            !err.to_string().ends_with(' ') && !err.to_string().ends_with(':'),
+            "no dangling colon: {err:?}"
+        );
     }
     let out = b.run(&["search", "NOT durian"]);
     if b.is_postgres() {
