@@ -1,10 +1,10 @@
 //! A session's whole life on real files: a recorded turn moving its session up the
 //! list, delete with erasure (and the append-only log it must not open to anyone
 //! else), fork, the V4 migration's index of older rows, export and import. The fork's
-//! and the import's restores read only under their own folders, and each kind of
-//! hostile archive is refused with nothing written. The cursor walk, gc and search
-//! are in `conformance::lifecycle` (and the gc race in `conformance::gc_race`), which
-//! run on SQLite too.
+//! restores read only under its own folder, and each kind of hostile archive is
+//! refused with nothing written. The cursor walk, gc, search and an export imported
+//! elsewhere are in `conformance::lifecycle` (and the gc race in
+//! `conformance::gc_race`), which run on SQLite too.
 
 use std::path::{Path, PathBuf};
 
@@ -508,81 +508,6 @@ fn the_v4_migration_indexes_what_an_older_database_holds() {
     let out = crate::support::run_in(dir.path(), &["search", first_word, "--json"]);
     let hits = crate::support::json(&out);
     assert!(!hits.as_array().unwrap().is_empty(), "{first_word}: {hits}");
-}
-
-#[tokio::test]
-async fn export_then_import_restores_the_same_model_bound_content_under_the_new_folder() {
-    let h = Harness::new().await;
-    let (s, files, _) = seeded(&h.store, h.legacy(), &h.config.host).await;
-    let archive = h.dir.path().join("out.tar");
-    let exported = h.store.export_archive(s, archive.clone()).await.unwrap();
-    assert_eq!(
-        (exported.messages, exported.items, exported.files),
-        (3, 1, 3)
-    );
-
-    // Into another store, with other roots.
-    let other = Harness::new().await;
-    let imported = other
-        .store
-        .import_archive(archive.clone(), false)
-        .await
-        .unwrap();
-    let new = imported.session.id;
-    assert_ne!(new, s);
-    assert!(other.store.verify().await.unwrap().ok());
-    assert_eq!(
-        other.store.queued_messages(new).await.unwrap().len(),
-        1,
-        "queued stays queued"
-    );
-    assert_eq!(other.store.items(new).await.unwrap().len(), 1);
-    let want: Vec<Expect> = files.iter().map(|f| moved(f, new)).collect();
-    let paths = restored_paths(&other.store, new, &want).await;
-    let folder = other.folder(other.configured(), new);
-    assert_eq!(paths.len(), 3);
-    assert!(paths.iter().all(|p| p.starts_with(&folder)), "{paths:?}");
-
-    // The same model-bound content, paths and ids aside.
-    let strip = |r: &sessionstore::store::Restored| -> Vec<(String, Vec<serde_json::Value>)> {
-        r.messages
-            .iter()
-            .map(|m| {
-                let blocks = m
-                    .blocks
-                    .iter()
-                    .map(|b| {
-                        let mut j = block_json(b);
-                        if let Some(meta) = j.get_mut("_meta") {
-                            *meta = serde_json::Value::Null;
-                        }
-                        if let Some(res) = j.get_mut("resource") {
-                            res["uri"] = serde_json::Value::Null;
-                        }
-                        if let Some(uri) = j.get_mut("uri") {
-                            *uri = serde_json::Value::Null;
-                        }
-                        j
-                    })
-                    .collect();
-                (m.message.role.to_string(), blocks)
-            })
-            .collect()
-    };
-    let before = h.store.restore(s).await.unwrap();
-    let after = other.store.restore(new).await.unwrap();
-    assert_eq!(strip(&before), strip(&after));
-
-    // --keep-id keeps the id where it is free, and not where it is taken.
-    let kept = other
-        .store
-        .import_archive(archive.clone(), true)
-        .await
-        .unwrap();
-    assert_eq!(kept.session.id, s);
-    let again = other.store.import_archive(archive, true).await.unwrap();
-    assert_ne!(again.session.id, s);
-    assert!(other.store.verify().await.unwrap().ok());
 }
 
 /// `--keep-id` treats a deleted session's id as taken: the import gets a new id

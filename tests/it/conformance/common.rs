@@ -55,9 +55,10 @@ pub fn ids_named(text: &str, ids: &[String]) -> String {
 }
 
 /// Exports `session` to `archive` through `run` (the binary on some store), which
-/// must succeed.
-pub fn export(run: impl Fn(&[&str]) -> Output, session: &str, archive: &Path) {
+/// must succeed; what it printed.
+pub fn export(run: impl Fn(&[&str]) -> Output, session: &str, archive: &Path) -> String {
     let archive = archive.to_str().expect("a UTF-8 archive path");
     let out = run(&["export", "--session", session, "--out", archive]);
     assert!(out.status.success(), "export: {}", stderr(&out));
+    crate::support::stdout(&out)
 }

@@ -11,7 +11,7 @@ use sessionstore::model::{Delivery, ToolsHost};
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
-use super::common::{entry_ids, ids_named, session};
+use super::common::{entry_ids, export, ids_named, session};
 use crate::backend::{Backend, conformance};
 use crate::support::{
     Expect, assert_one_line_error, json, moved, parse_update, restored_paths, seeded, stderr,
@@ -732,18 +732,18 @@ async fn export_then_import_restores_the_same_history(b: Backend) {
     let store = b.open().await;
     let (s, files, _) = seeded(&store, &b.legacy_root(), "test-host").await;
     let archive = b.dir.path().join("out.tar");
-    let out = b.run(&[
-        "export",
-        "--session",
-        &s.to_string(),
-        "--out",
-        archive.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let said = export(|args| b.run(args), &s.to_string(), &archive);
+    assert!(
+        said.contains("exported 3 messages, 1 item, 3 files"),
+        "{said}"
+    );
 
-    // Into another store of the same engine, keeping the id: the same output once the
-    // folder and the message ids are named alike.
+    // Into another store of the same engine: without --keep-id a new id even where the
+    // old one is free; with it, the same id and the same output once the folder and
+    // the message ids are named alike.
     let other = b.another();
+    let renamed = json(&other.run(&["import", archive.to_str().unwrap(), "--json"]));
+    assert_ne!(renamed["id"], s.to_string(), "{renamed}");
     let imported = json(&other.run(&["import", archive.to_str().unwrap(), "--keep-id", "--json"]));
     assert_eq!(imported["id"], s.to_string());
     let there = other.open().await;
