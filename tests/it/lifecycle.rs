@@ -196,61 +196,6 @@ async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
     assert_eq!(events as u64, deleted.events);
 }
 
-#[tokio::test]
-async fn the_event_log_stays_append_only_to_everyone_but_the_stores_delete() {
-    let t = TestStore::new().await;
-    let live = t.session().await;
-    let gone = t.session().await;
-    t.send(live, Outgoing::user("hello")).await;
-    t.store.delete_sessions(vec![gone]).await.unwrap();
-    let raw = t.raw();
-    for statement in [
-        "DELETE FROM events",
-        "DELETE FROM events WHERE session_id = ?1",
-        "UPDATE events SET kind = 'x' WHERE session_id = ?1",
-    ] {
-        let e = if statement.contains("?1") {
-            raw.execute(statement, [live.to_string()])
-        } else {
-            raw.execute(statement, [])
-        }
-        .unwrap_err();
-        assert!(e.to_string().contains("append-only"), "{statement}: {e}");
-    }
-    // A deleted session's id is never taken again.
-    let e = raw
-        .execute(
-            "INSERT INTO sessions (id, tools_host, created_at, updated_at)
-             VALUES (?1, 'local', 'x', 'x')",
-            [gone.to_string()],
-        )
-        .unwrap_err();
-    assert!(e.to_string().contains("was deleted"), "{e}");
-    assert!(t.store.verify().await.unwrap().ok());
-}
-
-#[tokio::test]
-async fn verify_reports_rows_beside_a_tombstone() {
-    let t = TestStore::new().await;
-    let s = t.session().await;
-    t.send(s, Outgoing::user("still here")).await;
-    t.raw()
-        .execute(
-            "INSERT INTO tombstones VALUES (?1, '2026-01-01T00:00:00.000000000Z', 0, 0, 0, 0)",
-            [s.to_string()],
-        )
-        .unwrap();
-    let report = t.store.verify().await.unwrap();
-    assert!(
-        report
-            .problems
-            .iter()
-            .any(|p| p.contains(&s.to_string()) && p.contains("was deleted but still has")),
-        "{:?}",
-        report.problems
-    );
-}
-
 #[test]
 fn delete_from_the_command_line_dry_run_unknown_twice_and_legacy_files() {
     let dir = tempfile::tempdir().unwrap();

@@ -311,6 +311,7 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
     // reports a tombstone written beside a live session's rows.
     let live = live.to_string();
     for statement in [
+        "DELETE FROM events".to_owned(),
         format!("DELETE FROM events WHERE session_id = '{live}'"),
         format!("UPDATE events SET kind = 'x' WHERE session_id = '{live}'"),
     ] {
