@@ -1,10 +1,11 @@
-//! A session's whole life on real files: a recorded turn moving its session up the
-//! list, delete with erasure (and the append-only log it must not open to anyone
-//! else), fork, the V4 migration's index of older rows, export and import. The fork's
-//! restores read only under its own folder, and each kind of hostile archive is
-//! refused with nothing written. The cursor walk, gc, search and an export imported
-//! elsewhere are in `conformance::lifecycle` (and the gc race in
-//! `conformance::gc_race`), which run on SQLite too.
+//! What of a session's life only SQLite or only the binary shows: a recorded turn
+//! moving its session up the list, malformed cursors, erasure from the database
+//! files, delete from the command line and its progress, a fork of a reference whose
+//! file is gone, the V4 migration's index of older rows, hostile archives refused
+//! with nothing written, and the lifecycle commands through the binary. The cursor
+//! walk, delete and its tombstone, gc, fork, search and export/import are in
+//! `conformance::lifecycle` (and the gc race in `conformance::gc_race`), which run on
+//! SQLite too.
 
 use std::path::{Path, PathBuf};
 
@@ -14,10 +15,7 @@ use sessionstore::model::ToolsHost;
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
-use crate::support::{
-    Expect, Harness, TestStore, assert_one_line_error, block_json, json, moved, restored_paths,
-    run_in, seeded, stderr,
-};
+use crate::support::{Harness, TestStore, assert_one_line_error, block_json, json, run_in, stderr};
 
 #[tokio::test]
 async fn a_recorded_turn_moves_its_session_to_the_front() {
@@ -296,100 +294,6 @@ async fn delete_reports_progress_to_its_hook() {
 }
 
 #[tokio::test]
-async fn deleting_the_origin_of_a_fork_leaves_the_fork_whole_and_searchable() {
-    let h = Harness::new().await;
-    let (origin, files, _) = seeded(&h.store, h.legacy(), &h.config.host).await;
-    let fork = h
-        .store
-        .fork_session(origin, None, None)
-        .await
-        .unwrap()
-        .session
-        .id;
-    let want: Vec<Expect> = files.iter().map(|f| moved(f, fork)).collect();
-    let paths = restored_paths(&h.store, fork, &want).await;
-    let fork_folder = h.folder(h.configured(), fork);
-
-    let report = h.store.delete_sessions(vec![origin]).await.unwrap();
-    assert_eq!(report.sessions[0].status, DeletionStatus::Deleted);
-    assert!(!h.folder(h.configured(), origin).exists());
-
-    // Its own rows, items and files, read under its own folder, as before.
-    let again = restored_paths(&h.store, fork, &want).await;
-    assert_eq!(again, paths, "the fork restores as it did");
-    assert!(
-        again.iter().all(|p| p.starts_with(&fork_folder)),
-        "{again:?}"
-    );
-    assert_eq!(h.store.messages(fork).await.unwrap().len(), 2);
-    assert_eq!(h.store.items(fork).await.unwrap().len(), 1);
-    let verified = h.store.verify().await.unwrap();
-    assert!(verified.ok(), "{:?}", verified.problems);
-
-    // Erasing the origin's index entries took none of the fork's, the title included.
-    for word in ["mango", "papaya", "durian"] {
-        let hits = h.store.search(word.into(), None, 10).await.unwrap();
-        assert!(!hits.is_empty(), "{word} is no longer found");
-        assert!(hits.iter().all(|hit| hit.session_id == fork), "{hits:?}");
-    }
-    let page = h.store.list_sessions_page(10, None).await.unwrap();
-    let listed: Vec<SessionId> = page.sessions.iter().map(|s| s.id).collect();
-    assert_eq!(listed, [fork]);
-}
-
-#[tokio::test]
-async fn a_fork_at_a_message_takes_the_history_up_to_it_and_refuses_a_queued_or_foreign_one() {
-    let h = Harness::new().await;
-    let (origin, files, ids) = seeded(&h.store, h.legacy(), &h.config.host).await;
-    let forked = h
-        .store
-        .fork_session(origin, Some(ids[0]), Some("a branch".into()))
-        .await
-        .unwrap();
-    let fork = forked.session.id;
-    assert_eq!(forked.session.title.as_deref(), Some("a branch"));
-    let messages = h.store.messages(fork).await.unwrap();
-    assert_eq!(messages.len(), 1);
-    assert_eq!(messages[0].display_text, "compare the mango chart");
-    assert!(
-        h.store.items(fork).await.unwrap().is_empty(),
-        "the reply came after"
-    );
-    // Only the first message's files are placed.
-    let mut names: Vec<String> = std::fs::read_dir(h.folder(h.configured(), fork))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
-    assert_eq!(names, [files[0].name.clone(), files[1].name.clone()]);
-    let events = h.store.events(fork).await.unwrap();
-    assert_eq!(
-        events[0].payload["forkedFrom"]["message"],
-        ids[0].to_string()
-    );
-
-    let queued = h.store.queued_messages(origin).await.unwrap()[0].id;
-    let err = h
-        .store
-        .fork_session(origin, Some(queued), None)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::ForkPoint { .. }), "{err}");
-    let other = h.session(ToolsHost::Local).await;
-    let err = h
-        .store
-        .fork_session(other, Some(ids[0]), None)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, Error::MessageOfAnotherSession { .. }),
-        "{err}"
-    );
-    let sessions = h.store.list_sessions().await.unwrap().len();
-    assert_eq!(sessions, 3, "the refused forks made no session");
-}
-
-#[tokio::test]
 async fn a_fork_keeps_a_reference_whose_file_is_gone_and_it_degrades_as_in_the_origin() {
     let h = Harness::new().await;
     let s = h.session(ToolsHost::Local).await;
@@ -453,20 +357,6 @@ fn the_v4_migration_indexes_what_an_older_database_holds() {
     let out = crate::support::run_in(dir.path(), &["search", first_word, "--json"]);
     let hits = crate::support::json(&out);
     assert!(!hits.as_array().unwrap().is_empty(), "{first_word}: {hits}");
-}
-
-/// `--keep-id` treats a deleted session's id as taken: the import gets a new id
-/// rather than failing on the tombstone.
-#[tokio::test]
-async fn keep_id_does_not_take_a_deleted_sessions_id() {
-    let h = Harness::new().await;
-    let (s, _, _) = seeded(&h.store, h.legacy(), &h.config.host).await;
-    let archive = h.dir.path().join("out.tar");
-    h.store.export_archive(s, archive.clone()).await.unwrap();
-    h.store.delete_sessions(vec![s]).await.unwrap();
-    let imported = h.store.import_archive(archive, true).await.unwrap();
-    assert_ne!(imported.session.id, s);
-    assert!(h.store.verify().await.unwrap().ok());
 }
 
 /// What an exported archive holds: the manifest and each file's bytes, in order.

@@ -11,12 +11,11 @@ use sessionstore::model::{Delivery, ToolsHost};
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
-use super::common::{entry_ids, export, ids_named, session};
-use crate::backend::{Backend, conformance};
-use crate::support::{
-    Expect, assert_one_line_error, json, moved, parse_update, restored_paths, seeded, stderr,
-    stdout,
+use super::common::{
+    entry_ids, export, ids_named, moved, parse_update, restored_paths, seeded, session,
 };
+use crate::backend::{Backend, conformance};
+use crate::support::{Expect, assert_one_line_error, json, stderr, stdout};
 
 conformance!(
     a_cursor_walk_sees_each_session_once_in_order,
@@ -202,7 +201,7 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
 
 async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
     let store = b.open().await;
-    let (gone, _, _) = seeded(&store, &b.legacy_root(), "test-host").await;
+    let (gone, _, _) = seeded(&store, &b.legacy_root()).await;
     let live = session(&store, ToolsHost::Local).await;
     store
         .send(live, Outgoing::user("stays here"))
@@ -452,7 +451,7 @@ async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend)
 
 async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend) {
     let store = b.open().await;
-    let (origin, files, ids) = seeded(&store, &b.legacy_root(), "test-host").await;
+    let (origin, files, ids) = seeded(&store, &b.legacy_root()).await;
     let forked = store.fork_session(origin, None, None).await.unwrap();
     let fork = forked.session.id;
     assert_ne!(fork, origin);
@@ -503,8 +502,24 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend)
         "--json",
     ]);
     let branch: SessionId = json(&at)["id"].as_str().unwrap().parse().unwrap();
-    assert_eq!(store.messages(branch).await.unwrap().len(), 1);
-    assert!(store.items(branch).await.unwrap().is_empty());
+    assert_eq!(
+        store.session(branch).await.unwrap().title.as_deref(),
+        Some("a branch")
+    );
+    let messages = store.messages(branch).await.unwrap();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].display_text, "compare the mango chart");
+    assert!(
+        store.items(branch).await.unwrap().is_empty(),
+        "the reply came after"
+    );
+    // Only the first message's files are placed.
+    let mut names: Vec<String> = std::fs::read_dir(b.configured_root().join(branch.to_string()))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, [files[0].name.clone(), files[1].name.clone()]);
     let events = store.events(branch).await.unwrap();
     assert_eq!(
         events[0].payload["forkedFrom"]["message"],
@@ -516,22 +531,64 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::ForkPoint { .. }), "{err}");
+    let other = session(&store, ToolsHost::Local).await;
+    let err = store
+        .fork_session(other, Some(ids[0]), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::MessageOfAnotherSession { .. }),
+        "{err}"
+    );
+    assert_eq!(
+        store.list_sessions().await.unwrap().len(),
+        4,
+        "the refused forks made no session"
+    );
 
-    // The origin goes; the fork restores as before and keeps its words.
-    store.delete_sessions(vec![origin]).await.unwrap();
+    // The origin goes; the fork restores as before, from its own folder, and keeps
+    // its rows and its words.
+    let report = store.delete_sessions(vec![origin]).await.unwrap();
+    assert_eq!(report.sessions[0].status, DeletionStatus::Deleted);
+    assert!(!b.configured_root().join(origin.to_string()).exists());
     std::fs::remove_dir_all(b.legacy_root().join(origin.to_string())).unwrap();
     let again = restored_paths(&store, fork, &want).await;
     assert_eq!(again, paths);
+    assert_eq!(store.messages(fork).await.unwrap().len(), 2);
+    assert_eq!(store.items(fork).await.unwrap().len(), 1);
     let hits = store.search("papaya".into(), None, 10).await.unwrap();
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!(hits[0].session_id, fork);
+    // Erasing the origin's index entries took none of the fork's (nor the branch's),
+    // the title included.
+    for word in ["mango", "durian"] {
+        let hits = store.search(word.into(), None, 10).await.unwrap();
+        assert!(
+            hits.iter().any(|hit| hit.session_id == fork),
+            "{word}: {hits:?}"
+        );
+        assert!(
+            hits.iter()
+                .all(|hit| hit.session_id == fork || hit.session_id == branch),
+            "{word}: {hits:?}"
+        );
+    }
+    let listed: HashSet<SessionId> = store
+        .list_sessions_page(10, None)
+        .await
+        .unwrap()
+        .sessions
+        .iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(listed, HashSet::from([fork, branch, other]));
     let verified = store.verify().await.unwrap();
     assert!(verified.ok(), "{:?}", verified.problems);
 }
 
 async fn search_finds_titles_messages_and_agent_text(b: Backend) {
     let store = b.open().await;
-    let (s, _, ids) = seeded(&store, &b.legacy_root(), "test-host").await;
+    let (s, _, ids) = seeded(&store, &b.legacy_root()).await;
     let other = session(&store, ToolsHost::Local).await;
     store
         .send(other, Outgoing::user("mango mango mango everywhere"))
@@ -731,7 +788,7 @@ fn normalised(text: &str, b: &Backend, ids: &[String]) -> String {
 
 async fn export_then_import_restores_the_same_history(b: Backend) {
     let store = b.open().await;
-    let (s, files, _) = seeded(&store, &b.legacy_root(), "test-host").await;
+    let (s, files, _) = seeded(&store, &b.legacy_root()).await;
     let archive = b.dir.path().join("out.tar");
     let said = export(|args| b.run(args), &s.to_string(), &archive);
     assert!(
