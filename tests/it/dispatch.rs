@@ -830,42 +830,6 @@ fn cli_send_refusals_are_one_line_and_store_nothing() {
     }
 }
 
-#[test]
-fn cli_drain_delivers_queued_messages_once_and_dispatch_skips_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let sid = new_session(d);
-    let out = run(d, &["drain", "--session", &sid]);
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(stdout(&out).trim(), "[]");
-
-    assert!(
-        run(d, &["send", "--session", &sid, "--text", "now"])
-            .status
-            .success()
-    );
-    let queued = run(
-        d,
-        &[
-            "send",
-            "--session",
-            &sid,
-            "--text",
-            "meanwhile",
-            "--mid-turn",
-        ],
-    );
-    assert!(queued.status.success());
-    let out = json(&run(d, &["dispatch", "--session", &sid]));
-    assert_eq!(out, serde_json::json!([{"type": "text", "text": "now"}]));
-    let out = json(&run(d, &["drain", "--session", &sid, "--format", "acp"]));
-    assert_eq!(
-        out,
-        serde_json::json!([{"type": "text", "text": "meanwhile"}])
-    );
-    assert_eq!(stdout(&run(d, &["drain", "--session", &sid])).trim(), "[]");
-}
-
 #[tokio::test]
 async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session() {
     let h = Harness::new().await;

@@ -113,14 +113,7 @@ fn the_v1_fixture_restores_from_moved_roots() {
 /// under `moved` and to hold exactly the bytes of the block that names it.
 fn attachment_paths(restored: &serde_json::Value, moved: &Path) -> Vec<(String, PathBuf)> {
     let mut paths = vec![];
-    // Recorded plans, tool calls and session updates carry no content blocks.
-    for block in restored["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["content"].as_array())
-        .flatten()
-    {
+    for block in crate::support::history_blocks(restored) {
         let Some(context) = block["_meta"]["daemon/attachmentContext"].as_str() else {
             continue;
         };

@@ -17,7 +17,9 @@ use sessionstore::openai::{chat_request, responses_request};
 use sessionstore::store::{HistoryEntry, Restored};
 use sessionstore::{Config, Store, turns};
 
-use crate::support::{PNG, bin, check_attachment, copy_tree, fixture, json, stderr, stdout};
+use crate::support::{
+    PNG, RECORDED_TURN, bin, check_attachment, copy_tree, fixture, json, roles, stderr, stdout,
+};
 
 type Line = JsonRpcMessage<Notification<SessionNotification>>;
 
@@ -111,12 +113,8 @@ async fn the_v2_fixture_restores_its_turn_in_every_format() {
     assert_eq!(acp, serde_json::to_string(&restored).unwrap() + "\n");
     let acp: serde_json::Value = serde_json::from_str(&acp).unwrap();
     let entries = acp["messages"].as_array().unwrap();
-    let roles: Vec<&str> = entries
-        .iter()
-        .map(|e| e["role"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        roles,
+        roles(&acp["messages"]),
         [
             "user",
             "thought",
@@ -164,13 +162,7 @@ async fn the_v2_fixture_restores_its_turn_in_every_format() {
         serde_json::to_string(&chat_request("gpt-4o", &conversation)).unwrap() + "\n"
     );
     let chat: serde_json::Value = serde_json::from_str(&chat).unwrap();
-    let roles: Vec<&str> = chat["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
-    assert_eq!(roles, ["user", "assistant", "user"]);
+    assert_eq!(roles(&chat["messages"]), ["user", "assistant", "user"]);
     assert_eq!(
         chat["messages"][1]["content"],
         "The chart shows the budget: 42, as in /home/agent/work/notes 日本.txt.That is all."
@@ -206,22 +198,6 @@ async fn the_v2_fixture_restores_its_turn_in_every_format() {
         assert_eq!(*line, serde_json::to_string(want).unwrap());
     }
 }
-
-/// The updates of a JSON-lines file `record` reads: text, a thought, two tool calls
-/// (one updated three times, ending `completed` with content), a plan and a mode
-/// change.
-const TURN: &str = r#"{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"Look at the chart "},"messageId":"think"}
-{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"and the notes."},"messageId":"think"}
-{"sessionUpdate":"plan","entries":[{"content":"Read the notes","priority":"high","status":"in_progress"}]}
-{"sessionUpdate":"tool_call","toolCallId":"read","title":"Read notes","kind":"read","status":"pending","rawInput":{"file":"notes.txt"}}
-{"sessionUpdate":"tool_call","toolCallId":"grep","title":"Search","kind":"search","status":"failed"}
-{"sessionUpdate":"tool_call_update","toolCallId":"read","status":"in_progress"}
-{"sessionUpdate":"tool_call_update","toolCallId":"read","title":"Read notes (2 lines)"}
-{"sessionUpdate":"tool_call_update","toolCallId":"read","status":"completed","content":[{"type":"content","content":{"type":"text","text":"budget: 42"}}]}
-{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"The budget "},"messageId":"answer"}
-{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"is 42."},"messageId":"answer"}
-{"sessionUpdate":"current_mode_update","currentModeId":"code"}
-"#;
 
 /// `(sessionUpdate, messageId or toolCallId)` of a line.
 fn tag_of(line: &Line) -> (String, String) {
@@ -282,7 +258,9 @@ fn a_recorded_turn_replays_in_order_from_moved_roots() {
     };
     let first = send("What is the budget?", &[0, 1]);
     let turn = home.join("turn.jsonl");
-    std::fs::write(&turn, TURN).unwrap();
+    // The shared turn, then a mode change.
+    let mode = r#"{"sessionUpdate":"current_mode_update","currentModeId":"code"}"#;
+    std::fs::write(&turn, format!("{RECORDED_TURN}{mode}\n")).unwrap();
     let recorded = cmd(&["record", "--json", "--session", &sid])
         .stdin(Stdio::from(std::fs::File::open(&turn).unwrap()))
         .output()

@@ -529,57 +529,6 @@ fn cli_restore_reads_from_a_legacy_root_after_the_files_moved() {
     assert!(!show.contains(&d.display().to_string()), "{show}");
 }
 
-/// A history whose files do not fit the memo: every block still carries the path of a
-/// read that gave its bytes, and files the memo evicted were read again.
-#[tokio::test]
-async fn a_restore_larger_than_its_memo_budget_reads_evicted_files_again() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
-    // Five 6000-byte files, 8000 bytes once encoded; the budget holds two of them.
-    let mut files = Vec::new();
-    for i in 0..5u8 {
-        let bytes: Vec<u8> = (0..6000u32)
-            .map(|j| (j as u8) ^ i.wrapping_mul(37))
-            .collect();
-        files.push(h.attach(s, &format!("part {i}.bin"), &bytes).await);
-    }
-    for i in 0..15 {
-        let a = &files[i % 5];
-        let b = &files[(i * 3 + 1) % 5];
-        h.send(s, &format!("message {i}"), &[a, b, a]).await;
-    }
-    let (fresh, reads) = counting_store(h.config.clone()).await;
-    let restored = fresh.restore_with_budget(s, 16_000).await.unwrap();
-    assert_eq!(restored.messages.len(), 15);
-    let folder = h.folder(h.configured(), s);
-    for (i, d) in restored.messages.iter().enumerate() {
-        let out = blocks(d);
-        assert_eq!(out.len(), 4, "{out:?}");
-        assert_eq!(out[0]["text"], format!("message {i}"));
-        let expected = [&files[i % 5], &files[(i * 3 + 1) % 5], &files[i % 5]];
-        for (block, file) in out[1..].iter().zip(expected) {
-            let (kind, path) = check_attachment(block, file);
-            assert_eq!(kind, "blob");
-            assert_eq!(path, folder.join(&file.name));
-        }
-    }
-    let over_budget = reads.total();
-    assert!(
-        over_budget > 5,
-        "evicted files were read again ({over_budget} reads of 5 files)"
-    );
-    // At most one read per distinct file per message, even over budget.
-    assert!(over_budget <= 30, "{over_budget} reads");
-    let (roomy, reads) = counting_store(h.config.clone()).await;
-    let whole = roomy.restore(s).await.unwrap();
-    assert_eq!(
-        reads.total(),
-        5,
-        "with the default budget each file is read once"
-    );
-    assert_eq!(whole, restored);
-}
-
 #[test]
 fn restore_takes_a_memo_budget_and_refuses_a_bad_one() {
     let dir = tempfile::tempdir().unwrap();

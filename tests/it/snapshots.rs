@@ -6,13 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use sessionstore::attachments::Roots;
-use sessionstore::dispatch::DEFAULT_MEMO_BUDGET;
-use sessionstore::format::{Format, StreamWriter};
-use sessionstore::model::Role;
-use sessionstore::openai::{chat_request, responses_request};
 use sessionstore::{Config, SessionId, Store};
 
-use crate::support::copy_tree;
+use crate::support::{V2_RESTORE_SNAPSHOTS, copy_tree, restore_text, v1_restore_snapshots};
 
 /// Compares `actual` with the stored snapshot `name`, or writes it when blessing.
 fn check(name: &str, actual: &str) {
@@ -65,33 +61,21 @@ async fn what_the_model_sees_for_the_v1_fixture() {
     let root = dir.path().join("root");
     let (store, sid) = fixture_store("v1", &root).await;
     let restored = store.restore(sid).await.unwrap();
-    let conversation: Vec<(Role, _)> = restored
-        .messages
-        .iter()
-        .map(|d| (d.message.role, d.blocks.clone()))
-        .collect();
-    let redact = |v: serde_json::Value| {
-        let text = serde_json::to_string_pretty(&v).unwrap();
-        text.replace(root.to_str().unwrap(), "<ROOT>") + "\n"
-    };
-    let acp = redact(serde_json::to_value(&restored).unwrap());
+    let [acp, chat, responses] = v1_restore_snapshots(&restored).map(|(name, value)| {
+        let text = serde_json::to_string_pretty(&value).unwrap();
+        (name, text.replace(root.to_str().unwrap(), "<ROOT>") + "\n")
+    });
     assert!(
-        acp.contains("<ROOT>/attachments/"),
+        acp.1.contains("<ROOT>/attachments/"),
         "paths were redacted, not lost"
     );
     assert!(
-        acp.contains("<ROOT>/legacy/"),
+        acp.1.contains("<ROOT>/legacy/"),
         "the legacy read is reported as such"
     );
-    check("v1-restore-acp.json", &acp);
-    check(
-        "v1-restore-openai.json",
-        &redact(serde_json::to_value(chat_request("gpt-4o", &conversation)).unwrap()),
-    );
-    check(
-        "v1-restore-openai-responses.json",
-        &redact(serde_json::to_value(responses_request("gpt-4o", &conversation)).unwrap()),
-    );
+    for (name, text) in [acp, chat, responses] {
+        check(name, &text);
+    }
 }
 
 /// The v2 fixture's recorded turn as `restore` streams it in each format: the same
@@ -102,27 +86,8 @@ async fn what_a_restore_prints_for_the_v2_fixture_and_its_recorded_turn() {
     let root = dir.path().join("root");
     let (store, sid) = fixture_store("v2", &root).await;
     let redact = |text: &str| text.replace(root.to_str().unwrap(), "<ROOT>");
-    for (format, name) in [
-        (Format::AcpRestore, "v2-restore-acp.json"),
-        (Format::AcpUpdates, "v2-restore-acp-updates.jsonl"),
-        (Format::OpenaiChat, "v2-restore-openai.json"),
-        (Format::OpenaiResponses, "v2-restore-openai-responses.json"),
-    ] {
-        let mut stream = store
-            .restore_stream(sid, DEFAULT_MEMO_BUDGET)
-            .await
-            .unwrap();
-        let mut out = StreamWriter::begin(Vec::new(), format, sid, "gpt-4o").unwrap();
-        while let Some(item) = stream.next().await {
-            out.item(&item.unwrap()).unwrap();
-        }
-        let text = String::from_utf8(out.finish().unwrap()).unwrap();
-        let text = if format.is_lines() {
-            redact(&text)
-        } else {
-            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-            redact(&serde_json::to_string_pretty(&value).unwrap()) + "\n"
-        };
+    for (format, name) in V2_RESTORE_SNAPSHOTS {
+        let text = redact(&restore_text(&store, sid, format).await);
         assert!(
             text.contains("<ROOT>/legacy/"),
             "{name}: paths were redacted, not lost"

@@ -122,12 +122,18 @@ pub fn run_in(dir: &Path, args: &[&str]) -> Output {
 
 /// Runs the binary with `args` on the store under `dir`, fed `input` on stdin.
 pub fn run_with_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
-    let mut child = bin(dir)
-        .args(args)
+    let mut cmd = bin(dir);
+    cmd.args(args)
         .arg("--db")
         .arg(dir.join("sessions.db"))
         .arg("--attachments-root")
-        .arg(dir.join("attachments"))
+        .arg(dir.join("attachments"));
+    feed(cmd, input)
+}
+
+/// Runs `cmd` with `input` on its stdin, to its end.
+pub fn feed(mut cmd: Command, input: &[u8]) -> Output {
+    let mut child = cmd
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -140,6 +146,128 @@ pub fn run_with_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
         .write_all(input)
         .expect("stdin takes the input");
     child.wait_with_output().expect("the binary ends")
+}
+
+/// A user message as typed, with no references.
+pub fn user_text(t: &str) -> sessionstore::model::NewMessage {
+    sessionstore::model::NewMessage {
+        role: sessionstore::model::Role::User,
+        display_text: t.to_owned(),
+        model_text: None,
+        transcript: None,
+        refs: vec![],
+    }
+}
+
+/// A turn as `record` reads it, one update a line: a thought in two chunks, a plan,
+/// a tool call updated three times (ending `completed` with content) and one that
+/// failed, and agent text in two chunks.
+pub const RECORDED_TURN: &str = r#"{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"Look at the chart "},"messageId":"think"}
+{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"and the notes."},"messageId":"think"}
+{"sessionUpdate":"plan","entries":[{"content":"Read the notes","priority":"high","status":"in_progress"}]}
+{"sessionUpdate":"tool_call","toolCallId":"read","title":"Read notes","kind":"read","status":"pending","rawInput":{"file":"notes.txt"}}
+{"sessionUpdate":"tool_call","toolCallId":"grep","title":"Search","kind":"search","status":"failed"}
+{"sessionUpdate":"tool_call_update","toolCallId":"read","status":"in_progress"}
+{"sessionUpdate":"tool_call_update","toolCallId":"read","title":"Read notes (2 lines)"}
+{"sessionUpdate":"tool_call_update","toolCallId":"read","status":"completed","content":[{"type":"content","content":{"type":"text","text":"budget: 42"}}]}
+{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"The budget "},"messageId":"answer"}
+{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"is 42."},"messageId":"answer"}
+"#;
+
+/// The `role` of each entry of a JSON array of messages (a restore's history or an
+/// OpenAI request's messages).
+pub fn roles(messages: &serde_json::Value) -> Vec<&str> {
+    messages
+        .as_array()
+        .expect("a list of messages")
+        .iter()
+        .map(|m| m["role"].as_str().expect("each message has a role"))
+        .collect()
+}
+
+/// Every content block of a restored ACP history; recorded plans, tool calls and
+/// session updates carry none.
+pub fn history_blocks(restored: &serde_json::Value) -> impl Iterator<Item = &serde_json::Value> {
+    restored["messages"]
+        .as_array()
+        .expect("a restored history")
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+}
+
+/// What the v1 fixture's snapshots hold, by name, before redaction: the restored
+/// ACP history and both OpenAI requests made from its messages.
+pub fn v1_restore_snapshots(
+    restored: &sessionstore::store::Restored,
+) -> [(&'static str, serde_json::Value); 3] {
+    use sessionstore::openai::{chat_request, responses_request};
+    let conversation: Vec<(sessionstore::model::Role, _)> = restored
+        .messages
+        .iter()
+        .map(|d| (d.message.role, d.blocks.clone()))
+        .collect();
+    let value = |v: Result<serde_json::Value, serde_json::Error>| v.expect("JSON prints");
+    [
+        ("v1-restore-acp.json", value(serde_json::to_value(restored))),
+        (
+            "v1-restore-openai.json",
+            value(serde_json::to_value(chat_request("gpt-4o", &conversation))),
+        ),
+        (
+            "v1-restore-openai-responses.json",
+            value(serde_json::to_value(responses_request(
+                "gpt-4o",
+                &conversation,
+            ))),
+        ),
+    ]
+}
+
+/// The snapshots of the v2 fixture's restore, one a format.
+pub const V2_RESTORE_SNAPSHOTS: [(sessionstore::format::Format, &str); 4] = [
+    (
+        sessionstore::format::Format::AcpRestore,
+        "v2-restore-acp.json",
+    ),
+    (
+        sessionstore::format::Format::AcpUpdates,
+        "v2-restore-acp-updates.jsonl",
+    ),
+    (
+        sessionstore::format::Format::OpenaiChat,
+        "v2-restore-openai.json",
+    ),
+    (
+        sessionstore::format::Format::OpenaiResponses,
+        "v2-restore-openai-responses.json",
+    ),
+];
+
+/// What `restore --format <format>` prints for `session`, written by the binary's own
+/// stream writers; whole-document formats pretty-printed, for snapshots.
+pub async fn restore_text(
+    store: &Store,
+    session: sessionstore::SessionId,
+    format: sessionstore::format::Format,
+) -> String {
+    use sessionstore::format::StreamWriter;
+    let mut stream = store
+        .restore_stream(session, sessionstore::dispatch::DEFAULT_MEMO_BUDGET)
+        .await
+        .expect("the restore starts");
+    let mut out = StreamWriter::begin(Vec::new(), format, session, "gpt-4o").expect("a writer");
+    while let Some(item) = stream.next().await {
+        out.item(&item.expect("an item restores"))
+            .expect("the item is written");
+    }
+    let text = String::from_utf8(out.finish().expect("the writer ends")).expect("UTF-8 output");
+    if format.is_lines() {
+        text
+    } else {
+        let value: serde_json::Value = serde_json::from_str(&text).expect("one JSON document");
+        serde_json::to_string_pretty(&value).expect("JSON prints") + "\n"
+    }
 }
 
 /// The frozen fixture of schema `version` (`v1`, `v2`) in the repository.

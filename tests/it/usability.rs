@@ -707,46 +707,6 @@ fn readme_tour_runs_as_written() {
     );
 }
 
-/// README's fork, search and export/import examples, run as written after the tour
-/// (they use its `$id`): each runs, the search for the session's title finds it, and
-/// counts read in the singular where there is one.
-#[test]
-fn readme_lifecycle_examples_run_after_the_tour() {
-    let tour = readme_script("## A short tour", "`record` reads");
-    let lifecycle = readme_script("### Forking a session", "## Listing sessions");
-    assert!(
-        lifecycle.contains("--at \"$message\"")
-            && lifecycle.contains(" search ")
-            && lifecycle.contains(" import ")
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_script(
-        dir.path(),
-        &format!("{tour} >/dev/null 2>&1\necho \"session $id\"\n{lifecycle}"),
-    );
-    let printed = stdout(&out);
-    assert!(
-        out.status.success(),
-        "the examples failed: {printed}\n{}",
-        stderr(&out)
-    );
-    let id = printed
-        .lines()
-        .find_map(|l| l.strip_prefix("session "))
-        .expect("the tour's session");
-    assert!(
-        printed
-            .lines()
-            .any(|l| l.starts_with(id) && l.contains("title  [quarterly review]")),
-        "the title search finds the session: {printed}"
-    );
-    assert!(
-        printed.contains("exported 3 messages, 1 item, 2 files"),
-        "{printed}"
-    );
-    assert!(dir.path().join("session.md").is_file());
-}
-
 /// 13.6: a session that does not restore is named once in the refusal.
 #[test]
 fn the_restore_refusal_names_its_session_once() {

@@ -1,26 +1,14 @@
 //! `verify`: the tables are a projection of the event log, and edits made behind the
 //! store's back are caught and named.
 
-use crate::support::{config_in, run_in, stdout};
-use sessionstore::model::{NewMessage, Role, ToolsHost};
+use crate::support::{config_in, run_in, stdout, user_text};
+use sessionstore::model::ToolsHost;
 
 async fn seeded(dir: &std::path::Path) -> sessionstore::Store {
     let store = sessionstore::Store::open(config_in(dir)).await.unwrap();
     let s = store.create_session(None, ToolsHost::Local).await.unwrap();
     for t in ["one", "two"] {
-        store
-            .append_message(
-                s.id,
-                NewMessage {
-                    role: Role::User,
-                    display_text: t.to_owned(),
-                    model_text: None,
-                    transcript: None,
-                    refs: vec![],
-                },
-            )
-            .await
-            .unwrap();
+        store.append_message(s.id, user_text(t)).await.unwrap();
     }
     store
 }

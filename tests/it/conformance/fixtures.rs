@@ -8,15 +8,14 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use sessionstore::attachments::Roots;
-use sessionstore::dispatch::DEFAULT_MEMO_BUDGET;
-use sessionstore::format::{Format, StreamWriter};
-use sessionstore::model::Role;
-use sessionstore::openai::{chat_request, responses_request};
 use sessionstore::{Config, SessionId, Store};
 
-use super::common::{entry_ids, ids_named};
+use super::common::{entry_ids, export, ids_named};
 use crate::backend::{Backend, conformance};
-use crate::support::{bin, copy_tree, fixture, json, snapshot, stderr, stdout};
+use crate::support::{
+    V2_RESTORE_SNAPSHOTS, bin, copy_tree, fixture, history_blocks, json, restore_text, snapshot,
+    stderr, stdout, v1_restore_snapshots,
+};
 
 conformance!(
     the_v1_fixture_imported_restores_as_its_sqlite_copy_does,
@@ -102,17 +101,7 @@ async fn load(b: &Backend, version: &str) -> (Copy, Store, Vec<String>, Vec<Stri
     // Reading commands never upgrade: the copy is migrated first, as a user would.
     json(&copy.run_on(&sqlite, &["migrate", "--json"]));
     let archive = copy.root().join("fixture.tar");
-    let out = copy.run_on(
-        &sqlite,
-        &[
-            "export",
-            "--session",
-            &sid,
-            "--out",
-            archive.to_str().unwrap(),
-        ],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
+    export(|args| copy.run_on(&sqlite, args), &sid, &archive);
     let imported = json(&b.run(&["import", archive.to_str().unwrap(), "--keep-id", "--json"]));
     assert_eq!(imported["id"], sid.as_str(), "the fixture's id is kept");
 
@@ -147,13 +136,7 @@ async fn load(b: &Backend, version: &str) -> (Copy, Store, Vec<String>, Vec<Stri
     // put it: the fixture's legacy file included.
     let restored = json(&b.run(&["restore", "--session", &sid, "--format", "acp"]));
     let mut files = 0;
-    for block in restored["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["content"].as_array())
-        .flatten()
-    {
+    for block in history_blocks(&restored) {
         let Some(context) = crate::support::context_of(block) else {
             continue;
         };
@@ -184,29 +167,11 @@ async fn the_v1_fixture_imported_restores_as_its_sqlite_copy_does(b: Backend) {
     let (copy, store, copy_ids, b_ids) = load(&b, "v1").await;
     // What the snapshots hold, made as `snapshots.rs` makes them.
     let restored = store.restore(copy.session).await.unwrap();
-    let conversation: Vec<(Role, _)> = restored
-        .messages
-        .iter()
-        .map(|d| (d.message.role, d.blocks.clone()))
-        .collect();
     let redact = |v: serde_json::Value| {
         let text = serde_json::to_string_pretty(&v).unwrap();
         ids_named(&text, &b_ids).replace(copy.root().to_str().unwrap(), "<ROOT>") + "\n"
     };
-    for (name, actual) in [
-        (
-            "v1-restore-acp.json",
-            serde_json::to_value(&restored).unwrap(),
-        ),
-        (
-            "v1-restore-openai.json",
-            serde_json::to_value(chat_request("gpt-4o", &conversation)).unwrap(),
-        ),
-        (
-            "v1-restore-openai-responses.json",
-            serde_json::to_value(responses_request("gpt-4o", &conversation)).unwrap(),
-        ),
-    ] {
+    for (name, actual) in v1_restore_snapshots(&restored) {
         let actual = redact(actual);
         assert!(actual.contains("<ROOT>/legacy/"), "{name}: the legacy read");
         assert_eq!(actual, snapshot_file(name, &copy_ids), "{name}");
@@ -216,27 +181,8 @@ async fn the_v1_fixture_imported_restores_as_its_sqlite_copy_does(b: Backend) {
 async fn the_v2_fixture_imported_restores_as_its_sqlite_copy_does(b: Backend) {
     let (copy, store, copy_ids, b_ids) = load(&b, "v2").await;
     let sid = copy.session;
-    for (format, name) in [
-        (Format::AcpRestore, "v2-restore-acp.json"),
-        (Format::AcpUpdates, "v2-restore-acp-updates.jsonl"),
-        (Format::OpenaiChat, "v2-restore-openai.json"),
-        (Format::OpenaiResponses, "v2-restore-openai-responses.json"),
-    ] {
-        let mut stream = store
-            .restore_stream(sid, DEFAULT_MEMO_BUDGET)
-            .await
-            .unwrap();
-        let mut out = StreamWriter::begin(Vec::new(), format, sid, "gpt-4o").unwrap();
-        while let Some(item) = stream.next().await {
-            out.item(&item.unwrap()).unwrap();
-        }
-        let text = String::from_utf8(out.finish().unwrap()).unwrap();
-        let text = if format.is_lines() {
-            text
-        } else {
-            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-            serde_json::to_string_pretty(&value).unwrap() + "\n"
-        };
+    for (format, name) in V2_RESTORE_SNAPSHOTS {
+        let text = restore_text(&store, sid, format).await;
         let actual = ids_named(&text, &b_ids).replace(copy.root().to_str().unwrap(), "<ROOT>");
         assert!(actual.contains("<ROOT>/legacy/"), "{name}: the legacy read");
         assert_eq!(actual, snapshot_file(name, &copy_ids), "{name}");

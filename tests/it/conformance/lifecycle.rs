@@ -5,17 +5,17 @@
 //! engine's own promise.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 
-use agent_client_protocol_schema::v1::SessionUpdate;
 use sessionstore::lifecycle::{DeletionStatus, SessionCursor};
 use sessionstore::model::{Delivery, ToolsHost};
 use sessionstore::store::Outgoing;
-use sessionstore::{Error, MessageId, SessionId, Store};
+use sessionstore::{Error, SessionId};
 
-use super::common::{entry_ids, expect, ids_named, session};
+use super::common::{
+    entry_ids, export, ids_named, moved, parse_update, restored_paths, seeded, session,
+};
 use crate::backend::{Backend, conformance};
-use crate::support::{Expect, assert_one_line_error, block_json, check_attachment, json, stderr};
+use crate::support::{Expect, assert_one_line_error, json, stderr, stdout};
 
 conformance!(
     a_cursor_walk_sees_each_session_once_in_order,
@@ -26,81 +26,8 @@ conformance!(
     export_then_import_restores_the_same_history,
 );
 
-fn update(line: &str, session: SessionId) -> SessionUpdate {
-    sessionstore::turns::parse_line(line, session).expect("a valid update")
-}
-
 fn ids(page: &sessionstore::lifecycle::SessionPage) -> Vec<SessionId> {
     page.sessions.iter().map(|s| s.id).collect()
-}
-
-/// A session with an image and a text file in the configured root, a file only in
-/// the legacy root, two user messages with a recorded agent reply between them, and
-/// a queued mid-turn message. Each text has a word no other text has. Returns the
-/// session, what its files' blocks must hold, and its two delivered messages.
-async fn seeded(b: &Backend, store: &Store) -> (SessionId, Vec<Expect>, Vec<MessageId>) {
-    let s = session(store, ToolsHost::Local).await;
-    let png = store
-        .attach(s, "café chart.png".into(), crate::support::PNG.to_vec())
-        .await
-        .unwrap();
-    let notes = store
-        .attach(s, "notes 日本.txt".into(), b"kiwi notes".to_vec())
-        .await
-        .unwrap();
-    let folder = b.legacy_root().join(s.to_string());
-    std::fs::create_dir_all(&folder).unwrap();
-    std::fs::write(folder.join("old.txt"), b"legacy bytes").unwrap();
-    let mut first = Outgoing::user("compare the mango chart");
-    first.attach = vec![png.uri.clone(), notes.uri.clone()];
-    let first = store.send(s, first).await.unwrap();
-    store
-        .record(
-            s,
-            vec![update(
-                r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"the papaya line rises"}}"#,
-                s,
-            )],
-        )
-        .await
-        .unwrap();
-    let mut second = Outgoing::user("and the old durian notes?");
-    second.attach = vec![sessionstore::attachments::AttachmentUri::new(s, "old.txt")];
-    let second = store.send(s, second).await.unwrap();
-    let mut queued = Outgoing::user("queued lychee");
-    queued.mid_turn = true;
-    store.send(s, queued).await.unwrap();
-    let files = vec![
-        expect(s, "café chart.png", crate::support::PNG),
-        expect(s, "notes 日本.txt", b"kiwi notes"),
-        expect(s, "old.txt", b"legacy bytes"),
-    ];
-    (s, files, vec![first.id, second.id])
-}
-
-/// `e` as it must appear in session `to`'s blocks.
-fn moved(e: &Expect, to: SessionId) -> Expect {
-    Expect {
-        uri: sessionstore::oracle::expected_uri(to, &e.name),
-        ..expect(to, &e.name, &e.bytes)
-    }
-}
-
-/// Restores `session` and checks every attachment block against `files` (matched by
-/// name), returning the paths given to the model.
-async fn restored_paths(store: &Store, session: SessionId, files: &[Expect]) -> Vec<PathBuf> {
-    let restored = store.restore(session).await.unwrap();
-    let mut paths = vec![];
-    for block in restored.messages.iter().flat_map(|m| &m.blocks) {
-        let json = block_json(block);
-        let Some(context) = crate::support::context_of(&json) else {
-            continue;
-        };
-        let name = crate::support::context_line(context).name;
-        let expect = files.iter().find(|f| f.name == name).expect("a known file");
-        paths.push(check_attachment(&json, expect).1);
-    }
-    paths
 }
 
 async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
@@ -110,6 +37,7 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
         before.push(session(&store, ToolsHost::Local).await);
     }
     // Pages of 5, with two sessions added after each page.
+    let mut added = Vec::new();
     let mut seen = Vec::new();
     let mut cursor: Option<SessionCursor> = None;
     let mut pages = 0;
@@ -119,7 +47,7 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
         pages += 1;
         seen.extend(ids(&page));
         for _ in 0..2 {
-            store.create_session(None, ToolsHost::Local).await.unwrap();
+            added.push(session(&store, ToolsHost::Local).await);
         }
         match page.next_cursor {
             // Through its printed form, as a caller carries it.
@@ -149,6 +77,24 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
     }
     assert!(!rest.contains(&shown[1]) && !rest.contains(&unseen));
     assert_eq!(rest.len(), 23 + 10 - 3 - 1);
+    // The rest is everyone not on the first page, newest first, but for the one that
+    // moved to the front: the ones added during the walk came first.
+    let everyone: Vec<SessionId> = added
+        .iter()
+        .rev()
+        .chain(before.iter().rev())
+        .copied()
+        .collect();
+    assert_eq!(shown, everyone[..3]);
+    let want: Vec<SessionId> = everyone[3..]
+        .iter()
+        .copied()
+        .filter(|s| *s != unseen)
+        .collect();
+    assert_eq!(
+        rest, want,
+        "neither updated session shows again on a later page"
+    );
     assert_eq!(
         ids(&store.list_sessions_page(2, None).await.unwrap()),
         [unseen, shown[1]]
@@ -189,13 +135,34 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
         listed.extend(page["sessions"].as_array().unwrap().iter().cloned());
         match page["nextCursor"].as_str() {
             Some(c) => cursor = Some(c.to_owned()),
-            None => break,
+            None => {
+                assert_eq!(page["nextCursor"], serde_json::Value::Null, "the last page");
+                break;
+            }
         }
     }
     assert_eq!(listed.len(), 33);
     let unique: HashSet<&str> = listed.iter().map(|s| s["id"].as_str().unwrap()).collect();
     assert_eq!(unique.len(), 33);
     let top = &listed[0];
+    let keys: HashSet<&str> = top
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        HashSet::from([
+            "id",
+            "title",
+            "toolsHost",
+            "createdAt",
+            "updatedAt",
+            "messages",
+            "attachmentBytes"
+        ])
+    );
     assert_eq!(top["id"], sid.as_str());
     assert_eq!(top["messages"], 3);
     assert_eq!(
@@ -210,13 +177,31 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
         .map(|s| s["updatedAt"].as_str().unwrap())
         .collect();
     assert!(updated.windows(2).all(|w| w[0] >= w[1]), "{updated:?}");
+    // A session the binary makes with a title and a tools host lists them.
+    let made = json(&b.run(&[
+        "session",
+        "new",
+        "--title",
+        "Plans",
+        "--tools-host",
+        "ssh",
+        "--json",
+    ]));
+    let first = json(&b.run(&["session", "list", "--limit", "1", "--json"]));
+    assert_eq!(first["sessions"].as_array().unwrap().len(), 1);
+    let newest = &first["sessions"][0];
+    assert_eq!(newest["id"], made["id"]);
+    assert_eq!(newest["title"], "Plans");
+    assert_eq!(newest["toolsHost"], "ssh");
+    assert_eq!(newest["messages"], 0);
+    assert!(first["nextCursor"].is_string(), "{first}");
     let err = crate::support::assert_usage_error(&b.run(&["session", "list", "--cursor", "nope"]));
     assert!(err.contains("malformed cursor"), "{err}");
 }
 
 async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
     let store = b.open().await;
-    let (gone, _, _) = seeded(&b, &store).await;
+    let (gone, _, _) = seeded(&store, &b.legacy_root()).await;
     let live = session(&store, ToolsHost::Local).await;
     store
         .send(live, Outgoing::user("stays here"))
@@ -325,6 +310,7 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
     // reports a tombstone written beside a live session's rows.
     let live = live.to_string();
     for statement in [
+        "DELETE FROM events".to_owned(),
         format!("DELETE FROM events WHERE session_id = '{live}'"),
         format!("UPDATE events SET kind = 'x' WHERE session_id = '{live}'"),
     ] {
@@ -344,6 +330,18 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
         "{:?}",
         report.problems
     );
+}
+
+/// Sets a file's modification time an `age` ago (the change time cannot be set, so
+/// the test gives gc a grace period between the two).
+fn age(path: &std::path::Path, age: std::time::Duration) {
+    let when = std::time::SystemTime::now() - age;
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(when)
+        .unwrap();
 }
 
 async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend) {
@@ -372,6 +370,14 @@ async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend)
     let stranger = SessionId::new().to_string();
     std::fs::create_dir_all(root.join(&stranger)).unwrap();
     std::fs::write(root.join(&stranger).join("x.txt"), b"x").unwrap();
+    std::fs::write(root.join("README"), b"someone's notes").unwrap();
+    // A crashed upload's temporary file, and a link out of the session folder.
+    let folder = root.join(live.to_string());
+    let temp = folder.join(format!(".upload-{}.partial.", "0123456789abcdef".repeat(2)));
+    std::fs::write(&temp, b"half").unwrap();
+    let outside = b.dir.path().join("outside.txt");
+    std::fs::write(&outside, b"not the store's").unwrap();
+    std::os::unix::fs::symlink(&outside, folder.join("link.txt")).unwrap();
     drop(store);
 
     let planned = json(&b.run(&["gc", "--grace", "0", "--dry-run", "--json"]));
@@ -391,26 +397,61 @@ async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend)
     );
     assert_eq!(first["unreferenced"]["files"], 0, "{first}");
     assert!(!root.join(deleted.to_string()).exists());
+    assert!(folder.join("orphan.txt").exists());
 
-    let done = json(&b.run(&["gc", "--grace", "0", "--json"]));
+    for path in [folder.join("orphan.txt"), temp.clone()] {
+        age(&path, std::time::Duration::from_secs(3 * 3600));
+    }
+    let planned = json(&b.run(&["gc", "--grace", "1h", "--dry-run", "--json"]));
+    assert_eq!(
+        planned["leftovers"],
+        serde_json::json!({"files": 1, "bytes": 4})
+    );
+    assert!(temp.exists(), "a dry run removes nothing");
+    // A temporary file goes by its modification time (a live upload keeps moving
+    // it); an upload by the later of that and its status-change time, which stays
+    // recent here, so a grace only the modification time has passed keeps it.
+    let swept = json(&b.run(&["gc", "--grace", "1h", "--json"]));
+    assert_eq!(
+        swept["leftovers"],
+        serde_json::json!({"files": 1, "bytes": 4})
+    );
+    assert_eq!(swept["unreferenced"]["files"], 0, "{swept}");
+    assert!(!temp.exists() && folder.join("orphan.txt").exists());
+
+    let done = json(&b.run(&["gc", "--grace", "0s", "--json"]));
     assert_eq!(
         done["unreferenced"],
         serde_json::json!({"files": 1, "bytes": 13}),
         "{done}"
     );
-    let folder = root.join(live.to_string());
+    assert_eq!(
+        done["total"],
+        serde_json::json!({"files": 1, "bytes": 13}),
+        "{done}"
+    );
     assert!(!folder.join("orphan.txt").exists());
+    // What stays: the referenced upload, the link and what it points at, the legacy
+    // root, the folder of a session this database does not know, a stray file.
     assert!(folder.join("kept.txt").exists());
+    assert!(folder.join("link.txt").symlink_metadata().is_ok());
+    assert!(outside.exists());
     assert!(legacy.join("legacy-orphan.txt").exists());
     assert!(root.join(&stranger).join("x.txt").exists());
-    assert!(done["skipped"].as_u64().unwrap() >= 1, "{done}");
+    assert!(root.join("README").exists());
+    assert!(done["skipped"].as_u64().unwrap() >= 3, "{done}");
+    let human = b.run(&["gc", "--grace", "0"]);
+    assert!(
+        stdout(&human).starts_with("removed 0 unreferenced uploads"),
+        "{human:?}"
+    );
     let restored = json(&b.run(&["restore", "--session", &live.to_string()]));
     assert!(restored.to_string().contains("referenced"), "{restored}");
 }
 
 async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend) {
     let store = b.open().await;
-    let (origin, files, ids) = seeded(&b, &store).await;
+    let (origin, files, ids) = seeded(&store, &b.legacy_root()).await;
     let forked = store.fork_session(origin, None, None).await.unwrap();
     let fork = forked.session.id;
     assert_ne!(fork, origin);
@@ -419,6 +460,7 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend)
         Some("compare the mango chart")
     );
     assert_eq!((forked.linked, forked.copied), (2, 1), "{forked:?}");
+    assert!(forked.missing.is_empty(), "{forked:?}");
     let messages = store.messages(fork).await.unwrap();
     let texts: Vec<&str> = messages.iter().map(|m| m.display_text.as_str()).collect();
     assert_eq!(
@@ -426,6 +468,9 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend)
         ["compare the mango chart", "and the old durian notes?"]
     );
     assert!(messages.iter().all(|m| m.state == Delivery::Delivered));
+    for r in messages.iter().flat_map(|m| &m.refs) {
+        assert_eq!(r.uri.session(), fork, "{}", r.uri);
+    }
     let items = store.items(fork).await.unwrap();
     assert_eq!(items.len(), 1);
     assert_eq!(items[0].seq, 2, "the reply keeps its place");
@@ -457,8 +502,24 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend)
         "--json",
     ]);
     let branch: SessionId = json(&at)["id"].as_str().unwrap().parse().unwrap();
-    assert_eq!(store.messages(branch).await.unwrap().len(), 1);
-    assert!(store.items(branch).await.unwrap().is_empty());
+    assert_eq!(
+        store.session(branch).await.unwrap().title.as_deref(),
+        Some("a branch")
+    );
+    let messages = store.messages(branch).await.unwrap();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].display_text, "compare the mango chart");
+    assert!(
+        store.items(branch).await.unwrap().is_empty(),
+        "the reply came after"
+    );
+    // Only the first message's files are placed.
+    let mut names: Vec<String> = std::fs::read_dir(b.configured_root().join(branch.to_string()))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, [files[0].name.clone(), files[1].name.clone()]);
     let events = store.events(branch).await.unwrap();
     assert_eq!(
         events[0].payload["forkedFrom"]["message"],
@@ -470,22 +531,64 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::ForkPoint { .. }), "{err}");
+    let other = session(&store, ToolsHost::Local).await;
+    let err = store
+        .fork_session(other, Some(ids[0]), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::MessageOfAnotherSession { .. }),
+        "{err}"
+    );
+    assert_eq!(
+        store.list_sessions().await.unwrap().len(),
+        4,
+        "the refused forks made no session"
+    );
 
-    // The origin goes; the fork restores as before and keeps its words.
-    store.delete_sessions(vec![origin]).await.unwrap();
+    // The origin goes; the fork restores as before, from its own folder, and keeps
+    // its rows and its words.
+    let report = store.delete_sessions(vec![origin]).await.unwrap();
+    assert_eq!(report.sessions[0].status, DeletionStatus::Deleted);
+    assert!(!b.configured_root().join(origin.to_string()).exists());
     std::fs::remove_dir_all(b.legacy_root().join(origin.to_string())).unwrap();
     let again = restored_paths(&store, fork, &want).await;
     assert_eq!(again, paths);
+    assert_eq!(store.messages(fork).await.unwrap().len(), 2);
+    assert_eq!(store.items(fork).await.unwrap().len(), 1);
     let hits = store.search("papaya".into(), None, 10).await.unwrap();
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!(hits[0].session_id, fork);
+    // Erasing the origin's index entries took none of the fork's (nor the branch's),
+    // the title included.
+    for word in ["mango", "durian"] {
+        let hits = store.search(word.into(), None, 10).await.unwrap();
+        assert!(
+            hits.iter().any(|hit| hit.session_id == fork),
+            "{word}: {hits:?}"
+        );
+        assert!(
+            hits.iter()
+                .all(|hit| hit.session_id == fork || hit.session_id == branch),
+            "{word}: {hits:?}"
+        );
+    }
+    let listed: HashSet<SessionId> = store
+        .list_sessions_page(10, None)
+        .await
+        .unwrap()
+        .sessions
+        .iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(listed, HashSet::from([fork, branch, other]));
     let verified = store.verify().await.unwrap();
     assert!(verified.ok(), "{:?}", verified.problems);
 }
 
 async fn search_finds_titles_messages_and_agent_text(b: Backend) {
     let store = b.open().await;
-    let (s, _, ids) = seeded(&b, &store).await;
+    let (s, _, ids) = seeded(&store, &b.legacy_root()).await;
     let other = session(&store, ToolsHost::Local).await;
     store
         .send(other, Outgoing::user("mango mango mango everywhere"))
@@ -562,7 +665,7 @@ async fn search_finds_titles_messages_and_agent_text(b: Backend) {
     store
         .record(
             s,
-            vec![update(
+            vec![parse_update(
                 r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":" and guava"}}"#,
                 s,
             )],
@@ -584,6 +687,21 @@ async fn search_finds_titles_messages_and_agent_text(b: Backend) {
             "{word}"
         );
     }
+    assert!(
+        store
+            .search("chart".into(), None, 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|hit| hit.source != "file")
+    );
+    let needles = vec![
+        b.configured_root().display().to_string(),
+        b.legacy_root().display().to_string(),
+    ];
+    let audit =
+        sessionstore::oracle::audit_database(std::path::Path::new(b.db()), &needles).unwrap();
+    assert!(audit.value_hits.is_empty(), "{:?}", audit.value_hits);
     let err = store.search("   ".into(), None, 10).await.unwrap_err();
     assert!(matches!(err, Error::SearchQuery { .. }), "{err}");
 
@@ -599,6 +717,18 @@ async fn search_finds_titles_messages_and_agent_text(b: Backend) {
             (true, Ok(hits)) => assert!(!hits.is_empty(), "{query}"),
             (_, other) => panic!("{query}: {other:?}"),
         }
+    }
+    if !b.is_postgres() {
+        for bad in ["\"unterminated", "mango AND", "nosuchcolumn:mango"] {
+            let err = store.search(bad.into(), None, 10).await.unwrap_err();
+            assert!(matches!(err, Error::SearchQuery { .. }), "{bad}: {err}");
+            assert!(!err.to_string().contains('\n'), "{err}");
+        }
+        let err = store.search("*".into(), None, 10).await.unwrap_err();
+        assert!(
+            !err.to_string().ends_with(' ') && !err.to_string().ends_with(':'),
+            "no dangling colon: {err:?}"
+        );
     }
     let out = b.run(&["search", "NOT durian"]);
     if b.is_postgres() {
@@ -658,20 +788,20 @@ fn normalised(text: &str, b: &Backend, ids: &[String]) -> String {
 
 async fn export_then_import_restores_the_same_history(b: Backend) {
     let store = b.open().await;
-    let (s, files, _) = seeded(&b, &store).await;
+    let (s, files, _) = seeded(&store, &b.legacy_root()).await;
     let archive = b.dir.path().join("out.tar");
-    let out = b.run(&[
-        "export",
-        "--session",
-        &s.to_string(),
-        "--out",
-        archive.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let said = export(|args| b.run(args), &s.to_string(), &archive);
+    assert!(
+        said.contains("exported 3 messages, 1 item, 3 files"),
+        "{said}"
+    );
 
-    // Into another store of the same engine, keeping the id: the same output once the
-    // folder and the message ids are named alike.
+    // Into another store of the same engine: without --keep-id a new id even where the
+    // old one is free; with it, the same id and the same output once the folder and
+    // the message ids are named alike.
     let other = b.another();
+    let renamed = json(&other.run(&["import", archive.to_str().unwrap(), "--json"]));
+    assert_ne!(renamed["id"], s.to_string(), "{renamed}");
     let imported = json(&other.run(&["import", archive.to_str().unwrap(), "--keep-id", "--json"]));
     assert_eq!(imported["id"], s.to_string());
     let there = other.open().await;

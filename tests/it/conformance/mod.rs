@@ -14,6 +14,7 @@ use sessionstore::store::Outgoing;
 
 mod multihost;
 
+use self::common::session;
 use crate::backend::{Backend, conformance};
 use crate::support::{Expect, block_json, check_attachment, json, stderr, stdout};
 
@@ -68,11 +69,7 @@ async fn a_defanged_append_only_guard_is_reported_and_refuses_writes(b: Backend)
 /// words) is stored whole on both engines, and a word near its start is found.
 async fn a_long_text_of_distinct_words_is_stored_and_found(b: Backend) {
     let store = b.open().await;
-    let s = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap()
-        .id;
+    let s = session(&store, ToolsHost::Local).await;
     let text: String = (0..150_000).map(|i| format!("w{i:x}q ")).collect();
     assert!(text.len() > 1_000_000);
     let sent = store.send(s, Outgoing::user(text.clone())).await.unwrap();
@@ -86,11 +83,7 @@ async fn a_long_text_of_distinct_words_is_stored_and_found(b: Backend) {
 /// message is refused with one line and nothing of it is written.
 async fn a_nul_character_is_kept_by_sqlite_and_refused_whole_by_postgres(b: Backend) {
     let store = b.open().await;
-    let s = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap()
-        .id;
+    let s = session(&store, ToolsHost::Local).await;
     let sent = store.send(s, Outgoing::user("before \0 after")).await;
     if b.is_postgres() {
         let err = sent.unwrap_err();
@@ -111,11 +104,17 @@ async fn a_nul_character_is_kept_by_sqlite_and_refused_whole_by_postgres(b: Back
 
 /// README's tour and its fork, search and export/import examples, as written, with
 /// `SESSIONSTORE_DB` naming this engine's database (README's PostgreSQL section says
-/// the tour works unchanged there).
+/// the tour works unchanged there): each runs, the search for the session's title
+/// finds it, and counts read in the singular where there is one.
 async fn the_readme_tour_and_lifecycle_examples_run_as_written(b: Backend) {
     use crate::usability::{readme_script, run_script_with};
     let tour = readme_script("## A short tour", "`record` reads");
     let lifecycle = readme_script("### Forking a session", "## Listing sessions");
+    assert!(
+        lifecycle.contains("--at \"$message\"")
+            && lifecycle.contains(" search ")
+            && lifecycle.contains(" import ")
+    );
     let migrated = b.run(&["migrate"]);
     assert!(migrated.status.success(), "{}", stderr(&migrated));
     let out = run_script_with(
@@ -150,6 +149,7 @@ async fn the_readme_tour_and_lifecycle_examples_run_as_written(b: Backend) {
         printed.contains("exported 3 messages, 1 item, 2 files"),
         "{printed}"
     );
+    assert!(b.dir.path().join("session.md").is_file());
     let verified = b.run(&["verify"]);
     assert!(verified.status.success(), "{}", stdout(&verified));
 }
@@ -240,4 +240,9 @@ async fn the_event_log_refuses_to_be_rewritten(b: Backend) {
         let err = b.raw_execute(statement).expect_err(statement);
         assert!(err.contains(refusal), "{statement}: {err}");
     }
+    assert_eq!(
+        b.raw_query("SELECT count(*) FROM events").unwrap(),
+        [[Some("1".to_owned())]],
+        "the log is as it was"
+    );
 }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use super::common::export;
 use crate::backend::{Backend, conformance};
 use crate::support::{bin, json, stderr, stdout};
 
@@ -235,14 +236,7 @@ async fn a_schema_newer_than_this_binary_is_refused_by_every_command(b: Backend)
         "--json",
     ]));
     let archive = b.dir.path().join("s.tar");
-    let out = b.run(&[
-        "export",
-        "--session",
-        &sid,
-        "--out",
-        archive.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    export(|args| b.run(args), &sid, &archive);
     b.raw_execute(
         "INSERT INTO refinery_schema_history VALUES \
          (99, 'from_the_future', '2030-01-01T00:00:00Z', '1')",

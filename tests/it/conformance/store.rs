@@ -4,18 +4,20 @@
 //! configured and the legacy root, and a restore larger than its memo budget. It never
 //! checks what only one engine promises without saying so.
 
-use std::io::Write;
-use std::process::{Output, Stdio};
+use std::process::Output;
 
 use agent_client_protocol_schema::v1::SessionUpdate;
 use sessionstore::dispatch::{Memo, Mode};
-use sessionstore::model::{Delivery, NewMessage, Role, ToolsHost};
+use sessionstore::model::{Delivery, ToolsHost};
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
 use super::common::{expect, session};
 use crate::backend::{Backend, conformance};
-use crate::support::{Expect, block_json, check_attachment, counting_store, json, stderr, stdout};
+use crate::support::{
+    Expect, RECORDED_TURN, block_json, check_attachment, counting_store, feed, json, roles, stderr,
+    stdout, user_text,
+};
 
 conformance!(
     every_change_writes_its_event_in_order,
@@ -27,36 +29,13 @@ conformance!(
     a_restore_larger_than_its_memo_budget_reads_evicted_files_again,
 );
 
-fn text(t: &str) -> NewMessage {
-    NewMessage {
-        role: Role::User,
-        display_text: t.to_owned(),
-        model_text: None,
-        transcript: None,
-        refs: vec![],
-    }
-}
-
 fn kinds(events: &[sessionstore::model::Event]) -> Vec<&str> {
     events.iter().map(|e| e.kind.as_str()).collect()
 }
 
 /// The binary on `b`'s store with `input` on its stdin.
 fn run_fed(b: &Backend, args: &[&str], input: &str) -> Output {
-    let mut child = b
-        .command(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    child
-        .stdin
-        .take()
-        .expect("a stdin pipe")
-        .write_all(input.as_bytes())
-        .expect("stdin takes the input");
-    child.wait_with_output().expect("the binary ends")
+    feed(b.command(args), input.as_bytes())
 }
 
 /// `expect` as the binary gives it: it names the machine it runs on.
@@ -71,10 +50,13 @@ async fn every_change_writes_its_event_in_order(b: Backend) {
     let store = b.open().await;
     let s = store.create_session(None, ToolsHost::Ssh).await.unwrap();
     let m = store
-        .append_message(s.id, text("first question\nmore"))
+        .append_message(s.id, user_text("first question\nmore"))
         .await
         .unwrap();
-    let q = store.queue_message(s.id, text("mid-turn")).await.unwrap();
+    let q = store
+        .queue_message(s.id, user_text("mid-turn"))
+        .await
+        .unwrap();
     assert_eq!(q.state, Delivery::Queued);
     store.mark_delivered(s.id, vec![q.id]).await.unwrap();
     let events = store.events(s.id).await.unwrap();
@@ -183,11 +165,22 @@ async fn queued_messages_wait_for_a_drain_that_marks_them_delivered(b: Backend) 
     third.mid_turn = true;
     store.send(s, third).await.unwrap();
     let sid = s.to_string();
+    // The binary's dispatch, too, skips what is queued: its latest delivered message
+    // is the last one drained.
+    let latest = json(&b.run(&["dispatch", "--session", &sid]));
+    assert_eq!(
+        latest,
+        serde_json::json!([{"type": "text", "text": "and another"}])
+    );
     let out = json(&b.run(&["drain", "--session", &sid, "--format", "acp"]));
-    assert_eq!(out.as_array().unwrap().len(), 1, "{out}");
-    assert_eq!(out[0]["text"], "from the queue");
-    let again = json(&b.run(&["drain", "--session", &sid, "--format", "acp"]));
-    assert_eq!(again, serde_json::json!([]));
+    assert_eq!(
+        out,
+        serde_json::json!([{"type": "text", "text": "from the queue"}])
+    );
+    // Nothing left, in the default format.
+    let again = b.run(&["drain", "--session", &sid]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(stdout(&again).trim(), "[]");
     let report = store.verify().await.unwrap();
     assert!(report.ok(), "{:?}", report.problems);
 }
@@ -199,7 +192,10 @@ async fn a_rename_is_an_event_and_an_unknown_session_is_named(b: Backend) {
         .await
         .unwrap();
     // A given title is not replaced by the first message.
-    store.append_message(s.id, text("hello")).await.unwrap();
+    store
+        .append_message(s.id, user_text("hello"))
+        .await
+        .unwrap();
     assert_eq!(
         store.session(s.id).await.unwrap().title.as_deref(),
         Some("before")
@@ -233,25 +229,18 @@ async fn a_rename_is_an_event_and_an_unknown_session_is_named(b: Backend) {
         matches!(err, Error::SessionNotFound(id) if id == ghost),
         "{err:?}"
     );
-    let err = store.append_message(ghost, text("x")).await.unwrap_err();
+    let err = store
+        .append_message(ghost, user_text("x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::SessionNotFound(id) if id == ghost),
+        "{err:?}"
+    );
     assert_eq!(err.to_string(), format!("no session {ghost}"));
     let err = store.events(ghost).await.unwrap_err();
     assert_eq!(err.to_string(), format!("no session {ghost}"));
 }
-
-/// A turn as `record` reads it: thoughts, a plan, a tool call updated three times and
-/// one that failed, and agent text in two chunks.
-const TURN: &str = r#"{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"Look at the chart "},"messageId":"think"}
-{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"and the notes."},"messageId":"think"}
-{"sessionUpdate":"plan","entries":[{"content":"Read the notes","priority":"high","status":"in_progress"}]}
-{"sessionUpdate":"tool_call","toolCallId":"read","title":"Read notes","kind":"read","status":"pending","rawInput":{"file":"notes.txt"}}
-{"sessionUpdate":"tool_call","toolCallId":"grep","title":"Search","kind":"search","status":"failed"}
-{"sessionUpdate":"tool_call_update","toolCallId":"read","status":"in_progress"}
-{"sessionUpdate":"tool_call_update","toolCallId":"read","title":"Read notes (2 lines)"}
-{"sessionUpdate":"tool_call_update","toolCallId":"read","status":"completed","content":[{"type":"content","content":{"type":"text","text":"budget: 42"}}]}
-{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"The budget "},"messageId":"answer"}
-{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"is 42."},"messageId":"answer"}
-"#;
 
 async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: Backend) {
     let store = b.open().await;
@@ -265,7 +254,11 @@ async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: Backend) {
     question.attach = vec![stored.uri.clone()];
     store.send(s, question).await.unwrap();
 
-    let recorded = json(&run_fed(&b, &["record", "--session", &sid, "--json"], TURN));
+    let recorded = json(&run_fed(
+        &b,
+        &["record", "--session", &sid, "--json"],
+        RECORDED_TURN,
+    ));
     assert_eq!(recorded["recorded"], 10, "{recorded}");
     // A later batch continues the stored answer (the same item, one message), then
     // the agent changes mode.
@@ -322,14 +315,8 @@ async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: Backend) {
     };
     let acp: serde_json::Value = serde_json::from_str(&restore("acp")).unwrap();
     assert_eq!(acp["sessionId"], sid.as_str());
-    let roles: Vec<&str> = acp["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        roles,
+        roles(&acp["messages"]),
         [
             "user",
             "thought",
@@ -392,13 +379,7 @@ async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: Backend) {
         }
     }
     let chat: serde_json::Value = serde_json::from_str(&restore("openai")).unwrap();
-    let chat_roles: Vec<&str> = chat["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
-    assert_eq!(chat_roles, ["user", "assistant", "user"]);
+    assert_eq!(roles(&chat["messages"]), ["user", "assistant", "user"]);
 }
 
 async fn verify_catches_rows_edited_behind_the_logs_back(b: Backend) {
@@ -617,6 +598,7 @@ async fn a_restore_larger_than_its_memo_budget_reads_evicted_files_again(b: Back
         over_budget > 5,
         "evicted files were read again ({over_budget} reads of 5 files)"
     );
+    // At most one read per distinct file per message, even over budget.
     assert!(over_budget <= 30, "{over_budget} reads");
     let (roomy, reads) = counting_store(b.config()).await;
     let whole = roomy.restore(s).await.unwrap();
