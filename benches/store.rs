@@ -382,55 +382,6 @@ fn list(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     report.ratio("list: page 101 of 50 vs SELECT", &baseline, &middle, 0.5);
 }
 
-/// A fresh schema on the benchmark's PostgreSQL server, dropped on drop.
-#[cfg(feature = "postgres")]
-struct PgSchema {
-    admin: String,
-    name: String,
-}
-
-#[cfg(feature = "postgres")]
-impl PgSchema {
-    fn create(admin: &str) -> PgSchema {
-        let name = format!("bench_{}", uuid::Uuid::now_v7().simple());
-        let sql = format!("CREATE SCHEMA {name}");
-        pg_batch(admin, &sql).expect("the bench server lets the bench create a schema");
-        PgSchema {
-            admin: admin.to_owned(),
-            name,
-        }
-    }
-
-    fn url(&self) -> String {
-        let sep = if self.admin.contains('?') { '&' } else { '?' };
-        format!(
-            "{}{sep}options=-c%20search_path%3D{}",
-            self.admin, self.name
-        )
-    }
-}
-
-#[cfg(feature = "postgres")]
-impl Drop for PgSchema {
-    fn drop(&mut self) {
-        let _ = pg_batch(
-            &self.admin,
-            &format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name),
-        );
-    }
-}
-
-/// Runs `sql` on a client of its own, off the async runtime's threads.
-#[cfg(feature = "postgres")]
-fn pg_batch(url: &str, sql: &str) -> Result<(), postgres::Error> {
-    let (url, sql) = (url.to_owned(), sql.to_owned());
-    std::thread::spawn(move || {
-        postgres::Client::connect(&url, postgres::NoTls)?.batch_execute(&sql)
-    })
-    .join()
-    .expect("the thread ends")
-}
-
 /// One engine's side of `backends`: a store with a session of 200 messages, and the
 /// samples of each call.
 #[cfg(feature = "postgres")]
@@ -516,7 +467,8 @@ fn backends(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
         &dir.path().join("sqlite"),
         dir.path().join("sqlite/sessions.db"),
     );
-    let schema = PgSchema::create(&admin);
+    let schema = sessionstore::oracle::ScratchSchema::create(&admin, "bench")
+        .expect("the bench server lets the bench create a schema");
     let postgres = backend_side(
         c,
         rt,

@@ -31,8 +31,12 @@ const RETRY_FOR: Duration = Duration::from_secs(30);
 const MIGRATION_LOCK: i64 = 0x5e55_1075_70e0_0001;
 
 /// r2d2_postgres's manager, with each connection's prepared statements kept beside it.
-#[derive(Debug)]
-struct Manager(PostgresConnectionManager<NoTls>);
+struct Manager {
+    inner: PostgresConnectionManager<NoTls>,
+    /// The connection `Pool::new` made to check the server, handed out as the pool's
+    /// first so that opening a store costs one handshake, not two.
+    first: std::sync::Mutex<Option<Client>>,
+}
 
 /// One pooled connection and the statements prepared on it.
 pub(crate) struct Conn {
@@ -40,23 +44,34 @@ pub(crate) struct Conn {
     statements: super::sql::Statements,
 }
 
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager").finish_non_exhaustive()
+    }
+}
+
 impl r2d2::ManageConnection for Manager {
     type Connection = Conn;
     type Error = postgres::Error;
 
     fn connect(&self) -> std::result::Result<Conn, postgres::Error> {
+        let first = self.first.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let client = match first {
+            Some(client) => client,
+            None => self.inner.connect()?,
+        };
         Ok(Conn {
-            client: self.0.connect()?,
+            client,
             statements: Default::default(),
         })
     }
 
     fn is_valid(&self, conn: &mut Conn) -> std::result::Result<(), postgres::Error> {
-        self.0.is_valid(&mut conn.client)
+        self.inner.is_valid(&mut conn.client)
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
-        self.0.has_broken(&mut conn.client)
+        self.inner.has_broken(&mut conn.client)
     }
 }
 
@@ -123,7 +138,6 @@ fn credentials(rest: &str) -> (Option<&str>, &str) {
 /// `url` with `schema` first on its search path (`options=-c search_path=…`), added to
 /// the options the URL already has, which a second `options` parameter would replace.
 /// `schema` must be a plain identifier; the probe's and the tests' are.
-#[cfg(any(feature = "probe", test))]
 pub fn with_search_path(url: &str, schema: &str) -> String {
     let setting = format!("-c%20search_path%3D{schema}");
     let (base, query) = match url.split_once('?') {
@@ -161,8 +175,7 @@ pub fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 }
 
 /// Runs `sql` on a connection of its own to the server `url` names, outside any
-/// store: making and removing a schema for the probe.
-#[cfg(any(feature = "probe", test))]
+/// store: making and removing a scratch schema.
 fn on_server(url: &str, sql: &str, action: &'static str) -> Result<()> {
     off_runtime(|| {
         let mut client = Client::connect(url, NoTls).map_err(|e| unreachable(url, &e))?;
@@ -180,19 +193,63 @@ pub fn unreachable(url: &str, e: &postgres::Error) -> Error {
 }
 
 /// Makes the schema `name` (a plain identifier) on the server `url` names.
-#[cfg(any(feature = "probe", test))]
 pub fn create_schema(url: &str, name: &str) -> Result<()> {
     on_server(url, &format!("CREATE SCHEMA {name}"), "create a schema")
 }
 
 /// Removes the schema `name` and everything in it, if it is there.
-#[cfg(any(feature = "probe", test))]
 pub fn drop_schema(url: &str, name: &str) -> Result<()> {
     on_server(
         url,
         &format!("DROP SCHEMA IF EXISTS {name} CASCADE"),
         "drop a schema",
     )
+}
+
+/// A schema of its own on a PostgreSQL server, for a store that must not see any other
+/// (the probe's run, a test, a benchmark), removed by `remove` or, at the latest, when
+/// this is dropped, a panic included.
+pub struct ScratchSchema {
+    server: String,
+    name: String,
+    removed: bool,
+}
+
+impl ScratchSchema {
+    /// A new empty schema `<prefix>_<uuid>` on `server`.
+    pub fn create(server: &str, prefix: &str) -> Result<ScratchSchema> {
+        let name = format!("{prefix}_{}", uuid::Uuid::now_v7().simple());
+        create_schema(server, &name)?;
+        Ok(ScratchSchema {
+            server: server.to_owned(),
+            name,
+            removed: false,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The server's connection string with this schema first on the search path:
+    /// what a store is opened on.
+    pub fn url(&self) -> String {
+        with_search_path(&self.server, &self.name)
+    }
+
+    /// Drops the schema and everything in it now, saying whether that worked.
+    pub fn remove(mut self) -> Result<()> {
+        self.removed = true;
+        drop_schema(&self.server, &self.name)
+    }
+}
+
+impl Drop for ScratchSchema {
+    fn drop(&mut self) {
+        if !self.removed {
+            let _ = drop_schema(&self.server, &self.name);
+        }
+    }
 }
 
 /// The passwords a connection string carries (in its user part, or as a
@@ -297,29 +354,19 @@ impl Pool {
         }
         config.keepalives(true);
         config.keepalives_idle(Duration::from_secs(60));
-        let last_error = LastConnectError::default();
-        let pool = r2d2::Pool::builder()
-            .max_size(max_size)
-            .min_idle(Some(0))
-            .connection_timeout(CONNECT_TIMEOUT)
-            // Failed connection attempts are kept for the caller, not logged by r2d2.
-            .error_handler(Box::new(last_error.clone()))
-            .build_unchecked(Manager(PostgresConnectionManager::new(
-                config.clone(),
-                NoTls,
-            )));
         // One connection first, on a thread of its own (the blocking client cannot
         // run on an async one): a server that refuses it, a missing database or a
         // wrong password is reported at once with the reason, not after the pool has
         // retried for its whole timeout. The driver times only the TCP connect; a
         // server that accepts and then never answers is given up on here, and the
-        // attempt's thread is left to end with the process.
+        // attempt's thread is left to end with the process. The connection made is
+        // the pool's first.
         let (sent, answer) = std::sync::mpsc::channel();
         let attempt = config.clone();
         std::thread::spawn(move || {
-            let _ = sent.send(attempt.connect(NoTls).map(drop).map_err(|e| describe(&e)));
+            let _ = sent.send(attempt.connect(NoTls).map_err(|e| describe(&e)));
         });
-        answer
+        let first = answer
             .recv_timeout(CONNECT_TIMEOUT)
             .unwrap_or_else(|e| match e {
                 std::sync::mpsc::RecvTimeoutError::Timeout => Err(format!(
@@ -334,6 +381,17 @@ impl Pool {
                 url: shown.to_string(),
                 detail: scrub(&reason, &secrets),
             })?;
+        let last_error = LastConnectError::default();
+        let pool = r2d2::Pool::builder()
+            .max_size(max_size)
+            .min_idle(Some(0))
+            .connection_timeout(CONNECT_TIMEOUT)
+            // Failed connection attempts are kept for the caller, not logged by r2d2.
+            .error_handler(Box::new(last_error.clone()))
+            .build_unchecked(Manager {
+                inner: PostgresConnectionManager::new(config, NoTls),
+                first: std::sync::Mutex::new(Some(first)),
+            });
         Ok(Pool(Arc::new(PoolInner {
             pool: Some(pool),
             last_error,
@@ -711,20 +769,14 @@ fn migrate_client(client: &mut Client, shown: &str) -> Result<MigrationReport> {
 /// No copy is taken first: the migrations run in one transaction and either all
 /// apply or none does.
 pub fn migrate(url: &str) -> Result<MigrationReport> {
-    let pool = Pool::new(url, 2)?;
-    let db = PgDb {
-        shown: pool.shown().clone(),
-        pool,
-        read_only: false,
-        locks: Default::default(),
-    };
-    let mut conn = db.client()?;
-    migrate_client(&mut conn.client, &db.shown)
+    let pool = Pool::new(url, 1)?;
+    let mut conn = pool.get()?;
+    migrate_client(&mut conn.client, pool.shown())
 }
 
 /// What `migrate` would apply, read without changing anything.
 pub fn plan(url: &str) -> Result<MigrationReport> {
-    let pool = Pool::new(url, 2)?;
+    let pool = Pool::new(url, 1)?;
     let shown = pool.shown().clone();
     let mut client = pool.get()?;
     let applied = read_history(&mut client.client)?.unwrap_or_default();

@@ -15,6 +15,10 @@ use crate::attachments::ReadObserver;
 use crate::config::Config;
 use crate::dispatch::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
 use crate::ids::SessionId;
+
+/// A schema of its own on a PostgreSQL server, for the probe, the tests and the bench.
+#[cfg(feature = "postgres")]
+pub use crate::db::postgres::ScratchSchema;
 use crate::model::Role;
 use crate::openai::ChatPart;
 use crate::store::Store;

@@ -175,63 +175,23 @@ pub async fn run_probe_on_postgres(server: &str) -> Result<ProbeReport, ProbeErr
 }
 
 /// Runs `body` on the store URL of a new schema on `server`, then drops the schema:
-/// after `body` returns, or, through `ProbeSchema`'s drop, when it panics.
+/// after `body` returns, or, through `ScratchSchema`'s drop, when it panics.
 #[cfg(feature = "postgres")]
 async fn in_schema<F, Fut>(server: &str, body: F) -> Result<ProbeReport, ProbeError>
 where
     F: FnOnce(std::path::PathBuf) -> Fut,
     Fut: std::future::Future<Output = Result<ProbeReport, ProbeError>>,
 {
-    let schema = ProbeSchema::create(server)?;
+    let schema = crate::db::postgres::ScratchSchema::create(server, "sessionstore_probe")
+        .map_err(server_failure("create its schema on the server"))?;
+    let name = schema.name().to_owned();
     let result = body(std::path::PathBuf::from(schema.url())).await;
-    let dropped = schema.remove();
+    let dropped = schema.remove().map_err(server_failure(&format!(
+        "remove its schema {name} from the server"
+    )));
     let report = result?;
     dropped?;
     Ok(report)
-}
-
-/// The probe's schema on a PostgreSQL server, dropped at the latest when this is.
-#[cfg(feature = "postgres")]
-struct ProbeSchema {
-    server: String,
-    name: String,
-    removed: bool,
-}
-
-#[cfg(feature = "postgres")]
-impl ProbeSchema {
-    fn create(server: &str) -> Result<ProbeSchema, ProbeError> {
-        let name = format!("sessionstore_probe_{}", uuid::Uuid::now_v7().simple());
-        crate::db::postgres::create_schema(server, &name)
-            .map_err(server_failure("create its schema on the server"))?;
-        Ok(ProbeSchema {
-            server: server.to_owned(),
-            name,
-            removed: false,
-        })
-    }
-
-    /// What the probe's store is opened on: the server, this schema first on the
-    /// search path.
-    fn url(&self) -> String {
-        crate::db::postgres::with_search_path(&self.server, &self.name)
-    }
-
-    fn remove(mut self) -> Result<(), ProbeError> {
-        self.removed = true;
-        crate::db::postgres::drop_schema(&self.server, &self.name).map_err(server_failure(
-            &format!("remove its schema {} from the server", self.name),
-        ))
-    }
-}
-
-#[cfg(feature = "postgres")]
-impl Drop for ProbeSchema {
-    fn drop(&mut self) {
-        if !self.removed {
-            let _ = crate::db::postgres::drop_schema(&self.server, &self.name);
-        }
-    }
 }
 
 /// A server's error as the probe reports it: the error and each cause it does not

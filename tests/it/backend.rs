@@ -179,65 +179,32 @@ fn skipped_notice() {
 }
 
 /// A schema of one test's own. Each test gets one so that tests running at once on
-/// one server never see each other's rows.
-struct Schema {
-    admin: String,
-    name: String,
-}
+/// one server never see each other's rows; it is dropped with this (off the async
+/// runtime: the library's helper runs its blocking client on a thread of its own).
+struct Schema(sessionstore::oracle::ScratchSchema);
 
 impl Schema {
     fn create(admin: &str) -> Schema {
-        let name = format!("t_{}", uuid::Uuid::now_v7().simple());
-        let schema = Schema {
-            admin: admin.to_owned(),
-            name,
-        };
-        schema
-            .execute(&format!("CREATE SCHEMA {}", schema.name))
-            .expect("the test server lets the tests create schemas");
-        schema
+        sessionstore::oracle::ScratchSchema::create(admin, "t")
+            .map(Schema)
+            .expect("the test server lets the tests create schemas")
     }
 
     /// The server's URL with this schema first on the search path.
     fn url(&self) -> String {
-        with_search_path(&self.admin, &self.name)
+        self.0.url()
     }
 
-    /// Runs `sql` on a client of its own, on a thread of its own: the blocking client
-    /// cannot run inside the test's async runtime.
+    /// Runs `sql` on a client of its own, on a thread of its own.
     fn execute(&self, sql: &str) -> Result<(), String> {
-        let url = self.url();
-        let sql = sql.to_owned();
-        std::thread::spawn(move || {
-            let mut client =
-                postgres::Client::connect(&url, postgres::NoTls).expect("the test server answers");
-            client
-                .batch_execute(&sql)
-                .map_err(|e| match e.as_db_error() {
-                    Some(db) => db.message().to_owned(),
-                    None => e.to_string(),
-                })
-        })
-        .join()
-        .expect("the statement's thread ends")
+        self.on_client(sql, |client, sql| client.batch_execute(sql).map(drop))
     }
-}
 
-impl Schema {
     /// `sql`'s rows in PostgreSQL's text form, through the simple query protocol.
     fn query(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
-        let url = self.url();
-        let sql = sql.to_owned();
-        std::thread::spawn(move || {
-            let mut client =
-                postgres::Client::connect(&url, postgres::NoTls).expect("the test server answers");
-            let messages = client
-                .simple_query(&sql)
-                .map_err(|e| match e.as_db_error() {
-                    Some(db) => db.message().to_owned(),
-                    None => e.to_string(),
-                })?;
-            Ok(messages
+        self.on_client(sql, |client, sql| {
+            Ok(client
+                .simple_query(sql)?
                 .into_iter()
                 .filter_map(|m| match m {
                     postgres::SimpleQueryMessage::Row(row) => Some(
@@ -249,28 +216,28 @@ impl Schema {
                 })
                 .collect())
         })
-        .join()
-        .expect("the query's thread ends")
     }
-}
 
-impl Drop for Schema {
-    fn drop(&mut self) {
-        let admin = self.admin.clone();
-        let name = self.name.clone();
-        let _ = std::thread::spawn(move || {
-            if let Ok(mut client) = postgres::Client::connect(&admin, postgres::NoTls) {
-                let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"));
-            }
+    /// `f` on a new client of this schema, on a thread of its own; the server's own
+    /// words when it refuses.
+    fn on_client<T: Send + 'static>(
+        &self,
+        sql: &str,
+        f: impl FnOnce(&mut postgres::Client, &str) -> Result<T, postgres::Error> + Send + 'static,
+    ) -> Result<T, String> {
+        let url = self.url();
+        let sql = sql.to_owned();
+        std::thread::spawn(move || {
+            let mut client =
+                postgres::Client::connect(&url, postgres::NoTls).expect("the test server answers");
+            f(&mut client, &sql).map_err(|e| match e.as_db_error() {
+                Some(db) => db.message().to_owned(),
+                None => e.to_string(),
+            })
         })
-        .join();
+        .join()
+        .expect("the statement's thread ends")
     }
-}
-
-/// `url` with `options=-c search_path=<schema>` added to its query.
-pub fn with_search_path(url: &str, schema: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}options=-c%20search_path%3D{schema}")
 }
 
 /// Runs one conformance test body on SQLite and on PostgreSQL, as two tests named
