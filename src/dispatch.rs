@@ -937,6 +937,22 @@ mod tests {
     }
 
     /// Three 3000-byte blobs encode to 4000 bytes each; a 9000-byte budget holds two.
+    /// `dir` as the configured root, with no legacy root.
+    fn only_root(dir: &std::path::Path) -> Roots {
+        Roots {
+            configured: dir.to_owned(),
+            legacy: vec![],
+        }
+    }
+
+    /// A temporary folder with `configured` and `legacy` root paths inside it.
+    fn two_roots() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let configured = dir.path().join("configured");
+        let legacy = dir.path().join("legacy");
+        (dir, configured, legacy)
+    }
+
     fn three_blobs(roots: Roots) -> (AttachmentStore, SessionId, Vec<AttachmentUri>) {
         let store = AttachmentStore::new(roots);
         let session = SessionId::new();
@@ -955,10 +971,7 @@ mod tests {
     #[test]
     fn the_memo_keeps_its_budget_and_evicts_the_least_recently_used() {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let (store, session, uris) = three_blobs(Roots {
-            configured: dir.path().to_owned(),
-            legacy: vec![],
-        });
+        let (store, session, uris) = three_blobs(only_root(dir.path()));
         let memo = Memo::with_budget(9000);
         let clone = memo.clone();
         resolve(&store, &memo, &message(session, &[uris[0].clone()]));
@@ -979,10 +992,7 @@ mod tests {
     #[test]
     fn duplicates_in_one_message_share_a_read_even_with_no_budget() {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let (store, session, uris) = three_blobs(Roots {
-            configured: dir.path().to_owned(),
-            legacy: vec![],
-        });
+        let (store, session, uris) = three_blobs(only_root(dir.path()));
         let memo = Memo::with_budget(0);
         let m = message(
             session,
@@ -997,9 +1007,7 @@ mod tests {
 
     #[test]
     fn an_evicted_file_is_read_again_and_given_the_path_of_that_read() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let configured = dir.path().join("configured");
-        let legacy = dir.path().join("legacy");
+        let (_dir, configured, legacy) = two_roots();
         let (store, session, uris) = three_blobs(Roots {
             configured: configured.clone(),
             legacy: vec![legacy.clone()],
@@ -1033,9 +1041,7 @@ mod tests {
     /// and a file evicted, moved and read again gets a context naming the new path.
     #[test]
     fn a_cached_context_belongs_to_its_read_and_a_re_read_writes_a_new_one() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let configured = dir.path().join("configured");
-        let legacy = dir.path().join("legacy");
+        let (_dir, configured, legacy) = two_roots();
         let (store, session, uris) = three_blobs(Roots {
             configured: configured.clone(),
             legacy: vec![legacy.clone()],
@@ -1076,10 +1082,7 @@ mod tests {
     #[test]
     fn a_failed_read_is_never_kept() {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let (store, session, uris) = three_blobs(Roots {
-            configured: dir.path().to_owned(),
-            legacy: vec![],
-        });
+        let (store, session, uris) = three_blobs(only_root(dir.path()));
         std::fs::remove_file(dir.path().join(session.to_string()).join("f0.bin"))
             .expect("the file goes");
         let memo = Memo::new();

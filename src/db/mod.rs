@@ -228,10 +228,7 @@ impl Db {
     ) -> Result<T> {
         match self {
             #[cfg(feature = "postgres")]
-            Db::Postgres(pg) => {
-                let id = session.as_uuid().as_u128();
-                pg.write_locked(Some((id ^ (id >> 64)) as i64), f)
-            }
+            Db::Postgres(pg) => pg.write_for(session, f),
             _ => {
                 let _ = session;
                 self.write(f)

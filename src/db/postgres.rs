@@ -536,6 +536,16 @@ impl PgDb {
         self.write_locked(None, f)
     }
 
+    /// `write_locked` under the advisory lock of `session`: a key folded from its id.
+    pub fn write_for<T>(
+        &self,
+        session: &crate::ids::SessionId,
+        f: impl FnMut(&Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let id = session.as_uuid().as_u128();
+        self.write_locked(Some((id ^ (id >> 64)) as i64), f)
+    }
+
     /// `write` holding the advisory lock `key` from before its snapshot is taken
     /// until after it commits, so two writes with the same key never overlap, and the
     /// later one sees what the earlier one committed. For writes whose closure also
