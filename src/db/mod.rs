@@ -76,7 +76,12 @@ fn ensure_parent(path: &Path) -> Result<()> {
 /// with migrations applied has the schema they make, since switching it to WAL below
 /// is already a write.
 pub fn open_checked(path: &Path) -> Result<Connection> {
-    if let schema::OnDisk::Database(applied) = schema::inspect(path)?
+    open_inspected(path, &schema::inspect(path)?)
+}
+
+/// `open_checked` for a file whose `inspect` the caller has just read.
+fn open_inspected(path: &Path, on_disk: &schema::OnDisk) -> Result<Connection> {
+    if let schema::OnDisk::Database(applied) = on_disk
         && !applied.is_empty()
     {
         verify::require_intact_schema(path)?;
@@ -179,7 +184,7 @@ impl Db {
             Location::Postgres(url) => return Err(no_postgres(url)),
         };
         let on_disk = schema::inspect(path)?;
-        match (access, on_disk) {
+        match (access, &on_disk) {
             (Access::Create, _) => {}
             // A file with no sessionstore schema yet (none, empty, or SQLite with no
             // migration applied) is made a database only by a command that creates.
@@ -196,11 +201,14 @@ impl Db {
                 });
             }
             (Access::ReadOnly, schema::OnDisk::Database(applied)) => {
-                schema::require_current(path, &applied)?;
+                schema::require_current(path, applied)?;
                 return Ok(Db::ReadOnly(Arc::new(path.to_owned())));
             }
         }
-        migrate(path, schema::Backup::Make)?;
+        // Migrated from what was just inspected, rather than inspecting the file again.
+        let mut conn = open_inspected(path, &on_disk)?;
+        schema::migrate_conn(&mut conn, path, schema::Backup::Make)?;
+        drop(conn);
         Ok(Db::ReadWrite(Pool::open(path)?))
     }
 
