@@ -34,25 +34,22 @@ impl Payload for serde_json::Value {
     }
 }
 
-/// A payload as the text the log holds, already checked to be JSON when it was read,
-/// so that a restore decodes each one once, straight into its [`EventPayload`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PayloadText(pub String);
-
-impl Payload for PayloadText {
+/// A payload as the text the log holds, borrowed from the row it was read from, so
+/// that a restore decodes each one once, straight into its [`EventPayload`].
+impl Payload for &str {
     fn decode(&self, kind: &str) -> serde_json::Result<EventPayload> {
         // The tagged, flattened `EventPayload` is decoded through serde's buffered
         // content, twice over; most of a log is `message_appended`, which a plain
         // struct decodes straight from the text. Whatever the plain struct refuses
         // goes the general way, so what is accepted, and every error, stay the same.
         if kind == "message_appended"
-            && let Ok(plain) = serde_json::from_str::<PlainAppended>(&self.0)
+            && let Ok(plain) = serde_json::from_str::<PlainAppended>(self)
         {
             return Ok(EventPayload::MessageAppended {
                 message: plain.message(),
             });
         }
-        serde_json::from_str(&self.0)
+        serde_json::from_str(self)
     }
 }
 
@@ -112,13 +109,47 @@ pub fn replay<P: Payload>(
     session_id: SessionId,
     events: &[Event<P>],
 ) -> (Option<Projection>, Vec<String>) {
-    let mut problems = Vec::new();
-    let mut session: Option<Session> = None;
-    let mut messages: Vec<Message> = Vec::new();
-    let mut items: Vec<Item> = Vec::new();
-    let mut history = History::default();
-    for (i, event) in events.iter().enumerate() {
-        let expected_seq = i as i64 + 1;
+    let mut replayer = Replayer::new(session_id);
+    for event in events {
+        replayer.apply(event);
+    }
+    replayer.finish()
+}
+
+/// [`replay`] one event at a time, for a caller that reads the log as it goes and
+/// never holds it whole (restore).
+pub struct Replayer {
+    session_id: SessionId,
+    applied: i64,
+    problems: Vec<String>,
+    session: Option<Session>,
+    messages: Vec<Message>,
+    items: Vec<Item>,
+    history: History,
+}
+
+impl Replayer {
+    pub fn new(session_id: SessionId) -> Replayer {
+        Replayer {
+            session_id,
+            applied: 0,
+            problems: Vec::new(),
+            session: None,
+            messages: Vec::new(),
+            items: Vec::new(),
+            history: History::default(),
+        }
+    }
+
+    /// Folds the next event of the log in.
+    pub fn apply<P: Payload>(&mut self, event: &Event<P>) {
+        let session_id = self.session_id;
+        let problems = &mut self.problems;
+        let session = &mut self.session;
+        let messages = &mut self.messages;
+        let history = &mut self.history;
+        self.applied += 1;
+        let expected_seq = self.applied;
         if event.session_seq != expected_seq {
             problems.push(format!(
                 "session {session_id}: event sequence jumps to {} where {expected_seq} was due",
@@ -132,7 +163,7 @@ pub fn replay<P: Payload>(
                     "event {} ({}) has a payload this store cannot read: {e}",
                     event.seq, event.kind
                 ));
-                continue;
+                return;
             }
         };
         if payload.kind() != event.kind {
@@ -153,7 +184,7 @@ pub fn replay<P: Payload>(
                 if session.is_some() {
                     problems.push(format!("session {session_id} is created twice"));
                 }
-                session = Some(Session {
+                *session = Some(Session {
                     id: session_id,
                     title,
                     tools_host,
@@ -226,24 +257,31 @@ pub fn replay<P: Payload>(
                     event,
                     &updates,
                     &created,
-                    &mut items,
-                    &mut history,
-                    &mut problems,
+                    &mut self.items,
+                    history,
+                    problems,
                 );
             }
         }
     }
-    if session.is_none() {
-        problems.push(format!("session {session_id} has no session_created event"));
+
+    /// The projection and every problem found in the log.
+    pub fn finish(mut self) -> (Option<Projection>, Vec<String>) {
+        let session_id = self.session_id;
+        if self.session.is_none() {
+            self.problems
+                .push(format!("session {session_id} has no session_created event"));
+        }
+        let (messages, items) = (self.messages, self.items);
+        (
+            self.session.map(|session| Projection {
+                session,
+                messages,
+                items,
+            }),
+            self.problems,
+        )
     }
-    (
-        session.map(|session| Projection {
-            session,
-            messages,
-            items,
-        }),
-        problems,
-    )
 }
 
 /// Replays one recorded batch onto the projected items, the way `record` applied it.
@@ -515,7 +553,8 @@ mod tests {
         for text in payloads {
             let value: serde_json::Value = serde_json::from_str(&text).unwrap();
             let tagged = value.decode("message_appended").map_err(|e| e.to_string());
-            let plain = PayloadText(text.clone())
+            let plain = text
+                .as_str()
                 .decode("message_appended")
                 .map_err(|e| e.to_string());
             let general = serde_json::from_str::<EventPayload>(&text).map_err(|e| e.to_string());

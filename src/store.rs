@@ -798,8 +798,9 @@ impl Store {
         Ok(drained)
     }
 
-    /// Rebuilds a session from its rows and event log, refusing one whose tables
-    /// disagree with the log, then replays every delivered message's references
+    /// Rebuilds a session by replaying its event log (the record: a table edited
+    /// behind the log's back changes nothing here, and `verify` reports it), refusing
+    /// a log that does not replay, then replays every delivered message's references
     /// through the resolver (one memo of [`DEFAULT_MEMO_BUDGET`] bytes: each distinct
     /// file is read once while it fits), and hands back the recorded turn items as
     /// stored. References whose files are gone degrade; queued messages stay queued. This collects [`Store::restore_stream`], every
@@ -835,40 +836,40 @@ impl Store {
     }
 
     /// The restore as a stream of items in history order, each message dispatched
-    /// through one memo of `memo_budget` bytes as the reader asks for it. The rows and
-    /// the event log are read in one snapshot and compared first, so a session whose
-    /// tables disagree with its log is refused before any item is produced. What is
-    /// held for the whole restore is the rows' texts and references, never their
-    /// files' content.
+    /// through one memo of `memo_budget` bytes as the reader asks for it. The event
+    /// log is replayed first, in one snapshot, so a session whose log does not replay
+    /// is refused before any item is produced. What is held for the whole restore is
+    /// the replayed texts and references, never their files' content.
     pub async fn restore_stream(
         &self,
         session: SessionId,
         memo_budget: u64,
     ) -> Result<RestoreStream> {
-        // The snapshot is read whole because a read-only read may be run again when a
-        // writer touched the file meanwhile: items already handed on could not be
-        // taken back. Rows and events carry no attachment content.
-        let (current, rows, items) = self
+        // The log is the record: restore replays it, row by row, and dispatches what
+        // it says. The tables are not read for the history, so a row edited behind
+        // the log's back cannot change what a model is given (`verify` reports the
+        // edit). The replayed rows are kept whole because a read-only read may be run
+        // again when a writer touched the file meanwhile: items already handed on
+        // could not be taken back. Rows and events carry no attachment content.
+        let (current, delivered, items) = self
             .with_read(move |tx| {
-                let current = queries::get_session(tx, &session)?;
-                let rows = queries::messages(tx, &session, None)?;
-                let items = db::turns::items(tx, &session)?;
-                let events = queries::events_as_text(tx, &session)?;
-                let (expected, mut problems) = projection::replay(session, &events);
-                if let Some(expected) = &expected {
-                    problems.extend(projection::compare(&current, &rows, expected));
-                    problems.extend(projection::compare_items(&current, &items, expected));
+                // The session row says whether the session exists or was deleted.
+                queries::get_session(tx, &session)?;
+                let mut replayer = projection::Replayer::new(session);
+                queries::each_event(tx, &session, |event| replayer.apply(event))?;
+                match replayer.finish() {
+                    (Some(replayed), problems) if problems.is_empty() => {
+                        let delivered = replayed
+                            .messages
+                            .into_iter()
+                            .filter(|m| m.state == Delivery::Delivered)
+                            .collect::<Vec<_>>();
+                        Ok((replayed.session, delivered, replayed.items))
+                    }
+                    (_, problems) => Err(Error::LogMismatch { session, problems }),
                 }
-                if !problems.is_empty() {
-                    return Err(Error::LogMismatch { session, problems });
-                }
-                Ok((current, rows, items))
             })
             .await?;
-        let delivered = rows
-            .into_iter()
-            .filter(|m| m.state == Delivery::Delivered)
-            .collect();
         let placement = self.placement(&current);
         Ok(RestoreStream::start(
             current,

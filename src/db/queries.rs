@@ -10,7 +10,6 @@ use crate::ids::{EventSeq, MessageId, SessionId};
 use crate::model::{
     AppendedMessage, Delivery, Event, EventPayload, Message, Reference, Session, ToolsHost,
 };
-use crate::projection::PayloadText;
 
 pub(crate) fn sql(action: &'static str) -> impl FnOnce(DbError) -> Error {
     move |e| Error::db(action, e)
@@ -462,14 +461,34 @@ pub fn events(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Event>> {
     session_events(conn, session, json_value)
 }
 
-/// A session's events with their payloads as text, checked to be JSON as [`events`]
-/// checks them (a row that is not is refused the same way) but not parsed into
-/// values: what restore decodes straight into event payloads.
-pub fn events_as_text(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Event<PayloadText>>> {
-    session_events(conn, session, |text| {
-        serde_json::from_str::<serde::de::IgnoredAny>(&text)?;
-        Ok(PayloadText(text))
-    })
+/// A session's events in log order, each handed to `f` with its payload borrowed
+/// from the row: nothing of the log is held beyond the event `f` is given (restore
+/// replays the log this way).
+pub fn each_event(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    mut f: impl FnMut(&Event<&str>),
+) -> Result<()> {
+    conn.for_each(
+        "SELECT seq, session_seq, kind, payload, created_at FROM events
+         WHERE session_id = ?1 ORDER BY session_seq",
+        args![session.to_string()],
+        |row| {
+            row.with_text(3, |payload| {
+                let payload = payload.ok_or_else(|| DbError::column(3, "null"))?;
+                f(&Event {
+                    seq: EventSeq(row.get(0)?),
+                    session_id: *session,
+                    session_seq: row.get(1)?,
+                    kind: row.get(2)?,
+                    payload,
+                    created_at: row.get(4)?,
+                });
+                Ok(())
+            })
+        },
+    )
+    .map_err(sql("read events"))
 }
 
 fn session_events<P>(

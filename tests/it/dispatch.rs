@@ -887,8 +887,9 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
         let b64 = base64::engine::general_purpose::STANDARD.encode(b"THEIR SECRET");
         assert!(!all.contains(&b64), "{all}");
     }
-    // The event log still says what was sent, so verify and restore catch the edit;
-    // verify names the row that does not parse and still checks the rest.
+    // The event log still says what was sent, so verify catches the edit (naming the
+    // row that does not parse, and still checking the rest), and restore, which
+    // replays the log, gives both messages their own file.
     let report = h.store.verify().await.unwrap();
     assert!(!report.ok());
     assert!(
@@ -902,7 +903,16 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
             .any(|p| p.contains("no listed session")),
         "{report:?}"
     );
-    assert!(h.store.restore(s).await.is_err());
+    let restored = h.store.restore(s).await.unwrap();
+    assert_eq!(restored.messages.len(), 2);
+    for m in &restored.messages {
+        let all = serde_json::to_string(&m.blocks).unwrap();
+        assert!(
+            all.contains("mine.txt") && !all.contains("theirs.txt"),
+            "{all}"
+        );
+        assert!(!all.contains("THEIR SECRET"), "{all}");
+    }
 }
 
 #[tokio::test]

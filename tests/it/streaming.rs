@@ -215,13 +215,23 @@ async fn dispatch_and_drain_write_the_bytes_their_blocks_serialize_to() {
 }
 
 #[tokio::test]
-async fn a_session_whose_tables_disagree_with_its_log_is_refused_before_any_output() {
+async fn a_session_whose_log_does_not_replay_is_refused_before_any_output() {
     let t = TestStore::new().await;
     let s = varied_session(&t).await;
+    // An event appended by something other than the store, delivering a message
+    // that was never appended: the log no longer replays.
     t.raw()
         .execute(
-            "UPDATE messages SET display_text = 'forged' WHERE role = 'assistant'",
-            [],
+            "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+             SELECT session_id, max(session_seq) + 1, 'message_delivered', ?1, 'now'
+             FROM events WHERE session_id = ?2 GROUP BY session_id",
+            [
+                format!(
+                    r#"{{"kind":"message_delivered","id":"{}"}}"#,
+                    sessionstore::MessageId::new()
+                ),
+                s.to_string(),
+            ],
         )
         .unwrap();
     for format in ["acp", "acp-updates", "openai", "openai-responses"] {

@@ -718,12 +718,25 @@ fn the_restore_refusal_names_its_session_once() {
         &["send", "--session", &s, "--text", "hello", "--json"],
     ));
     let conn = rusqlite::Connection::open(d.join("sessions.db")).unwrap();
-    conn.execute("UPDATE messages SET display_text = 'edited'", [])
-        .unwrap();
+    // An event delivering a message that was never appended: the log no longer
+    // replays.
+    conn.execute(
+        "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+         SELECT session_id, max(session_seq) + 1, 'message_delivered', ?2, 'now'
+         FROM events WHERE session_id = ?1 GROUP BY session_id",
+        [
+            s.clone(),
+            format!(
+                r#"{{"kind":"message_delivered","id":"{}"}}"#,
+                sessionstore::MessageId::new()
+            ),
+        ],
+    )
+    .unwrap();
     drop(conn);
     let err = assert_one_line_error(&run_in(d, &["restore", "--session", &s]));
     assert_eq!(err.matches(&s).count(), 1, "{err}");
-    assert!(err.contains("differs from its event log"), "{err}");
+    assert!(err.contains("which was never appended"), "{err}");
 }
 
 /// `record` counts in the singular where there is one.

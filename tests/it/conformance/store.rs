@@ -443,10 +443,38 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: Backend) {
         said.contains("tool_call item") && said.contains(&s.to_string()),
         "{said}"
     );
-    assert!(matches!(
-        store.restore(s).await.unwrap_err(),
-        Error::LogMismatch { .. }
-    ));
+
+    // Restore replays the log, which is the record: neither edit reaches a model.
+    let restored = store.restore(s).await.unwrap();
+    let blocks = serde_json::to_string(&restored.messages[0].blocks).unwrap();
+    assert!(blocks.contains("as typed") && !blocks.contains("edited later"));
+    let out = b.run(&["restore", "--session", &s.to_string(), "--format", "acp"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    let said = stdout(&out);
+    assert!(
+        said.contains("as typed") && !said.contains("edited later"),
+        "{said}"
+    );
+    assert!(
+        said.contains("\"completed\"") && !said.contains("\"failed\""),
+        "{said}"
+    );
+
+    // A log that does not replay is refused, before any output.
+    b.raw_execute(&format!(
+        "INSERT INTO events (session_id, session_seq, kind, payload, created_at) \
+         SELECT session_id, max(session_seq) + 1, 'message_delivered', \
+                '{{\"kind\":\"message_delivered\",\"id\":\"{}\"}}', 'now' \
+         FROM events WHERE session_id = '{s}' GROUP BY session_id",
+        sessionstore::ids::MessageId::new()
+    ))
+    .unwrap();
+    let err = store.restore(s).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::LogMismatch { problems, .. }
+            if problems.iter().any(|p| p.contains("which was never appended"))),
+        "{err:?}"
+    );
     let out = b.run(&["restore", "--session", &s.to_string()]);
     assert!(!out.status.success());
     assert!(out.stdout.is_empty(), "a refused restore prints nothing");
