@@ -46,7 +46,7 @@ pub struct Prepared {
     /// It is written from this read's own path, so it lives and dies with the read:
     /// a file evicted from the memo and read again is a new `Prepared`, whose context
     /// is written anew from the path of that new read.
-    context: OnceLock<(Placement, String)>,
+    context: OnceLock<(Placement, Context)>,
 }
 
 #[derive(Debug, Clone)]
@@ -169,13 +169,13 @@ impl Prepared {
     /// [`attachment_context`] for this read, written once per placement: every block
     /// made from this read (duplicates, and later messages while the memo keeps it)
     /// gets a copy of that one string.
-    pub fn context(&self, placement: &Placement) -> String {
+    pub fn context(&self, placement: &Placement) -> Context {
         if let Some((at, text)) = self.context.get()
             && at == placement
         {
             return text.clone();
         }
-        let text = attachment_context(self, placement);
+        let text = Context::new(attachment_context(self, placement));
         // Only the first placement is kept; a memo serves one session, so one
         // placement, and another one is simply written each time.
         let _ = self.context.set((placement.clone(), text.clone()));
@@ -700,7 +700,71 @@ pub enum Part {
 #[derive(Debug, Clone)]
 pub struct Attached {
     pub prepared: Arc<Prepared>,
-    pub context: String,
+    pub context: Context,
+}
+
+/// The path context of one read, shared by every block made from that read (one
+/// buffer, however many blocks repeat the reference), with its JSON string form
+/// written once, the first time a writer asks for it.
+#[derive(Clone)]
+pub struct Context(Arc<ContextText>);
+
+struct ContextText {
+    text: String,
+    json: OnceLock<String>,
+}
+
+impl Context {
+    pub fn new(text: String) -> Context {
+        Context(Arc::new(ContextText {
+            text,
+            json: OnceLock::new(),
+        }))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0.text
+    }
+
+    /// The context as a JSON string, quotes and escapes included: what serde_json
+    /// writes for it.
+    pub fn json(&self) -> &str {
+        self.0.json.get_or_init(|| {
+            // Serializing a string cannot fail.
+            serde_json::to_string(&self.0.text).unwrap_or_default()
+        })
+    }
+}
+
+impl std::ops::Deref for Context {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0.text
+    }
+}
+
+impl PartialEq for Context {
+    fn eq(&self, other: &Context) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<String> for Context {
+    fn from(text: String) -> Context {
+        Context::new(text)
+    }
 }
 
 impl PartialEq for Attached {
@@ -732,7 +796,7 @@ impl Part {
     pub fn to_block(&self) -> ContentBlock {
         match self {
             Part::Text(text) => ContentBlock::Text(TextContent::new(text.clone())),
-            Part::Attachment(a) => attachment_block_with(&a.prepared, a.context.clone()),
+            Part::Attachment(a) => attachment_block_with(&a.prepared, a.context.to_string()),
         }
     }
 }
@@ -1086,7 +1150,7 @@ mod tests {
             let contexts: Vec<String> = parts
                 .iter()
                 .filter_map(|p| match p {
-                    Part::Attachment(a) => Some(a.context.clone()),
+                    Part::Attachment(a) => Some(a.context.to_string()),
                     Part::Text(_) => None,
                 })
                 .collect();

@@ -27,11 +27,17 @@ pub enum ReplayItem {
     Recorded(Box<Item>),
 }
 
-/// Batches are cut at this many distinct bytes of encoded content (or
-/// [`BATCH_ITEMS`] items), so the hand-over costs one wake-up per batch rather than
-/// one per message while memory stays bounded by a few batches.
+/// Batches are cut at this many distinct bytes of encoded content (or at the item
+/// cap), so the hand-over costs one wake-up per batch rather than one per message
+/// while memory stays bounded by a few batches.
 const BATCH_BYTES: u64 = 4 * 1024 * 1024;
-const BATCH_ITEMS: usize = 64;
+/// The first batch's item cap: small, so the first item reaches the reader soon.
+/// Each later batch may hold four times as many, up to [`BATCH_ITEMS_MAX`]: what an
+/// item holds beyond its encodings (which [`BATCH_BYTES`] bounds) is its texts, which
+/// the replayed rows hold anyway, so a long text-heavy history is handed over in a
+/// few wake-ups rather than one per 64 messages.
+const BATCH_ITEMS_FIRST: usize = 16;
+const BATCH_ITEMS_MAX: usize = 1024;
 
 /// A restore in progress. Items arrive in order through a channel of one batch, so
 /// the blocking side runs at most one batch ahead of the reader: memory is bounded by
@@ -131,12 +137,24 @@ fn merge(rows: Vec<Message>, items: Vec<Item>) -> impl Iterator<Item = Entry> {
 
 /// Items waiting to be handed over, and the distinct encoded bytes they hold (an
 /// encoding shared by several items counts once: it is one buffer).
-#[derive(Default)]
 struct Batch {
     items: Vec<ReplayItem>,
+    /// How many items this batch may hold.
+    cap: usize,
     /// Addresses of the encodings counted so far, only to recognise a shared one.
     seen: Vec<usize>,
     bytes: u64,
+}
+
+impl Default for Batch {
+    fn default() -> Batch {
+        Batch {
+            items: Vec::new(),
+            cap: BATCH_ITEMS_FIRST,
+            seen: Vec::new(),
+            bytes: 0,
+        }
+    }
 }
 
 impl Batch {
@@ -158,12 +176,13 @@ impl Batch {
             }
         }
         self.items.push(item);
-        self.bytes >= BATCH_BYTES || self.items.len() >= BATCH_ITEMS
+        self.bytes >= BATCH_BYTES || self.items.len() >= self.cap
     }
 
     fn take(&mut self) -> Vec<ReplayItem> {
         self.seen.clear();
         self.bytes = 0;
+        self.cap = (self.cap * 4).min(BATCH_ITEMS_MAX);
         std::mem::take(&mut self.items)
     }
 }

@@ -63,7 +63,7 @@ fn attachment_block(out: &mut impl Write, a: &Attached) -> io::Result<()> {
     out.write_all(b",\"_meta\":{")?;
     json(out, DAEMON_ATTACHMENT_CONTEXT_META_KEY)?;
     out.write_all(b":")?;
-    json(out, &a.context)?;
+    out.write_all(a.context.json().as_bytes())?;
     out.write_all(b"}}")
 }
 

@@ -66,7 +66,7 @@ fn message(out: &mut impl Write, m: &ModelMessage, names: &Names) -> io::Result<
             Part::Text(text) => text_part(out, names, text)?,
             Part::Attachment(a) => {
                 // The path context goes right before the content it describes.
-                text_part(out, names, &a.context)?;
+                text_part_json(out, names, a.context.json())?;
                 out.write_all(b",")?;
                 content_part(out, names, a)?;
             }
@@ -103,6 +103,13 @@ fn text_part(out: &mut impl Write, names: &Names, text: &str) -> io::Result<()> 
     out.write_all(b"}")
 }
 
+/// [`text_part`] of a text already written as a JSON string.
+fn text_part_json(out: &mut impl Write, names: &Names, json: &str) -> io::Result<()> {
+    out.write_all(names.text)?;
+    out.write_all(json.as_bytes())?;
+    out.write_all(b"}")
+}
+
 fn content_part(out: &mut impl Write, names: &Names, a: &Attached) -> io::Result<()> {
     let p = &a.prepared;
     let responses = names.responses;
@@ -120,7 +127,7 @@ fn content_part(out: &mut impl Write, names: &Names, a: &Attached) -> io::Result
         }
         Content::Blob(blob) => {
             // The same name the block conversion takes: the context's, else the URI's.
-            let filename = crate::openai::filename(Some(&a.context), p.uri_text());
+            let filename = crate::openai::filename(Some(a.context.as_str()), p.uri_text());
             if responses {
                 out.write_all(b"{\"type\":\"input_file\",\"filename\":")?;
             } else {

@@ -38,7 +38,7 @@ fn attached(p: &Arc<Prepared>, tools_host: ToolsHost) -> Part {
         tools_host,
     };
     Part::Attachment(Attached {
-        context: attachment_context(p, &placement),
+        context: attachment_context(p, &placement).into(),
         prepared: p.clone(),
     })
 }
