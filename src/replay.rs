@@ -50,7 +50,7 @@ pub struct RestoreStream {
 }
 
 impl RestoreStream {
-    /// The session being restored, as its table row says (checked against its log).
+    /// The session being restored, as its event log says.
     pub fn session(&self) -> &Session {
         &self.session
     }
@@ -69,18 +69,34 @@ impl RestoreStream {
         }
     }
 
-    /// Starts replaying `rows` (the delivered messages) and `items` (the recorded
-    /// turn items), each in `seq` order, merged into one history on a blocking thread.
-    pub(crate) fn start(
-        session: Session,
-        rows: Vec<Message>,
-        items: Vec<Item>,
+    /// Runs `load` on a blocking thread and, once it has the session and its history
+    /// (`rows`, the delivered messages, and `items`, the recorded turn items, each in
+    /// `seq` order), replays them merged into one history on that same thread. The
+    /// stream is handed back once `load` is done, so a history that cannot be loaded
+    /// is refused before any item exists; one thread does both, so a restore costs
+    /// one hop to the blocking pool.
+    pub(crate) async fn start(
+        load: impl FnOnce() -> Result<(Session, Vec<Message>, Vec<Item>)> + Send + 'static,
         resolver: impl Resolver + 'static,
-        placement: Placement,
+        placement: impl FnOnce(&Session) -> Placement + Send + 'static,
         memo: Memo,
-    ) -> RestoreStream {
+    ) -> Result<RestoreStream> {
         let (tx, rx) = mpsc::channel(1);
+        let (loaded_tx, loaded) = tokio::sync::oneshot::channel();
         tokio::task::spawn_blocking(move || {
+            let (rows, items, placement) = match load() {
+                Ok((session, rows, items)) => {
+                    let placement = placement(&session);
+                    if loaded_tx.send(Ok(session)).is_err() {
+                        return; // the caller went away
+                    }
+                    (rows, items, placement)
+                }
+                Err(e) => {
+                    let _ = loaded_tx.send(Err(e));
+                    return;
+                }
+            };
             let mut batch = Batch::default();
             for entry in merge(rows, items) {
                 let item = match entry {
@@ -110,11 +126,12 @@ impl RestoreStream {
                 let _ = tx.blocking_send(Ok(batch.take()));
             }
         });
-        RestoreStream {
+        let session = loaded.await.map_err(|e| Error::Task(e.to_string()))??;
+        Ok(RestoreStream {
             session,
             rx,
             ready: VecDeque::new(),
-        }
+        })
     }
 }
 

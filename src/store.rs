@@ -851,8 +851,9 @@ impl Store {
         // edit). The replayed rows are kept whole because a read-only read may be run
         // again when a writer touched the file meanwhile: items already handed on
         // could not be taken back. Rows and events carry no attachment content.
-        let (current, delivered, items) = self
-            .with_read(move |tx| {
+        let db = self.db.clone();
+        let load = move || {
+            db.read(move |tx| {
                 // The session row says whether the session exists or was deleted.
                 queries::get_session(tx, &session)?;
                 let mut replayer = projection::Replayer::new(session);
@@ -869,16 +870,18 @@ impl Store {
                     (_, problems) => Err(Error::LogMismatch { session, problems }),
                 }
             })
-            .await?;
-        let placement = self.placement(&current);
-        Ok(RestoreStream::start(
-            current,
-            delivered,
-            items,
+        };
+        let host = self.config.host.clone();
+        RestoreStream::start(
+            load,
             self.attachments.clone(),
-            placement,
+            move |session| Placement {
+                host,
+                tools_host: session.tools_host,
+            },
             Memo::with_budget(memo_budget),
-        ))
+        )
+        .await
     }
 }
 
