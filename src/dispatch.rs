@@ -13,6 +13,9 @@ use agent_client_protocol_schema::v1::{
 };
 
 use crate::attachments::{AttachmentError, AttachmentStore, AttachmentUri, Resolved};
+
+mod recycle;
+pub use recycle::Recycler;
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Message, Role, ToolsHost};
 
@@ -23,6 +26,30 @@ pub const DAEMON_ATTACHMENT_CONTEXT_META_KEY: &str = "daemon/attachmentContext";
 /// real one; tests wrap it to count reads.
 pub trait Resolver: Send + Sync {
     fn read(&self, session: &SessionId, uri: &AttachmentUri) -> Result<Resolved, AttachmentError>;
+
+    /// Where the encodings of this resolver's reads take their buffers from and give
+    /// them back to; none by default.
+    fn recycler(&self) -> Option<&Arc<Recycler>> {
+        None
+    }
+}
+
+/// A resolver whose reads are encoded into buffers kept by `recycler`: what a
+/// [`crate::Store`] dispatches and restores through.
+#[derive(Clone)]
+pub struct Recycling<R> {
+    pub resolver: R,
+    pub recycler: Arc<Recycler>,
+}
+
+impl<R: Resolver> Resolver for Recycling<R> {
+    fn read(&self, session: &SessionId, uri: &AttachmentUri) -> Result<Resolved, AttachmentError> {
+        self.resolver.read(session, uri)
+    }
+
+    fn recycler(&self) -> Option<&Arc<Recycler>> {
+        Some(&self.recycler)
+    }
 }
 
 impl Resolver for AttachmentStore {
@@ -76,58 +103,97 @@ impl Content {
 /// An encoding shared by every block made from one read. It wraps the `String` the
 /// encoding was made in, so sharing it costs no copy: an `Arc<str>` made from a
 /// `String` copies every byte into a new allocation, which for a 16 MiB image is
-/// 21 MB copied and a second buffer faulted in.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SharedStr(Arc<String>);
+/// 21 MB copied and a second buffer faulted in. An encoding made in a recycled buffer
+/// gives that buffer back when the last block holding it is dropped.
+#[derive(Clone)]
+pub struct SharedStr(Arc<Kept>);
+
+struct Kept {
+    text: String,
+    home: Option<Arc<Recycler>>,
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if let Some(home) = self.home.take() {
+            home.give(std::mem::take(&mut self.text));
+        }
+    }
+}
 
 impl SharedStr {
     /// Whether both are the one buffer (not merely equal text).
     pub fn ptr_eq(a: &SharedStr, b: &SharedStr) -> bool {
         Arc::ptr_eq(&a.0, &b.0)
     }
+
+    /// `text`, to be given back to `home` once no block holds it.
+    fn recycled(text: String, home: Arc<Recycler>) -> SharedStr {
+        SharedStr(Arc::new(Kept {
+            text,
+            home: Some(home),
+        }))
+    }
 }
+
+impl PartialEq for SharedStr {
+    fn eq(&self, other: &SharedStr) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for SharedStr {}
 
 impl std::ops::Deref for SharedStr {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
+        &self.0.text
     }
 }
 
 impl std::fmt::Debug for SharedStr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(&**self.0, f)
+        std::fmt::Debug::fmt(&**self, f)
     }
 }
 
 impl std::fmt::Display for SharedStr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self)
     }
 }
 
 impl From<String> for SharedStr {
-    fn from(s: String) -> SharedStr {
-        SharedStr(Arc::new(s))
+    fn from(text: String) -> SharedStr {
+        SharedStr(Arc::new(Kept { text, home: None }))
     }
 }
 
 impl From<&str> for SharedStr {
     fn from(s: &str) -> SharedStr {
-        SharedStr(Arc::new(s.to_owned()))
+        SharedStr::from(s.to_owned())
     }
 }
 
 /// Standard base64 with padding, as the `base64` crate writes it, by a SIMD encoder
 /// (picked at run time for the CPU): a large attachment's encoding is most of what a
-/// dispatch or a restore spends its time on.
-pub(crate) fn encode_base64(bytes: &[u8]) -> String {
-    base64_simd::STANDARD.encode_to_string(bytes)
+/// dispatch or a restore spends its time on. The buffer comes from `recycler` when
+/// there is one.
+pub(crate) fn encode_base64(bytes: &[u8], recycler: Option<&Arc<Recycler>>) -> SharedStr {
+    let base64 = base64_simd::STANDARD;
+    match recycler {
+        Some(home) => {
+            let mut buffer = home.take(base64.encoded_length(bytes.len()));
+            base64.encode_append(bytes, &mut buffer);
+            SharedStr::recycled(buffer, home.clone())
+        }
+        None => base64.encode_to_string(bytes).into(),
+    }
 }
 
 impl Prepared {
-    fn from_read(uri: &AttachmentUri, read: Resolved) -> Prepared {
-        let b64 = |bytes: &[u8]| -> SharedStr { encode_base64(bytes).into() };
+    fn from_read(uri: &AttachmentUri, read: Resolved, recycler: Option<&Arc<Recycler>>) -> Prepared {
+        let b64 = |bytes: &[u8]| encode_base64(bytes, recycler);
         let content = if is_image(&read.mime) {
             Content::Image(b64(&read.bytes))
         } else if is_text(&read.mime, &read.name) {
@@ -493,7 +559,7 @@ pub fn resolve(resolver: &dyn Resolver, memo: &Memo, message: &Message) -> Reads
             None => {
                 let read = resolver
                     .read(&message.session_id, &reference.uri)
-                    .map(|r| Arc::new(Prepared::from_read(&reference.uri, r)))
+                    .map(|r| Arc::new(Prepared::from_read(&reference.uri, r, resolver.recycler())))
                     .map_err(|e| Unreadable {
                         name: reference.stored_name.clone(),
                         uri: reference.uri.clone(),
@@ -950,22 +1016,33 @@ mod tests {
         #[test]
         fn simd_base64_is_the_base64_crates_output(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
             prop_assert_eq!(
-                encode_base64(&bytes),
+                &*encode_base64(&bytes, None),
                 base64::engine::general_purpose::STANDARD.encode(&bytes)
             );
         }
     }
 
+    /// Into a fresh buffer and into recycled ones that held a longer and a shorter
+    /// encoding before: the same text, with nothing of the old one left.
     #[test]
-    fn simd_base64_agrees_on_a_large_buffer() {
-        let bytes: Vec<u8> = (0..3 * 1024 * 1024 + 2)
-            .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
-            .collect();
-        assert_eq!(
-            encode_base64(&bytes),
-            base64::engine::general_purpose::STANDARD.encode(&bytes)
-        );
+    fn simd_base64_agrees_on_large_buffers_recycled_or_not() {
+        let noise = |len: u32, seed: u32| -> Vec<u8> {
+            (0..len)
+                .map(|i| (i.wrapping_add(seed).wrapping_mul(2654435761) >> 13) as u8)
+                .collect()
+        };
+        let recycler = Recycler::new(64 << 20);
+        for (len, seed) in [(3 << 20, 1), (200_000, 2), (3 << 20, 3), (2_500_000, 4)] {
+            let bytes = noise(len + 2, seed);
+            let want = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            assert_eq!(&*encode_base64(&bytes, None), want);
+            let recycled = encode_base64(&bytes, Some(&recycler));
+            assert_eq!(&*recycled, want);
+            drop(recycled);
+            assert!(recycler.held() >= want.len(), "given back when dropped");
+        }
     }
+
     use crate::attachments::Roots;
     use crate::model::{Delivery, Reference};
 

@@ -32,7 +32,14 @@ pub struct Store {
     pub(crate) db: Db,
     pub(crate) attachments: AttachmentStore,
     config: Arc<Config>,
+    /// The buffers of encodings no block holds any more, for the next dispatch or
+    /// restore: at most [`RECYCLED_BYTES`].
+    recycler: Arc<dispatch::Recycler>,
 }
+
+/// How many bytes of unused encoding buffers a store keeps for reuse: enough for the
+/// files of a typical turn, small beside the memo's default budget.
+pub const RECYCLED_BYTES: usize = 16 * 1024 * 1024;
 
 /// A message as `send` receives it: what the user typed and the URIs it refers to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,6 +277,7 @@ impl Store {
             db,
             attachments,
             config: Arc::new(config),
+            recycler: dispatch::Recycler::new(RECYCLED_BYTES),
         })
     }
 
@@ -644,6 +652,15 @@ impl Store {
         .await
     }
 
+    /// The attachment store as dispatch reads through it, encoding into this store's
+    /// recycled buffers.
+    fn resolver(&self) -> dispatch::Recycling<AttachmentStore> {
+        dispatch::Recycling {
+            resolver: self.attachments.clone(),
+            recycler: self.recycler.clone(),
+        }
+    }
+
     fn placement(&self, session: &Session) -> Placement {
         Placement {
             host: self.config.host.clone(),
@@ -700,7 +717,7 @@ impl Store {
         let current = self.session(session).await?;
         let message = self.select_in(session, message).await?;
         let placement = self.placement(&current);
-        let resolver = self.attachments.clone();
+        let resolver = self.resolver();
         blocking(move || {
             Ok(dispatch::dispatch_parts(
                 &resolver, &memo, message, &placement, mode,
@@ -721,7 +738,7 @@ impl Store {
         let current = self.session(session).await?;
         let message = self.select_in(session, message).await?;
         let placement = self.placement(&current);
-        let resolver = self.attachments.clone();
+        let resolver = self.resolver();
         blocking(move || {
             let blocks = dispatch::dispatch(&resolver, &memo, &message, &placement, mode)?;
             Ok(Dispatched { message, blocks })
@@ -768,7 +785,7 @@ impl Store {
             return Ok(vec![]);
         }
         let placement = self.placement(&current);
-        let resolver = self.attachments.clone();
+        let resolver = self.resolver();
         blocking(move || {
             queued
                 .into_iter()
@@ -874,7 +891,7 @@ impl Store {
         let host = self.config.host.clone();
         RestoreStream::start(
             load,
-            self.attachments.clone(),
+            self.resolver(),
             move |session| Placement {
                 host,
                 tools_host: session.tools_host,
