@@ -15,9 +15,9 @@ use agent_client_protocol_schema::v1::{
 use crate::attachments::{AttachmentError, AttachmentStore, AttachmentUri, Resolved};
 
 mod recycle;
-pub use recycle::Recycler;
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Message, Role, ToolsHost};
+pub use recycle::Recycler;
 
 /// The `_meta` key under which every attachment block carries its path context.
 pub const DAEMON_ATTACHMENT_CONTEXT_META_KEY: &str = "daemon/attachmentContext";
@@ -192,7 +192,11 @@ pub(crate) fn encode_base64(bytes: &[u8], recycler: Option<&Arc<Recycler>>) -> S
 }
 
 impl Prepared {
-    fn from_read(uri: &AttachmentUri, read: Resolved, recycler: Option<&Arc<Recycler>>) -> Prepared {
+    fn from_read(
+        uri: &AttachmentUri,
+        read: Resolved,
+        recycler: Option<&Arc<Recycler>>,
+    ) -> Prepared {
         let b64 = |bytes: &[u8]| encode_base64(bytes, recycler);
         let content = if is_image(&read.mime) {
             Content::Image(b64(&read.bytes))

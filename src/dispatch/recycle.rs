@@ -78,7 +78,9 @@ impl Recycler {
     fn free(&self) -> MutexGuard<'_, Free> {
         // A panic elsewhere while the lock was held cannot leave the list half-changed
         // in a way that matters: at worst `held` overstates what is kept.
-        self.free.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.free
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
