@@ -38,11 +38,15 @@ pub fn mime_from_head(name: &str, head: &[u8], size: u64) -> String {
     if let Some(image) = sniff_image(bytes) {
         return image.to_owned();
     }
-    match mime_guess::from_path(name).first() {
-        Some(guess) if guess.type_() == mime_guess::mime::IMAGE && guess.essence_str() != SVG => {
-            OCTET_STREAM.to_owned()
-        }
-        Some(guess) if guess.essence_str() != OCTET_STREAM => guess.essence_str().to_owned(),
+    // The table's own text (lower case, no parameters) is the essence: parsing it into
+    // a `Mime` only to print it back cost more than the rest of the guess.
+    let guess = std::path::Path::new(name)
+        .extension()
+        .and_then(|ext| ext.to_str())
+        .and_then(|ext| mime_guess::from_ext(ext).first_raw());
+    match guess {
+        Some(guess) if guess.starts_with("image/") && guess != SVG => OCTET_STREAM.to_owned(),
+        Some(guess) if guess != OCTET_STREAM => guess.to_owned(),
         _ if looks_like_text(bytes, cut) => TEXT.to_owned(),
         _ => OCTET_STREAM.to_owned(),
     }
