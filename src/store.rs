@@ -644,7 +644,7 @@ impl Store {
                 // lock, so a file it took since the check above is seen gone here,
                 // and one still here stays: this message's reference now protects it.
                 for (reference, root) in message.refs.iter().zip(&roots) {
-                    attachments.still_there(&session, &reference.uri, root)?;
+                    attachments.still_there(&dirs, &session, &reference.uri, root)?;
                 }
                 queries::insert_message_for(tx, &current, &message, state)
             })

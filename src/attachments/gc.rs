@@ -4,6 +4,7 @@
 //! roots are only listed, for a report. It never decides what to remove (the caller
 //! brings what the database says) and never follows a symlink.
 
+use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::io;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use std::time::SystemTime;
 
 use super::AttachmentError;
 use super::disk::{self, Beneath, EntryKind};
-use super::store::{AttachmentStore, RootKind, Swept};
+use super::store::{AttachmentStore, RootKind, SessionDirs, Swept};
 use super::uri::AttachmentUri;
 use crate::ids::SessionId;
 
@@ -183,35 +184,50 @@ impl AttachmentStore {
     /// Whether the file `uri` names is still a regular file in the root where `check`
     /// found it: one `statat` beneath the session folder, nothing read or followed.
     /// `send` repeats this inside its write, while it holds the lock gc removes files
-    /// under, so a reference is never stored to a file gc has just taken.
+    /// under, so a reference is never stored to a file gc has just taken. The folder
+    /// `dirs` holds open from that check is looked in again rather than reopened by
+    /// its path (gc unlinks beneath that same folder), so the repeat costs one system
+    /// call and no path is built unless there is something to report.
     pub(crate) fn still_there(
         &self,
+        dirs: &SessionDirs,
         session: &SessionId,
         uri: &AttachmentUri,
         root: &RootKind,
     ) -> Result<(), AttachmentError> {
-        let base = match root {
-            RootKind::Configured => &self.roots().configured,
-            RootKind::Legacy(i) => &self.roots().legacy[*i],
+        let opened;
+        let (folder, dir) = match dirs.held(session, root) {
+            Some((folder, dir)) => (Cow::Borrowed(folder), dir),
+            None => {
+                let base = match root {
+                    RootKind::Configured => &self.roots().configured,
+                    RootKind::Legacy(i) => &self.roots().legacy[*i],
+                };
+                let folder = base.join(session.to_string());
+                opened = disk::open_session_dir(&folder)
+                    .map_err(|e| still_there_failed(uri, &folder.join(uri.name()), e))?;
+                (Cow::Owned(folder), &opened)
+            }
         };
-        let folder = base.join(session.to_string());
-        let path = folder.join(uri.name());
-        let failed = |e: Beneath| match e {
-            Beneath::Missing => AttachmentError::NotFound {
-                uri: uri.clone(),
-                tried: vec![path.clone()],
-            },
-            Beneath::Refused(reason) => AttachmentError::Refused {
-                uri: uri.clone(),
-                reason: format!("{path:?} {reason}"),
-            },
-            Beneath::Io(cause) => AttachmentError::Io {
-                uri: uri.clone(),
-                path: path.clone(),
-                cause,
-            },
-        };
-        let dir = disk::open_session_dir(&folder).map_err(failed)?;
-        disk::regular_file_at(&dir, uri.name()).map_err(failed)
+        disk::regular_file_at(dir, uri.name())
+            .map_err(|e| still_there_failed(uri, &folder.join(uri.name()), e))
+    }
+}
+
+fn still_there_failed(uri: &AttachmentUri, path: &std::path::Path, e: Beneath) -> AttachmentError {
+    match e {
+        Beneath::Missing => AttachmentError::NotFound {
+            uri: uri.clone(),
+            tried: vec![path.to_path_buf()],
+        },
+        Beneath::Refused(reason) => AttachmentError::Refused {
+            uri: uri.clone(),
+            reason: format!("{path:?} {reason}"),
+        },
+        Beneath::Io(cause) => AttachmentError::Io {
+            uri: uri.clone(),
+            path: path.to_path_buf(),
+            cause,
+        },
     }
 }

@@ -505,19 +505,24 @@ impl AttachmentStore {
             return Err(refused(format!("{name:?} is not a safe stored name")));
         }
         dirs.start(session);
-        let session = session.to_string();
+        // A path is built only where it is reported: the folder's once per root and
+        // send, the file's for the root that has it, and for each root that did not.
         let mut tried = Vec::new();
         for (at, (root, kind)) in self.roots_in_order().enumerate() {
-            let folder = root.join(&session);
-            let path = folder.join(name);
-            tried.push(path.clone());
-            let dir = match dirs.open(at, &folder) {
-                Ok(dir) => dir,
-                Err(Beneath::Missing) => continue,
-                Err(Beneath::Refused(reason)) => {
+            let (folder, dir) = match dirs.open(at, root, session) {
+                Ok((folder, Some(dir))) => (folder, dir),
+                Ok((folder, None)) => {
+                    tried.push(folder.join(name));
+                    continue;
+                }
+                Err((folder, Beneath::Missing)) => {
+                    tried.push(folder.join(name));
+                    continue;
+                }
+                Err((folder, Beneath::Refused(reason))) => {
                     return Err(refused(format!("session folder {folder:?} {reason}")));
                 }
-                Err(Beneath::Io(source)) => {
+                Err((folder, Beneath::Io(source))) => {
                     return Err(AttachmentError::Io {
                         uri: uri.clone(),
                         path: folder,
@@ -525,8 +530,10 @@ impl AttachmentStore {
                     });
                 }
             };
+            let path = || folder.join(name);
             return match open(dir, name) {
                 Ok(found) => {
+                    let path = path();
                     if let RootKind::Legacy(i) = kind {
                         // Names and paths only: a log never carries a file's contents.
                         tracing::info!(
@@ -536,9 +543,12 @@ impl AttachmentStore {
                     }
                     Ok((found, path, kind))
                 }
-                Err(ReadFailure::Beneath(Beneath::Missing)) => continue,
+                Err(ReadFailure::Beneath(Beneath::Missing)) => {
+                    tried.push(path());
+                    continue;
+                }
                 Err(ReadFailure::Beneath(Beneath::Refused(reason))) => {
-                    Err(refused(format!("{path:?} {reason}")))
+                    Err(refused(format!("{:?} {reason}", path())))
                 }
                 Err(ReadFailure::TooLarge(size)) => Err(AttachmentError::TooLarge {
                     uri: uri.clone(),
@@ -547,7 +557,7 @@ impl AttachmentStore {
                 }),
                 Err(ReadFailure::Beneath(Beneath::Io(source))) => Err(AttachmentError::Io {
                     uri: uri.clone(),
-                    path,
+                    path: path(),
                     cause: source,
                 }),
             };
@@ -576,8 +586,9 @@ impl AttachmentStore {
 #[derive(Default)]
 pub struct SessionDirs {
     session: Option<SessionId>,
-    /// By root, in lookup order: `Some(Some(fd))` opened, `Some(None)` missing.
-    opened: Vec<Option<Option<std::os::fd::OwnedFd>>>,
+    /// By root, in lookup order: the session folder's path, with its descriptor when
+    /// it opened and `None` when it is missing.
+    opened: Vec<Option<(PathBuf, Option<std::os::fd::OwnedFd>)>>,
 }
 
 impl SessionDirs {
@@ -589,21 +600,48 @@ impl SessionDirs {
         }
     }
 
-    fn open(&mut self, root: usize, folder: &Path) -> Result<&std::os::fd::OwnedFd, Beneath> {
-        if self.opened.len() <= root {
-            self.opened.resize_with(root + 1, || None);
+    /// The session folder under the `at`th root in lookup order, opened on first use:
+    /// its path, and its descriptor unless it is missing. A refusal or an error comes
+    /// with the path it concerns.
+    fn open(
+        &mut self,
+        at: usize,
+        root: &Path,
+        session: &SessionId,
+    ) -> Result<(&Path, Option<&std::os::fd::OwnedFd>), (PathBuf, Beneath)> {
+        if self.opened.len() <= at {
+            self.opened.resize_with(at + 1, || None);
         }
-        let slot = &mut self.opened[root];
+        let slot = &mut self.opened[at];
         if slot.is_none() {
-            *slot = match disk::open_session_dir(folder) {
-                Ok(dir) => Some(Some(dir)),
-                Err(Beneath::Missing) => Some(None),
-                Err(e) => return Err(e),
+            let folder = root.join(session.to_string());
+            let dir = match disk::open_session_dir(&folder) {
+                Ok(dir) => Some(dir),
+                Err(Beneath::Missing) => None,
+                Err(e) => return Err((folder, e)),
             };
+            *slot = Some((folder, dir));
         }
-        match slot {
-            Some(Some(dir)) => Ok(dir),
-            _ => Err(Beneath::Missing),
+        let (folder, dir) = slot.as_ref().expect("filled above");
+        Ok((folder, dir.as_ref()))
+    }
+
+    /// The folder of `session` in `root` and its descriptor, if this holds it open.
+    pub(super) fn held(
+        &self,
+        session: &SessionId,
+        root: &RootKind,
+    ) -> Option<(&Path, &std::os::fd::OwnedFd)> {
+        if self.session != Some(*session) {
+            return None;
+        }
+        let at = match root {
+            RootKind::Configured => 0,
+            RootKind::Legacy(i) => i + 1,
+        };
+        match self.opened.get(at) {
+            Some(Some((folder, Some(dir)))) => Some((folder, dir)),
+            _ => None,
         }
     }
 }
@@ -929,6 +967,46 @@ mod tests {
         assert_eq!(readme.mime, "text/plain");
         let old = t.store.check(&t.session, &uris[3]).unwrap();
         assert_eq!(old.root, RootKind::Legacy(1));
+    }
+
+    /// `send` repeats its check inside the write through the folder the check held
+    /// open; that repeat must see what a fresh open of the folder sees: the file
+    /// there, gone, or swapped for a link, in the configured root and a legacy one.
+    #[test]
+    fn still_there_through_the_held_folder_agrees_with_a_fresh_open() {
+        let t = TestStore::new(1);
+        let here = t.plant(&t.configured_folder(), "here.txt", b"a");
+        let old = t.plant(&t.legacy_folder(0), "old.txt", b"b");
+        let taken = t.plant(&t.configured_folder(), "taken.txt", b"c");
+        let swapped = t.plant(&t.legacy_folder(0), "swapped.txt", b"d");
+        let mut dirs = SessionDirs::default();
+        let found: Vec<_> = [&here, &old, &taken, &swapped]
+            .into_iter()
+            .map(|uri| {
+                (
+                    uri,
+                    t.store.check_in(&mut dirs, &t.session, uri).unwrap().root,
+                )
+            })
+            .collect();
+        assert_eq!(found[1].1, RootKind::Legacy(0));
+        std::fs::remove_file(t.configured_folder().join("taken.txt")).unwrap();
+        std::fs::remove_file(t.legacy_folder(0).join("swapped.txt")).unwrap();
+        symlink("old.txt", t.legacy_folder(0).join("swapped.txt")).unwrap();
+        let outcome = |dirs: &SessionDirs, uri: &AttachmentUri, root: &RootKind| {
+            format!("{:?}", t.store.still_there(dirs, &t.session, uri, root))
+        };
+        let expected = ["Ok(())", "Ok(())", "Err(NotFound", "Err(Refused"];
+        for ((uri, root), expected) in found.iter().zip(expected) {
+            let held = outcome(&dirs, uri, root);
+            assert!(held.starts_with(expected), "{uri}: {held}");
+            assert_eq!(held, outcome(&SessionDirs::default(), uri, root), "{uri}");
+        }
+        // Folders held for another session are not used for this one.
+        assert!(
+            dirs.held(&SessionId::new(), &RootKind::Configured)
+                .is_none()
+        );
     }
 
     /// Bytes this thread has read through system calls so far (Linux's per-thread IO

@@ -186,12 +186,17 @@ fn encode_name(name: &str) -> String {
 
 impl fmt::Display for AttachmentUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{PREFIX}{}/{}",
-            self.session,
-            utf8_percent_encode(&self.name, ENCODED)
-        )
+        // Written piece by piece, and a name of unreserved characters as it is: a send
+        // prints each of its URIs twice (the row and the event), a restore thousands.
+        f.write_str(PREFIX)?;
+        let mut id = uuid::Uuid::encode_buffer();
+        f.write_str(self.session.as_uuid().hyphenated().encode_lower(&mut id))?;
+        f.write_str("/")?;
+        if self.name.bytes().all(is_unreserved) {
+            f.write_str(&self.name)
+        } else {
+            fmt::Display::fmt(&utf8_percent_encode(&self.name, ENCODED), f)
+        }
     }
 }
 

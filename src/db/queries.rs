@@ -220,31 +220,36 @@ pub fn insert_message_for(
         .map_err(sql("insert a reference"))?;
         refs.push(reference);
     }
-    let written = Message {
-        id,
-        session_id: *session,
-        seq,
-        role: message.role,
-        display_text: message.display_text.clone(),
-        model_text: message.model_text.clone(),
-        transcript: message.transcript.clone(),
-        state,
-        created_at: at,
-        refs,
-    };
+    // The event is built from one copy of the message's parts and taken apart again
+    // into the message returned, rather than copying every text and reference twice.
     let payload = EventPayload::MessageAppended {
         message: AppendedMessage {
             id,
             seq,
-            role: written.role,
-            display_text: written.display_text.clone(),
-            model_text: written.model_text.clone(),
-            transcript: written.transcript.clone(),
+            role: message.role,
+            display_text: message.display_text.clone(),
+            model_text: message.model_text.clone(),
+            transcript: message.transcript.clone(),
             state,
-            refs: written.refs.clone(),
+            refs,
         },
     };
-    append_event(conn, session, &payload, &written.created_at)?;
+    append_event(conn, session, &payload, &at)?;
+    let EventPayload::MessageAppended { message: appended } = payload else {
+        unreachable!("built as a message_appended payload just above")
+    };
+    let written = Message {
+        id,
+        session_id: *session,
+        seq,
+        role: appended.role,
+        display_text: appended.display_text,
+        model_text: appended.model_text,
+        transcript: appended.transcript,
+        state,
+        created_at: at,
+        refs: appended.refs,
+    };
     if current.title.is_none()
         && message.role == crate::model::Role::User
         && let Some(title) = title_from(&message.display_text)
