@@ -231,7 +231,9 @@ impl Replayer {
                 });
             }
             EventPayload::MessageDelivered { id } => {
-                match messages.iter_mut().find(|m| m.id == id) {
+                // A delivery is of a message queued mid-turn, so one near the end:
+                // searched from there, a long history is not walked per delivery.
+                match messages.iter_mut().rev().find(|m| m.id == id) {
                     Some(m) if m.state == Delivery::Queued => m.state = Delivery::Delivered,
                     Some(_) => problems.push(format!(
                         "event {} delivers message {id}, which was not queued",
