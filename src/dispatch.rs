@@ -87,9 +87,16 @@ pub enum Content {
 }
 
 impl Content {
-    /// The length of the encoded text, what a memo's budget counts.
+    /// The length of the encoded text.
     pub fn encoded_len(&self) -> u64 {
         self.text().len() as u64
+    }
+
+    /// The bytes the encoding's buffer holds: its capacity, which for a recycled
+    /// buffer may be up to twice its text. What a memo's budget and a restore's
+    /// batches count, so a budget bounds memory rather than text.
+    pub fn held_bytes(&self) -> u64 {
+        self.text().0.text.capacity() as u64
     }
 
     /// The encoded text, whichever kind it is.
@@ -472,7 +479,7 @@ impl Memo {
     /// Keeps a successful read, evicting the least recently used entries to make room.
     /// A read larger than the whole budget is not kept at all.
     fn insert(&self, uri: &AttachmentUri, prepared: Arc<Prepared>) {
-        let cost = prepared.content.encoded_len();
+        let cost = prepared.content.held_bytes();
         let mut lru = self.lock();
         if cost > lru.budget {
             return;
@@ -1024,6 +1031,33 @@ mod tests {
                 base64::engine::general_purpose::STANDARD.encode(&bytes)
             );
         }
+    }
+
+    /// A memo's budget counts the buffer an encoding holds, which for a recycled one
+    /// may be up to twice its text: the budget bounds memory, not text.
+    #[test]
+    fn a_memo_counts_a_recycled_buffer_whole() {
+        let recycler = Recycler::new(64 << 20);
+        recycler.give(String::with_capacity(2 << 20));
+        let bytes = vec![7u8; 900_000];
+        let encoded = encode_base64(&bytes, Some(&recycler));
+        assert_eq!(encoded.len(), 1_200_000);
+        let content = Content::Blob(encoded);
+        assert_eq!(content.held_bytes(), 2 << 20, "the recycled buffer, whole");
+        let memo = Memo::with_budget(3 << 20);
+        let session = SessionId::new();
+        for name in ["a.bin", "b.bin"] {
+            let uri = AttachmentUri::new(session, name);
+            let prepared = Prepared::new(
+                name.into(),
+                uri.clone(),
+                "application/octet-stream".into(),
+                PathBuf::from("/nowhere").join(name),
+                content.clone(),
+            );
+            memo.insert(&uri, Arc::new(prepared));
+        }
+        assert_eq!(memo.used(), 2 << 20, "the second entry evicted the first");
     }
 
     /// Into a fresh buffer and into recycled ones that held a longer and a shorter

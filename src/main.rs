@@ -509,8 +509,8 @@ async fn drain(config: Config, args: DrainArgs) -> Result<()> {
 async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     // This process has opened no store yet: the restore is in a fresh one.
     let store = Store::open_read_only(config).await?;
-    // A session that cannot be restored (unknown, or tables that disagree with the
-    // log) is refused here, before anything is written.
+    // A session that cannot be restored (unknown, deleted, or a log that does not
+    // replay) is refused here, before anything is written.
     let mut stream = store.restore_stream(args.session, args.memo_budget).await?;
     let format = args.format.into();
     let mut out = output(format, args.session, &args.model.model)?;

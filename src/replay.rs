@@ -4,7 +4,7 @@
 //! through a bounded channel. It never holds the whole history's attachment content at
 //! once, and it never writes: output is the `format` writers' business.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -32,10 +32,9 @@ pub enum ReplayItem {
 /// while memory stays bounded by a few batches.
 const BATCH_BYTES: u64 = 4 * 1024 * 1024;
 /// The first batch's item cap: small, so the first item reaches the reader soon.
-/// Each later batch may hold four times as many, up to [`BATCH_ITEMS_MAX`]: what an
-/// item holds beyond its encodings (which [`BATCH_BYTES`] bounds) is its texts, which
-/// the replayed rows hold anyway, so a long text-heavy history is handed over in a
-/// few wake-ups rather than one per 64 messages.
+/// Each later batch may hold four times as many, up to [`BATCH_ITEMS_MAX`], so a long
+/// history is handed over in a few wake-ups rather than one per 64 messages; what the
+/// items hold (encodings and their parts' texts) is bounded by [`BATCH_BYTES`].
 const BATCH_ITEMS_FIRST: usize = 16;
 const BATCH_ITEMS_MAX: usize = 1024;
 
@@ -83,7 +82,7 @@ impl RestoreStream {
     ) -> Result<RestoreStream> {
         let (tx, rx) = mpsc::channel(1);
         let (loaded_tx, loaded) = tokio::sync::oneshot::channel();
-        tokio::task::spawn_blocking(move || {
+        let producer = tokio::task::spawn_blocking(move || {
             let (rows, items, placement) = match load() {
                 Ok((session, rows, items)) => {
                     let placement = placement(&session);
@@ -126,7 +125,17 @@ impl RestoreStream {
                 let _ = tx.blocking_send(Ok(batch.take()));
             }
         });
-        let session = loaded.await.map_err(|e| Error::Task(e.to_string()))??;
+        let session = match loaded.await {
+            Ok(loaded) => loaded?,
+            // The thread ended without a word: it panicked while loading, and the
+            // join error carries the panic's message.
+            Err(_) => {
+                return Err(Error::Task(match producer.await {
+                    Err(e) => e.to_string(),
+                    Ok(()) => "the restore ended before its history was loaded".into(),
+                }));
+            }
+        };
         Ok(RestoreStream {
             session,
             rx,
@@ -152,14 +161,15 @@ fn merge(rows: Vec<Message>, items: Vec<Item>) -> impl Iterator<Item = Entry> {
     })
 }
 
-/// Items waiting to be handed over, and the distinct encoded bytes they hold (an
-/// encoding shared by several items counts once: it is one buffer).
+/// Items waiting to be handed over, and the bytes made for them: the distinct
+/// encodings they hold (an encoding shared by several items counts once: it is one
+/// buffer) and the texts of their parts (each part's own copy).
 struct Batch {
     items: Vec<ReplayItem>,
     /// How many items this batch may hold.
     cap: usize,
     /// Addresses of the encodings counted so far, only to recognise a shared one.
-    seen: Vec<usize>,
+    seen: HashSet<usize>,
     bytes: u64,
 }
 
@@ -168,7 +178,7 @@ impl Default for Batch {
         Batch {
             items: Vec::new(),
             cap: BATCH_ITEMS_FIRST,
-            seen: Vec::new(),
+            seen: HashSet::new(),
             bytes: 0,
         }
     }
@@ -177,18 +187,19 @@ impl Default for Batch {
 impl Batch {
     /// Adds an item; true when the batch is full and should be handed over.
     fn push(&mut self, item: ReplayItem) -> bool {
-        // A recorded item's content is already in memory (it came with the rows), so
-        // only the encodings a message's reads produced count against the budget.
+        // A recorded item is moved here from the replayed history, not copied, so only
+        // what a message's dispatch made counts: its encodings and its parts' texts.
         let parts = match &item {
             ReplayItem::Message(m) => &m.parts[..],
             ReplayItem::Recorded(_) => &[],
         };
         for part in parts {
-            if let dispatch::Part::Attachment(a) = part {
-                let ptr = Arc::as_ptr(&a.prepared) as usize;
-                if !self.seen.contains(&ptr) {
-                    self.seen.push(ptr);
-                    self.bytes += a.prepared.content.encoded_len();
+            match part {
+                dispatch::Part::Text(text) => self.bytes += text.len() as u64,
+                dispatch::Part::Attachment(a) => {
+                    if self.seen.insert(Arc::as_ptr(&a.prepared) as usize) {
+                        self.bytes += a.prepared.content.held_bytes();
+                    }
                 }
             }
         }
@@ -201,5 +212,88 @@ impl Batch {
         self.bytes = 0;
         self.cap = (self.cap * 4).min(BATCH_ITEMS_MAX);
         std::mem::take(&mut self.items)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attachments::{AttachmentStore, Roots};
+    use crate::ids::{MessageId, SessionId};
+    use crate::model::{Delivery, Role, ToolsHost};
+
+    fn resolver(dir: &std::path::Path) -> AttachmentStore {
+        AttachmentStore::new(Roots {
+            configured: dir.to_owned(),
+            legacy: vec![],
+        })
+    }
+
+    fn placement(_: &Session) -> Placement {
+        Placement {
+            host: "host".into(),
+            tools_host: ToolsHost::Local,
+        }
+    }
+
+    fn text_message(session: SessionId, seq: i64, text: String) -> Message {
+        Message {
+            id: MessageId::new(),
+            session_id: session,
+            seq,
+            role: Role::Assistant,
+            display_text: text,
+            model_text: None,
+            transcript: None,
+            state: Delivery::Delivered,
+            created_at: String::new(),
+            refs: vec![],
+        }
+    }
+
+    /// A panic while loading reaches the caller as an error that carries the panic's
+    /// own message, not as a closed channel.
+    #[tokio::test]
+    async fn a_panic_while_loading_is_reported_with_its_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = RestoreStream::start(
+            || -> Result<(Session, Vec<Message>, Vec<Item>)> { panic!("the log broke here") },
+            resolver(dir.path()),
+            placement,
+            Memo::new(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&err, Error::Task(m) if m.contains("the log broke here")),
+            "{err:?}"
+        );
+    }
+
+    /// The texts a dispatch copies into its parts count against a batch's bytes, so a
+    /// history of long replies is handed over in batches of about 4 MiB, not 1,024
+    /// replies at a time.
+    #[test]
+    fn long_texts_cut_a_batch_by_their_bytes() {
+        let session = SessionId::new();
+        let reply = "a".repeat(150_000);
+        let mut batch = Batch {
+            cap: BATCH_ITEMS_MAX,
+            ..Batch::default()
+        };
+        let mut held = 0;
+        let full = loop {
+            held += 1;
+            let message = text_message(session, held, reply.clone());
+            let item = ReplayItem::Message(ModelMessage {
+                parts: vec![dispatch::Part::Text(message.display_text.clone())],
+                message,
+            });
+            if batch.push(item) {
+                break held;
+            }
+        };
+        let expected = BATCH_BYTES.div_ceil(150_000) as i64;
+        assert_eq!(full, expected, "cut by bytes at {expected} replies");
     }
 }
