@@ -3,9 +3,12 @@
 //! Pure: it is given events and returns records, so `verify` and restore can both
 //! compare them with what the tables say.
 
+use std::borrow::Cow;
+
 use agent_client_protocol_schema::v1::SessionUpdate;
 use serde::Deserialize;
 
+use crate::attachments::AttachmentUri;
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, Event, EventPayload, Item, ItemBody, Message, Session};
 use crate::turns::{self, Slot, State};
@@ -22,14 +25,15 @@ pub struct Projection {
 /// An event payload as the log was read: a parsed JSON value, or the text itself.
 pub trait Payload {
     /// `kind` is the event row's own `kind` column: a hint for choosing a decoder,
-    /// never a substitute for the payload's own `kind` field.
-    fn decode(&self, kind: &str) -> serde_json::Result<EventPayload>;
+    /// never a substitute for the payload's own `kind` field. `uris` holds the URIs
+    /// this replay has parsed so far, for a decoder that can reuse them.
+    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<EventPayload>;
 }
 
 impl Payload for serde_json::Value {
     /// Deserialized from the borrowed value: cloning each payload first would copy the
     /// whole log once more.
-    fn decode(&self, _kind: &str) -> serde_json::Result<EventPayload> {
+    fn decode(&self, _kind: &str, _uris: &mut Uris) -> serde_json::Result<EventPayload> {
         EventPayload::deserialize(self)
     }
 }
@@ -37,19 +41,49 @@ impl Payload for serde_json::Value {
 /// A payload as the text the log holds, borrowed from the row it was read from, so
 /// that a restore decodes each one once, straight into its [`EventPayload`].
 impl Payload for &str {
-    fn decode(&self, kind: &str) -> serde_json::Result<EventPayload> {
+    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<EventPayload> {
         // The tagged, flattened `EventPayload` is decoded through serde's buffered
         // content, twice over; most of a log is `message_appended`, which a plain
-        // struct decodes straight from the text. Whatever the plain struct refuses
-        // goes the general way, so what is accepted, and every error, stay the same.
+        // struct decodes straight from the text, its references' URIs parsed once per
+        // distinct text. Whatever the plain way refuses goes the general way, so what
+        // is accepted, and every error, stay the same.
         if kind == "message_appended"
             && let Ok(plain) = serde_json::from_str::<PlainAppended>(self)
+            && let Some(message) = plain.message(uris)
         {
-            return Ok(EventPayload::MessageAppended {
-                message: plain.message(),
-            });
+            return Ok(EventPayload::MessageAppended { message });
         }
         serde_json::from_str(self)
+    }
+}
+
+/// The URIs a replay parsed last, by their text: a history refers to the same few
+/// files again and again, and a parse checks every part of a URI (about 1,100
+/// instructions), where a comparison with the last few texts costs a few dozen. It
+/// keeps the [`Uris::MOST`] latest, replacing the oldest.
+#[derive(Default)]
+pub struct Uris {
+    recent: Vec<(Box<str>, AttachmentUri)>,
+    /// Where the next new URI goes once `recent` is full.
+    next: usize,
+}
+
+impl Uris {
+    const MOST: usize = 16;
+
+    fn parse(&mut self, text: &str) -> Option<AttachmentUri> {
+        if let Some((_, uri)) = self.recent.iter().find(|(seen, _)| **seen == *text) {
+            return Some(uri.clone());
+        }
+        let uri = AttachmentUri::parse(text).ok()?;
+        let entry = (text.into(), uri.clone());
+        if self.recent.len() < Self::MOST {
+            self.recent.push(entry);
+        } else {
+            self.recent[self.next] = entry;
+            self.next = (self.next + 1) % Self::MOST;
+        }
+        Some(uri)
     }
 }
 
@@ -65,7 +99,7 @@ enum AppendedTag {
 /// flattened form ignores them.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct PlainAppended {
+struct PlainAppended<'a> {
     #[allow(dead_code)]
     kind: AppendedTag,
     id: MessageId,
@@ -75,12 +109,41 @@ struct PlainAppended {
     model_text: Option<String>,
     transcript: Option<String>,
     state: Delivery,
-    refs: Vec<crate::model::Reference>,
+    #[serde(borrow)]
+    refs: Vec<PlainReference<'a>>,
 }
 
-impl PlainAppended {
-    fn message(self) -> crate::model::AppendedMessage {
-        crate::model::AppendedMessage {
+/// [`crate::model::Reference`] with its URI left as text (borrowed from the payload
+/// where it holds no escape), to be parsed through [`Uris`].
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PlainReference<'a> {
+    ordinal: u32,
+    #[serde(borrow)]
+    uri: Cow<'a, str>,
+    stored_name: String,
+    mime_type: String,
+    size: u64,
+}
+
+impl PlainAppended<'_> {
+    /// The message, or `None` when a URI does not parse (the general decoder then
+    /// reports it in its own words).
+    fn message(self, uris: &mut Uris) -> Option<crate::model::AppendedMessage> {
+        let refs = self
+            .refs
+            .into_iter()
+            .map(|r| {
+                Some(crate::model::Reference {
+                    ordinal: r.ordinal,
+                    uri: uris.parse(&r.uri)?,
+                    stored_name: r.stored_name,
+                    mime_type: r.mime_type,
+                    size: r.size,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(crate::model::AppendedMessage {
             id: self.id,
             seq: self.seq,
             role: self.role,
@@ -88,8 +151,8 @@ impl PlainAppended {
             model_text: self.model_text,
             transcript: self.transcript,
             state: self.state,
-            refs: self.refs,
-        }
+            refs,
+        })
     }
 }
 
@@ -126,6 +189,7 @@ pub struct Replayer {
     messages: Vec<Message>,
     items: Vec<Item>,
     history: History,
+    uris: Uris,
 }
 
 impl Replayer {
@@ -138,6 +202,7 @@ impl Replayer {
             messages: Vec::new(),
             items: Vec::new(),
             history: History::default(),
+            uris: Uris::default(),
         }
     }
 
@@ -156,7 +221,7 @@ impl Replayer {
                 event.session_seq
             ));
         }
-        let payload = match event.payload.decode(&event.kind) {
+        let payload = match event.payload.decode(&event.kind, &mut self.uris) {
             Ok(p) => p,
             Err(e) => {
                 problems.push(format!(
@@ -517,6 +582,23 @@ fn message_differences(have: &Message, want: &Message) -> String {
 mod tests {
     use super::*;
 
+    /// Past its 16 latest, the set of parsed URIs forgets the oldest and parses it
+    /// again: every answer is the URI of the text asked about.
+    #[test]
+    fn parsed_uris_are_the_texts_own_whatever_was_forgotten() {
+        let s = "01890a5d-ac96-774b-bcce-b302099a8057";
+        let mut uris = Uris::default();
+        let text = |i: usize| format!("attachment:///{s}/f{i}.bin");
+        for round in 0..3 {
+            for i in 0..40 {
+                let uri = uris.parse(&text(i)).expect("a URI");
+                assert_eq!(uri.name(), format!("f{i}.bin"), "round {round}");
+            }
+        }
+        assert!(uris.recent.len() <= Uris::MOST);
+        assert!(uris.parse(&format!("attachment:///{s}/..")).is_none());
+    }
+
     /// The plain `message_appended` decoder must accept exactly what the tagged one
     /// accepts, with the same result, and leave every refusal to it.
     #[test]
@@ -545,19 +627,37 @@ mod tests {
                 r#"{{"kind":"message_appended","id":"{m}","seq":1,"role":"user","displayText":"","state":"queued","refs":[{{"ordinal":0,"uri":"attachment:///{s}/..","storedName":"a","mimeType":"a/b","size":1}}]}}"#
             ),
             format!(r#"{{"kind":"message_appended","id":"{m}","seq":1}}"#),
+            // The same URI twice, once written with JSON escapes (not borrowable), and
+            // a percent-encoded name: parsed once, then found by its text.
+            format!(
+                r#"{{"kind":"message_appended","id":"{m}","seq":3,"role":"user","displayText":"again","state":"delivered","refs":[{{"ordinal":0,"uri":"{uri}","storedName":"a.png","mimeType":"image/png","size":3}},{{"ordinal":1,"uri":"attachment:\/\/\/{s}\/a.png","storedName":"a.png","mimeType":"image/png","size":3}},{{"ordinal":2,"uri":"attachment:///{s}/my%20notes.txt","storedName":"my notes.txt","mimeType":"text/plain","size":5}}]}}"#
+            ),
         ];
-        for text in &payloads[..2] {
+        for text in payloads[..2].iter().chain(payloads.last()) {
             assert!(
                 serde_json::from_str::<PlainAppended>(text).is_ok(),
                 "{text}"
             );
         }
+        let last = payloads.last().unwrap().as_str();
+        let Ok(EventPayload::MessageAppended { message }) =
+            last.decode("message_appended", &mut Uris::default())
+        else {
+            panic!("{last} decodes");
+        };
+        assert_eq!(message.refs.len(), 3);
+        assert_eq!(message.refs[0].uri, message.refs[1].uri);
+        assert_eq!(message.refs[2].uri.name(), "my notes.txt");
+        // One set of parsed URIs for every payload, as in a replay.
+        let mut uris = Uris::default();
         for text in payloads {
             let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-            let tagged = value.decode("message_appended").map_err(|e| e.to_string());
+            let tagged = value
+                .decode("message_appended", &mut Uris::default())
+                .map_err(|e| e.to_string());
             let plain = text
                 .as_str()
-                .decode("message_appended")
+                .decode("message_appended", &mut uris)
                 .map_err(|e| e.to_string());
             let general = serde_json::from_str::<EventPayload>(&text).map_err(|e| e.to_string());
             assert_eq!(plain, general, "{text}");
