@@ -470,9 +470,10 @@ impl Memo {
             entries, by_age, ..
         } = &mut *lru;
         let entry = entries.get_mut(uri)?;
-        by_age.remove(&entry.tick);
+        // The key moves to its new age rather than being copied there.
+        let key = by_age.remove(&entry.tick).unwrap_or_else(|| uri.clone());
         entry.tick = tick;
-        by_age.insert(tick, uri.clone());
+        by_age.insert(tick, key);
         Some(entry.prepared.clone())
     }
 

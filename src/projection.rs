@@ -240,7 +240,8 @@ impl Replayer {
             ));
         }
         if let Some(s) = session.as_mut() {
-            s.updated_at = event.created_at.clone();
+            // Into the buffer it already has: one allocation per session, not per event.
+            s.updated_at.clone_from(&event.created_at);
         }
         match payload {
             EventPayload::SessionCreated {
