@@ -108,6 +108,36 @@ impl Paired {
     }
 }
 
+/// One issue-8 comparison: the two sides timed by criterion in `group`, then
+/// alternated, both ratios reported against `target`.
+struct Comparison<'a> {
+    what: &'a str,
+    baseline: &'a str,
+    measured: &'a str,
+    target: f64,
+    paired: Paired,
+}
+
+impl Comparison<'_> {
+    fn run(
+        &self,
+        mut group: BenchmarkGroup<'_, WallTime>,
+        report: &mut Report,
+        mut by_hand: impl FnMut(),
+        mut by_store: impl FnMut(),
+    ) {
+        let baseline = timed(&mut group, self.baseline, &mut by_hand);
+        let measured = timed(&mut group, self.measured, &mut by_store);
+        group.finish();
+        if measured.median().is_none() {
+            return; // filtered out on the command line
+        }
+        report.ratio(self.what, &baseline, &measured, self.target);
+        let ratio = self.paired.ratio(by_hand, by_store);
+        report.paired(self.what, &self.paired, ratio, self.target);
+    }
+}
+
 /// The lines printed at the end, after criterion's own output.
 #[derive(Default)]
 struct Report(Vec<String>);
@@ -215,21 +245,22 @@ fn restore(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     group.sampling_mode(SamplingMode::Flat);
     group.warm_up_time(Duration::from_millis(100));
     group.measurement_time(Duration::from_secs(5));
-    let by_hand = || workload::restore_baseline(&conn, &session, &folder);
-    let by_store = || workload::restore_store(rt, &f);
-    let baseline = timed(&mut group, "select + read + base64 per file", by_hand);
-    let restored = timed(&mut group, "Store::restore_stream to JSON", by_store);
-    group.finish();
-    if restored.median().is_none() {
-        return; // filtered out on the command line
+    Comparison {
+        what: "restore: 1,000 messages x 2 refs over 8 files vs select + read + base64",
+        baseline: "select + read + base64 per file",
+        measured: "Store::restore_stream to JSON",
+        target: 0.7,
+        paired: Paired {
+            rounds: 31,
+            calls: 5,
+        },
     }
-    let what = "restore: 1,000 messages x 2 refs over 8 files vs select + read + base64";
-    report.ratio(what, &baseline, &restored, 0.7);
-    let paired = Paired {
-        rounds: 31,
-        calls: 5,
-    };
-    report.paired(what, &paired, paired.ratio(by_hand, by_store), 0.7);
+    .run(
+        group,
+        report,
+        || workload::restore_baseline(&conn, &session, &folder),
+        || workload::restore_store(rt, &f),
+    );
 }
 
 fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
@@ -241,21 +272,22 @@ fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     group.sampling_mode(SamplingMode::Flat);
     group.warm_up_time(Duration::from_millis(100));
     group.measurement_time(Duration::from_secs(5));
-    let by_hand = || workload::dispatch_baseline(&paths);
-    let by_store = || workload::dispatch_store(rt, &f);
-    let baseline = timed(&mut group, "read + base64", by_hand);
-    let dispatched = timed(&mut group, "Store::dispatch_parts to JSON", by_store);
-    group.finish();
-    if dispatched.median().is_none() {
-        return; // filtered out on the command line
+    Comparison {
+        what: "dispatch: four 16 MiB images to JSON vs read + base64",
+        baseline: "read + base64",
+        measured: "Store::dispatch_parts to JSON",
+        target: 0.8,
+        paired: Paired {
+            rounds: 21,
+            calls: 1,
+        },
     }
-    let what = "dispatch: four 16 MiB images to JSON vs read + base64";
-    report.ratio(what, &baseline, &dispatched, 0.8);
-    let paired = Paired {
-        rounds: 21,
-        calls: 1,
-    };
-    report.paired(what, &paired, paired.ratio(by_hand, by_store), 0.8);
+    .run(
+        group,
+        report,
+        || workload::dispatch_baseline(&paths),
+        || workload::dispatch_store(rt, &f),
+    );
 }
 
 /// Runs the release binary to completion and returns its wall time and peak resident
