@@ -294,17 +294,14 @@ mod tests {
     #[cfg(feature = "postgres")]
     #[test]
     fn the_audit_reads_a_postgres_schema() {
-        let Some(server) = std::env::var("SESSIONSTORE_TEST_POSTGRES")
-            .ok()
-            .filter(|v| !v.is_empty())
-        else {
+        let Some(server) = crate::db::postgres::test_server() else {
             return;
         };
-        use crate::db::postgres::{create_schema, drop_schema, with_search_path};
-        let schema = format!("audit_{}", uuid::Uuid::now_v7().simple());
-        create_schema(&server, &schema).unwrap();
-        let url = with_search_path(&server, &schema);
-        let result = std::panic::catch_unwind(|| {
+        // Dropped with the schema when the test ends, a failed assertion included.
+        let schema = crate::db::postgres::ScratchSchema::create(&server, "audit").unwrap();
+        let url = schema.url();
+        // The client is closed before the schema is dropped.
+        {
             let mut client = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
             client
                 .batch_execute(
@@ -328,10 +325,7 @@ mod tests {
             let found = audit(Path::new(&url), &needles).unwrap();
             assert_eq!(found.path_columns, ["cache.file_path"]);
             assert_eq!(found.value_hits, [("refs".to_owned(), needles[0].clone())]);
-        });
-        drop_schema(&server, &schema).unwrap();
-        if let Err(panic) = result {
-            std::panic::resume_unwind(panic);
         }
+        schema.remove().unwrap();
     }
 }

@@ -244,6 +244,15 @@ impl ScratchSchema {
     }
 }
 
+/// The server the unit tests that need PostgreSQL run on, named by
+/// `SESSIONSTORE_TEST_POSTGRES`; without it they pass without running.
+#[cfg(test)]
+pub(crate) fn test_server() -> Option<String> {
+    std::env::var("SESSIONSTORE_TEST_POSTGRES")
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
 impl Drop for ScratchSchema {
     fn drop(&mut self) {
         if !self.removed {
@@ -1089,15 +1098,11 @@ mod tests {
     /// host, would wait on it.
     #[test]
     fn a_panic_inside_a_locked_write_lets_go_of_the_lock() {
-        let Some(server) = std::env::var("SESSIONSTORE_TEST_POSTGRES")
-            .ok()
-            .filter(|v| !v.is_empty())
-        else {
+        let Some(server) = test_server() else {
             return;
         };
-        let schema = format!("lock_{}", uuid::Uuid::now_v7().simple());
-        create_schema(&server, &schema).unwrap();
-        let db = PgDb::open(&with_search_path(&server, &schema), Access::Create).unwrap();
+        let schema = ScratchSchema::create(&server, "lock").unwrap();
+        let db = PgDb::open(&schema.url(), Access::Create).unwrap();
         let key = 0x5e55_1075_0000_0042_i64;
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _: Result<()> = db.write_locked(Some(key), |_| panic!("a bug inside a write"));
@@ -1109,7 +1114,7 @@ mod tests {
             .unwrap()
             .get(0);
         drop(db);
-        drop_schema(&server, &schema).unwrap();
+        schema.remove().unwrap();
         assert!(free, "the session's lock is still held after the panic");
     }
 }

@@ -573,10 +573,7 @@ mod tests {
     /// named by `SESSIONSTORE_TEST_POSTGRES`, and passes without running otherwise.
     #[test]
     fn an_error_after_the_first_row_is_not_lost() {
-        let Some(url) = std::env::var("SESSIONSTORE_TEST_POSTGRES")
-            .ok()
-            .filter(|v| !v.is_empty())
-        else {
+        let Some(url) = crate::db::postgres::test_server() else {
             return;
         };
         let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();

@@ -949,13 +949,7 @@ impl Probe {
 #[cfg(all(test, feature = "postgres"))]
 mod tests {
     use super::*;
-
-    /// The server named by `SESSIONSTORE_TEST_POSTGRES`, if any.
-    fn test_server() -> Option<String> {
-        std::env::var("SESSIONSTORE_TEST_POSTGRES")
-            .ok()
-            .filter(|v| !v.is_empty())
-    }
+    use crate::db::postgres::test_server;
 
     /// Whether the schema a store URL names is on the server.
     fn exists(server: &str, store_url: &std::path::Path) -> bool {
