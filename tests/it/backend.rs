@@ -94,15 +94,13 @@ impl Backend {
     /// The real binary on this store, with its environment cleared as `support::bin`
     /// clears it.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = super::support::bin(self.dir.path());
-        cmd.args(args)
-            .arg("--db")
-            .arg(&self.db)
-            .arg("--attachments-root")
-            .arg(self.configured_root())
-            .arg("--legacy-root")
-            .arg(self.legacy_root());
-        cmd
+        super::support::bin_on(
+            self.dir.path(),
+            args,
+            &self.db,
+            &self.configured_root(),
+            &self.legacy_root(),
+        )
     }
 
     pub fn run(&self, args: &[&str]) -> Output {

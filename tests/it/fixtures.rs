@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::support::{bin, copy_tree, fixture, json, run_in, snapshot};
+use crate::support::{bin, bin_on, copy_tree, fixture, json, run_in, snapshot};
 
 /// Every fixture version; a new released schema adds its folder here.
 const FIXTURES: &[&str] = &["v1", "v2", "v4"];
@@ -68,22 +68,15 @@ fn the_v1_fixture_restores_from_moved_roots() {
         json(&migrated)["applied"],
         serde_json::json!(crate::support::migration_names()[1..])
     );
-    let out = bin(dir.path())
-        .args([
-            "restore",
-            "--format",
-            "acp",
-            "--session",
-            sid.trim(),
-            "--db",
-        ])
-        .arg(moved.join("sessions.db"))
-        .arg("--attachments-root")
-        .arg(moved.join("attachments"))
-        .arg("--legacy-root")
-        .arg(moved.join("legacy"))
-        .output()
-        .unwrap();
+    let out = bin_on(
+        dir.path(),
+        &["restore", "--format", "acp", "--session", sid.trim()],
+        moved.join("sessions.db"),
+        &moved.join("attachments"),
+        &moved.join("legacy"),
+    )
+    .output()
+    .unwrap();
     let restored = json(&out);
     let messages = restored["messages"].as_array().unwrap();
     let roles: Vec<&str> = messages
@@ -272,17 +265,16 @@ fn the_v4_fixture_restores_searches_and_lists_from_moved_roots() {
     let (origin, fork, deleted) = (id("session-id"), id("fork-id"), id("deleted-id"));
     let run = |args: &[&str]| {
         json(
-            &bin(dir.path())
-                .args(args)
-                .arg("--json")
-                .arg("--db")
-                .arg(moved.join("sessions.db"))
-                .arg("--attachments-root")
-                .arg(moved.join("attachments"))
-                .arg("--legacy-root")
-                .arg(moved.join("legacy"))
-                .output()
-                .unwrap(),
+            &bin_on(
+                dir.path(),
+                args,
+                moved.join("sessions.db"),
+                &moved.join("attachments"),
+                &moved.join("legacy"),
+            )
+            .arg("--json")
+            .output()
+            .unwrap(),
         )
     };
     // Reading commands never upgrade: a later schema is migrated to first, as a user would.

@@ -199,16 +199,15 @@ fn delete_from_the_command_line_dry_run_unknown_twice_and_legacy_files() {
     let dir = tempfile::tempdir().unwrap();
     let legacy = dir.path().join("legacy");
     let run = |args: &[&str]| {
-        crate::support::bin(dir.path())
-            .args(args)
-            .arg("--db")
-            .arg(dir.path().join("sessions.db"))
-            .arg("--attachments-root")
-            .arg(dir.path().join("attachments"))
-            .arg("--legacy-root")
-            .arg(&legacy)
-            .output()
-            .unwrap()
+        crate::support::bin_on(
+            dir.path(),
+            args,
+            dir.path().join("sessions.db"),
+            &dir.path().join("attachments"),
+            &legacy,
+        )
+        .output()
+        .unwrap()
     };
     let sid = json(&run(&["session", "new", "--json"]))["id"]
         .as_str()

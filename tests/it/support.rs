@@ -106,6 +106,26 @@ pub fn bin(home: &Path) -> Command {
     cmd
 }
 
+/// The binary with `args` on the database `db` and both attachment roots given, as a
+/// user whose store is not in its default place runs it.
+pub fn bin_on(
+    home: &Path,
+    args: &[&str],
+    db: impl AsRef<std::ffi::OsStr>,
+    configured: &Path,
+    legacy: &Path,
+) -> Command {
+    let mut cmd = bin(home);
+    cmd.args(args)
+        .arg("--db")
+        .arg(db)
+        .arg("--attachments-root")
+        .arg(configured)
+        .arg("--legacy-root")
+        .arg(legacy);
+    cmd
+}
+
 /// Runs the binary with `args` on the database and roots under `dir`.
 pub fn run_in(dir: &Path, args: &[&str]) -> Output {
     let db = dir.join("sessions.db");

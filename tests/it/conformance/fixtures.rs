@@ -13,7 +13,7 @@ use sessionstore::{Config, SessionId, Store};
 use super::common::{entry_ids, export, ids_named};
 use crate::backend::{Backend, conformance};
 use crate::support::{
-    V2_RESTORE_SNAPSHOTS, bin, copy_tree, fixture, history_blocks, json, restore_text, snapshot,
+    V2_RESTORE_SNAPSHOTS, bin_on, copy_tree, fixture, history_blocks, json, restore_text, snapshot,
     stderr, stdout, v1_restore_snapshots,
 };
 
@@ -57,16 +57,15 @@ impl Copy {
 
     /// The binary on the database `db` with this copy's attachment roots.
     fn run_on(&self, db: &str, args: &[&str]) -> Output {
-        bin(self.root())
-            .args(args)
-            .arg("--db")
-            .arg(db)
-            .arg("--attachments-root")
-            .arg(self.root().join("attachments"))
-            .arg("--legacy-root")
-            .arg(self.root().join("legacy"))
-            .output()
-            .expect("the binary runs")
+        bin_on(
+            self.root(),
+            args,
+            db,
+            &self.root().join("attachments"),
+            &self.root().join("legacy"),
+        )
+        .output()
+        .expect("the binary runs")
     }
 
     /// A store on the database `db` with this copy's roots, naming the host as the
