@@ -662,46 +662,32 @@ impl Store {
     }
 
     fn placement(&self, session: &Session) -> Placement {
-        Placement {
-            host: self.config.host.clone(),
-            tools_host: session.tools_host,
-        }
+        placement(&self.config.host, session)
     }
 
     /// The user message a dispatch is for, without reading any file: `message` when
     /// given (it must be a delivered user message of this session), else the latest
     /// delivered user message. Queued mid-turn messages are reached only by a drain.
     pub async fn select(&self, session: SessionId, message: Option<MessageId>) -> Result<Message> {
-        self.session(session).await?;
-        self.select_in(session, message).await
+        self.with_read(move |tx| selected(tx, session, message).map(|(_, m)| m))
+            .await
     }
 
-    /// `select` for a session already known to exist.
-    async fn select_in(&self, session: SessionId, message: Option<MessageId>) -> Result<Message> {
-        let Some(id) = message else {
-            return self
-                .with_read(move |tx| queries::latest_delivered_user_message(tx, &session))
-                .await?
-                .ok_or(Error::NoDeliveredUserMessage { session });
-        };
-        let m = self.message(id).await?;
-        if m.session_id != session {
-            return Err(Error::MessageOfAnotherSession {
-                message: id,
-                owner: m.session_id,
-                session,
-            });
-        }
-        if m.role != Role::User {
-            return Err(Error::NotUserMessage {
-                message: id,
-                role: m.role,
-            });
-        }
-        if m.state == Delivery::Queued {
-            return Err(Error::MessageQueued { message: id });
-        }
-        Ok(m)
+    /// Reads the session and the user message a dispatch is for in one snapshot, then
+    /// runs `dispatch` on them on the same blocking thread: one hop to the pool.
+    async fn dispatching<T: Send + 'static>(
+        &self,
+        session: SessionId,
+        message: Option<MessageId>,
+        dispatch: impl FnOnce(&Placement, Message) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let db = self.db.clone();
+        let host = self.config.host.clone();
+        blocking(move || {
+            let (current, message) = db.read(move |tx| selected(tx, session, message))?;
+            dispatch(&placement(&host, &current), message)
+        })
+        .await
     }
 
     /// What the model gets for one delivered user message (default: the latest), as
@@ -714,13 +700,10 @@ impl Store {
         mode: Mode,
         memo: Memo,
     ) -> Result<ModelMessage> {
-        let current = self.session(session).await?;
-        let message = self.select_in(session, message).await?;
-        let placement = self.placement(&current);
         let resolver = self.resolver();
-        blocking(move || {
+        self.dispatching(session, message, move |placement, message| {
             Ok(dispatch::dispatch_parts(
-                &resolver, &memo, message, &placement, mode,
+                &resolver, &memo, message, placement, mode,
             )?)
         })
         .await
@@ -735,12 +718,9 @@ impl Store {
         mode: Mode,
         memo: Memo,
     ) -> Result<Dispatched> {
-        let current = self.session(session).await?;
-        let message = self.select_in(session, message).await?;
-        let placement = self.placement(&current);
         let resolver = self.resolver();
-        blocking(move || {
-            let blocks = dispatch::dispatch(&resolver, &memo, &message, &placement, mode)?;
+        self.dispatching(session, message, move |placement, message| {
+            let blocks = dispatch::dispatch(&resolver, &memo, &message, placement, mode)?;
             Ok(Dispatched { message, blocks })
         })
         .await
@@ -892,10 +872,7 @@ impl Store {
         RestoreStream::start(
             load,
             self.resolver(),
-            move |session| Placement {
-                host,
-                tools_host: session.tools_host,
-            },
+            move |session| placement(&host, session),
             Memo::with_budget(memo_budget),
         )
         .await
@@ -961,6 +938,49 @@ impl Upload {
         });
         Ok(Upload { name, bytes })
     }
+}
+
+/// Where a session's attachment paths are: on this daemon's `host`, reached by tools
+/// that run where the session says.
+fn placement(host: &str, session: &Session) -> Placement {
+    Placement {
+        host: host.to_owned(),
+        tools_host: session.tools_host,
+    }
+}
+
+/// The session and the user message a dispatch is for: `message` when given (it must
+/// be a delivered user message of this session), else the latest delivered user
+/// message. An unknown session is named as such before any message is looked at.
+fn selected(
+    tx: &db::Tx<'_>,
+    session: SessionId,
+    message: Option<MessageId>,
+) -> Result<(Session, Message)> {
+    let current = queries::get_session(tx, &session)?;
+    let Some(id) = message else {
+        let latest = queries::latest_delivered_user_message(tx, &session)?
+            .ok_or(Error::NoDeliveredUserMessage { session })?;
+        return Ok((current, latest));
+    };
+    let m = queries::get_message(tx, &id)?;
+    if m.session_id != session {
+        return Err(Error::MessageOfAnotherSession {
+            message: id,
+            owner: m.session_id,
+            session,
+        });
+    }
+    if m.role != Role::User {
+        return Err(Error::NotUserMessage {
+            message: id,
+            role: m.role,
+        });
+    }
+    if m.state == Delivery::Queued {
+        return Err(Error::MessageQueued { message: id });
+    }
+    Ok((current, m))
 }
 
 /// Runs blocking work (SQLite, file reads) off the async threads.
