@@ -27,9 +27,10 @@ pub enum ReplayItem {
     Recorded(Box<Item>),
 }
 
-/// Batches are cut at this many distinct bytes of encoded content (or at the item
-/// cap), so the hand-over costs one wake-up per batch rather than one per message
-/// while memory stays bounded by a few batches.
+/// Batches are cut at this many bytes made for their items (distinct encodings and
+/// the texts of their parts; see [`Batch`]) or at the item cap, so the hand-over
+/// costs one wake-up per batch rather than one per message while memory stays bounded
+/// by a few batches.
 const BATCH_BYTES: u64 = 4 * 1024 * 1024;
 /// The first batch's item cap: small, so the first item reaches the reader soon.
 /// Each later batch may hold four times as many, up to [`BATCH_ITEMS_MAX`], so a long
