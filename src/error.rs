@@ -4,14 +4,17 @@
 //!
 //! Each message is one lowercase line. A variant that wraps a foreign cause (an I/O or
 //! SQLite error) reports it as `source()` and does not repeat it, so printing the chain
-//! (`{err}: {source}: …`, as the binary does) holds every cause exactly once.
+//! (`{err}: {source}: …`, as the binary does) holds every cause exactly once. A
+//! database driver's error is such a cause, held as a [`DatabaseCause`], which names
+//! no driver type; turning a driver's error into an `Error` is `db`'s business.
 
+use std::fmt;
 use std::path::PathBuf;
 
 use crate::attachments::{AttachmentError, AttachmentUri, UriError};
 use crate::dispatch::DispatchError;
 use crate::ids::{IdError, MessageId, SessionId};
-use crate::model::Role;
+use crate::model::{Role, UnknownValue};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -112,12 +115,9 @@ pub enum Error {
     },
     #[error(transparent)]
     Id(#[from] IdError),
-    #[error("unknown {what} {value:?}: expected one of {expected}")]
-    UnknownValue {
-        what: &'static str,
-        value: String,
-        expected: &'static str,
-    },
+    /// A role, tools host or delivery state that is none of the known ones.
+    #[error(transparent)]
+    UnknownValue(#[from] UnknownValue),
     /// A file or folder under the configured root that `session delete` or `gc`
     /// meant to remove could not be looked at or removed.
     #[error("cannot clean up {path}")]
@@ -200,21 +200,14 @@ pub enum Error {
     Busy {
         action: &'static str,
         #[source]
-        cause: rusqlite::Error,
+        cause: DatabaseCause,
     },
+    /// A statement the database (SQLite or PostgreSQL) refused or could not run.
     #[error("database error while trying to {action}")]
-    Sqlite {
+    Database {
         action: &'static str,
         #[source]
-        cause: rusqlite::Error,
-    },
-    /// A statement PostgreSQL refused or could not run.
-    #[cfg(feature = "postgres")]
-    #[error("database error while trying to {action}")]
-    Postgres {
-        action: &'static str,
-        #[source]
-        cause: postgres::Error,
+        cause: DatabaseCause,
     },
     /// A row whose column does not hold what this store writes there.
     #[error("database row does not read while trying to {action}: {detail}")]
@@ -223,7 +216,7 @@ pub enum Error {
         detail: String,
     },
     #[error("cannot get a database connection")]
-    Pool(#[source] r2d2::Error),
+    Pool(#[source] DatabaseCause),
     #[error("background task failed: {0}")]
     Task(String),
 }
@@ -244,12 +237,6 @@ fn without_session(session: SessionId, problems: &[String]) -> String {
         .map(|p| p.strip_prefix(&named).unwrap_or(p))
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-impl From<r2d2::Error> for Error {
-    fn from(e: r2d2::Error) -> Self {
-        Error::Pool(e)
-    }
 }
 
 impl Error {
@@ -278,7 +265,7 @@ impl Error {
             Error::NotRegularFile { .. } => "not_regular_file",
             Error::FileTooLarge { .. } => "file_too_large",
             Error::Id(_) => "invalid_id",
-            Error::UnknownValue { .. } => "unknown_value",
+            Error::UnknownValue(_) => "unknown_value",
             Error::Cleanup { .. } => "cleanup",
             Error::OutOfRange { .. } => "out_of_range",
             Error::NoDataDir => "no_data_dir",
@@ -295,10 +282,7 @@ impl Error {
             Error::ReadOnly(_) => "read_only",
             Error::Migration(_) => "migration_failed",
             Error::Busy { .. } => "busy",
-            Error::Sqlite { .. } | Error::DamagedRow { .. } => "database",
-            #[cfg(feature = "postgres")]
-            Error::Postgres { .. } => "database",
-            Error::Pool(_) => "database",
+            Error::Database { .. } | Error::DamagedRow { .. } | Error::Pool(_) => "database",
             Error::Task(_) => "internal",
         }
     }
@@ -323,37 +307,43 @@ impl Error {
             _ => false,
         }
     }
+}
 
-    pub(crate) fn sqlite(action: &'static str, cause: rusqlite::Error) -> Self {
-        let busy = matches!(
-            cause.sqlite_error_code(),
-            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-        );
-        if busy {
-            Error::Busy { action, cause }
-        } else {
-            Error::Sqlite { action, cause }
-        }
+/// What a database driver said when a statement, a transaction or a connection failed:
+/// its words and its own causes, unchanged, behind a type that names no driver, so a
+/// new version of rusqlite, postgres or r2d2 changes no type a caller sees. It is the
+/// `source()` of the `Error` that holds it.
+pub struct DatabaseCause(Box<dyn std::error::Error + Send + Sync>);
+
+impl DatabaseCause {
+    pub(crate) fn new(cause: impl std::error::Error + Send + Sync + 'static) -> DatabaseCause {
+        DatabaseCause(Box::new(cause))
     }
 
-    /// A failure of one statement on either engine, named by what was being done.
-    pub(crate) fn db(action: &'static str, cause: crate::db::sql::DbError) -> Self {
-        use crate::db::sql::DbError;
-        match cause {
-            DbError::Sqlite(cause) => Error::sqlite(action, cause),
-            #[cfg(feature = "postgres")]
-            DbError::Postgres(cause) => Error::Postgres { action, cause },
-            DbError::Column { index, reason } => Error::DamagedRow {
-                action,
-                detail: format!("column {index}: {reason}"),
-            },
-        }
+    /// The driver's own error, for `db`, which decides what a driver's code means
+    /// (a lost race to retry, say).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        self.0.downcast_ref()
     }
+}
 
-    pub(crate) fn not_database(path: &std::path::Path, e: rusqlite::Error) -> Self {
-        Error::NotDatabase {
-            path: path.to_owned(),
-            detail: e.to_string(),
-        }
+impl fmt::Debug for DatabaseCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for DatabaseCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// The driver's error stands in its place in the chain: what it wraps is this cause's
+/// `source()`, so a printed chain reads as it would with the driver's error itself.
+impl std::error::Error for DatabaseCause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
     }
 }

@@ -8,7 +8,6 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::attachments::AttachmentUri;
-use crate::error::Error;
 use agent_client_protocol_schema::v1::{self as acp, ContentBlock, Plan, SessionUpdate, ToolCall};
 
 use crate::ids::{EventSeq, ItemId, MessageId, SessionId};
@@ -33,11 +32,11 @@ macro_rules! text_enum {
         }
 
         impl FromStr for $ty {
-            type Err = Error;
-            fn from_str(s: &str) -> Result<Self, Error> {
+            type Err = UnknownValue;
+            fn from_str(s: &str) -> Result<Self, UnknownValue> {
                 match s {
                     $($text => Ok($ty::$variant),)+
-                    other => Err(Error::UnknownValue {
+                    other => Err(UnknownValue {
                         what: $what,
                         value: other.to_owned(),
                         expected: concat!($($text, " "),+),
@@ -46,6 +45,16 @@ macro_rules! text_enum {
             }
         }
     };
+}
+
+/// A text that names none of the values a record's field may take (a role, a tools
+/// host, a delivery state), with the ones it may.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {value:?}: expected one of {expected}")]
+pub struct UnknownValue {
+    pub what: &'static str,
+    pub value: String,
+    pub expected: &'static str,
 }
 
 text_enum!(
@@ -69,6 +78,22 @@ pub struct Session {
     pub tools_host: ToolsHost,
     pub created_at: String,
     pub updated_at: String,
+}
+
+/// One session as a listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    pub id: SessionId,
+    pub title: Option<String>,
+    pub tools_host: ToolsHost,
+    pub created_at: String,
+    pub updated_at: String,
+    /// Messages of every role and state.
+    pub messages: u64,
+    /// The size of each distinct attachment the session's messages refer to, summed,
+    /// as recorded when the references were sent (no file is read).
+    pub attachment_bytes: u64,
 }
 
 /// A message's link to one attachment. There is no path here, by design: the path is

@@ -61,7 +61,7 @@ mod postgres {
     use super::{PATH_WORDS, PathAudit, find_needle};
     use crate::db::postgres::{off_runtime, unreachable};
     use crate::db::sql::DbError;
-    use crate::error::{Error, Result};
+    use crate::error::Result;
 
     /// Types whose values are numbers or truth values, which cannot hold a path; every
     /// other column is read as text.
@@ -80,7 +80,8 @@ mod postgres {
     pub fn audit(url: &str, needles: &[String]) -> Result<PathAudit> {
         off_runtime(|| {
             let mut client = Client::connect(url, NoTls).map_err(|e| unreachable(url, &e))?;
-            let failed = |e| Error::db("audit the database for paths", DbError::Postgres(e));
+            let failed =
+                |e| crate::db::error::failed("audit the database for paths", DbError::Postgres(e));
             let mut tx = client
                 .build_transaction()
                 .read_only(true)
@@ -154,7 +155,7 @@ mod postgres {
 }
 
 fn scan_tables(tx: &Transaction<'_>, needles: &[String]) -> Result<PathAudit> {
-    let failed = |e| Error::sqlite("audit the database for paths", e);
+    let failed = |e| crate::db::error::sqlite("audit the database for paths", e);
     let mut audit = PathAudit::default();
     let mut stmt = tx
         .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
@@ -294,7 +295,7 @@ mod tests {
     #[cfg(feature = "postgres")]
     #[test]
     fn the_audit_reads_a_postgres_schema() {
-        let Some(server) = crate::db::postgres::test_server() else {
+        let Some(server) = crate::db::sql::test_server() else {
             return;
         };
         // Dropped with the schema when the test ends, a failed assertion included.

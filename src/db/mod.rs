@@ -2,8 +2,10 @@
 //! schema's migrations, the record reads and writes, and the integrity check. Its
 //! functions are synchronous and never touch attachment files.
 
+pub mod append;
 pub mod audit;
 pub mod copies;
+pub mod error;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod queries;
@@ -87,8 +89,8 @@ fn open_inspected(path: &Path, on_disk: &schema::OnDisk) -> Result<Connection> {
         verify::require_intact_schema(path)?;
     }
     ensure_parent(path)?;
-    let conn = Connection::open(path).map_err(|e| Error::not_database(path, e))?;
-    configure(&conn).map_err(|e| Error::not_database(path, e))?;
+    let conn = Connection::open(path).map_err(|e| crate::db::error::not_database(path, e))?;
+    configure(&conn).map_err(|e| crate::db::error::not_database(path, e))?;
     Ok(conn)
 }
 
@@ -263,7 +265,7 @@ impl Db {
         let mut conn = pool.get()?;
         let pragma = |conn: &Connection, on: bool| {
             conn.pragma_update(None, "secure_delete", on)
-                .map_err(|e| Error::sqlite("set secure_delete", e))
+                .map_err(|e| crate::db::error::sqlite("set secure_delete", e))
         };
         pragma(&conn, true)?;
         let written = write(&mut conn, f);
@@ -274,7 +276,7 @@ impl Db {
         reset?;
         let busy: i64 = conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
-            .map_err(|e| Error::sqlite("checkpoint the erasure", e))?;
+            .map_err(|e| crate::db::error::sqlite("checkpoint the erasure", e))?;
         Ok((value, busy == 0))
     }
 
@@ -296,10 +298,10 @@ impl Db {
 pub fn write<T>(conn: &mut Connection, mut f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|e| Error::sqlite("begin a write", e))?;
+        .map_err(|e| crate::db::error::sqlite("begin a write", e))?;
     let value = f(&Tx::sqlite(&tx))?;
     tx.commit()
-        .map_err(|e| Error::sqlite("commit a write", e))?;
+        .map_err(|e| crate::db::error::sqlite("commit a write", e))?;
     Ok(value)
 }
 
@@ -310,7 +312,7 @@ pub fn read<T>(
 ) -> Result<T> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Deferred)
-        .map_err(|e| Error::sqlite("begin a read", e))?;
+        .map_err(|e| crate::db::error::sqlite("begin a read", e))?;
     f(&tx)
 }
 
@@ -359,7 +361,7 @@ mod tests {
         other.execute("INSERT INTO t VALUES (2)", []).unwrap();
         write(&mut conn, |tx| {
             tx.execute("INSERT INTO t VALUES (3)", sql::args![])
-                .map_err(|e| Error::db("insert", e))?;
+                .map_err(|e| crate::db::error::failed("insert", e))?;
             Ok(())
         })
         .unwrap();

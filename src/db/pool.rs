@@ -119,7 +119,8 @@ impl Pool {
         };
         let pool = r2d2::Pool::builder()
             .max_size(MAX_CONNECTIONS)
-            .build(manager)?;
+            .build(manager)
+            .map_err(super::error::pool)?;
         Ok(Pool(Arc::new(Shared {
             pool: Some(pool),
             open,
@@ -132,7 +133,7 @@ impl Pool {
             .pool
             .as_ref()
             .expect("the r2d2 pool is only taken out by the last handle's drop");
-        Ok(pool.get()?)
+        pool.get().map_err(super::error::pool)
     }
 
     /// How many connections are open now (for tests).

@@ -14,7 +14,7 @@ use refinery::Migration;
 
 use super::Access;
 use super::schema::{Applied, MigrationReport, current};
-use super::sql::{DbError, Tx, args};
+use super::sql::{Tx, args};
 use crate::error::{Error, Result};
 
 mod embedded {
@@ -244,14 +244,8 @@ impl ScratchSchema {
     }
 }
 
-/// The server the unit tests that need PostgreSQL run on, named by
-/// `SESSIONSTORE_TEST_POSTGRES`; without it they pass without running.
 #[cfg(test)]
-pub(crate) fn test_server() -> Option<String> {
-    std::env::var("SESSIONSTORE_TEST_POSTGRES")
-        .ok()
-        .filter(|v| !v.is_empty())
-}
+pub(crate) use super::sql::test_server;
 
 impl Drop for ScratchSchema {
     fn drop(&mut self) {
@@ -457,14 +451,12 @@ fn shown_path(shown: &str) -> std::path::PathBuf {
     std::path::PathBuf::from(shown)
 }
 
-fn pg(action: &'static str) -> impl FnOnce(postgres::Error) -> Error {
-    move |e| Error::db(action, DbError::Postgres(e))
-}
+use super::error::postgres as pg;
 
 /// Whether a failed transaction lost a race that running it again can win, given
 /// how many times it has already run again.
 fn lost_race(e: &Error, attempt: u32) -> bool {
-    let Error::Postgres { cause, .. } = e else {
+    let Some(cause) = super::error::postgres_cause(e) else {
         return false;
     };
     match cause.code() {
@@ -823,7 +815,7 @@ pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
             args![],
             |r| r.get(0),
         )
-        .map_err(super::queries::sql("read the schema history"))?
+        .map_err(super::error::sql("read the schema history"))?
         .unwrap_or(0);
     let mut tables = std::collections::BTreeSet::new();
     let mut triggers = std::collections::BTreeSet::new();
@@ -851,7 +843,7 @@ pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
             args![],
             |r| r.get(0),
         )
-        .map_err(super::queries::sql("list tables"))?
+        .map_err(super::error::sql("list tables"))?
         .into_iter()
         .collect();
     let have_triggers: std::collections::BTreeSet<String> = tx
@@ -863,7 +855,7 @@ pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
             args![],
             |r| r.get(0),
         )
-        .map_err(super::queries::sql("list triggers"))?
+        .map_err(super::error::sql("list triggers"))?
         .into_iter()
         .collect();
     // A trigger can stay in place with its function rewritten to let every change
@@ -876,7 +868,7 @@ pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
             args![],
             |r| Ok((r.get::<String>(0)?, squeeze(&r.get::<String>(1)?))),
         )
-        .map_err(super::queries::sql("list functions"))?
+        .map_err(super::error::sql("list functions"))?
         .into_iter()
         .collect();
     let mut problems = Vec::new();

@@ -1,7 +1,9 @@
 //! Reads and writes of sessions, messages, references and events. Each state change
 //! here writes its rows and appends its event through the same transaction; the event
-//! log has an append function and nothing that updates or deletes it.
+//! log is appended to through `append` and nothing here updates or deletes it.
 
+use super::append::{append_event, next_seq, now};
+use super::error::sql;
 use super::sql::{DbError, Row, Tx, args};
 
 use crate::attachments::AttachmentUri;
@@ -10,58 +12,6 @@ use crate::ids::{EventSeq, MessageId, SessionId};
 use crate::model::{
     AppendedMessage, Delivery, Event, EventPayload, Message, Reference, Session, ToolsHost,
 };
-
-pub(crate) fn sql(action: &'static str) -> impl FnOnce(DbError) -> Error {
-    move |e| Error::db(action, e)
-}
-
-/// RFC 3339 in UTC with all nine fraction digits, so timestamps sort as text.
-const TIMESTAMP: &[time::format_description::BorrowedFormatItem<'static>] = time::macros::format_description!(
-    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:9]Z"
-);
-
-pub fn now() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(TIMESTAMP)
-        .expect("a UTC timestamp always formats with a fixed-width pattern")
-}
-
-/// Appends one event for `session`, giving it the next per-session sequence number.
-pub fn append_event(
-    conn: &Tx<'_>,
-    session: &SessionId,
-    payload: &EventPayload,
-    at: &str,
-) -> Result<EventSeq> {
-    let body = serde_json::to_string(payload).expect("event payloads always serialize");
-    let session = session.to_string();
-    const INSERT: &str = "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
-         VALUES (?1,
-                 (SELECT coalesce(max(session_seq), 0) + 1 FROM events WHERE session_id = ?1),
-                 ?2, ?3, ?4)";
-    let kind = payload.kind();
-    let args = args![session, kind, body, at];
-    // SQLite hands the new row's id back without a result row; PostgreSQL needs
-    // `RETURNING`, which on SQLite costs a step and a row on every append.
-    let seq = match conn.sqlite_conn() {
-        Some(sqlite) => {
-            conn.execute(INSERT, args).map_err(sql("append an event"))?;
-            sqlite.last_insert_rowid()
-        }
-        None => conn
-            .query_row(&format!("{INSERT} RETURNING seq"), args, |r| r.get(0))
-            .map_err(sql("append an event"))?
-            .ok_or(Error::OutOfRange {
-                what: "an appended event's sequence number",
-            })?,
-    };
-    conn.execute(
-        "UPDATE sessions SET updated_at = ?2 WHERE id = ?1",
-        args![session, at],
-    )
-    .map_err(sql("touch the session"))?;
-    Ok(EventSeq(seq))
-}
 
 fn session_from_row(row: &Row<'_>) -> Result<Session, DbError> {
     Ok(Session {
@@ -173,7 +123,7 @@ pub fn insert_message_for(
     let id_text = id.to_string();
     let at = now();
     // Messages and recorded items share one sequence: the session's history order.
-    let seq = super::turns::next_seq(conn, session)?;
+    let seq = next_seq(conn, session)?;
     conn.execute(
         "INSERT INTO messages
            (id, session_id, seq, role, display_text, model_text, transcript, state, created_at)

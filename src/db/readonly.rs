@@ -92,9 +92,9 @@ fn open(path: &Path, immutable: bool) -> Result<Connection> {
     } else {
         Connection::open_with_flags(path, flags)
     }
-    .map_err(|e| Error::not_database(path, e))?;
+    .map_err(|e| crate::db::error::not_database(path, e))?;
     conn.busy_timeout(super::BUSY_TIMEOUT)
-        .map_err(|e| Error::not_database(path, e))?;
+        .map_err(|e| crate::db::error::not_database(path, e))?;
     Ok(conn)
 }
 

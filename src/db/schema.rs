@@ -163,7 +163,7 @@ pub(crate) fn inspect(path: &Path) -> Result<OnDisk> {
                 conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
             Ok((history, objects))
         };
-        inspect().map_err(|e| Error::not_database(path, e))
+        inspect().map_err(|e| crate::db::error::not_database(path, e))
     })?;
     match (history, objects) {
         (Some(history), _) => {
@@ -337,10 +337,10 @@ pub(crate) fn migrate_with(
 ) -> Result<MigrationReport> {
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-        .map_err(|e| Error::sqlite("take the write lock for migrate", e))?;
+        .map_err(|e| crate::db::error::sqlite("take the write lock for migrate", e))?;
     // Checked again under the lock: another process may have upgraded in between.
     let applied = read_history(&tx)
-        .map_err(|e| Error::sqlite("read schema history", e))?
+        .map_err(|e| crate::db::error::sqlite("read schema history", e))?
         .unwrap_or_default();
     refuse_unknown(path, &applied, migrations)?;
     let before = current(&applied);
@@ -357,7 +357,7 @@ pub(crate) fn migrate_with(
         .run(&mut Locked(&tx))
         .map_err(|e| Error::Migration(e.to_string()))?;
     tx.commit()
-        .map_err(|e| Error::sqlite("commit migrations", e))?;
+        .map_err(|e| crate::db::error::sqlite("commit migrations", e))?;
     Ok(MigrationReport {
         current: latest(migrations).max(before),
         applied: report.applied_migrations().iter().map(label).collect(),
@@ -381,7 +381,7 @@ fn back_up(path: &Path, version: i64) -> Result<PathBuf> {
         path: path.to_owned(),
         cause,
     };
-    let failed = |e| Error::sqlite("back up the database before migrating", e);
+    let failed = |e| crate::db::error::sqlite("back up the database before migrating", e);
     let source = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -482,13 +482,13 @@ pub(crate) fn build_reference(conn: &mut Connection, version: i64) -> Result<()>
         .collect();
     let tx = conn
         .transaction()
-        .map_err(|e| Error::sqlite("build the reference schema", e))?;
+        .map_err(|e| crate::db::error::sqlite("build the reference schema", e))?;
     Runner::new(&migrations)
         .set_grouped(true)
         .run(&mut Locked(&tx))
         .map_err(|e| Error::Migration(e.to_string()))?;
     tx.commit()
-        .map_err(|e| Error::sqlite("build the reference schema", e))
+        .map_err(|e| crate::db::error::sqlite("build the reference schema", e))
 }
 
 #[cfg(test)]

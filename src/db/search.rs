@@ -113,7 +113,7 @@ fn query_error(query: &str, e: DbError) -> Error {
                     .to_owned(),
             }
         }
-        _ => Error::db("search", e),
+        _ => crate::db::error::failed("search", e),
     }
 }
 
@@ -126,7 +126,7 @@ fn query_error(query: &str, e: DbError) -> Error {
 pub fn purge_deleted(conn: &Tx<'_>) -> Result<()> {
     if conn.engine() == Engine::Sqlite {
         conn.execute("INSERT INTO search (search) VALUES ('optimize')", args![])
-            .map_err(super::queries::sql("merge the search index"))?;
+            .map_err(super::error::sql("merge the search index"))?;
     }
     Ok(())
 }

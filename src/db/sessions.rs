@@ -5,11 +5,11 @@
 
 use std::collections::HashSet;
 
-use super::queries::sql;
+use super::error::sql;
 use super::sql::{DbError, Row, Tx, args};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
-use crate::lifecycle::{SessionCursor, SessionSummary};
+use crate::model::SessionSummary;
 
 /// Columns of a summary: the session, its message count, and the bytes of the
 /// distinct attachments its messages refer to (by URI, each counted once).
@@ -34,29 +34,30 @@ fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary, DbError> {
     })
 }
 
-/// Up to `limit` sessions in the order `updated_at DESC, id DESC`, after `cursor`.
+/// Up to `limit` sessions in the order `updated_at DESC, id DESC`, after the one whose
+/// key (`updated_at`, id) is `after`.
 /// The row-value comparison walks the `sessions_by_updated (updated_at, id)` index
 /// backwards from the cursor, so a page costs the same wherever it starts.
 pub fn page(
     conn: &Tx<'_>,
     limit: usize,
-    cursor: Option<&SessionCursor>,
+    after: Option<(&str, &SessionId)>,
 ) -> Result<Vec<SessionSummary>> {
     let limit = i64::try_from(limit).map_err(|_| Error::OutOfRange {
         what: "a page size",
     })?;
-    let rows = match cursor {
+    let rows = match after {
         None => conn.query_map(
             &format!("{SUMMARY} ORDER BY s.updated_at DESC, s.id DESC LIMIT ?1"),
             args![limit],
             summary_from_row,
         ),
-        Some(c) => conn.query_map(
+        Some((updated_at, id)) => conn.query_map(
             &format!(
                 "{SUMMARY} WHERE (s.updated_at, s.id) < (?1, ?2)
                  ORDER BY s.updated_at DESC, s.id DESC LIMIT ?3"
             ),
-            args![c.updated_at, c.id.to_string(), limit],
+            args![updated_at, id.to_string(), limit],
             summary_from_row,
         ),
     };

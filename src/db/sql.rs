@@ -528,6 +528,17 @@ impl<'t> Tx<'t> {
     }
 }
 
+/// The server the unit tests that need PostgreSQL run on, named by
+/// `SESSIONSTORE_TEST_POSTGRES`; without it they pass without running. Here, at the
+/// bottom of `db`, so that a test of any file can reach it without an import that
+/// runs back up.
+#[cfg(all(test, feature = "postgres"))]
+pub(crate) fn test_server() -> Option<String> {
+    std::env::var("SESSIONSTORE_TEST_POSTGRES")
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
 #[cfg(feature = "postgres")]
 fn pg_args<'a>(args: &'a [Value<'a>]) -> Vec<&'a (dyn postgres::types::ToSql + Sync)> {
     args.iter()
@@ -573,7 +584,7 @@ mod tests {
     /// named by `SESSIONSTORE_TEST_POSTGRES`, and passes without running otherwise.
     #[test]
     fn an_error_after_the_first_row_is_not_lost() {
-        let Some(url) = crate::db::postgres::test_server() else {
+        let Some(url) = super::test_server() else {
             return;
         };
         let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();

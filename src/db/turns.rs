@@ -12,7 +12,9 @@ use crate::ids::{ItemId, SessionId};
 use crate::model::{CreatedItem, EventPayload, Item, ItemBody};
 use crate::turns::{self, Slot, State};
 
-use super::queries::{append_event, get_session, now, sql};
+use super::append::{append_event, next_seq, now};
+use super::error::sql;
+use super::queries::get_session;
 
 /// What `record` stored: how many updates, and the items it created or changed, in
 /// the order the batch first touched them.
@@ -20,22 +22,6 @@ use super::queries::{append_event, get_session, now, sql};
 pub struct Recorded {
     pub recorded: usize,
     pub items: Vec<ItemId>,
-}
-
-/// The next place in a session's history, which messages and items share.
-pub fn next_seq(conn: &Tx<'_>, session: &SessionId) -> Result<i64> {
-    conn.query_row(
-        "SELECT coalesce(max(seq), 0) + 1 FROM (
-             SELECT max(seq) AS seq FROM messages WHERE session_id = ?1
-             UNION ALL
-             SELECT max(seq) FROM items WHERE session_id = ?1) AS history",
-        args![session.to_string()],
-        |r| r.get(0),
-    )
-    .map_err(sql("number a history entry"))?
-    .ok_or(Error::OutOfRange {
-        what: "a history entry's sequence number",
-    })
 }
 
 const ITEM_COLUMNS: &str = "id, session_id, seq, kind, body, created_at, updated_at";

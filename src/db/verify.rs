@@ -7,7 +7,7 @@ use std::path::Path;
 
 use rusqlite::Connection;
 
-use super::queries::sql;
+use super::error::sql;
 use super::sql::{Tx, args};
 use crate::db::turns as queries_turns;
 use crate::db::{queries, schema};
@@ -47,11 +47,11 @@ fn engine_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     let mut stmt = conn
         .prepare("PRAGMA integrity_check")
-        .map_err(|e| Error::sqlite("run the integrity check", e))?;
+        .map_err(|e| crate::db::error::sqlite("run the integrity check", e))?;
     let lines: Vec<String> = stmt
         .query_map([], |r| r.get(0))
         .and_then(|rows| rows.collect())
-        .map_err(|e| Error::sqlite("run the integrity check", e))?;
+        .map_err(|e| crate::db::error::sqlite("run the integrity check", e))?;
     problems.extend(
         lines
             .into_iter()
@@ -61,11 +61,11 @@ fn engine_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
     problems.extend(schema_problems(conn)?);
     let mut fk = conn
         .prepare("PRAGMA foreign_key_check")
-        .map_err(|e| Error::sqlite("check foreign keys", e))?;
+        .map_err(|e| crate::db::error::sqlite("check foreign keys", e))?;
     let dangling: Vec<(String, i64)> = fk
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
         .and_then(|rows| rows.collect())
-        .map_err(|e| Error::sqlite("check foreign keys", e))?;
+        .map_err(|e| crate::db::error::sqlite("check foreign keys", e))?;
     for (table, rowid) in dangling {
         problems.push(format!(
             "{table} row {rowid} points at a row that does not exist"
@@ -237,7 +237,7 @@ pub(crate) fn require_intact_schema(path: &Path) -> Result<()> {
 /// in-memory database migrated to the same version, naming each difference: a dropped
 /// trigger would let the append-only event log be edited with no row out of place.
 fn schema_problems(conn: &Connection) -> Result<Vec<String>> {
-    let failed = |e| Error::sqlite("compare the schema", e);
+    let failed = |e| crate::db::error::sqlite("compare the schema", e);
     let version = schema::read_history(conn)
         .map_err(failed)?
         .map(|applied| schema::current(&applied))

@@ -103,7 +103,7 @@ impl Store {
             let mut deleted_at: Vec<Option<String>> = vec![None; states.len()];
             let mut counts: Vec<Counts> = states.iter().map(|(_, _, c)| *c).collect();
             if !dry_run && states.iter().any(|(_, s, _)| *s == State::Live) {
-                let at = crate::db::queries::now();
+                let at = crate::db::append::now();
                 let (written, checkpointed) = db.erase(|tx| {
                     let mut written = Vec::with_capacity(states.len());
                     for (n, (id, _, _)) in states.iter().enumerate() {

@@ -8,29 +8,13 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::ids::SessionId;
-use crate::model::ToolsHost;
+use crate::model::SessionSummary;
 use crate::store::Store;
 
 /// How many sessions a page holds when the caller does not say.
 pub const DEFAULT_PAGE: usize = 50;
 /// The most a page may hold.
 pub const MAX_PAGE: usize = 1000;
-
-/// One session as a listing shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionSummary {
-    pub id: SessionId,
-    pub title: Option<String>,
-    pub tools_host: ToolsHost,
-    pub created_at: String,
-    pub updated_at: String,
-    /// Messages of every role and state.
-    pub messages: u64,
-    /// The size of each distinct attachment the session's messages refer to, summed,
-    /// as recorded when the references were sent (no file is read).
-    pub attachment_bytes: u64,
-}
 
 /// One page, and the cursor of the next one (`None` on the last page).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -119,7 +103,10 @@ impl Store {
         // One row past the page says whether another page follows, so the last page
         // never hands out a cursor that leads to an empty one.
         let mut sessions = crate::store::blocking(move || {
-            db.read(|tx| crate::db::sessions::page(tx, limit + 1, cursor.as_ref()))
+            db.read(|tx| {
+                let after = cursor.as_ref().map(|c| (c.updated_at.as_str(), &c.id));
+                crate::db::sessions::page(tx, limit + 1, after)
+            })
         })
         .await?;
         let more = sessions.len() > limit;

@@ -15,9 +15,10 @@ pub mod import;
 mod list;
 mod progress;
 
+pub use crate::model::SessionSummary;
 pub use delete::{DeleteReport, DeletedSession, DeletionStatus};
 pub use gc::{DEFAULT_GC_GRACE, GcOptions, GcReport, Tally, parse_duration};
-pub use list::{CursorError, DEFAULT_PAGE, MAX_PAGE, SessionCursor, SessionPage, SessionSummary};
+pub use list::{CursorError, DEFAULT_PAGE, MAX_PAGE, SessionCursor, SessionPage};
 pub use progress::{Progress, Step};
 
 use crate::Store;

@@ -33,7 +33,10 @@ async fn a_failure_mid_transaction_keeps_neither_row_nor_event() {
         .append_message(s.id, user_text("lost"))
         .await
         .unwrap_err();
-    assert!(matches!(err, sessionstore::Error::Sqlite { .. }), "{err:?}");
+    assert!(
+        matches!(err, sessionstore::Error::Database { .. }),
+        "{err:?}"
+    );
     let cause = std::error::Error::source(&err).expect("the sqlite error is kept as the cause");
     assert!(cause.to_string().contains("forced failure"), "{cause}");
     let conn = t.raw();

@@ -1,0 +1,74 @@
+//! The crate's `Error` from what a database driver said: a failed statement named by
+//! the action it was part of, a busy database told apart from other failures, a file
+//! SQLite will not open, a pool that gave no connection. The driver's error goes behind
+//! `source()` as an opaque `DatabaseCause`. It runs no statement and decides no retry.
+
+use std::path::Path;
+
+use super::sql::DbError;
+use crate::error::{DatabaseCause, Error};
+
+/// A failure of one statement on either engine, named by what was being done.
+pub fn failed(action: &'static str, cause: DbError) -> Error {
+    match cause {
+        DbError::Sqlite(cause) => sqlite(action, cause),
+        #[cfg(feature = "postgres")]
+        DbError::Postgres(cause) => Error::Database {
+            action,
+            cause: DatabaseCause::new(cause),
+        },
+        DbError::Column { index, reason } => Error::DamagedRow {
+            action,
+            detail: format!("column {index}: {reason}"),
+        },
+    }
+}
+
+/// `failed` for `map_err`: `tx.execute(…).map_err(sql("append an event"))`.
+pub fn sql(action: &'static str) -> impl FnOnce(DbError) -> Error {
+    move |e| failed(action, e)
+}
+
+/// An SQLite failure, as `Busy` when another writer held the lock past the timeout.
+pub fn sqlite(action: &'static str, cause: rusqlite::Error) -> Error {
+    let busy = matches!(
+        cause.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    );
+    let cause = DatabaseCause::new(cause);
+    if busy {
+        Error::Busy { action, cause }
+    } else {
+        Error::Database { action, cause }
+    }
+}
+
+/// `failed` for a PostgreSQL error met outside a `Tx` (a transaction begun or
+/// committed, a catalog read on a client of its own).
+#[cfg(feature = "postgres")]
+pub fn postgres(action: &'static str) -> impl FnOnce(postgres::Error) -> Error {
+    move |e| failed(action, DbError::Postgres(e))
+}
+
+/// The PostgreSQL error behind a failed statement, for deciding whether running the
+/// transaction again can help.
+#[cfg(feature = "postgres")]
+pub fn postgres_cause(e: &Error) -> Option<&postgres::Error> {
+    match e {
+        Error::Database { cause, .. } => cause.downcast_ref(),
+        _ => None,
+    }
+}
+
+/// A file SQLite will not open or read as a database, in SQLite's words.
+pub fn not_database(path: &Path, e: rusqlite::Error) -> Error {
+    Error::NotDatabase {
+        path: path.to_owned(),
+        detail: e.to_string(),
+    }
+}
+
+/// No connection from a pool within its wait.
+pub fn pool(e: r2d2::Error) -> Error {
+    Error::Pool(DatabaseCause::new(e))
+}
