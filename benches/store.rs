@@ -480,7 +480,7 @@ fn backend_side(
     db: std::path::PathBuf,
 ) -> [Samples; 3] {
     let config = sessionstore::Config {
-        db_path: db,
+        database: db.into(),
         ..workload::config_in(dir)
     };
     let store = rt

@@ -1,7 +1,11 @@
-//! Where things live: the database file, the configured and legacy attachment roots,
-//! and the daemon's host name. A value, handed to the store, so a store opened later
-//! can be given other roots; nothing here is ever written to the database.
+//! Where things live: the database (an SQLite file or a PostgreSQL server, told apart
+//! once, where its name comes in), the configured and legacy attachment roots, and the
+//! daemon's host name. A value, handed to the store, so a store opened later can be
+//! given other roots; nothing here is ever written to the database, and a connection
+//! string's password is never shown by anything here.
 
+use std::ffi::OsString;
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::attachments::Roots;
@@ -9,7 +13,7 @@ use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    pub db_path: PathBuf,
+    pub database: Database,
     pub roots: Roots,
     /// The host the daemon, and therefore every attachment path, lives on.
     pub host: String,
@@ -19,7 +23,7 @@ impl Config {
     /// Everything under one data directory: `<dir>/sessions.db` and `<dir>/attachments`.
     pub fn in_dir(dir: &Path) -> Config {
         Config {
-            db_path: dir.join("sessions.db"),
+            database: Database::Sqlite(dir.join("sessions.db")),
             roots: Roots {
                 configured: dir.join("attachments"),
                 legacy: vec![],
@@ -28,26 +32,202 @@ impl Config {
         }
     }
 
-    /// The database as it may be printed or logged: the file's path, or the
-    /// PostgreSQL connection string with any password replaced by `***`.
-    pub fn database_shown(&self) -> String {
-        crate::db::shown(&self.db_path)
-    }
-
     /// The defaults of a fresh machine: the user's data directory.
     pub fn default_paths() -> Result<Config> {
         Ok(Config::in_dir(&default_data_dir()?))
     }
 }
 
-/// The database named by `db` as a person may see it, when it is a PostgreSQL
-/// connection string: with its password replaced, so that it can be printed or
-/// logged. `None` for a file, which is shown as its path.
-pub fn server_url(db: &Path) -> Option<String> {
-    match crate::db::Location::of(db) {
-        crate::db::Location::Postgres(_) => Some(crate::db::shown(db)),
-        crate::db::Location::File(_) => None,
+/// The database a store works on. Told apart once, where its name comes in (`--db`,
+/// `SESSIONSTORE_DB`, a caller's text through [`Database::parse`] or `From`): a
+/// `postgres://` or `postgresql://` connection string names a database on a
+/// PostgreSQL server, anything else the path of an SQLite file. Shown (`Display`) as
+/// the file's path, or as the connection string with its password replaced by `***`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// An SQLite database file (created by the commands that create one).
+    Sqlite(PathBuf),
+    /// A database on a PostgreSQL server (cargo feature `postgres`).
+    Postgres(PostgresUrl),
+}
+
+impl Database {
+    /// What `--db` names. A file whose name really begins with `postgres://` is
+    /// `Database::Sqlite` built by hand.
+    pub fn parse(name: impl Into<OsString>) -> Database {
+        let name = name.into();
+        match name.to_str().and_then(PostgresUrl::new) {
+            Some(url) => Database::Postgres(url),
+            None => Database::Sqlite(PathBuf::from(name)),
+        }
     }
+}
+
+impl fmt::Display for Database {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Database::Sqlite(path) => path.display().fmt(f),
+            Database::Postgres(url) => url.fmt(f),
+        }
+    }
+}
+
+impl From<OsString> for Database {
+    fn from(name: OsString) -> Database {
+        Database::parse(name)
+    }
+}
+
+impl From<PathBuf> for Database {
+    fn from(name: PathBuf) -> Database {
+        Database::parse(name)
+    }
+}
+
+impl From<&Path> for Database {
+    fn from(name: &Path) -> Database {
+        Database::parse(name)
+    }
+}
+
+impl From<String> for Database {
+    fn from(name: String) -> Database {
+        Database::parse(name)
+    }
+}
+
+impl From<&str> for Database {
+    fn from(name: &str) -> Database {
+        Database::parse(name)
+    }
+}
+
+/// A PostgreSQL connection string. `Display` and `Debug` show it with every password
+/// it carries (in its user part or as a `password=` parameter) replaced by `***`; only
+/// [`PostgresUrl::as_str`] gives it whole, to connect with. It is checked as a
+/// connection string when a store connects (`Error::ConnectionString`), not here.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PostgresUrl(String);
+
+impl PostgresUrl {
+    /// `url` when it is a `postgres://` or `postgresql://` URL.
+    pub fn new(url: impl Into<String>) -> Option<PostgresUrl> {
+        let url = url.into();
+        (url.starts_with("postgres://") || url.starts_with("postgresql://"))
+            .then_some(PostgresUrl(url))
+    }
+
+    /// The whole connection string, password included: for connecting, never for
+    /// showing.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `text` (a driver's message about this server) with every password this string
+    /// carries replaced, should the driver ever repeat what it was given.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        scrub_secrets(&self.0, text)
+    }
+}
+
+impl fmt::Display for PostgresUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact(&self.0))
+    }
+}
+
+impl fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("PostgresUrl")
+            .field(&redact(&self.0))
+            .finish()
+    }
+}
+
+/// A connection string as it may be printed: the password, if any, replaced.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (creds, after) = credentials(rest);
+    let creds = match creds {
+        Some(creds) => match creds.split_once(':') {
+            Some((name, _password)) => format!("{name}:***@"),
+            None => format!("{creds}@"),
+        },
+        None => String::new(),
+    };
+    // A password can also come as a query parameter.
+    let after = match after.split_once('?') {
+        Some((host, query)) => {
+            let query = query
+                .split('&')
+                .map(|part| match part.split_once('=') {
+                    Some(("password", _)) => "password=***".to_owned(),
+                    _ => part.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join("&");
+            format!("{host}?{query}")
+        }
+        None => after.to_owned(),
+    };
+    format!("{scheme}://{creds}{after}")
+}
+
+/// A URL's `user[:password]` part and what follows it, split where the driver splits
+/// them: at the first `@` (a password may hold `/`, `?` or `:`; the driver ends it only
+/// at an `@`).
+fn credentials(rest: &str) -> (Option<&str>, &str) {
+    match rest.split_once('@') {
+        Some((creds, after)) => (Some(creds), after),
+        None => (None, rest),
+    }
+}
+
+/// The passwords a connection string carries (in its user part, or as a
+/// `password=` parameter), as written.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+fn secrets(url: &str) -> Vec<String> {
+    let Some((_, rest)) = url.split_once("://") else {
+        return vec![];
+    };
+    let (creds, after) = credentials(rest);
+    let mut out = vec![];
+    if let Some((_, password)) = creds.and_then(|c| c.split_once(':')) {
+        out.push(password.to_owned());
+        // The driver decodes it, and could repeat either form.
+        if let Ok(decoded) = percent_encoding::percent_decode_str(password).decode_utf8() {
+            out.push(decoded.into_owned());
+        }
+    }
+    if let Some((_, query)) = after.split_once('?') {
+        for part in query.split('&') {
+            if let Some(password) = part.strip_prefix("password=") {
+                out.push(password.to_owned());
+            }
+        }
+    }
+    out.retain(|p| !p.is_empty());
+    // Longest first, so that a secret inside another is not replaced piecemeal.
+    out.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    out.dedup();
+    out
+}
+
+/// `text` with every password the connection string `url` carries replaced.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) fn scrub_secrets(url: &str, text: &str) -> String {
+    scrub(text, &secrets(url))
+}
+
+/// `text` with every one of `secrets` replaced.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+fn scrub(text: &str, secrets: &[String]) -> String {
+    secrets.iter().fold(text.to_owned(), |text, secret| {
+        text.replace(secret.as_str(), "***")
+    })
 }
 
 /// The user's data directory for sessionstore, e.g. `~/.local/share/sessionstore`.
@@ -66,4 +246,91 @@ pub fn host_name() -> String {
         .filter(|s| !s.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
         .unwrap_or_else(|| "localhost".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_is_told_apart_once_by_its_name() {
+        assert_eq!(
+            Database::parse("data/sessions.db"),
+            Database::Sqlite("data/sessions.db".into())
+        );
+        assert_eq!(
+            Database::from(PathBuf::from("postgres:/not-a-url")),
+            Database::Sqlite("postgres:/not-a-url".into())
+        );
+        for url in [
+            "postgres://h/db",
+            "postgresql://u@h:5432/db?sslmode=disable",
+        ] {
+            let Database::Postgres(parsed) = Database::from(url) else {
+                panic!("{url} is PostgreSQL");
+            };
+            assert_eq!(parsed.as_str(), url);
+        }
+        // Not UTF-8, so not a URL: a file, whatever it looks like.
+        use std::os::unix::ffi::OsStringExt;
+        let odd = OsString::from_vec(b"postgres://h/\xff".to_vec());
+        assert!(matches!(Database::parse(odd), Database::Sqlite(_)));
+    }
+
+    #[test]
+    fn a_database_is_shown_without_its_password() {
+        let db = Database::parse("postgres://alice:s3cret@host/db?password=other");
+        for shown in [db.to_string(), format!("{db:?}"), format!("{db:#?}")] {
+            assert!(
+                !shown.contains("s3cret") && !shown.contains("other"),
+                "{shown}"
+            );
+        }
+        assert_eq!(db.to_string(), "postgres://alice:***@host/db?password=***");
+        assert_eq!(Database::parse("a b/c.db").to_string(), "a b/c.db");
+    }
+
+    #[test]
+    fn a_password_with_a_slash_or_a_question_mark_is_still_redacted() {
+        // The driver ends the password at the first `@`, whatever it holds.
+        let url = "postgres://u:Xy/9+kq?Z@host:5432/db?application_name=x";
+        #[cfg(feature = "postgres")]
+        {
+            let config: postgres::Config = url.parse().unwrap();
+            assert_eq!(config.get_password(), Some(&b"Xy/9+kq?Z"[..]));
+        }
+        let shown = redact(url);
+        assert_eq!(shown, "postgres://u:***@host:5432/db?application_name=x");
+        assert!(secrets(url).contains(&"Xy/9+kq?Z".to_owned()));
+        let url = PostgresUrl::new(url).unwrap();
+        assert!(
+            !url.scrub(&format!("failed for {}", url.as_str()))
+                .contains("Xy/9")
+        );
+    }
+
+    #[test]
+    fn a_password_never_reaches_a_message() {
+        assert_eq!(
+            redact("postgres://alice:s3cret@db.example:5432/sessions?sslmode=disable"),
+            "postgres://alice:***@db.example:5432/sessions?sslmode=disable"
+        );
+        assert_eq!(
+            redact("postgresql://bob@host/db?password=hunter2&application_name=x"),
+            "postgresql://bob@host/db?password=***&application_name=x"
+        );
+        assert_eq!(redact("postgres://host/db"), "postgres://host/db");
+    }
+
+    #[test]
+    fn a_drivers_words_lose_any_password_the_string_carried() {
+        let url = "postgres://alice:s3cret@host/db?password=other&sslmode=disable";
+        assert_eq!(secrets(url), ["s3cret", "other"]);
+        assert_eq!(
+            scrub("got `s3cret` and other things", &secrets(url)),
+            "got `***` and *** things"
+        );
+        assert!(secrets("postgres://alice@host/db").is_empty());
+        assert!(secrets("postgres://alice:@host/db?password=").is_empty());
+    }
 }

@@ -310,9 +310,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             // variable or data directory applies, so a flag that names one is a
             // mistake rather than something to ignore. The one exception is a
             // PostgreSQL server given with --db, where it makes a schema of its own.
-            let server = (cli.global.db.as_deref())
-                .filter(|db| sessionstore::config::server_url(db).is_some())
-                .and_then(|db| db.to_str());
+            let server = match &cli.global.db {
+                Some(sessionstore::config::Database::Postgres(url)) => Some(url.as_str()),
+                _ => None,
+            };
             if cli.global.names_a_location() && (server.is_none() || cli.global.names_a_root()) {
                 return Err(Usage(
                     "probe runs in a temporary directory of its own: \
@@ -379,19 +380,19 @@ async fn acp(config: Config, args: AcpArgs) -> Result<()> {
 
 async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {
     let report = if args.dry_run {
-        Store::migration_plan(&config.db_path).await?
+        Store::migration_plan(&config.database).await?
     } else {
         let backup = if args.no_backup {
             Backup::Skip
         } else {
             Backup::Make
         };
-        Store::migrate(&config.db_path, backup).await?
+        Store::migrate(&config.database, backup).await?
     };
     if json {
         return print_json(&report);
     }
-    let db = terminal_line(&config.database_shown());
+    let db = terminal_line(&config.database.to_string());
     if args.dry_run && !report.pending.is_empty() {
         emit(&format!(
             "{db}: would apply {}; schema at version {}",

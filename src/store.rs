@@ -11,7 +11,7 @@ use crate::attachments::{
     AttachmentStore, AttachmentUri, Download, Listed, MAX_ATTACHMENT_BYTES, ReadObserver,
     StoredAttachment,
 };
-use crate::config::Config;
+use crate::config::{Config, Database};
 use crate::db::turns::Recorded;
 use crate::db::{
     self, Access, Db, queries, schema::Backup, schema::MigrationReport, verify::VerifyReport,
@@ -271,8 +271,8 @@ impl Store {
                 return Err(Error::RootNotUtf8 { root: root.clone() });
             }
         }
-        let path = config.db_path.clone();
-        let db = blocking(move || Db::open(&path, access)).await?;
+        let database = config.database.clone();
+        let db = blocking(move || Db::open(&database, access)).await?;
         Ok(Store {
             db,
             attachments,
@@ -281,42 +281,24 @@ impl Store {
         })
     }
 
-    /// Applies pending migrations to the database at `path`, creating it if needed
-    /// and refusing a newer or foreign file without writing to it. `open` does the
-    /// same; this is for a caller that only wants the schema brought up to date.
-    /// With `Backup::Make`, a database that already has a schema is first copied to
-    /// `<db>.v<N>.bak`.
+    /// Applies pending migrations to `database`, creating an SQLite file if needed
+    /// and refusing a newer or foreign database without writing to it. `open` does
+    /// the same; this is for a caller that only wants the schema brought up to date.
+    /// With `Backup::Make`, an SQLite database that already has a schema is first
+    /// copied to `<db>.v<N>.bak`.
     ///
-    /// On PostgreSQL (`path` a `postgres://` connection string) no copy is taken:
-    /// the pending migrations run in one transaction, which applies them all or none.
-    pub async fn migrate(path: &Path, backup: Backup) -> Result<MigrationReport> {
-        let path = path.to_owned();
-        blocking(move || match db::Location::of(&path) {
-            db::Location::File(path) => db::migrate(path, backup),
-            #[cfg(feature = "postgres")]
-            db::Location::Postgres(url) => db::postgres::migrate(url),
-            #[cfg(not(feature = "postgres"))]
-            db::Location::Postgres(_) => {
-                db::Db::open(&path, db::Access::Create).map(|_| unreachable!())
-            }
-        })
-        .await
+    /// On PostgreSQL no copy is taken: the pending migrations run in one transaction,
+    /// which applies them all or none.
+    pub async fn migrate(database: &Database, backup: Backup) -> Result<MigrationReport> {
+        let database = database.clone();
+        blocking(move || db::migrate(&database, backup)).await
     }
 
     /// What `migrate` would apply, read without writing a byte (a missing file is
     /// not created).
-    pub async fn migration_plan(path: &Path) -> Result<MigrationReport> {
-        let path = path.to_owned();
-        blocking(move || match db::Location::of(&path) {
-            db::Location::File(path) => db::schema::plan(path),
-            #[cfg(feature = "postgres")]
-            db::Location::Postgres(url) => db::postgres::plan(url),
-            #[cfg(not(feature = "postgres"))]
-            db::Location::Postgres(_) => {
-                db::Db::open(&path, db::Access::ReadOnly).map(|_| unreachable!())
-            }
-        })
-        .await
+    pub async fn migration_plan(database: &Database) -> Result<MigrationReport> {
+        let database = database.clone();
+        blocking(move || db::migration_plan(&database)).await
     }
 
     pub fn config(&self) -> &Config {

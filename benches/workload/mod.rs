@@ -21,7 +21,7 @@ pub const MIB: usize = 1024 * KIB;
 
 pub fn config_in(dir: &Path) -> Config {
     Config {
-        db_path: dir.join("sessions.db"),
+        database: dir.join("sessions.db").into(),
         roots: Roots {
             configured: dir.join("attachments"),
             legacy: vec![],

@@ -19,7 +19,7 @@ pub struct Global {
     /// The SQLite database file, or a postgres:// connection string [env: SESSIONSTORE_DB]
     /// [default: <data dir>/sessions.db]
     #[arg(long, global = true, value_name = "PATH")]
-    pub db: Option<PathBuf>,
+    pub db: Option<sessionstore::config::Database>,
     /// Where new uploads are written [env: SESSIONSTORE_ATTACHMENTS_ROOT]
     /// [default: <data dir>/attachments, even when --db is given]
     #[arg(long, global = true, value_name = "DIR")]
@@ -71,11 +71,12 @@ fn env_var(name: &str) -> Option<std::ffi::OsString> {
     std::env::var_os(name).filter(|v| !v.is_empty())
 }
 
-/// A flag's value, else the variable's, with where it came from.
-fn pick(flag: &Option<PathBuf>, var: &str) -> (Option<PathBuf>, Source) {
+/// A flag's value, else the variable's, with where it came from. The variable's
+/// text is parsed here, where it comes in, as clap parses the flag's.
+fn pick<T: Clone + From<std::ffi::OsString>>(flag: &Option<T>, var: &str) -> (Option<T>, Source) {
     match (flag, env_var(var)) {
         (Some(p), _) => (Some(p.clone()), Source::Flag),
-        (None, Some(v)) => (Some(PathBuf::from(v)), Source::Environment),
+        (None, Some(v)) => (Some(T::from(v)), Source::Environment),
         (None, None) => (None, Source::Default),
     }
 }
@@ -103,7 +104,7 @@ impl Global {
             _ => Config::default_paths()?,
         };
         if let Some(db) = db {
-            config.db_path = db;
+            config.database = db;
         }
         if let Some(root) = root {
             config.roots.configured = root;
@@ -123,7 +124,7 @@ impl Global {
         };
         tracing::debug!(
             "database {:?} ({:?}), attachment root {:?} ({:?})",
-            config.database_shown(),
+            config.database.to_string(),
             db_source,
             config.roots.configured,
             root_source
@@ -193,12 +194,12 @@ pub fn paths(global: &Global) -> Result<()> {
         }
     };
     let report = Paths {
-        database: match sessionstore::config::server_url(&located.config.db_path) {
-            Some(url) => Database::Server(Server {
-                url,
+        database: match &located.config.database {
+            sessionstore::config::Database::Postgres(url) => Database::Server(Server {
+                url: url.to_string(),
                 source: located.db,
             }),
-            None => Database::File(place(&located.config.db_path, located.db)),
+            sessionstore::config::Database::Sqlite(path) => Database::File(place(path, located.db)),
         },
         attachments_root: place(&located.config.roots.configured, located.root),
         legacy_roots: located

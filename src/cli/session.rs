@@ -115,7 +115,7 @@ async fn new(
     tools_host: ToolsHost,
 ) -> Result<()> {
     let store = Store::open(config).await?;
-    tracing::info!("using database {}", store.config().database_shown());
+    tracing::info!("using database {}", store.config().database);
     let session = store.create_session(title, tools_host).await?;
     if json {
         print_json(&serde_json::json!({ "id": session.id }))

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::Transaction;
 use rusqlite::types::ValueRef;
 
+use crate::config::Database;
 use crate::db::readonly;
 use crate::error::{Error, Result};
 
@@ -39,13 +40,18 @@ pub struct PathAudit {
 /// Audits the database at `db` for `needles` (empty needles match nothing): an
 /// SQLite file and the files beside it, or the schema a `postgres://` URL puts first
 /// on its search path.
-pub fn audit(db: &Path, needles: &[String]) -> Result<PathAudit> {
-    let db = match super::Location::of(db) {
-        super::Location::File(db) => db,
+pub fn audit(db: &Database, needles: &[String]) -> Result<PathAudit> {
+    let db = match db {
+        Database::Sqlite(db) => db.as_path(),
         #[cfg(feature = "postgres")]
-        super::Location::Postgres(url) => return postgres::audit(url, needles),
+        Database::Postgres(url) => return postgres::audit(url.as_str(), needles),
         #[cfg(not(feature = "postgres"))]
-        super::Location::Postgres(url) => return Err(super::no_postgres(url)),
+        Database::Postgres(_) => {
+            return Err(Error::Unreachable {
+                url: db.to_string(),
+                detail: "this sessionstore was built without the `postgres` feature".to_owned(),
+            });
+        }
     };
     let mut audit = readonly::read(db, |tx| scan_tables(tx, needles))?;
     scan_files(db, needles, &mut audit)?;
@@ -260,7 +266,7 @@ mod tests {
         )
         .unwrap();
         let needles = vec!["/tmp/sessionstore-probe-x".to_owned()];
-        let clean = audit(&db, &needles).unwrap();
+        let clean = audit(&Database::Sqlite(db.clone()), &needles).unwrap();
         assert_eq!(clean.tables, ["refs"]);
         assert_eq!(clean.columns, ["refs.uri", "refs.note"]);
         assert!(clean.path_columns.is_empty() && clean.value_hits.is_empty());
@@ -274,7 +280,7 @@ mod tests {
         )
         .unwrap();
         drop(conn);
-        let found = audit(&db, &needles).unwrap();
+        let found = audit(&Database::Sqlite(db.clone()), &needles).unwrap();
         assert_eq!(found.path_columns, ["cache.file_path"]);
         assert_eq!(found.value_hits, [("refs".to_owned(), needles[0].clone())]);
         assert_eq!(found.file_hits.len(), 1, "the file holds the value too");
@@ -311,7 +317,7 @@ mod tests {
                 )
                 .unwrap();
             let needles = vec!["/tmp/sessionstore-probe-x".to_owned()];
-            let clean = audit(Path::new(&url), &needles).unwrap();
+            let clean = audit(&Database::parse(&url), &needles).unwrap();
             assert_eq!(clean.tables, ["refs"]);
             assert_eq!(clean.columns, ["refs.uri", "refs.n", "refs.body"]);
             assert_eq!(clean.values, 2, "the text and the JSON, not the number");
@@ -323,7 +329,7 @@ mod tests {
                      CREATE TABLE cache (file_path TEXT);",
                 )
                 .unwrap();
-            let found = audit(Path::new(&url), &needles).unwrap();
+            let found = audit(&Database::parse(&url), &needles).unwrap();
             assert_eq!(found.path_columns, ["cache.file_path"]);
             assert_eq!(found.value_hits, [("refs".to_owned(), needles[0].clone())]);
         }

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, TransactionBehavior};
 
+use crate::config::Database;
 use crate::error::{Error, Result};
 
 pub use pool::Pool;
@@ -94,11 +95,34 @@ fn open_inspected(path: &Path, on_disk: &schema::OnDisk) -> Result<Connection> {
     Ok(conn)
 }
 
-/// Applies pending migrations to the database at `path` (creating it when missing),
-/// first copying a database that already has a schema unless told to `Skip`.
-pub fn migrate(path: &Path, backup: schema::Backup) -> Result<schema::MigrationReport> {
+/// Applies pending migrations to the SQLite database at `path` (creating it when
+/// missing), first copying a database that already has a schema unless told to `Skip`.
+fn migrate_file(path: &Path, backup: schema::Backup) -> Result<schema::MigrationReport> {
     let mut conn = open_checked(path)?;
     schema::migrate_conn(&mut conn, path, backup)
+}
+
+/// Applies pending migrations to `db`, creating an SQLite file when missing. On
+/// PostgreSQL no copy is taken: the pending migrations run in one transaction.
+pub fn migrate(db: &Database, backup: schema::Backup) -> Result<schema::MigrationReport> {
+    match db {
+        Database::Sqlite(path) => migrate_file(path, backup),
+        #[cfg(feature = "postgres")]
+        Database::Postgres(url) => postgres::migrate(url),
+        #[cfg(not(feature = "postgres"))]
+        Database::Postgres(url) => Err(no_postgres(url)),
+    }
+}
+
+/// What `migrate` would apply to `db`, read without writing anything.
+pub fn migration_plan(db: &Database) -> Result<schema::MigrationReport> {
+    match db {
+        Database::Sqlite(path) => schema::plan(path),
+        #[cfg(feature = "postgres")]
+        Database::Postgres(url) => postgres::plan(url),
+        #[cfg(not(feature = "postgres"))]
+        Database::Postgres(url) => Err(no_postgres(url)),
+    }
 }
 
 /// How a store may use its database file.
@@ -125,65 +149,23 @@ pub enum Db {
     Postgres(postgres::PgDb),
 }
 
-/// What `--db` names: a PostgreSQL connection string, or an SQLite file otherwise.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Location<'a> {
-    File(&'a Path),
-    Postgres(&'a str),
-}
-
-impl<'a> Location<'a> {
-    pub fn of(db: &'a Path) -> Location<'a> {
-        match db.to_str() {
-            Some(url) if postgres_url(url) => Location::Postgres(url),
-            _ => Location::File(db),
-        }
-    }
-}
-
-/// The database as it may be printed: a file's path, or a connection string with its
-/// password replaced.
-pub fn shown(db: &Path) -> String {
-    match Location::of(db) {
-        Location::File(path) => path.display().to_string(),
-        Location::Postgres(url) => postgres::redact(url),
-    }
-}
-
-/// Whether `text` is a PostgreSQL connection URL rather than a file name.
-pub fn postgres_url(text: &str) -> bool {
-    text.starts_with("postgres://") || text.starts_with("postgresql://")
-}
-
 /// The database is PostgreSQL, which this binary was built without.
 #[cfg(not(feature = "postgres"))]
-fn no_postgres(url: &str) -> Error {
+fn no_postgres(url: &crate::config::PostgresUrl) -> Error {
     Error::Unreachable {
-        url: postgres::redact(url),
+        url: url.to_string(),
         detail: "this sessionstore was built without the `postgres` feature".to_owned(),
     }
 }
 
-#[cfg(not(feature = "postgres"))]
-mod postgres {
-    /// Without the feature there is nothing to connect to; the URL is still never
-    /// printed with its password.
-    pub fn redact(url: &str) -> String {
-        match url.split_once('@') {
-            Some((_, host)) => format!("postgres://…@{host}"),
-            None => url.to_owned(),
-        }
-    }
-}
-
 impl Db {
-    pub fn open(db: &Path, access: Access) -> Result<Db> {
-        let path = match Location::of(db) {
-            Location::File(path) => path,
+    pub fn open(db: &Database, access: Access) -> Result<Db> {
+        let path = match db {
+            Database::Sqlite(path) => path.as_path(),
             #[cfg(feature = "postgres")]
-            Location::Postgres(url) => return Ok(Db::Postgres(postgres::PgDb::open(url, access)?)),
+            Database::Postgres(url) => return Ok(Db::Postgres(postgres::PgDb::open(url, access)?)),
             #[cfg(not(feature = "postgres"))]
-            Location::Postgres(url) => return Err(no_postgres(url)),
+            Database::Postgres(url) => return Err(no_postgres(url)),
         };
         let on_disk = schema::inspect(path)?;
         match (access, &on_disk) {

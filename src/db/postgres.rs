@@ -15,6 +15,7 @@ use refinery::Migration;
 use super::Access;
 use super::schema::{Applied, MigrationReport, current};
 use super::sql::{Tx, args};
+use crate::config::{PostgresUrl, redact, scrub_secrets};
 use crate::error::{Error, Result};
 
 mod embedded {
@@ -94,47 +95,6 @@ fn migrations() -> Vec<Migration> {
     all
 }
 
-/// The connection string as it may be printed: the password, if any, replaced.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (creds, after) = credentials(rest);
-    let creds = match creds {
-        Some(creds) => match creds.split_once(':') {
-            Some((name, _password)) => format!("{name}:***@"),
-            None => format!("{creds}@"),
-        },
-        None => String::new(),
-    };
-    // A password can also come as a query parameter.
-    let after = match after.split_once('?') {
-        Some((host, query)) => {
-            let query = query
-                .split('&')
-                .map(|part| match part.split_once('=') {
-                    Some(("password", _)) => "password=***".to_owned(),
-                    _ => part.to_owned(),
-                })
-                .collect::<Vec<_>>()
-                .join("&");
-            format!("{host}?{query}")
-        }
-        None => after.to_owned(),
-    };
-    format!("{scheme}://{creds}{after}")
-}
-
-/// A URL's `user[:password]` part and what follows it, split where the driver splits
-/// them: at the first `@` (a password may hold `/`, `?` or `:`; the driver ends it only
-/// at an `@`).
-fn credentials(rest: &str) -> (Option<&str>, &str) {
-    match rest.split_once('@') {
-        Some((creds, after)) => (Some(creds), after),
-        None => (None, rest),
-    }
-}
-
 /// `url` with `schema` first on its search path (`options=-c search_path=…`), added to
 /// the options the URL already has, which a second `options` parameter would replace.
 /// `schema` must be a plain identifier; the probe's and the tests' are.
@@ -188,7 +148,7 @@ fn on_server(url: &str, sql: &str, action: &'static str) -> Result<()> {
 pub fn unreachable(url: &str, e: &postgres::Error) -> Error {
     Error::Unreachable {
         url: redact(url),
-        detail: scrub(&describe(e), &secrets(url)),
+        detail: scrub_secrets(url, &describe(e)),
     }
 }
 
@@ -255,43 +215,6 @@ impl Drop for ScratchSchema {
     }
 }
 
-/// The passwords a connection string carries (in its user part, or as a
-/// `password=` parameter), as written.
-fn secrets(url: &str) -> Vec<String> {
-    let Some((_, rest)) = url.split_once("://") else {
-        return vec![];
-    };
-    let (creds, after) = credentials(rest);
-    let mut out = vec![];
-    if let Some((_, password)) = creds.and_then(|c| c.split_once(':')) {
-        out.push(password.to_owned());
-        // The driver decodes it, and could repeat either form.
-        if let Ok(decoded) = percent_encoding::percent_decode_str(password).decode_utf8() {
-            out.push(decoded.into_owned());
-        }
-    }
-    if let Some((_, query)) = after.split_once('?') {
-        for part in query.split('&') {
-            if let Some(password) = part.strip_prefix("password=") {
-                out.push(password.to_owned());
-            }
-        }
-    }
-    out.retain(|p| !p.is_empty());
-    // Longest first, so that a secret inside another is not replaced piecemeal.
-    out.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-    out.dedup();
-    out
-}
-
-/// `text` with every one of `secrets` replaced, should a driver's message ever
-/// repeat what it was given.
-fn scrub(text: &str, secrets: &[String]) -> String {
-    secrets.iter().fold(text.to_owned(), |text, secret| {
-        text.replace(secret.as_str(), "***")
-    })
-}
-
 /// The connection pool. The `postgres` client is blocking and runs a small runtime of
 /// its own, which it cannot do on a thread that is already driving async tasks: a
 /// connection closed there panics. A store is often dropped on such a thread (the end
@@ -306,8 +229,8 @@ struct PoolInner {
     last_error: LastConnectError,
     /// The connection string without its password, for messages.
     shown: Arc<str>,
-    /// The password the connection string carries, if any, kept out of messages.
-    secrets: Vec<String>,
+    /// The connection string, whose passwords are kept out of messages.
+    url: PostgresUrl,
 }
 
 /// r2d2 keeps only the outermost words of a failed connection ("error connecting to
@@ -342,13 +265,13 @@ fn describe(error: &postgres::Error) -> String {
 impl Pool {
     /// A pool of at most `max_size` connections to `url`, none opened yet. A string
     /// that does not parse is refused here, before any connection is tried.
-    fn new(url: &str, max_size: u32) -> Result<Pool> {
-        let shown: Arc<str> = redact(url).into();
-        let secrets = secrets(url);
-        let mut config: postgres::Config = url.parse().map_err(|e| Error::ConnectionString {
-            url: shown.to_string(),
-            detail: scrub(&describe_parse(&e), &secrets),
-        })?;
+    fn new(url: &PostgresUrl, max_size: u32) -> Result<Pool> {
+        let shown: Arc<str> = url.to_string().into();
+        let mut config: postgres::Config =
+            url.as_str().parse().map_err(|e| Error::ConnectionString {
+                url: shown.to_string(),
+                detail: url.scrub(&describe_parse(&e)),
+            })?;
         // A server that takes the TCP connection and never answers (a stuck proxy, a
         // wrong port) must not hang a command: connecting gives up in time, and a
         // connection whose peer went away is noticed, unless the string says otherwise.
@@ -382,7 +305,7 @@ impl Pool {
             })
             .map_err(|reason| Error::Unreachable {
                 url: shown.to_string(),
-                detail: scrub(&reason, &secrets),
+                detail: url.scrub(&reason),
             })?;
         let last_error = LastConnectError::default();
         let pool = r2d2::Pool::builder()
@@ -399,7 +322,7 @@ impl Pool {
             pool: Some(pool),
             last_error,
             shown,
-            secrets,
+            url: url.clone(),
         })))
     }
 
@@ -420,7 +343,7 @@ impl Pool {
                 let last = inner.last_error.0.lock().ok().and_then(|mut l| l.take());
                 Error::Unreachable {
                     url: inner.shown.to_string(),
-                    detail: scrub(&last.unwrap_or_else(|| e.to_string()), &inner.secrets),
+                    detail: inner.url.scrub(&last.unwrap_or_else(|| e.to_string())),
                 }
             })
     }
@@ -473,7 +396,7 @@ fn lost_race(e: &Error, attempt: u32) -> bool {
 impl PgDb {
     /// Connects, then brings the schema up to date (`Create`, `Existing`) or checks
     /// that it already is (`ReadOnly`), refusing a schema newer than this binary.
-    pub fn open(url: &str, access: Access) -> Result<PgDb> {
+    pub fn open(url: &PostgresUrl, access: Access) -> Result<PgDb> {
         let pool = Pool::new(url, MAX_CONNECTIONS)?;
         let db = PgDb {
             shown: pool.shown().clone(),
@@ -779,14 +702,14 @@ fn migrate_client(client: &mut Client, shown: &str) -> Result<MigrationReport> {
 /// `sessionstore migrate --db postgres://…`: connects and applies what is pending.
 /// No copy is taken first: the migrations run in one transaction and either all
 /// apply or none does.
-pub fn migrate(url: &str) -> Result<MigrationReport> {
+pub fn migrate(url: &PostgresUrl) -> Result<MigrationReport> {
     let pool = Pool::new(url, 1)?;
     let mut conn = pool.get()?;
     migrate_client(&mut conn.client, pool.shown())
 }
 
 /// What `migrate` would apply, read without changing anything.
-pub fn plan(url: &str) -> Result<MigrationReport> {
+pub fn plan(url: &PostgresUrl) -> Result<MigrationReport> {
     let pool = Pool::new(url, 1)?;
     let shown = pool.shown().clone();
     let mut client = pool.get()?;
@@ -1008,31 +931,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_password_with_a_slash_or_a_question_mark_is_still_redacted() {
-        // The driver ends the password at the first `@`, whatever it holds.
-        let url = "postgres://u:Xy/9+kq?Z@host:5432/db?application_name=x";
-        let config: postgres::Config = url.parse().unwrap();
-        assert_eq!(config.get_password(), Some(&b"Xy/9+kq?Z"[..]));
-        let shown = redact(url);
-        assert_eq!(shown, "postgres://u:***@host:5432/db?application_name=x");
-        assert!(secrets(url).contains(&"Xy/9+kq?Z".to_owned()));
-        assert!(!scrub(&format!("failed for {url}"), &secrets(url)).contains("Xy/9"));
-    }
-
-    #[test]
-    fn a_password_never_reaches_a_message() {
-        assert_eq!(
-            redact("postgres://alice:s3cret@db.example:5432/sessions?sslmode=disable"),
-            "postgres://alice:***@db.example:5432/sessions?sslmode=disable"
-        );
-        assert_eq!(
-            redact("postgresql://bob@host/db?password=hunter2&application_name=x"),
-            "postgresql://bob@host/db?password=***&application_name=x"
-        );
-        assert_eq!(redact("postgres://host/db"), "postgres://host/db");
-    }
-
-    #[test]
     fn the_search_path_joins_the_options_a_url_has() {
         assert_eq!(
             with_search_path("postgres://h/db", "s1"),
@@ -1059,18 +957,6 @@ mod tests {
     }
 
     #[test]
-    fn a_drivers_words_lose_any_password_the_string_carried() {
-        let url = "postgres://alice:s3cret@host/db?password=other&sslmode=disable";
-        assert_eq!(secrets(url), ["s3cret", "other"]);
-        assert_eq!(
-            scrub("got `s3cret` and other things", &secrets(url)),
-            "got `***` and *** things"
-        );
-        assert!(secrets("postgres://alice@host/db").is_empty());
-        assert!(secrets("postgres://alice:@host/db?password=").is_empty());
-    }
-
-    #[test]
     fn the_migrations_name_what_they_make_and_drop() {
         let names: Vec<String> = created_names(
             "CREATE TABLE a (x BIGINT);\n-- CREATE TABLE ignored\nCREATE TRIGGER t BEFORE \
@@ -1094,7 +980,7 @@ mod tests {
             return;
         };
         let schema = ScratchSchema::create(&server, "lock").unwrap();
-        let db = PgDb::open(&schema.url(), Access::Create).unwrap();
+        let db = PgDb::open(&PostgresUrl::new(schema.url()).unwrap(), Access::Create).unwrap();
         let key = 0x5e55_1075_0000_0042_i64;
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _: Result<()> = db.write_locked(Some(key), |_| panic!("a bug inside a write"));

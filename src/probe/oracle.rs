@@ -4,7 +4,6 @@
 //! (no `dispatch`, no `openai` builder) and keeps no state but a read counter.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_client_protocol_schema::v1::{ContentBlock, EmbeddedResourceResource, Meta};
@@ -376,7 +375,10 @@ pub fn part_bytes(part: &ChatPart) -> Result<Vec<u8>, String> {
 /// for a `postgres://` URL, the tables of the schema it puts first on the search
 /// path), and reports every path-like column and every place one of `needles` is
 /// stored.
-pub fn audit_database(db: &Path, needles: &[String]) -> crate::Result<PathAudit> {
+pub fn audit_database(
+    db: &crate::config::Database,
+    needles: &[String],
+) -> crate::Result<PathAudit> {
     crate::db::audit::audit(db, needles)
 }
 

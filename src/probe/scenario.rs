@@ -300,7 +300,7 @@ impl Probe {
 
     async fn start(tmp: &Path, db: std::path::PathBuf) -> Result<Probe, Failure> {
         let config = Config {
-            db_path: db,
+            database: db.into(),
             roots: Roots {
                 configured: tmp.join("attachments"),
                 legacy: vec![tmp.join("legacy")],
@@ -931,7 +931,7 @@ impl Probe {
     /// Audits the database behind the store's back for every path the run saw.
     fn database(&mut self) {
         let needles: Vec<String> = self.known.needles.iter().cloned().collect();
-        let audit = oracle::audit_database(&self.config.db_path, &needles);
+        let audit = oracle::audit_database(&self.config.database, &needles);
         let audit = audit.as_ref().map_err(|e| e.to_string());
         let outcome = audit.clone().and_then(check::schema_has_no_path_column);
         self.record("schema-has-no-path-column", outcome);
@@ -939,7 +939,7 @@ impl Probe {
         self.record("db-text-has-no-path", outcome);
         // A PostgreSQL server's files are its own to read: there the audit is of the
         // tables, and this check is not run rather than passed unread.
-        if let crate::db::Location::File(_) = crate::db::Location::of(&self.config.db_path) {
+        if let crate::config::Database::Sqlite(_) = &self.config.database {
             let outcome = audit.and_then(check::db_file_has_no_path);
             self.record("db-file-has-no-path", outcome);
         }

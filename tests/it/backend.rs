@@ -78,7 +78,7 @@ impl Backend {
 
     pub fn config(&self) -> Config {
         Config {
-            db_path: PathBuf::from(&self.db),
+            database: self.db.as_str().into(),
             roots: Roots {
                 configured: self.configured_root(),
                 legacy: vec![self.legacy_root()],

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 use sessionstore::attachments::AttachmentUri;
+use sessionstore::config::Database;
 use sessionstore::dispatch::{Memo, Mode};
 use sessionstore::model::{Delivery, Role, ToolsHost};
 use sessionstore::store::{Dispatched, Outgoing};
@@ -839,7 +840,10 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
     let theirs = h.attach(other, "theirs.txt", b"THEIR SECRET").await;
     h.send(s, "first", &[&mine]).await;
     h.send(s, "second", &[&mine]).await;
-    let conn = rusqlite::Connection::open(&h.config.db_path).unwrap();
+    let Database::Sqlite(path) = &h.config.database else {
+        panic!("the harness's database is a file");
+    };
+    let conn = rusqlite::Connection::open(path).unwrap();
     let first_id: String = conn
         .query_row("SELECT id FROM messages WHERE seq = 1", [], |r| r.get(0))
         .unwrap();

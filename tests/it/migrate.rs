@@ -255,7 +255,7 @@ fn no_column_holds_a_path_root_or_directory() {
     for word in ["path", "root", "dir", "folder", "location", "file"] {
         assert!(sessionstore::oracle::PATH_WORDS.contains(&word), "{word}");
     }
-    let audit = sessionstore::oracle::audit_database(&db, &[]).unwrap();
+    let audit = sessionstore::oracle::audit_database(&db.clone().into(), &[]).unwrap();
     assert!(
         audit.columns.len() > 20,
         "the schema was read: {:?}",

@@ -88,11 +88,11 @@ async fn the_v2_fixture_restores_its_turn_in_every_format() {
     ];
     // Reading never upgrades: the fixture is brought to this build's schema first,
     // as a user would, when a later migration exists.
-    Store::migrate(&db, sessionstore::Backup::Skip)
+    Store::migrate(&db.clone().into(), sessionstore::Backup::Skip)
         .await
         .unwrap();
     let store = Store::open_read_only(Config {
-        db_path: db.clone(),
+        database: db.clone().into(),
         roots: sessionstore::attachments::Roots {
             configured: attachments.clone(),
             legacy: vec![legacy.clone()],

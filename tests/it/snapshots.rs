@@ -43,7 +43,7 @@ async fn fixture_store(version: &str, root: &Path) -> (Store, SessionId) {
         .parse()
         .unwrap();
     let store = Store::open(Config {
-        db_path: root.join("sessions.db"),
+        database: root.join("sessions.db").into(),
         roots: Roots {
             configured: root.join("attachments"),
             legacy: vec![root.join("legacy")],

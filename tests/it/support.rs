@@ -85,7 +85,7 @@ impl TestStore {
 
 pub fn config_in(dir: &Path) -> Config {
     Config {
-        db_path: dir.join("sessions.db"),
+        database: dir.join("sessions.db").into(),
         roots: Roots {
             configured: dir.join("attachments"),
             legacy: vec![],

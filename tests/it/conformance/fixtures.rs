@@ -72,7 +72,7 @@ impl Copy {
     /// snapshots do.
     async fn store_on(&self, db: &str) -> Store {
         Store::open_read_only(Config {
-            db_path: PathBuf::from(db),
+            database: db.into(),
             roots: self.roots(),
             host: "snapshot-host".into(),
         })

@@ -140,7 +140,7 @@ fn writer_process() {
     };
     let var = |k: &str| std::env::var(k).expect("the parent sets every variable");
     let config = Config {
-        db_path: PathBuf::from(db),
+        database: db.into(),
         roots: Roots {
             configured: PathBuf::from(var("SESSIONSTORE_MH_ROOT")),
             legacy: vec![],
