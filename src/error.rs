@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use crate::attachments::{AttachmentError, AttachmentUri, UriError};
 use crate::dispatch::DispatchError;
 use crate::ids::{IdError, MessageId, SessionId};
-use crate::model::{Role, UnknownValue};
+use crate::model::{Problem, Role, UnknownValue};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -138,10 +138,10 @@ pub enum Error {
     RootNotUtf8 { root: PathBuf },
 
     // The database.
-    #[error("session {session} does not restore: {}; run `sessionstore verify` for the full report", without_session(*session, problems))]
+    #[error("session {session} does not restore: {}; run `sessionstore verify` for the full report", within_session(*session, problems))]
     LogMismatch {
         session: SessionId,
-        problems: Vec<String>,
+        problems: Vec<Problem>,
     },
     #[error("cannot use database {path}")]
     DatabaseIo {
@@ -176,11 +176,11 @@ pub enum Error {
     #[error(
         "database {path} does not have the schema its migrations make: {}; nothing was \
          written to it (`sessionstore verify` reports every difference)",
-        problems.join("; ")
+        problems.iter().map(Problem::within_schema).collect::<Vec<_>>().join("; ")
     )]
     SchemaDamaged {
         path: PathBuf,
-        problems: Vec<String>,
+        problems: Vec<Problem>,
     },
     #[error(
         "database {path} is at schema version {found} and this sessionstore needs {latest}: \
@@ -230,11 +230,10 @@ fn article(role: Role) -> &'static str {
 }
 
 /// The log's problems name their session, which the message has already named once.
-fn without_session(session: SessionId, problems: &[String]) -> String {
-    let named = format!("session {session}: ");
+fn within_session(session: SessionId, problems: &[Problem]) -> String {
     problems
         .iter()
-        .map(|p| p.strip_prefix(&named).unwrap_or(p))
+        .map(|p| p.within_session(session))
         .collect::<Vec<_>>()
         .join("; ")
 }

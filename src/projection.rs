@@ -10,7 +10,9 @@ use serde::Deserialize;
 
 use crate::attachments::AttachmentUri;
 use crate::ids::{MessageId, SessionId};
-use crate::model::{Delivery, Event, EventPayload, Item, ItemBody, Message, Session};
+use crate::model::{
+    Delivery, Event, EventPayload, Item, ItemBody, Message, Problem, ProblemKind, Session,
+};
 use crate::turns::{self, Slot, State};
 
 /// A session as its event log describes it.
@@ -171,7 +173,7 @@ struct History {
 pub fn replay<P: Payload>(
     session_id: SessionId,
     events: &[Event<P>],
-) -> (Option<Projection>, Vec<String>) {
+) -> (Option<Projection>, Vec<Problem>) {
     let mut replayer = Replayer::new(session_id);
     for event in events {
         replayer.apply(event);
@@ -184,7 +186,7 @@ pub fn replay<P: Payload>(
 pub struct Replayer {
     session_id: SessionId,
     applied: i64,
-    problems: Vec<String>,
+    problems: Vec<Problem>,
     session: Option<Session>,
     messages: Vec<Message>,
     items: Vec<Item>,
@@ -216,28 +218,49 @@ impl Replayer {
         self.applied += 1;
         let expected_seq = self.applied;
         if event.session_seq != expected_seq {
-            problems.push(format!(
-                "session {session_id}: event sequence jumps to {} where {expected_seq} was due",
-                event.session_seq
-            ));
+            problems.push(
+                Problem::new(
+                    ProblemKind::EventSequence,
+                    format!(
+                        "event sequence jumps to {} where {expected_seq} was due",
+                        event.session_seq
+                    ),
+                )
+                .with_session(session_id)
+                .with_event(event.seq),
+            );
         }
         let payload = match event.payload.decode(&event.kind, &mut self.uris) {
             Ok(p) => p,
             Err(e) => {
-                problems.push(format!(
-                    "event {} ({}) has a payload this store cannot read: {e}",
-                    event.seq, event.kind
-                ));
+                problems.push(
+                    Problem::new(
+                        ProblemKind::UnreadableEvent,
+                        format!(
+                            "event {} ({}) has a payload this store cannot read: {e}",
+                            event.seq, event.kind
+                        ),
+                    )
+                    .with_session(session_id)
+                    .with_event(event.seq),
+                );
                 return;
             }
         };
         if payload.kind() != event.kind {
-            problems.push(format!(
-                "event {} is labelled {} but records {}",
-                event.seq,
-                event.kind,
-                payload.kind()
-            ));
+            problems.push(
+                Problem::new(
+                    ProblemKind::MislabelledEvent,
+                    format!(
+                        "event {} is labelled {} but records {}",
+                        event.seq,
+                        event.kind,
+                        payload.kind()
+                    ),
+                )
+                .with_session(session_id)
+                .with_event(event.seq),
+            );
         }
         if let Some(s) = session.as_mut() {
             // Into the buffer it already has: one allocation per session, not per event.
@@ -248,7 +271,14 @@ impl Replayer {
                 title, tools_host, ..
             } => {
                 if session.is_some() {
-                    problems.push(format!("session {session_id} is created twice"));
+                    problems.push(
+                        Problem::new(
+                            ProblemKind::SessionCreation,
+                            format!("session {session_id} is created twice"),
+                        )
+                        .with_session(session_id)
+                        .with_event(event.seq),
+                    );
                 }
                 *session = Some(Session {
                     id: session_id,
@@ -260,26 +290,48 @@ impl Replayer {
             }
             EventPayload::SessionRenamed { title } => match session.as_mut() {
                 Some(s) => s.title = Some(title),
-                None => problems.push(format!(
-                    "event {} renames session {session_id} before it was created",
-                    event.seq
-                )),
+                None => problems.push(
+                    Problem::new(
+                        ProblemKind::SessionCreation,
+                        format!(
+                            "event {} renames session {session_id} before it was created",
+                            event.seq
+                        ),
+                    )
+                    .with_session(session_id)
+                    .with_event(event.seq),
+                ),
             },
             EventPayload::MessageAppended { message } => {
                 if session.is_none() {
-                    problems.push(format!(
-                        "event {} appends to session {session_id} before it was created",
-                        event.seq
-                    ));
+                    problems.push(
+                        Problem::new(
+                            ProblemKind::SessionCreation,
+                            format!(
+                                "event {} appends to session {session_id} before it was created",
+                                event.seq
+                            ),
+                        )
+                        .with_session(session_id)
+                        .with_event(event.seq),
+                    );
                 }
                 if message.seq != history.last + 1 {
-                    problems.push(format!(
-                        "event {} puts message {} at seq {} where {} was due",
-                        event.seq,
-                        message.id,
-                        message.seq,
-                        history.last + 1
-                    ));
+                    problems.push(
+                        Problem::new(
+                            ProblemKind::HistorySequence,
+                            format!(
+                                "event {} puts message {} at seq {} where {} was due",
+                                event.seq,
+                                message.id,
+                                message.seq,
+                                history.last + 1
+                            ),
+                        )
+                        .with_session(session_id)
+                        .with_message(message.id)
+                        .with_event(event.seq),
+                    );
                 }
                 history.last = history.last.max(message.seq);
                 history.last_item = None;
@@ -301,14 +353,30 @@ impl Replayer {
                 // searched from there, a long history is not walked per delivery.
                 match messages.iter_mut().rev().find(|m| m.id == id) {
                     Some(m) if m.state == Delivery::Queued => m.state = Delivery::Delivered,
-                    Some(_) => problems.push(format!(
-                        "event {} delivers message {id}, which was not queued",
-                        event.seq
-                    )),
-                    None => problems.push(format!(
-                        "event {} delivers message {id}, which was never appended",
-                        event.seq
-                    )),
+                    Some(_) => problems.push(
+                        Problem::new(
+                            ProblemKind::Delivery,
+                            format!(
+                                "event {} delivers message {id}, which was not queued",
+                                event.seq
+                            ),
+                        )
+                        .with_session(session_id)
+                        .with_message(id)
+                        .with_event(event.seq),
+                    ),
+                    None => problems.push(
+                        Problem::new(
+                            ProblemKind::Delivery,
+                            format!(
+                                "event {} delivers message {id}, which was never appended",
+                                event.seq
+                            ),
+                        )
+                        .with_session(session_id)
+                        .with_message(id)
+                        .with_event(event.seq),
+                    ),
                 }
             }
             EventPayload::TurnRecorded {
@@ -316,10 +384,18 @@ impl Replayer {
                 items: created,
             } => {
                 if session.is_none() {
-                    problems.push(format!(
-                        "event {} records a turn in session {session_id} before it was created",
-                        event.seq
-                    ));
+                    problems.push(
+                        Problem::new(
+                            ProblemKind::SessionCreation,
+                            format!(
+                                "event {} records a turn in session {session_id} before it was \
+                                 created",
+                                event.seq
+                            ),
+                        )
+                        .with_session(session_id)
+                        .with_event(event.seq),
+                    );
                 }
                 replay_turn(
                     event,
@@ -334,11 +410,16 @@ impl Replayer {
     }
 
     /// The projection and every problem found in the log.
-    pub fn finish(mut self) -> (Option<Projection>, Vec<String>) {
+    pub fn finish(mut self) -> (Option<Projection>, Vec<Problem>) {
         let session_id = self.session_id;
         if self.session.is_none() {
-            self.problems
-                .push(format!("session {session_id} has no session_created event"));
+            self.problems.push(
+                Problem::new(
+                    ProblemKind::SessionCreation,
+                    format!("session {session_id} has no session_created event"),
+                )
+                .with_session(session_id),
+            );
         }
         let (messages, items) = (self.messages, self.items);
         (
@@ -359,16 +440,24 @@ fn replay_turn<P>(
     created: &[crate::model::CreatedItem],
     items: &mut Vec<Item>,
     history: &mut History,
-    problems: &mut Vec<String>,
+    problems: &mut Vec<Problem>,
 ) {
+    let about = |kind, detail: String| {
+        Problem::new(kind, detail)
+            .with_session(event.session_id)
+            .with_event(event.seq)
+    };
     let parsed: Result<Vec<SessionUpdate>, _> =
         updates.iter().map(SessionUpdate::deserialize).collect();
     let batch = match parsed {
         Ok(batch) => batch,
         Err(e) => {
-            problems.push(format!(
-                "event {} holds an update this store cannot read: {e}",
-                event.seq
+            problems.push(about(
+                ProblemKind::UnreadableEvent,
+                format!(
+                    "event {} holds an update this store cannot read: {e}",
+                    event.seq
+                ),
             ));
             return;
         }
@@ -403,20 +492,26 @@ fn replay_turn<P>(
     let outcome = match turns::apply(state, &batch) {
         Ok(outcome) => outcome,
         Err((index, refusal)) => {
-            problems.push(format!(
-                "event {} records update {} that the store refuses: {refusal}",
-                event.seq,
-                index + 1
+            problems.push(about(
+                ProblemKind::RecordedTurn,
+                format!(
+                    "event {} records update {} that the store refuses: {refusal}",
+                    event.seq,
+                    index + 1
+                ),
             ));
             return;
         }
     };
     if outcome.created != created.len() {
-        problems.push(format!(
-            "event {} names {} new items where its updates make {}",
-            event.seq,
-            created.len(),
-            outcome.created
+        problems.push(about(
+            ProblemKind::RecordedTurn,
+            format!(
+                "event {} names {} new items where its updates make {}",
+                event.seq,
+                created.len(),
+                outcome.created
+            ),
         ));
         return;
     }
@@ -425,13 +520,19 @@ fn replay_turn<P>(
             Slot::New(n) => {
                 let made = created[n];
                 if made.seq != history.last + 1 {
-                    problems.push(format!(
-                        "event {} puts item {} at seq {} where {} was due",
-                        event.seq,
-                        made.id,
-                        made.seq,
-                        history.last + 1
-                    ));
+                    problems.push(
+                        about(
+                            ProblemKind::HistorySequence,
+                            format!(
+                                "event {} puts item {} at seq {} where {} was due",
+                                event.seq,
+                                made.id,
+                                made.seq,
+                                history.last + 1
+                            ),
+                        )
+                        .with_item(made.id),
+                    );
                 }
                 history.last = history.last.max(made.seq);
                 history.last_item = Some(items.len());
@@ -456,15 +557,23 @@ fn replay_turn<P>(
 
 /// Names every way the items table differs from what the event log says it should
 /// hold: a tool-call row edited behind the log's back shows up here.
-pub fn compare_items(session: &Session, rows: &[Item], expected: &Projection) -> Vec<String> {
+pub fn compare_items(session: &Session, rows: &[Item], expected: &Projection) -> Vec<Problem> {
     let mut problems = Vec::new();
+    let about = |kind, item: &Item, detail: String| {
+        Problem::new(kind, detail)
+            .with_session(session.id)
+            .with_item(item.id)
+    };
     for want in &expected.items {
         match rows.iter().find(|i| i.id == want.id) {
-            None => problems.push(format!(
-                "session {}: {} item {} is in the event log but not in the table",
-                session.id,
-                want.body.kind(),
-                want.id
+            None => problems.push(about(
+                ProblemKind::MissingRow,
+                want,
+                format!(
+                    "{} item {} is in the event log but not in the table",
+                    want.body.kind(),
+                    want.id
+                ),
             )),
             Some(have) if have != want => {
                 let checks = [
@@ -479,12 +588,15 @@ pub fn compare_items(session: &Session, rows: &[Item], expected: &Projection) ->
                     .filter(|(differs, _)| *differs)
                     .map(|(_, name)| *name)
                     .collect();
-                problems.push(format!(
-                    "session {}: {} item {} differs from its event log ({})",
-                    session.id,
-                    want.body.kind(),
-                    want.id,
-                    fields.join(", ")
+                problems.push(about(
+                    ProblemKind::ChangedRow,
+                    want,
+                    format!(
+                        "{} item {} differs from its event log ({})",
+                        want.body.kind(),
+                        want.id,
+                        fields.join(", ")
+                    ),
                 ));
             }
             Some(_) => {}
@@ -492,11 +604,14 @@ pub fn compare_items(session: &Session, rows: &[Item], expected: &Projection) ->
     }
     for have in rows {
         if !expected.items.iter().any(|i| i.id == have.id) {
-            problems.push(format!(
-                "session {}: {} item {} is in the table but no event records it",
-                session.id,
-                have.body.kind(),
-                have.id
+            problems.push(about(
+                ProblemKind::UnloggedRow,
+                have,
+                format!(
+                    "{} item {} is in the table but no event records it",
+                    have.body.kind(),
+                    have.id
+                ),
             ));
         }
     }
@@ -504,8 +619,13 @@ pub fn compare_items(session: &Session, rows: &[Item], expected: &Projection) ->
 }
 
 /// Names every way the tables' rows differ from what the event log says they should be.
-pub fn compare(session: &Session, rows: &[Message], expected: &Projection) -> Vec<String> {
+pub fn compare(session: &Session, rows: &[Message], expected: &Projection) -> Vec<Problem> {
     let mut problems = Vec::new();
+    let about = |kind, message: MessageId, detail: String| {
+        Problem::new(kind, detail)
+            .with_session(session.id)
+            .with_message(message)
+    };
     let want = &expected.session;
     let mut fields = Vec::new();
     if session.title != want.title {
@@ -521,11 +641,16 @@ pub fn compare(session: &Session, rows: &[Message], expected: &Projection) -> Ve
         fields.push("updated time");
     }
     if !fields.is_empty() {
-        problems.push(format!(
-            "session {}: table row differs from its event log ({})",
-            session.id,
-            fields.join(", ")
-        ));
+        problems.push(
+            Problem::new(
+                ProblemKind::ChangedRow,
+                format!(
+                    "table row differs from its event log ({})",
+                    fields.join(", ")
+                ),
+            )
+            .with_session(session.id),
+        );
     }
     // Rows and the log both list messages in history order, so the same index is
     // tried first: a consistent session is compared in one pass, not in n² lookups.
@@ -536,24 +661,35 @@ pub fn compare(session: &Session, rows: &[Message], expected: &Projection) -> Ve
     }
     for (at, want) in expected.messages.iter().enumerate() {
         match find(rows, at, want.id) {
-            None => problems.push(format!(
-                "session {}: message {} is in the event log but not in the table",
-                session.id, want.id
-            )),
-            Some(have) if have != want => problems.push(format!(
-                "session {}: message {} differs from its event log ({})",
-                session.id,
+            None => problems.push(about(
+                ProblemKind::MissingRow,
                 want.id,
-                message_differences(have, want)
+                format!(
+                    "message {} is in the event log but not in the table",
+                    want.id
+                ),
+            )),
+            Some(have) if have != want => problems.push(about(
+                ProblemKind::ChangedRow,
+                want.id,
+                format!(
+                    "message {} differs from its event log ({})",
+                    want.id,
+                    message_differences(have, want)
+                ),
             )),
             Some(_) => {}
         }
     }
     for (at, have) in rows.iter().enumerate() {
         if find(&expected.messages, at, have.id).is_none() {
-            problems.push(format!(
-                "session {}: message {} is in the table but no event records it",
-                session.id, have.id
+            problems.push(about(
+                ProblemKind::UnloggedRow,
+                have.id,
+                format!(
+                    "message {} is in the table but no event records it",
+                    have.id
+                ),
             ));
         }
     }

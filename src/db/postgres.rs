@@ -17,6 +17,7 @@ use super::schema::{Applied, MigrationReport, current};
 use super::sql::{Tx, args};
 use crate::config::{PostgresUrl, redact, scrub_secrets};
 use crate::error::{Error, Result};
+use crate::model::{Problem, ProblemKind};
 
 mod embedded {
     refinery::embed_migrations!("migrations-postgres");
@@ -438,10 +439,7 @@ impl PgDb {
             if !problems.is_empty() {
                 return Err(Error::SchemaDamaged {
                     path: shown_path(&db.shown),
-                    problems: problems
-                        .into_iter()
-                        .map(|p| p.strip_prefix("schema: ").map(str::to_owned).unwrap_or(p))
-                        .collect(),
+                    problems,
                 });
             }
         }
@@ -731,7 +729,7 @@ pub fn plan(url: &PostgresUrl) -> Result<MigrationReport> {
 /// The tables and triggers the applied migrations make, read from their own text,
 /// against what the connection's schema has: a dropped trigger would let the
 /// append-only log be edited with no row out of place.
-pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
+pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<Problem>> {
     let version: i64 = tx
         .query_row(
             "SELECT coalesce(max(version), 0) FROM refinery_schema_history",
@@ -797,19 +795,22 @@ pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     for (name, body) in &functions {
         match have_functions.get(name) {
-            None => problems.push(format!(
-                "schema: function {name} is missing; the version-{version} schema has it"
+            None => problems.push(Problem::new(
+                ProblemKind::SchemaMissing,
+                format!("function {name} is missing; the version-{version} schema has it"),
             )),
-            Some(found) if found != body => problems.push(format!(
-                "schema: function {name} differs from the version-{version} schema"
+            Some(found) if found != body => problems.push(Problem::new(
+                ProblemKind::SchemaChanged,
+                format!("function {name} differs from the version-{version} schema"),
             )),
             Some(_) => {}
         }
     }
     for name in have_functions.keys() {
         if !functions.contains_key(name) {
-            problems.push(format!(
-                "schema: function {name} is not in the version-{version} schema"
+            problems.push(Problem::new(
+                ProblemKind::SchemaExtra,
+                format!("function {name} is not in the version-{version} schema"),
             ));
         }
     }
@@ -818,13 +819,17 @@ pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
         ("trigger", &triggers, &have_triggers),
     ] {
         for name in want.difference(have) {
-            problems.push(format!(
-                "schema: {kind} {name} is missing (or disabled); the version-{version} schema has it"
+            problems.push(Problem::new(
+                ProblemKind::SchemaMissing,
+                format!(
+                    "{kind} {name} is missing (or disabled); the version-{version} schema has it"
+                ),
             ));
         }
         for name in have.difference(want) {
-            problems.push(format!(
-                "schema: {kind} {name} is not in the version-{version} schema"
+            problems.push(Problem::new(
+                ProblemKind::SchemaExtra,
+                format!("{kind} {name} is not in the version-{version} schema"),
             ));
         }
     }

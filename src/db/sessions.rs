@@ -9,7 +9,7 @@ use super::error::sql;
 use super::sql::{DbError, Row, Tx, args};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
-use crate::model::SessionSummary;
+use crate::model::{Problem, ProblemKind, SessionSummary};
 
 /// Columns of a summary: the session, its message count, and the bytes of the
 /// distinct attachments its messages refer to (by URI, each counted once).
@@ -215,7 +215,7 @@ pub fn referenced_names(conn: &Tx<'_>, id: &SessionId) -> Result<HashSet<String>
 
 /// Tombstones, and a problem for each deleted session that still has rows or events
 /// (its erasure did not finish, or something wrote under its id since).
-pub fn tombstone_problems(conn: &Tx<'_>) -> Result<(usize, Vec<String>)> {
+pub fn tombstone_problems(conn: &Tx<'_>) -> Result<(usize, Vec<Problem>)> {
     let rows: Vec<(String, [i64; 4])> = conn
         .query_map(
             "SELECT t.session_id,
@@ -231,10 +231,19 @@ pub fn tombstone_problems(conn: &Tx<'_>) -> Result<(usize, Vec<String>)> {
     let mut problems = Vec::new();
     for (id, [session, messages, items, events]) in &rows {
         if session + messages + items + events > 0 {
-            problems.push(format!(
-                "session {id} was deleted but still has {session} session rows, \
-                 {messages} messages, {items} items and {events} events"
-            ));
+            let problem = Problem::new(
+                ProblemKind::DeletedButPresent,
+                format!(
+                    "session {id} was deleted but still has {session} session rows, \
+                     {messages} messages, {items} items and {events} events"
+                ),
+            );
+            // The id is the tombstone's, which this store wrote; one that does not
+            // parse is still reported, by its text.
+            problems.push(match id.parse() {
+                Ok(id) => problem.with_session(id),
+                Err(_) => problem,
+            });
         }
     }
     Ok((rows.len(), problems))

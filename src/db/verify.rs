@@ -13,7 +13,7 @@ use crate::db::turns as queries_turns;
 use crate::db::{queries, schema};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
-use crate::model::Event;
+use crate::model::{Event, Problem, ProblemKind};
 use crate::projection::{compare, compare_items, replay};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -25,7 +25,9 @@ pub struct VerifyReport {
     pub events: usize,
     /// Deleted sessions: each left a tombstone and no rows or events.
     pub tombstones: usize,
-    pub problems: Vec<String>,
+    /// Every inconsistency found, each with its kind and the ids it is about; each
+    /// prints (and serializes) as one line of words.
+    pub problems: Vec<Problem>,
 }
 
 impl VerifyReport {
@@ -37,7 +39,7 @@ impl VerifyReport {
 /// What only the engine can tell: SQLite's integrity and foreign-key checks and its
 /// schema against the migrations'; PostgreSQL keeps its own pages and foreign keys
 /// whole, so there only the schema objects are checked.
-fn engine_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
+fn engine_problems(tx: &Tx<'_>) -> Result<Vec<Problem>> {
     let Some(conn) = tx.sqlite_conn() else {
         #[cfg(feature = "postgres")]
         return super::postgres::schema_problems(tx);
@@ -56,7 +58,7 @@ fn engine_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
         lines
             .into_iter()
             .filter(|l| l != "ok")
-            .map(|l| format!("sqlite: {l}")),
+            .map(|l| Problem::new(ProblemKind::Integrity, l)),
     );
     problems.extend(schema_problems(conn)?);
     let mut fk = conn
@@ -67,8 +69,9 @@ fn engine_problems(tx: &Tx<'_>) -> Result<Vec<String>> {
         .and_then(|rows| rows.collect())
         .map_err(|e| crate::db::error::sqlite("check foreign keys", e))?;
     for (table, rowid) in dangling {
-        problems.push(format!(
-            "{table} row {rowid} points at a row that does not exist"
+        problems.push(Problem::new(
+            ProblemKind::DanglingReference,
+            format!("{table} row {rowid} points at a row that does not exist"),
         ));
     }
     Ok(problems)
@@ -90,9 +93,13 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
     }
     for id in by_session.keys() {
         if !sessions.iter().any(|s| s.id == *id) {
-            report.problems.push(format!(
-                "events name session {id}, which is not in the sessions table"
-            ));
+            report.problems.push(
+                Problem::new(
+                    ProblemKind::StrayRows,
+                    format!("events name session {id}, which is not in the sessions table"),
+                )
+                .with_session(*id),
+            );
         }
     }
     for session in &sessions {
@@ -101,11 +108,17 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
         let rows = match queries::messages(conn, &session.id, None) {
             Ok(rows) => rows,
             Err(e) => {
-                report.problems.push(format!(
-                    "session {} has rows that do not parse ({})",
-                    session.id,
-                    with_cause(&e)
-                ));
+                report.problems.push(
+                    Problem::new(
+                        ProblemKind::UnreadableRows,
+                        format!(
+                            "session {} has rows that do not parse ({})",
+                            session.id,
+                            with_cause(&e)
+                        ),
+                    )
+                    .with_session(session.id),
+                );
                 by_session.remove(&session.id);
                 // Its rows still count as its own, not as rows of no session.
                 let count: i64 = conn
@@ -127,11 +140,17 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
         let items = match queries_turns::items(conn, &session.id) {
             Ok(items) => Some(items),
             Err(e) => {
-                report.problems.push(format!(
-                    "session {} has item rows that do not parse ({})",
-                    session.id,
-                    with_cause(&e)
-                ));
+                report.problems.push(
+                    Problem::new(
+                        ProblemKind::UnreadableRows,
+                        format!(
+                            "session {} has item rows that do not parse ({})",
+                            session.id,
+                            with_cause(&e)
+                        ),
+                    )
+                    .with_session(session.id),
+                );
                 None
             }
         };
@@ -156,12 +175,16 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
     let counted = usize::try_from(total).unwrap_or(0);
     match counted.checked_sub(report.messages) {
         Some(0) => {}
-        Some(stray) => report
-            .problems
-            .push(format!("{stray} messages belong to no listed session")),
-        None => report.problems.push(format!(
-            "the messages table counts {counted} rows, fewer than the {} read by session",
-            report.messages
+        Some(stray) => report.problems.push(Problem::new(
+            ProblemKind::StrayRows,
+            format!("{stray} messages belong to no listed session"),
+        )),
+        None => report.problems.push(Problem::new(
+            ProblemKind::StrayRows,
+            format!(
+                "the messages table counts {counted} rows, fewer than the {} read by session",
+                report.messages
+            ),
         )),
     }
     let (tombstones, problems) = crate::db::sessions::tombstone_problems(conn)?;
@@ -174,9 +197,9 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
         "count items",
     )?;
     if owned != items {
-        report.problems.push(format!(
-            "{} items belong to no listed session",
-            items - owned
+        report.problems.push(Problem::new(
+            ProblemKind::StrayRows,
+            format!("{} items belong to no listed session", items - owned),
         ));
     }
     Ok(report)
@@ -226,17 +249,14 @@ pub(crate) fn require_intact_schema(path: &Path) -> Result<()> {
     }
     Err(Error::SchemaDamaged {
         path: path.to_owned(),
-        problems: problems
-            .into_iter()
-            .map(|p| p.strip_prefix("schema: ").map(str::to_owned).unwrap_or(p))
-            .collect(),
+        problems,
     })
 }
 
 /// Compares the database's tables, indexes, triggers and views with those of a fresh
 /// in-memory database migrated to the same version, naming each difference: a dropped
 /// trigger would let the append-only event log be edited with no row out of place.
-fn schema_problems(conn: &Connection) -> Result<Vec<String>> {
+fn schema_problems(conn: &Connection) -> Result<Vec<Problem>> {
     let failed = |e| crate::db::error::sqlite("compare the schema", e);
     let version = schema::read_history(conn)
         .map_err(failed)?
@@ -249,19 +269,24 @@ fn schema_problems(conn: &Connection) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     for ((kind, name), (table, sql)) in &want {
         match have.get(&(kind.clone(), name.clone())) {
-            None => problems.push(format!(
-                "schema: {kind} {name} (on {table}) is missing; the version-{version} schema has it"
+            None => problems.push(Problem::new(
+                ProblemKind::SchemaMissing,
+                format!(
+                    "{kind} {name} (on {table}) is missing; the version-{version} schema has it"
+                ),
             )),
-            Some(found) if found != &(table.clone(), sql.clone()) => problems.push(format!(
-                "schema: {kind} {name} differs from the version-{version} schema"
+            Some(found) if found != &(table.clone(), sql.clone()) => problems.push(Problem::new(
+                ProblemKind::SchemaChanged,
+                format!("{kind} {name} differs from the version-{version} schema"),
             )),
             Some(_) => {}
         }
     }
     for (kind, name) in have.keys() {
         if !want.contains_key(&(kind.clone(), name.clone())) {
-            problems.push(format!(
-                "schema: {kind} {name} is not in the version-{version} schema"
+            problems.push(Problem::new(
+                ProblemKind::SchemaExtra,
+                format!("{kind} {name} is not in the version-{version} schema"),
             ));
         }
     }

@@ -1096,7 +1096,16 @@ pub(super) fn nothing_persisted_holds_a_path(
 }
 
 pub(super) fn log_matches_tables(report: &VerifyReport) -> Outcome {
-    ensure!(report.ok(), "{}", report.problems.join("; "));
+    ensure!(
+        report.ok(),
+        "{}",
+        report
+            .problems
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     Ok(format!(
         "{} sessions, {} messages, {} events agree",
         report.sessions, report.messages, report.events

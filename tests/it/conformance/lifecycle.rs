@@ -323,10 +323,10 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
     .unwrap();
     let report = store.verify().await.unwrap();
     assert!(
-        report
-            .problems
-            .iter()
-            .any(|p| p.contains(&live) && p.contains("was deleted but still has")),
+        report.problems.iter().any(|p| p.kind()
+            == sessionstore::model::ProblemKind::DeletedButPresent
+            && p.session().map(|id| id.to_string()) == Some(live.clone())
+            && p.to_string().contains("was deleted but still has")),
         "{:?}",
         report.problems
     );

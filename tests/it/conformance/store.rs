@@ -8,7 +8,7 @@ use std::process::Output;
 
 use agent_client_protocol_schema::v1::SessionUpdate;
 use sessionstore::dispatch::{Memo, Mode};
-use sessionstore::model::{Delivery, ToolsHost};
+use sessionstore::model::{Delivery, ProblemKind, ToolsHost};
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
@@ -422,9 +422,15 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: Backend) {
     let report = store.verify().await.unwrap();
     assert!(!report.ok());
     assert!(
-        report.problems.iter().any(|p| p.contains(&s.to_string())
-            && p.contains("differs from its event log")
-            && p.contains("display text")),
+        report
+            .problems
+            .iter()
+            .any(|p| p.kind() == ProblemKind::ChangedRow
+                && p.session() == Some(s)
+                && p.message().is_some()
+                && p.to_string().contains(&s.to_string())
+                && p.detail().contains("differs from its event log")
+                && p.detail().contains("display text")),
         "{:?}",
         report.problems
     );
@@ -432,7 +438,10 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: Backend) {
         report
             .problems
             .iter()
-            .any(|p| p.contains("tool_call item") && p.contains("(content)")),
+            .any(|p| p.kind() == ProblemKind::ChangedRow
+                && p.item().is_some()
+                && p.detail().contains("tool_call item")
+                && p.detail().contains("(content)")),
         "{:?}",
         report.problems
     );
@@ -472,7 +481,9 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: Backend) {
     let err = store.restore(s).await.unwrap_err();
     assert!(
         matches!(&err, Error::LogMismatch { problems, .. }
-            if problems.iter().any(|p| p.contains("which was never appended"))),
+            if problems.iter().any(|p| p.kind() == ProblemKind::Delivery
+                && p.session() == Some(s)
+                && p.to_string().contains("which was never appended"))),
         "{err:?}"
     );
     let out = b.run(&["restore", "--session", &s.to_string()]);
