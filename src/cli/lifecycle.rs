@@ -12,7 +12,8 @@ use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
 
 use sessionstore::attachments::human_size;
-use sessionstore::lifecycle::{DeletionStatus, GcOptions, Progress};
+use sessionstore::lifecycle::import::ImportId;
+use sessionstore::lifecycle::{DeleteOptions, DeletionStatus, GcOptions, Progress, Run};
 use sessionstore::{Config, MessageId, SessionId, Store};
 
 use super::logging::{self, spinner};
@@ -140,10 +141,20 @@ pub async fn export(config: Config, json: bool, args: ExportArgs) -> Result<()> 
     emit(&line)
 }
 
+/// `--dry-run` as the library takes it.
+pub fn dry_run(flag: bool) -> Run {
+    if flag { Run::DryRun } else { Run::Apply }
+}
+
 pub async fn import(config: Config, json: bool, args: ImportArgs) -> Result<()> {
     let store = Store::open(config).await?;
     let progress = spinner("importing");
-    let imported = store.import_archive(args.file, args.keep_id).await;
+    let id = if args.keep_id {
+        ImportId::Keep
+    } else {
+        ImportId::New
+    };
+    let imported = store.import_archive(args.file, id).await;
     progress.finish_and_clear();
     let imported = imported?;
     if json {
@@ -187,14 +198,18 @@ fn progress() -> Progress {
     })
 }
 
-pub async fn delete(config: Config, json: bool, ids: Vec<SessionId>, dry_run: bool) -> Result<()> {
+pub async fn delete(config: Config, json: bool, ids: Vec<SessionId>, run: Run) -> Result<()> {
     // A dry run only reads, so it never migrates or writes the database.
-    let store = if dry_run {
+    let store = if run.is_dry() {
         Store::open_read_only(config).await?
     } else {
         Store::open_existing(config).await?
     };
-    let report = store.delete_sessions_with(ids, dry_run, progress()).await?;
+    let options = DeleteOptions {
+        run,
+        progress: progress(),
+    };
+    let report = store.delete_sessions_with(ids, options).await?;
     if json {
         return print_json(&report);
     }
@@ -239,14 +254,15 @@ pub async fn delete(config: Config, json: bool, ids: Vec<SessionId>, dry_run: bo
 }
 
 pub async fn gc(config: Config, json: bool, args: GcArgs) -> Result<()> {
-    let store = if args.dry_run {
+    let run = dry_run(args.dry_run);
+    let store = if run.is_dry() {
         Store::open_read_only(config).await?
     } else {
         Store::open_existing(config).await?
     };
     let report = store
         .gc(GcOptions {
-            dry_run: args.dry_run,
+            run,
             grace: args.grace,
             progress: progress(),
         })

@@ -96,7 +96,7 @@ pub async fn run(config: Config, json: bool, command: SessionCommand) -> Result<
             super::lifecycle::fork(config, json, id, at, title).await
         }
         SessionCommand::Delete { ids, dry_run } => {
-            super::lifecycle::delete(config, json, ids, dry_run).await
+            super::lifecycle::delete(config, json, ids, super::lifecycle::dry_run(dry_run)).await
         }
     }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::Progress;
+use super::{Progress, Run};
 use crate::db::search;
 use crate::db::sessions::{self, Counts, State};
 use crate::error::{Error, Result};
@@ -44,6 +44,14 @@ pub struct DeletedSession {
     pub legacy_files: Vec<PathBuf>,
 }
 
+/// How `Store::delete_sessions_with` runs.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    /// `Run::DryRun` reports what would go and changes nothing.
+    pub run: Run,
+    pub progress: Progress,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeleteReport {
@@ -60,7 +68,7 @@ pub struct DeleteReport {
 impl Store {
     /// Deletes the sessions named: see [`Store::delete_sessions_with`].
     pub async fn delete_sessions(&self, ids: Vec<SessionId>) -> Result<DeleteReport> {
-        self.delete_sessions_with(ids, false, Progress::none())
+        self.delete_sessions_with(ids, DeleteOptions::default())
             .await
     }
 
@@ -70,13 +78,14 @@ impl Store {
     /// files. Then its folder under the configured root is removed. A session deleted
     /// before is reported as such (and a folder it left is removed); an id that names
     /// no session and no tombstone fails the whole call before anything changes.
-    /// With `dry_run`, reports what would go and changes nothing.
+    /// With `Run::DryRun`, reports what would go and changes nothing.
     pub async fn delete_sessions_with(
         &self,
         ids: Vec<SessionId>,
-        dry_run: bool,
-        progress: Progress,
+        options: DeleteOptions,
     ) -> Result<DeleteReport> {
+        let DeleteOptions { run, progress } = options;
+        let dry_run = run.is_dry();
         let db = self.db().clone();
         let attachments = self.attachments().clone();
         blocking(move || {

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use super::Progress;
+use super::{Progress, Run};
 use crate::attachments::FileKind;
 use crate::db::sessions::{self, State};
 use crate::error::{Error, Result};
@@ -28,8 +28,8 @@ pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
 
 #[derive(Debug, Clone)]
 pub struct GcOptions {
-    /// Report what would go and change nothing.
-    pub dry_run: bool,
+    /// `Run::DryRun` reports what would go and changes nothing.
+    pub run: Run,
     /// Files that changed more recently than this are kept.
     pub grace: Duration,
     pub progress: Progress,
@@ -38,7 +38,7 @@ pub struct GcOptions {
 impl Default for GcOptions {
     fn default() -> Self {
         GcOptions {
-            dry_run: false,
+            run: Run::Apply,
             grace: DEFAULT_GC_GRACE,
             progress: Progress::none(),
         }
@@ -109,10 +109,11 @@ impl Store {
         let attachments = self.attachments().clone();
         blocking(move || {
             let GcOptions {
-                dry_run,
+                run,
                 grace,
                 progress,
             } = options;
+            let dry_run = run.is_dry();
             let cutoff = SystemTime::now()
                 .checked_sub(grace)
                 .unwrap_or(SystemTime::UNIX_EPOCH);

@@ -40,19 +40,28 @@ fn refused(reason: impl Into<String>) -> Error {
     }
 }
 
+/// Which id an imported session gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ImportId {
+    /// A new id, always.
+    #[default]
+    New,
+    /// The archive's own id when no session has it and none had it (a deleted
+    /// session's id is never taken again); a new id otherwise.
+    Keep,
+}
+
 impl Store {
-    /// Imports the archive at `path` as a new session: a new id, or the archive's own
-    /// with `keep_id` when no session has it and none had it (a deleted session's id
-    /// is never taken again). Files are placed in the new
+    /// Imports the archive at `path` as a new session, under the id `id` says. Files are placed in the new
     /// session's folder under the configured root and every reference names the new
     /// session's URIs. Nothing is written unless the whole archive checks out.
-    pub async fn import_archive(&self, path: PathBuf, keep_id: bool) -> Result<Imported> {
+    pub async fn import_archive(&self, path: PathBuf, id: ImportId) -> Result<Imported> {
         let checked = {
             let path = path.clone();
             blocking(move || check_archive(&path)).await?
         };
         let original = checked.manifest.session.id;
-        let id = if keep_id
+        let id = if id == ImportId::Keep
             && !self
                 .with_read(move |tx| crate::db::sessions::id_taken(tx, &original))
                 .await?

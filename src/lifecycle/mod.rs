@@ -16,10 +16,26 @@ mod list;
 mod progress;
 
 pub use crate::model::SessionSummary;
-pub use delete::{DeleteReport, DeletedSession, DeletionStatus};
+pub use delete::{DeleteOptions, DeleteReport, DeletedSession, DeletionStatus};
 pub use gc::{DEFAULT_GC_GRACE, GcOptions, GcReport, Tally, parse_duration};
 pub use list::{CursorError, DEFAULT_PAGE, MAX_PAGE, SessionCursor, SessionPage};
 pub use progress::{Progress, Step};
+
+/// Whether an operation that removes things (`delete_sessions_with`, `gc`) removes
+/// them, or only reports what it would remove and changes nothing (opening the store
+/// read-only is then enough).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Run {
+    #[default]
+    Apply,
+    DryRun,
+}
+
+impl Run {
+    pub fn is_dry(self) -> bool {
+        self == Run::DryRun
+    }
+}
 
 use crate::Store;
 use crate::db::{queries, turns};

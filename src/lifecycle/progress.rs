@@ -32,6 +32,12 @@ impl Progress {
     }
 }
 
+impl Default for Progress {
+    fn default() -> Progress {
+        Progress::none()
+    }
+}
+
 impl std::fmt::Debug for Progress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Progress")

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use agent_client_protocol_schema::v1::SessionUpdate;
 use sessionstore::lifecycle::DeletionStatus;
+use sessionstore::lifecycle::import::ImportId;
 use sessionstore::model::ToolsHost;
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
@@ -283,7 +284,13 @@ async fn delete_reports_progress_to_its_hook() {
     let seen = steps.clone();
     let progress = sessionstore::lifecycle::Progress::new(move |s| seen.lock().unwrap().push(s));
     t.store
-        .delete_sessions_with(ids, false, progress)
+        .delete_sessions_with(
+            ids,
+            sessionstore::lifecycle::DeleteOptions {
+                run: sessionstore::lifecycle::Run::Apply,
+                progress,
+            },
+        )
         .await
         .unwrap();
     let steps = steps.lock().unwrap();
@@ -578,7 +585,7 @@ async fn every_kind_of_hostile_archive_is_refused_with_one_line_and_nothing_writ
         craft(&path, entries);
         let err = h
             .store
-            .import_archive(path.clone(), false)
+            .import_archive(path.clone(), ImportId::New)
             .await
             .unwrap_err();
         assert!(matches!(err, Error::ArchiveRefused { .. }), "{what}: {err}");
@@ -616,8 +623,11 @@ async fn every_kind_of_hostile_archive_is_refused_with_one_line_and_nothing_writ
         &control,
         vec![file("manifest.json", &plain), file("files/a.txt", b"alpha")],
     );
-    h.store.import_archive(control, false).await.unwrap();
-    h.store.import_archive(good, false).await.unwrap();
+    h.store
+        .import_archive(control, ImportId::New)
+        .await
+        .unwrap();
+    h.store.import_archive(good, ImportId::New).await.unwrap();
 }
 
 #[test]

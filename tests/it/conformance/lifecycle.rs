@@ -6,6 +6,7 @@
 
 use std::collections::HashSet;
 
+use sessionstore::lifecycle::import::ImportId;
 use sessionstore::lifecycle::{DeletionStatus, SessionCursor};
 use sessionstore::model::{Delivery, ToolsHost};
 use sessionstore::store::Outgoing;
@@ -287,7 +288,7 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
         ))
         .unwrap_err();
     assert!(err.contains("was deleted"), "{err}");
-    let imported = store.import_archive(archive, true).await.unwrap();
+    let imported = store.import_archive(archive, ImportId::Keep).await.unwrap();
     assert_ne!(
         imported.session.id, gone,
         "--keep-id does not take a deleted id"
@@ -833,8 +834,11 @@ async fn export_then_import_restores_the_same_history(b: Backend) {
 
     // Into the same store: the id is taken, so the copy gets a new one, also with
     // --keep-id; its history restores with the same content under its own folder.
-    let copy = store.import_archive(archive.clone(), false).await.unwrap();
-    let kept = store.import_archive(archive, true).await.unwrap();
+    let copy = store
+        .import_archive(archive.clone(), ImportId::New)
+        .await
+        .unwrap();
+    let kept = store.import_archive(archive, ImportId::Keep).await.unwrap();
     for new in [copy.session.id, kept.session.id] {
         assert_ne!(new, s);
         let want: Vec<Expect> = files.iter().map(|f| moved(f, new)).collect();
