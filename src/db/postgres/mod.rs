@@ -1,0 +1,276 @@
+//! The store on a PostgreSQL server: the connection pool, transactions that serialize
+//! concurrent writers (serializable isolation, retried when PostgreSQL reports that a
+//! transaction lost a race), read-only transactions for commands that only read, and
+//! the schema's migrations from `migrations-postgres/` with the same versions, names
+//! and refusals as the SQLite ones. It never touches attachment files.
+
+mod pool;
+mod schema;
+mod scratch;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::IsolationLevel;
+use postgres::error::SqlState;
+
+use self::pool::{Conn, Manager, Pool, shown_path};
+use self::schema::{latest_version, migrate_client, read_history, refuse_unknown};
+use super::Access;
+use super::error::postgres as pg;
+use super::schema::current;
+use super::sql::Tx;
+use crate::config::PostgresUrl;
+use crate::error::{Error, Result};
+
+pub use self::pool::unreachable;
+pub use self::schema::{migrate, plan, schema_problems};
+pub use self::scratch::{ScratchSchema, off_runtime};
+#[cfg(test)]
+pub(crate) use super::sql::test_server;
+
+/// How many connections one store keeps at most; a daemon per host each has its own.
+const MAX_CONNECTIONS: u32 = 8;
+/// How long a write keeps retrying after losing races to other writers.
+const RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// A PostgreSQL database: a pool of connections, and whether this store may write.
+#[derive(Clone)]
+pub struct PgDb {
+    pool: Pool,
+    /// Per-session locks of this process, taken before a connection (see
+    /// `write_locked`).
+    locks: Arc<std::sync::Mutex<std::collections::HashMap<i64, Arc<std::sync::Mutex<()>>>>>,
+    /// The connection string without its password, for messages.
+    shown: Arc<str>,
+    read_only: bool,
+}
+
+/// Whether a failed transaction lost a race that running it again can win, given
+/// how many times it has already run again.
+fn lost_race(e: &Error, attempt: u32) -> bool {
+    let Some(cause) = super::error::postgres_cause(e) else {
+        return false;
+    };
+    match cause.code() {
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE => true,
+        Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED => true,
+        // Two writers that both computed the next sequence number of one session can
+        // also meet at its unique index; that is retried a few times like a race,
+        // while a key that is truly taken fails the same way every time.
+        Some(c) if *c == SqlState::UNIQUE_VIOLATION => attempt < 8,
+        _ => false,
+    }
+}
+
+impl PgDb {
+    /// Connects, then brings the schema up to date (`Create`, `Existing`) or checks
+    /// that it already is (`ReadOnly`), refusing a schema newer than this binary.
+    pub fn open(url: &PostgresUrl, access: Access) -> Result<PgDb> {
+        let pool = Pool::new(url, MAX_CONNECTIONS)?;
+        let db = PgDb {
+            shown: pool.shown().clone(),
+            pool,
+            read_only: access == Access::ReadOnly,
+            locks: Default::default(),
+        };
+        let mut conn = db.client()?;
+        let client = &mut conn.client;
+        let applied = read_history(client)?;
+        refuse_unknown(&db.shown, applied.as_deref().unwrap_or(&[]))?;
+        match (access, applied) {
+            (Access::ReadOnly, applied) => {
+                let applied = applied.unwrap_or_default();
+                let latest = latest_version();
+                if current(&applied) < latest {
+                    return Err(Error::NeedsMigration {
+                        path: shown_path(&db.shown),
+                        found: current(&applied),
+                        latest,
+                    });
+                }
+            }
+            (Access::Existing, None) => return Err(Error::NoDatabase(shown_path(&db.shown))),
+            // Nothing pending: no statement that needs the right to create runs, so
+            // a role that may only read and write rows can still write.
+            (Access::Existing | Access::Create, Some(applied))
+                if current(&applied) >= latest_version() => {}
+            (Access::Existing, Some(_)) | (Access::Create, _) => {
+                migrate_client(client, &db.shown)?;
+            }
+        }
+        drop(conn);
+        // As on SQLite, a store that writes first checks that the schema is the one
+        // its migrations make: a dropped trigger or a rewritten trigger function would
+        // let the next write skip a guarantee.
+        if access != Access::ReadOnly {
+            let problems = db.read(schema_problems)?;
+            if !problems.is_empty() {
+                return Err(Error::SchemaDamaged {
+                    path: shown_path(&db.shown),
+                    problems,
+                });
+            }
+        }
+        Ok(db)
+    }
+
+    fn client(&self) -> Result<r2d2::PooledConnection<Manager>> {
+        self.pool.get()
+    }
+
+    /// Runs `f` in a serializable transaction and commits it. PostgreSQL rolls back
+    /// a transaction whose outcome would differ from some serial order of the
+    /// transactions around it (two writers appending to one session, say); that one
+    /// is run again, from a fresh snapshot, until it commits or `RETRY_FOR` passes.
+    pub fn write<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
+        self.write_locked(None, f)
+    }
+
+    /// `write_locked` under the advisory lock of `session`: a key folded from its id.
+    pub fn write_for<T>(
+        &self,
+        session: &crate::ids::SessionId,
+        f: impl FnMut(&Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let id = session.as_uuid().as_u128();
+        self.write_locked(Some((id ^ (id >> 64)) as i64), f)
+    }
+
+    /// `write` holding the advisory lock `key` from before its snapshot is taken
+    /// until after it commits, so two writes with the same key never overlap, and the
+    /// later one sees what the earlier one committed. For writes whose closure also
+    /// touches files (a send's check that its uploads are still there, gc's removal
+    /// of unreferenced ones): a serializable transaction that loses its race is rolled
+    /// back, but a file it removed stays removed.
+    pub fn write_locked<T>(
+        &self,
+        key: Option<i64>,
+        mut f: impl FnMut(&Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        if self.read_only {
+            return Err(Error::ReadOnly(shown_path(&self.shown)));
+        }
+        // Writers of one session in this process queue here, each without a
+        // connection, so that they cannot fill the pool waiting on the server's lock
+        // while every other session's work waits for a connection.
+        let local = key.map(|key| self.local_lock(key));
+        let _queued = local
+            .as_ref()
+            .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut conn = self.client()?;
+        if let Some(key) = key {
+            conn.client
+                .execute("SELECT pg_advisory_lock($1)", &[&key])
+                .map_err(pg("take a session's lock"))?;
+        }
+        // A panic inside `f` must not return the connection to the pool still holding
+        // the session's lock: every later writer of the session would wait on it.
+        let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Self::write_on(&mut conn, &mut f)
+        }));
+        if let Some(key) = key {
+            // A connection that fails here is broken and leaves the pool, and the
+            // server lets go of a closed session's locks.
+            let _ = conn
+                .client
+                .execute("SELECT pg_advisory_unlock($1)", &[&key]);
+        }
+        drop(_queued);
+        if let (Some(key), Some(local)) = (key, local) {
+            self.forget_local_lock(key, local);
+        }
+        match written {
+            Ok(written) => written,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    /// This process's lock for `key`, made on first use.
+    fn local_lock(&self, key: i64) -> Arc<std::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(key).or_default().clone()
+    }
+
+    /// Drops the entry for `key` once no writer holds or waits for it.
+    fn forget_local_lock(&self, key: i64, local: Arc<std::sync::Mutex<()>>) {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        // The map's reference and `local` are the only two left.
+        if Arc::strong_count(&local) == 2 {
+            locks.remove(&key);
+        }
+    }
+
+    fn write_on<T>(conn: &mut Conn, f: &mut impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
+        let started = std::time::Instant::now();
+        let mut attempt: u32 = 0;
+        loop {
+            let Conn { client, statements } = &mut *conn;
+            let outcome = (|| {
+                let tx = client
+                    .build_transaction()
+                    .isolation_level(IsolationLevel::Serializable)
+                    .start()
+                    .map_err(pg("begin a write"))?;
+                let tx = Tx::postgres(tx, statements);
+                let value = f(&tx)?;
+                tx.into_postgres()
+                    .expect("made from a PostgreSQL transaction")
+                    .commit()
+                    .map_err(pg("commit a write"))?;
+                Ok(value)
+            })();
+            match outcome {
+                Err(e)
+                    if lost_race(&e, attempt) && started.elapsed() < RETRY_FOR && attempt < 200 =>
+                {
+                    attempt += 1;
+                    tracing::debug!("write lost a race (attempt {attempt}), running it again");
+                    // Back off a little, more each time, with jitter so that two
+                    // writers that collided do not collide again in step.
+                    let jitter = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.subsec_micros() % 3_000);
+                    std::thread::sleep(
+                        Duration::from_millis(u64::from(attempt.min(20)))
+                            + Duration::from_micros(u64::from(jitter)),
+                    );
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Runs `f` in one read-only snapshot (`REPEATABLE READ`, `READ ONLY`): it sees
+    /// one moment of the database and cannot write, whatever `f` runs.
+    pub fn read<T>(&self, f: impl Fn(&Tx<'_>) -> Result<T>) -> Result<T> {
+        let mut conn = self.client()?;
+        let Conn { client, statements } = &mut *conn;
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .map_err(pg("begin a read"))?;
+        let tx = Tx::postgres(tx, statements);
+        f(&tx)
+        // Dropping the transaction rolls it back: it changed nothing to commit.
+    }
+
+    /// `write`, then a plain `VACUUM` of the tables a session's rows live in, so the
+    /// space of the deleted rows is reclaimed rather than left for autovacuum. Unlike
+    /// SQLite's `secure_delete`, PostgreSQL does not zero freed space: the bytes stay
+    /// in the data files and the write-ahead log until they are overwritten. Returns
+    /// whether the vacuum ran.
+    pub fn erase<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<(T, bool)> {
+        let value = self.write(f)?;
+        let mut conn = self.client()?;
+        let vacuumed = conn
+            .client
+            .batch_execute("VACUUM sessions, messages, message_refs, items, events, search_entries")
+            .is_ok();
+        Ok((value, vacuumed))
+    }
+}

@@ -1,0 +1,233 @@
+//! Connections to a PostgreSQL server: the r2d2 pool of blocking clients with each
+//! connection's prepared statements, the first connection made at once so a refusal
+//! is reported with its reason, connections closed on a thread of their own, and a
+//! driver's words about a failed connection without the password. It runs no
+//! statement of the store's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::{Client, NoTls};
+use r2d2_postgres::PostgresConnectionManager;
+
+use crate::config::{PostgresUrl, redact, scrub_secrets};
+use crate::db::sql::Statements;
+use crate::error::{Error, Result};
+
+/// How long a caller waits for a connection (the server down, or all in use).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// r2d2_postgres's manager, with each connection's prepared statements kept beside it.
+pub(super) struct Manager {
+    inner: PostgresConnectionManager<NoTls>,
+    /// The connection `Pool::new` made to check the server, handed out as the pool's
+    /// first so that opening a store costs one handshake, not two.
+    first: std::sync::Mutex<Option<Client>>,
+}
+
+/// One pooled connection and the statements prepared on it.
+pub(crate) struct Conn {
+    pub(super) client: Client,
+    pub(super) statements: Statements,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager").finish_non_exhaustive()
+    }
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> std::result::Result<Conn, postgres::Error> {
+        let first = self.first.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let client = match first {
+            Some(client) => client,
+            None => self.inner.connect()?,
+        };
+        Ok(Conn {
+            client,
+            statements: Default::default(),
+        })
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> std::result::Result<(), postgres::Error> {
+        self.inner.is_valid(&mut conn.client)
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        self.inner.has_broken(&mut conn.client)
+    }
+}
+
+/// The server `url` names could not be reached: its reason, as a store's pool
+/// reports one, without the password.
+pub fn unreachable(url: &str, e: &postgres::Error) -> Error {
+    Error::Unreachable {
+        url: redact(url),
+        detail: scrub_secrets(url, &describe(e)),
+    }
+}
+
+/// The connection pool. The `postgres` client is blocking and runs a small runtime of
+/// its own, which it cannot do on a thread that is already driving async tasks: a
+/// connection closed there panics. A store is often dropped on such a thread (the end
+/// of an async command), so the last handle closes the connections on a thread of
+/// its own, and waits for them to close before its drop returns.
+#[derive(Clone)]
+pub(super) struct Pool(Arc<PoolInner>);
+
+struct PoolInner {
+    pool: Option<r2d2::Pool<Manager>>,
+    /// Why the latest attempt to connect failed, as the driver said it.
+    last_error: LastConnectError,
+    /// The connection string without its password, for messages.
+    shown: Arc<str>,
+    /// The connection string, whose passwords are kept out of messages.
+    url: PostgresUrl,
+}
+
+/// r2d2 keeps only the outermost words of a failed connection ("error connecting to
+/// server", "db error") and retries until its timeout; this keeps the whole of the
+/// last one (the system's reason, or the server's message) so the caller is told why.
+#[derive(Debug, Clone, Default)]
+struct LastConnectError(Arc<std::sync::Mutex<Option<String>>>);
+
+impl r2d2::HandleError<postgres::Error> for LastConnectError {
+    fn handle_error(&self, error: postgres::Error) {
+        if let Ok(mut last) = self.0.lock() {
+            *last = Some(describe(&error));
+        }
+    }
+}
+
+/// A driver error in one line: the server's own message, or each cause in turn.
+fn describe(error: &postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        return db.message().to_owned();
+    }
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+impl Pool {
+    /// A pool of at most `max_size` connections to `url`, none opened yet. A string
+    /// that does not parse is refused here, before any connection is tried.
+    pub(super) fn new(url: &PostgresUrl, max_size: u32) -> Result<Pool> {
+        let shown: Arc<str> = url.to_string().into();
+        let mut config: postgres::Config =
+            url.as_str().parse().map_err(|e| Error::ConnectionString {
+                url: shown.to_string(),
+                detail: url.scrub(&describe_parse(&e)),
+            })?;
+        // A server that takes the TCP connection and never answers (a stuck proxy, a
+        // wrong port) must not hang a command: connecting gives up in time, and a
+        // connection whose peer went away is noticed, unless the string says otherwise.
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(60));
+        // One connection first, on a thread of its own (the blocking client cannot
+        // run on an async one): a server that refuses it, a missing database or a
+        // wrong password is reported at once with the reason, not after the pool has
+        // retried for its whole timeout. The driver times only the TCP connect; a
+        // server that accepts and then never answers is given up on here, and the
+        // attempt's thread is left to end with the process. The connection made is
+        // the pool's first.
+        let (sent, answer) = std::sync::mpsc::channel();
+        let attempt = config.clone();
+        std::thread::spawn(move || {
+            let _ = sent.send(attempt.connect(NoTls).map_err(|e| describe(&e)));
+        });
+        let first = answer
+            .recv_timeout(CONNECT_TIMEOUT)
+            .unwrap_or_else(|e| match e {
+                std::sync::mpsc::RecvTimeoutError::Timeout => Err(format!(
+                    "the server did not answer within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                )),
+                std::sync::mpsc::RecvTimeoutError::Disconnected => {
+                    Err("the connection attempt panicked".to_owned())
+                }
+            })
+            .map_err(|reason| Error::Unreachable {
+                url: shown.to_string(),
+                detail: url.scrub(&reason),
+            })?;
+        let last_error = LastConnectError::default();
+        let pool = r2d2::Pool::builder()
+            .max_size(max_size)
+            .min_idle(Some(0))
+            .connection_timeout(CONNECT_TIMEOUT)
+            // Failed connection attempts are kept for the caller, not logged by r2d2.
+            .error_handler(Box::new(last_error.clone()))
+            .build_unchecked(Manager {
+                inner: PostgresConnectionManager::new(config, NoTls),
+                first: std::sync::Mutex::new(Some(first)),
+            });
+        Ok(Pool(Arc::new(PoolInner {
+            pool: Some(pool),
+            last_error,
+            shown,
+            url: url.clone(),
+        })))
+    }
+
+    pub(super) fn shown(&self) -> &Arc<str> {
+        &self.0.shown
+    }
+
+    /// A connection, or `Error::Unreachable` saying why none could be made within
+    /// `CONNECT_TIMEOUT`.
+    pub(super) fn get(&self) -> Result<r2d2::PooledConnection<Manager>> {
+        let inner = &self.0;
+        inner
+            .pool
+            .as_ref()
+            .expect("taken only on drop")
+            .get()
+            .map_err(|e| {
+                let last = inner.last_error.0.lock().ok().and_then(|mut l| l.take());
+                Error::Unreachable {
+                    url: inner.shown.to_string(),
+                    detail: inner.url.scrub(&last.unwrap_or_else(|| e.to_string())),
+                }
+            })
+    }
+}
+
+/// The words of a connection string that does not parse, after the driver's own
+/// "invalid connection string", which the message already says.
+fn describe_parse(error: &postgres::Error) -> String {
+    match std::error::Error::source(error) {
+        Some(cause) => cause.to_string(),
+        None => error.to_string(),
+    }
+}
+
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                let _ = std::thread::spawn(move || drop(pool)).join();
+            } else {
+                drop(pool);
+            }
+        }
+    }
+}
+
+/// A connection string as shown (its password replaced), where an `Error` wants the
+/// database's path.
+pub(super) fn shown_path(shown: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(shown)
+}

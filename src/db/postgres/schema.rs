@@ -1,0 +1,356 @@
+//! The PostgreSQL schema: the migrations of `migrations-postgres/` with the same
+//! versions, names and refusals as the SQLite ones, applied in one transaction under
+//! an advisory lock, and the check that a schema is the one its migrations make. It
+//! reads and writes no record.
+
+use postgres::Client;
+use refinery::Migration;
+
+use super::pool::{Pool, shown_path};
+use crate::config::PostgresUrl;
+use crate::db::error::{postgres as pg, sql};
+use crate::db::schema::{Applied, MigrationReport, current};
+use crate::db::sql::{Tx, args};
+use crate::error::{Error, Result};
+use crate::model::{Problem, ProblemKind};
+
+mod embedded {
+    refinery::embed_migrations!("migrations-postgres");
+}
+
+/// A key for the advisory lock that makes concurrent `migrate` runs take turns.
+const MIGRATION_LOCK: i64 = 0x5e55_1075_70e0_0001;
+
+/// The migrations for PostgreSQL compiled into this binary, in version order.
+fn migrations() -> Vec<Migration> {
+    let mut all = embedded::migrations::runner().get_migrations().clone();
+    all.sort_by_key(|m| m.version());
+    all
+}
+
+/// The newest schema version this binary knows for PostgreSQL.
+pub fn latest_version() -> i64 {
+    migrations()
+        .iter()
+        .map(|m| i64::from(m.version()))
+        .max()
+        .unwrap_or(0)
+}
+
+/// refinery's history in the connection's schema, or `None` when there is none.
+pub(super) fn read_history(client: &mut Client) -> Result<Option<Vec<Applied>>> {
+    let exists: bool = client
+        .query_one(
+            "SELECT to_regclass('refinery_schema_history') IS NOT NULL",
+            &[],
+        )
+        .map_err(pg("read the schema history"))?
+        .get(0);
+    if !exists {
+        return Ok(None);
+    }
+    let rows = client
+        .query(
+            "SELECT version, name FROM refinery_schema_history ORDER BY version",
+            &[],
+        )
+        .map_err(pg("read the schema history"))?;
+    Ok(Some(
+        rows.iter()
+            .map(|r| Applied {
+                version: i64::from(r.get::<_, i32>(0)),
+                name: r.get(1),
+            })
+            .collect(),
+    ))
+}
+
+/// `schema::refuse_unknown` with this binary's PostgreSQL migrations.
+pub(super) fn refuse_unknown(shown: &str, applied: &[Applied]) -> Result<()> {
+    crate::db::schema::refuse_unknown(&shown_path(shown), applied, &migrations())
+}
+
+/// Applies what is pending in one transaction (PostgreSQL's DDL is transactional, so
+/// a failed migration leaves the schema as it was), under an advisory lock so that
+/// two hosts starting at once take turns.
+pub(super) fn migrate_client(client: &mut Client, shown: &str) -> Result<MigrationReport> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .map_err(pg("take the migration lock"))?;
+    let result = (|| {
+        let before = read_history(client)?.unwrap_or_default();
+        refuse_unknown(shown, &before)?;
+        let report = embedded::migrations::runner()
+            .set_grouped(true)
+            .set_abort_divergent(true)
+            .set_abort_missing(true)
+            .run(client)
+            .map_err(|e| {
+                // refinery's own words, then the server's reason ("permission
+                // denied for schema public"), which it keeps as the cause.
+                let mut text = e.to_string();
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    text.push_str(": ");
+                    text.push_str(&c.to_string());
+                    if let Some(pg) = c.downcast_ref::<postgres::Error>()
+                        && let Some(db) = pg.as_db_error()
+                    {
+                        text.push_str(": ");
+                        text.push_str(db.message());
+                    }
+                    cause = c.source();
+                }
+                Error::Migration(text)
+            })?;
+        let applied: Vec<String> = report
+            .applied_migrations()
+            .iter()
+            .map(|m| format!("V{}__{}", m.version(), m.name()))
+            .collect();
+        let after = read_history(client)?.unwrap_or_default();
+        Ok(MigrationReport {
+            applied,
+            pending: vec![],
+            current: current(&after),
+            backup: None,
+        })
+    })();
+    // The lock is the session's: released here, or when the connection closes.
+    let _ = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]);
+    result
+}
+
+/// `sessionstore migrate --db postgres://…`: connects and applies what is pending.
+/// No copy is taken first: the migrations run in one transaction and either all
+/// apply or none does.
+pub fn migrate(url: &PostgresUrl) -> Result<MigrationReport> {
+    let pool = Pool::new(url, 1)?;
+    let mut conn = pool.get()?;
+    migrate_client(&mut conn.client, pool.shown())
+}
+
+/// What `migrate` would apply, read without changing anything.
+pub fn plan(url: &PostgresUrl) -> Result<MigrationReport> {
+    let pool = Pool::new(url, 1)?;
+    let shown = pool.shown().clone();
+    let mut client = pool.get()?;
+    let applied = read_history(&mut client.client)?.unwrap_or_default();
+    refuse_unknown(&shown, &applied)?;
+    let pending = migrations()
+        .iter()
+        .filter(|m| !applied.iter().any(|a| a.version == i64::from(m.version())))
+        .map(|m| format!("V{}__{}", m.version(), m.name()))
+        .collect();
+    Ok(MigrationReport {
+        applied: vec![],
+        pending,
+        current: current(&applied),
+        backup: None,
+    })
+}
+
+/// The tables and triggers the applied migrations make, read from their own text,
+/// against what the connection's schema has: a dropped trigger would let the
+/// append-only log be edited with no row out of place.
+pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<Problem>> {
+    let version: i64 = tx
+        .query_row(
+            "SELECT coalesce(max(version), 0) FROM refinery_schema_history",
+            args![],
+            |r| r.get(0),
+        )
+        .map_err(sql("read the schema history"))?
+        .unwrap_or(0);
+    let mut tables = std::collections::BTreeSet::new();
+    let mut triggers = std::collections::BTreeSet::new();
+    let mut functions = std::collections::BTreeMap::new();
+    for m in migrations()
+        .iter()
+        .filter(|m| i64::from(m.version()) <= version)
+    {
+        let sql = m.sql().unwrap_or_default();
+        functions.extend(function_bodies(sql));
+        for (verb, name) in created_names(sql) {
+            match verb {
+                Named::Table(true) => tables.insert(name),
+                Named::Table(false) => tables.remove(&name),
+                Named::Trigger(true) => triggers.insert(name),
+                Named::Trigger(false) => triggers.remove(&name),
+            };
+        }
+    }
+    let have_tables: std::collections::BTreeSet<String> = tx
+        .query_map(
+            "SELECT table_name FROM information_schema.tables
+             WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'
+               AND table_name <> 'refinery_schema_history'",
+            args![],
+            |r| r.get(0),
+        )
+        .map_err(sql("list tables"))?
+        .into_iter()
+        .collect();
+    let have_triggers: std::collections::BTreeSet<String> = tx
+        .query_map(
+            "SELECT t.tgname::text FROM pg_trigger t
+               JOIN pg_class c ON c.oid = t.tgrelid
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = current_schema() AND NOT t.tgisinternal AND t.tgenabled <> 'D'",
+            args![],
+            |r| r.get(0),
+        )
+        .map_err(sql("list triggers"))?
+        .into_iter()
+        .collect();
+    // A trigger can stay in place with its function rewritten to let every change
+    // through: each function's body is compared with the one its migration made.
+    let have_functions: std::collections::BTreeMap<String, String> = tx
+        .query_map(
+            "SELECT p.proname::text, p.prosrc FROM pg_proc p
+               JOIN pg_namespace n ON n.oid = p.pronamespace
+              WHERE n.nspname = current_schema()",
+            args![],
+            |r| Ok((r.get::<String>(0)?, squeeze(&r.get::<String>(1)?))),
+        )
+        .map_err(sql("list functions"))?
+        .into_iter()
+        .collect();
+    let mut problems = Vec::new();
+    for (name, body) in &functions {
+        match have_functions.get(name) {
+            None => problems.push(Problem::new(
+                ProblemKind::SchemaMissing,
+                format!("function {name} is missing; the version-{version} schema has it"),
+            )),
+            Some(found) if found != body => problems.push(Problem::new(
+                ProblemKind::SchemaChanged,
+                format!("function {name} differs from the version-{version} schema"),
+            )),
+            Some(_) => {}
+        }
+    }
+    for name in have_functions.keys() {
+        if !functions.contains_key(name) {
+            problems.push(Problem::new(
+                ProblemKind::SchemaExtra,
+                format!("function {name} is not in the version-{version} schema"),
+            ));
+        }
+    }
+    for (kind, want, have) in [
+        ("table", &tables, &have_tables),
+        ("trigger", &triggers, &have_triggers),
+    ] {
+        for name in want.difference(have) {
+            problems.push(Problem::new(
+                ProblemKind::SchemaMissing,
+                format!(
+                    "{kind} {name} is missing (or disabled); the version-{version} schema has it"
+                ),
+            ));
+        }
+        for name in have.difference(want) {
+            problems.push(Problem::new(
+                ProblemKind::SchemaExtra,
+                format!("{kind} {name} is not in the version-{version} schema"),
+            ));
+        }
+    }
+    Ok(problems)
+}
+
+/// Runs of whitespace made one space: layout is not a difference.
+fn squeeze(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Each `CREATE [OR REPLACE] FUNCTION name(…) … AS $$ body $$` of a migration, as
+/// (name, body with its whitespace squeezed); a later one of the same name replaces
+/// an earlier one.
+fn function_bodies(sql: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = sql;
+    while let Some(at) = rest.find("FUNCTION ") {
+        let before = &rest[..at];
+        rest = &rest[at + "FUNCTION ".len()..];
+        // Only a definition: `EXECUTE FUNCTION f()` in a trigger names one.
+        let defines = before
+            .trim_end()
+            .rsplit(char::is_whitespace)
+            .next()
+            .is_some_and(|w| w == "CREATE" || w == "REPLACE");
+        if !defines {
+            continue;
+        }
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let Some(open) = rest.find("$$") else { break };
+        let body_and_rest = &rest[open + 2..];
+        let Some(close) = body_and_rest.find("$$") else {
+            break;
+        };
+        out.push((name, squeeze(&body_and_rest[..close])));
+        rest = &body_and_rest[close + 2..];
+    }
+    out
+}
+
+pub(super) enum Named {
+    /// `true` when made, `false` when dropped.
+    Table(bool),
+    Trigger(bool),
+}
+
+/// `CREATE TABLE x`, `CREATE TRIGGER x`, `DROP TRIGGER x` and the like in a
+/// migration's text, in order, comments skipped.
+pub(super) fn created_names(sql: &str) -> Vec<(Named, String)> {
+    let words: Vec<String> = sql
+        .lines()
+        .map(|l| l.split("--").next().unwrap_or(""))
+        .flat_map(|l| l.split(|c: char| c.is_whitespace() || c == '(' || c == ';'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let mut out = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        let verb = w.to_ascii_uppercase();
+        let make = match verb.as_str() {
+            "CREATE" => true,
+            "DROP" => false,
+            _ => continue,
+        };
+        let mut j = i + 1;
+        // CREATE OR REPLACE / CREATE CONSTRAINT TRIGGER
+        while j < words.len()
+            && matches!(
+                words[j].to_ascii_uppercase().as_str(),
+                "OR" | "REPLACE" | "CONSTRAINT"
+            )
+        {
+            j += 1;
+        }
+        let Some(kind) = words.get(j).map(|k| k.to_ascii_uppercase()) else {
+            continue;
+        };
+        j += 1;
+        while j < words.len()
+            && matches!(
+                words[j].to_ascii_uppercase().as_str(),
+                "IF" | "NOT" | "EXISTS"
+            )
+        {
+            j += 1;
+        }
+        let Some(name) = words.get(j) else { continue };
+        let name = name.trim_matches('"').to_owned();
+        match kind.as_str() {
+            "TABLE" => out.push((Named::Table(make), name)),
+            "TRIGGER" => out.push((Named::Trigger(make), name)),
+            _ => {}
+        }
+    }
+    out
+}

@@ -1,0 +1,119 @@
+//! Schemas of their own on a PostgreSQL server, for a store that must see no other
+//! (the probe's run, a test, a benchmark): a connection string with a schema first on
+//! its search path, the schema made and dropped on a connection of its own, and
+//! `off_runtime` for blocking clients used from async code. It touches no store's
+//! schema.
+
+use postgres::{Client, NoTls};
+
+use super::pool::unreachable;
+use crate::db::error::postgres as pg;
+use crate::error::Result;
+
+/// `url` with `schema` first on its search path (`options=-c search_path=…`), added to
+/// the options the URL already has, which a second `options` parameter would replace.
+/// `schema` must be a plain identifier; the probe's and the tests' are.
+pub fn with_search_path(url: &str, schema: &str) -> String {
+    let setting = format!("-c%20search_path%3D{schema}");
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let Some(query) = query else {
+        return format!("{base}?options={setting}");
+    };
+    let mut found = false;
+    let params: Vec<String> = query
+        .split('&')
+        .map(|param| match param.strip_prefix("options=") {
+            Some(options) if !found => {
+                found = true;
+                format!("options={options}%20{setting}")
+            }
+            _ => param.to_owned(),
+        })
+        .collect();
+    let mut query = params.join("&");
+    if !found {
+        query.push_str(&format!("&options={setting}"));
+    }
+    format!("{base}?{query}")
+}
+
+/// Runs `f`, which uses a blocking client, on a thread of its own: the client runs a
+/// runtime of its own, which cannot start on a thread that drives async tasks.
+pub fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| match scope.spawn(f).join() {
+        Ok(value) => value,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
+}
+
+/// Runs `sql` on a connection of its own to the server `url` names, outside any
+/// store: making and removing a scratch schema.
+fn on_server(url: &str, sql: &str, action: &'static str) -> Result<()> {
+    off_runtime(|| {
+        let mut client = Client::connect(url, NoTls).map_err(|e| unreachable(url, &e))?;
+        client.batch_execute(sql).map_err(pg(action))
+    })
+}
+
+/// Makes the schema `name` (a plain identifier) on the server `url` names.
+pub fn create_schema(url: &str, name: &str) -> Result<()> {
+    on_server(url, &format!("CREATE SCHEMA {name}"), "create a schema")
+}
+
+/// Removes the schema `name` and everything in it, if it is there.
+pub fn drop_schema(url: &str, name: &str) -> Result<()> {
+    on_server(
+        url,
+        &format!("DROP SCHEMA IF EXISTS {name} CASCADE"),
+        "drop a schema",
+    )
+}
+
+/// A schema of its own on a PostgreSQL server, for a store that must not see any other
+/// (the probe's run, a test, a benchmark), removed by `remove` or, at the latest, when
+/// this is dropped, a panic included.
+pub struct ScratchSchema {
+    server: String,
+    name: String,
+    removed: bool,
+}
+
+impl ScratchSchema {
+    /// A new empty schema `<prefix>_<uuid>` on `server`.
+    pub fn create(server: &str, prefix: &str) -> Result<ScratchSchema> {
+        let name = format!("{prefix}_{}", uuid::Uuid::now_v7().simple());
+        create_schema(server, &name)?;
+        Ok(ScratchSchema {
+            server: server.to_owned(),
+            name,
+            removed: false,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The server's connection string with this schema first on the search path:
+    /// what a store is opened on.
+    pub fn url(&self) -> String {
+        with_search_path(&self.server, &self.name)
+    }
+
+    /// Drops the schema and everything in it now, saying whether that worked.
+    pub fn remove(mut self) -> Result<()> {
+        self.removed = true;
+        drop_schema(&self.server, &self.name)
+    }
+}
+
+impl Drop for ScratchSchema {
+    fn drop(&mut self) {
+        if !self.removed {
+            let _ = drop_schema(&self.server, &self.name);
+        }
+    }
+}
