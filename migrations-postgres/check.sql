@@ -1,7 +1,10 @@
--- Checks of the PostgreSQL schema's triggers and search, run by hand against a
--- database that has V1..V4 applied (refinery ignores this file: its name is not a
--- migration's). Everything happens in one transaction that is rolled back, so the
--- database is left as it was; each check raises on failure and says `ok` otherwise.
+-- Checks of the PostgreSQL schema's triggers and search, against a database that
+-- has V1..V4 applied (refinery ignores this file: its name is not a migration's).
+-- `cargo test` runs it on a freshly migrated schema whenever SESSIONSTORE_TEST_POSTGRES
+-- names a server (`db::postgres::tests::the_hand_written_checks_of_the_triggers_and_
+-- search_pass`); it can also be run by hand. Everything happens in one transaction
+-- that is rolled back, so the database is left as it was; each check raises on
+-- failure and says `ok` otherwise.
 --
 --   psql -X -q -v ON_ERROR_STOP=1 -d DB -f migrations-postgres/check.sql
 

@@ -150,9 +150,10 @@ pub fn plan(url: &PostgresUrl) -> Result<MigrationReport> {
     })
 }
 
-/// The tables and triggers the applied migrations make, read from their own text,
-/// against what the connection's schema has: a dropped trigger would let the
-/// append-only log be edited with no row out of place.
+/// The tables and triggers the applied migrations make, read from their own text, and
+/// the constraints and indexes they make (`CATALOG`), against what the connection's
+/// schema has: a dropped trigger would let the append-only log be edited with no row
+/// out of place, a dropped unique constraint would let two appends take one place.
 pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<Problem>> {
     let version: i64 = tx
         .query_row(
@@ -254,6 +255,133 @@ pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<Problem>> {
             problems.push(Problem::new(
                 ProblemKind::SchemaExtra,
                 format!("{kind} {name} is not in the version-{version} schema"),
+            ));
+        }
+    }
+    problems.extend(catalog_problems(tx, version)?);
+    Ok(problems)
+}
+
+/// The constraints (primary key, unique, foreign key, check, exclusion) and indexes
+/// the newest migrations make, as this server words them: `catalog.txt`, captured
+/// from a freshly migrated schema by `tests::the_catalog_file_is_what_the_migrations_make`
+/// (which `SESSIONSTORE_BLESS=1` rewrites). They are taken from the server rather than
+/// read from the migrations' text, as tables and triggers are, because their names and
+/// definitions are the server's: an inline `UNIQUE (session_id, session_seq)` is named
+/// `events_session_id_session_seq_key` by PostgreSQL, and a `CHECK (x IN (…))` comes
+/// back as `x = ANY (ARRAY[…])`.
+pub(super) const CATALOG: &str = include_str!("catalog.txt");
+
+/// Constraints and indexes by (kind, table, name), to their definitions.
+type Catalog = std::collections::BTreeMap<(String, String, String), String>;
+
+/// The schema version `CATALOG` describes, and what it lists.
+fn expected_catalog() -> (i64, Catalog) {
+    let mut version = 0;
+    let mut catalog = Catalog::new();
+    for line in CATALOG
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        if let Some(v) = line.strip_prefix("version ") {
+            version = v
+                .parse()
+                .expect("catalog.txt names its version as a number");
+            continue;
+        }
+        let mut words = line.splitn(4, ' ');
+        let mut word = || {
+            words
+                .next()
+                .expect("each catalog.txt line is a kind, a table, a name and a definition")
+                .to_owned()
+        };
+        let key = (word(), word(), word());
+        catalog.insert(key, word());
+    }
+    (version, catalog)
+}
+
+/// The constraints and indexes of the connection's schema (refinery's own table
+/// aside), in `CATALOG`'s terms. An index is described without its schema's name,
+/// which `pg_get_indexdef` always puts before the table's.
+fn catalog(tx: &Tx<'_>) -> Result<Catalog> {
+    let rows = |statement, action| {
+        tx.query_map(statement, args![], |r| {
+            Ok(((r.get(0)?, r.get(1)?, r.get(2)?), r.get(3)?))
+        })
+        .map_err(sql(action))
+    };
+    let constraints = rows(
+        "SELECT 'constraint', c.relname::text, k.conname::text, pg_get_constraintdef(k.oid, true)
+           FROM pg_constraint k
+           JOIN pg_class c ON c.oid = k.conrelid
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = current_schema() AND k.contype IN ('p', 'u', 'f', 'c', 'x')
+            AND c.relname <> 'refinery_schema_history'",
+        "list constraints",
+    )?;
+    let indexes = rows(
+        "SELECT 'index', t.relname::text, i.relname::text,
+                replace(pg_get_indexdef(x.indexrelid), ' ON ' || quote_ident(n.nspname) || '.', ' ON ')
+           FROM pg_index x
+           JOIN pg_class i ON i.oid = x.indexrelid
+           JOIN pg_class t ON t.oid = x.indrelid
+           JOIN pg_namespace n ON n.oid = t.relnamespace
+          WHERE n.nspname = current_schema() AND t.relname <> 'refinery_schema_history'",
+        "list indexes",
+    )?;
+    Ok(constraints.into_iter().chain(indexes).collect())
+}
+
+/// `CATALOG`'s text for the connection's schema at `version`, as the test that keeps
+/// the file true writes it.
+#[cfg(test)]
+pub(super) fn catalog_text(tx: &Tx<'_>, version: i64) -> Result<String> {
+    let mut text = String::from(
+        "# The constraints and indexes the PostgreSQL migrations make, as the server words\n\
+         # them (`kind table name definition`), read from a freshly migrated schema by\n\
+         # `db::postgres::tests::the_catalog_file_is_what_the_migrations_make`. The schema\n\
+         # check compares a database with this; `SESSIONSTORE_BLESS=1 cargo test` with\n\
+         # `SESSIONSTORE_TEST_POSTGRES` set rewrites it after a new migration.\n",
+    );
+    text.push_str(&format!("version {version}\n"));
+    for ((kind, table, name), definition) in catalog(tx)? {
+        text.push_str(&format!("{kind} {table} {name} {definition}\n"));
+    }
+    Ok(text)
+}
+
+/// Each constraint and index missing, changed or added against `CATALOG`. Only for
+/// the version the file describes, the newest: an older schema is never checked, as
+/// a writing open migrates it first and a reading one refuses it.
+fn catalog_problems(tx: &Tx<'_>, version: i64) -> Result<Vec<Problem>> {
+    let (described, want) = expected_catalog();
+    if version != described {
+        return Ok(vec![]);
+    }
+    let have = catalog(tx)?;
+    let mut problems = Vec::new();
+    for (key @ (kind, table, name), definition) in &want {
+        match have.get(key) {
+            None => problems.push(Problem::new(
+                ProblemKind::SchemaMissing,
+                format!(
+                    "{kind} {name} (on {table}) is missing; the version-{version} schema has it"
+                ),
+            )),
+            Some(found) if found != definition => problems.push(Problem::new(
+                ProblemKind::SchemaChanged,
+                format!("{kind} {name} differs from the version-{version} schema"),
+            )),
+            Some(_) => {}
+        }
+    }
+    for (kind, table, name) in have.keys() {
+        if !want.contains_key(&(kind.clone(), table.clone(), name.clone())) {
+            problems.push(Problem::new(
+                ProblemKind::SchemaExtra,
+                format!("{kind} {name} (on {table}) is not in the version-{version} schema"),
             ));
         }
     }

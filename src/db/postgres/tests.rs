@@ -73,3 +73,114 @@ fn a_panic_inside_a_locked_write_lets_go_of_the_lock() {
     schema.remove().unwrap();
     assert!(free, "the session's lock is still held after the panic");
 }
+
+/// A schema migrated afresh on this server, on a store that only reads (a writing
+/// open would judge it by the very file a test checks).
+fn migrated(server: &str, prefix: &str) -> (ScratchSchema, PostgresUrl, PgDb) {
+    let schema = ScratchSchema::create(server, prefix).unwrap();
+    let url = PostgresUrl::new(schema.url()).unwrap();
+    migrate(&url).unwrap();
+    let db = PgDb::open(&url, Access::ReadOnly).unwrap();
+    (schema, url, db)
+}
+
+/// `catalog.txt` is what the migrations make: a schema migrated afresh reads back,
+/// constraint by constraint and index by index, as the file says, so the schema
+/// check cannot pass a database the migrations would not have made, nor refuse one
+/// they would. `SESSIONSTORE_BLESS=1` writes the file from the server instead; the
+/// diff is reviewed like a snapshot's.
+#[test]
+fn the_catalog_file_is_what_the_migrations_make() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let (schema, _, db) = migrated(&server, "catalog");
+    let text = db
+        .read(|tx| super::schema::catalog_text(tx, latest_version()))
+        .unwrap();
+    drop(db);
+    schema.remove().unwrap();
+    if std::env::var_os("SESSIONSTORE_BLESS").is_some() {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/src/db/postgres/catalog.txt");
+        std::fs::write(file, &text).unwrap();
+        return;
+    }
+    assert_eq!(
+        text,
+        super::schema::CATALOG,
+        "the migrations make other constraints or indexes than catalog.txt lists: \
+         run with SESSIONSTORE_BLESS=1 and review the diff"
+    );
+}
+
+/// The fresh schema has none of the problems the check looks for, and a unique
+/// constraint, an index and a check constraint taken away, changed or added behind
+/// the store's back are each named.
+#[test]
+fn the_schema_check_names_each_constraint_and_index_changed() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let (schema, url, db) = migrated(&server, "check");
+    assert_eq!(db.read(schema_problems).unwrap(), []);
+    let mut client = Client::connect(url.as_str(), NoTls).unwrap();
+    client
+        .batch_execute(
+            "ALTER TABLE events DROP CONSTRAINT events_session_id_session_seq_key;
+             DROP INDEX messages_queued;
+             CREATE INDEX messages_queued ON messages (session_id);
+             ALTER TABLE sessions DROP CONSTRAINT sessions_tools_host_check;
+             ALTER TABLE sessions ADD CONSTRAINT sessions_tools_host_check CHECK (true);
+             CREATE INDEX sessions_by_title ON sessions (title);",
+        )
+        .unwrap();
+    drop(client);
+    let problems: Vec<String> = db
+        .read(schema_problems)
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let latest = latest_version();
+    assert_eq!(
+        problems,
+        [
+            format!(
+                "schema: constraint events_session_id_session_seq_key (on events) is missing; \
+                 the version-{latest} schema has it"
+            ),
+            format!(
+                "schema: constraint sessions_tools_host_check differs from the version-{latest} schema"
+            ),
+            format!(
+                "schema: index events_session_id_session_seq_key (on events) is missing; \
+                 the version-{latest} schema has it"
+            ),
+            format!("schema: index messages_queued differs from the version-{latest} schema"),
+            format!(
+                "schema: index sessions_by_title (on sessions) is not in the version-{latest} schema"
+            ),
+        ]
+    );
+    drop(db);
+    schema.remove().unwrap();
+}
+
+/// `migrations-postgres/check.sql`, the triggers' and search's checks in a
+/// transaction that is rolled back, passes on a schema migrated afresh: each of its
+/// checks raises an exception when it fails, which fails this test with its words.
+#[test]
+fn the_hand_written_checks_of_the_triggers_and_search_pass() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let (schema, url, db) = migrated(&server, "checksql");
+    drop(db);
+    let mut client = Client::connect(url.as_str(), NoTls).unwrap();
+    let checks = include_str!("../../../migrations-postgres/check.sql");
+    if let Err(e) = client.batch_execute(checks) {
+        panic!("check.sql failed: {}", crate::db::sql::DbError::Postgres(e));
+    }
+    drop(client);
+    schema.remove().unwrap();
+}

@@ -26,6 +26,7 @@ conformance!(
     a_long_text_of_distinct_words_is_stored_and_found,
     a_nul_character_is_kept_by_sqlite_and_refused_whole_by_postgres,
     a_defanged_append_only_guard_is_reported_and_refuses_writes,
+    a_dropped_unique_constraint_is_reported_and_refuses_writes,
 );
 
 /// The append-only guard replaced by one that lets updates through (a rewritten
@@ -62,6 +63,77 @@ async fn a_defanged_append_only_guard_is_reported_and_refuses_writes(b: Backend)
         stderr(&refused).contains("events_no_update"),
         "{}",
         stderr(&refused)
+    );
+}
+
+/// The uniqueness of a place in a session's event log (`UNIQUE (session_id,
+/// session_seq)` on `events`, which keeps two appends from taking one place) taken
+/// away behind the store's back: `verify` names it, and every writing command refuses
+/// the database before writing, with `schema_damaged` and exit 3. PostgreSQL drops the
+/// constraint itself; SQLite cannot drop a table's constraint, so there the table is
+/// made again without it, as a hand-made migration might, which takes its triggers
+/// along too.
+async fn a_dropped_unique_constraint_is_reported_and_refuses_writes(b: Backend) {
+    let store = b.open().await;
+    store.create_session(None, ToolsHost::Local).await.unwrap();
+    drop(store);
+    let (loosen, named) = if b.is_postgres() {
+        (
+            "ALTER TABLE events DROP CONSTRAINT events_session_id_session_seq_key",
+            "constraint events_session_id_session_seq_key (on events) is missing",
+        )
+    } else {
+        (
+            "CREATE TABLE loose (
+                 seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                 session_id TEXT NOT NULL REFERENCES sessions (id),
+                 session_seq INTEGER NOT NULL CHECK (session_seq >= 1),
+                 kind TEXT NOT NULL,
+                 payload TEXT NOT NULL CHECK (json_valid(payload)),
+                 created_at TEXT NOT NULL
+             ) STRICT;
+             INSERT INTO loose SELECT * FROM events;
+             DROP TABLE events;
+             ALTER TABLE loose RENAME TO events;",
+            "index sqlite_autoindex_events_1 (on events) is missing",
+        )
+    };
+    b.raw_execute(loosen).unwrap();
+    let verified = b.run(&["verify"]);
+    assert_eq!(verified.status.code(), Some(1), "{}", stdout(&verified));
+    assert!(stdout(&verified).contains(named), "{}", stdout(&verified));
+    for args in [
+        &["session", "new", "--json"][..],
+        &[
+            "send",
+            "--session",
+            &sessionstore::SessionId::new().to_string(),
+            "--text",
+            "x",
+            "--json",
+        ],
+    ] {
+        let refused = b.run(args);
+        assert_eq!(
+            refused.status.code(),
+            Some(3),
+            "{args:?}: {}",
+            stderr(&refused)
+        );
+        let said: serde_json::Value = serde_json::from_str(&stderr(&refused)).unwrap();
+        let error = &said["error"];
+        assert_eq!(error["kind"], "schema_damaged", "{error}");
+        assert!(
+            error["message"].as_str().unwrap().contains(named),
+            "{error}"
+        );
+    }
+    let err = sessionstore::Store::open(b.config()).await.err().unwrap();
+    assert!(
+        matches!(&err, sessionstore::Error::SchemaDamaged { problems, .. }
+            if problems.iter().any(|p| p.kind() == sessionstore::model::ProblemKind::SchemaMissing
+                && p.detail().contains(named))),
+        "{err:?}"
     );
 }
 
