@@ -72,3 +72,36 @@ pub fn not_database(path: &Path, e: rusqlite::Error) -> Error {
 pub fn pool(e: r2d2::Error) -> Error {
     Error::Pool(DatabaseCause::new(e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The driver's error goes behind `source()` with its words and causes as they
+    /// were, so the binary's one-line chain reads as before; a busy database is told
+    /// apart from other failures.
+    #[test]
+    fn a_drivers_error_keeps_its_words_behind_an_opaque_cause() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let driver = conn.execute("SELECT * FROM nowhere", []).unwrap_err();
+        let words = driver.to_string();
+        let err = sqlite("read nowhere", driver);
+        assert!(matches!(err, Error::Database { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "database error while trying to read nowhere"
+        );
+        let cause = std::error::Error::source(&err).expect("the driver's error is the cause");
+        assert_eq!(cause.to_string(), words);
+        assert!(cause.source().is_none());
+        assert_eq!(err.kind(), "database");
+
+        let busy = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            None,
+        );
+        let err = sqlite("take the write lock", busy);
+        assert!(matches!(err, Error::Busy { .. }), "{err:?}");
+        assert_eq!(err.kind(), "busy");
+    }
+}

@@ -1,8 +1,9 @@
-//! The store on a PostgreSQL server: the connection pool, transactions that serialize
-//! concurrent writers (serializable isolation, retried when PostgreSQL reports that a
-//! transaction lost a race), read-only transactions for commands that only read, and
-//! the schema's migrations from `migrations-postgres/` with the same versions, names
-//! and refusals as the SQLite ones. It never touches attachment files.
+//! The store on a PostgreSQL server: transactions that serialize concurrent writers
+//! (serializable isolation, retried when PostgreSQL reports that a transaction lost a
+//! race) and read-only transactions for commands that only read, here; the connection
+//! pool (`pool`), the schema's migrations from `migrations-postgres/` with the same
+//! versions, names and refusals as the SQLite ones and the check of a schema against
+//! them (`schema`), and scratch schemas (`scratch`). It never touches attachment files.
 
 mod pool;
 mod schema;
