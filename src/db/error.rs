@@ -85,6 +85,7 @@ mod tests {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
         let driver = conn.execute("SELECT * FROM nowhere", []).unwrap_err();
         let words = driver.to_string();
+        let below = std::error::Error::source(&driver).map(ToString::to_string);
         let err = sqlite("read nowhere", driver);
         assert!(matches!(err, Error::Database { .. }), "{err:?}");
         assert_eq!(
@@ -93,7 +94,7 @@ mod tests {
         );
         let cause = std::error::Error::source(&err).expect("the driver's error is the cause");
         assert_eq!(cause.to_string(), words);
-        assert!(cause.source().is_none());
+        assert_eq!(cause.source().map(ToString::to_string), below);
         assert_eq!(err.kind(), "database");
 
         let busy = rusqlite::Error::SqliteFailure(
