@@ -2,6 +2,7 @@
 //! schema's migrations, the record reads and writes, and the integrity check. Its
 //! functions are synchronous and never touch attachment files.
 
+#[cfg(any(test, feature = "probe", feature = "testkit"))]
 pub mod audit;
 pub mod copies;
 #[cfg(feature = "postgres")]

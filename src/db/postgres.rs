@@ -138,6 +138,7 @@ fn credentials(rest: &str) -> (Option<&str>, &str) {
 /// `url` with `schema` first on its search path (`options=-c search_path=…`), added to
 /// the options the URL already has, which a second `options` parameter would replace.
 /// `schema` must be a plain identifier; the probe's and the tests' are.
+#[cfg(any(test, feature = "probe", feature = "testkit"))]
 pub fn with_search_path(url: &str, schema: &str) -> String {
     let setting = format!("-c%20search_path%3D{schema}");
     let (base, query) = match url.split_once('?') {
@@ -167,6 +168,7 @@ pub fn with_search_path(url: &str, schema: &str) -> String {
 
 /// Runs `f`, which uses a blocking client, on a thread of its own: the client runs a
 /// runtime of its own, which cannot start on a thread that drives async tasks.
+#[cfg(any(test, feature = "probe", feature = "testkit"))]
 pub fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     std::thread::scope(|scope| match scope.spawn(f).join() {
         Ok(value) => value,
@@ -176,6 +178,7 @@ pub fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 
 /// Runs `sql` on a connection of its own to the server `url` names, outside any
 /// store: making and removing a scratch schema.
+#[cfg(any(test, feature = "probe", feature = "testkit"))]
 fn on_server(url: &str, sql: &str, action: &'static str) -> Result<()> {
     off_runtime(|| {
         let mut client = Client::connect(url, NoTls).map_err(|e| unreachable(url, &e))?;
@@ -185,6 +188,7 @@ fn on_server(url: &str, sql: &str, action: &'static str) -> Result<()> {
 
 /// The server `url` names could not be reached: its reason, as a store's pool
 /// reports one, without the password.
+#[cfg(any(test, feature = "probe", feature = "testkit"))]
 pub fn unreachable(url: &str, e: &postgres::Error) -> Error {
     Error::Unreachable {
         url: redact(url),
@@ -193,11 +197,13 @@ pub fn unreachable(url: &str, e: &postgres::Error) -> Error {
 }
 
 /// Makes the schema `name` (a plain identifier) on the server `url` names.
+#[cfg(any(test, feature = "probe", feature = "testkit"))]
 pub fn create_schema(url: &str, name: &str) -> Result<()> {
     on_server(url, &format!("CREATE SCHEMA {name}"), "create a schema")
 }
 
 /// Removes the schema `name` and everything in it, if it is there.
+#[cfg(any(test, feature = "probe", feature = "testkit"))]
 pub fn drop_schema(url: &str, name: &str) -> Result<()> {
     on_server(
         url,
@@ -208,13 +214,15 @@ pub fn drop_schema(url: &str, name: &str) -> Result<()> {
 
 /// A schema of its own on a PostgreSQL server, for a store that must not see any other
 /// (the probe's run, a test, a benchmark), removed by `remove` or, at the latest, when
-/// this is dropped, a panic included.
+/// this is dropped, a panic included. A test hook (the probe's, and `testkit`'s).
+#[cfg(any(test, feature = "probe", feature = "testkit"))]
 pub struct ScratchSchema {
     server: String,
     name: String,
     removed: bool,
 }
 
+#[cfg(any(test, feature = "probe", feature = "testkit"))]
 impl ScratchSchema {
     /// A new empty schema `<prefix>_<uuid>` on `server`.
     pub fn create(server: &str, prefix: &str) -> Result<ScratchSchema> {
@@ -253,6 +261,7 @@ pub(crate) fn test_server() -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
+#[cfg(any(test, feature = "probe", feature = "testkit"))]
 impl Drop for ScratchSchema {
     fn drop(&mut self) {
         if !self.removed {

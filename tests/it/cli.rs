@@ -231,3 +231,31 @@ fn refused_input_exits_3_and_other_failures_exit_1() {
         "a missing database is a failure"
     );
 }
+
+/// A command whose feature this binary was built without is hidden from the help and
+/// refused in one line that names the feature, as a usage error (exit 2), before any
+/// database is opened.
+#[cfg(any(not(feature = "acp"), not(feature = "probe")))]
+#[test]
+fn a_command_left_out_of_the_build_names_its_feature() {
+    let dir = tempfile::tempdir().unwrap();
+    let help = stdout(&bin(dir.path()).arg("--help").output().unwrap());
+    let left_out = [
+        ("acp", cfg!(feature = "acp")),
+        ("probe", cfg!(feature = "probe")),
+    ];
+    for (command, _) in left_out.iter().filter(|(_, built)| !built) {
+        let out = bin(dir.path()).arg(command).output().unwrap();
+        let err = assert_one_line_error(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("needs the `{command}` feature")),
+            "{err}"
+        );
+        assert!(
+            !help.lines().any(|l| l.trim_start().starts_with(command)),
+            "{help}"
+        );
+        assert!(!dir.path().join(".local").exists(), "nothing was created");
+    }
+}

@@ -2,6 +2,7 @@
 //! temporary folders, and the real `sessionstore` binary for command-line and
 //! multi-process tests.
 
+#[cfg(feature = "acp")]
 mod acp;
 mod attachments;
 #[cfg(feature = "postgres")]
