@@ -5,10 +5,7 @@
 #[cfg(feature = "acp")]
 mod acp;
 mod attachments;
-#[cfg(feature = "postgres")]
-mod backend;
 mod cli;
-#[cfg(feature = "postgres")]
 mod conformance;
 mod dispatch;
 mod fixtures;
