@@ -5,10 +5,13 @@
 //! The public face is what a daemon embedding the store needs: `Store` (which also
 //! reaches migrations and `verify`), `Config`, the records, the errors, attachments and
 //! the pure conversions. The SQL (`db`), the event projection and the probe's insides
-//! stay crate-private; the probe is reached through `run_probe`, built with the
-//! default-on `probe` feature (a daemon can leave it, and `tempfile`, out). `oracle`
-//! is doc-hidden: what the contracts say, shared by the probe and the tests.
+//! stay crate-private. Cargo features carry what a daemon may not want: `acp` (the
+//! ACP front, on the SDK), `probe` (`run_probe`, and `tempfile`), `postgres`, and the
+//! command line's own `cli`; all are on by default. `testkit`, for the crate's own
+//! tests, makes the test hooks public: `oracle` (what the contracts say, shared by the
+//! probe and the tests) and `Store::open_with_read_observer`.
 
+#[cfg(feature = "acp")]
 pub mod acp;
 pub mod attachments;
 pub mod config;
@@ -21,6 +24,7 @@ pub mod ids;
 pub mod lifecycle;
 pub mod model;
 pub mod openai;
+#[cfg(any(feature = "probe", feature = "testkit"))]
 mod probe;
 pub(crate) mod projection;
 pub mod replay;
@@ -35,7 +39,7 @@ pub use db::verify::VerifyReport;
 pub use dispatch::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
 pub use error::{Error, Result};
 pub use ids::{EventSeq, IdError, ItemId, MessageId, SessionId};
-#[doc(hidden)]
+#[cfg(feature = "testkit")]
 pub use probe::oracle;
 #[cfg(all(feature = "probe", feature = "postgres"))]
 pub use probe::run_probe_on_postgres;

@@ -15,9 +15,7 @@ use anyhow::{Context, Result};
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use cli::attachment::{AttachArgs, AttachmentCommand};
-use cli::errors::EXIT_CODES;
-#[cfg(feature = "probe")]
-use cli::errors::Usage;
+use cli::errors::{EXIT_CODES, Usage};
 use cli::output::{count, emit, print_json, terminal_line};
 use cli::paths::Global;
 use cli::send::SendArgs;
@@ -87,7 +85,9 @@ enum Command {
     /// directory of its own: --attachments-root, --legacy-root, a --db file and their
     /// variables do not apply, and the flags are refused; --db postgres://… runs it in
     /// a schema of its own on that server, dropped at the end
-    #[cfg(feature = "probe")]
+    // Without its feature a command stays in the grammar, hidden, so that running it
+    // says which feature it needs rather than that there is no such command.
+    #[cfg_attr(not(feature = "probe"), command(hide = true))]
     Probe,
     /// Full-text search over titles, messages and recorded agent text, best first
     Search(cli::lifecycle::SearchArgs),
@@ -96,6 +96,7 @@ enum Command {
     /// Restore an exported archive as a new session
     Import(cli::lifecycle::ImportArgs),
     /// Serve the store as an ACP agent over standard input and output
+    #[cfg_attr(not(feature = "acp"), command(hide = true))]
     Acp(AcpArgs),
 }
 
@@ -277,11 +278,8 @@ fn main() -> ExitCode {
     };
     // The probe makes attachments unreadable on purpose; the warnings that follow are
     // its scenarios' and not the user's, so it logs errors only unless asked for more.
-    #[cfg(feature = "probe")]
     let quiet =
         cli.global.quiet || (matches!(cli.command, Command::Probe) && cli.global.verbose == 0);
-    #[cfg(not(feature = "probe"))]
-    let quiet = cli.global.quiet;
     cli::logging::init(cli.global.verbose, quiet);
     let json = cli.global.json;
     let quiet_pipe = !matches!(cli.command, Command::Drain(_));
@@ -304,6 +302,10 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<ExitCode> {
     let json = cli.global.json;
     match cli.command {
+        #[cfg(not(feature = "probe"))]
+        Command::Probe => return Err(missing_feature("probe", "probe")),
+        #[cfg(not(feature = "acp"))]
+        Command::Acp(_) => return Err(missing_feature("acp", "acp")),
         #[cfg(feature = "probe")]
         Command::Probe => {
             // The probe builds its own store in a temporary directory: no flag,
@@ -349,22 +351,35 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Restore(args) => restore(config, args).await?,
         Command::Events(args) => events(config, args).await?,
         Command::Verify => return verify(config, json).await,
+        #[cfg(feature = "acp")]
         Command::Acp(args) => acp(config, args).await?,
         Command::Search(args) => cli::lifecycle::search(config, json, args).await?,
         Command::Export(args) => cli::lifecycle::export(config, json, args).await?,
         Command::Import(args) => cli::lifecycle::import(config, json, args).await?,
         Command::Gc(args) => cli::lifecycle::gc(config, json, args).await?,
-        #[cfg(feature = "probe")]
-        Command::Probe => unreachable!("handled above, before any configuration is read"),
-        Command::Completions { .. } | Command::Paths => {
+        #[cfg(not(feature = "acp"))]
+        Command::Acp(_) => unreachable!("refused above, before any configuration is read"),
+        Command::Probe | Command::Completions { .. } | Command::Paths => {
             unreachable!("handled above, before any configuration is read")
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// A command of a feature this binary was built without: a usage error (exit 2)
+/// naming the feature.
+#[cfg(any(not(feature = "probe"), not(feature = "acp")))]
+fn missing_feature(command: &str, feature: &str) -> anyhow::Error {
+    Usage(format!(
+        "`sessionstore {command}` needs the `{feature}` feature, which this sessionstore \
+         was built without (cargo build --features {feature})"
+    ))
+    .into()
+}
+
 /// Serves until the client closes standard input. Standard output carries the
 /// protocol alone, so nothing else here prints to it.
+#[cfg(feature = "acp")]
 async fn acp(config: Config, args: AcpArgs) -> Result<()> {
     let cwd = match args.cwd {
         Some(cwd) => cwd,

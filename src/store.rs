@@ -248,8 +248,19 @@ impl Store {
     }
 
     /// Like `open`, telling `observer` of every attachment read (tests and the probe
-    /// count reads this way). The observed store is the same one that writes.
+    /// count reads this way). The observed store is the same one that writes. A test
+    /// hook: public with the `testkit` feature, crate-private for the probe.
+    #[cfg(feature = "testkit")]
     pub async fn open_with_read_observer(config: Config, observer: ReadObserver) -> Result<Store> {
+        Store::open_as(config, Some(observer), Access::Create).await
+    }
+
+    /// `open_with_read_observer` for the probe in a build without `testkit`.
+    #[cfg(all(feature = "probe", not(feature = "testkit")))]
+    pub(crate) async fn open_with_read_observer(
+        config: Config,
+        observer: ReadObserver,
+    ) -> Result<Store> {
         Store::open_as(config, Some(observer), Access::Create).await
     }
 

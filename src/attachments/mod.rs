@@ -21,9 +21,14 @@ pub(crate) use gc::FileKind;
 
 pub use mime::{SNIFF_BYTES, mime_for, mime_from_head};
 pub use name::{MAX_NAME_BYTES, numbered_name, sanitize_name};
+// The read observer is a test hook: public only with the `testkit` feature.
+#[cfg(not(feature = "testkit"))]
+pub(crate) use store::ReadObserver;
+#[cfg(feature = "testkit")]
+pub use store::ReadObserver;
 pub use store::{
-    AttachmentStore, Checked, Download, Listed, ReadObserver, Resolved, RootKind, Roots,
-    SessionDirs, StoredAttachment, Swept, UPLOAD_GRACE,
+    AttachmentStore, Checked, Download, Listed, Resolved, RootKind, Roots, SessionDirs,
+    StoredAttachment, Swept, UPLOAD_GRACE,
 };
 pub use uri::{AttachmentUri, UriError, UriErrorKind};
 

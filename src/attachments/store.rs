@@ -113,6 +113,7 @@ pub struct ReadObserver(Arc<ObserveRead>);
 type ObserveRead = dyn Fn(&SessionId, &AttachmentUri) + Send + Sync;
 
 impl ReadObserver {
+    #[cfg(any(feature = "probe", feature = "testkit"))]
     pub fn new(f: impl Fn(&SessionId, &AttachmentUri) + Send + Sync + 'static) -> Self {
         ReadObserver(Arc::new(f))
     }
@@ -139,7 +140,7 @@ impl AttachmentStore {
     }
 
     /// This store, telling `observer` of every read.
-    pub fn observing_reads(self, observer: ReadObserver) -> Self {
+    pub(crate) fn observing_reads(self, observer: ReadObserver) -> Self {
         Self {
             on_read: Some(observer),
             ..self

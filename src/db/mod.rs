@@ -3,6 +3,7 @@
 //! functions are synchronous and never touch attachment files.
 
 pub mod append;
+#[cfg(any(test, feature = "probe", feature = "testkit"))]
 pub mod audit;
 pub mod copies;
 pub mod error;

@@ -1,6 +1,6 @@
 //! The oracle: what DESIGN.md says the store's output must be, worked out here without
 //! the code it judges, shared by the probe and the integration tests (which reach it as
-//! the doc-hidden `sessionstore::oracle`). It never calls the conversions it checks
+//! `sessionstore::oracle`, public only with the `testkit` feature). It never calls the conversions it checks
 //! (no `dispatch`, no `openai` builder) and keeps no state but a read counter.
 
 use std::collections::HashMap;
@@ -12,7 +12,6 @@ use serde_json::{Value, json};
 
 use crate::attachments::ReadObserver;
 use crate::config::Config;
-use crate::dispatch::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
 use crate::ids::SessionId;
 
 /// A schema of its own on a PostgreSQL server, for the probe, the tests and the bench.
@@ -23,6 +22,11 @@ use crate::openai::ChatPart;
 use crate::store::Store;
 
 pub use crate::db::audit::{PATH_WORDS, PathAudit};
+
+/// The `_meta` key a block's path context rides under, as DESIGN.md spells it
+/// (invariant 3): written out here rather than taken from the library's constant, so
+/// that a block under another key fails the checks that read it.
+pub const CONTEXT_META_KEY: &str = "daemon/attachmentContext";
 
 /// A complete 1×1 RGBA PNG: real magic bytes, IHDR, IDAT and IEND with valid CRCs.
 pub const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\x0dIDAT\x78\x9c\x63\xf8\xcf\xc0\xf0\x1f\x00\x05\x00\x01\xff\x89\x99\x3d\x1d\x00\x00\x00\x00IEND\xae\x42\x60\x82";
@@ -232,7 +236,7 @@ impl<'a> Attached<'a> {
 
     /// The path context under the contract's `_meta` key.
     pub fn context(&self) -> Option<&'a str> {
-        self.meta?.get(DAEMON_ATTACHMENT_CONTEXT_META_KEY)?.as_str()
+        self.meta?.get(CONTEXT_META_KEY)?.as_str()
     }
 }
 
@@ -408,6 +412,15 @@ mod tests {
         let extra = "{\"name\":\"a\",\"uri\":\"u\",\"mimeType\":\"m\",\"path\":\"/p\",\"host\":\"h\",\"size\":1}";
         assert!(parse_context(extra).is_err());
         assert!(parse_context("no json here").is_err());
+    }
+
+    /// The library's public constant is the contract's key.
+    #[test]
+    fn the_library_names_the_contract_s_meta_key() {
+        assert_eq!(
+            crate::dispatch::DAEMON_ATTACHMENT_CONTEXT_META_KEY,
+            CONTEXT_META_KEY
+        );
     }
 
     #[test]

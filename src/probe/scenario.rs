@@ -1,8 +1,9 @@
 //! The probe's scenario: one isolated run of Store → Session → OpenAI request in a
 //! temporary directory of its own, making every store call and handing what came back
-//! to `checks`. It never touches the user's data directory, never contacts a model or
-//! a network (but the PostgreSQL server it may be given, where it works in a schema of
-//! its own and drops it), and loads no personal data: every file it stores is made here.
+//! to the checks (`checks`, `model_bound`), with what it set up in `known`. It never
+//! touches the user's data directory, never contacts a model or a network (but the
+//! PostgreSQL server it may be given, where it works in a schema of its own and drops
+//! it), and loads no personal data: every file it stores is made here.
 //!
 //! Besides the store calls it does the file work a test would: it writes a legacy root
 //! by hand (an older version wrote it), moves a file aside to make it missing, plants
@@ -35,7 +36,13 @@ use std::path::Path;
 
 use agent_client_protocol_schema::v1::{ContentBlock, SessionUpdate};
 
-use super::checks::{self as check, Eviction, Known, Stored};
+use super::checks::{self as check, Eviction};
+use super::known::{
+    AGENT_TEXT, BIDI, BLOB, BLOB_BYTES, IMAGE, Known, LEGACY, MID_TURN, MODEL, NOTES, NOTES_AGAIN,
+    Place, QUESTION, REPLY, RecordedTurn, Sent, Stored, TRANSCRIPT, TURN_FOLLOW_UP, TURN_NOTE,
+    TURN_QUESTION, UPLOADS,
+};
+use super::model_bound as bound;
 use super::oracle::{self, Kind, ReadCounter, expected_uri};
 use super::report::{Check, Outcome, ProbeError, ProbeReport};
 use crate::attachments::{AttachmentUri, Roots};
@@ -43,115 +50,9 @@ use crate::config::{self, Config};
 use crate::dispatch::{DEFAULT_MEMO_BUDGET, Memo, Mode};
 use crate::format::{Format, StreamWriter};
 use crate::ids::SessionId;
-use crate::model::{Message, Role, ToolsHost};
+use crate::model::{Role, ToolsHost};
 use crate::openai;
 use crate::store::{Dispatched, Outgoing, Store};
-
-/// Bytes that are not UTF-8 and match no image signature: a binary resource.
-pub(super) const BLOB_BYTES: &[u8] = &[
-    0x00, 0xff, 0xfe, 0x80, b'P', b'K', 0x03, 0x04, 0x00, 0x0a, 0xc3, 0x28, 0x7f, 0x00,
-];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Place {
-    Configured,
-    /// Only in the legacy root, put there by hand as an older version would have.
-    Legacy,
-}
-
-/// A file the probe stores: the upload's own name, the stored name it must get.
-pub(super) struct Upload {
-    pub upload: &'static str,
-    pub name: &'static str,
-    pub bytes: &'static [u8],
-    pub kind: Kind,
-    pub place: Place,
-}
-
-pub(super) const IMAGE: usize = 0;
-pub(super) const NOTES: usize = 1;
-pub(super) const NOTES_AGAIN: usize = 2;
-pub(super) const BLOB: usize = 3;
-pub(super) const LEGACY: usize = 4;
-const BIDI: usize = 5;
-
-pub(super) static UPLOADS: [Upload; 6] = [
-    Upload {
-        upload: "caf\u{e9} menu.png",
-        name: "caf\u{e9} menu.png",
-        bytes: oracle::PNG,
-        kind: Kind::Image,
-        place: Place::Configured,
-    },
-    Upload {
-        upload: "notes 日本.txt",
-        name: "notes 日本.txt",
-        bytes: "Lunch notes\nsoba 蕎麦 and tempura\nthis line must never reach a path context\n"
-            .as_bytes(),
-        kind: Kind::Text,
-        place: Place::Configured,
-    },
-    Upload {
-        upload: "notes 日本.txt",
-        name: "notes 日本 (1).txt",
-        bytes: "Second version of the notes, different bytes\nudon 饂飩\n".as_bytes(),
-        kind: Kind::Text,
-        place: Place::Configured,
-    },
-    Upload {
-        upload: "data blob.bin",
-        name: "data blob.bin",
-        bytes: BLOB_BYTES,
-        kind: Kind::Blob,
-        place: Place::Configured,
-    },
-    Upload {
-        upload: "\u{e4}ltere Notiz.md",
-        name: "\u{e4}ltere Notiz.md",
-        bytes: "# Aus der alten Version\nnur im Legacy-Verzeichnis\n".as_bytes(),
-        kind: Kind::Text,
-        place: Place::Legacy,
-    },
-    Upload {
-        // A right-to-left override makes this look like "invoicetxt.pdf".
-        upload: "invoice\u{202e}fdp.txt",
-        name: "invoice\u{202e}fdp.txt",
-        bytes: b"a name with a bidi override\n",
-        kind: Kind::Text,
-        place: Place::Configured,
-    },
-];
-
-pub(super) const MODEL: &str = "gpt-4o";
-pub(super) const QUESTION: &str = "What is on this menu, and do my notes agree with it?";
-pub(super) const REPLY: &str = "The menu lists soba and tempura; your notes agree.";
-pub(super) const MID_TURN: &str = "Also compare the second version of my notes.";
-pub(super) const TRANSCRIPT: &str = "and tell me which one is cheaper";
-
-/// The recorded turn's session: a user message with one attachment, the agent's
-/// answer (sent as these chunks, which must come back joined and verbatim: it names
-/// no temporary root, so the database audit still finds no path of the probe's) and
-/// a tool call, then the next user message.
-pub(super) const TURN_QUESTION: &str = "Summarize my lunch note.";
-pub(super) const TURN_NOTE: &[u8] = "soba 蕎麦 at noon\n".as_bytes();
-pub(super) const AGENT_TEXT: [&str; 2] =
-    ["Your note says \"soba 蕎麦\"", " at noon.\nNothing else."];
-const TURN_FOLLOW_UP: &str = "Thanks.";
-
-/// The recorded turn's user messages, and the root its attachment must be read from.
-pub(super) struct RecordedTurn {
-    pub question: Message,
-    pub follow_up: Message,
-    pub configured: std::path::PathBuf,
-}
-
-/// The messages the scenario sends.
-pub(super) struct Sent {
-    pub normal: Message,
-    pub reply: Message,
-    pub image_only: Message,
-    pub mid_turn: Message,
-}
 
 /// The blocks of the scenario's first delivery, to compare with the replay.
 struct FirstDelivery {
@@ -638,64 +539,64 @@ impl Probe {
         let outcomes = [
             (
                 "one-block-per-reference",
-                check::one_block_per_reference(restored),
+                bound::one_block_per_reference(restored),
             ),
             (
                 "context-under-meta-key",
-                check::context_under_meta_key(restored),
+                bound::context_under_meta_key(restored),
             ),
             (
                 "image-blocks-keep-bytes",
-                check::blocks_keep_content(k, restored, Kind::Image),
+                bound::blocks_keep_content(k, restored, Kind::Image),
             ),
             (
                 "text-blocks-keep-contents",
-                check::blocks_keep_content(k, restored, Kind::Text),
+                bound::blocks_keep_content(k, restored, Kind::Text),
             ),
             (
                 "binary-blocks-keep-bytes",
-                check::blocks_keep_content(k, restored, Kind::Blob),
+                bound::blocks_keep_content(k, restored, Kind::Blob),
             ),
-            ("context-json-line", check::context_json_line(k, restored)),
+            ("context-json-line", bound::context_json_line(k, restored)),
             (
                 "context-escapes-hidden-characters",
-                check::context_escapes(k, restored),
+                bound::context_escapes(k, restored),
             ),
             (
                 "context-holds-no-file-contents",
-                check::context_holds_no_contents(k, restored),
+                bound::context_holds_no_contents(k, restored),
             ),
             (
                 "raw-text-has-no-meta",
-                check::raw_text_has_no_meta(restored),
+                bound::raw_text_has_no_meta(restored),
             ),
             (
                 "paths-read-back-byte-for-byte",
-                check::paths_read_back(k, &chat),
+                bound::paths_read_back(k, &chat),
             ),
             (
                 "legacy-path-from-its-read",
-                check::legacy_path(k, &chat, legacy_copy),
+                bound::legacy_path(k, &chat, legacy_copy),
             ),
             (
                 "openai-chat-parts",
-                check::openai_chat(&conversation, &chat),
+                bound::openai_chat(&conversation, &chat),
             ),
             (
                 "openai-responses-parts",
-                check::openai_responses(&conversation, &responses),
+                bound::openai_responses(&conversation, &responses),
             ),
             (
                 "openai-requests-round-trip",
-                check::round_trips(&chat, &responses, &conversation),
+                bound::round_trips(&chat, &responses, &conversation),
             ),
             (
                 "focus-hint-holds-question-only",
-                check::focus_hints(k, restored),
+                bound::focus_hints(k, restored),
             ),
             (
                 "vision-request-has-no-path",
-                check::vision_request(k, restored),
+                bound::vision_request(k, restored),
             ),
         ];
         for (name, outcome) in outcomes {
@@ -939,75 +840,12 @@ impl Probe {
         self.record("db-text-has-no-path", outcome);
         // A PostgreSQL server's files are its own to read: there the audit is of the
         // tables, and this check is not run rather than passed unread.
-        if let crate::config::Database::Sqlite(_) = &self.config.database {
-            let outcome = audit.and_then(check::db_file_has_no_path);
+        if let crate::config::Database::Sqlite(db) = &self.config.database {
+            let outcome = audit.and_then(|a| check::db_file_has_no_path(a, db));
             self.record("db-file-has-no-path", outcome);
         }
     }
 }
 
 #[cfg(all(test, feature = "postgres"))]
-mod tests {
-    use super::*;
-    use crate::db::postgres::test_server;
-
-    /// Whether the schema a store URL names is on the server.
-    fn exists(server: &str, store_url: &std::path::Path) -> bool {
-        let url = store_url.to_str().unwrap();
-        let name = url.rsplit("search_path%3D").next().unwrap().to_owned();
-        let server = server.to_owned();
-        std::thread::spawn(move || {
-            let mut client = postgres::Client::connect(&server, postgres::NoTls).unwrap();
-            client
-                .query_one(
-                    "SELECT count(*) FROM pg_namespace WHERE nspname = $1",
-                    &[&name],
-                )
-                .unwrap()
-                .get::<_, i64>(0)
-                == 1
-        })
-        .join()
-        .unwrap()
-    }
-
-    /// The probe's schema goes when the probe cannot run, and when it panics.
-    #[tokio::test(flavor = "multi_thread")]
-    async fn the_schema_is_dropped_however_the_probe_ends() {
-        let Some(server) = test_server() else { return };
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
-        let db = seen.clone();
-        let during = server.clone();
-        let failed = in_schema(&server, |url| async move {
-            *db.lock().unwrap() = Some(url.clone());
-            assert!(exists(&during, &url), "the schema is there while it runs");
-            Err(ProbeError {
-                action: "plant a file".to_owned(),
-                error: std::io::Error::other("disk full"),
-            })
-        })
-        .await;
-        assert_eq!(
-            failed.unwrap_err().to_string(),
-            "probe cannot plant a file: disk full"
-        );
-        let url = seen.lock().unwrap().take().expect("the body ran");
-        assert!(!exists(&server, &url), "dropped after a failed run");
-
-        let db = seen.clone();
-        let panicked = tokio::spawn({
-            let server = server.clone();
-            async move {
-                in_schema(&server, |url| async move {
-                    *db.lock().unwrap() = Some(url);
-                    panic!("a bug in a check");
-                })
-                .await
-            }
-        })
-        .await;
-        assert!(panicked.unwrap_err().is_panic());
-        let url = seen.lock().unwrap().take().expect("the body ran");
-        assert!(!exists(&server, &url), "dropped after a panic");
-    }
-}
+mod tests;

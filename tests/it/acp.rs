@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use sessionstore::model::{Role, ToolsHost};
 use sessionstore::store::Outgoing;
 use sessionstore::{SessionId, Store};
 
-use crate::support::{Expect, PNG, bin, check_attachment, config_in};
+use crate::support::{Bin, Expect, PNG, TestStore, check_attachment, config_in};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -40,19 +40,15 @@ impl AgentProcess {
     /// serving sessions under `cwd`.
     fn start(dir: &Path, root: &Path, cwd: &Path) -> AgentProcess {
         let stderr = dir.join(format!("acp-stderr-{}.log", uuid_ish()));
-        let child = bin(dir)
+        let mut config = config_in(dir);
+        config.roots.configured = root.to_owned();
+        let child = Bin::new(dir)
             .arg("acp")
-            .arg("--db")
-            .arg(dir.join("sessions.db"))
-            .arg("--attachments-root")
-            .arg(root)
             .arg("--cwd")
             .arg(cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
+            .on(&config)
             .stderr(File::create(&stderr).expect("a log file"))
-            .spawn()
-            .expect("the agent starts");
+            .spawn();
         AgentProcess { child, stderr }
     }
 
@@ -153,14 +149,14 @@ fn store_id(id: &AcpSessionId) -> SessionId {
 /// agent on that root replays the session with paths from reads made there.
 #[tokio::test]
 async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let cwd = dir.path().join("project");
+    let t = TestStore::empty();
+    let cwd = t.dir.path().join("project");
     std::fs::create_dir(&cwd).expect("the project folder");
-    let first_root = dir.path().join("attachments");
+    let first_root = t.dir.path().join("attachments");
     let notes = "budget: 42\nquarterly notes\n";
     let updates = Updates::default();
 
-    let mut agent = AgentProcess::start(dir.path(), &first_root, &cwd);
+    let mut agent = AgentProcess::start(t.dir.path(), &first_root, &cwd);
     let (id, listed) = client(&mut agent, &updates, {
         let cwd = cwd.clone();
         async move |cx| {
@@ -203,7 +199,7 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
 
     // What was stored: the text as typed, two references, and no path anywhere.
     let session = store_id(&id);
-    let store = Store::open_read_only(config_in(dir.path()))
+    let store = Store::open_read_only(t.config.clone())
         .await
         .expect("the database opens for reading");
     let messages = store.messages(session).await.expect("the messages read");
@@ -230,12 +226,12 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
         .collect();
     drop(store);
 
-    let moved_root = dir.path().join("moved").join("attachments");
-    std::fs::create_dir(dir.path().join("moved")).expect("the new root's parent");
+    let moved_root = t.dir.path().join("moved").join("attachments");
+    std::fs::create_dir(t.dir.path().join("moved")).expect("the new root's parent");
     std::fs::rename(&first_root, &moved_root).expect("the attachment folder moves");
 
     // Issue 14: "... fork; delete; list no longer shows it".
-    let mut agent = AgentProcess::start(dir.path(), &moved_root, &cwd);
+    let mut agent = AgentProcess::start(t.dir.path(), &moved_root, &cwd);
     let (fork, fork_replay, listed, gone) = client(&mut agent, &updates, {
         let (id, cwd) = (id.clone(), cwd.clone());
         let updates = updates.clone();
@@ -314,7 +310,7 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
     // The fork's replay: the original prompt with the fork's own references, read
     // under its own folder of the moved root, then the prompt sent to the fork.
     let fork_folder = moved_root.join(&*fork.0);
-    let store = Store::open_read_only(config_in(dir.path()))
+    let store = Store::open_read_only(t.config.clone())
         .await
         .expect("the database opens for reading");
     let fork_messages = store
@@ -342,11 +338,11 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
 /// is invalid params.
 #[tokio::test]
 async fn session_list_pages_through_every_session_with_the_stores_cursor() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let cwd = dir.path().to_owned();
-    let root = dir.path().join("attachments");
+    let t = TestStore::empty();
+    let cwd = t.dir.path().to_owned();
+    let root = t.dir.path().join("attachments");
     let total = 2 * sessionstore::acp::LIST_PAGE + 7;
-    let store = Store::open(config_in(dir.path())).await.expect("a store");
+    let store = Store::open(t.config.clone()).await.expect("a store");
     let mut made = std::collections::HashSet::new();
     for _ in 0..total {
         let s = store
@@ -358,7 +354,7 @@ async fn session_list_pages_through_every_session_with_the_stores_cursor() {
     drop(store);
 
     let updates = Updates::default();
-    let mut agent = AgentProcess::start(dir.path(), &root, &cwd);
+    let mut agent = AgentProcess::start(t.dir.path(), &root, &cwd);
     let (pages, added, bogus) = client(&mut agent, &updates, {
         let cwd = cwd.clone();
         async move |cx| {
@@ -463,10 +459,10 @@ fn check_replay(
 /// resume and after close are refused, with the connection still usable.
 #[tokio::test]
 async fn prompts_need_an_open_session_and_resume_replays_nothing() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let cwd = dir.path().to_owned();
-    let root = dir.path().join("attachments");
-    let store = Store::open(config_in(dir.path())).await.expect("a store");
+    let t = TestStore::empty();
+    let cwd = t.dir.path().to_owned();
+    let root = t.dir.path().join("attachments");
+    let store = Store::open(t.config.clone()).await.expect("a store");
     let session = store
         .create_session(Some("kept".into()), ToolsHost::Local)
         .await
@@ -476,7 +472,7 @@ async fn prompts_need_an_open_session_and_resume_replays_nothing() {
     let ghost = AcpSessionId::new(SessionId::new().to_string());
     let updates = Updates::default();
 
-    let mut agent = AgentProcess::start(dir.path(), &root, &cwd);
+    let mut agent = AgentProcess::start(t.dir.path(), &root, &cwd);
     client(&mut agent, &updates, async move |cx| {
         call(&cx, initialize()).await?;
         let hello = || vec![ContentBlock::Text(TextContent::new("hello"))];
@@ -513,7 +509,7 @@ async fn prompts_need_an_open_session_and_resume_replays_nothing() {
     .await;
     assert!(taken(&updates).is_empty(), "resume replays nothing");
     agent.kill();
-    let store = Store::open_read_only(config_in(dir.path()))
+    let store = Store::open_read_only(t.config.clone())
         .await
         .expect("a store");
     let messages = store.messages(session.id).await.expect("messages");
@@ -529,11 +525,11 @@ async fn prompts_need_an_open_session_and_resume_replays_nothing() {
 /// connection goes on; names come from the resource URI or the MIME type.
 #[tokio::test]
 async fn refused_prompts_store_nothing() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let cwd = dir.path().to_owned();
-    let root = dir.path().join("attachments");
+    let t = TestStore::empty();
+    let cwd = t.dir.path().to_owned();
+    let root = t.dir.path().join("attachments");
     let updates = Updates::default();
-    let mut agent = AgentProcess::start(dir.path(), &root, &cwd);
+    let mut agent = AgentProcess::start(t.dir.path(), &root, &cwd);
     let id = client(&mut agent, &updates, {
         let cwd = cwd.clone();
         async move |cx| {
@@ -608,7 +604,7 @@ async fn refused_prompts_store_nothing() {
         })
         .collect();
     assert_eq!(files, ["attachment.pdf"], "refused prompts left no files");
-    let store = Store::open_read_only(config_in(dir.path()))
+    let store = Store::open_read_only(t.config.clone())
         .await
         .expect("a store");
     let messages = store.messages(session).await.expect("messages");
@@ -626,10 +622,10 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
     use std::io::{BufRead, Write};
     use std::sync::mpsc;
 
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let cwd = dir.path().to_owned();
-    let root = dir.path().join("attachments");
-    let store = Store::open(config_in(dir.path())).await.expect("a store");
+    let t = TestStore::empty();
+    let cwd = t.dir.path().to_owned();
+    let root = t.dir.path().join("attachments");
+    let store = Store::open(t.config.clone()).await.expect("a store");
     let session = store
         .create_session(None, ToolsHost::Local)
         .await
@@ -671,7 +667,7 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         .expect("a user message");
     drop(store);
 
-    let mut agent = AgentProcess::start(dir.path(), &root, &cwd);
+    let mut agent = AgentProcess::start(t.dir.path(), &root, &cwd);
     let mut stdin = agent.child.stdin.take().expect("piped stdin");
     let stdout = agent.child.stdout.take().expect("piped stdout");
     let (tx, rx) = mpsc::channel();
@@ -771,7 +767,7 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
             ("user", "<notes.txt>"),
         ]
     );
-    same_stream_as_restore(dir.path(), session.id, &lines);
+    same_stream_as_restore(t.dir.path(), session.id, &lines);
     drop(stdin);
     let status = agent.child.wait().expect("the agent exits");
     assert!(
@@ -792,16 +788,16 @@ fn block_text(block: &ContentBlock) -> String {
 /// of it, in order. What load sends beyond it can only be the recorded turn (the agent
 /// text and the tool call), for as long as that command does not print recorded items.
 fn same_stream_as_restore(dir: &Path, session: SessionId, loaded: &[serde_json::Value]) {
-    let out = crate::support::run_in(
-        dir,
-        &[
+    let out = Bin::new(dir)
+        .args([
             "restore",
             "--session",
             &session.to_string(),
             "--format",
             "acp-updates",
-        ],
-    );
+        ])
+        .on(&config_in(dir))
+        .output();
     let printed: Vec<serde_json::Value> = crate::support::stdout(&out)
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))

@@ -12,7 +12,7 @@ use sessionstore::{Error, SessionId};
 use crate::support::{TestStore, block_json};
 
 async fn session(t: &TestStore) -> SessionId {
-    t.store
+    t.store()
         .create_session(None, ToolsHost::Local)
         .await
         .expect("a session")
@@ -20,7 +20,7 @@ async fn session(t: &TestStore) -> SessionId {
 }
 
 fn session_folder(t: &TestStore, s: SessionId) -> std::path::PathBuf {
-    t.store.config().roots.configured.join(s.to_string())
+    t.store().config().roots.configured.join(s.to_string())
 }
 
 #[tokio::test]
@@ -38,7 +38,7 @@ async fn a_file_over_the_limit_is_refused_by_its_size_before_it_is_read() {
         .unwrap();
     let uri = AttachmentUri::new(s, "huge.log");
 
-    let e = t.store.attachments().read(&s, &uri).unwrap_err();
+    let e = t.store().attachments().read(&s, &uri).unwrap_err();
     match &e {
         AttachmentError::TooLarge {
             uri: named,
@@ -61,13 +61,13 @@ async fn a_file_over_the_limit_is_refused_by_its_size_before_it_is_read() {
     // `send` resolves each reference first, so it refuses the message and stores none.
     let mut out = Outgoing::user("look at this log");
     out.attach = vec![uri.clone()];
-    let e = t.store.send(s, out).await.unwrap_err();
+    let e = t.store().send(s, out).await.unwrap_err();
     assert!(
         matches!(e, Error::Attachment(AttachmentError::TooLarge { .. })),
         "{e:?}"
     );
     assert!(!e.to_string().contains('\n'), "{e}");
-    assert!(t.store.messages(s).await.unwrap().is_empty());
+    assert!(t.store().messages(s).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -76,7 +76,7 @@ async fn an_upload_over_the_limit_is_refused_and_leaves_no_file() {
     let s = session(&t).await;
     let too_big = usize::try_from(MAX_ATTACHMENT_BYTES + 1).expect("64 MiB fits in usize");
     let e = t
-        .store
+        .store()
         .attach(s, "big.bin".to_owned(), vec![b'x'; too_big])
         .await
         .unwrap_err();
@@ -108,20 +108,20 @@ async fn an_extensionless_text_file_is_plain_text_and_reaches_the_model_as_text(
     let s = session(&t).await;
     let readme = "# sessionstore\n\nStores sessions. Café ☕\n";
     let stored = t
-        .store
+        .store()
         .attach(s, "README".to_owned(), readme.as_bytes().to_vec())
         .await
         .unwrap();
     assert_eq!(stored.name, "README");
     assert_eq!(stored.mime, "text/plain");
 
-    let read = t.store.attachments().read(&s, &stored.uri).unwrap();
+    let read = t.store().attachments().read(&s, &stored.uri).unwrap();
     assert_eq!(read.mime, "text/plain");
     assert_eq!(&*read.bytes, readme.as_bytes());
 
     // Binary bytes under a name with no extension stay binary.
     let data = t
-        .store
+        .store()
         .attach(s, "data".to_owned(), b"\x00\x01\xff\xfe".to_vec())
         .await
         .unwrap();
@@ -129,9 +129,9 @@ async fn an_extensionless_text_file_is_plain_text_and_reaches_the_model_as_text(
 
     let mut out = Outgoing::user("summarise the readme");
     out.attach = vec![stored.uri.clone()];
-    t.store.send(s, out).await.unwrap();
+    t.store().send(s, out).await.unwrap();
     let dispatched = t
-        .store
+        .store()
         .dispatch(s, None, Mode::Strict, Memo::new())
         .await
         .unwrap();

@@ -1,47 +1,40 @@
 //! The command line's shared contract: global flags anywhere, environment variables,
 //! the default data directory, and one-line errors.
 
-use crate::support::{assert_one_line_error, assert_usage_error, bin, json, stdout};
+use crate::support::{Bin, TestStore, assert_one_line_error, assert_usage_error, json, stdout};
 
 #[test]
 fn global_flags_work_before_or_after_the_subcommand() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("a.db");
     let root = dir.path().join("files");
-    let out = bin(dir.path())
+    let out = Bin::new(dir.path())
         .arg("--db")
         .arg(&db)
         .args(["session", "new", "--json", "--attachments-root"])
         .arg(&root)
-        .output()
-        .unwrap();
+        .output();
     let id = json(&out)["id"].as_str().unwrap().to_owned();
-    let out = bin(dir.path())
+    let out = Bin::new(dir.path())
         .args(["--json", "session", "show", &id])
         .env("SESSIONSTORE_DB", &db)
         .env("SESSIONSTORE_ATTACHMENTS_ROOT", &root)
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(json(&out)["session"]["id"], id.as_str());
 }
 
 #[test]
 fn with_no_flags_everything_lives_in_the_data_directory() {
     let home = tempfile::tempdir().unwrap();
-    let out = bin(home.path())
-        .args(["migrate", "--json"])
-        .output()
-        .unwrap();
+    let out = Bin::new(home.path()).args(["migrate", "--json"]).output();
     assert_eq!(json(&out)["current"], crate::support::latest_version());
-    let out = bin(home.path())
+    let out = Bin::new(home.path())
         .args(["session", "new", "--title", "x", "--json"])
-        .output()
-        .unwrap();
+        .output();
     let id = json(&out)["id"].as_str().unwrap().to_owned();
-    let out = bin(home.path())
+    let out = Bin::new(home.path())
         .args(["events", "--session", &id])
-        .output()
-        .unwrap();
+        .output();
     assert!(out.status.success());
     let first: serde_json::Value =
         serde_json::from_str(stdout(&out).lines().next().unwrap()).unwrap();
@@ -55,8 +48,8 @@ fn with_no_flags_everything_lives_in_the_data_directory() {
 
 #[test]
 fn bad_ids_and_unknown_sessions_are_one_line_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| crate::support::run_in(dir.path(), args);
+    let t = TestStore::empty();
+    let run = |args: &[&str]| t.run(args);
     let err = assert_usage_error(&run(&["events", "--session", "../../etc"]));
     assert!(err.contains("invalid session id"), "{err}");
     let ghost = sessionstore::SessionId::new().to_string();
@@ -69,7 +62,7 @@ fn bad_ids_and_unknown_sessions_are_one_line_errors() {
     );
     assert!(err.contains("local, ssh, managed"), "{err}");
     assert!(
-        !dir.path().join("sessions.db").exists(),
+        !t.dir.path().join("sessions.db").exists(),
         "a refused command created nothing"
     );
     json(&run(&["migrate", "--json"]));
@@ -80,7 +73,7 @@ fn bad_ids_and_unknown_sessions_are_one_line_errors() {
 /// Issue 13.1: a usage error prints clap's own message, which names what is wrong.
 #[test]
 fn usage_errors_print_clap_s_message_with_exit_2_and_help_still_prints() {
-    let dir = tempfile::tempdir().unwrap();
+    let t = TestStore::empty();
     let s = sessionstore::SessionId::new().to_string();
     for (args, says) in [
         (&["dispatch"][..], "--session <ID>"),
@@ -115,7 +108,7 @@ fn usage_errors_print_clap_s_message_with_exit_2_and_help_still_prints() {
         ),
         (&[], "Usage: sessionstore"),
     ] {
-        let out = crate::support::run_in(dir.path(), args);
+        let out = t.run(args);
         let err = if args.is_empty() {
             // With no command at all, clap prints the help, on stderr, and exits 2.
             assert_eq!(out.status.code(), Some(2));
@@ -126,10 +119,10 @@ fn usage_errors_print_clap_s_message_with_exit_2_and_help_still_prints() {
         assert!(err.contains(says), "{args:?}: {says:?} not in {err}");
     }
     assert!(
-        !dir.path().join("sessions.db").exists(),
+        !t.dir.path().join("sessions.db").exists(),
         "a usage error opens nothing"
     );
-    let out = bin(dir.path()).arg("--help").output().unwrap();
+    let out = Bin::new(t.dir.path()).arg("--help").output();
     assert!(out.status.success());
     assert!(stdout(&out).contains("migrate"));
 }
@@ -138,7 +131,7 @@ fn usage_errors_print_clap_s_message_with_exit_2_and_help_still_prints() {
 #[test]
 fn help_lists_the_exit_codes() {
     let dir = tempfile::tempdir().unwrap();
-    let out = bin(dir.path()).arg("--help").output().unwrap();
+    let out = Bin::new(dir.path()).arg("--help").output();
     let help = stdout(&out);
     for line in ["0  ok", "1  failure", "2  usage", "3  refused input"] {
         assert!(help.contains(line), "{line:?} not in {help}");
@@ -148,13 +141,12 @@ fn help_lists_the_exit_codes() {
 #[test]
 fn empty_environment_variables_count_as_unset() {
     let home = tempfile::tempdir().unwrap();
-    let out = bin(home.path())
+    let out = Bin::new(home.path())
         .args(["migrate", "--json"])
         .env("SESSIONSTORE_DB", "")
         .env("SESSIONSTORE_ATTACHMENTS_ROOT", "")
         .env("SESSIONSTORE_LEGACY_ROOTS", "")
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(json(&out)["current"], crate::support::latest_version());
     assert!(
         home.path()
@@ -165,9 +157,9 @@ fn empty_environment_variables_count_as_unset() {
 
 #[test]
 fn commands_that_only_read_never_create_a_database() {
-    let dir = tempfile::tempdir().unwrap();
+    let t = TestStore::empty();
     let ghost = sessionstore::SessionId::new().to_string();
-    let out = crate::support::run_in(dir.path(), &["session", "list", "--json"]);
+    let out = t.run(&["session", "list", "--json"]);
     assert_eq!(
         json(&out),
         serde_json::json!({"sessions": [], "nextCursor": null})
@@ -180,10 +172,10 @@ fn commands_that_only_read_never_create_a_database() {
         &["restore", "--session", &ghost],
         &["send", "--session", &ghost, "--text", "hi"],
     ] {
-        let err = assert_one_line_error(&crate::support::run_in(dir.path(), args));
+        let err = assert_one_line_error(&t.run(args));
         assert!(err.contains("no database at"), "{args:?}: {err}");
     }
-    assert!(!dir.path().join("sessions.db").exists());
+    assert!(!t.dir.path().join("sessions.db").exists());
 }
 
 #[test]
@@ -192,19 +184,18 @@ fn an_error_names_its_cause_once() {
     let file = dir.path().join("a-file");
     std::fs::write(&file, "x").unwrap();
     // A database path beneath a plain file cannot be created.
-    let out = bin(dir.path())
+    let out = Bin::new(dir.path())
         .args(["migrate", "--db"])
         .arg(file.join("sessions.db"))
-        .output()
-        .unwrap();
+        .output();
     let err = assert_one_line_error(&out);
     assert_eq!(err.matches("Not a directory").count(), 1, "{err}");
 }
 
 #[test]
 fn refused_input_exits_3_and_other_failures_exit_1() {
-    let dir = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| crate::support::run_in(dir.path(), args);
+    let t = TestStore::empty();
+    let run = |args: &[&str]| t.run(args);
     let session = sessionstore::SessionId::new().to_string();
     let bad = format!("attachment:///{session}/..%2Fx");
     let out = run(&[
@@ -230,4 +221,32 @@ fn refused_input_exits_3_and_other_failures_exit_1() {
         Some(1),
         "a missing database is a failure"
     );
+}
+
+/// A command whose feature this binary was built without is hidden from the help and
+/// refused in one line that names the feature, as a usage error (exit 2), before any
+/// database is opened.
+#[cfg(any(not(feature = "acp"), not(feature = "probe")))]
+#[test]
+fn a_command_left_out_of_the_build_names_its_feature() {
+    let dir = tempfile::tempdir().unwrap();
+    let help = stdout(&Bin::new(dir.path()).arg("--help").output());
+    let left_out = [
+        ("acp", cfg!(feature = "acp")),
+        ("probe", cfg!(feature = "probe")),
+    ];
+    for (command, _) in left_out.iter().filter(|(_, built)| !built) {
+        let out = Bin::new(dir.path()).arg(command).output();
+        let err = assert_one_line_error(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("needs the `{command}` feature")),
+            "{err}"
+        );
+        assert!(
+            !help.lines().any(|l| l.trim_start().starts_with(command)),
+            "{help}"
+        );
+        assert!(!dir.path().join(".local").exists(), "nothing was created");
+    }
 }

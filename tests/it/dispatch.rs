@@ -14,8 +14,8 @@ use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{Error, SessionId, Store};
 
 use crate::support::{
-    Expect, Harness, PNG, assert_one_line_error, block_json, blocks, check_attachment,
-    context_line, context_of, json, new_session, parse_uri, run_in, stdout,
+    Expect, PNG, TestStore, assert_one_line_error, block_json, blocks, check_attachment,
+    context_line, context_of, json, new_session, parse_uri, stdout,
 };
 
 const TEXT: &[u8] = "first line\nsecond line, café\n".as_bytes();
@@ -49,8 +49,8 @@ fn assert_notice(block: &Value, names: &[&str], dir: &Path) -> String {
     text
 }
 
-async fn dispatch(h: &Harness, s: SessionId, mode: Mode) -> sessionstore::Result<Dispatched> {
-    h.store.dispatch(s, None, mode, memo()).await
+async fn dispatch(h: &TestStore, s: SessionId, mode: Mode) -> sessionstore::Result<Dispatched> {
+    h.store().dispatch(s, None, mode, memo()).await
 }
 
 /// Puts a file straight into a root, as an older version of the daemon would have.
@@ -61,19 +61,21 @@ fn plant(folder: &Path, name: &str, bytes: &[u8]) {
 
 #[tokio::test]
 async fn image_text_and_binary_blocks_keep_content_and_carry_the_read_path() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let img = h.attach(s, "photo.png", PNG).await;
     let txt = h.attach(s, "notes.txt", TEXT).await;
     let bin = h.attach(s, "data.bin", BIN).await;
-    let m = h.send(s, "what is in these?", &[&img, &txt, &bin]).await;
+    let m = h
+        .send_files(s, "what is in these?", &[&img, &txt, &bin])
+        .await;
 
     let d = dispatch(&h, s, Mode::Strict).await.unwrap();
     assert_eq!(d.message.id, m.id);
     let b = blocks(&d);
     assert_eq!(b.len(), 4, "one text block and one block per reference");
     assert_plain_text(&b[0], "what is in these?");
-    let folder = h.folder(h.configured(), s);
+    let folder = h.folder_in(h.configured(), s);
     for (block, file, kind) in [
         (&b[1], &img, "image"),
         (&b[2], &txt, "text"),
@@ -92,11 +94,11 @@ async fn image_text_and_binary_blocks_keep_content_and_carry_the_read_path() {
 
 #[tokio::test]
 async fn exactly_one_block_per_reference_in_order_even_for_duplicates() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let a = h.attach(s, "a.txt", b"alpha").await;
     let b = h.attach(s, "b.md", b"# beta").await;
-    h.send(s, "compare", &[&a, &b, &a]).await;
+    h.send_files(s, "compare", &[&a, &b, &a]).await;
     let out = blocks(&dispatch(&h, s, Mode::Strict).await.unwrap());
     assert_eq!(out.len(), 4);
     assert_plain_text(&out[0], "compare");
@@ -107,7 +109,7 @@ async fn exactly_one_block_per_reference_in_order_even_for_duplicates() {
 
     // An image-only message has no text block at all.
     let img = h.attach(s, "shot.png", PNG).await;
-    let m = h.send(s, "", &[&img]).await;
+    let m = h.send_files(s, "", &[&img]).await;
     let d = dispatch(&h, s, Mode::Strict).await.unwrap();
     assert_eq!(d.message.id, m.id);
     let out = blocks(&d);
@@ -117,12 +119,12 @@ async fn exactly_one_block_per_reference_in_order_even_for_duplicates() {
 
 #[tokio::test]
 async fn a_custom_command_shows_what_was_typed_and_sends_the_expansion() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let txt = h.attach(s, "notes.txt", TEXT).await;
     let expansion = "Summarize the attached notes in three bullet points.";
     let m = h
-        .store
+        .store()
         .send(
             s,
             Outgoing {
@@ -138,14 +140,14 @@ async fn a_custom_command_shows_what_was_typed_and_sends_the_expansion() {
     assert_plain_text(&out[0], expansion);
     check_attachment(&out[1], &txt);
 
-    let stored = h.store.message(m.id).await.unwrap();
+    let stored = h.store().message(m.id).await.unwrap();
     assert_eq!(stored.display_text, "/summarize");
     assert_eq!(stored.model_text.as_deref(), Some(expansion));
-    let session = h.store.session(s).await.unwrap();
+    let session = h.store().session(s).await.unwrap();
     assert_eq!(session.title.as_deref(), Some("/summarize"));
 
     // A message with no reference is one raw text block with no metadata.
-    h.send(s, "just words", &[]).await;
+    h.send_files(s, "just words", &[]).await;
     let out = blocks(&dispatch(&h, s, Mode::Strict).await.unwrap());
     assert_eq!(out.len(), 1);
     assert_plain_text(&out[0], "just words");
@@ -153,11 +155,11 @@ async fn a_custom_command_shows_what_was_typed_and_sends_the_expansion() {
 
 #[tokio::test]
 async fn reads_come_from_the_configured_root_then_the_legacy_roots() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let here = h.attach(s, "here.txt", b"configured only").await;
     // Only in the legacy root, as an older daemon left it.
-    plant(&h.folder(h.legacy(), s), "old.txt", b"legacy only");
+    plant(&h.folder_in(h.legacy(), s), "old.txt", b"legacy only");
     let old = Expect {
         name: "old.txt".into(),
         uri: AttachmentUri::new(s, "old.txt").to_string(),
@@ -165,15 +167,15 @@ async fn reads_come_from_the_configured_root_then_the_legacy_roots() {
         host: h.config.host.clone(),
     };
     // In both: the configured copy wins.
-    plant(&h.folder(h.legacy(), s), "both.txt", b"legacy copy");
+    plant(&h.folder_in(h.legacy(), s), "both.txt", b"legacy copy");
     let both = h.attach(s, "both.txt", b"configured copy").await;
     assert_eq!(both.name, "both.txt");
-    h.send(s, "three places", &[&here, &old, &both]).await;
+    h.send_files(s, "three places", &[&here, &old, &both]).await;
 
     let out = blocks(&dispatch(&h, s, Mode::Strict).await.unwrap());
     assert_eq!(out.len(), 4);
-    let configured = h.folder(h.configured(), s);
-    let legacy = h.folder(h.legacy(), s);
+    let configured = h.folder_in(h.configured(), s);
+    let legacy = h.folder_in(h.legacy(), s);
     assert_eq!(
         check_attachment(&out[1], &here).1,
         configured.join("here.txt")
@@ -200,20 +202,20 @@ async fn reads_come_from_the_configured_root_then_the_legacy_roots() {
 
 #[tokio::test]
 async fn duplicate_references_cost_one_read() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let x = h.attach(s, "x.png", PNG).await;
     let y = h.attach(s, "y.txt", b"why").await;
-    h.send(s, "dupes", &[&x, &x, &x, &y]).await;
+    h.send_files(s, "dupes", &[&x, &x, &x, &y]).await;
 
     let shared = memo();
-    let before = h.reads.total();
+    let before = h.reads().total();
     let d = h
-        .store
+        .store()
         .dispatch(s, None, Mode::Strict, shared.clone())
         .await
         .unwrap();
-    assert_eq!(h.reads.total() - before, 2, "one read per distinct file");
+    assert_eq!(h.reads().total() - before, 2, "one read per distinct file");
     let out = blocks(&d);
     assert_eq!(out.len(), 5);
     for block in &out[1..4] {
@@ -223,37 +225,37 @@ async fn duplicate_references_cost_one_read() {
     assert_eq!(shared.len(), 2);
 
     // The same memo serves the next dispatch of the turn without reading again.
-    let before = h.reads.total();
+    let before = h.reads().total();
     let again = h
-        .store
+        .store()
         .dispatch(s, None, Mode::Strict, shared)
         .await
         .unwrap();
-    assert_eq!(h.reads.total(), before);
+    assert_eq!(h.reads().total(), before);
     assert_eq!(again.blocks, d.blocks);
 }
 
 #[tokio::test]
 async fn a_failed_read_is_evicted_so_the_next_dispatch_reads_again() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let ok = h.attach(s, "ok.txt", b"fine").await;
     let late = h.attach(s, "late.txt", b"arrives later").await;
-    h.send(s, "see both", &[&ok, &late]).await;
-    let path = h.folder(h.configured(), s).join("late.txt");
+    h.send_files(s, "see both", &[&ok, &late]).await;
+    let path = h.folder_in(h.configured(), s).join("late.txt");
     std::fs::remove_file(&path).unwrap();
 
     let shared = memo();
-    let before = h.reads.total();
+    let before = h.reads().total();
     let first = blocks(
-        &h.store
+        &h.store()
             .dispatch(s, None, Mode::Degrade, shared.clone())
             .await
             .unwrap(),
     );
     // The configured root and the legacy root are both looked at, but that is one
     // read through the resolver for each reference.
-    assert_eq!(h.reads.total() - before, 2);
+    assert_eq!(h.reads().total() - before, 2);
     assert_eq!(first.len(), 3, "{first:?}");
     check_attachment(&first[1], &ok);
     assert_notice(&first[2], &["late.txt"], h.dir.path());
@@ -264,15 +266,15 @@ async fn a_failed_read_is_evicted_so_the_next_dispatch_reads_again() {
     );
 
     std::fs::write(&path, b"arrives later").unwrap();
-    let before = h.reads.total();
+    let before = h.reads().total();
     let second = blocks(
-        &h.store
+        &h.store()
             .dispatch(s, None, Mode::Degrade, shared.clone())
             .await
             .unwrap(),
     );
     assert_eq!(
-        h.reads.total() - before,
+        h.reads().total() - before,
         1,
         "only the failed file is read again"
     );
@@ -284,14 +286,15 @@ async fn a_failed_read_is_evicted_so_the_next_dispatch_reads_again() {
 
 #[tokio::test]
 async fn strict_dispatch_names_the_missing_reference_and_degrading_drops_only_it() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let img = h.attach(s, "photo.png", PNG).await;
     let gone = h.attach(s, "gone report.pdf", b"%PDF-1.4 gone").await;
     let txt = h.attach(s, "notes.txt", TEXT).await;
     let bin = h.attach(s, "data.bin", BIN).await;
-    h.send(s, "all of them", &[&img, &gone, &txt, &bin]).await;
-    std::fs::remove_file(h.folder(h.configured(), s).join(&gone.name)).unwrap();
+    h.send_files(s, "all of them", &[&img, &gone, &txt, &bin])
+        .await;
+    std::fs::remove_file(h.folder_in(h.configured(), s).join(&gone.name)).unwrap();
 
     let err = dispatch(&h, s, Mode::Strict).await.unwrap_err().to_string();
     assert!(err.contains(&gone.name), "names the stored name: {err}");
@@ -317,13 +320,13 @@ async fn strict_dispatch_names_the_missing_reference_and_degrading_drops_only_it
 
 #[tokio::test]
 async fn mid_turn_messages_wait_for_drain_and_degrade_there() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let keep = h.attach(s, "keep.png", PNG).await;
     let lose = h.attach(s, "lose.txt", b"going away").await;
-    let first = h.send(s, "first", &[&keep]).await;
+    let first = h.send_files(s, "first", &[&keep]).await;
     let queued = h
-        .store
+        .store()
         .send(
             s,
             Outgoing {
@@ -336,7 +339,7 @@ async fn mid_turn_messages_wait_for_drain_and_degrade_there() {
         .unwrap();
     assert_eq!(queued.state, Delivery::Queued);
     // `send` validated both; the file goes missing before the drain.
-    std::fs::remove_file(h.folder(h.configured(), s).join("lose.txt")).unwrap();
+    std::fs::remove_file(h.folder_in(h.configured(), s).join("lose.txt")).unwrap();
 
     let d = dispatch(&h, s, Mode::Degrade).await.unwrap();
     assert_eq!(
@@ -344,7 +347,7 @@ async fn mid_turn_messages_wait_for_drain_and_degrade_there() {
         "dispatch never picks a queued message"
     );
     let err = h
-        .store
+        .store()
         .dispatch(s, Some(queued.id), Mode::Degrade, memo())
         .await
         .unwrap_err();
@@ -353,7 +356,7 @@ async fn mid_turn_messages_wait_for_drain_and_degrade_there() {
         "{err:?}"
     );
 
-    let drained = h.store.drain(s, Mode::Degrade, memo()).await.unwrap();
+    let drained = h.store().drain(s, Mode::Degrade, memo()).await.unwrap();
     assert_eq!(drained.len(), 1);
     assert_eq!(drained[0].message.id, queued.id);
     let out = blocks(&drained[0]);
@@ -363,10 +366,10 @@ async fn mid_turn_messages_wait_for_drain_and_degrade_there() {
     assert_notice(&out[2], &["lose.txt"], h.dir.path());
 
     assert_eq!(
-        h.store.message(queued.id).await.unwrap().state,
+        h.store().message(queued.id).await.unwrap().state,
         Delivery::Delivered
     );
-    let events = h.store.events(s).await.unwrap();
+    let events = h.store().events(s).await.unwrap();
     let delivered: Vec<&Value> = events
         .iter()
         .filter(|e| e.kind == "message_delivered")
@@ -374,27 +377,27 @@ async fn mid_turn_messages_wait_for_drain_and_degrade_there() {
         .collect();
     assert_eq!(delivered, [&Value::String(queued.id.to_string())]);
     assert!(
-        h.store
+        h.store()
             .drain(s, Mode::Degrade, memo())
             .await
             .unwrap()
             .is_empty()
     );
-    assert!(h.store.queued_messages(s).await.unwrap().is_empty());
+    assert!(h.store().queued_messages(s).await.unwrap().is_empty());
 
     // Delivered now, it is the latest user message.
     let d = dispatch(&h, s, Mode::Degrade).await.unwrap();
     assert_eq!(d.message.id, queued.id);
-    assert!(h.store.verify().await.unwrap().ok());
+    assert!(h.store().verify().await.unwrap().ok());
 }
 
 #[tokio::test]
 async fn a_strict_drain_that_cannot_read_leaves_the_message_queued() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let lose = h.attach(s, "lose.txt", b"going away").await;
     let queued = h
-        .store
+        .store()
         .send(
             s,
             Outgoing {
@@ -405,18 +408,18 @@ async fn a_strict_drain_that_cannot_read_leaves_the_message_queued() {
         )
         .await
         .unwrap();
-    std::fs::remove_file(h.folder(h.configured(), s).join("lose.txt")).unwrap();
-    let events_before = h.store.events(s).await.unwrap().len();
+    std::fs::remove_file(h.folder_in(h.configured(), s).join("lose.txt")).unwrap();
+    let events_before = h.store().events(s).await.unwrap().len();
 
     let err = h
-        .store
+        .store()
         .drain(s, Mode::Strict, memo())
         .await
         .unwrap_err()
         .to_string();
     assert!(err.contains("lose.txt") && err.contains(&lose.uri), "{err}");
     let still: Vec<_> = h
-        .store
+        .store()
         .queued_messages(s)
         .await
         .unwrap()
@@ -424,10 +427,10 @@ async fn a_strict_drain_that_cannot_read_leaves_the_message_queued() {
         .map(|m| m.id)
         .collect();
     assert_eq!(still, [queued.id]);
-    assert_eq!(h.store.events(s).await.unwrap().len(), events_before);
+    assert_eq!(h.store().events(s).await.unwrap().len(), events_before);
 
     // A degrading drain still delivers it, text and notice.
-    let drained = h.store.drain(s, Mode::Degrade, memo()).await.unwrap();
+    let drained = h.store().drain(s, Mode::Degrade, memo()).await.unwrap();
     let out = blocks(&drained[0]);
     assert_eq!(out.len(), 2);
     assert_plain_text(&out[0], "queued");
@@ -436,13 +439,13 @@ async fn a_strict_drain_that_cannot_read_leaves_the_message_queued() {
 
 #[tokio::test]
 async fn display_text_title_and_references_never_hold_a_path() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let img = h.attach(s, "photo.png", PNG).await;
     let txt = h.attach(s, "notes.txt", TEXT).await;
-    h.send(s, "Look at photo.png please\nand the notes", &[&img, &txt])
+    h.send_files(s, "Look at photo.png please\nand the notes", &[&img, &txt])
         .await;
-    h.store
+    h.store()
         .send(
             s,
             Outgoing {
@@ -454,12 +457,12 @@ async fn display_text_title_and_references_never_hold_a_path() {
         .await
         .unwrap();
     dispatch(&h, s, Mode::Strict).await.unwrap();
-    h.store.drain(s, Mode::Strict, memo()).await.unwrap();
+    h.store().drain(s, Mode::Strict, memo()).await.unwrap();
     dispatch(&h, s, Mode::Strict).await.unwrap();
 
-    let session = h.store.session(s).await.unwrap();
+    let session = h.store().session(s).await.unwrap();
     assert_eq!(session.title.as_deref(), Some("Look at photo.png please"));
-    let messages = h.store.messages(s).await.unwrap();
+    let messages = h.store().messages(s).await.unwrap();
     let shown: Vec<&str> = messages.iter().map(|m| m.display_text.as_str()).collect();
     assert_eq!(
         shown,
@@ -469,7 +472,7 @@ async fn display_text_title_and_references_never_hold_a_path() {
     for value in [
         serde_json::to_value(&session).unwrap(),
         serde_json::to_value(&messages).unwrap(),
-        serde_json::to_value(h.store.events(s).await.unwrap()).unwrap(),
+        serde_json::to_value(h.store().events(s).await.unwrap()).unwrap(),
     ] {
         let text = value.to_string();
         assert!(!text.contains(&dir), "{text}");
@@ -489,11 +492,11 @@ async fn display_text_title_and_references_never_hold_a_path() {
 
 #[tokio::test]
 async fn sessions_whose_tools_run_elsewhere_are_told_the_path_is_on_the_daemon_host() {
-    let h = Harness::new().await;
+    let h = TestStore::counting().await;
     for tools in [ToolsHost::Local, ToolsHost::Ssh, ToolsHost::Managed] {
-        let s = h.session(tools).await;
+        let s = h.session_with(tools).await;
         let f = h.attach(s, "f.txt", b"where am I").await;
-        h.send(s, "where", &[&f]).await;
+        h.send_files(s, "where", &[&f]).await;
         let out = blocks(&dispatch(&h, s, Mode::Strict).await.unwrap());
         check_attachment(&out[1], &f);
         let context = context_of(&out[1]).unwrap();
@@ -512,9 +515,9 @@ async fn sessions_whose_tools_run_elsewhere_are_told_the_path_is_on_the_daemon_h
     let mut config = h.config.clone();
     config.host = "daemon-7.internal".to_owned();
     let other = Store::open(config).await.unwrap();
-    let s = h.session(ToolsHost::Ssh).await;
+    let s = h.session_with(ToolsHost::Ssh).await;
     let f = h.attach(s, "g.txt", b"host").await;
-    h.send(s, "which host", &[&f]).await;
+    h.send_files(s, "which host", &[&f]).await;
     let d = other.dispatch(s, None, Mode::Strict, memo()).await.unwrap();
     let line = context_line(context_of(&block_json(&d.blocks[1])).unwrap());
     assert_eq!(line.host, "daemon-7.internal");
@@ -522,8 +525,8 @@ async fn sessions_whose_tools_run_elsewhere_are_told_the_path_is_on_the_daemon_h
 
 #[tokio::test]
 async fn hidden_characters_in_names_are_escaped_and_printable_unicode_stays() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let upload = "re\u{202E}txt.exe\u{200B} tag\u{E0041} café 日本.txt";
     let f = h.attach(s, upload, b"bidi").await;
     assert!(
@@ -531,7 +534,7 @@ async fn hidden_characters_in_names_are_escaped_and_printable_unicode_stays() {
         "this test needs a stored name that keeps format characters: {:?}",
         f.name
     );
-    h.send(s, "odd name", &[&f]).await;
+    h.send_files(s, "odd name", &[&f]).await;
     let out = blocks(&dispatch(&h, s, Mode::Strict).await.unwrap());
     let (_, path) = check_attachment(&out[1], &f);
     assert_eq!(path.file_name().unwrap().to_str(), Some(f.name.as_str()));
@@ -560,9 +563,9 @@ async fn hidden_characters_in_names_are_escaped_and_printable_unicode_stays() {
 
 #[tokio::test]
 async fn send_refuses_bad_references_and_stores_nothing() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
-    let other = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
+    let other = h.session_with(ToolsHost::Local).await;
     let mine = h.attach(s, "mine.txt", b"mine").await;
     let theirs = h.attach(other, "theirs.txt", b"theirs").await;
     // A URI that is not one the store could have written never becomes an
@@ -580,10 +583,10 @@ async fn send_refuses_bad_references_and_stores_nothing() {
     }
     let theirs = parse_uri(&theirs.uri);
     let missing = AttachmentUri::new(s, "missing.txt");
-    let events_before = h.store.events(s).await.unwrap().len();
+    let events_before = h.store().events(s).await.unwrap().len();
     for bad in [theirs.clone(), missing.clone()] {
         let err = h
-            .store
+            .store()
             .send(
                 s,
                 Outgoing {
@@ -605,16 +608,16 @@ async fn send_refuses_bad_references_and_stores_nothing() {
             );
         }
         assert!(!err.to_string().contains('\n'), "{err}");
-        assert!(h.store.messages(s).await.unwrap().is_empty(), "{bad}");
+        assert!(h.store().messages(s).await.unwrap().is_empty(), "{bad}");
         assert_eq!(
-            h.store.events(s).await.unwrap().len(),
+            h.store().events(s).await.unwrap().len(),
             events_before,
             "{bad}"
         );
     }
     // An assistant message carries no attachments.
     let err = h
-        .store
+        .store()
         .send(
             s,
             Outgoing {
@@ -634,29 +637,29 @@ async fn send_refuses_bad_references_and_stores_nothing() {
         ),
         "{err:?}"
     );
-    assert!(h.store.messages(s).await.unwrap().is_empty());
-    assert!(h.store.messages(other).await.unwrap().is_empty());
-    assert_eq!(h.store.events(s).await.unwrap().len(), events_before);
-    assert_eq!(h.store.session(s).await.unwrap().title, None);
+    assert!(h.store().messages(s).await.unwrap().is_empty());
+    assert!(h.store().messages(other).await.unwrap().is_empty());
+    assert_eq!(h.store().events(s).await.unwrap().len(), events_before);
+    assert_eq!(h.store().session(s).await.unwrap().title, None);
 }
 
 #[tokio::test]
 async fn a_symlink_planted_after_send_is_refused_never_followed() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let a = h.attach(s, "a.txt", b"inside").await;
-    h.send(s, "read it", &[&a]).await;
+    h.send_files(s, "read it", &[&a]).await;
     let secret = h.dir.path().join("secret.txt");
     std::fs::write(&secret, b"TOP SECRET").unwrap();
-    let planted = h.folder(h.configured(), s).join("a.txt");
+    let planted = h.folder_in(h.configured(), s).join("a.txt");
     std::fs::remove_file(&planted).unwrap();
     std::os::unix::fs::symlink(&secret, &planted).unwrap();
     // A regular copy in a legacy root must not stand in for the refused one.
-    plant(&h.folder(h.legacy(), s), "a.txt", b"legacy copy");
+    plant(&h.folder_in(h.legacy(), s), "a.txt", b"legacy copy");
 
-    let before = h.reads.total();
+    let before = h.reads().total();
     let out = blocks(&dispatch(&h, s, Mode::Degrade).await.unwrap());
-    assert_eq!(h.reads.total() - before, 1);
+    assert_eq!(h.reads().total() - before, 1);
     assert_eq!(out.len(), 2, "{out:?}");
     assert_plain_text(&out[0], "read it");
     assert_notice(&out[1], &["a.txt"], h.dir.path());
@@ -673,14 +676,14 @@ async fn a_symlink_planted_after_send_is_refused_never_followed() {
 
 #[tokio::test]
 async fn every_kind_of_block_round_trips_as_an_acp_content_block() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Managed).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Managed).await;
     let img = h.attach(s, "p.png", PNG).await;
     let txt = h.attach(s, "t.json", b"{\"k\": 1}").await;
     let bin = h.attach(s, "b.bin", BIN).await;
     let gone = h.attach(s, "gone.txt", b"x").await;
-    h.send(s, "kinds", &[&img, &txt, &bin, &gone]).await;
-    std::fs::remove_file(h.folder(h.configured(), s).join("gone.txt")).unwrap();
+    h.send_files(s, "kinds", &[&img, &txt, &bin, &gone]).await;
+    std::fs::remove_file(h.folder_in(h.configured(), s).join("gone.txt")).unwrap();
     let d = dispatch(&h, s, Mode::Degrade).await.unwrap();
     let kinds: Vec<String> = d
         .blocks
@@ -699,32 +702,25 @@ async fn every_kind_of_block_round_trips_as_an_acp_content_block() {
 
 // The command line: the same flow through the real binary.
 
-fn run(dir: &Path, args: &[&str]) -> std::process::Output {
-    run_in(dir, args)
-}
-
 #[test]
 fn cli_attach_send_dispatch_prints_acp_blocks_with_paths() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let sid = new_session(d);
+    let t = TestStore::empty();
+    let d = t.dir.path();
+    let sid = new_session(&t);
     let uploads = d.join("uploads");
     std::fs::create_dir_all(&uploads).unwrap();
     std::fs::write(uploads.join("photo.png"), PNG).unwrap();
     std::fs::write(uploads.join("my notes.txt"), TEXT).unwrap();
     let png = uploads.join("photo.png");
     let txt = uploads.join("my notes.txt");
-    let attached = json(&run(
-        d,
-        &[
-            "attach",
-            "--session",
-            &sid,
-            "--json",
-            png.to_str().unwrap(),
-            txt.to_str().unwrap(),
-        ],
-    ));
+    let attached = json(&t.run(&[
+        "attach",
+        "--session",
+        &sid,
+        "--json",
+        png.to_str().unwrap(),
+        txt.to_str().unwrap(),
+    ]));
     let attached = attached.as_array().unwrap();
     assert_eq!(attached.len(), 2);
     let host = sessionstore::config::host_name();
@@ -746,39 +742,33 @@ fn cli_attach_send_dispatch_prints_acp_blocks_with_paths() {
         .collect();
     assert_eq!(expect[1].name, "my notes.txt");
 
-    let sent = json(&run(
-        d,
-        &[
-            "send",
-            "--session",
-            &sid,
-            "--text",
-            "describe",
-            "--attach",
-            &expect[0].uri,
-            "--attach",
-            &expect[1].uri,
-            "--json",
-        ],
-    ));
+    let sent = json(&t.run(&[
+        "send",
+        "--session",
+        &sid,
+        "--text",
+        "describe",
+        "--attach",
+        &expect[0].uri,
+        "--attach",
+        &expect[1].uri,
+        "--json",
+    ]));
     let mid = sent["id"].as_str().unwrap().to_owned();
     // A later message, so `--message` has to pick the right one.
-    let later = run(d, &["send", "--session", &sid, "--text", "later"]);
+    let later = t.run(&["send", "--session", &sid, "--text", "later"]);
     assert!(later.status.success());
     let later_id = stdout(&later).trim().to_owned();
 
-    let out = json(&run(
-        d,
-        &[
-            "dispatch",
-            "--session",
-            &sid,
-            "--message",
-            &mid,
-            "--format",
-            "acp",
-        ],
-    ));
+    let out = json(&t.run(&[
+        "dispatch",
+        "--session",
+        &sid,
+        "--message",
+        &mid,
+        "--format",
+        "acp",
+    ]));
     let out: Vec<Value> = out
         .as_array()
         .unwrap()
@@ -797,49 +787,50 @@ fn cli_attach_send_dispatch_prints_acp_blocks_with_paths() {
     }
 
     // The plain `send` output is accepted back just as well.
-    let out = json(&run(
-        d,
-        &["dispatch", "--session", &sid, "--message", &later_id],
-    ));
+    let out = json(&t.run(&["dispatch", "--session", &sid, "--message", &later_id]));
     assert_eq!(out, serde_json::json!([{"type": "text", "text": "later"}]));
 }
 
 #[test]
 fn cli_send_refusals_are_one_line_and_store_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let sid = new_session(d);
-    let events = |d: &Path| {
-        stdout(&run(d, &["events", "--session", &sid]))
+    let t = TestStore::empty();
+    let sid = new_session(&t);
+    let events = || {
+        stdout(&t.run(&["events", "--session", &sid]))
             .lines()
             .count()
     };
-    let before = events(d);
+    let before = events();
     for bad in [
         format!("attachment:///{sid}/../x"),
         format!("attachment:///{sid}/missing.txt"),
         format!("attachment:///{}/x.txt", SessionId::new()),
     ] {
-        let err = assert_one_line_error(&run(
-            d,
-            &["send", "--session", &sid, "--text", "x", "--attach", &bad],
-        ));
+        let err = assert_one_line_error(&t.run(&[
+            "send",
+            "--session",
+            &sid,
+            "--text",
+            "x",
+            "--attach",
+            &bad,
+        ]));
         assert!(err.contains(&bad), "{err}");
-        let shown = json(&run(d, &["session", "show", &sid, "--json"]));
+        let shown = json(&t.run(&["session", "show", &sid, "--json"]));
         assert_eq!(shown["messages"], serde_json::json!([]));
-        assert_eq!(events(d), before);
+        assert_eq!(events(), before);
     }
 }
 
 #[tokio::test]
 async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
-    let other = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
+    let other = h.session_with(ToolsHost::Local).await;
     let mine = h.attach(s, "mine.txt", b"mine").await;
     let theirs = h.attach(other, "theirs.txt", b"THEIR SECRET").await;
-    h.send(s, "first", &[&mine]).await;
-    h.send(s, "second", &[&mine]).await;
+    h.send_files(s, "first", &[&mine]).await;
+    h.send_files(s, "second", &[&mine]).await;
     let Database::Sqlite(path) = &h.config.database else {
         panic!("the harness's database is a file");
     };
@@ -862,7 +853,7 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
     // A row whose URI does not parse was not written by this store: reading it is
     // refused like any other such row, before any file is opened.
     let err = h
-        .store
+        .store()
         .dispatch(s, Some(second_id.parse().unwrap()), Mode::Degrade, memo())
         .await
         .unwrap_err();
@@ -878,7 +869,7 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
     );
     for id in [&first_id] {
         let d = h
-            .store
+            .store()
             .dispatch(s, Some(id.parse().unwrap()), Mode::Degrade, memo())
             .await
             .unwrap();
@@ -894,7 +885,7 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
     // The event log still says what was sent, so verify catches the edit (naming the
     // row that does not parse, and still checking the rest), and restore, which
     // replays the log, gives both messages their own file.
-    let report = h.store.verify().await.unwrap();
+    let report = h.store().verify().await.unwrap();
     assert!(!report.ok());
     assert!(
         report
@@ -912,7 +903,7 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
             .any(|p| p.kind() == ProblemKind::StrayRows),
         "{report:?}"
     );
-    let restored = h.store.restore(s).await.unwrap();
+    let restored = h.store().restore(s).await.unwrap();
     assert_eq!(restored.messages.len(), 2);
     for m in &restored.messages {
         let all = serde_json::to_string(&m.blocks).unwrap();
@@ -928,17 +919,17 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
 async fn an_svg_reaches_the_model_as_text_and_blank_text_gets_no_block() {
     let t = crate::support::TestStore::new().await;
     let s = t
-        .store
+        .store()
         .create_session(None, sessionstore::model::ToolsHost::Local)
         .await
         .unwrap();
     let svg = "<svg xmlns='http://www.w3.org/2000/svg'><circle r='1'/></svg>";
     let stored = t
-        .store
+        .store()
         .attach(s.id, "drawing.svg".into(), svg.as_bytes().to_vec())
         .await
         .unwrap();
-    t.store
+    t.store()
         .send(
             s.id,
             sessionstore::store::Outgoing {
@@ -949,7 +940,7 @@ async fn an_svg_reaches_the_model_as_text_and_blank_text_gets_no_block() {
         .await
         .unwrap();
     let d = t
-        .store
+        .store()
         .dispatch(
             s.id,
             None,

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::support::{bin, bin_on, copy_tree, fixture, json, run_in, snapshot};
+use crate::support::{Bin, TestStore, config_in, copy_tree, fixture, json, snapshot};
 
 /// Every fixture version; a new released schema adds its folder here.
 const FIXTURES: &[&str] = &["v1", "v2", "v4"];
@@ -38,16 +38,16 @@ fn schema(db: &Path) -> Schema {
 
 #[test]
 fn every_fixture_upgrades_to_the_schema_of_a_fresh_database() {
-    let fresh = tempfile::tempdir().unwrap();
-    json(&run_in(fresh.path(), &["migrate", "--json"]));
-    let want = schema(&fresh.path().join("sessions.db"));
+    let fresh = TestStore::empty();
+    json(&fresh.run(&["migrate", "--json"]));
+    let want = schema(&fresh.db_path());
     for version in FIXTURES {
-        let dir = tempfile::tempdir().unwrap();
-        copy_tree(&fixture(version), dir.path());
-        let report = json(&run_in(dir.path(), &["migrate", "--json"]));
+        let t = TestStore::empty();
+        copy_tree(&fixture(version), t.dir.path());
+        let report = json(&t.run(&["migrate", "--json"]));
         assert_eq!(report["current"], want.1.last().unwrap().0, "{version}");
-        assert_eq!(schema(&dir.path().join("sessions.db")), want, "{version}");
-        let out = run_in(dir.path(), &["verify"]);
+        assert_eq!(schema(&t.db_path()), want, "{version}");
+        let out = t.run(&["verify"]);
         assert!(out.status.success(), "{version}: {out:?}");
     }
 }
@@ -59,24 +59,18 @@ fn the_v1_fixture_restores_from_moved_roots() {
     copy_tree(&fixture("v1"), &moved);
     let sid = std::fs::read_to_string(moved.join("session-id")).unwrap();
     // Reading commands never upgrade: the V1 database is migrated first, as a user would.
-    let migrated = bin(dir.path())
+    let migrated = Bin::new(dir.path())
         .args(["migrate", "--json", "--db"])
         .arg(moved.join("sessions.db"))
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(
         json(&migrated)["applied"],
         serde_json::json!(crate::support::migration_names()[1..])
     );
-    let out = bin_on(
-        dir.path(),
-        &["restore", "--format", "acp", "--session", sid.trim()],
-        moved.join("sessions.db"),
-        &moved.join("attachments"),
-        &moved.join("legacy"),
-    )
-    .output()
-    .unwrap();
+    let out = Bin::new(dir.path())
+        .args(["restore", "--format", "acp", "--session", sid.trim()])
+        .on(&moved_store(&moved))
+        .output();
     let restored = json(&out);
     let messages = restored["messages"].as_array().unwrap();
     let roles: Vec<&str> = messages
@@ -100,6 +94,14 @@ fn the_v1_fixture_restores_from_moved_roots() {
     }
     // 6 references, 1 image-only, 1 custom command.
     assert_eq!(paths.len(), 8);
+}
+
+/// The store of a fixture tree copied to `moved`: its database, its configured root
+/// and its legacy root.
+fn moved_store(moved: &Path) -> sessionstore::Config {
+    let mut config = config_in(moved);
+    config.roots.legacy = vec![moved.join("legacy")];
+    config
 }
 
 /// Every `(name, path)` a restored ACP history hands the model, each checked to lie
@@ -144,9 +146,9 @@ fn attachment_paths(restored: &serde_json::Value, moved: &Path) -> Vec<(String, 
 fn the_frozen_fixtures_are_only_ever_copied() {
     for version in FIXTURES {
         let before = snapshot(&fixture(version));
-        let dir = tempfile::tempdir().unwrap();
-        copy_tree(&fixture(version), dir.path());
-        json(&run_in(dir.path(), &["migrate", "--json"]));
+        let t = TestStore::empty();
+        copy_tree(&fixture(version), t.dir.path());
+        json(&t.run(&["migrate", "--json"]));
         assert_eq!(snapshot(&fixture(version)), before, "{version} was changed");
         assert!(
             before
@@ -187,21 +189,21 @@ fn v1_rows(db: &Path) -> Vec<(String, Vec<String>)> {
 
 #[test]
 fn upgrading_the_v1_fixture_keeps_a_backup_that_opens_as_the_v1_database_it_was() {
-    let dir = tempfile::tempdir().unwrap();
-    copy_tree(&fixture("v1"), dir.path());
-    let db = dir.path().join("sessions.db");
+    let t = TestStore::empty();
+    copy_tree(&fixture("v1"), t.dir.path());
+    let db = t.dir.path().join("sessions.db");
     let before = (schema(&db), v1_rows(&db));
     // A reading command refuses the V1 database and leaves it alone.
-    let out = run_in(dir.path(), &["verify"]);
+    let out = t.run(&["verify"]);
     assert!(!out.status.success());
     assert!(crate::support::stderr(&out).contains("sessionstore migrate"));
-    let report = json(&run_in(dir.path(), &["migrate", "--json"]));
+    let report = json(&t.run(&["migrate", "--json"]));
     assert_eq!(
         report["applied"],
         serde_json::json!(crate::support::migration_names()[1..])
     );
     let backup = PathBuf::from(report["backup"].as_str().unwrap());
-    assert_eq!(backup, dir.path().join("sessions.db.v1.bak"));
+    assert_eq!(backup, t.dir.path().join("sessions.db.v1.bak"));
     assert_eq!((schema(&backup), v1_rows(&backup)), before);
     // And every V1 row and event is still in the upgraded database.
     assert_eq!(v1_rows(&db), before.1);
@@ -211,14 +213,14 @@ fn upgrading_the_v1_fixture_keeps_a_backup_that_opens_as_the_v1_database_it_was(
 /// one history with its messages, and verifies as its generator left it.
 #[test]
 fn the_v2_fixture_holds_a_whole_turn_in_history_order() {
-    let dir = tempfile::tempdir().unwrap();
-    copy_tree(&fixture("v2"), dir.path());
+    let t = TestStore::empty();
+    copy_tree(&fixture("v2"), t.dir.path());
     // Reading commands never upgrade, so the fixture is brought to this build's
     // schema first, as a user would.
-    json(&run_in(dir.path(), &["migrate", "--json"]));
-    let report = json(&run_in(dir.path(), &["verify", "--json"]));
+    json(&t.run(&["migrate", "--json"]));
+    let report = json(&t.run(&["verify", "--json"]));
     assert_eq!(report["items"], 9, "{report}");
-    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    let conn = rusqlite::Connection::open(t.dir.path().join("sessions.db")).unwrap();
     let history: Vec<String> = conn
         .prepare(
             "SELECT kind FROM (SELECT seq, 'message:' || role || ':' || state AS kind FROM messages
@@ -265,16 +267,11 @@ fn the_v4_fixture_restores_searches_and_lists_from_moved_roots() {
     let (origin, fork, deleted) = (id("session-id"), id("fork-id"), id("deleted-id"));
     let run = |args: &[&str]| {
         json(
-            &bin_on(
-                dir.path(),
-                args,
-                moved.join("sessions.db"),
-                &moved.join("attachments"),
-                &moved.join("legacy"),
-            )
-            .arg("--json")
-            .output()
-            .unwrap(),
+            &Bin::new(dir.path())
+                .args(args)
+                .arg("--json")
+                .on(&moved_store(&moved))
+                .output(),
         )
     };
     // Reading commands never upgrade: a later schema is migrated to first, as a user would.

@@ -16,7 +16,7 @@ use sessionstore::model::ToolsHost;
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
-use crate::support::{Harness, TestStore, assert_one_line_error, block_json, json, run_in, stderr};
+use crate::support::{TestStore, assert_one_line_error, block_json, json, stderr};
 
 #[tokio::test]
 async fn a_recorded_turn_moves_its_session_to_the_front() {
@@ -28,8 +28,8 @@ async fn a_recorded_turn_moves_its_session_to_the_front() {
         "content": {"type": "text", "text": "working on it"}
     }))
     .unwrap();
-    t.store.record(older, vec![chunk]).await.unwrap();
-    let page = t.store.list_sessions_page(10, None).await.unwrap();
+    t.store().record(older, vec![chunk]).await.unwrap();
+    let page = t.store().list_sessions_page(10, None).await.unwrap();
     assert_eq!(
         page.sessions.iter().map(|s| s.id).collect::<Vec<_>>(),
         [older, newer]
@@ -38,8 +38,8 @@ async fn a_recorded_turn_moves_its_session_to_the_front() {
 
 #[test]
 fn a_malformed_cursor_or_limit_is_a_usage_error() {
-    let dir = tempfile::tempdir().unwrap();
-    json(&run_in(dir.path(), &["session", "new", "--json"]));
+    let t = TestStore::empty();
+    json(&t.run(&["session", "new", "--json"]));
     for (args, says) in [
         (
             &["session", "list", "--cursor", "not a cursor"][..],
@@ -51,7 +51,7 @@ fn a_malformed_cursor_or_limit_is_a_usage_error() {
         ),
         (&["session", "list", "--limit", "0"], "--limit"),
     ] {
-        let err = crate::support::assert_usage_error(&run_in(dir.path(), args));
+        let err = crate::support::assert_usage_error(&t.run(args));
         assert!(
             err.lines().next().unwrap().contains(says),
             "{args:?}: {err}"
@@ -99,7 +99,7 @@ async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
     out.attach = vec![upload.uri.clone()];
     t.send(gone, out).await;
     for title in ["QUOKKA-7719 yapok draft", "QUOKKA-7719 zebu title"] {
-        t.store.rename_session(gone, title.into()).await.unwrap();
+        t.store().rename_session(gone, title.into()).await.unwrap();
     }
     let chunk = |text: &str| -> SessionUpdate {
         serde_json::from_value(serde_json::json!({
@@ -108,17 +108,17 @@ async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
         }))
         .unwrap()
     };
-    t.store
+    t.store()
         .record(gone, vec![chunk("QUOKKA-7719 agent kinkajou")])
         .await
         .unwrap();
     // A continued chunk rewrites the item, and with it the item's indexed text.
-    t.store.record(gone, vec![chunk(" reply")]).await.unwrap();
+    t.store().record(gone, vec![chunk(" reply")]).await.unwrap();
     t.send(kept, Outgoing::user("PLATYPUS-3301 stays")).await;
     // Before the delete, the index holds every one of those texts and the file shows
     // each word: what follows would prove nothing otherwise.
     for word in INDEXED {
-        let hits = t.store.search(word.into(), None, 10).await.unwrap();
+        let hits = t.store().search(word.into(), None, 10).await.unwrap();
         assert!(!hits.is_empty(), "{word} is not indexed");
         assert!(
             hits.iter().all(|h| h.session_id == gone),
@@ -140,7 +140,7 @@ async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
         );
     }
 
-    let report = t.store.delete_sessions(vec![gone]).await.unwrap();
+    let report = t.store().delete_sessions(vec![gone]).await.unwrap();
     assert!(report.erased);
     let deleted = &report.sessions[0];
     assert_eq!(deleted.status, DeletionStatus::Deleted);
@@ -161,7 +161,7 @@ async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
         );
     }
     for word in INDEXED {
-        let hits = t.store.search(word.into(), None, 10).await.unwrap();
+        let hits = t.store().search(word.into(), None, 10).await.unwrap();
         assert!(hits.is_empty(), "{word}: {hits:?}");
     }
     let entries: i64 = t
@@ -177,10 +177,10 @@ async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
     assert!(!files_holding(t.dir.path(), b"PLATYPUS-3301").is_empty());
 
     assert!(matches!(
-        t.store.session(gone).await,
+        t.store().session(gone).await,
         Err(Error::SessionNotFound(_))
     ));
-    let verified = t.store.verify().await.unwrap();
+    let verified = t.store().verify().await.unwrap();
     assert!(verified.ok(), "{:?}", verified.problems);
     assert_eq!(verified.tombstones, 1);
     let (at, events): (String, i64) = t
@@ -197,19 +197,10 @@ async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
 
 #[test]
 fn delete_from_the_command_line_dry_run_unknown_twice_and_legacy_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let legacy = dir.path().join("legacy");
-    let run = |args: &[&str]| {
-        crate::support::bin_on(
-            dir.path(),
-            args,
-            dir.path().join("sessions.db"),
-            &dir.path().join("attachments"),
-            &legacy,
-        )
-        .output()
-        .unwrap()
-    };
+    let t = TestStore::empty().with_legacy();
+    let dir = &t.dir;
+    let legacy = t.legacy();
+    let run = |args: &[&str]| t.run(args);
     let sid = json(&run(&["session", "new", "--json"]))["id"]
         .as_str()
         .unwrap()
@@ -283,7 +274,7 @@ async fn delete_reports_progress_to_its_hook() {
     let steps = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = steps.clone();
     let progress = sessionstore::lifecycle::Progress::new(move |s| seen.lock().unwrap().push(s));
-    t.store
+    t.store()
         .delete_sessions_with(
             ids,
             sessionstore::lifecycle::DeleteOptions {
@@ -301,16 +292,16 @@ async fn delete_reports_progress_to_its_hook() {
 
 #[tokio::test]
 async fn a_fork_keeps_a_reference_whose_file_is_gone_and_it_degrades_as_in_the_origin() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let gone = h.attach(s, "gone.txt", b"soon gone").await;
-    h.send(s, "look", &[&gone]).await;
-    std::fs::remove_file(h.folder(h.configured(), s).join("gone.txt")).unwrap();
-    let forked = h.store.fork_session(s, None, None).await.unwrap();
+    h.send_files(s, "look", &[&gone]).await;
+    std::fs::remove_file(h.folder_in(h.configured(), s).join("gone.txt")).unwrap();
+    let forked = h.store().fork_session(s, None, None).await.unwrap();
     assert_eq!(forked.missing, ["gone.txt"]);
-    let m = &h.store.messages(forked.session.id).await.unwrap()[0];
+    let m = &h.store().messages(forked.session.id).await.unwrap()[0];
     assert_eq!(m.refs.len(), 1);
-    let restored = h.store.restore(forked.session.id).await.unwrap();
+    let restored = h.store().restore(forked.session.id).await.unwrap();
     assert!(
         restored.messages[0]
             .blocks
@@ -322,12 +313,12 @@ async fn a_fork_keeps_a_reference_whose_file_is_gone_and_it_degrades_as_in_the_o
 
 #[test]
 fn the_v4_migration_indexes_what_an_older_database_holds() {
-    let dir = tempfile::tempdir().unwrap();
+    let t = TestStore::empty();
     crate::support::copy_tree(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v2"),
-        dir.path(),
+        t.dir.path(),
     );
-    let db = dir.path().join("sessions.db");
+    let db = t.dir.path().join("sessions.db");
     let conn = rusqlite::Connection::open(&db).unwrap();
     let (messages, items): (i64, i64) = conn
         .query_row(
@@ -345,7 +336,7 @@ fn the_v4_migration_indexes_what_an_older_database_holds() {
         )
         .unwrap();
     drop(conn);
-    crate::support::json(&crate::support::run_in(dir.path(), &["migrate", "--json"]));
+    crate::support::json(&t.run(&["migrate", "--json"]));
     let conn = rusqlite::Connection::open(&db).unwrap();
     let indexed: i64 = conn
         .query_row(
@@ -360,7 +351,7 @@ fn the_v4_migration_indexes_what_an_older_database_holds() {
         .next()
         .unwrap()
         .trim_matches(|c: char| !c.is_alphanumeric());
-    let out = crate::support::run_in(dir.path(), &["search", first_word, "--json"]);
+    let out = t.run(&["search", first_word, "--json"]);
     let hits = crate::support::json(&out);
     assert!(!hits.as_array().unwrap().is_empty(), "{first_word}: {hits}");
 }
@@ -423,12 +414,12 @@ fn craft(path: &Path, entries: Vec<Raw>) {
 
 #[tokio::test]
 async fn every_kind_of_hostile_archive_is_refused_with_one_line_and_nothing_written() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let a = h.attach(s, "a.txt", b"alpha").await;
-    h.send(s, "one file", &[&a]).await;
+    h.send_files(s, "one file", &[&a]).await;
     let good = h.dir.path().join("good.tar");
-    h.store.export_archive(s, good.clone()).await.unwrap();
+    h.store().export_archive(s, good.clone()).await.unwrap();
     let (manifest, files) = unpack(&good);
     assert_eq!(files, [("files/a.txt".to_owned(), b"alpha".to_vec())]);
     let m = |f: &dyn Fn(&mut serde_json::Value)| {
@@ -578,32 +569,31 @@ async fn every_kind_of_hostile_archive_is_refused_with_one_line_and_nothing_writ
     ];
     let before = crate::support::snapshot(h.dir.path());
     assert_eq!(std::fs::read_dir(h.configured()).unwrap().count(), 1);
-    let sessions = h.store.list_sessions().await.unwrap().len();
+    let sessions = h.store().list_sessions().await.unwrap().len();
     let bad = tempfile::tempdir().unwrap();
     for (what, entries) in cases {
         let path = bad.path().join(format!("{what}.tar"));
         craft(&path, entries);
         let err = h
-            .store
+            .store()
             .import_archive(path.clone(), ImportId::New)
             .await
             .unwrap_err();
         assert!(matches!(err, Error::ArchiveRefused { .. }), "{what}: {err}");
         assert!(!err.to_string().contains('\n'), "{what}: {err}");
         // The binary says it in one line, exit 3.
-        let out = crate::support::bin(bad.path())
+        let out = crate::support::Bin::new(bad.path())
             .arg("import")
             .arg(&path)
             .arg("--db")
             .arg(h.dir.path().join("sessions.db"))
             .arg("--attachments-root")
             .arg(h.configured())
-            .output()
-            .unwrap();
+            .output();
         let line = assert_one_line_error(&out);
         assert_eq!(out.status.code(), Some(3), "{what}: {line}");
     }
-    assert_eq!(h.store.list_sessions().await.unwrap().len(), sessions);
+    assert_eq!(h.store().list_sessions().await.unwrap().len(), sessions);
     let after = crate::support::snapshot(h.dir.path());
     let changed: Vec<_> = after
         .keys()
@@ -623,59 +613,47 @@ async fn every_kind_of_hostile_archive_is_refused_with_one_line_and_nothing_writ
         &control,
         vec![file("manifest.json", &plain), file("files/a.txt", b"alpha")],
     );
-    h.store
+    h.store()
         .import_archive(control, ImportId::New)
         .await
         .unwrap();
-    h.store.import_archive(good, ImportId::New).await.unwrap();
+    h.store().import_archive(good, ImportId::New).await.unwrap();
 }
 
 #[test]
 fn the_commands_fork_search_export_and_import_through_the_binary() {
-    use crate::support::{json, run_in, stdout};
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let s = json(&run_in(
-        d,
-        &["session", "new", "--title", "Tamarind talk", "--json"],
-    ))["id"]
+    use crate::support::{json, stdout};
+    let t = TestStore::empty();
+    let d = t.dir.path();
+    let s = json(&t.run(&["session", "new", "--title", "Tamarind talk", "--json"]))["id"]
         .as_str()
         .unwrap()
         .to_owned();
     let upload = d.join("upload.txt");
     std::fs::write(&upload, b"tamarind facts").unwrap();
-    let attached = json(&run_in(
-        d,
-        &[
-            "attach",
-            "--session",
-            &s,
-            upload.to_str().unwrap(),
-            "--json",
-        ],
-    ));
+    let attached = json(&t.run(&[
+        "attach",
+        "--session",
+        &s,
+        upload.to_str().unwrap(),
+        "--json",
+    ]));
     let uri = attached[0]["uri"].as_str().unwrap().to_owned();
-    let m = json(&run_in(
-        d,
-        &[
-            "send",
-            "--session",
-            &s,
-            "--text",
-            "sour tamarind\nsecond line",
-            "--attach",
-            &uri,
-            "--json",
-        ],
-    ));
+    let m = json(&t.run(&[
+        "send",
+        "--session",
+        &s,
+        "--text",
+        "sour tamarind\nsecond line",
+        "--attach",
+        &uri,
+        "--json",
+    ]));
     let m = m["id"].as_str().unwrap().to_owned();
 
-    let fork = json(&run_in(
-        d,
-        &[
-            "session", "fork", &s, "--at", &m, "--title", "branch", "--json",
-        ],
-    ));
+    let fork = json(&t.run(&[
+        "session", "fork", &s, "--at", &m, "--title", "branch", "--json",
+    ]));
     let fork = fork["id"].as_str().unwrap().to_owned();
     assert_ne!(fork, s);
     assert!(
@@ -685,7 +663,7 @@ fn the_commands_fork_search_export_and_import_through_the_binary() {
             .is_file()
     );
 
-    let hits = json(&run_in(d, &["search", "tamarind", "--json"]));
+    let hits = json(&t.run(&["search", "tamarind", "--json"]));
     let hits = hits.as_array().unwrap();
     // The origin's title and message, and the fork's message (its title is "branch").
     assert_eq!(hits.len(), 3, "{hits:?}");
@@ -700,57 +678,48 @@ fn the_commands_fork_search_export_and_import_through_the_binary() {
             assert!(keys.contains(&key), "{hit}");
         }
     }
-    let limited = json(&run_in(
-        d,
-        &[
-            "search",
-            "tamarind",
-            "--session",
-            &fork,
-            "--limit",
-            "1",
-            "--json",
-        ],
-    ));
+    let limited = json(&t.run(&[
+        "search",
+        "tamarind",
+        "--session",
+        &fork,
+        "--limit",
+        "1",
+        "--json",
+    ]));
     assert_eq!(limited.as_array().unwrap().len(), 1);
     assert_eq!(limited[0]["sessionId"], fork.as_str());
     // Human output: one line a hit, the message's newline escaped away.
-    let out = run_in(d, &["search", "sour"]);
+    let out = t.run(&["search", "sour"]);
     assert_eq!(stdout(&out).lines().count(), 2, "{}", stdout(&out));
-    let out = run_in(d, &["search", "\"sour"]);
+    let out = t.run(&["search", "\"sour"]);
     let line = assert_one_line_error(&out);
     assert!(!line.contains("SQL"), "{line}");
 
     let archive = d.join("x.tar");
-    let out = run_in(
-        d,
-        &[
-            "export",
-            "--session",
-            &s,
-            "--out",
-            archive.to_str().unwrap(),
-        ],
-    );
+    let out = t.run(&[
+        "export",
+        "--session",
+        &s,
+        "--out",
+        archive.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{out:?}");
-    let imported = json(&run_in(d, &["import", archive.to_str().unwrap(), "--json"]));
+    let imported = json(&t.run(&["import", archive.to_str().unwrap(), "--json"]));
     let new = imported["id"].as_str().unwrap();
     assert!(d.join("attachments").join(new).join("upload.txt").is_file());
-    assert!(run_in(d, &["verify"]).status.success());
+    assert!(t.run(&["verify"]).status.success());
 
     let md = d.join("x.md");
-    let out = run_in(
-        d,
-        &[
-            "export",
-            "--session",
-            &s,
-            "--out",
-            md.to_str().unwrap(),
-            "--format",
-            "markdown",
-        ],
-    );
+    let out = t.run(&[
+        "export",
+        "--session",
+        &s,
+        "--out",
+        md.to_str().unwrap(),
+        "--format",
+        "markdown",
+    ]);
     assert!(out.status.success(), "{out:?}");
     let text = std::fs::read_to_string(&md).unwrap();
     assert!(text.starts_with("# Tamarind talk\n"), "{text}");
@@ -763,15 +732,12 @@ fn the_commands_fork_search_export_and_import_through_the_binary() {
         "{text}"
     );
     // An export that cannot be written leaves nothing behind.
-    let out = run_in(
-        d,
-        &[
-            "export",
-            "--session",
-            &s,
-            "--out",
-            d.join("no/such/dir/x.tar").to_str().unwrap(),
-        ],
-    );
+    let out = t.run(&[
+        "export",
+        "--session",
+        &s,
+        "--out",
+        d.join("no/such/dir/x.tar").to_str().unwrap(),
+    ]);
     assert_one_line_error(&out);
 }

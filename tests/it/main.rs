@@ -2,12 +2,10 @@
 //! temporary folders, and the real `sessionstore` binary for command-line and
 //! multi-process tests.
 
+#[cfg(feature = "acp")]
 mod acp;
 mod attachments;
-#[cfg(feature = "postgres")]
-mod backend;
 mod cli;
-#[cfg(feature = "postgres")]
 mod conformance;
 mod dispatch;
 mod fixtures;

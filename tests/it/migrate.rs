@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::support::{assert_one_line_error, bin, json, run_in};
+use crate::support::{TestStore, assert_one_line_error, json};
 
 fn history_rows(db: &Path) -> Vec<(i64, String)> {
     let conn = rusqlite::Connection::open(db).unwrap();
@@ -29,14 +29,14 @@ fn tables(db: &Path) -> Vec<String> {
 
 #[test]
 fn fresh_database_is_migrated_to_latest() {
-    let dir = tempfile::tempdir().unwrap();
-    let report = json(&run_in(dir.path(), &["migrate", "--json"]));
+    let t = TestStore::empty();
+    let report = json(&t.run(&["migrate", "--json"]));
     assert_eq!(
         report["applied"],
         serde_json::json!(crate::support::migration_names())
     );
     assert_eq!(report["current"], crate::support::latest_version());
-    let names = tables(&dir.path().join("sessions.db"));
+    let names = tables(&t.dir.path().join("sessions.db"));
     for t in [
         "sessions",
         "messages",
@@ -51,28 +51,28 @@ fn fresh_database_is_migrated_to_latest() {
 
 #[test]
 fn migrating_twice_applies_nothing_the_second_time() {
-    let dir = tempfile::tempdir().unwrap();
-    json(&run_in(dir.path(), &["migrate", "--json"]));
-    let again = json(&run_in(dir.path(), &["migrate", "--json"]));
+    let t = TestStore::empty();
+    json(&t.run(&["migrate", "--json"]));
+    let again = json(&t.run(&["migrate", "--json"]));
     assert_eq!(again["applied"], serde_json::json!([]));
     assert_eq!(again["current"], crate::support::latest_version());
     assert_eq!(
-        history_rows(&dir.path().join("sessions.db")).len(),
+        history_rows(&t.dir.path().join("sessions.db")).len(),
         crate::support::migration_names().len()
     );
 }
 
 #[test]
 fn dry_run_reports_pending_and_creates_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let report = json(&run_in(dir.path(), &["migrate", "--dry-run", "--json"]));
+    let t = TestStore::empty();
+    let report = json(&t.run(&["migrate", "--dry-run", "--json"]));
     assert_eq!(report["applied"], serde_json::json!([]));
     assert_eq!(
         report["pending"],
         serde_json::json!(crate::support::migration_names())
     );
     assert_eq!(report["current"], 0);
-    assert!(!dir.path().join("sessions.db").exists());
+    assert!(!t.dir.path().join("sessions.db").exists());
 }
 
 /// Closes every connection so the WAL is checkpointed away and the main file is the
@@ -87,9 +87,9 @@ fn settled_bytes(db: &Path) -> Vec<u8> {
 
 #[test]
 fn newer_schema_is_refused_and_left_unchanged() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("sessions.db");
-    json(&run_in(dir.path(), &["migrate", "--json"]));
+    let t = TestStore::empty();
+    let db = t.dir.path().join("sessions.db");
+    json(&t.run(&["migrate", "--json"]));
     {
         let conn = rusqlite::Connection::open(&db).unwrap();
         conn.execute(
@@ -105,7 +105,7 @@ fn newer_schema_is_refused_and_left_unchanged() {
         &["migrate", "--dry-run"],
         &["session", "list"],
     ] {
-        let err = assert_one_line_error(&run_in(dir.path(), args));
+        let err = assert_one_line_error(&t.run(args));
         assert!(err.contains("newer"), "{err}");
         assert!(err.contains("V99__from_the_future"), "{err}");
         assert_eq!(
@@ -118,16 +118,16 @@ fn newer_schema_is_refused_and_left_unchanged() {
 
 #[test]
 fn a_file_that_is_not_sqlite_is_refused_and_left_unchanged() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("sessions.db");
+    let t = TestStore::empty();
+    let db = t.dir.path().join("sessions.db");
     let junk = b"these are not the pages you are looking for\n".repeat(100);
     std::fs::write(&db, &junk).unwrap();
     for args in [&["migrate"][..], &["session", "new"], &["verify"]] {
-        let err = assert_one_line_error(&run_in(dir.path(), args));
+        let err = assert_one_line_error(&t.run(args));
         assert!(err.contains("not a usable sqlite database"), "{err}");
         assert_eq!(std::fs::read(&db).unwrap(), junk);
     }
-    let names: Vec<_> = std::fs::read_dir(dir.path())
+    let names: Vec<_> = std::fs::read_dir(t.dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
@@ -136,8 +136,8 @@ fn a_file_that_is_not_sqlite_is_refused_and_left_unchanged() {
 
 #[test]
 fn a_failed_upgrade_leaves_the_previous_schema() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("sessions.db");
+    let t = TestStore::empty();
+    let db = t.dir.path().join("sessions.db");
     {
         // A sessionstore history with nothing applied, beside a `messages` table that
         // makes V1 fail halfway through (its `sessions` table is already made by then).
@@ -149,7 +149,7 @@ fn a_failed_upgrade_leaves_the_previous_schema() {
         )
         .unwrap();
     }
-    let err = assert_one_line_error(&run_in(dir.path(), &["migrate"]));
+    let err = assert_one_line_error(&t.run(&["migrate"]));
     assert!(err.contains("migration failed"), "{err}");
     assert_eq!(tables(&db), ["messages", "refinery_schema_history"]);
     assert!(history_rows(&db).is_empty());
@@ -157,8 +157,8 @@ fn a_failed_upgrade_leaves_the_previous_schema() {
 
 #[test]
 fn another_programs_sqlite_database_is_refused_and_left_unchanged() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("sessions.db");
+    let t = TestStore::empty();
+    let db = t.dir.path().join("sessions.db");
     {
         let conn = rusqlite::Connection::open(&db).unwrap();
         conn.execute_batch("CREATE TABLE bookmarks (url TEXT);")
@@ -170,7 +170,7 @@ fn another_programs_sqlite_database_is_refused_and_left_unchanged() {
         &["migrate", "--dry-run"],
         &["session", "new"],
     ] {
-        let err = assert_one_line_error(&run_in(dir.path(), args));
+        let err = assert_one_line_error(&t.run(args));
         assert!(err.contains("sqlite database of something else"), "{err}");
     }
     assert_eq!(std::fs::read(&db).unwrap(), before);
@@ -179,9 +179,9 @@ fn another_programs_sqlite_database_is_refused_and_left_unchanged() {
 
 #[test]
 fn a_refused_wal_database_gets_no_side_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("sessions.db");
-    json(&run_in(dir.path(), &["migrate", "--json"]));
+    let t = TestStore::empty();
+    let db = t.dir.path().join("sessions.db");
+    json(&t.run(&["migrate", "--json"]));
     {
         let conn = rusqlite::Connection::open(&db).unwrap();
         conn.execute(
@@ -193,7 +193,7 @@ fn a_refused_wal_database_gets_no_side_files() {
     }
     let before = settled_bytes(&db);
     let listing = || {
-        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+        let mut names: Vec<_> = std::fs::read_dir(t.dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
@@ -201,7 +201,7 @@ fn a_refused_wal_database_gets_no_side_files() {
         names
     };
     let files = listing();
-    assert_one_line_error(&run_in(dir.path(), &["migrate"]));
+    assert_one_line_error(&t.run(&["migrate"]));
     assert_eq!(listing(), files, "no -wal or -shm file appeared");
     assert_eq!(std::fs::read(&db).unwrap(), before);
 }
@@ -209,19 +209,9 @@ fn a_refused_wal_database_gets_no_side_files() {
 #[test]
 fn concurrent_migrate_processes_both_succeed_and_apply_once() {
     for _ in 0..5 {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("sessions.db");
-        let spawn = || {
-            bin(dir.path())
-                .args(["migrate", "--json", "--db"])
-                .arg(&db)
-                .arg("--attachments-root")
-                .arg(dir.path().join("attachments"))
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        };
+        let t = TestStore::empty();
+        let db = t.db_path();
+        let spawn = || t.bin().args(["migrate", "--json"]).spawn();
         let (a, b) = (spawn(), spawn());
         let outs = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
         let mut applied = 0;
@@ -248,9 +238,9 @@ fn concurrent_migrate_processes_both_succeed_and_apply_once() {
 
 #[test]
 fn no_column_holds_a_path_root_or_directory() {
-    let dir = tempfile::tempdir().unwrap();
-    json(&run_in(dir.path(), &["migrate", "--json"]));
-    let db = dir.path().join("sessions.db");
+    let t = TestStore::empty();
+    json(&t.run(&["migrate", "--json"]));
+    let db = t.dir.path().join("sessions.db");
     // The probe's audit, with at least the words this test has always looked for.
     for word in ["path", "root", "dir", "folder", "location", "file"] {
         assert!(sessionstore::oracle::PATH_WORDS.contains(&word), "{word}");
@@ -271,11 +261,10 @@ fn no_column_holds_a_path_root_or_directory() {
 #[test]
 fn a_directory_given_as_the_database_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let out = crate::support::bin(dir.path())
+    let out = crate::support::Bin::new(dir.path())
         .args(["migrate", "--db"])
         .arg(dir.path())
-        .output()
-        .unwrap();
+        .output();
     let err = assert_one_line_error(&out);
     assert!(err.contains("is a directory"), "{err}");
 }
@@ -283,24 +272,14 @@ fn a_directory_given_as_the_database_is_refused() {
 #[test]
 fn processes_that_create_a_database_at_once_all_succeed() {
     for _ in 0..3 {
-        let dir = tempfile::tempdir().unwrap();
+        let t = TestStore::empty();
         let children: Vec<_> = (0..4)
-            .map(|_| {
-                bin(dir.path())
-                    .args(["session", "new", "--json", "--db"])
-                    .arg(dir.path().join("sessions.db"))
-                    .arg("--attachments-root")
-                    .arg(dir.path().join("attachments"))
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
+            .map(|_| t.bin().args(["session", "new", "--json"]).spawn())
             .collect();
         for child in children {
             json(&child.wait_with_output().unwrap());
         }
-        let db = dir.path().join("sessions.db");
+        let db = t.db_path();
         assert_eq!(
             history_rows(&db).len(),
             crate::support::migration_names().len()

@@ -8,9 +8,7 @@ use std::process::Output;
 use sessionstore::model::ToolsHost;
 use sessionstore::{Error, Store};
 
-use crate::support::{
-    PNG, TestStore, assert_one_line_error, bin, config_in, json, run_in, snapshot, stderr, stdout,
-};
+use crate::support::{Bin, PNG, TestStore, assert_one_line_error, json, snapshot, stderr, stdout};
 
 /// A session id no damaged file knows; commands that need one get it.
 const SID: &str = "01a22b1d-b6fa-778b-a534-d674f3630de8";
@@ -46,38 +44,33 @@ fn creating_commands() -> Vec<Vec<&'static str>> {
 
 /// A healthy database made through the binary (a session, an attachment, a message),
 /// with every process gone so its `-wal` is checkpointed away. Returns its session.
-fn healthy(dir: &Path) -> String {
-    let sid = json(&run_in(dir, &["session", "new", "--json"]))["id"]
+fn healthy(t: &TestStore) -> String {
+    let dir = t.dir.path();
+    let sid = json(&t.run(&["session", "new", "--json"]))["id"]
         .as_str()
         .unwrap()
         .to_owned();
     let file = dir.join("chart.png");
     std::fs::write(&file, PNG).unwrap();
-    let stored = json(&run_in(
-        dir,
-        &[
-            "attach",
-            "--session",
-            &sid,
-            file.to_str().unwrap(),
-            "--json",
-        ],
-    ));
+    let stored = json(&t.run(&[
+        "attach",
+        "--session",
+        &sid,
+        file.to_str().unwrap(),
+        "--json",
+    ]));
     std::fs::remove_file(&file).unwrap();
     let uri = stored[0]["uri"].as_str().unwrap().to_owned();
-    json(&run_in(
-        dir,
-        &[
-            "send",
-            "--session",
-            &sid,
-            "--text",
-            "what is this?",
-            "--attach",
-            &uri,
-            "--json",
-        ],
-    ));
+    json(&t.run(&[
+        "send",
+        "--session",
+        &sid,
+        "--text",
+        "what is this?",
+        "--attach",
+        &uri,
+        "--json",
+    ]));
     assert!(
         !dir.join("sessions.db-wal").exists(),
         "the last writer checkpointed and removed its -wal"
@@ -86,9 +79,9 @@ fn healthy(dir: &Path) -> String {
 }
 
 fn healthy_bytes() -> Vec<u8> {
-    let dir = tempfile::tempdir().unwrap();
-    healthy(dir.path());
-    std::fs::read(dir.path().join("sessions.db")).unwrap()
+    let t = TestStore::empty();
+    healthy(&t);
+    std::fs::read(t.db_path()).unwrap()
 }
 
 /// Bytes that look like nothing, the same on every run.
@@ -117,12 +110,13 @@ fn foreign_database() -> Vec<u8> {
     std::fs::read(&path).unwrap()
 }
 
-/// Runs `args` on `dir/sessions.db` and checks the refusal contract: one line on
-/// stderr, non-zero exit, and every file under `dir` exactly as it was, with no
+/// Runs `args` on the fixture's database and checks the refusal contract: one line on
+/// stderr, non-zero exit, and every file of the fixture exactly as it was, with no
 /// `-wal`, `-shm` or `-journal` beside the database.
-fn assert_refused_and_untouched(dir: &Path, args: &[&str]) -> String {
+fn assert_refused_and_untouched(t: &TestStore, args: &[&str]) -> String {
+    let dir = t.dir.path();
     let before = snapshot(dir);
-    let out = run_in(dir, args);
+    let out = t.run(args);
     let err = assert_one_line_error(&out);
     assert_eq!(
         snapshot(dir).keys().collect::<Vec<_>>(),
@@ -160,10 +154,10 @@ fn hole_1_and_2_damaged_files_are_refused_and_left_byte_for_byte() {
         .chain([vec!["attach", "--session", SID, upload.to_str().unwrap()]])
         .collect();
     for (what, bytes) in &damaged {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("sessions.db"), bytes).unwrap();
+        let t = TestStore::empty();
+        std::fs::write(t.db_path(), bytes).unwrap();
         for args in &commands {
-            let err = assert_refused_and_untouched(dir.path(), args);
+            let err = assert_refused_and_untouched(&t, args);
             assert!(
                 err.contains("not a usable sqlite database"),
                 "{what}, {args:?}: {err}"
@@ -200,16 +194,16 @@ fn hole_1_a_damaged_schema_is_refused_before_a_writing_open_switches_the_journal
             "trigger events_no_delete",
         ),
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("sessions.db");
+        let t = TestStore::empty();
+        let db = t.db_path();
         std::fs::write(&db, &good).unwrap();
         let conn = rusqlite::Connection::open(&db).unwrap();
         conn.execute_batch(sql).unwrap();
         conn.execute_batch("PRAGMA journal_mode = DELETE;").unwrap();
         drop(conn);
         for args in &commands {
-            let before = snapshot(dir.path());
-            let out = run_in(dir.path(), args);
+            let before = snapshot(t.dir.path());
+            let out = t.run(args);
             let err = assert_one_line_error(&out);
             assert_eq!(out.status.code(), Some(3), "{what}, {args:?}: {err}");
             assert!(
@@ -217,7 +211,7 @@ fn hole_1_a_damaged_schema_is_refused_before_a_writing_open_switches_the_journal
                 "{what}, {args:?}: {err}"
             );
             assert!(
-                snapshot(dir.path()) == before,
+                snapshot(t.dir.path()) == before,
                 "{what}, {args:?} touched the files: {err}"
             );
         }
@@ -228,27 +222,27 @@ fn hole_1_a_damaged_schema_is_refused_before_a_writing_open_switches_the_journal
 /// migrated database; only `migrate` and `session new` may.
 #[test]
 fn an_empty_file_becomes_a_database_only_through_migrate_or_session_new() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("sessions.db");
+    let t = TestStore::empty();
+    let db = t.dir.path().join("sessions.db");
     std::fs::write(&db, b"").unwrap();
     for args in reading_commands() {
-        let err = assert_refused_and_untouched(dir.path(), &args);
+        let err = assert_refused_and_untouched(&t, &args);
         assert!(
             err.contains("run `sessionstore migrate`"),
             "{args:?}: {err}"
         );
     }
     for args in writing_commands() {
-        let err = assert_refused_and_untouched(dir.path(), &args);
+        let err = assert_refused_and_untouched(&t, &args);
         assert!(err.contains("no database at"), "{args:?}: {err}");
     }
-    json(&run_in(dir.path(), &["migrate", "--json"]));
-    json(&run_in(dir.path(), &["session", "list", "--json"]));
+    json(&t.run(&["migrate", "--json"]));
+    json(&t.run(&["session", "list", "--json"]));
 
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("sessions.db"), b"").unwrap();
-    json(&run_in(dir.path(), &["session", "new", "--json"]));
-    let listed = json(&run_in(dir.path(), &["session", "list", "--json"]));
+    let t = TestStore::empty();
+    std::fs::write(t.dir.path().join("sessions.db"), b"").unwrap();
+    json(&t.run(&["session", "new", "--json"]));
+    let listed = json(&t.run(&["session", "list", "--json"]));
     assert_eq!(listed["sessions"].as_array().unwrap().len(), 1);
 }
 
@@ -256,8 +250,8 @@ fn an_empty_file_becomes_a_database_only_through_migrate_or_session_new() {
 /// nothing applied yet) is refused by every reading command, which never upgrade it.
 #[test]
 fn reading_commands_refuse_a_database_that_needs_a_migration() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("sessions.db");
+    let t = TestStore::empty();
+    let db = t.dir.path().join("sessions.db");
     let conn = rusqlite::Connection::open(&db).unwrap();
     conn.execute_batch(
         "CREATE TABLE refinery_schema_history (version int4 PRIMARY KEY, name VARCHAR(255),
@@ -266,14 +260,14 @@ fn reading_commands_refuse_a_database_that_needs_a_migration() {
     .unwrap();
     drop(conn);
     for args in reading_commands() {
-        let err = assert_refused_and_untouched(dir.path(), &args);
+        let err = assert_refused_and_untouched(&t, &args);
         assert!(err.contains("schema version 0"), "{args:?}: {err}");
         assert!(
             err.contains("run `sessionstore migrate`"),
             "{args:?}: {err}"
         );
     }
-    let report = json(&run_in(dir.path(), &["migrate", "--json"]));
+    let report = json(&t.run(&["migrate", "--json"]));
     assert_eq!(
         report["applied"],
         serde_json::json!(crate::support::migration_names())
@@ -288,20 +282,20 @@ fn reading_commands_refuse_a_database_that_needs_a_migration() {
 /// `-shm` or journal beside it when there was none.
 #[test]
 fn reading_commands_leave_no_side_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let sid = healthy(dir.path());
-    let before = snapshot(dir.path());
+    let t = TestStore::empty();
+    let sid = healthy(&t);
+    let before = snapshot(t.dir.path());
     for args in reading_commands() {
         let args: Vec<&str> = args
             .iter()
             .map(|a| if *a == SID { sid.as_str() } else { a })
             .collect();
-        let out = run_in(dir.path(), &args);
+        let out = t.run(&args);
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
         assert!(
-            snapshot(dir.path()) == before,
+            snapshot(t.dir.path()) == before,
             "{args:?} wrote something: {:?}",
-            snapshot(dir.path()).keys().collect::<Vec<_>>()
+            snapshot(t.dir.path()).keys().collect::<Vec<_>>()
         );
     }
 }
@@ -310,11 +304,10 @@ fn reading_commands_leave_no_side_files() {
 fn a_path_that_is_not_a_regular_file_is_refused_without_writing_beside_it() {
     for args in [&["session", "list"][..], &["migrate"], &["verify"]] {
         let dir = tempfile::tempdir().unwrap();
-        let out = bin(dir.path())
+        let out = Bin::new(dir.path())
             .args(args)
             .args(["--db", "/dev/null"])
-            .output()
-            .unwrap();
+            .output();
         let err = assert_one_line_error(&out);
         assert!(err.contains("not a regular file"), "{args:?}: {err}");
     }
@@ -325,7 +318,7 @@ fn a_path_that_is_not_a_regular_file_is_refused_without_writing_beside_it() {
 /// How to run the binary as a user who cannot write to a folder: as root, a write bit
 /// does not stop us, so the command runs as `nobody` through `setpriv`; as anyone else,
 /// removing the write bits is enough. `None` when neither is possible here.
-fn without_write_permission(home: &Path) -> Option<std::process::Command> {
+fn without_write_permission(home: &Path) -> Option<Bin> {
     use std::os::unix::fs::MetadataExt;
     // `home` was just made by this process, so it is owned by the user we run as.
     if std::fs::metadata(home).unwrap().uid() == 0 {
@@ -336,17 +329,13 @@ fn without_write_permission(home: &Path) -> Option<std::process::Command> {
         if !works {
             return None;
         }
-        let mut cmd = std::process::Command::new("setpriv");
-        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(env!("CARGO_BIN_EXE_sessionstore"))
-            .env_remove("SESSIONSTORE_DB")
-            .env_remove("SESSIONSTORE_ATTACHMENTS_ROOT")
-            .env_remove("SESSIONSTORE_LEGACY_ROOTS")
-            .env("HOME", home)
-            .env("XDG_DATA_HOME", home.join(".local/share"));
-        Some(cmd)
+        Some(Bin::through(
+            "setpriv",
+            &["--reuid=65534", "--regid=65534", "--clear-groups"],
+            home,
+        ))
     } else {
-        Some(bin(home))
+        Some(Bin::new(home))
     }
 }
 
@@ -377,8 +366,9 @@ impl Drop for Writable<'_> {
 /// be read at all ("attempt to write a readonly database").
 #[test]
 fn a_read_only_copy_can_be_listed_shown_verified_and_restored() {
-    let dir = tempfile::tempdir().unwrap();
-    let sid = healthy(dir.path());
+    let t = TestStore::empty();
+    let dir = &t.dir;
+    let sid = healthy(&t);
     let Some(_) = without_write_permission(dir.path()) else {
         eprintln!("skipped: running as root and `setpriv` cannot drop to nobody here");
         return;
@@ -390,12 +380,8 @@ fn a_read_only_copy_can_be_listed_shown_verified_and_restored() {
         without_write_permission(dir.path())
             .unwrap()
             .args(args)
-            .arg("--db")
-            .arg(dir.path().join("sessions.db"))
-            .arg("--attachments-root")
-            .arg(dir.path().join("attachments"))
+            .on(&t.config)
             .output()
-            .unwrap()
     };
     let listed = json(&run(&["session", "list", "--json"]));
     assert_eq!(listed["sessions"][0]["id"], sid.as_str());
@@ -432,17 +418,18 @@ fn a_read_only_copy_can_be_listed_shown_verified_and_restored() {
 /// that starts afterwards must still be seen, and must not tear what is read.
 #[tokio::test]
 async fn a_read_only_store_sees_what_a_writer_commits_after_it_opened() {
-    let TestStore { dir, store } = TestStore::new().await;
+    let t = TestStore::empty();
+    let store = t.open().await;
     store.create_session(None, ToolsHost::Local).await.unwrap();
     drop(store);
-    let wal = dir.path().join("sessions.db-wal");
+    let wal = t.dir.path().join("sessions.db-wal");
     assert!(!wal.exists(), "the store closed and removed its -wal");
 
-    let reader = Store::open_read_only(config_in(dir.path())).await.unwrap();
+    let reader = Store::open_read_only(t.config.clone()).await.unwrap();
     assert_eq!(reader.list_sessions().await.unwrap().len(), 1);
     assert!(!wal.exists(), "reading made no side file");
 
-    let writer = Store::open(config_in(dir.path())).await.unwrap();
+    let writer = t.open().await;
     writer
         .create_session(Some("later".into()), ToolsHost::Local)
         .await
@@ -464,14 +451,15 @@ async fn a_read_only_store_sees_what_a_writer_commits_after_it_opened() {
 /// committed state (the session count only grows, and `verify` finds nothing wrong).
 #[tokio::test]
 async fn reads_stay_whole_while_writers_come_and_go() {
-    let TestStore { dir, store } = TestStore::new().await;
+    let t = TestStore::empty();
+    let store = t.open().await;
     store.create_session(None, ToolsHost::Local).await.unwrap();
     drop(store);
-    let reader = Store::open_read_only(config_in(dir.path())).await.unwrap();
-    let path = dir.path().to_owned();
+    let reader = Store::open_read_only(t.config.clone()).await.unwrap();
+    let config = t.config.clone();
     let writers = tokio::spawn(async move {
         for _ in 0..20 {
-            let writer = Store::open(config_in(&path)).await.unwrap();
+            let writer = Store::open(config.clone()).await.unwrap();
             writer.create_session(None, ToolsHost::Local).await.unwrap();
         }
     });
@@ -489,11 +477,11 @@ async fn reads_stay_whole_while_writers_come_and_go() {
 
 #[test]
 fn migrate_no_backup_is_accepted_and_says_nothing_was_copied() {
-    let dir = tempfile::tempdir().unwrap();
-    let report = json(&run_in(dir.path(), &["migrate", "--no-backup", "--json"]));
+    let t = TestStore::empty();
+    let report = json(&t.run(&["migrate", "--no-backup", "--json"]));
     assert_eq!(report["current"], crate::support::latest_version());
     assert!(report.get("backup").is_none(), "{report}");
-    let names: Vec<_> = std::fs::read_dir(dir.path())
+    let names: Vec<_> = std::fs::read_dir(t.dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();

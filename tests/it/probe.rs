@@ -3,7 +3,7 @@
 
 use sessionstore::run_probe;
 
-use crate::support::{bin, stderr, stdout};
+use crate::support::{Bin, stderr, stdout};
 
 /// The least number of checks a full run reports; a run that stops early has fewer.
 const AT_LEAST: usize = 15;
@@ -11,7 +11,7 @@ const AT_LEAST: usize = 15;
 #[test]
 fn the_probe_binary_passes_every_check() {
     let home = tempfile::tempdir().unwrap();
-    let out = bin(home.path()).arg("probe").output().unwrap();
+    let out = Bin::new(home.path()).arg("probe").output();
     let text = stdout(&out);
     assert!(
         out.status.success(),
@@ -37,7 +37,7 @@ fn the_probe_binary_passes_every_check() {
 #[test]
 fn a_passing_probe_is_quiet_on_stderr() {
     let home = tempfile::tempdir().unwrap();
-    let out = bin(home.path()).arg("probe").output().unwrap();
+    let out = Bin::new(home.path()).arg("probe").output();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stderr(&out), "");
 }
@@ -45,7 +45,7 @@ fn a_passing_probe_is_quiet_on_stderr() {
 #[test]
 fn the_probe_prints_json_with_counts() {
     let home = tempfile::tempdir().unwrap();
-    let out = bin(home.path()).args(["probe", "--json"]).output().unwrap();
+    let out = Bin::new(home.path()).args(["probe", "--json"]).output();
     assert!(out.status.success(), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
     let checks = report["checks"].as_array().expect("a list of checks");
@@ -77,7 +77,7 @@ async fn the_probe_function_passes_every_check() {
 #[test]
 fn the_probe_never_touches_the_data_directory() {
     let home = tempfile::tempdir().unwrap();
-    let out = bin(home.path())
+    let out = Bin::new(home.path())
         .arg("probe")
         // The probe ignores the usual settings rather than writing where they point.
         .env("SESSIONSTORE_DB", home.path().join("elsewhere/sessions.db"))
@@ -85,8 +85,7 @@ fn the_probe_never_touches_the_data_directory() {
             "SESSIONSTORE_ATTACHMENTS_ROOT",
             home.path().join("elsewhere/files"),
         )
-        .output()
-        .unwrap();
+        .output();
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert!(!home.path().join(".local/share/sessionstore").exists());
     assert!(!home.path().join("elsewhere").exists());
@@ -124,15 +123,14 @@ fn probe_schemas(server: &str) -> Vec<String> {
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread")]
 async fn the_probe_runs_in_a_schema_of_its_own_on_postgres() {
-    let Some(server) = crate::backend::postgres_url() else {
+    let Some(server) = crate::support::postgres_url() else {
         return;
     };
     let before = probe_schemas(&server);
     let home = tempfile::tempdir().unwrap();
-    let out = bin(home.path())
+    let out = Bin::new(home.path())
         .args(["probe", "--db", &server])
-        .output()
-        .unwrap();
+        .output();
     let text = stdout(&out);
     assert!(
         out.status.success(),
@@ -172,14 +170,13 @@ async fn the_probe_runs_in_a_schema_of_its_own_on_postgres() {
 fn a_probe_on_an_unreachable_server_fails_in_one_line() {
     let home = tempfile::tempdir().unwrap();
     // Port 1 on the loopback address: nothing listens there.
-    let out = bin(home.path())
+    let out = Bin::new(home.path())
         .args([
             "probe",
             "--db",
             "postgres://alice:s3cret@127.0.0.1:1/sessions",
         ])
-        .output()
-        .unwrap();
+        .output();
     let err = crate::support::assert_one_line_error(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -189,12 +186,11 @@ fn a_probe_on_an_unreachable_server_fails_in_one_line() {
     assert!(!err.contains("s3cret"), "{err}");
     assert!(stdout(&out).is_empty());
     let root = home.path().join("files");
-    let out = bin(home.path())
+    let out = Bin::new(home.path())
         .args(["probe", "--db", "postgres://127.0.0.1:1/sessions"])
         .arg("--attachments-root")
         .arg(&root)
-        .output()
-        .unwrap();
+        .output();
     crate::support::assert_usage_error(&out);
     assert!(!root.exists());
 }

@@ -8,12 +8,7 @@ use sessionstore::model::{Delivery, Role, ToolsHost};
 use sessionstore::store::{Outgoing, Upload};
 use sessionstore::{Error, SessionId};
 
-use crate::support::{PNG, TestStore, assert_one_line_error, bin, json, run_in, stderr, stdout};
-
-/// Runs the binary on the store of `t` (its database and configured root).
-fn cli(t: &TestStore, args: &[&str]) -> Output {
-    run_in(t.dir.path(), args)
-}
+use crate::support::{Bin, PNG, TestStore, assert_one_line_error, json, stderr, stdout};
 
 /// A user message with `text` and references to `uris`.
 fn with_files(text: &str, uris: &[&sessionstore::attachments::StoredAttachment]) -> Outgoing {
@@ -39,15 +34,10 @@ fn mid_turn(text: &str) -> Outgoing {
 
 /// `drain` on the store of `t`, its standard output sent to `out`.
 fn drain_into(t: &TestStore, session: SessionId, out: impl Into<Stdio>) -> Output {
-    bin(t.dir.path())
-        .args(["drain", "--session", &session.to_string(), "--db"])
-        .arg(t.db_path())
-        .arg("--attachments-root")
-        .arg(t.dir.path().join("attachments"))
+    t.bin()
+        .args(["drain", "--session", &session.to_string()])
         .stdout(out)
-        .stderr(Stdio::piped())
         .output()
-        .unwrap()
 }
 
 #[tokio::test]
@@ -62,9 +52,9 @@ async fn a_drain_whose_output_cannot_be_written_delivers_nothing() {
     let out = drain_into(&t, s, writer);
     let err = assert_one_line_error(&out);
     assert!(err.contains("cannot write the output"), "{err}");
-    let m = t.store.message(q.id).await.unwrap();
+    let m = t.store().message(q.id).await.unwrap();
     assert_eq!(m.state, Delivery::Queued, "the message is still queued");
-    let out = cli(&t, &["drain", "--session", &s.to_string()]);
+    let out = t.run(&["drain", "--session", &s.to_string()]);
     let blocks = json(&out);
     assert_eq!(blocks[0]["text"], "wait for me");
 }
@@ -81,7 +71,10 @@ async fn a_drain_onto_a_full_disk_delivers_nothing() {
     let out = drain_into(&t, s, full);
     let err = assert_one_line_error(&out);
     assert!(err.contains("cannot write the output"), "{err}");
-    assert_eq!(t.store.message(q.id).await.unwrap().state, Delivery::Queued);
+    assert_eq!(
+        t.store().message(q.id).await.unwrap().state,
+        Delivery::Queued
+    );
 }
 
 #[tokio::test]
@@ -90,16 +83,13 @@ async fn attach_reads_every_file_before_storing_any() {
     let s = t.session().await;
     let good = t.dir.path().join("good.txt");
     std::fs::write(&good, "fine").unwrap();
-    let out = cli(
-        &t,
-        &[
-            "attach",
-            "--session",
-            &s.to_string(),
-            good.to_str().unwrap(),
-            "/nonexistent/missing.txt",
-        ],
-    );
+    let out = t.run(&[
+        "attach",
+        "--session",
+        &s.to_string(),
+        good.to_str().unwrap(),
+        "/nonexistent/missing.txt",
+    ]);
     let err = assert_one_line_error(&out);
     assert!(err.contains("missing.txt"), "{err}");
     let left: Vec<_> = std::fs::read_dir(t.folder(s))
@@ -114,7 +104,7 @@ async fn dispatch_is_for_user_messages_only() {
     let s = t.session().await;
     let reply = t.send(s, assistant("an answer")).await;
     let err = t
-        .store
+        .store()
         .dispatch(s, Some(reply.id), Mode::Strict, Memo::new())
         .await
         .unwrap_err();
@@ -135,19 +125,16 @@ async fn the_focus_hint_reads_no_attachment() {
     let sent = t.send(s, with_files("what is this?", &[&stored])).await;
     std::fs::remove_file(t.folder(s).join("gone.png")).unwrap();
     let printed = serde_json::json!({ "id": sent.id }).to_string();
-    let out = cli(
-        &t,
-        &[
-            "dispatch",
-            "--session",
-            &s.to_string(),
-            "--message",
-            &printed,
-            "--strict",
-            "--format",
-            "focus-hint",
-        ],
-    );
+    let out = t.run(&[
+        "dispatch",
+        "--session",
+        &s.to_string(),
+        "--message",
+        &printed,
+        "--strict",
+        "--format",
+        "focus-hint",
+    ]);
     assert_eq!(json(&out), serde_json::json!({ "hint": "what is this?" }));
 }
 
@@ -155,7 +142,7 @@ async fn the_focus_hint_reads_no_attachment() {
 async fn blank_titles_and_expansions_count_as_none() {
     let t = TestStore::new().await;
     let s = t
-        .store
+        .store()
         .create_session(Some("   ".into()), ToolsHost::Local)
         .await
         .unwrap();
@@ -171,7 +158,7 @@ async fn blank_titles_and_expansions_count_as_none() {
         .await;
     assert_eq!(sent.model_text, None);
     assert_eq!(
-        t.store.session(s.id).await.unwrap().title.as_deref(),
+        t.store().session(s.id).await.unwrap().title.as_deref(),
         Some("the real question")
     );
     let d = t.dispatch(s.id, Mode::Strict).await.unwrap();
@@ -232,7 +219,7 @@ async fn timestamps_have_one_width_so_they_sort_as_text() {
     for i in 0..20 {
         t.send(s, Outgoing::user(format!("m{i}"))).await;
     }
-    let events = t.store.events(s).await.unwrap();
+    let events = t.store().events(s).await.unwrap();
     for e in &events {
         // 2026-11-30T06:42:28.123456789Z: nine fraction digits, always.
         assert_eq!(e.created_at.len(), 30, "{}", e.created_at);
@@ -246,18 +233,15 @@ async fn timestamps_have_one_width_so_they_sort_as_text() {
 /// to the front.
 #[test]
 fn the_listing_shows_the_most_recently_updated_first() {
-    let dir = tempfile::tempdir().unwrap();
+    let t = TestStore::empty();
     let ids: Vec<String> = (0..5)
         .map(|i| {
-            let out = run_in(
-                dir.path(),
-                &["session", "new", "--title", &format!("s{i}"), "--json"],
-            );
+            let out = t.run(&["session", "new", "--title", &format!("s{i}"), "--json"]);
             json(&out)["id"].as_str().unwrap().to_owned()
         })
         .collect();
     let listed = || -> Vec<String> {
-        let out = run_in(dir.path(), &["session", "list"]);
+        let out = t.run(&["session", "list"]);
         stdout(&out)
             .lines()
             .map(|l| l.split_whitespace().next().unwrap().to_owned())
@@ -265,10 +249,7 @@ fn the_listing_shows_the_most_recently_updated_first() {
     };
     let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
     assert_eq!(listed(), newest_first);
-    json(&run_in(
-        dir.path(),
-        &["send", "--session", &ids[0], "--text", "news", "--json"],
-    ));
+    json(&t.run(&["send", "--session", &ids[0], "--text", "news", "--json"]));
     let mut moved = vec![ids[0].clone()];
     moved.extend(newest_first[..4].iter().cloned());
     assert_eq!(listed(), moved);
@@ -280,7 +261,7 @@ async fn a_multi_file_upload_that_fails_partway_keeps_nothing() {
     let s = t.session().await;
     let too_big = vec![0u8; sessionstore::attachments::MAX_ATTACHMENT_BYTES as usize + 1];
     let err = t
-        .store
+        .store()
         .attach_all(
             s,
             vec![
@@ -315,16 +296,14 @@ async fn a_multi_file_upload_that_fails_partway_keeps_nothing() {
 
 #[test]
 fn attach_refuses_what_is_not_a_regular_file() {
-    let dir = tempfile::tempdir().unwrap();
-    json(&run_in(dir.path(), &["migrate", "--json"]));
-    let s = json(&run_in(dir.path(), &["session", "new", "--json"]))["id"]
+    let t = TestStore::empty();
+    json(&t.run(&["migrate", "--json"]));
+    let s = json(&t.run(&["session", "new", "--json"]))["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let err = assert_one_line_error(&run_in(
-        dir.path(),
-        &["attach", "--session", &s, dir.path().to_str().unwrap()],
-    ));
+    let err =
+        assert_one_line_error(&t.run(&["attach", "--session", &s, t.dir.path().to_str().unwrap()]));
     assert!(err.contains("not a regular file"), "{err}");
 }
 
@@ -334,7 +313,7 @@ async fn dispatch_by_default_takes_the_latest_user_message_not_a_reply() {
     let s = t.session().await;
     let question = t.send(s, Outgoing::user("question")).await;
     t.send(s, assistant("the model's answer")).await;
-    let out = cli(&t, &["dispatch", "--session", &s.to_string()]);
+    let out = t.run(&["dispatch", "--session", &s.to_string()]);
     assert_eq!(
         json(&out),
         serde_json::json!([{ "type": "text", "text": "question" }])
@@ -385,10 +364,10 @@ async fn dispatch_drain_and_restore_print_requests_the_openai_types_accept() {
     .await;
     let sid = s.to_string();
     let chat = |args: &[&str]| -> CreateChatCompletionRequest {
-        serde_json::from_value(json(&cli(&t, args))).expect("a Chat Completions request")
+        serde_json::from_value(json(&t.run(args))).expect("a Chat Completions request")
     };
     let responses = |args: &[&str]| -> CreateResponse {
-        serde_json::from_value(json(&cli(&t, args))).expect("a Responses request")
+        serde_json::from_value(json(&t.run(args))).expect("a Responses request")
     };
     let request = chat(&["dispatch", "--session", &sid, "--format", "openai"]);
     assert_eq!(request.model, "gpt-4o");
@@ -451,7 +430,7 @@ fn control_characters_in_error_messages_never_reach_the_terminal() {
     // A --db path that names nothing.
     let db = dir.path().join(format!("db{HIDDEN}.sqlite"));
     let session = SessionId::new().to_string();
-    let out = bin(dir.path())
+    let out = Bin::new(dir.path())
         .args([
             "session",
             "show",
@@ -461,20 +440,18 @@ fn control_characters_in_error_messages_never_reach_the_terminal() {
             "--db",
         ])
         .arg(&db)
-        .output()
-        .unwrap();
+        .output();
     check(&out);
 
     // A file given to `attach` that is not a regular file (checked before any
     // database is opened).
     let folder = dir.path().join(format!("upload{HIDDEN}"));
     std::fs::create_dir(&folder).unwrap();
-    let out = bin(dir.path())
+    let out = Bin::new(dir.path())
         .args(["attach", "--session", &session, "--db", "x.db"])
         .args(["--attachments-root", "a"])
         .arg(&folder)
-        .output()
-        .unwrap();
+        .output();
     check(&out);
 
     // A database whose schema names a table with the sequences in it.
@@ -489,11 +466,10 @@ fn control_characters_in_error_messages_never_reach_the_terminal() {
         )
         .unwrap();
     }
-    let out = bin(dir.path())
+    let out = Bin::new(dir.path())
         .args(["session", "list", "--attachments-root", "a", "--db"])
         .arg(&crafted)
-        .output()
-        .unwrap();
+        .output();
     check(&out);
     assert!(stderr(&out).contains("malformed database schema"));
     assert_eq!(
@@ -563,7 +539,7 @@ async fn crash_leftover_uploads_are_swept_by_the_next_upload_into_the_folder() {
 
     // The same sweep, called directly (as `gc` will), takes any age given to it.
     let swept = t
-        .store
+        .store()
         .attachments()
         .sweep_leftovers(&s, Duration::ZERO)
         .unwrap();

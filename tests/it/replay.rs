@@ -5,7 +5,6 @@
 //! `SessionNotification` the schema crate accepts.
 
 use std::path::Path;
-use std::process::Stdio;
 
 use agent_client_protocol_schema::rpc::{JsonRpcMessage, Notification};
 use agent_client_protocol_schema::v1::{
@@ -18,7 +17,8 @@ use sessionstore::store::{HistoryEntry, Restored};
 use sessionstore::{Config, Store, turns};
 
 use crate::support::{
-    PNG, RECORDED_TURN, bin, check_attachment, copy_tree, fixture, json, roles, stderr, stdout,
+    Bin, PNG, RECORDED_TURN, TestStore, check_attachment, copy_tree, fixture, json, roles, stderr,
+    stdout,
 };
 
 type Line = JsonRpcMessage<Notification<SessionNotification>>;
@@ -57,12 +57,11 @@ fn expected_lines(restored: &Restored) -> Vec<Line> {
 
 /// Runs `restore` in a fresh process on `db` with the given roots.
 fn restore(home: &Path, db: &Path, session: &str, format: &str, roots: &[&str]) -> String {
-    let out = bin(home)
+    let out = Bin::new(home)
         .args(["restore", "--session", session, "--format", format, "--db"])
         .arg(db)
         .args(roots)
-        .output()
-        .unwrap();
+        .output();
     assert!(out.status.success(), "{format}: {}", stderr(&out));
     stdout(&out)
 }
@@ -71,15 +70,15 @@ fn restore(home: &Path, db: &Path, session: &str, format: &str, roots: &[&str]) 
 /// collected restore serializes to, and its shapes are the ones README describes.
 #[tokio::test]
 async fn the_v2_fixture_restores_its_turn_in_every_format() {
-    let dir = tempfile::tempdir().unwrap();
-    copy_tree(&fixture("v2"), dir.path());
+    let t = TestStore::empty();
+    copy_tree(&fixture("v2"), t.dir.path());
     // Reading commands never upgrade: the V2 database is migrated first, as a user would.
-    crate::support::json(&crate::support::run_in(dir.path(), &["migrate", "--json"]));
-    let sid = std::fs::read_to_string(dir.path().join("session-id")).unwrap();
+    crate::support::json(&t.run(&["migrate", "--json"]));
+    let sid = std::fs::read_to_string(t.dir.path().join("session-id")).unwrap();
     let sid = sid.trim();
-    let db = dir.path().join("sessions.db");
-    let attachments = dir.path().join("attachments");
-    let legacy = dir.path().join("legacy");
+    let db = t.dir.path().join("sessions.db");
+    let attachments = t.dir.path().join("attachments");
+    let legacy = t.dir.path().join("legacy");
     let roots = [
         "--attachments-root",
         attachments.to_str().unwrap(),
@@ -109,7 +108,7 @@ async fn the_v2_fixture_restores_its_turn_in_every_format() {
     );
     assert_eq!(restored.items.len(), 9);
 
-    let acp = restore(dir.path(), &db, sid, "acp", &roots);
+    let acp = restore(t.dir.path(), &db, sid, "acp", &roots);
     assert_eq!(acp, serde_json::to_string(&restored).unwrap() + "\n");
     let acp: serde_json::Value = serde_json::from_str(&acp).unwrap();
     let entries = acp["messages"].as_array().unwrap();
@@ -156,7 +155,7 @@ async fn the_v2_fixture_restores_its_turn_in_every_format() {
     // Model requests: the agent's answer as assistant text between the two user
     // messages; the thought, tool calls, plan and session updates stay out.
     let conversation = restored.conversation();
-    let chat = restore(dir.path(), &db, sid, "openai", &roots);
+    let chat = restore(t.dir.path(), &db, sid, "openai", &roots);
     assert_eq!(
         chat,
         serde_json::to_string(&chat_request("gpt-4o", &conversation)).unwrap() + "\n"
@@ -180,7 +179,7 @@ async fn the_v2_fixture_restores_its_turn_in_every_format() {
     }
     let _: async_openai::types::chat::CreateChatCompletionRequest =
         serde_json::from_value(chat).expect("the official client types accept it");
-    let responses = restore(dir.path(), &db, sid, "openai-responses", &roots);
+    let responses = restore(t.dir.path(), &db, sid, "openai-responses", &roots);
     assert_eq!(
         responses,
         serde_json::to_string(&responses_request("gpt-4o", &conversation)).unwrap() + "\n"
@@ -188,7 +187,7 @@ async fn the_v2_fixture_restores_its_turn_in_every_format() {
     let _: async_openai::types::responses::CreateResponse =
         serde_json::from_str(&responses).expect("the official client types accept it");
 
-    let updates = restore(dir.path(), &db, sid, "acp-updates", &roots);
+    let updates = restore(t.dir.path(), &db, sid, "acp-updates", &roots);
     let want = expected_lines(&restored);
     let lines: Vec<&str> = updates.lines().collect();
     assert_eq!(lines.len(), want.len());
@@ -218,20 +217,16 @@ fn tag_of(line: &Line) -> (String, String) {
 /// reads back to its block's bytes, and every line is a `SessionNotification`.
 #[test]
 fn a_recorded_turn_replays_in_order_from_moved_roots() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path();
-    let db = home.join("sessions.db");
-    let old_root = home.join("attachments");
+    let t = TestStore::empty();
+    let home = t.dir.path();
+    let db = t.db_path();
+    let old_root = t.configured().to_path_buf();
     let cmd = |args: &[&str]| {
-        let mut cmd = bin(home);
-        cmd.args(args)
-            .arg("--db")
-            .arg(&db)
-            .arg("--attachments-root")
-            .arg(&old_root);
+        let mut cmd = t.bin();
+        cmd.args(args);
         cmd
     };
-    let ss = |args: &[&str]| cmd(args).output().unwrap();
+    let ss = |args: &[&str]| cmd(args).output();
     let sid = json(&ss(&["session", "new", "--json"]))["id"]
         .as_str()
         .unwrap()
@@ -262,9 +257,8 @@ fn a_recorded_turn_replays_in_order_from_moved_roots() {
     let mode = r#"{"sessionUpdate":"current_mode_update","currentModeId":"code"}"#;
     std::fs::write(&turn, format!("{RECORDED_TURN}{mode}\n")).unwrap();
     let recorded = cmd(&["record", "--json", "--session", &sid])
-        .stdin(Stdio::from(std::fs::File::open(&turn).unwrap()))
-        .output()
-        .unwrap();
+        .stdin(std::fs::read(&turn).unwrap())
+        .output();
     assert_eq!(json(&recorded)["recorded"], 11);
     let second = send("and the notes?", &[1]);
 

@@ -19,7 +19,7 @@ async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_m
         let name = format!("{i:02}-{}.txt", "n".repeat(193));
         assert_eq!(name.chars().count(), 200);
         let stored = t
-            .store
+            .store()
             .attach(s, name.clone(), format!("file {i}").into_bytes())
             .await
             .unwrap();
@@ -33,7 +33,7 @@ async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_m
         .take(1500)
         .collect();
     let sent = t
-        .store
+        .store()
         .send(
             s,
             Outgoing {
@@ -45,7 +45,7 @@ async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_m
         .await
         .unwrap();
     let dispatched = t
-        .store
+        .store()
         .dispatch(s, None, Mode::Strict, Memo::new())
         .await
         .unwrap();
@@ -106,12 +106,12 @@ async fn custom_command_and_mid_turn_hints_use_the_same_filtering() {
     let t = TestStore::new().await;
     let s = t.session().await;
     let stored = t
-        .store
+        .store()
         .attach(s, "secret-plan.png".into(), crate::support::PNG.to_vec())
         .await
         .unwrap();
     let custom = t
-        .store
+        .store()
         .send(
             s,
             Outgoing {
@@ -128,7 +128,7 @@ async fn custom_command_and_mid_turn_hints_use_the_same_filtering() {
     assert!(!hint.contains("secret-plan"));
 
     let queued = t
-        .store
+        .store()
         .send(
             s,
             Outgoing {
@@ -139,7 +139,7 @@ async fn custom_command_and_mid_turn_hints_use_the_same_filtering() {
         )
         .await
         .unwrap();
-    let drained = t.store.drain(s, Mode::Strict, Memo::new()).await.unwrap();
+    let drained = t.store().drain(s, Mode::Strict, Memo::new()).await.unwrap();
     assert_eq!(drained[0].message.id, queued.id);
     let hint = focus::focus_hint_for(&drained[0].message);
     assert_eq!(hint, "and this one?");

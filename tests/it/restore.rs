@@ -11,9 +11,11 @@ use sessionstore::model::{Delivery, Role, ToolsHost};
 use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{Config, SessionId, Store};
 
+use sessionstore::oracle::ReadCounter;
+
 use crate::support::{
-    Expect, Harness, PNG, bin, block_json, blocks, check_attachment, config_in, context_of,
-    counting_store, json, new_session, parse_uri, run_in, stdout,
+    Bin, Expect, PNG, TestStore, block_json, blocks, check_attachment, config_in, context_of, json,
+    new_session, parse_uri, stdout,
 };
 
 const TEXT: &[u8] = "a text file\nwith two lines, naïve\n".as_bytes();
@@ -83,38 +85,38 @@ fn check_restored(messages: &[Dispatched], files: &[Expect; 3], folder: &Path) {
 
 #[tokio::test]
 async fn restore_after_moving_the_attachment_root_reads_from_the_new_root() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config_in(dir.path());
-    config.roots.configured = dir.path().join("r1");
+    let t = TestStore::empty();
+    let mut config = t.config.clone();
+    config.roots.configured = t.dir.path().join("r1");
     let (s, files) = session_under(config.clone()).await;
 
-    let r2 = dir.path().join("moved").join("r2");
+    let r2 = t.dir.path().join("moved").join("r2");
     std::fs::create_dir_all(r2.parent().unwrap()).unwrap();
-    std::fs::rename(dir.path().join("r1"), &r2).unwrap();
+    std::fs::rename(t.dir.path().join("r1"), &r2).unwrap();
     let mut moved = config.clone();
     moved.roots.configured = r2.clone();
-    let (store, reads) = counting_store(moved).await;
+    let (store, reads) = ReadCounter::open(moved).await.unwrap();
 
     let restored = store.restore(s).await.unwrap();
     assert_eq!(restored.session.id, s);
     check_restored(&restored.messages, &files, &r2.join(s.to_string()));
     assert_eq!(reads.total(), 3, "one read per distinct file");
-    assert!(!dir.path().join("r1").exists());
+    assert!(!t.dir.path().join("r1").exists());
 }
 
 #[tokio::test]
 async fn restore_finds_moved_files_in_a_legacy_root() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config_in(dir.path());
-    config.roots.configured = dir.path().join("r1");
+    let t = TestStore::empty();
+    let mut config = t.config.clone();
+    config.roots.configured = t.dir.path().join("r1");
     let (s, files) = session_under(config.clone()).await;
 
-    let r2 = dir.path().join("old-root");
-    std::fs::rename(dir.path().join("r1"), &r2).unwrap();
+    let r2 = t.dir.path().join("old-root");
+    std::fs::rename(t.dir.path().join("r1"), &r2).unwrap();
     let mut moved = config.clone();
     moved.roots = Roots {
-        configured: dir.path().join("fresh-root"),
-        legacy: vec![dir.path().join("missing-legacy"), r2.clone()],
+        configured: t.dir.path().join("fresh-root"),
+        legacy: vec![t.dir.path().join("missing-legacy"), r2.clone()],
     };
     let store = Store::open(moved).await.unwrap();
     let restored = store.restore(s).await.unwrap();
@@ -143,12 +145,12 @@ async fn restore_after_moving_the_whole_data_directory() {
 
 #[tokio::test]
 async fn the_database_never_holds_a_path_or_a_root() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Ssh).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Ssh).await;
     let img = h.attach(s, "photo.png", PNG).await;
     let txt = h.attach(s, "dir\\like/notes.txt", TEXT).await;
     assert_eq!(txt.name, "notes.txt");
-    let legacy_folder = h.folder(h.legacy(), s);
+    let legacy_folder = h.folder_in(h.legacy(), s);
     std::fs::create_dir_all(&legacy_folder).unwrap();
     std::fs::write(legacy_folder.join("old.bin"), BIN).unwrap();
     let old = Expect {
@@ -157,8 +159,8 @@ async fn the_database_never_holds_a_path_or_a_root() {
         bytes: BIN.to_vec(),
         host: h.config.host.clone(),
     };
-    h.send(s, "everything", &[&img, &txt, &old]).await;
-    h.store
+    h.send_files(s, "everything", &[&img, &txt, &old]).await;
+    h.store()
         .send(
             s,
             Outgoing {
@@ -169,12 +171,15 @@ async fn the_database_never_holds_a_path_or_a_root() {
         )
         .await
         .unwrap();
-    h.store
+    h.store()
         .dispatch(s, None, Mode::Strict, Memo::new())
         .await
         .unwrap();
-    h.store.drain(s, Mode::Degrade, Memo::new()).await.unwrap();
-    let restored = h.store.restore(s).await.unwrap();
+    h.store()
+        .drain(s, Mode::Degrade, Memo::new())
+        .await
+        .unwrap();
+    let restored = h.store().restore(s).await.unwrap();
     // The model did get paths, so their absence below is not for want of any.
     let paths: Vec<PathBuf> = blocks(&restored.messages[0])[1..]
         .iter()
@@ -206,20 +211,20 @@ async fn the_database_never_holds_a_path_or_a_root() {
 
 #[tokio::test]
 async fn restoring_a_long_history_reads_each_file_once() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let p = h.attach(s, "p.png", PNG).await;
     let q = h.attach(s, "q.txt", TEXT).await;
     for i in 0..20 {
         let refs: &[&Expect] = if i % 2 == 0 { &[&p, &q] } else { &[&q, &p, &q] };
-        h.send(s, &format!("message {i}"), refs).await;
+        h.send_files(s, &format!("message {i}"), refs).await;
     }
     // A fresh store on the same files, as after a daemon restart.
-    let (fresh, reads) = counting_store(h.config.clone()).await;
+    let (fresh, reads) = h.open_counting().await;
     let restored = fresh.restore(s).await.unwrap();
     assert_eq!(reads.total(), 2, "20 messages over 2 files cost 2 reads");
     assert_eq!(restored.messages.len(), 20);
-    let folder = h.folder(h.configured(), s);
+    let folder = h.folder_in(h.configured(), s);
     for (i, d) in restored.messages.iter().enumerate() {
         let out = blocks(d);
         assert_eq!(out[0]["text"], format!("message {i}"));
@@ -233,12 +238,12 @@ async fn restoring_a_long_history_reads_each_file_once() {
 
 #[tokio::test]
 async fn restore_replays_user_and_assistant_history_and_leaves_queued_messages_queued() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Managed).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Managed).await;
     let img = h.attach(s, "chart.png", PNG).await;
-    let first = h.send(s, "What does this chart show?", &[&img]).await;
+    let first = h.send_files(s, "What does this chart show?", &[&img]).await;
     let reply = h
-        .store
+        .store()
         .send(
             s,
             Outgoing {
@@ -249,7 +254,7 @@ async fn restore_replays_user_and_assistant_history_and_leaves_queued_messages_q
         .await
         .unwrap();
     let custom = h
-        .store
+        .store()
         .send(
             s,
             Outgoing {
@@ -260,7 +265,7 @@ async fn restore_replays_user_and_assistant_history_and_leaves_queued_messages_q
         .await
         .unwrap();
     let queued = h
-        .store
+        .store()
         .send(
             s,
             Outgoing {
@@ -321,13 +326,13 @@ async fn restore_replays_user_and_assistant_history_and_leaves_queued_messages_q
 
 #[tokio::test]
 async fn restore_degrades_a_missing_file_and_keeps_the_rest() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let keep = h.attach(s, "keep.bin", BIN).await;
     let lose = h.attach(s, "lose.png", PNG).await;
-    h.send(s, "one", &[&keep, &lose]).await;
-    h.send(s, "two", &[&keep]).await;
-    std::fs::remove_file(h.folder(h.configured(), s).join("lose.png")).unwrap();
+    h.send_files(s, "one", &[&keep, &lose]).await;
+    h.send_files(s, "two", &[&keep]).await;
+    std::fs::remove_file(h.folder_in(h.configured(), s).join("lose.png")).unwrap();
 
     let restored = Store::open(h.config.clone())
         .await
@@ -352,26 +357,26 @@ async fn restore_degrades_a_missing_file_and_keeps_the_rest() {
 
 #[tokio::test]
 async fn restore_leaves_display_text_title_and_references_path_free() {
-    let h = Harness::new().await;
-    let s = h.session(ToolsHost::Local).await;
+    let h = TestStore::counting().await;
+    let s = h.session_with(ToolsHost::Local).await;
     let img = h.attach(s, "photo.png", PNG).await;
-    h.send(
+    h.send_files(
         s,
         "  \nFirst question about photo.png\nsecond line",
         &[&img],
     )
     .await;
-    h.send(s, "follow-up", &[&img]).await;
-    let before = h.store.messages(s).await.unwrap();
+    h.send_files(s, "follow-up", &[&img]).await;
+    let before = h.store().messages(s).await.unwrap();
 
-    let restored = h.store.restore(s).await.unwrap();
+    let restored = h.store().restore(s).await.unwrap();
     assert_eq!(
         restored.session.title.as_deref(),
         Some("First question about photo.png")
     );
-    let session = h.store.session(s).await.unwrap();
+    let session = h.store().session(s).await.unwrap();
     assert_eq!(session, restored.session);
-    let after = h.store.messages(s).await.unwrap();
+    let after = h.store().messages(s).await.unwrap();
     assert_eq!(after, before, "restore changes nothing");
     let restored_messages: Vec<_> = restored
         .messages
@@ -400,14 +405,11 @@ async fn restore_leaves_display_text_title_and_references_path_free() {
 
 // The command line.
 
-fn attach(dir: &Path, sid: &str, name: &str, bytes: &[u8]) -> String {
-    let file = dir.join("uploads").join(name);
+fn attach(t: &TestStore, sid: &str, name: &str, bytes: &[u8]) -> String {
+    let file = t.dir.path().join("uploads").join(name);
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(&file, bytes).unwrap();
-    let out = json(&run_in(
-        dir,
-        &["attach", "--session", sid, "--json", file.to_str().unwrap()],
-    ));
+    let out = json(&t.run(&["attach", "--session", sid, "--json", file.to_str().unwrap()]));
     out[0]["uri"].as_str().unwrap().to_owned()
 }
 
@@ -419,23 +421,20 @@ fn sorted_keys(v: &Value) -> Vec<String> {
 
 #[test]
 fn cli_restore_prints_the_history_in_acp_shape() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let sid = new_session(d);
-    let uri = attach(d, &sid, "photo.png", PNG);
+    let t = TestStore::empty();
+    let d = t.dir.path();
+    let sid = new_session(&t);
+    let uri = attach(&t, &sid, "photo.png", PNG);
     let sent = |args: &[&str]| -> String {
         let mut all = vec!["send", "--session", sid.as_str(), "--json"];
         all.extend_from_slice(args);
-        json(&run_in(d, &all))["id"].as_str().unwrap().to_owned()
+        json(&t.run(&all))["id"].as_str().unwrap().to_owned()
     };
     let user = sent(&["--text", "look", "--attach", &uri]);
     let reply = sent(&["--text", "a reply", "--role", "assistant"]);
     sent(&["--text", "queued", "--mid-turn"]);
 
-    let out = json(&run_in(
-        d,
-        &["restore", "--session", &sid, "--format", "acp"],
-    ));
+    let out = json(&t.run(&["restore", "--session", &sid, "--format", "acp"]));
     assert_eq!(sorted_keys(&out), ["messages", "sessionId"]);
     assert_eq!(out["sessionId"], sid.as_str());
     let messages = out["messages"].as_array().unwrap();
@@ -473,7 +472,7 @@ fn cli_restore_prints_the_history_in_acp_shape() {
     assert_eq!(path, d.join("attachments").join(&sid).join("photo.png"));
 
     // Restore changed nothing: the queued message is still there for the drain.
-    let drained = json(&run_in(d, &["drain", "--session", &sid]));
+    let drained = json(&t.run(&["drain", "--session", &sid]));
     assert_eq!(
         drained,
         serde_json::json!([{"type": "text", "text": "queued"}])
@@ -482,38 +481,34 @@ fn cli_restore_prints_the_history_in_acp_shape() {
 
 #[test]
 fn cli_restore_reads_from_a_legacy_root_after_the_files_moved() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let sid = new_session(d);
-    let uri = attach(d, &sid, "report.txt", TEXT);
+    let t = TestStore::empty();
+    let d = t.dir.path();
+    let sid = new_session(&t);
+    let uri = attach(&t, &sid, "report.txt", TEXT);
     assert!(
-        run_in(
-            d,
-            &[
-                "send",
-                "--session",
-                &sid,
-                "--text",
-                "read",
-                "--attach",
-                &uri
-            ]
-        )
+        t.run(&[
+            "send",
+            "--session",
+            &sid,
+            "--text",
+            "read",
+            "--attach",
+            &uri
+        ])
         .status
         .success()
     );
     let moved = d.join("archive");
     std::fs::rename(d.join("attachments"), &moved).unwrap();
 
-    let out = bin(d)
+    let out = Bin::new(d)
         .args(["restore", "--session", &sid])
         .arg("--db")
         .arg(d.join("sessions.db"))
         .arg("--attachments-root")
         .arg(d.join("new-root"))
         .env("SESSIONSTORE_LEGACY_ROOTS", &moved)
-        .output()
-        .unwrap();
+        .output();
     let out = json(&out);
     let content = &out["messages"][0]["content"];
     let expect = Expect {
@@ -525,20 +520,20 @@ fn cli_restore_reads_from_a_legacy_root_after_the_files_moved() {
     let (kind, path) = check_attachment(&content[1], &expect);
     assert_eq!(kind, "text");
     assert_eq!(path, moved.join(&sid).join("report.txt"));
-    let show = stdout(&run_in(d, &["session", "show", &sid, "--json"]));
+    let show = stdout(&t.run(&["session", "show", &sid, "--json"]));
     assert!(!show.contains(&d.display().to_string()), "{show}");
 }
 
 #[test]
 fn restore_takes_a_memo_budget_and_refuses_a_bad_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| run_in(dir.path(), args);
+    let t = TestStore::empty();
+    let run = |args: &[&str]| t.run(args);
     json(&run(&["migrate", "--json"]));
     let s = json(&run(&["session", "new", "--json"]))["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let file = dir.path().join("a.txt");
+    let file = t.dir.path().join("a.txt");
     std::fs::write(&file, "hello").unwrap();
     let uri = json(&run(&[
         "attach",

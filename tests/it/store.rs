@@ -16,7 +16,7 @@ fn count(conn: &rusqlite::Connection, table: &str) -> i64 {
 async fn a_failure_mid_transaction_keeps_neither_row_nor_event() {
     let t = TestStore::new().await;
     let s = t
-        .store
+        .store()
         .create_session(Some("x".into()), ToolsHost::Local)
         .await
         .unwrap();
@@ -29,7 +29,7 @@ async fn a_failure_mid_transaction_keeps_neither_row_nor_event() {
         )
         .unwrap();
     let err = t
-        .store
+        .store()
         .append_message(s.id, user_text("lost"))
         .await
         .unwrap_err();
@@ -52,13 +52,13 @@ async fn a_failure_mid_transaction_keeps_neither_row_nor_event() {
 async fn concurrent_writers_wait_instead_of_failing() {
     let t = TestStore::new().await;
     let s = t
-        .store
+        .store()
         .create_session(None, ToolsHost::Local)
         .await
         .unwrap();
     let mut tasks = Vec::new();
     for i in 0..40 {
-        let store = t.store.clone();
+        let store = t.store().clone();
         tasks.push(tokio::spawn(async move {
             store
                 .append_message(s.id, user_text(&format!("m{i}")))
@@ -69,7 +69,7 @@ async fn concurrent_writers_wait_instead_of_failing() {
         task.await.unwrap().unwrap();
     }
     let seqs: Vec<i64> = t
-        .store
+        .store()
         .messages(s.id)
         .await
         .unwrap()
@@ -77,7 +77,7 @@ async fn concurrent_writers_wait_instead_of_failing() {
         .map(|m| m.seq)
         .collect();
     assert_eq!(seqs, (1..=40).collect::<Vec<_>>());
-    assert!(t.store.verify().await.unwrap().ok());
+    assert!(t.store().verify().await.unwrap().ok());
 }
 
 /// `send` opens each reference the way a read does but never reads it through the
@@ -88,14 +88,14 @@ async fn send_records_what_a_read_gives_without_reading_the_files() {
     use sessionstore::attachments::SNIFF_BYTES;
     use sessionstore::dispatch::{Memo, Mode};
 
-    let h = crate::support::Harness::new().await;
-    let s = h.session(sessionstore::model::ToolsHost::Local).await;
+    let h = crate::support::TestStore::counting().await;
+    let s = h.session_with(sessionstore::model::ToolsHost::Local).await;
     let image = h.attach(s, "photo.jpg", crate::support::PNG).await;
     // Text whose sniffed part ends inside a character, with a NUL after it.
     let mut long = vec![b'x'; SNIFF_BYTES - 1];
     long.extend_from_slice("é and a \0 later".as_bytes());
     let readme = h.attach(s, "README", &long).await;
-    let legacy_folder = h.folder(h.legacy(), s);
+    let legacy_folder = h.folder_in(h.legacy(), s);
     std::fs::create_dir_all(&legacy_folder).unwrap();
     std::fs::write(legacy_folder.join("old.bin"), b"\x00\x01 legacy bytes").unwrap();
     let old = crate::support::Expect {
@@ -105,20 +105,22 @@ async fn send_records_what_a_read_gives_without_reading_the_files() {
         host: h.config.host.clone(),
     };
 
-    let before = h.reads.total();
-    let sent = h.send(s, "three files", &[&image, &readme, &old]).await;
+    let before = h.reads().total();
+    let sent = h
+        .send_files(s, "three files", &[&image, &readme, &old])
+        .await;
     assert_eq!(
-        h.reads.total(),
+        h.reads().total(),
         before,
         "send reads nothing through the resolver"
     );
 
     let dispatched = h
-        .store
+        .store()
         .dispatch(s, None, Mode::Strict, Memo::new())
         .await
         .unwrap();
-    assert_eq!(h.reads.total(), before + 3);
+    assert_eq!(h.reads().total(), before + 3);
     let blocks: Vec<_> = dispatched
         .blocks
         .iter()
@@ -148,6 +150,6 @@ async fn send_names_an_unknown_session_before_its_references() {
     out.attach = vec![sessionstore::attachments::AttachmentUri::new(
         ghost, "gone.txt",
     )];
-    let err = t.store.send(ghost, out).await.unwrap_err();
+    let err = t.store().send(ghost, out).await.unwrap_err();
     assert_eq!(err.to_string(), format!("no session {ghost}"));
 }

@@ -16,14 +16,14 @@ use sessionstore::replay::ReplayItem;
 use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{SessionId, Store};
 
-use crate::support::{PNG, TestStore, config_in, counting_store, run_in, stdout};
+use crate::support::{PNG, TestStore, stdout};
 
 /// A session with every kind of block: an expansion and a transcript, an image, a
 /// text file, a binary file, a name that needs escaping, a repeated reference, a file
 /// gone since (a degradation notice), assistant replies, and a queued message.
 async fn varied_session(t: &TestStore) -> SessionId {
     let s = t
-        .store
+        .store()
         .create_session(Some("t".into()), ToolsHost::Ssh)
         .await
         .unwrap()
@@ -83,7 +83,7 @@ async fn varied_session(t: &TestStore) -> SessionId {
 
 /// The store the binary opens: same files, the binary's own host name.
 async fn reader(t: &TestStore) -> Store {
-    let mut config = config_in(t.dir.path());
+    let mut config = t.config.clone();
     config.host = sessionstore::config::host_name();
     Store::open_read_only(config).await.unwrap()
 }
@@ -115,10 +115,7 @@ async fn restore_streams_the_bytes_the_collected_restore_serializes_to_in_every_
         "the queued message stays queued"
     );
     let restore = |format: &str| {
-        let out = run_in(
-            t.dir.path(),
-            &["restore", "--session", &s.to_string(), "--format", format],
-        );
+        let out = t.run(&["restore", "--session", &s.to_string(), "--format", format]);
         assert!(out.status.success(), "{format}: {:?}", out);
         stdout(&out)
     };
@@ -170,24 +167,18 @@ async fn dispatch_and_drain_write_the_bytes_their_blocks_serialize_to() {
         .dispatch(s, None, Mode::Degrade, Memo::new())
         .await
         .unwrap();
-    let out = run_in(
-        t.dir.path(),
-        &["dispatch", "--session", &s.to_string(), "--format", "acp"],
-    );
+    let out = t.run(&["dispatch", "--session", &s.to_string(), "--format", "acp"]);
     assert_eq!(
         stdout(&out),
         serde_json::to_string(&d.blocks).unwrap() + "\n"
     );
-    let out = run_in(
-        t.dir.path(),
-        &[
-            "dispatch",
-            "--session",
-            &s.to_string(),
-            "--format",
-            "openai",
-        ],
-    );
+    let out = t.run(&[
+        "dispatch",
+        "--session",
+        &s.to_string(),
+        "--format",
+        "openai",
+    ]);
     assert_eq!(
         stdout(&out),
         serde_json::to_string(&chat_request("gpt-4o", std::slice::from_ref(&d))).unwrap() + "\n"
@@ -198,16 +189,13 @@ async fn dispatch_and_drain_write_the_bytes_their_blocks_serialize_to() {
         .await
         .unwrap();
     assert_eq!(drained.len(), 1);
-    let out = run_in(
-        t.dir.path(),
-        &[
-            "drain",
-            "--session",
-            &s.to_string(),
-            "--format",
-            "openai-responses",
-        ],
-    );
+    let out = t.run(&[
+        "drain",
+        "--session",
+        &s.to_string(),
+        "--format",
+        "openai-responses",
+    ]);
     assert_eq!(
         stdout(&out),
         serde_json::to_string(&responses_request("gpt-4o", &drained)).unwrap() + "\n"
@@ -235,10 +223,7 @@ async fn a_session_whose_log_does_not_replay_is_refused_before_any_output() {
         )
         .unwrap();
     for format in ["acp", "acp-updates", "openai", "openai-responses"] {
-        let out = run_in(
-            t.dir.path(),
-            &["restore", "--session", &s.to_string(), "--format", format],
-        );
+        let out = t.run(&["restore", "--session", &s.to_string(), "--format", format]);
         assert!(!out.status.success(), "{format}");
         assert!(out.stdout.is_empty(), "{format} wrote {:?}", stdout(&out));
     }
@@ -248,8 +233,8 @@ async fn a_session_whose_log_does_not_replay_is_refused_before_any_output() {
 /// stopped after one item, most of a long history has not been read at all.
 #[tokio::test]
 async fn the_replay_waits_for_its_reader() {
-    let dir = tempfile::tempdir().unwrap();
-    let (store, reads) = counting_store(config_in(dir.path())).await;
+    let t = TestStore::empty();
+    let (store, reads) = t.open_counting().await;
     let s = store
         .create_session(None, ToolsHost::Local)
         .await

@@ -8,7 +8,7 @@ use sessionstore::store::Outgoing;
 use sessionstore::turns::Refusal;
 use sessionstore::{Error, SessionId};
 
-use crate::support::{TestStore, json, run_in, run_with_stdin, stderr};
+use crate::support::{TestStore, json, stderr};
 
 fn update(value: serde_json::Value) -> SessionUpdate {
     serde_json::from_value(value).expect("a valid update")
@@ -60,7 +60,7 @@ async fn messages_and_items_share_one_history_across_batches() {
     let s = t.session().await;
     t.send(s, Outgoing::user("run the tests")).await;
     let first = t
-        .store
+        .store()
         .record(s, vec![text_chunk("Running "), tool_call("t1")])
         .await
         .unwrap();
@@ -69,7 +69,7 @@ async fn messages_and_items_share_one_history_across_batches() {
     // A later batch merges into the stored call; a chunk after a tool call starts a
     // new message, and the next batch's chunk continues it.
     let second = t
-        .store
+        .store()
         .record(
             s,
             vec![
@@ -80,9 +80,12 @@ async fn messages_and_items_share_one_history_across_batches() {
         .await
         .unwrap();
     assert_eq!(second.items[0], first.items[1], "the update names its call");
-    t.store.record(s, vec![text_chunk("green.")]).await.unwrap();
+    t.store()
+        .record(s, vec![text_chunk("green.")])
+        .await
+        .unwrap();
     t.send(s, Outgoing::user("thanks")).await;
-    t.store
+    t.store()
         .record(s, vec![text_chunk("You're welcome.")])
         .await
         .unwrap();
@@ -97,11 +100,11 @@ async fn messages_and_items_share_one_history_across_batches() {
             (6, "agent_message".to_owned()),
         ]
     );
-    let items = t.store.items(s).await.unwrap();
+    let items = t.store().items(s).await.unwrap();
     let bodies: Vec<String> = items.iter().map(|i| i.body.to_json()).collect();
     assert!(bodies[1].contains(r#""status":"completed""#), "{bodies:?}");
     assert!(bodies[2].contains(r#""text":"All green.""#), "{bodies:?}");
-    let report = t.store.verify().await.unwrap();
+    let report = t.store().verify().await.unwrap();
     assert!(report.ok(), "{:?}", report.problems);
     assert_eq!(report.items, 4);
 }
@@ -112,7 +115,7 @@ async fn a_refused_update_stores_nothing_of_its_batch() {
     let s = t.session().await;
     let events = count(&t, "events");
     let err = t
-        .store
+        .store()
         .record(
             s,
             vec![
@@ -138,7 +141,7 @@ async fn a_refused_update_stores_nothing_of_its_batch() {
 async fn err_is_refused(t: &TestStore, s: SessionId) -> bool {
     let user_chunk = update(serde_json::json!({"sessionUpdate": "user_message_chunk",
         "content": {"type": "text", "text": "hi"}}));
-    let err = t.store.record(s, vec![user_chunk]).await.unwrap_err();
+    let err = t.store().record(s, vec![user_chunk]).await.unwrap_err();
     err.is_refused()
         && matches!(
             err,
@@ -150,18 +153,17 @@ async fn err_is_refused(t: &TestStore, s: SessionId) -> bool {
 }
 
 /// Runs `record` with `input` on stdin.
-fn record_cli(dir: &std::path::Path, session: &str, input: &str) -> std::process::Output {
-    run_with_stdin(
-        dir,
-        &["record", "--json", "--session", session],
-        input.as_bytes(),
-    )
+fn record_cli(t: &TestStore, session: &str, input: &str) -> std::process::Output {
+    t.bin()
+        .args(["record", "--json", "--session", session])
+        .stdin(input)
+        .output()
 }
 
 #[test]
 fn record_reads_lines_checks_them_all_and_names_a_bad_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let sid = json(&run_in(dir.path(), &["session", "new", "--json"]))["id"]
+    let t = TestStore::empty();
+    let sid = json(&t.run(&["session", "new", "--json"]))["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -173,7 +175,7 @@ fn record_reads_lines_checks_them_all_and_names_a_bad_one() {
         ),
         r#"{"sessionUpdate":"tool_call_update","toolCallId":"a","status":"completed"}"#,
     );
-    let events_before = json(&run_in(dir.path(), &["verify", "--json"]))["events"].clone();
+    let events_before = json(&t.run(&["verify", "--json"]))["events"].clone();
     // The same batch with a bad last line: named by its line number (blank lines
     // count), exit 3, and nothing stored.
     for (bad, line, words) in [
@@ -189,7 +191,7 @@ fn record_reads_lines_checks_them_all_and_names_a_bad_one() {
             "\"b\"",
         ),
     ] {
-        let out = record_cli(dir.path(), &sid, &format!("{good}{bad}\n"));
+        let out = record_cli(&t, &sid, &format!("{good}{bad}\n"));
         // Under --json the one error line is a JSON object naming the kind.
         let text = stderr(&out);
         assert_eq!(text.trim_end().lines().count(), 1, "{text}");
@@ -199,15 +201,15 @@ fn record_reads_lines_checks_them_all_and_names_a_bad_one() {
         assert!(err.contains(&format!("line {line}:")), "{err}");
         assert!(err.contains(words), "{err}");
         assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-        let report = json(&run_in(dir.path(), &["verify", "--json"]));
+        let report = json(&t.run(&["verify", "--json"]));
         assert_eq!(report["events"], events_before, "nothing was stored");
         assert_eq!(report["items"], 0);
     }
-    let out = json(&record_cli(dir.path(), &sid, &good));
+    let out = json(&record_cli(&t, &sid, &good));
     assert_eq!(out["recorded"], 3);
     assert_eq!(out["items"].as_array().unwrap().len(), 2);
     let other = good.replace(&sid, "00000000-0000-7000-8000-000000000000");
-    let out = record_cli(dir.path(), &sid, &other);
+    let out = record_cli(&t, &sid, &other);
     assert_eq!(out.status.code(), Some(3));
     let error: serde_json::Value = serde_json::from_str(&stderr(&out)).expect("a JSON error");
     let err = error["error"]["message"].as_str().unwrap();

@@ -4,14 +4,14 @@
 //! README's tour run as written.
 
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Output;
 
-use crate::support::{assert_one_line_error, bin, json, run_in, run_with_stdin, stderr, stdout};
+use crate::support::{Bin, TestStore, assert_one_line_error, json, stderr, stdout};
 
-/// A migrated store under `dir` with one session; its id.
-fn session(dir: &Path) -> String {
-    json(&run_in(dir, &["migrate", "--json"]));
-    json(&run_in(dir, &["session", "new", "--json"]))["id"]
+/// The fixture's store migrated, with one session; its id.
+fn session(t: &TestStore) -> String {
+    json(&t.run(&["migrate", "--json"]));
+    json(&t.run(&["session", "new", "--json"]))["id"]
         .as_str()
         .expect("an id")
         .to_owned()
@@ -25,15 +25,15 @@ fn assert_quiet_success(out: &Output) {
 /// 13.2: stored text is escaped, one line a row, and cut with a marker.
 #[test]
 fn human_output_escapes_stored_text_and_cuts_long_text() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    json(&run_in(d, &["migrate", "--json"]));
+    let t = TestStore::empty();
+    let d = t.dir.path();
+    json(&t.run(&["migrate", "--json"]));
     let title = "line one\nline two \u{1b}[31mred\u{1b}[0m";
-    let s = json(&run_in(d, &["session", "new", "--title", title, "--json"]))["id"]
+    let s = json(&t.run(&["session", "new", "--title", title, "--json"]))["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let list = stdout(&run_in(d, &["session", "list"]));
+    let list = stdout(&t.run(&["session", "list"]));
     assert_eq!(list.lines().count(), 1, "one session, one row: {list:?}");
     assert!(
         !list.contains('\u{1b}'),
@@ -44,19 +44,13 @@ fn human_output_escapes_stored_text_and_cuts_long_text() {
         "{list}"
     );
 
-    json(&run_in(
-        d,
-        &["send", "--session", &s, "--text", "first\nsecond", "--json"],
-    ));
+    json(&t.run(&["send", "--session", &s, "--text", "first\nsecond", "--json"]));
     let long = "x".repeat(131 * 1024);
     let path = d.join("long.txt");
     std::fs::write(&path, &long).unwrap();
     let p = path.to_str().unwrap();
-    json(&run_in(
-        d,
-        &["send", "--session", &s, "--text-file", p, "--json"],
-    ));
-    let shown = stdout(&run_in(d, &["session", "show", &s]));
+    json(&t.run(&["send", "--session", &s, "--text-file", p, "--json"]));
+    let shown = stdout(&t.run(&["session", "show", &s]));
     let lines: Vec<&str> = shown.lines().collect();
     assert_eq!(
         lines.len(),
@@ -73,7 +67,7 @@ fn human_output_escapes_stored_text_and_cuts_long_text() {
         "{}",
         lines[2]
     );
-    let whole = json(&run_in(d, &["session", "show", &s, "--json"]));
+    let whole = json(&t.run(&["session", "show", &s, "--json"]));
     assert_eq!(
         whole["messages"][1]["displayText"].as_str().map(str::len),
         Some(131 * 1024)
@@ -87,12 +81,11 @@ fn paths_names_each_place_and_its_source() {
     let home = tempfile::tempdir().unwrap();
     let h = home.path();
     let db = h.join("x.db");
-    let out = bin(h)
+    let out = Bin::new(h)
         .args(["paths", "--json", "--db"])
         .arg(&db)
         .env("SESSIONSTORE_LEGACY_ROOTS", h.join("old"))
-        .output()
-        .unwrap();
+        .output();
     let p = json(&out);
     assert_eq!(p["database"]["path"], db.to_str().unwrap());
     assert_eq!(p["database"]["source"], "flag");
@@ -102,7 +95,7 @@ fn paths_names_each_place_and_its_source() {
     assert_eq!(p["attachmentsRoot"]["source"], "default");
     assert_eq!(p["legacyRoots"][0], h.join("old").to_str().unwrap());
     assert_eq!(p["legacyRootsSource"], "environment");
-    let out = bin(h).args(["paths", "--db"]).arg(&db).output().unwrap();
+    let out = Bin::new(h).args(["paths", "--db"]).arg(&db).output();
     assert_quiet_success(&out);
     let text = stdout(&out);
     assert!(
@@ -111,7 +104,7 @@ fn paths_names_each_place_and_its_source() {
     );
     assert!(text.contains("legacy roots      none  (default)"), "{text}");
 
-    let out = bin(h).args(["migrate", "--db"]).arg(&db).output().unwrap();
+    let out = Bin::new(h).args(["migrate", "--db"]).arg(&db).output();
     assert_quiet_success(&out);
     assert!(
         stdout(&out).starts_with(&format!("{}: applied", db.display())),
@@ -123,27 +116,26 @@ fn paths_names_each_place_and_its_source() {
 /// `paths` with a PostgreSQL database shows the connection string, password
 /// replaced, as a server rather than a file (no `exists`, nothing contacted: the
 /// host here does not resolve). Logs and `migrate` never show the password either.
+#[cfg(feature = "postgres")]
 #[test]
 fn paths_shows_a_server_without_its_password() {
     let home = tempfile::tempdir().unwrap();
     let h = home.path();
     let url = "postgres://alice:s3cret@db.invalid:5432/sessions?sslmode=disable";
     let shown = "postgres://alice:***@db.invalid:5432/sessions?sslmode=disable";
-    let out = bin(h)
+    let out = Bin::new(h)
         .args(["paths", "--json", "-vv", "--db", url])
-        .output()
-        .unwrap();
+        .output();
     assert!(!stderr(&out).contains("s3cret"), "{}", stderr(&out));
     let p = json(&out);
     assert_eq!(
         p["database"],
         serde_json::json!({"url": shown, "source": "flag"})
     );
-    let out = bin(h)
+    let out = Bin::new(h)
         .arg("paths")
         .env("SESSIONSTORE_DB", url)
-        .output()
-        .unwrap();
+        .output();
     assert_quiet_success(&out);
     let text = stdout(&out);
     assert!(!text.contains("s3cret"), "{text}");
@@ -158,7 +150,7 @@ fn paths_shows_a_server_without_its_password() {
 #[cfg(feature = "postgres")]
 #[test]
 fn migrate_names_a_server_without_its_password() {
-    let Some(b) = crate::backend::Backend::postgres() else {
+    let Some(b) = crate::support::TestStore::postgres() else {
         return;
     };
     // The test server trusts its loopback clients, so a made-up password is ignored;
@@ -175,20 +167,18 @@ fn migrate_names_a_server_without_its_password() {
         ),
     };
     for args in [&["migrate", "-v"][..], &["session", "new", "-v"]] {
-        let out = bin(b.dir.path())
+        let out = Bin::new(b.dir.path())
             .args(args)
             .arg("--db")
             .arg(&url)
-            .output()
-            .unwrap();
+            .output();
         assert!(out.status.success(), "{}", stderr(&out));
         let said = format!("{}{}", stdout(&out), stderr(&out));
         assert!(!said.contains(&password), "{said}");
     }
-    let out = bin(b.dir.path())
+    let out = Bin::new(b.dir.path())
         .args(["migrate", "--db", &url])
-        .output()
-        .unwrap();
+        .output();
     assert!(
         stdout(&out).starts_with(&format!(
             "{scheme}://{}:***@",
@@ -204,15 +194,18 @@ fn migrate_names_a_server_without_its_password() {
 fn flags_that_cannot_apply_are_refused_or_documented() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let out = bin(d).args(["probe", "--db", "x.db"]).output().unwrap();
-    let err = assert_one_line_error(&out);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        err.contains("--db, --attachments-root and --legacy-root do not apply"),
-        "{err}"
-    );
+    #[cfg(feature = "probe")]
+    {
+        let out = Bin::new(d).args(["probe", "--db", "x.db"]).output();
+        let err = assert_one_line_error(&out);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            err.contains("--db, --attachments-root and --legacy-root do not apply"),
+            "{err}"
+        );
+    }
     for command in ["dispatch", "drain", "restore", "events"] {
-        let help = stdout(&bin(d).args(["help"]).output().unwrap());
+        let help = stdout(&Bin::new(d).args(["help"]).output());
         let row = help
             .lines()
             .find(|l| l.trim_start().starts_with(command))
@@ -220,52 +213,46 @@ fn flags_that_cannot_apply_are_refused_or_documented() {
         assert!(row.contains("JSON"), "{command}: {row}");
     }
     for command in ["drain", "restore"] {
-        let help = stdout(&bin(d).args([command, "--help"]).output().unwrap());
+        let help = stdout(&Bin::new(d).args([command, "--help"]).output());
         assert!(
             !help.contains("focus-hint"),
             "{command} does not offer focus-hint"
         );
     }
-    let help = stdout(&bin(d).args(["dispatch", "--help"]).output().unwrap());
+    let help = stdout(&Bin::new(d).args(["dispatch", "--help"]).output());
     assert!(help.contains("focus-hint"));
 }
 
 /// 13.5: `--text -` reads standard input; `--text-file` takes text too long for argv.
 #[test]
 fn text_comes_from_stdin_or_a_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let s = session(d);
-    let out = run_with_stdin(
-        d,
-        &["send", "--session", &s, "--text", "-", "--json"],
-        b"from a pipe\n",
-    );
+    let t = TestStore::empty();
+    let d = t.dir.path();
+    let s = session(&t);
+    let out = t
+        .bin()
+        .args(["send", "--session", &s, "--text", "-", "--json"])
+        .stdin(b"from a pipe\n")
+        .output();
     json(&out);
     let big = "y".repeat(140 * 1024);
     let path = d.join("big.txt");
     std::fs::write(&path, &big).unwrap();
-    json(&run_in(
-        d,
-        &[
-            "send",
-            "--session",
-            &s,
-            "--text-file",
-            path.to_str().unwrap(),
-            "--json",
-        ],
-    ));
-    let shown = json(&run_in(d, &["session", "show", &s, "--json"]));
+    json(&t.run(&[
+        "send",
+        "--session",
+        &s,
+        "--text-file",
+        path.to_str().unwrap(),
+        "--json",
+    ]));
+    let shown = json(&t.run(&["session", "show", &s, "--json"]));
     assert_eq!(shown["messages"][0]["displayText"], "from a pipe\n");
     assert_eq!(
         shown["messages"][1]["displayText"].as_str().unwrap().len(),
         140 * 1024
     );
-    let out = run_in(
-        d,
-        &["send", "--session", &s, "--text", "a", "--text-file", "b"],
-    );
+    let out = t.run(&["send", "--session", &s, "--text", "a", "--text-file", "b"]);
     crate::support::assert_usage_error(&out);
 }
 
@@ -273,25 +260,16 @@ fn text_comes_from_stdin_or_a_file() {
 /// wording and sizes.
 #[test]
 fn small_things_read_right() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let s = session(d);
-    json(&run_in(
-        d,
-        &["session", "show", &s.to_uppercase(), "--json"],
-    ));
+    let t = TestStore::empty();
+    let d = t.dir.path();
+    let s = session(&t);
+    json(&t.run(&["session", "show", &s.to_uppercase(), "--json"]));
 
     let file = d.join("café chart.png");
     std::fs::write(&file, crate::support::PNG).unwrap();
-    json(&run_in(
-        d,
-        &["attach", "--session", &s, file.to_str().unwrap(), "--json"],
-    ));
+    json(&t.run(&["attach", "--session", &s, file.to_str().unwrap(), "--json"]));
     let raw = format!("attachment:///{s}/café chart.png");
-    let out = run_in(
-        d,
-        &["send", "--session", &s, "--text", "x", "--attach", &raw],
-    );
+    let out = t.run(&["send", "--session", &s, "--text", "x", "--attach", &raw]);
     let err = assert_one_line_error(&out);
     assert_eq!(out.status.code(), Some(3));
     assert!(
@@ -303,21 +281,18 @@ fn small_things_read_right() {
 
     // A dispatch that leaves out an unreadable file warns once and still succeeds.
     let uri = format!("attachment:///{s}/caf%C3%A9%20chart.png");
-    json(&run_in(
-        d,
-        &[
-            "send",
-            "--session",
-            &s,
-            "--text",
-            "look",
-            "--attach",
-            &uri,
-            "--json",
-        ],
-    ));
+    json(&t.run(&[
+        "send",
+        "--session",
+        &s,
+        "--text",
+        "look",
+        "--attach",
+        &uri,
+        "--json",
+    ]));
     std::fs::remove_file(d.join("attachments").join(&s).join("café chart.png")).unwrap();
-    let out = run_in(d, &["dispatch", "--session", &s]);
+    let out = t.run(&["dispatch", "--session", &s]);
     assert!(out.status.success());
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -325,37 +300,32 @@ fn small_things_read_right() {
         err.starts_with("warning: message ") && err.contains("café chart.png"),
         "{err}"
     );
-    let out = run_in(d, &["dispatch", "--session", &s, "-q"]);
+    let out = t.run(&["dispatch", "--session", &s, "-q"]);
     assert_quiet_success(&out);
 
     // The reader went away: no error, as with other tools.
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let out = bin(d)
+    let out = Bin::new(d)
         .args(["session", "list", "--db"])
         .arg(d.join("sessions.db"))
         .stdout(writer)
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+        .output();
     assert_quiet_success(&out);
 
     // An assistant message is "an assistant message".
-    let reply = json(&run_in(
-        d,
-        &[
-            "send",
-            "--session",
-            &s,
-            "--text",
-            "ok",
-            "--role",
-            "assistant",
-            "--json",
-        ],
-    ));
+    let reply = json(&t.run(&[
+        "send",
+        "--session",
+        &s,
+        "--text",
+        "ok",
+        "--role",
+        "assistant",
+        "--json",
+    ]));
     let id = reply["id"].as_str().unwrap();
-    let err = assert_one_line_error(&run_in(d, &["dispatch", "--session", &s, "--message", id]));
+    let err = assert_one_line_error(&t.run(&["dispatch", "--session", &s, "--message", id]));
     assert!(err.contains("is an assistant message"), "{err}");
 
     // Sizes read as people write them.
@@ -364,10 +334,7 @@ fn small_things_read_right() {
         .unwrap()
         .set_len(65 * 1024 * 1024)
         .unwrap();
-    let err = assert_one_line_error(&run_in(
-        d,
-        &["attach", "--session", &s, huge.to_str().unwrap()],
-    ));
+    let err = assert_one_line_error(&t.run(&["attach", "--session", &s, huge.to_str().unwrap()]));
     assert!(err.contains("it is 65 MiB, over the 64 MiB limit"), "{err}");
 }
 
@@ -388,11 +355,7 @@ fn every_option_has_help_text() {
         ),
         (&["drain"], &["Fail, delivering nothing", "What to print"]),
     ] {
-        let out = bin(dir.path())
-            .args(command)
-            .arg("--help")
-            .output()
-            .unwrap();
+        let out = Bin::new(dir.path()).args(command).arg("--help").output();
         let help = stdout(&out);
         for w in wanted {
             assert!(help.contains(w), "{command:?}: {w:?} not in {help}");
@@ -403,9 +366,9 @@ fn every_option_has_help_text() {
 /// 13.7: logs are quiet by default, `-v` shows a legacy-root read, `RUST_LOG` decides.
 #[test]
 fn logs_follow_v_q_and_rust_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let s = session(d);
+    let t = TestStore::empty();
+    let d = t.dir.path();
+    let s = session(&t);
     let legacy = d.join("legacy");
     std::fs::create_dir_all(legacy.join(&s)).unwrap();
     std::fs::write(legacy.join(&s).join("old.txt"), "secret contents").unwrap();
@@ -422,12 +385,12 @@ fn logs_follow_v_q_and_rust_log() {
         "--legacy-root",
         legacy,
     ];
-    assert_quiet_success(&run_in(d, &send));
+    assert_quiet_success(&t.run(&send));
     let dispatch = ["dispatch", "--session", &s, "--legacy-root", legacy];
-    assert_quiet_success(&run_in(d, &dispatch));
+    assert_quiet_success(&t.run(&dispatch));
     let mut verbose = dispatch.to_vec();
     verbose.push("-v");
-    let out = run_in(d, &verbose);
+    let out = t.run(&verbose);
     assert!(out.status.success());
     let err = stderr(&out);
     assert!(
@@ -438,51 +401,46 @@ fn logs_follow_v_q_and_rust_log() {
         !err.contains("secret contents"),
         "a log never holds contents"
     );
-    let out = bin(d)
+    let out = Bin::new(d)
         .args(dispatch)
         .arg("--db")
         .arg(d.join("sessions.db"))
         .arg("--attachments-root")
         .arg(d.join("attachments"))
         .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
+        .output();
     assert!(stderr(&out).contains("legacy root 1"));
 }
 
 /// 13.7 and 13.8: `--json` errors are one object with the library's kind.
 #[test]
 fn json_errors_carry_the_kind() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+    let t = TestStore::empty();
     let ghost = sessionstore::SessionId::new().to_string();
-    let out = run_in(d, &["session", "show", &ghost, "--json"]);
+    let out = t.run(&["session", "show", &ghost, "--json"]);
     assert_eq!(out.status.code(), Some(1));
     let err: serde_json::Value = serde_json::from_str(stderr(&out).trim()).unwrap();
     assert_eq!(err["error"]["kind"], "no_database");
-    let s = session(d);
-    let out = run_in(d, &["session", "show", &ghost, "--json"]);
+    let s = session(&t);
+    let out = t.run(&["session", "show", &ghost, "--json"]);
     let err: serde_json::Value = serde_json::from_str(stderr(&out).trim()).unwrap();
     assert_eq!(err["error"]["kind"], "session_not_found");
     assert!(err["error"]["message"].as_str().unwrap().contains(&ghost));
     let bad = format!("attachment:///{s}/..%2Fx");
-    let out = run_in(
-        d,
-        &[
-            "send",
-            "--session",
-            &s,
-            "--text",
-            "x",
-            "--attach",
-            &bad,
-            "--json",
-        ],
-    );
+    let out = t.run(&[
+        "send",
+        "--session",
+        &s,
+        "--text",
+        "x",
+        "--attach",
+        &bad,
+        "--json",
+    ]);
     assert_eq!(out.status.code(), Some(3));
     let err: serde_json::Value = serde_json::from_str(stderr(&out).trim()).unwrap();
     assert_eq!(err["error"]["kind"], "malformed_reference");
-    let out = run_in(d, &["send", "--json", "--session", &s, "--txt", "x"]);
+    let out = t.run(&["send", "--json", "--session", &s, "--txt", "x"]);
     assert_eq!(out.status.code(), Some(2));
     let err: serde_json::Value = serde_json::from_str(stderr(&out).trim()).unwrap();
     assert_eq!(err["error"]["kind"], "usage");
@@ -497,51 +455,42 @@ fn json_errors_carry_the_kind() {
 /// 13.7: `session rename`, `attachment list`, `attachment get`.
 #[test]
 fn rename_list_and_get() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let s = session(d);
-    let renamed = json(&run_in(d, &["session", "rename", &s, "new name", "--json"]));
+    let t = TestStore::empty();
+    let d = t.dir.path();
+    let s = session(&t);
+    let renamed = json(&t.run(&["session", "rename", &s, "new name", "--json"]));
     assert_eq!(renamed["title"], "new name");
-    let shown = json(&run_in(d, &["session", "show", &s, "--json"]));
+    let shown = json(&t.run(&["session", "show", &s, "--json"]));
     assert_eq!(shown["session"]["title"], "new name");
 
     let notes = d.join("notes.txt");
     std::fs::write(&notes, "quarterly notes\n").unwrap();
     let other = d.join("other.txt");
     std::fs::write(&other, "kept").unwrap();
-    let stored = json(&run_in(
-        d,
-        &[
-            "attach",
-            "--session",
-            &s,
-            notes.to_str().unwrap(),
-            other.to_str().unwrap(),
-            "--json",
-        ],
-    ));
+    let stored = json(&t.run(&[
+        "attach",
+        "--session",
+        &s,
+        notes.to_str().unwrap(),
+        other.to_str().unwrap(),
+        "--json",
+    ]));
     let uri = stored[0]["uri"].as_str().unwrap().to_owned();
     let gone = stored[1]["uri"].as_str().unwrap().to_owned();
-    let m = json(&run_in(
-        d,
-        &[
-            "send",
-            "--session",
-            &s,
-            "--text",
-            "x",
-            "--attach",
-            &uri,
-            "--attach",
-            &gone,
-            "--json",
-        ],
-    ));
+    let m = json(&t.run(&[
+        "send",
+        "--session",
+        &s,
+        "--text",
+        "x",
+        "--attach",
+        &uri,
+        "--attach",
+        &gone,
+        "--json",
+    ]));
     std::fs::remove_file(d.join("attachments").join(&s).join("other.txt")).unwrap();
-    let listed = json(&run_in(
-        d,
-        &["attachment", "list", "--session", &s, "--json"],
-    ));
+    let listed = json(&t.run(&["attachment", "list", "--session", &s, "--json"]));
     assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
     assert_eq!(listed[0]["name"], "notes.txt");
     assert_eq!(listed[0]["size"], 16);
@@ -549,7 +498,7 @@ fn rename_list_and_get() {
     assert_eq!(listed[0]["messages"][0], m["id"]);
     assert_eq!(listed[1]["name"], "other.txt");
     assert_eq!(listed[1]["present"], false);
-    let human = stdout(&run_in(d, &["attachment", "list", "--session", &s]));
+    let human = stdout(&t.run(&["attachment", "list", "--session", &s]));
     assert!(
         human.contains("notes.txt  16 bytes  text/plain  used by"),
         "{human}"
@@ -559,23 +508,17 @@ fn rename_list_and_get() {
         "no path in the listing"
     );
 
-    let out = run_in(d, &["attachment", "get", &uri]);
+    let out = t.run(&["attachment", "get", &uri]);
     assert!(out.status.success());
     assert_eq!(out.stdout, b"quarterly notes\n");
     let copy = d.join("copy.txt");
-    let out = run_in(
-        d,
-        &["attachment", "get", &uri, "--out", copy.to_str().unwrap()],
-    );
+    let out = t.run(&["attachment", "get", &uri, "--out", copy.to_str().unwrap()]);
     assert_quiet_success(&out);
     assert_eq!(std::fs::read(&copy).unwrap(), b"quarterly notes\n");
-    let out = run_in(
-        d,
-        &["attachment", "get", &format!("attachment:///{s}/..%2Fetc")],
-    );
+    let out = t.run(&["attachment", "get", &format!("attachment:///{s}/..%2Fetc")]);
     assert_one_line_error(&out);
     assert_eq!(out.status.code(), Some(3));
-    let out = run_in(d, &["attachment", "get", &gone]);
+    let out = t.run(&["attachment", "get", &gone]);
     let err = assert_one_line_error(&out);
     assert!(err.contains("not found"), "{err}");
 }
@@ -585,10 +528,7 @@ fn rename_list_and_get() {
 fn completions_load_in_bash() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("sessionstore.bash");
-    let out = bin(dir.path())
-        .args(["completions", "bash"])
-        .output()
-        .unwrap();
+    let out = Bin::new(dir.path()).args(["completions", "bash"]).output();
     assert!(out.status.success());
     std::fs::write(&script, &out.stdout).unwrap();
     let loaded = std::process::Command::new("bash")
@@ -600,10 +540,7 @@ fn completions_load_in_bash() {
     assert_eq!(stderr(&loaded), "");
     assert!(stdout(&loaded).contains("sessionstore"));
     for shell in ["zsh", "fish", "powershell"] {
-        let out = bin(dir.path())
-            .args(["completions", shell])
-            .output()
-            .unwrap();
+        let out = Bin::new(dir.path()).args(["completions", shell]).output();
         assert!(out.status.success() && !out.stdout.is_empty(), "{shell}");
     }
 }
@@ -611,9 +548,9 @@ fn completions_load_in_bash() {
 /// Nothing prints colour or progress when stdout is not a terminal.
 #[test]
 fn no_colour_or_progress_off_a_terminal() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let s = session(d);
+    let t = TestStore::empty();
+    let d = t.dir.path();
+    let s = session(&t);
     let file = d.join("a.txt");
     std::fs::write(&file, "a").unwrap();
     for args in [
@@ -622,11 +559,11 @@ fn no_colour_or_progress_off_a_terminal() {
         &["session", "list"],
         &["paths"],
     ] {
-        let out = run_in(d, args);
+        let out = t.run(args);
         assert_quiet_success(&out);
         assert!(!out.stdout.contains(&0x1b), "{args:?}: no escape sequence");
     }
-    let out = bin(d).arg("frobnicate").output().unwrap();
+    let out = Bin::new(d).arg("frobnicate").output();
     assert!(!out.stderr.contains(&0x1b), "usage errors are not coloured");
 }
 
@@ -644,6 +581,14 @@ pub(crate) fn readme_script(from: &str, to: &str) -> String {
         let close = block.find("```").expect("a closed block");
         script.push_str(&block[..close]);
         section = &block[close + 3..];
+    }
+    // A binary built without the probe refuses `probe`; the rest of the tour runs.
+    if cfg!(not(feature = "probe")) {
+        script = script
+            .lines()
+            .filter(|l| !l.starts_with("cargo run -- probe"))
+            .map(|l| format!("{l}\n"))
+            .collect();
     }
     let binary = env!("CARGO_BIN_EXE_sessionstore");
     let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
@@ -684,15 +629,14 @@ fn readme_tour_runs_as_written() {
             && script.contains("attachment get")
     );
     let dir = tempfile::tempdir().unwrap();
-    let out = bin(dir.path())
+    let out = Bin::new(dir.path())
         .current_dir(dir.path())
         .env_clear()
         .env("HOME", dir.path())
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("XDG_DATA_HOME", dir.path().join(".local/share"))
         .arg("--version")
-        .output()
-        .unwrap();
+        .output();
     assert!(out.status.success());
     let out = run_script(dir.path(), &script);
     assert!(
@@ -710,13 +654,10 @@ fn readme_tour_runs_as_written() {
 /// 13.6: a session that does not restore is named once in the refusal.
 #[test]
 fn the_restore_refusal_names_its_session_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let s = session(d);
-    json(&run_in(
-        d,
-        &["send", "--session", &s, "--text", "hello", "--json"],
-    ));
+    let t = TestStore::empty();
+    let d = t.dir.path();
+    let s = session(&t);
+    json(&t.run(&["send", "--session", &s, "--text", "hello", "--json"]));
     let conn = rusqlite::Connection::open(d.join("sessions.db")).unwrap();
     // An event delivering a message that was never appended: the log no longer
     // replays.
@@ -734,7 +675,7 @@ fn the_restore_refusal_names_its_session_once() {
     )
     .unwrap();
     drop(conn);
-    let err = assert_one_line_error(&run_in(d, &["restore", "--session", &s]));
+    let err = assert_one_line_error(&t.run(&["restore", "--session", &s]));
     assert_eq!(err.matches(&s).count(), 1, "{err}");
     assert!(err.contains("which was never appended"), "{err}");
 }
@@ -742,10 +683,14 @@ fn the_restore_refusal_names_its_session_once() {
 /// `record` counts in the singular where there is one.
 #[test]
 fn record_counts_read_in_the_singular() {
-    let dir = tempfile::tempdir().unwrap();
-    let id = session(dir.path());
+    let t = TestStore::empty();
+    let id = session(&t);
     let line = br#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}"#;
-    let out = run_with_stdin(dir.path(), &["record", "--session", &id], line);
+    let out = t
+        .bin()
+        .args(["record", "--session", &id])
+        .stdin(line)
+        .output();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out).trim_end(), "recorded 1 update into 1 item");
 }
@@ -753,21 +698,18 @@ fn record_counts_read_in_the_singular() {
 /// An export that cannot write its output says so, naming the file, and leaves nothing.
 #[test]
 fn an_export_that_cannot_write_says_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let id = session(dir.path());
+    let t = TestStore::empty();
+    let id = session(&t);
     for format in ["tar", "markdown"] {
-        let out_file = dir.path().join("missing").join("out");
+        let out_file = t.dir.path().join("missing").join("out");
         let out = out_file.to_str().unwrap();
-        let run = run_in(
-            dir.path(),
-            &["export", "--session", &id, "--out", out, "--format", format],
-        );
+        let run = t.run(&["export", "--session", &id, "--out", out, "--format", format]);
         let err = assert_one_line_error(&run);
         assert!(
             err.starts_with(&format!("error: cannot write {out}")),
             "{err}"
         );
-        assert!(!dir.path().join("missing").exists());
+        assert!(!t.dir.path().join("missing").exists());
     }
 }
 
@@ -775,26 +717,20 @@ fn an_export_that_cannot_write_says_write() {
 /// machine with no store yet comes in whole.
 #[test]
 fn import_makes_the_database_it_imports_into() {
-    let from = tempfile::tempdir().unwrap();
-    let id = session(from.path());
-    let archive = from.path().join("s.tar");
-    let out = run_in(
-        from.path(),
-        &[
-            "export",
-            "--session",
-            &id,
-            "--out",
-            archive.to_str().unwrap(),
-        ],
-    );
+    let from = TestStore::empty();
+    let id = session(&from);
+    let archive = from.dir.path().join("s.tar");
+    let out = from.run(&[
+        "export",
+        "--session",
+        &id,
+        "--out",
+        archive.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let to = tempfile::tempdir().unwrap();
-    assert!(!to.path().join("sessions.db").exists());
-    let imported = json(&run_in(
-        to.path(),
-        &["import", archive.to_str().unwrap(), "--keep-id", "--json"],
-    ));
+    let to = TestStore::empty();
+    assert!(!to.db_path().exists());
+    let imported = json(&to.run(&["import", archive.to_str().unwrap(), "--keep-id", "--json"]));
     assert_eq!(imported["id"], id.as_str());
-    assert!(run_in(to.path(), &["verify"]).status.success());
+    assert!(to.run(&["verify"]).status.success());
 }

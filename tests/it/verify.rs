@@ -1,11 +1,11 @@
 //! `verify`: the tables are a projection of the event log, and edits made behind the
 //! store's back are caught and named.
 
-use crate::support::{config_in, run_in, stdout, user_text};
+use crate::support::{TestStore, stdout, user_text};
 use sessionstore::model::ToolsHost;
 
-async fn seeded(dir: &std::path::Path) -> sessionstore::Store {
-    let store = sessionstore::Store::open(config_in(dir)).await.unwrap();
+async fn seeded(t: &TestStore) -> sessionstore::Store {
+    let store = t.open().await;
     let s = store.create_session(None, ToolsHost::Local).await.unwrap();
     for t in ["one", "two"] {
         store.append_message(s.id, user_text(t)).await.unwrap();
@@ -13,31 +13,31 @@ async fn seeded(dir: &std::path::Path) -> sessionstore::Store {
     store
 }
 
-fn verify_cli(dir: &std::path::Path) -> (bool, String) {
-    let out = run_in(dir, &["verify"]);
+fn verify_cli(t: &TestStore) -> (bool, String) {
+    let out = t.run(&["verify"]);
     (out.status.success(), stdout(&out))
 }
 
 #[tokio::test]
 async fn a_clean_database_verifies() {
-    let dir = tempfile::tempdir().unwrap();
-    seeded(dir.path()).await;
-    let (ok, out) = verify_cli(dir.path());
+    let t = TestStore::empty();
+    seeded(&t).await;
+    let (ok, out) = verify_cli(&t);
     assert!(ok, "{out}");
     assert!(out.contains("1 session, 2 messages, 4 events: ok"), "{out}");
 }
 
 #[tokio::test]
 async fn an_event_removed_behind_its_back_is_caught() {
-    let dir = tempfile::tempdir().unwrap();
-    seeded(dir.path()).await;
-    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    let t = TestStore::empty();
+    seeded(&t).await;
+    let conn = rusqlite::Connection::open(t.db_path()).unwrap();
     conn.execute_batch(
         "DROP TRIGGER events_no_delete;
          DELETE FROM events WHERE seq = (SELECT min(seq) FROM events WHERE kind = 'message_appended');",
     )
     .unwrap();
-    let (ok, out) = verify_cli(dir.path());
+    let (ok, out) = verify_cli(&t);
     assert!(!ok, "{out}");
     assert!(out.contains("sequence jumps"), "{out}");
     assert!(
@@ -48,15 +48,15 @@ async fn an_event_removed_behind_its_back_is_caught() {
 
 #[tokio::test]
 async fn a_message_text_edited_behind_its_back_is_caught() {
-    let dir = tempfile::tempdir().unwrap();
-    seeded(dir.path()).await;
-    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    let t = TestStore::empty();
+    seeded(&t).await;
+    let conn = rusqlite::Connection::open(t.db_path()).unwrap();
     conn.execute(
         "UPDATE messages SET display_text = 'forged' WHERE seq = 2",
         [],
     )
     .unwrap();
-    let (ok, out) = verify_cli(dir.path());
+    let (ok, out) = verify_cli(&t);
     assert!(!ok, "{out}");
     assert!(
         out.contains("differs from its event log (display text)"),
@@ -66,10 +66,10 @@ async fn a_message_text_edited_behind_its_back_is_caught() {
 
 #[tokio::test]
 async fn an_event_for_a_missing_session_is_caught() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = seeded(dir.path()).await;
+    let t = TestStore::empty();
+    let store = seeded(&t).await;
     drop(store);
-    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    let conn = rusqlite::Connection::open(t.db_path()).unwrap();
     conn.execute_batch(
         "PRAGMA foreign_keys = OFF;
          INSERT INTO events (session_id, session_seq, kind, payload, created_at)
@@ -77,17 +77,15 @@ async fn an_event_for_a_missing_session_is_caught() {
                  '{\"kind\":\"session_created\",\"title\":null,\"toolsHost\":\"local\"}', 'now');",
     )
     .unwrap();
-    let (ok, out) = verify_cli(dir.path());
+    let (ok, out) = verify_cli(&t);
     assert!(!ok, "{out}");
     assert!(out.contains("not in the sessions table"), "{out}");
 }
 
 #[tokio::test]
 async fn a_reference_deleted_behind_its_back_is_caught() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = sessionstore::Store::open(config_in(dir.path()))
-        .await
-        .unwrap();
+    let t = TestStore::empty();
+    let store = sessionstore::Store::open(t.config.clone()).await.unwrap();
     let s = store.create_session(None, ToolsHost::Local).await.unwrap();
     let stored = store
         .attach(s.id, "kept.txt".into(), b"contents".to_vec())
@@ -104,10 +102,10 @@ async fn a_reference_deleted_behind_its_back_is_caught() {
         .await
         .unwrap();
     drop(store);
-    assert!(verify_cli(dir.path()).0);
-    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    assert!(verify_cli(&t).0);
+    let conn = rusqlite::Connection::open(t.db_path()).unwrap();
     conn.execute("DELETE FROM message_refs", []).unwrap();
-    let (ok, out) = verify_cli(dir.path());
+    let (ok, out) = verify_cli(&t);
     assert!(!ok, "{out}");
     assert!(
         out.contains("differs from its event log (references)"),
@@ -119,9 +117,9 @@ async fn a_reference_deleted_behind_its_back_is_caught() {
 /// compared only rows. It now compares the schema with what the migrations make.
 #[tokio::test]
 async fn hole_5_verify_names_each_way_the_schema_differs_from_the_migrations() {
-    let dir = tempfile::tempdir().unwrap();
-    drop(seeded(dir.path()).await);
-    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    let t = TestStore::empty();
+    drop(seeded(&t).await);
+    let conn = rusqlite::Connection::open(t.db_path()).unwrap();
     conn.execute_batch(
         "DROP TRIGGER events_no_update;
          DROP TRIGGER events_no_delete;
@@ -131,7 +129,7 @@ async fn hole_5_verify_names_each_way_the_schema_differs_from_the_migrations() {
     )
     .unwrap();
     drop(conn);
-    let (ok, out) = verify_cli(dir.path());
+    let (ok, out) = verify_cli(&t);
     assert!(!ok, "{out}");
     let latest = crate::support::latest_version();
     for expected in [
@@ -147,13 +145,13 @@ async fn hole_5_verify_names_each_way_the_schema_differs_from_the_migrations() {
 
 #[tokio::test]
 async fn a_changed_table_is_a_schema_problem_and_layout_is_not() {
-    let dir = tempfile::tempdir().unwrap();
-    drop(seeded(dir.path()).await);
-    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    let t = TestStore::empty();
+    drop(seeded(&t).await);
+    let conn = rusqlite::Connection::open(t.db_path()).unwrap();
     conn.execute_batch("ALTER TABLE sessions ADD COLUMN note TEXT;")
         .unwrap();
     drop(conn);
-    let (ok, out) = verify_cli(dir.path());
+    let (ok, out) = verify_cli(&t);
     assert!(!ok, "{out}");
     let latest = crate::support::latest_version();
     assert!(
@@ -164,9 +162,9 @@ async fn a_changed_table_is_a_schema_problem_and_layout_is_not() {
     );
 
     // The same trigger written over more lines is the same schema.
-    let dir = tempfile::tempdir().unwrap();
-    drop(seeded(dir.path()).await);
-    let conn = rusqlite::Connection::open(dir.path().join("sessions.db")).unwrap();
+    let t = TestStore::empty();
+    drop(seeded(&t).await);
+    let conn = rusqlite::Connection::open(t.db_path()).unwrap();
     conn.execute_batch(
         "DROP TRIGGER events_no_update;
          CREATE TRIGGER events_no_update BEFORE UPDATE ON events
@@ -176,6 +174,6 @@ async fn a_changed_table_is_a_schema_problem_and_layout_is_not() {
     )
     .unwrap();
     drop(conn);
-    let (ok, out) = verify_cli(dir.path());
+    let (ok, out) = verify_cli(&t);
     assert!(ok, "{out}");
 }

@@ -7,6 +7,7 @@
 
 mod pool;
 mod schema;
+#[cfg(any(test, feature = "probe", feature = "testkit"))]
 mod scratch;
 #[cfg(test)]
 mod tests;
@@ -28,6 +29,7 @@ use crate::error::{Error, Result};
 
 pub use self::pool::unreachable;
 pub use self::schema::{migrate, plan, schema_problems};
+#[cfg(any(test, feature = "probe", feature = "testkit"))]
 pub use self::scratch::{ScratchSchema, off_runtime};
 #[cfg(test)]
 pub(crate) use super::sql::test_server;

@@ -12,7 +12,7 @@ use sessionstore::model::ToolsHost;
 use sessionstore::store::Outgoing;
 use sessionstore::{MessageId, SessionId, Store};
 
-use crate::support::{Expect, stderr};
+use crate::support::{Expect, HOST, stderr};
 
 /// A new session's id.
 pub async fn session(store: &Store, tools: ToolsHost) -> SessionId {
@@ -24,13 +24,13 @@ pub async fn session(store: &Store, tools: ToolsHost) -> SessionId {
 }
 
 /// What an attachment block for `name` of `session` must hold, as a store opened
-/// through `Backend::config` (host `test-host`) gives it.
+/// through a `TestStore` (host [`HOST`]) gives it.
 pub fn expect(session: SessionId, name: &str, bytes: &[u8]) -> Expect {
     Expect {
         name: name.to_owned(),
         uri: sessionstore::oracle::expected_uri(session, name),
         bytes: bytes.to_vec(),
-        host: "test-host".to_owned(),
+        host: HOST.to_owned(),
     }
 }
 

@@ -11,10 +11,9 @@ use sessionstore::attachments::Roots;
 use sessionstore::{Config, SessionId, Store};
 
 use super::common::{entry_ids, export, ids_named};
-use crate::backend::{Backend, conformance};
 use crate::support::{
-    V2_RESTORE_SNAPSHOTS, bin_on, copy_tree, fixture, history_blocks, json, restore_text, snapshot,
-    stderr, stdout, v1_restore_snapshots,
+    Bin, TestStore, V2_RESTORE_SNAPSHOTS, conformance, copy_tree, fixture, history_blocks, json,
+    restore_text, snapshot, stderr, stdout, v1_restore_snapshots,
 };
 
 conformance!(
@@ -57,15 +56,12 @@ impl Copy {
 
     /// The binary on the database `db` with this copy's attachment roots.
     fn run_on(&self, db: &str, args: &[&str]) -> Output {
-        bin_on(
-            self.root(),
-            args,
-            db,
-            &self.root().join("attachments"),
-            &self.root().join("legacy"),
-        )
-        .output()
-        .expect("the binary runs")
+        let config = Config {
+            database: db.into(),
+            roots: self.roots(),
+            host: "snapshot-host".into(),
+        };
+        Bin::new(self.root()).args(args).on(&config).output()
     }
 
     /// A store on the database `db` with this copy's roots, naming the host as the
@@ -92,7 +88,7 @@ fn snapshot_file(name: &str, ids: &[String]) -> String {
 /// Loads fixture `version` into `b` (export from a migrated SQLite copy, import with
 /// `--keep-id`), then compares the restores. Returns the copy and `b`'s store on the
 /// copy's roots, for the version's own snapshot checks.
-async fn load(b: &Backend, version: &str) -> (Copy, Store, Vec<String>, Vec<String>) {
+async fn load(b: &TestStore, version: &str) -> (Copy, Store, Vec<String>, Vec<String>) {
     let before = snapshot(&fixture(version));
     let copy = Copy::of(version);
     let sid = copy.session.to_string();
@@ -140,7 +136,7 @@ async fn load(b: &Backend, version: &str) -> (Copy, Store, Vec<String>, Vec<Stri
             continue;
         };
         let path = PathBuf::from(crate::support::context_line(context).path);
-        assert!(path.starts_with(b.configured_root().join(&sid)), "{path:?}");
+        assert!(path.starts_with(b.configured().join(&sid)), "{path:?}");
         let name = path.file_name().unwrap().to_str().unwrap();
         let original = ["attachments", "legacy"]
             .iter()
@@ -162,7 +158,7 @@ async fn load(b: &Backend, version: &str) -> (Copy, Store, Vec<String>, Vec<Stri
     (copy, b_store, copy_ids, b_ids)
 }
 
-async fn the_v1_fixture_imported_restores_as_its_sqlite_copy_does(b: Backend) {
+async fn the_v1_fixture_imported_restores_as_its_sqlite_copy_does(b: TestStore) {
     let (copy, store, copy_ids, b_ids) = load(&b, "v1").await;
     // What the snapshots hold, made as `snapshots.rs` makes them.
     let restored = store.restore(copy.session).await.unwrap();
@@ -177,7 +173,7 @@ async fn the_v1_fixture_imported_restores_as_its_sqlite_copy_does(b: Backend) {
     }
 }
 
-async fn the_v2_fixture_imported_restores_as_its_sqlite_copy_does(b: Backend) {
+async fn the_v2_fixture_imported_restores_as_its_sqlite_copy_does(b: TestStore) {
     let (copy, store, copy_ids, b_ids) = load(&b, "v2").await;
     let sid = copy.session;
     for (format, name) in V2_RESTORE_SNAPSHOTS {

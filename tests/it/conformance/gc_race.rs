@@ -8,12 +8,11 @@ use sessionstore::Error;
 use sessionstore::model::ToolsHost;
 use sessionstore::store::Outgoing;
 
-use crate::backend::{Backend, conformance};
-use crate::support::{json, stderr};
+use crate::support::{Bin, TestStore, conformance, json, stderr};
 
 conformance!(gc_with_a_concurrent_attach_and_send_loses_no_referenced_file);
 
-async fn gc_with_a_concurrent_attach_and_send_loses_no_referenced_file(b: Backend) {
+async fn gc_with_a_concurrent_attach_and_send_loses_no_referenced_file(b: TestStore) {
     let store = b.open().await;
     let session = store
         .create_session(None, ToolsHost::Local)
@@ -23,20 +22,14 @@ async fn gc_with_a_concurrent_attach_and_send_loses_no_referenced_file(b: Backen
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let gc_loop = {
         let stop = stop.clone();
-        let (home, db, root) = (
-            b.dir.path().to_owned(),
-            b.db().to_owned(),
-            b.configured_root(),
-        );
+        let (home, config) = (b.dir.path().to_owned(), b.config.clone());
         std::thread::spawn(move || {
             let mut runs = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) || runs == 0 {
-                let out = crate::support::bin(&home)
-                    .args(["gc", "--grace", "0", "--json", "--db", &db])
-                    .arg("--attachments-root")
-                    .arg(&root)
-                    .output()
-                    .unwrap();
+                let out = Bin::new(&home)
+                    .args(["gc", "--grace", "0", "--json"])
+                    .on(&config)
+                    .output();
                 assert!(out.status.success(), "gc failed: {}", stderr(&out));
                 runs += 1;
             }
@@ -75,7 +68,7 @@ async fn gc_with_a_concurrent_attach_and_send_loses_no_referenced_file(b: Backen
     for m in &messages {
         for r in &m.refs {
             let path = b
-                .configured_root()
+                .configured()
                 .join(session.to_string())
                 .join(&r.stored_name);
             assert!(path.is_file(), "{} lost its file {}", m.id, path.display());

@@ -15,8 +15,7 @@ use sessionstore::{Error, SessionId};
 use super::common::{
     entry_ids, export, ids_named, moved, parse_update, restored_paths, seeded, session,
 };
-use crate::backend::{Backend, conformance};
-use crate::support::{Expect, assert_one_line_error, json, stderr, stdout};
+use crate::support::{Expect, TestStore, assert_one_line_error, conformance, json, stderr, stdout};
 
 conformance!(
     a_cursor_walk_sees_each_session_once_in_order,
@@ -31,7 +30,7 @@ fn ids(page: &sessionstore::lifecycle::SessionPage) -> Vec<SessionId> {
     page.sessions.iter().map(|s| s.id).collect()
 }
 
-async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
+async fn a_cursor_walk_sees_each_session_once_in_order(b: TestStore) {
     let store = b.open().await;
     let mut before = Vec::new();
     for _ in 0..23 {
@@ -200,9 +199,9 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: Backend) {
     assert!(err.contains("malformed cursor"), "{err}");
 }
 
-async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
+async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: TestStore) {
     let store = b.open().await;
-    let (gone, _, _) = seeded(&store, &b.legacy_root()).await;
+    let (gone, _, _) = seeded(&store, b.legacy()).await;
     let live = session(&store, ToolsHost::Local).await;
     store
         .send(live, Outgoing::user("stays here"))
@@ -211,7 +210,7 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
     let archive = b.dir.path().join("gone.tar");
     store.export_archive(gone, archive.clone()).await.unwrap();
     let sid = gone.to_string();
-    let folder = b.configured_root().join(&sid);
+    let folder = b.configured().join(&sid);
     assert!(folder.join("café chart.png").is_file());
 
     let planned = json(&b.run(&["session", "delete", &sid, "--dry-run", "--json"]));
@@ -235,12 +234,12 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: Backend) {
     assert_eq!(deleted.files, 2);
     assert_eq!(
         deleted.legacy_files,
-        [b.legacy_root().join(&sid).join("old.txt")]
+        [b.legacy().join(&sid).join("old.txt")]
     );
     assert!(report.erased, "{report:?}");
     assert!(!folder.exists(), "the configured-root folder went");
     assert!(
-        b.legacy_root().join(&sid).join("old.txt").is_file(),
+        b.legacy().join(&sid).join("old.txt").is_file(),
         "legacy roots are read-only to the store"
     );
     assert!(matches!(
@@ -345,9 +344,9 @@ fn age(path: &std::path::Path, age: std::time::Duration) {
         .unwrap();
 }
 
-async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend) {
+async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: TestStore) {
     let store = b.open().await;
-    let root = b.configured_root();
+    let root = b.configured();
     let live = session(&store, ToolsHost::Local).await;
     let kept = store
         .attach(live, "kept.txt".into(), b"referenced".to_vec())
@@ -360,7 +359,7 @@ async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend)
     let mut out = Outgoing::user("see");
     out.attach = vec![kept.uri.clone()];
     store.send(live, out).await.unwrap();
-    let legacy = b.legacy_root().join(live.to_string());
+    let legacy = b.legacy().join(live.to_string());
     std::fs::create_dir_all(&legacy).unwrap();
     std::fs::write(legacy.join("legacy-orphan.txt"), b"old").unwrap();
     let deleted = session(&store, ToolsHost::Local).await;
@@ -450,9 +449,9 @@ async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: Backend)
     assert!(restored.to_string().contains("referenced"), "{restored}");
 }
 
-async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend) {
+async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: TestStore) {
     let store = b.open().await;
-    let (origin, files, ids) = seeded(&store, &b.legacy_root()).await;
+    let (origin, files, ids) = seeded(&store, b.legacy()).await;
     let forked = store.fork_session(origin, None, None).await.unwrap();
     let fork = forked.session.id;
     assert_ne!(fork, origin);
@@ -483,7 +482,7 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend)
     assert!(store.verify().await.unwrap().ok());
 
     let want: Vec<Expect> = files.iter().map(|f| moved(f, fork)).collect();
-    let fork_folder = b.configured_root().join(fork.to_string());
+    let fork_folder = b.configured().join(fork.to_string());
     let paths = restored_paths(&store, fork, &want).await;
     assert_eq!(paths.len(), 3);
     assert!(
@@ -515,7 +514,7 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend)
         "the reply came after"
     );
     // Only the first message's files are placed.
-    let mut names: Vec<String> = std::fs::read_dir(b.configured_root().join(branch.to_string()))
+    let mut names: Vec<String> = std::fs::read_dir(b.configured().join(branch.to_string()))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
@@ -551,8 +550,8 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend)
     // its rows and its words.
     let report = store.delete_sessions(vec![origin]).await.unwrap();
     assert_eq!(report.sessions[0].status, DeletionStatus::Deleted);
-    assert!(!b.configured_root().join(origin.to_string()).exists());
-    std::fs::remove_dir_all(b.legacy_root().join(origin.to_string())).unwrap();
+    assert!(!b.configured().join(origin.to_string()).exists());
+    std::fs::remove_dir_all(b.legacy().join(origin.to_string())).unwrap();
     let again = restored_paths(&store, fork, &want).await;
     assert_eq!(again, paths);
     assert_eq!(store.messages(fork).await.unwrap().len(), 2);
@@ -587,9 +586,9 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: Backend)
     assert!(verified.ok(), "{:?}", verified.problems);
 }
 
-async fn search_finds_titles_messages_and_agent_text(b: Backend) {
+async fn search_finds_titles_messages_and_agent_text(b: TestStore) {
     let store = b.open().await;
-    let (s, _, ids) = seeded(&store, &b.legacy_root()).await;
+    let (s, _, ids) = seeded(&store, b.legacy()).await;
     let other = session(&store, ToolsHost::Local).await;
     store
         .send(other, Outgoing::user("mango mango mango everywhere"))
@@ -697,8 +696,8 @@ async fn search_finds_titles_messages_and_agent_text(b: Backend) {
             .all(|hit| hit.source != "file")
     );
     let needles = vec![
-        b.configured_root().display().to_string(),
-        b.legacy_root().display().to_string(),
+        b.configured().display().to_string(),
+        b.legacy().display().to_string(),
     ];
     let audit = sessionstore::oracle::audit_database(&b.db().into(), &needles).unwrap();
     assert!(audit.value_hits.is_empty(), "{:?}", audit.value_hits);
@@ -782,13 +781,13 @@ async fn search_finds_titles_messages_and_agent_text(b: Backend) {
 /// A restore's output with what names where it was made replaced: the store's
 /// folder, and the ids of its messages and recorded items (an import gives both new
 /// ids; only the session's is kept).
-fn normalised(text: &str, b: &Backend, ids: &[String]) -> String {
+fn normalised(text: &str, b: &TestStore, ids: &[String]) -> String {
     ids_named(&text.replace(b.dir.path().to_str().unwrap(), "<DIR>"), ids)
 }
 
-async fn export_then_import_restores_the_same_history(b: Backend) {
+async fn export_then_import_restores_the_same_history(b: TestStore) {
     let store = b.open().await;
-    let (s, files, _) = seeded(&store, &b.legacy_root()).await;
+    let (s, files, _) = seeded(&store, b.legacy()).await;
     let archive = b.dir.path().join("out.tar");
     let said = export(|args| b.run(args), &s.to_string(), &archive);
     assert!(
@@ -814,7 +813,7 @@ async fn export_then_import_restores_the_same_history(b: Backend) {
     assert_eq!(there.items(s).await.unwrap().len(), 1);
     let (here, away) = (entry_ids(&store, s).await, entry_ids(&there, s).await);
     for format in ["acp", "acp-updates", "openai", "openai-responses"] {
-        let restore = |on: &Backend, ids: &[String]| {
+        let restore = |on: &TestStore, ids: &[String]| {
             let out = on.run(&["restore", "--session", &s.to_string(), "--format", format]);
             assert!(out.status.success(), "{format}: {}", stderr(&out));
             normalised(&crate::support::stdout(&out), on, ids)
@@ -828,7 +827,7 @@ async fn export_then_import_restores_the_same_history(b: Backend) {
     }
     let want: Vec<Expect> = files.iter().map(|f| moved(f, s)).collect();
     let paths = restored_paths(&there, s, &want).await;
-    let folder = other.configured_root().join(s.to_string());
+    let folder = other.configured().join(s.to_string());
     assert_eq!(paths.len(), 3);
     assert!(paths.iter().all(|p| p.starts_with(&folder)), "{paths:?}");
 
@@ -844,7 +843,7 @@ async fn export_then_import_restores_the_same_history(b: Backend) {
         let want: Vec<Expect> = files.iter().map(|f| moved(f, new)).collect();
         let paths = restored_paths(&store, new, &want).await;
         assert_eq!(paths.len(), 3);
-        let folder = b.configured_root().join(new.to_string());
+        let folder = b.configured().join(new.to_string());
         assert!(paths.iter().all(|p| p.starts_with(&folder)), "{paths:?}");
     }
     let verified = store.verify().await.unwrap();

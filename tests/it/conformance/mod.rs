@@ -15,8 +15,9 @@ use sessionstore::store::Outgoing;
 mod multihost;
 
 use self::common::session;
-use crate::backend::{Backend, conformance};
-use crate::support::{Expect, block_json, check_attachment, json, stderr, stdout};
+use crate::support::{
+    Expect, TestStore, block_json, check_attachment, conformance, json, stderr, stdout,
+};
 
 conformance!(
     a_session_restores_in_a_fresh_store_with_paths_that_read_back,
@@ -33,7 +34,7 @@ conformance!(
 /// trigger on SQLite, a rewritten trigger function on PostgreSQL, each leaving the
 /// names in place): `verify` names it, and every writing command refuses the
 /// database before writing, with `schema_damaged` and exit 3.
-async fn a_defanged_append_only_guard_is_reported_and_refuses_writes(b: Backend) {
+async fn a_defanged_append_only_guard_is_reported_and_refuses_writes(b: TestStore) {
     let store = b.open().await;
     store.create_session(None, ToolsHost::Local).await.unwrap();
     drop(store);
@@ -73,7 +74,7 @@ async fn a_defanged_append_only_guard_is_reported_and_refuses_writes(b: Backend)
 /// constraint itself; SQLite cannot drop a table's constraint, so there the table is
 /// made again without it, as a hand-made migration might, which takes its triggers
 /// along too.
-async fn a_dropped_unique_constraint_is_reported_and_refuses_writes(b: Backend) {
+async fn a_dropped_unique_constraint_is_reported_and_refuses_writes(b: TestStore) {
     let store = b.open().await;
     store.create_session(None, ToolsHost::Local).await.unwrap();
     drop(store);
@@ -128,7 +129,10 @@ async fn a_dropped_unique_constraint_is_reported_and_refuses_writes(b: Backend) 
             "{error}"
         );
     }
-    let err = sessionstore::Store::open(b.config()).await.err().unwrap();
+    let err = sessionstore::Store::open(b.config.clone())
+        .await
+        .err()
+        .unwrap();
     assert!(
         matches!(&err, sessionstore::Error::SchemaDamaged { problems, .. }
             if problems.iter().any(|p| p.kind() == sessionstore::model::ProblemKind::SchemaMissing
@@ -139,7 +143,7 @@ async fn a_dropped_unique_constraint_is_reported_and_refuses_writes(b: Backend) 
 
 /// A text far past PostgreSQL's 1 MB tsvector limit (a pasted log of distinct
 /// words) is stored whole on both engines, and a word near its start is found.
-async fn a_long_text_of_distinct_words_is_stored_and_found(b: Backend) {
+async fn a_long_text_of_distinct_words_is_stored_and_found(b: TestStore) {
     let store = b.open().await;
     let s = session(&store, ToolsHost::Local).await;
     let text: String = (0..150_000).map(|i| format!("w{i:x}q ")).collect();
@@ -153,7 +157,7 @@ async fn a_long_text_of_distinct_words_is_stored_and_found(b: Backend) {
 
 /// PostgreSQL's text cannot hold U+0000, which SQLite keeps. On PostgreSQL such a
 /// message is refused with one line and nothing of it is written.
-async fn a_nul_character_is_kept_by_sqlite_and_refused_whole_by_postgres(b: Backend) {
+async fn a_nul_character_is_kept_by_sqlite_and_refused_whole_by_postgres(b: TestStore) {
     let store = b.open().await;
     let s = session(&store, ToolsHost::Local).await;
     let sent = store.send(s, Outgoing::user("before \0 after")).await;
@@ -178,7 +182,7 @@ async fn a_nul_character_is_kept_by_sqlite_and_refused_whole_by_postgres(b: Back
 /// `SESSIONSTORE_DB` naming this engine's database (README's PostgreSQL section says
 /// the tour works unchanged there): each runs, the search for the session's title
 /// finds it, and counts read in the singular where there is one.
-async fn the_readme_tour_and_lifecycle_examples_run_as_written(b: Backend) {
+async fn the_readme_tour_and_lifecycle_examples_run_as_written(b: TestStore) {
     use crate::usability::{readme_script, run_script_with};
     let tour = readme_script("## A short tour", "`record` reads");
     let lifecycle = readme_script("### Forking a session", "## Listing sessions");
@@ -226,7 +230,7 @@ async fn the_readme_tour_and_lifecycle_examples_run_as_written(b: Backend) {
     assert!(verified.status.success(), "{}", stdout(&verified));
 }
 
-async fn the_binary_migrates_then_writes_and_reads(b: Backend) {
+async fn the_binary_migrates_then_writes_and_reads(b: TestStore) {
     let migrated = b.run(&["migrate"]);
     assert!(migrated.status.success(), "{}", stderr(&migrated));
     let said = stdout(&migrated);
@@ -255,8 +259,7 @@ async fn the_binary_migrates_then_writes_and_reads(b: Backend) {
         "{}",
         stdout(&verified)
     );
-    let mut command = b.command(&["restore", "--session", &id, "--format", "openai"]);
-    let restored = command.output().unwrap();
+    let restored = b.run(&["restore", "--session", &id, "--format", "openai"]);
     assert!(stdout(&restored).contains("hello from the binary"));
     assert!(
         b.db()
@@ -264,7 +267,7 @@ async fn the_binary_migrates_then_writes_and_reads(b: Backend) {
     );
 }
 
-async fn a_session_restores_in_a_fresh_store_with_paths_that_read_back(b: Backend) {
+async fn a_session_restores_in_a_fresh_store_with_paths_that_read_back(b: TestStore) {
     let store = b.open().await;
     let session = store
         .create_session(Some("conformance".into()), ToolsHost::Local)
@@ -288,14 +291,14 @@ async fn a_session_restores_in_a_fresh_store_with_paths_that_read_back(b: Backen
         name: stored.name.clone(),
         uri: stored.uri.to_string(),
         bytes: b"the notes".to_vec(),
-        host: "test-host".to_owned(),
+        host: crate::support::HOST.to_owned(),
     };
     assert_eq!(blocks.len(), 2, "the text, then the attachment: {blocks:?}");
     let (_, path) = check_attachment(&blocks[1], &expect);
-    assert!(path.starts_with(b.configured_root()), "{path:?}");
+    assert!(path.starts_with(b.configured()), "{path:?}");
 }
 
-async fn the_event_log_refuses_to_be_rewritten(b: Backend) {
+async fn the_event_log_refuses_to_be_rewritten(b: TestStore) {
     let store = b.open().await;
     store.create_session(None, ToolsHost::Local).await.unwrap();
     drop(store);

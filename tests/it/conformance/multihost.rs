@@ -11,9 +11,9 @@ use sessionstore::attachments::{AttachmentUri, Roots};
 use sessionstore::store::Outgoing;
 use sessionstore::{Config, SessionId, Store};
 
-use crate::backend::{Backend, conformance};
 use crate::support::{
-    Expect, PNG, check_attachment, count, json, percentile, reexec, run_bounded, stderr, stdout,
+    Bin, Expect, PNG, TestStore, check_attachment, conformance, count, json, percentile, stderr,
+    stdout,
 };
 
 conformance!(eight_writers_in_two_processes_lose_nothing_and_never_fail);
@@ -32,15 +32,13 @@ const SESSIONS: usize = 2;
 
 /// The binary as one host: its own `--attachments-root`, which may be another path to
 /// the shared folder (each host mounts it where it likes).
-fn host(b: &Backend, root: &Path, args: &[&str]) -> std::process::Output {
-    crate::support::bin(b.dir.path())
-        .args(args)
-        .arg("--db")
-        .arg(b.db())
-        .arg("--attachments-root")
-        .arg(root)
-        .output()
-        .expect("the binary runs")
+fn host(b: &TestStore, root: &Path, args: &[&str]) -> std::process::Output {
+    let mut host = b.config.clone();
+    host.roots = Roots {
+        configured: root.to_owned(),
+        legacy: vec![],
+    };
+    Bin::new(b.dir.path()).args(args).on(&host).output()
 }
 
 /// Host A writes sessions with attachments; host B, a separate process that sees the
@@ -48,8 +46,10 @@ fn host(b: &Backend, root: &Path, args: &[&str]) -> std::process::Output {
 /// reads back the uploaded bytes on B's side. Then the other way round.
 #[test]
 fn a_session_written_on_one_host_restores_on_another() {
-    let Some(b) = Backend::postgres() else { return };
-    let shared = b.configured_root();
+    let Some(b) = TestStore::postgres() else {
+        return;
+    };
+    let shared = b.configured().to_path_buf();
     std::fs::create_dir_all(&shared).unwrap();
     // Host B reaches the same folder through a mount point of its own.
     let mount_b = b.dir.path().join("host-b-mount");
@@ -206,7 +206,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// session written from both processes). Afterwards every acknowledged message is
 /// stored exactly once, each session's history runs 1..n with no gap or repeat, the
 /// event log agrees, `verify` is clean, and no writer saw an error.
-async fn eight_writers_in_two_processes_lose_nothing_and_never_fail(b: Backend) {
+async fn eight_writers_in_two_processes_lose_nothing_and_never_fail(b: TestStore) {
     let store = b.open().await;
     let mut sessions = Vec::new();
     for _ in 0..SESSIONS {
@@ -220,7 +220,7 @@ async fn eight_writers_in_two_processes_lose_nothing_and_never_fail(b: Backend) 
             .unwrap();
         sessions.push(s.id);
     }
-    let root = b.configured_root().display().to_string();
+    let root = b.configured().display().to_string();
     let writes = writes_each();
     let started = std::time::Instant::now();
     let children: Vec<_> = (0..PROCESSES)
@@ -229,17 +229,17 @@ async fn eight_writers_in_two_processes_lose_nothing_and_never_fail(b: Backend) 
             let mine: Vec<String> = (0..WRITERS)
                 .map(|w| sessions[w % SESSIONS].to_string())
                 .collect();
-            let mut cmd = reexec(
-                WRITER,
-                &[
+            let mut writer = Bin::reexec(WRITER);
+            writer
+                .envs([
                     ("SESSIONSTORE_MH_DB", b.db()),
                     ("SESSIONSTORE_MH_ROOT", &root),
                     ("SESSIONSTORE_MH_HOST", &p.to_string()),
                     ("SESSIONSTORE_MH_SESSIONS", &mine.join(",")),
                     ("SESSIONSTORE_MH_WRITES", &writes.to_string()),
-                ],
-            );
-            std::thread::spawn(move || run_bounded(&mut cmd, Duration::from_secs(600)))
+                ])
+                .timeout(Duration::from_secs(600));
+            std::thread::spawn(move || writer.bounded())
         })
         .collect();
     let outputs: Vec<_> = children.into_iter().map(|c| c.join().unwrap()).collect();

@@ -10,8 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use super::common::export;
-use crate::backend::{Backend, conformance};
-use crate::support::{bin, json, stderr, stdout};
+use crate::support::{Bin, TestStore, conformance, json, stderr, stdout};
 
 conformance!(
     a_schema_behind_this_binary_is_refused_by_readers_and_left_as_it_was,
@@ -21,7 +20,7 @@ conformance!(
 
 /// What `b` holds, read behind the store's back: its tables, each table's rows, and
 /// the migration history.
-fn state(b: &Backend) -> Vec<String> {
+fn state(b: &TestStore) -> Vec<String> {
     let catalog = if b.is_postgres() {
         "SELECT table_name FROM information_schema.tables \
          WHERE table_schema = current_schema() ORDER BY 1"
@@ -51,7 +50,7 @@ fn state(b: &Backend) -> Vec<String> {
 /// On SQLite, every file in the store's folder with its bytes: a refusal writes no
 /// byte and leaves no `-wal`, `-shm` or backup beside the database. PostgreSQL keeps
 /// no file of the store's; `state` is what it holds.
-fn files(b: &Backend) -> BTreeMap<PathBuf, Vec<u8>> {
+fn files(b: &TestStore) -> BTreeMap<PathBuf, Vec<u8>> {
     if b.is_postgres() {
         return BTreeMap::new();
     }
@@ -60,7 +59,7 @@ fn files(b: &Backend) -> BTreeMap<PathBuf, Vec<u8>> {
 
 /// Runs `args` with `--json` and checks the refusal: exit `code`, nothing on stdout,
 /// one line on stderr holding a JSON error of `kind`. Returns its message.
-fn refused(b: &Backend, args: &[&str], kind: &str, code: i32) -> String {
+fn refused(b: &TestStore, args: &[&str], kind: &str, code: i32) -> String {
     let mut all = args.to_vec();
     all.push("--json");
     let out = b.run(&all);
@@ -74,7 +73,7 @@ fn refused(b: &Backend, args: &[&str], kind: &str, code: i32) -> String {
 }
 
 /// The migration files of `b`'s engine, by version.
-fn migration_sql(b: &Backend, version: u32) -> String {
+fn migration_sql(b: &TestStore, version: u32) -> String {
     let folder = if b.is_postgres() {
         "migrations-postgres"
     } else {
@@ -119,7 +118,7 @@ fn reading_commands(out: &str) -> Vec<Vec<String>> {
     .collect()
 }
 
-async fn a_schema_behind_this_binary_is_refused_by_readers_and_left_as_it_was(b: Backend) {
+async fn a_schema_behind_this_binary_is_refused_by_readers_and_left_as_it_was(b: TestStore) {
     // refinery's history of a store that applied everything, for the rows of the two
     // migrations applied here by hand (their checksums included, so that `migrate`
     // later takes this schema for its own).
@@ -209,7 +208,7 @@ async fn a_schema_behind_this_binary_is_refused_by_readers_and_left_as_it_was(b:
     assert_eq!(listed["sessions"][0]["id"], SESSION, "{listed}");
 }
 
-async fn a_schema_newer_than_this_binary_is_refused_by_every_command(b: Backend) {
+async fn a_schema_newer_than_this_binary_is_refused_by_every_command(b: TestStore) {
     json(&b.run(&["migrate", "--json"]));
     let sid = json(&b.run(&["session", "new", "--json"]))["id"]
         .as_str()
@@ -276,10 +275,7 @@ async fn a_schema_newer_than_this_binary_is_refused_by_every_command(b: Backend)
     }
     assert!(!export.exists(), "a refused export writes nothing");
     assert!(
-        !b.configured_root()
-            .join(&sid)
-            .join("notes (1).txt")
-            .exists(),
+        !b.configured().join(&sid).join("notes (1).txt").exists(),
         "a refused attach stores nothing"
     );
     assert_eq!(files(&b), before, "a refused command changed a file");
@@ -288,12 +284,12 @@ async fn a_schema_newer_than_this_binary_is_refused_by_every_command(b: Backend)
 
 /// The binary with `--db db`, `args` and `--json` or not: its one error line.
 fn fails(home: &Path, db: &str, args: &[&str], json: bool) -> (Output, String) {
-    let mut cmd = bin(home);
+    let mut cmd = Bin::new(home);
     cmd.args(args).arg("--db").arg(db);
     if json {
         cmd.arg("--json");
     }
-    let out = cmd.output().expect("the binary runs");
+    let out = cmd.output();
     assert!(!out.status.success(), "{db} {args:?}");
     assert!(out.stdout.is_empty(), "{db} {args:?}: {}", stdout(&out));
     let text = stderr(&out);
@@ -302,11 +298,11 @@ fn fails(home: &Path, db: &str, args: &[&str], json: bool) -> (Output, String) {
     (out, text)
 }
 
-async fn a_database_that_cannot_be_used_is_one_line_without_its_password(b: Backend) {
+async fn a_database_that_cannot_be_used_is_one_line_without_its_password(b: TestStore) {
     let home = b.dir.path();
     let secret = "hunter2";
     if b.is_postgres() {
-        let server = crate::backend::postgres_url().unwrap();
+        let server = crate::support::postgres_url().unwrap();
         let (_, host_port) = server
             .split_once('@')
             .expect("the test server's URL names its host");

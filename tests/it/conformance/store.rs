@@ -13,10 +13,9 @@ use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
 use super::common::{expect, session};
-use crate::backend::{Backend, conformance};
 use crate::support::{
-    Expect, RECORDED_TURN, block_json, check_attachment, counting_store, feed, json, roles, stderr,
-    stdout, user_text,
+    Expect, RECORDED_TURN, TestStore, block_json, check_attachment, conformance, json, roles,
+    stderr, stdout, user_text,
 };
 
 conformance!(
@@ -34,8 +33,8 @@ fn kinds(events: &[sessionstore::model::Event]) -> Vec<&str> {
 }
 
 /// The binary on `b`'s store with `input` on its stdin.
-fn run_fed(b: &Backend, args: &[&str], input: &str) -> Output {
-    feed(b.command(args), input.as_bytes())
+fn run_fed(b: &TestStore, args: &[&str], input: &str) -> Output {
+    b.bin().args(args).stdin(input).output()
 }
 
 /// `expect` as the binary gives it: it names the machine it runs on.
@@ -46,7 +45,7 @@ fn expect_from_binary(session: SessionId, name: &str, bytes: &[u8]) -> Expect {
     }
 }
 
-async fn every_change_writes_its_event_in_order(b: Backend) {
+async fn every_change_writes_its_event_in_order(b: TestStore) {
     let store = b.open().await;
     let s = store.create_session(None, ToolsHost::Ssh).await.unwrap();
     let m = store
@@ -95,7 +94,7 @@ async fn every_change_writes_its_event_in_order(b: Backend) {
     assert_eq!(printed, kinds(&events));
 }
 
-async fn queued_messages_wait_for_a_drain_that_marks_them_delivered(b: Backend) {
+async fn queued_messages_wait_for_a_drain_that_marks_them_delivered(b: TestStore) {
     let store = b.open().await;
     let s = session(&store, ToolsHost::Local).await;
     store.send(s, Outgoing::user("start")).await.unwrap();
@@ -142,7 +141,7 @@ async fn queued_messages_wait_for_a_drain_that_marks_them_delivered(b: Backend) 
     let blocks: Vec<_> = drained[0].blocks.iter().map(block_json).collect();
     let (kind, path) = check_attachment(&blocks[1], &expect(s, "later.txt", b"mid-turn notes"));
     assert_eq!(kind, "text");
-    assert!(path.starts_with(b.configured_root()), "{path:?}");
+    assert!(path.starts_with(b.configured()), "{path:?}");
     assert!(store.queued_messages(s).await.unwrap().is_empty());
     let events = store.events(s).await.unwrap();
     assert_eq!(
@@ -185,7 +184,7 @@ async fn queued_messages_wait_for_a_drain_that_marks_them_delivered(b: Backend) 
     assert!(report.ok(), "{:?}", report.problems);
 }
 
-async fn a_rename_is_an_event_and_an_unknown_session_is_named(b: Backend) {
+async fn a_rename_is_an_event_and_an_unknown_session_is_named(b: TestStore) {
     let store = b.open().await;
     let s = store
         .create_session(Some("before".into()), ToolsHost::Local)
@@ -242,7 +241,7 @@ async fn a_rename_is_an_event_and_an_unknown_session_is_named(b: Backend) {
     assert_eq!(err.to_string(), format!("no session {ghost}"));
 }
 
-async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: Backend) {
+async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: TestStore) {
     let store = b.open().await;
     let s = session(&store, ToolsHost::Local).await;
     let sid = s.to_string();
@@ -333,7 +332,7 @@ async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: Backend) {
         &entries[0]["content"][1],
         &expect_from_binary(s, "notes.txt", b"budget: 42\n"),
     );
-    assert!(path.starts_with(b.configured_root()), "{path:?}");
+    assert!(path.starts_with(b.configured()), "{path:?}");
     assert_eq!(entries[3]["toolCall"]["status"], "completed");
     assert_eq!(entries[4]["toolCall"]["status"], "failed");
     assert_eq!(
@@ -382,7 +381,7 @@ async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: Backend) {
     assert_eq!(roles(&chat["messages"]), ["user", "assistant", "user"]);
 }
 
-async fn verify_catches_rows_edited_behind_the_logs_back(b: Backend) {
+async fn verify_catches_rows_edited_behind_the_logs_back(b: TestStore) {
     let store = b.open().await;
     let s = session(&store, ToolsHost::Local).await;
     store.send(s, Outgoing::user("as typed")).await.unwrap();
@@ -491,7 +490,7 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: Backend) {
     assert!(out.stdout.is_empty(), "a refused restore prints nothing");
 }
 
-async fn dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_roots(b: Backend) {
+async fn dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_roots(b: TestStore) {
     let store = b.open().await;
     let s = session(&store, ToolsHost::Managed).await;
     let png = store
@@ -503,7 +502,7 @@ async fn dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_root
         .await
         .unwrap();
     // A file that lives only in the legacy root, as after the store was moved.
-    let legacy = b.legacy_root().join(s.to_string());
+    let legacy = b.legacy().join(s.to_string());
     std::fs::create_dir_all(&legacy).unwrap();
     std::fs::write(legacy.join("old.bin"), b"\x00\x01 legacy bytes").unwrap();
     let old = sessionstore::attachments::AttachmentUri::new(s, "old.bin");
@@ -522,7 +521,7 @@ async fn dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_root
     );
     drop(store);
 
-    let (fresh, reads) = counting_store(b.config()).await;
+    let (fresh, reads) = b.open_counting().await;
     let dispatched = fresh
         .dispatch(s, None, Mode::Strict, Memo::new())
         .await
@@ -544,9 +543,9 @@ async fn dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_root
         let (kind, path) = check_attachment(block, file);
         assert_eq!(kind, *want_kind, "{}", file.name);
         let root = if *in_legacy {
-            b.legacy_root()
+            b.legacy()
         } else {
-            b.configured_root()
+            b.configured()
         };
         assert_eq!(path, root.join(s.to_string()).join(&file.name));
     }
@@ -572,7 +571,7 @@ async fn dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_root
         .collect();
     assert_eq!(paths.len(), 4);
     assert!(
-        paths[2].starts_with(b.legacy_root().to_str().unwrap()),
+        paths[2].starts_with(b.legacy().to_str().unwrap()),
         "{paths:?}"
     );
 
@@ -596,7 +595,7 @@ async fn dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_root
     assert_eq!(kept, 3);
 }
 
-async fn a_restore_larger_than_its_memo_budget_reads_evicted_files_again(b: Backend) {
+async fn a_restore_larger_than_its_memo_budget_reads_evicted_files_again(b: TestStore) {
     let store = b.open().await;
     let s = session(&store, ToolsHost::Local).await;
     // Five 6000-byte files, 8000 bytes once encoded; the budget holds two of them.
@@ -617,10 +616,10 @@ async fn a_restore_larger_than_its_memo_budget_reads_evicted_files_again(b: Back
     }
     drop(store);
 
-    let (fresh, reads) = counting_store(b.config()).await;
+    let (fresh, reads) = b.open_counting().await;
     let restored = fresh.restore_with_budget(s, 16_000).await.unwrap();
     assert_eq!(restored.messages.len(), 15);
-    let folder = b.configured_root().join(s.to_string());
+    let folder = b.configured().join(s.to_string());
     for (i, d) in restored.messages.iter().enumerate() {
         let out: Vec<_> = d.blocks.iter().map(block_json).collect();
         assert_eq!(out.len(), 4, "{out:?}");
@@ -639,7 +638,7 @@ async fn a_restore_larger_than_its_memo_budget_reads_evicted_files_again(b: Back
     );
     // At most one read per distinct file per message, even over budget.
     assert!(over_budget <= 30, "{over_budget} reads");
-    let (roomy, reads) = counting_store(b.config()).await;
+    let (roomy, reads) = b.open_counting().await;
     let whole = roomy.restore(s).await.unwrap();
     assert_eq!(
         reads.total(),

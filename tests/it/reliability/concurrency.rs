@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use sessionstore::store::Outgoing;
 use sessionstore::{SessionId, Store};
 
-use crate::support::{TestStore, config_in, count, percentile, reexec, run_bounded};
+use crate::support::{Bin, TestStore, config_in, count, percentile};
 
 const CHILD: &str = "reliability::concurrency::child";
 
@@ -91,15 +91,15 @@ fn writers_in_processes(total: usize, writers: usize, processes: usize) {
             let mine: Vec<String> = (0..per_process)
                 .map(|i| sessions[(p * per_process + i) / 2].to_string())
                 .collect();
-            let mut cmd = reexec(
-                CHILD,
-                &[
-                    ("SESSIONSTORE_CONC_DIR", &dir),
+            let mut child = Bin::reexec(CHILD);
+            child
+                .envs([
+                    ("SESSIONSTORE_CONC_DIR", dir.as_str()),
                     ("SESSIONSTORE_CONC_SESSIONS", &mine.join(",")),
                     ("SESSIONSTORE_CONC_WRITES", &per_writer.to_string()),
-                ],
-            );
-            std::thread::spawn(move || run_bounded(&mut cmd, Duration::from_secs(1200)))
+                ])
+                .timeout(Duration::from_secs(1200));
+            std::thread::spawn(move || child.bounded())
         })
         .collect();
     let outputs: Vec<_> = children.into_iter().map(|c| c.join().unwrap()).collect();
@@ -126,11 +126,11 @@ fn writers_in_processes(total: usize, writers: usize, processes: usize) {
     }
     let mut stored = HashSet::new();
     for s in &sessions {
-        for m in rt.block_on(t.store.messages(*s)).unwrap() {
+        for m in rt.block_on(t.store().messages(*s)).unwrap() {
             stored.insert(m.id.to_string());
         }
     }
-    let report = rt.block_on(t.store.verify()).unwrap();
+    let report = rt.block_on(t.store().verify()).unwrap();
     latencies.sort();
     let lost = acked.difference(&stored).count();
     println!(

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::support::{Rng, bin, count, json, run_bounded, run_bounded_with_stdin, run_in};
+use crate::support::{Bin, Rng, TestStore, count, json};
 
 /// A variant: the database bytes, and its WAL and SHM files when it has them.
 struct Variant {
@@ -23,78 +23,63 @@ struct Variant {
 /// The base database, made through the binary: a session with an attachment, a
 /// delivered message that references it, a reply and a queued message, exported as
 /// `base.tar` beside it (what `import` gets, made before any damage). Returns its
-/// folder, the session id, and a copy of the database with data still in its WAL.
-fn base() -> (tempfile::TempDir, String, Variant) {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    json(&run_in(d, &["migrate", "--json"]));
-    let s = json(&run_in(d, &["session", "new", "--title", "base", "--json"]))["id"]
+/// store, the session id, and a copy of the database with data still in its WAL.
+fn base() -> (TestStore, String, Variant) {
+    let t = TestStore::empty();
+    let d = t.dir.path();
+    json(&t.run(&["migrate", "--json"]));
+    let s = json(&t.run(&["session", "new", "--title", "base", "--json"]))["id"]
         .as_str()
         .unwrap()
         .to_owned();
     std::fs::write(d.join("notes.txt"), b"some notes").unwrap();
-    let uri = json(&run_in(
-        d,
-        &[
-            "attach",
-            "--session",
-            &s,
-            "--json",
-            d.join("notes.txt").to_str().unwrap(),
-        ],
-    ))[0]["uri"]
+    let uri = json(&t.run(&[
+        "attach",
+        "--session",
+        &s,
+        "--json",
+        d.join("notes.txt").to_str().unwrap(),
+    ]))[0]["uri"]
         .as_str()
         .unwrap()
         .to_owned();
-    json(&run_in(
-        d,
-        &[
-            "send",
-            "--session",
-            &s,
-            "--text",
-            "look",
-            "--attach",
-            &uri,
-            "--json",
-        ],
-    ));
-    json(&run_in(
-        d,
-        &[
-            "send",
-            "--session",
-            &s,
-            "--text",
-            "ok",
-            "--role",
-            "assistant",
-            "--json",
-        ],
-    ));
-    json(&run_in(
-        d,
-        &[
-            "send",
-            "--session",
-            &s,
-            "--text",
-            "later",
-            "--mid-turn",
-            "--json",
-        ],
-    ));
-    json(&run_in(
-        d,
-        &[
-            "export",
-            "--session",
-            &s,
-            "--out",
-            d.join("base.tar").to_str().unwrap(),
-            "--json",
-        ],
-    ));
+    json(&t.run(&[
+        "send",
+        "--session",
+        &s,
+        "--text",
+        "look",
+        "--attach",
+        &uri,
+        "--json",
+    ]));
+    json(&t.run(&[
+        "send",
+        "--session",
+        &s,
+        "--text",
+        "ok",
+        "--role",
+        "assistant",
+        "--json",
+    ]));
+    json(&t.run(&[
+        "send",
+        "--session",
+        &s,
+        "--text",
+        "later",
+        "--mid-turn",
+        "--json",
+    ]));
+    json(&t.run(&[
+        "export",
+        "--session",
+        &s,
+        "--out",
+        d.join("base.tar").to_str().unwrap(),
+        "--json",
+    ]));
     // A copy taken while a connection holds un-checkpointed frames in the WAL.
     let conn = rusqlite::Connection::open(d.join("sessions.db")).unwrap();
     conn.execute_batch("PRAGMA wal_autocheckpoint = 0; UPDATE sessions SET title = title;")
@@ -107,7 +92,7 @@ fn base() -> (tempfile::TempDir, String, Variant) {
         shm: read("-shm"),
     };
     drop(conn);
-    (dir, s, with_wal)
+    (t, s, with_wal)
 }
 
 /// Applies SQL to a copy of `db` and returns the damaged bytes.
@@ -339,8 +324,8 @@ fn entries(dir: &Path) -> BTreeSet<String> {
 fn run_variants(sample: usize) -> Tally {
     let start = std::time::Instant::now();
     let mut rng = Rng::seeded("corruption");
-    let (base_dir, s, with_wal) = base();
-    let db = std::fs::read(base_dir.path().join("sessions.db")).unwrap();
+    let (base, s, with_wal) = base();
+    let db = std::fs::read(base.db_path()).unwrap();
     let mut all = variants(&db, &with_wal, &mut rng);
     // A sample keeps every kind of damage in view: a random, evenly spread choice.
     while all.len() > sample {
@@ -357,8 +342,8 @@ fn run_variants(sample: usize) -> Tally {
             shm: None,
         },
     );
-    let upload = base_dir.path().join("notes.txt");
-    let archive = base_dir.path().join("base.tar");
+    let upload = base.dir.path().join("notes.txt");
+    let archive = base.dir.path().join("base.tar");
     let mut tally = Tally::default();
     let per_variant = commands("", "", "", "").len();
     for v in &all {
@@ -377,17 +362,14 @@ fn run_variants(sample: usize) -> Tally {
             let path = lay_out(dir.path(), v);
             let before = entries(dir.path());
             let what = format!("{} / {}", v.name, args.join(" "));
-            let mut cmd = bin(dir.path());
-            cmd.args(args)
-                .arg("--db")
-                .arg(&path)
-                .arg("--attachments-root")
-                .arg(base_dir.path().join("attachments"));
-            let timeout = Duration::from_secs(30);
-            let ran = match command.stdin {
-                Some(input) => run_bounded_with_stdin(&mut cmd, input, timeout),
-                None => run_bounded(&mut cmd, timeout),
-            };
+            let mut config = base.config.clone();
+            config.database = sessionstore::config::Database::Sqlite(path.clone());
+            let mut cmd = Bin::new(dir.path());
+            cmd.args(args).on(&config).timeout(Duration::from_secs(30));
+            if let Some(input) = command.stdin {
+                cmd.stdin(input);
+            }
+            let ran = cmd.bounded();
             if v.name == "undamaged" {
                 if !ran.as_ref().is_some_and(|o| o.status.success()) {
                     tally.control.push(format!("{what}: {ran:?}"));
@@ -494,14 +476,14 @@ fn refused_damaged_databases_are_left_byte_for_byte_with_no_side_files() {
 
 #[test]
 fn verify_names_dropped_append_only_triggers() {
-    let (dir, _, _) = base();
-    let db = dir.path().join("sessions.db");
+    let (t, _, _) = base();
+    let db = t.db_path();
     let damaged = semantic(
         &std::fs::read(&db).unwrap(),
         "DROP TRIGGER events_no_update;",
     );
     std::fs::write(&db, damaged).unwrap();
-    let out = run_in(dir.path(), &["verify"]);
+    let out = t.run(&["verify"]);
     assert!(
         !out.status.success(),
         "verify passed with a trigger dropped"
@@ -518,8 +500,8 @@ fn verify_names_dropped_append_only_triggers() {
 /// renamed it, then failed reading it back, so the file changed under an error.
 #[test]
 fn rename_refused_on_a_session_row_that_does_not_read_changes_nothing() {
-    let (dir, s, _) = base();
-    let db = dir.path().join("sessions.db");
+    let (t, s, _) = base();
+    let db = t.db_path();
     let damaged = semantic(
         &std::fs::read(&db).unwrap(),
         "PRAGMA ignore_check_constraints = 1; UPDATE sessions SET tools_host = 'mars';",
@@ -535,7 +517,7 @@ fn rename_refused_on_a_session_row_that_does_not_read_changes_nothing() {
         .unwrap()
     };
     let before = state();
-    let out = run_in(dir.path(), &["session", "rename", &s, "renamed"]);
+    let out = t.run(&["session", "rename", &s, "renamed"]);
     crate::support::assert_one_line_error(&out);
     assert_eq!(state(), before, "the title and the event log are unchanged");
 }

@@ -5,14 +5,14 @@
 use std::collections::HashSet;
 use std::io::BufRead;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sessionstore::store::Outgoing;
 use sessionstore::{SessionId, Store};
 
-use crate::support::{Rng, TestStore, bin, config_in, count, reexec, run_bounded};
+use crate::support::{Bin, Rng, TestStore, config_in, count};
 
 const CHILD: &str = "reliability::crash::child";
 
@@ -67,15 +67,10 @@ fn pattern(size: usize) -> Vec<u8> {
     (0..size).map(|i| (i % 251) as u8).collect()
 }
 
-/// Starts `cmd`, kills it with SIGKILL after a random delay below `max_ms`, and returns
-/// the lines it acknowledged (`ACK <x>`) before it died.
-fn kill_at_random(mut cmd: Command, rng: &mut Rng, max_ms: u64) -> Vec<String> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the child starts");
+/// Starts `child`, kills it with SIGKILL after a random delay below `max_ms`, and
+/// returns the lines it acknowledged (`ACK <x>`) before it died.
+fn kill_at_random(mut child: Bin, rng: &mut Rng, max_ms: u64) -> Vec<String> {
+    let mut child = child.stderr(Stdio::null()).spawn();
     let acked = Arc::new(Mutex::new(Vec::new()));
     let out = child.stdout.take().expect("piped stdout");
     let sink = acked.clone();
@@ -125,19 +120,17 @@ fn kills_mid_send(kills: usize) {
     let (sid, uri) = (session.to_string(), file.uri.to_string());
     let mut acked = HashSet::new();
     for _ in 0..kills {
-        let cmd = reexec(
-            CHILD,
-            &[
-                ("SESSIONSTORE_CRASH", "send"),
-                ("SESSIONSTORE_CRASH_DIR", &dir),
-                ("SESSIONSTORE_CRASH_SESSION", &sid),
-                ("SESSIONSTORE_CRASH_URI", &uri),
-            ],
-        );
-        acked.extend(kill_at_random(cmd, &mut rng, 150));
+        let mut child = Bin::reexec(CHILD);
+        child.envs([
+            ("SESSIONSTORE_CRASH", "send"),
+            ("SESSIONSTORE_CRASH_DIR", dir.as_str()),
+            ("SESSIONSTORE_CRASH_SESSION", &sid),
+            ("SESSIONSTORE_CRASH_URI", &uri),
+        ]);
+        acked.extend(kill_at_random(child, &mut rng, 150));
     }
     integrity_ok(&t.db_path());
-    let store = rt.block_on(Store::open(config_in(t.dir.path()))).unwrap();
+    let store = rt.block_on(Store::open(t.config.clone())).unwrap();
     let report = rt.block_on(store.verify()).unwrap();
     assert!(report.ok(), "verify after the kills: {:?}", report.problems);
     let stored: HashSet<String> = rt
@@ -188,16 +181,14 @@ fn kills_mid_attach(kills: usize, size: usize) {
     let size_text = size.to_string();
     let mut acked = HashSet::new();
     for _ in 0..kills {
-        let cmd = reexec(
-            CHILD,
-            &[
-                ("SESSIONSTORE_CRASH", "attach"),
-                ("SESSIONSTORE_CRASH_DIR", &dir),
-                ("SESSIONSTORE_CRASH_SESSION", &sid),
-                ("SESSIONSTORE_CRASH_SIZE", &size_text),
-            ],
-        );
-        acked.extend(kill_at_random(cmd, &mut rng, 250));
+        let mut child = Bin::reexec(CHILD);
+        child.envs([
+            ("SESSIONSTORE_CRASH", "attach"),
+            ("SESSIONSTORE_CRASH_DIR", dir.as_str()),
+            ("SESSIONSTORE_CRASH_SESSION", &sid),
+            ("SESSIONSTORE_CRASH_SIZE", &size_text),
+        ]);
+        acked.extend(kill_at_random(child, &mut rng, 250));
     }
     let folder = t.folder(session);
     let whole = pattern(size);
@@ -271,21 +262,24 @@ fn schema_of(db: &Path) -> Vec<String> {
 
 fn kills_mid_migrate(kills: usize) {
     let mut rng = Rng::seeded("crash/migrate");
-    let reference = tempfile::tempdir().unwrap();
-    let migrate = |dir: &Path| {
-        let mut cmd = bin(dir);
-        cmd.arg("migrate").arg("--db").arg(dir.join("sessions.db"));
+    let reference = TestStore::empty();
+    // Only `--db`: a migration touches no attachment root.
+    let migrate = |t: &TestStore| {
+        let mut cmd = Bin::new(t.dir.path());
+        cmd.arg("migrate")
+            .arg("--db")
+            .arg(t.db_path())
+            .timeout(Duration::from_secs(60));
         cmd
     };
-    let out =
-        run_bounded(&mut migrate(reference.path()), Duration::from_secs(60)).expect("no hang");
+    let out = migrate(&reference).output();
     assert!(out.status.success());
-    let after = schema_of(&reference.path().join("sessions.db"));
+    let after = schema_of(&reference.db_path());
     let (mut before_seen, mut after_seen) = (0, 0);
     for _ in 0..kills {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("sessions.db");
-        kill_at_random(migrate(dir.path()), &mut rng, 150);
+        let t = TestStore::empty();
+        let db = t.db_path();
+        kill_at_random(migrate(&t), &mut rng, 150);
         let schema = schema_of(&db);
         if schema.is_empty() {
             before_seen += 1;
@@ -294,8 +288,7 @@ fn kills_mid_migrate(kills: usize) {
             after_seen += 1;
             integrity_ok(&db);
         }
-        let again =
-            run_bounded(&mut migrate(dir.path()), Duration::from_secs(60)).expect("no hang");
+        let again = migrate(&t).output();
         assert!(again.status.success(), "{again:?}");
         assert_eq!(schema_of(&db), after);
     }

@@ -14,7 +14,7 @@ use sessionstore::SessionId;
 use sessionstore::dispatch::{Memo, Mode};
 use sessionstore::store::Outgoing;
 
-use crate::support::{TestStore, count, run_bounded, run_in};
+use crate::support::{TestStore, count};
 
 const SENTINEL: &[u8] = b"SENTINEL-7f3a9c-never-show-this";
 
@@ -242,7 +242,7 @@ async fn crafted_uris_are_refused_and_store_nothing() {
         format!("attachment:///{s}/%zz"),
         "".to_owned(),
     ];
-    let before = t.store.messages(s).await.unwrap().len();
+    let before = t.store().messages(s).await.unwrap().len();
     let mut accepted = Vec::new();
     for uri in &uris {
         // The library takes URIs parsed; a text that does not parse is refused there.
@@ -251,25 +251,22 @@ async fn crafted_uris_are_refused_and_store_nothing() {
         };
         let mut out = Outgoing::user("crafted");
         out.attach = vec![parsed];
-        if t.store.send(s, out).await.is_ok() {
+        if t.store().send(s, out).await.is_ok() {
             accepted.push(uri.clone());
         }
-        let cli = run_in(
-            t.dir.path(),
-            &[
-                "send",
-                "--session",
-                &s.to_string(),
-                "--text",
-                "x",
-                "--attach",
-                uri,
-            ],
-        );
+        let cli = t.run(&[
+            "send",
+            "--session",
+            &s.to_string(),
+            "--text",
+            "x",
+            "--attach",
+            uri,
+        ]);
         assert_ne!(cli.status.code(), Some(101), "{uri:?}");
         assert!(!leaks(&String::from_utf8_lossy(&cli.stderr)), "{uri:?}");
     }
-    let after = t.store.messages(s).await.unwrap().len();
+    let after = t.store().messages(s).await.unwrap().len();
     println!(
         "hostile/uris: uris {}, accepted {}, escapes 0",
         uris.len(),
@@ -293,7 +290,7 @@ async fn planted_symlinks_are_never_followed() {
     t.send(s, out).await;
     let folder = t.folder(s);
     let check = |label: &str, escapes: &mut usize| {
-        let cli = run_in(t.dir.path(), &["dispatch", "--session", &s.to_string()]);
+        let cli = t.run(&["dispatch", "--session", &s.to_string()]);
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&cli.stdout),
@@ -331,7 +328,7 @@ async fn planted_symlinks_are_never_followed() {
     check("folder as symlink", &mut escapes);
     // An upload into a symlinked folder is refused, and writes nothing into the decoy.
     assert!(
-        t.store
+        t.store()
             .attach(s, "new.txt".into(), b"x".to_vec())
             .await
             .is_err()
@@ -397,7 +394,7 @@ fn swapping_files_for_symlinks_and_fifos_during_dispatch_leaks_nothing_and_never
     // The dispatches run on a thread of their own, so one that hangs is seen by the
     // timeout below instead of stopping the test.
     let (tx, rx) = std::sync::mpsc::channel();
-    let store = t.store.clone();
+    let store = t.store().clone();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().unwrap();
         for _ in 0..dispatches {
@@ -430,12 +427,12 @@ fn swapping_files_for_symlinks_and_fifos_during_dispatch_leaks_nothing_and_never
     }
     // A few through the binary as well, with a timeout each.
     for _ in 0..dispatches.min(20) {
-        let mut cmd = crate::support::bin(t.dir.path());
-        cmd.args(["dispatch", "--session", &s.to_string(), "--db"])
-            .arg(t.db_path())
-            .arg("--attachments-root")
-            .arg(t.dir.path().join("attachments"));
-        match run_bounded(&mut cmd, Duration::from_secs(30)) {
+        let ran = t
+            .bin()
+            .args(["dispatch", "--session", &s.to_string()])
+            .timeout(Duration::from_secs(30))
+            .bounded();
+        match ran {
             None => hangs += 1,
             Some(out) => {
                 assert_ne!(out.status.code(), Some(101));
@@ -459,17 +456,14 @@ fn swapping_files_for_symlinks_and_fifos_during_dispatch_leaks_nothing_and_never
 
 #[test]
 fn errors_about_hostile_paths_carry_no_raw_control_characters() {
-    let dir = tempfile::tempdir().unwrap();
-    crate::support::json(&run_in(dir.path(), &["migrate", "--json"]));
-    let s = crate::support::json(&run_in(dir.path(), &["session", "new", "--json"]))["id"]
+    let t = TestStore::empty();
+    crate::support::json(&t.run(&["migrate", "--json"]));
+    let s = crate::support::json(&t.run(&["session", "new", "--json"]))["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let missing = dir.path().join("\u{1b}[31mred\u{7f}\u{202e}.txt");
-    let out = run_in(
-        dir.path(),
-        &["attach", "--session", &s, missing.to_str().unwrap()],
-    );
+    let missing = t.dir.path().join("\u{1b}[31mred\u{7f}\u{202e}.txt");
+    let out = t.run(&["attach", "--session", &s, missing.to_str().unwrap()]);
     let err = crate::support::assert_one_line_error(&out);
     assert!(
         !err.trim_end()
@@ -536,7 +530,7 @@ async fn attachment_get_with_crafted_uris_reads_nothing_outside_the_named_sessio
         for extra in [vec![], vec!["--out", target.to_str().unwrap()]] {
             let mut args = vec!["attachment", "get", uri.as_str()];
             args.extend(extra);
-            let out = run_in(t.dir.path(), &args);
+            let out = t.run(&args);
             assert_ne!(out.status.code(), Some(101), "{uri:?}");
             let written: Vec<u8> = files_under(out_dir.path())
                 .iter()
@@ -568,7 +562,7 @@ async fn attachment_get_with_crafted_uris_reads_nothing_outside_the_named_sessio
     assert_eq!(refused, uris.len() * 2, "every crafted get is refused");
     // The same command reads the session's own file, so the refusals above are not
     // the command failing everywhere.
-    let out = run_in(t.dir.path(), &["attachment", "get", &a.uri.to_string()]);
+    let out = t.run(&["attachment", "get", &a.uri.to_string()]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(out.stdout, b"mine");
 }
@@ -578,10 +572,10 @@ async fn attachment_get_with_crafted_uris_reads_nothing_outside_the_named_sessio
 #[test]
 fn a_fork_at_another_sessions_message_is_refused_and_makes_nothing() {
     use crate::support::json;
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+    let t = TestStore::empty();
+    let d = t.dir.path();
     let new = |title: &str| {
-        json(&run_in(d, &["session", "new", "--title", title, "--json"]))["id"]
+        json(&t.run(&["session", "new", "--title", title, "--json"]))["id"]
             .as_str()
             .unwrap()
             .to_owned()
@@ -589,39 +583,30 @@ fn a_fork_at_another_sessions_message_is_refused_and_makes_nothing() {
     let a = new("a");
     let b = new("b");
     std::fs::write(d.join("f.txt"), b"a's file").unwrap();
-    let uri = json(&run_in(
-        d,
-        &[
-            "attach",
-            "--session",
-            &a,
-            d.join("f.txt").to_str().unwrap(),
-            "--json",
-        ],
-    ))[0]["uri"]
+    let uri = json(&t.run(&[
+        "attach",
+        "--session",
+        &a,
+        d.join("f.txt").to_str().unwrap(),
+        "--json",
+    ]))[0]["uri"]
         .as_str()
         .unwrap()
         .to_owned();
-    let m = json(&run_in(
-        d,
-        &[
-            "send",
-            "--session",
-            &a,
-            "--text",
-            "a's",
-            "--attach",
-            &uri,
-            "--json",
-        ],
-    ))["id"]
+    let m = json(&t.run(&[
+        "send",
+        "--session",
+        &a,
+        "--text",
+        "a's",
+        "--attach",
+        &uri,
+        "--json",
+    ]))["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    json(&run_in(
-        d,
-        &["send", "--session", &b, "--text", "b's", "--json"],
-    ));
+    json(&t.run(&["send", "--session", &b, "--text", "b's", "--json"]));
     let sessions = || -> i64 {
         rusqlite::Connection::open(d.join("sessions.db"))
             .unwrap()
@@ -629,9 +614,9 @@ fn a_fork_at_another_sessions_message_is_refused_and_makes_nothing() {
             .unwrap()
     };
     let before = (sessions(), crate::support::snapshot(&d.join("attachments")));
-    let out = run_in(d, &["session", "fork", &b, "--at", &m]);
+    let out = t.run(&["session", "fork", &b, "--at", &m]);
     crate::support::assert_one_line_error(&out);
-    let out = run_in(d, &["session", "fork", &b, "--at", &m, "--json"]);
+    let out = t.run(&["session", "fork", &b, "--at", &m, "--json"]);
     assert_ne!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
@@ -644,6 +629,6 @@ fn a_fork_at_another_sessions_message_is_refused_and_makes_nothing() {
     );
     assert_eq!(folders, 1, "only a's folder");
     // The same fork at a's own message works, so the refusal is about the session.
-    json(&run_in(d, &["session", "fork", &a, "--at", &m, "--json"]));
+    json(&t.run(&["session", "fork", &a, "--at", &m, "--json"]));
     assert_eq!(sessions(), 3);
 }

@@ -1,172 +1,21 @@
-//! Test helpers: a store on real files in a temporary folder, and a runner for the
-//! real binary with its environment cleared of the user's settings.
+//! The one test harness: `TestStore` (`store.rs`), a store on either engine with its
+//! roots, and `Bin` (`bin.rs`), the one way to run the binary; and the helpers the
+//! tests share to read what they return (content blocks and their contexts, JSON
+//! output, one-line errors), the fixtures' documents and paths, seeded randomness and
+//! counts. Nothing here checks a contract of its own but what its name says.
 
-use std::io::Write;
+mod bin;
+mod store;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use sessionstore::attachments::Roots;
-use sessionstore::{Config, Store};
-use tempfile::TempDir;
+use sessionstore::Store;
+use sessionstore::oracle::ContextLine;
 
-pub struct TestStore {
-    pub dir: TempDir,
-    pub store: Store,
-}
-
-impl TestStore {
-    pub async fn new() -> TestStore {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let store = Store::open(config_in(dir.path()))
-            .await
-            .expect("a fresh store opens");
-        TestStore { dir, store }
-    }
-
-    pub fn db_path(&self) -> PathBuf {
-        self.dir.path().join("sessions.db")
-    }
-
-    /// A plain connection to the same file, for poking at it behind the store's back.
-    pub fn raw(&self) -> rusqlite::Connection {
-        rusqlite::Connection::open(self.db_path()).expect("the test database opens")
-    }
-
-    /// A new local session's id.
-    pub async fn session(&self) -> sessionstore::SessionId {
-        self.store
-            .create_session(None, sessionstore::model::ToolsHost::Local)
-            .await
-            .expect("a session is created")
-            .id
-    }
-
-    pub async fn upload(
-        &self,
-        session: sessionstore::SessionId,
-        name: &str,
-        bytes: &[u8],
-    ) -> sessionstore::attachments::StoredAttachment {
-        self.store
-            .attach(session, name.to_owned(), bytes.to_vec())
-            .await
-            .expect("the upload is stored")
-    }
-
-    pub async fn send(
-        &self,
-        session: sessionstore::SessionId,
-        message: sessionstore::store::Outgoing,
-    ) -> sessionstore::model::Message {
-        self.store
-            .send(session, message)
-            .await
-            .expect("the message is sent")
-    }
-
-    /// Dispatches the latest user message through a fresh memo.
-    pub async fn dispatch(
-        &self,
-        session: sessionstore::SessionId,
-        mode: sessionstore::dispatch::Mode,
-    ) -> sessionstore::Result<sessionstore::store::Dispatched> {
-        let memo = sessionstore::dispatch::Memo::new();
-        self.store.dispatch(session, None, mode, memo).await
-    }
-
-    /// `<configured root>/<session>`.
-    pub fn folder(&self, session: sessionstore::SessionId) -> PathBuf {
-        self.dir
-            .path()
-            .join("attachments")
-            .join(session.to_string())
-    }
-}
-
-pub fn config_in(dir: &Path) -> Config {
-    Config {
-        database: dir.join("sessions.db").into(),
-        roots: Roots {
-            configured: dir.join("attachments"),
-            legacy: vec![],
-        },
-        host: "test-host".to_owned(),
-    }
-}
-
-/// The real binary, with no inherited SESSIONSTORE_* settings and HOME pointed into
-/// `home` so a default path can never reach the developer's own data.
-pub fn bin(home: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessionstore"));
-    cmd.env_remove("SESSIONSTORE_DB")
-        .env_remove("SESSIONSTORE_ATTACHMENTS_ROOT")
-        .env_remove("SESSIONSTORE_LEGACY_ROOTS")
-        .env("HOME", home)
-        .env("XDG_DATA_HOME", home.join(".local/share"));
-    cmd
-}
-
-/// The binary with `args` on the database `db` and both attachment roots given, as a
-/// user whose store is not in its default place runs it.
-pub fn bin_on(
-    home: &Path,
-    args: &[&str],
-    db: impl AsRef<std::ffi::OsStr>,
-    configured: &Path,
-    legacy: &Path,
-) -> Command {
-    let mut cmd = bin(home);
-    cmd.args(args)
-        .arg("--db")
-        .arg(db)
-        .arg("--attachments-root")
-        .arg(configured)
-        .arg("--legacy-root")
-        .arg(legacy);
-    cmd
-}
-
-/// Runs the binary with `args` on the database and roots under `dir`.
-pub fn run_in(dir: &Path, args: &[&str]) -> Output {
-    let db = dir.join("sessions.db");
-    let root = dir.join("attachments");
-    bin(dir)
-        .args(args)
-        .arg("--db")
-        .arg(&db)
-        .arg("--attachments-root")
-        .arg(&root)
-        .output()
-        .expect("the binary runs")
-}
-
-/// Runs the binary with `args` on the store under `dir`, fed `input` on stdin.
-pub fn run_with_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
-    let mut cmd = bin(dir);
-    cmd.args(args)
-        .arg("--db")
-        .arg(dir.join("sessions.db"))
-        .arg("--attachments-root")
-        .arg(dir.join("attachments"));
-    feed(cmd, input)
-}
-
-/// Runs `cmd` with `input` on its stdin, to its end.
-pub fn feed(mut cmd: Command, input: &[u8]) -> Output {
-    let mut child = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    child
-        .stdin
-        .take()
-        .expect("a stdin pipe")
-        .write_all(input)
-        .expect("stdin takes the input");
-    child.wait_with_output().expect("the binary ends")
-}
+pub use bin::Bin;
+pub(crate) use store::conformance;
+pub use store::{HOST, TestStore, config_in, postgres_url};
 
 /// A user message as typed, with no references.
 pub fn user_text(t: &str) -> sessionstore::model::NewMessage {
@@ -297,9 +146,9 @@ pub fn fixture(version: &str) -> PathBuf {
         .join(version)
 }
 
-/// A new session in the store under `dir`, made by the binary; its id.
-pub fn new_session(dir: &Path) -> String {
-    json(&run_in(dir, &["session", "new", "--json"]))["id"]
+/// A new session in the fixture's store, made by the binary; its id.
+pub fn new_session(t: &TestStore) -> String {
+    json(&t.run(&["session", "new", "--json"]))["id"]
         .as_str()
         .unwrap()
         .to_owned()
@@ -356,15 +205,6 @@ pub fn json(out: &Output) -> serde_json::Value {
 
 /// A complete 1×1 RGBA PNG, the same bytes the probe stores.
 pub use sessionstore::oracle::PNG;
-use sessionstore::oracle::{ContextLine, ReadCounter};
-
-/// A store on `config` that counts every attachment read it makes, per URI, through
-/// the store's own read observer (the probe's counter).
-pub async fn counting_store(config: Config) -> (Store, ReadCounter) {
-    ReadCounter::open(config)
-        .await
-        .expect("a store that counts reads opens")
-}
 
 /// A block as JSON, after checking that it round-trips as an ACP `ContentBlock`.
 pub fn block_json(block: &agent_client_protocol_schema::v1::ContentBlock) -> serde_json::Value {
@@ -379,7 +219,7 @@ pub fn block_json(block: &agent_client_protocol_schema::v1::ContentBlock) -> ser
 pub fn context_of(block: &serde_json::Value) -> Option<&str> {
     block
         .get("_meta")?
-        .get(sessionstore::DAEMON_ATTACHMENT_CONTEXT_META_KEY)?
+        .get(sessionstore::oracle::CONTEXT_META_KEY)?
         .as_str()
 }
 
@@ -445,86 +285,6 @@ pub fn check_attachment(block: &serde_json::Value, expect: &Expect) -> (&'static
         "reading {path:?} gives the original bytes"
     );
     (kind, path)
-}
-
-/// A store on real files with a configured root (`<dir>/attachments`), one legacy root
-/// (`<dir>/legacy`) and a counting resolver, plus shortcuts for the usual steps.
-pub struct Harness {
-    pub dir: TempDir,
-    pub config: Config,
-    pub store: Store,
-    pub reads: ReadCounter,
-}
-
-impl Harness {
-    pub async fn new() -> Harness {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let mut config = config_in(dir.path());
-        config.roots.legacy = vec![dir.path().join("legacy")];
-        let (store, reads) = counting_store(config.clone()).await;
-        Harness {
-            dir,
-            config,
-            store,
-            reads,
-        }
-    }
-
-    pub fn configured(&self) -> &Path {
-        &self.config.roots.configured
-    }
-
-    pub fn legacy(&self) -> &Path {
-        &self.config.roots.legacy[0]
-    }
-
-    /// `<root>/<session>`: where a session's files live under `root`.
-    pub fn folder(&self, root: &Path, session: sessionstore::SessionId) -> PathBuf {
-        root.join(session.to_string())
-    }
-
-    pub async fn session(&self, tools: sessionstore::model::ToolsHost) -> sessionstore::SessionId {
-        self.store
-            .create_session(None, tools)
-            .await
-            .expect("a session is created")
-            .id
-    }
-
-    /// Uploads `bytes` as `name` and returns what an attachment block for it must hold.
-    pub async fn attach(
-        &self,
-        session: sessionstore::SessionId,
-        name: &str,
-        bytes: &[u8],
-    ) -> Expect {
-        let stored = self
-            .store
-            .attach(session, name.to_owned(), bytes.to_vec())
-            .await
-            .expect("the upload is stored");
-        Expect {
-            name: stored.name,
-            uri: stored.uri.to_string(),
-            bytes: bytes.to_vec(),
-            host: self.config.host.clone(),
-        }
-    }
-
-    /// Sends a delivered user message with `text` and references to `files`, in order.
-    pub async fn send(
-        &self,
-        session: sessionstore::SessionId,
-        text: &str,
-        files: &[&Expect],
-    ) -> sessionstore::model::Message {
-        let mut out = sessionstore::store::Outgoing::user(text);
-        out.attach = files.iter().map(|f| parse_uri(&f.uri)).collect();
-        self.store
-            .send(session, out)
-            .await
-            .expect("the message is sent")
-    }
 }
 
 /// Copies a fixture tree (files and folders only) to `to`.
@@ -608,98 +368,6 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-}
-
-/// Runs `cmd` to the end with no stdin, or kills it after `timeout`: `None` means it
-/// hung, so a hang is a counted failure and never a stuck test.
-pub fn run_bounded(cmd: &mut Command, timeout: std::time::Duration) -> Option<Output> {
-    run_bounded_fed(cmd, None, timeout)
-}
-
-/// [`run_bounded`] with `input` fed to the command's stdin (then closed), for commands
-/// that read it, such as `record`. Written from a thread of its own, so a child that
-/// never reads cannot block the timeout.
-pub fn run_bounded_with_stdin(
-    cmd: &mut Command,
-    input: &'static [u8],
-    timeout: std::time::Duration,
-) -> Option<Output> {
-    run_bounded_fed(cmd, Some(input), timeout)
-}
-
-fn run_bounded_fed(
-    cmd: &mut Command,
-    input: Option<&'static [u8]>,
-    timeout: std::time::Duration,
-) -> Option<Output> {
-    use std::io::{Read, Write};
-    use std::process::Stdio;
-    let mut child = cmd
-        .stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the command starts");
-    // A child that exits before reading closes the pipe: that write error is its answer.
-    let feed = input.map(|input| {
-        let mut stdin = child.stdin.take().expect("piped stdin");
-        std::thread::spawn(move || {
-            let _ = stdin.write_all(input);
-        })
-    });
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = pipe.read_to_end(&mut buf);
-            buf
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().expect("piped stdout")));
-    let err = drain(Box::new(child.stderr.take().expect("piped stderr")));
-    let start = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("the child can be waited on") {
-            break Some(status);
-        }
-        if start.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    };
-    if let Some(feed) = feed {
-        let _ = feed.join();
-    }
-    let stdout = out.join().expect("the stdout reader");
-    let stderr = err.join().expect("the stderr reader");
-    status.map(|status| Output {
-        status,
-        stdout,
-        stderr,
-    })
-}
-
-/// This test binary run again as a child that executes only the ignored test `test`,
-/// with `env` telling it what to do.
-pub fn reexec(test: &str, env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(std::env::current_exe().expect("the test binary's path"));
-    cmd.args([
-        test,
-        "--exact",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env_remove("SESSIONSTORE_LONG");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd
 }
 
 /// The value at `q` (0..=1) of sorted `values`.
