@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CloseSessionRequest, CloseSessionResponse, ContentBlock,
     DeleteSessionRequest, DeleteSessionResponse, EmbeddedResourceResource, ForkSessionRequest,
-    ForkSessionResponse, Implementation, InitializeRequest, InitializeResponse, JsonRpcMessage,
+    ForkSessionResponse, Implementation, InitializeRequest, InitializeResponse,
     ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
     NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
     ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities,
@@ -29,11 +29,10 @@ use base64::Engine;
 
 use crate::dispatch::DEFAULT_MEMO_BUDGET;
 use crate::error::Error;
-use crate::format::{Format, StreamWriter};
+use crate::format;
 use crate::ids::SessionId;
 use crate::lifecycle::{DEFAULT_PAGE, SessionCursor};
 use crate::model::ToolsHost;
-use crate::replay::ReplayItem;
 use crate::store::{Outgoing, Store, Upload};
 
 /// How many sessions one `session/list` answer holds: the store's default page.
@@ -275,10 +274,11 @@ impl AcpFront {
 }
 
 /// Replays the history to `update` as `session/update` notifications, one history
-/// item at a time: the streamed restore written as `restore --format acp-updates`
-/// writes it (so the two cannot differ), each line parsed back into the schema's
-/// `SessionNotification`. Only one item's content is held at a time; recorded turn
-/// items come in the stream, in their place among the messages.
+/// item at a time: the streamed restore, each item's notifications built by
+/// `format::session_updates`, the builder whose values the `acp-updates` writer
+/// serializes (so `restore --format acp-updates` prints exactly these), with no JSON
+/// written or parsed in between. Only one item's content is held at a time; recorded
+/// turn items come in the stream, in their place among the messages.
 async fn replay(
     store: &Store,
     session: SessionId,
@@ -290,37 +290,11 @@ async fn replay(
         .map_err(rpc_error)?;
     while let Some(item) = stream.next().await {
         let item = item.map_err(rpc_error)?;
-        for notification in acp_updates(session, &item)? {
+        for notification in format::session_updates(session, item) {
             update(notification)?;
         }
     }
     Ok(())
-}
-
-/// One history item as the `acp-updates` writer writes it, read back as notifications.
-fn acp_updates(session: SessionId, item: &ReplayItem) -> RpcResult<Vec<SessionNotification>> {
-    type Line =
-        JsonRpcMessage<agent_client_protocol::v1::schema::Notification<SessionNotification>>;
-    let internal = |e: &dyn std::fmt::Display| {
-        RpcError::new(
-            ErrorCode::INTERNAL_ERROR,
-            format!("cannot replay session {session}: {e}"),
-        )
-    };
-    let mut writer = StreamWriter::begin(Vec::new(), Format::AcpUpdates, session, "")
-        .map_err(|e| internal(&e))?;
-    writer.item(item).map_err(|e| internal(&e))?;
-    let bytes = writer.finish().map_err(|e| internal(&e))?;
-    bytes
-        .split(|b| *b == b'\n')
-        .filter(|line| !line.is_empty())
-        .map(|line| {
-            let line: Line = serde_json::from_slice(line).map_err(|e| internal(&e))?;
-            line.into_inner()
-                .params
-                .ok_or_else(|| internal(&"a session/update line without params"))
-        })
-        .collect()
 }
 
 /// A prompt taken apart: the text the user typed and the files that came with it.

@@ -12,6 +12,7 @@ use sessionstore::{Config, SessionId, Store};
 
 use super::common::{entry_ids, export, ids_named};
 use crate::backend::{Backend, conformance};
+use crate::restored::CollectRestore;
 use crate::support::{
     V2_RESTORE_SNAPSHOTS, bin_on, copy_tree, fixture, history_blocks, json, restore_text, snapshot,
     stderr, stdout, v1_restore_snapshots,
@@ -165,7 +166,7 @@ async fn load(b: &Backend, version: &str) -> (Copy, Store, Vec<String>, Vec<Stri
 async fn the_v1_fixture_imported_restores_as_its_sqlite_copy_does(b: Backend) {
     let (copy, store, copy_ids, b_ids) = load(&b, "v1").await;
     // What the snapshots hold, made as `snapshots.rs` makes them.
-    let restored = store.restore(copy.session).await.unwrap();
+    let restored = store.collect_restore(copy.session).await.unwrap();
     let redact = |v: serde_json::Value| {
         let text = serde_json::to_string_pretty(&v).unwrap();
         ids_named(&text, &b_ids).replace(copy.root().to_str().unwrap(), "<ROOT>") + "\n"

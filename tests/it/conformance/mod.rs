@@ -16,6 +16,7 @@ mod multihost;
 
 use self::common::session;
 use crate::backend::{Backend, conformance};
+use crate::restored::CollectRestore;
 use crate::support::{Expect, block_json, check_attachment, json, stderr, stdout};
 
 conformance!(
@@ -209,7 +210,7 @@ async fn a_session_restores_in_a_fresh_store_with_paths_that_read_back(b: Backen
     drop(store);
 
     let fresh = b.open().await;
-    let restored = fresh.restore(session.id).await.unwrap();
+    let restored = fresh.collect_restore(session.id).await.unwrap();
     assert_eq!(restored.messages.len(), 1);
     let blocks: Vec<_> = restored.messages[0].blocks.iter().map(block_json).collect();
     let expect = Expect {
