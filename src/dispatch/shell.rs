@@ -53,37 +53,56 @@ pub(crate) fn placeholder_block() -> &'static ContentBlock {
 static PLACEHOLDER_BLOCK: LazyLock<ContentBlock> =
     LazyLock::new(|| ContentBlock::Text(TextContent::new(placeholder())));
 
-/// What serde_json writes for [`placeholder_block`].
-static PLACEHOLDER_BLOCK_JSON: LazyLock<Vec<u8>> =
-    LazyLock::new(|| serde_json::to_vec(&*PLACEHOLDER_BLOCK).expect("a text block serializes"));
+/// What serde_json writes for [`placeholder_block`], split at its placeholder.
+static PLACEHOLDER_BLOCK_AROUND: LazyLock<Around> =
+    LazyLock::new(|| Around::of(placeholder_block()));
+
+/// A value serialized around the one placeholder it holds: the bytes before and after
+/// it, which a cut takes with it (made once, for a static).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Around {
+    before: Vec<u8>,
+    after: Vec<u8>,
+}
+
+impl Around {
+    /// `value` must hold the placeholder exactly once, as a whole string; the
+    /// builders' own placeholder values do, so this is checked once, when the static
+    /// is first used.
+    pub(crate) fn of(value: &impl Serialize) -> Around {
+        let json = serde_json::to_vec(value).expect("a placeholder value serializes");
+        let token = &PLACEHOLDER.escaped;
+        let at = find(&json, token).expect("the value holds the placeholder");
+        Around {
+            before: json[..at].to_vec(),
+            after: json[at + token.len()..].to_vec(),
+        }
+    }
+}
 
 /// Where a placeholder sits in the serialized value, so the cut takes exactly what the
 /// content replaces: the whole string, only the placeholder's characters inside a
-/// longer string (a `data:` URL), or a whole value whose serialization holds the
-/// placeholder once (such as [`placeholder_block`], see [`Hole::block`]).
+/// longer string (a `data:` URL), or a whole value that holds the placeholder once
+/// (such as [`placeholder_block`], see [`Hole::block`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Hole {
     String,
     InString,
-    Value(&'static [u8]),
+    Value(&'static Around),
 }
 
 impl Hole {
     /// A whole content block, built as [`placeholder_block`].
     pub(crate) fn block() -> Hole {
-        Hole::Value(&PLACEHOLDER_BLOCK_JSON)
+        Hole::Value(&PLACEHOLDER_BLOCK_AROUND)
     }
 
     /// The bytes around the placeholder's own that the cut also takes.
-    /// `None` for a value without the placeholder, which no cut can match.
-    fn around(self) -> Option<(&'static [u8], &'static [u8])> {
+    fn around(self) -> (&'static [u8], &'static [u8]) {
         match self {
-            Hole::String => Some((b"\"", b"\"")),
-            Hole::InString => Some((b"", b"")),
-            Hole::Value(json) => {
-                let at = find(json, &PLACEHOLDER.escaped)?;
-                Some((&json[..at], &json[at + PLACEHOLDER.escaped.len()..]))
-            }
+            Hole::String => (b"\"", b"\""),
+            Hole::InString => (b"", b""),
+            Hole::Value(around) => (&around.before, &around.after),
         }
     }
 }
@@ -114,7 +133,7 @@ impl Scratch {
         for hole in holes {
             let at = from + find(&json[from..], token)?;
             let end = at + token.len();
-            let (before, after) = hole.around()?;
+            let (before, after) = hole.around();
             let start = at.checked_sub(before.len())?;
             if start < from || &json[start..at] != before || !json[end..].starts_with(after) {
                 return None;

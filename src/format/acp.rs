@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde::ser::SerializeSeq;
 
 use super::json;
-use crate::dispatch::shell::{self, Hole, Scratch};
+use crate::dispatch::shell::{self, Hole, Scratch, Shell};
 use crate::dispatch::{ModelMessage, Part};
 use crate::ids::{ItemId, MessageId, SessionId};
 use crate::model::{Item, ItemBody, Message, Role};
@@ -38,9 +38,10 @@ pub struct RestoreObject<M> {
 }
 
 /// One message of the restore object: `{"id","role","content":[ContentBlock]}`.
+/// (`I` is a message id but for the writers' shells, whose id is a placeholder.)
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RestoreMessage<C> {
-    pub id: MessageId,
+pub struct RestoreMessage<C, I = MessageId> {
+    pub id: I,
     pub role: Role,
     pub content: C,
 }
@@ -151,25 +152,73 @@ pub(super) fn restore_ends(
     ends(scratch, &shape)
 }
 
-/// One message of the restore object, its blocks written from its parts.
+/// Shells a writer keeps from one message to the next: a restore message's for each
+/// role and number of parts, and a notification line's for each role, each with the
+/// message's id as one more hole, so a message costs a lookup rather than a
+/// serialization. Messages with more parts than [`KEPT_PARTS`] are cut one by one.
+#[derive(Debug, Default)]
+pub(super) struct Kept {
+    restore: Vec<((Role, usize), Option<Shell>)>,
+    lines: Vec<(Role, Option<Shell>)>,
+}
+
+const KEPT_PARTS: usize = 16;
+
+/// The shell kept under `key`, made by `cut` the first time.
+fn kept<K: PartialEq + Copy>(
+    shells: &mut Vec<(K, Option<Shell>)>,
+    key: K,
+    cut: impl FnOnce() -> Option<Shell>,
+) -> &Option<Shell> {
+    let at = match shells.iter().position(|(k, _)| *k == key) {
+        Some(at) => at,
+        None => {
+            shells.push((key, cut()));
+            shells.len() - 1
+        }
+    };
+    &shells[at].1
+}
+
+/// A restore message's shell: the id a placeholder string, then `parts` blocks.
+fn restore_shell(role: Role, parts: usize) -> Option<Shell> {
+    let shape = RestoreMessage {
+        id: shell::placeholder(),
+        role,
+        content: Holes(parts),
+    };
+    let holes: Vec<Hole> = std::iter::once(Hole::String)
+        .chain(std::iter::repeat_n(Hole::block(), parts))
+        .collect();
+    Shell::cut(&shape, &holes)
+}
+
+/// One message of the restore object, its id and blocks written into its shell.
 pub(super) fn restore_message(
     out: &mut impl Write,
-    scratch: &mut Scratch,
+    kept_shells: &mut Kept,
     m: &ModelMessage,
 ) -> io::Result<()> {
-    let shape = RestoreMessage {
-        id: m.message.id,
-        role: m.message.role,
-        content: Holes(m.parts.len()),
+    let (role, parts) = (m.message.role, m.parts.len());
+    let fresh;
+    let shell = if parts <= KEPT_PARTS {
+        kept(&mut kept_shells.restore, (role, parts), || {
+            restore_shell(role, parts)
+        })
+    } else {
+        fresh = restore_shell(role, parts);
+        &fresh
     };
-    let holes = std::iter::repeat_n(Hole::block(), m.parts.len());
-    match scratch.cut(&shape, holes) {
-        Some(cut) => cut.write(out, |i, out| m.parts[i].write_json(out)),
+    match shell {
+        Some(shell) => shell.write(out, |i, out| match i {
+            0 => json(out, &m.message.id),
+            i => m.parts[i - 1].write_json(out),
+        }),
         None => whole(
             out,
             &RestoreMessage {
-                id: shape.id,
-                role: shape.role,
+                id: m.message.id,
+                role,
                 content: m.to_blocks(),
             },
         ),
@@ -186,8 +235,17 @@ pub fn message_update(
     message: &Message,
     block: ContentBlock,
 ) -> Option<SessionNotification> {
-    let chunk = ContentChunk::new(block).message_id(AcpMessageId::from(message.id.to_string()));
-    let update = match message.role {
+    chunk_update(session, message.role, message.id.to_string(), block)
+}
+
+fn chunk_update(
+    session: SessionId,
+    role: Role,
+    message_id: String,
+    block: ContentBlock,
+) -> Option<SessionNotification> {
+    let chunk = ContentChunk::new(block).message_id(AcpMessageId::from(message_id));
+    let update = match role {
         Role::User => SessionUpdate::UserMessageChunk(chunk),
         Role::Assistant => SessionUpdate::AgentMessageChunk(chunk),
         Role::System => return None,
@@ -233,24 +291,30 @@ pub fn notification_line(
 }
 
 /// One line per block of a dispatched message: [`message_update`] of each block, in
-/// its envelope, serialized once per message with a placeholder for the block.
+/// its envelope, written into the line's shell (kept per role) with the block and the
+/// message's id in place.
 pub(super) fn message_lines(
     out: &mut impl Write,
-    scratch: &mut Scratch,
+    kept_shells: &mut Kept,
     session: SessionId,
     m: &ModelMessage,
 ) -> io::Result<()> {
-    if m.parts.is_empty() {
-        return Ok(());
+    let role = m.message.role;
+    if m.parts.is_empty() || role == Role::System {
+        return Ok(()); // a system message has no chunk (see `message_update`)
     }
-    let placeholder = shell::placeholder_block().clone();
-    let Some(shape) = message_update(session, &m.message, placeholder) else {
-        return Ok(());
-    };
-    match scratch.cut(&notification_line(shape), [Hole::block()]) {
-        Some(cut) => {
+    let shell = kept(&mut kept_shells.lines, role, || {
+        let block = shell::placeholder_block().clone();
+        let shape = chunk_update(session, role, shell::placeholder(), block)?;
+        Shell::cut(&notification_line(shape), &[Hole::block(), Hole::String])
+    });
+    match shell {
+        Some(shell) => {
             for part in &m.parts {
-                cut.write(out, |_, out| part.write_json(out))?;
+                shell.write(out, |i, out| match i {
+                    0 => part.write_json(out),
+                    _ => json(out, &m.message.id),
+                })?;
                 out.write_all(b"\n")?;
             }
             Ok(())

@@ -70,8 +70,10 @@ pub struct StreamWriter<W: Write> {
     first: bool,
     /// What `finish` writes: the end of the document's typed shape.
     closing: Vec<u8>,
-    /// Where each message's shape is serialized before it is written.
+    /// Where a message's shape is serialized before it is written, when no kept
+    /// shell serves it.
     scratch: Scratch,
+    kept: acp::Kept,
 }
 
 impl<W: Write> StreamWriter<W> {
@@ -109,6 +111,7 @@ impl<W: Write> StreamWriter<W> {
             first: true,
             closing,
             scratch,
+            kept: acp::Kept::default(),
         })
     }
 
@@ -154,7 +157,7 @@ impl<W: Write> StreamWriter<W> {
         match self.format {
             Format::AcpRestore => {
                 comma(out, &mut self.first)?;
-                acp::restore_message(out, scratch, m)
+                acp::restore_message(out, &mut self.kept, m)
             }
             Format::AcpBlocks => {
                 for part in &m.parts {
@@ -163,7 +166,7 @@ impl<W: Write> StreamWriter<W> {
                 }
                 Ok(())
             }
-            Format::AcpUpdates => acp::message_lines(out, scratch, self.session, m),
+            Format::AcpUpdates => acp::message_lines(out, &mut self.kept, self.session, m),
             Format::OpenaiChat | Format::OpenaiResponses => {
                 comma(out, &mut self.first)?;
                 openai::message(out, scratch, api, m)

@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use agent_client_protocol_schema::v1::ContentBlock;
 
 use super::json;
-use crate::dispatch::shell::{self, Hole, Scratch};
+use crate::dispatch::shell::{self, Around, Hole, Scratch};
 use crate::dispatch::{Attached, Content, ModelMessage, Part};
 use crate::model::Role;
 use crate::openai::{
@@ -24,19 +24,17 @@ pub(super) enum Api {
 }
 
 /// A system message whose content is the placeholder: where a request's messages go.
-static CHAT_HOLE: LazyLock<Vec<u8>> = LazyLock::new(|| {
-    let message = ChatMessage::System {
+static CHAT_HOLE: LazyLock<Around> = LazyLock::new(|| {
+    Around::of(&ChatMessage::System {
         content: shell::placeholder(),
-    };
-    serde_json::to_vec(&message).expect("a message of strings serializes")
+    })
 });
 
-static RESPONSES_HOLE: LazyLock<Vec<u8>> = LazyLock::new(|| {
-    let message = ResponsesMessage::System {
+static RESPONSES_HOLE: LazyLock<Around> = LazyLock::new(|| {
+    Around::of(&ResponsesMessage::System {
         kind: MessageKind::Message,
         content: shell::placeholder(),
-    };
-    serde_json::to_vec(&message).expect("a message of strings serializes")
+    })
 });
 
 /// The request's opening and closing, from its typed shape.
