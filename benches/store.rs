@@ -11,7 +11,11 @@
 //!   `Store::restore_stream` written by the ACP writer into a sink, against a SELECT
 //!   plus one read and one base64 encoding per distinct file.
 //! - `dispatch`: one message with four 16 MiB images, written as JSON by the block
-//!   writer, against reading and base64-encoding the same files.
+//!   writer, against reading and base64-encoding the same files; then on the same
+//!   message `Store::dispatch`'s typed blocks against the writer path (into a sink and
+//!   into a `Vec<u8>`, and with a memo the caller keeps), the typed `PromptRequest`
+//!   sent the ACP SDK's way (through a `serde_json::Value`) against one string of its
+//!   size the same way, and `format::prompt_frame` against the SDK's way.
 //! - `list`: one page of 50 of 10,000 sessions (`Store::list_sessions_page`, from the
 //!   start and from a cursor halfway), against a hand-written SELECT with the same
 //!   ORDER BY and LIMIT on a raw connection.

@@ -457,6 +457,70 @@ pub fn rpc_error(e: Error) -> RpcError {
 mod tests {
     use super::*;
 
+    /// A prompt frame written from parts is, byte for byte, the line the SDK sends for
+    /// the same typed `PromptRequest`, through its own message type and serialization.
+    #[test]
+    fn a_prompt_frame_is_the_line_the_sdk_sends_for_the_typed_request() {
+        use crate::attachments::AttachmentUri;
+        use crate::dispatch::{Attached, Content, Part, Placement, Prepared};
+        let session = SessionId::new();
+        let placement = Placement {
+            host: "h \u{202E}".into(),
+            tools_host: ToolsHost::Ssh,
+        };
+        let part = |name: &str, mime: &str, content: Content| {
+            let prepared = std::sync::Arc::new(Prepared::new(
+                name.into(),
+                AttachmentUri::new(session, name),
+                mime.into(),
+                PathBuf::from(format!("/roots/{session}/{name}")),
+                content,
+            ));
+            Part::Attachment(Attached {
+                context: prepared.context(&placement),
+                prepared,
+            })
+        };
+        let parts = vec![
+            Part::Text("look \"here\"\n\u{7}".into()),
+            part(
+                "a \"b\".png",
+                "image/png",
+                Content::Image("iVBORw0K".into()),
+            ),
+            part(
+                "n.txt",
+                "text/plain",
+                Content::Text("x\ty \u{0} 日本".into()),
+            ),
+            part(
+                "d.bin",
+                "application/octet-stream",
+                Content::Blob("AAEC".into()),
+            ),
+        ];
+        for id in [
+            agent_client_protocol::v1::schema::RequestId::Number(3),
+            agent_client_protocol::v1::schema::RequestId::Str("p-1".into()),
+        ] {
+            let mut frame = Vec::new();
+            format::prompt_frame(&mut frame, id.clone(), session, &parts).unwrap();
+            let request =
+                PromptRequest::new(acp_id(session), parts.iter().map(Part::to_block).collect());
+            let params = serde_json::to_value(&request).unwrap();
+            let sdk = agent_client_protocol::RawJsonRpcMessage::request(
+                format::SESSION_PROMPT.to_owned(),
+                params,
+                agent_client_protocol::RawJsonRpcId::from(id),
+            )
+            .unwrap();
+            assert_eq!(
+                String::from_utf8(frame).unwrap(),
+                serde_json::to_string(&sdk).unwrap()
+            );
+        }
+    }
+
     #[test]
     fn upload_names_come_from_the_uri_then_the_mime_type() {
         let cases = [
