@@ -7,7 +7,9 @@
 //! The rooms: `memo.rs` (the budgeted memo), `encoding.rs` (the shared encoding and the
 //! base64 encoder), `recycle.rs` (encoding buffers kept for reuse), `kinds.rs` (image,
 //! text or blob), `context.rs` (the path context and its escaping), `blocks.rs` (parts
-//! and their ACP blocks).
+//! and the one builder of their ACP blocks), `shell.rs` (a typed value serialized with
+//! placeholders and cut around them, how the writers in `format` write what the
+//! builders build).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
