@@ -11,7 +11,11 @@
 //!   `Store::restore_stream` written by the ACP writer into a sink, against a SELECT
 //!   plus one read and one base64 encoding per distinct file.
 //! - `dispatch`: one message with four 16 MiB images, written as JSON by the block
-//!   writer, against reading and base64-encoding the same files.
+//!   writer, against reading and base64-encoding the same files; then on the same
+//!   message `Store::dispatch`'s typed blocks against the writer path (into a sink and
+//!   into a `Vec<u8>`, and with a memo the caller keeps), the typed `PromptRequest`
+//!   sent the ACP SDK's way (through a `serde_json::Value`) against one string of its
+//!   size the same way, and `format::prompt_frame` against the SDK's way.
 //! - `list`: one page of 50 of 10,000 sessions (`Store::list_sessions_page`, from the
 //!   start and from a cursor halfway), against a hand-written SELECT with the same
 //!   ORDER BY and LIMIT on a raw connection.
@@ -108,13 +112,13 @@ impl Paired {
     }
 }
 
-/// One issue-8 comparison: the two sides timed by criterion in `group`, then
-/// alternated, both ratios reported against `target`.
+/// One comparison: the two sides timed by criterion in `group`, then alternated,
+/// both ratios reported against `target` (or as figures, without one).
 struct Comparison<'a> {
     what: &'a str,
     baseline: &'a str,
     measured: &'a str,
-    target: f64,
+    target: Option<f64>,
     paired: Paired,
 }
 
@@ -144,27 +148,32 @@ struct Report(Vec<String>);
 
 impl Report {
     /// `baseline / measured`: ≥ 1 means the measured code is as fast as the baseline.
-    fn ratio(&mut self, what: &str, baseline: &Samples, measured: &Samples, target: f64) {
+    fn ratio(
+        &mut self,
+        what: &str,
+        baseline: &Samples,
+        measured: &Samples,
+        target: impl Into<Option<f64>>,
+    ) {
         let (Some(b), Some(m)) = (baseline.median(), measured.median()) else {
             return; // filtered out on the command line
         };
         let ratio = b / m;
         self.0.push(format!(
-            "{what}: {ratio:.3}x (target >= {target}x: {}; baseline {}, measured {})",
-            if ratio >= target { "met" } else { "not met" },
+            "{what}: {ratio:.3}x ({}; baseline {}, measured {})",
+            judged(ratio, target.into()),
             ms(b),
             ms(m)
         ));
     }
 
     /// The same comparison from a [`Paired`] run, which judges the target.
-    fn paired(&mut self, what: &str, paired: &Paired, ratio: f64, target: f64) {
+    fn paired(&mut self, what: &str, paired: &Paired, ratio: f64, target: impl Into<Option<f64>>) {
         self.0.push(format!(
-            "{what}, alternated: {ratio:.3}x (median of {} rounds of {} calls a side; \
-             target >= {target}x: {})",
+            "{what}, alternated: {ratio:.3}x (median of {} rounds of {} calls a side; {})",
             paired.rounds,
             paired.calls,
-            if ratio >= target { "met" } else { "not met" },
+            judged(ratio, target.into()),
         ));
     }
 }
@@ -182,6 +191,14 @@ impl Report {
             ms(b),
             ms(m)
         ));
+    }
+}
+
+fn judged(ratio: f64, target: Option<f64>) -> String {
+    match target {
+        Some(target) if ratio >= target => format!("target >= {target}x: met"),
+        Some(target) => format!("target >= {target}x: not met"),
+        None => "no target".to_owned(),
     }
 }
 
@@ -249,7 +266,7 @@ fn restore(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
         what: "restore: 1,000 messages x 2 refs over 8 files vs select + read + base64",
         baseline: "select + read + base64 per file",
         measured: "Store::restore_stream to JSON",
-        target: 0.7,
+        target: Some(0.7),
         paired: Paired {
             rounds: 31,
             calls: 5,
@@ -263,30 +280,111 @@ fn restore(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     );
 }
 
-fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
-    let (_dir, f) = fixture(rt);
-    let paths = workload::build_dispatch(rt, &f);
-
-    let mut group = c.benchmark_group("dispatch");
+/// A group of slow calls (tens of milliseconds each): few flat samples.
+fn group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
+    let mut group = c.benchmark_group(name.to_owned());
     group.sample_size(10);
     group.sampling_mode(SamplingMode::Flat);
     group.warm_up_time(Duration::from_millis(100));
     group.measurement_time(Duration::from_secs(5));
+    group
+}
+
+fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
+    let (_dir, f) = fixture(rt);
+    let paths = workload::build_dispatch(rt, &f);
+    let paired = || Paired {
+        rounds: 21,
+        calls: 1,
+    };
     Comparison {
         what: "dispatch: four 16 MiB images to JSON vs read + base64",
         baseline: "read + base64",
         measured: "Store::dispatch_parts to JSON",
-        target: 0.8,
-        paired: Paired {
-            rounds: 21,
-            calls: 1,
-        },
+        target: Some(0.8),
+        paired: paired(),
     }
     .run(
-        group,
+        group(c, "dispatch"),
         report,
         || workload::dispatch_baseline(&paths),
         || workload::dispatch_store(rt, &f),
+    );
+    // The typed blocks a library caller gets, not serialized, against the writer path.
+    Comparison {
+        what: "dispatch-typed: Store::dispatch blocks vs dispatch_parts written into a sink",
+        baseline: "dispatch_parts to a sink",
+        measured: "Store::dispatch blocks",
+        target: Some(0.8),
+        paired: paired(),
+    }
+    .run(
+        group(c, "dispatch-typed"),
+        report,
+        || workload::dispatch_store(rt, &f),
+        || drop(std::hint::black_box(workload::dispatch_typed(rt, &f))),
+    );
+    Comparison {
+        what: "dispatch-typed: Store::dispatch blocks vs dispatch_parts written into a Vec<u8>",
+        baseline: "dispatch_parts to a Vec",
+        measured: "Store::dispatch blocks",
+        target: Some(0.8),
+        paired: paired(),
+    }
+    .run(
+        group(c, "dispatch-typed-vec"),
+        report,
+        || drop(std::hint::black_box(workload::dispatch_store_vec(rt, &f))),
+        || drop(std::hint::black_box(workload::dispatch_typed(rt, &f))),
+    );
+    Comparison {
+        what: "dispatch-typed: Store::dispatch blocks, the caller keeping the memo, vs dispatch_parts into a sink",
+        baseline: "dispatch_parts to a sink",
+        measured: "Store::dispatch blocks, memo kept",
+        target: Some(0.8),
+        paired: paired(),
+    }
+    .run(
+        group(c, "dispatch-typed-kept"),
+        report,
+        || workload::dispatch_store(rt, &f),
+        || drop(std::hint::black_box(workload::dispatch_typed_kept(rt, &f))),
+    );
+
+    // Serialization alone, from blocks and parts made once: the SDK's way (through a
+    // `serde_json::Value`) against one string of the same size the same way, and the
+    // frame writer against the SDK's way.
+    let typed = workload::dispatch_typed(rt, &f);
+    let request =
+        agent_client_protocol_schema::v1::PromptRequest::new(f.session.to_string(), typed.blocks);
+    let parts = workload::dispatch_parts(rt, &f);
+    let size = workload::frame(&f, &parts.parts).len();
+    let prebuilt = "A".repeat(size);
+    Comparison {
+        what: "dispatch-sdk: a PromptRequest of the four images sent the SDK's way vs one string of its size the same way",
+        baseline: "a string through Value",
+        measured: "PromptRequest through Value",
+        target: None,
+        paired: paired(),
+    }
+    .run(
+        group(c, "dispatch-sdk"),
+        report,
+        || drop(std::hint::black_box(workload::value_baseline(&prebuilt))),
+        || drop(std::hint::black_box(workload::sdk_send(&request))),
+    );
+    Comparison {
+        what: "dispatch-frame: format::prompt_frame from the parts vs the SDK's way from the typed request",
+        baseline: "PromptRequest through Value",
+        measured: "prompt_frame into a Vec",
+        target: None,
+        paired: paired(),
+    }
+    .run(
+        group(c, "dispatch-frame"),
+        report,
+        || drop(std::hint::black_box(workload::sdk_send(&request))),
+        || drop(std::hint::black_box(workload::frame(&f, &parts.parts))),
     );
 }
 
@@ -521,8 +619,19 @@ fn backend_side(
             .expect("send");
     });
     let restore = timed(&mut group, "restore 200 messages", || {
-        let restored = rt.block_on(store.restore(session)).expect("restore");
-        assert_eq!(restored.messages.len(), 200);
+        let items = rt.block_on(async {
+            let mut stream = store
+                .restore_stream(session, sessionstore::dispatch::DEFAULT_MEMO_BUDGET)
+                .await
+                .expect("restore");
+            let mut items = 0;
+            while let Some(item) = stream.next().await {
+                std::hint::black_box(item.expect("an item"));
+                items += 1;
+            }
+            items
+        });
+        assert_eq!(items, 200);
     });
     let page = timed(&mut group, "list a page of 50", || {
         let page = rt

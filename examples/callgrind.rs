@@ -21,8 +21,9 @@ use tokio::runtime::Runtime;
 use workload::Fixture;
 
 const USAGE: &str = "usage: callgrind setup DIR | callgrind WORKLOAD DIR N, where WORKLOAD is \
-                     restore, restore-baseline, dispatch, dispatch-baseline, send-text, \
-                     send-refs or raw-append";
+                     restore, restore-baseline, dispatch, dispatch-baseline, dispatch-typed, \
+                     dispatch-typed-kept, dispatch-vec, sdk-send, sdk-baseline, frame, \
+                     send-text, send-refs or raw-append";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -75,6 +76,35 @@ fn run(rt: &Runtime, workload: &str, dir: &Path, n: usize) {
             let f = Fixture::open(rt, &dir.join("dispatch"));
             for _ in 0..n {
                 workload::dispatch_store(rt, &f);
+            }
+        }
+        "dispatch-typed" | "dispatch-typed-kept" | "dispatch-vec" => {
+            let f = Fixture::open(rt, &dir.join("dispatch"));
+            for _ in 0..n {
+                match workload {
+                    "dispatch-typed" => drop(workload::dispatch_typed(rt, &f)),
+                    "dispatch-typed-kept" => drop(workload::dispatch_typed_kept(rt, &f)),
+                    _ => drop(workload::dispatch_store_vec(rt, &f)),
+                }
+            }
+        }
+        // The serialization workloads build their blocks and parts once, outside the
+        // repetitions: subtract the count of a run with 0 repetitions.
+        "sdk-send" | "sdk-baseline" | "frame" => {
+            let f = Fixture::open(rt, &dir.join("dispatch"));
+            let typed = workload::dispatch_typed(rt, &f);
+            let request = agent_client_protocol_schema::v1::PromptRequest::new(
+                f.session.to_string(),
+                typed.blocks,
+            );
+            let parts = workload::dispatch_parts(rt, &f);
+            let prebuilt = "A".repeat(workload::frame(&f, &parts.parts).len());
+            for _ in 0..n {
+                match workload {
+                    "sdk-send" => drop(workload::sdk_send(&request)),
+                    "sdk-baseline" => drop(workload::value_baseline(&prebuilt)),
+                    _ => drop(workload::frame(&f, &parts.parts)),
+                }
             }
         }
         "dispatch-baseline" => {

@@ -1,12 +1,20 @@
-//! Conversion of dispatched ACP content blocks into OpenAI Chat Completions and Responses
-//! requests; pure: no IO, no HTTP, and it never computes a path (a path reaches the model
-//! only inside a block's `_meta` context string, which dispatch wrote from a live read).
+//! OpenAI Chat Completions, Responses and Vision Bridge requests, and the one
+//! conversion that makes them from ACP content: from the blocks of a conversation
+//! (`chat_request`, `responses_request`) or from a dispatched message's parts
+//! (`chat_message`, `responses_message`), both read as the same [`Piece`]s, so the two
+//! cannot differ; the streaming writer in `format` serializes these same messages.
+//! Pure: no IO, no HTTP, and it never computes a path (a path reaches the model only
+//! inside a block's `_meta` context string, which dispatch wrote from a live read).
+
+use std::borrow::Cow;
+use std::sync::LazyLock;
 
 use agent_client_protocol_schema::v1::{ContentBlock, EmbeddedResourceResource};
 use percent_encoding::percent_decode_str;
 use serde::{Deserialize, Serialize};
 
 pub use crate::dispatch::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
+use crate::dispatch::{Content, ModelMessage, Part, SharedStr};
 pub use crate::model::Role;
 
 /// The stored-name rules turn an empty name into this one, so a nameless file gets it too.
@@ -41,17 +49,62 @@ pub enum ChatPart {
     File { file: FileData },
 }
 
-/// The `image_url` object of an image part; `url` is a `data:` URL.
+/// The `image_url` object of an image part.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageUrl {
-    pub url: String,
+    pub url: DataUrl,
 }
 
-/// The `file` object of a file part; `file_data` is a `data:<mime>;base64,` URL.
+/// The `file` object of a file part.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileData {
     pub filename: String,
-    pub file_data: String,
+    pub file_data: DataUrl,
+}
+
+/// A `data:<mime>;base64,<base64>` URL, holding the base64 it carries as a
+/// [`SharedStr`]: a request made from dispatched parts shares each encoding with the
+/// memo rather than copying it into a URL string, and serializes the URL straight
+/// from it (serde_json's `collect_str` streams the `Display` text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataUrl {
+    pub mime: String,
+    pub base64: SharedStr,
+}
+
+impl DataUrl {
+    pub fn new(mime: impl Into<String>, base64: impl Into<SharedStr>) -> DataUrl {
+        DataUrl {
+            mime: mime.into(),
+            base64: base64.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for DataUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("data:")?;
+        f.write_str(&self.mime)?;
+        f.write_str(";base64,")?;
+        f.write_str(&self.base64)
+    }
+}
+
+impl Serialize for DataUrl {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for DataUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<DataUrl, D::Error> {
+        let url = String::deserialize(deserializer)?;
+        let (mime, base64) = url
+            .strip_prefix("data:")
+            .and_then(|rest| rest.split_once(";base64,"))
+            .ok_or_else(|| serde::de::Error::custom("not a base64 data: URL"))?;
+        Ok(DataUrl::new(mime, base64))
+    }
 }
 
 /// A Responses API request body (`POST /v1/responses`).
@@ -101,12 +154,12 @@ pub enum ResponsesPart {
     },
     /// `detail` is required by the API's schema for `input_image`, so it is always written.
     InputImage {
-        image_url: String,
+        image_url: DataUrl,
         detail: ImageDetail,
     },
     InputFile {
         filename: String,
-        file_data: String,
+        file_data: DataUrl,
     },
 }
 
@@ -137,8 +190,8 @@ impl From<ChatPart> for ResponsesPart {
 }
 
 /// One turn of a conversation as the request builders read it: who spoke, and the
-/// blocks they said. The builders borrow the blocks, so a dispatched history (base64
-/// and all) is never copied to build a request.
+/// blocks they said. The builders borrow the blocks and copy only what a request
+/// holds (each encoding once).
 pub trait Turn {
     fn role(&self) -> Role;
     fn blocks(&self) -> &[ContentBlock];
@@ -157,24 +210,12 @@ impl Turn for (Role, Vec<ContentBlock>) {
 /// The Chat Completions request for a conversation, roles and order kept.
 #[must_use]
 pub fn chat_request<T: Turn>(model: &str, conversation: &[T]) -> ChatRequest {
-    let messages = conversation
-        .iter()
-        .map(|turn| (turn.role(), turn.blocks()))
-        .map(|(role, blocks)| match role {
-            Role::User => ChatMessage::User {
-                content: user_parts(blocks),
-            },
-            Role::Assistant => ChatMessage::Assistant {
-                content: text_only(blocks),
-            },
-            Role::System => ChatMessage::System {
-                content: text_only(blocks),
-            },
-        })
-        .collect();
     ChatRequest {
         model: model.to_owned(),
-        messages,
+        messages: conversation
+            .iter()
+            .map(|turn| chat_of(turn.role(), turn.blocks().iter().map(Piece::of_block)))
+            .collect(),
     }
 }
 
@@ -182,28 +223,34 @@ pub fn chat_request<T: Turn>(model: &str, conversation: &[T]) -> ChatRequest {
 /// [`chat_request`].
 #[must_use]
 pub fn responses_request<T: Turn>(model: &str, conversation: &[T]) -> ResponsesRequest {
-    let input = conversation
-        .iter()
-        .map(|turn| (turn.role(), turn.blocks()))
-        .map(|(role, blocks)| match role {
-            Role::User => ResponsesMessage::User {
-                kind: MessageKind::Message,
-                content: user_parts(blocks).into_iter().map(Into::into).collect(),
-            },
-            Role::Assistant => ResponsesMessage::Assistant {
-                kind: MessageKind::Message,
-                content: text_only(blocks),
-            },
-            Role::System => ResponsesMessage::System {
-                kind: MessageKind::Message,
-                content: text_only(blocks),
-            },
-        })
-        .collect();
     ResponsesRequest {
         model: model.to_owned(),
-        input,
+        input: conversation
+            .iter()
+            .map(|turn| responses_of(turn.role(), turn.blocks().iter().map(Piece::of_block)))
+            .collect(),
     }
+}
+
+/// One dispatched message as a Chat Completions message, made by the same conversion
+/// as [`chat_request`]'s from the message's parts: every image and blob shares its
+/// encoding with the part (a text file's contents are copied, as a request's text is
+/// a `String`).
+#[must_use]
+pub fn chat_message(m: &ModelMessage) -> ChatMessage {
+    chat_of(
+        m.message.role,
+        m.parts.iter().map(|p| Piece::of_part(p, Fill::Shared)),
+    )
+}
+
+/// [`chat_message`] as a Responses input message.
+#[must_use]
+pub fn responses_message(m: &ModelMessage) -> ResponsesMessage {
+    responses_of(
+        m.message.role,
+        m.parts.iter().map(|p| Piece::of_part(p, Fill::Shared)),
+    )
 }
 
 /// The Vision Bridge request: one user message holding the focus hint and every image
@@ -215,7 +262,9 @@ pub fn vision_request(model: &str, hint: &str, blocks: &[ContentBlock]) -> ChatR
         text: hint.to_owned(),
     });
     let images = blocks.iter().filter_map(|block| match block {
-        ContentBlock::Image(image) => Some(image_part(&image.mime_type, &image.data)),
+        ContentBlock::Image(image) => {
+            Some(image_part(&image.mime_type, Payload::Borrowed(&image.data)))
+        }
         _ => None,
     });
     ChatRequest {
@@ -226,18 +275,203 @@ pub fn vision_request(model: &str, hint: &str, blocks: &[ContentBlock]) -> ChatR
     }
 }
 
+/// One block as the conversion reads it, whichever form it came in: its path context
+/// (from the block's own `_meta`, or the part's) and what it holds.
+pub(crate) struct Piece<'a> {
+    context: Option<&'a str>,
+    body: Body<'a>,
+}
+
+enum Body<'a> {
+    Text(&'a str),
+    Image {
+        mime: &'a str,
+        data: Payload<'a>,
+    },
+    TextFile(Payload<'a>),
+    Blob {
+        mime: &'a str,
+        data: Payload<'a>,
+        filename: Cow<'a, str>,
+    },
+    /// What a request has no part for (audio, resource links): left out, with its
+    /// context, so no context is left without the content it describes.
+    Other,
+}
+
+/// A large field as a request takes it: borrowed from a block (copied into the
+/// request), shared with a part, or the writers' placeholder (see `dispatch::shell`).
+#[derive(Clone, Copy)]
+enum Payload<'a> {
+    Borrowed(&'a str),
+    Shared(&'a SharedStr),
+    Placeholder,
+}
+
+/// How a part's large fields are put in a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fill {
+    Shared,
+    Placeholder,
+}
+
+static PLACEHOLDER: LazyLock<SharedStr> =
+    LazyLock::new(|| SharedStr::from(crate::dispatch::shell::placeholder()));
+
+impl Payload<'_> {
+    fn shared(self) -> SharedStr {
+        match self {
+            Payload::Borrowed(s) => SharedStr::from(s),
+            Payload::Shared(s) => s.clone(),
+            Payload::Placeholder => PLACEHOLDER.clone(),
+        }
+    }
+
+    fn string(self) -> String {
+        match self {
+            Payload::Borrowed(s) => s.to_owned(),
+            Payload::Shared(s) => s.to_string_exact(),
+            Payload::Placeholder => crate::dispatch::shell::placeholder(),
+        }
+    }
+}
+
+impl<'a> Piece<'a> {
+    fn of_block(block: &'a ContentBlock) -> Piece<'a> {
+        let context = attachment_context(block);
+        let body = match block {
+            ContentBlock::Text(text) => Body::Text(&text.text),
+            ContentBlock::Image(image) => Body::Image {
+                mime: &image.mime_type,
+                data: Payload::Borrowed(&image.data),
+            },
+            ContentBlock::Resource(resource) => match &resource.resource {
+                EmbeddedResourceResource::TextResourceContents(contents) => {
+                    Body::TextFile(Payload::Borrowed(&contents.text))
+                }
+                EmbeddedResourceResource::BlobResourceContents(contents) => Body::Blob {
+                    mime: contents.mime_type.as_deref().unwrap_or(FALLBACK_BLOB_MIME),
+                    data: Payload::Borrowed(&contents.blob),
+                    filename: Cow::Owned(filename(context, &contents.uri)),
+                },
+                _ => Body::Other,
+            },
+            _ => Body::Other,
+        };
+        Piece { context, body }
+    }
+
+    /// A part read as the block it stands for (`Part::to_block`) would be read.
+    pub(crate) fn of_part(part: &'a Part, fill: Fill) -> Piece<'a> {
+        let a = match part {
+            Part::Text(text) => {
+                return Piece {
+                    context: None,
+                    body: Body::Text(text),
+                };
+            }
+            Part::Attachment(a) => a,
+        };
+        let p = &a.prepared;
+        let payload = |s: &'a SharedStr| match fill {
+            Fill::Shared => Payload::Shared(s),
+            Fill::Placeholder => Payload::Placeholder,
+        };
+        let body = match &p.content {
+            Content::Image(data) => Body::Image {
+                mime: &p.mime,
+                data: payload(data),
+            },
+            Content::Text(text) => Body::TextFile(payload(text)),
+            // The context's JSON line names the file by its stored name; the part has
+            // that name already, so the context is not parsed for it.
+            Content::Blob(data) => Body::Blob {
+                mime: &p.mime,
+                data: payload(data),
+                filename: if p.name.is_empty() {
+                    Cow::Owned(filename(None, p.uri_text()))
+                } else {
+                    Cow::Borrowed(&p.name)
+                },
+            },
+        };
+        Piece {
+            context: Some(a.context.as_str()),
+            body,
+        }
+    }
+}
+
+/// The one conversion of a turn into a Chat Completions message.
+fn chat_of<'a>(role: Role, pieces: impl Iterator<Item = Piece<'a>>) -> ChatMessage {
+    match role {
+        Role::User => ChatMessage::User {
+            content: user_parts(pieces),
+        },
+        Role::Assistant => ChatMessage::Assistant {
+            content: text_only(pieces),
+        },
+        Role::System => ChatMessage::System {
+            content: text_only(pieces),
+        },
+    }
+}
+
+/// [`chat_of`] as a Responses input message.
+fn responses_of<'a>(role: Role, pieces: impl Iterator<Item = Piece<'a>>) -> ResponsesMessage {
+    let kind = MessageKind::Message;
+    match role {
+        Role::User => ResponsesMessage::User {
+            kind,
+            content: user_parts(pieces).into_iter().map(Into::into).collect(),
+        },
+        Role::Assistant => ResponsesMessage::Assistant {
+            kind,
+            content: text_only(pieces),
+        },
+        Role::System => ResponsesMessage::System {
+            kind,
+            content: text_only(pieces),
+        },
+    }
+}
+
+/// The writers' form of [`chat_message`] and [`responses_message`]: each large field a
+/// placeholder, for `dispatch::shell` to cut.
+pub(crate) fn chat_message_with_placeholders(m: &ModelMessage) -> ChatMessage {
+    chat_of(
+        m.message.role,
+        m.parts.iter().map(|p| Piece::of_part(p, Fill::Placeholder)),
+    )
+}
+
+pub(crate) fn responses_message_with_placeholders(m: &ModelMessage) -> ResponsesMessage {
+    responses_of(
+        m.message.role,
+        m.parts.iter().map(|p| Piece::of_part(p, Fill::Placeholder)),
+    )
+}
+
+/// A recorded agent message's blocks as the assistant turn a request holds.
+pub(crate) fn assistant_chat(blocks: &[ContentBlock]) -> ChatMessage {
+    chat_of(Role::Assistant, blocks.iter().map(Piece::of_block))
+}
+
+pub(crate) fn assistant_responses(blocks: &[ContentBlock]) -> ResponsesMessage {
+    responses_of(Role::Assistant, blocks.iter().map(Piece::of_block))
+}
+
 /// Content parts of one user message: each block's content part, preceded by a text part
 /// with its path context when the block carries one. Blocks dispatch never produces
 /// (audio, resource links) have no part here and are skipped together with any context,
 /// so no context is left without the content it describes.
-fn user_parts(blocks: &[ContentBlock]) -> Vec<ChatPart> {
-    let mut parts = Vec::with_capacity(blocks.len() * 2);
-    for block in blocks {
-        let context = attachment_context(block);
-        let Some(content) = content_part(block, context) else {
+fn user_parts<'a>(pieces: impl Iterator<Item = Piece<'a>>) -> Vec<ChatPart> {
+    let mut parts = Vec::new();
+    for piece in pieces {
+        let Some(content) = content_part(piece.body) else {
             continue;
         };
-        if let Some(context) = context {
+        if let Some(context) = piece.context {
             parts.push(ChatPart::Text {
                 text: context.to_owned(),
             });
@@ -247,50 +481,43 @@ fn user_parts(blocks: &[ContentBlock]) -> Vec<ChatPart> {
     parts
 }
 
-fn content_part(block: &ContentBlock, context: Option<&str>) -> Option<ChatPart> {
-    match block {
-        ContentBlock::Text(text) => Some(ChatPart::Text {
-            text: text.text.clone(),
+fn content_part(body: Body<'_>) -> Option<ChatPart> {
+    match body {
+        Body::Text(text) => Some(ChatPart::Text {
+            text: text.to_owned(),
         }),
-        ContentBlock::Image(image) => Some(image_part(&image.mime_type, &image.data)),
-        ContentBlock::Resource(resource) => match &resource.resource {
-            EmbeddedResourceResource::TextResourceContents(contents) => Some(ChatPart::Text {
-                text: contents.text.clone(),
-            }),
-            EmbeddedResourceResource::BlobResourceContents(contents) => {
-                let mime = contents.mime_type.as_deref().unwrap_or(FALLBACK_BLOB_MIME);
-                Some(ChatPart::File {
-                    file: FileData {
-                        filename: filename(context, &contents.uri),
-                        file_data: data_url(mime, &contents.blob),
-                    },
-                })
-            }
-            _ => None,
-        },
-        _ => None,
+        Body::Image { mime, data } => Some(image_part(mime, data)),
+        Body::TextFile(text) => Some(ChatPart::Text {
+            text: text.string(),
+        }),
+        Body::Blob {
+            mime,
+            data,
+            filename,
+        } => Some(ChatPart::File {
+            file: FileData {
+                filename: filename.into_owned(),
+                file_data: DataUrl::new(mime, data.shared()),
+            },
+        }),
+        Body::Other => None,
     }
 }
 
-fn image_part(mime: &str, data: &str) -> ChatPart {
+fn image_part(mime: &str, data: Payload<'_>) -> ChatPart {
     ChatPart::ImageUrl {
         image_url: ImageUrl {
-            url: data_url(mime, data),
+            url: DataUrl::new(mime, data.shared()),
         },
     }
-}
-
-fn data_url(mime: &str, base64: &str) -> String {
-    format!("data:{mime};base64,{base64}")
 }
 
 /// The text of a message that converts to text only; ACP streams one message as chunks
 /// whose texts concatenate, so the blocks are joined with nothing between them.
-fn text_only(blocks: &[ContentBlock]) -> String {
-    blocks
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text(text) => Some(text.text.as_str()),
+fn text_only<'a>(pieces: impl Iterator<Item = Piece<'a>>) -> String {
+    pieces
+        .filter_map(|piece| match piece.body {
+            Body::Text(text) => Some(text),
             _ => None,
         })
         .collect()
@@ -338,412 +565,4 @@ fn name_from_context(context: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use agent_client_protocol_schema::v1::{
-        BlobResourceContents, EmbeddedResource, ImageContent, Meta, TextContent,
-        TextResourceContents,
-    };
-    use serde_json::{Value, json};
-
-    const MODEL: &str = "gpt-4o";
-    const CTX_A: &str = "The user attached a file.\n{\"name\":\"report (1).pdf\",\"uri\":\"attachment:///s/report%20%281%29.pdf\",\"mimeType\":\"application/pdf\",\"path\":\"/data/attachments/s/report (1).pdf\",\"host\":\"box\"}\nUse the path with tools running on the daemon host.";
-    const CTX_IMG: &str = "The user attached an image.\n{\"name\":\"cat.png\",\"uri\":\"attachment:///s/cat.png\",\"mimeType\":\"image/png\",\"path\":\"/data/attachments/s/cat.png\",\"host\":\"box\"}\nUse the path with tools running on the daemon host.";
-    const CTX_TXT: &str = "The user attached a file.\n{\"name\":\"notes.md\",\"uri\":\"attachment:///s/notes.md\",\"mimeType\":\"text/markdown\",\"path\":\"/data/attachments/s/notes.md\",\"host\":\"box\"}\nUse the path with tools running on the daemon host.";
-
-    fn context_meta(context: &str) -> Meta {
-        let mut meta = Meta::new();
-        meta.insert(
-            DAEMON_ATTACHMENT_CONTEXT_META_KEY.to_owned(),
-            Value::String(context.to_owned()),
-        );
-        meta
-    }
-
-    fn text(text: &str) -> ContentBlock {
-        ContentBlock::Text(TextContent::new(text))
-    }
-
-    fn image(data: &str, mime: &str, uri: &str, context: Option<&str>) -> ContentBlock {
-        let mut image = ImageContent::new(data, mime);
-        image.uri = Some(uri.to_owned());
-        image.meta = context.map(context_meta);
-        ContentBlock::Image(image)
-    }
-
-    fn text_resource(contents: &str, uri: &str, context: Option<&str>) -> ContentBlock {
-        let mut inner = TextResourceContents::new(contents, uri);
-        inner.mime_type = Some("text/markdown".to_owned());
-        let mut resource =
-            EmbeddedResource::new(EmbeddedResourceResource::TextResourceContents(inner));
-        resource.meta = context.map(context_meta);
-        ContentBlock::Resource(resource)
-    }
-
-    fn blob_resource(
-        blob: &str,
-        uri: &str,
-        mime: Option<&str>,
-        context: Option<&str>,
-    ) -> ContentBlock {
-        let mut inner = BlobResourceContents::new(blob, uri);
-        inner.mime_type = mime.map(str::to_owned);
-        let mut resource =
-            EmbeddedResource::new(EmbeddedResourceResource::BlobResourceContents(inner));
-        resource.meta = context.map(context_meta);
-        ContentBlock::Resource(resource)
-    }
-
-    /// One user message with every kind of attachment, then an assistant reply.
-    fn sample_conversation() -> Vec<(Role, Vec<ContentBlock>)> {
-        vec![
-            (Role::System, vec![text("be brief")]),
-            (
-                Role::User,
-                vec![
-                    text("what is in these?"),
-                    image(
-                        "iVBORw0K",
-                        "image/png",
-                        "attachment:///s/cat.png",
-                        Some(CTX_IMG),
-                    ),
-                    text_resource("# Notes\nhello", "attachment:///s/notes.md", Some(CTX_TXT)),
-                    blob_resource(
-                        "JVBERi0x",
-                        "attachment:///s/report%20%281%29.pdf",
-                        Some("application/pdf"),
-                        Some(CTX_A),
-                    ),
-                ],
-            ),
-            (Role::Assistant, vec![text("a cat, notes and a report")]),
-        ]
-    }
-
-    fn check_chat(conversation: &[(Role, Vec<ContentBlock>)], expected: Value) {
-        let actual = serde_json::to_value(chat_request(MODEL, conversation))
-            .expect("a request of strings serializes");
-        assert_eq!(actual, expected, "chat request:\n{actual:#}");
-    }
-
-    fn check_responses(conversation: &[(Role, Vec<ContentBlock>)], expected: Value) {
-        let actual = serde_json::to_value(responses_request(MODEL, conversation))
-            .expect("a request of strings serializes");
-        assert_eq!(actual, expected, "responses request:\n{actual:#}");
-    }
-
-    #[test]
-    fn chat_converts_every_block_kind_with_context_right_before_it() {
-        check_chat(
-            &sample_conversation(),
-            json!({
-                "model": MODEL,
-                "messages": [
-                    {"role": "system", "content": "be brief"},
-                    {"role": "user", "content": [
-                        {"type": "text", "text": "what is in these?"},
-                        {"type": "text", "text": CTX_IMG},
-                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K"}},
-                        {"type": "text", "text": CTX_TXT},
-                        {"type": "text", "text": "# Notes\nhello"},
-                        {"type": "text", "text": CTX_A},
-                        {"type": "file", "file": {
-                            "filename": "report (1).pdf",
-                            "file_data": "data:application/pdf;base64,JVBERi0x"
-                        }},
-                    ]},
-                    {"role": "assistant", "content": "a cat, notes and a report"},
-                ]
-            }),
-        );
-    }
-
-    #[test]
-    fn responses_converts_every_block_kind_with_context_right_before_it() {
-        check_responses(
-            &sample_conversation(),
-            json!({
-                "model": MODEL,
-                "input": [
-                    {"type": "message", "role": "system", "content": "be brief"},
-                    {"type": "message", "role": "user", "content": [
-                        {"type": "input_text", "text": "what is in these?"},
-                        {"type": "input_text", "text": CTX_IMG},
-                        {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0K", "detail": "auto"},
-                        {"type": "input_text", "text": CTX_TXT},
-                        {"type": "input_text", "text": "# Notes\nhello"},
-                        {"type": "input_text", "text": CTX_A},
-                        {"type": "input_file",
-                            "filename": "report (1).pdf",
-                            "file_data": "data:application/pdf;base64,JVBERi0x"},
-                    ]},
-                    {"type": "message", "role": "assistant", "content": "a cat, notes and a report"},
-                ]
-            }),
-        );
-    }
-
-    #[test]
-    fn blocks_without_meta_get_no_context_part() {
-        let conversation = vec![(
-            Role::User,
-            vec![
-                text("inline"),
-                image("AAAA", "image/jpeg", "attachment:///s/raw.jpg", None),
-                text_resource("raw text", "attachment:///s/raw.txt", None),
-                blob_resource("AQID", "attachment:///s/raw%20data.bin", None, None),
-                text("Attachment x could not be read."),
-            ],
-        )];
-        check_chat(
-            &conversation,
-            json!({"model": MODEL, "messages": [{"role": "user", "content": [
-                {"type": "text", "text": "inline"},
-                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}},
-                {"type": "text", "text": "raw text"},
-                {"type": "file", "file": {
-                    "filename": "raw data.bin",
-                    "file_data": "data:application/octet-stream;base64,AQID"
-                }},
-                {"type": "text", "text": "Attachment x could not be read."},
-            ]}]}),
-        );
-        check_responses(
-            &conversation,
-            json!({"model": MODEL, "input": [{"type": "message", "role": "user", "content": [
-                {"type": "input_text", "text": "inline"},
-                {"type": "input_image", "image_url": "data:image/jpeg;base64,AAAA", "detail": "auto"},
-                {"type": "input_text", "text": "raw text"},
-                {"type": "input_file",
-                    "filename": "raw data.bin",
-                    "file_data": "data:application/octet-stream;base64,AQID"},
-                {"type": "input_text", "text": "Attachment x could not be read."},
-            ]}]}),
-        );
-    }
-
-    #[test]
-    fn roles_and_order_are_kept_across_turns() {
-        let conversation = vec![
-            (Role::User, vec![text("one")]),
-            (Role::Assistant, vec![text("two")]),
-            (Role::User, vec![text("three")]),
-            (Role::Assistant, vec![text("fo"), text("ur")]),
-        ];
-        check_chat(
-            &conversation,
-            json!({"model": MODEL, "messages": [
-                {"role": "user", "content": [{"type": "text", "text": "one"}]},
-                {"role": "assistant", "content": "two"},
-                {"role": "user", "content": [{"type": "text", "text": "three"}]},
-                {"role": "assistant", "content": "four"},
-            ]}),
-        );
-        check_responses(
-            &conversation,
-            json!({"model": MODEL, "input": [
-                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "one"}]},
-                {"type": "message", "role": "assistant", "content": "two"},
-                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "three"}]},
-                {"type": "message", "role": "assistant", "content": "four"},
-            ]}),
-        );
-    }
-
-    #[test]
-    fn assistant_messages_convert_to_text_only() {
-        let conversation = vec![(
-            Role::Assistant,
-            vec![
-                text("seen"),
-                image("AAAA", "image/png", "attachment:///s/a.png", Some(CTX_IMG)),
-            ],
-        )];
-        check_chat(
-            &conversation,
-            json!({"model": MODEL, "messages": [{"role": "assistant", "content": "seen"}]}),
-        );
-    }
-
-    #[test]
-    fn context_on_a_text_block_is_placed_before_it() {
-        let mut block = TextContent::new("body");
-        block.meta = Some(context_meta("ctx"));
-        check_chat(
-            &[(Role::User, vec![ContentBlock::Text(block)])],
-            json!({"model": MODEL, "messages": [{"role": "user", "content": [
-                {"type": "text", "text": "ctx"},
-                {"type": "text", "text": "body"},
-            ]}]}),
-        );
-    }
-
-    #[test]
-    fn context_only_in_inner_resource_meta_is_not_a_block_context() {
-        let mut inner = TextResourceContents::new("body", "attachment:///s/a.txt");
-        inner.meta = Some(context_meta("inner ctx"));
-        let block = ContentBlock::Resource(EmbeddedResource::new(
-            EmbeddedResourceResource::TextResourceContents(inner),
-        ));
-        check_chat(
-            &[(Role::User, vec![block])],
-            json!({"model": MODEL, "messages": [{"role": "user", "content": [
-                {"type": "text", "text": "body"},
-            ]}]}),
-        );
-    }
-
-    #[test]
-    fn non_string_context_is_ignored() {
-        let mut meta = Meta::new();
-        meta.insert(
-            DAEMON_ATTACHMENT_CONTEXT_META_KEY.to_owned(),
-            json!({"path": "/x"}),
-        );
-        let mut block = ImageContent::new("AAAA", "image/png");
-        block.meta = Some(meta);
-        check_chat(
-            &[(Role::User, vec![ContentBlock::Image(block)])],
-            json!({"model": MODEL, "messages": [{"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-            ]}]}),
-        );
-    }
-
-    #[test]
-    fn filename_comes_from_context_then_uri_then_fallback() {
-        let cases = [
-            (Some(CTX_A), "attachment:///s/other.pdf", "report (1).pdf"),
-            (
-                Some("no json here"),
-                "attachment:///s/caf%C3%A9%20menu.pdf",
-                "café menu.pdf",
-            ),
-            (
-                Some("{\"uri\":\"attachment:///s/x\"}"),
-                "attachment:///s/x.bin",
-                "x.bin",
-            ),
-            (Some("{not json"), "attachment:///s/y.bin", "y.bin"),
-            (None, "attachment:///s/%E2%9C%93.bin", "✓.bin"),
-            (None, "attachment:///s/", FALLBACK_FILENAME),
-            (None, "", FALLBACK_FILENAME),
-        ];
-        for (context, uri, expected) in cases {
-            assert_eq!(filename(context, uri), expected, "{context:?} {uri}");
-        }
-    }
-
-    #[test]
-    fn unsupported_blocks_are_skipped_with_their_context() {
-        let mut audio = agent_client_protocol_schema::v1::AudioContent::new("AAAA", "audio/wav");
-        audio.meta = Some(context_meta("audio ctx"));
-        check_chat(
-            &[(Role::User, vec![text("hi"), ContentBlock::Audio(audio)])],
-            json!({"model": MODEL, "messages": [{"role": "user", "content": [
-                {"type": "text", "text": "hi"},
-            ]}]}),
-        );
-    }
-
-    #[test]
-    fn vision_request_has_hint_and_images_only() {
-        let blocks = vec![
-            text("what is in these?"),
-            image(
-                "iVBORw0K",
-                "image/png",
-                "attachment:///s/cat.png",
-                Some(CTX_IMG),
-            ),
-            text_resource("# Notes", "attachment:///s/notes.md", Some(CTX_TXT)),
-            blob_resource(
-                "JVBERi0x",
-                "attachment:///s/report.pdf",
-                Some("application/pdf"),
-                Some(CTX_A),
-            ),
-            image(
-                "R0lGOD",
-                "image/gif",
-                "attachment:///s/dog.gif",
-                Some(CTX_IMG),
-            ),
-        ];
-        let request = vision_request("gpt-4o-mini", "Describe the cat.", &blocks);
-        let actual = serde_json::to_value(&request).expect("a request of strings serializes");
-        assert_eq!(
-            actual,
-            json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": [
-                {"type": "text", "text": "Describe the cat."},
-                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K"}},
-                {"type": "image_url", "image_url": {"url": "data:image/gif;base64,R0lGOD"}},
-            ]}]})
-        );
-        let serialized = actual.to_string();
-        assert!(!serialized.contains(DAEMON_ATTACHMENT_CONTEXT_META_KEY));
-        assert!(!serialized.contains("path"));
-        assert!(!serialized.contains("cat.png"));
-    }
-
-    #[test]
-    fn vision_request_without_hint_has_images_only() {
-        let blocks = vec![image("AAAA", "image/png", "attachment:///s/a.png", None)];
-        let actual = serde_json::to_value(vision_request(MODEL, "", &blocks))
-            .expect("a request of strings serializes");
-        assert_eq!(
-            actual,
-            json!({"model": MODEL, "messages": [{"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-            ]}]})
-        );
-    }
-
-    #[test]
-    fn chat_request_is_accepted_by_official_client_types() {
-        let ours = serde_json::to_value(chat_request(MODEL, &sample_conversation()))
-            .expect("a request of strings serializes");
-        let theirs: async_openai::types::chat::CreateChatCompletionRequest =
-            serde_json::from_value(ours.clone()).expect("async-openai accepts the request");
-        let round_trip = serde_json::to_value(&theirs).expect("async-openai serializes");
-        assert_eq!(round_trip, ours, "nothing lost in async-openai's types");
-    }
-
-    #[test]
-    fn vision_request_is_accepted_by_official_client_types() {
-        let blocks = vec![image("AAAA", "image/png", "attachment:///s/a.png", None)];
-        let ours = serde_json::to_value(vision_request(MODEL, "hint", &blocks))
-            .expect("a request of strings serializes");
-        let theirs: async_openai::types::chat::CreateChatCompletionRequest =
-            serde_json::from_value(ours.clone()).expect("async-openai accepts the request");
-        let round_trip = serde_json::to_value(&theirs).expect("async-openai serializes");
-        assert_eq!(round_trip, ours, "nothing lost in async-openai's types");
-    }
-
-    #[test]
-    fn responses_request_is_accepted_by_official_client_types() {
-        let ours = serde_json::to_value(responses_request(MODEL, &sample_conversation()))
-            .expect("a request of strings serializes");
-        let theirs: async_openai::types::responses::CreateResponse =
-            serde_json::from_value(ours.clone()).expect("async-openai accepts the request");
-        let round_trip = serde_json::to_value(&theirs).expect("async-openai serializes");
-        assert_eq!(round_trip, ours, "nothing lost in async-openai's types");
-    }
-
-    #[test]
-    fn our_types_read_back_what_they_write() {
-        let chat = chat_request(MODEL, &sample_conversation());
-        let json = serde_json::to_string(&chat).expect("a request of strings serializes");
-        assert_eq!(
-            serde_json::from_str::<ChatRequest>(&json).expect("reads back"),
-            chat
-        );
-        let responses = responses_request(MODEL, &sample_conversation());
-        let json = serde_json::to_string(&responses).expect("a request of strings serializes");
-        assert_eq!(
-            serde_json::from_str::<ResponsesRequest>(&json).expect("reads back"),
-            responses
-        );
-    }
-}
+mod tests;

@@ -16,14 +16,14 @@ use crate::db::turns::Recorded;
 use crate::db::{
     self, Access, Db, queries, schema::Backup, schema::MigrationReport, verify::VerifyReport,
 };
-use crate::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode, ModelMessage, Placement};
+use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{
     Delivery, Event, Item, Message, NewMessage, NewReference, Role, Session, ToolsHost,
 };
 use crate::projection;
-use crate::replay::{ReplayItem, RestoreStream};
+use crate::replay::RestoreStream;
 
 /// The one handle on a session store: the database pool and the one attachment store
 /// that both writes uploads and reads them back, over the roots in `config`.
@@ -76,6 +76,18 @@ pub struct Dispatched {
     pub blocks: Vec<ContentBlock>,
 }
 
+impl From<ModelMessage> for Dispatched {
+    /// The parts as blocks, each encoding moved into its block when nothing else
+    /// keeps its read (`ModelMessage::into_blocks`).
+    fn from(m: ModelMessage) -> Dispatched {
+        let ModelMessage { message, parts } = m;
+        Dispatched {
+            message,
+            blocks: parts.into_iter().map(dispatch::Part::into_block).collect(),
+        }
+    }
+}
+
 impl crate::openai::Turn for Dispatched {
     fn role(&self) -> Role {
         self.message.role
@@ -93,129 +105,6 @@ pub struct SessionAttachment {
     pub uri: AttachmentUri,
     pub file: Option<Listed>,
     pub messages: Vec<MessageId>,
-}
-
-/// A session rebuilt in a fresh store: its delivered history, replayed through the
-/// resolver so every path comes from a live read, and its recorded turn items.
-/// Messages and items share one `seq`, so `seq` places each item among the messages.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Restored {
-    pub session: Session,
-    pub messages: Vec<Dispatched>,
-    /// The recorded turn items, in history order.
-    pub items: Vec<Item>,
-}
-
-/// One entry of a restored history, in `seq` order.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum HistoryEntry<'a> {
-    Message(&'a Dispatched),
-    Recorded(&'a Item),
-}
-
-/// One turn of a restored conversation as a model request takes it: a message with
-/// its blocks, or a recorded agent message as assistant text.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ConversationTurn<'a> {
-    Message(&'a Dispatched),
-    Agent(Vec<ContentBlock>),
-}
-
-impl crate::openai::Turn for ConversationTurn<'_> {
-    fn role(&self) -> Role {
-        match self {
-            ConversationTurn::Message(d) => d.message.role,
-            ConversationTurn::Agent(_) => Role::Assistant,
-        }
-    }
-
-    fn blocks(&self) -> &[ContentBlock] {
-        match self {
-            ConversationTurn::Message(d) => &d.blocks,
-            ConversationTurn::Agent(blocks) => blocks,
-        }
-    }
-}
-
-impl Restored {
-    /// Messages and items merged in their one history order.
-    pub fn history(&self) -> Vec<HistoryEntry<'_>> {
-        let mut entries: Vec<(i64, HistoryEntry<'_>)> = self
-            .messages
-            .iter()
-            .map(|d| (d.message.seq, HistoryEntry::Message(d)))
-            .chain(
-                self.items
-                    .iter()
-                    .map(|i| (i.seq, HistoryEntry::Recorded(i))),
-            )
-            .collect();
-        // Stable, and no two entries share a seq: the messages' own order is kept.
-        entries.sort_by_key(|(seq, _)| *seq);
-        entries.into_iter().map(|(_, e)| e).collect()
-    }
-
-    /// What a model request carries, in order: every message, and each recorded agent
-    /// message's text (`turns::model_text`); thoughts, tool calls, plans and
-    /// session-level updates are left out.
-    pub fn conversation(&self) -> Vec<ConversationTurn<'_>> {
-        self.history()
-            .into_iter()
-            .filter_map(|entry| match entry {
-                HistoryEntry::Message(d) => Some(ConversationTurn::Message(d)),
-                HistoryEntry::Recorded(item) => {
-                    crate::turns::model_text(&item.body).map(ConversationTurn::Agent)
-                }
-            })
-            .collect()
-    }
-}
-
-/// `{"sessionId", "messages": [{"id", "role", "content": [ContentBlock]}]}`, the shape
-/// `restore --format acp` prints, with recorded items among the messages in history
-/// order (their shapes: `format::RecordedEntry`).
-impl serde::Serialize for Restored {
-    fn serialize<S: serde::Serializer>(
-        &self,
-        serializer: S,
-    ) -> std::result::Result<S::Ok, S::Error> {
-        #[derive(serde::Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Shape<'a> {
-            session_id: SessionId,
-            messages: Vec<Entry<'a>>,
-        }
-        #[derive(serde::Serialize)]
-        #[serde(untagged)]
-        enum Entry<'a> {
-            Message(Turn<'a>),
-            Recorded(crate::format::RecordedEntry<'a>),
-        }
-        #[derive(serde::Serialize)]
-        struct Turn<'a> {
-            id: MessageId,
-            role: Role,
-            content: &'a [ContentBlock],
-        }
-        Shape {
-            session_id: self.session.id,
-            messages: self
-                .history()
-                .into_iter()
-                .map(|entry| match entry {
-                    HistoryEntry::Message(d) => Entry::Message(Turn {
-                        id: d.message.id,
-                        role: d.message.role,
-                        content: &d.blocks,
-                    }),
-                    HistoryEntry::Recorded(item) => {
-                        Entry::Recorded(crate::format::RecordedEntry::new(item))
-                    }
-                })
-                .collect(),
-        }
-        .serialize(serializer)
-    }
 }
 
 impl std::fmt::Debug for Store {
@@ -703,7 +592,9 @@ impl Store {
     }
 
     /// The blocks the model gets for one delivered user message (default: the latest).
-    /// Changes nothing; reads go through `memo`.
+    /// Changes nothing; reads go through `memo`. Each encoding is copied into its
+    /// block once, or moved there when `memo` (with every clone of it the caller let
+    /// go) keeps no hold on its read; `dispatch_parts` shares them instead.
     pub async fn dispatch(
         &self,
         session: SessionId,
@@ -713,8 +604,11 @@ impl Store {
     ) -> Result<Dispatched> {
         let resolver = self.resolver();
         self.dispatching(session, message, move |placement, message| {
-            let blocks = dispatch::dispatch(&resolver, &memo, &message, placement, mode)?;
-            Ok(Dispatched { message, blocks })
+            let m = dispatch::dispatch_parts(&resolver, &memo, message, placement, mode)?;
+            // The memo is let go first: a read that no other handle on it keeps is
+            // then held by its parts alone, and its encoding moves into its block.
+            drop(memo);
+            Ok(Dispatched::from(m))
         })
         .await
     }
@@ -733,10 +627,7 @@ impl Store {
             .prepare_drain_parts(session, mode, memo)
             .await?
             .into_iter()
-            .map(|m| Dispatched {
-                blocks: m.to_blocks(),
-                message: m.message,
-            })
+            .map(Dispatched::from)
             .collect())
     }
 
@@ -790,46 +681,16 @@ impl Store {
 
     /// Rebuilds a session by replaying its event log (the record: a table edited
     /// behind the log's back changes nothing here, and `verify` reports it), refusing
-    /// a log that does not replay, then replays every delivered message's references
-    /// through the resolver (one memo of [`DEFAULT_MEMO_BUDGET`] bytes: each distinct
-    /// file is read once while it fits), and hands back the recorded turn items as
-    /// stored. References whose files are gone degrade; queued messages stay queued. This collects [`Store::restore_stream`], every
-    /// block owning its copy of its content: a long history is better streamed.
-    pub async fn restore(&self, session: SessionId) -> Result<Restored> {
-        self.restore_with_budget(session, DEFAULT_MEMO_BUDGET).await
-    }
-
-    /// `restore` with a memo that keeps at most `memo_budget` bytes of encoded
-    /// content; a file evicted from it is read again when a later message needs it.
-    pub async fn restore_with_budget(
-        &self,
-        session: SessionId,
-        memo_budget: u64,
-    ) -> Result<Restored> {
-        let mut stream = self.restore_stream(session, memo_budget).await?;
-        let mut messages = Vec::new();
-        let mut items = Vec::new();
-        while let Some(item) = stream.next().await {
-            match item? {
-                ReplayItem::Message(m) => messages.push(Dispatched {
-                    blocks: m.to_blocks(),
-                    message: m.message,
-                }),
-                ReplayItem::Recorded(item) => items.push(*item),
-            }
-        }
-        Ok(Restored {
-            session: stream.session().clone(),
-            messages,
-            items,
-        })
-    }
-
-    /// The restore as a stream of items in history order, each message dispatched
-    /// through one memo of `memo_budget` bytes as the reader asks for it. The event
-    /// log is replayed first, in one snapshot, so a session whose log does not replay
-    /// is refused before any item is produced. What is held for the whole restore is
-    /// the replayed texts and references, never their files' content.
+    /// a log that does not replay, as a stream of items in history order: every
+    /// delivered message, its references replayed through the resolver as the reader
+    /// asks for it (one memo of `memo_budget` bytes, [`dispatch::DEFAULT_MEMO_BUDGET`] by
+    /// default: each distinct file is read once while it fits, and read again when
+    /// evicted), and the recorded turn items as stored. References whose files are
+    /// gone degrade; queued messages stay queued. The log is replayed first, in one
+    /// snapshot, so a session whose log does not replay is refused before any item is
+    /// produced. What is held for the whole restore is the replayed texts and
+    /// references, never their files' content: write the items as they come (a
+    /// `format::StreamWriter`) rather than collect them.
     pub async fn restore_stream(
         &self,
         session: SessionId,

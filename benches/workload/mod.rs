@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use base64::Engine;
 use rusqlite::{Connection, params};
 use sessionstore::attachments::{AttachmentUri, Roots};
-use sessionstore::dispatch::{DEFAULT_MEMO_BUDGET, Memo, Mode};
+use sessionstore::dispatch::{DEFAULT_MEMO_BUDGET, Memo, Mode, ModelMessage, Part};
 use sessionstore::format::{Format, StreamWriter};
 use sessionstore::model::{Role, ToolsHost};
-use sessionstore::store::Outgoing;
+use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{Config, SessionId, Store};
 use tokio::runtime::Runtime;
 
@@ -274,4 +274,85 @@ pub fn dispatch_store(rt: &Runtime, f: &Fixture) {
         StreamWriter::begin(std::io::sink(), Format::AcpBlocks, f.session, "").expect("write");
     out.message(&d).expect("write");
     out.finish().expect("write");
+}
+
+/// The typed dispatch: `Store::dispatch` with a fresh memo, the ACP blocks a library
+/// caller gets (not serialized).
+pub fn dispatch_typed(rt: &Runtime, f: &Fixture) -> Dispatched {
+    rt.block_on(f.store.dispatch(f.session, None, Mode::Strict, Memo::new()))
+        .expect("dispatch")
+}
+
+/// `Store::dispatch` with a memo the caller keeps (a daemon's memo for the turn): the
+/// reads the memo holds are copied into their blocks rather than moved.
+pub fn dispatch_typed_kept(rt: &Runtime, f: &Fixture) -> Dispatched {
+    let memo = Memo::new();
+    let d = rt
+        .block_on(
+            f.store
+                .dispatch(f.session, None, Mode::Strict, memo.clone()),
+        )
+        .expect("dispatch");
+    std::hint::black_box(&memo);
+    d
+}
+
+/// The writer path into a `Vec<u8>` that grows as it is written, as a caller that
+/// wants the JSON in memory gets it.
+pub fn dispatch_store_vec(rt: &Runtime, f: &Fixture) -> Vec<u8> {
+    let d = rt
+        .block_on(
+            f.store
+                .dispatch_parts(f.session, None, Mode::Strict, Memo::new()),
+        )
+        .expect("dispatch");
+    let mut out = StreamWriter::begin(Vec::new(), Format::AcpBlocks, f.session, "").expect("write");
+    out.message(&d).expect("write");
+    out.finish().expect("write")
+}
+
+/// The parts of the dispatch message, for the frame writer.
+pub fn dispatch_parts(rt: &Runtime, f: &Fixture) -> ModelMessage {
+    rt.block_on(
+        f.store
+            .dispatch_parts(f.session, None, Mode::Strict, Memo::new()),
+    )
+    .expect("dispatch")
+}
+
+/// A request as the ACP SDK (agent-client-protocol 5.2) sends it: `UntypedMessage::new`
+/// serializes the params to a `serde_json::Value`, the outgoing actor moves that value
+/// into a `RawJsonRpcMessage` with the request's id, and the transport serializes the
+/// message with `serde_json::to_string` (whose `Serialize` clones the request into the
+/// versioned envelope first) and writes the line.
+pub fn sdk_send(params: &impl serde::Serialize) -> String {
+    let params = serde_json::to_value(params).expect("params serialize");
+    let message = agent_client_protocol::RawJsonRpcMessage::request(
+        "session/prompt".to_owned(),
+        params,
+        agent_client_protocol::RawJsonRpcId::Number(1),
+    )
+    .expect("params are an object");
+    serde_json::to_string(&message).expect("a message serializes")
+}
+
+/// The SDK path's baseline: a prebuilt string of the same size, through a `Value` and
+/// out as bytes the same way (a copy into the value, the clone, the serialization).
+pub fn value_baseline(text: &str) -> String {
+    let value = serde_json::to_value(text).expect("a string serializes");
+    let wrapped = serde_json::json!({ "text": value.clone() });
+    serde_json::to_string(&wrapped).expect("a value serializes")
+}
+
+/// The frame writer: the whole `session/prompt` request for `parts`, into a `Vec<u8>`.
+pub fn frame(f: &Fixture, parts: &[Part]) -> Vec<u8> {
+    let mut out = Vec::new();
+    sessionstore::format::prompt_frame(
+        &mut out,
+        agent_client_protocol_schema::v1::RequestId::Number(1),
+        f.session,
+        parts,
+    )
+    .expect("write");
+    out
 }

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CloseSessionRequest, CloseSessionResponse, ContentBlock,
     DeleteSessionRequest, DeleteSessionResponse, EmbeddedResourceResource, ForkSessionRequest,
-    ForkSessionResponse, Implementation, InitializeRequest, InitializeResponse, JsonRpcMessage,
+    ForkSessionResponse, Implementation, InitializeRequest, InitializeResponse,
     ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
     NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
     ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities,
@@ -29,11 +29,10 @@ use base64::Engine;
 
 use crate::dispatch::DEFAULT_MEMO_BUDGET;
 use crate::error::Error;
-use crate::format::{Format, StreamWriter};
+use crate::format;
 use crate::ids::SessionId;
 use crate::lifecycle::{DEFAULT_PAGE, SessionCursor};
 use crate::model::ToolsHost;
-use crate::replay::ReplayItem;
 use crate::store::{Outgoing, Store, Upload};
 
 /// How many sessions one `session/list` answer holds: the store's default page.
@@ -275,10 +274,11 @@ impl AcpFront {
 }
 
 /// Replays the history to `update` as `session/update` notifications, one history
-/// item at a time: the streamed restore written as `restore --format acp-updates`
-/// writes it (so the two cannot differ), each line parsed back into the schema's
-/// `SessionNotification`. Only one item's content is held at a time; recorded turn
-/// items come in the stream, in their place among the messages.
+/// item at a time: the streamed restore, each item's notifications built by
+/// `format::session_updates`, the builder whose values the `acp-updates` writer
+/// serializes (so `restore --format acp-updates` prints exactly these), with no JSON
+/// written or parsed in between. Only one item's content is held at a time; recorded
+/// turn items come in the stream, in their place among the messages.
 async fn replay(
     store: &Store,
     session: SessionId,
@@ -290,37 +290,11 @@ async fn replay(
         .map_err(rpc_error)?;
     while let Some(item) = stream.next().await {
         let item = item.map_err(rpc_error)?;
-        for notification in acp_updates(session, &item)? {
+        for notification in format::session_updates(session, item) {
             update(notification)?;
         }
     }
     Ok(())
-}
-
-/// One history item as the `acp-updates` writer writes it, read back as notifications.
-fn acp_updates(session: SessionId, item: &ReplayItem) -> RpcResult<Vec<SessionNotification>> {
-    type Line =
-        JsonRpcMessage<agent_client_protocol::v1::schema::Notification<SessionNotification>>;
-    let internal = |e: &dyn std::fmt::Display| {
-        RpcError::new(
-            ErrorCode::INTERNAL_ERROR,
-            format!("cannot replay session {session}: {e}"),
-        )
-    };
-    let mut writer = StreamWriter::begin(Vec::new(), Format::AcpUpdates, session, "")
-        .map_err(|e| internal(&e))?;
-    writer.item(item).map_err(|e| internal(&e))?;
-    let bytes = writer.finish().map_err(|e| internal(&e))?;
-    bytes
-        .split(|b| *b == b'\n')
-        .filter(|line| !line.is_empty())
-        .map(|line| {
-            let line: Line = serde_json::from_slice(line).map_err(|e| internal(&e))?;
-            line.into_inner()
-                .params
-                .ok_or_else(|| internal(&"a session/update line without params"))
-        })
-        .collect()
 }
 
 /// A prompt taken apart: the text the user typed and the files that came with it.
@@ -482,6 +456,70 @@ pub fn rpc_error(e: Error) -> RpcError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A prompt frame written from parts is, byte for byte, the line the SDK sends for
+    /// the same typed `PromptRequest`, through its own message type and serialization.
+    #[test]
+    fn a_prompt_frame_is_the_line_the_sdk_sends_for_the_typed_request() {
+        use crate::attachments::AttachmentUri;
+        use crate::dispatch::{Attached, Content, Part, Placement, Prepared};
+        let session = SessionId::new();
+        let placement = Placement {
+            host: "h \u{202E}".into(),
+            tools_host: ToolsHost::Ssh,
+        };
+        let part = |name: &str, mime: &str, content: Content| {
+            let prepared = std::sync::Arc::new(Prepared::new(
+                name.into(),
+                AttachmentUri::new(session, name),
+                mime.into(),
+                PathBuf::from(format!("/roots/{session}/{name}")),
+                content,
+            ));
+            Part::Attachment(Attached {
+                context: prepared.context(&placement),
+                prepared,
+            })
+        };
+        let parts = vec![
+            Part::Text("look \"here\"\n\u{7}".into()),
+            part(
+                "a \"b\".png",
+                "image/png",
+                Content::Image("iVBORw0K".into()),
+            ),
+            part(
+                "n.txt",
+                "text/plain",
+                Content::Text("x\ty \u{0} 日本".into()),
+            ),
+            part(
+                "d.bin",
+                "application/octet-stream",
+                Content::Blob("AAEC".into()),
+            ),
+        ];
+        for id in [
+            agent_client_protocol::v1::schema::RequestId::Number(3),
+            agent_client_protocol::v1::schema::RequestId::Str("p-1".into()),
+        ] {
+            let mut frame = Vec::new();
+            format::prompt_frame(&mut frame, id.clone(), session, &parts).unwrap();
+            let request =
+                PromptRequest::new(acp_id(session), parts.iter().map(Part::to_block).collect());
+            let params = serde_json::to_value(&request).unwrap();
+            let sdk = agent_client_protocol::RawJsonRpcMessage::request(
+                format::SESSION_PROMPT.to_owned(),
+                params,
+                agent_client_protocol::RawJsonRpcId::from(id),
+            )
+            .unwrap();
+            assert_eq!(
+                String::from_utf8(frame).unwrap(),
+                serde_json::to_string(&sdk).unwrap()
+            );
+        }
+    }
 
     #[test]
     fn upload_names_come_from_the_uri_then_the_mime_type() {

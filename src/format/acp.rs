@@ -1,117 +1,57 @@
-//! The ACP shapes: content blocks, the restore object's messages and recorded items,
-//! and `session/update` notification lines, written from dispatch's parts and the
-//! stored items in the schema crate's field order. No IO besides the given writer.
+//! The ACP shapes and their one builder each: the restore object and its entries
+//! (`RestoreObject`, `RestoreMessage`, `RecordedEntry`), the `session/update`
+//! notifications of a replay (`message_update`, `recorded_updates`, `notification_line`), and the
+//! `session/prompt` request frame (`prompt_frame`). A library caller gets the typed
+//! values; the writers serialize the same builders' values with a placeholder where a
+//! content block goes and write each block from its part (`Part::write_json`). No IO
+//! besides the given writer.
 
 use std::io::{self, Write};
 
-use agent_client_protocol_schema::v1::{ContentBlock, Plan, SessionUpdate, ToolCall};
+use agent_client_protocol_schema::v1::{
+    ContentBlock, ContentChunk, JsonRpcMessage, MessageId as AcpMessageId, Notification, Plan,
+    PromptRequest, Request, RequestId, SessionNotification, SessionUpdate, ToolCall,
+};
 use serde::Serialize;
+use serde::ser::SerializeSeq;
 
-use super::{base64_string, json};
-use crate::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
-use crate::dispatch::{Attached, Content, ModelMessage, Part};
-use crate::ids::{ItemId, SessionId};
-use crate::model::{Item, ItemBody, Role};
+use super::json;
+use crate::dispatch::shell::{self, Hole, Scratch, Shell};
+use crate::dispatch::{ModelMessage, Part};
+use crate::ids::{ItemId, MessageId, SessionId};
+use crate::model::{Item, ItemBody, Message, Role};
+use crate::replay::ReplayItem;
 use crate::turns;
 
-/// One `ContentBlock`: `{"type":"text","text"}`, `{"type":"image","data","mimeType",
-/// "uri","_meta"}` or `{"type":"resource","resource":{…},"_meta"}`.
-pub(super) fn block(out: &mut impl Write, part: &Part) -> io::Result<()> {
-    match part {
-        Part::Text(text) => text_block(out, text),
-        Part::Attachment(a) => attachment_block(out, a),
-    }
+/// The method of a replay's notifications.
+pub const SESSION_UPDATE: &str = "session/update";
+/// The method of a prompt request.
+pub const SESSION_PROMPT: &str = "session/prompt";
+
+/// The object `restore --format acp` prints: `{"sessionId","messages":[…]}`, each
+/// entry a [`RestoreMessage`] or a [`RecordedEntry`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreObject<M> {
+    pub session_id: SessionId,
+    pub messages: M,
 }
 
-fn text_block(out: &mut impl Write, text: &str) -> io::Result<()> {
-    out.write_all(b"{\"type\":\"text\",\"text\":")?;
-    json(out, text)?;
-    out.write_all(b"}")
+/// One message of the restore object: `{"id","role","content":[ContentBlock]}`.
+/// (`I` is a message id but for the writers' shells, whose id is a placeholder.)
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RestoreMessage<C, I = MessageId> {
+    pub id: I,
+    pub role: Role,
+    pub content: C,
 }
 
-fn attachment_block(out: &mut impl Write, a: &Attached) -> io::Result<()> {
-    let p = &a.prepared;
-    let uri = p.uri_text();
-    match &p.content {
-        Content::Image(data) => {
-            out.write_all(b"{\"type\":\"image\",\"data\":")?;
-            base64_string(out, data)?;
-            out.write_all(b",\"mimeType\":")?;
-            json(out, &p.mime)?;
-            out.write_all(b",\"uri\":")?;
-            json(out, uri)?;
-        }
-        Content::Text(text) => {
-            out.write_all(b"{\"type\":\"resource\",\"resource\":{\"mimeType\":")?;
-            json(out, &p.mime)?;
-            out.write_all(b",\"text\":")?;
-            json(out, &**text)?;
-            out.write_all(b",\"uri\":")?;
-            json(out, uri)?;
-            out.write_all(b"}")?;
-        }
-        Content::Blob(blob) => {
-            out.write_all(b"{\"type\":\"resource\",\"resource\":{\"blob\":")?;
-            base64_string(out, blob)?;
-            out.write_all(b",\"mimeType\":")?;
-            json(out, &p.mime)?;
-            out.write_all(b",\"uri\":")?;
-            json(out, uri)?;
-            out.write_all(b"}")?;
-        }
-    }
-    out.write_all(b",\"_meta\":{")?;
-    json(out, DAEMON_ATTACHMENT_CONTEXT_META_KEY)?;
-    out.write_all(b":")?;
-    out.write_all(a.context.json().as_bytes())?;
-    out.write_all(b"}}")
-}
-
-/// `{"id","role","content":[ContentBlock]}`, one message of the restore object.
-pub(super) fn restore_message(out: &mut impl Write, m: &ModelMessage) -> io::Result<()> {
-    out.write_all(b"{\"id\":")?;
-    json(out, &m.message.id)?;
-    out.write_all(b",\"role\":")?;
-    json(out, &m.message.role)?;
-    out.write_all(b",\"content\":[")?;
-    for (i, part) in m.parts.iter().enumerate() {
-        if i > 0 {
-            out.write_all(b",")?;
-        }
-        block(out, part)?;
-    }
-    out.write_all(b"]}")
-}
-
-/// One line per block: a user message's blocks as `user_message_chunk`s, an
-/// assistant's as `agent_message_chunk`s, each chunk carrying the message's id so a
-/// client can tell two consecutive messages apart. ACP has no chunk for a system
-/// message, and restore never replays one (the store does not take them), so none is
-/// written.
-pub(super) fn updates(
-    out: &mut impl Write,
-    session: &SessionId,
-    m: &ModelMessage,
-) -> io::Result<()> {
-    let kind: &[u8] = match m.message.role {
-        Role::User => b"user_message_chunk",
-        Role::Assistant => b"agent_message_chunk",
-        Role::System => return Ok(()),
-    };
-    for part in &m.parts {
-        out.write_all(
-            b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":",
-        )?;
-        json(out, session)?;
-        out.write_all(b",\"update\":{\"sessionUpdate\":\"")?;
-        out.write_all(kind)?;
-        out.write_all(b"\",\"content\":")?;
-        block(out, part)?;
-        out.write_all(b",\"messageId\":")?;
-        json(out, &m.message.id)?;
-        out.write_all(b"}}}\n")?;
-    }
-    Ok(())
+/// An entry of the restore object's `messages`, as a reader collects them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum RestoreEntry<'a> {
+    Message(RestoreMessage<&'a [ContentBlock]>),
+    Recorded(RecordedEntry<'a>),
 }
 
 /// A recorded item in the restore object's `messages`, beside the messages' own
@@ -122,9 +62,9 @@ pub(super) fn updates(
 /// `{"id","role":"tool","toolCall"}` (in its merged final state),
 /// `{"id","role":"plan","plan"}` and `{"id","role":"session","update"}` (a
 /// session-level `SessionUpdate`, as the agent sent it). `id` is the item's.
-#[derive(Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct RecordedEntry<'a> {
+pub struct RecordedEntry<'a> {
     id: ItemId,
     role: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -138,7 +78,7 @@ pub(crate) struct RecordedEntry<'a> {
 }
 
 impl<'a> RecordedEntry<'a> {
-    pub(crate) fn new(item: &'a Item) -> RecordedEntry<'a> {
+    pub fn new(item: &'a Item) -> RecordedEntry<'a> {
         let mut entry = RecordedEntry {
             id: item.id,
             role: "",
@@ -173,22 +113,276 @@ impl<'a> RecordedEntry<'a> {
     }
 }
 
-/// The `session/update` lines a recorded item replays as (`turns::replay_updates`):
-/// chunks under the agent's own `messageId`, one `tool_call` in its merged state, the
-/// plan or session-level update as stored.
-pub(super) fn recorded_updates(
+/// A value that could not be cut, written with its content in place.
+fn whole(out: &mut impl Write, value: &impl Serialize) -> io::Result<()> {
+    shell::written_whole();
+    json(out, value)
+}
+
+/// `n` placeholder blocks, serialized as a list: where a writer puts `n` parts' blocks.
+struct Holes(usize);
+
+impl Serialize for Holes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0))?;
+        for _ in 0..self.0 {
+            seq.serialize_element(shell::placeholder_block())?;
+        }
+        seq.end()
+    }
+}
+
+/// A document's opening and closing, from its typed shape with one placeholder
+/// block where its entries go.
+pub(super) fn ends(scratch: &mut Scratch, shape: &impl Serialize) -> Option<(Vec<u8>, Vec<u8>)> {
+    let cut = scratch.cut(shape, [Hole::block()])?;
+    let (open, close) = cut.ends();
+    Some((open.to_vec(), close.to_vec()))
+}
+
+/// The restore object's opening and closing for `session`.
+pub(super) fn restore_ends(
+    scratch: &mut Scratch,
+    session: SessionId,
+) -> Option<(Vec<u8>, Vec<u8>)> {
+    let shape = RestoreObject {
+        session_id: session,
+        messages: [shell::placeholder_block()],
+    };
+    ends(scratch, &shape)
+}
+
+/// Shells a writer keeps from one message to the next: a restore message's for each
+/// role and number of parts, and a notification line's for each role, each with the
+/// message's id as one more hole, so a message costs a lookup rather than a
+/// serialization. Messages with more parts than [`KEPT_PARTS`] are cut one by one.
+#[derive(Debug, Default)]
+pub(super) struct Kept {
+    restore: Vec<((Role, usize), Option<Shell>)>,
+    lines: Vec<(Role, Option<Shell>)>,
+}
+
+const KEPT_PARTS: usize = 16;
+
+/// The shell kept under `key`, made by `cut` the first time.
+fn kept<K: PartialEq + Copy>(
+    shells: &mut Vec<(K, Option<Shell>)>,
+    key: K,
+    cut: impl FnOnce() -> Option<Shell>,
+) -> &Option<Shell> {
+    let at = match shells.iter().position(|(k, _)| *k == key) {
+        Some(at) => at,
+        None => {
+            shells.push((key, cut()));
+            shells.len() - 1
+        }
+    };
+    &shells[at].1
+}
+
+/// A restore message's shell: the id a placeholder string, then `parts` blocks.
+fn restore_shell(role: Role, parts: usize) -> Option<Shell> {
+    let shape = RestoreMessage {
+        id: shell::placeholder(),
+        role,
+        content: Holes(parts),
+    };
+    let holes: Vec<Hole> = std::iter::once(Hole::String)
+        .chain(std::iter::repeat_n(Hole::block(), parts))
+        .collect();
+    Shell::cut(&shape, &holes)
+}
+
+/// One message of the restore object, its id and blocks written into its shell.
+pub(super) fn restore_message(
     out: &mut impl Write,
-    session: &SessionId,
+    kept_shells: &mut Kept,
+    m: &ModelMessage,
+) -> io::Result<()> {
+    let (role, parts) = (m.message.role, m.parts.len());
+    let fresh;
+    let shell = if parts <= KEPT_PARTS {
+        kept(&mut kept_shells.restore, (role, parts), || {
+            restore_shell(role, parts)
+        })
+    } else {
+        fresh = restore_shell(role, parts);
+        &fresh
+    };
+    match shell {
+        Some(shell) => shell.write(out, |i, out| match i {
+            0 => json(out, &m.message.id),
+            i => m.parts[i - 1].write_json(out),
+        }),
+        None => whole(
+            out,
+            &RestoreMessage {
+                id: m.message.id,
+                role,
+                content: m.to_blocks(),
+            },
+        ),
+    }
+}
+
+/// The one builder of a replayed message's notifications: one block of a user
+/// message is a `user_message_chunk`, of an assistant's an `agent_message_chunk`,
+/// each under the message's id, so a client can tell two consecutive messages apart.
+/// ACP has no chunk for a system message, and restore never replays one (the store
+/// does not take them), so it has none.
+pub fn message_update(
+    session: SessionId,
+    message: &Message,
+    block: ContentBlock,
+) -> Option<SessionNotification> {
+    chunk_update(session, message.role, message.id.to_string(), block)
+}
+
+fn chunk_update(
+    session: SessionId,
+    role: Role,
+    message_id: String,
+    block: ContentBlock,
+) -> Option<SessionNotification> {
+    let chunk = ContentChunk::new(block).message_id(AcpMessageId::from(message_id));
+    let update = match role {
+        Role::User => SessionUpdate::UserMessageChunk(chunk),
+        Role::Assistant => SessionUpdate::AgentMessageChunk(chunk),
+        Role::System => return None,
+    };
+    Some(SessionNotification::new(session.to_string(), update))
+}
+
+/// The notifications a recorded item replays as (`turns::replay_updates`): chunks
+/// under the agent's own `messageId`, one `tool_call` in its merged state, the plan or
+/// session-level update as stored.
+pub fn recorded_updates(session: SessionId, item: &Item) -> Vec<SessionNotification> {
+    turns::replay_updates(&item.body)
+        .into_iter()
+        .map(|update| SessionNotification::new(session.to_string(), update))
+        .collect()
+}
+
+/// The notifications one history item replays as, as the `acp-updates` writer writes
+/// them: an ACP agent's answer to `session/load`, one item at a time. A message's
+/// encodings move into its blocks when nothing else keeps them (see
+/// `Part::into_block`).
+pub fn session_updates(session: SessionId, item: ReplayItem) -> Vec<SessionNotification> {
+    match item {
+        ReplayItem::Message(m) => {
+            let ModelMessage { message, parts } = m;
+            parts
+                .into_iter()
+                .filter_map(|part| message_update(session, &message, part.into_block()))
+                .collect()
+        }
+        ReplayItem::Recorded(item) => recorded_updates(session, &item),
+    }
+}
+
+/// A notification in its JSON-RPC envelope, as it goes on the wire.
+pub fn notification_line(
+    notification: SessionNotification,
+) -> JsonRpcMessage<Notification<SessionNotification>> {
+    JsonRpcMessage::wrap(Notification {
+        method: SESSION_UPDATE.into(),
+        params: Some(notification),
+    })
+}
+
+/// One line per block of a dispatched message: [`message_update`] of each block, in
+/// its envelope, written into the line's shell (kept per role) with the block and the
+/// message's id in place.
+pub(super) fn message_lines(
+    out: &mut impl Write,
+    kept_shells: &mut Kept,
+    session: SessionId,
+    m: &ModelMessage,
+) -> io::Result<()> {
+    let role = m.message.role;
+    if m.parts.is_empty() || role == Role::System {
+        return Ok(()); // a system message has no chunk (see `message_update`)
+    }
+    let shell = kept(&mut kept_shells.lines, role, || {
+        let block = shell::placeholder_block().clone();
+        let shape = chunk_update(session, role, shell::placeholder(), block)?;
+        Shell::cut(&notification_line(shape), &[Hole::block(), Hole::String])
+    });
+    match shell {
+        Some(shell) => {
+            for part in &m.parts {
+                shell.write(out, |i, out| match i {
+                    0 => part.write_json(out),
+                    _ => json(out, &m.message.id),
+                })?;
+                out.write_all(b"\n")?;
+            }
+            Ok(())
+        }
+        None => {
+            shell::written_whole();
+            for part in &m.parts {
+                if let Some(n) = message_update(session, &m.message, part.to_block()) {
+                    json(out, &notification_line(n))?;
+                    out.write_all(b"\n")?;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The lines of a recorded item.
+pub(super) fn recorded_lines(
+    out: &mut impl Write,
+    session: SessionId,
     item: &Item,
 ) -> io::Result<()> {
-    for update in turns::replay_updates(&item.body) {
-        out.write_all(
-            b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":",
-        )?;
-        json(out, session)?;
-        out.write_all(b",\"update\":")?;
-        json(out, &update)?;
-        out.write_all(b"}}\n")?;
+    for n in recorded_updates(session, item) {
+        json(out, &notification_line(n))?;
+        out.write_all(b"\n")?;
     }
     Ok(())
+}
+
+/// The one builder of a `session/prompt` request: `blocks` as the prompt of
+/// `session`, under `id`, in its JSON-RPC envelope.
+pub fn prompt_request(
+    id: RequestId,
+    session: SessionId,
+    blocks: Vec<ContentBlock>,
+) -> JsonRpcMessage<Request<PromptRequest>> {
+    JsonRpcMessage::wrap(Request {
+        id,
+        method: SESSION_PROMPT.into(),
+        params: Some(PromptRequest::new(session.to_string(), blocks)),
+    })
+}
+
+/// Writes the whole `session/prompt` request frame for `parts` (no newline), byte for
+/// byte what serde_json writes for [`prompt_request`] with the parts' blocks, without
+/// building those blocks or a `serde_json::Value`: each block is written from its
+/// part, the encodings from their shared buffers. For a caller that hands dispatched
+/// prompts to an ACP agent and would otherwise hold a second copy of every attachment
+/// (the SDK serializes a request through a `Value`, which copies every string).
+pub fn prompt_frame(
+    out: &mut impl Write,
+    id: RequestId,
+    session: SessionId,
+    parts: &[Part],
+) -> io::Result<()> {
+    let shape = prompt_request(
+        id.clone(),
+        session,
+        std::iter::repeat_n(shell::placeholder_block().clone(), parts.len()).collect(),
+    );
+    let mut scratch = Scratch::default();
+    let holes = std::iter::repeat_n(Hole::block(), parts.len());
+    match scratch.cut(&shape, holes) {
+        Some(cut) => cut.write(out, |i, out| parts[i].write_json(out)),
+        None => whole(
+            out,
+            &prompt_request(id, session, parts.iter().map(Part::to_block).collect()),
+        ),
+    }
 }

@@ -1,14 +1,18 @@
 //! Streaming writers of what the model gets, over any `io::Write`: the ACP restore
 //! object and block array, `acp-updates` lines, and the OpenAI Chat Completions and
 //! Responses requests, each written as `begin`, one `item` per history entry (a
-//! dispatched message or a recorded turn item), `finish`. Pure: they write only to
-//! the writer they are given and never read a file.
+//! dispatched message or a recorded turn item), `finish`; and the ACP `session/prompt`
+//! request frame of a dispatched prompt (`prompt_frame`). Pure: they write only to the
+//! writer they are given and never read a file.
 //!
-//! The bytes are exactly what serde_json writes for the schema types (the ACP
-//! crate's, and `openai`'s request types), field for field in declaration order; the
-//! tests compare both on every kind of part. An encoding is written from its one
-//! shared buffer: base64 goes out as it is (its alphabet needs no JSON escape), other
-//! strings go through serde_json's escaping.
+//! One code path per format: every document, message, line and block is the
+//! serialization of one typed value, made by the one builder a library caller gets it
+//! from (`acp::RestoreMessage`, `acp::message_update`, `openai::chat_message`,
+//! `Part::to_block`, ...). A writer builds that value with a placeholder for each
+//! content block or encoding, serializes it with serde_json, and writes the result cut
+//! at the placeholders with the content written in place (`dispatch::shell`): base64
+//! as it is (its alphabet needs no JSON escape), a text through serde_json's escaping,
+//! each from its one shared buffer.
 
 mod acp;
 mod openai;
@@ -16,12 +20,18 @@ mod openai;
 use std::io::{self, Write};
 
 use crate::dispatch::ModelMessage;
+use crate::dispatch::shell::Scratch;
 use crate::ids::SessionId;
 use crate::model::Item;
 use crate::replay::ReplayItem;
 use crate::turns;
 
-pub(crate) use acp::RecordedEntry;
+pub use acp::{
+    RecordedEntry, RestoreEntry, RestoreMessage, RestoreObject, SESSION_PROMPT, SESSION_UPDATE,
+    message_update, notification_line, prompt_frame, prompt_request, recorded_updates,
+    session_updates,
+};
+use openai::Api;
 
 /// What a stream is written as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +68,12 @@ pub struct StreamWriter<W: Write> {
     session: SessionId,
     /// No item has been written yet, so the next one takes no comma before it.
     first: bool,
+    /// What `finish` writes: the end of the document's typed shape.
+    closing: Vec<u8>,
+    /// Where a message's shape is serialized before it is written, when no kept
+    /// shell serves it.
+    scratch: Scratch,
+    kept: acp::Kept,
 }
 
 impl<W: Write> StreamWriter<W> {
@@ -69,30 +85,33 @@ impl<W: Write> StreamWriter<W> {
         session: SessionId,
         model: &str,
     ) -> io::Result<StreamWriter<W>> {
-        match format {
-            Format::AcpRestore => {
-                out.write_all(b"{\"sessionId\":")?;
-                json(&mut out, &session)?;
-                out.write_all(b",\"messages\":[")?;
+        let mut scratch = Scratch::default();
+        let ends = match format {
+            Format::AcpRestore => acp::restore_ends(&mut scratch, session),
+            Format::AcpBlocks => {
+                acp::ends(&mut scratch, &[crate::dispatch::shell::placeholder_block()])
             }
-            Format::AcpBlocks => out.write_all(b"[")?,
-            Format::AcpUpdates => {}
-            Format::OpenaiChat => {
-                out.write_all(b"{\"model\":")?;
-                json(&mut out, model)?;
-                out.write_all(b",\"messages\":[")?;
-            }
-            Format::OpenaiResponses => {
-                out.write_all(b"{\"model\":")?;
-                json(&mut out, model)?;
-                out.write_all(b",\"input\":[")?;
-            }
-        }
+            Format::AcpUpdates => Some((vec![], vec![])),
+            Format::OpenaiChat => openai::ends(&mut scratch, Api::Chat, model),
+            Format::OpenaiResponses => openai::ends(&mut scratch, Api::Responses, model),
+        };
+        // Only a model name holding the writers' own placeholder (a random nonce after
+        // a control character) can make a document that cannot be cut.
+        let Some((opening, closing)) = ends else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the model name cannot be written",
+            ));
+        };
+        out.write_all(&opening)?;
         Ok(StreamWriter {
             out,
             format,
             session,
             first: true,
+            closing,
+            scratch,
+            kept: acp::Kept::default(),
         })
     }
 
@@ -109,6 +128,7 @@ impl<W: Write> StreamWriter<W> {
     /// session-level updates are left out (they are the agent's working and the
     /// client's state, not conversation: `turns::model_text`).
     pub fn recorded(&mut self, item: &Item) -> io::Result<()> {
+        let api = self.api();
         let out = &mut self.out;
         match self.format {
             Format::AcpRestore => {
@@ -118,55 +138,53 @@ impl<W: Write> StreamWriter<W> {
             // `dispatch` and `drain` hand over messages only; a block array has no
             // place for a tool call or a plan.
             Format::AcpBlocks => Ok(()),
-            Format::AcpUpdates => acp::recorded_updates(out, &self.session, item),
+            Format::AcpUpdates => acp::recorded_lines(out, self.session, item),
             Format::OpenaiChat | Format::OpenaiResponses => {
                 let Some(blocks) = turns::model_text(&item.body) else {
                     return Ok(());
                 };
                 comma(out, &mut self.first)?;
-                let responses = self.format == Format::OpenaiResponses;
-                openai::assistant_text(out, &blocks, responses)
+                openai::assistant_text(out, api, &blocks)
             }
         }
     }
 
     /// Writes one dispatched message.
     pub fn message(&mut self, m: &ModelMessage) -> io::Result<()> {
+        let api = self.api();
         let out = &mut self.out;
+        let scratch = &mut self.scratch;
         match self.format {
             Format::AcpRestore => {
                 comma(out, &mut self.first)?;
-                acp::restore_message(out, m)
+                acp::restore_message(out, &mut self.kept, m)
             }
             Format::AcpBlocks => {
                 for part in &m.parts {
                     comma(out, &mut self.first)?;
-                    acp::block(out, part)?;
+                    part.write_json(out)?;
                 }
                 Ok(())
             }
-            Format::AcpUpdates => acp::updates(out, &self.session, m),
-            Format::OpenaiChat => {
+            Format::AcpUpdates => acp::message_lines(out, &mut self.kept, self.session, m),
+            Format::OpenaiChat | Format::OpenaiResponses => {
                 comma(out, &mut self.first)?;
-                openai::chat_message(out, m)
-            }
-            Format::OpenaiResponses => {
-                comma(out, &mut self.first)?;
-                openai::responses_message(out, m)
+                openai::message(out, scratch, api, m)
             }
         }
     }
 
     /// Writes the closing and hands the writer back (not flushed).
     pub fn finish(mut self) -> io::Result<W> {
-        match self.format {
-            Format::AcpRestore | Format::OpenaiChat | Format::OpenaiResponses => {
-                self.out.write_all(b"]}")?
-            }
-            Format::AcpBlocks => self.out.write_all(b"]")?,
-            Format::AcpUpdates => {}
-        }
+        self.out.write_all(&self.closing)?;
         Ok(self.out)
+    }
+
+    fn api(&self) -> Api {
+        match self.format {
+            Format::OpenaiResponses => Api::Responses,
+            _ => Api::Chat,
+        }
     }
 }
 
@@ -181,27 +199,6 @@ fn comma(out: &mut impl Write, first: &mut bool) -> io::Result<()> {
 /// serialization escapes them).
 fn json<T: serde::Serialize + ?Sized>(out: &mut impl Write, value: &T) -> io::Result<()> {
     serde_json::to_writer(out, value).map_err(io::Error::from)
-}
-
-/// A base64 text as a JSON string, written from its buffer as it is: the standard
-/// alphabet and `=` never need escaping, so this is what serde_json would write.
-fn base64_string(out: &mut impl Write, b64: &str) -> io::Result<()> {
-    debug_assert!(
-        b64.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
-    );
-    out.write_all(b"\"")?;
-    out.write_all(b64.as_bytes())?;
-    out.write_all(b"\"")
-}
-
-/// `"data:<mime>;base64,<b64>"` as one JSON string, the base64 written unescaped.
-fn data_url(out: &mut impl Write, mime: &str, b64: &str) -> io::Result<()> {
-    let head = serde_json::to_vec(&format!("data:{mime};base64,"))?;
-    // The head's own closing quote is left off, so the base64 continues the string.
-    out.write_all(&head[..head.len() - 1])?;
-    out.write_all(b64.as_bytes())?;
-    out.write_all(b"\"")
 }
 
 #[cfg(test)]

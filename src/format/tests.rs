@@ -1,24 +1,32 @@
-//! The streaming writers against the schema types serialized by serde_json: every
-//! format, every kind of part, on strings that need escaping.
+//! The writers' one path against the schema types: what each format writes is
+//! deserialized into the schema crate's (or `openai`'s) types and compared with the
+//! typed values the builders give a library caller, and compared byte for byte with
+//! serde_json's serialization of those values; on every kind of part, on strings that
+//! need escaping, and on parts whose fields hold the writers' own placeholder (which
+//! then are written whole).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agent_client_protocol_schema::rpc::{JsonRpcMessage, Notification};
 use agent_client_protocol_schema::v1::{
-    ContentBlock, ContentChunk, MessageId as AcpMessageId, SessionNotification, SessionUpdate,
+    ContentBlock, JsonRpcMessage, Notification, PromptRequest, Request, RequestId,
+    SessionNotification,
 };
 
-use super::{Format, StreamWriter};
+use super::{
+    Format, RestoreEntry, RestoreMessage, RestoreObject, StreamWriter, message_update,
+    notification_line, prompt_frame, prompt_request, session_updates,
+};
 use crate::attachments::AttachmentUri;
 use crate::dispatch::{
     Attached, Content, ModelMessage, Part, Placement, Prepared, Unreadable, attachment_context,
     degradation_notice,
 };
 use crate::ids::{MessageId, SessionId};
-use crate::model::{Delivery, Message, Role, Session, ToolsHost};
-use crate::openai::{chat_request, responses_request};
-use crate::store::{Dispatched, Restored};
+use crate::model::{Delivery, Message, Role, ToolsHost};
+use crate::openai::{ChatRequest, ResponsesRequest, chat_request, responses_request};
+use crate::replay::ReplayItem;
+use crate::store::Dispatched;
 
 const HOSTILE: &str = "quote \" back \\ nl \n tab \t nul \u{0} bell \u{7} sep \u{2028} bidi \u{202E} é 日本 😀 </script>";
 
@@ -148,50 +156,143 @@ fn collected(history: &[ModelMessage]) -> Vec<Dispatched> {
         .collect()
 }
 
-fn type_built_updates(
-    session: SessionId,
-    history: &[ModelMessage],
-) -> Vec<JsonRpcMessage<Notification<SessionNotification>>> {
-    let mut lines = Vec::new();
-    for m in history {
-        for block in m.to_blocks() {
-            let chunk =
-                ContentChunk::new(block).message_id(AcpMessageId::from(m.message.id.to_string()));
-            let update = match m.message.role {
-                Role::User => SessionUpdate::UserMessageChunk(chunk),
-                _ => SessionUpdate::AgentMessageChunk(chunk),
-            };
-            lines.push(JsonRpcMessage::wrap(Notification {
-                method: "session/update".into(),
-                params: Some(SessionNotification::new(session.to_string(), update)),
-            }));
-        }
-    }
-    lines
+/// The notifications of a history built by the builders from typed blocks, one per
+/// block, as a reader of `acp-updates` gets them.
+fn typed_updates(session: SessionId, history: &[ModelMessage]) -> Vec<SessionNotification> {
+    history
+        .iter()
+        .flat_map(|m| {
+            m.to_blocks()
+                .into_iter()
+                .filter_map(|block| message_update(session, &m.message, block))
+        })
+        .collect()
 }
 
+/// Every format against the typed values of the same history: read back into the
+/// types, the writer's output is those values, and it is what serde_json writes for
+/// them.
 #[test]
-fn every_format_writes_the_bytes_the_schema_types_serialize_to() {
+fn every_format_writes_what_its_typed_values_serialize_to() {
     let session = SessionId::new();
     let history = history(session);
     let dispatched = collected(&history);
 
-    let restored = Restored {
-        session: Session {
-            id: session,
-            title: None,
-            tools_host: ToolsHost::Local,
-            created_at: String::new(),
-            updated_at: String::new(),
-        },
-        messages: dispatched.clone(),
-        items: vec![],
+    let entries: Vec<RestoreEntry<'_>> = dispatched
+        .iter()
+        .map(|d| {
+            RestoreEntry::Message(RestoreMessage {
+                id: d.message.id,
+                role: d.message.role,
+                content: &d.blocks[..],
+            })
+        })
+        .collect();
+    let restore = streamed(Format::AcpRestore, session, &history);
+    let read: serde_json::Value = serde_json::from_str(&restore).unwrap();
+    for (entry, d) in read["messages"].as_array().unwrap().iter().zip(&dispatched) {
+        let blocks: Vec<ContentBlock> = serde_json::from_value(entry["content"].clone()).unwrap();
+        assert_eq!(blocks, d.blocks);
+    }
+    let typed = RestoreObject {
+        session_id: session,
+        messages: entries,
     };
+    assert_eq!(restore, serde_json::to_string(&typed).unwrap());
+
+    let blocks: Vec<ContentBlock> = dispatched.iter().flat_map(|d| d.blocks.clone()).collect();
+    let written = streamed(Format::AcpBlocks, session, &history);
     assert_eq!(
-        streamed(Format::AcpRestore, session, &history),
-        serde_json::to_string(&restored).unwrap()
+        serde_json::from_str::<Vec<ContentBlock>>(&written).unwrap(),
+        blocks
     );
-    let blocks: Vec<&ContentBlock> = dispatched.iter().flat_map(|d| &d.blocks).collect();
+    assert_eq!(written, serde_json::to_string(&blocks).unwrap());
+
+    let chat = chat_request("model \"x\"", &dispatched);
+    let written = streamed(Format::OpenaiChat, session, &history);
+    assert_eq!(serde_json::from_str::<ChatRequest>(&written).unwrap(), chat);
+    assert_eq!(written, serde_json::to_string(&chat).unwrap());
+    // The same conversion from the parts, sharing their encodings.
+    let from_parts: Vec<_> = history.iter().map(crate::openai::chat_message).collect();
+    assert_eq!(from_parts, chat.messages);
+
+    let responses = responses_request("model \"x\"", &dispatched);
+    let written = streamed(Format::OpenaiResponses, session, &history);
+    assert_eq!(
+        serde_json::from_str::<ResponsesRequest>(&written).unwrap(),
+        responses
+    );
+    assert_eq!(written, serde_json::to_string(&responses).unwrap());
+    let from_parts: Vec<_> = history
+        .iter()
+        .map(crate::openai::responses_message)
+        .collect();
+    assert_eq!(from_parts, responses.input);
+
+    let want = typed_updates(session, &history);
+    let written = streamed(Format::AcpUpdates, session, &history);
+    let lines: Vec<&str> = written.lines().collect();
+    assert_eq!(
+        lines.len(),
+        11,
+        "one line per block, assistant replies included"
+    );
+    assert_eq!(lines.len(), want.len());
+    for (text, want) in lines.iter().zip(&want) {
+        let got: JsonRpcMessage<Notification<SessionNotification>> =
+            serde_json::from_str(text).unwrap();
+        assert_eq!(got, notification_line(want.clone()));
+        assert_eq!(
+            *text,
+            serde_json::to_string(&notification_line(want.clone())).unwrap()
+        );
+    }
+    assert!(written.ends_with('\n'));
+    // What the ACP front sends on `session/load`: the same notifications, built
+    // without any JSON, from the items themselves.
+    let replayed: Vec<SessionNotification> = history
+        .iter()
+        .flat_map(|m| session_updates(session, ReplayItem::Message(m.clone())))
+        .collect();
+    assert_eq!(replayed, want);
+    assert_eq!(written_whole(), 0, "every value was cut and spliced");
+}
+
+fn written_whole() -> usize {
+    crate::dispatch::shell::WRITTEN_WHOLE.with(|n| n.get())
+}
+
+/// Fields that hold the writers' placeholder (a MIME type a caller set by hand, a
+/// text) cannot be cut around: the writer writes those values whole, and the bytes
+/// are still the typed values' serialization.
+#[test]
+fn a_field_holding_the_placeholder_is_written_whole_and_the_same() {
+    let session = SessionId::new();
+    let hole = crate::dispatch::shell::placeholder();
+    let odd = prepared(
+        session,
+        "odd.png",
+        &format!("image/{hole}"),
+        Content::Image("AAAA".into()),
+    );
+    let text = prepared(
+        session,
+        "odd.txt",
+        "text/plain",
+        Content::Text(format!("a {hole} b").into()),
+    );
+    let history = vec![message(
+        session,
+        1,
+        Role::User,
+        vec![
+            Part::Text(format!("x{hole}y")),
+            attached(&odd, ToolsHost::Local),
+            attached(&text, ToolsHost::Local),
+        ],
+    )];
+    let dispatched = collected(&history);
+    let blocks: Vec<ContentBlock> = dispatched[0].blocks.clone();
     assert_eq!(
         streamed(Format::AcpBlocks, session, &history),
         serde_json::to_string(&blocks).unwrap()
@@ -204,31 +305,47 @@ fn every_format_writes_the_bytes_the_schema_types_serialize_to() {
         streamed(Format::OpenaiResponses, session, &history),
         serde_json::to_string(&responses_request("model \"x\"", &dispatched)).unwrap()
     );
-    let expected: String = type_built_updates(session, &history)
-        .iter()
-        .map(|n| serde_json::to_string(n).unwrap() + "\n")
+    let lines: String = typed_updates(session, &history)
+        .into_iter()
+        .map(|n| serde_json::to_string(&notification_line(n)).unwrap() + "\n")
         .collect();
-    assert_eq!(streamed(Format::AcpUpdates, session, &history), expected);
+    assert_eq!(streamed(Format::AcpUpdates, session, &history), lines);
+    assert!(written_whole() > 0, "the odd values were written whole");
 }
 
+/// The prompt frame is what serde_json writes for the typed `PromptRequest` in its
+/// JSON-RPC envelope, and what the SDK sends for it (it serializes the request to a
+/// `serde_json::Value` first, then the envelope around that value).
 #[test]
-fn every_update_line_parses_back_into_a_session_notification() {
+fn the_prompt_frame_is_the_typed_request_and_what_the_sdk_writes() {
     let session = SessionId::new();
     let history = history(session);
-    let text = streamed(Format::AcpUpdates, session, &history);
-    let want = type_built_updates(session, &history);
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), want.len());
-    assert_eq!(
-        lines.len(),
-        11,
-        "one line per block, assistant replies included"
-    );
-    for (line, want) in lines.iter().zip(&want) {
-        let got: JsonRpcMessage<Notification<SessionNotification>> =
-            serde_json::from_str(line).unwrap();
-        assert_eq!(&got, want);
+    let parts: Vec<Part> = history[..3].iter().flat_map(|m| m.parts.clone()).collect();
+    let blocks: Vec<ContentBlock> = parts.iter().map(Part::to_block).collect();
+    for id in [RequestId::Number(7), RequestId::Str("a \"b\"".into())] {
+        let mut frame = Vec::new();
+        prompt_frame(&mut frame, id.clone(), session, &parts).unwrap();
+        let typed = prompt_request(id.clone(), session, blocks.clone());
+        assert_eq!(frame, serde_json::to_vec(&typed).unwrap());
+        let read: JsonRpcMessage<Request<PromptRequest>> = serde_json::from_slice(&frame).unwrap();
+        assert_eq!(read, typed);
+
+        let params =
+            serde_json::to_value(PromptRequest::new(session.to_string(), blocks.clone())).unwrap();
+        let sdk = JsonRpcMessage::wrap(Request {
+            id,
+            method: super::SESSION_PROMPT.into(),
+            params: Some(params),
+        });
+        assert_eq!(frame, serde_json::to_vec(&sdk).unwrap());
     }
+    assert_eq!(written_whole(), 0, "every frame was cut and spliced");
+    let mut empty = Vec::new();
+    prompt_frame(&mut empty, RequestId::Number(1), session, &[]).unwrap();
+    assert_eq!(
+        empty,
+        serde_json::to_vec(&prompt_request(RequestId::Number(1), session, vec![])).unwrap()
+    );
 }
 
 #[test]
@@ -239,5 +356,9 @@ fn an_empty_stream_is_an_empty_document() {
     assert_eq!(
         streamed(Format::AcpRestore, session, &[]),
         format!("{{\"sessionId\":\"{session}\",\"messages\":[]}}")
+    );
+    assert_eq!(
+        streamed(Format::OpenaiChat, session, &[]),
+        "{\"model\":\"model \\\"x\\\"\",\"messages\":[]}"
     );
 }

@@ -507,9 +507,9 @@ pub(super) fn vision_request(k: &Known, restored: &[Dispatched]) -> Outcome {
         .count();
     let expected_image = ChatPart::ImageUrl {
         image_url: openai::ImageUrl {
-            url: format!(
-                "data:image/png;base64,{}",
-                base64::engine::general_purpose::STANDARD.encode(UPLOADS[IMAGE].bytes)
+            url: openai::DataUrl::new(
+                "image/png",
+                base64::engine::general_purpose::STANDARD.encode(UPLOADS[IMAGE].bytes),
             ),
         },
     };

@@ -359,13 +359,9 @@ pub fn expected_responses(chat: &Value) -> Value {
 
 /// The bytes an image, file or text part of a chat request carries.
 pub fn part_bytes(part: &ChatPart) -> Result<Vec<u8>, String> {
-    let from_data_url = |url: &str| {
-        let (_, b64) = url
-            .strip_prefix("data:")
-            .and_then(|rest| rest.split_once(";base64,"))
-            .ok_or("not a base64 data URL")?;
+    let from_data_url = |url: &crate::openai::DataUrl| {
         base64::engine::general_purpose::STANDARD
-            .decode(b64)
+            .decode(&*url.base64)
             .map_err(|e| e.to_string())
     };
     match part {

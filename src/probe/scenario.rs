@@ -509,15 +509,13 @@ impl Probe {
         let (fresh, reads) = ReadCounter::open(self.config.clone())
             .await
             .step("open a second store on the same database")?;
-        let restored = fresh
-            .restore(self.known.session)
+        let restored = restored_messages(&fresh, self.known.session)
             .await
             .step("restore the session in a new store")?;
         let delivered = [&first.normal, &first.image_only, &first.drained[0]];
-        let outcome =
-            check::restore_replays(sent, delivered, &restored.messages, &reads.snapshot());
+        let outcome = check::restore_replays(sent, delivered, &restored, &reads.snapshot());
         self.record("restore-replays-through-resolver", outcome);
-        Ok(restored.messages)
+        Ok(restored)
     }
 
     /// Everything a model gets from the restored history: ACP blocks, both OpenAI
@@ -728,18 +726,17 @@ impl Probe {
         let store = Store::open(config)
             .await
             .step("open a store on moved roots")?;
-        let restored = store
-            .restore(self.known.session)
+        let restored = restored_messages(&store, self.known.session)
             .await
             .step("restore after moving the roots")?;
         let outcome = check::restored_from_moved_roots(
             &self.known,
             &roots.configured,
             &roots.legacy[0],
-            &restored.messages,
+            &restored,
         );
         self.record("restore-after-moving-roots", outcome);
-        self.known.saw_paths(&restored.messages);
+        self.known.saw_paths(&restored);
         // The files live there now; later steps use the roots where they are.
         self.config.roots = roots;
         Ok(())
@@ -849,3 +846,17 @@ impl Probe {
 
 #[cfg(all(test, feature = "postgres"))]
 mod tests;
+
+/// The restored messages with their blocks, collected from the streamed restore: the
+/// probe's scenario is a few small files, and its checks judge whole blocks (a library
+/// caller writes the stream as it comes instead).
+async fn restored_messages(store: &Store, session: SessionId) -> crate::Result<Vec<Dispatched>> {
+    let mut stream = store.restore_stream(session, DEFAULT_MEMO_BUDGET).await?;
+    let mut messages = Vec::new();
+    while let Some(item) = stream.next().await {
+        if let crate::replay::ReplayItem::Message(m) = item? {
+            messages.push(Dispatched::from(m));
+        }
+    }
+    Ok(messages)
+}

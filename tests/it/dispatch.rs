@@ -13,6 +13,7 @@ use sessionstore::model::{Delivery, ProblemKind, Role, ToolsHost};
 use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{Error, SessionId, Store};
 
+use crate::restored::CollectRestore;
 use crate::support::{
     Expect, PNG, TestStore, assert_one_line_error, block_json, blocks, check_attachment,
     context_line, context_of, json, new_session, parse_uri, stdout,
@@ -903,7 +904,7 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
             .any(|p| p.kind() == ProblemKind::StrayRows),
         "{report:?}"
     );
-    let restored = h.store().restore(s).await.unwrap();
+    let restored = h.store().collect_restore(s).await.unwrap();
     assert_eq!(restored.messages.len(), 2);
     for m in &restored.messages {
         let all = serde_json::to_string(&m.blocks).unwrap();

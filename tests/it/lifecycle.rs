@@ -16,6 +16,7 @@ use sessionstore::model::ToolsHost;
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
+use crate::restored::CollectRestore;
 use crate::support::{TestStore, assert_one_line_error, block_json, json, stderr};
 
 #[tokio::test]
@@ -301,7 +302,7 @@ async fn a_fork_keeps_a_reference_whose_file_is_gone_and_it_degrades_as_in_the_o
     assert_eq!(forked.missing, ["gone.txt"]);
     let m = &h.store().messages(forked.session.id).await.unwrap()[0];
     assert_eq!(m.refs.len(), 1);
-    let restored = h.store().restore(forked.session.id).await.unwrap();
+    let restored = h.store().collect_restore(forked.session.id).await.unwrap();
     assert!(
         restored.messages[0]
             .blocks

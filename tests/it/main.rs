@@ -19,6 +19,7 @@ mod reliability;
 mod replay;
 mod requests;
 mod restore;
+mod restored;
 mod snapshots;
 mod store;
 mod streaming;

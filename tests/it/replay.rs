@@ -13,9 +13,9 @@ use agent_client_protocol_schema::v1::{
 };
 use sessionstore::model::Role;
 use sessionstore::openai::{chat_request, responses_request};
-use sessionstore::store::{HistoryEntry, Restored};
 use sessionstore::{Config, Store, turns};
 
+use crate::restored::{CollectRestore, HistoryEntry, Restored};
 use crate::support::{
     Bin, PNG, RECORDED_TURN, TestStore, check_attachment, copy_tree, fixture, json, roles, stderr,
     stdout,
@@ -100,7 +100,7 @@ async fn the_v2_fixture_restores_its_turn_in_every_format() {
     })
     .await
     .unwrap();
-    let restored = store.restore(sid.parse().unwrap()).await.unwrap();
+    let restored = store.collect_restore(sid.parse().unwrap()).await.unwrap();
     assert_eq!(
         restored.messages.len(),
         2,

@@ -13,6 +13,7 @@ use sessionstore::{Config, SessionId, Store};
 
 use sessionstore::oracle::ReadCounter;
 
+use crate::restored::CollectRestore;
 use crate::support::{
     Bin, Expect, PNG, TestStore, block_json, blocks, check_attachment, config_in, context_of, json,
     new_session, parse_uri, stdout,
@@ -97,7 +98,7 @@ async fn restore_after_moving_the_attachment_root_reads_from_the_new_root() {
     moved.roots.configured = r2.clone();
     let (store, reads) = ReadCounter::open(moved).await.unwrap();
 
-    let restored = store.restore(s).await.unwrap();
+    let restored = store.collect_restore(s).await.unwrap();
     assert_eq!(restored.session.id, s);
     check_restored(&restored.messages, &files, &r2.join(s.to_string()));
     assert_eq!(reads.total(), 3, "one read per distinct file");
@@ -119,7 +120,7 @@ async fn restore_finds_moved_files_in_a_legacy_root() {
         legacy: vec![t.dir.path().join("missing-legacy"), r2.clone()],
     };
     let store = Store::open(moved).await.unwrap();
-    let restored = store.restore(s).await.unwrap();
+    let restored = store.collect_restore(s).await.unwrap();
     check_restored(&restored.messages, &files, &r2.join(s.to_string()));
 }
 
@@ -134,7 +135,7 @@ async fn restore_after_moving_the_whole_data_directory() {
     std::fs::create_dir_all(new.parent().unwrap()).unwrap();
     std::fs::rename(&old, &new).unwrap();
     let store = Store::open(config_in(&new)).await.unwrap();
-    let restored = store.restore(s).await.unwrap();
+    let restored = store.collect_restore(s).await.unwrap();
     check_restored(
         &restored.messages,
         &files,
@@ -179,7 +180,7 @@ async fn the_database_never_holds_a_path_or_a_root() {
         .drain(s, Mode::Degrade, Memo::new())
         .await
         .unwrap();
-    let restored = h.store().restore(s).await.unwrap();
+    let restored = h.store().collect_restore(s).await.unwrap();
     // The model did get paths, so their absence below is not for want of any.
     let paths: Vec<PathBuf> = blocks(&restored.messages[0])[1..]
         .iter()
@@ -221,7 +222,7 @@ async fn restoring_a_long_history_reads_each_file_once() {
     }
     // A fresh store on the same files, as after a daemon restart.
     let (fresh, reads) = h.open_counting().await;
-    let restored = fresh.restore(s).await.unwrap();
+    let restored = fresh.collect_restore(s).await.unwrap();
     assert_eq!(reads.total(), 2, "20 messages over 2 files cost 2 reads");
     assert_eq!(restored.messages.len(), 20);
     let folder = h.folder_in(h.configured(), s);
@@ -278,7 +279,7 @@ async fn restore_replays_user_and_assistant_history_and_leaves_queued_messages_q
         .unwrap();
 
     let fresh = Store::open(h.config.clone()).await.unwrap();
-    let restored = fresh.restore(s).await.unwrap();
+    let restored = fresh.collect_restore(s).await.unwrap();
     let ids: Vec<_> = restored.messages.iter().map(|d| d.message.id).collect();
     assert_eq!(ids, [first.id, reply.id, custom.id]);
     let roles: Vec<Role> = restored.messages.iter().map(|d| d.message.role).collect();
@@ -337,7 +338,7 @@ async fn restore_degrades_a_missing_file_and_keeps_the_rest() {
     let restored = Store::open(h.config.clone())
         .await
         .unwrap()
-        .restore(s)
+        .collect_restore(s)
         .await
         .unwrap();
     let one = blocks(&restored.messages[0]);
@@ -369,7 +370,7 @@ async fn restore_leaves_display_text_title_and_references_path_free() {
     h.send_files(s, "follow-up", &[&img]).await;
     let before = h.store().messages(s).await.unwrap();
 
-    let restored = h.store().restore(s).await.unwrap();
+    let restored = h.store().collect_restore(s).await.unwrap();
     assert_eq!(
         restored.session.title.as_deref(),
         Some("First question about photo.png")

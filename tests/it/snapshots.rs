@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use sessionstore::attachments::Roots;
 use sessionstore::{Config, SessionId, Store};
 
+use crate::restored::CollectRestore;
 use crate::support::{V2_RESTORE_SNAPSHOTS, copy_tree, restore_text, v1_restore_snapshots};
 
 /// Compares `actual` with the stored snapshot `name`, or writes it when blessing.
@@ -60,7 +61,7 @@ async fn what_the_model_sees_for_the_v1_fixture() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     let (store, sid) = fixture_store("v1", &root).await;
-    let restored = store.restore(sid).await.unwrap();
+    let restored = store.collect_restore(sid).await.unwrap();
     let [acp, chat, responses] = v1_restore_snapshots(&restored).map(|(name, value)| {
         let text = serde_json::to_string_pretty(&value).unwrap();
         (name, text.replace(root.to_str().unwrap(), "<ROOT>") + "\n")

@@ -16,6 +16,7 @@ use sessionstore::replay::ReplayItem;
 use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{SessionId, Store};
 
+use crate::restored::CollectRestore;
 use crate::support::{PNG, TestStore, stdout};
 
 /// A session with every kind of block: an expansion and a transcript, an image, a
@@ -108,7 +109,7 @@ fn update_lines(session: SessionId, history: &[Dispatched]) -> Vec<SessionNotifi
 async fn restore_streams_the_bytes_the_collected_restore_serializes_to_in_every_format() {
     let t = TestStore::new().await;
     let s = varied_session(&t).await;
-    let restored = reader(&t).await.restore(s).await.unwrap();
+    let restored = reader(&t).await.collect_restore(s).await.unwrap();
     assert_eq!(
         restored.messages.len(),
         3,

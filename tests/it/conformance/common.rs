@@ -12,6 +12,7 @@ use sessionstore::model::ToolsHost;
 use sessionstore::store::Outgoing;
 use sessionstore::{MessageId, SessionId, Store};
 
+use crate::restored::CollectRestore;
 use crate::support::{Expect, HOST, stderr};
 
 /// A new session's id.
@@ -79,7 +80,10 @@ pub fn moved(e: &Expect, to: SessionId) -> Expect {
 /// Restores `session` and checks every attachment block against `files` (matched by
 /// name), returning the paths given to the model.
 pub async fn restored_paths(store: &Store, session: SessionId, files: &[Expect]) -> Vec<PathBuf> {
-    let restored = store.restore(session).await.expect("the session restores");
+    let restored = store
+        .collect_restore(session)
+        .await
+        .expect("the session restores");
     let mut paths = vec![];
     for block in restored.messages.iter().flat_map(|m| &m.blocks) {
         let json = crate::support::block_json(block);

@@ -11,6 +11,7 @@ use sessionstore::attachments::Roots;
 use sessionstore::{Config, SessionId, Store};
 
 use super::common::{entry_ids, export, ids_named};
+use crate::restored::CollectRestore;
 use crate::support::{
     Bin, TestStore, V2_RESTORE_SNAPSHOTS, conformance, copy_tree, fixture, history_blocks, json,
     restore_text, snapshot, stderr, stdout, v1_restore_snapshots,
@@ -161,7 +162,7 @@ async fn load(b: &TestStore, version: &str) -> (Copy, Store, Vec<String>, Vec<St
 async fn the_v1_fixture_imported_restores_as_its_sqlite_copy_does(b: TestStore) {
     let (copy, store, copy_ids, b_ids) = load(&b, "v1").await;
     // What the snapshots hold, made as `snapshots.rs` makes them.
-    let restored = store.restore(copy.session).await.unwrap();
+    let restored = store.collect_restore(copy.session).await.unwrap();
     let redact = |v: serde_json::Value| {
         let text = serde_json::to_string_pretty(&v).unwrap();
         ids_named(&text, &b_ids).replace(copy.root().to_str().unwrap(), "<ROOT>") + "\n"

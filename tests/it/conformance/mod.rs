@@ -15,6 +15,7 @@ use sessionstore::store::Outgoing;
 mod multihost;
 
 use self::common::session;
+use crate::restored::CollectRestore;
 use crate::support::{
     Expect, TestStore, block_json, check_attachment, conformance, json, stderr, stdout,
 };
@@ -284,7 +285,7 @@ async fn a_session_restores_in_a_fresh_store_with_paths_that_read_back(b: TestSt
     drop(store);
 
     let fresh = b.open().await;
-    let restored = fresh.restore(session.id).await.unwrap();
+    let restored = fresh.collect_restore(session.id).await.unwrap();
     assert_eq!(restored.messages.len(), 1);
     let blocks: Vec<_> = restored.messages[0].blocks.iter().map(block_json).collect();
     let expect = Expect {

@@ -13,6 +13,7 @@ use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
 use super::common::{expect, session};
+use crate::restored::CollectRestore;
 use crate::support::{
     Expect, RECORDED_TURN, TestStore, block_json, check_attachment, conformance, json, roles,
     stderr, stdout, user_text,
@@ -453,7 +454,7 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: TestStore) {
     );
 
     // Restore replays the log, which is the record: neither edit reaches a model.
-    let restored = store.restore(s).await.unwrap();
+    let restored = store.collect_restore(s).await.unwrap();
     let blocks = serde_json::to_string(&restored.messages[0].blocks).unwrap();
     assert!(blocks.contains("as typed") && !blocks.contains("edited later"));
     let out = b.run(&["restore", "--session", &s.to_string(), "--format", "acp"]);
@@ -477,7 +478,7 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: TestStore) {
         sessionstore::ids::MessageId::new()
     ))
     .unwrap();
-    let err = store.restore(s).await.unwrap_err();
+    let err = store.collect_restore(s).await.unwrap_err();
     assert!(
         matches!(&err, Error::LogMismatch { problems, .. }
             if problems.iter().any(|p| p.kind() == ProblemKind::Delivery
@@ -617,7 +618,7 @@ async fn a_restore_larger_than_its_memo_budget_reads_evicted_files_again(b: Test
     drop(store);
 
     let (fresh, reads) = b.open_counting().await;
-    let restored = fresh.restore_with_budget(s, 16_000).await.unwrap();
+    let restored = fresh.collect_restore_with_budget(s, 16_000).await.unwrap();
     assert_eq!(restored.messages.len(), 15);
     let folder = b.configured().join(s.to_string());
     for (i, d) in restored.messages.iter().enumerate() {
@@ -639,7 +640,7 @@ async fn a_restore_larger_than_its_memo_budget_reads_evicted_files_again(b: Test
     // At most one read per distinct file per message, even over budget.
     assert!(over_budget <= 30, "{over_budget} reads");
     let (roomy, reads) = b.open_counting().await;
-    let whole = roomy.restore(s).await.unwrap();
+    let whole = roomy.collect_restore(s).await.unwrap();
     assert_eq!(
         reads.total(),
         5,

@@ -68,7 +68,7 @@ pub fn history_blocks(restored: &serde_json::Value) -> impl Iterator<Item = &ser
 /// What the v1 fixture's snapshots hold, by name, before redaction: the restored
 /// ACP history and both OpenAI requests made from its messages.
 pub fn v1_restore_snapshots(
-    restored: &sessionstore::store::Restored,
+    restored: &crate::restored::Restored,
 ) -> [(&'static str, serde_json::Value); 3] {
     use sessionstore::openai::{chat_request, responses_request};
     let conversation: Vec<(sessionstore::model::Role, _)> = restored

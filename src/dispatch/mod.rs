@@ -1,0 +1,466 @@
+//! Dispatch: turns a message's references into model content blocks. IO happens first,
+//! through a `Resolver` and the memo (`resolve`); the conversion to parts and ACP
+//! blocks is pure (`to_parts`, `to_blocks`). A path given to the model is only ever the
+//! path of the read that produced the block's bytes; it is never rebuilt from a root,
+//! never persisted.
+//!
+//! The rooms: `memo.rs` (the budgeted memo), `encoding.rs` (the shared encoding and the
+//! base64 encoder), `recycle.rs` (encoding buffers kept for reuse), `kinds.rs` (image,
+//! text or blob), `context.rs` (the path context and its escaping), `blocks.rs` (parts
+//! and the one builder of their ACP blocks), `shell.rs` (a typed value serialized with
+//! placeholders and cut around them, how the writers in `format` write what the
+//! builders build).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use agent_client_protocol_schema::v1::ContentBlock;
+
+use crate::attachments::{AttachmentError, AttachmentStore, AttachmentUri, Resolved};
+use crate::ids::{MessageId, SessionId};
+use crate::model::{Message, Role, ToolsHost};
+
+mod blocks;
+mod context;
+mod encoding;
+mod kinds;
+mod memo;
+mod recycle;
+pub(crate) mod shell;
+
+pub use blocks::{Attached, ModelMessage, Part, attachment_block};
+pub use context::{Context, attachment_context, degradation_notice, hidden_escaped, json_escaped};
+pub use encoding::SharedStr;
+pub(crate) use encoding::encode_base64;
+use kinds::{is_image, is_text};
+pub use memo::{DEFAULT_MEMO_BUDGET, Memo};
+pub use recycle::Recycler;
+
+/// The `_meta` key under which every attachment block carries its path context.
+pub const DAEMON_ATTACHMENT_CONTEXT_META_KEY: &str = "daemon/attachmentContext";
+
+/// Reads an attachment and reports the path of that read. The store's resolver is the
+/// real one; tests wrap it to count reads.
+pub trait Resolver: Send + Sync {
+    fn read(&self, session: &SessionId, uri: &AttachmentUri) -> Result<Resolved, AttachmentError>;
+
+    /// Where the encodings of this resolver's reads take their buffers from and give
+    /// them back to; none by default.
+    fn recycler(&self) -> Option<&Arc<Recycler>> {
+        None
+    }
+}
+
+/// A resolver whose reads are encoded into buffers kept by `recycler`: what a
+/// [`crate::Store`] dispatches and restores through.
+#[derive(Clone)]
+pub struct Recycling<R> {
+    pub resolver: R,
+    pub recycler: Arc<Recycler>,
+}
+
+impl<R: Resolver> Resolver for Recycling<R> {
+    fn read(&self, session: &SessionId, uri: &AttachmentUri) -> Result<Resolved, AttachmentError> {
+        self.resolver.read(session, uri)
+    }
+
+    fn recycler(&self) -> Option<&Arc<Recycler>> {
+        Some(&self.recycler)
+    }
+}
+
+impl Resolver for AttachmentStore {
+    fn read(&self, session: &SessionId, uri: &AttachmentUri) -> Result<Resolved, AttachmentError> {
+        AttachmentStore::read(self, session, uri)
+    }
+}
+
+/// A successful read, encoded once for the model. Clones share the encoded text (and
+/// start with no context or shell kept: their fields may be changed).
+#[derive(Debug)]
+pub struct Prepared {
+    pub name: String,
+    pub uri: AttachmentUri,
+    pub mime: String,
+    /// The absolute path of the read that produced `content`.
+    pub path: PathBuf,
+    pub content: Content,
+    /// `uri` as text, made once per read: every block of this read carries it.
+    uri_text: String,
+    /// The context string of this read for the placement it was first asked for.
+    /// It is written from this read's own path, so it lives and dies with the read:
+    /// a file evicted from the memo and read again is a new `Prepared`, whose context
+    /// is written anew from the path of that new read.
+    context: OnceLock<(Placement, Context)>,
+    /// The serialized shell of this read's block for the first context a writer
+    /// wrote it with (`None` when no shell could be cut: the block is then written
+    /// whole), kept beside that context so each later block costs a lookup.
+    shell: OnceLock<(Context, Option<shell::Shell>)>,
+}
+
+impl Clone for Prepared {
+    fn clone(&self) -> Prepared {
+        Prepared::new(
+            self.name.clone(),
+            self.uri.clone(),
+            self.mime.clone(),
+            self.path.clone(),
+            self.content.clone(),
+        )
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Content {
+    /// Base64 of an image's bytes.
+    Image(SharedStr),
+    /// A text file's contents, decoded as UTF-8.
+    Text(SharedStr),
+    /// Base64 of any other file's bytes.
+    Blob(SharedStr),
+}
+
+impl Content {
+    /// The length of the encoded text.
+    pub fn encoded_len(&self) -> u64 {
+        self.text().len() as u64
+    }
+
+    /// The bytes the encoding's buffer holds: its capacity, which for a recycled
+    /// buffer may be up to twice its text. What a memo's budget and a restore's
+    /// batches count, so a budget bounds memory rather than text.
+    pub fn held_bytes(&self) -> u64 {
+        self.text().capacity() as u64
+    }
+
+    /// The encoded text, moved out when nothing else holds it (see
+    /// [`SharedStr::into_string`]).
+    pub fn into_text(self) -> String {
+        match self {
+            Content::Image(s) | Content::Text(s) | Content::Blob(s) => s.into_string(),
+        }
+    }
+
+    /// The encoded text, whichever kind it is.
+    pub fn text(&self) -> &SharedStr {
+        match self {
+            Content::Image(s) | Content::Text(s) | Content::Blob(s) => s,
+        }
+    }
+}
+
+impl Prepared {
+    fn from_read(
+        uri: &AttachmentUri,
+        read: Resolved,
+        recycler: Option<&Arc<Recycler>>,
+    ) -> Prepared {
+        let b64 = |bytes: &[u8]| encode_base64(bytes, recycler);
+        let content = if is_image(&read.mime) {
+            Content::Image(b64(&read.bytes))
+        } else if is_text(&read.mime, &read.name) {
+            // The read's own buffer becomes the text when it is UTF-8: no copy.
+            match String::from_utf8(read.bytes) {
+                Ok(text) => Content::Text(text.into()),
+                Err(e) => Content::Blob(b64(e.as_bytes())),
+            }
+        } else {
+            Content::Blob(b64(&read.bytes))
+        };
+        Prepared::new(read.name, uri.clone(), read.mime, read.path, content)
+    }
+
+    /// A read as dispatch keeps it: what was read, from which path, and its encoding.
+    pub fn new(
+        name: String,
+        uri: AttachmentUri,
+        mime: String,
+        path: PathBuf,
+        content: Content,
+    ) -> Prepared {
+        Prepared {
+            name,
+            uri_text: uri.to_string(),
+            uri,
+            mime,
+            path,
+            content,
+            context: OnceLock::new(),
+            shell: OnceLock::new(),
+        }
+    }
+
+    /// The URI as text, as every block of this read writes it.
+    pub fn uri_text(&self) -> &str {
+        &self.uri_text
+    }
+
+    /// [`attachment_context`] for this read, written once per placement: every block
+    /// made from this read (duplicates, and later messages while the memo keeps it)
+    /// gets a copy of that one string.
+    pub fn context(&self, placement: &Placement) -> Context {
+        if let Some((at, text)) = self.context.get()
+            && at == placement
+        {
+            return text.clone();
+        }
+        let text = Context::new(attachment_context(self, placement));
+        // Only the first placement is kept; a memo serves one session, so one
+        // placement, and another one is simply written each time.
+        let _ = self.context.set((placement.clone(), text.clone()));
+        text
+    }
+}
+
+/// A reference that could not be read, named for errors and the degradation notice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    pub name: String,
+    pub uri: AttachmentUri,
+    pub reason: String,
+    pub not_found: bool,
+}
+
+/// Parses a byte size for a memo budget: plain bytes (`1048576`), or a number with a
+/// binary unit, `B`, `KiB`, `MiB` or `GiB` (any case, `K`/`M`/`G` alone too, a space
+/// allowed before the unit). Decimal units like `MB` are refused rather than guessed.
+pub fn parse_byte_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let digits_end = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(digits_end);
+    if number.is_empty() {
+        return Err(format!(
+            "{text:?} is not a size: expected a number of bytes, or one like 512KiB, 64MiB, 1GiB"
+        ));
+    }
+    let shift = match unit.trim_start().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        _ => {
+            return Err(format!(
+                "{text:?} has an unknown unit: use B, KiB, MiB or GiB"
+            ));
+        }
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .ok_or_else(|| format!("{text:?} is too large a size"))
+}
+
+/// The outcome of reading each of a message's references, in order.
+pub type Reads = Vec<Result<Arc<Prepared>, Unreadable>>;
+
+/// Reads every reference of `message` (IO only). Within the call a reference is read
+/// at most once, however often it repeats and whether or not the memo keeps it;
+/// across calls only successes are memoized, within the memo's budget.
+pub fn resolve(resolver: &dyn Resolver, memo: &Memo, message: &Message) -> Reads {
+    // Keyed by the parsed URI itself: no text is built per reference.
+    let mut seen: HashMap<&AttachmentUri, Result<Arc<Prepared>, Unreadable>> = HashMap::new();
+    let mut out = Vec::with_capacity(message.refs.len());
+    for reference in &message.refs {
+        let key = &reference.uri;
+        if let Some(done) = seen.get(key) {
+            out.push(done.clone());
+            continue;
+        }
+        let read = match memo.get(key) {
+            Some(hit) => Ok(hit),
+            None => {
+                let read = resolver
+                    .read(&message.session_id, &reference.uri)
+                    .map(|r| Arc::new(Prepared::from_read(&reference.uri, r, resolver.recycler())))
+                    .map_err(|e| Unreadable {
+                        name: reference.stored_name.clone(),
+                        uri: reference.uri.clone(),
+                        reason: e.to_string(),
+                        not_found: e.is_not_found(),
+                    });
+                if let Ok(prepared) = &read {
+                    memo.insert(key, prepared.clone());
+                }
+                read
+            }
+        };
+        seen.insert(key, read.clone());
+        out.push(read);
+    }
+    out
+}
+
+/// Heads the text block that carries a message's audio transcription.
+pub const TRANSCRIPT_LABEL: &str = "Audio transcript:\n";
+
+/// Strict dispatch fails on any unreadable reference; degrading dispatch drops those
+/// blocks and says so in a short notice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Strict,
+    Degrade,
+}
+
+/// Where the model's tools run, and the daemon host every path is on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub host: String,
+    pub tools_host: ToolsHost,
+}
+
+/// Why a strict dispatch refused: every unreadable reference, by name and URI.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "message {message} has unreadable attachments: {}",
+    unreadable.iter().map(|u| format!("{} ({})", json_escaped(&u.name), u.reason)).collect::<Vec<_>>().join("; ")
+)]
+pub struct DispatchError {
+    pub message: MessageId,
+    pub unreadable: Vec<Unreadable>,
+}
+
+impl Prepared {
+    /// The same read: same URI, name, type, path and encoded content.
+    pub(super) fn same_as(&self, other: &Prepared) -> bool {
+        self.uri == other.uri
+            && self.name == other.name
+            && self.mime == other.mime
+            && self.path == other.path
+            && match (&self.content, &other.content) {
+                (Content::Image(a), Content::Image(b))
+                | (Content::Text(a), Content::Text(b))
+                | (Content::Blob(a), Content::Blob(b)) => a == b,
+                _ => false,
+            }
+    }
+}
+
+/// Pure: a message and the reads of its references become its parts. User messages
+/// get their model text (when not blank), their transcript (when there is one), then
+/// one part per reference in order; other roles convert to text only.
+pub fn to_parts(
+    message: &Message,
+    reads: &[Result<Arc<Prepared>, Unreadable>],
+    placement: &Placement,
+    mode: Mode,
+) -> Result<Vec<Part>, DispatchError> {
+    let mut parts = Vec::with_capacity(reads.len() + 2);
+    let text = message.model_text();
+    if message.role != Role::User {
+        parts.push(Part::Text(text.to_owned()));
+        return Ok(parts);
+    }
+    // Whitespace alone is no text, as `send` already judges it.
+    if !text.trim().is_empty() {
+        parts.push(Part::Text(text.to_owned()));
+    }
+    // An audio message's words reach the main model too, as their own text block.
+    if let Some(transcript) = message
+        .transcript
+        .as_deref()
+        .filter(|t| !t.trim().is_empty())
+    {
+        parts.push(Part::Text(format!("{TRANSCRIPT_LABEL}{transcript}")));
+    }
+    let mut unreadable = Vec::new();
+    for read in reads {
+        match read {
+            Ok(p) => parts.push(Part::Attachment(Attached {
+                context: p.context(placement),
+                prepared: p.clone(),
+            })),
+            Err(u) => unreadable.push(u.clone()),
+        }
+    }
+    if unreadable.is_empty() {
+        return Ok(parts);
+    }
+    match mode {
+        Mode::Strict => Err(DispatchError {
+            message: message.id,
+            unreadable,
+        }),
+        Mode::Degrade => {
+            parts.push(Part::Text(degradation_notice(&unreadable)));
+            Ok(parts)
+        }
+    }
+}
+
+/// Pure: a message and the reads of its references become its content blocks, as
+/// [`to_parts`] orders them.
+pub fn to_blocks(
+    message: &Message,
+    reads: &[Result<Arc<Prepared>, Unreadable>],
+    placement: &Placement,
+    mode: Mode,
+) -> Result<Vec<ContentBlock>, DispatchError> {
+    Ok(to_parts(message, reads, placement, mode)?
+        .iter()
+        .map(Part::to_block)
+        .collect())
+}
+
+/// IO then conversion, for one message, as parts that share their encodings.
+pub fn dispatch_parts(
+    resolver: &dyn Resolver,
+    memo: &Memo,
+    message: Message,
+    placement: &Placement,
+    mode: Mode,
+) -> Result<ModelMessage, DispatchError> {
+    let reads = if message.role == Role::User {
+        resolve(resolver, memo, &message)
+    } else {
+        vec![]
+    };
+    warn_if_degraded(&message, &reads, mode);
+    let parts = to_parts(&message, &reads, placement, mode)?;
+    Ok(ModelMessage { message, parts })
+}
+
+/// Logs one line per message that a degrading dispatch left references out of, naming
+/// what was left out and why; a strict dispatch reports the same as its error instead.
+fn warn_if_degraded(message: &Message, reads: &Reads, mode: Mode) {
+    if mode != Mode::Degrade {
+        return;
+    }
+    let left_out: Vec<String> = reads
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .map(|u| format!("{} ({})", json_escaped(&u.name), u.reason))
+        .collect();
+    if !left_out.is_empty() {
+        tracing::warn!(
+            "message {} was dispatched without {} unreadable attachment{}: {}",
+            message.id,
+            left_out.len(),
+            if left_out.len() == 1 { "" } else { "s" },
+            left_out.join("; ")
+        );
+    }
+}
+
+/// IO then conversion, for one message.
+pub fn dispatch(
+    resolver: &dyn Resolver,
+    memo: &Memo,
+    message: &Message,
+    placement: &Placement,
+    mode: Mode,
+) -> Result<Vec<ContentBlock>, DispatchError> {
+    let reads = if message.role == Role::User {
+        resolve(resolver, memo, message)
+    } else {
+        vec![]
+    };
+    warn_if_degraded(message, &reads, mode);
+    to_blocks(message, &reads, placement, mode)
+}
+
+#[cfg(test)]
+mod tests;
