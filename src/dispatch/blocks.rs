@@ -40,10 +40,18 @@ impl Kind {
 
 /// The one builder of an attachment's block: an image block, or an embedded text or
 /// blob resource, with the read's MIME type and URI and the path context under
-/// [`DAEMON_ATTACHMENT_CONTEXT_META_KEY`]. `data` is the large field: the base64 of an
-/// image or blob, or a text file's contents (or the writers' placeholder).
-fn block_of(kind: Kind, mime: &str, uri: &str, context: &str, data: String) -> ContentBlock {
-    let mut meta = Meta::new();
+/// [`DAEMON_ATTACHMENT_CONTEXT_META_KEY`] (beside the client block's own `_meta`, if
+/// the prompt it came in had one). `data` is the large field: the base64 of an image or
+/// blob, or a text file's contents (or the writers' placeholder).
+fn block_of(
+    kind: Kind,
+    mime: &str,
+    uri: &str,
+    context: &str,
+    client: Option<&Meta>,
+    data: String,
+) -> ContentBlock {
+    let mut meta = client.cloned().unwrap_or_default();
     meta.insert(
         DAEMON_ATTACHMENT_CONTEXT_META_KEY.to_owned(),
         serde_json::Value::String(context.to_owned()),
@@ -81,7 +89,14 @@ fn block_of(kind: Kind, mime: &str, uri: &str, context: &str, data: String) -> C
 pub fn attachment_block(p: &Prepared, placement: &Placement) -> ContentBlock {
     let data = p.content.text().to_string_exact();
     let context = attachment_context(p, placement);
-    block_of(Kind::of(&p.content), &p.mime, p.uri_text(), &context, data)
+    block_of(
+        Kind::of(&p.content),
+        &p.mime,
+        p.uri_text(),
+        &context,
+        None,
+        data,
+    )
 }
 
 /// The shell of a text block: what serde_json writes for `{"type":"text","text"}`
@@ -100,19 +115,25 @@ pub enum Part {
     /// The model text, a transcript, a degradation notice, or an assistant's words.
     Text(String),
     Attachment(Attached),
+    /// A block of the client's own that a stored prompt kept as sent (a
+    /// `resource_link`, a `file://` resource, a text with its own `_meta`).
+    Verbatim(Box<ContentBlock>),
 }
 
-/// An attachment as dispatched: the read (with its encoding) and the path context
-/// written from that read.
+/// An attachment as dispatched: the read (with its encoding), the path context
+/// written from that read, and the `_meta` the client's own block had, if any.
 #[derive(Debug, Clone)]
 pub struct Attached {
     pub prepared: Arc<Prepared>,
     pub context: Context,
+    pub meta: Option<Meta>,
 }
 
 impl PartialEq for Attached {
     fn eq(&self, other: &Attached) -> bool {
-        self.context == other.context && self.prepared.same_as(&other.prepared)
+        self.context == other.context
+            && self.meta == other.meta
+            && self.prepared.same_as(&other.prepared)
     }
 }
 
@@ -128,10 +149,16 @@ impl Attached {
                 &p.mime,
                 p.uri_text(),
                 &self.context,
+                self.meta.as_ref(),
                 shell::placeholder(),
             );
             Shell::cut(&block, &[Hole::String])
         };
+        // A client block's own `_meta` makes a shell of its own (prompts from a proxy
+        // are few, and their `_meta` differs from block to block).
+        if self.meta.is_some() {
+            return write(cut().as_ref());
+        }
         let (context, kept) = p.shell.get_or_init(|| (self.context.clone(), cut()));
         if Context::ptr_eq(context, &self.context) {
             write(kept.as_ref())
@@ -148,6 +175,7 @@ impl Attached {
             &p.mime,
             p.uri_text(),
             &self.context,
+            self.meta.as_ref(),
             data,
         )
     }
@@ -161,6 +189,7 @@ impl Part {
         match self {
             Part::Text(text) => ContentBlock::Text(TextContent::new(text.clone())),
             Part::Attachment(a) => a.to_block(),
+            Part::Verbatim(block) => (**block).clone(),
         }
     }
 
@@ -170,9 +199,14 @@ impl Part {
     pub fn into_block(self) -> ContentBlock {
         let a = match self {
             Part::Text(text) => return ContentBlock::Text(TextContent::new(text)),
+            Part::Verbatim(block) => return *block,
             Part::Attachment(a) => a,
         };
-        let Attached { prepared, context } = a;
+        let Attached {
+            prepared,
+            context,
+            meta,
+        } = a;
         match Arc::try_unwrap(prepared) {
             Ok(p) => {
                 let kind = Kind::of(&p.content);
@@ -182,11 +216,19 @@ impl Part {
                     content,
                     ..
                 } = p;
-                block_of(kind, &mime, &uri_text, &context, content.into_text())
+                block_of(
+                    kind,
+                    &mime,
+                    &uri_text,
+                    &context,
+                    meta.as_ref(),
+                    content.into_text(),
+                )
             }
             Err(shared) => Attached {
                 prepared: shared,
                 context,
+                meta,
             }
             .to_block(),
         }
@@ -209,6 +251,8 @@ impl Part {
                 }),
                 None => write_value(out, &a.to_block()),
             }),
+            // Written whole: it is the client's, small, and has no shared encoding.
+            Part::Verbatim(block) => serde_json::to_writer(out, block).map_err(io::Error::from),
         }
     }
 }

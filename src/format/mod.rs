@@ -27,9 +27,9 @@ use crate::replay::ReplayItem;
 use crate::turns;
 
 pub use acp::{
-    RecordedEntry, RestoreEntry, RestoreMessage, RestoreObject, SESSION_PROMPT, SESSION_UPDATE,
-    message_update, notification_line, prompt_frame, prompt_request, recorded_updates,
-    session_updates,
+    OpaqueNotification, RecordedEntry, Replayed, RestoreEntry, RestoreMessage, RestoreObject,
+    SESSION_PROMPT, SESSION_UPDATE, message_update, notification_line, prompt_frame,
+    prompt_request, recorded_updates, session_updates,
 };
 use openai::Api;
 

@@ -163,28 +163,39 @@ fn v1_rows(db: &Path) -> Vec<(String, Vec<String>)> {
     let conn =
         rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .unwrap();
-    ["sessions", "messages", "message_refs", "events"]
-        .iter()
-        .map(|table| {
-            let mut stmt = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
-            let columns = stmt.column_count();
-            let mut rows: Vec<String> = stmt
-                .query_map([], |r| {
-                    (0..columns)
-                        .map(|i| {
-                            r.get::<_, rusqlite::types::Value>(i)
-                                .map(|v| format!("{v:?}"))
-                        })
-                        .collect::<Result<Vec<_>, _>>()
-                        .map(|v| v.join("|"))
-                })
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap();
-            rows.sort();
-            (table.to_string(), rows)
-        })
-        .collect()
+    // V1's own columns: later versions add some, which an upgraded V1 row has empty.
+    [
+        ("sessions", "id, title, tools_host, created_at, updated_at"),
+        (
+            "messages",
+            "id, session_id, seq, role, display_text, model_text, transcript, state, created_at",
+        ),
+        ("message_refs", "*"),
+        ("events", "*"),
+    ]
+    .iter()
+    .map(|(table, columns)| {
+        let mut stmt = conn
+            .prepare(&format!("SELECT {columns} FROM {table}"))
+            .unwrap();
+        let columns = stmt.column_count();
+        let mut rows: Vec<String> = stmt
+            .query_map([], |r| {
+                (0..columns)
+                    .map(|i| {
+                        r.get::<_, rusqlite::types::Value>(i)
+                            .map(|v| format!("{v:?}"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(|v| v.join("|"))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        rows.sort();
+        (table.to_string(), rows)
+    })
+    .collect()
 }
 
 #[test]
