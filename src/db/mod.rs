@@ -37,7 +37,7 @@ pub use sql::Tx;
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Settings every connection gets on open. `synchronous = FULL` syncs the WAL on each
-/// commit: see ARCHITECTURE.md for what a crash and a power cut can each lose.
+/// commit: see RELIABILITY.md for what a crash and a power cut can each lose.
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     // Every statement of `db` runs through the connection's cache (`Tx`); a restore

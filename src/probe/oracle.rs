@@ -42,7 +42,7 @@ pub struct ReadCounts(HashMap<String, usize>);
 
 impl ReadCounter {
     /// A store on `config` whose reads this counter counts.
-    pub async fn open(config: Config) -> crate::Result<(Store, ReadCounter)> {
+    pub async fn open(config: Config) -> crate::error::Result<(Store, ReadCounter)> {
         let counter = ReadCounter::default();
         let counts = counter.0.clone();
         let observer = ReadObserver::new(move |_, uri| {
@@ -378,7 +378,7 @@ pub fn part_bytes(part: &ChatPart) -> Result<Vec<u8>, String> {
 pub fn audit_database(
     db: &crate::config::Database,
     needles: &[String],
-) -> crate::Result<PathAudit> {
+) -> crate::error::Result<PathAudit> {
     crate::db::audit::audit(db, needles)
 }
 

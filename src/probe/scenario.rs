@@ -98,7 +98,7 @@ where
 /// A server's error as the probe reports it: the error and each cause it does not
 /// already spell out, on one line.
 #[cfg(feature = "postgres")]
-fn server_failure(action: &str) -> impl FnOnce(crate::Error) -> ProbeError + '_ {
+fn server_failure(action: &str) -> impl FnOnce(crate::error::Error) -> ProbeError + '_ {
     move |e| {
         let mut text = e.to_string();
         let mut cause = std::error::Error::source(&e);
@@ -151,7 +151,7 @@ trait StepResult<T> {
     fn step(self, what: &str) -> Result<T, Failure>;
 }
 
-impl<T> StepResult<T> for crate::Result<T> {
+impl<T> StepResult<T> for crate::error::Result<T> {
     fn step(self, what: &str) -> Result<T, Failure> {
         self.map_err(|e| Failure::Step(format!("cannot {what}: {e}")))
     }
@@ -850,7 +850,10 @@ mod tests;
 /// The restored messages with their blocks, collected from the streamed restore: the
 /// probe's scenario is a few small files, and its checks judge whole blocks (a library
 /// caller writes the stream as it comes instead).
-async fn restored_messages(store: &Store, session: SessionId) -> crate::Result<Vec<Dispatched>> {
+async fn restored_messages(
+    store: &Store,
+    session: SessionId,
+) -> crate::error::Result<Vec<Dispatched>> {
     let mut stream = store.restore_stream(session, DEFAULT_MEMO_BUDGET).await?;
     let mut messages = Vec::new();
     while let Some(item) = stream.next().await {

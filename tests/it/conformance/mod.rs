@@ -1,6 +1,7 @@
 //! One suite, two engines: each test here runs on SQLite and on PostgreSQL (see
-//! `backend`), through the library and the real binary, and asserts the same outcome
-//! on both. What differs by engine is said where it is checked.
+//! `conformance!` in `support/store.rs`), through the library and the real binary,
+//! and asserts the same outcome on both. What differs by engine is said where it is
+//! checked.
 
 mod common;
 mod fixtures;
