@@ -8,6 +8,7 @@
 //! every session is the one this front was started with; a request for another one is
 //! refused, and `session/list` filtered by another one is empty.
 
+pub mod proxy;
 pub mod server;
 
 use std::collections::HashSet;
@@ -363,7 +364,7 @@ fn decode_base64(data: &str, index: usize) -> RpcResult<Vec<u8>> {
 
 /// The upload's own name: the last path segment of the resource URI, percent-decoded
 /// (the store then makes it safe), or else `attachment.<ext>` from the MIME type.
-fn upload_name(uri: Option<&str>, mime: Option<&str>) -> String {
+pub(crate) fn upload_name(uri: Option<&str>, mime: Option<&str>) -> String {
     if let Some(name) = uri.and_then(last_segment) {
         return name;
     }

@@ -10,7 +10,7 @@ use std::sync::{Arc, LazyLock};
 
 use agent_client_protocol_schema::v1::{
     BlobResourceContents, ContentBlock, EmbeddedResource, EmbeddedResourceResource, ImageContent,
-    Meta, TextContent, TextResourceContents,
+    Meta, ResourceLink, TextContent, TextResourceContents,
 };
 
 use super::shell::{self, Hole, Shell};
@@ -96,6 +96,40 @@ pub fn attachment_block(p: &Prepared, placement: &Placement) -> ContentBlock {
         &context,
         None,
         data,
+    )
+}
+
+/// A `resource_link` to the file an attachment was read from, for an agent that takes
+/// no embedded resources: named by its stored name, with its MIME type and size, its
+/// URI the `file://` URL of the path of the read (percent-encoded), and the read's
+/// path context under [`DAEMON_ATTACHMENT_CONTEXT_META_KEY`], as its block would
+/// carry it. The agent's tools open the file there.
+pub fn live_link(a: &Attached) -> ContentBlock {
+    let p = &a.prepared;
+    let mut meta = a.meta.clone().unwrap_or_default();
+    meta.insert(
+        DAEMON_ATTACHMENT_CONTEXT_META_KEY.to_owned(),
+        serde_json::Value::String(a.context.as_str().to_owned()),
+    );
+    let mut link = ResourceLink::new(p.name.clone(), file_url(&p.path));
+    link.mime_type = Some(p.mime.clone());
+    link.size = i64::try_from(p.content.source_len()).ok();
+    link.meta = Some(meta);
+    ContentBlock::ResourceLink(link)
+}
+
+/// `file://` and the path, every byte but unreserved ones and `/` percent-encoded.
+fn file_url(path: &std::path::Path) -> String {
+    use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+    const KEPT: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'/')
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    format!(
+        "file://{}",
+        utf8_percent_encode(&path.to_string_lossy(), KEPT)
     )
 }
 

@@ -29,7 +29,7 @@ mod memo;
 mod recycle;
 pub(crate) mod shell;
 
-pub use blocks::{Attached, ModelMessage, Part, attachment_block};
+pub use blocks::{Attached, ModelMessage, Part, attachment_block, live_link};
 pub use context::{Context, attachment_context, degradation_notice, hidden_escaped, json_escaped};
 pub use encoding::SharedStr;
 pub(crate) use encoding::encode_base64;
@@ -125,6 +125,18 @@ impl Content {
     /// The length of the encoded text.
     pub fn encoded_len(&self) -> u64 {
         self.text().len() as u64
+    }
+
+    /// The size of the file the encoding was made from: a text's own length, or what
+    /// the base64 decodes to.
+    pub fn source_len(&self) -> u64 {
+        match self {
+            Content::Text(text) => text.len() as u64,
+            Content::Image(b64) | Content::Blob(b64) => {
+                let padding = b64.bytes().rev().take_while(|b| *b == b'=').count() as u64;
+                (b64.len() as u64 / 4) * 3 - padding
+            }
+        }
     }
 
     /// The bytes the encoding's buffer holds: its capacity, which for a recycled
