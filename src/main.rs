@@ -574,7 +574,9 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     // replay) is refused here, before anything is written.
     let mut stream = store.restore_stream(args.session, args.memo_budget).await?;
     let format = args.format.into();
-    let mut out = output(format, args.session, &args.model.model)?;
+    // A turn that did not end with `end_turn` is marked in the lines of its replay.
+    let turns = store.turns(args.session).await?;
+    let mut out = output(format, args.session, &args.model.model)?.marking_turns(turns);
     while let Some(item) = stream.next().await {
         out.item(&item?).context("cannot write the output")?;
     }

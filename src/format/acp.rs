@@ -280,6 +280,8 @@ pub enum Replayed {
 pub struct OpaqueNotification {
     pub session_id: SessionId,
     pub update: serde_json::Value,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<agent_client_protocol_schema::v1::Meta>,
 }
 
 impl Replayed {
@@ -320,6 +322,7 @@ pub fn recorded_updates(session: SessionId, item: &Item) -> Vec<Replayed> {
             turns::Update::Opaque(update) => Replayed::Opaque(OpaqueNotification {
                 session_id: session,
                 update,
+                meta: None,
             }),
         })
         .collect()
@@ -395,15 +398,40 @@ pub(super) fn message_lines(
     }
 }
 
-/// The lines of a recorded item.
+/// The lines of a recorded item, each with `meta` (a turn mark) when there is one.
 pub(super) fn recorded_lines(
     out: &mut impl Write,
     session: SessionId,
     item: &Item,
+    meta: Option<agent_client_protocol_schema::v1::Meta>,
 ) -> io::Result<()> {
-    for n in recorded_updates(session, item) {
+    for mut n in recorded_updates(session, item) {
+        if let Some(meta) = &meta {
+            match &mut n {
+                Replayed::Typed(n) => n.meta = Some(meta.clone()),
+                Replayed::Opaque(n) => n.meta = Some(meta.clone()),
+            }
+        }
         n.write_line(out)?;
         out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// The lines of a message of a marked turn: [`message_update`] of each block with the
+/// turn's mark under `_meta`, written whole (a mark is rare, so it has no kept shell).
+pub(super) fn marked_message_lines(
+    out: &mut impl Write,
+    session: SessionId,
+    m: &ModelMessage,
+    meta: agent_client_protocol_schema::v1::Meta,
+) -> io::Result<()> {
+    for part in &m.parts {
+        if let Some(mut n) = message_update(session, &m.message, part.to_block()) {
+            n.meta = Some(meta.clone());
+            json(out, &notification_line(n))?;
+            out.write_all(b"\n")?;
+        }
     }
     Ok(())
 }

@@ -281,22 +281,21 @@ impl Proxy {
             .store
             .restore_stream(session, crate::dispatch::DEFAULT_MEMO_BUDGET)
             .await?;
+        let turns = self.store.turns(session).await?;
+        let cannot =
+            |e: std::io::Error| Failure::internal(format!("cannot replay session {session}: {e}"));
+        let mut writer = crate::format::StreamWriter::begin(
+            Vec::new(),
+            crate::format::Format::AcpUpdates,
+            session,
+            "",
+        )
+        .map_err(cannot)?
+        .marking_turns(turns);
         while let Some(item) = stream.next().await {
             let item = item?;
-            let mut lines = Vec::new();
-            let mut writer = crate::format::StreamWriter::begin(
-                &mut lines,
-                crate::format::Format::AcpUpdates,
-                session,
-                "",
-            )
-            .map_err(|e| Failure::internal(format!("cannot replay session {session}: {e}")))?;
-            writer
-                .item(&item)
-                .map_err(|e| Failure::internal(format!("cannot replay session {session}: {e}")))?;
-            writer
-                .finish()
-                .map_err(|e| Failure::internal(format!("cannot replay session {session}: {e}")))?;
+            writer.item(&item).map_err(cannot)?;
+            let lines = std::mem::take(writer.get_mut());
             for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
                 self.client
                     .send_bytes(line.to_vec())
@@ -439,15 +438,15 @@ impl Recorder {
                     }
                     next = rx.try_recv().ok();
                 }
-                if !batch.is_empty() && failed.is_none() {
-                    if let Err(e) = record_batch(&store, session, std::mem::take(&mut batch)).await
-                    {
-                        tracing::error!(
-                            "cannot record the agent's updates for session {session}: {}",
-                            e.message
-                        );
-                        failed = Some(e);
-                    }
+                if !batch.is_empty()
+                    && failed.is_none()
+                    && let Err(e) = record_batch(&store, session, std::mem::take(&mut batch)).await
+                {
+                    tracing::error!(
+                        "cannot record the agent's updates for session {session}: {}",
+                        e.message
+                    );
+                    failed = Some(e);
                 }
                 batch.clear();
                 for done in flushes.drain(..) {

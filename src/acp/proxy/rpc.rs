@@ -8,13 +8,10 @@ use serde_json::{Map, Value, json};
 pub mod code {
     pub const PARSE_ERROR: i64 = -32700;
     pub const INVALID_REQUEST: i64 = -32600;
-    pub const METHOD_NOT_FOUND: i64 = -32601;
     pub const INVALID_PARAMS: i64 = -32602;
     pub const INTERNAL_ERROR: i64 = -32603;
     /// ACP: the resource (a session) is not known.
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
-    /// JSON-RPC's request-cancelled code, which ACP uses for `$/cancel_request`.
-    pub const REQUEST_CANCELLED: i64 = -32800;
 }
 
 /// A message the proxy read, or is about to write.
@@ -90,10 +87,6 @@ impl Message {
         }
     }
 
-    pub fn method(&self) -> Option<&str> {
-        self.0.get("method").and_then(Value::as_str)
-    }
-
     pub fn id(&self) -> Option<&Value> {
         self.0.get("id")
     }
@@ -115,20 +108,12 @@ impl Message {
         self.0.remove("params").unwrap_or(Value::Null)
     }
 
-    pub fn set_params(&mut self, params: Value) {
-        self.0.insert("params".to_owned(), params);
-    }
-
     /// A response's result, or its error object.
     pub fn outcome(&self) -> Result<&Value, &Value> {
         match self.0.get("error") {
             Some(error) => Err(error),
             None => Ok(self.0.get("result").unwrap_or(&Value::Null)),
         }
-    }
-
-    pub fn result_mut(&mut self) -> Option<&mut Value> {
-        self.0.get_mut("result")
     }
 
     /// The `sessionId` a request, notification or result names, if any.
@@ -155,14 +140,6 @@ impl Message {
         let mut m = Map::new();
         m.insert("jsonrpc".to_owned(), json!("2.0"));
         m.insert("id".to_owned(), id);
-        m.insert("method".to_owned(), Value::String(method.to_owned()));
-        m.insert("params".to_owned(), params);
-        Message(m)
-    }
-
-    pub fn notification(method: &str, params: Value) -> Message {
-        let mut m = Map::new();
-        m.insert("jsonrpc".to_owned(), json!("2.0"));
         m.insert("method".to_owned(), Value::String(method.to_owned()));
         m.insert("params".to_owned(), params);
         Message(m)
@@ -197,10 +174,6 @@ impl Message {
     /// The message as one line of JSON, without its line ending.
     pub fn to_bytes(&self) -> Vec<u8> {
         serde_json::to_vec(&self.0).expect("a JSON object always serializes")
-    }
-
-    pub fn into_object(self) -> Map<String, Value> {
-        self.0
     }
 }
 
