@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use crate::attachments::{AttachmentError, AttachmentUri, UriError};
 use crate::dispatch::DispatchError;
-use crate::ids::{IdError, MessageId, SessionId};
+use crate::ids::{IdError, MessageId, SessionId, TurnId};
 use crate::model::{Problem, Role, UnknownValue};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -47,6 +47,12 @@ pub enum Error {
         message: MessageId,
         session: SessionId,
     },
+    /// A turn delivers at least one message.
+    #[error("a turn of session {session} needs a message to deliver")]
+    EmptyTurn { session: SessionId },
+    /// Ending a turn that has ended already, or that is not this session's.
+    #[error("turn {turn} of session {session} is not running")]
+    TurnNotRunning { turn: TurnId, session: SessionId },
 
     // What `send` refuses before it stores anything.
     #[error("only user messages carry attachments or wait in the mid-turn queue, not {role}")]
@@ -250,6 +256,8 @@ impl Error {
             Error::NotUserMessage { .. } => "not_user_message",
             Error::MessageQueued { .. } => "message_queued",
             Error::NoLongerQueued { .. } => "no_longer_queued",
+            Error::EmptyTurn { .. } => "empty_turn",
+            Error::TurnNotRunning { .. } => "turn_not_running",
             Error::RoleCannotAttach { .. } => "role_cannot_attach",
             Error::EmptyMessage => "empty_message",
             Error::MalformedReference(_) => "malformed_reference",

@@ -23,6 +23,12 @@ pub struct MessageId(Uuid);
 #[serde(transparent)]
 pub struct ItemId(Uuid);
 
+/// A turn's id: one prompt's round with the agent, from the prompt to its answer (the
+/// proxy records them). A UUID v7.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TurnId(Uuid);
+
 /// Position of an event in the global, append-only event log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -86,6 +92,7 @@ macro_rules! uuid_id {
 uuid_id!(SessionId, "session");
 uuid_id!(MessageId, "message");
 uuid_id!(ItemId, "item");
+uuid_id!(TurnId, "turn");
 
 impl fmt::Display for EventSeq {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -98,6 +98,22 @@ enum Command {
     /// Serve the store as an ACP agent over standard input and output
     #[cfg_attr(not(feature = "acp"), command(hide = true))]
     Acp(AcpArgs),
+    /// Run AGENT behind the store as an ACP proxy on standard input and output: an
+    /// editor starts this as its agent, and every session it opens is recorded,
+    /// restorable, and given attachment paths the model can use
+    #[cfg_attr(not(feature = "acp"), command(hide = true))]
+    Proxy(ProxyArgs),
+}
+
+#[derive(Args)]
+struct ProxyArgs {
+    /// How many bytes of attachment contents a fresh agent session is given with the
+    /// conversation it is told of (paths are always given)
+    #[arg(long, value_name = "SIZE", value_parser = dispatch::parse_byte_size, default_value = "256KiB")]
+    restored_content: u64,
+    /// The agent and its arguments, after `--`
+    #[arg(last = true, required = true, value_name = "AGENT")]
+    agent: Vec<std::ffi::OsString>,
 }
 
 #[derive(Args)]
@@ -306,6 +322,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Probe => return Err(missing_feature("probe", "probe")),
         #[cfg(not(feature = "acp"))]
         Command::Acp(_) => return Err(missing_feature("acp", "acp")),
+        #[cfg(not(feature = "acp"))]
+        Command::Proxy(_) => return Err(missing_feature("proxy", "acp")),
         #[cfg(feature = "probe")]
         Command::Probe => {
             // The probe builds its own store in a temporary directory: no flag,
@@ -353,12 +371,16 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Verify => return verify(config, json).await,
         #[cfg(feature = "acp")]
         Command::Acp(args) => acp(config, args).await?,
+        #[cfg(feature = "acp")]
+        Command::Proxy(args) => proxy(config, args).await?,
         Command::Search(args) => cli::lifecycle::search(config, json, args).await?,
         Command::Export(args) => cli::lifecycle::export(config, json, args).await?,
         Command::Import(args) => cli::lifecycle::import(config, json, args).await?,
         Command::Gc(args) => cli::lifecycle::gc(config, json, args).await?,
         #[cfg(not(feature = "acp"))]
-        Command::Acp(_) => unreachable!("refused above, before any configuration is read"),
+        Command::Acp(_) | Command::Proxy(_) => {
+            unreachable!("refused above, before any configuration is read")
+        }
         Command::Probe | Command::Completions { .. } | Command::Paths => {
             unreachable!("handled above, before any configuration is read")
         }
@@ -389,6 +411,29 @@ async fn acp(config: Config, args: AcpArgs) -> Result<()> {
     let front = sessionstore::acp::AcpFront::new(store, &cwd)
         .with_context(|| format!("cannot make {} absolute", cwd.display()))?;
     sessionstore::acp::server::serve_stdio(front)
+        .await
+        .context("the ACP connection failed")
+}
+
+/// Runs the agent behind the store until the client closes standard input. Standard
+/// output carries only the protocol; logs and the agent's own standard error go to
+/// standard error.
+#[cfg(feature = "acp")]
+async fn proxy(config: Config, args: ProxyArgs) -> Result<()> {
+    use sessionstore::acp::proxy::{AgentCommand, ProxyOptions, run_stdio};
+    let mut agent = args.agent.into_iter();
+    let program = agent.next().context("name the agent after --")?;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let store = Store::open(config).await?;
+    let mut options = ProxyOptions::new(
+        AgentCommand {
+            program,
+            args: agent.collect(),
+        },
+        cwd,
+    );
+    options.restored_content_budget = usize::try_from(args.restored_content).unwrap_or(usize::MAX);
+    run_stdio(store, options)
         .await
         .context("the ACP connection failed")
 }
@@ -529,7 +574,9 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     // replay) is refused here, before anything is written.
     let mut stream = store.restore_stream(args.session, args.memo_budget).await?;
     let format = args.format.into();
-    let mut out = output(format, args.session, &args.model.model)?;
+    // A turn that did not end with `end_turn` is marked in the lines of its replay.
+    let turns = store.turns(args.session).await?;
+    let mut out = output(format, args.session, &args.model.model)?.marking_turns(turns);
     while let Some(item) = stream.next().await {
         out.item(&item?).context("cannot write the output")?;
     }

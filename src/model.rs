@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::attachments::AttachmentUri;
 use agent_client_protocol_schema::v1::{self as acp, ContentBlock, Plan, SessionUpdate, ToolCall};
 
-use crate::ids::{EventSeq, ItemId, MessageId, SessionId};
+use crate::ids::{EventSeq, ItemId, MessageId, SessionId, TurnId};
 
 macro_rules! text_enum {
     ($(#[$doc:meta])* $ty:ident, $what:literal { $($variant:ident => $text:literal),+ $(,)? }) => {
@@ -78,6 +78,44 @@ pub struct Session {
     pub tools_host: ToolsHost,
     pub created_at: String,
     pub updated_at: String,
+    /// The working directory the client gave for the session (an ACP client's
+    /// `cwd`): the client's words, kept as given, not a path of the store's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// The agent a proxy ran the session with, and the agent's own id for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentBinding>,
+}
+
+/// What finds a session's agent side again: the agent's name (its program's file
+/// name) and the agent's own id for the session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AgentBinding {
+    pub agent: String,
+    pub session: String,
+}
+
+/// A session as a caller creates it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSession {
+    /// A blank title is no title: the first user message then names the session.
+    pub title: Option<String>,
+    pub tools_host: ToolsHost,
+    /// The client's working directory, kept as given (see [`Session::cwd`]).
+    pub cwd: Option<String>,
+    pub agent: Option<AgentBinding>,
+}
+
+impl Default for NewSession {
+    /// An untitled session whose tools run locally, opened by no client.
+    fn default() -> NewSession {
+        NewSession {
+            title: None,
+            tools_host: ToolsHost::Local,
+            cwd: None,
+            agent: None,
+        }
+    }
 }
 
 /// One session as a listing shows it.
@@ -94,6 +132,9 @@ pub struct SessionSummary {
     /// The size of each distinct attachment the session's messages refer to, summed,
     /// as recorded when the references were sent (no file is read).
     pub attachment_bytes: u64,
+    /// The working directory its client gave, for a session an ACP client opened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
 }
 
 /// A message's link to one attachment. There is no path here, by design: the path is
@@ -123,6 +164,37 @@ pub struct Message {
     pub state: Delivery,
     pub created_at: String,
     pub refs: Vec<Reference>,
+    /// A prompt's blocks in the order the client sent them, for a message stored
+    /// from an ACP prompt; `None` for one made by `send`, whose order is its text,
+    /// its transcript, then its references.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Vec<MessageBlock>>,
+}
+
+/// One block of a stored prompt, in the order sent: what the message keeps of it.
+/// Attachments are kept as references (their files are read again at each dispatch,
+/// so their paths are always a live read's); the client's own blocks that the store
+/// does not take apart (`resource_link`s, `file://` resources, audio) are kept as the
+/// client sent them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MessageBlock {
+    /// Text, with the block's own `_meta`.
+    Text {
+        text: String,
+        #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+        meta: Option<acp::Meta>,
+    },
+    /// The attachment the message's reference of this ordinal names, with the client
+    /// block's own `_meta` (the path context is added at each dispatch).
+    Reference {
+        ordinal: u32,
+        #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+        meta: Option<acp::Meta>,
+    },
+    /// A client block kept verbatim, as the JSON it came as (fields this store does
+    /// not know included).
+    Verbatim { block: serde_json::Value },
 }
 
 impl Message {
@@ -140,6 +212,8 @@ pub struct NewMessage {
     pub model_text: Option<String>,
     pub transcript: Option<String>,
     pub refs: Vec<NewReference>,
+    /// The prompt's block order (see [`Message::content`]).
+    pub content: Option<Vec<MessageBlock>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,6 +239,34 @@ pub enum EventPayload {
             skip_serializing_if = "Option::is_none"
         )]
         forked_from: Option<ForkedFrom>,
+        /// The client's working directory, for a session a client opened.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cwd: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<AgentBinding>,
+    },
+    /// The session's agent side is (now) this agent's session: a proxy started a new
+    /// one for it.
+    AgentBound {
+        agent: AgentBinding,
+    },
+    /// A turn began at `seq` (its first message's place), delivering `messages`.
+    TurnStarted {
+        id: TurnId,
+        seq: i64,
+        messages: Vec<MessageId>,
+    },
+    /// A turn ended: the agent answered with a stop reason, or the turn failed.
+    TurnEnded {
+        id: TurnId,
+        #[serde(flatten)]
+        end: TurnEnd,
+    },
+    /// A client setting the agent took (`session/set_mode`, `set_model`,
+    /// `set_config_option`), as its params were, without the session id.
+    SettingRecorded {
+        #[serde(flatten)]
+        setting: Setting,
     },
     SessionRenamed {
         title: String,
@@ -209,6 +311,10 @@ impl EventPayload {
             EventPayload::MessageAppended { .. } => "message_appended",
             EventPayload::MessageDelivered { .. } => "message_delivered",
             EventPayload::TurnRecorded { .. } => "turn_recorded",
+            EventPayload::AgentBound { .. } => "agent_bound",
+            EventPayload::TurnStarted { .. } => "turn_started",
+            EventPayload::TurnEnded { .. } => "turn_ended",
+            EventPayload::SettingRecorded { .. } => "setting_recorded",
         }
     }
 }
@@ -226,6 +332,63 @@ pub struct AppendedMessage {
     pub transcript: Option<String>,
     pub state: Delivery,
     pub refs: Vec<Reference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Vec<MessageBlock>>,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum TurnEnd {
+    /// The agent answered the prompt with this `stopReason` (`end_turn`,
+    /// `cancelled`, …), as it said it.
+    Stopped {
+        #[serde(rename = "stopReason")]
+        stop_reason: String,
+    },
+    /// The turn failed: the agent answered with an error, or went away.
+    Failed { reason: String },
+}
+
+/// A turn as the store keeps it: where it began, which messages it delivered, and how
+/// it ended. A turn with no end is one that was interrupted (its proxy was killed), or
+/// one a proxy is running now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Turn {
+    pub id: TurnId,
+    pub session_id: SessionId,
+    pub seq: i64,
+    pub messages: Vec<MessageId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end: Option<TurnEnd>,
+    pub started_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+}
+
+impl Turn {
+    /// How the turn stands, in one word: `ended` (with `end_turn`), `cancelled`, `failed`,
+    /// another stop reason as the agent gave it, or `interrupted` (no end recorded).
+    pub fn state(&self) -> &str {
+        match &self.end {
+            None => "interrupted",
+            Some(TurnEnd::Failed { .. }) => "failed",
+            Some(TurnEnd::Stopped { stop_reason }) if stop_reason == "end_turn" => "ended",
+            Some(TurnEnd::Stopped { stop_reason }) => stop_reason,
+        }
+    }
+}
+
+/// A client setting, the latest of its kind: `method` (`session/set_mode`, …), `key`
+/// (the config option's id for `session/set_config_option`, empty otherwise) and the
+/// request's params without the session id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Setting {
+    pub method: String,
+    #[serde(default)]
+    pub key: String,
+    pub params: serde_json::Value,
 }
 
 /// One entry of the event log. The payload is JSON; callers get it as a
@@ -268,6 +431,9 @@ pub enum ItemBody {
     /// A session-level update (`available_commands_update`, `current_mode_update`,
     /// `session_info_update`, `config_option_update`), stored as given.
     Session(SessionUpdate),
+    /// An update of a kind this store does not know (a newer agent's), kept as it
+    /// came and replayed as it came.
+    Opaque(serde_json::Value),
 }
 
 /// A coalesced agent message or thought: adjacent text joined into one block, other
@@ -295,6 +461,7 @@ impl ItemBody {
             ItemBody::Session(SessionUpdate::SessionInfoUpdate(_)) => "session_info_update",
             ItemBody::Session(SessionUpdate::ConfigOptionUpdate(_)) => "config_option_update",
             ItemBody::Session(_) => "session_update",
+            ItemBody::Opaque(_) => "opaque",
         }
     }
 
@@ -305,6 +472,7 @@ impl ItemBody {
             ItemBody::ToolCall(c) => serde_json::to_string(c),
             ItemBody::Plan(p) => serde_json::to_string(p),
             ItemBody::Session(u) => serde_json::to_string(u),
+            ItemBody::Opaque(v) => serde_json::to_string(v),
         };
         text.expect("ACP schema values always serialize")
     }
@@ -317,6 +485,7 @@ impl ItemBody {
             "agent_thought" => ItemBody::AgentThought(serde_json::from_str(body).map_err(bad)?),
             "tool_call" => ItemBody::ToolCall(serde_json::from_str(body).map_err(bad)?),
             "plan" => ItemBody::Plan(serde_json::from_str(body).map_err(bad)?),
+            "opaque" => ItemBody::Opaque(serde_json::from_str(body).map_err(bad)?),
             _ => ItemBody::Session(serde_json::from_str(body).map_err(bad)?),
         };
         if item.kind() != kind {
@@ -372,6 +541,8 @@ pub enum ProblemKind {
     ChangedRow,
     /// A row in the table that no event records.
     UnloggedRow,
+    /// A turn ended twice, or ended without having begun.
+    TurnSequence,
 }
 
 impl ProblemKind {

@@ -370,6 +370,7 @@ impl<'a> Piece<'a> {
                     body: Body::Text(text),
                 };
             }
+            Part::Verbatim(block) => return Piece::of_block(block),
             Part::Attachment(a) => a,
         };
         let p = &a.prepared;

@@ -5,15 +5,15 @@
 
 use std::borrow::Cow;
 
-use agent_client_protocol_schema::v1::SessionUpdate;
 use serde::Deserialize;
 
 use crate::attachments::AttachmentUri;
 use crate::ids::{MessageId, SessionId};
 use crate::model::{
-    Delivery, Event, EventPayload, Item, ItemBody, Message, Problem, ProblemKind, Session,
+    Delivery, Event, EventPayload, Item, ItemBody, Message, MessageBlock, Problem, ProblemKind,
+    Session, Setting, Turn,
 };
-use crate::turns::{self, Slot, State};
+use crate::turns::{self, Slot, State, Update};
 
 /// A session as its event log describes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +22,10 @@ pub struct Projection {
     pub messages: Vec<Message>,
     /// Recorded turn items, in the order they were created.
     pub items: Vec<Item>,
+    /// Turns, in the order they began.
+    pub turns: Vec<Turn>,
+    /// The latest setting of each kind, by method and key.
+    pub settings: Vec<Setting>,
 }
 
 /// An event payload as the log was read: a parsed JSON value, or the text itself.
@@ -113,6 +117,8 @@ struct PlainAppended<'a> {
     state: Delivery,
     #[serde(borrow)]
     refs: Vec<PlainReference<'a>>,
+    #[serde(default)]
+    content: Option<Vec<MessageBlock>>,
 }
 
 /// [`crate::model::Reference`] with its URI left as text (borrowed from the payload
@@ -154,6 +160,7 @@ impl PlainAppended<'_> {
             transcript: self.transcript,
             state: self.state,
             refs,
+            content: self.content,
         })
     }
 }
@@ -190,6 +197,8 @@ pub struct Replayer {
     session: Option<Session>,
     messages: Vec<Message>,
     items: Vec<Item>,
+    turns: Vec<Turn>,
+    settings: Vec<Setting>,
     history: History,
     uris: Uris,
 }
@@ -203,6 +212,8 @@ impl Replayer {
             session: None,
             messages: Vec::new(),
             items: Vec::new(),
+            turns: Vec::new(),
+            settings: Vec::new(),
             history: History::default(),
             uris: Uris::default(),
         }
@@ -268,7 +279,11 @@ impl Replayer {
         }
         match payload {
             EventPayload::SessionCreated {
-                title, tools_host, ..
+                title,
+                tools_host,
+                cwd,
+                agent,
+                ..
             } => {
                 if session.is_some() {
                     problems.push(
@@ -286,6 +301,8 @@ impl Replayer {
                     tools_host,
                     created_at: event.created_at.clone(),
                     updated_at: event.created_at.clone(),
+                    cwd,
+                    agent,
                 });
             }
             EventPayload::SessionRenamed { title } => match session.as_mut() {
@@ -346,6 +363,7 @@ impl Replayer {
                     state: message.state,
                     created_at: event.created_at.clone(),
                     refs: message.refs,
+                    content: message.content,
                 });
             }
             EventPayload::MessageDelivered { id } => {
@@ -406,6 +424,61 @@ impl Replayer {
                     problems,
                 );
             }
+            EventPayload::AgentBound { agent } => match session.as_mut() {
+                Some(s) => s.agent = Some(agent),
+                None => problems.push(before_creation(event, session_id, "binds")),
+            },
+            EventPayload::TurnStarted { id, seq, messages } => {
+                if session.is_none() {
+                    problems.push(before_creation(event, session_id, "begins a turn in"));
+                }
+                self.turns.push(Turn {
+                    id,
+                    session_id,
+                    seq,
+                    messages,
+                    end: None,
+                    started_at: event.created_at.clone(),
+                    ended_at: None,
+                });
+            }
+            EventPayload::TurnEnded { id, end } => {
+                match self.turns.iter_mut().rev().find(|t| t.id == id) {
+                    Some(turn) if turn.end.is_none() => {
+                        turn.end = Some(end);
+                        turn.ended_at = Some(event.created_at.clone());
+                    }
+                    found => problems.push(
+                        Problem::new(
+                            ProblemKind::TurnSequence,
+                            format!(
+                                "event {} ends turn {id}, which {}",
+                                event.seq,
+                                if found.is_some() {
+                                    "had ended"
+                                } else {
+                                    "never began"
+                                }
+                            ),
+                        )
+                        .with_session(session_id)
+                        .with_event(event.seq),
+                    ),
+                }
+            }
+            EventPayload::SettingRecorded { setting } => {
+                if session.is_none() {
+                    problems.push(before_creation(event, session_id, "records a setting of"));
+                }
+                match self
+                    .settings
+                    .iter_mut()
+                    .find(|s| s.method == setting.method && s.key == setting.key)
+                {
+                    Some(kept) => *kept = setting,
+                    None => self.settings.push(setting),
+                }
+            }
         }
     }
 
@@ -421,16 +494,32 @@ impl Replayer {
                 .with_session(session_id),
             );
         }
-        let (messages, items) = (self.messages, self.items);
+        let (messages, items, turns) = (self.messages, self.items, self.turns);
+        let mut settings = self.settings;
+        settings.sort_by(|a, b| (&a.method, &a.key).cmp(&(&b.method, &b.key)));
         (
             self.session.map(|session| Projection {
                 session,
                 messages,
                 items,
+                turns,
+                settings,
             }),
             self.problems,
         )
     }
+}
+
+fn before_creation<P>(event: &Event<P>, session: SessionId, what: &str) -> Problem {
+    Problem::new(
+        ProblemKind::SessionCreation,
+        format!(
+            "event {} {what} session {session} before it was created",
+            event.seq
+        ),
+    )
+    .with_session(session)
+    .with_event(event.seq)
 }
 
 /// Replays one recorded batch onto the projected items, the way `record` applied it.
@@ -447,8 +536,7 @@ fn replay_turn<P>(
             .with_session(event.session_id)
             .with_event(event.seq)
     };
-    let parsed: Result<Vec<SessionUpdate>, _> =
-        updates.iter().map(SessionUpdate::deserialize).collect();
+    let parsed: Result<Vec<Update>, _> = updates.iter().map(Update::from_value).collect();
     let batch = match parsed {
         Ok(batch) => batch,
         Err(e) => {
@@ -634,6 +722,12 @@ pub fn compare(session: &Session, rows: &[Message], expected: &Projection) -> Ve
     if session.tools_host != want.tools_host {
         fields.push("tools host");
     }
+    if session.cwd != want.cwd {
+        fields.push("working directory");
+    }
+    if session.agent != want.agent {
+        fields.push("agent");
+    }
     if session.created_at != want.created_at {
         fields.push("created time");
     }
@@ -706,6 +800,7 @@ fn message_differences(have: &Message, want: &Message) -> String {
         (have.state != want.state, "delivery state"),
         (have.created_at != want.created_at, "created time"),
         (have.refs != want.refs, "references"),
+        (have.content != want.content, "block order"),
     ];
     checks
         .iter()
@@ -713,6 +808,45 @@ fn message_differences(have: &Message, want: &Message) -> String {
         .map(|(_, name)| *name)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Names every way a session's turns and settings differ from what its log says.
+pub fn compare_turns(
+    session: &Session,
+    turns: &[Turn],
+    settings: &[Setting],
+    expected: &Projection,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let about = |kind, detail: String| Problem::new(kind, detail).with_session(session.id);
+    for want in &expected.turns {
+        match turns.iter().find(|t| t.id == want.id) {
+            None => problems.push(about(
+                ProblemKind::MissingRow,
+                format!("turn {} is in the event log but not in the table", want.id),
+            )),
+            Some(have) if have != want => problems.push(about(
+                ProblemKind::ChangedRow,
+                format!("turn {} differs from its event log", want.id),
+            )),
+            Some(_) => {}
+        }
+    }
+    for have in turns {
+        if !expected.turns.iter().any(|t| t.id == have.id) {
+            problems.push(about(
+                ProblemKind::UnloggedRow,
+                format!("turn {} is in the table but no event records it", have.id),
+            ));
+        }
+    }
+    if settings != expected.settings.as_slice() {
+        problems.push(about(
+            ProblemKind::ChangedRow,
+            "the settings differ from the event log's".to_owned(),
+        ));
+    }
+    problems
 }
 
 #[cfg(test)]

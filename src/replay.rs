@@ -17,6 +17,8 @@ use crate::model::{Item, Message, Session};
 /// kinds of history entry can join without breaking the writers that match on it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
+// Messages are most of a history: boxing them would cost an allocation per item.
+#[allow(clippy::large_enum_variant)]
 pub enum ReplayItem {
     /// A delivered user or assistant message, with the parts the model gets for it.
     Message(ModelMessage),
@@ -197,6 +199,11 @@ impl Batch {
         for part in parts {
             match part {
                 dispatch::Part::Text(text) => self.bytes += text.len() as u64,
+                // A client's own block (a link, a file it embedded) is counted by what
+                // it holds, as its JSON.
+                dispatch::Part::Verbatim(block) => {
+                    self.bytes += serde_json::to_vec(block).map_or(0, |v| v.len() as u64)
+                }
                 dispatch::Part::Attachment(a) => {
                     if self.seen.insert(Arc::as_ptr(&a.prepared) as usize) {
                         self.bytes += a.prepared.content.held_bytes();
@@ -249,6 +256,7 @@ mod tests {
             state: Delivery::Delivered,
             created_at: String::new(),
             refs: vec![],
+            content: None,
         }
     }
 

@@ -6,8 +6,9 @@
 use std::collections::HashMap;
 
 use agent_client_protocol_schema::v1::{
-    self as acp, ContentBlock, ContentChunk, SessionNotification, SessionUpdate, ToolCall,
+    self as acp, ContentBlock, ContentChunk, SessionUpdate, ToolCall,
 };
+use serde::Deserialize;
 
 use crate::ids::{ItemId, SessionId};
 use crate::model::{AgentText, ItemBody};
@@ -34,9 +35,79 @@ pub enum Refusal {
     OtherSession { found: String, session: SessionId },
 }
 
-/// Reads one input line: a bare `SessionUpdate`, or a whole `session/update`
-/// JSON-RPC notification whose `sessionId` must be `session`.
-pub fn parse_line(line: &str, session: SessionId) -> Result<SessionUpdate, Refusal> {
+/// One update as a turn is recorded from: an ACP `SessionUpdate`, or an update of a
+/// kind the schema in use does not know (a newer agent's), kept as the JSON it came
+/// as so that it replays as it came.
+#[derive(Debug, Clone, PartialEq)]
+// Known updates are the common case; boxing them would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
+pub enum Update {
+    Known(SessionUpdate),
+    Opaque(serde_json::Value),
+}
+
+/// The `sessionUpdate` kinds of the schema in use: an update of any other kind is
+/// opaque. One of these that does not read as its kind is refused, not kept opaque.
+const KNOWN_KINDS: &[&str] = &[
+    "user_message_chunk",
+    "agent_message_chunk",
+    "agent_thought_chunk",
+    "tool_call",
+    "tool_call_update",
+    "plan",
+    "plan_update",
+    "plan_removed",
+    "available_commands_update",
+    "current_mode_update",
+    "config_option_update",
+    "session_info_update",
+    "usage_update",
+    "notice",
+    "compaction_update",
+    "compaction_summary_chunk",
+    "subagent_update",
+    "child_session_update",
+];
+
+impl Update {
+    /// Reads one update (the `update` of a `session/update` notification).
+    pub fn from_value(value: &serde_json::Value) -> Result<Update, Refusal> {
+        let Some(kind) = value.get("sessionUpdate").and_then(|k| k.as_str()) else {
+            return Err(Refusal::NotAnUpdate {
+                detail: "an object without a \"sessionUpdate\" kind".to_owned(),
+            });
+        };
+        if !KNOWN_KINDS.contains(&kind) {
+            return Ok(Update::Opaque(value.clone()));
+        }
+        SessionUpdate::deserialize(value)
+            .map(Update::Known)
+            .map_err(|e| Refusal::NotAnUpdate {
+                detail: e.to_string(),
+            })
+    }
+
+    /// The update as the JSON an agent sends.
+    pub fn to_value(&self) -> serde_json::Value {
+        match self {
+            Update::Known(u) => {
+                serde_json::to_value(u).expect("ACP schema values always serialize")
+            }
+            Update::Opaque(v) => v.clone(),
+        }
+    }
+}
+
+impl From<SessionUpdate> for Update {
+    fn from(update: SessionUpdate) -> Update {
+        Update::Known(update)
+    }
+}
+
+/// Reads one input line: a bare update object, or a whole `session/update` JSON-RPC
+/// notification whose `sessionId` must be `session`. An update of a kind the schema
+/// does not know is kept opaque.
+pub fn parse_line(line: &str, session: SessionId) -> Result<Update, Refusal> {
     let value: serde_json::Value = serde_json::from_str(line).map_err(|e| Refusal::NotJson {
         detail: e.to_string(),
     })?;
@@ -45,11 +116,8 @@ pub fn parse_line(line: &str, session: SessionId) -> Result<SessionUpdate, Refus
             detail: "a JSON value that is not an object".to_owned(),
         });
     };
-    let not_update = |e: serde_json::Error| Refusal::NotAnUpdate {
-        detail: e.to_string(),
-    };
     if object.contains_key("sessionUpdate") {
-        return serde_json::from_value(value).map_err(not_update);
+        return Update::from_value(&value);
     }
     if object.get("method").and_then(|m| m.as_str()) != Some("session/update") {
         return Err(Refusal::NotAnUpdate {
@@ -58,14 +126,22 @@ pub fn parse_line(line: &str, session: SessionId) -> Result<SessionUpdate, Refus
         });
     }
     let params = object.get("params").cloned().unwrap_or_default();
-    let notification: SessionNotification = serde_json::from_value(params).map_err(not_update)?;
-    if *notification.session_id.0 != *session.to_string() {
-        return Err(Refusal::OtherSession {
-            found: notification.session_id.0.to_string(),
-            session,
-        });
+    let found = params.get("sessionId").and_then(|s| s.as_str());
+    match found {
+        Some(found) if found == session.to_string() => {}
+        Some(found) => {
+            return Err(Refusal::OtherSession {
+                found: found.to_owned(),
+                session,
+            });
+        }
+        None => {
+            return Err(Refusal::NotAnUpdate {
+                detail: "a session/update notification without a sessionId".to_owned(),
+            });
+        }
     }
-    Ok(notification.update)
+    Update::from_value(params.get("update").unwrap_or(&serde_json::Value::Null))
 }
 
 /// The `sessionUpdate` tag of an update.
@@ -100,12 +176,12 @@ pub(crate) struct Outcome {
 }
 
 /// The tool-call ids a batch names: what `State::tool_calls` must hold before `apply`.
-pub(crate) fn tool_call_ids(updates: &[SessionUpdate]) -> Vec<acp::ToolCallId> {
+pub(crate) fn tool_call_ids(updates: &[Update]) -> Vec<acp::ToolCallId> {
     let mut ids: Vec<acp::ToolCallId> = Vec::new();
     for update in updates {
         let id = match update {
-            SessionUpdate::ToolCall(c) => &c.tool_call_id,
-            SessionUpdate::ToolCallUpdate(u) => &u.tool_call_id,
+            Update::Known(SessionUpdate::ToolCall(c)) => &c.tool_call_id,
+            Update::Known(SessionUpdate::ToolCallUpdate(u)) => &u.tool_call_id,
             _ => continue,
         };
         if !ids.contains(id) {
@@ -117,10 +193,7 @@ pub(crate) fn tool_call_ids(updates: &[SessionUpdate]) -> Vec<acp::ToolCallId> {
 
 /// Applies a batch to `state`, all or nothing: the first update that cannot be taken
 /// is refused with its index, and nothing of the batch counts.
-pub(crate) fn apply(
-    mut state: State,
-    updates: &[SessionUpdate],
-) -> Result<Outcome, (usize, Refusal)> {
+pub(crate) fn apply(mut state: State, updates: &[Update]) -> Result<Outcome, (usize, Refusal)> {
     let mut out = Outcome::default();
     let mut index: HashMap<Slot, usize> = HashMap::new();
     // Where tool calls live now: stored ones not yet touched stay in `state`.
@@ -132,6 +205,14 @@ pub(crate) fn apply(
     let mut tail: Option<Slot> = state.tail.as_ref().map(|(id, _)| Slot::Stored(*id));
 
     for (i, update) in updates.iter().enumerate() {
+        let update = match update {
+            Update::Known(update) => update,
+            Update::Opaque(value) => {
+                create(&mut out, &mut index, ItemBody::Opaque(value.clone()));
+                tail = None;
+                continue;
+            }
+        };
         match update {
             SessionUpdate::AgentMessageChunk(chunk) | SessionUpdate::AgentThoughtChunk(chunk) => {
                 let thought = matches!(update, SessionUpdate::AgentThoughtChunk(_));
@@ -292,7 +373,7 @@ fn touch(
 /// ACP agent sends for it on `session/load`. An agent message or thought is one chunk
 /// per content block, under its `messageId`; a tool call is one `tool_call` in its
 /// merged final state; plans and session-level updates are sent as stored.
-pub fn replay_updates(body: &ItemBody) -> Vec<SessionUpdate> {
+pub fn replay_updates(body: &ItemBody) -> Vec<Update> {
     let chunks = |text: &AgentText| -> Vec<ContentChunk> {
         text.content
             .iter()
@@ -302,15 +383,16 @@ pub fn replay_updates(body: &ItemBody) -> Vec<SessionUpdate> {
     match body {
         ItemBody::AgentMessage(text) => chunks(text)
             .into_iter()
-            .map(SessionUpdate::AgentMessageChunk)
+            .map(|c| SessionUpdate::AgentMessageChunk(c).into())
             .collect(),
         ItemBody::AgentThought(text) => chunks(text)
             .into_iter()
-            .map(SessionUpdate::AgentThoughtChunk)
+            .map(|c| SessionUpdate::AgentThoughtChunk(c).into())
             .collect(),
-        ItemBody::ToolCall(call) => vec![SessionUpdate::ToolCall(call.clone())],
-        ItemBody::Plan(plan) => vec![SessionUpdate::Plan(plan.clone())],
-        ItemBody::Session(update) => vec![update.clone()],
+        ItemBody::ToolCall(call) => vec![SessionUpdate::ToolCall(call.clone()).into()],
+        ItemBody::Plan(plan) => vec![SessionUpdate::Plan(plan.clone()).into()],
+        ItemBody::Session(update) => vec![update.clone().into()],
+        ItemBody::Opaque(value) => vec![Update::Opaque(value.clone())],
     }
 }
 
@@ -364,7 +446,11 @@ mod tests {
 
     /// Applies `updates` to an empty session and returns the bodies it makes.
     fn check(updates: &[SessionUpdate]) -> Vec<serde_json::Value> {
-        bodies(&apply(State::default(), updates).unwrap())
+        bodies(&apply(State::default(), &known(updates)).unwrap())
+    }
+
+    fn known(updates: &[SessionUpdate]) -> Vec<Update> {
+        updates.iter().cloned().map(Update::Known).collect()
     }
 
     #[test]
@@ -467,11 +553,11 @@ mod tests {
             .insert("t".into(), (call_item, ToolCall::new("t", "Run")));
         let outcome = apply(
             state,
-            &[
+            &known(&[
                 chunk("agent_message_chunk", "lo", None),
                 update(serde_json::json!({"sessionUpdate": "tool_call_update",
                     "toolCallId": "t", "status": "failed"})),
-            ],
+            ]),
         )
         .unwrap();
         assert_eq!(outcome.created, 0);
@@ -502,11 +588,15 @@ mod tests {
             update(serde_json::json!({"sessionUpdate": "current_mode_update",
                 "currentModeId": "ask"})),
         ];
-        let outcome = apply(State::default(), &input).unwrap();
+        let outcome = apply(State::default(), &known(&input)).unwrap();
         let replayed: Vec<SessionUpdate> = outcome
             .items
             .iter()
             .flat_map(|(_, body)| replay_updates(body))
+            .map(|u| match u {
+                Update::Known(u) => u,
+                Update::Opaque(v) => panic!("no opaque update was recorded: {v}"),
+            })
             .collect();
         let tags: Vec<String> = replayed.iter().map(tag).collect();
         assert_eq!(
@@ -524,11 +614,11 @@ mod tests {
         // recording the replay again gives the same items.
         for update in &replayed {
             let line = serde_json::json!({"jsonrpc": "2.0", "method": "session/update",
-                "params": SessionNotification::new(session.to_string(), update.clone())});
+                "params": acp::SessionNotification::new(session.to_string(), update.clone())});
             parse_line(&line.to_string(), session).unwrap();
         }
         assert_eq!(
-            apply(State::default(), &replayed).unwrap().items,
+            apply(State::default(), &known(&replayed)).unwrap().items,
             outcome.items
         );
         let model: Vec<Option<Vec<ContentBlock>>> =
@@ -541,9 +631,30 @@ mod tests {
         assert!(model[2..].iter().all(Option::is_none));
     }
 
+    /// An opaque update is an item of its own, ends an agent message that ran before
+    /// it, and replays as it came.
+    #[test]
+    fn an_unknown_kind_is_kept_whole_between_the_messages_it_parts() {
+        let odd = serde_json::json!({"sessionUpdate": "future_thing", "deep": {"n": [1, 2]}});
+        let updates = vec![
+            Update::Known(chunk("agent_message_chunk", "one", None)),
+            Update::Opaque(odd.clone()),
+            Update::Known(chunk("agent_message_chunk", "two", None)),
+        ];
+        let outcome = apply(State::default(), &updates).unwrap();
+        assert_eq!(outcome.created, 3);
+        assert_eq!(outcome.items[1].1, ItemBody::Opaque(odd.clone()));
+        assert_eq!(
+            replay_updates(&outcome.items[1].1),
+            vec![Update::Opaque(odd)]
+        );
+        assert_eq!(bodies(&outcome)[2]["content"][0]["text"], "two");
+    }
+
     #[test]
     fn refusals_name_the_update() {
-        let refused = |updates: &[SessionUpdate]| apply(State::default(), updates).unwrap_err();
+        let refused =
+            |updates: &[SessionUpdate]| apply(State::default(), &known(updates)).unwrap_err();
         let call = update(
             serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "x"}),
         );
@@ -581,14 +692,14 @@ mod tests {
         let bare = r#"{"sessionUpdate":"plan","entries":[]}"#;
         assert!(matches!(
             parse_line(bare, session),
-            Ok(SessionUpdate::Plan(_))
+            Ok(Update::Known(SessionUpdate::Plan(_)))
         ));
         let wrapped = format!(
             r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"{session}","update":{bare}}}}}"#
         );
         assert!(matches!(
             parse_line(&wrapped, session),
-            Ok(SessionUpdate::Plan(_))
+            Ok(Update::Known(SessionUpdate::Plan(_)))
         ));
         let other = wrapped.replace(&session.to_string(), "elsewhere");
         assert!(matches!(
@@ -599,8 +710,20 @@ mod tests {
             parse_line("[1]", session),
             Err(Refusal::NotJson { .. })
         ));
+        // A kind the schema does not know is kept as it came; a known kind that does
+        // not read as that kind, and an object with no kind, are refused.
+        assert_eq!(
+            parse_line(r#"{"sessionUpdate":"no_such_thing","x":[1]}"#, session),
+            Ok(Update::Opaque(
+                serde_json::json!({"sessionUpdate": "no_such_thing", "x": [1]})
+            ))
+        );
         assert!(matches!(
-            parse_line(r#"{"sessionUpdate":"no_such_thing"}"#, session),
+            parse_line(r#"{"sessionUpdate":"tool_call","title":"no id"}"#, session),
+            Err(Refusal::NotAnUpdate { .. })
+        ));
+        assert!(matches!(
+            parse_line(r#"{"kind":"plan"}"#, session),
             Err(Refusal::NotAnUpdate { .. })
         ));
         assert!(matches!(

@@ -8,6 +8,7 @@
 //! every session is the one this front was started with; a request for another one is
 //! refused, and `session/list` filtered by another one is empty.
 
+pub mod proxy;
 pub mod server;
 
 use std::collections::HashSet;
@@ -22,7 +23,7 @@ use agent_client_protocol::v1::schema::{
     NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
     ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities,
     SessionDeleteCapabilities, SessionForkCapabilities, SessionId as AcpSessionId, SessionInfo,
-    SessionListCapabilities, SessionNotification, SessionResumeCapabilities, StopReason,
+    SessionListCapabilities, SessionResumeCapabilities, StopReason,
 };
 use agent_client_protocol::{Error as RpcError, ErrorCode};
 use base64::Engine;
@@ -32,8 +33,9 @@ use crate::error::Error;
 use crate::format;
 use crate::ids::SessionId;
 use crate::lifecycle::{DEFAULT_PAGE, SessionCursor};
+use crate::model::Delivery;
 use crate::model::ToolsHost;
-use crate::store::{Outgoing, Store, Upload};
+use crate::store::{Prompt as StorePrompt, PromptBlock, Store, Upload};
 
 /// How many sessions one `session/list` answer holds: the store's default page.
 pub const LIST_PAGE: usize = DEFAULT_PAGE;
@@ -149,7 +151,7 @@ impl AcpFront {
     pub async fn load_session(
         &self,
         request: LoadSessionRequest,
-        mut update: impl FnMut(SessionNotification) -> RpcResult<()>,
+        mut update: impl FnMut(format::Replayed) -> RpcResult<()>,
     ) -> RpcResult<LoadSessionResponse> {
         self.check_cwd(&request.cwd)?;
         let id = store_id(&request.session_id)?;
@@ -220,9 +222,10 @@ impl AcpFront {
 
     /// Records the prompt as a user message and ends the turn: this front records, it
     /// does not think. Text blocks become the message's text; each image or embedded
-    /// resource becomes an attachment of the session and a reference of the message.
-    /// Everything is decoded before anything is stored, and the attachments stored for
-    /// a prompt the store then refuses are removed again.
+    /// resource becomes an attachment of the session and a reference of the message,
+    /// after the text. Everything is decoded before anything is stored, and the store
+    /// takes the uploads and the message as one step (`Store::send_prompt`), so the
+    /// attachments of a prompt it refuses are removed again.
     pub async fn prompt(&self, request: PromptRequest) -> RpcResult<PromptResponse> {
         let id = store_id(&request.session_id)?;
         if !self.open_sessions().contains(&id) {
@@ -234,19 +237,22 @@ impl AcpFront {
             )));
         }
         let prompt = Prompt::from_blocks(&request.prompt)?;
-        let stored = self
-            .store
-            .attach_all(id, prompt.uploads)
+        let text = (!prompt.text.trim().is_empty()).then(|| PromptBlock::Text {
+            text: prompt.text,
+            meta: None,
+        });
+        let uploads = prompt
+            .uploads
+            .into_iter()
+            .map(|upload| PromptBlock::Upload { upload, meta: None });
+        let prompt = StorePrompt {
+            blocks: text.into_iter().chain(uploads).collect(),
+            delivery: Delivery::Delivered,
+        };
+        self.store
+            .send_prompt(id, prompt)
             .await
             .map_err(rpc_error)?;
-        let mut message = Outgoing::user(prompt.text);
-        message.attach = stored.iter().map(|s| s.uri.clone()).collect();
-        if let Err(e) = self.store.send(id, message).await {
-            for s in &stored {
-                self.store.attachments().discard(&id, &s.uri);
-            }
-            return Err(rpc_error(e));
-        }
         Ok(PromptResponse::new(StopReason::EndTurn))
     }
 
@@ -282,7 +288,7 @@ impl AcpFront {
 async fn replay(
     store: &Store,
     session: SessionId,
-    update: &mut impl FnMut(SessionNotification) -> RpcResult<()>,
+    update: &mut impl FnMut(format::Replayed) -> RpcResult<()>,
 ) -> RpcResult<()> {
     let mut stream = store
         .restore_stream(session, DEFAULT_MEMO_BUDGET)
@@ -358,7 +364,7 @@ fn decode_base64(data: &str, index: usize) -> RpcResult<Vec<u8>> {
 
 /// The upload's own name: the last path segment of the resource URI, percent-decoded
 /// (the store then makes it safe), or else `attachment.<ext>` from the MIME type.
-fn upload_name(uri: Option<&str>, mime: Option<&str>) -> String {
+pub(crate) fn upload_name(uri: Option<&str>, mime: Option<&str>) -> String {
     if let Some(name) = uri.and_then(last_segment) {
         return name;
     }
@@ -479,6 +485,7 @@ mod tests {
             Part::Attachment(Attached {
                 context: prepared.context(&placement),
                 prepared,
+                meta: None,
             })
         };
         let parts = vec![

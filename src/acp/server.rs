@@ -57,7 +57,16 @@ pub async fn serve(front: AcpFront, transport: impl ConnectTo<Agent> + 'static) 
     let agent = agent.on_receive_request(
         async move |request: LoadSessionRequest, responder, cx: ConnectionTo<Client>| {
             let loaded = load
-                .load_session(request, |update| cx.send_notification(update))
+                .load_session(request, |update| match update {
+                    crate::format::Replayed::Typed(n) => cx.send_notification(n),
+                    // An update of a kind the schema does not know goes out as it came.
+                    opaque @ crate::format::Replayed::Opaque(_) => {
+                        cx.send_notification(agent_client_protocol::UntypedMessage::new(
+                            crate::format::SESSION_UPDATE,
+                            opaque.params(),
+                        )?)
+                    }
+                })
                 .await;
             answer("session/load", responder, loaded)
         },

@@ -264,7 +264,7 @@ impl AttachmentStore {
     /// multi-file upload fails partway. Best effort, and only that one name in that one
     /// session folder: a stored name is a single path component, and removing a
     /// symlink never touches what it points at.
-    pub fn discard(&self, session: &SessionId, uri: &AttachmentUri) {
+    pub(crate) fn discard(&self, session: &SessionId, uri: &AttachmentUri) {
         if uri.session() != *session {
             return;
         }
@@ -306,7 +306,7 @@ impl AttachmentStore {
     /// root included), so the copy always lives under the configured root. The file is
     /// opened and checked exactly as a read would be; an existing file in `to` is never
     /// replaced. Returns whether it was linked.
-    pub fn copy_into(
+    pub(crate) fn copy_into(
         &self,
         from: &SessionId,
         uri: &AttachmentUri,
@@ -348,7 +348,7 @@ impl AttachmentStore {
     /// which must already be a stored name (what [`sanitize_name`] leaves unchanged);
     /// an existing file of that name is never replaced, and the call fails instead.
     /// For restoring files whose references already name them (`import`).
-    pub fn store_exact(
+    pub(crate) fn store_exact(
         &self,
         session: &SessionId,
         name: &str,
@@ -396,7 +396,7 @@ impl AttachmentStore {
 
     /// Removes `session`'s folder under the configured root if nothing is left in it:
     /// the tidy-up after a fork or import that failed and discarded its files.
-    pub fn remove_folder_if_empty(&self, session: &SessionId) {
+    pub(crate) fn remove_folder_if_empty(&self, session: &SessionId) {
         disk::remove_empty_dir(&self.roots.configured, &session.to_string());
     }
 

@@ -173,8 +173,14 @@ async fn show(config: Config, json: bool, id: SessionId) -> Result<()> {
     let store = Store::open_read_only(config).await?;
     let session = store.session(id).await?;
     let messages = store.messages(id).await?;
+    let turns = store.turns(id).await?;
     if json {
-        return print_json(&serde_json::json!({ "session": session, "messages": messages }));
+        let mut shown = serde_json::json!({ "session": session, "messages": messages });
+        // Only a session a proxy carried has turns; others print as they always have.
+        if !turns.is_empty() {
+            shown["turns"] = serde_json::to_value(&turns)?;
+        }
+        return print_json(&shown);
     }
     let mut text = format!(
         "{}  {}  {}",
@@ -182,6 +188,31 @@ async fn show(config: Config, json: bool, id: SessionId) -> Result<()> {
         session.tools_host,
         title(&session)
     );
+    if let Some(cwd) = &session.cwd {
+        text.push_str(&format!("\n  working directory {}", cell(cwd, TEXT_CHARS)));
+    }
+    if let Some(agent) = &session.agent {
+        text.push_str(&format!(
+            "\n  agent {} (its session {})",
+            cell(&agent.agent, TITLE_CHARS),
+            cell(&agent.session, TITLE_CHARS)
+        ));
+    }
+    // Turns that ended as asked are the usual; the others are worth a line.
+    for turn in turns.iter().filter(|t| t.state() != "ended") {
+        let why = match &turn.end {
+            Some(sessionstore::model::TurnEnd::Failed { reason }) => {
+                format!(": {}", cell(reason, TEXT_CHARS))
+            }
+            None => " (no end recorded: its proxy stopped mid-turn)".to_owned(),
+            _ => String::new(),
+        };
+        text.push_str(&format!(
+            "\n  turn at {} {}{why}",
+            turn.seq,
+            cell(turn.state(), TITLE_CHARS)
+        ));
+    }
     for m in messages {
         text.push_str(&format!(
             "\n  {} {} [{}] {}",

@@ -15,7 +15,13 @@ use crate::db::readonly;
 use crate::error::{Error, Result};
 
 /// Words that make a column look like it stores a location on disk.
-pub const PATH_WORDS: [&str; 6] = ["path", "root", "dir", "folder", "location", "file"];
+pub const PATH_WORDS: [&str; 7] = ["path", "root", "dir", "folder", "location", "file", "cwd"];
+
+/// The one column whose name says it holds a directory and that may: the working
+/// directory an ACP client gave for a session (`sessions.cwd`), which is the client's
+/// words, kept as given, like what a user typed. The store's own roots and attachment
+/// paths are never stored, and no other column is excused.
+pub const CLIENT_CONTENT_COLUMNS: [&str; 1] = ["sessions.cwd"];
 
 /// What [`audit`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -64,7 +70,7 @@ mod postgres {
 
     use postgres::{Client, NoTls};
 
-    use super::{PATH_WORDS, PathAudit, find_needle};
+    use super::{CLIENT_CONTENT_COLUMNS, PATH_WORDS, PathAudit, find_needle};
     use crate::db::postgres::{off_runtime, unreachable};
     use crate::db::sql::DbError;
     use crate::error::Result;
@@ -126,7 +132,9 @@ mod postgres {
                 for (name, is_text) in columns {
                     let column = format!("{table}.{name}");
                     let lower = name.to_lowercase();
-                    if PATH_WORDS.iter().any(|w| lower.contains(w)) {
+                    if PATH_WORDS.iter().any(|w| lower.contains(w))
+                        && !CLIENT_CONTENT_COLUMNS.contains(&column.as_str())
+                    {
                         audit.path_columns.push(column.clone());
                     }
                     audit.columns.push(column);
@@ -181,7 +189,9 @@ fn scan_tables(tx: &Transaction<'_>, needles: &[String]) -> Result<PathAudit> {
         for name in names {
             let column = format!("{table}.{name}");
             let lower = name.to_lowercase();
-            if PATH_WORDS.iter().any(|w| lower.contains(w)) {
+            if PATH_WORDS.iter().any(|w| lower.contains(w))
+                && !CLIENT_CONTENT_COLUMNS.contains(&column.as_str())
+            {
                 audit.path_columns.push(column.clone());
             }
             audit.columns.push(column);

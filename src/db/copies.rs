@@ -7,7 +7,7 @@ use super::sql::Tx;
 
 use crate::error::Result;
 use crate::ids::SessionId;
-use crate::model::{Delivery, ForkedFrom, ItemBody, NewMessage, Session, ToolsHost};
+use crate::model::{Delivery, ForkedFrom, ItemBody, NewMessage, Session, Setting};
 
 /// One entry of a history to write, in history order.
 #[derive(Debug, Clone)]
@@ -18,25 +18,23 @@ pub enum Entry {
     Item(Box<ItemBody>),
 }
 
-/// A session to create with a history.
+/// A session to create with a history: its id, what it is created as, where it was
+/// forked from, and the client settings it starts with.
 #[derive(Debug, Clone)]
 pub struct NewSession {
     pub id: SessionId,
-    pub title: Option<String>,
-    pub tools_host: ToolsHost,
+    pub session: crate::model::NewSession,
     pub forked_from: Option<ForkedFrom>,
+    pub settings: Vec<Setting>,
 }
 
 /// Creates `session` and appends `entries` in order, each with its event, through
 /// `conn` (the caller's write transaction).
 pub fn write_session(conn: &Tx<'_>, session: &NewSession, entries: &[Entry]) -> Result<Session> {
-    super::queries::insert_session_as(
-        conn,
-        session.id,
-        session.title.as_deref(),
-        session.tools_host,
-        session.forked_from,
-    )?;
+    super::queries::insert_session_as(conn, session.id, &session.session, session.forked_from)?;
+    for setting in &session.settings {
+        super::proxied::record_setting(conn, &session.id, setting)?;
+    }
     for entry in entries {
         match entry {
             Entry::Message(message, state) => {

@@ -9,6 +9,7 @@ pub mod copies;
 pub mod error;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod proxied;
 pub mod queries;
 mod readonly;
 pub mod schema;

@@ -10,52 +10,99 @@ use crate::attachments::AttachmentUri;
 use crate::error::{Error, Result};
 use crate::ids::{EventSeq, MessageId, SessionId};
 use crate::model::{
-    AppendedMessage, Delivery, Event, EventPayload, Message, Reference, Session, ToolsHost,
+    AgentBinding, AppendedMessage, Delivery, Event, EventPayload, Message, MessageBlock,
+    NewSession, Reference, Session, ToolsHost,
 };
 
 fn session_from_row(row: &Row<'_>) -> Result<Session, DbError> {
+    let agent: Option<String> = row.get(6)?;
+    let agent_session: Option<String> = row.get(7)?;
     Ok(Session {
         id: row.parsed(0)?,
         title: row.get(1)?,
         tools_host: row.parsed(2)?,
         created_at: row.get(3)?,
         updated_at: row.get(4)?,
+        cwd: row.get(5)?,
+        // The schema sets both or neither.
+        agent: agent
+            .zip(agent_session)
+            .map(|(agent, session)| AgentBinding { agent, session }),
     })
 }
 
-const SESSION_COLUMNS: &str = "id, title, tools_host, created_at, updated_at";
+const SESSION_COLUMNS: &str =
+    "id, title, tools_host, created_at, updated_at, cwd, agent, agent_session";
 
 pub fn insert_session(
     conn: &Tx<'_>,
     title: Option<&str>,
     tools_host: ToolsHost,
 ) -> Result<Session> {
-    insert_session_as(conn, SessionId::new(), title, tools_host, None)
+    let new = NewSession {
+        title: title.map(str::to_owned),
+        tools_host,
+        ..NewSession::default()
+    };
+    insert_session_as(conn, SessionId::new(), &new, None)
 }
 
 /// `insert_session` with an id chosen by the caller (a fork's, made before its files
-/// were placed; an import's kept id) and, for a fork, where it came from.
+/// were placed; an import's kept id), the client's working directory and agent
+/// binding where there are, and, for a fork, where it came from.
 pub fn insert_session_as(
     conn: &Tx<'_>,
     id: SessionId,
-    title: Option<&str>,
-    tools_host: ToolsHost,
+    new: &NewSession,
     forked_from: Option<crate::model::ForkedFrom>,
 ) -> Result<Session> {
     let at = now();
+    let (agent, agent_session) = match &new.agent {
+        Some(b) => (Some(b.agent.as_str()), Some(b.session.as_str())),
+        None => (None, None),
+    };
     conn.execute(
-        "INSERT INTO sessions (id, title, tools_host, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?4)",
-        args![id.to_string(), title, tools_host.as_str(), at],
+        "INSERT INTO sessions
+           (id, title, tools_host, created_at, updated_at, cwd, agent, agent_session)
+         VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7)",
+        args![
+            id.to_string(),
+            new.title.as_deref(),
+            new.tools_host.as_str(),
+            at,
+            new.cwd.as_deref(),
+            agent,
+            agent_session
+        ],
     )
     .map_err(sql("insert a session"))?;
     let payload = EventPayload::SessionCreated {
-        title: title.map(str::to_owned),
-        tools_host,
+        title: new.title.clone(),
+        tools_host: new.tools_host,
         forked_from,
+        cwd: new.cwd.clone(),
+        agent: new.agent.clone(),
     };
     append_event(conn, &id, &payload, &at)?;
     get_session(conn, &id)
+}
+
+/// Binds the session to an agent's session (a proxy started a new one for it).
+pub fn bind_agent(conn: &Tx<'_>, id: &SessionId, binding: &AgentBinding) -> Result<()> {
+    let changed = conn
+        .execute(
+            "UPDATE sessions SET agent = ?2, agent_session = ?3 WHERE id = ?1",
+            args![id.to_string(), binding.agent, binding.session],
+        )
+        .map_err(sql("bind a session to its agent"))?;
+    if changed == 0 {
+        return Err(Error::SessionNotFound(*id));
+    }
+    let payload = EventPayload::AgentBound {
+        agent: binding.clone(),
+    };
+    append_event(conn, id, &payload, &now())?;
+    Ok(())
 }
 
 pub fn rename_session(conn: &Tx<'_>, id: &SessionId, title: &str) -> Result<()> {
@@ -124,10 +171,15 @@ pub fn insert_message_for(
     let at = now();
     // Messages and recorded items share one sequence: the session's history order.
     let seq = next_seq(conn, session)?;
+    let content = message
+        .content
+        .as_ref()
+        .map(|c| serde_json::to_string(c).expect("message blocks always serialize"));
     conn.execute(
         "INSERT INTO messages
-           (id, session_id, seq, role, display_text, model_text, transcript, state, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+           (id, session_id, seq, role, display_text, model_text, transcript, state, created_at,
+            content)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         args![
             id_text,
             session_text,
@@ -137,7 +189,8 @@ pub fn insert_message_for(
             message.model_text,
             message.transcript,
             state.as_str(),
-            at
+            at,
+            content
         ],
     )
     .map_err(sql("insert a message"))?;
@@ -182,6 +235,7 @@ pub fn insert_message_for(
             transcript: message.transcript.clone(),
             state,
             refs,
+            content: message.content.clone(),
         },
     };
     append_event(conn, session, &payload, &at)?;
@@ -199,6 +253,7 @@ pub fn insert_message_for(
         state,
         created_at: at,
         refs: appended.refs,
+        content: appended.content,
     };
     if current.title.is_none()
         && message.role == crate::model::Role::User
@@ -248,9 +303,14 @@ pub fn mark_delivered(conn: &Tx<'_>, session: &SessionId, ids: &[MessageId]) -> 
 }
 
 const MESSAGE_COLUMNS: &str =
-    "id, session_id, seq, role, display_text, model_text, transcript, state, created_at";
+    "id, session_id, seq, role, display_text, model_text, transcript, state, created_at, content";
 
 fn message_from_row(row: &Row<'_>) -> Result<Message, DbError> {
+    let content: Option<String> = row.get(9)?;
+    let content = content
+        .map(|text| serde_json::from_str::<Vec<MessageBlock>>(&text))
+        .transpose()
+        .map_err(|e| DbError::column(9, e))?;
     Ok(Message {
         id: row.parsed(0)?,
         session_id: row.parsed(1)?,
@@ -262,6 +322,7 @@ fn message_from_row(row: &Row<'_>) -> Result<Message, DbError> {
         state: row.parsed(7)?,
         created_at: row.get(8)?,
         refs: vec![],
+        content,
     })
 }
 

@@ -498,7 +498,7 @@ mod tests {
     //! newest), run on real files.
 
     use super::*;
-    use crate::db::{open_checked, queries, write};
+    use crate::db::{open_checked, write};
     use crate::model::ToolsHost;
 
     fn with_v3(sql: &str) -> Vec<Migration> {
@@ -526,8 +526,24 @@ mod tests {
         let path = dir.join("sessions.db");
         let mut conn = open_checked(&path).unwrap();
         migrate_with(&mut conn, &path, &v1_only(), Backup::Make).unwrap();
+        // Written as V1 holds it: today's insert names columns V1 does not have.
         write(&mut conn, |tx| {
-            queries::insert_session(tx, Some("kept"), ToolsHost::Local)
+            let id = crate::ids::SessionId::new();
+            let at = crate::db::append::now();
+            tx.execute(
+                "INSERT INTO sessions (id, title, tools_host, created_at, updated_at)
+                 VALUES (?1, 'kept', 'local', ?2, ?2)",
+                crate::db::sql::args![id.to_string(), at],
+            )
+            .map_err(crate::db::error::sql("insert a session"))?;
+            let created = crate::model::EventPayload::SessionCreated {
+                title: Some("kept".to_owned()),
+                tools_host: ToolsHost::Local,
+                forked_from: None,
+                cwd: None,
+                agent: None,
+            };
+            crate::db::append::append_event(tx, &id, &created, &at).map(|_| ())
         })
         .unwrap();
         path

@@ -19,7 +19,8 @@ const SUMMARY: &str = "
            (SELECT CAST(coalesce(sum(size), 0) AS BIGINT) FROM
                (SELECT max(r.size) AS size FROM messages m
                   JOIN message_refs r ON r.message_id = m.id
-                 WHERE m.session_id = s.id GROUP BY r.uri) AS distinct_files)
+                 WHERE m.session_id = s.id GROUP BY r.uri) AS distinct_files),
+           s.cwd
       FROM sessions s";
 
 fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary, DbError> {
@@ -31,7 +32,16 @@ fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary, DbError> {
         updated_at: row.get(4)?,
         messages: row.get(5)?,
         attachment_bytes: row.get(6)?,
+        cwd: row.get(7)?,
     })
+}
+
+/// Which sessions a listing takes by their working directory: those with `cwd`, and,
+/// when `unset_too`, those a client never gave one (they count as the lister's own).
+#[derive(Debug, Clone, Copy)]
+pub struct CwdFilter<'a> {
+    pub cwd: &'a str,
+    pub unset_too: bool,
 }
 
 /// Up to `limit` sessions in the order `updated_at DESC, id DESC`, after the one whose
@@ -42,22 +52,37 @@ pub fn page(
     conn: &Tx<'_>,
     limit: usize,
     after: Option<(&str, &SessionId)>,
+    cwd: Option<CwdFilter<'_>>,
 ) -> Result<Vec<SessionSummary>> {
     let limit = i64::try_from(limit).map_err(|_| Error::OutOfRange {
         what: "a page size",
     })?;
+    // The filter's two parameters (the directory, and whether sessions with none
+    // count): no directory means every session.
+    let (dir, unset_too) = match cwd {
+        Some(f) => (Some(f.cwd), i64::from(f.unset_too)),
+        None => (None, 1),
+    };
+    let in_dir = |d: u8, u: u8| {
+        format!("(CAST(?{d} AS TEXT) IS NULL OR s.cwd = ?{d} OR (?{u} = 1 AND s.cwd IS NULL))")
+    };
     let rows = match after {
         None => conn.query_map(
-            &format!("{SUMMARY} ORDER BY s.updated_at DESC, s.id DESC LIMIT ?1"),
-            args![limit],
+            &format!(
+                "{SUMMARY} WHERE {}
+                 ORDER BY s.updated_at DESC, s.id DESC LIMIT ?1",
+                in_dir(2, 3)
+            ),
+            args![limit, dir, unset_too],
             summary_from_row,
         ),
         Some((updated_at, id)) => conn.query_map(
             &format!(
-                "{SUMMARY} WHERE (s.updated_at, s.id) < (?1, ?2)
-                 ORDER BY s.updated_at DESC, s.id DESC LIMIT ?3"
+                "{SUMMARY} WHERE (s.updated_at, s.id) < (?2, ?3) AND {}
+                 ORDER BY s.updated_at DESC, s.id DESC LIMIT ?1",
+                in_dir(4, 5)
             ),
-            args![updated_at, id.to_string(), limit],
+            args![limit, updated_at, id.to_string(), dir, unset_too],
             summary_from_row,
         ),
     };
@@ -187,6 +212,14 @@ pub fn erase(conn: &Tx<'_>, id: &SessionId, at: &str) -> Result<Counts> {
         (
             "delete a session's items",
             "DELETE FROM items WHERE session_id = ?1",
+        ),
+        (
+            "delete a session's turns",
+            "DELETE FROM turns WHERE session_id = ?1",
+        ),
+        (
+            "delete a session's settings",
+            "DELETE FROM settings WHERE session_id = ?1",
         ),
         (
             "delete a session's events",

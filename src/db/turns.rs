@@ -3,14 +3,12 @@
 //! `turn_recorded` event in the caller's transaction; the merge itself is
 //! `crate::turns`, so this file only loads what it needs and stores what it returns.
 
-use agent_client_protocol_schema::v1::SessionUpdate;
-
 use super::sql::{DbError, Row, Tx, args};
 
 use crate::error::{Error, Result};
 use crate::ids::{ItemId, SessionId};
 use crate::model::{CreatedItem, EventPayload, Item, ItemBody};
-use crate::turns::{self, Slot, State};
+use crate::turns::{self, Slot, State, Update};
 
 use super::append::{append_event, next_seq, now};
 use super::error::sql;
@@ -51,7 +49,7 @@ pub fn items(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Item>> {
 
 /// What of the session's history `batch` may change: the last entry when it is an
 /// agent message or thought, and the tool calls the batch names.
-fn state_for(conn: &Tx<'_>, session: &SessionId, batch: &[SessionUpdate]) -> Result<State> {
+fn state_for(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<State> {
     let mut state = State::default();
     let last = next_seq(conn, session)? - 1;
     let tail = conn
@@ -90,7 +88,7 @@ fn state_for(conn: &Tx<'_>, session: &SessionId, batch: &[SessionUpdate]) -> Res
 /// Records a batch of updates for `session`: every update is checked and merged before
 /// anything is written, then the items and one `turn_recorded` event (holding the
 /// updates as received) are written through `conn`, the caller's transaction.
-pub fn record(conn: &Tx<'_>, session: &SessionId, batch: &[SessionUpdate]) -> Result<Recorded> {
+pub fn record(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<Recorded> {
     get_session(conn, session)?;
     if batch.is_empty() {
         return Ok(Recorded {
@@ -144,10 +142,7 @@ pub fn record(conn: &Tx<'_>, session: &SessionId, batch: &[SessionUpdate]) -> Re
             }
         }
     }
-    let updates = batch
-        .iter()
-        .map(|u| serde_json::to_value(u).expect("ACP schema values always serialize"))
-        .collect();
+    let updates = batch.iter().map(Update::to_value).collect();
     let payload = EventPayload::TurnRecorded {
         updates,
         items: created,

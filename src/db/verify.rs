@@ -14,7 +14,7 @@ use crate::db::{queries, schema};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::model::{Event, Problem, ProblemKind};
-use crate::projection::{compare, compare_items, replay};
+use crate::projection::{compare, compare_items, compare_turns, replay};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct VerifyReport {
@@ -154,12 +154,36 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
                 None
             }
         };
+        let proxied = super::proxied::turns(conn, &session.id)
+            .and_then(|turns| Ok((turns, super::proxied::settings(conn, &session.id)?)));
+        let proxied = match proxied {
+            Ok(proxied) => Some(proxied),
+            Err(e) => {
+                report.problems.push(
+                    Problem::new(
+                        ProblemKind::UnreadableRows,
+                        format!(
+                            "session {} has turn or setting rows that do not parse ({})",
+                            session.id,
+                            with_cause(&e)
+                        ),
+                    )
+                    .with_session(session.id),
+                );
+                None
+            }
+        };
         if let Some(expected) = expected {
             report.problems.extend(compare(session, &rows, &expected));
             if let Some(items) = &items {
                 report
                     .problems
                     .extend(compare_items(session, items, &expected));
+            }
+            if let Some((turns, settings)) = &proxied {
+                report
+                    .problems
+                    .extend(compare_turns(session, turns, settings, &expected));
             }
         }
     }

@@ -10,7 +10,7 @@ use std::sync::{Arc, LazyLock};
 
 use agent_client_protocol_schema::v1::{
     BlobResourceContents, ContentBlock, EmbeddedResource, EmbeddedResourceResource, ImageContent,
-    Meta, TextContent, TextResourceContents,
+    Meta, ResourceLink, TextContent, TextResourceContents,
 };
 
 use super::shell::{self, Hole, Shell};
@@ -40,10 +40,18 @@ impl Kind {
 
 /// The one builder of an attachment's block: an image block, or an embedded text or
 /// blob resource, with the read's MIME type and URI and the path context under
-/// [`DAEMON_ATTACHMENT_CONTEXT_META_KEY`]. `data` is the large field: the base64 of an
-/// image or blob, or a text file's contents (or the writers' placeholder).
-fn block_of(kind: Kind, mime: &str, uri: &str, context: &str, data: String) -> ContentBlock {
-    let mut meta = Meta::new();
+/// [`DAEMON_ATTACHMENT_CONTEXT_META_KEY`] (beside the client block's own `_meta`, if
+/// the prompt it came in had one). `data` is the large field: the base64 of an image or
+/// blob, or a text file's contents (or the writers' placeholder).
+fn block_of(
+    kind: Kind,
+    mime: &str,
+    uri: &str,
+    context: &str,
+    client: Option<&Meta>,
+    data: String,
+) -> ContentBlock {
+    let mut meta = client.cloned().unwrap_or_default();
     meta.insert(
         DAEMON_ATTACHMENT_CONTEXT_META_KEY.to_owned(),
         serde_json::Value::String(context.to_owned()),
@@ -81,7 +89,48 @@ fn block_of(kind: Kind, mime: &str, uri: &str, context: &str, data: String) -> C
 pub fn attachment_block(p: &Prepared, placement: &Placement) -> ContentBlock {
     let data = p.content.text().to_string_exact();
     let context = attachment_context(p, placement);
-    block_of(Kind::of(&p.content), &p.mime, p.uri_text(), &context, data)
+    block_of(
+        Kind::of(&p.content),
+        &p.mime,
+        p.uri_text(),
+        &context,
+        None,
+        data,
+    )
+}
+
+/// A `resource_link` to the file an attachment was read from, for an agent that takes
+/// no embedded resources: named by its stored name, with its MIME type and size, its
+/// URI the `file://` URL of the path of the read (percent-encoded), and the read's
+/// path context under [`DAEMON_ATTACHMENT_CONTEXT_META_KEY`], as its block would
+/// carry it. The agent's tools open the file there.
+pub fn live_link(a: &Attached) -> ContentBlock {
+    let p = &a.prepared;
+    let mut meta = a.meta.clone().unwrap_or_default();
+    meta.insert(
+        DAEMON_ATTACHMENT_CONTEXT_META_KEY.to_owned(),
+        serde_json::Value::String(a.context.as_str().to_owned()),
+    );
+    let mut link = ResourceLink::new(p.name.clone(), file_url(&p.path));
+    link.mime_type = Some(p.mime.clone());
+    link.size = i64::try_from(p.content.source_len()).ok();
+    link.meta = Some(meta);
+    ContentBlock::ResourceLink(link)
+}
+
+/// `file://` and the path, every byte but unreserved ones and `/` percent-encoded.
+fn file_url(path: &std::path::Path) -> String {
+    use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+    const KEPT: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'/')
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    format!(
+        "file://{}",
+        utf8_percent_encode(&path.to_string_lossy(), KEPT)
+    )
 }
 
 /// The shell of a text block: what serde_json writes for `{"type":"text","text"}`
@@ -100,19 +149,25 @@ pub enum Part {
     /// The model text, a transcript, a degradation notice, or an assistant's words.
     Text(String),
     Attachment(Attached),
+    /// A block of the client's own that a stored prompt kept as sent (a
+    /// `resource_link`, a `file://` resource, a text with its own `_meta`).
+    Verbatim(Box<ContentBlock>),
 }
 
-/// An attachment as dispatched: the read (with its encoding) and the path context
-/// written from that read.
+/// An attachment as dispatched: the read (with its encoding), the path context
+/// written from that read, and the `_meta` the client's own block had, if any.
 #[derive(Debug, Clone)]
 pub struct Attached {
     pub prepared: Arc<Prepared>,
     pub context: Context,
+    pub meta: Option<Meta>,
 }
 
 impl PartialEq for Attached {
     fn eq(&self, other: &Attached) -> bool {
-        self.context == other.context && self.prepared.same_as(&other.prepared)
+        self.context == other.context
+            && self.meta == other.meta
+            && self.prepared.same_as(&other.prepared)
     }
 }
 
@@ -128,10 +183,16 @@ impl Attached {
                 &p.mime,
                 p.uri_text(),
                 &self.context,
+                self.meta.as_ref(),
                 shell::placeholder(),
             );
             Shell::cut(&block, &[Hole::String])
         };
+        // A client block's own `_meta` makes a shell of its own (prompts from a proxy
+        // are few, and their `_meta` differs from block to block).
+        if self.meta.is_some() {
+            return write(cut().as_ref());
+        }
         let (context, kept) = p.shell.get_or_init(|| (self.context.clone(), cut()));
         if Context::ptr_eq(context, &self.context) {
             write(kept.as_ref())
@@ -148,6 +209,7 @@ impl Attached {
             &p.mime,
             p.uri_text(),
             &self.context,
+            self.meta.as_ref(),
             data,
         )
     }
@@ -161,6 +223,7 @@ impl Part {
         match self {
             Part::Text(text) => ContentBlock::Text(TextContent::new(text.clone())),
             Part::Attachment(a) => a.to_block(),
+            Part::Verbatim(block) => (**block).clone(),
         }
     }
 
@@ -170,9 +233,14 @@ impl Part {
     pub fn into_block(self) -> ContentBlock {
         let a = match self {
             Part::Text(text) => return ContentBlock::Text(TextContent::new(text)),
+            Part::Verbatim(block) => return *block,
             Part::Attachment(a) => a,
         };
-        let Attached { prepared, context } = a;
+        let Attached {
+            prepared,
+            context,
+            meta,
+        } = a;
         match Arc::try_unwrap(prepared) {
             Ok(p) => {
                 let kind = Kind::of(&p.content);
@@ -182,11 +250,19 @@ impl Part {
                     content,
                     ..
                 } = p;
-                block_of(kind, &mime, &uri_text, &context, content.into_text())
+                block_of(
+                    kind,
+                    &mime,
+                    &uri_text,
+                    &context,
+                    meta.as_ref(),
+                    content.into_text(),
+                )
             }
             Err(shared) => Attached {
                 prepared: shared,
                 context,
+                meta,
             }
             .to_block(),
         }
@@ -209,6 +285,8 @@ impl Part {
                 }),
                 None => write_value(out, &a.to_block()),
             }),
+            // Written whole: it is the client's, small, and has no shared encoding.
+            Part::Verbatim(block) => serde_json::to_writer(out, block).map_err(io::Error::from),
         }
     }
 }

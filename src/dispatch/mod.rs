@@ -15,11 +15,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use agent_client_protocol_schema::v1::ContentBlock;
+use agent_client_protocol_schema::v1::{ContentBlock, TextContent};
 
 use crate::attachments::{AttachmentError, AttachmentStore, AttachmentUri, Resolved};
 use crate::ids::{MessageId, SessionId};
-use crate::model::{Message, Role, ToolsHost};
+use crate::model::{Message, MessageBlock, Role, ToolsHost};
 
 mod blocks;
 mod context;
@@ -29,7 +29,7 @@ mod memo;
 mod recycle;
 pub(crate) mod shell;
 
-pub use blocks::{Attached, ModelMessage, Part, attachment_block};
+pub use blocks::{Attached, ModelMessage, Part, attachment_block, live_link};
 pub use context::{Context, attachment_context, degradation_notice, hidden_escaped, json_escaped};
 pub use encoding::SharedStr;
 pub(crate) use encoding::encode_base64;
@@ -125,6 +125,18 @@ impl Content {
     /// The length of the encoded text.
     pub fn encoded_len(&self) -> u64 {
         self.text().len() as u64
+    }
+
+    /// The size of the file the encoding was made from: a text's own length, or what
+    /// the base64 decodes to.
+    pub fn source_len(&self) -> u64 {
+        match self {
+            Content::Text(text) => text.len() as u64,
+            Content::Image(b64) | Content::Blob(b64) => {
+                let padding = b64.bytes().rev().take_while(|b| *b == b'=').count() as u64;
+                (b64.len() as u64 / 4) * 3 - padding
+            }
+        }
     }
 
     /// The bytes the encoding's buffer holds: its capacity, which for a recycled
@@ -341,7 +353,9 @@ impl Prepared {
 
 /// Pure: a message and the reads of its references become its parts. User messages
 /// get their model text (when not blank), their transcript (when there is one), then
-/// one part per reference in order; other roles convert to text only.
+/// one part per reference in order; a message stored from a prompt gets its blocks in
+/// the order they were sent instead (`Message::content`); other roles convert to text
+/// only.
 pub fn to_parts(
     message: &Message,
     reads: &[Result<Arc<Prepared>, Unreadable>],
@@ -353,6 +367,9 @@ pub fn to_parts(
     if message.role != Role::User {
         parts.push(Part::Text(text.to_owned()));
         return Ok(parts);
+    }
+    if let Some(content) = &message.content {
+        return ordered_parts(message, content, reads, placement, mode);
     }
     // Whitespace alone is no text, as `send` already judges it.
     if !text.trim().is_empty() {
@@ -372,9 +389,73 @@ pub fn to_parts(
             Ok(p) => parts.push(Part::Attachment(Attached {
                 context: p.context(placement),
                 prepared: p.clone(),
+                meta: None,
             })),
             Err(u) => unreadable.push(u.clone()),
         }
+    }
+    if unreadable.is_empty() {
+        return Ok(parts);
+    }
+    match mode {
+        Mode::Strict => Err(DispatchError {
+            message: message.id,
+            unreadable,
+        }),
+        Mode::Degrade => {
+            parts.push(Part::Text(degradation_notice(&unreadable)));
+            Ok(parts)
+        }
+    }
+}
+
+/// The parts of a message stored from a prompt, in the order its blocks were sent:
+/// its text blocks, each reference's read where the attachment was (with the client
+/// block's own `_meta`), and the client's own blocks as kept.
+fn ordered_parts(
+    message: &Message,
+    content: &[MessageBlock],
+    reads: &[Result<Arc<Prepared>, Unreadable>],
+    placement: &Placement,
+    mode: Mode,
+) -> Result<Vec<Part>, DispatchError> {
+    let mut parts = Vec::with_capacity(content.len() + 1);
+    let mut unreadable = Vec::new();
+    let mut unparsed = 0;
+    for block in content {
+        match block {
+            // Whitespace alone is no text, as `send` judges it.
+            MessageBlock::Text { text, .. } if text.trim().is_empty() => {}
+            MessageBlock::Text { text, meta: None } => parts.push(Part::Text(text.clone())),
+            MessageBlock::Text { text, meta } => {
+                let mut t = TextContent::new(text.clone());
+                t.meta = meta.clone();
+                parts.push(Part::Verbatim(Box::new(ContentBlock::Text(t))));
+            }
+            MessageBlock::Reference { ordinal, meta } => match reads.get(*ordinal as usize) {
+                Some(Ok(p)) => parts.push(Part::Attachment(Attached {
+                    context: p.context(placement),
+                    prepared: p.clone(),
+                    meta: meta.clone(),
+                })),
+                Some(Err(u)) => unreadable.push(u.clone()),
+                // A block naming no reference: a row this store did not write.
+                None => unparsed += 1,
+            },
+            MessageBlock::Verbatim { block } => {
+                match serde_json::from_value::<ContentBlock>(block.clone()) {
+                    Ok(block) => parts.push(Part::Verbatim(Box::new(block))),
+                    Err(_) => unparsed += 1,
+                }
+            }
+        }
+    }
+    if unparsed > 0 {
+        parts.push(Part::Text(format!(
+            "[{unparsed} block{} of this message could not be read and {} left out]",
+            if unparsed == 1 { "" } else { "s" },
+            if unparsed == 1 { "was" } else { "were" },
+        )));
     }
     if unreadable.is_empty() {
         return Ok(parts);

@@ -80,6 +80,7 @@ fn message(session: SessionId, uris: &[AttachmentUri]) -> Message {
         transcript: None,
         state: Delivery::Delivered,
         created_at: String::new(),
+        content: None,
         refs: uris
             .iter()
             .enumerate()
@@ -251,7 +252,7 @@ fn a_cached_context_belongs_to_its_read_and_a_re_read_writes_a_new_one() {
             .iter()
             .filter_map(|p| match p {
                 Part::Attachment(a) => Some(a.context.to_string()),
-                Part::Text(_) => None,
+                Part::Text(_) | Part::Verbatim(_) => None,
             })
             .collect();
         assert_eq!(contexts.len(), 2);
@@ -340,6 +341,7 @@ fn blob_part(session: SessionId, encoded: SharedStr) -> Part {
     Part::Attachment(Attached {
         context: prepared.context(&placement),
         prepared,
+        meta: None,
     })
 }
 
@@ -395,6 +397,7 @@ fn a_kept_shell_serves_only_its_own_context() {
     let other = Part::Attachment(Attached {
         prepared: first.prepared.clone(),
         context: Context::new("another context".into()),
+        meta: None,
     });
     let first = Part::Attachment(first);
     for part in [&first, &other, &first, &other] {

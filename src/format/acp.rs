@@ -75,6 +75,10 @@ pub struct RecordedEntry<'a> {
     plan: Option<&'a Plan>,
     #[serde(skip_serializing_if = "Option::is_none")]
     update: Option<&'a SessionUpdate>,
+    /// An opaque update (a kind the schema does not know), as it came: written under
+    /// `update`, as a session-level one is.
+    #[serde(rename = "update", skip_serializing_if = "Option::is_none")]
+    opaque: Option<&'a serde_json::Value>,
 }
 
 impl<'a> RecordedEntry<'a> {
@@ -86,6 +90,7 @@ impl<'a> RecordedEntry<'a> {
             tool_call: None,
             plan: None,
             update: None,
+            opaque: None,
         };
         match &item.body {
             ItemBody::AgentMessage(text) => {
@@ -107,6 +112,10 @@ impl<'a> RecordedEntry<'a> {
             ItemBody::Session(update) => {
                 entry.role = "session";
                 entry.update = Some(update);
+            }
+            ItemBody::Opaque(update) => {
+                entry.role = "session";
+                entry.opaque = Some(update);
             }
         }
         entry
@@ -253,13 +262,69 @@ fn chunk_update(
     Some(SessionNotification::new(session.to_string(), update))
 }
 
+/// One `session/update` of a replay: one the schema's types hold, or an opaque one
+/// (an update of a kind the schema does not know, kept as it came), as the params it
+/// goes out with.
+#[derive(Debug, Clone, PartialEq)]
+// One is made and sent at a time; boxing the typed one would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
+pub enum Replayed {
+    Typed(SessionNotification),
+    Opaque(OpaqueNotification),
+}
+
+/// The params of an opaque update's notification: `{"sessionId","update"}`, the update
+/// as the agent sent it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpaqueNotification {
+    pub session_id: SessionId,
+    pub update: serde_json::Value,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<agent_client_protocol_schema::v1::Meta>,
+}
+
+impl Replayed {
+    /// The notification's params as JSON.
+    pub fn params(&self) -> serde_json::Value {
+        match self {
+            Replayed::Typed(n) => serde_json::to_value(n),
+            Replayed::Opaque(n) => serde_json::to_value(n),
+        }
+        .expect("notifications always serialize")
+    }
+
+    /// The whole notification in its JSON-RPC envelope, as it goes on the wire.
+    pub fn write_line(&self, out: &mut impl Write) -> io::Result<()> {
+        match self {
+            Replayed::Typed(n) => json(out, &notification_line(n.clone())),
+            Replayed::Opaque(n) => json(
+                out,
+                &JsonRpcMessage::wrap(Notification {
+                    method: SESSION_UPDATE.into(),
+                    params: Some(n),
+                }),
+            ),
+        }
+    }
+}
+
 /// The notifications a recorded item replays as (`turns::replay_updates`): chunks
 /// under the agent's own `messageId`, one `tool_call` in its merged state, the plan or
-/// session-level update as stored.
-pub fn recorded_updates(session: SessionId, item: &Item) -> Vec<SessionNotification> {
+/// session-level update as stored, an opaque update as it came.
+pub fn recorded_updates(session: SessionId, item: &Item) -> Vec<Replayed> {
     turns::replay_updates(&item.body)
         .into_iter()
-        .map(|update| SessionNotification::new(session.to_string(), update))
+        .map(|update| match update {
+            turns::Update::Known(update) => {
+                Replayed::Typed(SessionNotification::new(session.to_string(), update))
+            }
+            turns::Update::Opaque(update) => Replayed::Opaque(OpaqueNotification {
+                session_id: session,
+                update,
+                meta: None,
+            }),
+        })
         .collect()
 }
 
@@ -267,13 +332,14 @@ pub fn recorded_updates(session: SessionId, item: &Item) -> Vec<SessionNotificat
 /// them: an ACP agent's answer to `session/load`, one item at a time. A message's
 /// encodings move into its blocks when nothing else keeps them (see
 /// `Part::into_block`).
-pub fn session_updates(session: SessionId, item: ReplayItem) -> Vec<SessionNotification> {
+pub fn session_updates(session: SessionId, item: ReplayItem) -> Vec<Replayed> {
     match item {
         ReplayItem::Message(m) => {
             let ModelMessage { message, parts } = m;
             parts
                 .into_iter()
                 .filter_map(|part| message_update(session, &message, part.into_block()))
+                .map(Replayed::Typed)
                 .collect()
         }
         ReplayItem::Recorded(item) => recorded_updates(session, &item),
@@ -332,15 +398,40 @@ pub(super) fn message_lines(
     }
 }
 
-/// The lines of a recorded item.
+/// The lines of a recorded item, each with `meta` (a turn mark) when there is one.
 pub(super) fn recorded_lines(
     out: &mut impl Write,
     session: SessionId,
     item: &Item,
+    meta: Option<agent_client_protocol_schema::v1::Meta>,
 ) -> io::Result<()> {
-    for n in recorded_updates(session, item) {
-        json(out, &notification_line(n))?;
+    for mut n in recorded_updates(session, item) {
+        if let Some(meta) = &meta {
+            match &mut n {
+                Replayed::Typed(n) => n.meta = Some(meta.clone()),
+                Replayed::Opaque(n) => n.meta = Some(meta.clone()),
+            }
+        }
+        n.write_line(out)?;
         out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// The lines of a message of a marked turn: [`message_update`] of each block with the
+/// turn's mark under `_meta`, written whole (a mark is rare, so it has no kept shell).
+pub(super) fn marked_message_lines(
+    out: &mut impl Write,
+    session: SessionId,
+    m: &ModelMessage,
+    meta: agent_client_protocol_schema::v1::Meta,
+) -> io::Result<()> {
+    for part in &m.parts {
+        if let Some(mut n) = message_update(session, &m.message, part.to_block()) {
+            n.meta = Some(meta.clone());
+            json(out, &notification_line(n))?;
+            out.write_all(b"\n")?;
+        }
     }
     Ok(())
 }

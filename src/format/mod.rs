@@ -22,14 +22,14 @@ use std::io::{self, Write};
 use crate::dispatch::ModelMessage;
 use crate::dispatch::shell::Scratch;
 use crate::ids::SessionId;
-use crate::model::Item;
+use crate::model::{Item, Turn, TurnEnd};
 use crate::replay::ReplayItem;
 use crate::turns;
 
 pub use acp::{
-    RecordedEntry, RestoreEntry, RestoreMessage, RestoreObject, SESSION_PROMPT, SESSION_UPDATE,
-    message_update, notification_line, prompt_frame, prompt_request, recorded_updates,
-    session_updates,
+    OpaqueNotification, RecordedEntry, Replayed, RestoreEntry, RestoreMessage, RestoreObject,
+    SESSION_PROMPT, SESSION_UPDATE, message_update, notification_line, prompt_frame,
+    prompt_request, recorded_updates, session_updates,
 };
 use openai::Api;
 
@@ -74,7 +74,16 @@ pub struct StreamWriter<W: Write> {
     /// shell serves it.
     scratch: Scratch,
     kept: acp::Kept,
+    /// The session's turns that did not end with `end_turn` (cancelled, failed,
+    /// interrupted), in history order: the `acp-updates` lines of their entries say so
+    /// under `_meta` ([`TURN_META_KEY`]).
+    marked: Vec<Turn>,
 }
+
+/// The `_meta` key under which a replayed `session/update` of a turn that did not end
+/// with `end_turn` says how it ended: `{"id", "state", "stopReason"?, "reason"?}`,
+/// `state` being `interrupted` (no end recorded), `failed`, or the stop reason.
+pub const TURN_META_KEY: &str = "sessionstore/turn";
 
 impl<W: Write> StreamWriter<W> {
     /// Writes the opening of `format` for `session`; `model` names the model in the
@@ -112,7 +121,37 @@ impl<W: Write> StreamWriter<W> {
             closing,
             scratch,
             kept: acp::Kept::default(),
+            marked: Vec::new(),
         })
+    }
+
+    /// Marks the `acp-updates` lines of the entries of `turns` that did not end with
+    /// `end_turn` (each entry belongs to the latest turn that began at or before it);
+    /// the other formats are unchanged.
+    pub fn marking_turns(mut self, turns: Vec<Turn>) -> StreamWriter<W> {
+        let mut turns = turns;
+        turns.sort_by_key(|t| t.seq);
+        self.marked = turns;
+        self
+    }
+
+    /// The `_meta` of the lines of the entry at `seq`, when its turn is marked.
+    fn turn_meta(&self, seq: i64) -> Option<agent_client_protocol_schema::v1::Meta> {
+        let at = self.marked.partition_point(|t| t.seq <= seq);
+        let turn = self.marked.get(at.checked_sub(1)?)?;
+        let mark = match &turn.end {
+            Some(TurnEnd::Stopped { stop_reason }) if stop_reason == "end_turn" => return None,
+            None => serde_json::json!({"id": turn.id, "state": "interrupted"}),
+            Some(TurnEnd::Failed { reason }) => {
+                serde_json::json!({"id": turn.id, "state": "failed", "reason": reason})
+            }
+            Some(TurnEnd::Stopped { stop_reason }) => {
+                serde_json::json!({"id": turn.id, "state": stop_reason, "stopReason": stop_reason})
+            }
+        };
+        let mut meta = agent_client_protocol_schema::v1::Meta::new();
+        meta.insert(TURN_META_KEY.to_owned(), mark);
+        Some(meta)
     }
 
     /// Writes one item of a restored history.
@@ -129,6 +168,7 @@ impl<W: Write> StreamWriter<W> {
     /// client's state, not conversation: `turns::model_text`).
     pub fn recorded(&mut self, item: &Item) -> io::Result<()> {
         let api = self.api();
+        let meta = self.turn_meta(item.seq);
         let out = &mut self.out;
         match self.format {
             Format::AcpRestore => {
@@ -138,7 +178,7 @@ impl<W: Write> StreamWriter<W> {
             // `dispatch` and `drain` hand over messages only; a block array has no
             // place for a tool call or a plan.
             Format::AcpBlocks => Ok(()),
-            Format::AcpUpdates => acp::recorded_lines(out, self.session, item),
+            Format::AcpUpdates => acp::recorded_lines(out, self.session, item, meta),
             Format::OpenaiChat | Format::OpenaiResponses => {
                 let Some(blocks) = turns::model_text(&item.body) else {
                     return Ok(());
@@ -152,6 +192,7 @@ impl<W: Write> StreamWriter<W> {
     /// Writes one dispatched message.
     pub fn message(&mut self, m: &ModelMessage) -> io::Result<()> {
         let api = self.api();
+        let meta = self.turn_meta(m.message.seq);
         let out = &mut self.out;
         let scratch = &mut self.scratch;
         match self.format {
@@ -166,12 +207,20 @@ impl<W: Write> StreamWriter<W> {
                 }
                 Ok(())
             }
-            Format::AcpUpdates => acp::message_lines(out, &mut self.kept, self.session, m),
+            Format::AcpUpdates => match meta {
+                None => acp::message_lines(out, &mut self.kept, self.session, m),
+                Some(meta) => acp::marked_message_lines(out, self.session, m, meta),
+            },
             Format::OpenaiChat | Format::OpenaiResponses => {
                 comma(out, &mut self.first)?;
                 openai::message(out, scratch, api, m)
             }
         }
+    }
+
+    /// The writer written to, for a caller that takes what was written item by item.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
     }
 
     /// Writes the closing and hands the writer back (not flushed).

@@ -80,7 +80,7 @@ pub(super) fn message(
             .iter()
             .filter_map(|p| match p {
                 Part::Attachment(a) => Some(a),
-                Part::Text(_) => None,
+                Part::Text(_) | Part::Verbatim(_) => None,
             })
             .collect(),
         // Other roles convert to their texts alone.

@@ -48,6 +48,7 @@ fn attached(p: &Arc<Prepared>, tools_host: ToolsHost) -> Part {
     Part::Attachment(Attached {
         context: attachment_context(p, &placement).into(),
         prepared: p.clone(),
+        meta: None,
     })
 }
 
@@ -64,6 +65,7 @@ fn message(session: SessionId, seq: i64, role: Role, parts: Vec<Part>) -> ModelM
             state: Delivery::Delivered,
             created_at: String::new(),
             refs: vec![],
+            content: None,
         },
         parts,
     }
@@ -253,6 +255,10 @@ fn every_format_writes_what_its_typed_values_serialize_to() {
     let replayed: Vec<SessionNotification> = history
         .iter()
         .flat_map(|m| session_updates(session, ReplayItem::Message(m.clone())))
+        .map(|n| match n {
+            crate::format::Replayed::Typed(n) => n,
+            opaque => panic!("a message replays as typed updates, not {opaque:?}"),
+        })
         .collect();
     assert_eq!(replayed, want);
     assert_eq!(written_whole(), 0, "every value was cut and spliced");

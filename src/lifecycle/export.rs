@@ -15,7 +15,7 @@ use crate::Store;
 use crate::attachments::AttachmentUri;
 use crate::error::{Error, Result};
 use crate::ids::{ItemId, SessionId};
-use crate::model::{Event, Item, ItemBody, Message, Session};
+use crate::model::{Event, Item, ItemBody, Message, Session, Setting};
 use crate::store::blocking;
 
 /// What the manifest's `format` says, so `import` knows the archive for one of ours.
@@ -43,6 +43,10 @@ pub struct Manifest {
     /// Stored names the messages refer to that no root had at export time: their
     /// references travel, and degrade on dispatch as they did in the origin.
     pub missing: Vec<String>,
+    /// The client's settings of a proxied session (none in archives of other ones,
+    /// and of earlier versions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settings: Vec<Setting>,
 }
 
 /// A recorded item as its row holds it.
@@ -141,6 +145,7 @@ impl Store {
                 events: snap.events.clone(),
                 files,
                 missing,
+                settings: snap.settings.clone(),
             };
             write_replacing(&out, |file| {
                 let mut tar = tar::Builder::new(std::io::BufWriter::new(file));
@@ -320,6 +325,10 @@ fn item_markdown(body: &ItemBody) -> String {
             let quoted: Vec<String> = text(t).lines().map(|l| format!("> {l}")).collect();
             format!("## agent (thinking)\n\n{}\n", quoted.join("\n"))
         }
+        ItemBody::Opaque(update) => format!(
+            "## agent update\n\n{} (a kind this store does not know)\n",
+            one_line(update["sessionUpdate"].as_str().unwrap_or("unknown"))
+        ),
         ItemBody::ToolCall(call) => format!(
             "## tool call\n\n{} ({:?})\n",
             one_line(&call.title),

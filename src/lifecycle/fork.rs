@@ -102,11 +102,18 @@ impl Store {
         let title = title
             .filter(|t| !t.trim().is_empty())
             .or(snap.session.title.clone());
+        // The fork keeps the client's working directory and settings; its agent side
+        // is a new one, started when it is first used.
         let new = NewSession {
             id: fork,
-            title,
-            tools_host: snap.session.tools_host,
+            session: crate::model::NewSession {
+                title,
+                tools_host: snap.session.tools_host,
+                cwd: snap.session.cwd.clone(),
+                agent: None,
+            },
             forked_from: Some(forked_from),
+            settings: snap.settings.clone(),
         };
         let attachments = self.attachments.clone();
         let db = self.db.clone();
@@ -172,5 +179,6 @@ pub(crate) fn rewritten(m: &Message, to: SessionId) -> NewMessage {
                 size: r.size,
             })
             .collect(),
+        content: m.content.clone(),
     }
 }

@@ -124,11 +124,18 @@ impl Store {
                 );
                 history.sort_by_key(|(seq, _)| *seq);
                 let history: Vec<Entry> = history.into_iter().map(|(_, e)| e).collect();
+                // The agent binding names an agent session on the machine that
+                // exported it: the imported session starts a new one when used.
                 let new = NewSession {
                     id,
-                    title: manifest.session.title.clone(),
-                    tools_host: manifest.session.tools_host,
+                    session: crate::model::NewSession {
+                        title: manifest.session.title.clone(),
+                        tools_host: manifest.session.tools_host,
+                        cwd: manifest.session.cwd.clone(),
+                        agent: None,
+                    },
                     forked_from: None,
+                    settings: manifest.settings.clone(),
                 };
                 db.write(|tx| copies::write_session(tx, &new, &history))
             })();
@@ -387,6 +394,12 @@ fn check_rows(manifest: &Manifest, listed: &BTreeMap<&str, u64>) -> Result<Vec<I
             &items,
             expected,
         ));
+        if manifest.settings != expected.settings {
+            problems.push(crate::model::Problem::new(
+                crate::model::ProblemKind::ChangedRow,
+                "the manifest's settings differ from its event log's",
+            ));
+        }
     }
     if let Some(first) = problems.first() {
         return Err(refused(format!(

@@ -98,6 +98,18 @@ impl Store {
         limit: usize,
         cursor: Option<SessionCursor>,
     ) -> Result<SessionPage> {
+        self.list_sessions_in(limit, cursor, None).await
+    }
+
+    /// [`Store::list_sessions_page`] of the sessions in one working directory (an ACP
+    /// client's `session/list` with a `cwd`): those whose client gave `cwd`, and, when
+    /// `filter.unset_too`, those that have none.
+    pub async fn list_sessions_in(
+        &self,
+        limit: usize,
+        cursor: Option<SessionCursor>,
+        filter: Option<CwdFilter>,
+    ) -> Result<SessionPage> {
         let limit = limit.clamp(1, MAX_PAGE);
         let db = self.db().clone();
         // One row past the page says whether another page follows, so the last page
@@ -105,7 +117,11 @@ impl Store {
         let mut sessions = crate::store::blocking(move || {
             db.read(|tx| {
                 let after = cursor.as_ref().map(|c| (c.updated_at.as_str(), &c.id));
-                crate::db::sessions::page(tx, limit + 1, after)
+                let cwd = filter.as_ref().map(|f| crate::db::sessions::CwdFilter {
+                    cwd: &f.cwd,
+                    unset_too: f.unset_too,
+                });
+                crate::db::sessions::page(tx, limit + 1, after, cwd)
             })
         })
         .await?;
@@ -121,6 +137,14 @@ impl Store {
             next_cursor,
         })
     }
+}
+
+/// Which sessions a listing takes by the working directory their client gave: those
+/// with `cwd`, and, when `unset_too`, those that have none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CwdFilter {
+    pub cwd: String,
+    pub unset_too: bool,
 }
 
 #[cfg(test)]

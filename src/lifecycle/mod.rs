@@ -18,7 +18,7 @@ mod progress;
 pub use crate::model::SessionSummary;
 pub use delete::{DeleteOptions, DeleteReport, DeletedSession, DeletionStatus};
 pub use gc::{DEFAULT_GC_GRACE, GcOptions, GcReport, Tally, parse_duration};
-pub use list::{CursorError, DEFAULT_PAGE, MAX_PAGE, SessionCursor, SessionPage};
+pub use list::{CursorError, CwdFilter, DEFAULT_PAGE, MAX_PAGE, SessionCursor, SessionPage};
 pub use progress::{Progress, Step};
 
 /// Whether an operation that removes things (`delete_sessions_with`, `gc`) removes
@@ -38,10 +38,10 @@ impl Run {
 }
 
 use crate::Store;
-use crate::db::{queries, turns};
+use crate::db::{proxied, queries, turns};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
-use crate::model::{Event, Item, Message, Session};
+use crate::model::{Event, Item, Message, Session, Setting};
 use crate::projection;
 
 /// A session's rows and its event log read in one snapshot, after checking that the
@@ -53,6 +53,8 @@ pub(crate) struct Snapshot {
     pub messages: Vec<Message>,
     pub items: Vec<Item>,
     pub events: Vec<Event>,
+    /// The client's settings (a proxied session's), which a fork and an import keep.
+    pub settings: Vec<Setting>,
 }
 
 pub(crate) async fn snapshot(store: &Store, session: SessionId) -> Result<Snapshot> {
@@ -62,10 +64,15 @@ pub(crate) async fn snapshot(store: &Store, session: SessionId) -> Result<Snapsh
             let messages = queries::messages(tx, &session, None)?;
             let items = turns::items(tx, &session)?;
             let events = queries::events(tx, &session)?;
+            let settings = proxied::settings(tx, &session)?;
+            let turns = proxied::turns(tx, &session)?;
             let (expected, mut problems) = projection::replay(session, &events);
             if let Some(expected) = &expected {
                 problems.extend(projection::compare(&current, &messages, expected));
                 problems.extend(projection::compare_items(&current, &items, expected));
+                problems.extend(projection::compare_turns(
+                    &current, &turns, &settings, expected,
+                ));
             }
             if !problems.is_empty() {
                 return Err(Error::LogMismatch { session, problems });
@@ -75,6 +82,7 @@ pub(crate) async fn snapshot(store: &Store, session: SessionId) -> Result<Snapsh
                 messages,
                 items,
                 events,
+                settings,
             })
         })
         .await

@@ -21,7 +21,7 @@ use crate::model::Role;
 use crate::openai::ChatPart;
 use crate::store::Store;
 
-pub use crate::db::audit::{PATH_WORDS, PathAudit};
+pub use crate::db::audit::{CLIENT_CONTENT_COLUMNS, PATH_WORDS, PathAudit};
 
 /// The `_meta` key a block's path context rides under, as DESIGN.md spells it
 /// (invariant 3): written out here rather than taken from the library's constant, so

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::support::{Bin, TestStore, config_in, copy_tree, fixture, json, snapshot};
 
 /// Every fixture version; a new released schema adds its folder here.
-const FIXTURES: &[&str] = &["v1", "v2", "v4"];
+const FIXTURES: &[&str] = &["v1", "v2", "v4", "v5"];
 
 /// `(type, name, sql)` of every schema object, and `(version, name, checksum)` of
 /// every applied migration.
@@ -163,28 +163,39 @@ fn v1_rows(db: &Path) -> Vec<(String, Vec<String>)> {
     let conn =
         rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .unwrap();
-    ["sessions", "messages", "message_refs", "events"]
-        .iter()
-        .map(|table| {
-            let mut stmt = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
-            let columns = stmt.column_count();
-            let mut rows: Vec<String> = stmt
-                .query_map([], |r| {
-                    (0..columns)
-                        .map(|i| {
-                            r.get::<_, rusqlite::types::Value>(i)
-                                .map(|v| format!("{v:?}"))
-                        })
-                        .collect::<Result<Vec<_>, _>>()
-                        .map(|v| v.join("|"))
-                })
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap();
-            rows.sort();
-            (table.to_string(), rows)
-        })
-        .collect()
+    // V1's own columns: later versions add some, which an upgraded V1 row has empty.
+    [
+        ("sessions", "id, title, tools_host, created_at, updated_at"),
+        (
+            "messages",
+            "id, session_id, seq, role, display_text, model_text, transcript, state, created_at",
+        ),
+        ("message_refs", "*"),
+        ("events", "*"),
+    ]
+    .iter()
+    .map(|(table, columns)| {
+        let mut stmt = conn
+            .prepare(&format!("SELECT {columns} FROM {table}"))
+            .unwrap();
+        let columns = stmt.column_count();
+        let mut rows: Vec<String> = stmt
+            .query_map([], |r| {
+                (0..columns)
+                    .map(|i| {
+                        r.get::<_, rusqlite::types::Value>(i)
+                            .map(|v| format!("{v:?}"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(|v| v.join("|"))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        rows.sort();
+        (table.to_string(), rows)
+    })
+    .collect()
 }
 
 #[test]
@@ -344,4 +355,144 @@ fn the_v4_fixture_restores_searches_and_lists_from_moved_roots() {
     assert_eq!(report["tombstones"], 1, "{report}");
     assert_eq!(report["sessions"], 2, "{report}");
     assert_eq!(report["problems"], serde_json::json!([]), "{report}");
+}
+
+/// The V5 fixture, a session an ACP client opened through the proxy, moved elsewhere:
+/// its prompt replays in the order its blocks were sent (the attachments with paths
+/// under the moved root that hold their bytes, the client's own link and the text's
+/// `_meta` as they came), the agent's turn replays whole (the unknown update kind
+/// verbatim), the cancelled and the interrupted turns are marked in their lines'
+/// `_meta`, and `session show` has the working directory, the agent and the turns.
+#[test]
+fn the_v5_fixture_replays_a_proxied_session_in_order_from_moved_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let moved = dir.path().join("somewhere else");
+    copy_tree(&fixture("v5"), &moved);
+    let id = |file: &str| {
+        std::fs::read_to_string(moved.join(file))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (sid, plain) = (id("session-id"), id("plain-id"));
+    let run = |args: &[&str]| {
+        Bin::new(dir.path())
+            .args(args)
+            .on(&moved_store(&moved))
+            .output()
+    };
+    json(&run(&["migrate", "--json"]));
+
+    let restored = json(&run(&["restore", "--format", "acp", "--session", &sid]));
+    let names: Vec<String> = attachment_paths(&restored, &moved)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(names, ["chart.png", "notes q3.txt", "data.bin"]);
+    let first = &restored["messages"][0]["content"];
+    let kinds: Vec<&str> = first
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "text",
+            "image",
+            "text",
+            "resource",
+            "resource",
+            "resource_link"
+        ]
+    );
+    assert_eq!(
+        first[2]["_meta"]["editor/selection"],
+        serde_json::json!([3, 9])
+    );
+    assert_eq!(
+        first[5]["uri"], "file:///home/ada/projects/ledger/ledger.rs",
+        "the client's own link, as it sent it"
+    );
+
+    let lines = crate::support::stdout(&run(&[
+        "restore",
+        "--format",
+        "acp-updates",
+        "--session",
+        &sid,
+    ]));
+    let updates: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = updates
+        .iter()
+        .map(|u| u["params"]["update"]["sessionUpdate"].as_str().unwrap())
+        .collect();
+    for kind in [
+        "agent_thought_chunk",
+        "agent_message_chunk",
+        "tool_call",
+        "plan",
+        "sessionstore_test_future",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
+    }
+    let future = updates
+        .iter()
+        .find(|u| u["params"]["update"]["sessionUpdate"] == "sessionstore_test_future")
+        .unwrap();
+    assert_eq!(
+        future["params"]["update"]["detail"],
+        serde_json::json!({"n": 1})
+    );
+    let marks: Vec<&str> = updates
+        .iter()
+        .filter_map(|u| u["params"]["_meta"]["sessionstore/turn"]["state"].as_str())
+        .collect();
+    assert_eq!(marks, ["cancelled", "interrupted"], "{lines}");
+
+    let shown = json(&run(&["session", "show", &sid, "--json"]));
+    assert_eq!(shown["session"]["cwd"], "/home/ada/projects/ledger");
+    assert_eq!(
+        shown["session"]["agent"]["agent"],
+        "sessionstore-test-agent"
+    );
+    let states: Vec<serde_json::Value> = shown["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["end"].clone())
+        .collect();
+    assert_eq!(
+        states,
+        [
+            serde_json::json!({"outcome": "stopped", "stopReason": "end_turn"}),
+            serde_json::json!({"outcome": "stopped", "stopReason": "cancelled"}),
+            serde_json::Value::Null,
+        ]
+    );
+
+    // The session made on the command line restores as any other, its legacy file
+    // from the moved legacy root.
+    let restored = json(&run(&["restore", "--format", "acp", "--session", &plain]));
+    let roots: Vec<(String, bool)> = attachment_paths(&restored, &moved)
+        .into_iter()
+        .map(|(name, path)| (name, path.starts_with(moved.join("legacy"))))
+        .collect();
+    assert_eq!(
+        roots,
+        [
+            ("plain.txt".to_string(), false),
+            ("old.txt".to_string(), true)
+        ]
+    );
+    let verified = run(&["verify"]);
+    assert!(
+        verified.status.success(),
+        "{}",
+        crate::support::stdout(&verified)
+    );
 }

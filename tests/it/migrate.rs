@@ -256,6 +256,19 @@ fn no_column_holds_a_path_root_or_directory() {
         "{:?} look like they store a path",
         audit.path_columns
     );
+    // The one documented exception: the working directory an ACP client gave for a
+    // session, its own words kept as given. It is there, it is the only one, and the
+    // audit's words find it (so the exception, not a gap in the words, lets it by).
+    assert_eq!(
+        sessionstore::oracle::CLIENT_CONTENT_COLUMNS,
+        ["sessions.cwd"]
+    );
+    assert!(audit.columns.contains(&"sessions.cwd".to_owned()));
+    assert!(
+        sessionstore::oracle::PATH_WORDS
+            .iter()
+            .any(|w| "cwd".contains(w))
+    );
 }
 
 #[test]

@@ -41,7 +41,16 @@ fn expected_lines(restored: &Restored) -> Vec<Line> {
                     });
                 }
             }
-            HistoryEntry::Recorded(item) => updates.extend(turns::replay_updates(&item.body)),
+            HistoryEntry::Recorded(item) => updates.extend(
+                turns::replay_updates(&item.body)
+                    .into_iter()
+                    .map(|u| match u {
+                        turns::Update::Known(u) => u,
+                        turns::Update::Opaque(v) => {
+                            panic!("these histories hold no opaque update: {v}")
+                        }
+                    }),
+            ),
         }
     }
     updates

@@ -28,11 +28,7 @@ async fn a_failure_mid_transaction_keeps_neither_row_nor_event() {
              BEGIN SELECT RAISE(ABORT, 'forced failure'); END;",
         )
         .unwrap();
-    let err = t
-        .store()
-        .append_message(s.id, user_text("lost"))
-        .await
-        .unwrap_err();
+    let err = t.store().send(s.id, user_text("lost")).await.unwrap_err();
     assert!(
         matches!(err, sessionstore::Error::Database { .. }),
         "{err:?}"
@@ -60,9 +56,7 @@ async fn concurrent_writers_wait_instead_of_failing() {
     for i in 0..40 {
         let store = t.store().clone();
         tasks.push(tokio::spawn(async move {
-            store
-                .append_message(s.id, user_text(&format!("m{i}")))
-                .await
+            store.send(s.id, user_text(&format!("m{i}"))).await
         }));
     }
     for task in tasks {

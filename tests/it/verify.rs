@@ -8,7 +8,7 @@ async fn seeded(t: &TestStore) -> sessionstore::Store {
     let store = t.open().await;
     let s = store.create_session(None, ToolsHost::Local).await.unwrap();
     for t in ["one", "two"] {
-        store.append_message(s.id, user_text(t)).await.unwrap();
+        store.send(s.id, user_text(t)).await.unwrap();
     }
     store
 }

@@ -33,6 +33,7 @@ fn user_message(refs: &[&AttachmentUri]) -> Message {
         transcript: None,
         state: crate::model::Delivery::Delivered,
         created_at: String::new(),
+        content: None,
         refs: refs
             .iter()
             .enumerate()

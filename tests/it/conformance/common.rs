@@ -99,7 +99,10 @@ pub async fn restored_paths(store: &Store, session: SessionId, files: &[Expect])
 
 /// One line of what `record` reads, as the update it parses to for `session`.
 pub fn parse_update(line: &str, session: SessionId) -> SessionUpdate {
-    sessionstore::turns::parse_line(line, session).expect("a valid update")
+    match sessionstore::turns::parse_line(line, session).expect("a valid update") {
+        sessionstore::turns::Update::Known(update) => update,
+        opaque => panic!("a known update, not {opaque:?}"),
+    }
 }
 
 /// A session with an image and a text file in the configured root, a file only in

@@ -15,8 +15,8 @@ use sessionstore::{Error, SessionId};
 use super::common::{expect, session};
 use crate::restored::CollectRestore;
 use crate::support::{
-    Expect, RECORDED_TURN, TestStore, block_json, check_attachment, conformance, json, roles,
-    stderr, stdout, user_text,
+    Expect, RECORDED_TURN, TestStore, block_json, check_attachment, conformance, json, queued_text,
+    roles, stderr, stdout, user_text,
 };
 
 conformance!(
@@ -50,13 +50,10 @@ async fn every_change_writes_its_event_in_order(b: TestStore) {
     let store = b.open().await;
     let s = store.create_session(None, ToolsHost::Ssh).await.unwrap();
     let m = store
-        .append_message(s.id, user_text("first question\nmore"))
+        .send(s.id, user_text("first question\nmore"))
         .await
         .unwrap();
-    let q = store
-        .queue_message(s.id, user_text("mid-turn"))
-        .await
-        .unwrap();
+    let q = store.send(s.id, queued_text("mid-turn")).await.unwrap();
     assert_eq!(q.state, Delivery::Queued);
     store.mark_delivered(s.id, vec![q.id]).await.unwrap();
     let events = store.events(s.id).await.unwrap();
@@ -192,10 +189,7 @@ async fn a_rename_is_an_event_and_an_unknown_session_is_named(b: TestStore) {
         .await
         .unwrap();
     // A given title is not replaced by the first message.
-    store
-        .append_message(s.id, user_text("hello"))
-        .await
-        .unwrap();
+    store.send(s.id, user_text("hello")).await.unwrap();
     assert_eq!(
         store.session(s.id).await.unwrap().title.as_deref(),
         Some("before")
@@ -229,10 +223,7 @@ async fn a_rename_is_an_event_and_an_unknown_session_is_named(b: TestStore) {
         matches!(err, Error::SessionNotFound(id) if id == ghost),
         "{err:?}"
     );
-    let err = store
-        .append_message(ghost, user_text("x"))
-        .await
-        .unwrap_err();
+    let err = store.send(ghost, user_text("x")).await.unwrap_err();
     assert!(
         matches!(err, Error::SessionNotFound(id) if id == ghost),
         "{err:?}"

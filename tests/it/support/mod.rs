@@ -18,13 +18,15 @@ pub(crate) use store::conformance;
 pub use store::{HOST, TestStore, config_in, postgres_url};
 
 /// A user message as typed, with no references.
-pub fn user_text(t: &str) -> sessionstore::model::NewMessage {
-    sessionstore::model::NewMessage {
-        role: sessionstore::model::Role::User,
-        display_text: t.to_owned(),
-        model_text: None,
-        transcript: None,
-        refs: vec![],
+pub fn user_text(t: &str) -> sessionstore::store::Outgoing {
+    sessionstore::store::Outgoing::user(t)
+}
+
+/// [`user_text`] queued mid-turn, for the next drain.
+pub fn queued_text(t: &str) -> sessionstore::store::Outgoing {
+    sessionstore::store::Outgoing {
+        mid_turn: true,
+        ..sessionstore::store::Outgoing::user(t)
     }
 }
 

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agent_client_protocol_schema::v1::{ContentBlock, SessionUpdate};
+use agent_client_protocol_schema::v1::ContentBlock;
 
 use crate::attachments::{
     AttachmentStore, AttachmentUri, Download, Listed, MAX_ATTACHMENT_BYTES, ReadObserver,
@@ -19,11 +19,15 @@ use crate::db::{
 use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
-use crate::model::{
-    Delivery, Event, Item, Message, NewMessage, NewReference, Role, Session, ToolsHost,
-};
+use crate::model::{Delivery, Event, Item, Message, Role, Session, ToolsHost};
 use crate::projection;
 use crate::replay::RestoreStream;
+use crate::turns::Update;
+
+mod prompt;
+mod proxied;
+
+pub use prompt::{Prompt, PromptBlock};
 
 /// The one handle on a session store: the database pool and the one attachment store
 /// that both writes uploads and reads them back, over the roots in `config`.
@@ -260,20 +264,6 @@ impl Store {
         self.with_read(queries::list_sessions).await
     }
 
-    /// Appends a delivered message with its references, and its event, in one write.
-    pub async fn append_message(&self, session: SessionId, message: NewMessage) -> Result<Message> {
-        self.with_write(move |tx| {
-            queries::insert_message(tx, &session, &message, Delivery::Delivered)
-        })
-        .await
-    }
-
-    /// Persists a mid-turn message as queued; only a drain delivers it.
-    pub async fn queue_message(&self, session: SessionId, message: NewMessage) -> Result<Message> {
-        self.with_write(move |tx| queries::insert_message(tx, &session, &message, Delivery::Queued))
-            .await
-    }
-
     pub async fn mark_delivered(&self, session: SessionId, ids: Vec<MessageId>) -> Result<()> {
         self.with_write(move |tx| queries::mark_delivered(tx, &session, &ids))
             .await
@@ -309,16 +299,39 @@ impl Store {
     }
 
     /// Records a batch of ACP session updates from the agent (its messages, thoughts,
-    /// tool calls, plans and session-level updates) in one write with its event,
-    /// all or nothing: a refused update (a `user_message_chunk`, a kind that is not
-    /// history, an update for a tool call never recorded) stores nothing of the batch.
-    pub async fn record(
+    /// tool calls, plans and session-level updates, and updates of kinds the schema
+    /// does not know, kept opaque) in one write with its event, all or nothing: a
+    /// refused update (a `user_message_chunk`, a kind that is not history, an update
+    /// for a tool call never recorded) stores nothing of the batch.
+    pub async fn record<U: Into<Update>>(
         &self,
         session: SessionId,
-        updates: Vec<SessionUpdate>,
+        updates: Vec<U>,
     ) -> Result<Recorded> {
+        let updates: Vec<Update> = updates.into_iter().map(Into::into).collect();
         self.with_write(move |tx| db::turns::record(tx, &session, &updates))
             .await
+    }
+
+    /// [`Store::record`] of updates as the JSON an agent sent (the `update` of each
+    /// `session/update`), each read as `record` reads an input line: a refused one is
+    /// `Error::UpdateRefused` with its place in the batch, and nothing is stored.
+    pub async fn record_values(
+        &self,
+        session: SessionId,
+        updates: Vec<serde_json::Value>,
+    ) -> Result<Recorded> {
+        let updates = updates
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                Update::from_value(v).map_err(|refusal| Error::UpdateRefused {
+                    line: i + 1,
+                    refusal,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.record(session, updates).await
     }
 
     /// A session's recorded turn items, in history order.
@@ -447,93 +460,6 @@ impl Store {
 }
 
 impl Store {
-    /// Checks every reference before persisting anything: the URI parses, names this
-    /// session, and opens now, the way a read would, which fills the stored name, MIME
-    /// type and size without reading the whole file. Then the message is stored,
-    /// delivered or queued, with its event. The checks and the write are one trip to
-    /// the blocking pool, and the session is looked up inside the write.
-    pub async fn send(&self, session: SessionId, send: Outgoing) -> Result<Message> {
-        if send.role != Role::User && (!send.attach.is_empty() || send.mid_turn) {
-            return Err(Error::RoleCannotAttach { role: send.role });
-        }
-        // Blank optional parts are no parts: an empty expansion must not replace what
-        // was typed, and an empty transcript is no audio.
-        let blank_to_none = |v: Option<String>| v.filter(|t| !t.trim().is_empty());
-        let send = Outgoing {
-            expanded: blank_to_none(send.expanded),
-            transcript: blank_to_none(send.transcript),
-            ..send
-        };
-        if send.text.trim().is_empty()
-            && send.attach.is_empty()
-            && send.expanded.is_none()
-            && send.transcript.is_none()
-        {
-            return Err(Error::EmptyMessage);
-        }
-        let attachments = self.attachments.clone();
-        let db = self.db.clone();
-        blocking(move || {
-            // The files are looked at before the write lock is taken, so no writer
-            // waits on a slow disk; a refusal is reported only once the session is
-            // known to exist, so an unknown session is named as such first.
-            let mut dirs = crate::attachments::SessionDirs::default();
-            let refs = send
-                .attach
-                .into_iter()
-                .map(|uri| {
-                    if uri.session() != session {
-                        return Err(Error::ForeignReference { uri, session });
-                    }
-                    let checked = attachments.check_in(&mut dirs, &session, &uri)?;
-                    let reference = NewReference {
-                        uri,
-                        stored_name: checked.name,
-                        mime_type: checked.mime,
-                        size: checked.size,
-                    };
-                    Ok((reference, checked.root))
-                })
-                .collect::<Result<Vec<_>>>();
-            let state = if send.mid_turn {
-                Delivery::Queued
-            } else {
-                Delivery::Delivered
-            };
-            // The write may run more than once (PostgreSQL retries a transaction that
-            // lost a race), so it borrows what it writes; a refusal found above is
-            // returned by the first run, which ends the write.
-            let (refs, roots, mut refused) = match refs {
-                Ok(checked) => {
-                    let (refs, roots): (Vec<_>, Vec<_>) = checked.into_iter().unzip();
-                    (refs, roots, None)
-                }
-                Err(e) => (vec![], vec![], Some(e)),
-            };
-            let message = NewMessage {
-                role: send.role,
-                display_text: send.text,
-                model_text: send.expanded,
-                transcript: send.transcript,
-                refs,
-            };
-            db.write_for(&session, move |tx| {
-                let current = queries::get_session(tx, &session)?;
-                if let Some(e) = refused.take() {
-                    return Err(e);
-                }
-                // gc decides and removes unreferenced uploads under this same write
-                // lock, so a file it took since the check above is seen gone here,
-                // and one still here stays: this message's reference now protects it.
-                for (reference, root) in message.refs.iter().zip(&roots) {
-                    attachments.still_there(&dirs, &session, &reference.uri, root)?;
-                }
-                queries::insert_message_for(tx, &current, &message, state)
-            })
-        })
-        .await
-    }
-
     /// The attachment store as dispatch reads through it, encoding into this store's
     /// recycled buffers.
     fn resolver(&self) -> dispatch::Recycling<AttachmentStore> {

@@ -1,0 +1,405 @@
+//! The agent's lifetime behind the proxy. It is started on the client's `initialize`
+//! (with the client's own request), and if it exits or crashes, the requests waiting
+//! on it fail naming it, and the next request that needs it starts it again, after a
+//! pause that grows with each crash in a row, re-sending `initialize` and
+//! `authenticate` as the client sent them. Each start is a generation: a session's
+//! agent side belongs to one, and is brought up again in the next.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::child::{AgentCommand, Child};
+use super::frame::{Frame, FrameReader};
+use super::link::Link;
+use super::rpc::{Message, code};
+use super::{FRAME_LIMIT, Failure, Proxy};
+use crate::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
+
+/// The pause before a restart after the first crash; it doubles with each crash in a
+/// row, up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(250);
+const MAX_PAUSE: Duration = Duration::from_secs(30);
+/// A run this long is no longer "in a row" with the crash before it.
+const STEADY_RUN: Duration = Duration::from_secs(60);
+/// How long a stopping agent gets to exit on its own once its input is closed.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// What the agent can do, read from its `initialize` answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Capabilities {
+    pub load: bool,
+    pub resume: bool,
+    pub close: bool,
+    pub delete: bool,
+    pub image: bool,
+    pub audio: bool,
+    pub embedded: bool,
+    /// The agent announced `DAEMON_ATTACHMENT_CONTEXT_META_KEY` under
+    /// `agentCapabilities._meta`: it reads each attachment's path context there.
+    pub reads_context: bool,
+}
+
+impl Capabilities {
+    fn of(initialized: &Value) -> Capabilities {
+        let caps = &initialized["agentCapabilities"];
+        let on = |v: &Value| v.as_bool().unwrap_or(false);
+        let offered = |v: &Value| !v.is_null();
+        let sessions = &caps["sessionCapabilities"];
+        Capabilities {
+            load: on(&caps["loadSession"]),
+            resume: offered(&sessions["resume"]),
+            close: offered(&sessions["close"]),
+            delete: offered(&sessions["delete"]),
+            image: on(&caps["promptCapabilities"]["image"]),
+            audio: on(&caps["promptCapabilities"]["audio"]),
+            embedded: on(&caps["promptCapabilities"]["embeddedContext"]),
+            reads_context: caps["_meta"]
+                .get(DAEMON_ATTACHMENT_CONTEXT_META_KEY)
+                .is_some_and(|v| !matches!(v, Value::Null | Value::Bool(false))),
+        }
+    }
+}
+
+/// One start of the agent.
+pub(crate) struct Running {
+    pub generation: u64,
+    pub link: Link,
+    /// The agent's `initialize` result as it answered, and the capabilities read from
+    /// it: set once the answer is in, before the agent is handed to anyone.
+    initialized: std::sync::OnceLock<(Value, Capabilities)>,
+    name: String,
+    alive: AtomicBool,
+    /// Told to end the process now (after its grace period ran out).
+    kill: tokio::sync::Notify,
+    /// Told once the process has ended and been reaped.
+    exited: tokio::sync::Notify,
+    /// How it ended, once it has: for the errors of the requests it left unanswered.
+    ended: Mutex<Option<String>>,
+}
+
+impl Running {
+    pub fn caps(&self) -> &Capabilities {
+        static NONE: std::sync::OnceLock<Capabilities> = std::sync::OnceLock::new();
+        match self.initialized.get() {
+            Some((_, caps)) => caps,
+            None => NONE.get_or_init(Capabilities::default),
+        }
+    }
+
+    pub fn initialized(&self) -> &Value {
+        self.initialized.get().map_or(&Value::Null, |(v, _)| v)
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// The error a request gets when this agent went away before answering it.
+    pub fn gone_error(&self) -> Failure {
+        let how = self
+            .ended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(|| "exited".to_owned());
+        Failure::internal(format!(
+            "the agent {} {how} before it answered; the next request starts it again",
+            self.name
+        ))
+    }
+}
+
+/// The agent slot: at most one running agent, and what it takes to start another.
+pub(crate) struct Agent {
+    command: AgentCommand,
+    current: Mutex<Option<Arc<Running>>>,
+    /// Held while an agent starts, so that requests arriving meanwhile wait for that
+    /// start instead of making their own.
+    starting: tokio::sync::Mutex<Starts>,
+}
+
+#[derive(Default)]
+struct Starts {
+    generation: u64,
+    /// The client's `initialize` and `authenticate` params, re-sent on every start.
+    initialize: Option<Value>,
+    authenticate: Option<Value>,
+    crashes_in_a_row: u32,
+    last_start: Option<Instant>,
+}
+
+impl Agent {
+    pub fn new(command: AgentCommand) -> Agent {
+        Agent {
+            command,
+            current: Mutex::new(None),
+            starting: tokio::sync::Mutex::new(Starts::default()),
+        }
+    }
+
+    pub fn name(&self) -> String {
+        self.command.name()
+    }
+
+    /// The running agent, if there is one now (no start).
+    pub fn current(&self) -> Option<Arc<Running>> {
+        self.lock_current().clone().filter(|a| a.is_alive())
+    }
+
+    fn lock_current(&self) -> std::sync::MutexGuard<'_, Option<Arc<Running>>> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stops the agent: its input is closed, it gets a moment to exit, then it is
+    /// killed (dropping the process kills it).
+    pub async fn stop(&self) {
+        let Some(running) = self.lock_current().take() else {
+            return;
+        };
+        running.link.close();
+        if !running.is_alive() {
+            return;
+        }
+        // An agent that does not exit when its input closes (Codex's does not) is
+        // asked to, then made to.
+        if tokio::time::timeout(EXIT_GRACE, running.exited.notified())
+            .await
+            .is_err()
+        {
+            running.kill.notify_one();
+            running.exited.notified().await;
+        }
+    }
+}
+
+impl Proxy {
+    /// Remembers the client's `initialize`, starts the agent with it, and answers with
+    /// the agent's result, patched to say what the proxy adds: load, list, resume,
+    /// close, delete and fork served by the store, and image and embedded context
+    /// taken (the proxy converts them for an agent that takes neither).
+    pub(super) async fn initialize(
+        self: &Arc<Self>,
+        id: Value,
+        mut message: Message,
+    ) -> Result<Message, Failure> {
+        let params = message.take_params();
+        {
+            let mut starts = self.agent.starting.lock().await;
+            starts.initialize = Some(params);
+        }
+        let running = self.running_agent().await?;
+        let mut result = running.initialized().clone();
+        advertise(&mut result);
+        Ok(Message::result(id, result))
+    }
+
+    /// `authenticate` goes to the agent as sent, and is remembered, so that a
+    /// restarted agent is authenticated the same way.
+    pub(super) async fn authenticate(
+        self: &Arc<Self>,
+        id: Value,
+        mut message: Message,
+    ) -> Result<Message, Failure> {
+        let params = message.params().cloned().unwrap_or(Value::Null);
+        let running = self.running_agent().await?;
+        let answer = running
+            .link
+            .request("authenticate", params.clone())
+            .await
+            .map_err(|_| running.gone_error())?;
+        if answer.outcome().is_ok() {
+            self.agent.starting.lock().await.authenticate = Some(params);
+        }
+        let mut answer = answer;
+        answer.set_id(id);
+        let _ = message.take_params();
+        Ok(answer)
+    }
+
+    /// The agent, started (or started again) if it is not running.
+    pub(super) async fn running_agent(self: &Arc<Self>) -> Result<Arc<Running>, Failure> {
+        if let Some(running) = self.agent.current() {
+            return Ok(running);
+        }
+        let mut starts = self.agent.starting.lock().await;
+        // Another request may have started it while this one waited.
+        if let Some(running) = self.agent.current() {
+            return Ok(running);
+        }
+        let Some(initialize) = starts.initialize.clone() else {
+            return Err(Failure::new(
+                code::INVALID_REQUEST,
+                "the client has not sent initialize yet",
+            ));
+        };
+        if let Some(last) = starts.last_start {
+            // A restart: the one before crashed, or exited.
+            if last.elapsed() >= STEADY_RUN {
+                starts.crashes_in_a_row = 0;
+            }
+            starts.crashes_in_a_row += 1;
+            let pause = FIRST_PAUSE
+                .saturating_mul(1 << starts.crashes_in_a_row.saturating_sub(1).min(16))
+                .min(MAX_PAUSE);
+            tracing::warn!(
+                "starting the agent {} again in {} ms",
+                self.agent.name(),
+                pause.as_millis()
+            );
+            tokio::time::sleep(pause).await;
+        }
+        starts.last_start = Some(Instant::now());
+        starts.generation += 1;
+        let generation = starts.generation;
+        let running = self
+            .start(generation, initialize, starts.authenticate.clone())
+            .await?;
+        *self.agent.lock_current() = Some(running.clone());
+        Ok(running)
+    }
+
+    async fn start(
+        self: &Arc<Self>,
+        generation: u64,
+        initialize: Value,
+        authenticate: Option<Value>,
+    ) -> Result<Arc<Running>, Failure> {
+        let command = &self.agent.command;
+        let child = Child::spawn(command).map_err(|e| {
+            Failure::internal(format!("cannot start the agent {}: {e}", command.shown()))
+        })?;
+        tracing::info!(
+            "started the agent {} (pid {})",
+            command.shown(),
+            child.id().unwrap_or(0)
+        );
+        let (mut process, stdin, stdout) = child.into_parts();
+        let running = Arc::new(Running {
+            generation,
+            link: Link::new(stdin),
+            initialized: std::sync::OnceLock::new(),
+            name: command.name(),
+            alive: AtomicBool::new(true),
+            kill: tokio::sync::Notify::new(),
+            exited: tokio::sync::Notify::new(),
+            ended: Mutex::new(None),
+        });
+        let proxy = self.clone();
+        let reader = running.clone();
+        tokio::spawn(async move {
+            let mut frames = FrameReader::new(stdout, FRAME_LIMIT);
+            loop {
+                let frame = tokio::select! {
+                    frame = frames.next() => frame,
+                    () = reader.kill.notified() => {
+                        process.terminate(EXIT_GRACE).await;
+                        break;
+                    }
+                };
+                let Ok(Some(frame)) = frame else {
+                    break;
+                };
+                let message = match frame {
+                    Frame::Oversized { len } => {
+                        tracing::warn!("refused a frame of {len} bytes from the agent");
+                        let refusal = Message::error(
+                            Value::Null,
+                            code::INVALID_REQUEST,
+                            format!(
+                                "a message of {len} bytes is over the {FRAME_LIMIT}-byte limit"
+                            ),
+                        );
+                        let _ = reader.link.send(&refusal).await;
+                        continue;
+                    }
+                    Frame::Line(line) => match Message::parse(&line) {
+                        Ok(m) => m,
+                        Err(malformed) => {
+                            tracing::warn!(
+                                "the agent sent a malformed message: {}",
+                                malformed.message
+                            );
+                            let _ = reader.link.send(&Message::malformed(&malformed)).await;
+                            continue;
+                        }
+                    },
+                };
+                proxy.from_agent(&reader, message).await;
+            }
+            let how = match process.wait().await {
+                Ok(status) => match status.code() {
+                    Some(0) => "exited".to_owned(),
+                    Some(code) => format!("exited with status {code}"),
+                    None => format!("was ended ({status})"),
+                },
+                Err(e) => format!("ended ({e})"),
+            };
+            tracing::warn!("the agent {} {how}", reader.name);
+            *reader.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(how);
+            reader.alive.store(false, Ordering::Release);
+            reader.link.abandon_all();
+            reader.exited.notify_one();
+            proxy.sessions.agent_ended(reader.generation);
+        });
+
+        let answer = running
+            .link
+            .request("initialize", initialize)
+            .await
+            .map_err(|_| running.gone_error())?;
+        let initialized = match answer.outcome() {
+            Ok(result) => result.clone(),
+            Err(error) => {
+                return Err(Failure::internal(format!(
+                    "the agent {} refused initialize: {error}",
+                    command.shown()
+                )));
+            }
+        };
+        let caps = Capabilities::of(&initialized);
+        let _ = running.initialized.set((initialized, caps));
+        if let Some(params) = authenticate {
+            let answer = running
+                .link
+                .request("authenticate", params)
+                .await
+                .map_err(|_| running.gone_error())?;
+            if let Err(error) = answer.outcome() {
+                tracing::warn!("the restarted agent refused authenticate: {error}");
+            }
+        }
+        Ok(running)
+    }
+}
+
+/// The proxy's own additions to the agent's `initialize` result.
+fn advertise(result: &mut Value) {
+    let Value::Object(result) = result else {
+        return;
+    };
+    let caps = result
+        .entry("agentCapabilities")
+        .or_insert_with(|| Value::Object(Default::default()));
+    let Value::Object(caps) = caps else {
+        return;
+    };
+    caps.insert("loadSession".to_owned(), Value::Bool(true));
+    let prompt = caps
+        .entry("promptCapabilities")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Value::Object(prompt) = prompt {
+        prompt.insert("image".to_owned(), Value::Bool(true));
+        prompt.insert("embeddedContext".to_owned(), Value::Bool(true));
+    }
+    let sessions = caps
+        .entry("sessionCapabilities")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Value::Object(sessions) = sessions {
+        for served in ["list", "resume", "close", "delete", "fork"] {
+            sessions.insert(served.to_owned(), Value::Object(Default::default()));
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! `sessionstore proxy -- AGENT`: the store as an ACP proxy. Toward the client (an
+//! editor) it is an agent on standard input and output; toward `AGENT`, a child it
+//! starts, it is the client. Every message passes through, unknown fields and
+//! extension methods included, with session ids translated between the store's (what
+//! the client sees) and the agent's. What the proxy handles itself it patches as JSON:
+//! prompts are stored and dispatched through the resolver, so each attachment reaches
+//! the agent with the path of a live read; the agent's updates are recorded as the
+//! turn; `session/load`, `list`, `resume`, `close`, `delete` and `fork` are served by
+//! the store. Everything it keeps goes through `Store`'s public API; it stores nothing
+//! itself.
+//!
+//! Rooms: `frame` (bounded line reading), `rpc` (messages as JSON objects), `link` (a
+//! peer's outgoing queue and the requests waiting on it), `child` (the agent process),
+//! `agent` (the agent's lifetime: start, restart, its capabilities), `sessions` (the
+//! session methods and the id map), `prompt` (a prompt's turn: store, dispatch,
+//! record), `restored` (what a fresh agent session is told of the conversation so far).
+
+mod agent;
+mod child;
+mod frame;
+mod link;
+mod prompt;
+mod restored;
+mod rpc;
+mod sessions;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::io::BufReader;
+
+pub use child::AgentCommand;
+
+use crate::Store;
+use agent::Agent;
+use frame::{Frame, FrameReader};
+use link::Link;
+use rpc::{Kind, Message, code};
+use sessions::Sessions;
+
+/// The largest frame the proxy reads from either side: a prompt holding the largest
+/// attachment the store accepts, base64-encoded, with room for its JSON around it. A
+/// longer line is refused without being held.
+pub const FRAME_LIMIT: usize =
+    (crate::attachments::MAX_ATTACHMENT_BYTES as usize / 3 + 1) * 4 + 1024 * 1024;
+
+/// How the proxy is run.
+#[derive(Debug, Clone)]
+pub struct ProxyOptions {
+    /// The agent to start behind the proxy.
+    pub agent: AgentCommand,
+    /// The proxy's own working directory: sessions with none of their own are listed
+    /// under it.
+    pub cwd: PathBuf,
+    /// How many bytes of attachment contents a fresh agent session is given with the
+    /// restored conversation (paths are always given): [`restored::CONTENT_BUDGET`].
+    pub restored_content_budget: usize,
+}
+
+impl ProxyOptions {
+    pub fn new(agent: AgentCommand, cwd: PathBuf) -> ProxyOptions {
+        ProxyOptions {
+            agent,
+            cwd,
+            restored_content_budget: restored::CONTENT_BUDGET,
+        }
+    }
+}
+
+/// What the proxy shares between the tasks that serve one client connection.
+pub(crate) struct Proxy {
+    store: Store,
+    options: ProxyOptions,
+    client: Arc<Link>,
+    agent: Agent,
+    sessions: Sessions,
+    turns: prompt::Turns,
+}
+
+/// Serves one client on standard input and output until it closes its end, with the
+/// agent started on its `initialize`. The agent is stopped when the client goes.
+pub async fn run_stdio(store: Store, options: ProxyOptions) -> std::io::Result<()> {
+    run(store, options, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// Serves one client on `input` and `output`.
+pub async fn run(
+    store: Store,
+    options: ProxyOptions,
+    input: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    output: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
+) -> std::io::Result<()> {
+    let client = Arc::new(Link::new(output));
+    let proxy = Arc::new(Proxy {
+        agent: Agent::new(options.agent.clone()),
+        sessions: Sessions::default(),
+        turns: prompt::Turns::default(),
+        store,
+        options,
+        client,
+    });
+    let mut frames = FrameReader::new(BufReader::with_capacity(64 * 1024, input), FRAME_LIMIT);
+    while let Some(frame) = frames.next().await? {
+        let message = match frame {
+            Frame::Oversized { len } => {
+                tracing::warn!("refused a frame of {len} bytes from the client");
+                let answer = Message::error(
+                    Value::Null,
+                    code::INVALID_REQUEST,
+                    format!("a message of {len} bytes is over the {FRAME_LIMIT}-byte limit"),
+                );
+                if proxy.client.send(&answer).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            Frame::Line(line) => match Message::parse(&line) {
+                Ok(message) => message,
+                Err(malformed) => {
+                    if proxy
+                        .client
+                        .send(&Message::malformed(&malformed))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                    continue;
+                }
+            },
+        };
+        proxy.from_client(message).await;
+    }
+    proxy.agent.stop().await;
+    Ok(())
+}
+
+impl Proxy {
+    /// Routes one message from the client. Requests run on tasks of their own (a
+    /// prompt lasts a whole turn, and a cancellation must get through meanwhile);
+    /// notifications and responses are handled in order, here.
+    async fn from_client(self: &Arc<Self>, message: Message) {
+        match message.kind() {
+            Kind::Response { .. } => {
+                // An answer to a request the agent sent the client through us.
+                if let Some(stray) = self.client.answered(message) {
+                    tracing::debug!("dropped an answer from the client to no request: {stray:?}");
+                }
+            }
+            Kind::Notification { method } => {
+                let method = method.to_owned();
+                self.client_notification(&method, message).await;
+            }
+            Kind::Request { id, method } => {
+                let id = id.clone();
+                let method = method.to_owned();
+                let proxy = self.clone();
+                tokio::spawn(async move {
+                    let answer = proxy.client_request(&method, id.clone(), message).await;
+                    let answer = match answer {
+                        Ok(answer) => answer,
+                        Err(e) => {
+                            tracing::warn!(
+                                "{method} failed: {}",
+                                crate::dispatch::hidden_escaped(&e.message)
+                            );
+                            e.into_message(id)
+                        }
+                    };
+                    let _ = proxy.client.send(&answer).await;
+                });
+            }
+        }
+    }
+
+    async fn client_request(
+        self: &Arc<Self>,
+        method: &str,
+        id: Value,
+        message: Message,
+    ) -> Result<Message, Failure> {
+        match method {
+            "initialize" => self.initialize(id, message).await,
+            "authenticate" => self.authenticate(id, message).await,
+            "session/new" => self.new_session(id, message).await,
+            "session/load" => self.load_session(id, message, true).await,
+            "session/resume" => self.load_session(id, message, false).await,
+            "session/list" => self.list_sessions(id, message).await,
+            "session/close" => self.close_session(id, message).await,
+            "session/delete" => self.delete_session(id, message).await,
+            "session/fork" => self.fork_session(id, message).await,
+            "session/prompt" => self.prompt(id, message).await,
+            "session/set_mode" | "session/set_model" | "session/set_config_option" => {
+                self.setting(id, method, message).await
+            }
+            _ => self.relay_request(id, message).await,
+        }
+    }
+
+    /// A request the proxy does not handle: to the agent, its session id translated,
+    /// and the agent's answer back under the client's id.
+    async fn relay_request(
+        self: &Arc<Self>,
+        id: Value,
+        mut message: Message,
+    ) -> Result<Message, Failure> {
+        let agent = self.running_agent().await?;
+        if let Some(session) = self.sessions.client_to_agent(&message, &agent)? {
+            message.set_session_id(&session);
+        }
+        let (agent_id, answer) = agent.link.forward(message).await;
+        self.sessions.track_forwarded(&id, agent_id);
+        let answer = answer.await;
+        self.sessions.untrack_forwarded(&id);
+        let mut answer = answer.map_err(|_| agent.gone_error())?;
+        self.sessions.agent_to_client_result(&mut answer, &agent);
+        answer.set_id(id);
+        Ok(answer)
+    }
+
+    async fn client_notification(self: &Arc<Self>, method: &str, mut message: Message) {
+        match method {
+            "session/cancel" => self.cancel(message).await,
+            "$/cancel_request" => {
+                let Some(agent) = self.agent.current() else {
+                    return;
+                };
+                if let Some(forwarded) = message
+                    .params()
+                    .and_then(|p| p.get("id"))
+                    .and_then(|id| self.sessions.forwarded(id))
+                    && let Some(Value::Object(params)) = message.params_mut()
+                {
+                    params.insert("id".to_owned(), Value::from(forwarded));
+                    let _ = agent.link.send(&message).await;
+                }
+            }
+            _ => {
+                let Some(agent) = self.agent.current() else {
+                    tracing::debug!("dropped a {method} notification: no agent is running");
+                    return;
+                };
+                if let Ok(Some(session)) = self.sessions.client_to_agent(&message, &agent) {
+                    message.set_session_id(&session);
+                }
+                let _ = agent.link.send(&message).await;
+            }
+        }
+    }
+
+    /// Routes one message from the agent of generation `agent`.
+    async fn from_agent(self: &Arc<Self>, agent: &Arc<agent::Running>, message: Message) {
+        match message.kind() {
+            Kind::Response { .. } => {
+                if let Some(stray) = agent.link.answered(message) {
+                    tracing::debug!("dropped an answer from the agent to no request: {stray:?}");
+                }
+            }
+            Kind::Notification { method } => {
+                if method == "session/update" {
+                    self.agent_update(agent, message).await;
+                    return;
+                }
+                let mut message = message;
+                self.sessions.agent_to_client(&mut message, agent);
+                let _ = self.client.send(&message).await;
+            }
+            Kind::Request { id, method } => {
+                let id = id.clone();
+                let method = method.to_owned();
+                let proxy = self.clone();
+                let agent = agent.clone();
+                tokio::spawn(
+                    async move { proxy.agent_request(&agent, id, &method, message).await },
+                );
+            }
+        }
+    }
+
+    /// A request from the agent to the client (permission, `fs/*`, `terminal/*`,
+    /// elicitation, an extension): to the client, and its answer back to the agent.
+    /// A permission request is tracked under its session so that a cancellation can
+    /// answer it.
+    async fn agent_request(
+        self: &Arc<Self>,
+        agent: &Arc<agent::Running>,
+        id: Value,
+        method: &str,
+        mut message: Message,
+    ) {
+        let session = self.sessions.agent_to_client(&mut message, agent);
+        let permission = (method == "session/request_permission")
+            .then(|| session.map(|s| self.sessions.permission_asked(s, agent, id.clone())))
+            .flatten();
+        let (_, answer) = self.client.forward(message).await;
+        let answer = answer.await;
+        if let Some(ticket) = &permission
+            && !self.sessions.permission_answered(ticket)
+        {
+            // The turn was cancelled meanwhile and the agent already has its answer.
+            return;
+        }
+        let mut answer = match answer {
+            Ok(answer) => answer,
+            Err(_) => Message::error(
+                id.clone(),
+                code::INTERNAL_ERROR,
+                "the client went away before it answered",
+            ),
+        };
+        answer.set_id(id);
+        let _ = agent.link.send(&answer).await;
+    }
+}
+
+/// A request the proxy answers with an error: the JSON-RPC error object the client
+/// gets.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Failure {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl Failure {
+    pub fn new(code: i64, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into().replace(['\n', '\r'], " "),
+            data: None,
+        }
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> Failure {
+        Failure::new(code::INVALID_PARAMS, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Failure {
+        Failure::new(code::INTERNAL_ERROR, message)
+    }
+
+    fn into_message(self, id: Value) -> Message {
+        let mut error = serde_json::json!({"code": self.code, "message": self.message});
+        if let Some(data) = self.data {
+            error["data"] = data;
+        }
+        Message::error_object(id, error)
+    }
+}
+
+impl From<crate::Error> for Failure {
+    fn from(e: crate::Error) -> Failure {
+        let rpc = crate::acp::rpc_error(e);
+        Failure {
+            code: i64::from(i32::from(rpc.code)),
+            message: rpc.message,
+            data: rpc.data,
+        }
+    }
+}

@@ -1,0 +1,499 @@
+//! A prompt's turn through the proxy. The client's blocks become a stored user
+//! message (images, embedded resources and blobs as attachments of the session; the
+//! client's own files, `file://` resources and links, kept verbatim, in the order
+//! sent); the message is dispatched through the resolver, so each attachment reaches
+//! the agent with the path of a live read, converted for what the agent takes; the
+//! agent's updates are relayed at once and recorded as the turn; the answer is relayed
+//! only once everything the turn recorded is durable. A prompt that arrives while a
+//! turn runs is stored queued and delivered through the drain when that turn ends.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use agent_client_protocol_schema::v1::ContentBlock;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+use super::agent::{Capabilities, Running};
+use super::rpc::{Message, code};
+use super::{Failure, Proxy};
+use crate::dispatch::{Memo, Mode, ModelMessage, Part};
+use crate::ids::{MessageId, SessionId};
+use crate::model::{Delivery, TurnEnd};
+use crate::store::{Prompt, PromptBlock, Upload};
+
+/// How many updates the recorder writes in one batch at most.
+const RECORD_BATCH: usize = 256;
+/// How many updates may wait for the recorder before the agent's reader waits too.
+const RECORD_QUEUE: usize = 1024;
+
+/// The turns of this connection's sessions: which one runs, and the prompts queued
+/// behind it.
+#[derive(Default)]
+pub(crate) struct Turns {
+    sessions: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<TurnState>>>>,
+    recorders: Mutex<HashMap<SessionId, Recorder>>,
+}
+
+#[derive(Default)]
+struct TurnState {
+    running: bool,
+    /// Prompts stored queued while the turn ran, waiting for the turn that delivers
+    /// them: each gets that turn's answer.
+    waiting: Vec<oneshot::Sender<Result<Value, Failure>>>,
+}
+
+impl Turns {
+    fn state(&self, session: SessionId) -> Arc<tokio::sync::Mutex<TurnState>> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(session)
+            .or_default()
+            .clone()
+    }
+}
+
+impl Proxy {
+    /// `session/prompt`.
+    pub(super) async fn prompt(
+        self: &Arc<Self>,
+        id: Value,
+        mut message: Message,
+    ) -> Result<Message, Failure> {
+        let mut params = message.take_params();
+        let session = params["sessionId"]
+            .as_str()
+            .unwrap_or_default()
+            .parse::<SessionId>()
+            .map_err(|e| Failure::new(code::RESOURCE_NOT_FOUND, format!("no such session: {e}")))?;
+        if !self.sessions.is_open(&session) {
+            // An unknown session is named as such, not as one that is merely closed.
+            self.store.session(session).await?;
+            return Err(Failure::invalid_params(format!(
+                "session {session} is not open on this connection: call session/new, \
+                 session/load or session/resume first"
+            )));
+        }
+        let Value::Array(blocks) = params["prompt"].take() else {
+            return Err(Failure::invalid_params(
+                "prompt must be an array of content blocks",
+            ));
+        };
+        let mut prompt = client_prompt(blocks)?;
+        let state = self.turns.state(session);
+        let mut turn = state.lock().await;
+        if turn.running {
+            // Stored while the lock is held, so the running turn, which takes the
+            // waiting list under the same lock, drains this message too.
+            prompt.delivery = Delivery::Queued;
+            self.store.send_prompt(session, prompt).await?;
+            let (tx, rx) = oneshot::channel();
+            turn.waiting.push(tx);
+            drop(turn);
+            let result = rx.await.map_err(|_| {
+                Failure::internal("the turn that was to deliver this prompt ended")
+            })??;
+            return Ok(Message::result(id, result));
+        }
+        let stored = self.store.send_prompt(session, prompt).await?;
+        turn.running = true;
+        drop(turn);
+        let result = self
+            .run_turns(session, id.clone(), params, vec![stored.id])
+            .await;
+        Ok(Message::result(id, result?))
+    }
+
+    /// Runs the turn for `messages`, then, while prompts were queued meanwhile, the
+    /// turn that delivers them (answering those prompts with its outcome). Returns the
+    /// first turn's outcome, for the prompt that started it.
+    async fn run_turns(
+        self: &Arc<Self>,
+        session: SessionId,
+        client_id: Value,
+        params: Value,
+        messages: Vec<MessageId>,
+    ) -> Result<Value, Failure> {
+        let first = self.run_turn(session, &client_id, &params, messages).await;
+        let state = self.turns.state(session);
+        loop {
+            let mut turn = state.lock().await;
+            if turn.waiting.is_empty() {
+                turn.running = false;
+                return first;
+            }
+            let waiting = std::mem::take(&mut turn.waiting);
+            drop(turn);
+            let outcome = self.run_drained_turn(session, &client_id, &params).await;
+            for waiter in waiting {
+                let _ = waiter.send(outcome.clone());
+            }
+        }
+    }
+
+    async fn run_drained_turn(
+        self: &Arc<Self>,
+        session: SessionId,
+        client_id: &Value,
+        params: &Value,
+    ) -> Result<Value, Failure> {
+        let queued = self.store.queued_messages(session).await?;
+        let ids: Vec<MessageId> = queued.iter().map(|m| m.id).collect();
+        if ids.is_empty() {
+            return Ok(json!({ "stopReason": "end_turn" }));
+        }
+        self.store.mark_delivered(session, ids.clone()).await?;
+        self.run_turn(session, client_id, params, ids).await
+    }
+
+    /// One turn: marked begun, its messages dispatched and sent to the agent, the
+    /// agent's updates recorded as they come (by `agent_update`), the answer awaited
+    /// and, once the recorder has made everything before it durable, the turn marked
+    /// ended with its stop reason (or failed) and the answer returned.
+    async fn run_turn(
+        self: &Arc<Self>,
+        session: SessionId,
+        client_id: &Value,
+        params: &Value,
+        messages: Vec<MessageId>,
+    ) -> Result<Value, Failure> {
+        let turn = self.store.begin_turn(session, messages.clone()).await?;
+        let outcome = self.turn_body(session, client_id, params, &messages).await;
+        let flushed = self.recorder(session).flush().await;
+        let end = match (&outcome, &flushed) {
+            (_, Err(e)) => TurnEnd::Failed {
+                reason: e.message.clone(),
+            },
+            (Ok(result), Ok(())) => TurnEnd::Stopped {
+                stop_reason: result["stopReason"]
+                    .as_str()
+                    .unwrap_or("end_turn")
+                    .to_owned(),
+            },
+            (Err(e), Ok(())) => TurnEnd::Failed {
+                reason: e.message.clone(),
+            },
+        };
+        self.store.end_turn(session, turn.id, end).await?;
+        flushed?;
+        outcome
+    }
+
+    async fn turn_body(
+        self: &Arc<Self>,
+        session: SessionId,
+        client_id: &Value,
+        params: &Value,
+        messages: &[MessageId],
+    ) -> Result<Value, Failure> {
+        let (agent, agent_session) = self.agent_side(session).await?;
+        let fresh = self
+            .sessions
+            .with_open(&session, |o| std::mem::take(&mut o.fresh))
+            .unwrap_or(false);
+        let memo = Memo::new();
+        let mut prompt = Vec::new();
+        if fresh {
+            prompt = self
+                .restored_conversation(session, messages[0], agent.caps())
+                .await?;
+        }
+        for message in messages {
+            let parts = self
+                .store
+                .dispatch_parts(session, Some(*message), Mode::Degrade, memo.clone())
+                .await?;
+            prompt.extend(agent_blocks(&parts, agent.caps()));
+        }
+        let mut agent_params = params.clone();
+        agent_params["sessionId"] = Value::String(agent_session);
+        agent_params["prompt"] = serde_json::to_value(&prompt)
+            .map_err(|e| Failure::internal(format!("cannot write the prompt: {e}")))?;
+        let request = Message::request(Value::Null, "session/prompt", agent_params);
+        let (agent_id, answer) = agent.link.forward(request).await;
+        self.sessions.track_forwarded(client_id, agent_id);
+        let answer = answer.await;
+        self.sessions.untrack_forwarded(client_id);
+        let answer = answer.map_err(|_| agent.gone_error())?;
+        match answer.outcome() {
+            Ok(result) => Ok(result.clone()),
+            Err(error) => Err(Failure {
+                code: error["code"].as_i64().unwrap_or(code::INTERNAL_ERROR),
+                message: error["message"]
+                    .as_str()
+                    .unwrap_or("the agent failed the prompt")
+                    .to_owned(),
+                data: error.get("data").cloned(),
+            }),
+        }
+    }
+
+    /// A `session/update` from the agent: relayed to the client at once; recorded
+    /// (before the turn's answer is relayed) when it is history. The agent's echo of
+    /// the user's message is not recorded again (the store has the message), usage
+    /// and notices are not history, and what the agent replays for its own
+    /// `session/load` is neither relayed nor recorded (the store's replay is the
+    /// record). Update kinds the store does not know are kept as they came.
+    pub(super) async fn agent_update(self: &Arc<Self>, agent: &Arc<Running>, mut message: Message) {
+        let Some(session) = self.sessions.agent_to_client(&mut message, agent) else {
+            tracing::debug!(
+                "dropped a session/update for a session this connection does not carry"
+            );
+            return;
+        };
+        if self
+            .sessions
+            .with_open(&session, |o| o.agent_replaying)
+            .unwrap_or(false)
+        {
+            return;
+        }
+        let update = message
+            .params()
+            .and_then(|p| p.get("update"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let kind = update["sessionUpdate"].as_str().unwrap_or_default();
+        if is_history(kind) {
+            self.recorder(session).record(update).await;
+        }
+        let _ = self.client.send(&message).await;
+    }
+
+    fn recorder(self: &Arc<Self>, session: SessionId) -> Recorder {
+        self.turns
+            .recorders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(session)
+            .or_insert_with(|| Recorder::start(self.store.clone(), session))
+            .clone()
+    }
+
+    /// The history replayed to the client for `session/load`: the store's
+    /// `acp-updates` stream, written straight into the client's frames.
+    pub(super) async fn replay_to_client(
+        self: &Arc<Self>,
+        session: SessionId,
+    ) -> Result<(), Failure> {
+        let mut stream = self
+            .store
+            .restore_stream(session, crate::dispatch::DEFAULT_MEMO_BUDGET)
+            .await?;
+        let turns = self.store.turns(session).await?;
+        let cannot =
+            |e: std::io::Error| Failure::internal(format!("cannot replay session {session}: {e}"));
+        let mut writer = crate::format::StreamWriter::begin(
+            Vec::new(),
+            crate::format::Format::AcpUpdates,
+            session,
+            "",
+        )
+        .map_err(cannot)?
+        .marking_turns(turns);
+        while let Some(item) = stream.next().await {
+            let item = item?;
+            writer.item(&item).map_err(cannot)?;
+            let lines = std::mem::take(writer.get_mut());
+            for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                self.client
+                    .send_bytes(line.to_vec())
+                    .await
+                    .map_err(|_| Failure::internal("the client went away during the replay"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether an update kind is part of a session's history: everything but the echo of
+/// the user's message, usage, notices, and what else the store never keeps.
+fn is_history(kind: &str) -> bool {
+    !matches!(kind, "user_message_chunk" | "usage_update" | "notice" | "")
+}
+
+/// The client's prompt as the store takes it: text with its `_meta`; images, embedded
+/// resources and blobs (but the client's own `file://` ones) as uploads named after
+/// their URI or MIME type; every other block (`resource_link`s, `file://` resources,
+/// audio, kinds this proxy does not know) kept as the JSON it came as. Each block must
+/// read as an ACP content block; one that does not refuses the whole prompt before
+/// anything is stored.
+fn client_prompt(blocks: Vec<Value>) -> Result<Prompt, Failure> {
+    use agent_client_protocol_schema::v1::EmbeddedResourceResource as R;
+    let mut out = Vec::with_capacity(blocks.len());
+    for (i, raw) in blocks.into_iter().enumerate() {
+        let block: ContentBlock = serde_json::from_value(raw.clone()).map_err(|e| {
+            Failure::invalid_params(format!("prompt block {i} is not a content block: {e}"))
+        })?;
+        let decoded = |data: &str| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .map_err(|e| {
+                    Failure::invalid_params(format!("prompt block {i} is not valid base64: {e}"))
+                })
+        };
+        let upload = |name: String, bytes: Vec<u8>, meta| PromptBlock::Upload {
+            upload: Upload { name, bytes },
+            meta,
+        };
+        let piece = match block {
+            ContentBlock::Text(t) => PromptBlock::Text {
+                text: t.text,
+                meta: t.meta,
+            },
+            ContentBlock::Image(image) => upload(
+                crate::acp::upload_name(image.uri.as_deref(), Some(&image.mime_type)),
+                decoded(&image.data)?,
+                image.meta,
+            ),
+            ContentBlock::Resource(embedded) => match embedded.resource {
+                R::TextResourceContents(r) if !r.uri.starts_with("file:") => upload(
+                    crate::acp::upload_name(Some(&r.uri), r.mime_type.as_deref()),
+                    r.text.into_bytes(),
+                    embedded.meta,
+                ),
+                R::BlobResourceContents(r) if !r.uri.starts_with("file:") => upload(
+                    crate::acp::upload_name(Some(&r.uri), r.mime_type.as_deref()),
+                    decoded(&r.blob)?,
+                    embedded.meta,
+                ),
+                _ => PromptBlock::Verbatim(raw),
+            },
+            _ => PromptBlock::Verbatim(raw),
+        };
+        out.push(piece);
+    }
+    Ok(Prompt {
+        blocks: out,
+        delivery: Delivery::Delivered,
+    })
+}
+
+/// A dispatched message as the agent takes it. Each attachment keeps its block with
+/// the path context in `_meta`; an agent that does not read `_meta` gets the context
+/// as a text block right before it; an agent that takes no images gets an image's
+/// context alone, and one that takes no embedded context gets a `resource_link` to the
+/// live path (with its context) instead of the embedded file.
+pub(crate) fn agent_blocks(message: &ModelMessage, caps: &Capabilities) -> Vec<ContentBlock> {
+    let mut out = Vec::with_capacity(message.parts.len() * 2);
+    for part in &message.parts {
+        let Part::Attachment(attached) = part else {
+            out.push(part.to_block());
+            continue;
+        };
+        let context = attached.context.as_str();
+        let block = part.to_block();
+        let is_image = matches!(block, ContentBlock::Image(_));
+        let is_resource = matches!(block, ContentBlock::Resource(_));
+        if !caps.reads_context || (is_image && !caps.image) || (is_resource && !caps.embedded) {
+            out.push(ContentBlock::Text(
+                agent_client_protocol_schema::v1::TextContent::new(context.to_owned()),
+            ));
+        }
+        if is_image && !caps.image {
+            continue;
+        }
+        if is_resource && !caps.embedded {
+            out.push(crate::dispatch::live_link(attached));
+            continue;
+        }
+        out.push(block);
+    }
+    out
+}
+
+/// Records a session's updates in order on a task of its own, a batch at a time, so
+/// that relaying never waits for a commit; `flush` waits until everything given to it
+/// before is durable.
+#[derive(Clone)]
+pub(crate) struct Recorder {
+    queue: mpsc::Sender<Record>,
+}
+
+enum Record {
+    Update(Value),
+    Flush(oneshot::Sender<Result<(), Failure>>),
+}
+
+impl Recorder {
+    fn start(store: crate::Store, session: SessionId) -> Recorder {
+        let (queue, mut rx) = mpsc::channel(RECORD_QUEUE);
+        tokio::spawn(async move {
+            // The first failure to record is kept and given to every flush after it:
+            // an answer must not be relayed as if its turn were durable.
+            let mut failed: Option<Failure> = None;
+            let mut batch = Vec::new();
+            let mut flushes = Vec::new();
+            while let Some(first) = rx.recv().await {
+                let mut next = Some(first);
+                while let Some(record) = next.take() {
+                    match record {
+                        Record::Update(u) => batch.push(u),
+                        Record::Flush(done) => flushes.push(done),
+                    }
+                    if batch.len() >= RECORD_BATCH {
+                        break;
+                    }
+                    next = rx.try_recv().ok();
+                }
+                if !batch.is_empty()
+                    && failed.is_none()
+                    && let Err(e) = record_batch(&store, session, std::mem::take(&mut batch)).await
+                {
+                    tracing::error!(
+                        "cannot record the agent's updates for session {session}: {}",
+                        e.message
+                    );
+                    failed = Some(e);
+                }
+                batch.clear();
+                for done in flushes.drain(..) {
+                    let _ = done.send(failed.clone().map_or(Ok(()), Err));
+                }
+            }
+        });
+        Recorder { queue }
+    }
+
+    async fn record(&self, update: Value) {
+        let _ = self.queue.send(Record::Update(update)).await;
+    }
+
+    async fn flush(&self) -> Result<(), Failure> {
+        let (tx, rx) = oneshot::channel();
+        self.queue
+            .send(Record::Flush(tx))
+            .await
+            .map_err(|_| Failure::internal("the recorder stopped"))?;
+        rx.await
+            .map_err(|_| Failure::internal("the recorder stopped"))?
+    }
+}
+
+/// Records a batch; an update the store refuses (a `tool_call_update` for a call it
+/// never saw, say) is logged and left out, and the rest is recorded.
+async fn record_batch(
+    store: &crate::Store,
+    session: SessionId,
+    mut batch: Vec<Value>,
+) -> Result<(), Failure> {
+    loop {
+        match store.record_values(session, batch.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(crate::Error::UpdateRefused { line, refusal })
+                if line >= 1 && line <= batch.len() =>
+            {
+                tracing::warn!(
+                    "left out an update the store refused for session {session}: {refusal}"
+                );
+                batch.remove(line - 1);
+                if batch.is_empty() {
+                    return Ok(());
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! What a fresh agent session is told of the conversation so far, before the first
+//! prompt it gets: the user's turns and the agent's answers as text, each attachment
+//! as its path context from a read made now, and attachment contents while they fit
+//! in a byte budget. It precedes the prompt it is sent with and is never stored: the
+//! store's history is the record.
+
+use std::sync::Arc;
+
+use agent_client_protocol_schema::v1::{ContentBlock, TextContent};
+
+use super::agent::Capabilities;
+use super::prompt::agent_blocks;
+use super::{Failure, Proxy};
+use crate::dispatch::{ModelMessage, Part};
+use crate::ids::{MessageId, SessionId};
+use crate::model::{ItemBody, Role};
+use crate::replay::ReplayItem;
+
+/// How many bytes of attachment contents (encoded, as the agent gets them) the
+/// restored conversation carries at most; past it, attachments are given by their
+/// path context alone, which the agent's tools can open.
+pub const CONTENT_BUDGET: usize = 256 * 1024;
+
+/// The memo budget of the restore that builds the conversation: it reads each file
+/// once while it fits, and holds no more than this.
+const MEMO_BUDGET: u64 = 16 * 1024 * 1024;
+
+const OPENING: &str = "[sessionstore] This conversation was restored: the agent's own session \
+    was started afresh, so what was said before is given here for context. It is not a new \
+    request; the user's new message follows it.";
+const CLOSING: &str = "[sessionstore] End of the restored conversation.";
+
+impl Proxy {
+    /// The conversation of `session` up to (not including) `before`, as blocks.
+    pub(super) async fn restored_conversation(
+        self: &Arc<Self>,
+        session: SessionId,
+        before: MessageId,
+        caps: &Capabilities,
+    ) -> Result<Vec<ContentBlock>, Failure> {
+        let mut stream = self.store.restore_stream(session, MEMO_BUDGET).await?;
+        let mut out = Conversation {
+            blocks: Vec::new(),
+            text: String::from(OPENING),
+            budget: self.options.restored_content_budget,
+            entries: 0,
+        };
+        while let Some(item) = stream.next().await {
+            match item? {
+                ReplayItem::Message(m) if m.message.id == before => break,
+                ReplayItem::Message(m) => out.message(&m, caps),
+                ReplayItem::Recorded(item) => out.recorded(&item.body),
+            }
+        }
+        if out.entries == 0 {
+            return Ok(vec![]);
+        }
+        out.line(CLOSING);
+        out.flush_text();
+        Ok(out.blocks)
+    }
+}
+
+struct Conversation {
+    blocks: Vec<ContentBlock>,
+    /// Text not yet made a block: consecutive entries share one text block.
+    text: String,
+    budget: usize,
+    entries: usize,
+}
+
+impl Conversation {
+    fn line(&mut self, line: &str) {
+        if !self.text.is_empty() {
+            self.text.push('\n');
+        }
+        self.text.push_str(line);
+    }
+
+    fn flush_text(&mut self) {
+        if !self.text.is_empty() {
+            let text = std::mem::take(&mut self.text);
+            self.blocks.push(ContentBlock::Text(TextContent::new(text)));
+        }
+    }
+
+    fn message(&mut self, m: &ModelMessage, caps: &Capabilities) {
+        self.entries += 1;
+        let who = match m.message.role {
+            Role::User => "User",
+            Role::Assistant => "Agent",
+            Role::System => "System",
+        };
+        self.line(&format!("{who}:"));
+        for part in &m.parts {
+            match part {
+                Part::Text(text) => self.line(text),
+                Part::Attachment(a) => {
+                    let size = a.prepared.content.encoded_len() as usize;
+                    if size <= self.budget {
+                        self.budget -= size;
+                        self.flush_text();
+                        let single = ModelMessage {
+                            message: m.message.clone(),
+                            parts: vec![part.clone()],
+                        };
+                        self.blocks.extend(agent_blocks(&single, caps));
+                    } else {
+                        self.line(a.context.as_str());
+                    }
+                }
+                Part::Verbatim(block) => {
+                    self.flush_text();
+                    self.blocks.push((**block).clone());
+                }
+            }
+        }
+    }
+
+    fn recorded(&mut self, body: &ItemBody) {
+        match body {
+            ItemBody::AgentMessage(text) => {
+                self.entries += 1;
+                let words: Vec<&str> = text
+                    .content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::Text(t) => Some(t.text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                self.line(&format!("Agent:\n{}", words.join("")));
+            }
+            ItemBody::ToolCall(call) => {
+                self.entries += 1;
+                let status = serde_json::to_value(call.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_else(|| "pending".to_owned());
+                self.line(&format!("Agent tool call: {} ({status})", call.title));
+            }
+            // Thoughts, plans and session-level updates are the agent's working and the
+            // client's state, not conversation.
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,701 @@
+//! The sessions the proxy carries: the map between the store's session ids (what the
+//! client sees) and the agent's, the session methods the store serves (`new`, `load`,
+//! `resume`, `list`, `close`, `delete`, `fork`) and the settings it records, and how a
+//! session's agent side is brought up again in a fresh agent: the agent's own
+//! `session/resume` or `session/load` while it still knows the session, else a new
+//! agent session that is told the conversation so far with its next prompt.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use super::agent::Running;
+use super::rpc::{Message, code};
+use super::{Failure, Proxy};
+use crate::ids::SessionId;
+use crate::lifecycle::SessionCursor;
+use crate::model::{AgentBinding, NewSession, ToolsHost};
+
+/// The `_meta` key under which `session/fork` names the message (or recorded item) to
+/// fork at: ACP v1's fork has no field for it.
+pub const FORK_AT_META_KEY: &str = "sessionstore/forkAt";
+
+/// How many sessions one `session/list` answer holds.
+const LIST_PAGE: usize = crate::lifecycle::DEFAULT_PAGE;
+
+#[derive(Default)]
+pub(crate) struct Sessions {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    open: HashMap<SessionId, Open>,
+    /// The agent's session ids in the running generation, to the store's.
+    by_agent: HashMap<String, SessionId>,
+    /// Requests the client sent that went on to the agent, by the client's id (as JSON
+    /// text), with the id they went under: how `$/cancel_request` is translated.
+    forwarded: HashMap<String, u64>,
+    permissions: HashMap<u64, Permission>,
+    next_ticket: u64,
+}
+
+/// A session open on this connection.
+pub(crate) struct Open {
+    /// The agent side: its session id, and the generation of the agent that has it.
+    pub agent: Option<(String, u64)>,
+    /// The client's words for bringing the agent side up again: the working directory
+    /// and MCP servers of its `session/new`, `load` or `resume`.
+    pub setup: Value,
+    /// The agent side has not seen the history: the next prompt carries it.
+    pub fresh: bool,
+    /// The agent is replaying the session (its own `session/load`): its updates are
+    /// not the record and are not relayed.
+    pub agent_replaying: bool,
+    /// Held while the agent side is brought up, so a prompt and a setting arriving
+    /// together bring it up once.
+    pub bringing_up: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// A permission request from the agent still waiting for the client.
+struct Permission {
+    session: SessionId,
+    generation: u64,
+    agent_id: Value,
+    answered: bool,
+}
+
+/// Names a tracked permission request.
+pub(crate) struct Ticket(u64);
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // Every change here is a few map operations made together under the lock and
+        // none can panic midway; a panic elsewhere leaves the maps usable.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn is_open(&self, session: &SessionId) -> bool {
+        self.lock().open.contains_key(session)
+    }
+
+    fn open(&self, session: SessionId, setup: Value, agent: Option<(String, u64)>, fresh: bool) {
+        let mut inner = self.lock();
+        if let Some((agent_id, _)) = &agent {
+            inner.by_agent.insert(agent_id.clone(), session);
+        }
+        inner.open.insert(
+            session,
+            Open {
+                agent,
+                setup,
+                fresh,
+                agent_replaying: false,
+                bringing_up: Arc::new(tokio::sync::Mutex::new(())),
+            },
+        );
+    }
+
+    fn close(&self, session: &SessionId) -> Option<Open> {
+        let mut inner = self.lock();
+        let open = inner.open.remove(session)?;
+        if let Some((agent_id, _)) = &open.agent {
+            inner.by_agent.remove(agent_id);
+        }
+        Some(open)
+    }
+
+    /// Runs `f` on an open session's state.
+    pub fn with_open<T>(&self, session: &SessionId, f: impl FnOnce(&mut Open) -> T) -> Option<T> {
+        self.lock().open.get_mut(session).map(f)
+    }
+
+    /// The agent of `generation` is gone: every agent side it held is, too, and its
+    /// permission requests need no answer any more.
+    pub fn agent_ended(&self, generation: u64) {
+        let mut inner = self.lock();
+        let Inner {
+            open,
+            by_agent,
+            permissions,
+            ..
+        } = &mut *inner;
+        for state in open.values_mut() {
+            if let Some((agent_id, g)) = &state.agent
+                && *g == generation
+            {
+                by_agent.remove(agent_id);
+                state.agent = None;
+                state.agent_replaying = false;
+            }
+        }
+        permissions.retain(|_, p| p.generation != generation);
+    }
+
+    /// The store session a message from `agent` names, if it names one this
+    /// connection carries in that agent's generation.
+    pub fn store_session(&self, agent_session: &str, agent: &Running) -> Option<SessionId> {
+        let inner = self.lock();
+        let session = *inner.by_agent.get(agent_session)?;
+        let state = inner.open.get(&session)?;
+        matches!(&state.agent, Some((_, g)) if *g == agent.generation).then_some(session)
+    }
+
+    /// The agent's session id for the session a client message names, when the message
+    /// names one: a session that is not open here is refused, one whose agent side is
+    /// not up in `agent`'s generation is `None` (the caller brings it up first, or
+    /// relays the message as it is).
+    pub fn client_to_agent(
+        &self,
+        message: &Message,
+        agent: &Running,
+    ) -> Result<Option<String>, Failure> {
+        let Some(id) = message.session_id() else {
+            return Ok(None);
+        };
+        let session = parse_session(id)?;
+        let inner = self.lock();
+        let Some(state) = inner.open.get(&session) else {
+            return Err(not_open(session));
+        };
+        Ok(match &state.agent {
+            Some((agent_id, g)) if *g == agent.generation => Some(agent_id.clone()),
+            _ => None,
+        })
+    }
+
+    /// Translates the session id of a message from the agent into the store's, and
+    /// says which session it was (`None`: the message names none this connection
+    /// carries, and goes on as it is).
+    pub fn agent_to_client(&self, message: &mut Message, agent: &Running) -> Option<SessionId> {
+        let session = self.store_session(message.session_id()?, agent)?;
+        message.set_session_id(&session.to_string());
+        Some(session)
+    }
+
+    /// Translates the session id in the result of a relayed request.
+    pub fn agent_to_client_result(&self, answer: &mut Message, agent: &Running) {
+        if answer.outcome().is_ok() {
+            self.agent_to_client(answer, agent);
+        }
+    }
+
+    pub fn track_forwarded(&self, client_id: &Value, agent_id: u64) {
+        self.lock()
+            .forwarded
+            .insert(client_id.to_string(), agent_id);
+    }
+
+    pub fn untrack_forwarded(&self, client_id: &Value) {
+        self.lock().forwarded.remove(&client_id.to_string());
+    }
+
+    /// The id a client request went to the agent under, while it waits there.
+    pub fn forwarded(&self, client_id: &Value) -> Option<u64> {
+        self.lock().forwarded.get(&client_id.to_string()).copied()
+    }
+
+    /// Tracks a permission request from the agent for `session`.
+    pub fn permission_asked(&self, session: SessionId, agent: &Running, agent_id: Value) -> Ticket {
+        let mut inner = self.lock();
+        inner.next_ticket += 1;
+        let ticket = inner.next_ticket;
+        inner.permissions.insert(
+            ticket,
+            Permission {
+                session,
+                generation: agent.generation,
+                agent_id,
+                answered: false,
+            },
+        );
+        Ticket(ticket)
+    }
+
+    /// The client answered: true when the agent still waits for that answer (the
+    /// request was not answered `cancelled` meanwhile).
+    pub fn permission_answered(&self, ticket: &Ticket) -> bool {
+        match self.lock().permissions.remove(&ticket.0) {
+            Some(p) => !p.answered,
+            None => false,
+        }
+    }
+
+    /// The agent ids of the permission requests still waiting for `session`, marked
+    /// answered: a cancellation answers them `cancelled` itself.
+    pub fn cancel_permissions(&self, session: &SessionId) -> Vec<Value> {
+        let mut inner = self.lock();
+        inner
+            .permissions
+            .values_mut()
+            .filter(|p| p.session == *session && !p.answered)
+            .map(|p| {
+                p.answered = true;
+                p.agent_id.clone()
+            })
+            .collect()
+    }
+}
+
+impl Proxy {
+    /// `session/new`: an agent session first, then the store session bound to it with
+    /// the client's working directory, as one write; the client sees the store's id
+    /// and the agent's modes, models and config options.
+    pub(super) async fn new_session(
+        self: &Arc<Self>,
+        id: Value,
+        mut message: Message,
+    ) -> Result<Message, Failure> {
+        let params = message.take_params();
+        let cwd = cwd_of(&params)?;
+        let agent = self.running_agent().await?;
+        let answer = agent
+            .link
+            .request("session/new", params.clone())
+            .await
+            .map_err(|_| agent.gone_error())?;
+        let mut result = match answer.outcome() {
+            Ok(result) => result.clone(),
+            Err(_) => {
+                let mut answer = answer;
+                answer.set_id(id);
+                return Ok(answer);
+            }
+        };
+        let agent_session = agent_session_of(&result)?;
+        let session = self
+            .store
+            .create_session_with(NewSession {
+                title: None,
+                tools_host: ToolsHost::Local,
+                cwd: Some(cwd),
+                agent: Some(AgentBinding {
+                    agent: self.agent.name(),
+                    session: agent_session.clone(),
+                }),
+            })
+            .await?;
+        self.sessions.open(
+            session.id,
+            setup_of(&params),
+            Some((agent_session, agent.generation)),
+            false,
+        );
+        result["sessionId"] = Value::String(session.id.to_string());
+        Ok(Message::result(id, result))
+    }
+
+    /// `session/load` (with `replay`) and `session/resume`: the store's history as
+    /// `session/update` notifications (for a load; every attachment with the path of a
+    /// read made now), then the agent side brought up, then the answer with the
+    /// agent's modes, models and config options.
+    pub(super) async fn load_session(
+        self: &Arc<Self>,
+        id: Value,
+        mut message: Message,
+        replay: bool,
+    ) -> Result<Message, Failure> {
+        let params = message.take_params();
+        let session = parse_session(params["sessionId"].as_str().unwrap_or_default())?;
+        cwd_of(&params)?;
+        // The session must exist (a deleted one is not found) before anything is sent.
+        let stored = self.store.session(session).await?;
+        if replay {
+            self.replay_to_client(session).await?;
+        }
+        // A load or resume opens the session afresh on this connection.
+        if let Some(old) = self.sessions.close(&session) {
+            drop(old);
+        }
+        self.sessions.open(session, setup_of(&params), None, true);
+        let result = self.bring_up(session, stored.agent.as_ref()).await?;
+        Ok(Message::result(id, result))
+    }
+
+    /// `session/list`: the store's sessions, most recently updated first, a page at a
+    /// time; filtered by the client's working directory, where sessions that have none
+    /// count as the proxy's own.
+    pub(super) async fn list_sessions(
+        self: &Arc<Self>,
+        id: Value,
+        message: Message,
+    ) -> Result<Message, Failure> {
+        let params = message.params().cloned().unwrap_or(Value::Null);
+        let cursor = params["cursor"]
+            .as_str()
+            .map(str::parse::<SessionCursor>)
+            .transpose()
+            .map_err(|e| Failure::invalid_params(e.to_string()))?;
+        let own = self.options.cwd.to_string_lossy().into_owned();
+        // Sessions no client gave a directory count as the proxy's own.
+        let filter = params["cwd"]
+            .as_str()
+            .map(|cwd| crate::lifecycle::CwdFilter {
+                cwd: cwd.to_owned(),
+                unset_too: cwd == own,
+            });
+        let page = self
+            .store
+            .list_sessions_in(LIST_PAGE, cursor, filter)
+            .await?;
+        let sessions: Vec<Value> = page
+            .sessions
+            .into_iter()
+            .map(|s| {
+                json!({
+                    "sessionId": s.id.to_string(),
+                    "cwd": s.cwd.clone().unwrap_or_else(|| own.clone()),
+                    "title": s.title,
+                    "updatedAt": s.updated_at,
+                })
+            })
+            .collect();
+        let mut result = json!({ "sessions": sessions });
+        if let Some(next) = page.next_cursor {
+            result["nextCursor"] = Value::String(next.to_string());
+        }
+        Ok(Message::result(id, result))
+    }
+
+    /// `session/close`: the agent side closed too, where the agent can close one.
+    pub(super) async fn close_session(
+        self: &Arc<Self>,
+        id: Value,
+        message: Message,
+    ) -> Result<Message, Failure> {
+        let session = session_param(&message)?;
+        self.store.session(session).await?;
+        if let Some(Open {
+            agent: Some((agent_session, generation)),
+            ..
+        }) = self.sessions.close(&session)
+            && let Some(agent) = self.agent.current()
+            && agent.generation == generation
+            && agent.caps().close
+        {
+            let _ = agent
+                .link
+                .request("session/close", json!({ "sessionId": agent_session }))
+                .await;
+        }
+        Ok(Message::result(id, json!({})))
+    }
+
+    /// `session/delete`: the store deletes (rows, log, folder; a tombstone stays), and
+    /// the agent deletes its side too where it can. Deleting twice succeeds.
+    pub(super) async fn delete_session(
+        self: &Arc<Self>,
+        id: Value,
+        message: Message,
+    ) -> Result<Message, Failure> {
+        let session = session_param(&message)?;
+        let stored = self.store.session(session).await.ok();
+        self.sessions.close(&session);
+        self.store.delete_sessions(vec![session]).await?;
+        if let Some(binding) = stored.and_then(|s| s.agent)
+            && binding.agent == self.agent.name()
+            && let Some(agent) = self.agent.current()
+            && agent.caps().delete
+        {
+            let _ = agent
+                .link
+                .request("session/delete", json!({ "sessionId": binding.session }))
+                .await;
+        }
+        Ok(Message::result(id, json!({})))
+    }
+
+    /// `session/fork`: the store forks (the whole delivered history, or up to the
+    /// message or item named under `_meta`), and the fork gets a fresh agent side that
+    /// is told the conversation with its first prompt.
+    pub(super) async fn fork_session(
+        self: &Arc<Self>,
+        id: Value,
+        mut message: Message,
+    ) -> Result<Message, Failure> {
+        let params = message.take_params();
+        let origin = parse_session(params["sessionId"].as_str().unwrap_or_default())?;
+        cwd_of(&params)?;
+        let at = match params["_meta"].get(FORK_AT_META_KEY) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(at)) => Some(at.parse().map_err(|e| {
+                Failure::invalid_params(format!(
+                    "{FORK_AT_META_KEY} {at:?} is not an entry id: {e}"
+                ))
+            })?),
+            Some(other) => {
+                return Err(Failure::invalid_params(format!(
+                    "{FORK_AT_META_KEY} must be an entry id, not {other}"
+                )));
+            }
+        };
+        let forked = self.store.fork_session(origin, at, None).await?;
+        let fork = forked.session.id;
+        self.sessions.open(fork, setup_of(&params), None, true);
+        let mut result = self.bring_up(fork, None).await?;
+        result["sessionId"] = Value::String(fork.to_string());
+        Ok(Message::result(id, result))
+    }
+
+    /// `session/set_mode`, `set_model` and `set_config_option`: to the agent, and, once
+    /// it took them, recorded, so that a fresh agent side gets them again.
+    pub(super) async fn setting(
+        self: &Arc<Self>,
+        id: Value,
+        method: &str,
+        mut message: Message,
+    ) -> Result<Message, Failure> {
+        let session = session_param(&message)?;
+        let (agent, agent_session) = self.agent_side(session).await?;
+        message.set_session_id(&agent_session);
+        let params = message.params().cloned().unwrap_or(Value::Null);
+        let answer = agent
+            .link
+            .request(method, params.clone())
+            .await
+            .map_err(|_| agent.gone_error())?;
+        if answer.outcome().is_ok() {
+            let mut kept = params;
+            if let Value::Object(kept) = &mut kept {
+                kept.remove("sessionId");
+            }
+            self.store.record_setting(session, method, kept).await?;
+        }
+        let mut answer = answer;
+        answer.set_id(id);
+        self.sessions.agent_to_client_result(&mut answer, &agent);
+        Ok(answer)
+    }
+
+    /// `session/cancel`: to the agent, and every permission request of the session
+    /// still waiting is answered `cancelled` (the turn's own answer, with its stop
+    /// reason, comes from the agent and is recorded as the turn ends).
+    pub(super) async fn cancel(self: &Arc<Self>, mut message: Message) {
+        let Some(session) = message
+            .session_id()
+            .and_then(|s| s.parse::<SessionId>().ok())
+        else {
+            return;
+        };
+        let Some(agent) = self.agent.current() else {
+            return;
+        };
+        for agent_id in self.sessions.cancel_permissions(&session) {
+            let cancelled =
+                Message::result(agent_id, json!({ "outcome": { "outcome": "cancelled" } }));
+            let _ = agent.link.send(&cancelled).await;
+        }
+        if let Ok(Some(agent_session)) = self.sessions.client_to_agent(&message, &agent) {
+            message.set_session_id(&agent_session);
+            let _ = agent.link.send(&message).await;
+        }
+    }
+
+    /// The running agent and the session's agent side in it, brought up if needed.
+    pub(super) async fn agent_side(
+        self: &Arc<Self>,
+        session: SessionId,
+    ) -> Result<(Arc<Running>, String), Failure> {
+        let bringing_up = self
+            .sessions
+            .with_open(&session, |o| o.bringing_up.clone())
+            .ok_or_else(|| not_open(session))?;
+        let _held = bringing_up.lock().await;
+        let agent = self.running_agent().await?;
+        let current = self
+            .sessions
+            .with_open(&session, |o| o.agent.clone())
+            .ok_or_else(|| not_open(session))?;
+        if let Some((agent_session, generation)) = current
+            && generation == agent.generation
+        {
+            return Ok((agent, agent_session));
+        }
+        let binding = self.store.session(session).await?.agent;
+        self.bring_up_locked(session, &agent, binding.as_ref())
+            .await?;
+        let agent_session = self
+            .sessions
+            .with_open(&session, |o| o.agent.clone())
+            .flatten()
+            .map(|(id, _)| id)
+            .ok_or_else(|| agent.gone_error())?;
+        Ok((agent, agent_session))
+    }
+
+    /// Brings the agent side of an open session up and answers with what the agent
+    /// said of it (modes, models, config options; no session id).
+    async fn bring_up(
+        self: &Arc<Self>,
+        session: SessionId,
+        binding: Option<&AgentBinding>,
+    ) -> Result<Value, Failure> {
+        let bringing_up = self
+            .sessions
+            .with_open(&session, |o| o.bringing_up.clone())
+            .ok_or_else(|| not_open(session))?;
+        let _held = bringing_up.lock().await;
+        let agent = self.running_agent().await?;
+        self.bring_up_locked(session, &agent, binding).await
+    }
+
+    /// The agent's own resume or load while it still knows the session (its replay is
+    /// dropped: the store's is the record), else a new agent session, bound to the
+    /// store session, with the recorded settings applied again and the conversation
+    /// given with the next prompt.
+    async fn bring_up_locked(
+        self: &Arc<Self>,
+        session: SessionId,
+        agent: &Arc<Running>,
+        binding: Option<&AgentBinding>,
+    ) -> Result<Value, Failure> {
+        let setup = self
+            .sessions
+            .with_open(&session, |o| o.setup.clone())
+            .ok_or_else(|| not_open(session))?;
+        let known = binding.filter(|b| b.agent == self.agent.name());
+        if let Some(binding) = known {
+            let mut params = setup.clone();
+            params["sessionId"] = Value::String(binding.session.clone());
+            let method = if agent.caps().resume {
+                Some("session/resume")
+            } else if agent.caps().load {
+                Some("session/load")
+            } else {
+                None
+            };
+            if let Some(method) = method {
+                self.sessions.with_open(&session, |o| {
+                    o.agent = Some((binding.session.clone(), agent.generation));
+                    o.agent_replaying = method == "session/load";
+                });
+                self.sessions
+                    .lock()
+                    .by_agent
+                    .insert(binding.session.clone(), session);
+                let answer = agent
+                    .link
+                    .request(method, params)
+                    .await
+                    .map_err(|_| agent.gone_error())?;
+                self.sessions
+                    .with_open(&session, |o| o.agent_replaying = false);
+                if let Ok(result) = answer.outcome() {
+                    self.sessions.with_open(&session, |o| o.fresh = false);
+                    let mut result = result.clone();
+                    strip_session_id(&mut result);
+                    return Ok(result);
+                }
+                tracing::info!(
+                    "the agent no longer knows session {session} ({method} refused); starting it a new agent session"
+                );
+                let mut inner = self.sessions.lock();
+                inner.by_agent.remove(&binding.session);
+                if let Some(o) = inner.open.get_mut(&session) {
+                    o.agent = None;
+                }
+            }
+        }
+        let answer = agent
+            .link
+            .request("session/new", setup)
+            .await
+            .map_err(|_| agent.gone_error())?;
+        let mut result = match answer.outcome() {
+            Ok(result) => result.clone(),
+            Err(error) => {
+                return Err(Failure::internal(format!(
+                    "the agent refused a new session for session {session}: {error}"
+                )));
+            }
+        };
+        let agent_session = agent_session_of(&result)?;
+        self.store
+            .bind_agent(
+                session,
+                AgentBinding {
+                    agent: self.agent.name(),
+                    session: agent_session.clone(),
+                },
+            )
+            .await?;
+        {
+            let mut inner = self.sessions.lock();
+            inner.by_agent.insert(agent_session.clone(), session);
+            if let Some(o) = inner.open.get_mut(&session) {
+                o.agent = Some((agent_session.clone(), agent.generation));
+                o.fresh = true;
+            }
+        }
+        for setting in self.store.settings(session).await? {
+            let mut params = setting.params.clone();
+            if let Value::Object(p) = &mut params {
+                p.insert("sessionId".to_owned(), Value::String(agent_session.clone()));
+            }
+            match agent.link.request(&setting.method, params).await {
+                Ok(answer) if answer.outcome().is_ok() => {}
+                Ok(answer) => tracing::warn!(
+                    "the agent refused {} again for session {session}: {:?}",
+                    setting.method,
+                    answer.outcome().err()
+                ),
+                Err(_) => return Err(agent.gone_error()),
+            }
+        }
+        strip_session_id(&mut result);
+        Ok(result)
+    }
+}
+
+fn strip_session_id(result: &mut Value) {
+    if let Value::Object(r) = result {
+        r.remove("sessionId");
+    }
+}
+
+fn agent_session_of(result: &Value) -> Result<String, Failure> {
+    result["sessionId"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| Failure::internal("the agent answered session/new without a sessionId"))
+}
+
+/// The client's working directory: required and absolute, as ACP has it. Kept as the
+/// client gave it (client content, not a path of the store's).
+fn cwd_of(params: &Value) -> Result<String, Failure> {
+    match params["cwd"].as_str() {
+        Some(cwd) if cwd.starts_with('/') => Ok(cwd.to_owned()),
+        Some(cwd) => Err(Failure::invalid_params(format!(
+            "cwd must be an absolute path, not {cwd:?}"
+        ))),
+        None => Err(Failure::invalid_params("cwd is required")),
+    }
+}
+
+/// What of a `session/new`, `load` or `resume` request brings the agent side up again:
+/// everything but the session id (the working directory, MCP servers, `_meta`).
+fn setup_of(params: &Value) -> Value {
+    let mut setup = params.clone();
+    if let Value::Object(s) = &mut setup {
+        s.remove("sessionId");
+        s.entry("mcpServers").or_insert_with(|| json!([]));
+    }
+    setup
+}
+
+fn session_param(message: &Message) -> Result<SessionId, Failure> {
+    parse_session(message.session_id().unwrap_or_default())
+}
+
+fn parse_session(id: &str) -> Result<SessionId, Failure> {
+    id.parse::<SessionId>()
+        .map_err(|e| Failure::new(code::RESOURCE_NOT_FOUND, format!("no session {id:?}: {e}")))
+}
+
+fn not_open(session: SessionId) -> Failure {
+    Failure::invalid_params(format!(
+        "session {session} is not open on this connection: call session/new, session/load or \
+         session/resume first"
+    ))
+}

@@ -1,0 +1,156 @@
+//! Reads and writes of what a proxied session keeps beside its history: its turns
+//! (begun, ended or failed) and the client's settings (the latest of each). Each write
+//! appends its event in the caller's transaction, through `append`.
+
+use super::append::{append_event, now};
+use super::error::sql;
+use super::sql::{DbError, Row, Tx, args};
+
+use crate::error::{Error, Result};
+use crate::ids::{MessageId, SessionId, TurnId};
+use crate::model::{EventPayload, Setting, Turn, TurnEnd};
+
+/// Begins a turn delivering `messages` (the first one's place in the history is the
+/// turn's).
+pub fn begin_turn(conn: &Tx<'_>, session: &SessionId, messages: &[MessageId]) -> Result<Turn> {
+    let Some(first) = messages.first() else {
+        return Err(Error::EmptyTurn { session: *session });
+    };
+    let seq: i64 = conn
+        .query_row(
+            "SELECT seq FROM messages WHERE id = ?1 AND session_id = ?2",
+            args![first.to_string(), session.to_string()],
+            |r| r.get(0),
+        )
+        .map_err(sql("read a turn's first message"))?
+        .ok_or(Error::MessageNotFound(*first))?;
+    let id = TurnId::new();
+    let at = now();
+    let ids = serde_json::to_string(messages).expect("message ids always serialize");
+    conn.execute(
+        "INSERT INTO turns (id, session_id, seq, messages, state, started_at)
+         VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
+        args![id.to_string(), session.to_string(), seq, ids, at],
+    )
+    .map_err(sql("begin a turn"))?;
+    let payload = EventPayload::TurnStarted {
+        id,
+        seq,
+        messages: messages.to_vec(),
+    };
+    append_event(conn, session, &payload, &at)?;
+    Ok(Turn {
+        id,
+        session_id: *session,
+        seq,
+        messages: messages.to_vec(),
+        end: None,
+        started_at: at,
+        ended_at: None,
+    })
+}
+
+/// Ends a running turn of `session`. A turn that already ended is refused.
+pub fn end_turn(conn: &Tx<'_>, session: &SessionId, turn: &TurnId, end: &TurnEnd) -> Result<()> {
+    let at = now();
+    let (state, stop_reason, failure) = match end {
+        TurnEnd::Stopped { stop_reason } => ("ended", Some(stop_reason.as_str()), None),
+        TurnEnd::Failed { reason } => ("failed", None, Some(reason.as_str())),
+    };
+    let changed = conn
+        .execute(
+            "UPDATE turns SET state = ?3, stop_reason = ?4, failure = ?5, ended_at = ?6
+             WHERE id = ?1 AND session_id = ?2 AND state = 'running'",
+            args![
+                turn.to_string(),
+                session.to_string(),
+                state,
+                stop_reason,
+                failure,
+                at
+            ],
+        )
+        .map_err(sql("end a turn"))?;
+    if changed == 0 {
+        return Err(Error::TurnNotRunning {
+            turn: *turn,
+            session: *session,
+        });
+    }
+    let payload = EventPayload::TurnEnded {
+        id: *turn,
+        end: end.clone(),
+    };
+    append_event(conn, session, &payload, &at)?;
+    Ok(())
+}
+
+fn turn_from_row(row: &Row<'_>) -> Result<Turn, DbError> {
+    let messages: String = row.get(3)?;
+    let state: String = row.get(4)?;
+    let stop_reason: Option<String> = row.get(5)?;
+    let failure: Option<String> = row.get(6)?;
+    let end = match (state.as_str(), stop_reason, failure) {
+        ("running", None, None) => None,
+        ("ended", Some(stop_reason), None) => Some(TurnEnd::Stopped { stop_reason }),
+        ("failed", None, Some(reason)) => Some(TurnEnd::Failed { reason }),
+        _ => return Err(DbError::column(4, format!("a turn in state {state:?}"))),
+    };
+    Ok(Turn {
+        id: row.parsed(0)?,
+        session_id: row.parsed(1)?,
+        seq: row.get(2)?,
+        messages: serde_json::from_str(&messages).map_err(|e| DbError::column(3, e))?,
+        end,
+        started_at: row.get(7)?,
+        ended_at: row.get(8)?,
+    })
+}
+
+/// A session's turns, in history order.
+pub fn turns(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Turn>> {
+    conn.query_map(
+        "SELECT id, session_id, seq, messages, state, stop_reason, failure, started_at, ended_at
+         FROM turns WHERE session_id = ?1 ORDER BY seq, started_at",
+        args![session.to_string()],
+        turn_from_row,
+    )
+    .map_err(sql("read turns"))
+}
+
+/// Records a setting the agent took, replacing the earlier one of its kind.
+pub fn record_setting(conn: &Tx<'_>, session: &SessionId, setting: &Setting) -> Result<()> {
+    let at = now();
+    let params = serde_json::to_string(&setting.params).expect("JSON values always serialize");
+    conn.execute(
+        "INSERT INTO settings (session_id, method, key, params, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (session_id, method, key) DO UPDATE
+         SET params = excluded.params, updated_at = excluded.updated_at",
+        args![session.to_string(), setting.method, setting.key, params, at],
+    )
+    .map_err(sql("record a setting"))?;
+    let payload = EventPayload::SettingRecorded {
+        setting: setting.clone(),
+    };
+    append_event(conn, session, &payload, &at)?;
+    Ok(())
+}
+
+/// A session's settings, by method and key.
+pub fn settings(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Setting>> {
+    conn.query_map(
+        "SELECT method, key, params FROM settings WHERE session_id = ?1
+         ORDER BY method, key",
+        args![session.to_string()],
+        |row| {
+            let params: String = row.get(2)?;
+            Ok(Setting {
+                method: row.get(0)?,
+                key: row.get(1)?,
+                params: serde_json::from_str(&params).map_err(|e| DbError::column(2, e))?,
+            })
+        },
+    )
+    .map_err(sql("read settings"))
+}

@@ -1,0 +1,217 @@
+//! Storing a user's message: `send` (text and references to uploads already stored) and
+//! `send_prompt` (a prompt as an ACP client sends it: its files uploaded and the
+//! message that refers to them stored as one step, its blocks kept in the order sent).
+//! Both check every reference the way a read would before anything is written, and
+//! write the message with its event in one write; nothing else persists a reference.
+
+use agent_client_protocol_schema::v1::Meta;
+
+use super::{Outgoing, Store, Upload, blocking};
+use crate::attachments::{AttachmentUri, StoredAttachment};
+use crate::db::queries;
+use crate::error::{Error, Result};
+use crate::ids::SessionId;
+use crate::model::{Delivery, Message, MessageBlock, NewMessage, NewReference, Role};
+
+/// A prompt as an ACP client sends it, for [`Store::send_prompt`]: its blocks in order,
+/// delivered now or queued for the next drain (a prompt sent while a turn runs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    pub blocks: Vec<PromptBlock>,
+    pub delivery: Delivery,
+}
+
+/// One block of a prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptBlock {
+    /// Text the user typed, with the block's own `_meta`. The message's display text
+    /// is its text blocks joined by line breaks.
+    Text { text: String, meta: Option<Meta> },
+    /// A file the client sent inline (an image, an embedded resource or blob): stored
+    /// as an attachment of the session, so the model gets it with the path of a read
+    /// made at each dispatch. `meta` is the client block's own `_meta`, kept beside the
+    /// path context.
+    Upload { upload: Upload, meta: Option<Meta> },
+    /// A block of the client's own, kept as the JSON it came as and given back as it
+    /// is: a `resource_link`, a resource with a `file://` URI the client owns (the
+    /// agent may edit it in place), audio. Never copied into the store's files.
+    Verbatim(serde_json::Value),
+}
+
+impl Store {
+    /// Checks every reference before persisting anything: the URI parses, names this
+    /// session, and opens now, the way a read would, which fills the stored name, MIME
+    /// type and size without reading the whole file. Then the message is stored,
+    /// delivered or queued, with its event. The checks and the write are one trip to
+    /// the blocking pool, and the session is looked up inside the write.
+    pub async fn send(&self, session: SessionId, send: Outgoing) -> Result<Message> {
+        if send.role != Role::User && (!send.attach.is_empty() || send.mid_turn) {
+            return Err(Error::RoleCannotAttach { role: send.role });
+        }
+        // Blank optional parts are no parts: an empty expansion must not replace what
+        // was typed, and an empty transcript is no audio.
+        let blank_to_none = |v: Option<String>| v.filter(|t| !t.trim().is_empty());
+        let expanded = blank_to_none(send.expanded);
+        let transcript = blank_to_none(send.transcript);
+        if send.text.trim().is_empty()
+            && send.attach.is_empty()
+            && expanded.is_none()
+            && transcript.is_none()
+        {
+            return Err(Error::EmptyMessage);
+        }
+        let state = if send.mid_turn {
+            Delivery::Queued
+        } else {
+            Delivery::Delivered
+        };
+        let message = Unchecked {
+            role: send.role,
+            display_text: send.text,
+            model_text: expanded,
+            transcript,
+            attach: send.attach,
+            content: None,
+        };
+        self.store_message(session, message, state).await
+    }
+
+    /// Stores a prompt as one user message: each upload becomes an attachment of the
+    /// session (stored under the configured root, named safely), the message refers to
+    /// them in the order they came, between its texts and the client's own blocks,
+    /// and it is checked and written as `send` checks and writes. If the message is
+    /// refused, the uploads this call stored are removed again: nothing of a refused
+    /// prompt stays.
+    pub async fn send_prompt(&self, session: SessionId, prompt: Prompt) -> Result<Message> {
+        let Prompt { blocks, delivery } = prompt;
+        let has_content = blocks.iter().any(|b| match b {
+            PromptBlock::Text { text, .. } => !text.trim().is_empty(),
+            PromptBlock::Upload { .. } | PromptBlock::Verbatim(_) => true,
+        });
+        if !has_content {
+            return Err(Error::EmptyMessage);
+        }
+        let mut uploads = Vec::new();
+        let mut texts = Vec::new();
+        let mut content = Vec::with_capacity(blocks.len());
+        for block in blocks {
+            match block {
+                PromptBlock::Text { text, meta } => {
+                    texts.push(text.clone());
+                    content.push(MessageBlock::Text { text, meta });
+                }
+                PromptBlock::Upload { upload, meta } => {
+                    let ordinal = u32::try_from(uploads.len()).map_err(|_| Error::OutOfRange {
+                        what: "a reference's ordinal",
+                    })?;
+                    uploads.push(upload);
+                    content.push(MessageBlock::Reference { ordinal, meta });
+                }
+                PromptBlock::Verbatim(block) => content.push(MessageBlock::Verbatim { block }),
+            }
+        }
+        let stored = self.attach_all(session, uploads).await?;
+        let message = Unchecked {
+            role: Role::User,
+            display_text: texts.join("\n"),
+            model_text: None,
+            transcript: None,
+            attach: stored.iter().map(|s| s.uri.clone()).collect(),
+            content: Some(content),
+        };
+        let sent = self.store_message(session, message, delivery).await;
+        if sent.is_err() {
+            self.discard_uploads(session, stored).await;
+        }
+        sent
+    }
+
+    /// Removes uploads a refused message would have referred to, which no message
+    /// refers to (they were stored by the same call).
+    pub(crate) async fn discard_uploads(&self, session: SessionId, stored: Vec<StoredAttachment>) {
+        let attachments = self.attachments.clone();
+        let _ = blocking(move || {
+            for s in &stored {
+                attachments.discard(&session, &s.uri);
+            }
+            Ok(())
+        })
+        .await;
+    }
+
+    /// The checks and the write that every stored message goes through.
+    async fn store_message(
+        &self,
+        session: SessionId,
+        message: Unchecked,
+        state: Delivery,
+    ) -> Result<Message> {
+        let attachments = self.attachments.clone();
+        let db = self.db.clone();
+        blocking(move || {
+            // The files are looked at before the write lock is taken, so no writer
+            // waits on a slow disk; a refusal is reported only once the session is
+            // known to exist, so an unknown session is named as such first.
+            let mut dirs = crate::attachments::SessionDirs::default();
+            let refs = message
+                .attach
+                .into_iter()
+                .map(|uri| {
+                    if uri.session() != session {
+                        return Err(Error::ForeignReference { uri, session });
+                    }
+                    let checked = attachments.check_in(&mut dirs, &session, &uri)?;
+                    let reference = NewReference {
+                        uri,
+                        stored_name: checked.name,
+                        mime_type: checked.mime,
+                        size: checked.size,
+                    };
+                    Ok((reference, checked.root))
+                })
+                .collect::<Result<Vec<_>>>();
+            // The write may run more than once (PostgreSQL retries a transaction that
+            // lost a race), so it borrows what it writes; a refusal found above is
+            // returned by the first run, which ends the write.
+            let (refs, roots, mut refused) = match refs {
+                Ok(checked) => {
+                    let (refs, roots): (Vec<_>, Vec<_>) = checked.into_iter().unzip();
+                    (refs, roots, None)
+                }
+                Err(e) => (vec![], vec![], Some(e)),
+            };
+            let message = NewMessage {
+                role: message.role,
+                display_text: message.display_text,
+                model_text: message.model_text,
+                transcript: message.transcript,
+                refs,
+                content: message.content,
+            };
+            db.write_for(&session, move |tx| {
+                let current = queries::get_session(tx, &session)?;
+                if let Some(e) = refused.take() {
+                    return Err(e);
+                }
+                // gc decides and removes unreferenced uploads under this same write
+                // lock, so a file it took since the check above is seen gone here,
+                // and one still here stays: this message's reference now protects it.
+                for (reference, root) in message.refs.iter().zip(&roots) {
+                    attachments.still_there(&dirs, &session, &reference.uri, root)?;
+                }
+                queries::insert_message_for(tx, &current, &message, state)
+            })
+        })
+        .await
+    }
+}
+
+/// A message before its references are checked.
+struct Unchecked {
+    role: Role,
+    display_text: String,
+    model_text: Option<String>,
+    transcript: Option<String>,
+    attach: Vec<AttachmentUri>,
+    content: Option<Vec<MessageBlock>>,
+}

@@ -1,0 +1,97 @@
+//! What a session carried by an ACP proxy keeps beside its history: the client's
+//! working directory and the agent binding it is created with (and rebound to when a
+//! fresh agent session replaces the old one), its turns from prompt to answer, and the
+//! client's settings to give a fresh agent session again. Each change is one write with
+//! its event.
+
+use super::Store;
+use crate::db::{proxied, queries};
+use crate::error::Result;
+use crate::ids::{MessageId, SessionId, TurnId};
+use crate::model::{AgentBinding, NewSession, Session, Setting, Turn, TurnEnd};
+
+impl Store {
+    /// Creates a session as `new` describes it: a title (a blank one is none, so the
+    /// first message can still name the session), where its tools run, and, for a
+    /// session an ACP client opened, its working directory and the agent session it
+    /// is bound to.
+    pub async fn create_session_with(&self, new: NewSession) -> Result<Session> {
+        let new = NewSession {
+            title: new.title.filter(|t| !t.trim().is_empty()),
+            ..new
+        };
+        self.with_write(move |tx| queries::insert_session_as(tx, SessionId::new(), &new, None))
+            .await
+    }
+
+    /// Binds a session to another agent session (a fresh one replacing the one its
+    /// agent no longer knows).
+    pub async fn bind_agent(&self, session: SessionId, binding: AgentBinding) -> Result<()> {
+        self.with_write(move |tx| {
+            queries::get_session(tx, &session)?;
+            queries::bind_agent(tx, &session, &binding)
+        })
+        .await
+    }
+
+    /// Begins a turn that delivers `messages` (stored user messages of the session, the
+    /// first one's place in the history being the turn's).
+    pub async fn begin_turn(&self, session: SessionId, messages: Vec<MessageId>) -> Result<Turn> {
+        self.with_write(move |tx| {
+            queries::get_session(tx, &session)?;
+            proxied::begin_turn(tx, &session, &messages)
+        })
+        .await
+    }
+
+    /// Ends a running turn: its stop reason as the agent answered, or its failure. A
+    /// turn never ended is one that was interrupted (its proxy stopped mid-turn).
+    pub async fn end_turn(&self, session: SessionId, turn: TurnId, end: TurnEnd) -> Result<()> {
+        self.with_write(move |tx| proxied::end_turn(tx, &session, &turn, &end))
+            .await
+    }
+
+    /// A session's turns, in history order.
+    pub async fn turns(&self, session: SessionId) -> Result<Vec<Turn>> {
+        self.with_read(move |tx| {
+            queries::get_session(tx, &session)?;
+            proxied::turns(tx, &session)
+        })
+        .await
+    }
+
+    /// Records a client setting the agent took: `method` with its `params` (without
+    /// the session id), replacing the earlier one of its kind (a config option's
+    /// setting is one kind per option).
+    pub async fn record_setting(
+        &self,
+        session: SessionId,
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<()> {
+        let key = if method == "session/set_config_option" {
+            params["configId"].as_str().unwrap_or_default().to_owned()
+        } else {
+            String::new()
+        };
+        let setting = Setting {
+            method: method.to_owned(),
+            key,
+            params,
+        };
+        self.with_write(move |tx| {
+            queries::get_session(tx, &session)?;
+            proxied::record_setting(tx, &session, &setting)
+        })
+        .await
+    }
+
+    /// A session's settings, to give a fresh agent session again.
+    pub async fn settings(&self, session: SessionId) -> Result<Vec<Setting>> {
+        self.with_read(move |tx| {
+            queries::get_session(tx, &session)?;
+            proxied::settings(tx, &session)
+        })
+        .await
+    }
+}

@@ -1,0 +1,427 @@
+//! `sessionstore-test-agent`: an ACP agent built with the SDK, for the proxy's tests
+//! (built only with the `testkit` feature, which `cargo test` turns on). It keeps its
+//! sessions in memory, so a restarted agent knows none of them, and it writes each
+//! prompt it receives, blocks and `_meta` as they came, as one JSON line to the file
+//! named by `--report`, so a test can see exactly what the agent was given.
+//!
+//! What a prompt does depends on the words in its text:
+//! - `crash`: one chunk, then the process exits with status 3, mid-turn;
+//! - `hang`: nothing, until `session/cancel` (then the turn ends `cancelled`);
+//! - `permission`: a tool call, a permission request, and the call completed (or
+//!   failed when the client refused or the turn was cancelled);
+//! - anything else: a thought, three message chunks, a tool call and its update, a
+//!   plan and an update kind the schema does not know, then `end_turn`.
+//!
+//! Flags: `--announce-meta` (announce `daemon/attachmentContext` under
+//! `agentCapabilities._meta`), `--no-image`, `--no-embedded`, `--load`, `--resume`,
+//! `--close`, `--delete`, `--report FILE`.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use agent_client_protocol::v1::schema::{
+    AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock,
+    ContentChunk, DeleteSessionRequest, DeleteSessionResponse, Implementation, InitializeRequest,
+    InitializeResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
+    NewSessionResponse, PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority,
+    PlanEntryStatus, PromptCapabilities, PromptRequest, PromptResponse, RequestPermissionOutcome,
+    RequestPermissionRequest, ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities,
+    SessionCloseCapabilities, SessionDeleteCapabilities, SessionId, SessionNotification,
+    SessionResumeCapabilities, SessionUpdate, SetSessionConfigOptionRequest,
+    SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse, StopReason,
+    TextContent, ToolCall, ToolCallId, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
+    ToolKind,
+};
+use agent_client_protocol::v1::{ConnectionTo, Responder};
+use agent_client_protocol::{Client, Error, Stdio, UntypedMessage};
+use serde_json::{Value, json};
+
+#[derive(Default)]
+struct Flags {
+    announce_meta: bool,
+    image: bool,
+    embedded: bool,
+    load: bool,
+    resume: bool,
+    close: bool,
+    delete: bool,
+    report: Option<std::path::PathBuf>,
+}
+
+fn flags() -> Flags {
+    let mut f = Flags {
+        image: true,
+        embedded: true,
+        ..Flags::default()
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--announce-meta" => f.announce_meta = true,
+            "--no-image" => f.image = false,
+            "--no-embedded" => f.embedded = false,
+            "--load" => f.load = true,
+            "--resume" => f.resume = true,
+            "--close" => f.close = true,
+            "--delete" => f.delete = true,
+            "--report" => f.report = args.next().map(Into::into),
+            other => {
+                eprintln!("sessionstore-test-agent: unknown argument {other:?}");
+                std::process::exit(2);
+            }
+        }
+    }
+    f
+}
+
+struct State {
+    flags: Flags,
+    sessions: Mutex<HashSet<String>>,
+    /// The turns that wait for a cancellation, by session.
+    cancels: Mutex<HashMap<String, tokio::sync::oneshot::Sender<()>>>,
+    next: Mutex<u64>,
+}
+
+impl State {
+    fn report(&self, entry: Value) {
+        let Some(path) = &self.flags.report else {
+            return;
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("the report file opens");
+        writeln!(file, "{entry}").expect("the report is written");
+    }
+
+    fn knows(&self, session: &SessionId) -> bool {
+        self.sessions.lock().unwrap().contains(&*session.0)
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let state = Arc::new(State {
+        flags: flags(),
+        sessions: Mutex::new(HashSet::new()),
+        cancels: Mutex::new(HashMap::new()),
+        next: Mutex::new(0),
+    });
+    let s = state.clone();
+    let agent = agent_client_protocol::Agent
+        .v1()
+        .name("sessionstore-test-agent")
+        .on_receive_request(
+            async move |request: InitializeRequest, responder, _cx| {
+                s.report(json!({"method": "initialize", "params": request}));
+                responder.respond(initialize(&s.flags, &request))
+            },
+            agent_client_protocol::on_receive_request!(),
+        );
+    let s = state.clone();
+    let agent = agent.on_receive_request(
+        async move |request: NewSessionRequest, responder, _cx| {
+            let id = {
+                let mut next = s.next.lock().unwrap();
+                *next += 1;
+                format!("agent-{}-{}", std::process::id(), *next)
+            };
+            s.sessions.lock().unwrap().insert(id.clone());
+            s.report(json!({"method": "session/new", "params": request, "sessionId": id}));
+            responder.respond(NewSessionResponse::new(SessionId::new(id)))
+        },
+        agent_client_protocol::on_receive_request!(),
+    );
+    let s = state.clone();
+    let agent = agent.on_receive_request(
+        async move |request: LoadSessionRequest, responder: Responder<LoadSessionResponse>, _cx| {
+            s.report(json!({"method": "session/load", "params": request}));
+            if !s.flags.load || !s.knows(&request.session_id) {
+                return responder.respond_with_error(unknown_session(&request.session_id));
+            }
+            responder.respond(LoadSessionResponse::new())
+        },
+        agent_client_protocol::on_receive_request!(),
+    );
+    let s = state.clone();
+    let agent = agent.on_receive_request(
+        async move |request: ResumeSessionRequest,
+                    responder: Responder<ResumeSessionResponse>,
+                    _cx| {
+            s.report(json!({"method": "session/resume", "params": request}));
+            if !s.flags.resume || !s.knows(&request.session_id) {
+                return responder.respond_with_error(unknown_session(&request.session_id));
+            }
+            responder.respond(ResumeSessionResponse::new())
+        },
+        agent_client_protocol::on_receive_request!(),
+    );
+    let s = state.clone();
+    let agent = agent.on_receive_request(
+        async move |request: CloseSessionRequest,
+                    responder: Responder<CloseSessionResponse>,
+                    _cx| {
+            s.report(json!({"method": "session/close", "params": request}));
+            s.sessions.lock().unwrap().remove(&*request.session_id.0);
+            responder.respond(CloseSessionResponse::new())
+        },
+        agent_client_protocol::on_receive_request!(),
+    );
+    let s = state.clone();
+    let agent = agent.on_receive_request(
+        async move |request: DeleteSessionRequest,
+                    responder: Responder<DeleteSessionResponse>,
+                    _cx| {
+            s.report(json!({"method": "session/delete", "params": request}));
+            s.sessions.lock().unwrap().remove(&*request.session_id.0);
+            responder.respond(DeleteSessionResponse::new())
+        },
+        agent_client_protocol::on_receive_request!(),
+    );
+    let s = state.clone();
+    let agent = agent.on_receive_request(
+        async move |request: SetSessionModeRequest,
+                    responder: Responder<SetSessionModeResponse>,
+                    _cx| {
+            s.report(json!({"method": "session/set_mode", "params": request}));
+            responder.respond(SetSessionModeResponse::new())
+        },
+        agent_client_protocol::on_receive_request!(),
+    );
+    let s = state.clone();
+    let agent = agent.on_receive_request(
+        async move |request: SetSessionConfigOptionRequest,
+                    responder: Responder<SetSessionConfigOptionResponse>,
+                    _cx| {
+            s.report(json!({"method": "session/set_config_option", "params": request}));
+            responder.respond(SetSessionConfigOptionResponse::new(vec![]))
+        },
+        agent_client_protocol::on_receive_request!(),
+    );
+    let s = state.clone();
+    let agent = agent.on_receive_notification(
+        async move |note: CancelNotification, _cx| {
+            s.report(json!({"method": "session/cancel", "params": note}));
+            if let Some(cancel) = s.cancels.lock().unwrap().remove(&*note.session_id.0) {
+                let _ = cancel.send(());
+            }
+            Ok(())
+        },
+        agent_client_protocol::on_receive_notification!(),
+    );
+    let s = state.clone();
+    let agent = agent.on_receive_request(
+        async move |request: PromptRequest,
+                    responder: Responder<PromptResponse>,
+                    cx: ConnectionTo<Client>| {
+            s.report(json!({"method": "session/prompt", "params": request}));
+            if !s.knows(&request.session_id) {
+                return responder.respond_with_error(unknown_session(&request.session_id));
+            }
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            s.cancels
+                .lock()
+                .unwrap()
+                .insert(request.session_id.to_string(), tx);
+            let turn = s.clone();
+            let runner = cx.clone();
+            // The turn runs beside the dispatch loop, so a cancellation and the
+            // client's answers to the agent's requests get through while it runs.
+            runner.spawn(async move {
+                let stop = run_turn(&turn, &cx, &request, rx).await?;
+                turn.cancels.lock().unwrap().remove(&*request.session_id.0);
+                responder.respond(PromptResponse::new(stop))
+            })
+        },
+        agent_client_protocol::on_receive_request!(),
+    );
+    agent.connect_to(Stdio::new()).await
+}
+
+/// ACP's "resource not found", for a session this agent does not know (any session
+/// after a restart: it keeps them in memory).
+fn unknown_session(session: &SessionId) -> Error {
+    Error::new(-32002, format!("unknown session {session}"))
+}
+
+fn initialize(flags: &Flags, request: &InitializeRequest) -> InitializeResponse {
+    let mut sessions = SessionCapabilities::new();
+    if flags.resume {
+        sessions = sessions.resume(SessionResumeCapabilities::new());
+    }
+    if flags.close {
+        sessions = sessions.close(SessionCloseCapabilities::new());
+    }
+    if flags.delete {
+        sessions = sessions.delete(SessionDeleteCapabilities::new());
+    }
+    let mut caps = AgentCapabilities::new()
+        .load_session(flags.load)
+        .prompt_capabilities(
+            PromptCapabilities::new()
+                .image(flags.image)
+                .embedded_context(flags.embedded),
+        )
+        .session_capabilities(sessions);
+    if flags.announce_meta {
+        let mut meta = serde_json::Map::new();
+        meta.insert("daemon/attachmentContext".to_owned(), json!(true));
+        caps.meta = Some(meta);
+    }
+    InitializeResponse::new(request.protocol_version)
+        .agent_capabilities(caps)
+        .agent_info(Implementation::new("sessionstore-test-agent", "0"))
+}
+
+fn text_of(request: &PromptRequest) -> String {
+    request
+        .prompt
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text(t) => Some(t.text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn update(
+    cx: &ConnectionTo<Client>,
+    session: &SessionId,
+    update: SessionUpdate,
+) -> Result<(), Error> {
+    cx.send_notification(SessionNotification::new(session.clone(), update))
+}
+
+fn chunk(text: &str) -> ContentChunk {
+    ContentChunk::new(ContentBlock::Text(TextContent::new(text.to_owned())))
+}
+
+async fn run_turn(
+    state: &State,
+    cx: &ConnectionTo<Client>,
+    request: &PromptRequest,
+    cancelled: tokio::sync::oneshot::Receiver<()>,
+) -> Result<StopReason, Error> {
+    let session = &request.session_id;
+    let text = text_of(request);
+    if text.contains("crash") {
+        update(
+            cx,
+            session,
+            SessionUpdate::AgentMessageChunk(chunk("about to crash")),
+        )?;
+        // Give the chunk a moment to leave before the process goes.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        std::process::exit(3);
+    }
+    if text.contains("hang") {
+        let _ = cancelled.await;
+        return Ok(StopReason::Cancelled);
+    }
+    if text.contains("permission") {
+        return permission_turn(cx, session, cancelled).await;
+    }
+    update(
+        cx,
+        session,
+        SessionUpdate::AgentThoughtChunk(chunk("thinking about it")),
+    )?;
+    for piece in ["Hello", " from", " the test agent."] {
+        update(cx, session, SessionUpdate::AgentMessageChunk(chunk(piece)))?;
+    }
+    let call = ToolCallId::new("call-1");
+    update(
+        cx,
+        session,
+        SessionUpdate::ToolCall(
+            ToolCall::new(call.clone(), "Read a file")
+                .kind(ToolKind::Read)
+                .status(ToolCallStatus::InProgress),
+        ),
+    )?;
+    update(
+        cx,
+        session,
+        SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+            call,
+            ToolCallUpdateFields::new().status(ToolCallStatus::Completed),
+        )),
+    )?;
+    update(
+        cx,
+        session,
+        SessionUpdate::Plan(Plan::new(vec![PlanEntry::new(
+            "answer the question",
+            PlanEntryPriority::High,
+            PlanEntryStatus::Completed,
+        )])),
+    )?;
+    // An update kind no schema knows yet: a store must keep it as it came.
+    cx.send_notification(UntypedMessage::new(
+        "session/update",
+        json!({
+            "sessionId": session,
+            "update": {"sessionUpdate": "sessionstore_test_future", "detail": {"n": 1}}
+        }),
+    )?)?;
+    let _ = state;
+    Ok(StopReason::EndTurn)
+}
+
+async fn permission_turn(
+    cx: &ConnectionTo<Client>,
+    session: &SessionId,
+    cancelled: tokio::sync::oneshot::Receiver<()>,
+) -> Result<StopReason, Error> {
+    let call = ToolCallId::new("call-permission");
+    update(
+        cx,
+        session,
+        SessionUpdate::ToolCall(
+            ToolCall::new(call.clone(), "Edit a file")
+                .kind(ToolKind::Edit)
+                .status(ToolCallStatus::Pending),
+        ),
+    )?;
+    let ask = RequestPermissionRequest::new(
+        session.clone(),
+        ToolCallUpdate::new(call.clone(), ToolCallUpdateFields::new()),
+        vec![
+            PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
+            PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
+        ],
+    );
+    let answer = tokio::select! {
+        answer = cx.send_request(ask).block_task() => Some(answer?),
+        _ = cancelled => None,
+    };
+    let allowed = matches!(
+        &answer.as_ref().map(|a| &a.outcome),
+        Some(RequestPermissionOutcome::Selected(s)) if &*s.option_id.0 == "allow"
+    );
+    let status = if allowed {
+        ToolCallStatus::Completed
+    } else {
+        ToolCallStatus::Failed
+    };
+    update(
+        cx,
+        session,
+        SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+            call,
+            ToolCallUpdateFields::new().status(status),
+        )),
+    )?;
+    let cancelled_outcome = matches!(
+        &answer.as_ref().map(|a| &a.outcome),
+        None | Some(RequestPermissionOutcome::Cancelled)
+    );
+    Ok(if cancelled_outcome {
+        StopReason::Cancelled
+    } else {
+        StopReason::EndTurn
+    })
+}
