@@ -20,6 +20,7 @@ pub mod dispatch;
 pub mod error;
 pub mod focus;
 pub mod format;
+pub mod history;
 pub mod ids;
 pub mod lifecycle;
 pub mod model;

@@ -23,7 +23,7 @@ use cli::session::SessionCommand;
 use cli::{parse_message, parse_session};
 use sessionstore::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode};
 use sessionstore::format::{Format, StreamWriter};
-use sessionstore::{Backup, Config, Error, MessageId, SessionId, Store, focus};
+use sessionstore::{Backup, Config, MessageId, SessionId, Store, focus};
 
 #[derive(Parser)]
 #[command(
@@ -54,7 +54,7 @@ enum Command {
     /// Persist a message with its attachment references
     Send(SendArgs),
     /// Record the agent's side of a turn: ACP session updates from stdin, one JSON a line
-    Record(RecordArgs),
+    Record(cli::record::RecordArgs),
     /// Print what the model gets for one user message (default: the latest delivered);
     /// always JSON, so --json changes nothing
     Dispatch(DispatchArgs),
@@ -241,13 +241,6 @@ impl From<RestoreFormat> for Format {
     }
 }
 
-#[derive(Args)]
-struct RecordArgs {
-    /// The session the updates belong to
-    #[arg(long, value_name = "ID", value_parser = parse_session)]
-    session: SessionId,
-}
-
 fn mode(strict: bool) -> Mode {
     if strict { Mode::Strict } else { Mode::Degrade }
 }
@@ -345,7 +338,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Attach(args) => cli::attachment::attach(config, json, args).await?,
         Command::Attachment(command) => cli::attachment::run(config, json, command).await?,
         Command::Send(args) => cli::send::send(config, json, args).await?,
-        Command::Record(args) => record(config, json, args).await?,
+        Command::Record(args) => cli::record::record(config, json, args).await?,
         Command::Dispatch(args) => dispatch(config, args).await?,
         Command::Drain(args) => drain(config, args).await?,
         Command::Restore(args) => restore(config, args).await?,
@@ -431,52 +424,6 @@ async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {
             "{db}: applied {}; schema at version {}{kept}",
             report.applied.join(", "),
             report.current
-        ))
-    }
-}
-
-/// Every line is read and checked before the store is opened, and the store checks
-/// the whole batch before it writes: a bad line stores nothing and is named by its
-/// number. Blank lines are skipped but still counted.
-async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> {
-    use std::io::BufRead;
-    let mut updates = Vec::new();
-    let mut lines = Vec::new();
-    for (n, line) in std::io::stdin().lock().lines().enumerate() {
-        let line = line.context("cannot read standard input")?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let update = sessionstore::turns::parse_line(&line, args.session).map_err(|refusal| {
-            Error::UpdateRefused {
-                line: n + 1,
-                refusal,
-            }
-        })?;
-        updates.push(update);
-        lines.push(n + 1);
-    }
-    let store = Store::open_existing(config).await?;
-    let recorded = match store.record(args.session, updates).await {
-        // The store numbers the updates it was given from 1; blank lines were skipped,
-        // so its number maps back to the input's line through `lines`.
-        Err(Error::UpdateRefused { line, refusal }) => Err(Error::UpdateRefused {
-            line: line
-                .checked_sub(1)
-                .and_then(|at| lines.get(at))
-                .copied()
-                .unwrap_or(line),
-            refusal,
-        }),
-        other => other,
-    }?;
-    if json {
-        print_json(&recorded)
-    } else {
-        emit(&format!(
-            "recorded {} into {}",
-            count(recorded.recorded, "update", "updates"),
-            count(recorded.items.len(), "item", "items")
         ))
     }
 }
