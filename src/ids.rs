@@ -23,6 +23,24 @@ pub struct MessageId(Uuid);
 #[serde(transparent)]
 pub struct ItemId(Uuid);
 
+/// A history entry's id, as a replay point names it: a message's or a recorded item's
+/// (both UUIDs, unique across sessions, so the id alone says which entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EntryId(Uuid);
+
+impl From<MessageId> for EntryId {
+    fn from(id: MessageId) -> EntryId {
+        EntryId(id.0)
+    }
+}
+
+impl From<ItemId> for EntryId {
+    fn from(id: ItemId) -> EntryId {
+        EntryId(id.0)
+    }
+}
+
 /// Position of an event in the global, append-only event log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -86,6 +104,7 @@ macro_rules! uuid_id {
 uuid_id!(SessionId, "session");
 uuid_id!(MessageId, "message");
 uuid_id!(ItemId, "item");
+uuid_id!(EntryId, "history entry");
 
 impl fmt::Display for EventSeq {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

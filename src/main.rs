@@ -23,7 +23,8 @@ use cli::session::SessionCommand;
 use cli::{parse_message, parse_session};
 use sessionstore::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode};
 use sessionstore::format::{Format, StreamWriter};
-use sessionstore::{Backup, Config, MessageId, SessionId, Store, focus};
+use sessionstore::history::Replay;
+use sessionstore::{Backup, Config, EntryId, MessageId, SessionId, Store, focus};
 
 #[derive(Parser)]
 #[command(
@@ -166,6 +167,14 @@ struct RestoreArgs {
     #[arg(long, value_name = "SIZE", value_parser = dispatch::parse_byte_size,
           default_value_t = DEFAULT_MEMO_BUDGET)]
     memo_budget: u64,
+    /// Replay only the last N history entries (delivered messages and recorded items,
+    /// as --format acp shows them); the output says where it starts
+    #[arg(long, value_name = "N", conflicts_with = "from")]
+    tail: Option<u64>,
+    /// Replay from this message or recorded item id (inclusive); the output says
+    /// where it starts
+    #[arg(long, value_name = "ID", value_parser = cli::parse_entry)]
+    from: Option<EntryId>,
 }
 
 #[derive(Args)]
@@ -474,9 +483,24 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     let store = Store::open_read_only(config).await?;
     // A session that cannot be restored (unknown, deleted, or a log that does not
     // replay) is refused here, before anything is written.
-    let mut stream = store.restore_stream(args.session, args.memo_budget).await?;
+    let replay = match (args.tail, args.from) {
+        (Some(n), _) => Replay::Tail(n),
+        (None, Some(entry)) => Replay::From(entry),
+        (None, None) => Replay::Whole,
+    };
+    let mut stream = store
+        .restore_from(args.session, args.memo_budget, replay)
+        .await?;
     let format = args.format.into();
-    let mut out = output(format, args.session, &args.model.model)?;
+    let out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
+    let mut out = StreamWriter::begin_replay(
+        out,
+        format,
+        args.session,
+        &args.model.model,
+        stream.partial(),
+    )
+    .context("cannot write the output")?;
     while let Some(item) = stream.next().await {
         out.item(&item?).context("cannot write the output")?;
     }

@@ -21,7 +21,8 @@ use super::{AcpFront, RpcResult};
 
 /// Adds to `$agent` the handler of `$method`: its request goes whole to
 /// `$front.$call`, and the answer back through `answer`. Every method but `initialize`
-/// (no store) and `session/load` (it streams notifications while it runs) is one.
+/// (no store), `session/load` and `session/resume` (they stream notifications while
+/// they run) is one.
 macro_rules! handler {
     ($agent:expr, $method:literal, $request:ty => $front:ident.$call:ident) => {{
         let front = $front.clone();
@@ -63,7 +64,16 @@ pub async fn serve(front: AcpFront, transport: impl ConnectTo<Agent> + 'static) 
         },
         agent_client_protocol::on_receive_request!(),
     );
-    let agent = handler!(agent, "session/resume", ResumeSessionRequest => front.resume_session);
+    let resume = front.clone();
+    let agent = agent.on_receive_request(
+        async move |request: ResumeSessionRequest, responder, cx: ConnectionTo<Client>| {
+            let resumed = resume
+                .resume_session(request, |update| cx.send_notification(update))
+                .await;
+            answer("session/resume", responder, resumed)
+        },
+        agent_client_protocol::on_receive_request!(),
+    );
     let agent = handler!(agent, "session/close", CloseSessionRequest => front.close_session);
     let agent = handler!(agent, "session/delete", DeleteSessionRequest => front.delete_session);
     let agent = handler!(agent, "session/fork", ForkSessionRequest => front.fork_session);

@@ -13,7 +13,7 @@ pub mod record;
 pub mod send;
 pub mod session;
 
-use sessionstore::{IdError, MessageId, SessionId};
+use sessionstore::{EntryId, IdError, MessageId, SessionId};
 
 /// A session id as the store prints it; upper-case hex is taken too, since a UUID's
 /// letters are the same either way.
@@ -35,6 +35,13 @@ pub fn parse_message(text: &str) -> Result<MessageId, String> {
     bare.to_ascii_lowercase()
         .parse()
         .map_err(|_: IdError| invalid("message", &bare))
+}
+
+/// A history entry's id (a message's or a recorded item's), bare or as printed in
+/// `{"id": ...}`, in either case.
+pub fn parse_entry(text: &str) -> Result<EntryId, String> {
+    let message = parse_message(text).map_err(|_| invalid("message or item", text))?;
+    Ok(EntryId::from(message))
 }
 
 fn invalid(kind: &str, text: &str) -> String {
