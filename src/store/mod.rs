@@ -20,7 +20,6 @@ use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, Event, Item, Message, Role, Session, ToolsHost};
-use crate::projection;
 use crate::replay::RestoreStream;
 use crate::turns::Update;
 
@@ -462,7 +461,7 @@ impl Store {
 impl Store {
     /// The attachment store as dispatch reads through it, encoding into this store's
     /// recycled buffers.
-    fn resolver(&self) -> dispatch::Recycling<AttachmentStore> {
+    pub(crate) fn resolver(&self) -> dispatch::Recycling<AttachmentStore> {
         dispatch::Recycling {
             resolver: self.attachments.clone(),
             recycler: self.recycler.clone(),
@@ -622,40 +621,8 @@ impl Store {
         session: SessionId,
         memo_budget: u64,
     ) -> Result<RestoreStream> {
-        // The log is the record: restore replays it, row by row, and dispatches what
-        // it says. The tables are not read for the history, so a row edited behind
-        // the log's back cannot change what a model is given (`verify` reports the
-        // edit). The replayed rows are kept whole because a read-only read may be run
-        // again when a writer touched the file meanwhile: items already handed on
-        // could not be taken back. Rows and events carry no attachment content.
-        let db = self.db.clone();
-        let load = move || {
-            db.read(move |tx| {
-                // The session row says whether the session exists or was deleted.
-                queries::get_session(tx, &session)?;
-                let mut replayer = projection::Replayer::new(session);
-                queries::each_event(tx, &session, |event| replayer.apply(event))?;
-                match replayer.finish() {
-                    (Some(replayed), problems) if problems.is_empty() => {
-                        let delivered = replayed
-                            .messages
-                            .into_iter()
-                            .filter(|m| m.state == Delivery::Delivered)
-                            .collect::<Vec<_>>();
-                        Ok((replayed.session, delivered, replayed.items))
-                    }
-                    (_, problems) => Err(Error::LogMismatch { session, problems }),
-                }
-            })
-        };
-        let host = self.config.host.clone();
-        RestoreStream::start(
-            load,
-            self.resolver(),
-            move |session| placement(&host, session),
-            Memo::with_budget(memo_budget),
-        )
-        .await
+        self.restore_from(session, memo_budget, crate::history::Replay::Whole)
+            .await
     }
 }
 
@@ -722,7 +689,7 @@ impl Upload {
 
 /// Where a session's attachment paths are: on this daemon's `host`, reached by tools
 /// that run where the session says.
-fn placement(host: &str, session: &Session) -> Placement {
+pub(crate) fn placement(host: &str, session: &Session) -> Placement {
     Placement {
         host: host.to_owned(),
         tools_host: session.tools_host,
