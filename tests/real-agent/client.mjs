@@ -158,6 +158,7 @@ class Connection {
     this.updates = [];
     this.exited = new Promise((resolve) => {
       this.child.on("exit", (code, signal) => resolve({ code, signal }));
+      this.child.on("error", (e) => resolve({ error: e.message }));
     });
     this.child.on("error", (e) => {
       for (const { reject } of this.pending.values()) reject(e);
@@ -498,7 +499,15 @@ async function main() {
   }
   const sent = files(opts.run, opts.phase === "first");
   const statePath = path.join(opts.run, "state.json");
-  const state = opts.phase === "second" ? JSON.parse(fs.readFileSync(statePath, "utf8")) : null;
+  let state = null;
+  if (opts.phase === "second") {
+    try {
+      state = JSON.parse(fs.readFileSync(statePath, "utf8"));
+    } catch (e) {
+      check("the first phase left its session to load", false, e.message);
+      process.exit(1);
+    }
+  }
   const conn = new Connection(opts.command,
     path.join(opts.run, `${opts.phase}.acp.jsonl`), path.join(opts.run, `${opts.phase}.stderr`));
   const proxyPid = conn.child.pid;
