@@ -239,6 +239,11 @@ pub enum Error {
     Pool(#[source] DatabaseCause),
     #[error("background task failed: {0}")]
     Task(String),
+    /// One failure told to every write of a group that it undid (a commit that
+    /// failed, the disk full): the same error, shared. Its kind, refusal and words are
+    /// those of the error it holds.
+    #[error(transparent)]
+    Shared(std::sync::Arc<Error>),
 }
 
 /// "a user", "an assistant".
@@ -306,6 +311,7 @@ impl Error {
             Error::Busy { .. } => "busy",
             Error::Database { .. } | Error::DamagedRow { .. } | Error::Pool(_) => "database",
             Error::Task(_) => "internal",
+            Error::Shared(e) => e.kind(),
         }
     }
 
@@ -315,6 +321,7 @@ impl Error {
     /// Retrying the same call cannot succeed; the command line exits 3 for these.
     pub fn is_refused(&self) -> bool {
         match self {
+            Error::Shared(e) => e.is_refused(),
             Error::NewerSchema { .. }
             | Error::SchemaDamaged { .. }
             | Error::NotDatabase { .. }

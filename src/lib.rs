@@ -33,6 +33,7 @@ pub mod store;
 pub mod turns;
 
 pub use config::Config;
+pub use db::group::WriteStats;
 pub use db::schema::{Backup, MigrationReport};
 pub use db::search::Hit as SearchHit;
 pub use db::turns::Recorded;

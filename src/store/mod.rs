@@ -32,6 +32,10 @@ pub use prompt::{Prompt, PromptBlock};
 /// that both writes uploads and reads them back, over the roots in `config`.
 #[derive(Clone)]
 pub struct Store {
+    /// Every write of the store's sessions goes through this one writer (group
+    /// commit; `db::group`); `None` on a read-only store. First, so that it stops
+    /// (and lets go of its handle on the database) before `db` is dropped.
+    writer: Option<Arc<db::group::GroupWriter>>,
     pub(crate) db: Db,
     pub(crate) attachments: AttachmentStore,
     config: Arc<Config>,
@@ -176,7 +180,17 @@ impl Store {
         }
         let database = config.database.clone();
         let db = blocking(move || Db::open(&database, access)).await?;
+        let writer = match &db {
+            Db::ReadOnly(_) => None,
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pg) if pg.is_read_only() => None,
+            _ => Some(Arc::new(
+                db::group::GroupWriter::start(db.clone())
+                    .map_err(|e| Error::Task(format!("cannot start the store's writer: {e}")))?,
+            )),
+        };
         Ok(Store {
+            writer,
             db,
             attachments,
             config: Arc::new(config),
@@ -217,12 +231,35 @@ impl Store {
         &self.db
     }
 
+    /// A write through the store's one writer, committed with whatever other writes
+    /// gathered meanwhile (group commit); resolves once it is durable.
     pub(crate) async fn with_write<T: Send + 'static>(
         &self,
         f: impl FnMut(&db::Tx<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let db = self.db.clone();
-        blocking(move || db.write(f)).await
+        self.write_as(None, f).await
+    }
+
+    /// `with_write` for a write that also touches `session`'s attachment files (see
+    /// `db::Db::write_for`), or none.
+    pub(crate) async fn write_as<T: Send + 'static>(
+        &self,
+        session: Option<SessionId>,
+        f: impl FnMut(&db::Tx<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        match &self.writer {
+            Some(writer) => writer.write(session, f).await,
+            None => {
+                // A read-only store refuses the write in its own words.
+                let db = self.db.clone();
+                blocking(move || db.write(f)).await
+            }
+        }
+    }
+
+    /// How the store's writer has shared its commits so far.
+    pub fn write_stats(&self) -> db::group::WriteStats {
+        self.writer.as_ref().map(|w| w.stats()).unwrap_or_default()
     }
 
     pub(crate) async fn with_read<T: Send + 'static>(
