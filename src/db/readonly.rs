@@ -1,6 +1,8 @@
 //! Reading a database file without writing a byte to it or beside it: the connections
 //! that inspect a file before anything trusts it, and those of commands that only read.
-//! It never opens a file for writing and never runs a statement that writes.
+//! It never opens a file for writing and never runs a statement that writes; the one
+//! copy it makes (of a `-wal` left without its `-shm`) goes to a private temporary
+//! folder, never beside the database.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -63,14 +65,26 @@ impl Stamp {
 /// file changed under it, what was read may mix two versions, and the read is done
 /// again. With a writer present, its `-wal` holds committed data that must be read, so
 /// the connection is an ordinary read-only one, which uses the side files it found.
+///
+/// A `-wal` with no `-shm` beside it has no live writer (a WAL connection keeps the
+/// `-shm` for as long as it is open): it is what a crashed writer left once its `-shm`
+/// was removed, or a copy of the two files. A read-only connection would build a new
+/// `-shm` beside it to read the WAL, so the two files are read from a private copy
+/// instead (see `read_a_copy`).
 pub(crate) fn read<T>(path: &Path, f: impl Fn(&Transaction<'_>) -> Result<T>) -> Result<T> {
     for _ in 0..MAX_TRIES {
+        if side_file(path, "-wal").exists() && !side_file(path, "-shm").exists() {
+            match read_a_copy(path, &f)? {
+                Some(result) => return result,
+                None => continue,
+            }
+        }
         if writer_present(path) {
-            let mut conn = open(path, false)?;
+            let mut conn = open(path, path, false)?;
             return super::read(&mut conn, &f);
         }
         let before = Stamp::of(path)?;
-        let mut conn = open(path, true)?;
+        let mut conn = open(path, path, true)?;
         let result = super::read(&mut conn, &f);
         drop(conn);
         if !writer_present(path) && Stamp::of(path)? == before {
@@ -83,14 +97,73 @@ pub(crate) fn read<T>(path: &Path, f: impl Fn(&Transaction<'_>) -> Result<T>) ->
     })
 }
 
-fn open(path: &Path, immutable: bool) -> Result<Connection> {
+/// Reads a database whose `-wal` has no `-shm` from a copy of the two files in a
+/// private folder of the system's temporary directory, where SQLite may build the
+/// `-shm` it needs; the folder is removed after the read. This costs a copy of the
+/// database, which only this unusual state pays. `None` when the files changed during
+/// the copy or the read (a writer came), so the caller looks again.
+fn read_a_copy<T>(
+    path: &Path,
+    f: &impl Fn(&Transaction<'_>) -> Result<T>,
+) -> Result<Option<Result<T>>> {
+    let wal = side_file(path, "-wal");
+    let before = (Stamp::of(path)?, Stamp::of(&wal)?);
+    let scratch = Scratch::new(path)?;
+    let copy = scratch.0.join("db");
+    for (from, to) in [
+        (path.to_owned(), copy.clone()),
+        (wal.clone(), side_file(&copy, "-wal")),
+    ] {
+        std::fs::copy(&from, &to).map_err(|cause| Error::DatabaseIo { path: from, cause })?;
+    }
+    let result = open(&copy, path, false).and_then(|mut conn| super::read(&mut conn, f));
+    drop(scratch);
+    let unchanged = !side_file(path, "-shm").exists()
+        && wal.exists()
+        && (Stamp::of(path)?, Stamp::of(&wal)?) == before;
+    Ok(unchanged.then_some(result))
+}
+
+/// A private folder in the system's temporary directory, removed with what is in it
+/// when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(for_db: &Path) -> Result<Scratch> {
+        let dir = std::env::temp_dir().join(format!("sessionstore-read-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir(&dir).map_err(|cause| Error::DatabaseIo {
+            path: for_db.to_owned(),
+            cause: std::io::Error::new(
+                cause.kind(),
+                format!(
+                    "cannot make a folder to read a copy in, {}: {cause}",
+                    dir.display()
+                ),
+            ),
+        })?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // Nothing in it is of any use once the read is over; a failure to remove it
+        // leaves a stray folder in the temporary directory, never a wrong answer.
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A read-only connection to `file`, its errors reported as about `shown` (the
+/// database the user named, when `file` is a copy of it).
+fn open(file: &Path, shown: &Path, immutable: bool) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
+    let path = shown;
     let conn = if immutable {
-        Connection::open_with_flags(immutable_uri(path)?, flags)
+        Connection::open_with_flags(immutable_uri(file)?, flags)
     } else {
-        Connection::open_with_flags(path, flags)
+        Connection::open_with_flags(file, flags)
     }
     .map_err(|e| crate::db::error::not_database(path, e))?;
     conn.busy_timeout(super::BUSY_TIMEOUT)

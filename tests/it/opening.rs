@@ -487,3 +487,85 @@ fn migrate_no_backup_is_accepted_and_says_nothing_was_copied() {
         .collect();
     assert!(!names.iter().any(|n| n.contains(".bak")), "{names:?}");
 }
+
+/// The `-wal` beside `db`.
+fn wal_of(db: &Path) -> std::path::PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    name.into()
+}
+
+/// A database with data still in a `-wal` and no `-shm` beside it: what a writer that
+/// crashed leaves once something removed its `-shm`, or a copy of the two files. Its
+/// WAL holds what `write` committed (given the store and its session) while another
+/// connection kept the WAL from being checkpointed. Returns the main file's and the
+/// WAL's bytes.
+fn with_wal_and_no_shm(write: impl FnOnce(&TestStore, &str)) -> (Vec<u8>, Vec<u8>) {
+    let t = TestStore::empty();
+    let sid = healthy(&t);
+    let db = t.db_path();
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch("PRAGMA wal_autocheckpoint = 0; SELECT count(*) FROM sessions;")
+        .unwrap();
+    write(&t, &sid);
+    let main = std::fs::read(&db).unwrap();
+    let wal = std::fs::read(wal_of(&db)).unwrap();
+    drop(conn);
+    assert!(!wal.is_empty(), "the WAL holds what was written");
+    (main, wal)
+}
+
+/// Issue 22, part 6: `migrate` on a refused database that had a `-wal` but no `-shm`
+/// created a `-shm` beside it (the inspection's read-only connection built one to read
+/// the WAL). A refusal leaves no side file; the WAL's committed data is still what the
+/// refusal is about (here a newer schema that only the WAL records).
+#[test]
+fn hole_6_a_refusal_of_a_database_with_a_wal_and_no_shm_leaves_no_shm() {
+    let (main, wal) = with_wal_and_no_shm(|t, _| {
+        let conn = rusqlite::Connection::open(t.db_path()).unwrap();
+        conn.execute_batch(
+            "PRAGMA wal_autocheckpoint = 0;
+             INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
+             VALUES (99, 'future', '', '0');",
+        )
+        .unwrap();
+    });
+    let commands: Vec<Vec<&str>> = creating_commands()
+        .into_iter()
+        .chain(reading_commands())
+        .chain(writing_commands())
+        .collect();
+    for args in &commands {
+        let t = TestStore::empty();
+        std::fs::write(t.db_path(), &main).unwrap();
+        std::fs::write(wal_of(&t.db_path()), &wal).unwrap();
+        let err = assert_refused_and_untouched(&t, args);
+        assert!(
+            err.contains("99"),
+            "{args:?} read the WAL's newer schema: {err}"
+        );
+    }
+}
+
+/// The other half of hole 6: a reading command on a database whose `-wal` has no
+/// `-shm` reads what the WAL committed and still leaves no side file.
+#[test]
+fn reading_a_database_with_a_wal_and_no_shm_sees_the_wal_and_leaves_no_side_file() {
+    let (main, wal) = with_wal_and_no_shm(|t, sid| {
+        let out = t.run(&["session", "rename", sid, "only in the wal"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    });
+    let t = TestStore::empty();
+    std::fs::write(t.db_path(), &main).unwrap();
+    std::fs::write(wal_of(&t.db_path()), &wal).unwrap();
+    let before = snapshot(t.dir.path());
+    let listed = json(&t.run(&["session", "list", "--json"]));
+    assert_eq!(listed["sessions"][0]["title"], "only in the wal");
+    let out = t.run(&["verify"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        snapshot(t.dir.path()) == before,
+        "a read left {:?}",
+        snapshot(t.dir.path()).keys().collect::<Vec<_>>()
+    );
+}
