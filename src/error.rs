@@ -47,6 +47,11 @@ pub enum Error {
         message: MessageId,
         session: SessionId,
     },
+    /// Another process (another proxy) holds the session's claim
+    /// ([`crate::Store::claim_session`]); it can be taken once that process lets go of
+    /// it or ends.
+    #[error("session {session} is open elsewhere: another process holds it")]
+    SessionOpenElsewhere { session: SessionId },
     /// A turn delivers at least one message.
     #[error("a turn of session {session} needs a message to deliver")]
     EmptyTurn { session: SessionId },
@@ -275,6 +280,7 @@ impl Error {
             Error::NotUserMessage { .. } => "not_user_message",
             Error::MessageQueued { .. } => "message_queued",
             Error::NoLongerQueued { .. } => "no_longer_queued",
+            Error::SessionOpenElsewhere { .. } => "session_open_elsewhere",
             Error::EmptyTurn { .. } => "empty_turn",
             Error::TurnNotRunning { .. } => "turn_not_running",
             Error::RoleCannotAttach { .. } => "role_cannot_attach",

@@ -47,4 +47,4 @@ pub use probe::oracle;
 pub use probe::run_probe_on_postgres;
 #[cfg(feature = "probe")]
 pub use probe::{Check, ProbeError, ProbeReport, run_probe};
-pub use store::Store;
+pub use store::{SessionClaim, Store};

@@ -539,6 +539,7 @@ fn invalid_params(message: String) -> RpcError {
 pub fn rpc_error(e: Error) -> RpcError {
     let code = match &e {
         Error::SessionNotFound(_) => ErrorCode::RESOURCE_NOT_FOUND,
+        Error::SessionOpenElsewhere { .. } => ErrorCode::INVALID_REQUEST,
         Error::EmptyMessage
         | Error::MalformedReference(_)
         | Error::ForeignReference { .. }

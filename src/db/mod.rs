@@ -5,6 +5,7 @@
 pub mod append;
 #[cfg(any(test, feature = "probe", feature = "testkit"))]
 pub mod audit;
+pub(crate) mod claim;
 pub mod copies;
 pub mod error;
 pub mod group;

@@ -23,9 +23,11 @@ use crate::model::{Delivery, Event, Item, Message, Role, Session, ToolsHost};
 use crate::replay::RestoreStream;
 use crate::turns::Update;
 
+mod claim;
 mod prompt;
 mod proxied;
 
+pub use claim::SessionClaim;
 pub use prompt::{Prompt, PromptBlock};
 
 /// The one handle on a session store: the database pool and the one attachment store

@@ -132,6 +132,9 @@ pub async fn run(
         };
         proxy.from_client(message).await;
     }
+    // The client is gone: its sessions are free for another proxy at once, even while
+    // the agent is being stopped.
+    proxy.sessions.close_all();
     proxy.agent.stop().await;
     Ok(())
 }

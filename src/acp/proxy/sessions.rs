@@ -16,6 +16,7 @@ use super::{Failure, Proxy};
 use crate::ids::SessionId;
 use crate::lifecycle::SessionCursor;
 use crate::model::{AgentBinding, NewSession, ToolsHost};
+use crate::store::SessionClaim;
 
 /// The `_meta` key under which `session/fork` names the message (or recorded item) to
 /// fork at: ACP v1's fork has no field for it.
@@ -60,6 +61,10 @@ pub(crate) struct Open {
     /// Held while the agent side is brought up, so a prompt and a setting arriving
     /// together bring it up once.
     pub bringing_up: Arc<tokio::sync::Mutex<()>>,
+    /// This process's claim on the session: another proxy asking for it is refused
+    /// while the session is open here. Released when the session is closed, deleted
+    /// or the client goes (or the process ends).
+    pub claim: SessionClaim,
 }
 
 /// A permission request from the agent still waiting for the client.
@@ -84,7 +89,14 @@ impl Sessions {
         self.lock().open.contains_key(session)
     }
 
-    fn open(&self, session: SessionId, setup: Value, agent: Option<(String, u64)>, fresh: bool) {
+    fn open(
+        &self,
+        session: SessionId,
+        claim: SessionClaim,
+        setup: Value,
+        agent: Option<(String, u64)>,
+        fresh: bool,
+    ) {
         let mut inner = self.lock();
         if let Some((agent_id, _)) = &agent {
             inner.by_agent.insert(agent_id.clone(), session);
@@ -98,6 +110,7 @@ impl Sessions {
                 stale_paths: false,
                 agent_replaying: false,
                 bringing_up: Arc::new(tokio::sync::Mutex::new(())),
+                claim,
             },
         );
     }
@@ -109,6 +122,13 @@ impl Sessions {
             inner.by_agent.remove(agent_id);
         }
         Some(open)
+    }
+
+    /// The client went: every session it had open is closed, their claims released.
+    pub fn close_all(&self) {
+        let mut inner = self.lock();
+        inner.open.clear();
+        inner.by_agent.clear();
     }
 
     /// Runs `f` on an open session's state.
@@ -281,8 +301,10 @@ impl Proxy {
                 }),
             })
             .await?;
+        let claim = self.store.claim_session(session.id).await?;
         self.sessions.open(
             session.id,
+            claim,
             setup_of(&params),
             Some((agent_session, agent.generation)),
             false,
@@ -306,14 +328,25 @@ impl Proxy {
         cwd_of(&params)?;
         // The session must exist (a deleted one is not found) before anything is sent.
         let stored = self.store.session(session).await?;
+        // Claimed before anything is sent: a session another proxy carries is refused
+        // as open elsewhere. One already open on this connection keeps its claim.
+        let claim = match self.sessions.is_open(&session) {
+            true => None,
+            false => Some(self.store.claim_session(session).await?),
+        };
         if replay {
             self.replay_to_client(session).await?;
         }
         // A load or resume opens the session afresh on this connection.
-        if let Some(old) = self.sessions.close(&session) {
-            drop(old);
-        }
-        self.sessions.open(session, setup_of(&params), None, true);
+        let old = self.sessions.close(&session);
+        let claim = match (claim, old) {
+            (Some(claim), _) => claim,
+            (None, Some(old)) => old.claim,
+            // Closed on this connection meanwhile, its claim with it.
+            (None, None) => self.store.claim_session(session).await?,
+        };
+        self.sessions
+            .open(session, claim, setup_of(&params), None, true);
         let result = self.bring_up(session, stored.agent.as_ref()).await?;
         Ok(Message::result(id, result))
     }
@@ -396,8 +429,14 @@ impl Proxy {
     ) -> Result<Message, Failure> {
         let session = session_param(&message)?;
         let stored = self.store.session(session).await.ok();
-        self.sessions.close(&session);
+        // A session another proxy carries is not deleted under it: its claim is taken
+        // (or this connection's kept) until the delete is done.
+        let claim = match self.sessions.close(&session) {
+            Some(open) => open.claim,
+            None => self.store.claim_session(session).await?,
+        };
         self.store.delete_sessions(vec![session]).await?;
+        drop(claim);
         if let Some(binding) = stored.and_then(|s| s.agent)
             && binding.agent == self.agent.name()
             && let Some(agent) = self.agent.current()
@@ -437,7 +476,9 @@ impl Proxy {
         };
         let forked = self.store.fork_session(origin, at, None).await?;
         let fork = forked.session.id;
-        self.sessions.open(fork, setup_of(&params), None, true);
+        let claim = self.store.claim_session(fork).await?;
+        self.sessions
+            .open(fork, claim, setup_of(&params), None, true);
         let mut result = self.bring_up(fork, None).await?;
         result["sessionId"] = Value::String(fork.to_string());
         Ok(Message::result(id, result))

@@ -5,6 +5,7 @@
 //! versions, names and refusals as the SQLite ones and the check of a schema against
 //! them (`schema`), and scratch schemas (`scratch`). It never touches attachment files.
 
+pub(crate) mod claim;
 mod pool;
 mod schema;
 #[cfg(any(test, feature = "probe", feature = "testkit"))]

@@ -71,6 +71,25 @@ pub fn unreachable(url: &str, e: &postgres::Error) -> Error {
     }
 }
 
+/// How every connection to `url` is made, the pool's and a session claim's own. A
+/// string that does not parse is refused.
+pub(super) fn client_config(url: &PostgresUrl) -> Result<postgres::Config> {
+    let mut config: postgres::Config =
+        url.as_str().parse().map_err(|e| Error::ConnectionString {
+            url: url.to_string(),
+            detail: url.scrub(&describe_parse(&e)),
+        })?;
+    // A server that takes the TCP connection and never answers (a stuck proxy, a
+    // wrong port) must not hang a command: connecting gives up in time, and a
+    // connection whose peer went away is noticed, unless the string says otherwise.
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    config.keepalives(true);
+    config.keepalives_idle(Duration::from_secs(60));
+    Ok(config)
+}
+
 /// The connection pool. The `postgres` client is blocking and runs a small runtime of
 /// its own, which it cannot do on a thread that is already driving async tasks: a
 /// connection closed there panics. A store is often dropped on such a thread (the end
@@ -123,19 +142,7 @@ impl Pool {
     /// that does not parse is refused here, before any connection is tried.
     pub(super) fn new(url: &PostgresUrl, max_size: u32) -> Result<Pool> {
         let shown: Arc<str> = url.to_string().into();
-        let mut config: postgres::Config =
-            url.as_str().parse().map_err(|e| Error::ConnectionString {
-                url: shown.to_string(),
-                detail: url.scrub(&describe_parse(&e)),
-            })?;
-        // A server that takes the TCP connection and never answers (a stuck proxy, a
-        // wrong port) must not hang a command: connecting gives up in time, and a
-        // connection whose peer went away is noticed, unless the string says otherwise.
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        config.keepalives(true);
-        config.keepalives_idle(Duration::from_secs(60));
+        let config = client_config(url)?;
         // One connection first, on a thread of its own (the blocking client cannot
         // run on an async one): a server that refuses it, a missing database or a
         // wrong password is reported at once with the reason, not after the pool has

@@ -3,6 +3,7 @@
 //! and asserts the same outcome on both. What differs by engine is said where it is
 //! checked.
 
+mod claims;
 mod common;
 mod fixtures;
 mod gc_race;

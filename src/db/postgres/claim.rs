@@ -1,0 +1,96 @@
+//! One owner per session on PostgreSQL: a claim is a session-level advisory lock
+//! (`pg_try_advisory_lock`) on a key derived from the schema and the session id, held
+//! on a connection of the claim's own. The server drops it when that connection ends:
+//! the claim released, or its process gone (the server notices a dead peer by its
+//! closed socket or, for a vanished host, the connection's keepalives). It writes no
+//! row.
+//!
+//! The blocking client lives on a thread of its own for the claim's whole life, since
+//! it cannot be dropped on a thread that drives async tasks (see `pool.rs`).
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use postgres::NoTls;
+
+use super::pool::{client_config, unreachable};
+use crate::config::PostgresUrl;
+use crate::db::error::postgres as pg;
+use crate::error::{Error, Result};
+use crate::ids::SessionId;
+
+/// The advisory lock's key: the same session in two schemas (two stores on one
+/// server, or the tests' scratch schemas) is two different claims.
+const TRY_LOCK: &str = "SELECT pg_try_advisory_lock(hashtextextended(\
+     'sessionstore session ' || current_schema() || ' ' || $1, 0))";
+
+/// The release, said to the server before the connection closes: a closed connection
+/// drops its locks only once the server has seen it go, which the client does not
+/// wait for, so without this a claim dropped and taken again at once could be refused.
+const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended(\
+     'sessionstore session ' || current_schema() || ' ' || $1, 0))";
+
+/// A session claimed on a PostgreSQL database; dropping it releases the lock, closes
+/// the claim's connection and waits for both to be done.
+#[derive(Debug)]
+pub(crate) struct PgClaim {
+    /// Dropped to tell the thread to close its connection.
+    release: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Claims `session` on the database of `url`, on a new connection.
+pub(crate) fn claim(url: &PostgresUrl, session: SessionId) -> Result<PgClaim> {
+    let config = client_config(url)?;
+    let shown = url.to_string();
+    let (answer, answered) = mpsc::channel::<Result<bool>>();
+    let (release, released) = mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let mut client = match config.connect(NoTls) {
+            Ok(client) => client,
+            Err(e) => {
+                let _ = answer.send(Err(unreachable(&shown, &e)));
+                return;
+            }
+        };
+        let taken = client
+            .query_one(TRY_LOCK, &[&session.to_string()])
+            .map_err(pg("claim a session"))
+            .map(|row| row.get::<_, bool>(0));
+        let held = matches!(taken, Ok(true));
+        let _ = answer.send(taken);
+        if held {
+            // Until the claim is dropped (its sender with it), or the process ends.
+            let _ = released.recv();
+            if let Err(e) = client.query_one(UNLOCK, &[&session.to_string()]) {
+                // The connection's end releases it then, a moment later.
+                tracing::warn!("cannot release the claim on session {session}: {e}");
+            }
+        }
+        drop(client);
+    });
+    let taken = answered
+        .recv()
+        .map_err(|_| Error::Task("the session claim's connection thread ended".to_owned()))
+        .and_then(|taken| taken);
+    let claim = PgClaim {
+        release: Some(release),
+        thread: Some(thread),
+    };
+    match taken {
+        Ok(true) => Ok(claim),
+        Ok(false) => Err(Error::SessionOpenElsewhere { session }),
+        Err(e) => Err(e),
+    }
+}
+
+impl Drop for PgClaim {
+    fn drop(&mut self) {
+        drop(self.release.take());
+        if let Some(thread) = self.thread.take() {
+            // Closing a connection is one message to the server; waiting for it means
+            // the session can be claimed again as soon as this returns.
+            let _ = thread.join();
+        }
+    }
+}
