@@ -112,6 +112,11 @@ struct ProxyArgs {
     /// conversation it is told of (paths are always given)
     #[arg(long, value_name = "SIZE", value_parser = dispatch::parse_byte_size, default_value = "256KiB")]
     restored_content: u64,
+    /// End a turn whose agent sent nothing for this long (like 90s, 10m) with an
+    /// error to the client, marked failed; session/cancel works before it
+    /// [default: no limit]
+    #[arg(long, value_name = "DURATION", value_parser = sessionstore::lifecycle::parse_duration)]
+    agent_timeout: Option<std::time::Duration>,
     /// The agent and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "AGENT")]
     agent: Vec<std::ffi::OsString>,
@@ -435,6 +440,7 @@ async fn proxy(config: Config, args: ProxyArgs) -> Result<()> {
         cwd,
     );
     options.restored_content_budget = usize::try_from(args.restored_content).unwrap_or(usize::MAX);
+    options.agent_timeout = args.agent_timeout;
     run_stdio(store, options)
         .await
         .context("the ACP connection failed")

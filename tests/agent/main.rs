@@ -9,12 +9,19 @@
 //! - `hang`: nothing, until `session/cancel` (then the turn ends `cancelled`);
 //! - `permission`: a tool call, a permission request, and the call completed (or
 //!   failed when the client refused or the turn was cancelled);
+//! - `garbage`: first, straight onto its standard output, a line that is not JSON, a
+//!   JSON value that is not a message, and a line one byte over the proxy's
+//!   `FRAME_LIMIT`; then as anything else;
+//! - `endless`: first 200 MiB with no line ending (then the ending); then as anything
+//!   else;
 //! - anything else: a thought, three message chunks, a tool call and its update, a
 //!   plan and an update kind the schema does not know, then `end_turn`.
 //!
 //! Flags: `--announce-meta` (announce `daemon/attachmentContext` under
 //! `agentCapabilities._meta`), `--no-image`, `--no-embedded`, `--load`, `--resume`,
-//! `--close`, `--delete`, `--report FILE`.
+//! `--close`, `--delete`, `--report FILE`, `--last-block` (the words above are looked for in the
+//! prompt's last text block only: a fresh agent session's first prompt starts with
+//! the conversation so far, whose `crash` or `hang` must not act again).
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -47,6 +54,7 @@ struct Flags {
     close: bool,
     delete: bool,
     report: Option<std::path::PathBuf>,
+    last_block: bool,
 }
 
 fn flags() -> Flags {
@@ -66,6 +74,7 @@ fn flags() -> Flags {
             "--close" => f.close = true,
             "--delete" => f.delete = true,
             "--report" => f.report = args.next().map(Into::into),
+            "--last-block" => f.last_block = true,
             other => {
                 eprintln!("sessionstore-test-agent: unknown argument {other:?}");
                 std::process::exit(2);
@@ -287,12 +296,33 @@ fn text_of(request: &PromptRequest) -> String {
         .join("\n")
 }
 
+fn last_text_of(request: &PromptRequest) -> String {
+    request
+        .prompt
+        .iter()
+        .rev()
+        .find_map(|b| match b {
+            ContentBlock::Text(t) => Some(t.text.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
 fn update(
     cx: &ConnectionTo<Client>,
     session: &SessionId,
     update: SessionUpdate,
 ) -> Result<(), Error> {
     cx.send_notification(SessionNotification::new(session.clone(), update))
+}
+
+/// Bytes written onto standard output past the SDK, which is idle meanwhile (the
+/// turn has sent nothing yet), so they never land inside one of its messages.
+fn raw(bytes: &[u8]) {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .expect("the proxy reads the agent's output");
+    out.flush().expect("the proxy reads the agent's output");
 }
 
 fn chunk(text: &str) -> ContentChunk {
@@ -306,7 +336,25 @@ async fn run_turn(
     cancelled: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<StopReason, Error> {
     let session = &request.session_id;
-    let text = text_of(request);
+    let text = if state.flags.last_block {
+        last_text_of(request)
+    } else {
+        text_of(request)
+    };
+    if text.contains("garbage") {
+        raw(b"{\"jsonrpc\": \"2.0\", \"method\": oops\n");
+        raw(b"[1, 2, 3]\n");
+        let mut over = vec![b'x'; sessionstore::acp::proxy::FRAME_LIMIT + 1];
+        over.push(b'\n');
+        raw(&over);
+    }
+    if text.contains("endless") {
+        let block = vec![b'y'; 1 << 20];
+        for _ in 0..200 {
+            raw(&block);
+        }
+        raw(b"\n");
+    }
     if text.contains("crash") {
         update(
             cx,

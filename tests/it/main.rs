@@ -8,6 +8,8 @@ mod attachments;
 mod cli;
 mod conformance;
 mod dispatch;
+#[cfg(feature = "acp")]
+mod faults;
 mod fixtures;
 mod history;
 mod lifecycle;

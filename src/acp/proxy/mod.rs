@@ -56,6 +56,11 @@ pub struct ProxyOptions {
     /// How many bytes of attachment contents a fresh agent session is given with the
     /// restored conversation (paths are always given): [`restored::CONTENT_BUDGET`].
     pub restored_content_budget: usize,
+    /// How long a turn's agent may send nothing before the turn is ended with an
+    /// error to the client and marked failed; `None` (the default) waits for as long
+    /// as the agent takes, a cancellation being the client's way out. Time spent
+    /// waiting on the client (a permission request) does not count.
+    pub agent_timeout: Option<std::time::Duration>,
 }
 
 impl ProxyOptions {
@@ -64,6 +69,7 @@ impl ProxyOptions {
             agent,
             cwd,
             restored_content_budget: restored::CONTENT_BUDGET,
+            agent_timeout: None,
         }
     }
 }
@@ -74,7 +80,7 @@ pub(crate) struct Proxy {
     options: ProxyOptions,
     client: Arc<Link>,
     agent: Agent,
-    sessions: Sessions,
+    sessions: Arc<Sessions>,
     turns: prompt::Turns,
 }
 
@@ -94,7 +100,7 @@ pub async fn run(
     let client = Arc::new(Link::new(output));
     let proxy = Arc::new(Proxy {
         agent: Agent::new(options.agent.clone()),
-        sessions: Sessions::default(),
+        sessions: Arc::new(Sessions::default()),
         turns: prompt::Turns::default(),
         store,
         options,
@@ -293,6 +299,8 @@ impl Proxy {
         mut message: Message,
     ) {
         let session = self.sessions.agent_to_client(&mut message, agent);
+        // The agent waits on the client now, which its inactivity limit does not count.
+        let _asking = session.map(|s| self.sessions.asking(s));
         let permission = (method == "session/request_permission")
             .then(|| session.map(|s| self.sessions.permission_asked(s, agent, id.clone())))
             .flatten();

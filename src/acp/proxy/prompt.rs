@@ -214,14 +214,31 @@ impl Proxy {
             prompt.extend(agent_blocks(&parts, agent.caps()));
         }
         let mut agent_params = params.clone();
-        agent_params["sessionId"] = Value::String(agent_session);
+        agent_params["sessionId"] = Value::String(agent_session.clone());
         agent_params["prompt"] = serde_json::to_value(&prompt)
             .map_err(|e| Failure::internal(format!("cannot write the prompt: {e}")))?;
         let request = Message::request(Value::Null, "session/prompt", agent_params);
         let (agent_id, answer) = agent.link.forward(request).await;
         self.sessions.track_forwarded(client_id, agent_id);
-        let answer = answer.await;
+        let answer = match self.options.agent_timeout {
+            None => Some(answer.await),
+            Some(limit) => self.unless_silent(session, limit, answer).await,
+        };
         self.sessions.untrack_forwarded(client_id);
+        let Some(answer) = answer else {
+            let limit = self.options.agent_timeout.unwrap_or_default();
+            tracing::warn!(
+                "the agent sent nothing for session {session} in {limit:?}: ending the turn"
+            );
+            // The agent may only be stuck: it is told to stop the turn, as a client's
+            // cancellation would; its late answer, if any, goes nowhere.
+            let cancel =
+                Message::notification("session/cancel", json!({ "sessionId": agent_session }));
+            let _ = agent.link.send(&cancel).await;
+            return Err(Failure::internal(format!(
+                "the agent sent nothing for {limit:?} (--agent-timeout): the turn was ended"
+            )));
+        };
         let answer = answer.map_err(|_| agent.gone_error())?;
         match answer.outcome() {
             Ok(result) => Ok(result.clone()),
@@ -233,6 +250,39 @@ impl Proxy {
                     .to_owned(),
                 data: error.get("data").cloned(),
             }),
+        }
+    }
+
+    /// `answer`, unless the agent sends nothing for `session` for `limit` while no
+    /// request of its waits on the client: then `None`.
+    async fn unless_silent<T>(
+        &self,
+        session: SessionId,
+        limit: std::time::Duration,
+        answer: impl Future<Output = T>,
+    ) -> Option<T> {
+        tokio::pin!(answer);
+        self.sessions.heard_from(&session);
+        loop {
+            let Some((last, asking)) = self
+                .sessions
+                .with_open(&session, |o| (o.last_heard, o.asking))
+            else {
+                // Closed meanwhile: the answer is still the turn's end.
+                return Some(answer.await);
+            };
+            if asking == 0 && last.elapsed() >= limit {
+                return None;
+            }
+            let wake = if asking > 0 {
+                std::time::Instant::now() + limit
+            } else {
+                last + limit
+            };
+            tokio::select! {
+                out = &mut answer => return Some(out),
+                () = tokio::time::sleep_until(wake.into()) => {}
+            }
         }
     }
 
@@ -249,6 +299,7 @@ impl Proxy {
             );
             return;
         };
+        self.sessions.heard_from(&session);
         if self
             .sessions
             .with_open(&session, |o| o.agent_replaying)

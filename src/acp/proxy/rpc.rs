@@ -145,6 +145,14 @@ impl Message {
         Message(m)
     }
 
+    pub fn notification(method: &str, params: Value) -> Message {
+        let mut m = Map::new();
+        m.insert("jsonrpc".to_owned(), json!("2.0"));
+        m.insert("method".to_owned(), Value::String(method.to_owned()));
+        m.insert("params".to_owned(), params);
+        Message(m)
+    }
+
     pub fn result(id: Value, result: Value) -> Message {
         let mut m = Map::new();
         m.insert("jsonrpc".to_owned(), json!("2.0"));

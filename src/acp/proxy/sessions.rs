@@ -61,6 +61,11 @@ pub(crate) struct Open {
     /// Held while the agent side is brought up, so a prompt and a setting arriving
     /// together bring it up once.
     pub bringing_up: Arc<tokio::sync::Mutex<()>>,
+    /// When the agent last sent anything for the session (an update, a request):
+    /// what `--agent-timeout` measures from.
+    pub last_heard: std::time::Instant,
+    /// How many requests of the agent for the session wait on the client.
+    pub asking: usize,
     /// This process's claim on the session: another proxy asking for it is refused
     /// while the session is open here. Released when the session is closed, deleted
     /// or the client goes (or the process ends).
@@ -73,6 +78,21 @@ struct Permission {
     generation: u64,
     agent_id: Value,
     answered: bool,
+}
+
+/// A request of the agent waiting on the client (see `Sessions::asking`).
+pub(crate) struct Asking {
+    sessions: Arc<Sessions>,
+    session: SessionId,
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        self.sessions.with_open(&self.session, |o| {
+            o.asking = o.asking.saturating_sub(1);
+            o.last_heard = std::time::Instant::now();
+        });
+    }
 }
 
 /// Names a tracked permission request.
@@ -110,6 +130,8 @@ impl Sessions {
                 stale_paths: false,
                 agent_replaying: false,
                 bringing_up: Arc::new(tokio::sync::Mutex::new(())),
+                last_heard: std::time::Instant::now(),
+                asking: 0,
                 claim,
             },
         );
@@ -129,6 +151,24 @@ impl Sessions {
         let mut inner = self.lock();
         inner.open.clear();
         inner.by_agent.clear();
+    }
+
+    /// The agent sent something for `session`.
+    pub fn heard_from(&self, session: &SessionId) {
+        self.with_open(session, |o| o.last_heard = std::time::Instant::now());
+    }
+
+    /// The agent asked the client something for `session`: until the guard is
+    /// dropped (the client answered, or went), the agent is waiting, not silent.
+    pub fn asking(self: &Arc<Self>, session: SessionId) -> Asking {
+        self.with_open(&session, |o| {
+            o.asking += 1;
+            o.last_heard = std::time::Instant::now();
+        });
+        Asking {
+            sessions: self.clone(),
+            session,
+        }
     }
 
     /// Runs `f` on an open session's state.
