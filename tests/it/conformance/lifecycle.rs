@@ -699,7 +699,7 @@ async fn search_finds_titles_messages_and_agent_text(b: TestStore) {
         b.configured().display().to_string(),
         b.legacy().display().to_string(),
     ];
-    let audit = sessionstore::oracle::audit_database(&b.db().into(), &needles).unwrap();
+    let audit = sessionstore::oracle::audit_database(&b.config, &needles).unwrap();
     assert!(audit.value_hits.is_empty(), "{:?}", audit.value_hits);
     let err = store.search("   ".into(), None, 10).await.unwrap_err();
     assert!(matches!(err, Error::SearchQuery { .. }), "{err}");

@@ -353,6 +353,8 @@ pub fn config_in(dir: &Path) -> Config {
             legacy: vec![],
         },
         host: HOST.to_owned(),
+        sharing: Default::default(),
+        key: None,
     }
 }
 
