@@ -501,7 +501,13 @@ async fn change_key(
         .new_key_file
         .clone()
         .or_else(|| std::env::var_os("SESSIONSTORE_NEW_KEY_FILE").map(PathBuf::from))
-        .context("migrate --rekey needs --new-key-file")?;
+        .ok_or_else(|| {
+            Usage(
+                "migrate --rekey needs --new-key-file (or SESSIONSTORE_NEW_KEY_FILE): the key \
+                 to give the database"
+                    .into(),
+            )
+        })?;
     let new = sessionstore::config::DatabaseKey::read_file(&new)?;
     Ok(Store::rekey(config, new, backup).await?)
 }

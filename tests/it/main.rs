@@ -12,6 +12,7 @@ mod fixtures;
 mod lifecycle;
 mod migrate;
 mod opening;
+mod privacy;
 #[cfg(feature = "probe")]
 mod probe;
 mod regressions;

@@ -164,11 +164,16 @@ fn alone(db: &SqliteFile) -> Result<Connection> {
 }
 
 /// Refuses an export whose copy does not hold as many rows as the database in every
-/// table, the full-text index's own tables included.
+/// table, the full-text index's own tables included. The index itself, a virtual table
+/// (no pages of its own), is read through those tables: `sqlcipher_export` writes its
+/// schema row directly, which this connection has not loaded.
 fn same_rows(conn: &Connection, path: &Path) -> Result<()> {
     let sql = |e| crate::db::error::sqlite("compare the encrypted copy with the database", e);
     let mut stmt = conn
-        .prepare("SELECT name FROM main.sqlite_master WHERE type = 'table' ORDER BY name")
+        .prepare(
+            "SELECT name FROM main.sqlite_master WHERE type = 'table' AND rootpage != 0 \
+             ORDER BY name",
+        )
         .map_err(sql)?;
     let tables: Vec<String> = stmt
         .query_map([], |r| r.get(0))
