@@ -26,6 +26,12 @@ conformance!(
     export_then_import_restores_the_same_history,
 );
 
+crate::support::over_tls!(
+    delete_leaves_a_tombstone_and_never_gives_the_id_again,
+    search_finds_titles_messages_and_agent_text,
+    export_then_import_restores_the_same_history,
+);
+
 fn ids(page: &sessionstore::lifecycle::SessionPage) -> Vec<SessionId> {
     page.sessions.iter().map(|s| s.id).collect()
 }
