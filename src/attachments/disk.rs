@@ -660,6 +660,48 @@ mod tests {
         names
     }
 
+    /// Session folders, uploads and an upload's temporary file (what a killed upload
+    /// leaves) get the sharing's modes whatever the umask; a folder that was there
+    /// keeps its own.
+    #[test]
+    fn folders_uploads_and_temporaries_get_the_sharing_mode_whatever_the_umask() {
+        use crate::files::tests::{mode_of, with_umask};
+        for umask in [0o000, 0o022, 0o077] {
+            for sharing in [Sharing::Owner, Sharing::Group] {
+                let tmp = tempfile::tempdir().unwrap();
+                let root = tmp.path().join("root");
+                let (temp_mode, name) = with_umask(umask, || {
+                    let dir = create_session_dir(&root, "s", sharing).unwrap();
+                    let temp = TempFile::create(dir.as_fd(), sharing).unwrap();
+                    let st = rustix::fs::fstat(&temp.file).unwrap();
+                    drop(temp);
+                    (
+                        st.st_mode & 0o7777,
+                        write_new(&dir, "a.txt", b"x", 1, sharing).unwrap(),
+                    )
+                });
+                let what = format!("umask {umask:03o}, {sharing:?}");
+                assert_eq!(mode_of(&root), sharing.dir_mode(), "{what}");
+                assert_eq!(mode_of(&root.join("s")), sharing.dir_mode(), "{what}");
+                assert_eq!(
+                    mode_of(&root.join("s").join(name)),
+                    sharing.file_mode(),
+                    "{what}"
+                );
+                assert_eq!(temp_mode, sharing.file_mode(), "{what}");
+            }
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("s")).unwrap();
+        std::fs::set_permissions(
+            tmp.path().join("s"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        create_session_dir(tmp.path(), "s", Sharing::Owner).unwrap();
+        assert_eq!(crate::files::tests::mode_of(&tmp.path().join("s")), 0o755);
+    }
+
     #[test]
     fn a_failed_claim_leaves_no_temporary_file() {
         let tmp = tempfile::tempdir().unwrap();

@@ -149,3 +149,26 @@ pub(crate) use self::change::{encrypt, rekey};
 
 #[cfg(feature = "encryption")]
 mod change;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_files_first_bytes_and_length_tell_plain_from_encrypted() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |name: &str, bytes: &[u8]| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).unwrap();
+            encryption_of(&path)
+        };
+        let mut plain = MAGIC.to_vec();
+        plain.resize(4096, 0);
+        assert_eq!(at("plain", &plain), Encryption::Plain);
+        assert_eq!(at("encrypted", &[0xa7; 8192]), Encryption::Encrypted);
+        assert_eq!(at("short", &[0xa7; 100]), Encryption::Other);
+        assert_eq!(at("odd", &[0xa7; 4097]), Encryption::Other);
+        assert_eq!(at("empty", b""), Encryption::None);
+        assert_eq!(encryption_of(&dir.path().join("missing")), Encryption::None);
+    }
+}

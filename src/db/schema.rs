@@ -680,6 +680,30 @@ mod tests {
         );
     }
 
+    /// A backup is the store's own file, made with the sharing's mode: not the mode of
+    /// the database it copies (which a copy of the file would take), whatever the umask.
+    #[test]
+    fn a_backup_gets_the_sharing_mode_not_the_databases() {
+        use crate::files::tests::{mode_of, with_umask};
+        use std::os::unix::fs::PermissionsExt;
+        for sharing in [Sharing::Owner, Sharing::Group] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = v1_with_a_session(dir.path());
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+            let db = SqliteFile {
+                sharing,
+                ..SqliteFile::plain(&path)
+            };
+            let report = with_umask(0o000, || {
+                let mut conn = open_checked(&db).unwrap();
+                migrate_with(&mut conn, &db, &embedded(), Backup::Make).unwrap()
+            });
+            let backup = report.backup.unwrap();
+            assert_eq!(mode_of(&backup), sharing.file_mode(), "{sharing:?}");
+            assert_eq!(mode_of(&path), 0o644, "the database keeps its own");
+        }
+    }
+
     #[test]
     fn an_existing_backup_is_never_overwritten() {
         let dir = tempfile::tempdir().unwrap();

@@ -352,6 +352,30 @@ fn paths_shows_the_file_modes_and_the_encryption() {
     );
 }
 
+/// A file that is not plain SQLite but is shaped like an encrypted database (a whole
+/// number of pages) is refused as one that may be encrypted, naming what opens it, and
+/// left as it was; a file of another length is no database, as before.
+#[test]
+fn a_file_that_may_be_encrypted_is_said_to_be_and_left_alone() {
+    let t = TestStore::empty();
+    let noise: Vec<u8> = (0..8192u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    for (bytes, may_be) in [(&noise[..], true), (&noise[..1000], false)] {
+        std::fs::write(t.db_path(), bytes).unwrap();
+        for args in [&["session", "list"][..], &["migrate"], &["verify"]] {
+            let out = t.run(args);
+            assert_eq!(out.status.code(), Some(3), "{args:?}: {}", stderr(&out));
+            let err = stderr(&out);
+            assert!(err.contains("not a usable sqlite database"), "{err}");
+            assert_eq!(err.contains("may be encrypted"), may_be, "{err}");
+            assert_eq!(err.contains("--key-file"), may_be, "{err}");
+            assert_eq!(std::fs::read(t.db_path()).unwrap(), bytes);
+            assert!(!PathBuf::from(format!("{}-wal", t.db_path().display())).exists());
+        }
+    }
+}
+
 /// Without the feature a key is a usage error that names it, before anything is
 /// opened.
 #[cfg(not(feature = "encryption"))]
@@ -733,6 +757,44 @@ mod encrypted {
             .filter(|n| n.contains("partial") || n.contains(".bak"))
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    /// An encrypted database in a folder its reader cannot write to is read through
+    /// `immutable` connections keyed before they read, as a plain one is (issue 10).
+    #[test]
+    fn an_encrypted_database_in_a_read_only_folder_can_be_read() {
+        use crate::opening::{Writable, chmod_tree, without_write_permission};
+        let t = TestStore::empty();
+        let key = key_file(t.dir.path(), "key");
+        let id = json(&ok(with_key(
+            &t,
+            &key,
+            &["session", "new", "--json", "--title", "kept"],
+        )))["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let Some(_) = without_write_permission(t.dir.path()) else {
+            eprintln!("skipped: running as root and `setpriv` cannot drop to nobody here");
+            return;
+        };
+        chmod_tree(t.dir.path(), 0o555, 0o444);
+        let _restore = Writable(t.dir.path());
+        let before = snapshot(t.dir.path());
+        for args in [
+            &["session", "show", &id][..],
+            &["verify"],
+            &["search", "kept"],
+        ] {
+            let out = without_write_permission(t.dir.path())
+                .unwrap()
+                .args(args)
+                .args(["--key-file", key.to_str().unwrap()])
+                .on(&t.config)
+                .output();
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        }
+        assert!(snapshot(t.dir.path()) == before, "nothing was written");
     }
 
     /// Commands that only read an encrypted database leave no side file, as on a plain
