@@ -371,7 +371,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Drain(args) => drain(config, args).await?,
         Command::Restore(args) => restore(config, args).await?,
         Command::Events(args) => events(config, args).await?,
-        Command::Verify => return verify(config, json).await,
+        Command::Verify => return verify(config, json, cli.global.key_path()).await,
         #[cfg(feature = "acp")]
         Command::Acp(args) => acp(config, args).await?,
         Command::Search(args) => cli::lifecycle::search(config, json, args).await?,
@@ -638,13 +638,21 @@ async fn events(config: Config, args: EventsArgs) -> Result<()> {
     emit(&lines.join("\n"))
 }
 
-/// Prints the report; non-zero when it found a problem.
-async fn verify(config: Config, json: bool) -> Result<ExitCode> {
+/// Prints the report, with warnings about the database's files and the key file
+/// (`key_file`) when they are open to more than the sharing allows; non-zero when it
+/// found a problem (a warning is none).
+async fn verify(config: Config, json: bool, key_file: Option<PathBuf>) -> Result<ExitCode> {
+    let sharing = config.sharing;
     let store = Store::open_read_only(config).await?;
     let progress = cli::logging::spinner("verifying");
     let report = store.verify().await;
     progress.finish_and_clear();
-    let report = report?;
+    let mut report = report?;
+    if let Some(key) = key_file {
+        report
+            .warnings
+            .extend(sessionstore::privacy::key_file_exposure(&key, sharing));
+    }
     if json {
         print_json(&report)?;
     } else {

@@ -179,6 +179,11 @@ impl Global {
         })
     }
 
+    /// The key file named by `--key-file` or `SESSIONSTORE_KEY_FILE`, not read.
+    pub fn key_path(&self) -> Option<PathBuf> {
+        pick(&self.key_file, "SESSIONSTORE_KEY_FILE").0
+    }
+
     /// The configuration a command opens the database with: `locate`'s, with the key
     /// read from its file.
     pub fn config(&self) -> Result<Config> {

@@ -210,7 +210,8 @@ fn append<W: Write>(tar: &mut tar::Builder<W>, name: &str, bytes: &[u8]) -> Resu
     let mut header = tar::Header::new_gnu();
     header.set_entry_type(tar::EntryType::Regular);
     header.set_size(bytes.len() as u64);
-    header.set_mode(0o644);
+    // What the archive holds is a session's: extracted by hand, it is owner-only too.
+    header.set_mode(0o600);
     header.set_mtime(0);
     tar.append_data(&mut header, name, bytes)
         .map_err(|cause| Error::WriteFile {

@@ -529,6 +529,19 @@ mod encrypted {
             paths.contains("encryption        encrypted  (key from --key-file: "),
             "{paths}"
         );
+        // A key file others can read is warned about, as the database's files are.
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        for args in [&["verify"][..], &["paths"]] {
+            let text = stdout(&ok(with_key(&t, &key, args)));
+            assert!(
+                text.contains(&format!(
+                    "warning: {} (the key file) is open to its group and others (mode 0644)",
+                    key.display()
+                )),
+                "{args:?}: {text}"
+            );
+        }
 
         // An older encrypted database's upgrade keeps its backup encrypted, under the
         // same key: it opens as the version it was with the key, and not without.
