@@ -18,6 +18,7 @@ pub mod config;
 pub(crate) mod db;
 pub mod dispatch;
 pub mod error;
+pub(crate) mod files;
 pub mod focus;
 pub mod format;
 pub mod history;
@@ -48,3 +49,13 @@ pub use probe::run_probe_on_postgres;
 #[cfg(feature = "probe")]
 pub use probe::{Check, ProbeError, ProbeReport, run_probe};
 pub use store::Store;
+
+/// What protects a store's data, beyond the settings in `config` (`Sharing`,
+/// `DatabaseKey`, a PostgreSQL URL's `Tls`): whether an SQLite file is encrypted, and
+/// the warnings `verify` and `paths` give about database files more exposed than the
+/// store would make them.
+pub mod privacy {
+    pub use crate::db::cipher::{Encryption, encryption_of};
+    pub use crate::db::schema::KeyChange;
+    pub use crate::db::verify::{Exposure, ExposureKind, exposures, key_file_exposure};
+}

@@ -13,6 +13,7 @@ mod history;
 mod lifecycle;
 mod migrate;
 mod opening;
+mod privacy;
 #[cfg(feature = "probe")]
 mod probe;
 mod regressions;
