@@ -9,6 +9,8 @@
 //! - `hang`: nothing, until `session/cancel` (then the turn ends `cancelled`);
 //! - `permission`: a tool call, a permission request, and the call completed (or
 //!   failed when the client refused or the turn was cancelled);
+//! - `stream N`: N agent message chunks of about 60 bytes each, each led by the time
+//!   it was written, then `end_turn` (the streaming benches and the disk-full test);
 //! - anything else: a thought, three message chunks, a tool call and its update, a
 //!   plan and an update kind the schema does not know, then `end_turn`.
 //!
@@ -299,6 +301,17 @@ fn chunk(text: &str) -> ContentChunk {
     ContentChunk::new(ContentBlock::Text(TextContent::new(text.to_owned())))
 }
 
+/// N of a prompt that says `stream N`.
+fn streamed_chunks(text: &str) -> Option<u64> {
+    let mut words = text.split_whitespace();
+    while let Some(word) = words.next() {
+        if word == "stream" {
+            return words.next()?.parse().ok();
+        }
+    }
+    None
+}
+
 async fn run_turn(
     state: &State,
     cx: &ConnectionTo<Client>,
@@ -323,6 +336,18 @@ async fn run_turn(
     }
     if text.contains("permission") {
         return permission_turn(cx, session, cancelled).await;
+    }
+    if let Some(n) = streamed_chunks(&text) {
+        for i in 0..n {
+            // About 60 bytes, led by when it was written (nanoseconds since the epoch),
+            // so a client can measure how long each chunk took to reach it.
+            let sent = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let piece = format!("{sent:020} chunk {i:>8} of a streamed answer. ");
+            update(cx, session, SessionUpdate::AgentMessageChunk(chunk(&piece)))?;
+        }
+        return Ok(StopReason::EndTurn);
     }
     update(
         cx,

@@ -7,6 +7,8 @@ mod acp;
 mod attachments;
 mod cli;
 mod conformance;
+#[cfg(feature = "acp")]
+mod diskfull;
 mod dispatch;
 mod fixtures;
 mod history;
