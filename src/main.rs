@@ -112,6 +112,10 @@ struct ProxyArgs {
     /// conversation it is told of (paths are always given)
     #[arg(long, value_name = "SIZE", value_parser = dispatch::parse_byte_size, default_value = "256KiB")]
     restored_content: u64,
+    /// Relay the agent's updates without recording them: the baseline of the
+    /// streaming benchmarks (BENCHMARKS.md), not for use
+    #[arg(long, hide = true)]
+    relay_only: bool,
     /// The agent and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "AGENT")]
     agent: Vec<std::ffi::OsString>,
@@ -456,9 +460,18 @@ async fn proxy(config: Config, args: ProxyArgs) -> Result<()> {
         cwd,
     );
     options.restored_content_budget = usize::try_from(args.restored_content).unwrap_or(usize::MAX);
-    run_stdio(store, options)
+    options.record_updates = !args.relay_only;
+    let stats = store.clone();
+    let ran = run_stdio(store, options)
         .await
-        .context("the ACP connection failed")
+        .context("the ACP connection failed");
+    let written = stats.write_stats();
+    tracing::info!(
+        "the store's writer made {} commits for {} writes",
+        written.commits,
+        written.writes
+    );
+    ran
 }
 
 async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {
