@@ -212,6 +212,8 @@ impl Listed {
     }
 }
 
+/// Long histories: replay from a point (the last entries, or from an id) and
+/// recording a long input in batches.
 impl Store {
     /// Records updates read from `source` in one write, all or nothing, as
     /// [`Store::record`] does, but one batch at a time: each batch of at most

@@ -106,6 +106,7 @@ pub struct Exported {
     pub missing: Vec<String>,
 }
 
+/// Lifecycle: exporting sessions with their files to an archive.
 impl Store {
     /// Writes `session` to `out` as one tar archive: `manifest.json` (the session, its
     /// messages, recorded items and event log, and the list of files), then each

@@ -122,6 +122,8 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Opening a store and its schema: open (creating, existing only, read-only),
+/// migrate, encrypt and rekey, and what the store was opened with.
 impl Store {
     /// Opens the database (migrating it first, refusing a newer or foreign file) and
     /// the attachment roots named by `config`.
@@ -295,7 +297,11 @@ impl Store {
         let db = self.db.clone();
         blocking(move || db.read(f)).await
     }
+}
 
+/// Sessions and their messages: create, rename, read, mark delivered, and the event
+/// log.
+impl Store {
     pub async fn create_session(
         &self,
         title: Option<String>,
@@ -359,7 +365,11 @@ impl Store {
         })
         .await
     }
+}
 
+/// Recording the agent's side of a turn (its messages, thoughts, tool calls, plans),
+/// all or nothing per batch.
+impl Store {
     /// Records a batch of ACP session updates from the agent (its messages, thoughts,
     /// tool calls, plans and session-level updates, and updates of kinds the schema
     /// does not know, kept opaque) in one write with its event, all or nothing: a
@@ -404,7 +414,10 @@ impl Store {
         })
         .await
     }
+}
 
+/// Finding and checking: full-text search and `verify`.
+impl Store {
     /// Full-text search over titles, messages (display text, expansion, transcript)
     /// and recorded agent messages and thoughts, best-ranked first, optionally in one
     /// session. `query` is FTS5 syntax; one FTS5 cannot parse is
@@ -432,7 +445,11 @@ impl Store {
         report.warnings = blocking(move || Ok(db::verify::exposures(&config))).await?;
         Ok(report)
     }
+}
 
+/// A session's files: what it refers to, downloads, and uploads that are not yet part
+/// of a message.
+impl Store {
     /// A session's attachments: every file its folders hold, as a read would find
     /// them (configured root first), and every file its messages refer to, each with
     /// the messages that refer to it. Sorted by stored name; reads no file whole.
@@ -526,6 +543,8 @@ impl Store {
     }
 }
 
+/// Giving messages to a model: select, dispatch (typed blocks or shared parts),
+/// drain the mid-turn queue, and restore a whole session as a stream.
 impl Store {
     /// The attachment store as dispatch reads through it, encoding into this store's
     /// recycled buffers.
