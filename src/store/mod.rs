@@ -20,7 +20,6 @@ use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, Event, Item, Message, Role, Session, ToolsHost};
-use crate::replay::RestoreStream;
 use crate::turns::Update;
 
 mod prompt;
@@ -689,27 +688,6 @@ impl Store {
             self.mark_delivered(session, ids).await?;
         }
         Ok(drained)
-    }
-
-    /// Rebuilds a session by replaying its event log (the record: a table edited
-    /// behind the log's back changes nothing here, and `verify` reports it), refusing
-    /// a log that does not replay, as a stream of items in history order: every
-    /// delivered message, its references replayed through the resolver as the reader
-    /// asks for it (one memo of `memo_budget` bytes, [`dispatch::DEFAULT_MEMO_BUDGET`] by
-    /// default: each distinct file is read once while it fits, and read again when
-    /// evicted), and the recorded turn items as stored. References whose files are
-    /// gone degrade; queued messages stay queued. The log is replayed first, in one
-    /// snapshot, so a session whose log does not replay is refused before any item is
-    /// produced. What is held for the whole restore is the replayed texts and
-    /// references, never their files' content: write the items as they come (a
-    /// `format::StreamWriter`) rather than collect them.
-    pub async fn restore_stream(
-        &self,
-        session: SessionId,
-        memo_budget: u64,
-    ) -> Result<RestoreStream> {
-        self.restore_from(session, memo_budget, crate::history::Replay::Whole)
-            .await
     }
 }
 
