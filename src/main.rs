@@ -636,11 +636,13 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
         (None, Some(entry)) => Replay::From(entry),
         (None, None) => Replay::Whole,
     };
+    // The turns are read first: once the stream has started, its dispatch may log a
+    // degraded attachment, and a failure after that would make two lines of one error.
+    let turns = store.turns(args.session).await?;
     let mut stream = store
         .restore_from(args.session, args.memo_budget, replay)
         .await?;
     let format = args.format.into();
-    let turns = store.turns(args.session).await?;
     let out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
     let mut out = StreamWriter::begin_replay(
         out,
