@@ -14,6 +14,8 @@ mod migrate;
 mod opening;
 #[cfg(feature = "probe")]
 mod probe;
+#[cfg(feature = "acp")]
+mod proxy;
 mod regressions;
 mod reliability;
 mod replay;
