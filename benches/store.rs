@@ -26,7 +26,11 @@
 //! - `restore-rss` (not criterion): a 200-turn session with a different 1 MiB PNG per
 //!   turn, restored by the release binary in a child process for each format: wall
 //!   time and peak resident memory (`wait4`'s `ru_maxrss`), against the files' size.
+//! - `longhist` (not criterion, and only when named: it builds a million items): a
+//!   long session's time to the first replayed line, peak memory of restore and
+//!   record, replay throughput, a tail's cost and bytes on disk (`longhist.rs`).
 
+mod longhist;
 mod workload;
 
 use std::cell::RefCell;
@@ -482,6 +486,13 @@ fn wanted(group: &str) -> bool {
     filters.is_empty() || filters.iter().any(|f| group.contains(f.as_str()))
 }
 
+/// Whether a group that runs only when asked for was named on the command line.
+fn named(group: &str) -> bool {
+    std::env::args()
+        .skip(1)
+        .any(|a| !a.starts_with('-') && group.contains(a.as_str()))
+}
+
 /// 10,000 sessions, every tenth with a message, written in one transaction by hand
 /// (10,000 store writes would be 10,000 fsyncs), each with its creation event.
 fn list(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
@@ -694,6 +705,9 @@ fn main() {
     // child's peak can be measured as.
     if wanted("restore-rss") && !test_mode {
         restore_rss(&mut report, &rt);
+    }
+    if named("longhist") && !test_mode {
+        longhist::longhist(&mut report, &rt);
     }
     if wanted("append") {
         append(&mut c, &rt, &mut report);

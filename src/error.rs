@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use crate::attachments::{AttachmentError, AttachmentUri, UriError};
 use crate::dispatch::DispatchError;
-use crate::ids::{IdError, MessageId, SessionId, TurnId};
+use crate::ids::{EntryId, IdError, MessageId, SessionId, TurnId};
 use crate::model::{Problem, Role, UnknownValue};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -96,6 +96,20 @@ pub enum Error {
         session: SessionId,
         message: MessageId,
         reason: &'static str,
+    },
+    /// A replay point that names no entry of the session's delivered history.
+    #[error(
+        "session {session} has no message or recorded item {entry} in its delivered history \
+         to replay from"
+    )]
+    ReplayPoint { session: SessionId, entry: EntryId },
+    /// An ACP `messageId` to replay from that no entry of the delivered history has.
+    #[error(
+        "session {session} has no delivered message with messageId {message_id:?} to replay from"
+    )]
+    ReplayMessage {
+        session: SessionId,
+        message_id: String,
     },
 
     // Input files and values.
@@ -225,6 +239,11 @@ pub enum Error {
     Pool(#[source] DatabaseCause),
     #[error("background task failed: {0}")]
     Task(String),
+    /// One failure told to every write of a group that it undid (a commit that
+    /// failed, the disk full): the same error, shared. Its kind, refusal and words are
+    /// those of the error it holds.
+    #[error(transparent)]
+    Shared(std::sync::Arc<Error>),
 }
 
 /// "a user", "an assistant".
@@ -268,6 +287,7 @@ impl Error {
             Error::SearchQuery { .. } => "search_query",
             Error::ArchiveRefused { .. } => "archive_refused",
             Error::ForkPoint { .. } => "fork_point",
+            Error::ReplayPoint { .. } | Error::ReplayMessage { .. } => "replay_point",
             Error::Io { .. } | Error::WriteFile { .. } => "io",
             Error::NotRegularFile { .. } => "not_regular_file",
             Error::FileTooLarge { .. } => "file_too_large",
@@ -291,6 +311,7 @@ impl Error {
             Error::Busy { .. } => "busy",
             Error::Database { .. } | Error::DamagedRow { .. } | Error::Pool(_) => "database",
             Error::Task(_) => "internal",
+            Error::Shared(e) => e.kind(),
         }
     }
 
@@ -300,6 +321,7 @@ impl Error {
     /// Retrying the same call cannot succeed; the command line exits 3 for these.
     pub fn is_refused(&self) -> bool {
         match self {
+            Error::Shared(e) => e.is_refused(),
             Error::NewerSchema { .. }
             | Error::SchemaDamaged { .. }
             | Error::NotDatabase { .. }

@@ -29,6 +29,24 @@ pub struct ItemId(Uuid);
 #[serde(transparent)]
 pub struct TurnId(Uuid);
 
+/// A history entry's id, as a replay point names it: a message's or a recorded item's
+/// (both UUIDs, unique across sessions, so the id alone says which entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EntryId(Uuid);
+
+impl From<MessageId> for EntryId {
+    fn from(id: MessageId) -> EntryId {
+        EntryId(id.0)
+    }
+}
+
+impl From<ItemId> for EntryId {
+    fn from(id: ItemId) -> EntryId {
+        EntryId(id.0)
+    }
+}
+
 /// Position of an event in the global, append-only event log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -93,6 +111,7 @@ uuid_id!(SessionId, "session");
 uuid_id!(MessageId, "message");
 uuid_id!(ItemId, "item");
 uuid_id!(TurnId, "turn");
+uuid_id!(EntryId, "history entry");
 
 impl fmt::Display for EventSeq {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

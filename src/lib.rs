@@ -20,6 +20,7 @@ pub mod dispatch;
 pub mod error;
 pub mod focus;
 pub mod format;
+pub mod history;
 pub mod ids;
 pub mod lifecycle;
 pub mod model;
@@ -32,13 +33,14 @@ pub mod store;
 pub mod turns;
 
 pub use config::Config;
+pub use db::group::WriteStats;
 pub use db::schema::{Backup, MigrationReport};
 pub use db::search::Hit as SearchHit;
 pub use db::turns::Recorded;
 pub use db::verify::VerifyReport;
 pub use dispatch::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
 pub use error::{Error, Result};
-pub use ids::{EventSeq, IdError, ItemId, MessageId, SessionId};
+pub use ids::{EntryId, EventSeq, IdError, ItemId, MessageId, SessionId};
 #[cfg(feature = "testkit")]
 pub use probe::oracle;
 #[cfg(all(feature = "probe", feature = "postgres"))]

@@ -23,7 +23,8 @@ use cli::session::SessionCommand;
 use cli::{parse_message, parse_session};
 use sessionstore::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode};
 use sessionstore::format::{Format, StreamWriter};
-use sessionstore::{Backup, Config, Error, MessageId, SessionId, Store, focus};
+use sessionstore::history::Replay;
+use sessionstore::{Backup, Config, EntryId, MessageId, SessionId, Store, focus};
 
 #[derive(Parser)]
 #[command(
@@ -54,7 +55,7 @@ enum Command {
     /// Persist a message with its attachment references
     Send(SendArgs),
     /// Record the agent's side of a turn: ACP session updates from stdin, one JSON a line
-    Record(RecordArgs),
+    Record(cli::record::RecordArgs),
     /// Print what the model gets for one user message (default: the latest delivered);
     /// always JSON, so --json changes nothing
     Dispatch(DispatchArgs),
@@ -182,6 +183,14 @@ struct RestoreArgs {
     #[arg(long, value_name = "SIZE", value_parser = dispatch::parse_byte_size,
           default_value_t = DEFAULT_MEMO_BUDGET)]
     memo_budget: u64,
+    /// Replay only the last N history entries (delivered messages and recorded items,
+    /// as --format acp shows them); the output says where it starts
+    #[arg(long, value_name = "N", conflicts_with = "from")]
+    tail: Option<u64>,
+    /// Replay from this message or recorded item id (inclusive); the output says
+    /// where it starts
+    #[arg(long, value_name = "ID", value_parser = cli::parse_entry)]
+    from: Option<EntryId>,
 }
 
 #[derive(Args)]
@@ -255,13 +264,6 @@ impl From<RestoreFormat> for Format {
             RestoreFormat::OpenaiResponses => Format::OpenaiResponses,
         }
     }
-}
-
-#[derive(Args)]
-struct RecordArgs {
-    /// The session the updates belong to
-    #[arg(long, value_name = "ID", value_parser = parse_session)]
-    session: SessionId,
 }
 
 fn mode(strict: bool) -> Mode {
@@ -363,7 +365,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Attach(args) => cli::attachment::attach(config, json, args).await?,
         Command::Attachment(command) => cli::attachment::run(config, json, command).await?,
         Command::Send(args) => cli::send::send(config, json, args).await?,
-        Command::Record(args) => record(config, json, args).await?,
+        Command::Record(args) => cli::record::record(config, json, args).await?,
         Command::Dispatch(args) => dispatch(config, args).await?,
         Command::Drain(args) => drain(config, args).await?,
         Command::Restore(args) => restore(config, args).await?,
@@ -480,52 +482,6 @@ async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {
     }
 }
 
-/// Every line is read and checked before the store is opened, and the store checks
-/// the whole batch before it writes: a bad line stores nothing and is named by its
-/// number. Blank lines are skipped but still counted.
-async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> {
-    use std::io::BufRead;
-    let mut updates = Vec::new();
-    let mut lines = Vec::new();
-    for (n, line) in std::io::stdin().lock().lines().enumerate() {
-        let line = line.context("cannot read standard input")?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let update = sessionstore::turns::parse_line(&line, args.session).map_err(|refusal| {
-            Error::UpdateRefused {
-                line: n + 1,
-                refusal,
-            }
-        })?;
-        updates.push(update);
-        lines.push(n + 1);
-    }
-    let store = Store::open_existing(config).await?;
-    let recorded = match store.record(args.session, updates).await {
-        // The store numbers the updates it was given from 1; blank lines were skipped,
-        // so its number maps back to the input's line through `lines`.
-        Err(Error::UpdateRefused { line, refusal }) => Err(Error::UpdateRefused {
-            line: line
-                .checked_sub(1)
-                .and_then(|at| lines.get(at))
-                .copied()
-                .unwrap_or(line),
-            refusal,
-        }),
-        other => other,
-    }?;
-    if json {
-        print_json(&recorded)
-    } else {
-        emit(&format!(
-            "recorded {} into {}",
-            count(recorded.recorded, "update", "updates"),
-            count(recorded.items.len(), "item", "items")
-        ))
-    }
-}
-
 async fn dispatch(config: Config, args: DispatchArgs) -> Result<()> {
     let store = Store::open_read_only(config).await?;
     let format = match args.format {
@@ -572,11 +528,27 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     let store = Store::open_read_only(config).await?;
     // A session that cannot be restored (unknown, deleted, or a log that does not
     // replay) is refused here, before anything is written.
-    let mut stream = store.restore_stream(args.session, args.memo_budget).await?;
+    let replay = match (args.tail, args.from) {
+        (Some(n), _) => Replay::Tail(n),
+        (None, Some(entry)) => Replay::From(entry),
+        (None, None) => Replay::Whole,
+    };
+    let mut stream = store
+        .restore_from(args.session, args.memo_budget, replay)
+        .await?;
     let format = args.format.into();
-    // A turn that did not end with `end_turn` is marked in the lines of its replay.
     let turns = store.turns(args.session).await?;
-    let mut out = output(format, args.session, &args.model.model)?.marking_turns(turns);
+    let out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
+    let mut out = StreamWriter::begin_replay(
+        out,
+        format,
+        args.session,
+        &args.model.model,
+        stream.partial(),
+    )
+    .context("cannot write the output")?
+    // A turn that did not end with `end_turn` is marked in the lines of its replay.
+    .marking_turns(turns);
     while let Some(item) = stream.next().await {
         out.item(&item?).context("cannot write the output")?;
     }

@@ -28,6 +28,10 @@ const FALLBACK_BLOB_MIME: &str = "application/octet-stream";
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
+    /// The API's string-to-string `metadata`: only a replay from a point writes it,
+    /// saying where it starts (see `format::replay_metadata`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// One message of a Chat Completions request. Only user messages carry content parts:
@@ -112,6 +116,9 @@ impl<'de> Deserialize<'de> for DataUrl {
 pub struct ResponsesRequest {
     pub model: String,
     pub input: Vec<ResponsesMessage>,
+    /// As in [`ChatRequest`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// One input message of a Responses request (the API's `EasyInputMessage`, with its
@@ -216,6 +223,7 @@ pub fn chat_request<T: Turn>(model: &str, conversation: &[T]) -> ChatRequest {
             .iter()
             .map(|turn| chat_of(turn.role(), turn.blocks().iter().map(Piece::of_block)))
             .collect(),
+        metadata: None,
     }
 }
 
@@ -229,6 +237,7 @@ pub fn responses_request<T: Turn>(model: &str, conversation: &[T]) -> ResponsesR
             .iter()
             .map(|turn| responses_of(turn.role(), turn.blocks().iter().map(Piece::of_block)))
             .collect(),
+        metadata: None,
     }
 }
 
@@ -272,6 +281,7 @@ pub fn vision_request(model: &str, hint: &str, blocks: &[ContentBlock]) -> ChatR
         messages: vec![ChatMessage::User {
             content: hint_part.into_iter().chain(images).collect(),
         }],
+        metadata: None,
     }
 }
 

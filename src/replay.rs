@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement, Resolver};
 use crate::error::{Error, Result};
+use crate::history::Partial;
 use crate::model::{Item, Message, Session};
 
 /// One item of a restored history, in history order. Non-exhaustive so that later
@@ -47,6 +48,7 @@ const BATCH_ITEMS_MAX: usize = 1024;
 #[derive(Debug)]
 pub struct RestoreStream {
     session: Session,
+    partial: Option<Partial>,
     rx: mpsc::Receiver<Result<Vec<ReplayItem>>>,
     ready: VecDeque<ReplayItem>,
 }
@@ -55,6 +57,12 @@ impl RestoreStream {
     /// The session being restored, as its event log says.
     pub fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// Where a replay from a point starts and how many entries it leaves out before
+    /// it; `None` for the whole history.
+    pub fn partial(&self) -> Option<&Partial> {
+        self.partial.as_ref()
     }
 
     /// The next item, `None` once the history is done.
@@ -73,12 +81,12 @@ impl RestoreStream {
 
     /// Runs `load` on a blocking thread and, once it has the session and its history
     /// (`rows`, the delivered messages, and `items`, the recorded turn items, each in
-    /// `seq` order), replays them merged into one history on that same thread. The
+    /// `seq` order, and for a replay from a point where it starts), replays them merged into one history on that same thread. The
     /// stream is handed back once `load` is done, so a history that cannot be loaded
     /// is refused before any item exists; one thread does both, so a restore costs
     /// one hop to the blocking pool.
     pub(crate) async fn start(
-        load: impl FnOnce() -> Result<(Session, Vec<Message>, Vec<Item>)> + Send + 'static,
+        load: impl FnOnce() -> Result<Loaded> + Send + 'static,
         resolver: impl Resolver + 'static,
         placement: impl FnOnce(&Session) -> Placement + Send + 'static,
         memo: Memo,
@@ -87,9 +95,14 @@ impl RestoreStream {
         let (loaded_tx, loaded) = tokio::sync::oneshot::channel();
         let producer = tokio::task::spawn_blocking(move || {
             let (rows, items, placement) = match load() {
-                Ok((session, rows, items)) => {
+                Ok(Loaded {
+                    session,
+                    rows,
+                    items,
+                    partial,
+                }) => {
                     let placement = placement(&session);
-                    if loaded_tx.send(Ok(session)).is_err() {
+                    if loaded_tx.send(Ok((session, partial))).is_err() {
                         return; // the caller went away
                     }
                     (rows, items, placement)
@@ -128,7 +141,7 @@ impl RestoreStream {
                 let _ = tx.blocking_send(Ok(batch.take()));
             }
         });
-        let session = match loaded.await {
+        let (session, partial) = match loaded.await {
             Ok(loaded) => loaded?,
             // The thread ended without a word: it panicked while loading, and the
             // join error carries the panic's message.
@@ -141,10 +154,21 @@ impl RestoreStream {
         };
         Ok(RestoreStream {
             session,
+            partial,
             rx,
             ready: VecDeque::new(),
         })
     }
+}
+
+/// What a restore's `load` hands the replay: the session, its delivered messages and
+/// recorded items (each in `seq` order), and for a replay from a point where it
+/// starts.
+pub(crate) struct Loaded {
+    pub(crate) session: Session,
+    pub(crate) rows: Vec<Message>,
+    pub(crate) items: Vec<Item>,
+    pub(crate) partial: Option<Partial>,
 }
 
 enum Entry {
@@ -266,7 +290,7 @@ mod tests {
     async fn a_panic_while_loading_is_reported_with_its_message() {
         let dir = tempfile::tempdir().unwrap();
         let err = RestoreStream::start(
-            || -> Result<(Session, Vec<Message>, Vec<Item>)> { panic!("the log broke here") },
+            || -> Result<Loaded> { panic!("the log broke here") },
             resolver(dir.path()),
             placement,
             Memo::new(),

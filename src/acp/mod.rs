@@ -31,6 +31,7 @@ use base64::Engine;
 use crate::dispatch::DEFAULT_MEMO_BUDGET;
 use crate::error::Error;
 use crate::format;
+use crate::history::{AcpPoint, Replay};
 use crate::ids::SessionId;
 use crate::lifecycle::{DEFAULT_PAGE, SessionCursor};
 use crate::model::Delivery;
@@ -144,10 +145,12 @@ impl AcpFront {
         Ok(ListSessionsResponse::new(infos).next_cursor(page.next_cursor.map(|c| c.to_string())))
     }
 
-    /// Replays the whole history to `update`, one `session/update` notification at a
-    /// time and in order, then opens the session; the caller answers the request only
+    /// Replays the history to `update`, one `session/update` notification at a time
+    /// and in order, then opens the session; the caller answers the request only
     /// after this returns, as ACP requires. Every attachment block carries the path of
-    /// the read made now.
+    /// the read made now. The whole history, unless `_meta` holds a `replayFrom`
+    /// point ([`replay_point`]): then the replay starts there and ends with the
+    /// `replay_complete` marker (`format::replay_complete`).
     pub async fn load_session(
         &self,
         request: LoadSessionRequest,
@@ -155,19 +158,37 @@ impl AcpFront {
     ) -> RpcResult<LoadSessionResponse> {
         self.check_cwd(&request.cwd)?;
         let id = store_id(&request.session_id)?;
-        replay(&self.store, id, &mut update).await?;
+        let point = replay_point(request.meta.as_ref())?;
+        let marked = point.is_some();
+        replay(
+            &self.store,
+            id,
+            point.unwrap_or_default(),
+            marked,
+            &mut update,
+        )
+        .await?;
         self.open_session(id);
         Ok(LoadSessionResponse::new())
     }
 
-    /// Opens a stored session on this connection without replaying anything.
+    /// Opens a stored session on this connection. Nothing is replayed, unless `_meta`
+    /// holds a `replayFrom` point ([`replay_point`], v2's `session/resume` cursor):
+    /// then the history from that point goes to `update` first, as `session/load`
+    /// sends it, ending with the `replay_complete` marker.
     pub async fn resume_session(
         &self,
         request: ResumeSessionRequest,
+        mut update: impl FnMut(format::Replayed) -> RpcResult<()>,
     ) -> RpcResult<ResumeSessionResponse> {
         self.check_cwd(&request.cwd)?;
         let id = store_id(&request.session_id)?;
-        self.store.session(id).await.map_err(rpc_error)?;
+        match replay_point(request.meta.as_ref())? {
+            Some(point) => replay(&self.store, id, point, true, &mut update).await?,
+            None => {
+                self.store.session(id).await.map_err(rpc_error)?;
+            }
+        }
         self.open_session(id);
         Ok(ResumeSessionResponse::new())
     }
@@ -279,26 +300,105 @@ impl AcpFront {
     }
 }
 
+/// The `_meta` key of `session/load` and `session/resume` under which a client puts
+/// ACP v2's `replayFrom` cursor, which the v1 schema has no field for: moving to v2
+/// is taking it out of `_meta`.
+pub const REPLAY_FROM_META_KEY: &str = "replayFrom";
+
+/// Where a replay a client asked for starts, read from `_meta.replayFrom` in v2's
+/// shapes: `{"type":"start"}` (the whole history), `{"type":"message","messageId"}`
+/// (from that message, inclusive: a user message's id, or the `messageId` an agent's
+/// message carried; see `Replay::from_acp_message`), or this store's
+/// `{"type":"_tail","count":N}` (the last N entries). `None` when there is no
+/// `replayFrom`; any other cursor is invalid params, as v2 requires, rather than
+/// another replay.
+pub fn replay_point(
+    meta: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> RpcResult<Option<Point>> {
+    let Some(cursor) = meta.and_then(|m| m.get(REPLAY_FROM_META_KEY)) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        invalid_params(format!(
+            "_meta.{REPLAY_FROM_META_KEY} {cursor}: {why}; this agent replays from \
+             {{\"type\":\"start\"}}, {{\"type\":\"message\",\"messageId\":…}} or \
+             {{\"type\":\"_tail\",\"count\":N}}"
+        ))
+    };
+    match cursor.get("type").and_then(|t| t.as_str()) {
+        Some("start") => Ok(Some(Point::Store(Replay::Whole))),
+        Some("message") => match cursor.get("messageId").and_then(|m| m.as_str()) {
+            Some(id) => Ok(Some(Point::Acp(Replay::from_acp_message(id)))),
+            None => Err(bad("a message cursor needs a messageId string")),
+        },
+        Some("_tail") => match cursor.get("count").and_then(|n| n.as_u64()) {
+            Some(n) => Ok(Some(Point::Store(Replay::Tail(n)))),
+            None => Err(bad("a _tail cursor needs a count of zero or more")),
+        },
+        Some(_) => Err(bad("an unsupported cursor type")),
+        None => Err(bad("a cursor needs a type string")),
+    }
+}
+
+/// A replay point as the front takes it from a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Point {
+    Store(Replay),
+    Acp(AcpPoint),
+}
+
+impl Default for Point {
+    fn default() -> Point {
+        Point::Store(Replay::Whole)
+    }
+}
+
 /// Replays the history to `update` as `session/update` notifications, one history
 /// item at a time: the streamed restore, each item's notifications built by
 /// `format::session_updates`, the builder whose values the `acp-updates` writer
 /// serializes (so `restore --format acp-updates` prints exactly these), with no JSON
 /// written or parsed in between. Only one item's content is held at a time; recorded
-/// turn items come in the stream, in their place among the messages.
+/// turn items come in the stream, in their place among the messages. A partial
+/// replay begins with `format::replay_notice`, as the `acp-updates` writer's does;
+/// one a client asked for with a point (`marked`) ends with
+/// `format::replay_complete`.
 async fn replay(
     store: &Store,
     session: SessionId,
+    point: Point,
+    marked: bool,
     update: &mut impl FnMut(format::Replayed) -> RpcResult<()>,
 ) -> RpcResult<()> {
-    let mut stream = store
-        .restore_stream(session, DEFAULT_MEMO_BUDGET)
-        .await
-        .map_err(rpc_error)?;
+    let mut stream = match point {
+        Point::Store(replay) => {
+            store
+                .restore_from(session, DEFAULT_MEMO_BUDGET, replay)
+                .await
+        }
+        Point::Acp(at) => {
+            store
+                .restore_from_acp(session, DEFAULT_MEMO_BUDGET, at)
+                .await
+        }
+    }
+    .map_err(rpc_error)?;
+    let partial = stream.partial().copied();
+    if let Some(partial) = &partial {
+        update(format::Replayed::Typed(format::replay_notice(
+            session, partial,
+        )))?;
+    }
     while let Some(item) = stream.next().await {
         let item = item.map_err(rpc_error)?;
         for notification in format::session_updates(session, item) {
             update(notification)?;
         }
+    }
+    if marked {
+        update(format::Replayed::Typed(format::replay_complete(
+            session,
+            partial.as_ref(),
+        )))?;
     }
     Ok(())
 }
@@ -443,7 +543,9 @@ pub fn rpc_error(e: Error) -> RpcError {
         | Error::MalformedReference(_)
         | Error::ForeignReference { .. }
         | Error::Attachment(crate::attachments::AttachmentError::UploadTooLarge { .. })
-        | Error::Id(_) => ErrorCode::INVALID_PARAMS,
+        | Error::Id(_)
+        | Error::ReplayPoint { .. }
+        | Error::ReplayMessage { .. } => ErrorCode::INVALID_PARAMS,
         e if e.is_refused() => ErrorCode::INVALID_PARAMS,
         _ => ErrorCode::INTERNAL_ERROR,
     };

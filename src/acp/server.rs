@@ -21,7 +21,8 @@ use super::{AcpFront, RpcResult};
 
 /// Adds to `$agent` the handler of `$method`: its request goes whole to
 /// `$front.$call`, and the answer back through `answer`. Every method but `initialize`
-/// (no store) and `session/load` (it streams notifications while it runs) is one.
+/// (no store), `session/load` and `session/resume` (they stream notifications while
+/// they run) is one.
 macro_rules! handler {
     ($agent:expr, $method:literal, $request:ty => $front:ident.$call:ident) => {{
         let front = $front.clone();
@@ -57,27 +58,41 @@ pub async fn serve(front: AcpFront, transport: impl ConnectTo<Agent> + 'static) 
     let agent = agent.on_receive_request(
         async move |request: LoadSessionRequest, responder, cx: ConnectionTo<Client>| {
             let loaded = load
-                .load_session(request, |update| match update {
-                    crate::format::Replayed::Typed(n) => cx.send_notification(n),
-                    // An update of a kind the schema does not know goes out as it came.
-                    opaque @ crate::format::Replayed::Opaque(_) => {
-                        cx.send_notification(agent_client_protocol::UntypedMessage::new(
-                            crate::format::SESSION_UPDATE,
-                            opaque.params(),
-                        )?)
-                    }
-                })
+                .load_session(request, |update| send_replayed(&cx, update))
                 .await;
             answer("session/load", responder, loaded)
         },
         agent_client_protocol::on_receive_request!(),
     );
-    let agent = handler!(agent, "session/resume", ResumeSessionRequest => front.resume_session);
+    let resume = front.clone();
+    let agent = agent.on_receive_request(
+        async move |request: ResumeSessionRequest, responder, cx: ConnectionTo<Client>| {
+            let resumed = resume
+                .resume_session(request, |update| send_replayed(&cx, update))
+                .await;
+            answer("session/resume", responder, resumed)
+        },
+        agent_client_protocol::on_receive_request!(),
+    );
     let agent = handler!(agent, "session/close", CloseSessionRequest => front.close_session);
     let agent = handler!(agent, "session/delete", DeleteSessionRequest => front.delete_session);
     let agent = handler!(agent, "session/fork", ForkSessionRequest => front.fork_session);
     let agent = handler!(agent, "session/prompt", PromptRequest => front.prompt);
     agent.connect_to(transport).await
+}
+
+/// Sends one notification of a replay: a typed one as the SDK sends it, an update of
+/// a kind the schema does not know as it came.
+fn send_replayed(cx: &ConnectionTo<Client>, update: crate::format::Replayed) -> RpcResult<()> {
+    match update {
+        crate::format::Replayed::Typed(n) => cx.send_notification(n),
+        opaque @ crate::format::Replayed::Opaque(_) => {
+            cx.send_notification(agent_client_protocol::UntypedMessage::new(
+                crate::format::SESSION_UPDATE,
+                opaque.params(),
+            )?)
+        }
+    }
 }
 
 /// Sends the answer, and logs a failure on standard error so whoever runs the agent

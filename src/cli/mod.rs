@@ -1,5 +1,5 @@
 //! The command line's pieces beside `main.rs`: one file per command group (`session`,
-//! `attachment`, `send`, `paths`, `lifecycle` for fork, search, export, import and gc), output and escaping (`output`), errors and exit
+//! `attachment`, `send`, `record`, `paths`, `lifecycle` for fork, search, export, import and gc), output and escaping (`output`), errors and exit
 //! codes (`errors`), logs and progress (`logging`), and the argument parsers they
 //! share. Never holds behaviour the library lacks.
 
@@ -9,10 +9,11 @@ pub mod lifecycle;
 pub mod logging;
 pub mod output;
 pub mod paths;
+pub mod record;
 pub mod send;
 pub mod session;
 
-use sessionstore::{IdError, MessageId, SessionId};
+use sessionstore::{EntryId, IdError, MessageId, SessionId};
 
 /// A session id as the store prints it; upper-case hex is taken too, since a UUID's
 /// letters are the same either way.
@@ -34,6 +35,13 @@ pub fn parse_message(text: &str) -> Result<MessageId, String> {
     bare.to_ascii_lowercase()
         .parse()
         .map_err(|_: IdError| invalid("message", &bare))
+}
+
+/// A history entry's id (a message's or a recorded item's), bare or as printed in
+/// `{"id": ...}`, in either case.
+pub fn parse_entry(text: &str) -> Result<EntryId, String> {
+    let message = parse_message(text).map_err(|_| invalid("message or item", text))?;
+    Ok(EntryId::from(message))
 }
 
 fn invalid(kind: &str, text: &str) -> String {

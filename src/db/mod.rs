@@ -7,6 +7,7 @@ pub mod append;
 pub mod audit;
 pub mod copies;
 pub mod error;
+pub mod group;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod proxied;
@@ -226,6 +227,37 @@ impl Db {
             _ => {
                 let _ = session;
                 self.write(f)
+            }
+        }
+    }
+
+    /// `write` for a group of writes that touch the files of `sessions` (see
+    /// `write_for`): on PostgreSQL every session's advisory lock is held, taken in
+    /// order so that two groups cannot wait on each other.
+    pub fn write_for_sessions<T>(
+        &self,
+        sessions: &[crate::ids::SessionId],
+        f: impl FnMut(&Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pg) => pg.write_for_all(sessions, f),
+            _ => {
+                let _ = sessions;
+                self.write(f)
+            }
+        }
+    }
+
+    /// Whether a write that failed with `e` would be run again by this engine
+    /// (PostgreSQL's lost races); never on SQLite, whose writes take the lock first.
+    pub fn is_retried(&self, e: &Error) -> bool {
+        match self {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(_) => postgres::lost_race_at_all(e),
+            _ => {
+                let _ = e;
+                false
             }
         }
     }

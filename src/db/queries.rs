@@ -519,14 +519,3 @@ fn session_events<P>(
     )
     .map_err(sql("read events"))
 }
-
-/// Every event, in log order; `verify` groups them by session itself so that events
-/// naming a session that no longer exists are still seen.
-pub fn all_events(conn: &Tx<'_>) -> Result<Vec<Event>> {
-    conn.query_map(
-        &format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY seq"),
-        args![],
-        |row| event_from_row(row, json_value),
-    )
-    .map_err(sql("read events"))
-}

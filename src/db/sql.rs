@@ -423,6 +423,16 @@ impl<'t> Tx<'t> {
         }
     }
 
+    /// Runs statements without parameters and without a cached statement (a
+    /// savepoint's, which each engine takes as a plain command).
+    pub fn batch(&self, sql: &str) -> DbResult<()> {
+        match &self.0 {
+            TxRef::Sqlite(conn) => Ok(conn.execute_batch(sql)?),
+            #[cfg(feature = "postgres")]
+            TxRef::Postgres(tx) => Ok(tx.borrow_mut().tx.batch_execute(sql)?),
+        }
+    }
+
     /// Runs a statement that returns no rows; the number of rows it changed.
     pub fn execute(&self, sql: &str, args: &[Value<'_>]) -> DbResult<usize> {
         match &self.0 {

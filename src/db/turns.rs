@@ -90,11 +90,34 @@ fn state_for(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<Sta
 /// updates as received) are written through `conn`, the caller's transaction.
 pub fn record(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<Recorded> {
     get_session(conn, session)?;
+    let touched = record_batch(conn, session, batch)?;
+    Ok(Recorded {
+        recorded: batch.len(),
+        items: touched.into_iter().map(|t| t.id).collect(),
+    })
+}
+
+/// An item a batch created or changed, and what a caller that records several
+/// batches in one write needs to list each item once (`crate::history`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Touched {
+    pub(crate) id: ItemId,
+    /// Made by this batch, rather than stored before it.
+    pub(crate) created: bool,
+    /// A tool call: a later batch may change it again.
+    pub(crate) tool_call: bool,
+}
+
+/// [`record`] of one batch, for a session the caller has checked: its items and its
+/// one `turn_recorded` event, nothing for an empty batch. Returns the items touched,
+/// in the order the batch first touched them.
+pub(crate) fn record_batch(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    batch: &[Update],
+) -> Result<Vec<Touched>> {
     if batch.is_empty() {
-        return Ok(Recorded {
-            recorded: 0,
-            items: vec![],
-        });
+        return Ok(vec![]);
     }
     let state = state_for(conn, session, batch)?;
     let outcome = turns::apply(state, batch).map_err(|(index, refusal)| Error::UpdateRefused {
@@ -110,6 +133,7 @@ pub fn record(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<Re
             ItemBody::ToolCall(call) => Some(call.tool_call_id.to_string()),
             _ => None,
         };
+        let tool_call = tool_call_id.is_some();
         match slot {
             Slot::New(n) => {
                 let id = ItemId::new();
@@ -130,7 +154,11 @@ pub fn record(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<Re
                 )
                 .map_err(sql("insert an item"))?;
                 created.push(CreatedItem { id, seq });
-                touched.push(id);
+                touched.push(Touched {
+                    id,
+                    created: true,
+                    tool_call,
+                });
             }
             Slot::Stored(id) => {
                 conn.execute(
@@ -138,7 +166,11 @@ pub fn record(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<Re
                     args![id.to_string(), body.to_json(), at],
                 )
                 .map_err(sql("update an item"))?;
-                touched.push(*id);
+                touched.push(Touched {
+                    id: *id,
+                    created: false,
+                    tool_call,
+                });
             }
         }
     }
@@ -148,8 +180,5 @@ pub fn record(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<Re
         items: created,
     };
     append_event(conn, session, &payload, &at)?;
-    Ok(Recorded {
-        recorded: batch.len(),
-        items: touched,
-    })
+    Ok(touched)
 }

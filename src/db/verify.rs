@@ -13,8 +13,8 @@ use crate::db::turns as queries_turns;
 use crate::db::{queries, schema};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
-use crate::model::{Event, Problem, ProblemKind};
-use crate::projection::{compare, compare_items, compare_turns, replay};
+use crate::model::{Problem, ProblemKind};
+use crate::projection::{Replayer, compare, compare_items, compare_turns};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct VerifyReport {
@@ -84,23 +84,30 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
     };
 
     let sessions = queries::list_sessions(conn)?;
-    let events = queries::all_events(conn)?;
+    // Each session's log is read by itself, a row at a time (`each_event`), rather
+    // than the whole log at once: a long history's events are never all in memory.
+    let events: i64 = conn
+        .query_row("SELECT count(*) FROM events", args![], |r| r.get(0))
+        .map_err(sql("count events"))?
+        .unwrap_or(0);
     report.sessions = sessions.len();
-    report.events = events.len();
-    let mut by_session: BTreeMap<SessionId, Vec<Event>> = BTreeMap::new();
-    for e in events {
-        by_session.entry(e.session_id).or_default().push(e);
-    }
-    for id in by_session.keys() {
-        if !sessions.iter().any(|s| s.id == *id) {
-            report.problems.push(
-                Problem::new(
-                    ProblemKind::StrayRows,
-                    format!("events name session {id}, which is not in the sessions table"),
-                )
-                .with_session(*id),
-            );
-        }
+    report.events = usize::try_from(events).unwrap_or(0);
+    let strays: Vec<SessionId> = conn
+        .query_map(
+            "SELECT DISTINCT session_id FROM events
+             WHERE session_id NOT IN (SELECT id FROM sessions) ORDER BY session_id",
+            args![],
+            |r| r.parsed(0),
+        )
+        .map_err(sql("read events"))?;
+    for id in strays {
+        report.problems.push(
+            Problem::new(
+                ProblemKind::StrayRows,
+                format!("events name session {id}, which is not in the sessions table"),
+            )
+            .with_session(id),
+        );
     }
     for session in &sessions {
         // A row this store could not have written (a URI that does not parse, a
@@ -119,7 +126,6 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
                     )
                     .with_session(session.id),
                 );
-                by_session.remove(&session.id);
                 // Its rows still count as its own, not as rows of no session.
                 let count: i64 = conn
                     .query_row(
@@ -134,8 +140,9 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
             }
         };
         report.messages += rows.len();
-        let events = by_session.remove(&session.id).unwrap_or_default();
-        let (expected, problems) = replay(session.id, &events);
+        let mut replayer = Replayer::new(session.id);
+        queries::each_event(conn, &session.id, |event| replayer.apply(event))?;
+        let (expected, problems) = replayer.finish();
         report.problems.extend(problems);
         let items = match queries_turns::items(conn, &session.id) {
             Ok(items) => Some(items),

@@ -10,7 +10,8 @@ use std::io::{self, Write};
 
 use agent_client_protocol_schema::v1::{
     ContentBlock, ContentChunk, JsonRpcMessage, MessageId as AcpMessageId, Notification, Plan,
-    PromptRequest, Request, RequestId, SessionNotification, SessionUpdate, ToolCall,
+    PromptRequest, Request, RequestId, SessionInfoUpdate, SessionNotification, SessionUpdate,
+    ToolCall,
 };
 use serde::Serialize;
 use serde::ser::SerializeSeq;
@@ -18,6 +19,7 @@ use serde::ser::SerializeSeq;
 use super::json;
 use crate::dispatch::shell::{self, Hole, Scratch, Shell};
 use crate::dispatch::{ModelMessage, Part};
+use crate::history::Partial;
 use crate::ids::{ItemId, MessageId, SessionId};
 use crate::model::{Item, ItemBody, Message, Role};
 use crate::replay::ReplayItem;
@@ -34,6 +36,9 @@ pub const SESSION_PROMPT: &str = "session/prompt";
 #[serde(rename_all = "camelCase")]
 pub struct RestoreObject<M> {
     pub session_id: SessionId,
+    /// Only a replay from a point has it: where it starts and what it left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partial: Option<Partial>,
     pub messages: M,
 }
 
@@ -153,9 +158,11 @@ pub(super) fn ends(scratch: &mut Scratch, shape: &impl Serialize) -> Option<(Vec
 pub(super) fn restore_ends(
     scratch: &mut Scratch,
     session: SessionId,
+    partial: Option<Partial>,
 ) -> Option<(Vec<u8>, Vec<u8>)> {
     let shape = RestoreObject {
         session_id: session,
+        partial,
         messages: [shell::placeholder_block()],
     };
     ends(scratch, &shape)
@@ -344,6 +351,42 @@ pub fn session_updates(session: SessionId, item: ReplayItem) -> Vec<Replayed> {
         }
         ReplayItem::Recorded(item) => recorded_updates(session, &item),
     }
+}
+
+/// The `_meta` key under which a replay says of itself what ACP v1 has no field for:
+/// where a partial replay starts (`{"from","skipped"}`, see [`replay_notice`]) and,
+/// at the end of a replay a client asked for with a point, ACP v2's `replay_complete`
+/// update (see [`replay_complete`]). Moving to v2 is taking the value out of `_meta`.
+pub const REPLAY_META_KEY: &str = "sessionstore/replay";
+
+/// An update that changes nothing (a `session_info_update` with no field set), the
+/// carrier of a replay's own `_meta`: v1 has no update of its own for it.
+fn carrier(session: SessionId, meta: serde_json::Value) -> SessionNotification {
+    let mut map = serde_json::Map::new();
+    map.insert(REPLAY_META_KEY.to_owned(), meta);
+    SessionNotification::new(
+        session.to_string(),
+        SessionUpdate::SessionInfoUpdate(SessionInfoUpdate::new()),
+    )
+    .meta(map)
+}
+
+/// The first notification of a partial replay: it says where the replay starts and
+/// how many entries it leaves out, under [`REPLAY_META_KEY`] as
+/// `{"partial":{"from","skipped"}}`. A whole replay has none.
+pub fn replay_notice(session: SessionId, partial: &Partial) -> SessionNotification {
+    carrier(session, serde_json::json!({ "partial": partial }))
+}
+
+/// The last notification of a replay a client asked for with a point: ACP v2's
+/// `replay_complete` update, `{"sessionUpdate":"replay_complete"}`, under
+/// [`REPLAY_META_KEY`] (with `partial` beside it when the replay was partial).
+pub fn replay_complete(session: SessionId, partial: Option<&Partial>) -> SessionNotification {
+    let mut meta = serde_json::json!({ "sessionUpdate": "replay_complete" });
+    if let Some(partial) = partial {
+        meta["partial"] = serde_json::json!(partial);
+    }
+    carrier(session, meta)
 }
 
 /// A notification in its JSON-RPC envelope, as it goes on the wire.

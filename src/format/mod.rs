@@ -21,15 +21,16 @@ use std::io::{self, Write};
 
 use crate::dispatch::ModelMessage;
 use crate::dispatch::shell::Scratch;
+use crate::history::Partial;
 use crate::ids::SessionId;
 use crate::model::{Item, Turn, TurnEnd};
 use crate::replay::ReplayItem;
 use crate::turns;
 
 pub use acp::{
-    OpaqueNotification, RecordedEntry, Replayed, RestoreEntry, RestoreMessage, RestoreObject,
-    SESSION_PROMPT, SESSION_UPDATE, message_update, notification_line, prompt_frame,
-    prompt_request, recorded_updates, session_updates,
+    OpaqueNotification, REPLAY_META_KEY, RecordedEntry, Replayed, RestoreEntry, RestoreMessage,
+    RestoreObject, SESSION_PROMPT, SESSION_UPDATE, message_update, notification_line, prompt_frame,
+    prompt_request, recorded_updates, replay_complete, replay_notice, session_updates,
 };
 use openai::Api;
 
@@ -89,20 +90,45 @@ impl<W: Write> StreamWriter<W> {
     /// Writes the opening of `format` for `session`; `model` names the model in the
     /// OpenAI requests and is not written in the other formats.
     pub fn begin(
-        mut out: W,
+        out: W,
         format: Format,
         session: SessionId,
         model: &str,
     ) -> io::Result<StreamWriter<W>> {
+        StreamWriter::begin_replay(out, format, session, model, None)
+    }
+
+    /// [`StreamWriter::begin`] for a replay from a point, which says so where a whole
+    /// one says nothing: the restore object's `partial` field, a first `acp-updates`
+    /// line ([`replay_notice`]), the OpenAI requests' `metadata`
+    /// ([`replay_metadata`]). With `None` the output is `begin`'s, byte for byte.
+    pub fn begin_replay(
+        mut out: W,
+        format: Format,
+        session: SessionId,
+        model: &str,
+        partial: Option<&Partial>,
+    ) -> io::Result<StreamWriter<W>> {
         let mut scratch = Scratch::default();
+        let metadata = partial.map(replay_metadata);
         let ends = match format {
-            Format::AcpRestore => acp::restore_ends(&mut scratch, session),
+            Format::AcpRestore => acp::restore_ends(&mut scratch, session, partial.copied()),
             Format::AcpBlocks => {
                 acp::ends(&mut scratch, &[crate::dispatch::shell::placeholder_block()])
             }
-            Format::AcpUpdates => Some((vec![], vec![])),
-            Format::OpenaiChat => openai::ends(&mut scratch, Api::Chat, model),
-            Format::OpenaiResponses => openai::ends(&mut scratch, Api::Responses, model),
+            Format::AcpUpdates => {
+                let mut opening = Vec::new();
+                if let Some(partial) = partial {
+                    json(
+                        &mut opening,
+                        &notification_line(replay_notice(session, partial)),
+                    )?;
+                    opening.push(b'\n');
+                }
+                Some((opening, vec![]))
+            }
+            Format::OpenaiChat => openai::ends(&mut scratch, Api::Chat, model, metadata),
+            Format::OpenaiResponses => openai::ends(&mut scratch, Api::Responses, model, metadata),
         };
         // Only a model name holding the writers' own placeholder (a random nonce after
         // a control character) can make a document that cannot be cut.
@@ -235,6 +261,21 @@ impl<W: Write> StreamWriter<W> {
             _ => Api::Chat,
         }
     }
+}
+
+/// A partial replay as an OpenAI request's `metadata` (string values, as the API
+/// takes them): `sessionstore_replay_from` (absent when the replay holds no entry) and
+/// `sessionstore_replay_skipped`.
+pub fn replay_metadata(partial: &Partial) -> std::collections::BTreeMap<String, String> {
+    let mut metadata = std::collections::BTreeMap::new();
+    if let Some(from) = partial.from {
+        metadata.insert("sessionstore_replay_from".to_owned(), from.to_string());
+    }
+    metadata.insert(
+        "sessionstore_replay_skipped".to_owned(),
+        partial.skipped.to_string(),
+    );
+    metadata
 }
 
 fn comma(out: &mut impl Write, first: &mut bool) -> io::Result<()> {

@@ -38,7 +38,12 @@ static RESPONSES_HOLE: LazyLock<Around> = LazyLock::new(|| {
 });
 
 /// The request's opening and closing, from its typed shape.
-pub(super) fn ends(scratch: &mut Scratch, api: Api, model: &str) -> Option<(Vec<u8>, Vec<u8>)> {
+pub(super) fn ends(
+    scratch: &mut Scratch,
+    api: Api,
+    model: &str,
+    metadata: Option<std::collections::BTreeMap<String, String>>,
+) -> Option<(Vec<u8>, Vec<u8>)> {
     let placeholder = shell::placeholder();
     let cut = match api {
         Api::Chat => {
@@ -47,6 +52,7 @@ pub(super) fn ends(scratch: &mut Scratch, api: Api, model: &str) -> Option<(Vec<
                 messages: vec![ChatMessage::System {
                     content: placeholder,
                 }],
+                metadata,
             };
             scratch.cut(&shape, [Hole::Value(&CHAT_HOLE)])
         }
@@ -57,6 +63,7 @@ pub(super) fn ends(scratch: &mut Scratch, api: Api, model: &str) -> Option<(Vec<
                     kind: MessageKind::Message,
                     content: placeholder,
                 }],
+                metadata,
             };
             scratch.cut(&shape, [Hole::Value(&RESPONSES_HOLE)])
         }

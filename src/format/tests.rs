@@ -198,6 +198,7 @@ fn every_format_writes_what_its_typed_values_serialize_to() {
     }
     let typed = RestoreObject {
         session_id: session,
+        partial: None,
         messages: entries,
     };
     assert_eq!(restore, serde_json::to_string(&typed).unwrap());

@@ -20,7 +20,6 @@ use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, Event, Item, Message, Role, Session, ToolsHost};
-use crate::projection;
 use crate::replay::RestoreStream;
 use crate::turns::Update;
 
@@ -33,6 +32,10 @@ pub use prompt::{Prompt, PromptBlock};
 /// that both writes uploads and reads them back, over the roots in `config`.
 #[derive(Clone)]
 pub struct Store {
+    /// Every write of the store's sessions goes through this one writer (group
+    /// commit; `db::group`); `None` on a read-only store. First, so that it stops
+    /// (and lets go of its handle on the database) before `db` is dropped.
+    writer: Option<Arc<db::group::GroupWriter>>,
     pub(crate) db: Db,
     pub(crate) attachments: AttachmentStore,
     config: Arc<Config>,
@@ -177,7 +180,17 @@ impl Store {
         }
         let database = config.database.clone();
         let db = blocking(move || Db::open(&database, access)).await?;
+        let writer = match &db {
+            Db::ReadOnly(_) => None,
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pg) if pg.is_read_only() => None,
+            _ => Some(Arc::new(
+                db::group::GroupWriter::start(db.clone())
+                    .map_err(|e| Error::Task(format!("cannot start the store's writer: {e}")))?,
+            )),
+        };
         Ok(Store {
+            writer,
             db,
             attachments,
             config: Arc::new(config),
@@ -218,12 +231,35 @@ impl Store {
         &self.db
     }
 
+    /// A write through the store's one writer, committed with whatever other writes
+    /// gathered meanwhile (group commit); resolves once it is durable.
     pub(crate) async fn with_write<T: Send + 'static>(
         &self,
         f: impl FnMut(&db::Tx<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let db = self.db.clone();
-        blocking(move || db.write(f)).await
+        self.write_as(None, f).await
+    }
+
+    /// `with_write` for a write that also touches `session`'s attachment files (see
+    /// `db::Db::write_for`), or none.
+    pub(crate) async fn write_as<T: Send + 'static>(
+        &self,
+        session: Option<SessionId>,
+        f: impl FnMut(&db::Tx<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        match &self.writer {
+            Some(writer) => writer.write(session, f).await,
+            None => {
+                // A read-only store refuses the write in its own words.
+                let db = self.db.clone();
+                blocking(move || db.write(f)).await
+            }
+        }
+    }
+
+    /// How the store's writer has shared its commits so far.
+    pub fn write_stats(&self) -> db::group::WriteStats {
+        self.writer.as_ref().map(|w| w.stats()).unwrap_or_default()
     }
 
     pub(crate) async fn with_read<T: Send + 'static>(
@@ -462,7 +498,7 @@ impl Store {
 impl Store {
     /// The attachment store as dispatch reads through it, encoding into this store's
     /// recycled buffers.
-    fn resolver(&self) -> dispatch::Recycling<AttachmentStore> {
+    pub(crate) fn resolver(&self) -> dispatch::Recycling<AttachmentStore> {
         dispatch::Recycling {
             resolver: self.attachments.clone(),
             recycler: self.recycler.clone(),
@@ -622,40 +658,8 @@ impl Store {
         session: SessionId,
         memo_budget: u64,
     ) -> Result<RestoreStream> {
-        // The log is the record: restore replays it, row by row, and dispatches what
-        // it says. The tables are not read for the history, so a row edited behind
-        // the log's back cannot change what a model is given (`verify` reports the
-        // edit). The replayed rows are kept whole because a read-only read may be run
-        // again when a writer touched the file meanwhile: items already handed on
-        // could not be taken back. Rows and events carry no attachment content.
-        let db = self.db.clone();
-        let load = move || {
-            db.read(move |tx| {
-                // The session row says whether the session exists or was deleted.
-                queries::get_session(tx, &session)?;
-                let mut replayer = projection::Replayer::new(session);
-                queries::each_event(tx, &session, |event| replayer.apply(event))?;
-                match replayer.finish() {
-                    (Some(replayed), problems) if problems.is_empty() => {
-                        let delivered = replayed
-                            .messages
-                            .into_iter()
-                            .filter(|m| m.state == Delivery::Delivered)
-                            .collect::<Vec<_>>();
-                        Ok((replayed.session, delivered, replayed.items))
-                    }
-                    (_, problems) => Err(Error::LogMismatch { session, problems }),
-                }
-            })
-        };
-        let host = self.config.host.clone();
-        RestoreStream::start(
-            load,
-            self.resolver(),
-            move |session| placement(&host, session),
-            Memo::with_budget(memo_budget),
-        )
-        .await
+        self.restore_from(session, memo_budget, crate::history::Replay::Whole)
+            .await
     }
 }
 
@@ -722,7 +726,7 @@ impl Upload {
 
 /// Where a session's attachment paths are: on this daemon's `host`, reached by tools
 /// that run where the session says.
-fn placement(host: &str, session: &Session) -> Placement {
+pub(crate) fn placement(host: &str, session: &Session) -> Placement {
     Placement {
         host: host.to_owned(),
         tools_host: session.tools_host,

@@ -139,68 +139,88 @@ impl Store {
         .await;
     }
 
-    /// The checks and the write that every stored message goes through.
+    /// The checks and the write that every stored message goes through: the
+    /// references are checked on a blocking thread (a message without any skips
+    /// that), then the message is written through the store's writer.
     async fn store_message(
         &self,
         session: SessionId,
         message: Unchecked,
         state: Delivery,
     ) -> Result<Message> {
+        let Unchecked {
+            role,
+            display_text,
+            model_text,
+            transcript,
+            attach,
+            content,
+        } = message;
         let attachments = self.attachments.clone();
-        let db = self.db.clone();
-        blocking(move || {
-            // The files are looked at before the write lock is taken, so no writer
-            // waits on a slow disk; a refusal is reported only once the session is
-            // known to exist, so an unknown session is named as such first.
-            let mut dirs = crate::attachments::SessionDirs::default();
-            let refs = message
-                .attach
-                .into_iter()
-                .map(|uri| {
-                    if uri.session() != session {
-                        return Err(Error::ForeignReference { uri, session });
+        // The files are looked at before the write is queued, so no writer waits on a
+        // slow disk; a refusal is reported only once the session is known to exist,
+        // so an unknown session is named as such first.
+        let (dirs, refs, roots, refused) = if attach.is_empty() {
+            (
+                crate::attachments::SessionDirs::default(),
+                vec![],
+                vec![],
+                None,
+            )
+        } else {
+            let attachments = attachments.clone();
+            blocking(move || {
+                let mut dirs = crate::attachments::SessionDirs::default();
+                let refs = attach
+                    .into_iter()
+                    .map(|uri| {
+                        if uri.session() != session {
+                            return Err(Error::ForeignReference { uri, session });
+                        }
+                        let checked = attachments.check_in(&mut dirs, &session, &uri)?;
+                        let reference = NewReference {
+                            uri,
+                            stored_name: checked.name,
+                            mime_type: checked.mime,
+                            size: checked.size,
+                        };
+                        Ok((reference, checked.root))
+                    })
+                    .collect::<Result<Vec<_>>>();
+                Ok(match refs {
+                    Ok(checked) => {
+                        let (refs, roots): (Vec<_>, Vec<_>) = checked.into_iter().unzip();
+                        (dirs, refs, roots, None)
                     }
-                    let checked = attachments.check_in(&mut dirs, &session, &uri)?;
-                    let reference = NewReference {
-                        uri,
-                        stored_name: checked.name,
-                        mime_type: checked.mime,
-                        size: checked.size,
-                    };
-                    Ok((reference, checked.root))
+                    Err(e) => (dirs, vec![], vec![], Some(e)),
                 })
-                .collect::<Result<Vec<_>>>();
-            // The write may run more than once (PostgreSQL retries a transaction that
-            // lost a race), so it borrows what it writes; a refusal found above is
-            // returned by the first run, which ends the write.
-            let (refs, roots, mut refused) = match refs {
-                Ok(checked) => {
-                    let (refs, roots): (Vec<_>, Vec<_>) = checked.into_iter().unzip();
-                    (refs, roots, None)
-                }
-                Err(e) => (vec![], vec![], Some(e)),
-            };
-            let message = NewMessage {
-                role: message.role,
-                display_text: message.display_text,
-                model_text: message.model_text,
-                transcript: message.transcript,
-                refs,
-                content: message.content,
-            };
-            db.write_for(&session, move |tx| {
-                let current = queries::get_session(tx, &session)?;
-                if let Some(e) = refused.take() {
-                    return Err(e);
-                }
-                // gc decides and removes unreferenced uploads under this same write
-                // lock, so a file it took since the check above is seen gone here,
-                // and one still here stays: this message's reference now protects it.
-                for (reference, root) in message.refs.iter().zip(&roots) {
-                    attachments.still_there(&dirs, &session, &reference.uri, root)?;
-                }
-                queries::insert_message_for(tx, &current, &message, state)
             })
+            .await?
+        };
+        // The write may run more than once (PostgreSQL retries a group that lost a
+        // race), so it borrows what it writes; a refusal found above is returned by
+        // the first run, which ends the write.
+        let mut refused = refused;
+        let message = NewMessage {
+            role,
+            display_text,
+            model_text,
+            transcript,
+            refs,
+            content,
+        };
+        self.write_as(Some(session), move |tx| {
+            let current = queries::get_session(tx, &session)?;
+            if let Some(e) = refused.take() {
+                return Err(e);
+            }
+            // gc decides and removes unreferenced uploads under this same write
+            // lock, so a file it took since the check above is seen gone here,
+            // and one still here stays: this message's reference now protects it.
+            for (reference, root) in message.refs.iter().zip(&roots) {
+                attachments.still_there(&dirs, &session, &reference.uri, root)?;
+            }
+            queries::insert_message_for(tx, &current, &message, state)
         })
         .await
     }

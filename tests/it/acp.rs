@@ -829,3 +829,135 @@ fn same_stream_as_restore(dir: &Path, session: SessionId, loaded: &[serde_json::
         assert_eq!(kinds, ["agent_message_chunk", "tool_call"], "{extra:#?}");
     }
 }
+
+/// `session/load` and `session/resume` take v2's `replayFrom` under `_meta`: from a
+/// point the replay begins with the partial notice, is what `restore --format
+/// acp-updates` prints from that point, and ends with the `replay_complete` marker; a
+/// cursor the agent does not know is invalid params, and a plain load is as before.
+#[tokio::test]
+async fn load_and_resume_replay_from_a_point_under_meta_and_end_with_the_marker() {
+    use sessionstore::format::REPLAY_META_KEY;
+    let t = TestStore::empty();
+    let cwd = t.dir.path().to_owned();
+    let root = t.dir.path().join("attachments");
+    let store = Store::open(t.config.clone()).await.expect("a store");
+    let session = store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .expect("a session");
+    store
+        .send(session.id, Outgoing::user("first"))
+        .await
+        .unwrap();
+    let chunk: agent_client_protocol_schema::v1::SessionUpdate =
+        serde_json::from_value(serde_json::json!({"sessionUpdate": "agent_message_chunk",
+            "messageId": "agent-1", "content": {"type": "text", "text": "an answer"}}))
+        .unwrap();
+    store.record(session.id, vec![chunk]).await.unwrap();
+    store
+        .send(session.id, Outgoing::user("second"))
+        .await
+        .unwrap();
+    drop(store);
+    let id = AcpSessionId::new(session.id.to_string());
+    let meta = |cursor: serde_json::Value| {
+        let mut m = serde_json::Map::new();
+        m.insert("replayFrom".to_owned(), cursor);
+        m
+    };
+    let updates = Updates::default();
+    let mut agent = AgentProcess::start(t.dir.path(), &root, &cwd);
+    let wire = |n: &SessionNotification| serde_json::to_value(n).unwrap();
+    let (tail, from_agent, start, plain) = {
+        let updates = updates.clone();
+        let cwd = cwd.clone();
+        client(&mut agent, &updates.clone(), async move |cx| {
+            call(&cx, initialize()).await?;
+            let mut seen = Vec::new();
+            let load = LoadSessionRequest::new(id.clone(), &cwd)
+                .meta(meta(serde_json::json!({"type": "_tail", "count": 2})));
+            call(&cx, load).await?;
+            seen.push(taken(&updates));
+            let resume = ResumeSessionRequest::new(id.clone(), &cwd).meta(meta(
+                serde_json::json!({"type": "message", "messageId": "agent-1"}),
+            ));
+            call(&cx, resume).await?;
+            seen.push(taken(&updates));
+            let resume = ResumeSessionRequest::new(id.clone(), &cwd)
+                .meta(meta(serde_json::json!({"type": "start"})));
+            call(&cx, resume).await?;
+            seen.push(taken(&updates));
+            call(&cx, LoadSessionRequest::new(id.clone(), &cwd)).await?;
+            seen.push(taken(&updates));
+            for bad in [
+                serde_json::json!({"type": "bogus"}),
+                serde_json::json!({"type": "message"}),
+                serde_json::json!({"type": "message", "messageId": "never"}),
+                serde_json::json!({"type": "_tail", "count": -1}),
+            ] {
+                let e = call(
+                    &cx,
+                    ResumeSessionRequest::new(id.clone(), &cwd).meta(meta(bad.clone())),
+                )
+                .await
+                .expect_err("an unknown cursor");
+                assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{bad}: {e:?}");
+            }
+            assert!(
+                taken(&updates).is_empty(),
+                "a refused cursor replays nothing"
+            );
+            let mut seen = seen.into_iter();
+            Ok((
+                seen.next().unwrap(),
+                seen.next().unwrap(),
+                seen.next().unwrap(),
+                seen.next().unwrap(),
+            ))
+        })
+        .await
+    };
+    agent.kill();
+
+    let printed = |point: &[&str]| -> Vec<serde_json::Value> {
+        let sid = session.id.to_string();
+        let mut args = vec!["restore", "--session", &sid, "--format", "acp-updates"];
+        args.extend_from_slice(point);
+        let out = Bin::new(t.dir.path())
+            .args(args)
+            .on(&config_in(t.dir.path()))
+            .output();
+        assert!(out.status.success(), "{}", crate::support::stderr(&out));
+        crate::support::stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["params"].clone())
+            .collect()
+    };
+    let marker = |n: &SessionNotification| wire(n)["_meta"][REPLAY_META_KEY].clone();
+    // The tail of two: the notice, the agent text and "second", the marker.
+    let sent: Vec<serde_json::Value> = tail.iter().map(wire).collect();
+    let expected = printed(&["--tail", "2"]);
+    assert_eq!(sent[..sent.len() - 1], expected[..]);
+    assert_eq!(marker(&tail[0])["partial"]["skipped"], 1);
+    assert_eq!(
+        marker(tail.last().unwrap()),
+        serde_json::json!({"sessionUpdate": "replay_complete",
+            "partial": {"from": marker(&tail[0])["partial"]["from"], "skipped": 1}})
+    );
+    // From the agent's own messageId: the same point as that tail.
+    assert_eq!(
+        from_agent.iter().map(wire).collect::<Vec<_>>(),
+        sent,
+        "messageId agent-1 starts where the tail of two does"
+    );
+    // From the start: the whole replay, no notice, then the marker alone.
+    let whole = printed(&[]);
+    let sent: Vec<serde_json::Value> = start.iter().map(wire).collect();
+    assert_eq!(sent[..sent.len() - 1], whole[..]);
+    assert_eq!(
+        marker(start.last().unwrap()),
+        serde_json::json!({"sessionUpdate": "replay_complete"})
+    );
+    // A load with no replayFrom is as it always was: the whole stream, no marker.
+    assert_eq!(plain.iter().map(wire).collect::<Vec<_>>(), whole);
+}

@@ -9,6 +9,7 @@ mod cli;
 mod conformance;
 mod dispatch;
 mod fixtures;
+mod history;
 mod lifecycle;
 mod migrate;
 mod opening;

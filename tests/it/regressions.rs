@@ -547,3 +547,113 @@ async fn crash_leftover_uploads_are_swept_by_the_next_upload_into_the_folder() {
     assert!(!folder.join(fresh).exists());
     assert!(folder.join(linked).symlink_metadata().is_ok());
 }
+
+/// An agent that resumes its own session behind the proxy keeps, in its own history,
+/// the attachment paths of the reads made back then, which a moved root leaves
+/// pointing at nothing (found by `tests/real-agent/`, with Codex). Its next prompt must
+/// carry each earlier attachment's path from a read made now.
+#[cfg(feature = "acp")]
+#[tokio::test]
+async fn an_agent_that_resumed_its_own_session_gets_the_current_paths() {
+    use serde_json::{Value, json};
+    use sessionstore::acp::proxy::{AgentCommand, ProxyOptions, run};
+    use std::time::Duration;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let t = TestStore::new().await;
+    let report = t.dir.path().join("agent-report.jsonl");
+    let agent = AgentCommand {
+        program: env!("CARGO_BIN_EXE_sessionstore-test-agent").into(),
+        args: vec!["--resume".into(), "--report".into(), report.clone().into()],
+    };
+    let cwd = t.dir.path().to_path_buf();
+    let (client, proxy_end) = tokio::io::duplex(1 << 20);
+    let (proxy_in, proxy_out) = tokio::io::split(proxy_end);
+    let proxy = tokio::spawn(run(
+        t.store().clone(),
+        ProxyOptions::new(agent, cwd.clone()),
+        proxy_in,
+        proxy_out,
+    ));
+    let (from_proxy, mut to_proxy) = tokio::io::split(client);
+    let mut lines = BufReader::new(from_proxy).lines();
+    let mut next_id = 0;
+    let mut request = async |method: &str, params: Value| -> Value {
+        next_id += 1;
+        let line = json!({"jsonrpc": "2.0", "id": next_id, "method": method, "params": params});
+        to_proxy
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let line = lines.next_line().await.unwrap().expect("the proxy answers");
+                let message: Value = serde_json::from_str(&line).unwrap();
+                if message["id"] == json!(next_id) && message.get("method").is_none() {
+                    return message;
+                }
+            }
+        })
+        .await
+        .expect("an answer within 30 s");
+        assert!(answer.get("error").is_none(), "{method}: {answer}");
+        answer["result"].clone()
+    };
+
+    request("initialize", json!({"protocolVersion": 1})).await;
+    let created = request("session/new", json!({"cwd": cwd, "mcpServers": []})).await;
+    let session = created["sessionId"].clone();
+    use base64::Engine;
+    let image = base64::engine::general_purpose::STANDARD.encode(PNG);
+    let first = json!([{"type": "text", "text": "look"}, {"type": "image", "mimeType": "image/png", "data": image}]);
+    request(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": first}),
+    )
+    .await;
+    // A load on the same connection: the agent still knows the session, and resumes it.
+    request(
+        "session/load",
+        json!({"sessionId": session, "cwd": cwd, "mcpServers": []}),
+    )
+    .await;
+    request(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "again"}]}),
+    )
+    .await;
+    // The client goes: the proxy ends, and stops the agent.
+    to_proxy.shutdown().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), proxy)
+        .await
+        .expect("the proxy ends when its client goes")
+        .unwrap()
+        .unwrap();
+
+    let received: Vec<Value> = std::fs::read_to_string(&report)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        received.iter().any(|r| r["method"] == "session/resume"),
+        "the agent resumed its own session: {received:?}"
+    );
+    let prompts: Vec<&Value> = received
+        .iter()
+        .filter(|r| r["method"] == "session/prompt")
+        .collect();
+    assert_eq!(prompts.len(), 2);
+    let blocks = prompts[1]["params"]["prompt"].as_array().unwrap();
+    let texts: Vec<&str> = blocks.iter().map(|b| b["text"].as_str().unwrap()).collect();
+    assert_eq!(
+        texts.len(),
+        3,
+        "why, the image's path, the prompt: {texts:?}"
+    );
+    assert!(texts[0].starts_with("[sessionstore] The files attached earlier"));
+    let context = crate::support::context_line(texts[1]);
+    assert_eq!(std::fs::read(&context.path).unwrap(), PNG, "a live read");
+    assert!(std::path::Path::new(&context.path).starts_with(t.configured()));
+    assert_eq!(texts[2], "again");
+}

@@ -121,6 +121,7 @@ impl serde::Serialize for Restored {
             .collect();
         RestoreObject {
             session_id: self.session.id,
+            partial: None,
             messages,
         }
         .serialize(serializer)

@@ -215,3 +215,96 @@ fn record_reads_lines_checks_them_all_and_names_a_bad_one() {
     let err = error["error"]["message"].as_str().unwrap();
     assert!(err.contains("line 3:") && err.contains("not "), "{err}");
 }
+
+/// A long input is written a batch at a time inside one write: each batch of
+/// `RECORD_BATCH` updates is its own `turn_recorded` event, a chunk continuing an
+/// agent message across a batch boundary and a tool call updated two batches later
+/// merge as in one batch, every item is listed once, a refused update far into the
+/// input is named by its line and stores nothing, and the history replays exactly as
+/// the same updates recorded in one batch do.
+#[tokio::test]
+async fn a_long_record_is_written_in_batches_of_one_write() {
+    use sessionstore::history::RECORD_BATCH;
+    let t = TestStore::new().await;
+    let s = t.session().await;
+    let chunks = 2 * RECORD_BATCH + 150;
+    // Update 1 is the tool call; chunk `i` is update `i + 2`, so the chunks that are
+    // updates RECORD_BATCH and RECORD_BATCH + 1 straddle the first batch's end.
+    let straddling = [RECORD_BATCH - 2, RECORD_BATCH - 1];
+    let chunk = |i: usize| {
+        let id = if straddling.contains(&i) {
+            "across".to_owned()
+        } else {
+            format!("m{i}")
+        };
+        serde_json::json!({"sessionUpdate": "agent_message_chunk", "messageId": id,
+            "content": {"type": "text", "text": format!("part {i} ")}})
+    };
+    let mut updates = vec![serde_json::json!({"sessionUpdate": "tool_call",
+        "toolCallId": "t", "title": "Run tests", "kind": "execute", "status": "pending"})];
+    updates.extend((0..chunks).map(chunk));
+    updates.push(serde_json::json!({"sessionUpdate": "tool_call_update",
+        "toolCallId": "t", "status": "completed"}));
+    // A blank second line: skipped, but counted in line numbers.
+    let lines: Vec<String> = updates.iter().map(|u| u.to_string()).collect();
+    let input = format!("{}\n\n{}\n", lines[0], lines[1..].join("\n"));
+
+    let sid = s.to_string();
+    let bad = format!(
+        "{input}{}\n",
+        r#"{"sessionUpdate":"tool_call_update","toolCallId":"never"}"#
+    );
+    let out = record_cli(&t, &sid, &bad);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let line = updates.len() + 2;
+    assert!(
+        stderr(&out).contains(&format!("line {line}:")),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        count(&t, "items"),
+        0,
+        "nothing of a refused input is stored"
+    );
+
+    let out = record_cli(&t, &sid, &input);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let recorded = json(&out);
+    assert_eq!(recorded["recorded"], updates.len());
+    let listed: Vec<&str> = recorded["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap())
+        .collect();
+    // One tool call and every chunk but the one that continued its predecessor.
+    assert_eq!(listed.len(), 1 + chunks - 1);
+    let distinct: std::collections::HashSet<&&str> = listed.iter().collect();
+    assert_eq!(distinct.len(), listed.len(), "each item listed once");
+    assert_eq!(count(&t, "items"), listed.len() as i64);
+    let events = t.store().events(s).await.unwrap();
+    let turns = events.iter().filter(|e| e.kind == "turn_recorded").count();
+    assert_eq!(turns, updates.len().div_ceil(RECORD_BATCH));
+    assert!(t.store().verify().await.unwrap().ok());
+
+    // The same updates in one batch, through the library, replay the same lines.
+    let one = t.session().await;
+    let parsed = updates.into_iter().map(update).collect();
+    t.store().record(one, parsed).await.unwrap();
+    let replay = |id: SessionId| {
+        let out = t.run(&[
+            "restore",
+            "--session",
+            &id.to_string(),
+            "--format",
+            "acp-updates",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        crate::support::stdout(&out).replace(&id.to_string(), "<SESSION>")
+    };
+    let batched = replay(s);
+    assert!(batched.contains("\"status\":\"completed\""));
+    assert!(batched.contains(&format!("part {} part {} ", straddling[0], straddling[1])));
+    assert_eq!(batched, replay(one));
+}

@@ -204,16 +204,23 @@ impl Proxy {
         messages: &[MessageId],
     ) -> Result<Value, Failure> {
         let (agent, agent_session) = self.agent_side(session).await?;
-        let fresh = self
+        let (fresh, stale_paths) = self
             .sessions
-            .with_open(&session, |o| std::mem::take(&mut o.fresh))
-            .unwrap_or(false);
+            .with_open(&session, |o| {
+                (
+                    std::mem::take(&mut o.fresh),
+                    std::mem::take(&mut o.stale_paths),
+                )
+            })
+            .unwrap_or((false, false));
         let memo = Memo::new();
         let mut prompt = Vec::new();
         if fresh {
             prompt = self
                 .restored_conversation(session, messages[0], agent.caps())
                 .await?;
+        } else if stale_paths {
+            prompt = self.current_paths(session, messages[0]).await?;
         }
         for message in messages {
             let parts = self

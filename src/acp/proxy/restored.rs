@@ -1,8 +1,10 @@
 //! What a fresh agent session is told of the conversation so far, before the first
 //! prompt it gets: the user's turns and the agent's answers as text, each attachment
 //! as its path context from a read made now, and attachment contents while they fit
-//! in a byte budget. It precedes the prompt it is sent with and is never stored: the
-//! store's history is the record.
+//! in a byte budget; and what an agent that resumed its own session is told: each
+//! earlier attachment's path context from a read made now, since the paths in its own
+//! history may name a root that has moved. Either precedes the prompt it is sent with
+//! and is never stored: the store's history is the record.
 
 use std::sync::Arc;
 
@@ -29,6 +31,9 @@ const OPENING: &str = "[sessionstore] This conversation was restored: the agent'
     was started afresh, so what was said before is given here for context. It is not a new \
     request; the user's new message follows it.";
 const CLOSING: &str = "[sessionstore] End of the restored conversation.";
+const CURRENT_PATHS: &str = "[sessionstore] The files attached earlier in this conversation \
+    were read again now; the path contexts below say where they are. Paths given for them \
+    before may no longer exist. This is not a new request; the user's new message follows.";
 
 impl Proxy {
     /// The conversation of `session` up to (not including) `before`, as blocks.
@@ -58,6 +63,39 @@ impl Proxy {
         out.line(CLOSING);
         out.flush_text();
         Ok(out.blocks)
+    }
+
+    /// The path context of each attachment of `session` before `before`, once per
+    /// file, from reads made now: a text block saying why, then one text block per
+    /// context. Nothing when no earlier message had an attachment.
+    pub(super) async fn current_paths(
+        self: &Arc<Self>,
+        session: SessionId,
+        before: MessageId,
+    ) -> Result<Vec<ContentBlock>, Failure> {
+        let mut stream = self.store.restore_stream(session, MEMO_BUDGET).await?;
+        let mut seen = std::collections::HashSet::new();
+        let mut contexts = Vec::new();
+        while let Some(item) = stream.next().await {
+            let ReplayItem::Message(m) = item? else {
+                continue;
+            };
+            if m.message.id == before {
+                break;
+            }
+            for part in &m.parts {
+                if let Part::Attachment(a) = part
+                    && seen.insert(a.prepared.uri_text().to_owned())
+                {
+                    contexts.push(ContentBlock::Text(TextContent::new(a.context.as_str())));
+                }
+            }
+        }
+        if contexts.is_empty() {
+            return Ok(vec![]);
+        }
+        contexts.insert(0, ContentBlock::Text(TextContent::new(CURRENT_PATHS)));
+        Ok(contexts)
     }
 }
 

@@ -50,6 +50,10 @@ pub(crate) struct Open {
     pub setup: Value,
     /// The agent side has not seen the history: the next prompt carries it.
     pub fresh: bool,
+    /// The agent side is the agent's own session, resumed or loaded: its history holds
+    /// the attachment paths of reads made back then, which a moved root may have made
+    /// stale, so the next prompt carries each earlier attachment's path read now.
+    pub stale_paths: bool,
     /// The agent is replaying the session (its own `session/load`): its updates are
     /// not the record and are not relayed.
     pub agent_replaying: bool,
@@ -91,6 +95,7 @@ impl Sessions {
                 agent,
                 setup,
                 fresh,
+                stale_paths: false,
                 agent_replaying: false,
                 bringing_up: Arc::new(tokio::sync::Mutex::new(())),
             },
@@ -582,7 +587,10 @@ impl Proxy {
                 self.sessions
                     .with_open(&session, |o| o.agent_replaying = false);
                 if let Ok(result) = answer.outcome() {
-                    self.sessions.with_open(&session, |o| o.fresh = false);
+                    self.sessions.with_open(&session, |o| {
+                        o.fresh = false;
+                        o.stale_paths = true;
+                    });
                     let mut result = result.clone();
                     strip_session_id(&mut result);
                     return Ok(result);

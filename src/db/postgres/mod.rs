@@ -53,6 +53,12 @@ pub struct PgDb {
 
 /// Whether a failed transaction lost a race that running it again can win, given
 /// how many times it has already run again.
+/// Whether `e` is one of the races a write is run again for (a unique violation only
+/// its first few times, which `write_on` counts).
+pub(crate) fn lost_race_at_all(e: &Error) -> bool {
+    lost_race(e, 0)
+}
+
 fn lost_race(e: &Error, attempt: u32) -> bool {
     let Some(cause) = super::error::postgres_cause(e) else {
         return false;
@@ -124,6 +130,11 @@ impl PgDb {
         self.pool.get()
     }
 
+    /// Whether the store was opened only to read.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
     /// Runs `f` in a serializable transaction and commits it. PostgreSQL rolls back
     /// a transaction whose outcome would differ from some serial order of the
     /// transactions around it (two writers appending to one session, say); that one
@@ -142,6 +153,25 @@ impl PgDb {
         self.write_locked(Some((id ^ (id >> 64)) as i64), f)
     }
 
+    /// `write_locked` under the advisory locks of every one of `sessions` (a group
+    /// commit's), taken in key order.
+    pub fn write_for_all<T>(
+        &self,
+        sessions: &[crate::ids::SessionId],
+        f: impl FnMut(&Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut keys: Vec<i64> = sessions
+            .iter()
+            .map(|s| {
+                let id = s.as_uuid().as_u128();
+                (id ^ (id >> 64)) as i64
+            })
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        self.write_locked_all(&keys, f)
+    }
+
     /// `write` holding the advisory lock `key` from before its snapshot is taken
     /// until after it commits, so two writes with the same key never overlap, and the
     /// later one sees what the earlier one committed. For writes whose closure also
@@ -151,6 +181,17 @@ impl PgDb {
     pub fn write_locked<T>(
         &self,
         key: Option<i64>,
+        f: impl FnMut(&Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let keys: Vec<i64> = key.into_iter().collect();
+        self.write_locked_all(&keys, f)
+    }
+
+    /// [`PgDb::write_locked`] under every lock of `keys` (sorted, without repeats, so
+    /// that two writers taking several cannot wait on each other).
+    pub fn write_locked_all<T>(
+        &self,
+        keys: &[i64],
         mut f: impl FnMut(&Tx<'_>) -> Result<T>,
     ) -> Result<T> {
         if self.read_only {
@@ -159,14 +200,16 @@ impl PgDb {
         // Writers of one session in this process queue here, each without a
         // connection, so that they cannot fill the pool waiting on the server's lock
         // while every other session's work waits for a connection.
-        let local = key.map(|key| self.local_lock(key));
-        let _queued = local
-            .as_ref()
-            .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
+        let locals: Vec<(i64, Arc<std::sync::Mutex<()>>)> =
+            keys.iter().map(|k| (*k, self.local_lock(*k))).collect();
+        let queued: Vec<_> = locals
+            .iter()
+            .map(|(_, l)| l.lock().unwrap_or_else(|e| e.into_inner()))
+            .collect();
         let mut conn = self.client()?;
-        if let Some(key) = key {
+        for key in keys {
             conn.client
-                .execute("SELECT pg_advisory_lock($1)", &[&key])
+                .execute("SELECT pg_advisory_lock($1)", &[key])
                 .map_err(pg("take a session's lock"))?;
         }
         // A panic inside `f` must not return the connection to the pool still holding
@@ -174,15 +217,13 @@ impl PgDb {
         let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             Self::write_on(&mut conn, &mut f)
         }));
-        if let Some(key) = key {
+        for key in keys {
             // A connection that fails here is broken and leaves the pool, and the
             // server lets go of a closed session's locks.
-            let _ = conn
-                .client
-                .execute("SELECT pg_advisory_unlock($1)", &[&key]);
+            let _ = conn.client.execute("SELECT pg_advisory_unlock($1)", &[key]);
         }
-        drop(_queued);
-        if let (Some(key), Some(local)) = (key, local) {
+        drop(queued);
+        for (key, local) in locals {
             self.forget_local_lock(key, local);
         }
         match written {

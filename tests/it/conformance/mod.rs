@@ -6,6 +6,7 @@
 mod common;
 mod fixtures;
 mod gc_race;
+mod group;
 mod lifecycle;
 mod refusals;
 mod store;

@@ -1,0 +1,201 @@
+//! Group commit: every write a store makes for its sessions (sends, recorded updates,
+//! turns, settings, renames) goes through one writer thread, which runs all the writes
+//! that gathered while the previous commit was being made in one transaction and
+//! commits them together, so the cost of a commit (an fsync) is shared by every
+//! session writing at once. Each write is a member of its group: it runs in a
+//! savepoint of its own, so a write that is refused (a send whose file is gone, a
+//! record with an update the store will not take) is rolled back alone and the others
+//! commit; a PostgreSQL transaction that lost a race to another host's runs every
+//! member again, as one write's retry does. A caller's future resolves once its group
+//! committed: what it wrote is durable.
+//!
+//! There is no timer: a write that arrives while nothing is being committed starts a
+//! group at once, so a lone writer waits for nothing but its own commit, and writes
+//! that arrive during a commit wait for at most that one commit before theirs (the
+//! commit window is one commit's time, a few milliseconds with one fsync).
+
+use std::any::Any;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+
+use tokio::sync::oneshot;
+
+use super::{Db, Tx};
+use crate::error::{Error, Result};
+use crate::ids::SessionId;
+
+/// How many writes one group takes at most: enough to share a commit among every
+/// session of a busy daemon, few enough that one transaction stays short.
+const MAX_MEMBERS: usize = 256;
+
+type Work = Box<dyn FnMut(&Tx<'_>) -> Result<Box<dyn Any + Send>> + Send>;
+
+struct Job {
+    /// The session whose files the write also touches (a send), whose writes must not
+    /// overlap across processes on PostgreSQL (see `Db::write_for`).
+    session: Option<SessionId>,
+    work: Work,
+    done: oneshot::Sender<Result<Box<dyn Any + Send>>>,
+}
+
+/// What the writer has done: how many groups it committed and how many writes they
+/// held, for a daemon (and the benches) to see how well commits are shared.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    pub commits: u64,
+    pub writes: u64,
+}
+
+/// The writer of one store: a thread that owns the commits. Dropping the last handle
+/// stops the thread after the writes already queued, and waits for it, so the
+/// database is closed on the thread that dropped the store.
+pub(crate) struct GroupWriter {
+    queue: Option<mpsc::Sender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    stats: Arc<Stats>,
+}
+
+#[derive(Default)]
+struct Stats {
+    commits: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl GroupWriter {
+    pub fn start(db: Db) -> std::io::Result<GroupWriter> {
+        let (queue, jobs) = mpsc::channel::<Job>();
+        let stats = Arc::new(Stats::default());
+        let counted = stats.clone();
+        let thread = std::thread::Builder::new()
+            .name("sessionstore-writer".to_owned())
+            .spawn(move || run(db, jobs, &counted))?;
+        Ok(GroupWriter {
+            queue: Some(queue),
+            thread: Some(thread),
+            stats,
+        })
+    }
+
+    /// Runs `work` as a member of the next group; resolves once that group
+    /// committed (or `work` was refused). `work` may run more than once (a PostgreSQL
+    /// group that lost a race runs again), so it borrows what it writes.
+    pub async fn write<T: Send + 'static>(
+        &self,
+        session: Option<SessionId>,
+        mut work: impl FnMut(&Tx<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let (done, answer) = oneshot::channel();
+        let job = Job {
+            session,
+            work: Box::new(move |tx| work(tx).map(|v| Box::new(v) as Box<dyn Any + Send>)),
+            done,
+        };
+        let stopped = || Error::Task("the store's writer has stopped".to_owned());
+        self.queue
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(job)
+            .map_err(|_| stopped())?;
+        let value = answer.await.map_err(|_| stopped())??;
+        Ok(*value
+            .downcast::<T>()
+            .expect("a member's answer has the type its write returns"))
+    }
+
+    pub fn stats(&self) -> WriteStats {
+        WriteStats {
+            commits: self.stats.commits.load(Ordering::Relaxed),
+            writes: self.stats.writes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for GroupWriter {
+    fn drop(&mut self) {
+        self.queue.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats) {
+    while let Ok(first) = jobs.recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_MEMBERS {
+            match jobs.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        commit(&db, group, stats);
+    }
+}
+
+/// Runs one group in one transaction, each member in a savepoint, and hands each
+/// member its answer once the transaction committed.
+fn commit(db: &Db, mut group: Vec<Job>, stats: &Stats) {
+    let mut sessions: Vec<SessionId> = group.iter().filter_map(|j| j.session).collect();
+    sessions.sort();
+    sessions.dedup();
+    let mut answers: Vec<Option<Result<Box<dyn Any + Send>>>> = Vec::new();
+    // A panic in a member must not take the writer down with every later write: the
+    // transaction is rolled back (its drop), and every member of the group is told.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        db.write_for_sessions(&sessions, |tx| {
+            // Run again from the start when PostgreSQL retries the group.
+            answers.clear();
+            for job in &mut group {
+                tx.batch("SAVEPOINT member")
+                    .map_err(super::error::sql("begin a write of a group"))?;
+                match (job.work)(tx) {
+                    Ok(value) => {
+                        tx.batch("RELEASE SAVEPOINT member")
+                            .map_err(super::error::sql("end a write of a group"))?;
+                        answers.push(Some(Ok(value)));
+                    }
+                    // The whole group runs again: this member lost a race.
+                    Err(e) if db.is_retried(&e) => return Err(e),
+                    Err(e) => {
+                        tx.batch("ROLLBACK TO SAVEPOINT member; RELEASE SAVEPOINT member")
+                            .map_err(super::error::sql("undo a refused write of a group"))?;
+                        answers.push(Some(Err(e)));
+                    }
+                }
+            }
+            Ok(())
+        })
+    }));
+    let failure = match outcome {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(Arc::new(e)),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Some(Arc::new(Error::Task(format!(
+                "a write panicked, and its group was rolled back: {what}"
+            ))))
+        }
+    };
+    if failure.is_none() {
+        stats.commits.fetch_add(1, Ordering::Relaxed);
+        stats
+            .writes
+            .fetch_add(group.len() as u64, Ordering::Relaxed);
+    }
+    for (i, job) in group.into_iter().enumerate() {
+        let answer = match &failure {
+            // Nothing of the group was written: each member gets why.
+            Some(e) => Err(Error::Shared(e.clone())),
+            None => answers
+                .get_mut(i)
+                .and_then(Option::take)
+                .unwrap_or_else(|| Err(Error::Task("a write of a group was not run".to_owned()))),
+        };
+        let _ = job.done.send(answer);
+    }
+}

@@ -1,0 +1,167 @@
+#!/usr/bin/env node
+// model-server.mjs: the model on loopback for the real-agent suite. It owns one thing:
+// answering Codex's model requests (the OpenAI Responses API, streamed) with a short
+// canned reply, and writing down every request it gets, so the suite can read what
+// reached the model. It never makes a connection of its own and never listens beyond
+// 127.0.0.1.
+//
+//   node model-server.mjs --log FILE [--port-file FILE] [--max-seconds 300] [--reply TEXT]
+//
+// The port is chosen free by the system; it is printed as `PORT=N` (and written to
+// --port-file). Every request is appended to --log as one JSON line
+// {"seq","time","method","path","headers","body"}, the body parsed when it is JSON.
+// `POST .../responses` gets the reply as server-sent events; anything else a 404.
+// It exits on SIGTERM, SIGINT or SIGHUP, when the process that started it dies, and
+// after --max-seconds, whichever comes first: a suite that is killed leaves no server.
+
+import fs from "node:fs";
+import http from "node:http";
+import zlib from "node:zlib";
+
+function parseArgs(argv) {
+  const opts = { log: null, portFile: null, maxSeconds: 300, reply: "I have the files." };
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i];
+    const value = () => {
+      if (i + 1 >= argv.length) throw new Error(`${flag} needs a value`);
+      return argv[++i];
+    };
+    switch (flag) {
+      case "--log": opts.log = value(); break;
+      case "--port-file": opts.portFile = value(); break;
+      case "--max-seconds": opts.maxSeconds = Number(value()); break;
+      case "--reply": opts.reply = value(); break;
+      default: throw new Error(`unknown argument ${flag}`);
+    }
+  }
+  if (!opts.log) throw new Error("--log FILE is required");
+  if (!(opts.maxSeconds > 0)) throw new Error("--max-seconds must be a positive number");
+  return opts;
+}
+
+let opts;
+try {
+  opts = parseArgs(process.argv.slice(2));
+} catch (e) {
+  process.stderr.write(`model-server: ${e.message}\n`);
+  process.exit(2);
+}
+
+let seq = 0;
+
+// Codex sends plain JSON; a compressed body is decoded where Node can, so that the
+// record stays readable whatever a later version does.
+function decodeBody(raw, encoding) {
+  switch (encoding) {
+    case undefined: case "identity": return raw;
+    case "gzip": return zlib.gunzipSync(raw);
+    case "deflate": return zlib.inflateSync(raw);
+    case "br": return zlib.brotliDecompressSync(raw);
+    default:
+      if (encoding === "zstd" && zlib.zstdDecompressSync) return zlib.zstdDecompressSync(raw);
+      throw new Error(`cannot decode a ${encoding} body`);
+  }
+}
+
+function record(req, raw) {
+  let body = null;
+  if (raw.length > 0) {
+    let text;
+    try {
+      text = decodeBody(raw, req.headers["content-encoding"]).toString("utf8");
+    } catch (e) {
+      text = `<${e.message}>`;
+    }
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = text;
+    }
+  }
+  const entry = {
+    seq: ++seq,
+    time: new Date().toISOString(),
+    method: req.method,
+    path: new URL(req.url, "http://127.0.0.1").pathname,
+    headers: req.headers,
+    body,
+  };
+  // Written whole before the answer starts, so a reader never sees half a request.
+  fs.appendFileSync(opts.log, JSON.stringify(entry) + "\n");
+  return entry;
+}
+
+// The events Codex reads for a streamed text reply: the response created, one message
+// item with its text in two deltas, the item done, the response completed (Codex
+// needs its `id`).
+function replyEvents(n) {
+  const response = `resp_${n}`;
+  const item = `msg_${n}`;
+  const text = opts.reply;
+  const half = Math.ceil(text.length / 2);
+  const message = (status, content) =>
+    ({ type: "message", id: item, role: "assistant", status, content });
+  return [
+    { type: "response.created", response: { id: response, status: "in_progress" } },
+    { type: "response.output_item.added", output_index: 0, item: message("in_progress", []) },
+    ...[text.slice(0, half), text.slice(half)].filter(Boolean).map((delta) => (
+      { type: "response.output_text.delta", item_id: item, output_index: 0, content_index: 0, delta }
+    )),
+    {
+      type: "response.output_item.done",
+      output_index: 0,
+      item: message("completed", [{ type: "output_text", text, annotations: [] }]),
+    },
+    {
+      type: "response.completed",
+      response: {
+        id: response,
+        status: "completed",
+        usage: { input_tokens: 1, output_tokens: 1, total_tokens: 2 },
+      },
+    },
+  ];
+}
+
+const server = http.createServer((req, res) => {
+  const chunks = [];
+  req.on("data", (chunk) => chunks.push(chunk));
+  req.on("end", () => {
+    const entry = record(req, Buffer.concat(chunks));
+    if (req.method === "POST" && entry.path.endsWith("/responses")) {
+      res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+      for (const event of replyEvents(entry.seq)) {
+        res.write(`event: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`);
+      }
+      res.end();
+      return;
+    }
+    res.writeHead(404, { "content-type": "application/json" });
+    res.end(JSON.stringify({ error: { message: `nothing at ${req.method} ${entry.path}` } }));
+  });
+});
+
+function exit(why) {
+  process.stderr.write(`model-server: exiting: ${why}\n`);
+  server.close();
+  process.exit(0);
+}
+
+for (const signal of ["SIGTERM", "SIGINT", "SIGHUP"]) process.on(signal, () => exit(signal));
+// A parent that dies hands this process to another (init or a subreaper): the parent
+// id changes, which is checked twice a second.
+const parent = process.ppid;
+setInterval(() => {
+  if (process.ppid !== parent || process.ppid === 1) exit("the process that started it is gone");
+}, 500).unref();
+setTimeout(() => exit(`the ${opts.maxSeconds} s time limit`), opts.maxSeconds * 1000).unref();
+
+server.on("error", (e) => {
+  process.stderr.write(`model-server: ${e.message}\n`);
+  process.exit(1);
+});
+server.listen(0, "127.0.0.1", () => {
+  const { port } = server.address();
+  if (opts.portFile) fs.writeFileSync(opts.portFile, `${port}\n`);
+  process.stdout.write(`PORT=${port}\n`);
+});
