@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OpenFlags, Transaction};
 
+use super::{SqliteFile, cipher};
 use crate::error::{Error, Result};
 
 /// How often a read is retried when writers keep coming and going underneath it.
@@ -62,15 +63,17 @@ impl Stamp {
 /// trusts the file not to change: if a writer appeared during the read, or the main
 /// file changed under it, what was read may mix two versions, and the read is done
 /// again. With a writer present, its `-wal` holds committed data that must be read, so
-/// the connection is an ordinary read-only one, which uses the side files it found.
-pub(crate) fn read<T>(path: &Path, f: impl Fn(&Transaction<'_>) -> Result<T>) -> Result<T> {
+/// the connection is an ordinary read-only one, which uses the side files it found. An
+/// encrypted database is keyed before anything reads it, both ways.
+pub(crate) fn read<T>(db: &SqliteFile, f: impl Fn(&Transaction<'_>) -> Result<T>) -> Result<T> {
+    let path = db.path.as_path();
     for _ in 0..MAX_TRIES {
         if writer_present(path) {
-            let mut conn = open(path, false)?;
+            let mut conn = open(db, false)?;
             return super::read(&mut conn, &f);
         }
         let before = Stamp::of(path)?;
-        let mut conn = open(path, true)?;
+        let mut conn = open(db, true)?;
         let result = super::read(&mut conn, &f);
         drop(conn);
         if !writer_present(path) && Stamp::of(path)? == before {
@@ -83,7 +86,8 @@ pub(crate) fn read<T>(path: &Path, f: impl Fn(&Transaction<'_>) -> Result<T>) ->
     })
 }
 
-fn open(path: &Path, immutable: bool) -> Result<Connection> {
+fn open(db: &SqliteFile, immutable: bool) -> Result<Connection> {
+    let path = db.path.as_path();
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
@@ -92,9 +96,10 @@ fn open(path: &Path, immutable: bool) -> Result<Connection> {
     } else {
         Connection::open_with_flags(path, flags)
     }
-    .map_err(|e| crate::db::error::not_database(path, e))?;
+    .map_err(|e| cipher::opening(db, e))?;
+    cipher::key(&conn, db.key.as_ref()).map_err(|e| cipher::opening(db, e))?;
     conn.busy_timeout(super::BUSY_TIMEOUT)
-        .map_err(|e| crate::db::error::not_database(path, e))?;
+        .map_err(|e| cipher::opening(db, e))?;
     Ok(conn)
 }
 

@@ -11,7 +11,7 @@ use crate::attachments::{
     AttachmentStore, AttachmentUri, Download, Listed, MAX_ATTACHMENT_BYTES, ReadObserver,
     StoredAttachment,
 };
-use crate::config::{Config, Database};
+use crate::config::Config;
 use crate::db::turns::Recorded;
 use crate::db::{
     self, Access, Db, queries, schema::Backup, schema::MigrationReport, verify::VerifyReport,
@@ -167,7 +167,8 @@ impl Store {
         observer: Option<ReadObserver>,
         access: Access,
     ) -> Result<Store> {
-        let mut attachments = AttachmentStore::new(config.roots.clone());
+        let mut attachments =
+            AttachmentStore::new(config.roots.clone()).with_sharing(config.sharing);
         if let Some(observer) = observer {
             attachments = attachments.observing_reads(observer);
         }
@@ -178,8 +179,8 @@ impl Store {
                 return Err(Error::RootNotUtf8 { root: root.clone() });
             }
         }
-        let database = config.database.clone();
-        let db = blocking(move || Db::open(&database, access)).await?;
+        let opening = config.clone();
+        let db = blocking(move || Db::open(&opening, access)).await?;
         let writer = match &db {
             Db::ReadOnly(_) => None,
             #[cfg(feature = "postgres")]
@@ -198,24 +199,49 @@ impl Store {
         })
     }
 
-    /// Applies pending migrations to `database`, creating an SQLite file if needed
-    /// and refusing a newer or foreign database without writing to it. `open` does
-    /// the same; this is for a caller that only wants the schema brought up to date.
-    /// With `Backup::Make`, an SQLite database that already has a schema is first
-    /// copied to `<db>.v<N>.bak`.
+    /// Applies pending migrations to the database `config` names (with its key, when
+    /// encrypted), creating an SQLite file if needed and refusing a newer or foreign
+    /// database without writing to it. `open` does the same; this is for a caller that
+    /// only wants the schema brought up to date. With `Backup::Make`, an SQLite
+    /// database that already has a schema is first copied to `<db>.v<N>.bak`.
     ///
     /// On PostgreSQL no copy is taken: the pending migrations run in one transaction,
     /// which applies them all or none.
-    pub async fn migrate(database: &Database, backup: Backup) -> Result<MigrationReport> {
-        let database = database.clone();
-        blocking(move || db::migrate(&database, backup)).await
+    pub async fn migrate(config: &Config, backup: Backup) -> Result<MigrationReport> {
+        let config = config.clone();
+        blocking(move || db::migrate(&config, backup)).await
     }
 
     /// What `migrate` would apply, read without writing a byte (a missing file is
     /// not created).
-    pub async fn migration_plan(database: &Database) -> Result<MigrationReport> {
-        let database = database.clone();
-        blocking(move || db::migration_plan(&database)).await
+    pub async fn migration_plan(config: &Config) -> Result<MigrationReport> {
+        let config = config.clone();
+        blocking(move || db::migration_plan(&config)).await
+    }
+
+    /// Encrypts the plain SQLite database `config` names with `config.key` (cargo
+    /// feature `encryption`), then applies pending migrations. The database is copied
+    /// into a new encrypted file that then takes its place, so no plaintext copy is
+    /// made; with `Backup::Make` that encrypted copy is also kept as `<db>.v<N>.bak`.
+    /// Nothing else may have the database open meanwhile (`Error::Busy`).
+    #[cfg(feature = "encryption")]
+    pub async fn encrypt(config: &Config, backup: Backup) -> Result<MigrationReport> {
+        let config = config.clone();
+        blocking(move || db::encrypt(&config, backup)).await
+    }
+
+    /// Gives the encrypted SQLite database `config` names (and keys) the key `new`
+    /// (cargo feature `encryption`), then applies pending migrations. With
+    /// `Backup::Make` it is first copied to `<db>.v<N>.bak`, encrypted with `new`, so
+    /// the old key opens no copy. Nothing else may have the database open meanwhile.
+    #[cfg(feature = "encryption")]
+    pub async fn rekey(
+        config: &Config,
+        new: crate::config::DatabaseKey,
+        backup: Backup,
+    ) -> Result<MigrationReport> {
+        let config = config.clone();
+        blocking(move || db::rekey(&config, &new, backup)).await
     }
 
     pub fn config(&self) -> &Config {
@@ -398,8 +424,13 @@ impl Store {
         .await
     }
 
+    /// The integrity check (`db::verify`), and, as warnings that are no problem, the
+    /// database files more exposed than this store would make them.
     pub async fn verify(&self) -> Result<VerifyReport> {
-        self.with_read(db::verify::verify).await
+        let mut report = self.with_read(db::verify::verify).await?;
+        let config = self.config.clone();
+        report.warnings = blocking(move || Ok(db::verify::exposures(&config))).await?;
+        Ok(report)
     }
 
     /// A session's attachments: every file its folders hold, as a read would find

@@ -16,6 +16,8 @@
 //!   (it waits for the answer even when the turn is cancelled: ACP has the client
 //!   answer `cancelled` then), the call completed or failed, and `end_turn` or
 //!   `cancelled`;
+//! - `stream N`: N agent message chunks of about 60 bytes each, each led by the time
+//!   it was written, then `end_turn` (the streaming benches and the disk-full test);
 //! - anything else: a thought, three message chunks, a tool call with a permission
 //!   request and its update, a plan and an update kind the schema does not know, then
 //!   `end_turn` (`cancelled` if the permission was).
@@ -333,6 +335,17 @@ fn chunk(text: &str) -> ContentChunk {
     ContentChunk::new(ContentBlock::Text(TextContent::new(text.to_owned())))
 }
 
+/// N of a prompt that says `stream N`.
+fn streamed_chunks(text: &str) -> Option<u64> {
+    let mut words = text.split_whitespace();
+    while let Some(word) = words.next() {
+        if word == "stream" {
+            return words.next()?.parse().ok();
+        }
+    }
+    None
+}
+
 async fn run_turn(
     state: &State,
     cx: &ConnectionTo<Client>,
@@ -366,6 +379,18 @@ async fn run_turn(
         let stop =
             tool_call_asking(state, cx, session, &call, "Edit a file", ToolKind::Edit).await?;
         return Ok(stop);
+    }
+    if let Some(n) = streamed_chunks(&text) {
+        for i in 0..n {
+            // About 60 bytes, led by when it was written (nanoseconds since the epoch),
+            // so a client can measure how long each chunk took to reach it.
+            let sent = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let piece = format!("{sent:020} chunk {i:>8} of a streamed answer. ");
+            update(cx, session, SessionUpdate::AgentMessageChunk(chunk(&piece)))?;
+        }
+        return Ok(StopReason::EndTurn);
     }
     update(
         cx,

@@ -7,12 +7,15 @@ mod acp;
 mod attachments;
 mod cli;
 mod conformance;
+#[cfg(feature = "acp")]
+mod diskfull;
 mod dispatch;
 mod fixtures;
 mod history;
 mod lifecycle;
 mod migrate;
 mod opening;
+mod privacy;
 #[cfg(feature = "probe")]
 mod probe;
 #[cfg(feature = "acp")]

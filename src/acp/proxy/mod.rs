@@ -56,6 +56,10 @@ pub struct ProxyOptions {
     /// How many bytes of attachment contents a fresh agent session is given with the
     /// restored conversation (paths are always given): [`restored::CONTENT_BUDGET`].
     pub restored_content_budget: usize,
+    /// Whether the agent's updates are recorded (the default). Off, the proxy is the
+    /// relay alone (prompts are still stored and dispatched): the baseline the
+    /// streaming benchmarks measure recording against, never what a user runs.
+    pub record_updates: bool,
 }
 
 impl ProxyOptions {
@@ -64,6 +68,7 @@ impl ProxyOptions {
             agent,
             cwd,
             restored_content_budget: restored::CONTENT_BUDGET,
+            record_updates: true,
         }
     }
 }

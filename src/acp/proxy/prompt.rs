@@ -278,7 +278,7 @@ impl Proxy {
             .cloned()
             .unwrap_or(Value::Null);
         let kind = update["sessionUpdate"].as_str().unwrap_or_default();
-        if is_history(kind) {
+        if is_history(kind) && self.options.record_updates {
             self.recorder(session).record(update).await;
         }
         let _ = self.client.send(&message).await;
@@ -444,8 +444,11 @@ impl Recorder {
     fn start(store: crate::Store, session: SessionId) -> Recorder {
         let (queue, mut rx) = mpsc::channel(RECORD_QUEUE);
         tokio::spawn(async move {
-            // The first failure to record is kept and given to every flush after it:
-            // an answer must not be relayed as if its turn were durable.
+            // The first failure to record is kept until the next flush, and nothing
+            // after it is recorded meanwhile: the turn keeps a prefix of its updates,
+            // and its answer is not relayed as if the turn were durable. The flush
+            // (the turn's end) clears it, so the next turn records again once the
+            // store can write (a disk that was full has room again).
             let mut failed: Option<Failure> = None;
             let mut batch = Vec::new();
             let mut flushes = Vec::new();
@@ -472,8 +475,11 @@ impl Recorder {
                     failed = Some(e);
                 }
                 batch.clear();
-                for done in flushes.drain(..) {
-                    let _ = done.send(failed.clone().map_or(Ok(()), Err));
+                if !flushes.is_empty() {
+                    let outcome = failed.take().map_or(Ok(()), Err);
+                    for done in flushes.drain(..) {
+                        let _ = done.send(outcome.clone());
+                    }
                 }
             }
         });
