@@ -18,6 +18,8 @@ mod opening;
 mod privacy;
 #[cfg(feature = "probe")]
 mod probe;
+#[cfg(feature = "acp")]
+mod proxy;
 mod regressions;
 mod reliability;
 mod replay;

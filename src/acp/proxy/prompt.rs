@@ -105,9 +105,10 @@ impl Proxy {
         Ok(Message::result(id, result?))
     }
 
-    /// Runs the turn for `messages`, then, while prompts were queued meanwhile, the
-    /// turn that delivers them (answering those prompts with its outcome). Returns the
-    /// first turn's outcome, for the prompt that started it.
+    /// Runs the turn for `messages` and returns its outcome, for the prompt that
+    /// started it. Prompts queued meanwhile are delivered by the turns that follow, on
+    /// a task of their own: the first prompt is answered as its turn ends, not once
+    /// theirs have.
     async fn run_turns(
         self: &Arc<Self>,
         session: SessionId,
@@ -117,11 +118,26 @@ impl Proxy {
     ) -> Result<Value, Failure> {
         let first = self.run_turn(session, &client_id, &params, messages).await;
         let state = self.turns.state(session);
+        let mut turn = state.lock().await;
+        if turn.waiting.is_empty() {
+            turn.running = false;
+        } else {
+            drop(turn);
+            let proxy = self.clone();
+            tokio::spawn(async move { proxy.run_queued(session, client_id, params).await });
+        }
+        first
+    }
+
+    /// While prompts were queued, the turn that delivers them (answering those prompts
+    /// with its outcome); the session's turn stays running until none is left.
+    async fn run_queued(self: Arc<Self>, session: SessionId, client_id: Value, params: Value) {
+        let state = self.turns.state(session);
         loop {
             let mut turn = state.lock().await;
             if turn.waiting.is_empty() {
                 turn.running = false;
-                return first;
+                return;
             }
             let waiting = std::mem::take(&mut turn.waiting);
             drop(turn);
