@@ -29,8 +29,12 @@
 //! - `longhist` (not criterion, and only when named: it builds a million items): a
 //!   long session's time to the first replayed line, peak memory of restore and
 //!   record, replay throughput, a tail's cost and bytes on disk (`longhist.rs`).
+//! - `streaming` (not criterion, and only when named): group commit against raw
+//!   commits, the proxy recording against the relay alone, and the proxy's memory
+//!   with a slow client (`streaming/mod.rs`).
 
 mod longhist;
+mod streaming;
 mod workload;
 
 use std::cell::RefCell;
@@ -708,6 +712,9 @@ fn main() {
     }
     if named("longhist") && !test_mode {
         longhist::longhist(&mut report, &rt);
+    }
+    if named("streaming") && !test_mode {
+        streaming::streaming(&mut report, &rt);
     }
     if wanted("append") {
         append(&mut c, &rt, &mut report);

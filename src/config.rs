@@ -1,8 +1,10 @@
 //! Where things live: the database (an SQLite file or a PostgreSQL server, told apart
-//! once, where its name comes in), the configured and legacy attachment roots, and the
-//! daemon's host name. A value, handed to the store, so a store opened later can be
-//! given other roots; nothing here is ever written to the database, and a connection
-//! string's password is never shown by anything here.
+//! once, where its name comes in), the configured and legacy attachment roots, the
+//! daemon's host name, and what protects them (`privacy`: who may read the files the
+//! store makes, an encrypted database's key; `tls`: a PostgreSQL connection's TLS). A
+//! value, handed to the store, so a store opened later can be given other roots;
+//! nothing here is ever written to the database, and neither a connection string's
+//! password nor a key is ever shown by anything here.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -11,12 +13,25 @@ use std::path::{Path, PathBuf};
 use crate::attachments::Roots;
 use crate::error::{Error, Result};
 
+mod privacy;
+#[cfg(feature = "postgres")]
+mod tls;
+
+pub use privacy::{DatabaseKey, Secret, Sharing};
+#[cfg(feature = "postgres")]
+pub use tls::{SslMode, Tls, TlsChoice};
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub database: Database,
     pub roots: Roots,
     /// The host the daemon, and therefore every attachment path, lives on.
     pub host: String,
+    /// Who may read what the store creates: the owner only unless told otherwise.
+    pub sharing: Sharing,
+    /// The key of an encrypted SQLite database (cargo feature `encryption`), or `None`
+    /// for a plain one. A PostgreSQL database takes none.
+    pub key: Option<DatabaseKey>,
 }
 
 impl Config {
@@ -29,6 +44,8 @@ impl Config {
                 legacy: vec![],
             },
             host: host_name(),
+            sharing: Sharing::Owner,
+            key: None,
         }
     }
 

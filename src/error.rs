@@ -218,6 +218,44 @@ pub enum Error {
     },
     #[error("database {0} was opened for reading only, so it cannot be changed")]
     ReadOnly(PathBuf),
+
+    // Encryption at rest (cargo feature `encryption`).
+    #[error("cannot read key file {path}")]
+    KeyFile {
+        path: PathBuf,
+        #[source]
+        cause: std::io::Error,
+    },
+    /// A key file that holds no key; nothing was opened with it.
+    #[error("key file {path} does not hold a key: {reason}")]
+    BadKeyFile { path: PathBuf, reason: &'static str },
+    /// An encrypted database that does not open with the key given (or a file that is
+    /// no database at all, which SQLCipher cannot tell apart); nothing was touched.
+    #[error("cannot open {path}: wrong key, or not a sessionstore database")]
+    WrongKey { path: PathBuf },
+    /// A file that is not plain SQLite, given no key: it may be an encrypted database.
+    #[error(
+        "{path} is not a usable sqlite database: it does not begin with a sqlite database \
+         header, and may be encrypted: {}",
+        needs_key_advice()
+    )]
+    NeedsKey { path: PathBuf },
+    /// A key was given for a database that is not encrypted.
+    #[error(
+        "{path} is not encrypted, but a key was given: leave out --key-file, or encrypt it \
+         with `sessionstore migrate --encrypt`"
+    )]
+    NotEncrypted { path: PathBuf },
+    /// `migrate --encrypt` on a database that is encrypted already.
+    #[error("{path} is already encrypted: `sessionstore migrate --rekey` changes its key")]
+    AlreadyEncrypted { path: PathBuf },
+    /// A key given where none can be used.
+    #[error("cannot use a database key: {reason}")]
+    EncryptionUnavailable { reason: &'static str },
+    /// `migrate --encrypt` or `--rekey` found its result wrong and kept the database as
+    /// it was.
+    #[error("cannot change the encryption of {path}: {reason}; it was left as it was")]
+    EncryptionChange { path: PathBuf, reason: String },
     #[error("migration failed, schema left as it was: {0}")]
     Migration(String),
     /// Another writer held the database past the busy timeout.
@@ -249,6 +287,17 @@ pub enum Error {
     /// those of the error it holds.
     #[error(transparent)]
     Shared(std::sync::Arc<Error>),
+}
+
+/// What to do about a database that may be encrypted, with or without the feature
+/// that opens one.
+fn needs_key_advice() -> &'static str {
+    if cfg!(feature = "encryption") {
+        "name its key with --key-file (or SESSIONSTORE_KEY_FILE)"
+    } else {
+        "this sessionstore was built without the `encryption` feature, which opens an \
+         encrypted database with its key (--key-file)"
+    }
 }
 
 /// "a user", "an assistant".
@@ -313,6 +362,14 @@ impl Error {
             Error::SchemaDamaged { .. } => "schema_damaged",
             Error::NeedsMigration { .. } => "needs_migration",
             Error::ReadOnly(_) => "read_only",
+            Error::KeyFile { .. } => "key_file",
+            Error::BadKeyFile { .. } => "bad_key_file",
+            Error::WrongKey { .. } => "wrong_key",
+            Error::NeedsKey { .. } => "needs_key",
+            Error::NotEncrypted { .. } => "not_encrypted",
+            Error::AlreadyEncrypted { .. } => "already_encrypted",
+            Error::EncryptionUnavailable { .. } => "encryption_unavailable",
+            Error::EncryptionChange { .. } => "encryption_change",
             Error::Migration(_) => "migration_failed",
             Error::Busy { .. } => "busy",
             Error::Database { .. } | Error::DamagedRow { .. } | Error::Pool(_) => "database",
@@ -323,7 +380,8 @@ impl Error {
 
     /// Whether the store refused its input as unsafe or not its own, rather than
     /// failing at something it tried: a newer or foreign database, an unsafe name or
-    /// URI, a reference of another session, an unreadable reference in strict mode.
+    /// URI, a reference of another session, an unreadable reference in strict mode, a
+    /// key that does not open the database or a key file that holds none.
     /// Retrying the same call cannot succeed; the command line exits 3 for these.
     pub fn is_refused(&self) -> bool {
         match self {
@@ -331,6 +389,11 @@ impl Error {
             Error::NewerSchema { .. }
             | Error::SchemaDamaged { .. }
             | Error::NotDatabase { .. }
+            | Error::BadKeyFile { .. }
+            | Error::WrongKey { .. }
+            | Error::NeedsKey { .. }
+            | Error::NotEncrypted { .. }
+            | Error::AlreadyEncrypted { .. }
             | Error::ConnectionString { .. }
             | Error::MalformedReference(_)
             | Error::ForeignReference { .. }

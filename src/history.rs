@@ -7,7 +7,6 @@
 use std::collections::HashSet;
 
 use crate::turns::Update;
-use serde::Serialize;
 
 use crate::db::queries;
 use crate::db::turns::{Recorded, Touched, record_batch};
@@ -67,14 +66,7 @@ pub(crate) enum Point {
     Acp(AcpPoint),
 }
 
-/// What a replay from a point says about itself, where a whole replay says nothing:
-/// the entry it starts at (`None` when it holds no entry) and how many entries of the
-/// history come before it. Serialized as `{"from","skipped"}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Partial {
-    pub from: Option<EntryId>,
-    pub skipped: u64,
-}
+pub use crate::replay::Partial;
 
 /// The delivered history cut at `replay`: the messages and items from its point on,
 /// and what the cut left out. Both lists are in `seq` order and share one sequence.
@@ -192,13 +184,13 @@ impl UpdateSource for Vec<Update> {
 /// can only touch again the last item made (a chunk continuing it), a tool call, or
 /// an item from before this record, which are the ones remembered.
 #[derive(Default)]
-struct Listed {
+struct ItemsTouched {
     ids: Vec<ItemId>,
     again: HashSet<ItemId>,
     last_made: Option<ItemId>,
 }
 
-impl Listed {
+impl ItemsTouched {
     fn add(&mut self, t: Touched) {
         if t.created {
             self.ids.push(t.id);
@@ -212,7 +204,29 @@ impl Listed {
     }
 }
 
+/// Long histories: replay from a point (the last entries, or from an id) and
+/// recording a long input in batches.
 impl Store {
+    /// Rebuilds a session by replaying its event log (the record: a table edited
+    /// behind the log's back changes nothing here, and `verify` reports it), refusing
+    /// a log that does not replay, as a stream of items in history order: every
+    /// delivered message, its references replayed through the resolver as the reader
+    /// asks for it (one memo of `memo_budget` bytes, [`dispatch::DEFAULT_MEMO_BUDGET`] by
+    /// default: each distinct file is read once while it fits, and read again when
+    /// evicted), and the recorded turn items as stored. References whose files are
+    /// gone degrade; queued messages stay queued. The log is replayed first, in one
+    /// snapshot, so a session whose log does not replay is refused before any item is
+    /// produced. What is held for the whole restore is the replayed texts and
+    /// references, never their files' content: write the items as they come (a
+    /// `format::StreamWriter`) rather than collect them.
+    pub async fn restore_stream(
+        &self,
+        session: SessionId,
+        memo_budget: u64,
+    ) -> Result<RestoreStream> {
+        self.restore_from(session, memo_budget, Replay::Whole).await
+    }
+
     /// Records updates read from `source` in one write, all or nothing, as
     /// [`Store::record`] does, but one batch at a time: each batch of at most
     /// [`RECORD_BATCH`] updates is merged and written with its own `turn_recorded`
@@ -227,7 +241,7 @@ impl Store {
         blocking(move || {
             db.write_for(&session, |tx| {
                 queries::get_session(tx, &session)?;
-                let mut listed = Listed::default();
+                let mut listed = ItemsTouched::default();
                 let mut recorded = 0usize;
                 source.batches(&mut |batch| {
                     let touched = record_batch(tx, &session, &batch).map_err(|e| match e {

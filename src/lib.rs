@@ -1,6 +1,70 @@
 //! sessionstore: the backing store of an agent daemon's restorable sessions. See
 //! ARCHITECTURE.md for the module map and the invariants each module keeps.
-
+//!
+//! A daemon's loop: open the store, take the user's prompt with its files (stored
+//! under the attachment root, the message referring to them by URI, as one step),
+//! dispatch it (each file read now, its absolute path beside it in the block's
+//! `_meta`), record what the agent streams back, and, in a later process, restore the
+//! session as a stream rather than a collection.
+//!
+//! ```
+//! use sessionstore::dispatch::{Memo, Mode};
+//! use sessionstore::format::{Format, StreamWriter};
+//! use sessionstore::model::{Delivery, ToolsHost};
+//! use sessionstore::store::{Prompt, PromptBlock, Upload};
+//! use sessionstore::{Config, DAEMON_ATTACHMENT_CONTEXT_META_KEY, Store};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! let config = Config::in_dir(dir.path()); // sessions.db and attachments/ in one folder
+//! let store = Store::open(config.clone()).await?;
+//! let session = store.create_session(None, ToolsHost::Local).await?;
+//!
+//! // The user's prompt: text and a file, stored together (or not at all).
+//! let prompt = Prompt {
+//!     blocks: vec![
+//!         PromptBlock::Text { text: "what does this say?".into(), meta: None },
+//!         PromptBlock::Upload {
+//!             upload: Upload { name: "notes.txt".into(), bytes: b"buy milk".to_vec() },
+//!             meta: None,
+//!         },
+//!     ],
+//!     delivery: Delivery::Delivered,
+//! };
+//! let message = store.send_prompt(session.id, prompt).await?;
+//!
+//! // What the model gets: the file's block carries where it was read, now.
+//! let dispatched = store
+//!     .dispatch(session.id, Some(message.id), Mode::Strict, Memo::new())
+//!     .await?;
+//! let block = serde_json::to_value(&dispatched.blocks[1])?;
+//! let context = block["_meta"][DAEMON_ATTACHMENT_CONTEXT_META_KEY].as_str().unwrap();
+//! assert!(context.contains(&*dir.path().join("attachments").to_string_lossy()));
+//!
+//! // The agent's answer, as the `update`s of its `session/update`s.
+//! store
+//!     .record_values(session.id, vec![serde_json::json!({
+//!         "sessionUpdate": "agent_message_chunk",
+//!         "content": {"type": "text", "text": "It says: buy milk."}
+//!     })])
+//!     .await?;
+//! drop(store);
+//!
+//! // Later, in a fresh process: restore as a stream, each item written as it comes.
+//! let store = Store::open_read_only(config).await?;
+//! let mut items = store.restore_stream(session.id, 64 << 20).await?;
+//! let mut out = StreamWriter::begin(Vec::new(), Format::AcpUpdates, session.id, "")?;
+//! while let Some(item) = items.next().await {
+//!     out.item(&item?)?;
+//! }
+//! let lines = String::from_utf8(out.finish()?)?;
+//! // One `session/update` per block: the user's text and file, the agent's answer.
+//! assert_eq!(lines.lines().count(), 3);
+//! assert!(lines.contains("buy milk"));
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! The public face is what a daemon embedding the store needs: `Store` (which also
 //! reaches migrations and `verify`), `Config`, the records, the errors, attachments and
@@ -18,6 +82,7 @@ pub mod config;
 pub(crate) mod db;
 pub mod dispatch;
 pub mod error;
+pub(crate) mod files;
 pub mod focus;
 pub mod format;
 pub mod history;
@@ -48,3 +113,13 @@ pub use probe::run_probe_on_postgres;
 #[cfg(feature = "probe")]
 pub use probe::{Check, ProbeError, ProbeReport, run_probe};
 pub use store::{SessionClaim, Store};
+
+/// What protects a store's data, beyond the settings in `config` (`Sharing`,
+/// `DatabaseKey`, a PostgreSQL URL's `Tls`): whether an SQLite file is encrypted, and
+/// the warnings `verify` and `paths` give about database files more exposed than the
+/// store would make them.
+pub mod privacy {
+    pub use crate::db::cipher::{Encryption, encryption_of};
+    pub use crate::db::schema::KeyChange;
+    pub use crate::db::verify::{Exposure, ExposureKind, exposures, key_file_exposure};
+}

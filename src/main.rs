@@ -117,6 +117,10 @@ struct ProxyArgs {
     /// [default: no limit]
     #[arg(long, value_name = "DURATION", value_parser = sessionstore::lifecycle::parse_duration)]
     agent_timeout: Option<std::time::Duration>,
+    /// Relay the agent's updates without recording them: the baseline of the
+    /// streaming benchmarks (BENCHMARKS.md), not for use
+    #[arg(long, hide = true)]
+    relay_only: bool,
     /// The agent and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "AGENT")]
     agent: Vec<std::ffi::OsString>,
@@ -133,11 +137,25 @@ struct AcpArgs {
 #[derive(Args)]
 struct MigrateArgs {
     /// Report what would be applied without writing anything
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["encrypt", "rekey"])]
     dry_run: bool,
     /// Upgrade without first copying the database to `<db>.v<N>.bak`
     #[arg(long)]
     no_backup: bool,
+    /// Encrypt a plain SQLite database with the key of --key-file, first (feature
+    /// `encryption`); nothing else may have it open
+    #[cfg_attr(not(feature = "encryption"), arg(hide = true))]
+    #[arg(long, conflicts_with = "rekey")]
+    encrypt: bool,
+    /// Give an encrypted SQLite database the key of --new-key-file instead of the key of
+    /// --key-file, first (feature `encryption`); nothing else may have it open
+    #[cfg_attr(not(feature = "encryption"), arg(hide = true))]
+    #[arg(long)]
+    rekey: bool,
+    /// The file holding the new key, for --rekey [env: SESSIONSTORE_NEW_KEY_FILE]
+    #[cfg_attr(not(feature = "encryption"), arg(hide = true))]
+    #[arg(long, value_name = "PATH", requires = "rekey")]
+    new_key_file: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -341,6 +359,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 Some(sessionstore::config::Database::Postgres(url)) => Some(url.as_str()),
                 _ => None,
             };
+            if cli.global.key_file.is_some() {
+                return Err(Usage(
+                    "probe makes a key of its own for its database: --key-file does not apply to it"
+                        .into(),
+                )
+                .into());
+            }
             if cli.global.names_a_location() && (server.is_none() || cli.global.names_a_root()) {
                 return Err(Usage(
                     "probe runs in a temporary directory of its own: \
@@ -375,7 +400,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Drain(args) => drain(config, args).await?,
         Command::Restore(args) => restore(config, args).await?,
         Command::Events(args) => events(config, args).await?,
-        Command::Verify => return verify(config, json).await,
+        Command::Verify => return verify(config, json, cli.global.key_path()).await,
         #[cfg(feature = "acp")]
         Command::Acp(args) => acp(config, args).await?,
         #[cfg(feature = "acp")]
@@ -441,53 +466,131 @@ async fn proxy(config: Config, args: ProxyArgs) -> Result<()> {
     );
     options.restored_content_budget = usize::try_from(args.restored_content).unwrap_or(usize::MAX);
     options.agent_timeout = args.agent_timeout;
-    run_stdio(store, options)
+    options.record_updates = !args.relay_only;
+    let stats = store.clone();
+    let ran = run_stdio(store, options)
         .await
-        .context("the ACP connection failed")
+        .context("the ACP connection failed");
+    let written = stats.write_stats();
+    tracing::info!(
+        "the store's writer made {} commits for {} writes",
+        written.commits,
+        written.writes
+    );
+    ran
 }
 
 async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {
-    let report = if args.dry_run {
-        Store::migration_plan(&config.database).await?
+    let backup = if args.no_backup {
+        Backup::Skip
     } else {
-        let backup = if args.no_backup {
-            Backup::Skip
-        } else {
-            Backup::Make
-        };
-        Store::migrate(&config.database, backup).await?
+        Backup::Make
+    };
+    let report = if args.dry_run {
+        Store::migration_plan(&config).await?
+    } else if args.encrypt || args.rekey {
+        change_key(&config, &args, backup).await?
+    } else {
+        Store::migrate(&config, backup).await?
     };
     if json {
         return print_json(&report);
     }
     let db = terminal_line(&config.database.to_string());
+    let db = match report.encryption {
+        Some(sessionstore::privacy::KeyChange::Encrypted) => format!("{db}: encrypted;"),
+        Some(sessionstore::privacy::KeyChange::Rekeyed) => format!("{db}: given its new key;"),
+        None => format!("{db}:"),
+    };
     if args.dry_run && !report.pending.is_empty() {
         emit(&format!(
-            "{db}: would apply {}; schema at version {}",
+            "{db} would apply {}; schema at version {}",
             report.pending.join(", "),
             report.current
         ))
     } else if report.applied.is_empty() {
         emit(&format!(
-            "{db}: nothing to apply; schema at version {}",
-            report.current
+            "{db} nothing to apply; schema at version {}{}",
+            report.current,
+            kept(&report)
         ))
     } else {
-        let kept = match &report.backup {
-            Some(copy) => format!(
-                "; the database as it was is kept in {}",
-                terminal_line(&copy.display().to_string())
-            ),
-            None => String::new(),
-        };
         emit(&format!(
-            "{db}: applied {}; schema at version {}{kept}",
+            "{db} applied {}; schema at version {}{}",
             report.applied.join(", "),
-            report.current
+            report.current,
+            kept(&report)
         ))
     }
 }
 
+/// Where the copy taken first is, for `migrate`'s line.
+fn kept(report: &sessionstore::MigrationReport) -> String {
+    match &report.backup {
+        Some(copy) => format!(
+            "; the database as it was is kept{} in {}",
+            if report.encryption.is_some() {
+                ", encrypted,"
+            } else {
+                ""
+            },
+            terminal_line(&copy.display().to_string())
+        ),
+        None => String::new(),
+    }
+}
+
+/// `migrate --encrypt` (with the key of --key-file) or `migrate --rekey` (from the key
+/// of --key-file to that of --new-key-file).
+#[cfg(feature = "encryption")]
+async fn change_key(
+    config: &Config,
+    args: &MigrateArgs,
+    backup: Backup,
+) -> Result<sessionstore::MigrationReport> {
+    if config.key.is_none() {
+        return Err(Usage(format!(
+            "migrate --{} needs --key-file (or SESSIONSTORE_KEY_FILE): the key {}",
+            if args.encrypt { "encrypt" } else { "rekey" },
+            if args.encrypt {
+                "to encrypt the database with"
+            } else {
+                "the database is encrypted with now"
+            }
+        ))
+        .into());
+    }
+    if args.encrypt {
+        return Ok(Store::encrypt(config, backup).await?);
+    }
+    let new = args
+        .new_key_file
+        .clone()
+        .or_else(|| std::env::var_os("SESSIONSTORE_NEW_KEY_FILE").map(PathBuf::from))
+        .ok_or_else(|| {
+            Usage(
+                "migrate --rekey needs --new-key-file (or SESSIONSTORE_NEW_KEY_FILE): the key \
+                 to give the database"
+                    .into(),
+            )
+        })?;
+    let new = sessionstore::config::DatabaseKey::read_file(&new)?;
+    Ok(Store::rekey(config, new, backup).await?)
+}
+
+#[cfg(not(feature = "encryption"))]
+async fn change_key(
+    _: &Config,
+    args: &MigrateArgs,
+    _: Backup,
+) -> Result<sessionstore::MigrationReport> {
+    let flag = if args.encrypt { "--encrypt" } else { "--rekey" };
+    Err(Usage(format!(
+        "`sessionstore migrate {flag}` needs the `encryption` feature, which this \
+         sessionstore was built without (cargo build --features encryption)"
+    ))
+    .into())
+}
 async fn dispatch(config: Config, args: DispatchArgs) -> Result<()> {
     let store = Store::open_read_only(config).await?;
     let format = match args.format {
@@ -539,11 +642,13 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
         (None, Some(entry)) => Replay::From(entry),
         (None, None) => Replay::Whole,
     };
+    // The turns are read first: once the stream has started, its dispatch may log a
+    // degraded attachment, and a failure after that would make two lines of one error.
+    let turns = store.turns(args.session).await?;
     let mut stream = store
         .restore_from(args.session, args.memo_budget, replay)
         .await?;
     let format = args.format.into();
-    let turns = store.turns(args.session).await?;
     let out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
     let mut out = StreamWriter::begin_replay(
         out,
@@ -572,20 +677,30 @@ async fn events(config: Config, args: EventsArgs) -> Result<()> {
     emit(&lines.join("\n"))
 }
 
-/// Prints the report; non-zero when it found a problem.
-async fn verify(config: Config, json: bool) -> Result<ExitCode> {
+/// Prints the report, with warnings about the database's files and the key file
+/// (`key_file`) when they are open to more than the sharing allows; non-zero when it
+/// found a problem (a warning is none).
+async fn verify(config: Config, json: bool, key_file: Option<PathBuf>) -> Result<ExitCode> {
+    let sharing = config.sharing;
     let store = Store::open_read_only(config).await?;
     let progress = cli::logging::spinner("verifying");
     let report = store.verify().await;
     progress.finish_and_clear();
-    let report = report?;
+    let mut report = report?;
+    if let Some(key) = key_file {
+        report
+            .warnings
+            .extend(sessionstore::privacy::key_file_exposure(&key, sharing));
+    }
     if json {
         print_json(&report)?;
     } else {
+        // Warnings are no problem: the exit status stays as it is.
         let mut lines: Vec<String> = report
-            .problems
+            .warnings
             .iter()
-            .map(|p| format!("problem: {p}"))
+            .map(|w| format!("warning: {}", terminal_line(&w.to_string())))
+            .chain(report.problems.iter().map(|p| format!("problem: {p}")))
             .collect();
         lines.push(format!(
             "{}, {}, {}: {}",

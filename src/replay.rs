@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement, Resolver};
 use crate::error::{Error, Result};
-use crate::history::Partial;
+use crate::ids::EntryId;
 use crate::model::{Item, Message, Session};
 
 /// One item of a restored history, in history order. Non-exhaustive so that later
@@ -41,6 +41,15 @@ const BATCH_BYTES: u64 = 4 * 1024 * 1024;
 /// items hold (encodings and their parts' texts) is bounded by [`BATCH_BYTES`].
 const BATCH_ITEMS_FIRST: usize = 16;
 const BATCH_ITEMS_MAX: usize = 1024;
+
+/// What a replay from a point says about itself, where a whole replay says nothing:
+/// the entry it starts at (`None` when it holds no entry) and how many entries of the
+/// history come before it. Serialized as `{"from","skipped"}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Partial {
+    pub from: Option<EntryId>,
+    pub skipped: u64,
+}
 
 /// A restore in progress. Items arrive in order through a channel of one batch, so
 /// the blocking side runs at most one batch ahead of the reader: memory is bounded by

@@ -27,6 +27,8 @@ pub fn config_in(dir: &Path) -> Config {
             legacy: vec![],
         },
         host: "bench".into(),
+        sharing: Default::default(),
+        key: None,
     }
 }
 

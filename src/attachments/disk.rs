@@ -1,6 +1,8 @@
 //! Open-beneath file access inside one session folder: every open is relative to the
-//! folder's descriptor and never follows a symlink; this never decides which root or
-//! name to try, and never checks a path before opening it.
+//! folder's descriptor and never follows a symlink, and every folder and file it makes
+//! gets the mode `Sharing` names whatever the umask (set again on the open descriptor);
+//! this never decides which root or name to try, never checks a path before opening
+//! it, and never changes the mode of what it did not make.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -11,6 +13,7 @@ use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::name::numbered_name;
+use crate::config::Sharing;
 
 /// Why something beneath a root could not be opened.
 #[derive(Debug)]
@@ -158,24 +161,39 @@ pub(super) fn remove_beneath(dir: &OwnedFd, name: &str) -> std::io::Result<()> {
     rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()).map_err(std::io::Error::from)
 }
 
-/// Opens `<root>/<session>` for writing new files, creating both as needed. The root
-/// is followed if it is a symlink; the session folder is not.
-pub(super) fn create_session_dir(root: &Path, session: &str) -> Result<OwnedFd, Beneath> {
-    std::fs::create_dir_all(root).map_err(Beneath::Io)?;
+/// Opens `<root>/<session>` for writing new files, creating both as needed with the
+/// folder mode of `sharing` (folders that exist keep theirs). The root is followed if
+/// it is a symlink; the session folder is not.
+pub(super) fn create_session_dir(
+    root: &Path,
+    session: &str,
+    sharing: Sharing,
+) -> Result<OwnedFd, Beneath> {
+    crate::files::create_dir_all(root, sharing).map_err(Beneath::Io)?;
     let root_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let root_fd = rustix::fs::open(root, root_flags, Mode::empty())?;
-    match rustix::fs::mkdirat(&root_fd, session, Mode::from_raw_mode(0o777)) {
-        // The new folder's entry must be durable before files in it are reported stored.
-        Ok(()) => rustix::fs::fsync(&root_fd)?,
-        Err(Errno::EXIST) => {}
+    let created = match rustix::fs::mkdirat(
+        &root_fd,
+        session,
+        Mode::from_raw_mode(sharing.dir_mode() & 0o777),
+    ) {
+        Ok(()) => true,
+        Err(Errno::EXIST) => false,
         Err(e) => return Err(e.into()),
+    };
+    let dir = match rustix::fs::openat(&root_fd, session, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::LOOP) => return Err(Beneath::Refused("is a symlink")),
+        Err(Errno::NOTDIR) => return Err(Beneath::Refused("is a symlink or not a directory")),
+        Err(e) => return Err(e.into()),
+    };
+    if created {
+        // The umask may have taken bits the mode needs (the group's, set-group-ID).
+        rustix::fs::fchmod(&dir, Mode::from_raw_mode(sharing.dir_mode()))?;
+        // The new folder's entry must be durable before files in it are reported stored.
+        rustix::fs::fsync(&root_fd)?;
     }
-    match rustix::fs::openat(&root_fd, session, DIR_FLAGS, Mode::empty()) {
-        Ok(fd) => Ok(fd),
-        Err(Errno::LOOP) => Err(Beneath::Refused("is a symlink")),
-        Err(Errno::NOTDIR) => Err(Beneath::Refused("is a symlink or not a directory")),
-        Err(e) => Err(e.into()),
-    }
+    Ok(dir)
 }
 
 /// The prefix and suffix of a temporary upload's name; between them are the 32
@@ -503,8 +521,9 @@ pub(super) fn write_new(
     name: &str,
     bytes: &[u8],
     max_attempts: u32,
+    sharing: Sharing,
 ) -> io::Result<String> {
-    let mut temp = TempFile::create(dir.as_fd())?;
+    let mut temp = TempFile::create(dir.as_fd(), sharing)?;
     temp.file.write_all(bytes)?;
     temp.file.sync_all()?;
     let claimed = claim(&mut temp, name, max_attempts)?;
@@ -557,8 +576,10 @@ fn claim(temp: &mut TempFile<'_>, name: &str, max_attempts: u32) -> io::Result<S
 }
 
 /// A freshly created file in a session folder that is unlinked when dropped (unless it
-/// was renamed into place). Its name starts with `.` and ends with `.`: a stored name
-/// never ends with a dot, so no stored name or URI can ever name a temporary file.
+/// was renamed into place), with the file mode of its sharing from the start, so the
+/// stored file it becomes (a link to it, or it renamed) has that mode too. Its name
+/// starts with `.` and ends with `.`: a stored name never ends with a dot, so no
+/// stored name or URI can ever name a temporary file.
 struct TempFile<'a> {
     dir: BorrowedFd<'a>,
     name: String,
@@ -567,7 +588,7 @@ struct TempFile<'a> {
 }
 
 impl<'a> TempFile<'a> {
-    fn create(dir: BorrowedFd<'a>) -> io::Result<Self> {
+    fn create(dir: BorrowedFd<'a>, sharing: Sharing) -> io::Result<Self> {
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let mut last = Errno::EXIST;
@@ -577,8 +598,14 @@ impl<'a> TempFile<'a> {
                 "{TEMP_PREFIX}{}{TEMP_SUFFIX}",
                 uuid::Uuid::now_v7().simple()
             );
-            match rustix::fs::openat(dir, name.as_str(), flags, Mode::from_raw_mode(0o666)) {
+            let mode = Mode::from_raw_mode(sharing.file_mode());
+            match rustix::fs::openat(dir, name.as_str(), flags, mode) {
                 Ok(fd) => {
+                    // Set again: the umask may have taken the group's bits.
+                    if let Err(e) = rustix::fs::fchmod(&fd, mode) {
+                        let _ = rustix::fs::unlinkat(dir, name.as_str(), AtFlags::empty());
+                        return Err(e.into());
+                    }
                     return Ok(Self {
                         dir,
                         name,
@@ -633,12 +660,57 @@ mod tests {
         names
     }
 
+    /// Session folders, uploads and an upload's temporary file (what a killed upload
+    /// leaves) get the sharing's modes whatever the umask; a folder that was there
+    /// keeps its own.
+    #[test]
+    fn folders_uploads_and_temporaries_get_the_sharing_mode_whatever_the_umask() {
+        use crate::files::tests::{mode_of, with_umask};
+        for umask in [0o000, 0o022, 0o077] {
+            for sharing in [Sharing::Owner, Sharing::Group] {
+                let tmp = tempfile::tempdir().unwrap();
+                let root = tmp.path().join("root");
+                let (temp_mode, name) = with_umask(umask, || {
+                    let dir = create_session_dir(&root, "s", sharing).unwrap();
+                    let temp = TempFile::create(dir.as_fd(), sharing).unwrap();
+                    let st = rustix::fs::fstat(&temp.file).unwrap();
+                    drop(temp);
+                    (
+                        st.st_mode & 0o7777,
+                        write_new(&dir, "a.txt", b"x", 1, sharing).unwrap(),
+                    )
+                });
+                let what = format!("umask {umask:03o}, {sharing:?}");
+                assert_eq!(mode_of(&root), sharing.dir_mode(), "{what}");
+                assert_eq!(mode_of(&root.join("s")), sharing.dir_mode(), "{what}");
+                assert_eq!(
+                    mode_of(&root.join("s").join(name)),
+                    sharing.file_mode(),
+                    "{what}"
+                );
+                assert_eq!(temp_mode, sharing.file_mode(), "{what}");
+            }
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("s")).unwrap();
+        std::fs::set_permissions(
+            tmp.path().join("s"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        create_session_dir(tmp.path(), "s", Sharing::Owner).unwrap();
+        assert_eq!(crate::files::tests::mode_of(&tmp.path().join("s")), 0o755);
+    }
+
     #[test]
     fn a_failed_claim_leaves_no_temporary_file() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = create_session_dir(tmp.path(), "s").unwrap();
-        assert_eq!(write_new(&dir, "a.txt", b"one", 1).unwrap(), "a.txt");
-        let e = write_new(&dir, "a.txt", b"two", 1).unwrap_err();
+        let dir = create_session_dir(tmp.path(), "s", Sharing::Owner).unwrap();
+        assert_eq!(
+            write_new(&dir, "a.txt", b"one", 1, Sharing::Owner).unwrap(),
+            "a.txt"
+        );
+        let e = write_new(&dir, "a.txt", b"two", 1, Sharing::Owner).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
         assert_eq!(entries(&tmp.path().join("s")), ["a.txt"]);
         assert_eq!(std::fs::read(tmp.path().join("s/a.txt")).unwrap(), b"one");
@@ -647,9 +719,9 @@ mod tests {
     #[test]
     fn the_sweep_pattern_matches_every_temporary_name_and_no_stored_name() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = create_session_dir(tmp.path(), "s").unwrap();
+        let dir = create_session_dir(tmp.path(), "s", Sharing::Owner).unwrap();
         for _ in 0..20 {
-            let temp = TempFile::create(dir.as_fd()).unwrap();
+            let temp = TempFile::create(dir.as_fd(), Sharing::Owner).unwrap();
             assert!(is_upload_temp(temp.name.as_bytes()), "{}", temp.name);
             assert!(!is_upload_temp(
                 crate::attachments::sanitize_name(&temp.name).as_bytes()
@@ -660,9 +732,9 @@ mod tests {
     #[test]
     fn rename_fallback_never_overwrites() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = create_session_dir(tmp.path(), "s").unwrap();
+        let dir = create_session_dir(tmp.path(), "s", Sharing::Owner).unwrap();
         std::fs::write(tmp.path().join("s/a.txt"), b"old").unwrap();
-        let mut temp = TempFile::create(dir.as_fd()).unwrap();
+        let mut temp = TempFile::create(dir.as_fd(), Sharing::Owner).unwrap();
         temp.file.write_all(b"new").unwrap();
         assert_eq!(temp.rename_noreplace("a.txt"), Err(Errno::EXIST));
         temp.rename_noreplace("b.txt").unwrap();
@@ -700,7 +772,7 @@ mod tests {
     #[test]
     fn a_file_over_the_limit_is_refused_by_its_size() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = create_session_dir(tmp.path(), "s").unwrap();
+        let dir = create_session_dir(tmp.path(), "s", Sharing::Owner).unwrap();
         std::fs::write(tmp.path().join("s/at"), b"12345").unwrap();
         std::fs::write(tmp.path().join("s/over"), b"123456").unwrap();
         // A sparse file: its size says 1 TiB but no byte of it is ever read.

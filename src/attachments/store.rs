@@ -12,6 +12,7 @@ use super::mime::{SNIFF_BYTES, mime_for, mime_from_head};
 use super::name::{is_stored_name, sanitize_name};
 use super::uri::AttachmentUri;
 use super::{AttachmentError, MAX_ATTACHMENT_BYTES};
+use crate::config::Sharing;
 use crate::ids::SessionId;
 
 /// Where attachments live: new uploads go to `configured`; `legacy` roots are only
@@ -102,6 +103,9 @@ pub struct AttachmentStore {
     /// [`MAX_ATTACHMENT_BYTES`]; only unit tests lower it, to test the bound cheaply.
     limit: u64,
     on_read: Option<ReadObserver>,
+    /// Who may read the folders and files this store makes: the owner only unless
+    /// told otherwise ([`AttachmentStore::with_sharing`]).
+    sharing: Sharing,
 }
 
 /// Told of every [`AttachmentStore::read`] before it happens, whatever its outcome:
@@ -136,7 +140,13 @@ impl AttachmentStore {
             },
             limit: MAX_ATTACHMENT_BYTES,
             on_read: None,
+            sharing: Sharing::Owner,
         }
+    }
+
+    /// This store, making its folders and files with the modes of `sharing`.
+    pub fn with_sharing(self, sharing: Sharing) -> Self {
+        Self { sharing, ..self }
     }
 
     /// This store, telling `observer` of every read.
@@ -181,21 +191,21 @@ impl AttachmentStore {
             path,
             cause: source,
         };
-        let dir = disk::create_session_dir(&self.roots.configured, &session.to_string()).map_err(
-            |e| {
-                let source = match e {
-                    Beneath::Io(e) => e,
-                    Beneath::Missing => std::io::ErrorKind::NotFound.into(),
-                    Beneath::Refused(reason) => {
-                        std::io::Error::other(format!("the session folder {reason}"))
-                    }
-                };
-                store_err(folder.clone(), source)
-            },
-        )?;
+        let dir =
+            disk::create_session_dir(&self.roots.configured, &session.to_string(), self.sharing)
+                .map_err(|e| {
+                    let source = match e {
+                        Beneath::Io(e) => e,
+                        Beneath::Missing => std::io::ErrorKind::NotFound.into(),
+                        Beneath::Refused(reason) => {
+                            std::io::Error::other(format!("the session folder {reason}"))
+                        }
+                    };
+                    store_err(folder.clone(), source)
+                })?;
         // Best effort: a failed sweep must not fail the upload, and the next one retries.
         let _ = disk::sweep_upload_temps(&dir, UPLOAD_GRACE, std::time::SystemTime::now());
-        let stored = disk::write_new(&dir, &name, bytes, disk::MAX_CLAIM_ATTEMPTS)
+        let stored = disk::write_new(&dir, &name, bytes, disk::MAX_CLAIM_ATTEMPTS, self.sharing)
             .map_err(|e| store_err(folder.join(&name), e))?;
         Ok(StoredAttachment {
             uri: AttachmentUri::new(*session, &stored),
@@ -326,8 +336,9 @@ impl AttachmentStore {
             path: target.join(name),
             cause,
         };
-        let to_dir = disk::create_session_dir(&self.roots.configured, &to.to_string())
-            .map_err(|e| store_err(beneath_io(e)))?;
+        let to_dir =
+            disk::create_session_dir(&self.roots.configured, &to.to_string(), self.sharing)
+                .map_err(|e| store_err(beneath_io(e)))?;
         if root == RootKind::Configured
             && disk::link_beneath(&from_dir, name, &to_dir, &file).map_err(store_err)?
         {
@@ -371,8 +382,9 @@ impl AttachmentStore {
                 limit: self.limit,
             });
         }
-        let dir = disk::create_session_dir(&self.roots.configured, &session.to_string())
-            .map_err(|e| store_err(beneath_io(e)))?;
+        let dir =
+            disk::create_session_dir(&self.roots.configured, &session.to_string(), self.sharing)
+                .map_err(|e| store_err(beneath_io(e)))?;
         self.write_exact(&dir, name, bytes).map_err(store_err)?;
         Ok(StoredAttachment {
             uri: AttachmentUri::new(*session, name),
@@ -389,7 +401,7 @@ impl AttachmentStore {
         bytes: &[u8],
     ) -> std::io::Result<()> {
         // One attempt: the name is taken as given or the write fails, never numbered.
-        let got = disk::write_new(dir, name, bytes, 1)?;
+        let got = disk::write_new(dir, name, bytes, 1, self.sharing)?;
         debug_assert_eq!(got, name, "a single claim attempt keeps the name");
         Ok(())
     }

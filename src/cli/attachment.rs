@@ -4,6 +4,7 @@
 //! prints where a file lives.
 
 use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -142,6 +143,7 @@ async fn list(config: Config, json: bool, session: SessionId) -> Result<()> {
 
 async fn get(config: Config, json: bool, uri: String, out: Option<PathBuf>) -> Result<()> {
     let uri = AttachmentUri::parse(&uri).map_err(sessionstore::Error::from)?;
+    let sharing = config.sharing;
     let store = Store::open_read_only(config).await?;
     let download = store.download(uri.clone()).await?;
     let Some(out) = out else {
@@ -153,6 +155,7 @@ async fn get(config: Config, json: bool, uri: String, out: Option<PathBuf>) -> R
     };
     // A temporary file beside the target (made new, never an existing one), renamed
     // over it once complete: a failed or interrupted write leaves the target as it was.
+    // It holds a stored file, so it gets the store's file mode, whatever the umask.
     let name = out
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -162,9 +165,11 @@ async fn get(config: Config, json: bool, uri: String, out: Option<PathBuf>) -> R
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(sharing.file_mode())
             .open(&temp)?;
         let written = file
-            .write_all(&download.bytes)
+            .set_permissions(std::fs::Permissions::from_mode(sharing.file_mode()))
+            .and_then(|()| file.write_all(&download.bytes))
             .and_then(|()| file.sync_all())
             .and_then(|()| std::fs::rename(&temp, &out));
         if written.is_err() {

@@ -1,6 +1,10 @@
-//! Where things live: the global flags, their environment variables and defaults,
-//! resolved into a `Config` that remembers where each setting came from, and the
-//! `paths` command that prints it. Never creates or opens anything.
+//! Where things live and what protects them: the global flags, their environment
+//! variables and defaults, resolved into a `Config` that remembers where each setting
+//! came from (the key file is read only by `Global::config`, for a command that opens
+//! the database), and the `paths` command that prints it all, with the warnings about
+//! database files more exposed than the store would make them. Never creates, opens or
+//! changes anything; `paths` reads no key and no database, only the first bytes of the
+//! database file (whether it is encrypted) and the files' modes.
 
 use std::path::{Path, PathBuf};
 
@@ -9,7 +13,10 @@ use clap::Args;
 use serde::Serialize;
 
 use sessionstore::Config;
+use sessionstore::config::Sharing;
+use sessionstore::privacy::{self, Encryption, Exposure};
 
+use super::errors::Usage;
 use super::output::{emit, print_json, terminal_line};
 
 /// Flags every command takes. Their environment variables are read by
@@ -28,6 +35,14 @@ pub struct Global {
     /// [env: SESSIONSTORE_LEGACY_ROOTS, colon-separated]
     #[arg(long = "legacy-root", global = true, value_name = "DIR")]
     pub legacy_roots: Vec<PathBuf>,
+    /// The file holding the key of an encrypted SQLite database: 64 hexadecimal digits
+    /// (feature `encryption`) [env: SESSIONSTORE_KEY_FILE]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub key_file: Option<PathBuf>,
+    /// Create files 0660 and folders 2770 (the owner and the group) instead of 0600 and
+    /// 0700, for a mount shared by daemons of one group [env: SESSIONSTORE_SHARED_GROUP=1]
+    #[arg(long, global = true)]
+    pub shared_group: bool,
     /// Print machine-readable JSON, and errors as {"error":{"kind","message"}} on stderr
     #[arg(long, global = true)]
     pub json: bool,
@@ -58,12 +73,16 @@ impl Source {
     }
 }
 
-/// The configuration and where each of its settings came from.
+/// The configuration and where each of its settings came from. `config.key` is not
+/// read yet: `key_file` names where it is.
 pub struct Located {
     pub config: Config,
     pub db: Source,
     pub root: Source,
     pub legacy: Source,
+    pub key_file: Option<PathBuf>,
+    pub key_source: Source,
+    pub sharing: Source,
 }
 
 /// A variable's value, or `None` when it is unset or empty.
@@ -122,6 +141,26 @@ impl Global {
             legacy_source = Source::Default;
             vec![]
         };
+        let (key_file, key_source) = pick(&self.key_file, "SESSIONSTORE_KEY_FILE");
+        let (sharing, sharing_source) = if self.shared_group {
+            (Sharing::Group, Source::Flag)
+        } else {
+            match env_var("SESSIONSTORE_SHARED_GROUP") {
+                None => (Sharing::Owner, Source::Default),
+                Some(v) => match v.to_str() {
+                    Some("1" | "true" | "yes") => (Sharing::Group, Source::Environment),
+                    Some("0" | "false" | "no") => (Sharing::Owner, Source::Environment),
+                    _ => {
+                        return Err(Usage(format!(
+                            "SESSIONSTORE_SHARED_GROUP is {v:?}: set it to 1 for group \
+                             access, or 0 (or leave it unset) for the owner only"
+                        ))
+                        .into());
+                    }
+                },
+            }
+        };
+        config.sharing = sharing;
         tracing::debug!(
             "database {:?} ({:?}), attachment root {:?} ({:?})",
             config.database.to_string(),
@@ -134,11 +173,37 @@ impl Global {
             db: db_source,
             root: root_source,
             legacy: legacy_source,
+            key_file,
+            key_source,
+            sharing: sharing_source,
         })
     }
 
+    /// The key file named by `--key-file` or `SESSIONSTORE_KEY_FILE`, not read.
+    pub fn key_path(&self) -> Option<PathBuf> {
+        pick(&self.key_file, "SESSIONSTORE_KEY_FILE").0
+    }
+
+    /// The configuration a command opens the database with: `locate`'s, with the key
+    /// read from its file.
     pub fn config(&self) -> Result<Config> {
-        Ok(self.locate()?.config)
+        let located = self.locate()?;
+        let mut config = located.config;
+        if let Some(path) = &located.key_file {
+            if !cfg!(feature = "encryption") {
+                return Err(Usage(format!(
+                    "{} names a key file, but this sessionstore was built without the \
+                     `encryption` feature (cargo build --features encryption)",
+                    located
+                        .key_source
+                        .describe("--key-file", "SESSIONSTORE_KEY_FILE")
+                        .trim_start_matches("from ")
+                ))
+                .into());
+            }
+            config.key = Some(sessionstore::config::DatabaseKey::read_file(path)?);
+        }
+        Ok(config)
     }
 }
 
@@ -172,17 +237,49 @@ enum Database {
     Server(Server),
 }
 
+/// Whether an SQLite database is encrypted, from its first bytes, and where its key is.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EncryptionReport {
+    state: Encryption,
+    key_file: Option<PathBuf>,
+    key_source: Source,
+}
+
+/// Who may read what the store creates.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SharingReport {
+    mode: &'static str,
+    file_mode: String,
+    dir_mode: String,
+    source: Source,
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Paths {
     database: Database,
+    /// For an SQLite database.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    encryption: Option<EncryptionReport>,
+    /// For a PostgreSQL database: the mode its connection string asks for (null when
+    /// the string does not parse).
+    #[cfg(feature = "postgres")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<Option<sessionstore::config::Tls>>,
     attachments_root: Place,
     legacy_roots: Vec<PathBuf>,
     legacy_roots_source: Source,
+    sharing: SharingReport,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<Exposure>,
 }
 
-/// `sessionstore paths`: the database, the configured root and each legacy root, and
-/// where each setting came from.
+/// `sessionstore paths`: the database, whether it is encrypted (or the TLS of a
+/// PostgreSQL connection), the configured root and each legacy root, who may read what
+/// the store creates, where each setting came from, and warnings about database files
+/// more exposed than that.
 pub fn paths(global: &Global) -> Result<()> {
     let located = global.locate()?;
     let place = |p: &Path, source| {
@@ -193,23 +290,50 @@ pub fn paths(global: &Global) -> Result<()> {
             source,
         }
     };
+    let config = &located.config;
+    let sharing = config.sharing;
+    let mut warnings = privacy::exposures(config);
+    if let Some(key) = &located.key_file {
+        warnings.extend(privacy::key_file_exposure(key, sharing));
+    }
+    #[cfg(feature = "postgres")]
+    let mut tls_error = None;
     let report = Paths {
-        database: match &located.config.database {
+        database: match &config.database {
             sessionstore::config::Database::Postgres(url) => Database::Server(Server {
                 url: url.to_string(),
                 source: located.db,
             }),
             sessionstore::config::Database::Sqlite(path) => Database::File(place(path, located.db)),
         },
-        attachments_root: place(&located.config.roots.configured, located.root),
-        legacy_roots: located
-            .config
-            .roots
-            .legacy
-            .iter()
-            .map(|p| absolute(p))
-            .collect(),
+        encryption: match &config.database {
+            sessionstore::config::Database::Sqlite(path) => Some(EncryptionReport {
+                state: privacy::encryption_of(path),
+                key_file: located.key_file.as_deref().map(absolute),
+                key_source: located.key_source,
+            }),
+            sessionstore::config::Database::Postgres(_) => None,
+        },
+        #[cfg(feature = "postgres")]
+        tls: match &config.database {
+            sessionstore::config::Database::Postgres(url) => {
+                Some(url.tls().map_err(|e| tls_error = Some(e.to_string())).ok())
+            }
+            sessionstore::config::Database::Sqlite(_) => None,
+        },
+        attachments_root: place(&config.roots.configured, located.root),
+        legacy_roots: config.roots.legacy.iter().map(|p| absolute(p)).collect(),
         legacy_roots_source: located.legacy,
+        sharing: SharingReport {
+            mode: match sharing {
+                Sharing::Owner => "owner",
+                Sharing::Group => "group",
+            },
+            file_mode: format!("{:04o}", sharing.file_mode()),
+            dir_mode: format!("{:04o}", sharing.dir_mode()),
+            source: located.sharing,
+        },
+        warnings,
     };
     if global.json {
         return print_json(&report);
@@ -228,18 +352,33 @@ pub fn paths(global: &Global) -> Result<()> {
             server.source.describe("--db", "SESSIONSTORE_DB"),
         ),
     };
-    let mut lines = vec![
-        database,
-        format!(
-            "attachments root  {}  ({}{})",
-            terminal_line(&report.attachments_root.path.display().to_string()),
-            report
-                .attachments_root
-                .source
-                .describe("--attachments-root", "SESSIONSTORE_ATTACHMENTS_ROOT"),
-            state(&report.attachments_root)
-        ),
-    ];
+    let mut lines = vec![database];
+    if let Some(encryption) = &report.encryption {
+        lines.push(encryption_line(encryption));
+    }
+    #[cfg(feature = "postgres")]
+    if let Some(tls) = &report.tls {
+        lines.push(match (tls, &tls_error) {
+            (Some(tls), _) => format!("tls               {}", terminal_line(&tls.describe())),
+            (None, error) => format!(
+                "tls               unknown: {}",
+                terminal_line(
+                    error
+                        .as_deref()
+                        .unwrap_or("the connection string does not parse")
+                )
+            ),
+        });
+    }
+    lines.push(format!(
+        "attachments root  {}  ({}{})",
+        terminal_line(&report.attachments_root.path.display().to_string()),
+        report
+            .attachments_root
+            .source
+            .describe("--attachments-root", "SESSIONSTORE_ATTACHMENTS_ROOT"),
+        state(&report.attachments_root)
+    ));
     let legacy_from = report
         .legacy_roots_source
         .describe("--legacy-root", "SESSIONSTORE_LEGACY_ROOTS");
@@ -253,5 +392,43 @@ pub fn paths(global: &Global) -> Result<()> {
             terminal_line(&root.display().to_string())
         ));
     }
+    lines.push(format!(
+        "new files         {} (files {}, folders {})  ({})",
+        match sharing {
+            Sharing::Owner => "owner only",
+            Sharing::Group => "owner and group",
+        },
+        report.sharing.file_mode,
+        report.sharing.dir_mode,
+        report
+            .sharing
+            .source
+            .describe("--shared-group", "SESSIONSTORE_SHARED_GROUP"),
+    ));
+    lines.extend(
+        report
+            .warnings
+            .iter()
+            .map(|w| format!("warning: {}", terminal_line(&w.to_string()))),
+    );
     emit(&lines.join("\n"))
+}
+
+/// The `encryption` line of `paths`: what the file is, and where its key comes from.
+fn encryption_line(e: &EncryptionReport) -> String {
+    let state = match e.state {
+        Encryption::Encrypted => "encrypted",
+        Encryption::Plain => "not encrypted",
+        Encryption::None => "no database yet",
+        Encryption::Other => "not a database",
+    };
+    let key = match &e.key_file {
+        Some(path) => format!(
+            "key {}: {}",
+            e.key_source.describe("--key-file", "SESSIONSTORE_KEY_FILE"),
+            terminal_line(&path.display().to_string())
+        ),
+        None => "no key given".to_owned(),
+    };
+    format!("encryption        {state}  ({key})")
 }

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use rusqlite::Transaction;
 use rusqlite::types::ValueRef;
 
-use crate::config::Database;
-use crate::db::readonly;
+use crate::config::{Config, Database};
+use crate::db::{SqliteFile, readonly};
 use crate::error::{Error, Result};
 
 /// Words that make a column look like it stores a location on disk.
@@ -43,24 +43,25 @@ pub struct PathAudit {
     pub file_hits: Vec<(PathBuf, String)>,
 }
 
-/// Audits the database at `db` for `needles` (empty needles match nothing): an
-/// SQLite file and the files beside it, or the schema a `postgres://` URL puts first
-/// on its search path.
-pub fn audit(db: &Database, needles: &[String]) -> Result<PathAudit> {
-    let db = match db {
-        Database::Sqlite(db) => db.as_path(),
+/// Audits the database `config` names for `needles` (empty needles match nothing): an
+/// SQLite file (read through a connection keyed with `config.key` when it is
+/// encrypted, so its tables are read as the store reads them) and the bytes of the
+/// files beside it, or the schema a `postgres://` URL puts first on its search path.
+pub fn audit(config: &Config, needles: &[String]) -> Result<PathAudit> {
+    let db = match &config.database {
+        Database::Sqlite(path) => SqliteFile::of(path, config)?,
         #[cfg(feature = "postgres")]
-        Database::Postgres(url) => return postgres::audit(url.as_str(), needles),
+        Database::Postgres(url) => return postgres::audit(url, needles),
         #[cfg(not(feature = "postgres"))]
-        Database::Postgres(_) => {
+        Database::Postgres(url) => {
             return Err(Error::Unreachable {
-                url: db.to_string(),
+                url: url.to_string(),
                 detail: "this sessionstore was built without the `postgres` feature".to_owned(),
             });
         }
     };
-    let mut audit = readonly::read(db, |tx| scan_tables(tx, needles))?;
-    scan_files(db, needles, &mut audit)?;
+    let mut audit = readonly::read(&db, |tx| scan_tables(tx, needles))?;
+    scan_files(&db.path, needles, &mut audit)?;
     Ok(audit)
 }
 
@@ -68,10 +69,9 @@ pub fn audit(db: &Database, needles: &[String]) -> Result<PathAudit> {
 mod postgres {
     use std::collections::BTreeMap;
 
-    use postgres::{Client, NoTls};
-
     use super::{CLIENT_CONTENT_COLUMNS, PATH_WORDS, PathAudit, find_needle};
-    use crate::db::postgres::{off_runtime, unreachable};
+    use crate::config::PostgresUrl;
+    use crate::db::postgres::{connect, off_runtime};
     use crate::db::sql::DbError;
     use crate::error::Result;
 
@@ -89,9 +89,9 @@ mod postgres {
 
     /// The tables of the URL's current schema, each text value read through
     /// `CAST(… AS TEXT)`, in one read-only transaction on a connection of its own.
-    pub fn audit(url: &str, needles: &[String]) -> Result<PathAudit> {
+    pub fn audit(url: &PostgresUrl, needles: &[String]) -> Result<PathAudit> {
         off_runtime(|| {
-            let mut client = Client::connect(url, NoTls).map_err(|e| unreachable(url, &e))?;
+            let mut client = connect(url)?;
             let failed =
                 |e| crate::db::error::failed("audit the database for paths", DbError::Postgres(e));
             let mut tx = client
@@ -265,6 +265,13 @@ fn find_needle<'n>(haystack: &[u8], needles: &'n [String]) -> Option<&'n str> {
 mod tests {
     use super::*;
 
+    fn on(database: Database) -> Config {
+        Config {
+            database,
+            ..Config::in_dir(Path::new("/nowhere"))
+        }
+    }
+
     #[test]
     fn the_audit_finds_path_columns_and_stored_paths_in_tables_and_side_files() {
         let dir = tempfile::tempdir().unwrap();
@@ -276,7 +283,7 @@ mod tests {
         )
         .unwrap();
         let needles = vec!["/tmp/sessionstore-probe-x".to_owned()];
-        let clean = audit(&Database::Sqlite(db.clone()), &needles).unwrap();
+        let clean = audit(&on(Database::Sqlite(db.clone())), &needles).unwrap();
         assert_eq!(clean.tables, ["refs"]);
         assert_eq!(clean.columns, ["refs.uri", "refs.note"]);
         assert!(clean.path_columns.is_empty() && clean.value_hits.is_empty());
@@ -290,7 +297,7 @@ mod tests {
         )
         .unwrap();
         drop(conn);
-        let found = audit(&Database::Sqlite(db.clone()), &needles).unwrap();
+        let found = audit(&on(Database::Sqlite(db.clone())), &needles).unwrap();
         assert_eq!(found.path_columns, ["cache.file_path"]);
         assert_eq!(found.value_hits, [("refs".to_owned(), needles[0].clone())]);
         assert_eq!(found.file_hits.len(), 1, "the file holds the value too");
@@ -327,7 +334,7 @@ mod tests {
                 )
                 .unwrap();
             let needles = vec!["/tmp/sessionstore-probe-x".to_owned()];
-            let clean = audit(&Database::parse(&url), &needles).unwrap();
+            let clean = audit(&on(Database::parse(&url)), &needles).unwrap();
             assert_eq!(clean.tables, ["refs"]);
             assert_eq!(clean.columns, ["refs.uri", "refs.n", "refs.body"]);
             assert_eq!(clean.values, 2, "the text and the JSON, not the number");
@@ -339,7 +346,7 @@ mod tests {
                      CREATE TABLE cache (file_path TEXT);",
                 )
                 .unwrap();
-            let found = audit(&Database::parse(&url), &needles).unwrap();
+            let found = audit(&on(Database::parse(&url)), &needles).unwrap();
             assert_eq!(found.path_columns, ["cache.file_path"]);
             assert_eq!(found.value_hits, [("refs".to_owned(), needles[0].clone())]);
         }

@@ -133,9 +133,39 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats) {
     }
 }
 
+/// The fault-injection hook of the tests (feature `testkit` only): while the file
+/// named by `SESSIONSTORE_TEST_FULL_DISK` exists, every group fails as SQLite fails
+/// a commit on a full disk (`SQLITE_FULL`), so a test can fill and free "the disk" of
+/// a store it runs in a child process, on either engine.
+#[cfg(feature = "testkit")]
+fn disk_full_injected() -> Option<Error> {
+    let flag = std::env::var_os("SESSIONSTORE_TEST_FULL_DISK")?;
+    std::path::Path::new(&flag).exists().then(|| {
+        super::error::sqlite(
+            "commit a group of writes",
+            rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                Some("database or disk is full".to_owned()),
+            ),
+        )
+    })
+}
+
+#[cfg(not(feature = "testkit"))]
+fn disk_full_injected() -> Option<Error> {
+    None
+}
+
 /// Runs one group in one transaction, each member in a savepoint, and hands each
 /// member its answer once the transaction committed.
 fn commit(db: &Db, mut group: Vec<Job>, stats: &Stats) {
+    if let Some(full) = disk_full_injected() {
+        let full = Arc::new(full);
+        for job in group {
+            let _ = job.done.send(Err(Error::Shared(full.clone())));
+        }
+        return;
+    }
     let mut sessions: Vec<SessionId> = group.iter().filter_map(|j| j.session).collect();
     sessions.sort();
     sessions.dedup();

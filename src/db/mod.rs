@@ -5,6 +5,7 @@
 pub mod append;
 #[cfg(any(test, feature = "probe", feature = "testkit"))]
 pub mod audit;
+pub mod cipher;
 pub(crate) mod claim;
 pub mod copies;
 pub mod error;
@@ -29,7 +30,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, TransactionBehavior};
 
-use crate::config::Database;
+use crate::config::{Config, Database, DatabaseKey, Sharing};
 use crate::error::{Error, Result};
 
 pub use pool::Pool;
@@ -68,65 +69,201 @@ fn is_busy(e: &rusqlite::Error) -> bool {
     )
 }
 
-fn ensure_parent(path: &Path) -> Result<()> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|source| Error::DatabaseIo {
+/// An SQLite database file as the store opens it: where it is, the key it is encrypted
+/// with (`None` for a plain file), and who may read the files made for it (SQLite gives
+/// its side files the main file's own mode, so that is the mode to get right).
+#[derive(Debug, Clone)]
+pub(crate) struct SqliteFile {
+    pub(crate) path: PathBuf,
+    pub(crate) key: Option<DatabaseKey>,
+    pub(crate) sharing: Sharing,
+}
+
+impl SqliteFile {
+    /// The file at `path` with `config`'s key and sharing, refusing a key this build
+    /// cannot use.
+    pub(crate) fn of(path: &Path, config: &Config) -> Result<SqliteFile> {
+        if config.key.is_some() && !cfg!(feature = "encryption") {
+            return Err(Error::EncryptionUnavailable {
+                reason: "this sessionstore was built without the `encryption` feature",
+            });
+        }
+        Ok(SqliteFile {
             path: path.to_owned(),
-            cause: source,
-        })?;
+            key: config.key.clone(),
+            sharing: config.sharing,
+        })
     }
-    Ok(())
+
+    /// A plain file, owner-only: the unit tests' database.
+    #[cfg(test)]
+    pub(crate) fn plain(path: impl Into<PathBuf>) -> SqliteFile {
+        SqliteFile {
+            path: path.into(),
+            key: None,
+            sharing: Sharing::Owner,
+        }
+    }
+}
+
+/// The database `config` names, as an SQLite file, or `None` for PostgreSQL, which
+/// takes no key.
+fn sqlite_file(config: &Config) -> Result<Option<SqliteFile>> {
+    match &config.database {
+        Database::Sqlite(path) => SqliteFile::of(path, config).map(Some),
+        Database::Postgres(_) if config.key.is_some() => Err(Error::EncryptionUnavailable {
+            reason: "the database is on a PostgreSQL server, whose files the server keeps",
+        }),
+        Database::Postgres(_) => Ok(None),
+    }
+}
+
+/// Makes the folders above the database, with the sharing's folder mode, and the file
+/// itself when it is missing, with its file mode: SQLite would make it `0644` less the
+/// umask, and its `-wal`, `-shm` and `-journal` copy that mode.
+fn ensure_file(db: &SqliteFile) -> Result<()> {
+    let io = |cause| Error::DatabaseIo {
+        path: db.path.clone(),
+        cause,
+    };
+    if let Some(parent) = db.path.parent() {
+        crate::files::create_dir_all(parent, db.sharing).map_err(io)?;
+    }
+    match crate::files::create_new(&db.path, db.sharing) {
+        Ok(_) => Ok(()),
+        // Another opener made it first (or it was there): theirs, left as it is.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io(e)),
+    }
 }
 
 /// Opens one configured read-write connection, creating the file if needed, after the
 /// read-only checks have said the file is safe to touch: among them, that a database
 /// with migrations applied has the schema they make, since switching it to WAL below
 /// is already a write.
-pub fn open_checked(path: &Path) -> Result<Connection> {
-    open_inspected(path, &schema::inspect(path)?)
+pub(crate) fn open_checked(db: &SqliteFile) -> Result<Connection> {
+    open_inspected(db, &schema::inspect(db)?)
 }
 
 /// `open_checked` for a file whose `inspect` the caller has just read.
-fn open_inspected(path: &Path, on_disk: &schema::OnDisk) -> Result<Connection> {
+fn open_inspected(db: &SqliteFile, on_disk: &schema::OnDisk) -> Result<Connection> {
     if let schema::OnDisk::Database(applied) = on_disk
         && !applied.is_empty()
     {
-        verify::require_intact_schema(path)?;
+        verify::require_intact_schema(db)?;
     }
-    ensure_parent(path)?;
-    let conn = Connection::open(path).map_err(|e| crate::db::error::not_database(path, e))?;
-    configure(&conn).map_err(|e| crate::db::error::not_database(path, e))?;
+    if let schema::OnDisk::Missing = on_disk {
+        ensure_file(db)?;
+    }
+    let conn = Connection::open(&db.path).map_err(|e| cipher::opening(db, e))?;
+    cipher::key(&conn, db.key.as_ref()).map_err(|e| cipher::opening(db, e))?;
+    configure(&conn).map_err(|e| cipher::opening(db, e))?;
     Ok(conn)
 }
 
-/// Applies pending migrations to the SQLite database at `path` (creating it when
-/// missing), first copying a database that already has a schema unless told to `Skip`.
-fn migrate_file(path: &Path, backup: schema::Backup) -> Result<schema::MigrationReport> {
-    let mut conn = open_checked(path)?;
-    schema::migrate_conn(&mut conn, path, backup)
+/// Applies pending migrations to the SQLite database `db` (creating it when missing),
+/// first copying a database that already has a schema unless told to `Skip`.
+fn migrate_file(db: &SqliteFile, backup: schema::Backup) -> Result<schema::MigrationReport> {
+    let mut conn = open_checked(db)?;
+    schema::migrate_conn(&mut conn, db, backup)
 }
 
-/// Applies pending migrations to `db`, creating an SQLite file when missing. On
-/// PostgreSQL no copy is taken: the pending migrations run in one transaction.
-pub fn migrate(db: &Database, backup: schema::Backup) -> Result<schema::MigrationReport> {
-    match db {
-        Database::Sqlite(path) => migrate_file(path, backup),
+/// Applies pending migrations to the database `config` names, creating an SQLite file
+/// when missing. On PostgreSQL no copy is taken: the pending migrations run in one
+/// transaction.
+pub fn migrate(config: &Config, backup: schema::Backup) -> Result<schema::MigrationReport> {
+    match (sqlite_file(config)?, &config.database) {
+        (Some(db), _) => migrate_file(&db, backup),
         #[cfg(feature = "postgres")]
-        Database::Postgres(url) => postgres::migrate(url),
+        (None, Database::Postgres(url)) => postgres::migrate(url),
         #[cfg(not(feature = "postgres"))]
-        Database::Postgres(url) => Err(no_postgres(url)),
+        (None, Database::Postgres(url)) => Err(no_postgres(url)),
+        (None, Database::Sqlite(_)) => unreachable!("an SQLite database is a file"),
     }
 }
 
-/// What `migrate` would apply to `db`, read without writing anything.
-pub fn migration_plan(db: &Database) -> Result<schema::MigrationReport> {
-    match db {
-        Database::Sqlite(path) => schema::plan(path),
+/// What `migrate` would apply to the database `config` names, read without writing
+/// anything.
+pub fn migration_plan(config: &Config) -> Result<schema::MigrationReport> {
+    match (sqlite_file(config)?, &config.database) {
+        (Some(db), _) => schema::plan(&db),
         #[cfg(feature = "postgres")]
-        Database::Postgres(url) => postgres::plan(url),
+        (None, Database::Postgres(url)) => postgres::plan(url),
         #[cfg(not(feature = "postgres"))]
-        Database::Postgres(url) => Err(no_postgres(url)),
+        (None, Database::Postgres(url)) => Err(no_postgres(url)),
+        (None, Database::Sqlite(_)) => unreachable!("an SQLite database is a file"),
     }
+}
+
+/// Encrypts the plain SQLite database `config` names with `config.key` (a copy
+/// encrypted first, which then takes the file's place, and kept as a backup unless
+/// told to `Skip`), then applies pending migrations without a second copy. Returns the
+/// migrations' report, with the backup and the change it made.
+#[cfg(feature = "encryption")]
+pub fn encrypt(config: &Config, backup: schema::Backup) -> Result<schema::MigrationReport> {
+    let (db, key) = keyed(config)?;
+    let copy = cipher::encrypt(
+        &SqliteFile {
+            key: None,
+            ..db.clone()
+        },
+        &key,
+        backup,
+    )?;
+    finish_key_change(&db, copy, schema::KeyChange::Encrypted, backup)
+}
+
+/// Changes the key of the encrypted SQLite database `config` names (and keys) to
+/// `new`, first copying it, encrypted with `new`, unless told to `Skip`; then applies
+/// pending migrations without a second copy.
+#[cfg(feature = "encryption")]
+pub fn rekey(
+    config: &Config,
+    new: &DatabaseKey,
+    backup: schema::Backup,
+) -> Result<schema::MigrationReport> {
+    let (db, _) = keyed(config)?;
+    let copy = cipher::rekey(&db, new, backup)?;
+    let db = SqliteFile {
+        key: Some(new.clone()),
+        ..db
+    };
+    finish_key_change(&db, copy, schema::KeyChange::Rekeyed, backup)
+}
+
+/// The SQLite file and the key of a change of encryption.
+#[cfg(feature = "encryption")]
+fn keyed(config: &Config) -> Result<(SqliteFile, DatabaseKey)> {
+    let (Some(db), Some(key)) = (sqlite_file(config)?, config.key.clone()) else {
+        return Err(Error::EncryptionUnavailable {
+            reason: match config.database {
+                Database::Postgres(_) => {
+                    "the database is on a PostgreSQL server, whose files the server keeps"
+                }
+                Database::Sqlite(_) => "no key was given (--key-file)",
+            },
+        });
+    };
+    Ok((db, key))
+}
+
+/// The migrations after a change of encryption, which took the copy an upgrade would.
+#[cfg(feature = "encryption")]
+fn finish_key_change(
+    db: &SqliteFile,
+    copy: Option<PathBuf>,
+    change: schema::KeyChange,
+    backup: schema::Backup,
+) -> Result<schema::MigrationReport> {
+    let after = if copy.is_some() {
+        schema::Backup::Skip
+    } else {
+        backup
+    };
+    let mut report = migrate_file(db, after)?;
+    report.backup = report.backup.or(copy);
+    report.encryption = Some(change);
+    Ok(report)
 }
 
 /// How a store may use its database file.
@@ -148,7 +285,7 @@ pub enum Access {
 #[derive(Clone)]
 pub enum Db {
     ReadWrite(Pool),
-    ReadOnly(Arc<PathBuf>),
+    ReadOnly(Arc<SqliteFile>),
     #[cfg(feature = "postgres")]
     Postgres(postgres::PgDb),
 }
@@ -163,15 +300,20 @@ fn no_postgres(url: &crate::config::PostgresUrl) -> Error {
 }
 
 impl Db {
-    pub fn open(db: &Database, access: Access) -> Result<Db> {
-        let path = match db {
-            Database::Sqlite(path) => path.as_path(),
+    /// Opens the database `config` names for `access`.
+    pub fn open(config: &Config, access: Access) -> Result<Db> {
+        let db = match (sqlite_file(config)?, &config.database) {
+            (Some(db), _) => db,
             #[cfg(feature = "postgres")]
-            Database::Postgres(url) => return Ok(Db::Postgres(postgres::PgDb::open(url, access)?)),
+            (None, Database::Postgres(url)) => {
+                return Ok(Db::Postgres(postgres::PgDb::open(url, access)?));
+            }
             #[cfg(not(feature = "postgres"))]
-            Database::Postgres(url) => return Err(no_postgres(url)),
+            (None, Database::Postgres(url)) => return Err(no_postgres(url)),
+            (None, Database::Sqlite(_)) => unreachable!("an SQLite database is a file"),
         };
-        let on_disk = schema::inspect(path)?;
+        let path = db.path.as_path();
+        let on_disk = schema::inspect(&db)?;
         match (access, &on_disk) {
             (Access::Create, _) => {}
             // A file with no sessionstore schema yet (none, empty, or SQLite with no
@@ -190,14 +332,14 @@ impl Db {
             }
             (Access::ReadOnly, schema::OnDisk::Database(applied)) => {
                 schema::require_current(path, applied)?;
-                return Ok(Db::ReadOnly(Arc::new(path.to_owned())));
+                return Ok(Db::ReadOnly(Arc::new(db)));
             }
         }
         // Migrated from what was just inspected, rather than inspecting the file again.
-        let mut conn = open_inspected(path, &on_disk)?;
-        schema::migrate_conn(&mut conn, path, schema::Backup::Make)?;
+        let mut conn = open_inspected(&db, &on_disk)?;
+        schema::migrate_conn(&mut conn, &db, schema::Backup::Make)?;
         drop(conn);
-        Ok(Db::ReadWrite(Pool::open(path)?))
+        Ok(Db::ReadWrite(Pool::open(&db)?))
     }
 
     /// `write` on a pooled connection; refused on a read-only database. On
@@ -206,7 +348,7 @@ impl Db {
     pub fn write<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
         match self {
             Db::ReadWrite(pool) => write(&mut **pool.get()?, f),
-            Db::ReadOnly(path) => Err(Error::ReadOnly(path.to_path_buf())),
+            Db::ReadOnly(db) => Err(Error::ReadOnly(db.path.clone())),
             #[cfg(feature = "postgres")]
             Db::Postgres(pg) => pg.write(f),
         }
@@ -275,7 +417,7 @@ impl Db {
     pub fn erase<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<(T, bool)> {
         let pool = match self {
             Db::ReadWrite(pool) => pool,
-            Db::ReadOnly(path) => return Err(Error::ReadOnly(path.to_path_buf())),
+            Db::ReadOnly(db) => return Err(Error::ReadOnly(db.path.clone())),
             #[cfg(feature = "postgres")]
             Db::Postgres(pg) => return pg.erase(f),
         };
@@ -302,7 +444,7 @@ impl Db {
     pub fn read<T>(&self, f: impl Fn(&Tx<'_>) -> Result<T>) -> Result<T> {
         match self {
             Db::ReadWrite(pool) => read(&mut **pool.get()?, |tx| f(&Tx::sqlite(tx))),
-            Db::ReadOnly(path) => readonly::read(path, |tx| f(&Tx::sqlite(tx))),
+            Db::ReadOnly(db) => readonly::read(db, |tx| f(&Tx::sqlite(tx))),
             #[cfg(feature = "postgres")]
             Db::Postgres(pg) => pg.read(f),
         }

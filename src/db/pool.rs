@@ -13,12 +13,12 @@
 //! zero.
 
 use std::ops::{Deref, DerefMut};
-use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::Connection;
 
+use super::SqliteFile;
 use crate::error::Result;
 
 /// How many connections the pool keeps at most.
@@ -109,12 +109,17 @@ impl r2d2::ManageConnection for Manager {
 }
 
 impl Pool {
-    /// Opens the pool's connections to `path`, each set up by `configure`. The caller
-    /// has already checked and migrated the file.
-    pub(super) fn open(path: &Path) -> Result<Pool> {
+    /// Opens the pool's connections to `db`, each keyed (for an encrypted database)
+    /// and set up by `configure`. The caller has already checked and migrated the file,
+    /// so the key is known to open it.
+    pub(super) fn open(db: &SqliteFile) -> Result<Pool> {
         let open = Arc::new(Open::default());
+        let key = db.key.clone();
         let manager = Manager {
-            inner: SqliteConnectionManager::file(path).with_init(|c| super::configure(c)),
+            inner: SqliteConnectionManager::file(&db.path).with_init(move |c| {
+                super::cipher::key(c, key.as_ref())?;
+                super::configure(c)
+            }),
             open: open.clone(),
         };
         let pool = r2d2::Pool::builder()
@@ -172,7 +177,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.db");
         for round in 0..50 {
-            let pool = Pool::open(&path).unwrap();
+            let pool = Pool::open(&SqliteFile::plain(&path)).unwrap();
             let open = pool.0.open.clone();
             pool.get()
                 .unwrap()

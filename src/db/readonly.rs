@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OpenFlags, Transaction};
 
+use super::{SqliteFile, cipher};
 use crate::error::{Error, Result};
 
 /// How often a read is retried when writers keep coming and going underneath it.
@@ -64,27 +65,29 @@ impl Stamp {
 /// trusts the file not to change: if a writer appeared during the read, or the main
 /// file changed under it, what was read may mix two versions, and the read is done
 /// again. With a writer present, its `-wal` holds committed data that must be read, so
-/// the connection is an ordinary read-only one, which uses the side files it found.
+/// the connection is an ordinary read-only one, which uses the side files it found. An
+/// encrypted database is keyed before anything reads it, both ways.
 ///
 /// A `-wal` with no `-shm` beside it has no live writer (a WAL connection keeps the
 /// `-shm` for as long as it is open): it is what a crashed writer left once its `-shm`
 /// was removed, or a copy of the two files. A read-only connection would build a new
 /// `-shm` beside it to read the WAL, so the two files are read from a private copy
 /// instead (see `read_a_copy`).
-pub(crate) fn read<T>(path: &Path, f: impl Fn(&Transaction<'_>) -> Result<T>) -> Result<T> {
+pub(crate) fn read<T>(db: &SqliteFile, f: impl Fn(&Transaction<'_>) -> Result<T>) -> Result<T> {
+    let path = db.path.as_path();
     for _ in 0..MAX_TRIES {
         if side_file(path, "-wal").exists() && !side_file(path, "-shm").exists() {
-            match read_a_copy(path, &f)? {
+            match read_a_copy(db, &f)? {
                 Some(result) => return result,
                 None => continue,
             }
         }
         if writer_present(path) {
-            let mut conn = open(path, path, false)?;
+            let mut conn = open(db, path, false)?;
             return super::read(&mut conn, &f);
         }
         let before = Stamp::of(path)?;
-        let mut conn = open(path, path, true)?;
+        let mut conn = open(db, path, true)?;
         let result = super::read(&mut conn, &f);
         drop(conn);
         if !writer_present(path) && Stamp::of(path)? == before {
@@ -98,14 +101,16 @@ pub(crate) fn read<T>(path: &Path, f: impl Fn(&Transaction<'_>) -> Result<T>) ->
 }
 
 /// Reads a database whose `-wal` has no `-shm` from a copy of the two files in a
-/// private folder of the system's temporary directory, where SQLite may build the
-/// `-shm` it needs; the folder is removed after the read. This costs a copy of the
-/// database, which only this unusual state pays. `None` when the files changed during
-/// the copy or the read (a writer came), so the caller looks again.
+/// private folder (`0700`; the copies keep the files' modes) of the system's temporary
+/// directory, where SQLite may build the `-shm` it needs; the folder is removed after
+/// the read. This costs a copy of the database, which only this unusual state pays.
+/// `None` when the files changed during the copy or the read (a writer came), so the
+/// caller looks again.
 fn read_a_copy<T>(
-    path: &Path,
+    db: &SqliteFile,
     f: &impl Fn(&Transaction<'_>) -> Result<T>,
 ) -> Result<Option<Result<T>>> {
+    let path = db.path.as_path();
     let wal = side_file(path, "-wal");
     let before = (Stamp::of(path)?, Stamp::of(&wal)?);
     let scratch = Scratch::new(path)?;
@@ -116,7 +121,7 @@ fn read_a_copy<T>(
     ] {
         std::fs::copy(&from, &to).map_err(|cause| Error::DatabaseIo { path: from, cause })?;
     }
-    let result = open(&copy, path, false).and_then(|mut conn| super::read(&mut conn, f));
+    let result = open(db, &copy, false).and_then(|mut conn| super::read(&mut conn, f));
     drop(scratch);
     let unchanged = !side_file(path, "-shm").exists()
         && wal.exists()
@@ -130,17 +135,21 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(for_db: &Path) -> Result<Scratch> {
+        use std::os::unix::fs::DirBuilderExt;
         let dir = std::env::temp_dir().join(format!("sessionstore-read-{}", uuid::Uuid::now_v7()));
-        std::fs::create_dir(&dir).map_err(|cause| Error::DatabaseIo {
-            path: for_db.to_owned(),
-            cause: std::io::Error::new(
-                cause.kind(),
-                format!(
-                    "cannot make a folder to read a copy in, {}: {cause}",
-                    dir.display()
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|cause| Error::DatabaseIo {
+                path: for_db.to_owned(),
+                cause: std::io::Error::new(
+                    cause.kind(),
+                    format!(
+                        "cannot make a folder to read a copy in, {}: {cause}",
+                        dir.display()
+                    ),
                 ),
-            ),
-        })?;
+            })?;
         Ok(Scratch(dir))
     }
 }
@@ -153,21 +162,22 @@ impl Drop for Scratch {
     }
 }
 
-/// A read-only connection to `file`, its errors reported as about `shown` (the
-/// database the user named, when `file` is a copy of it).
-fn open(file: &Path, shown: &Path, immutable: bool) -> Result<Connection> {
+/// A read-only connection to `file` (the database `db` names, or a copy of it), keyed
+/// with `db`'s key, its errors reported as about `db`.
+fn open(db: &SqliteFile, file: &Path, immutable: bool) -> Result<Connection> {
+    let path = file;
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
-    let path = shown;
     let conn = if immutable {
-        Connection::open_with_flags(immutable_uri(file)?, flags)
+        Connection::open_with_flags(immutable_uri(path)?, flags)
     } else {
-        Connection::open_with_flags(file, flags)
+        Connection::open_with_flags(path, flags)
     }
-    .map_err(|e| crate::db::error::not_database(path, e))?;
+    .map_err(|e| cipher::opening(db, e))?;
+    cipher::key(&conn, db.key.as_ref()).map_err(|e| cipher::opening(db, e))?;
     conn.busy_timeout(super::BUSY_TIMEOUT)
-        .map_err(|e| crate::db::error::not_database(path, e))?;
+        .map_err(|e| cipher::opening(db, e))?;
     Ok(conn)
 }
 

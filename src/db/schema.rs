@@ -12,7 +12,8 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use super::readonly;
+use super::{SqliteFile, cipher, readonly};
+use crate::config::{DatabaseKey, Sharing};
 use crate::error::{Error, Result};
 
 mod embedded {
@@ -34,6 +35,19 @@ pub struct MigrationReport {
     /// Where the copy of the database taken before the upgrade went, if one was made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backup: Option<PathBuf>,
+    /// The change of encryption made first (`migrate --encrypt`, `--rekey`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<KeyChange>,
+}
+
+/// A change of a database's encryption.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyChange {
+    /// A plain database was encrypted.
+    Encrypted,
+    /// An encrypted database was given a new key.
+    Rekeyed,
 }
 
 /// Whether an upgrade first copies a database that already has a schema.
@@ -124,14 +138,14 @@ pub(crate) enum OnDisk {
     Database(Vec<Applied>),
 }
 
-/// The first 16 bytes of every SQLite database file.
-const MAGIC: &[u8; 16] = b"SQLite format 3\0";
-
-/// Looks at the file at `path` without writing a byte or creating a side file, and
-/// refuses it when it is not a regular file, not a SQLite database, shorter than its
-/// own header says, a database of another program, or newer than this binary.
-/// (SQLite itself reads a 1-byte file as an empty database, and would overwrite it.)
-pub(crate) fn inspect(path: &Path) -> Result<OnDisk> {
+/// Looks at the file `db` without writing a byte or creating a side file, and refuses
+/// it when it is not a regular file, not a SQLite database, shorter than its own header
+/// says, a database of another program, or newer than this binary; or, with a key, when
+/// it is plain or does not open with that key, and without one, when it may be
+/// encrypted. (SQLite itself reads a 1-byte file as an empty database, and would
+/// overwrite it.)
+pub(crate) fn inspect(db: &SqliteFile) -> Result<OnDisk> {
+    let path = db.path.as_path();
     let refuse = |detail: &str| Error::NotDatabase {
         path: path.to_owned(),
         detail: detail.to_owned(),
@@ -155,15 +169,15 @@ pub(crate) fn inspect(path: &Path) -> Result<OnDisk> {
     if meta.len() == 0 {
         return Ok(OnDisk::Empty);
     }
-    check_header(path, meta.len())?;
-    let (history, objects) = readonly::read(path, |conn| {
+    check_header(db, meta.len())?;
+    let (history, objects) = readonly::read(db, |conn| {
         let inspect = || {
             let history = read_history(conn)?;
             let objects: i64 =
                 conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
             Ok((history, objects))
         };
-        inspect().map_err(|e| crate::db::error::not_database(path, e))
+        inspect().map_err(|e| cipher::opening(db, e))
     })?;
     match (history, objects) {
         (Some(history), _) => {
@@ -180,9 +194,13 @@ pub(crate) fn inspect(path: &Path) -> Result<OnDisk> {
 
 /// Refuses a file that does not start with SQLite's header, or that is shorter than
 /// the page count its header records (a truncated copy). The length is only checked
-/// while no writer is present: a live writer's file may be mid-checkpoint.
-fn check_header(path: &Path, len: u64) -> Result<()> {
+/// while no writer is present: a live writer's file may be mid-checkpoint. With a key,
+/// a file with SQLite's header is plain and refused, and one without it is left to
+/// SQLCipher (whose pages, the first included, are encrypted: a truncated one fails
+/// its first read); without a key, one that may be encrypted is said to be.
+fn check_header(db: &SqliteFile, len: u64) -> Result<()> {
     use std::io::Read;
+    let path = db.path.as_path();
     let mut header = Vec::with_capacity(100);
     std::fs::File::open(path)
         .and_then(|file| file.take(100).read_to_end(&mut header))
@@ -190,7 +208,16 @@ fn check_header(path: &Path, len: u64) -> Result<()> {
             path: path.to_owned(),
             cause,
         })?;
-    if header.len() < 100 || !header.starts_with(MAGIC) {
+    if !header.starts_with(cipher::MAGIC) {
+        return match cipher::without_header(db, len) {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        };
+    }
+    if let Some(refusal) = cipher::with_header(db) {
+        return Err(refusal);
+    }
+    if header.len() < 100 {
         return Err(Error::NotDatabase {
             path: path.to_owned(),
             detail: "it does not begin with a sqlite database header".to_owned(),
@@ -304,8 +331,8 @@ impl Migrate for Locked<'_> {}
 
 /// What a migration run would apply, read without writing a byte (a missing file is
 /// not created).
-pub fn plan(path: &Path) -> Result<MigrationReport> {
-    let applied = match inspect(path)? {
+pub(crate) fn plan(db: &SqliteFile) -> Result<MigrationReport> {
+    let applied = match inspect(db)? {
         OnDisk::Database(applied) => applied,
         OnDisk::Missing | OnDisk::Empty => vec![],
     };
@@ -318,23 +345,29 @@ pub fn plan(path: &Path) -> Result<MigrationReport> {
             .collect(),
         current: current(&applied),
         backup: None,
+        encryption: None,
     })
 }
 
 /// Applies pending migrations on an open read-write connection, atomically: all of
 /// them and their history rows commit together, or nothing does. Concurrent callers
 /// queue on the write lock; the second finds nothing left to apply.
-pub fn migrate_conn(conn: &mut Connection, path: &Path, backup: Backup) -> Result<MigrationReport> {
-    migrate_with(conn, path, &embedded(), backup)
+pub(crate) fn migrate_conn(
+    conn: &mut Connection,
+    db: &SqliteFile,
+    backup: Backup,
+) -> Result<MigrationReport> {
+    migrate_with(conn, db, &embedded(), backup)
 }
 
 /// `migrate_conn` with the migrations given: tests add one the binary does not have.
 pub(crate) fn migrate_with(
     conn: &mut Connection,
-    path: &Path,
+    db: &SqliteFile,
     migrations: &[Migration],
     backup: Backup,
 ) -> Result<MigrationReport> {
+    let path = db.path.as_path();
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .map_err(|e| crate::db::error::sqlite("take the write lock for migrate", e))?;
@@ -348,7 +381,7 @@ pub(crate) fn migrate_with(
         && !applied.is_empty()
         && !pending(migrations, &applied).is_empty()
     {
-        Some(back_up(path, before)?)
+        Some(back_up(db, before)?)
     } else {
         None
     };
@@ -363,39 +396,52 @@ pub(crate) fn migrate_with(
         applied: report.applied_migrations().iter().map(label).collect(),
         pending: vec![],
         backup: copy,
+        encryption: None,
     })
 }
 
-/// Copies the database at `path`, at schema `version`, to `<db>.v<version>.bak` (or
+/// Copies the database `db`, at schema `version`, to `<db>.v<version>.bak` (or
 /// `<db>.v<version>.<n>.bak` when that name is taken: a backup is never overwritten),
-/// with SQLite's online backup API.
+/// with SQLite's online backup API. An encrypted database's copy is encrypted with the
+/// same key (the backup API cannot copy an encrypted database into a plain file).
 ///
 /// The caller holds the write lock, so nothing can commit meanwhile: the copy is the
 /// database exactly as the upgrade found it. It is read through a second connection
 /// because SQLite will not back up from a connection inside a write transaction; in
-/// WAL mode that reader sees the last commit. The copy is written to a temporary file
-/// beside the database, synced, and only then given its name, so a crash leaves no
-/// half-written backup under a backup's name.
-fn back_up(path: &Path, version: i64) -> Result<PathBuf> {
-    let io = |cause: std::io::Error| Error::DatabaseIo {
-        path: path.to_owned(),
-        cause,
-    };
+/// WAL mode that reader sees the last commit.
+fn back_up(db: &SqliteFile, version: i64) -> Result<PathBuf> {
     let failed = |e| crate::db::error::sqlite("back up the database before migrating", e);
     let source = Connection::open_with_flags(
-        path,
+        &db.path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(failed)?;
+    cipher::key(&source, db.key.as_ref()).map_err(failed)?;
     source.busy_timeout(super::BUSY_TIMEOUT).map_err(failed)?;
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
+    back_up_from(&source, db, db.key.as_ref(), version)
+}
+
+/// Copies what `source` (a connection to `db` in no transaction) reads into a new
+/// backup of `db` at schema `version`, encrypted with `key` (`None` for a plain
+/// database). The copy is written to a temporary file beside the database with the
+/// sharing's file mode, synced, and only then given its name, so a crash leaves no
+/// half-written backup under a backup's name.
+pub(crate) fn back_up_from(
+    source: &Connection,
+    db: &SqliteFile,
+    key: Option<&DatabaseKey>,
+    version: i64,
+) -> Result<PathBuf> {
+    let io = |cause: std::io::Error| Error::DatabaseIo {
+        path: db.path.clone(),
+        cause,
     };
-    let temp = Partial::create(dir).map_err(io)?;
+    let failed = |e| crate::db::error::sqlite("back up the database", e);
+    let temp = Partial::create(beside(&db.path), db.sharing).map_err(io)?;
     {
         let mut copy = Connection::open(&temp.path).map_err(failed)?;
-        let backup = rusqlite::backup::Backup::new(&source, &mut copy).map_err(failed)?;
+        cipher::key(&copy, key).map_err(failed)?;
+        let backup = rusqlite::backup::Backup::new(source, &mut copy).map_err(failed)?;
         // Copies every page in one step; the lock held by the caller means no writer
         // can make the source busy.
         loop {
@@ -410,6 +456,26 @@ fn back_up(path: &Path, version: i64) -> Result<PathBuf> {
         }
     }
     temp.file.sync_all().map_err(io)?;
+    link_backup(&temp, &db.path, version)
+}
+
+/// The folder a database file is in, where its backups and temporary files go.
+pub(crate) fn beside(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Gives the complete, synced copy `temp` the first free backup name of the database
+/// at `path` at schema `version`: `<db>.v<version>.bak`, then `.1.bak`, `.2.bak`... A
+/// hard link never replaces what is there; the partial name goes when `temp` is
+/// dropped.
+pub(crate) fn link_backup(temp: &Partial, path: &Path, version: i64) -> Result<PathBuf> {
+    let io = |cause: std::io::Error| Error::DatabaseIo {
+        path: path.to_owned(),
+        cause,
+    };
     for n in 0u32.. {
         let suffix = if n == 0 {
             format!(".v{version}.bak")
@@ -417,13 +483,9 @@ fn back_up(path: &Path, version: i64) -> Result<PathBuf> {
             format!(".v{version}.{n}.bak")
         };
         let target = readonly::side_file(path, &suffix);
-        // A hard link never replaces what is there; the partial name goes when `temp`
-        // is dropped.
         match std::fs::hard_link(&temp.path, &target) {
             Ok(()) => {
-                std::fs::File::open(dir)
-                    .and_then(|d| d.sync_all())
-                    .map_err(io)?;
+                sync_dir(beside(path)).map_err(io)?;
                 return Ok(target);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -433,16 +495,23 @@ fn back_up(path: &Path, version: i64) -> Result<PathBuf> {
     unreachable!("some numbered backup name is free")
 }
 
+/// Makes a folder's new or renamed entries durable.
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir).and_then(|d| d.sync_all())
+}
+
 /// A backup being written: a file made with `O_EXCL` beside the database under a name
-/// no stored file takes, removed when dropped (by then it is linked to its real name,
-/// or the backup failed). Hand-made rather than `tempfile`, which only the probe needs.
-struct Partial {
-    path: PathBuf,
-    file: std::fs::File,
+/// no stored file takes, with the sharing's file mode whatever the umask (SQLite
+/// keeps the mode of a file that exists, and gives its side files that mode too),
+/// removed when dropped (by then it is linked to its real name, or the backup failed).
+/// Hand-made rather than `tempfile`, which only the probe needs.
+pub(crate) struct Partial {
+    pub(crate) path: PathBuf,
+    pub(crate) file: std::fs::File,
 }
 
 impl Partial {
-    fn create(dir: &Path) -> std::io::Result<Partial> {
+    pub(crate) fn create(dir: &Path, sharing: Sharing) -> std::io::Result<Partial> {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -454,11 +523,7 @@ impl Partial {
                 std::process::id()
             );
             let path = dir.join(name);
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-            {
+            match crate::files::create_new(&path, sharing) {
                 Ok(file) => return Ok(Partial { path, file }),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
@@ -498,7 +563,7 @@ mod tests {
     //! newest), run on real files.
 
     use super::*;
-    use crate::db::{open_checked, write};
+    use crate::db::{SqliteFile, open_checked, write};
     use crate::model::ToolsHost;
 
     fn with_v3(sql: &str) -> Vec<Migration> {
@@ -524,8 +589,14 @@ mod tests {
     /// A database at V1 holding one session, and its path.
     fn v1_with_a_session(dir: &Path) -> PathBuf {
         let path = dir.join("sessions.db");
-        let mut conn = open_checked(&path).unwrap();
-        migrate_with(&mut conn, &path, &v1_only(), Backup::Make).unwrap();
+        let mut conn = open_checked(&SqliteFile::plain(&path)).unwrap();
+        migrate_with(
+            &mut conn,
+            &SqliteFile::plain(&path),
+            &v1_only(),
+            Backup::Make,
+        )
+        .unwrap();
         // Written as V1 holds it: today's insert names columns V1 does not have.
         write(&mut conn, |tx| {
             let id = crate::ids::SessionId::new();
@@ -551,9 +622,10 @@ mod tests {
 
     /// Upgrades the database at `path` to the newest embedded schema.
     fn upgrade(path: &Path, backup: Backup) -> (Connection, MigrationReport) {
-        let mut conn = open_checked(path).unwrap();
+        let mut conn = open_checked(&SqliteFile::plain(path)).unwrap();
         let migrations = embedded();
-        let report = migrate_with(&mut conn, path, &migrations, backup).unwrap();
+        let report =
+            migrate_with(&mut conn, &SqliteFile::plain(path), &migrations, backup).unwrap();
         (conn, report)
     }
 
@@ -624,6 +696,30 @@ mod tests {
         );
     }
 
+    /// A backup is the store's own file, made with the sharing's mode: not the mode of
+    /// the database it copies (which a copy of the file would take), whatever the umask.
+    #[test]
+    fn a_backup_gets_the_sharing_mode_not_the_databases() {
+        use crate::files::tests::{mode_of, with_umask};
+        use std::os::unix::fs::PermissionsExt;
+        for sharing in [Sharing::Owner, Sharing::Group] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = v1_with_a_session(dir.path());
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+            let db = SqliteFile {
+                sharing,
+                ..SqliteFile::plain(&path)
+            };
+            let report = with_umask(0o000, || {
+                let mut conn = open_checked(&db).unwrap();
+                migrate_with(&mut conn, &db, &embedded(), Backup::Make).unwrap()
+            });
+            let backup = report.backup.unwrap();
+            assert_eq!(mode_of(&backup), sharing.file_mode(), "{sharing:?}");
+            assert_eq!(mode_of(&path), 0o644, "the database keeps its own");
+        }
+    }
+
     #[test]
     fn an_existing_backup_is_never_overwritten() {
         let dir = tempfile::tempdir().unwrap();
@@ -656,10 +752,22 @@ mod tests {
     fn nothing_to_copy_when_there_is_no_schema_or_nothing_to_apply() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sessions.db");
-        let mut conn = open_checked(&path).unwrap();
-        let fresh = migrate_with(&mut conn, &path, &embedded(), Backup::Make).unwrap();
+        let mut conn = open_checked(&SqliteFile::plain(&path)).unwrap();
+        let fresh = migrate_with(
+            &mut conn,
+            &SqliteFile::plain(&path),
+            &embedded(),
+            Backup::Make,
+        )
+        .unwrap();
         assert_eq!(fresh.backup, None);
-        let again = migrate_with(&mut conn, &path, &embedded(), Backup::Make).unwrap();
+        let again = migrate_with(
+            &mut conn,
+            &SqliteFile::plain(&path),
+            &embedded(),
+            Backup::Make,
+        )
+        .unwrap();
         assert_eq!(again.backup, None);
         assert!(again.applied.is_empty());
         assert!(!names(dir.path()).iter().any(|n| n.contains(".bak")));
@@ -679,11 +787,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = v1_with_a_session(dir.path());
         let before = settled(&path);
-        let mut conn = open_checked(&path).unwrap();
+        let mut conn = open_checked(&SqliteFile::plain(&path)).unwrap();
         // The first statement succeeds, the second fails: nothing of either may stay.
         let err = migrate_with(
             &mut conn,
-            &path,
+            &SqliteFile::plain(&path),
             &with_v3("CREATE TABLE later (x TEXT); INSERT INTO nowhere VALUES (1);"),
             Backup::Skip,
         )
@@ -716,11 +824,17 @@ mod tests {
         // A writing open refuses this damage before it touches anything (the schema
         // check); the migration is driven directly here to prove its own rollback.
         assert!(matches!(
-            open_checked(&path),
+            open_checked(&SqliteFile::plain(&path)),
             Err(Error::SchemaDamaged { .. })
         ));
         let mut conn = Connection::open(&path).unwrap();
-        let err = migrate_with(&mut conn, &path, &embedded(), Backup::Skip).unwrap_err();
+        let err = migrate_with(
+            &mut conn,
+            &SqliteFile::plain(&path),
+            &embedded(),
+            Backup::Skip,
+        )
+        .unwrap_err();
         assert!(matches!(err, Error::Migration(_)), "{err}");
         assert_eq!(versions(&conn), [1]);
         drop(conn);

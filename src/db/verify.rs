@@ -1,16 +1,21 @@
 //! The integrity check: SQLite's own, the schema against the one its migrations make,
 //! then the tables against the event log, which is the record they are a projection
-//! of. It reads only and reports every problem.
+//! of; and the warnings `verify` and `paths` give about database files more exposed
+//! than the store would make them (wide modes, plaintext backups beside an encrypted
+//! database). It reads only, reports every problem, and changes no file's mode.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
 use super::error::sql;
 use super::sql::{Tx, args};
+use crate::config::{Config, Database, Sharing};
+use crate::db::cipher::{Encryption, encryption_of};
 use crate::db::turns as queries_turns;
-use crate::db::{queries, schema};
+use crate::db::{SqliteFile, queries, schema};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::model::{Problem, ProblemKind};
@@ -28,6 +33,142 @@ pub struct VerifyReport {
     /// Every inconsistency found, each with its kind and the ids it is about; each
     /// prints (and serializes) as one line of words.
     pub problems: Vec<Problem>,
+    /// Database files more exposed than the store would make them: warnings, not
+    /// problems (`ok` does not look at them). Left out of the JSON when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Exposure>,
+}
+
+/// A database file more exposed than the store would make it, found by `verify` and
+/// `paths`: a warning saying how to fix it, never a problem, and never fixed by the
+/// store itself. Serializes as `{path, kind, message}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Exposure {
+    pub path: PathBuf,
+    pub kind: ExposureKind,
+    /// What it is and the command that fixes it, in one line.
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExposureKind {
+    /// Its mode lets in someone the sharing setting leaves out (the database, a side
+    /// file, a backup, or the key file).
+    WideMode,
+    /// A plain copy of the database (a backup from before it was encrypted) beside an
+    /// encrypted database.
+    PlaintextBackup,
+}
+
+impl std::fmt::Display for Exposure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The warnings about the SQLite database `config` names (none for PostgreSQL, whose
+/// files are the server's): each of its files (the database, `-wal`, `-shm`,
+/// `-journal`, `<db>.v<N>.bak` backups) whose mode lets in someone `config.sharing`
+/// leaves out, and, when the database is encrypted, each backup that is not.
+pub fn exposures(config: &Config) -> Vec<Exposure> {
+    let Database::Sqlite(db) = &config.database else {
+        return vec![];
+    };
+    let encrypted = config.key.is_some() || encryption_of(db) == Encryption::Encrypted;
+    let mut found = Vec::new();
+    for (file, backup) in database_files(db) {
+        found.extend(wide_mode(&file, config.sharing, "the database's files"));
+        if encrypted && backup && encryption_of(&file) == Encryption::Plain {
+            found.push(Exposure {
+                message: format!(
+                    "{} is an unencrypted copy of the database, from before it was \
+                     encrypted: remove it (rm {}) unless you still need it",
+                    file.display(),
+                    shell_word(&file)
+                ),
+                path: file,
+                kind: ExposureKind::PlaintextBackup,
+            });
+        }
+    }
+    found
+}
+
+/// The warning about a key file whose mode lets in someone `sharing` leaves out.
+pub fn key_file_exposure(path: &Path, sharing: Sharing) -> Option<Exposure> {
+    wide_mode(path, sharing, "the key file")
+}
+
+/// The database file and every file of its beside it, in name order, each with
+/// whether it is a backup: the main file first.
+fn database_files(db: &Path) -> Vec<(PathBuf, bool)> {
+    let Some(name) = db.file_name().map(|n| n.to_owned()) else {
+        return vec![];
+    };
+    let mut files = vec![(db.to_owned(), false)];
+    let Ok(entries) = std::fs::read_dir(schema::beside(db)) else {
+        return files;
+    };
+    let mut beside: Vec<(PathBuf, bool)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let entry = e.file_name();
+            let rest = entry
+                .as_encoded_bytes()
+                .strip_prefix(name.as_encoded_bytes())?;
+            let side = matches!(rest, b"-wal" | b"-shm" | b"-journal");
+            let backup = rest.starts_with(b".v") && rest.ends_with(b".bak");
+            (side || backup).then(|| (e.path(), backup))
+        })
+        .collect();
+    beside.sort();
+    files.extend(beside);
+    files
+}
+
+/// The warning for a regular file at `path` whose mode lets in someone `sharing`
+/// leaves out; `what` says whose file it is.
+fn wide_mode(path: &Path, sharing: Sharing, what: &str) -> Option<Exposure> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    let mode = meta.mode() & 0o7777;
+    let excess = sharing.excess(mode);
+    if excess == 0 {
+        return None;
+    }
+    let who = match (excess & 0o070 != 0, excess & 0o007 != 0) {
+        (true, true) => "its group and others",
+        (true, false) => "its group",
+        _ => "others",
+    };
+    let fixed = mode & !excess & 0o777;
+    Some(Exposure {
+        message: format!(
+            "{} ({what}) is open to {who} (mode {mode:04o}): chmod {fixed:o} {} closes it",
+            path.display(),
+            shell_word(path)
+        ),
+        path: path.to_owned(),
+        kind: ExposureKind::WideMode,
+    })
+}
+
+/// `path` as one word a shell reads back as it is: unquoted when it holds only
+/// characters no shell treats specially, else in single quotes.
+fn shell_word(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:@%,".contains(&b));
+    if plain {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
 }
 
 impl VerifyReport {
@@ -273,13 +414,13 @@ fn objects(conn: &Connection) -> rusqlite::Result<Objects> {
 /// after the open had already switched a rollback-journal file to WAL and so rewritten
 /// its header; a dropped trigger would let the next write skip a guarantee. Read
 /// through a connection that leaves no trace.
-pub(crate) fn require_intact_schema(path: &Path) -> Result<()> {
-    let problems = super::readonly::read(path, |tx| schema_problems(tx))?;
+pub(crate) fn require_intact_schema(db: &SqliteFile) -> Result<()> {
+    let problems = super::readonly::read(db, |tx| schema_problems(tx))?;
     if problems.is_empty() {
         return Ok(());
     }
     Err(Error::SchemaDamaged {
-        path: path.to_owned(),
+        path: db.path.clone(),
         problems,
     })
 }
@@ -322,4 +463,117 @@ fn schema_problems(conn: &Connection) -> Result<Vec<Problem>> {
         }
     }
     Ok(problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn on(db: &Path, sharing: Sharing) -> Config {
+        Config {
+            database: Database::Sqlite(db.to_owned()),
+            sharing,
+            ..Config::in_dir(Path::new("/nowhere"))
+        }
+    }
+
+    fn chmod(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// Each of a database's files that lets in someone the sharing leaves out is named,
+    /// with a `chmod` that closes it (quoted for a shell when its name needs it);
+    /// other files beside it, and modes the sharing allows, are not.
+    #[test]
+    fn wide_database_files_are_named_with_the_command_that_closes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("it's here.db");
+        for (name, mode) in [
+            ("it's here.db", 0o644),
+            ("it's here.db-wal", 0o600),
+            ("it's here.db-shm", 0o660),
+            ("it's here.db.v1.bak", 0o604),
+            ("it's here.db.notes", 0o666),
+            ("other.db", 0o666),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, "").unwrap();
+            chmod(&path, mode);
+        }
+        let found = exposures(&on(&db, Sharing::Owner));
+        let named: Vec<(String, ExposureKind)> = found
+            .iter()
+            .map(|e| {
+                (
+                    e.path.file_name().unwrap().to_string_lossy().into_owned(),
+                    e.kind,
+                )
+            })
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("it's here.db".to_owned(), ExposureKind::WideMode),
+                ("it's here.db-shm".to_owned(), ExposureKind::WideMode),
+                ("it's here.db.v1.bak".to_owned(), ExposureKind::WideMode),
+            ]
+        );
+        let quoted = format!("'{}'", db.display().to_string().replace('\'', r"'\''"));
+        assert!(
+            found[0].message.ends_with(&format!(
+                "is open to its group and others (mode 0644): chmod 600 {quoted} closes it"
+            )),
+            "{}",
+            found[0]
+        );
+        assert!(
+            found[2].message.contains("open to others (mode 0604)"),
+            "{}",
+            found[2]
+        );
+        let group: Vec<_> = exposures(&on(&db, Sharing::Group))
+            .into_iter()
+            .map(|e| e.path.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(group, ["it's here.db", "it's here.db.v1.bak"]);
+        assert!(key_file_exposure(&db, Sharing::Owner).is_some());
+        assert!(key_file_exposure(&dir.path().join("missing"), Sharing::Owner).is_none());
+    }
+
+    /// Beside an encrypted database (told by its bytes, or by the key in the
+    /// configuration), a backup that begins with SQLite's plain header is named for
+    /// removal; beside a plain one it is not.
+    #[test]
+    fn a_plain_backup_beside_an_encrypted_database_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        std::fs::write(&db, vec![0x5a; 4096]).unwrap();
+        let bak = dir.path().join("s.db.v1.bak");
+        let mut plain = crate::db::cipher::MAGIC.to_vec();
+        plain.resize(4096, 0);
+        std::fs::write(&bak, &plain).unwrap();
+        for path in [&db, &bak] {
+            chmod(path, 0o600);
+        }
+        let found = exposures(&on(&db, Sharing::Owner));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].kind, ExposureKind::PlaintextBackup);
+        assert!(found[0].message.contains("remove it (rm "), "{}", found[0]);
+        std::fs::write(&db, &plain).unwrap();
+        assert!(
+            exposures(&on(&db, Sharing::Owner)).is_empty(),
+            "a plain database's backup"
+        );
+        let config = Config {
+            key: Some(crate::config::DatabaseKey::generate().unwrap()),
+            ..on(&db, Sharing::Owner)
+        };
+        assert_eq!(
+            exposures(&config).len(),
+            1,
+            "the key says it is to be encrypted"
+        );
+    }
 }

@@ -65,6 +65,7 @@ pub struct DeleteReport {
     pub erased: bool,
 }
 
+/// Lifecycle: deleting a session, its rows, log and files, leaving a tombstone.
 impl Store {
     /// Deletes the sessions named: see [`Store::delete_sessions_with`].
     pub async fn delete_sessions(&self, ids: Vec<SessionId>) -> Result<DeleteReport> {

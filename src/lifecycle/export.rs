@@ -106,6 +106,7 @@ pub struct Exported {
     pub missing: Vec<String>,
 }
 
+/// Lifecycle: exporting sessions with their files to an archive.
 impl Store {
     /// Writes `session` to `out` as one tar archive: `manifest.json` (the session, its
     /// messages, recorded items and event log, and the list of files), then each
@@ -116,6 +117,7 @@ impl Store {
     pub async fn export_archive(&self, session: SessionId, out: PathBuf) -> Result<Exported> {
         let snap = super::snapshot(self, session).await?;
         let attachments = self.attachments.clone();
+        let sharing = self.config().sharing;
         blocking(move || {
             let names: BTreeSet<String> = snap
                 .messages
@@ -147,7 +149,7 @@ impl Store {
                 missing,
                 settings: snap.settings.clone(),
             };
-            write_replacing(&out, |file| {
+            write_replacing(&out, sharing, |file| {
                 let mut tar = tar::Builder::new(std::io::BufWriter::new(file));
                 let json =
                     serde_json::to_vec_pretty(&manifest).expect("a manifest always serializes");
@@ -185,9 +187,10 @@ impl Store {
     /// stored name, never by path or URI, and no file is read.
     pub async fn export_markdown(&self, session: SessionId, out: PathBuf) -> Result<Exported> {
         let snap = super::snapshot(self, session).await?;
+        let sharing = self.config().sharing;
         blocking(move || {
             let text = markdown(&snap.session, &snap.messages, &snap.items);
-            write_replacing(&out, |mut file| {
+            write_replacing(&out, sharing, |mut file| {
                 file.write_all(text.as_bytes()).map_err(io_at(&out))
             })?;
             Ok(Exported {
@@ -213,7 +216,8 @@ fn append<W: Write>(tar: &mut tar::Builder<W>, name: &str, bytes: &[u8]) -> Resu
     let mut header = tar::Header::new_gnu();
     header.set_entry_type(tar::EntryType::Regular);
     header.set_size(bytes.len() as u64);
-    header.set_mode(0o644);
+    // What the archive holds is a session's: extracted by hand, it is owner-only too.
+    header.set_mode(0o600);
     header.set_mtime(0);
     tar.append_data(&mut header, name, bytes)
         .map_err(|cause| Error::WriteFile {
@@ -223,8 +227,13 @@ fn append<W: Write>(tar: &mut tar::Builder<W>, name: &str, bytes: &[u8]) -> Resu
 }
 
 /// Writes a new file beside `out` with `write`, syncs it, and renames it over `out`;
-/// on any failure the temporary file is removed and `out` is left as it was.
-fn write_replacing(out: &Path, write: impl FnOnce(std::fs::File) -> Result<()>) -> Result<()> {
+/// on any failure the temporary file is removed and `out` is left as it was. The file
+/// is made with the file mode of `sharing` (it holds a session), and keeps it as `out`.
+fn write_replacing(
+    out: &Path,
+    sharing: crate::config::Sharing,
+    write: impl FnOnce(std::fs::File) -> Result<()>,
+) -> Result<()> {
     let file_name = out.file_name().ok_or_else(|| Error::WriteFile {
         path: out.to_owned(),
         cause: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"),
@@ -233,11 +242,7 @@ fn write_replacing(out: &Path, write: impl FnOnce(std::fs::File) -> Result<()>) 
     temp_name.push(file_name);
     temp_name.push(format!(".{}.partial", uuid::Uuid::now_v7().simple()));
     let temp = out.with_file_name(temp_name);
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&temp)
-        .map_err(io_at(out))?;
+    let file = crate::files::create_new(&temp, sharing).map_err(io_at(out))?;
     let result = file
         .try_clone()
         .map_err(io_at(out))

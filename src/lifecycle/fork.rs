@@ -28,6 +28,7 @@ pub struct Forked {
     pub missing: Vec<String>,
 }
 
+/// Lifecycle: forking a session, whole or at a message.
 impl Store {
     /// Forks `origin` into a new session holding its delivered history up to and
     /// including message `at` (default: all of it), its recorded items in that span

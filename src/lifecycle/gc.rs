@@ -102,6 +102,7 @@ pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
         .ok_or_else(|| format!("invalid duration {text:?}: too long"))
 }
 
+/// Lifecycle: collecting files no message refers to.
 impl Store {
     /// Collects garbage under the configured root: see the module documentation.
     pub async fn gc(&self, options: GcOptions) -> Result<GcReport> {

@@ -51,6 +51,7 @@ pub enum ImportId {
     Keep,
 }
 
+/// Lifecycle: importing an exported archive.
 impl Store {
     /// Imports the archive at `path` as a new session, under the id `id` says. Files are placed in the new
     /// session's folder under the configured root and every reference names the new

@@ -88,6 +88,7 @@ impl Serialize for SessionCursor {
     }
 }
 
+/// Lifecycle: listing sessions a page at a time.
 impl Store {
     /// One page of at most `limit` sessions (clamped to 1..=[`MAX_PAGE`]), most recently
     /// updated first, starting after `cursor` (from the start when `None`). Recorded

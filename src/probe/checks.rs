@@ -743,5 +743,35 @@ pub(super) fn db_file_has_no_path(audit: &PathAudit, db: &Path) -> Outcome {
     ))
 }
 
+/// The database file of an encrypted store holds none of the texts the probe sent, in
+/// its bytes or its side files' (and does not begin with SQLite's header), while the
+/// audit's read through the decrypting connection finds every one of them: the texts
+/// are there, and only the key reads them.
+pub(super) fn db_file_is_encrypted(audit: &PathAudit, texts: &[String], head: &[u8]) -> Outcome {
+    ensure!(
+        !head.starts_with(b"SQLite format 3\0"),
+        "the database file begins with SQLite's plaintext header"
+    );
+    if let Some((path, text)) = audit.file_hits.first() {
+        return Err(format!("{path:?} holds the plaintext {text:?}"));
+    }
+    for text in texts {
+        ensure!(
+            audit.value_hits.iter().any(|(_, hit)| hit == text),
+            "the decrypting read did not find {text:?}, so the files' bytes prove nothing"
+        );
+    }
+    ensure!(
+        audit.file_bytes > 0,
+        "the database files read hold no bytes"
+    );
+    Ok(format!(
+        "{} database files, {} bytes, hold none of {} texts the decrypting read finds",
+        audit.files.len(),
+        audit.file_bytes,
+        texts.len()
+    ))
+}
+
 #[cfg(test)]
 mod tests;

@@ -371,15 +371,13 @@ pub fn part_bytes(part: &ChatPart) -> Result<Vec<u8>, String> {
     }
 }
 
-/// Reads the database at `db` and the files beside it behind the store's back (or,
-/// for a `postgres://` URL, the tables of the schema it puts first on the search
-/// path), and reports every path-like column and every place one of `needles` is
+/// Reads the database `config` names and the files beside it behind the store's back
+/// (an encrypted one through a connection keyed with `config.key`; or, for a
+/// `postgres://` URL, the tables of the schema it puts first on the search path), and
+/// reports every path-like column and every place one of `needles` is
 /// stored.
-pub fn audit_database(
-    db: &crate::config::Database,
-    needles: &[String],
-) -> crate::error::Result<PathAudit> {
-    crate::db::audit::audit(db, needles)
+pub fn audit_database(config: &crate::Config, needles: &[String]) -> crate::Result<PathAudit> {
+    crate::db::audit::audit(config, needles)
 }
 
 #[cfg(test)]

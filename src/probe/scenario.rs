@@ -27,7 +27,9 @@
 //! `failed-read-is-evicted` (6); `no-path-in-display-title-references` (5);
 //! `event-log-matches-tables`; `restore-after-moving-roots` (1, 9);
 //! `schema-has-no-path-column` (1); `db-text-has-no-path` (1); `db-file-has-no-path` (1,
-//! SQLite only);
+//! SQLite only); `db-file-is-encrypted` (with the `encryption` feature, SQLite only: the
+//! probe's database is encrypted with a key of its own, and the texts it sent are read
+//! back through the decrypting connection but are nowhere in the files' bytes);
 //! `recorded-turn-replays-in-order` (9: a recorded agent turn replays among the user
 //! messages, its text verbatim, their attachments from a live read).
 
@@ -200,13 +202,25 @@ impl Probe {
     }
 
     async fn start(tmp: &Path, db: std::path::PathBuf) -> Result<Probe, Failure> {
+        let database = config::Database::from(db);
+        // With the feature, an SQLite probe runs on a database encrypted with a key of
+        // its own, which lives only as long as the run.
+        let key = match &database {
+            config::Database::Sqlite(_) if cfg!(feature = "encryption") => Some(setup(
+                config::DatabaseKey::generate(),
+                "make a key for its database",
+            )?),
+            _ => None,
+        };
         let config = Config {
-            database: db.into(),
+            database,
             roots: Roots {
                 configured: tmp.join("attachments"),
                 legacy: vec![tmp.join("legacy")],
             },
             host: config::host_name(),
+            sharing: config::Sharing::Owner,
+            key,
         };
         let (store, reads) = ReadCounter::open(config.clone())
             .await
@@ -829,7 +843,7 @@ impl Probe {
     /// Audits the database behind the store's back for every path the run saw.
     fn database(&mut self) {
         let needles: Vec<String> = self.known.needles.iter().cloned().collect();
-        let audit = oracle::audit_database(&self.config.database, &needles);
+        let audit = oracle::audit_database(&self.config, &needles);
         let audit = audit.as_ref().map_err(|e| e.to_string());
         let outcome = audit.clone().and_then(check::schema_has_no_path_column);
         self.record("schema-has-no-path-column", outcome);
@@ -837,9 +851,23 @@ impl Probe {
         self.record("db-text-has-no-path", outcome);
         // A PostgreSQL server's files are its own to read: there the audit is of the
         // tables, and this check is not run rather than passed unread.
-        if let crate::config::Database::Sqlite(db) = &self.config.database {
-            let outcome = audit.and_then(|a| check::db_file_has_no_path(a, db));
+        if let crate::config::Database::Sqlite(db) = self.config.database.clone() {
+            let outcome = audit.and_then(|a| check::db_file_has_no_path(a, &db));
             self.record("db-file-has-no-path", outcome);
+            if self.config.key.is_some() {
+                let texts = [QUESTION, MID_TURN, REPLY].map(str::to_owned);
+                let audit = oracle::audit_database(&self.config, &texts);
+                let head = std::fs::read(&db).map(|mut bytes| {
+                    bytes.truncate(16);
+                    bytes
+                });
+                let outcome = match (audit, head) {
+                    (Ok(audit), Ok(head)) => check::db_file_is_encrypted(&audit, &texts, &head),
+                    (Err(e), _) => Err(format!("cannot audit the database: {e}")),
+                    (_, Err(e)) => Err(format!("cannot read the database file: {e}")),
+                };
+                self.record("db-file-is-encrypted", outcome);
+            }
         }
     }
 }

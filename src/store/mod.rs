@@ -11,7 +11,7 @@ use crate::attachments::{
     AttachmentStore, AttachmentUri, Download, Listed, MAX_ATTACHMENT_BYTES, ReadObserver,
     StoredAttachment,
 };
-use crate::config::{Config, Database};
+use crate::config::Config;
 use crate::db::turns::Recorded;
 use crate::db::{
     self, Access, Db, queries, schema::Backup, schema::MigrationReport, verify::VerifyReport,
@@ -20,7 +20,6 @@ use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, Event, Item, Message, Role, Session, ToolsHost};
-use crate::replay::RestoreStream;
 use crate::turns::Update;
 
 mod claim;
@@ -124,6 +123,8 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Opening a store and its schema: open (creating, existing only, read-only),
+/// migrate, encrypt and rekey, and what the store was opened with.
 impl Store {
     /// Opens the database (migrating it first, refusing a newer or foreign file) and
     /// the attachment roots named by `config`.
@@ -169,7 +170,8 @@ impl Store {
         observer: Option<ReadObserver>,
         access: Access,
     ) -> Result<Store> {
-        let mut attachments = AttachmentStore::new(config.roots.clone());
+        let mut attachments =
+            AttachmentStore::new(config.roots.clone()).with_sharing(config.sharing);
         if let Some(observer) = observer {
             attachments = attachments.observing_reads(observer);
         }
@@ -180,8 +182,8 @@ impl Store {
                 return Err(Error::RootNotUtf8 { root: root.clone() });
             }
         }
-        let database = config.database.clone();
-        let db = blocking(move || Db::open(&database, access)).await?;
+        let opening = config.clone();
+        let db = blocking(move || Db::open(&opening, access)).await?;
         let writer = match &db {
             Db::ReadOnly(_) => None,
             #[cfg(feature = "postgres")]
@@ -200,24 +202,49 @@ impl Store {
         })
     }
 
-    /// Applies pending migrations to `database`, creating an SQLite file if needed
-    /// and refusing a newer or foreign database without writing to it. `open` does
-    /// the same; this is for a caller that only wants the schema brought up to date.
-    /// With `Backup::Make`, an SQLite database that already has a schema is first
-    /// copied to `<db>.v<N>.bak`.
+    /// Applies pending migrations to the database `config` names (with its key, when
+    /// encrypted), creating an SQLite file if needed and refusing a newer or foreign
+    /// database without writing to it. `open` does the same; this is for a caller that
+    /// only wants the schema brought up to date. With `Backup::Make`, an SQLite
+    /// database that already has a schema is first copied to `<db>.v<N>.bak`.
     ///
     /// On PostgreSQL no copy is taken: the pending migrations run in one transaction,
     /// which applies them all or none.
-    pub async fn migrate(database: &Database, backup: Backup) -> Result<MigrationReport> {
-        let database = database.clone();
-        blocking(move || db::migrate(&database, backup)).await
+    pub async fn migrate(config: &Config, backup: Backup) -> Result<MigrationReport> {
+        let config = config.clone();
+        blocking(move || db::migrate(&config, backup)).await
     }
 
     /// What `migrate` would apply, read without writing a byte (a missing file is
     /// not created).
-    pub async fn migration_plan(database: &Database) -> Result<MigrationReport> {
-        let database = database.clone();
-        blocking(move || db::migration_plan(&database)).await
+    pub async fn migration_plan(config: &Config) -> Result<MigrationReport> {
+        let config = config.clone();
+        blocking(move || db::migration_plan(&config)).await
+    }
+
+    /// Encrypts the plain SQLite database `config` names with `config.key` (cargo
+    /// feature `encryption`), then applies pending migrations. The database is copied
+    /// into a new encrypted file that then takes its place, so no plaintext copy is
+    /// made; with `Backup::Make` that encrypted copy is also kept as `<db>.v<N>.bak`.
+    /// Nothing else may have the database open meanwhile (`Error::Busy`).
+    #[cfg(feature = "encryption")]
+    pub async fn encrypt(config: &Config, backup: Backup) -> Result<MigrationReport> {
+        let config = config.clone();
+        blocking(move || db::encrypt(&config, backup)).await
+    }
+
+    /// Gives the encrypted SQLite database `config` names (and keys) the key `new`
+    /// (cargo feature `encryption`), then applies pending migrations. With
+    /// `Backup::Make` it is first copied to `<db>.v<N>.bak`, encrypted with `new`, so
+    /// the old key opens no copy. Nothing else may have the database open meanwhile.
+    #[cfg(feature = "encryption")]
+    pub async fn rekey(
+        config: &Config,
+        new: crate::config::DatabaseKey,
+        backup: Backup,
+    ) -> Result<MigrationReport> {
+        let config = config.clone();
+        blocking(move || db::rekey(&config, &new, backup)).await
     }
 
     pub fn config(&self) -> &Config {
@@ -271,7 +298,11 @@ impl Store {
         let db = self.db.clone();
         blocking(move || db.read(f)).await
     }
+}
 
+/// Sessions and their messages: create, rename, read, mark delivered, and the event
+/// log.
+impl Store {
     pub async fn create_session(
         &self,
         title: Option<String>,
@@ -335,7 +366,11 @@ impl Store {
         })
         .await
     }
+}
 
+/// Recording the agent's side of a turn (its messages, thoughts, tool calls, plans),
+/// all or nothing per batch.
+impl Store {
     /// Records a batch of ACP session updates from the agent (its messages, thoughts,
     /// tool calls, plans and session-level updates, and updates of kinds the schema
     /// does not know, kept opaque) in one write with its event, all or nothing: a
@@ -380,7 +415,10 @@ impl Store {
         })
         .await
     }
+}
 
+/// Finding and checking: full-text search and `verify`.
+impl Store {
     /// Full-text search over titles, messages (display text, expansion, transcript)
     /// and recorded agent messages and thoughts, best-ranked first, optionally in one
     /// session. `query` is FTS5 syntax; one FTS5 cannot parse is
@@ -400,10 +438,19 @@ impl Store {
         .await
     }
 
+    /// The integrity check (`db::verify`), and, as warnings that are no problem, the
+    /// database files more exposed than this store would make them.
     pub async fn verify(&self) -> Result<VerifyReport> {
-        self.with_read(db::verify::verify).await
+        let mut report = self.with_read(db::verify::verify).await?;
+        let config = self.config.clone();
+        report.warnings = blocking(move || Ok(db::verify::exposures(&config))).await?;
+        Ok(report)
     }
+}
 
+/// A session's files: what it refers to, downloads, and uploads that are not yet part
+/// of a message.
+impl Store {
     /// A session's attachments: every file its folders hold, as a read would find
     /// them (configured root first), and every file its messages refer to, each with
     /// the messages that refer to it. Sorted by stored name; reads no file whole.
@@ -497,6 +544,8 @@ impl Store {
     }
 }
 
+/// Giving messages to a model: select, dispatch (typed blocks or shared parts),
+/// drain the mid-turn queue, and restore a whole session as a stream.
 impl Store {
     /// The attachment store as dispatch reads through it, encoding into this store's
     /// recycled buffers.
@@ -641,27 +690,6 @@ impl Store {
             self.mark_delivered(session, ids).await?;
         }
         Ok(drained)
-    }
-
-    /// Rebuilds a session by replaying its event log (the record: a table edited
-    /// behind the log's back changes nothing here, and `verify` reports it), refusing
-    /// a log that does not replay, as a stream of items in history order: every
-    /// delivered message, its references replayed through the resolver as the reader
-    /// asks for it (one memo of `memo_budget` bytes, [`dispatch::DEFAULT_MEMO_BUDGET`] by
-    /// default: each distinct file is read once while it fits, and read again when
-    /// evicted), and the recorded turn items as stored. References whose files are
-    /// gone degrade; queued messages stay queued. The log is replayed first, in one
-    /// snapshot, so a session whose log does not replay is refused before any item is
-    /// produced. What is held for the whole restore is the replayed texts and
-    /// references, never their files' content: write the items as they come (a
-    /// `format::StreamWriter`) rather than collect them.
-    pub async fn restore_stream(
-        &self,
-        session: SessionId,
-        memo_budget: u64,
-    ) -> Result<RestoreStream> {
-        self.restore_from(session, memo_budget, crate::history::Replay::Whole)
-            .await
     }
 }
 

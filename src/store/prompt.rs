@@ -38,6 +38,8 @@ pub enum PromptBlock {
     Verbatim(serde_json::Value),
 }
 
+/// Sending: a message that refers to stored files, or a prompt whose files are stored
+/// with it as one step. Every message goes through the one check-and-write here.
 impl Store {
     /// Checks every reference before persisting anything: the URI parses, names this
     /// session, and opens now, the way a read would, which fills the stored name, MIME

@@ -10,6 +10,8 @@ use crate::error::Result;
 use crate::ids::{MessageId, SessionId, TurnId};
 use crate::model::{AgentBinding, NewSession, Session, Setting, Turn, TurnEnd};
 
+/// Sessions carried for an agent (the proxy's): working directory and agent binding,
+/// turns begun and ended, and the settings a client changed.
 impl Store {
     /// Creates a session as `new` describes it: a title (a blank one is none, so the
     /// first message can still name the session), where its tools run, and, for a

@@ -1,21 +1,31 @@
 //! `sessionstore-test-agent`: an ACP agent built with the SDK, for the proxy's tests
 //! (built only with the `testkit` feature, which `cargo test` turns on). It keeps its
 //! sessions in memory, so a restarted agent knows none of them, and it writes each
-//! prompt it receives, blocks and `_meta` as they came, as one JSON line to the file
-//! named by `--report`, so a test can see exactly what the agent was given.
+//! request and notification it receives, method and params exactly as they came (blocks
+//! and `_meta` included), as one JSON line to the file named by `--report`, so a test
+//! can see exactly what the agent was given. Every line carries the agent's process id
+//! (`pid`); besides the received messages (`kind` `request` or `notification`) it
+//! writes the session id it answered a `session/new` with (`answered`) and the answer it
+//! got to each permission request (`response`).
 //!
 //! What a prompt does depends on the words in its text:
 //! - `crash`: one chunk, then the process exits with status 3, mid-turn;
-//! - `hang`: nothing, until `session/cancel` (then the turn ends `cancelled`);
-//! - `permission`: a tool call, a permission request, and the call completed (or
-//!   failed when the client refused or the turn was cancelled);
+//! - `hang`: a thought, then nothing, until `session/cancel` (then the turn ends
+//!   `cancelled`);
+//! - `permission`: a tool call and a permission request, then, once it is answered
+//!   (it waits for the answer even when the turn is cancelled: ACP has the client
+//!   answer `cancelled` then), the call completed or failed, and `end_turn` or
+//!   `cancelled`;
+//! - `stream N`: N agent message chunks of about 60 bytes each, each led by the time
+//!   it was written, then `end_turn` (the streaming benches and the disk-full test);
 //! - `garbage`: first, straight onto its standard output, a line that is not JSON, a
 //!   JSON value that is not a message, and a line one byte over the proxy's
 //!   `FRAME_LIMIT`; then as anything else;
 //! - `endless`: first 200 MiB with no line ending (then the ending); then as anything
 //!   else;
-//! - anything else: a thought, three message chunks, a tool call and its update, a
-//!   plan and an update kind the schema does not know, then `end_turn`.
+//! - anything else: a thought, three message chunks, a tool call with a permission
+//!   request and its update, a plan and an update kind the schema does not know, then
+//!   `end_turn` (`cancelled` if the permission was).
 //!
 //! Flags: `--announce-meta` (announce `daemon/attachmentContext` under
 //! `agentCapabilities._meta`), `--no-image`, `--no-embedded`, `--load`, `--resume`,
@@ -41,7 +51,7 @@ use agent_client_protocol::v1::schema::{
     ToolKind,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
-use agent_client_protocol::{Client, Error, Stdio, UntypedMessage};
+use agent_client_protocol::{Client, Dispatch, Error, Handled, Stdio, UntypedMessage, V1};
 use serde_json::{Value, json};
 
 #[derive(Default)]
@@ -90,19 +100,26 @@ struct State {
     /// The turns that wait for a cancellation, by session.
     cancels: Mutex<HashMap<String, tokio::sync::oneshot::Sender<()>>>,
     next: Mutex<u64>,
+    reporting: Mutex<()>,
 }
 
 impl State {
-    fn report(&self, entry: Value) {
+    /// Appends `entry`, with this process's id, as one line in one write, so lines from
+    /// concurrent turns (and from the agent started after this one) never interleave.
+    fn report(&self, mut entry: Value) {
         let Some(path) = &self.flags.report else {
             return;
         };
+        entry["pid"] = json!(std::process::id());
+        let line = format!("{entry}\n");
+        let _held = self.reporting.lock().unwrap();
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
             .expect("the report file opens");
-        writeln!(file, "{entry}").expect("the report is written");
+        file.write_all(line.as_bytes())
+            .expect("the report is written");
     }
 
     fn knows(&self, session: &SessionId) -> bool {
@@ -117,28 +134,53 @@ async fn main() -> Result<(), Error> {
         sessions: Mutex::new(HashSet::new()),
         cancels: Mutex::new(HashMap::new()),
         next: Mutex::new(0),
+        reporting: Mutex::new(()),
     });
     let s = state.clone();
     let agent = agent_client_protocol::Agent
         .v1()
         .name("sessionstore-test-agent")
-        .on_receive_request(
-            async move |request: InitializeRequest, responder, _cx| {
-                s.report(json!({"method": "initialize", "params": request}));
-                responder.respond(initialize(&s.flags, &request))
+        // First in the chain, so it sees every message as it came, before any typed
+        // handler parses it (and whether one does or not).
+        .on_receive_dispatch(
+            async move |message: Dispatch<UntypedMessage, UntypedMessage, V1>, _cx| {
+                match &message {
+                    Dispatch::Request(request, _) => s.report(json!({
+                        "kind": "request",
+                        "method": request.method,
+                        "params": request.params,
+                    })),
+                    Dispatch::Notification(note) => s.report(json!({
+                        "kind": "notification",
+                        "method": note.method,
+                        "params": note.params,
+                    })),
+                    Dispatch::Response(..) => {}
+                }
+                Ok(Handled::No {
+                    message,
+                    retry: false,
+                })
             },
-            agent_client_protocol::on_receive_request!(),
+            agent_client_protocol::on_receive_dispatch!(),
         );
     let s = state.clone();
     let agent = agent.on_receive_request(
-        async move |request: NewSessionRequest, responder, _cx| {
+        async move |request: InitializeRequest, responder, _cx| {
+            responder.respond(initialize(&s.flags, &request))
+        },
+        agent_client_protocol::on_receive_request!(),
+    );
+    let s = state.clone();
+    let agent = agent.on_receive_request(
+        async move |_: NewSessionRequest, responder, _cx| {
             let id = {
                 let mut next = s.next.lock().unwrap();
                 *next += 1;
                 format!("agent-{}-{}", std::process::id(), *next)
             };
             s.sessions.lock().unwrap().insert(id.clone());
-            s.report(json!({"method": "session/new", "params": request, "sessionId": id}));
+            s.report(json!({"answered": "session/new", "sessionId": id}));
             responder.respond(NewSessionResponse::new(SessionId::new(id)))
         },
         agent_client_protocol::on_receive_request!(),
@@ -146,7 +188,6 @@ async fn main() -> Result<(), Error> {
     let s = state.clone();
     let agent = agent.on_receive_request(
         async move |request: LoadSessionRequest, responder: Responder<LoadSessionResponse>, _cx| {
-            s.report(json!({"method": "session/load", "params": request}));
             if !s.flags.load || !s.knows(&request.session_id) {
                 return responder.respond_with_error(unknown_session(&request.session_id));
             }
@@ -159,7 +200,6 @@ async fn main() -> Result<(), Error> {
         async move |request: ResumeSessionRequest,
                     responder: Responder<ResumeSessionResponse>,
                     _cx| {
-            s.report(json!({"method": "session/resume", "params": request}));
             if !s.flags.resume || !s.knows(&request.session_id) {
                 return responder.respond_with_error(unknown_session(&request.session_id));
             }
@@ -172,7 +212,6 @@ async fn main() -> Result<(), Error> {
         async move |request: CloseSessionRequest,
                     responder: Responder<CloseSessionResponse>,
                     _cx| {
-            s.report(json!({"method": "session/close", "params": request}));
             s.sessions.lock().unwrap().remove(&*request.session_id.0);
             responder.respond(CloseSessionResponse::new())
         },
@@ -183,36 +222,26 @@ async fn main() -> Result<(), Error> {
         async move |request: DeleteSessionRequest,
                     responder: Responder<DeleteSessionResponse>,
                     _cx| {
-            s.report(json!({"method": "session/delete", "params": request}));
             s.sessions.lock().unwrap().remove(&*request.session_id.0);
             responder.respond(DeleteSessionResponse::new())
         },
         agent_client_protocol::on_receive_request!(),
     );
-    let s = state.clone();
     let agent = agent.on_receive_request(
-        async move |request: SetSessionModeRequest,
-                    responder: Responder<SetSessionModeResponse>,
-                    _cx| {
-            s.report(json!({"method": "session/set_mode", "params": request}));
+        async move |_: SetSessionModeRequest, responder: Responder<SetSessionModeResponse>, _cx| {
             responder.respond(SetSessionModeResponse::new())
         },
         agent_client_protocol::on_receive_request!(),
     );
-    let s = state.clone();
     let agent = agent.on_receive_request(
-        async move |request: SetSessionConfigOptionRequest,
+        async move |_: SetSessionConfigOptionRequest,
                     responder: Responder<SetSessionConfigOptionResponse>,
-                    _cx| {
-            s.report(json!({"method": "session/set_config_option", "params": request}));
-            responder.respond(SetSessionConfigOptionResponse::new(vec![]))
-        },
+                    _cx| { responder.respond(SetSessionConfigOptionResponse::new(vec![])) },
         agent_client_protocol::on_receive_request!(),
     );
     let s = state.clone();
     let agent = agent.on_receive_notification(
         async move |note: CancelNotification, _cx| {
-            s.report(json!({"method": "session/cancel", "params": note}));
             if let Some(cancel) = s.cancels.lock().unwrap().remove(&*note.session_id.0) {
                 let _ = cancel.send(());
             }
@@ -225,7 +254,6 @@ async fn main() -> Result<(), Error> {
         async move |request: PromptRequest,
                     responder: Responder<PromptResponse>,
                     cx: ConnectionTo<Client>| {
-            s.report(json!({"method": "session/prompt", "params": request}));
             if !s.knows(&request.session_id) {
                 return responder.respond_with_error(unknown_session(&request.session_id));
             }
@@ -284,16 +312,24 @@ fn initialize(flags: &Flags, request: &InitializeRequest) -> InitializeResponse 
         .agent_info(Implementation::new("sessionstore-test-agent", "0"))
 }
 
+/// The words of a prompt that say what the turn does: its text blocks after the
+/// conversation a proxy restored ahead of it (which ends with a block of the proxy's
+/// own, marked `[sessionstore]`), so that a `crash` or `hang` said in an earlier turn
+/// is not obeyed again.
 fn text_of(request: &PromptRequest) -> String {
-    request
+    let texts: Vec<&str> = request
         .prompt
         .iter()
         .filter_map(|b| match b {
             ContentBlock::Text(t) => Some(t.text.as_str()),
             _ => None,
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect();
+    let after = texts
+        .iter()
+        .rposition(|t| t.contains("[sessionstore]"))
+        .map_or(0, |i| i + 1);
+    texts[after..].join("\n")
 }
 
 fn last_text_of(request: &PromptRequest) -> String {
@@ -327,6 +363,17 @@ fn raw(bytes: &[u8]) {
 
 fn chunk(text: &str) -> ContentChunk {
     ContentChunk::new(ContentBlock::Text(TextContent::new(text.to_owned())))
+}
+
+/// N of a prompt that says `stream N`.
+fn streamed_chunks(text: &str) -> Option<u64> {
+    let mut words = text.split_whitespace();
+    while let Some(word) = words.next() {
+        if word == "stream" {
+            return words.next()?.parse().ok();
+        }
+    }
+    None
 }
 
 async fn run_turn(
@@ -366,11 +413,32 @@ async fn run_turn(
         std::process::exit(3);
     }
     if text.contains("hang") {
+        // Something to record before the wait, for a turn whose proxy dies meanwhile.
+        update(
+            cx,
+            session,
+            SessionUpdate::AgentThoughtChunk(chunk("waiting to be cancelled")),
+        )?;
         let _ = cancelled.await;
         return Ok(StopReason::Cancelled);
     }
     if text.contains("permission") {
-        return permission_turn(cx, session, cancelled).await;
+        let call = ToolCallId::new("call-permission");
+        let stop =
+            tool_call_asking(state, cx, session, &call, "Edit a file", ToolKind::Edit).await?;
+        return Ok(stop);
+    }
+    if let Some(n) = streamed_chunks(&text) {
+        for i in 0..n {
+            // About 60 bytes, led by when it was written (nanoseconds since the epoch),
+            // so a client can measure how long each chunk took to reach it.
+            let sent = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let piece = format!("{sent:020} chunk {i:>8} of a streamed answer. ");
+            update(cx, session, SessionUpdate::AgentMessageChunk(chunk(&piece)))?;
+        }
+        return Ok(StopReason::EndTurn);
     }
     update(
         cx,
@@ -381,23 +449,7 @@ async fn run_turn(
         update(cx, session, SessionUpdate::AgentMessageChunk(chunk(piece)))?;
     }
     let call = ToolCallId::new("call-1");
-    update(
-        cx,
-        session,
-        SessionUpdate::ToolCall(
-            ToolCall::new(call.clone(), "Read a file")
-                .kind(ToolKind::Read)
-                .status(ToolCallStatus::InProgress),
-        ),
-    )?;
-    update(
-        cx,
-        session,
-        SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-            call,
-            ToolCallUpdateFields::new().status(ToolCallStatus::Completed),
-        )),
-    )?;
+    let stop = tool_call_asking(state, cx, session, &call, "Read a file", ToolKind::Read).await?;
     update(
         cx,
         session,
@@ -415,22 +467,28 @@ async fn run_turn(
             "update": {"sessionUpdate": "sessionstore_test_future", "detail": {"n": 1}}
         }),
     )?)?;
-    let _ = state;
-    Ok(StopReason::EndTurn)
+    Ok(stop)
 }
 
-async fn permission_turn(
+/// A tool call (`pending`), a permission request for it, and, once the client has
+/// answered (reported as `response`), the call `completed` if it allowed, else
+/// `failed`. The turn's stop reason: `cancelled` when the answer was, else `end_turn`.
+/// It waits for the answer even when the turn is cancelled meanwhile: ACP has the
+/// client answer a pending permission request `cancelled` then.
+async fn tool_call_asking(
+    state: &State,
     cx: &ConnectionTo<Client>,
     session: &SessionId,
-    cancelled: tokio::sync::oneshot::Receiver<()>,
+    call: &ToolCallId,
+    title: &str,
+    kind: ToolKind,
 ) -> Result<StopReason, Error> {
-    let call = ToolCallId::new("call-permission");
     update(
         cx,
         session,
         SessionUpdate::ToolCall(
-            ToolCall::new(call.clone(), "Edit a file")
-                .kind(ToolKind::Edit)
+            ToolCall::new(call.clone(), title)
+                .kind(kind)
                 .status(ToolCallStatus::Pending),
         ),
     )?;
@@ -442,12 +500,15 @@ async fn permission_turn(
             PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
         ],
     );
-    let answer = tokio::select! {
-        answer = cx.send_request(ask).block_task() => Some(answer?),
-        _ = cancelled => None,
-    };
+    let answer = cx.send_request(ask).block_task().await;
+    state.report(json!({
+        "response": "session/request_permission",
+        "result": answer.as_ref().ok(),
+        "error": answer.as_ref().err().map(|e| e.to_string()),
+    }));
+    let outcome = answer.map(|a| a.outcome).ok();
     let allowed = matches!(
-        &answer.as_ref().map(|a| &a.outcome),
+        &outcome,
         Some(RequestPermissionOutcome::Selected(s)) if &*s.option_id.0 == "allow"
     );
     let status = if allowed {
@@ -459,17 +520,12 @@ async fn permission_turn(
         cx,
         session,
         SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-            call,
+            call.clone(),
             ToolCallUpdateFields::new().status(status),
         )),
     )?;
-    let cancelled_outcome = matches!(
-        &answer.as_ref().map(|a| &a.outcome),
-        None | Some(RequestPermissionOutcome::Cancelled)
-    );
-    Ok(if cancelled_outcome {
-        StopReason::Cancelled
-    } else {
-        StopReason::EndTurn
+    Ok(match outcome {
+        Some(RequestPermissionOutcome::Cancelled) => StopReason::Cancelled,
+        _ => StopReason::EndTurn,
     })
 }

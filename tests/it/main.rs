@@ -7,6 +7,8 @@ mod acp;
 mod attachments;
 mod cli;
 mod conformance;
+#[cfg(feature = "acp")]
+mod diskfull;
 mod dispatch;
 #[cfg(feature = "acp")]
 mod faults;
@@ -15,8 +17,11 @@ mod history;
 mod lifecycle;
 mod migrate;
 mod opening;
+mod privacy;
 #[cfg(feature = "probe")]
 mod probe;
+#[cfg(feature = "acp")]
+mod proxy;
 mod regressions;
 mod reliability;
 mod replay;

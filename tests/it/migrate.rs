@@ -240,12 +240,12 @@ fn concurrent_migrate_processes_both_succeed_and_apply_once() {
 fn no_column_holds_a_path_root_or_directory() {
     let t = TestStore::empty();
     json(&t.run(&["migrate", "--json"]));
-    let db = t.dir.path().join("sessions.db");
     // The probe's audit, with at least the words this test has always looked for.
     for word in ["path", "root", "dir", "folder", "location", "file"] {
         assert!(sessionstore::oracle::PATH_WORDS.contains(&word), "{word}");
     }
-    let audit = sessionstore::oracle::audit_database(&db.clone().into(), &[]).unwrap();
+    let audit = sessionstore::oracle::audit_database(&crate::support::config_in(t.dir.path()), &[])
+        .unwrap();
     assert!(
         audit.columns.len() > 20,
         "the schema was read: {:?}",

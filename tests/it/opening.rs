@@ -318,7 +318,7 @@ fn a_path_that_is_not_a_regular_file_is_refused_without_writing_beside_it() {
 /// How to run the binary as a user who cannot write to a folder: as root, a write bit
 /// does not stop us, so the command runs as `nobody` through `setpriv`; as anyone else,
 /// removing the write bits is enough. `None` when neither is possible here.
-fn without_write_permission(home: &Path) -> Option<Bin> {
+pub(crate) fn without_write_permission(home: &Path) -> Option<Bin> {
     use std::os::unix::fs::MetadataExt;
     // `home` was just made by this process, so it is owned by the user we run as.
     if std::fs::metadata(home).unwrap().uid() == 0 {
@@ -340,7 +340,7 @@ fn without_write_permission(home: &Path) -> Option<Bin> {
 }
 
 /// Sets the mode of `path` and everything under it: `dirs` for folders, `files` else.
-fn chmod_tree(path: &Path, dirs: u32, files: u32) {
+pub(crate) fn chmod_tree(path: &Path, dirs: u32, files: u32) {
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::symlink_metadata(path).unwrap();
     if meta.is_dir() {
@@ -354,7 +354,7 @@ fn chmod_tree(path: &Path, dirs: u32, files: u32) {
 }
 
 /// Gives write permission back, so the temporary folder can be removed.
-struct Writable<'a>(&'a Path);
+pub(crate) struct Writable<'a>(pub(crate) &'a Path);
 
 impl Drop for Writable<'_> {
     fn drop(&mut self) {

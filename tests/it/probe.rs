@@ -33,6 +33,24 @@ fn the_probe_binary_passes_every_check() {
     assert!(passed >= AT_LEAST, "{text}");
 }
 
+/// With the `encryption` feature the probe runs on an encrypted database of its own,
+/// with a key of its own, and checks that the texts it sent are nowhere in the files'
+/// bytes while its decrypting read finds them.
+#[cfg(feature = "encryption")]
+#[test]
+fn the_probe_runs_on_an_encrypted_database_of_its_own() {
+    let home = tempfile::tempdir().unwrap();
+    let out = Bin::new(home.path()).arg("probe").output();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l == "ok   db-file-is-encrypted"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 /// The faults the probe provokes on purpose are not reported to the user as warnings.
 #[test]
 fn a_passing_probe_is_quiet_on_stderr() {

@@ -592,6 +592,16 @@ async fn an_agent_that_resumed_its_own_session_gets_the_current_paths() {
                 if message["id"] == json!(next_id) && message.get("method").is_none() {
                     return message;
                 }
+                // The test agent's usual turn asks permission for its tool call, and
+                // waits for the answer.
+                if message["method"] == "session/request_permission" {
+                    let allow = json!({"jsonrpc": "2.0", "id": message["id"],
+                        "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}});
+                    to_proxy
+                        .write_all(format!("{allow}\n").as_bytes())
+                        .await
+                        .unwrap();
+                }
             }
         })
         .await

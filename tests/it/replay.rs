@@ -96,9 +96,12 @@ async fn the_v2_fixture_restores_its_turn_in_every_format() {
     ];
     // Reading never upgrades: the fixture is brought to this build's schema first,
     // as a user would, when a later migration exists.
-    Store::migrate(&db.clone().into(), sessionstore::Backup::Skip)
-        .await
-        .unwrap();
+    Store::migrate(
+        &crate::support::config_in(t.dir.path()),
+        sessionstore::Backup::Skip,
+    )
+    .await
+    .unwrap();
     let store = Store::open_read_only(Config {
         database: db.clone().into(),
         roots: sessionstore::attachments::Roots {
@@ -106,6 +109,8 @@ async fn the_v2_fixture_restores_its_turn_in_every_format() {
             legacy: vec![legacy.clone()],
         },
         host: sessionstore::config::host_name(),
+        sharing: Default::default(),
+        key: None,
     })
     .await
     .unwrap();

@@ -198,7 +198,7 @@ async fn the_database_never_holds_a_path_or_a_root() {
     }
     // Every table's text and the raw files, whatever has or has not been
     // checkpointed yet, through the audit the probe runs.
-    let audit = sessionstore::oracle::audit_database(&h.config.database, &needles).unwrap();
+    let audit = sessionstore::oracle::audit_database(&h.config, &needles).unwrap();
     assert!(
         audit.tables.iter().any(|t| t == "message_refs"),
         "{:?}",

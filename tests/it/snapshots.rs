@@ -50,6 +50,8 @@ async fn fixture_store(version: &str, root: &Path) -> (Store, SessionId) {
             legacy: vec![root.join("legacy")],
         },
         host: "snapshot-host".into(),
+        sharing: Default::default(),
+        key: None,
     })
     .await
     .unwrap();

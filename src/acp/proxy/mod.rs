@@ -61,6 +61,10 @@ pub struct ProxyOptions {
     /// as the agent takes, a cancellation being the client's way out. Time spent
     /// waiting on the client (a permission request) does not count.
     pub agent_timeout: Option<std::time::Duration>,
+    /// Whether the agent's updates are recorded (the default). Off, the proxy is the
+    /// relay alone (prompts are still stored and dispatched): the baseline the
+    /// streaming benchmarks measure recording against, never what a user runs.
+    pub record_updates: bool,
 }
 
 impl ProxyOptions {
@@ -70,6 +74,7 @@ impl ProxyOptions {
             cwd,
             restored_content_budget: restored::CONTENT_BUDGET,
             agent_timeout: None,
+            record_updates: true,
         }
     }
 }

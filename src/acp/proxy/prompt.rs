@@ -105,9 +105,10 @@ impl Proxy {
         Ok(Message::result(id, result?))
     }
 
-    /// Runs the turn for `messages`, then, while prompts were queued meanwhile, the
-    /// turn that delivers them (answering those prompts with its outcome). Returns the
-    /// first turn's outcome, for the prompt that started it.
+    /// Runs the turn for `messages` and returns its outcome, for the prompt that
+    /// started it. Prompts queued meanwhile are delivered by the turns that follow, on
+    /// a task of their own: the first prompt is answered as its turn ends, not once
+    /// theirs have.
     async fn run_turns(
         self: &Arc<Self>,
         session: SessionId,
@@ -117,11 +118,26 @@ impl Proxy {
     ) -> Result<Value, Failure> {
         let first = self.run_turn(session, &client_id, &params, messages).await;
         let state = self.turns.state(session);
+        let mut turn = state.lock().await;
+        if turn.waiting.is_empty() {
+            turn.running = false;
+        } else {
+            drop(turn);
+            let proxy = self.clone();
+            tokio::spawn(async move { proxy.run_queued(session, client_id, params).await });
+        }
+        first
+    }
+
+    /// While prompts were queued, the turn that delivers them (answering those prompts
+    /// with its outcome); the session's turn stays running until none is left.
+    async fn run_queued(self: Arc<Self>, session: SessionId, client_id: Value, params: Value) {
+        let state = self.turns.state(session);
         loop {
             let mut turn = state.lock().await;
             if turn.waiting.is_empty() {
                 turn.running = false;
-                return first;
+                return;
             }
             let waiting = std::mem::take(&mut turn.waiting);
             drop(turn);
@@ -313,7 +329,7 @@ impl Proxy {
             .cloned()
             .unwrap_or(Value::Null);
         let kind = update["sessionUpdate"].as_str().unwrap_or_default();
-        if is_history(kind) {
+        if is_history(kind) && self.options.record_updates {
             self.recorder(session).record(update).await;
         }
         let _ = self.client.send(&message).await;
@@ -479,8 +495,11 @@ impl Recorder {
     fn start(store: crate::Store, session: SessionId) -> Recorder {
         let (queue, mut rx) = mpsc::channel(RECORD_QUEUE);
         tokio::spawn(async move {
-            // The first failure to record is kept and given to every flush after it:
-            // an answer must not be relayed as if its turn were durable.
+            // The first failure to record is kept until the next flush, and nothing
+            // after it is recorded meanwhile: the turn keeps a prefix of its updates,
+            // and its answer is not relayed as if the turn were durable. The flush
+            // (the turn's end) clears it, so the next turn records again once the
+            // store can write (a disk that was full has room again).
             let mut failed: Option<Failure> = None;
             let mut batch = Vec::new();
             let mut flushes = Vec::new();
@@ -507,8 +526,11 @@ impl Recorder {
                     failed = Some(e);
                 }
                 batch.clear();
-                for done in flushes.drain(..) {
-                    let _ = done.send(failed.clone().map_or(Ok(()), Err));
+                if !flushes.is_empty() {
+                    let outcome = failed.take().map_or(Ok(()), Err);
+                    for done in flushes.drain(..) {
+                        let _ = done.send(outcome.clone());
+                    }
                 }
             }
         });

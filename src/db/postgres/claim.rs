@@ -11,8 +11,6 @@
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use postgres::NoTls;
-
 use super::pool::{client_config, unreachable};
 use crate::config::PostgresUrl;
 use crate::db::error::postgres as pg;
@@ -41,12 +39,12 @@ pub(crate) struct PgClaim {
 
 /// Claims `session` on the database of `url`, on a new connection.
 pub(crate) fn claim(url: &PostgresUrl, session: SessionId) -> Result<PgClaim> {
-    let config = client_config(url)?;
+    let (config, _, connector) = client_config(url)?;
     let shown = url.to_string();
     let (answer, answered) = mpsc::channel::<Result<bool>>();
     let (release, released) = mpsc::channel::<()>();
     let thread = std::thread::spawn(move || {
-        let mut client = match config.connect(NoTls) {
+        let mut client = match config.connect(connector) {
             Ok(client) => client,
             Err(e) => {
                 let _ = answer.send(Err(unreachable(&shown, &e)));

@@ -12,6 +12,7 @@ mod schema;
 mod scratch;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +33,7 @@ pub use self::pool::unreachable;
 pub use self::schema::{migrate, plan, schema_problems};
 #[cfg(any(test, feature = "probe", feature = "testkit"))]
 pub use self::scratch::{ScratchSchema, off_runtime};
+pub(crate) use self::tls::connect;
 #[cfg(test)]
 pub(crate) use super::sql::test_server;
 

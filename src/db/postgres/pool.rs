@@ -1,16 +1,18 @@
 //! Connections to a PostgreSQL server: the r2d2 pool of blocking clients with each
-//! connection's prepared statements, the first connection made at once so a refusal
-//! is reported with its reason, connections closed on a thread of their own, and a
-//! driver's words about a failed connection without the password. It runs no
-//! statement of the store's.
+//! connection's prepared statements, over the TLS the connection string asks for
+//! (`tls`), the first connection made at once so a refusal is reported with its reason
+//! (and the log told whether it is encrypted), connections closed on a thread of their
+//! own, and a driver's words about a failed connection without the password. It runs
+//! no statement of the store's.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use postgres::{Client, NoTls};
+use postgres::Client;
 use r2d2_postgres::PostgresConnectionManager;
 
-use crate::config::{PostgresUrl, redact, scrub_secrets};
+use super::tls::{self, Connector};
+use crate::config::{PostgresUrl, Tls, redact, scrub_secrets};
 use crate::db::sql::Statements;
 use crate::error::{Error, Result};
 
@@ -19,7 +21,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// r2d2_postgres's manager, with each connection's prepared statements kept beside it.
 pub(super) struct Manager {
-    inner: PostgresConnectionManager<NoTls>,
+    inner: PostgresConnectionManager<Connector>,
     /// The connection `Pool::new` made to check the server, handed out as the pool's
     /// first so that opening a store costs one handshake, not two.
     first: std::sync::Mutex<Option<Client>>,
@@ -71,25 +73,6 @@ pub fn unreachable(url: &str, e: &postgres::Error) -> Error {
     }
 }
 
-/// How every connection to `url` is made, the pool's and a session claim's own. A
-/// string that does not parse is refused.
-pub(super) fn client_config(url: &PostgresUrl) -> Result<postgres::Config> {
-    let mut config: postgres::Config =
-        url.as_str().parse().map_err(|e| Error::ConnectionString {
-            url: url.to_string(),
-            detail: url.scrub(&describe_parse(&e)),
-        })?;
-    // A server that takes the TCP connection and never answers (a stuck proxy, a
-    // wrong port) must not hang a command: connecting gives up in time, and a
-    // connection whose peer went away is noticed, unless the string says otherwise.
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(CONNECT_TIMEOUT);
-    }
-    config.keepalives(true);
-    config.keepalives_idle(Duration::from_secs(60));
-    Ok(config)
-}
-
 /// The connection pool. The `postgres` client is blocking and runs a small runtime of
 /// its own, which it cannot do on a thread that is already driving async tasks: a
 /// connection closed there panics. A store is often dropped on such a thread (the end
@@ -137,12 +120,29 @@ fn describe(error: &postgres::Error) -> String {
     text
 }
 
+/// How every connection to `url` is made, the pool's and a session claim's own: the
+/// driver's settings, the TLS the URL asks for and its connector. A string that does
+/// not parse is refused.
+pub(super) fn client_config(url: &PostgresUrl) -> Result<(postgres::Config, Tls, Connector)> {
+    let (mut config, tls) = url.driver_config()?;
+    let connector = tls::connector(url, &tls)?;
+    // A server that takes the TCP connection and never answers (a stuck proxy, a
+    // wrong port) must not hang a command: connecting gives up in time, and a
+    // connection whose peer went away is noticed, unless the string says otherwise.
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    config.keepalives(true);
+    config.keepalives_idle(Duration::from_secs(60));
+    Ok((config, tls, connector))
+}
+
 impl Pool {
     /// A pool of at most `max_size` connections to `url`, none opened yet. A string
     /// that does not parse is refused here, before any connection is tried.
     pub(super) fn new(url: &PostgresUrl, max_size: u32) -> Result<Pool> {
         let shown: Arc<str> = url.to_string().into();
-        let config = client_config(url)?;
+        let (config, tls, connector) = client_config(url)?;
         // One connection first, on a thread of its own (the blocking client cannot
         // run on an async one): a server that refuses it, a missing database or a
         // wrong password is reported at once with the reason, not after the pool has
@@ -152,10 +152,21 @@ impl Pool {
         // the pool's first.
         let (sent, answer) = std::sync::mpsc::channel();
         let attempt = config.clone();
+        let attempt_tls = connector.clone();
+        // Asking the server costs a round trip, so only when the log would show it.
+        let ask = tracing::enabled!(tracing::Level::INFO);
         std::thread::spawn(move || {
-            let _ = sent.send(attempt.connect(NoTls).map_err(|e| describe(&e)));
+            let connected = attempt.connect(attempt_tls).map(|mut client| {
+                let encrypted = if ask {
+                    tls::encrypted(&mut client)
+                } else {
+                    None
+                };
+                (client, encrypted)
+            });
+            let _ = sent.send(connected.map_err(|e| describe(&e)));
         });
-        let first = answer
+        let (first, encrypted) = answer
             .recv_timeout(CONNECT_TIMEOUT)
             .unwrap_or_else(|e| match e {
                 std::sync::mpsc::RecvTimeoutError::Timeout => Err(format!(
@@ -170,6 +181,7 @@ impl Pool {
                 url: shown.to_string(),
                 detail: url.scrub(&reason),
             })?;
+        log_connection(&shown, &tls, encrypted);
         let last_error = LastConnectError::default();
         let pool = r2d2::Pool::builder()
             .max_size(max_size)
@@ -178,7 +190,7 @@ impl Pool {
             // Failed connection attempts are kept for the caller, not logged by r2d2.
             .error_handler(Box::new(last_error.clone()))
             .build_unchecked(Manager {
-                inner: PostgresConnectionManager::new(config, NoTls),
+                inner: PostgresConnectionManager::new(config, connector),
                 first: std::sync::Mutex::new(Some(first)),
             });
         Ok(Pool(Arc::new(PoolInner {
@@ -212,12 +224,17 @@ impl Pool {
     }
 }
 
-/// The words of a connection string that does not parse, after the driver's own
-/// "invalid connection string", which the message already says.
-fn describe_parse(error: &postgres::Error) -> String {
-    match std::error::Error::source(error) {
-        Some(cause) => cause.to_string(),
-        None => error.to_string(),
+/// Tells the log (at info) whether the first connection is encrypted, and in which
+/// mode: every connection of the pool is made the same way.
+fn log_connection(shown: &str, tls: &Tls, encrypted: Option<bool>) {
+    let mode = &tls.mode;
+    match encrypted {
+        Some(true) => tracing::info!("connected to {shown} over TLS (sslmode {mode})"),
+        Some(false) => tracing::info!("connected to {shown} without TLS (sslmode {mode})"),
+        None => tracing::info!(
+            "connected to {shown} (sslmode {mode}); the server did not say whether the \
+             connection is encrypted"
+        ),
     }
 }
 

@@ -114,6 +114,7 @@ pub(super) fn migrate_client(client: &mut Client, shown: &str) -> Result<Migrati
             pending: vec![],
             current: current(&after),
             backup: None,
+            encryption: None,
         })
     })();
     // The lock is the session's: released here, or when the connection closes.
@@ -147,6 +148,7 @@ pub fn plan(url: &PostgresUrl) -> Result<MigrationReport> {
         pending,
         current: current(&applied),
         backup: None,
+        encryption: None,
     })
 }
 

@@ -4,10 +4,10 @@
 //! `off_runtime` for blocking clients used from async code. It touches no store's
 //! schema.
 
-use postgres::{Client, NoTls};
-
-use super::pool::unreachable;
+use super::tls::connect;
+use crate::config::PostgresUrl;
 use crate::db::error::postgres as pg;
+use crate::error::Error;
 use crate::error::Result;
 
 /// `url` with `schema` first on its search path (`options=-c search_path=…`), added to
@@ -50,10 +50,14 @@ pub fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 }
 
 /// Runs `sql` on a connection of its own to the server `url` names, outside any
-/// store: making and removing a scratch schema.
+/// store, over the TLS the URL asks for: making and removing a scratch schema.
 fn on_server(url: &str, sql: &str, action: &'static str) -> Result<()> {
+    let url = PostgresUrl::new(url).ok_or_else(|| Error::ConnectionString {
+        url: crate::config::redact(url),
+        detail: "it is not a postgres:// URL".to_owned(),
+    })?;
     off_runtime(|| {
-        let mut client = Client::connect(url, NoTls).map_err(|e| unreachable(url, &e))?;
+        let mut client = connect(&url)?;
         client.batch_execute(sql).map_err(pg(action))
     })
 }

@@ -14,7 +14,8 @@ use super::super::model_bound::{
 };
 use super::super::oracle::{CONTEXT_META_KEY, PathAudit};
 use super::{
-    db_file_has_no_path, db_text_has_no_path, recorded_turn_replays, schema_has_no_path_column,
+    db_file_has_no_path, db_file_is_encrypted, db_text_has_no_path, recorded_turn_replays,
+    schema_has_no_path_column,
 };
 use crate::attachments::AttachmentUri;
 use crate::ids::SessionId;
@@ -144,6 +145,32 @@ fn database_checks_fail_on_a_stored_path() {
     assert!(schema_has_no_path_column(&dirty).is_err());
     assert!(db_text_has_no_path(&dirty).is_err());
     assert!(db_file_has_no_path(&dirty, db).is_err());
+}
+
+/// The encryption check fails on a plaintext header, on a text found in the files'
+/// bytes, and on a decrypting read that found a text missing (proving nothing).
+#[test]
+fn the_encryption_check_fails_on_plaintext_or_on_a_read_that_saw_nothing() {
+    let texts = vec!["hello there".to_owned()];
+    let good = PathAudit {
+        files: vec!["x.db".into()],
+        file_bytes: 4096,
+        value_hits: vec![("messages".into(), texts[0].clone())],
+        ..PathAudit::default()
+    };
+    let random = [0x9a_u8; 16];
+    assert!(db_file_is_encrypted(&good, &texts, &random).is_ok());
+    assert!(db_file_is_encrypted(&good, &texts, b"SQLite format 3\0").is_err());
+    let leaked = PathAudit {
+        file_hits: vec![("x.db-wal".into(), texts[0].clone())],
+        ..good.clone()
+    };
+    assert!(db_file_is_encrypted(&leaked, &texts, &random).is_err());
+    let blind = PathAudit {
+        value_hits: vec![],
+        ..good
+    };
+    assert!(db_file_is_encrypted(&blind, &texts, &random).is_err());
 }
 
 /// The file audit fails when it read no file, not the database's, or only empty ones:

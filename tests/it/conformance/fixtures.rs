@@ -61,6 +61,8 @@ impl Copy {
             database: db.into(),
             roots: self.roots(),
             host: "snapshot-host".into(),
+            sharing: Default::default(),
+            key: None,
         };
         Bin::new(self.root()).args(args).on(&config).output()
     }
@@ -72,6 +74,8 @@ impl Copy {
             database: db.into(),
             roots: self.roots(),
             host: "snapshot-host".into(),
+            sharing: Default::default(),
+            key: None,
         })
         .await
         .expect("the store opens for reading")

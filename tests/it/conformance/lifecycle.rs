@@ -26,6 +26,12 @@ conformance!(
     export_then_import_restores_the_same_history,
 );
 
+crate::support::over_tls!(
+    delete_leaves_a_tombstone_and_never_gives_the_id_again,
+    search_finds_titles_messages_and_agent_text,
+    export_then_import_restores_the_same_history,
+);
+
 fn ids(page: &sessionstore::lifecycle::SessionPage) -> Vec<SessionId> {
     page.sessions.iter().map(|s| s.id).collect()
 }
@@ -699,7 +705,7 @@ async fn search_finds_titles_messages_and_agent_text(b: TestStore) {
         b.configured().display().to_string(),
         b.legacy().display().to_string(),
     ];
-    let audit = sessionstore::oracle::audit_database(&b.db().into(), &needles).unwrap();
+    let audit = sessionstore::oracle::audit_database(&b.config, &needles).unwrap();
     assert!(audit.value_hits.is_empty(), "{:?}", audit.value_hits);
     let err = store.search("   ".into(), None, 10).await.unwrap_err();
     assert!(matches!(err, Error::SearchQuery { .. }), "{err}");

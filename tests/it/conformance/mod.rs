@@ -11,6 +11,7 @@ mod group;
 mod lifecycle;
 mod refusals;
 mod store;
+mod tls;
 
 use sessionstore::model::ToolsHost;
 use sessionstore::store::Outgoing;
@@ -20,7 +21,7 @@ mod multihost;
 use self::common::session;
 use crate::restored::CollectRestore;
 use crate::support::{
-    Expect, TestStore, block_json, check_attachment, conformance, json, stderr, stdout,
+    Expect, TestStore, block_json, check_attachment, conformance, json, over_tls, stderr, stdout,
 };
 
 conformance!(
@@ -32,6 +33,13 @@ conformance!(
     a_nul_character_is_kept_by_sqlite_and_refused_whole_by_postgres,
     a_defanged_append_only_guard_is_reported_and_refuses_writes,
     a_dropped_unique_constraint_is_reported_and_refuses_writes,
+);
+
+over_tls!(
+    a_session_restores_in_a_fresh_store_with_paths_that_read_back,
+    the_event_log_refuses_to_be_rewritten,
+    the_binary_migrates_then_writes_and_reads,
+    the_readme_tour_and_lifecycle_examples_run_as_written,
 );
 
 /// The append-only guard replaced by one that lets updates through (a rewritten

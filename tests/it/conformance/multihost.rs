@@ -146,6 +146,8 @@ fn writer_process() {
             legacy: vec![],
         },
         host: format!("host-{}", var("SESSIONSTORE_MH_HOST")),
+        sharing: Default::default(),
+        key: None,
     };
     let sessions: Vec<SessionId> = var("SESSIONSTORE_MH_SESSIONS")
         .split(',')

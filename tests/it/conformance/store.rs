@@ -29,6 +29,12 @@ conformance!(
     a_restore_larger_than_its_memo_budget_reads_evicted_files_again,
 );
 
+crate::support::over_tls!(
+    every_change_writes_its_event_in_order,
+    a_whole_turn_is_recorded_and_restores_in_every_format,
+    verify_catches_rows_edited_behind_the_logs_back,
+);
+
 fn kinds(events: &[sessionstore::model::Event]) -> Vec<&str> {
     events.iter().map(|e| e.kind.as_str()).collect()
 }

@@ -117,9 +117,21 @@ impl Proxy {
     }
 
     /// The next message the proxy writes, within `ANSWER`; `None` once it is gone.
+    /// A request of the agent's is answered as an editor would: a permission allowed,
+    /// anything else refused as unknown.
     pub fn next(&mut self) -> Option<Value> {
         let message = self.from.recv_timeout(ANSWER).ok()?;
         self.seen.push(message.clone());
+        if let (Some(id), Some(method)) = (message.get("id"), message["method"].as_str()) {
+            let answer = if method == "session/request_permission" {
+                json!({"jsonrpc": "2.0", "id": id,
+                       "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})
+            } else {
+                json!({"jsonrpc": "2.0", "id": id,
+                       "error": {"code": -32601, "message": "not an editor's"}})
+            };
+            self.write_raw(format!("{answer}\n").as_bytes());
+        }
         Some(message)
     }
 

@@ -43,6 +43,9 @@ impl Bin {
         cmd.env_remove("SESSIONSTORE_DB")
             .env_remove("SESSIONSTORE_ATTACHMENTS_ROOT")
             .env_remove("SESSIONSTORE_LEGACY_ROOTS")
+            .env_remove("SESSIONSTORE_KEY_FILE")
+            .env_remove("SESSIONSTORE_NEW_KEY_FILE")
+            .env_remove("SESSIONSTORE_SHARED_GROUP")
             .env("HOME", home)
             .env("XDG_DATA_HOME", home.join(".local/share"));
         Bin::of(cmd)

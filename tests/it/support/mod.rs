@@ -14,8 +14,8 @@ use sessionstore::Store;
 use sessionstore::oracle::ContextLine;
 
 pub use bin::Bin;
-pub(crate) use store::conformance;
-pub use store::{HOST, TestStore, config_in, postgres_url};
+pub use store::{HOST, TestStore, config_in, postgres_tls_url, postgres_url, skipped_tls_notice};
+pub(crate) use store::{conformance, over_tls};
 
 /// A user message as typed, with no references.
 pub fn user_text(t: &str) -> sessionstore::store::Outgoing {

@@ -8,7 +8,9 @@
 //!
 //! Without the variable, or in a build without the `postgres` feature, there is no
 //! PostgreSQL fixture: the PostgreSQL half of each conformance test passes without
-//! running, and the run says so once on stderr.
+//! running, and the run says so once on stderr. `SESSIONSTORE_TEST_POSTGRES_TLS` names
+//! a server reached through `sslmode=verify-full` (`.ci/postgres tls-url`), for the
+//! conformance tests run once more over TLS (`over_tls!`), skipped the same way.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -26,6 +28,10 @@ use super::{Bin, Expect, parse_uri};
 
 /// The variable that names the server the PostgreSQL suite runs on.
 const POSTGRES_VAR: &str = "SESSIONSTORE_TEST_POSTGRES";
+
+/// The variable that names a server reached over TLS with its certificate checked: a
+/// connection string with `sslmode=verify-full` and `sslrootcert`.
+const POSTGRES_TLS_VAR: &str = "SESSIONSTORE_TEST_POSTGRES_TLS";
 
 /// The host name every fixture's store gives in its contexts.
 pub const HOST: &str = "test-host";
@@ -103,10 +109,34 @@ impl TestStore {
         }
     }
 
+    /// The PostgreSQL half once more, through `sslmode=verify-full`: a fresh schema on
+    /// the server `SESSIONSTORE_TEST_POSTGRES_TLS` names, or `None` when none is named.
+    pub fn postgres_tls() -> Option<TestStore> {
+        #[cfg(feature = "postgres")]
+        {
+            let Some(admin) = postgres_tls_url() else {
+                skipped_tls_notice();
+                return None;
+            };
+            let schema = Schema::create(&admin);
+            let mut t = TestStore::sqlite();
+            t.config.database = Database::parse(schema.url());
+            t.engine = Engine::Postgres(schema);
+            Some(t)
+        }
+        #[cfg(not(feature = "postgres"))]
+        {
+            skipped_tls_notice();
+            None
+        }
+    }
+
     /// Another empty fixture of the same engine: a second SQLite file, or a second
-    /// schema on the same server.
+    /// schema on the same server (reached the same way).
     pub fn another(&self) -> TestStore {
-        if self.is_postgres() {
+        if self.db().contains("sslmode=verify-full") {
+            TestStore::postgres_tls().expect("the server named for this fixture")
+        } else if self.is_postgres() {
             TestStore::postgres().expect("the server named for this fixture")
         } else {
             TestStore::sqlite()
@@ -353,12 +383,54 @@ pub fn config_in(dir: &Path) -> Config {
             legacy: vec![],
         },
         host: HOST.to_owned(),
+        sharing: Default::default(),
+        key: None,
     }
 }
 
 /// The server named for the PostgreSQL suite, if any.
 pub fn postgres_url() -> Option<String> {
     std::env::var(POSTGRES_VAR).ok().filter(|v| !v.is_empty())
+}
+
+/// The server named for the suite over TLS (`sslmode=verify-full`), if any.
+pub fn postgres_tls_url() -> Option<String> {
+    std::env::var(POSTGRES_TLS_VAR)
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
+/// Says once, on stderr, that the tests over TLS did not run.
+pub fn skipped_tls_notice() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "note: the PostgreSQL tests over TLS were skipped: set {POSTGRES_TLS_VAR} to a \
+             sslmode=verify-full connection string (`.ci/postgres tls-url`), or run \
+             `bash .ci/run`, which starts such a server"
+        );
+    });
+}
+
+/// `url` without its `sslmode` and `sslrootcert`, which the driver alone cannot read:
+/// for the tests' own clients behind the store's back, which need no TLS on the
+/// loopback.
+#[cfg(feature = "postgres")]
+fn without_tls(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_owned();
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.starts_with("sslmode=") && !p.starts_with("sslrootcert="))
+        .collect();
+    if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    }
 }
 
 fn skipped_notice(why: &str) {
@@ -423,7 +495,7 @@ impl Schema {
         sql: &str,
         f: impl FnOnce(&mut postgres::Client, &str) -> Result<T, postgres::Error> + Send + 'static,
     ) -> Result<T, String> {
-        let url = self.url();
+        let url = without_tls(&self.url());
         let sql = sql.to_owned();
         std::thread::spawn(move || {
             let mut client =
@@ -465,3 +537,23 @@ macro_rules! conformance {
     };
 }
 pub(crate) use conformance;
+
+/// Runs conformance test bodies once more, on PostgreSQL through `sslmode=verify-full`
+/// (`TestStore::postgres_tls`), as tests named `postgres_tls::<name>` inside the module that
+/// invokes it: a representative part of the suite, over TLS with the server's
+/// certificate and name checked.
+macro_rules! over_tls {
+    ($($name:ident),* $(,)?) => {
+        mod postgres_tls {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $name() {
+                    if let Some(t) = $crate::support::TestStore::postgres_tls() {
+                        super::$name(t).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+pub(crate) use over_tls;

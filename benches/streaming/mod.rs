@@ -1,0 +1,407 @@
+//! The `streaming` group (not criterion, and only when named: it streams millions of
+//! updates): what a daemon does while agents stream, measured against baselines in the
+//! same run.
+//!
+//! - Group commit: 1 to 16 sessions appending at once through one `Store` (each an
+//!   awaited `record` of one chunk at a time), against raw rusqlite committing each
+//!   append on its own (WAL, `synchronous = FULL`): writes and commits a second, and
+//!   the p99 of one write's latency.
+//! - Through the proxy: the release binary `sessionstore proxy -- sessionstore-test-agent`,
+//!   one turn of 100,000 `agent_message_chunk`s (about 60 bytes each), then 16 sessions
+//!   streaming 20,000 each at once, recording everything, against the same proxy with
+//!   recording off (`--relay-only`, the relay alone): throughput and the p99 of the time
+//!   from the agent writing a chunk to the client reading it (each chunk carries when it
+//!   was written), the median over several runs; and the database's commits a second.
+//! - The proxy's peak resident memory while the client reads at a tenth of the agent's
+//!   rate through a 100,000-update turn.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use sessionstore::Store;
+use sessionstore::model::ToolsHost;
+use tokio::runtime::Runtime;
+
+use crate::Report;
+use crate::workload::{self, MIB};
+
+pub fn streaming(report: &mut Report, rt: &Runtime) {
+    group_commit(report, rt);
+    proxied(report);
+}
+
+fn chunk(text: &str) -> serde_json::Value {
+    json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
+}
+
+fn p99(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[(v.len() * 99 / 100).min(v.len() - 1)]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Writes a second of raw rusqlite, one transaction (and fsync) per append.
+fn raw_commit_rate(dir: &Path, rt: &Runtime) -> f64 {
+    let f = workload::Fixture::create(rt, dir);
+    let mut conn = workload::raw_connection(&dir.join("sessions.db"));
+    let session = f.session.to_string();
+    let n = 600;
+    let start = Instant::now();
+    for i in 0..n {
+        workload::raw_append(&mut conn, &session, &format!("append {i}"));
+    }
+    f64::from(n) / start.elapsed().as_secs_f64()
+}
+
+struct Appended {
+    writes_per_s: f64,
+    commits_per_s: f64,
+    p99_ms: f64,
+}
+
+/// `sessions` sessions, each recording `each` chunks one awaited write at a time, all
+/// at once through one store.
+fn appending(store: &Store, rt: &Runtime, sessions: usize, each: usize) -> Appended {
+    rt.block_on(async {
+        let mut ids = Vec::new();
+        for _ in 0..sessions {
+            ids.push(
+                store
+                    .create_session(None, ToolsHost::Local)
+                    .await
+                    .unwrap()
+                    .id,
+            );
+        }
+        let before = store.write_stats();
+        let start = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for id in ids {
+            let store = store.clone();
+            tasks.spawn(async move {
+                let mut latencies = Vec::with_capacity(each);
+                for i in 0..each {
+                    let at = Instant::now();
+                    store
+                        .record_values(id, vec![chunk(&format!("piece {i} "))])
+                        .await
+                        .expect("recorded");
+                    latencies.push(at.elapsed().as_secs_f64());
+                }
+                latencies
+            });
+        }
+        let mut latencies = Vec::new();
+        while let Some(done) = tasks.join_next().await {
+            latencies.extend(done.unwrap());
+        }
+        let took = start.elapsed().as_secs_f64();
+        let after = store.write_stats();
+        Appended {
+            writes_per_s: (after.writes - before.writes) as f64 / took,
+            commits_per_s: (after.commits - before.commits) as f64 / took,
+            p99_ms: p99(latencies) * 1e3,
+        }
+    })
+}
+
+fn group_commit(report: &mut Report, rt: &Runtime) {
+    let raw_dir = tempfile::tempdir().expect("a temp dir");
+    let raw = raw_commit_rate(raw_dir.path(), rt);
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let store = rt
+        .block_on(Store::open(workload::config_in(dir.path())))
+        .expect("a store");
+    let mut one_commits = f64::NAN;
+    for sessions in [1usize, 2, 4, 8, 16] {
+        let a = appending(&store, rt, sessions, 300);
+        if sessions == 1 {
+            one_commits = a.commits_per_s;
+        }
+        let target = if sessions == 16 {
+            format!(
+                "; target >= 8x: {}",
+                if a.writes_per_s >= 8.0 * raw {
+                    "met"
+                } else {
+                    "not met"
+                }
+            )
+        } else {
+            String::new()
+        };
+        report.0.push(format!(
+            "streaming group commit, {sessions:>2} sessions appending: {:.0} writes/s = {:.2}x raw \
+             rusqlite's {:.0} commits/s{target}; {:.0} commits/s ({:.2}x one session's); p99 of a \
+             write {:.2} ms",
+            a.writes_per_s,
+            a.writes_per_s / raw,
+            raw,
+            a.commits_per_s,
+            a.commits_per_s / one_commits,
+            a.p99_ms,
+        ));
+    }
+}
+
+/// The release proxy in front of the test agent, spoken to line by line.
+struct Proxy {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<std::process::ChildStdout>,
+    next_id: u64,
+    _dir: tempfile::TempDir,
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+impl Proxy {
+    fn start(relay_only: bool) -> Proxy {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessionstore"));
+        cmd.arg("-v")
+            .arg("--db")
+            .arg(dir.path().join("sessions.db"))
+            .arg("--attachments-root")
+            .arg(dir.path().join("attachments"))
+            .arg("proxy");
+        if relay_only {
+            cmd.arg("--relay-only");
+        }
+        let mut child = cmd
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_sessionstore-test-agent"))
+            .current_dir(dir.path())
+            .env_remove("SESSIONSTORE_DB")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(dir.path().join("stderr")).expect("a log file"))
+            .spawn()
+            .expect("the proxy starts");
+        let input = child.stdin.take().expect("piped");
+        let output = BufReader::with_capacity(1 << 16, child.stdout.take().expect("piped"));
+        let mut proxy = Proxy {
+            child,
+            input,
+            output,
+            next_id: 0,
+            _dir: dir,
+        };
+        proxy.call("initialize", json!({"protocolVersion": 1}));
+        proxy
+    }
+
+    fn send(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let line =
+            json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
+        writeln!(self.input, "{line}").expect("the proxy reads");
+        self.next_id
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                self.output.read_line(&mut line).expect("a line") > 0,
+                "the proxy ended"
+            );
+            let v: Value = serde_json::from_str(&line).expect("JSON");
+            if v["id"] == json!(id) && v.get("method").is_none() {
+                assert!(v.get("error").is_none(), "{method}: {v}");
+                return v["result"].clone();
+            }
+        }
+    }
+
+    fn session(&mut self) -> Value {
+        let cwd = self._dir.path().to_path_buf();
+        self.call("session/new", json!({"cwd": cwd, "mcpServers": []}))["sessionId"].clone()
+    }
+
+    /// Prompts every session with `stream N` at once and reads until every answer
+    /// came, pausing `pace` per chunk read (a slow client). Gives the time from the
+    /// prompts to the last answer, the chunk latencies, and the proxy's peak RSS.
+    fn stream(&mut self, sessions: &[Value], n: u64, pace: Option<Duration>) -> Streamed {
+        let start = Instant::now();
+        let mut waiting: Vec<u64> = sessions
+            .iter()
+            .map(|s| {
+                self.send(
+                    "session/prompt",
+                    json!({"sessionId": s, "prompt": [{"type": "text", "text": format!("stream {n}")}]}),
+                )
+            })
+            .collect();
+        let mut latencies = Vec::with_capacity((n as usize) * sessions.len());
+        let mut line = String::new();
+        while !waiting.is_empty() {
+            line.clear();
+            assert!(
+                self.output.read_line(&mut line).expect("a line") > 0,
+                "the proxy ended"
+            );
+            let read = now_ns();
+            // The chunk's text starts with when it was written: no need to parse the
+            // whole line for it.
+            if let Some(at) = line.find("\"text\":\"") {
+                let digits = &line[at + 8..];
+                if let Some(sent) = digits.get(..20).and_then(|d| d.parse::<u128>().ok()) {
+                    latencies.push(read.saturating_sub(sent) as f64 / 1e9);
+                    if let Some(pace) = pace {
+                        std::thread::sleep(pace);
+                    }
+                    continue;
+                }
+            }
+            let v: Value = serde_json::from_str(&line).expect("JSON");
+            if v.get("method").is_none()
+                && let Some(id) = v["id"].as_u64()
+            {
+                assert_eq!(v["result"]["stopReason"], "end_turn", "{v}");
+                waiting.retain(|w| *w != id);
+            }
+        }
+        Streamed {
+            seconds: start.elapsed().as_secs_f64(),
+            chunks: latencies.len(),
+            p99: p99(latencies),
+            peak_rss: peak_rss(self.child.id()),
+        }
+    }
+
+    /// Ends the proxy (its client goes) and gives the commits its store's writer made,
+    /// from the line it logs as it ends.
+    fn finish(mut self) -> u64 {
+        drop(self.input);
+        let _ = self.child.wait();
+        let log = std::fs::read_to_string(self._dir.path().join("stderr")).unwrap_or_default();
+        log.lines()
+            .find_map(|l| {
+                let (_, rest) = l.split_once("the store's writer made ")?;
+                rest.split_whitespace().next()?.parse().ok()
+            })
+            .unwrap_or(0)
+    }
+}
+
+struct Streamed {
+    seconds: f64,
+    chunks: usize,
+    p99: f64,
+    peak_rss: u64,
+}
+
+fn peak_rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// The proxy recording against the relay alone, then a slow client.
+fn proxied(report: &mut Report) {
+    const RUNS: usize = 5;
+    let mut figures = Vec::new();
+    let mut one_session_commits = f64::NAN;
+    for (label, sessions, n) in [
+        ("1 x 100,000", 1usize, 100_000u64),
+        ("16 x 20,000", 16, 20_000),
+    ] {
+        let mut recorded = (Vec::new(), Vec::new());
+        let mut relayed = (Vec::new(), Vec::new());
+        let mut commit_rates = Vec::new();
+        for _ in 0..RUNS {
+            for relay_only in [true, false] {
+                let mut proxy = Proxy::start(relay_only);
+                let ids: Vec<Value> = (0..sessions).map(|_| proxy.session()).collect();
+                let s = proxy.stream(&ids, n, None);
+                assert_eq!(s.chunks as u64, n * sessions as u64, "every chunk arrived");
+                let side = if relay_only {
+                    &mut relayed
+                } else {
+                    &mut recorded
+                };
+                side.0.push(s.chunks as f64 / s.seconds);
+                side.1.push(s.p99);
+                let commits = proxy.finish();
+                if !relay_only {
+                    commit_rates.push(commits as f64 / s.seconds);
+                }
+            }
+        }
+        let (rec_rate, rel_rate) = (median(recorded.0), median(relayed.0));
+        let (rec_p99, rel_p99) = (median(recorded.1), median(relayed.1));
+        let commits = median(commit_rates);
+        if sessions == 1 {
+            one_session_commits = commits;
+        }
+        figures.push(format!(
+            "streaming through the proxy, {label} chunks: {:.0} chunks/s recorded vs {:.0} \
+             relayed alone = {:.2}x (target >= 0.8x: {}); p99 agent-to-client {:.2} ms vs {:.2} \
+             ms = {:.2}x the relay's (target <= 1.5x: {}); {:.0} commits/s ({:.2}x one session's); \
+             median of {RUNS} runs",
+            rec_rate,
+            rel_rate,
+            rec_rate / rel_rate,
+            if rec_rate >= 0.8 * rel_rate {
+                "met"
+            } else {
+                "not met"
+            },
+            rec_p99 * 1e3,
+            rel_p99 * 1e3,
+            rec_p99 / rel_p99,
+            if rec_p99 <= 1.5 * rel_p99 {
+                "met"
+            } else {
+                "not met"
+            },
+            commits,
+            commits / one_session_commits,
+        ));
+    }
+    // A client reading at a tenth of the agent's rate (the rate of the recorded run
+    // above, measured again here on one session).
+    let mut proxy = Proxy::start(false);
+    let id = proxy.session();
+    let fast = proxy.stream(std::slice::from_ref(&id), 20_000, None);
+    let rate = fast.chunks as f64 / fast.seconds;
+    let pace = Duration::from_secs_f64(10.0 / rate);
+    let slow = proxy.stream(std::slice::from_ref(&id), 100_000, Some(pace));
+    proxy.finish();
+    figures.push(format!(
+        "streaming to a slow client (reading {:.0} chunks/s, a tenth of {:.0}): 100,000 updates \
+         in {:.1} s, proxy peak RSS {:.1} MiB (target <= 64 MiB: {})",
+        rate / 10.0,
+        rate,
+        slow.seconds,
+        slow.peak_rss as f64 / MIB as f64,
+        if slow.peak_rss <= 64 * MIB as u64 {
+            "met"
+        } else {
+            "not met"
+        }
+    ));
+    report.0.extend(figures);
+}
