@@ -9,7 +9,7 @@
 //! it cannot be dropped on a thread that drives async tasks (see `pool.rs`).
 
 use std::sync::mpsc;
-use std::thread::JoinHandle;
+use std::time::Duration;
 
 use super::pool::{client_config, unreachable};
 use crate::config::PostgresUrl;
@@ -28,13 +28,19 @@ const TRY_LOCK: &str = "SELECT pg_try_advisory_lock(hashtextextended(\
 const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended(\
      'sessionstore session ' || current_schema() || ' ' || $1, 0))";
 
-/// A session claimed on a PostgreSQL database; dropping it releases the lock, closes
-/// the claim's connection and waits for both to be done.
+/// How long dropping a claim waits for the server to confirm the release. A server
+/// that does not answer in time (gone, or cut off) is not waited for on the caller's
+/// thread, which may be an async one; the lock then ends with the connection.
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
+
+/// A session claimed on a PostgreSQL database; dropping it releases the lock and
+/// closes the claim's connection, waiting (up to `RELEASE_WAIT`) for the release.
 #[derive(Debug)]
 pub(crate) struct PgClaim {
-    /// Dropped to tell the thread to close its connection.
+    /// Dropped to tell the thread to release the lock and close its connection.
     release: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    /// Closed by the thread once the server has released the lock (or failed to).
+    released: mpsc::Receiver<()>,
 }
 
 /// Claims `session` on the database of `url`, on a new connection.
@@ -42,8 +48,9 @@ pub(crate) fn claim(url: &PostgresUrl, session: SessionId) -> Result<PgClaim> {
     let (config, _, connector) = client_config(url)?;
     let shown = url.to_string();
     let (answer, answered) = mpsc::channel::<Result<bool>>();
-    let (release, released) = mpsc::channel::<()>();
-    let thread = std::thread::spawn(move || {
+    let (release, release_asked) = mpsc::channel::<()>();
+    let (done, released) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
         let mut client = match config.connect(connector) {
             Ok(client) => client,
             Err(e) => {
@@ -59,12 +66,13 @@ pub(crate) fn claim(url: &PostgresUrl, session: SessionId) -> Result<PgClaim> {
         let _ = answer.send(taken);
         if held {
             // Until the claim is dropped (its sender with it), or the process ends.
-            let _ = released.recv();
+            let _ = release_asked.recv();
             if let Err(e) = client.query_one(UNLOCK, &[&session.to_string()]) {
                 // The connection's end releases it then, a moment later.
                 tracing::warn!("cannot release the claim on session {session}: {e}");
             }
         }
+        drop(done);
         drop(client);
     });
     let taken = answered
@@ -73,7 +81,7 @@ pub(crate) fn claim(url: &PostgresUrl, session: SessionId) -> Result<PgClaim> {
         .and_then(|taken| taken);
     let claim = PgClaim {
         release: Some(release),
-        thread: Some(thread),
+        released,
     };
     match taken {
         Ok(true) => Ok(claim),
@@ -85,10 +93,8 @@ pub(crate) fn claim(url: &PostgresUrl, session: SessionId) -> Result<PgClaim> {
 impl Drop for PgClaim {
     fn drop(&mut self) {
         drop(self.release.take());
-        if let Some(thread) = self.thread.take() {
-            // Closing a connection is one message to the server; waiting for it means
-            // the session can be claimed again as soon as this returns.
-            let _ = thread.join();
-        }
+        // The release is one round trip; waiting for it means the session can be
+        // claimed again as soon as this returns.
+        let _ = self.released.recv_timeout(RELEASE_WAIT);
     }
 }
