@@ -112,7 +112,14 @@ pub async fn run(
         client,
     });
     let mut frames = FrameReader::new(BufReader::with_capacity(64 * 1024, input), FRAME_LIMIT);
-    while let Some(frame) = frames.next().await? {
+    // A failed read of the client's input ends the connection like its end does: its
+    // sessions let go and the agent stopped, and then the error is returned.
+    let ended = loop {
+        let frame = match frames.next().await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        };
         let message = match frame {
             Frame::Oversized { len } => {
                 tracing::warn!("refused a frame of {len} bytes from the client");
@@ -122,7 +129,7 @@ pub async fn run(
                     format!("a message of {len} bytes is over the {FRAME_LIMIT}-byte limit"),
                 );
                 if proxy.client.send(&answer).await.is_err() {
-                    break;
+                    break Ok(());
                 }
                 continue;
             }
@@ -135,19 +142,19 @@ pub async fn run(
                         .await
                         .is_err()
                     {
-                        break;
+                        break Ok(());
                     }
                     continue;
                 }
             },
         };
         proxy.from_client(message).await;
-    }
+    };
     // The client is gone: its sessions are free for another proxy at once, even while
     // the agent is being stopped.
     proxy.sessions.close_all();
     proxy.agent.stop().await;
-    Ok(())
+    ended
 }
 
 impl Proxy {
