@@ -33,6 +33,13 @@ pub fn streaming(report: &mut Report, rt: &Runtime) {
     proxied(report);
 }
 
+/// A figure, printed as soon as it is measured (this group runs for minutes) and
+/// kept for the report at the end.
+fn say(report: &mut Report, line: String) {
+    eprintln!("streaming: {line}");
+    report.0.push(line);
+}
+
 fn chunk(text: &str) -> serde_json::Value {
     json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
 }
@@ -140,17 +147,20 @@ fn group_commit(report: &mut Report, rt: &Runtime) {
         } else {
             String::new()
         };
-        report.0.push(format!(
-            "streaming group commit, {sessions:>2} sessions appending: {:.0} writes/s = {:.2}x raw \
+        say(
+            report,
+            format!(
+                "streaming group commit, {sessions:>2} sessions appending: {:.0} writes/s = {:.2}x raw \
              rusqlite's {:.0} commits/s{target}; {:.0} commits/s ({:.2}x one session's); p99 of a \
              write {:.2} ms",
-            a.writes_per_s,
-            a.writes_per_s / raw,
-            raw,
-            a.commits_per_s,
-            a.commits_per_s / one_commits,
-            a.p99_ms,
-        ));
+                a.writes_per_s,
+                a.writes_per_s / raw,
+                raw,
+                a.commits_per_s,
+                a.commits_per_s / one_commits,
+                a.p99_ms,
+            ),
+        );
     }
 }
 
@@ -321,8 +331,10 @@ fn peak_rss(pid: u32) -> u64 {
 
 /// The proxy recording against the relay alone, then a slow client.
 fn proxied(report: &mut Report) {
-    const RUNS: usize = 5;
-    let mut figures = Vec::new();
+    let runs: usize = std::env::var("SESSIONSTORE_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
     let mut one_session_commits = f64::NAN;
     for (label, sessions, n) in [
         ("1 x 100,000", 1usize, 100_000u64),
@@ -331,7 +343,7 @@ fn proxied(report: &mut Report) {
         let mut recorded = (Vec::new(), Vec::new());
         let mut relayed = (Vec::new(), Vec::new());
         let mut commit_rates = Vec::new();
-        for _ in 0..RUNS {
+        for _ in 0..runs {
             for relay_only in [true, false] {
                 let mut proxy = Proxy::start(relay_only);
                 let ids: Vec<Value> = (0..sessions).map(|_| proxy.session()).collect();
@@ -356,30 +368,33 @@ fn proxied(report: &mut Report) {
         if sessions == 1 {
             one_session_commits = commits;
         }
-        figures.push(format!(
-            "streaming through the proxy, {label} chunks: {:.0} chunks/s recorded vs {:.0} \
+        say(
+            report,
+            format!(
+                "streaming through the proxy, {label} chunks: {:.0} chunks/s recorded vs {:.0} \
              relayed alone = {:.2}x (target >= 0.8x: {}); p99 agent-to-client {:.2} ms vs {:.2} \
              ms = {:.2}x the relay's (target <= 1.5x: {}); {:.0} commits/s ({:.2}x one session's); \
-             median of {RUNS} runs",
-            rec_rate,
-            rel_rate,
-            rec_rate / rel_rate,
-            if rec_rate >= 0.8 * rel_rate {
-                "met"
-            } else {
-                "not met"
-            },
-            rec_p99 * 1e3,
-            rel_p99 * 1e3,
-            rec_p99 / rel_p99,
-            if rec_p99 <= 1.5 * rel_p99 {
-                "met"
-            } else {
-                "not met"
-            },
-            commits,
-            commits / one_session_commits,
-        ));
+             median of {runs} runs",
+                rec_rate,
+                rel_rate,
+                rec_rate / rel_rate,
+                if rec_rate >= 0.8 * rel_rate {
+                    "met"
+                } else {
+                    "not met"
+                },
+                rec_p99 * 1e3,
+                rel_p99 * 1e3,
+                rec_p99 / rel_p99,
+                if rec_p99 <= 1.5 * rel_p99 {
+                    "met"
+                } else {
+                    "not met"
+                },
+                commits,
+                commits / one_session_commits,
+            ),
+        );
     }
     // A client reading at a tenth of the agent's rate (the rate of the recorded run
     // above, measured again here on one session).
@@ -390,18 +405,20 @@ fn proxied(report: &mut Report) {
     let pace = Duration::from_secs_f64(10.0 / rate);
     let slow = proxy.stream(std::slice::from_ref(&id), 100_000, Some(pace));
     proxy.finish();
-    figures.push(format!(
-        "streaming to a slow client (reading {:.0} chunks/s, a tenth of {:.0}): 100,000 updates \
+    say(
+        report,
+        format!(
+            "streaming to a slow client (reading {:.0} chunks/s, a tenth of {:.0}): 100,000 updates \
          in {:.1} s, proxy peak RSS {:.1} MiB (target <= 64 MiB: {})",
-        rate / 10.0,
-        rate,
-        slow.seconds,
-        slow.peak_rss as f64 / MIB as f64,
-        if slow.peak_rss <= 64 * MIB as u64 {
-            "met"
-        } else {
-            "not met"
-        }
-    ));
-    report.0.extend(figures);
+            rate / 10.0,
+            rate,
+            slow.seconds,
+            slow.peak_rss as f64 / MIB as f64,
+            if slow.peak_rss <= 64 * MIB as u64 {
+                "met"
+            } else {
+                "not met"
+            }
+        ),
+    );
 }

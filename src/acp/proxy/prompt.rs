@@ -22,8 +22,10 @@ use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, TurnEnd};
 use crate::store::{Prompt, PromptBlock, Upload};
 
-/// How many updates the recorder writes in one batch at most.
-const RECORD_BATCH: usize = 256;
+/// How many updates the recorder writes in one batch at most: all that wait, up to
+/// the queue's size. A coalesced message's row is written again with each batch that
+/// continues it, so the fewer batches a long answer takes, the less is rewritten.
+const RECORD_BATCH: usize = RECORD_QUEUE;
 /// How many updates may wait for the recorder before the agent's reader waits too.
 const RECORD_QUEUE: usize = 1024;
 
