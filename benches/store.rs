@@ -422,7 +422,13 @@ fn run_measured(cmd: &mut Command) -> (Duration, u64) {
 
 /// This process's peak resident memory so far (`VmHWM`), in bytes.
 fn own_peak() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+    peak_of("self")
+}
+
+/// The peak resident memory so far (`VmHWM`) of the process `/proc/<pid>` names,
+/// in bytes; 0 when it cannot be read.
+fn peak_of(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()

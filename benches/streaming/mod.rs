@@ -292,7 +292,7 @@ impl Proxy {
             seconds: start.elapsed().as_secs_f64(),
             chunks: latencies.len(),
             p99: p99(latencies),
-            peak_rss: peak_rss(self.child.id()),
+            peak_rss: crate::peak_of(&self.child.id().to_string()),
         }
     }
 
@@ -318,16 +318,6 @@ struct Streamed {
     peak_rss: u64,
 }
 
-fn peak_rss(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kib| kib * 1024)
-}
 
 /// The proxy recording against the relay alone, then a slow client.
 fn proxied(report: &mut Report) {
