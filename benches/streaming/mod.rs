@@ -318,7 +318,6 @@ struct Streamed {
     peak_rss: u64,
 }
 
-
 /// The proxy recording against the relay alone, then a slow client.
 fn proxied(report: &mut Report) {
     let runs: usize = std::env::var("SESSIONSTORE_BENCH_RUNS")

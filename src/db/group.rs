@@ -2,11 +2,12 @@
 //! turns, settings, renames) goes through one writer thread, which runs all the writes
 //! that gathered while the previous commit was being made in one transaction and
 //! commits them together, so the cost of a commit (an fsync) is shared by every
-//! session writing at once. Each write is a member of its group: it runs in a
-//! savepoint of its own, so a write that is refused (a send whose file is gone, a
-//! record with an update the store will not take) is rolled back alone and the others
-//! commit; a PostgreSQL transaction that lost a race to another host's runs every
-//! member again, as one write's retry does. A caller's future resolves once its group
+//! session writing at once. Each write is a member of its group: a write that is
+//! refused (a send whose file is gone, a record with an update the store will not
+//! take) is rolled back alone and the others commit (the group is run again with each
+//! member in a savepoint of its own, which a group with no refusal does without); a
+//! PostgreSQL transaction that lost a race to another host's runs every member again,
+//! as one write's retry does. A caller's future resolves once its group
 //! committed: what it wrote is durable.
 //!
 //! There is no timer: a write that arrives while nothing is being committed starts a
@@ -170,33 +171,57 @@ fn commit(db: &Db, mut group: Vec<Job>, stats: &Stats) {
     sessions.sort();
     sessions.dedup();
     let mut answers: Vec<Option<Result<Box<dyn Any + Send>>>> = Vec::new();
-    // A panic in a member must not take the writer down with every later write: the
-    // transaction is rolled back (its drop), and every member of the group is told.
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        db.write_for_sessions(&sessions, |tx| {
-            // Run again from the start when PostgreSQL retries the group.
-            answers.clear();
-            for job in &mut group {
-                tx.batch("SAVEPOINT member")
-                    .map_err(super::error::sql("begin a write of a group"))?;
-                match (job.work)(tx) {
-                    Ok(value) => {
-                        tx.batch("RELEASE SAVEPOINT member")
-                            .map_err(super::error::sql("end a write of a group"))?;
-                        answers.push(Some(Ok(value)));
+    // Each member runs in a savepoint of its own only when one of them is refused:
+    // savepoints cost (FTS5 flushes its pending terms at every one), and refusals are
+    // rare. So the group runs first without them; a refused member rolls that whole
+    // attempt back, and the group runs again, carefully, each member in its savepoint
+    // (every write may run more than once: a PostgreSQL group that lost a race runs
+    // again too).
+    let refused = std::cell::Cell::new(false);
+    let mut careful = false;
+    let outcome = loop {
+        refused.set(false);
+        // A panic in a member must not take the writer down with every later write:
+        // the transaction is rolled back (its drop), and every member is told.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            db.write_for_sessions(&sessions, |tx| {
+                // Run again from the start when PostgreSQL retries the group.
+                answers.clear();
+                for job in &mut group {
+                    if careful {
+                        tx.batch("SAVEPOINT member")
+                            .map_err(super::error::sql("begin a write of a group"))?;
                     }
-                    // The whole group runs again: this member lost a race.
-                    Err(e) if db.is_retried(&e) => return Err(e),
-                    Err(e) => {
-                        tx.batch("ROLLBACK TO SAVEPOINT member; RELEASE SAVEPOINT member")
-                            .map_err(super::error::sql("undo a refused write of a group"))?;
-                        answers.push(Some(Err(e)));
+                    match (job.work)(tx) {
+                        Ok(value) => {
+                            if careful {
+                                tx.batch("RELEASE SAVEPOINT member")
+                                    .map_err(super::error::sql("end a write of a group"))?;
+                            }
+                            answers.push(Some(Ok(value)));
+                        }
+                        // The whole group runs again: this member lost a race.
+                        Err(e) if db.is_retried(&e) => return Err(e),
+                        Err(e) if !careful => {
+                            refused.set(true);
+                            return Err(e);
+                        }
+                        Err(e) => {
+                            tx.batch("ROLLBACK TO SAVEPOINT member; RELEASE SAVEPOINT member")
+                                .map_err(super::error::sql("undo a refused write of a group"))?;
+                            answers.push(Some(Err(e)));
+                        }
                     }
                 }
-            }
-            Ok(())
-        })
-    }));
+                Ok(())
+            })
+        }));
+        if refused.get() && !careful {
+            careful = true;
+            continue;
+        }
+        break outcome;
+    };
     let failure = match outcome {
         Ok(Ok(())) => None,
         Ok(Err(e)) => Some(Arc::new(e)),

@@ -199,10 +199,16 @@ impl Store {
             })
             .await?
         };
-        // The write may run more than once (PostgreSQL retries a group that lost a
-        // race), so it borrows what it writes; a refusal found above is returned by
-        // the first run, which ends the write.
-        let mut refused = refused;
+        // A refusal found above writes nothing: it is returned once the session is
+        // known to exist (an unknown session is named as such first).
+        if let Some(e) = refused {
+            self.with_read(move |tx| queries::get_session(tx, &session).map(|_| ()))
+                .await?;
+            return Err(e);
+        }
+        // The write may run more than once (a group runs again when one of its
+        // members is refused, or when PostgreSQL retries it), so it borrows what it
+        // writes.
         let message = NewMessage {
             role,
             display_text,
@@ -213,9 +219,6 @@ impl Store {
         };
         self.write_as(Some(session), move |tx| {
             let current = queries::get_session(tx, &session)?;
-            if let Some(e) = refused.take() {
-                return Err(e);
-            }
             // gc decides and removes unreferenced uploads under this same write
             // lock, so a file it took since the check above is seen gone here,
             // and one still here stays: this message's reference now protects it.
