@@ -348,36 +348,60 @@ impl Proxy {
     }
 
     /// The history replayed to the client for `session/load`: the store's
-    /// `acp-updates` stream, written straight into the client's frames.
+    /// `acp-updates` stream, written straight into the client's frames; from the
+    /// client's point (`_meta.replayFrom`, see `acp::replay_point`) when it gave one,
+    /// then ended with the replay-complete marker, as the records-only front does.
     pub(super) async fn replay_to_client(
         self: &Arc<Self>,
         session: SessionId,
+        point: Option<crate::acp::Point>,
     ) -> Result<(), Failure> {
-        let mut stream = self
-            .store
-            .restore_stream(session, crate::dispatch::DEFAULT_MEMO_BUDGET)
-            .await?;
+        use crate::acp::Point;
+        let budget = crate::dispatch::DEFAULT_MEMO_BUDGET;
         let turns = self.store.turns(session).await?;
+        let marked = point.is_some();
+        let mut stream = match point.unwrap_or_default() {
+            Point::Store(replay) => self.store.restore_from(session, budget, replay).await?,
+            Point::Acp(at) => self.store.restore_from_acp(session, budget, at).await?,
+        };
+        let partial = stream.partial().copied();
         let cannot =
             |e: std::io::Error| Failure::internal(format!("cannot replay session {session}: {e}"));
-        let mut writer = crate::format::StreamWriter::begin(
+        let mut writer = crate::format::StreamWriter::begin_replay(
             Vec::new(),
             crate::format::Format::AcpUpdates,
             session,
             "",
+            partial.as_ref(),
         )
         .map_err(cannot)?
         .marking_turns(turns);
         while let Some(item) = stream.next().await {
             let item = item?;
             writer.item(&item).map_err(cannot)?;
-            let lines = std::mem::take(writer.get_mut());
-            for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                self.client
-                    .send_bytes(line.to_vec())
-                    .await
-                    .map_err(|_| Failure::internal("the client went away during the replay"))?;
-            }
+            self.send_lines(std::mem::take(writer.get_mut())).await?;
+        }
+        // A partial replay's opening notice, when the stream held no item.
+        self.send_lines(writer.finish().map_err(cannot)?).await?;
+        if marked {
+            let complete = crate::format::notification_line(crate::format::replay_complete(
+                session,
+                partial.as_ref(),
+            ));
+            let line = serde_json::to_vec(&complete)
+                .map_err(|e| Failure::internal(format!("cannot replay session {session}: {e}")))?;
+            self.send_lines(line).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends each line of `lines` (newline-separated JSON) to the client as a frame.
+    async fn send_lines(self: &Arc<Self>, lines: Vec<u8>) -> Result<(), Failure> {
+        for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            self.client
+                .send_bytes(line.to_vec())
+                .await
+                .map_err(|_| Failure::internal("the client went away during the replay"))?;
         }
         Ok(())
     }

@@ -374,8 +374,12 @@ impl Proxy {
             true => None,
             false => Some(self.store.claim_session(session).await?),
         };
-        if replay {
-            self.replay_to_client(session).await?;
+        // A load replays the history; a resume only when the client asked for a
+        // point under `_meta` (v2's `replayFrom`), as the records-only front does.
+        let point = crate::acp::replay_point(params.get("_meta").and_then(Value::as_object))
+            .map_err(|e| Failure::invalid_params(e.message))?;
+        if replay || point.is_some() {
+            self.replay_to_client(session, point).await?;
         }
         // A load or resume opens the session afresh on this connection.
         let old = self.sessions.close(&session);

@@ -9,6 +9,7 @@
 //! rather than sticks.
 
 mod capabilities;
+mod replay;
 mod scenario;
 mod schema;
 mod turns;
