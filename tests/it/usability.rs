@@ -734,3 +734,39 @@ fn import_makes_the_database_it_imports_into() {
     assert_eq!(imported["id"], id.as_str());
     assert!(to.run(&["verify"]).status.success());
 }
+
+/// README's first command is `cargo run -- migrate`: with the test agent a second
+/// binary of the package, `cargo run` must be told which one is the store's, or it
+/// refuses to choose (found by trying README's commands on a fresh machine).
+#[test]
+fn cargo_run_runs_the_store_binary() {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--offline",
+            "--format-version",
+            "1",
+        ])
+        .arg("--manifest-path")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let package = &metadata["packages"][0];
+    assert_eq!(package["default_run"], "sessionstore", "{package}");
+    let bins: Vec<&str> = package["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["kind"][0] == "bin")
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(bins.contains(&"sessionstore"), "{bins:?}");
+}
