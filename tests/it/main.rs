@@ -7,8 +7,6 @@ mod acp;
 mod attachments;
 mod cli;
 mod conformance;
-#[cfg(feature = "acp")]
-mod diskfull;
 mod dispatch;
 #[cfg(feature = "acp")]
 mod faults;

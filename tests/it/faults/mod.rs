@@ -6,6 +6,7 @@
 
 mod agent;
 mod client;
+mod diskfull;
 mod frames;
 mod kills;
 mod owners;
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Bin, TestStore};
+use crate::support::{Bin, TestStore, db_arg};
 
 /// How long a test waits for any one answer of the proxy.
 const ANSWER: Duration = Duration::from_secs(60);
@@ -32,14 +33,6 @@ pub struct Proxy {
     pub seen: Vec<Value>,
 }
 
-/// What `--db` is given for `database`.
-fn db_arg(database: &sessionstore::config::Database) -> std::ffi::OsString {
-    match database {
-        sessionstore::config::Database::Sqlite(path) => path.clone().into(),
-        sessionstore::config::Database::Postgres(url) => url.as_str().into(),
-    }
-}
-
 /// The test agent's path.
 fn test_agent() -> &'static str {
     env!("CARGO_BIN_EXE_sessionstore-test-agent")
@@ -49,6 +42,16 @@ impl Proxy {
     /// `sessionstore proxy [flags] -- sessionstore-test-agent [agent]` on the store of
     /// `t`, in its folder; its standard error goes to `proxy-<n>.log` there.
     pub fn start(t: &TestStore, flags: &[&str], agent: &[&str]) -> Proxy {
+        Proxy::start_with(t, flags, agent, &[])
+    }
+
+    /// [`Proxy::start`] with `env` set for the proxy (a fault hook's variable).
+    pub fn start_with(
+        t: &TestStore,
+        flags: &[&str],
+        agent: &[&str],
+        env: &[(&str, &std::path::Path)],
+    ) -> Proxy {
         static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = std::fs::File::create(t.dir.path().join(format!("proxy-{n}.log")))
@@ -67,6 +70,9 @@ impl Proxy {
             .current_dir(t.dir.path())
             .env("RUST_LOG", "warn")
             .stderr(Stdio::from(log));
+        for (key, value) in env {
+            bin.env(key, value);
+        }
         let mut child = bin.spawn();
         let to = child.stdin.take();
         let out = child.stdout.take().expect("piped stdout");

@@ -13,7 +13,7 @@ use std::process::Output;
 use sessionstore::Store;
 use sessionstore::oracle::ContextLine;
 
-pub use bin::Bin;
+pub use bin::{Bin, db_arg};
 pub use store::{HOST, TestStore, config_in, postgres_tls_url, postgres_url, skipped_tls_notice};
 pub(crate) use store::{conformance, over_tls};
 
