@@ -140,8 +140,12 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats) {
 /// a store it runs in a child process, on either engine.
 #[cfg(feature = "testkit")]
 fn disk_full_injected() -> Option<Error> {
-    let flag = std::env::var_os("SESSIONSTORE_TEST_FULL_DISK")?;
-    std::path::Path::new(&flag).exists().then(|| {
+    // The variable is read once per process; the flag file is looked at per commit.
+    static FLAG: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let flag = FLAG
+        .get_or_init(|| std::env::var_os("SESSIONSTORE_TEST_FULL_DISK").map(Into::into))
+        .as_ref()?;
+    flag.exists().then(|| {
         super::error::sqlite(
             "commit a group of writes",
             rusqlite::Error::SqliteFailure(

@@ -15,7 +15,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use agent_client_protocol_schema::v1::{ContentBlock, TextContent};
+use agent_client_protocol_schema::v1::{ContentBlock, Meta, TextContent};
+use serde::Deserialize;
 
 use crate::attachments::{AttachmentError, AttachmentStore, AttachmentUri, Resolved};
 use crate::ids::{MessageId, SessionId};
@@ -386,14 +387,31 @@ pub fn to_parts(
     let mut unreadable = Vec::new();
     for read in reads {
         match read {
-            Ok(p) => parts.push(Part::Attachment(Attached {
-                context: p.context(placement),
-                prepared: p.clone(),
-                meta: None,
-            })),
+            Ok(p) => parts.push(attached(p, placement, None)),
             Err(u) => unreadable.push(u.clone()),
         }
     }
+    with_unreadable(parts, unreadable, message, mode)
+}
+
+/// A read as an attachment part: its context for `placement`, the client block's own
+/// `meta` beside it.
+fn attached(read: &Arc<Prepared>, placement: &Placement, meta: Option<Meta>) -> Part {
+    Part::Attachment(Attached {
+        context: read.context(placement),
+        prepared: read.clone(),
+        meta,
+    })
+}
+
+/// The end of every message's parts: with no unreadable reference, the parts; else
+/// strict fails naming them, and degrading adds the notice of what was left out.
+fn with_unreadable(
+    mut parts: Vec<Part>,
+    unreadable: Vec<Unreadable>,
+    message: &Message,
+    mode: Mode,
+) -> Result<Vec<Part>, DispatchError> {
     if unreadable.is_empty() {
         return Ok(parts);
     }
@@ -433,21 +451,15 @@ fn ordered_parts(
                 parts.push(Part::Verbatim(Box::new(ContentBlock::Text(t))));
             }
             MessageBlock::Reference { ordinal, meta } => match reads.get(*ordinal as usize) {
-                Some(Ok(p)) => parts.push(Part::Attachment(Attached {
-                    context: p.context(placement),
-                    prepared: p.clone(),
-                    meta: meta.clone(),
-                })),
+                Some(Ok(p)) => parts.push(attached(p, placement, meta.clone())),
                 Some(Err(u)) => unreadable.push(u.clone()),
                 // A block naming no reference: a row this store did not write.
                 None => unparsed += 1,
             },
-            MessageBlock::Verbatim { block } => {
-                match serde_json::from_value::<ContentBlock>(block.clone()) {
-                    Ok(block) => parts.push(Part::Verbatim(Box::new(block))),
-                    Err(_) => unparsed += 1,
-                }
-            }
+            MessageBlock::Verbatim { block } => match ContentBlock::deserialize(block) {
+                Ok(block) => parts.push(Part::Verbatim(Box::new(block))),
+                Err(_) => unparsed += 1,
+            },
         }
     }
     if unparsed > 0 {
@@ -457,19 +469,7 @@ fn ordered_parts(
             if unparsed == 1 { "was" } else { "were" },
         )));
     }
-    if unreadable.is_empty() {
-        return Ok(parts);
-    }
-    match mode {
-        Mode::Strict => Err(DispatchError {
-            message: message.id,
-            unreadable,
-        }),
-        Mode::Degrade => {
-            parts.push(Part::Text(degradation_notice(&unreadable)));
-            Ok(parts)
-        }
-    }
+    with_unreadable(parts, unreadable, message, mode)
 }
 
 /// Pure: a message and the reads of its references become its content blocks, as
