@@ -218,7 +218,7 @@ CALL pg_temp.refused(
     'session was deleted: its id is not reused', '23000');
 
 -- TRUNCATE of messages or items takes their entries along.
-TRUNCATE items;
+TRUNCATE item_parts, items;
 CALL pg_temp.expect(
     $q$SELECT NOT EXISTS (SELECT 1 FROM search_entries
                           WHERE source IN ('agent_message', 'agent_thought'))$q$,

@@ -173,6 +173,8 @@ pub(crate) struct State {
 pub(crate) struct Outcome {
     pub(crate) items: Vec<(Slot, ItemBody)>,
     pub(crate) created: usize,
+    /// The agent message or thought a later chunk may continue, if the batch ends on one.
+    pub(crate) tail: Option<Slot>,
 }
 
 /// The tool-call ids a batch names: what `State::tool_calls` must hold before `apply`.
@@ -290,6 +292,7 @@ pub(crate) fn apply(mut state: State, updates: &[Update]) -> Result<Outcome, (us
         // Any update other than a chunk ends the agent message or thought.
         tail = None;
     }
+    out.tail = tail;
     Ok(out)
 }
 
@@ -300,7 +303,7 @@ fn continues(text: &AgentText, chunk: &ContentChunk) -> bool {
 
 /// Adjacent text joins the text block before it when nothing else about the two
 /// differs; any other content is a block of its own.
-fn push_content(content: &mut Vec<ContentBlock>, block: ContentBlock) {
+pub(crate) fn push_content(content: &mut Vec<ContentBlock>, block: ContentBlock) {
     if let (Some(ContentBlock::Text(last)), ContentBlock::Text(next)) = (content.last_mut(), &block)
         && last.annotations == next.annotations
         && last.meta == next.meta

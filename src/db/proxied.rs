@@ -82,6 +82,8 @@ pub fn end_turn(conn: &Tx<'_>, session: &SessionId, turn: &TurnId, end: &TurnEnd
         end: end.clone(),
     };
     append_event(conn, session, &payload, &at)?;
+    // The turn's last agent message is done streaming: fold its parts into its row.
+    super::turns::settle(conn, session)?;
     Ok(())
 }
 

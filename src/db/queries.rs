@@ -169,6 +169,8 @@ pub fn insert_message_for(
     let id = MessageId::new();
     let id_text = id.to_string();
     let at = now();
+    // A streamed agent message this one follows has ended: fold its parts first.
+    super::turns::settle(conn, session)?;
     // Messages and recorded items share one sequence: the session's history order.
     let seq = next_seq(conn, session)?;
     let content = message

@@ -210,6 +210,10 @@ pub fn erase(conn: &Tx<'_>, id: &SessionId, at: &str) -> Result<Counts> {
             "DELETE FROM messages WHERE session_id = ?1",
         ),
         (
+            "delete a session's item parts",
+            "DELETE FROM item_parts WHERE session_id = ?1",
+        ),
+        (
             "delete a session's items",
             "DELETE FROM items WHERE session_id = ?1",
         ),

@@ -7,7 +7,9 @@ use super::sql::{DbError, Row, Tx, args};
 
 use crate::error::{Error, Result};
 use crate::ids::{ItemId, SessionId};
-use crate::model::{CreatedItem, EventPayload, Item, ItemBody};
+use agent_client_protocol_schema::v1::ContentBlock;
+
+use crate::model::{AgentText, CreatedItem, EventPayload, Item, ItemBody};
 use crate::turns::{self, Slot, State, Update};
 
 use super::append::{append_event, next_seq, now};
@@ -23,6 +25,9 @@ pub struct Recorded {
 }
 
 const ITEM_COLUMNS: &str = "id, session_id, seq, kind, body, created_at, updated_at";
+/// [`ITEM_COLUMNS`] of `items i`, for reads that join its parts.
+const PREFIXED_COLUMNS: &str =
+    "i.id, i.session_id, i.seq, i.kind, i.body, i.created_at, i.updated_at";
 
 fn item_from_row(row: &Row<'_>) -> Result<Item, DbError> {
     let kind: String = row.get(3)?;
@@ -37,14 +42,115 @@ fn item_from_row(row: &Row<'_>) -> Result<Item, DbError> {
     })
 }
 
-/// A session's items in history order.
+/// A session's items in history order, each with its appended parts folded in (V6:
+/// an agent message that is still streaming keeps what each batch appended as a part
+/// of its own until it ends).
 pub fn items(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Item>> {
-    conn.query_map(
-        &format!("SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 ORDER BY seq"),
+    let mut items: Vec<Item> = Vec::new();
+    conn.for_each(
+        &format!(
+            "SELECT {PREFIXED_COLUMNS}, p.content, p.created_at FROM items i
+             LEFT JOIN item_parts p ON p.session_id = i.session_id AND p.item_id = i.id
+             WHERE i.session_id = ?1 ORDER BY i.seq, p.part"
+        ),
         args![session.to_string()],
-        item_from_row,
+        |row: &Row<'_>| {
+            let id: ItemId = row.parsed(0)?;
+            let part: Option<String> = row.get(7)?;
+            match items.last_mut() {
+                Some(last) if last.id == id => {}
+                _ => items.push(item_from_row(row)?),
+            }
+            if let (Some(part), Some(item)) = (part, items.last_mut()) {
+                fold_part(item, &part, row.get(8)?).map_err(|e| DbError::column(7, e))?;
+            }
+            Ok(())
+        },
     )
-    .map_err(sql("read items"))
+    .map_err(sql("read items"))?;
+    Ok(items)
+}
+
+/// Folds one appended part (a JSON array of content blocks) onto `item` the way chunks
+/// coalesce, so the item reads as the whole message a single row would hold.
+fn fold_part(item: &mut Item, part: &str, at: String) -> Result<(), String> {
+    let blocks: Vec<ContentBlock> =
+        serde_json::from_str(part).map_err(|e| format!("an item part is not content: {e}"))?;
+    let (ItemBody::AgentMessage(text) | ItemBody::AgentThought(text)) = &mut item.body else {
+        return Err(format!(
+            "item {} of kind {} has parts",
+            item.id,
+            item.body.kind()
+        ));
+    };
+    for block in blocks {
+        turns::push_content(&mut text.content, block);
+    }
+    item.updated_at = at;
+    Ok(())
+}
+
+/// One item of `session`, parts folded in.
+fn item_whole(conn: &Tx<'_>, session: &SessionId, id: &ItemId) -> Result<Option<Item>> {
+    let mut item: Option<Item> = None;
+    conn.for_each(
+        &format!(
+            "SELECT {PREFIXED_COLUMNS}, p.content, p.created_at FROM items i
+             LEFT JOIN item_parts p ON p.session_id = i.session_id AND p.item_id = i.id
+             WHERE i.session_id = ?1 AND i.id = ?2 ORDER BY p.part"
+        ),
+        args![session.to_string(), id.to_string()],
+        |row: &Row<'_>| {
+            if item.is_none() {
+                item = Some(item_from_row(row)?);
+            }
+            let part: Option<String> = row.get(7)?;
+            if let (Some(part), Some(item)) = (part, item.as_mut()) {
+                fold_part(item, &part, row.get(8)?).map_err(|e| DbError::column(7, e))?;
+            }
+            Ok(())
+        },
+    )
+    .map_err(sql("read an item"))?;
+    Ok(item)
+}
+
+/// Folds the parts of every item of `session` that has some into the item's row, once:
+/// called when a later entry follows a streamed message or its turn ends, so a message
+/// is rewritten (and re-indexed for search, by V4's trigger) once rather than on every
+/// batch. Costs one indexed probe when there is nothing to fold.
+pub(crate) fn settle(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
+    let pending: Vec<String> = conn
+        .query_map(
+            "SELECT DISTINCT item_id FROM item_parts WHERE session_id = ?1",
+            args![session.to_string()],
+            |r| r.get(0),
+        )
+        .map_err(sql("read the items still streaming"))?;
+    for id in pending {
+        let id: ItemId = id.parse().map_err(|_| Error::OutOfRange {
+            what: "an item part's item id",
+        })?;
+        settle_item(conn, session, &id)?;
+    }
+    Ok(())
+}
+
+fn settle_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId) -> Result<()> {
+    let Some(item) = item_whole(conn, session, id)? else {
+        return Ok(());
+    };
+    conn.execute(
+        "UPDATE items SET body = ?2, updated_at = ?3 WHERE id = ?1",
+        args![id.to_string(), item.body.to_json(), item.updated_at],
+    )
+    .map_err(sql("fold an item's parts"))?;
+    conn.execute(
+        "DELETE FROM item_parts WHERE session_id = ?1 AND item_id = ?2",
+        args![session.to_string(), id.to_string()],
+    )
+    .map_err(sql("delete an item's folded parts"))?;
+    Ok(())
 }
 
 /// What of the session's history `batch` may change: the last entry when it is an
@@ -62,7 +168,23 @@ fn state_for(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<Sta
             item_from_row,
         )
         .map_err(sql("read the last item"))?;
-    state.tail = tail.map(|item| (item.id, item.body));
+    // Only the tail's kind and message id decide whether a chunk continues it, so the
+    // batch starts from an empty copy of it: what the outcome holds for the tail is
+    // then only what this batch appends, stored as one part (`record_batch`).
+    state.tail = tail.map(|item| {
+        let body = match item.body {
+            ItemBody::AgentMessage(text) => ItemBody::AgentMessage(AgentText {
+                message_id: text.message_id,
+                content: Vec::new(),
+            }),
+            ItemBody::AgentThought(text) => ItemBody::AgentThought(AgentText {
+                message_id: text.message_id,
+                content: Vec::new(),
+            }),
+            other => other,
+        };
+        (item.id, body)
+    });
     let by_call =
         format!("SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 AND tool_call_id = ?2");
     for id in turns::tool_call_ids(batch) {
@@ -120,6 +242,7 @@ pub(crate) fn record_batch(
         return Ok(vec![]);
     }
     let state = state_for(conn, session, batch)?;
+    let stored_tail = state.tail.as_ref().map(|(id, _)| *id);
     let outcome = turns::apply(state, batch).map_err(|(index, refusal)| Error::UpdateRefused {
         line: index + 1,
         refusal,
@@ -161,11 +284,19 @@ pub(crate) fn record_batch(
                 });
             }
             Slot::Stored(id) => {
-                conn.execute(
-                    "UPDATE items SET body = ?2, updated_at = ?3 WHERE id = ?1",
-                    args![id.to_string(), body.to_json(), at],
-                )
-                .map_err(sql("update an item"))?;
+                match body {
+                    // What this batch appended to the streamed message (`state_for`).
+                    ItemBody::AgentMessage(text) | ItemBody::AgentThought(text) => {
+                        append_part(conn, session, id, &text.content, &at)?;
+                    }
+                    _ => {
+                        conn.execute(
+                            "UPDATE items SET body = ?2, updated_at = ?3 WHERE id = ?1",
+                            args![id.to_string(), body.to_json(), at],
+                        )
+                        .map_err(sql("update an item"))?;
+                    }
+                }
                 touched.push(Touched {
                     id: *id,
                     created: false,
@@ -180,5 +311,33 @@ pub(crate) fn record_batch(
         items: created,
     };
     append_event(conn, session, &payload, &at)?;
+    // A streamed message that this batch ended (something else came after it) is
+    // folded into its row now, once.
+    if let Some(tail) = stored_tail
+        && outcome.tail != Some(Slot::Stored(tail))
+    {
+        settle_item(conn, session, &tail)?;
+    }
     Ok(touched)
+}
+
+/// Appends `content` to streamed item `id` as its next part.
+fn append_part(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    id: &ItemId,
+    content: &[ContentBlock],
+    at: &str,
+) -> Result<()> {
+    let content = serde_json::to_string(content).expect("content blocks always serialize");
+    conn.execute(
+        "INSERT INTO item_parts (session_id, item_id, part, content, created_at)
+         VALUES (?1, ?2,
+                 (SELECT coalesce(max(part), 0) + 1 FROM item_parts
+                  WHERE session_id = ?1 AND item_id = ?2),
+                 ?3, ?4)",
+        args![session.to_string(), id.to_string(), content, at],
+    )
+    .map_err(sql("append to a streamed item"))?;
+    Ok(())
 }

@@ -308,3 +308,112 @@ async fn a_long_record_is_written_in_batches_of_one_write() {
     assert!(batched.contains(&format!("part {} part {} ", straddling[0], straddling[1])));
     assert_eq!(batched, replay(one));
 }
+
+async fn bodies(t: &TestStore, session: SessionId) -> Vec<String> {
+    let items = t.store().items(session).await.unwrap();
+    items.iter().map(|i| i.body.to_json()).collect()
+}
+
+/// Whether a search for `query` in `session` finds recorded agent text.
+async fn found(t: &TestStore, session: SessionId, query: &str) -> bool {
+    let hits = t
+        .store()
+        .search(query.to_owned(), Some(session), 10)
+        .await
+        .unwrap();
+    hits.iter().any(|h| h.source == "agent_message")
+}
+
+/// A streamed message grows by one appended part per batch (V6) rather than being
+/// rewritten whole, reads whole while it streams (the same message one batch would
+/// have made, in `items`, every restore format and `verify`), and is folded into its
+/// row once, when its turn ends, which is also when search indexes all of it.
+#[tokio::test]
+async fn a_streamed_message_grows_by_parts_and_is_folded_once_its_turn_ends() {
+    use sessionstore::format::Format;
+    let t = TestStore::new().await;
+    let streamed = t.session().await;
+    let whole = t.session().await;
+    let mut chunks: Vec<SessionUpdate> = (0..40).map(|i| text_chunk(&format!("w{i} "))).collect();
+    // A block with its own `_meta` does not join the text before it, nor the text after.
+    chunks[20] = update(serde_json::json!({"sessionUpdate": "agent_message_chunk",
+        "content": {"type": "text", "text": "marked ", "_meta": {"k": 1}}}));
+    let asked = t.send(streamed, Outgoing::user("stream")).await;
+    let asked_whole = t.send(whole, Outgoing::user("stream")).await;
+    let turn = t
+        .store()
+        .begin_turn(streamed, vec![asked.id])
+        .await
+        .unwrap();
+    for chunk in &chunks {
+        t.store()
+            .record(streamed, vec![chunk.clone()])
+            .await
+            .unwrap();
+    }
+    t.store().record(whole, chunks.clone()).await.unwrap();
+    assert_eq!(
+        count(&t, "item_parts"),
+        39,
+        "one row, then a part per later batch"
+    );
+
+    let expected = bodies(&t, whole).await;
+    assert_eq!(bodies(&t, streamed).await, expected);
+    assert!(expected[0].contains(r#""text":"w0 w1 "#), "{expected:?}");
+    // The two sessions' restores differ only in their ids.
+    let same_ids = [
+        (whole.to_string(), streamed.to_string()),
+        (asked_whole.id.to_string(), asked.id.to_string()),
+        (
+            t.store().items(whole).await.unwrap()[0].id.to_string(),
+            t.store().items(streamed).await.unwrap()[0].id.to_string(),
+        ),
+    ];
+    for format in [
+        Format::AcpRestore,
+        Format::AcpUpdates,
+        Format::OpenaiChat,
+        Format::OpenaiResponses,
+    ] {
+        let mut other = crate::support::restore_text(t.store(), whole, format).await;
+        for (from, to) in &same_ids {
+            other = other.replace(from, to);
+        }
+        let text = crate::support::restore_text(t.store(), streamed, format).await;
+        assert_eq!(text, other, "{format:?}");
+    }
+    let report = t.store().verify().await.unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+    assert!(
+        found(&t, streamed, "w0").await,
+        "the first part is indexed as it is written"
+    );
+    assert!(
+        !found(&t, streamed, "w30").await,
+        "a streaming message is not re-indexed per batch"
+    );
+
+    t.store()
+        .end_turn(
+            streamed,
+            turn.id,
+            sessionstore::model::TurnEnd::Stopped {
+                stop_reason: "end_turn".to_owned(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        count(&t, "item_parts"),
+        0,
+        "the parts are folded into the row"
+    );
+    assert_eq!(bodies(&t, streamed).await, expected);
+    assert!(
+        found(&t, streamed, "w30").await,
+        "the whole message is indexed once it ends"
+    );
+    let report = t.store().verify().await.unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+}

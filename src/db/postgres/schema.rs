@@ -333,7 +333,18 @@ fn catalog(tx: &Tx<'_>) -> Result<Catalog> {
           WHERE n.nspname = current_schema() AND t.relname <> 'refinery_schema_history'",
         "list indexes",
     )?;
-    Ok(constraints.into_iter().chain(indexes).collect())
+    // A definition the server spreads over lines (a CASE) is kept on one, as the
+    // file's line format needs.
+    Ok(constraints
+        .into_iter()
+        .chain(indexes)
+        .map(|(key, definition): (_, String)| {
+            (
+                key,
+                definition.split_whitespace().collect::<Vec<_>>().join(" "),
+            )
+        })
+        .collect())
 }
 
 /// `CATALOG`'s text for the connection's schema at `version`, as the test that keeps
