@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::support::{Bin, TestStore, config_in, copy_tree, fixture, json, snapshot};
 
 /// Every fixture version; a new released schema adds its folder here.
-const FIXTURES: &[&str] = &["v1", "v2", "v4", "v5"];
+const FIXTURES: &[&str] = &["v1", "v2", "v4", "v5", "v6"];
 
 /// `(type, name, sql)` of every schema object, and `(version, name, checksum)` of
 /// every applied migration.
@@ -495,4 +495,95 @@ fn the_v5_fixture_replays_a_proxied_session_in_order_from_moved_roots() {
         "{}",
         crate::support::stdout(&verified)
     );
+}
+
+/// The V6 fixture, moved elsewhere, holds an answer still streaming (two appended
+/// parts in `item_parts`): it restores whole, in every format and from a point, with
+/// its attachments under the moved roots; search finds the folded answer; and the next
+/// write folds the parts into the row without changing a byte of what restores.
+#[test]
+fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_folds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let moved = dir.path().join("somewhere else");
+    copy_tree(&fixture("v6"), &moved);
+    let sid = std::fs::read_to_string(moved.join("session-id"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let run = |args: &[&str]| {
+        Bin::new(dir.path())
+            .args(args)
+            .on(&moved_store(&moved))
+            .output()
+    };
+    let parts = || {
+        rusqlite::Connection::open(moved.join("sessions.db"))
+            .unwrap()
+            .query_row("SELECT count(*) FROM item_parts", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .unwrap()
+    };
+    assert_eq!(parts(), 2, "the fixture holds an answer still streaming");
+
+    let restored = json(&run(&["restore", "--format", "acp", "--session", &sid]));
+    let texts: Vec<&str> = restored["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["content"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "High water is at 06:12, and the log mentions a lighthouse.",
+            "The pelicans nest on the north mole"
+        ]
+    );
+    let roots: Vec<(String, bool)> = attachment_paths(&restored, &moved)
+        .into_iter()
+        .map(|(name, path)| (name, path.starts_with(moved.join("legacy"))))
+        .collect();
+    assert_eq!(
+        roots,
+        [
+            ("tides.txt".to_string(), false),
+            ("log.txt".to_string(), true)
+        ]
+    );
+    let tail = json(&run(&[
+        "restore",
+        "--format",
+        "acp",
+        "--tail",
+        "1",
+        "--session",
+        &sid,
+    ]));
+    assert_eq!(tail["messages"][0]["content"][0]["text"], texts[1]);
+    let hits = json(&run(&["search", "lighthouse", "--json"]));
+    assert_eq!(hits.as_array().unwrap().len(), 1, "{hits}");
+
+    let formats = ["acp", "acp-updates", "openai", "openai-responses"];
+    let before: Vec<Vec<u8>> = formats
+        .iter()
+        .map(|f| run(&["restore", "--format", f, "--session", &sid]).stdout)
+        .collect();
+    json(&run(&["migrate", "--json"]));
+    assert_eq!(parts(), 2, "migrate does not fold");
+    let out = run(&["record", "--session", &sid]);
+    assert!(out.status.success(), "{out:?}");
+    let out = run(&["send", "--session", &sid, "--text", "thanks", "--mid-turn"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(parts(), 0, "the next entry folds the streamed answer");
+    for (format, before) in formats.iter().zip(&before) {
+        let after = run(&["restore", "--format", format, "--session", &sid]).stdout;
+        assert_eq!(
+            &after, before,
+            "{format}: the queued message does not restore"
+        );
+    }
+    let verified = run(&["verify"]);
+    assert!(verified.status.success(), "{verified:?}");
 }
