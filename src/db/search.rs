@@ -45,24 +45,38 @@ pub fn search(
     }
     let statement = match conn.engine() {
         Engine::Sqlite => {
-            "SELECT e.session_id, e.entry_id, e.source,
-                    snippet(search, 0, ?4, ?5, '…', 16), search.rank
-             FROM search JOIN search_entries e ON e.id = search.rowid
-             WHERE search MATCH ?1 AND (?2 IS NULL OR e.session_id = ?2)
-             ORDER BY search.rank, e.id LIMIT ?3"
+            // A sealed segment of a long agent message (V6) is an entry of its own,
+            // `<item id>/<part>`: one hit an item, its best-ranked entry's (SQLite
+            // takes the bare columns from the row `min` chose).
+            // Materialized: snippet() cannot run in the grouped query it would be
+            // flattened into.
+            "WITH hits AS MATERIALIZED (
+                 SELECT e.session_id, substr(e.entry_id, 1, 36) AS entry, e.source,
+                        snippet(search, 0, ?4, ?5, '…', 16) AS snip, search.rank AS rank,
+                        e.id AS id
+                 FROM search JOIN search_entries e ON e.id = search.rowid
+                 WHERE search MATCH ?1 AND (?2 IS NULL OR e.session_id = ?2))
+             SELECT session_id, entry, source, snip, min(rank) AS best, id FROM hits
+             GROUP BY entry, source ORDER BY best, id LIMIT ?3"
         }
         // PostgreSQL's own full-text search over the text the V4 triggers keep beside
         // each entry: web-search syntax ("phrases", or, -word), ranked by ts_rank
         // negated so that, as with bm25, lower is better.
         Engine::Postgres => {
-            "SELECT e.session_id, e.entry_id, e.source,
-                    ts_headline('simple', e.body, q,
+            "SELECT session_id, entry, source,
+                    ts_headline('simple', body, q,
                         'StartSel=' || CAST(?4 AS TEXT) || ', StopSel=' || CAST(?5 AS TEXT)
                         || ', MaxWords=16, MinWords=4, HighlightAll=false'),
-                    CAST(-ts_rank(e.doc, q) AS DOUBLE PRECISION) AS rank
-             FROM search_entries e, websearch_to_tsquery('simple', CAST(?1 AS TEXT)) AS q
-             WHERE e.doc @@ q AND (CAST(?2 AS TEXT) IS NULL OR e.session_id = ?2)
-             ORDER BY rank, e.id LIMIT ?3"
+                    rank, id
+             FROM (
+                 SELECT DISTINCT ON (left(e.entry_id, 36), e.source)
+                        e.session_id, left(e.entry_id, 36) AS entry, e.source, e.body, q,
+                        CAST(-ts_rank(e.doc, q) AS DOUBLE PRECISION) AS rank, e.id
+                 FROM search_entries e,
+                      websearch_to_tsquery('simple', CAST(?1 AS TEXT)) AS q
+                 WHERE e.doc @@ q AND (CAST(?2 AS TEXT) IS NULL OR e.session_id = ?2)
+                 ORDER BY left(e.entry_id, 36), e.source, rank, e.id) AS best
+             ORDER BY rank, id LIMIT ?3"
         }
     };
     let fail = |e: DbError| query_error(query, e);

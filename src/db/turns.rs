@@ -90,39 +90,19 @@ fn fold_part(item: &mut Item, part: &str, at: String) -> Result<(), String> {
     Ok(())
 }
 
-/// One item of `session`, parts folded in.
-fn item_whole(conn: &Tx<'_>, session: &SessionId, id: &ItemId) -> Result<Option<Item>> {
-    let mut item: Option<Item> = None;
-    conn.for_each(
-        &format!(
-            "SELECT {PREFIXED_COLUMNS}, p.content, p.created_at FROM items i
-             LEFT JOIN item_parts p ON p.session_id = i.session_id AND p.item_id = i.id
-             WHERE i.session_id = ?1 AND i.id = ?2 ORDER BY p.part"
-        ),
-        args![session.to_string(), id.to_string()],
-        |row: &Row<'_>| {
-            if item.is_none() {
-                item = Some(item_from_row(row)?);
-            }
-            let part: Option<String> = row.get(7)?;
-            if let (Some(part), Some(item)) = (part, item.as_mut()) {
-                fold_part(item, &part, row.get(8)?).map_err(|e| DbError::column(7, e))?;
-            }
-            Ok(())
-        },
-    )
-    .map_err(sql("read an item"))?;
-    Ok(item)
-}
+/// The text a sealed segment holds before it is cut: large enough that a long answer
+/// is a few rows a megabyte, small enough that sealing and indexing hold little.
+const SEGMENT_BYTES: usize = 64 * 1024;
+/// How many streamed parts sealing reads at a time.
+const SEAL_PAGE: i64 = 16;
 
-/// Folds the parts of every item of `session` that has some into the item's row, once:
-/// called when a later entry follows a streamed message or its turn ends, so a message
-/// is rewritten (and re-indexed for search, by V4's trigger) once rather than on every
-/// batch. Costs one indexed probe when there is nothing to fold.
+/// Seals every item of `session` that has streamed parts (see [`seal_item`]): called
+/// when a later entry follows a streamed message or its turn ends. Costs one indexed
+/// probe when there is nothing to seal.
 pub(crate) fn settle(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
     let pending: Vec<String> = conn
         .query_map(
-            "SELECT DISTINCT item_id FROM item_parts WHERE session_id = ?1",
+            "SELECT DISTINCT item_id FROM item_parts WHERE session_id = ?1 AND sealed = 0",
             args![session.to_string()],
             |r| r.get(0),
         )
@@ -131,26 +111,162 @@ pub(crate) fn settle(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
         let id: ItemId = id.parse().map_err(|_| Error::OutOfRange {
             what: "an item part's item id",
         })?;
-        settle_item(conn, session, &id)?;
+        seal_item(conn, session, &id)?;
     }
     Ok(())
 }
 
-fn settle_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId) -> Result<()> {
-    let Some(item) = item_whole(conn, session, id)? else {
+/// Rewrites a streamed message's row content and its streamed parts as sealed
+/// segments of about [`SEGMENT_BYTES`] each (V6's triggers index each one), a page
+/// of parts at a time, so no step holds the whole message. A segment is cut after a
+/// whitespace in its last text block where there is one, so a word is never split
+/// between two search entries; reading folds the pieces back into the same blocks.
+fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId) -> Result<()> {
+    let head = conn
+        .query_row(
+            &format!("SELECT {ITEM_COLUMNS} FROM items WHERE id = ?1 AND session_id = ?2"),
+            args![id.to_string(), session.to_string()],
+            item_from_row,
+        )
+        .map_err(sql("read a streamed item"))?;
+    let Some(Item {
+        body: ItemBody::AgentMessage(mut text) | ItemBody::AgentThought(mut text),
+        ..
+    }) = head.clone()
+    else {
         return Ok(());
+    };
+    let mut segment = Segment {
+        size: text.content.iter().map(block_size).sum(),
+        blocks: std::mem::take(&mut text.content),
+    };
+    // Segments are numbered from the first streamed part on, one after another: each
+    // is written only once the part its number names has been read and deleted, so a
+    // number never meets a part still there, and a part streamed later (numbered after
+    // the largest) still sorts after them all.
+    let mut next_number = None;
+    let mut last_at = None;
+    let mut after = 0i64;
+    loop {
+        let page: Vec<(i64, Vec<ContentBlock>, String)> = conn
+            .query_map(
+                "SELECT part, content, created_at FROM item_parts
+                 WHERE session_id = ?1 AND item_id = ?2 AND sealed = 0 AND part > ?3
+                 ORDER BY part LIMIT ?4",
+                args![session.to_string(), id.to_string(), after, SEAL_PAGE],
+                |r| {
+                    let content: String = r.get(1)?;
+                    let blocks = serde_json::from_str(&content)
+                        .map_err(|e| DbError::column(1, format!("not content blocks: {e}")))?;
+                    Ok((r.get(0)?, blocks, r.get(2)?))
+                },
+            )
+            .map_err(sql("read an item's streamed parts"))?;
+        let Some((last, _, _)) = page.last() else {
+            break;
+        };
+        after = *last;
+        for (part, blocks, at) in page {
+            conn.execute(
+                "DELETE FROM item_parts WHERE session_id = ?1 AND item_id = ?2 AND part = ?3",
+                args![session.to_string(), id.to_string(), part],
+            )
+            .map_err(sql("delete a streamed part"))?;
+            let number = next_number.get_or_insert(part);
+            for block in blocks {
+                segment.push(block);
+            }
+            if segment.size >= SEGMENT_BYTES {
+                let rest = segment.cut();
+                write_segment(conn, session, id, *number, &segment.blocks, &at)?;
+                *number += 1;
+                segment = rest;
+            }
+            last_at = Some(at);
+        }
+    }
+    let (Some(number), Some(at)) = (next_number, last_at) else {
+        return Ok(()); // nothing was streamed
+    };
+    if !segment.blocks.is_empty() {
+        write_segment(conn, session, id, number, &segment.blocks, &at)?;
+    }
+    let body = match head.map(|item| item.body) {
+        Some(ItemBody::AgentThought(_)) => ItemBody::AgentThought(text),
+        _ => ItemBody::AgentMessage(text),
     };
     conn.execute(
         "UPDATE items SET body = ?2, updated_at = ?3 WHERE id = ?1",
-        args![id.to_string(), item.body.to_json(), item.updated_at],
+        args![id.to_string(), body.to_json(), at],
     )
-    .map_err(sql("fold an item's parts"))?;
-    conn.execute(
-        "DELETE FROM item_parts WHERE session_id = ?1 AND item_id = ?2",
-        args![session.to_string(), id.to_string()],
-    )
-    .map_err(sql("delete an item's folded parts"))?;
+    .map_err(sql("seal a streamed item"))?;
     Ok(())
+}
+/// Writes one sealed segment of item `id` (V6's trigger indexes it for search).
+fn write_segment(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    id: &ItemId,
+    number: i64,
+    blocks: &[ContentBlock],
+    at: &str,
+) -> Result<()> {
+    let content = serde_json::to_string(blocks).expect("content blocks always serialize");
+    conn.execute(
+        "INSERT INTO item_parts (session_id, item_id, part, content, created_at, sealed)
+         VALUES (?1, ?2, ?3, ?4, ?5, 1)",
+        args![session.to_string(), id.to_string(), number, content, at],
+    )
+    .map_err(sql("write a sealed segment"))?;
+    Ok(())
+}
+
+/// The blocks of a segment being made, and about how many bytes they hold.
+struct Segment {
+    blocks: Vec<ContentBlock>,
+    size: usize,
+}
+
+impl Segment {
+    fn push(&mut self, block: ContentBlock) {
+        self.size += block_size(&block);
+        turns::push_content(&mut self.blocks, block);
+    }
+
+    /// Cuts the segment after the last whitespace of its last text block and gives
+    /// back what follows, as the start of the next segment (empty when the last
+    /// block is not text, or its text has no whitespace to cut at but its end).
+    fn cut(&mut self) -> Segment {
+        let mut rest = Segment {
+            blocks: Vec::new(),
+            size: 0,
+        };
+        if let Some(ContentBlock::Text(last)) = self.blocks.last_mut()
+            && let Some((at, ws)) = last
+                .text
+                .char_indices()
+                .rev()
+                .find(|(_, c)| c.is_whitespace())
+        {
+            let end = at + ws.len_utf8();
+            if end < last.text.len() && end > 0 {
+                let mut tail = last.clone();
+                tail.text = last.text.split_off(end);
+                rest.size = tail.text.len();
+                self.size -= rest.size;
+                rest.blocks.push(ContentBlock::Text(tail));
+            }
+        }
+        rest
+    }
+}
+
+/// About how many bytes a block adds to a segment: its text, or its JSON.
+fn block_size(block: &ContentBlock) -> usize {
+    match block {
+        ContentBlock::Text(text) => text.text.len(),
+        other => serde_json::to_string(other).map_or(0, |json| json.len()),
+    }
 }
 
 /// What of the session's history `batch` may change: the last entry when it is an
@@ -316,7 +432,7 @@ pub(crate) fn record_batch(
     if let Some(tail) = stored_tail
         && outcome.tail != Some(Slot::Stored(tail))
     {
-        settle_item(conn, session, &tail)?;
+        seal_item(conn, session, &tail)?;
     }
     Ok(touched)
 }

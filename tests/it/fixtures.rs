@@ -500,9 +500,9 @@ fn the_v5_fixture_replays_a_proxied_session_in_order_from_moved_roots() {
 /// The V6 fixture, moved elsewhere, holds an answer still streaming (two appended
 /// parts in `item_parts`): it restores whole, in every format and from a point, with
 /// its attachments under the moved roots; search finds the folded answer; and the next
-/// write folds the parts into the row without changing a byte of what restores.
+/// write seals the parts without changing a byte of what restores.
 #[test]
-fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_folds_it() {
+fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_seals_it() {
     let dir = tempfile::tempdir().unwrap();
     let moved = dir.path().join("somewhere else");
     copy_tree(&fixture("v6"), &moved);
@@ -519,9 +519,11 @@ fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_folds_it(
     let parts = || {
         rusqlite::Connection::open(moved.join("sessions.db"))
             .unwrap()
-            .query_row("SELECT count(*) FROM item_parts", [], |r| {
-                r.get::<_, i64>(0)
-            })
+            .query_row(
+                "SELECT count(*) FROM item_parts WHERE sealed = 0",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
             .unwrap()
     };
     assert_eq!(parts(), 2, "the fixture holds an answer still streaming");
@@ -571,12 +573,12 @@ fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_folds_it(
         .map(|f| run(&["restore", "--format", f, "--session", &sid]).stdout)
         .collect();
     json(&run(&["migrate", "--json"]));
-    assert_eq!(parts(), 2, "migrate does not fold");
+    assert_eq!(parts(), 2, "migrate does not seal");
     let out = run(&["record", "--session", &sid]);
     assert!(out.status.success(), "{out:?}");
     let out = run(&["send", "--session", &sid, "--text", "thanks", "--mid-turn"]);
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(parts(), 0, "the next entry folds the streamed answer");
+    assert_eq!(parts(), 0, "the next entry seals the streamed answer");
     for (format, before) in formats.iter().zip(&before) {
         let after = run(&["restore", "--format", format, "--session", &sid]).stdout;
         assert_eq!(

@@ -309,6 +309,17 @@ async fn a_long_record_is_written_in_batches_of_one_write() {
     assert_eq!(batched, replay(one));
 }
 
+/// How many streamed parts are not sealed yet.
+fn streaming(t: &TestStore) -> i64 {
+    t.raw()
+        .query_row(
+            "SELECT count(*) FROM item_parts WHERE sealed = 0",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
 async fn bodies(t: &TestStore, session: SessionId) -> Vec<String> {
     let items = t.store().items(session).await.unwrap();
     items.iter().map(|i| i.body.to_json()).collect()
@@ -326,10 +337,11 @@ async fn found(t: &TestStore, session: SessionId, query: &str) -> bool {
 
 /// A streamed message grows by one appended part per batch (V6) rather than being
 /// rewritten whole, reads whole while it streams (the same message one batch would
-/// have made, in `items`, every restore format and `verify`), and is folded into its
-/// row once, when its turn ends, which is also when search indexes all of it.
+/// have made, in `items`, every restore format and `verify`), and is sealed
+/// once, when its turn ends (as sealed segments), which is also when search
+/// indexes all of it.
 #[tokio::test]
-async fn a_streamed_message_grows_by_parts_and_is_folded_once_its_turn_ends() {
+async fn a_streamed_message_grows_by_parts_and_is_sealed_once_its_turn_ends() {
     use sessionstore::format::Format;
     let t = TestStore::new().await;
     let streamed = t.session().await;
@@ -352,11 +364,7 @@ async fn a_streamed_message_grows_by_parts_and_is_folded_once_its_turn_ends() {
             .unwrap();
     }
     t.store().record(whole, chunks.clone()).await.unwrap();
-    assert_eq!(
-        count(&t, "item_parts"),
-        39,
-        "one row, then a part per later batch"
-    );
+    assert_eq!(streaming(&t), 39, "one row, then a part per later batch");
 
     let expected = bodies(&t, whole).await;
     assert_eq!(bodies(&t, streamed).await, expected);
@@ -404,15 +412,82 @@ async fn a_streamed_message_grows_by_parts_and_is_folded_once_its_turn_ends() {
         )
         .await
         .unwrap();
+    assert_eq!(streaming(&t), 0, "the parts are sealed");
     assert_eq!(
         count(&t, "item_parts"),
-        0,
-        "the parts are folded into the row"
+        1,
+        "a short answer is one sealed segment"
     );
     assert_eq!(bodies(&t, streamed).await, expected);
     assert!(
         found(&t, streamed, "w30").await,
         "the whole message is indexed once it ends"
+    );
+    let report = t.store().verify().await.unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+}
+
+/// A long streamed answer is sealed as several segments of bounded size, each cut
+/// after a whitespace so no word is split between two search entries; it reads back
+/// as the one message a single batch makes, and a search finds a word anywhere in it
+/// as one hit naming the item.
+#[tokio::test]
+async fn a_long_answer_is_sealed_in_segments_cut_between_words() {
+    let t = TestStore::new().await;
+    let streamed = t.session().await;
+    let whole = t.session().await;
+    let chunks: Vec<SessionUpdate> = (0..5000)
+        .map(|i| text_chunk(&format!("word{i:04} and some more text to fill it up ")))
+        .collect();
+    for batch in chunks.chunks(10) {
+        t.store().record(streamed, batch.to_vec()).await.unwrap();
+    }
+    t.store().record(whole, chunks.clone()).await.unwrap();
+    // The next entry ends the answer.
+    t.send(streamed, Outgoing::user("next")).await;
+    t.send(whole, Outgoing::user("next")).await;
+    assert_eq!(streaming(&t), 0);
+    let segments: Vec<String> = {
+        let conn = t.raw();
+        let mut stmt = conn
+            .prepare("SELECT content FROM item_parts WHERE sealed = 1 ORDER BY part")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    assert!(segments.len() >= 3, "{} segments", segments.len());
+    for segment in &segments[..segments.len() - 1] {
+        let blocks: serde_json::Value = serde_json::from_str(segment).unwrap();
+        let text = blocks[0]["text"].as_str().unwrap();
+        assert!(
+            text.ends_with(' '),
+            "cut after a whitespace: {:?}",
+            &text[text.len() - 20..]
+        );
+        assert!(text.len() < 80 * 1024, "{}", text.len());
+    }
+    assert_eq!(bodies(&t, streamed).await[0], bodies(&t, whole).await[0]);
+    let item = t.store().items(streamed).await.unwrap()[0].id.to_string();
+    for word in ["word0000", "word2500", "word4999"] {
+        let hits = t
+            .store()
+            .search(word.to_owned(), Some(streamed), 10)
+            .await
+            .unwrap();
+        assert_eq!(hits.len(), 1, "{word}: {hits:?}");
+        assert_eq!(hits[0].message_id.as_deref(), Some(item.as_str()));
+    }
+    let hits = t
+        .store()
+        .search("fill".to_owned(), Some(streamed), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        hits.len(),
+        1,
+        "one hit an item, whichever segments match: {hits:?}"
     );
     let report = t.store().verify().await.unwrap();
     assert!(report.ok(), "{:?}", report.problems);

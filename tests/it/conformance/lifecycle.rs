@@ -23,6 +23,7 @@ conformance!(
     gc_removes_only_what_no_one_needs_under_the_configured_root,
     a_fork_restores_from_its_own_folder_and_outlives_its_origin,
     search_finds_titles_messages_and_agent_text,
+    a_long_streamed_answer_is_sealed_found_whole_and_erased_with_its_session,
     export_then_import_restores_the_same_history,
 );
 
@@ -855,4 +856,62 @@ async fn export_then_import_restores_the_same_history(b: TestStore) {
     let verified = store.verify().await.unwrap();
     assert!(verified.ok(), "{:?}", verified.problems);
     assert_eq!(verified.sessions, 3);
+}
+
+/// A long answer streamed a few chunks a batch is sealed in segments when the next
+/// message comes (V6), on both engines: it reads as the one message a single batch
+/// makes, a word from its last segment is found as one hit naming the item, and
+/// deleting the session takes every segment's search entry with it.
+async fn a_long_streamed_answer_is_sealed_found_whole_and_erased_with_its_session(b: TestStore) {
+    let store = b.open().await;
+    let streamed = session(&store, ToolsHost::Local).await;
+    let whole = session(&store, ToolsHost::Local).await;
+    let chunk = |i: usize| {
+        let line = format!(
+            r#"{{"sessionUpdate":"agent_message_chunk","content":{{"type":"text","text":"piece{i:04} of a long answer "}}}}"#
+        );
+        parse_update(&line, streamed)
+    };
+    let chunks: Vec<_> = (0..6000).map(chunk).collect();
+    for batch in chunks.chunks(25) {
+        store.record(streamed, batch.to_vec()).await.unwrap();
+    }
+    store.record(whole, chunks.clone()).await.unwrap();
+    for s in [streamed, whole] {
+        store.send(s, Outgoing::user("next")).await.unwrap();
+    }
+    let body = |items: Vec<sessionstore::model::Item>| items[0].body.to_json();
+    assert_eq!(
+        body(store.items(streamed).await.unwrap()),
+        body(store.items(whole).await.unwrap())
+    );
+    let segments = b
+        .raw_query(&format!(
+            "SELECT count(*) FROM item_parts WHERE session_id = '{streamed}' AND sealed = 1"
+        ))
+        .unwrap();
+    let segments: i64 = segments[0][0].as_deref().unwrap().parse().unwrap();
+    assert!(segments >= 3, "{segments} segments");
+    let item = store.items(streamed).await.unwrap()[0].id.to_string();
+    let hits = store
+        .search("piece5999".into(), Some(streamed), 10)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0].message_id.as_deref(), Some(item.as_str()));
+    let hits = store
+        .search("answer".into(), Some(streamed), 10)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1, "one hit an item: {hits:?}");
+    assert!(store.verify().await.unwrap().ok());
+
+    store.delete_sessions(vec![streamed]).await.unwrap();
+    let left = b
+        .raw_query(&format!(
+            "SELECT count(*) FROM search_entries WHERE entry_id LIKE '{item}%'"
+        ))
+        .unwrap();
+    assert_eq!(left[0][0].as_deref(), Some("0"));
+    assert!(store.verify().await.unwrap().ok());
 }
