@@ -90,11 +90,21 @@ fn fold_part(item: &mut Item, part: &str, at: String) -> Result<(), String> {
     Ok(())
 }
 
-/// The text a sealed segment holds before it is cut: large enough that a long answer
-/// is a few rows a megabyte, small enough that sealing and indexing hold little.
+/// The text a sealed segment holds at least before it is cut: large enough that a
+/// long answer is a few rows a megabyte, small enough that sealing and indexing hold
+/// little. A segment ends at a part that ends between words, or, past four times this
+/// with no such part, at any part.
 const SEGMENT_BYTES: usize = 64 * 1024;
 /// How many streamed parts sealing reads at a time.
 const SEAL_PAGE: i64 = 16;
+
+/// Whether sealing writes what is left of a message as a last, shorter segment (its
+/// end: a later entry follows it, or its turn ended) or leaves that streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seal {
+    Whole,
+    WhatIsComplete,
+}
 
 /// Seals every item of `session` that has streamed parts (see [`seal_item`]): called
 /// when a later entry follows a streamed message or its turn ends. Costs one indexed
@@ -111,17 +121,20 @@ pub(crate) fn settle(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
         let id: ItemId = id.parse().map_err(|_| Error::OutOfRange {
             what: "an item part's item id",
         })?;
-        seal_item(conn, session, &id)?;
+        seal_item(conn, session, &id, Seal::Whole)?;
     }
     Ok(())
 }
 
-/// Rewrites a streamed message's row content and its streamed parts as sealed
-/// segments of about [`SEGMENT_BYTES`] each (V6's triggers index each one), a page
-/// of parts at a time, so no step holds the whole message. A segment is cut after a
-/// whitespace in its last text block where there is one, so a word is never split
-/// between two search entries; reading folds the pieces back into the same blocks.
-fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId) -> Result<()> {
+/// Rewrites a streamed message's row content and its streamed parts, in order, as
+/// sealed segments of about [`SEGMENT_BYTES`] each (V6's triggers index each one),
+/// reading a page of parts at a time, so no step holds the whole message. Each
+/// segment ends where a part ends between words, so no word is split between two
+/// search entries, and is numbered by the last part it covers (deleted first), so
+/// segments and the parts still streaming sort as they came. `Seal::WhatIsComplete`
+/// leaves the parts after the last complete segment streaming; reading folds the
+/// pieces back into the same blocks either way.
+fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Result<()> {
     let head = conn
         .query_row(
             &format!("SELECT {ITEM_COLUMNS} FROM items WHERE id = ?1 AND session_id = ?2"),
@@ -129,26 +142,22 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId) -> Result<()> {
             item_from_row,
         )
         .map_err(sql("read a streamed item"))?;
-    let Some(Item {
-        body: ItemBody::AgentMessage(mut text) | ItemBody::AgentThought(mut text),
-        ..
-    }) = head.clone()
-    else {
+    let Some(Item { body, .. }) = head else {
+        return Ok(());
+    };
+    let (ItemBody::AgentMessage(mut text) | ItemBody::AgentThought(mut text)) = body.clone() else {
         return Ok(());
     };
     let mut segment = Segment {
-        size: text.content.iter().map(block_size).sum(),
+        size: serde_json::to_string(&text.content).map_or(0, |json| json.len()),
         blocks: std::mem::take(&mut text.content),
+        first: None,
     };
-    // Segments are numbered from the first streamed part on, one after another: each
-    // is written only once the part its number names has been read and deleted, so a
-    // number never meets a part still there, and a part streamed later (numbered after
-    // the largest) still sorts after them all.
-    let mut next_number = None;
-    let mut last_at = None;
+    let mut sealed_at = None;
+    let mut last: Option<(i64, String)> = None;
     let mut after = 0i64;
     loop {
-        let page: Vec<(i64, Vec<ContentBlock>, String)> = conn
+        let page: Vec<(i64, Vec<ContentBlock>, String, usize)> = conn
             .query_map(
                 "SELECT part, content, created_at FROM item_parts
                  WHERE session_id = ?1 AND item_id = ?2 AND sealed = 0 AND part > ?3
@@ -158,41 +167,46 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId) -> Result<()> {
                     let content: String = r.get(1)?;
                     let blocks = serde_json::from_str(&content)
                         .map_err(|e| DbError::column(1, format!("not content blocks: {e}")))?;
-                    Ok((r.get(0)?, blocks, r.get(2)?))
+                    Ok((r.get(0)?, blocks, r.get(2)?, content.len()))
                 },
             )
             .map_err(sql("read an item's streamed parts"))?;
-        let Some((last, _, _)) = page.last() else {
+        let Some((page_end, ..)) = page.last() else {
             break;
         };
-        after = *last;
-        for (part, blocks, at) in page {
-            conn.execute(
-                "DELETE FROM item_parts WHERE session_id = ?1 AND item_id = ?2 AND part = ?3",
-                args![session.to_string(), id.to_string(), part],
-            )
-            .map_err(sql("delete a streamed part"))?;
-            let number = next_number.get_or_insert(part);
+        after = *page_end;
+        for (part, blocks, at, size) in page {
+            // The segment so far ends before this part: there if it is large enough
+            // and the cut falls between words.
+            if let Some((previous, previous_at)) = &last
+                && segment.first.is_some()
+                && segment.complete_before(&blocks)
+            {
+                segment.write(conn, session, id, *previous, previous_at)?;
+                sealed_at = Some(previous_at.clone());
+            }
+            segment.first.get_or_insert(part);
+            segment.size += size;
             for block in blocks {
-                segment.push(block);
+                turns::push_content(&mut segment.blocks, block);
             }
-            if segment.size >= SEGMENT_BYTES {
-                let rest = segment.cut();
-                write_segment(conn, session, id, *number, &segment.blocks, &at)?;
-                *number += 1;
-                segment = rest;
-            }
-            last_at = Some(at);
+            last = Some((part, at));
         }
     }
-    let (Some(number), Some(at)) = (next_number, last_at) else {
-        return Ok(()); // nothing was streamed
-    };
-    if !segment.blocks.is_empty() {
-        write_segment(conn, session, id, number, &segment.blocks, &at)?;
+    if seal == Seal::Whole
+        && let Some((part, at)) = &last
+        && segment.first.is_some()
+    {
+        segment.write(conn, session, id, *part, at)?;
+        sealed_at = Some(at.clone());
     }
-    let body = match head.map(|item| item.body) {
-        Some(ItemBody::AgentThought(_)) => ItemBody::AgentThought(text),
+    let Some(at) = sealed_at else {
+        return Ok(()); // nothing sealed: the row keeps its content
+    };
+    // The row's content went into the first segment; the row keeps the message id and
+    // the time of the latest part sealed.
+    let body = match body {
+        ItemBody::AgentThought(_) => ItemBody::AgentThought(text),
         _ => ItemBody::AgentMessage(text),
     };
     conn.execute(
@@ -202,70 +216,67 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId) -> Result<()> {
     .map_err(sql("seal a streamed item"))?;
     Ok(())
 }
-/// Writes one sealed segment of item `id` (V6's trigger indexes it for search).
-fn write_segment(
-    conn: &Tx<'_>,
-    session: &SessionId,
-    id: &ItemId,
-    number: i64,
-    blocks: &[ContentBlock],
-    at: &str,
-) -> Result<()> {
-    let content = serde_json::to_string(blocks).expect("content blocks always serialize");
-    conn.execute(
-        "INSERT INTO item_parts (session_id, item_id, part, content, created_at, sealed)
-         VALUES (?1, ?2, ?3, ?4, ?5, 1)",
-        args![session.to_string(), id.to_string(), number, content, at],
-    )
-    .map_err(sql("write a sealed segment"))?;
-    Ok(())
-}
 
-/// The blocks of a segment being made, and about how many bytes they hold.
+/// The blocks of a segment being made, the bytes of the JSON they came as (the
+/// measure `streamed_bytes` takes too), and the first part they came from (`None`
+/// while they are only the row's content).
 struct Segment {
     blocks: Vec<ContentBlock>,
     size: usize,
+    first: Option<i64>,
 }
 
 impl Segment {
-    fn push(&mut self, block: ContentBlock) {
-        self.size += block_size(&block);
-        turns::push_content(&mut self.blocks, block);
+    /// Whether the segment is complete before `next` (the blocks of the part after
+    /// it): large enough, with the cut between words (its text ends in whitespace,
+    /// or the next begins with some, or either side is not text), or far too large to
+    /// wait for that.
+    fn complete_before(&self, next: &[ContentBlock]) -> bool {
+        let ends = match self.blocks.last() {
+            Some(ContentBlock::Text(text)) => text.text.ends_with(char::is_whitespace),
+            _ => true,
+        };
+        let begins = match next.first() {
+            Some(ContentBlock::Text(text)) => text.text.starts_with(char::is_whitespace),
+            _ => true,
+        };
+        self.size >= SEGMENT_BYTES && (ends || begins || self.size >= 4 * SEGMENT_BYTES)
     }
 
-    /// Cuts the segment after the last whitespace of its last text block and gives
-    /// back what follows, as the start of the next segment (empty when the last
-    /// block is not text, or its text has no whitespace to cut at but its end).
-    fn cut(&mut self) -> Segment {
-        let mut rest = Segment {
+    /// Writes the segment as sealed part `number` in place of the streamed parts it
+    /// covers (V6's trigger indexes it for search), and starts the next one empty.
+    fn write(
+        &mut self,
+        conn: &Tx<'_>,
+        session: &SessionId,
+        id: &ItemId,
+        number: i64,
+        at: &str,
+    ) -> Result<()> {
+        conn.execute(
+            "DELETE FROM item_parts WHERE session_id = ?1 AND item_id = ?2
+             AND sealed = 0 AND part BETWEEN ?3 AND ?4",
+            args![
+                session.to_string(),
+                id.to_string(),
+                self.first.unwrap_or(number),
+                number
+            ],
+        )
+        .map_err(sql("delete streamed parts"))?;
+        let content = serde_json::to_string(&self.blocks).expect("content blocks always serialize");
+        conn.execute(
+            "INSERT INTO item_parts (session_id, item_id, part, content, created_at, sealed)
+             VALUES (?1, ?2, ?3, ?4, ?5, 1)",
+            args![session.to_string(), id.to_string(), number, content, at],
+        )
+        .map_err(sql("write a sealed segment"))?;
+        *self = Segment {
             blocks: Vec::new(),
             size: 0,
+            first: None,
         };
-        if let Some(ContentBlock::Text(last)) = self.blocks.last_mut()
-            && let Some((at, ws)) = last
-                .text
-                .char_indices()
-                .rev()
-                .find(|(_, c)| c.is_whitespace())
-        {
-            let end = at + ws.len_utf8();
-            if end < last.text.len() && end > 0 {
-                let mut tail = last.clone();
-                tail.text = last.text.split_off(end);
-                rest.size = tail.text.len();
-                self.size -= rest.size;
-                rest.blocks.push(ContentBlock::Text(tail));
-            }
-        }
-        rest
-    }
-}
-
-/// About how many bytes a block adds to a segment: its text, or its JSON.
-fn block_size(block: &ContentBlock) -> usize {
-    match block {
-        ContentBlock::Text(text) => text.text.len(),
-        other => serde_json::to_string(other).map_or(0, |json| json.len()),
+        Ok(())
     }
 }
 
@@ -404,6 +415,9 @@ pub(crate) fn record_batch(
                     // What this batch appended to the streamed message (`state_for`).
                     ItemBody::AgentMessage(text) | ItemBody::AgentThought(text) => {
                         append_part(conn, session, id, &text.content, &at)?;
+                        if streamed_bytes(conn, session, id)? >= SEGMENT_BYTES {
+                            seal_item(conn, session, id, Seal::WhatIsComplete)?;
+                        }
                     }
                     _ => {
                         conn.execute(
@@ -432,9 +446,25 @@ pub(crate) fn record_batch(
     if let Some(tail) = stored_tail
         && outcome.tail != Some(Slot::Stored(tail))
     {
-        seal_item(conn, session, &tail)?;
+        seal_item(conn, session, &tail, Seal::Whole)?;
     }
     Ok(touched)
+}
+
+/// About how many bytes of streamed item `id` are not sealed yet: its row's and its
+/// streamed parts' (fewer than a segment's worth of parts, so this reads a few rows).
+fn streamed_bytes(conn: &Tx<'_>, session: &SessionId, id: &ItemId) -> Result<usize> {
+    let bytes: i64 = conn
+        .query_row(
+            "SELECT (SELECT length(body) FROM items WHERE id = ?2)
+                  + (SELECT coalesce(sum(length(content)), 0) FROM item_parts
+                     WHERE session_id = ?1 AND item_id = ?2 AND sealed = 0)",
+            args![session.to_string(), id.to_string()],
+            |r| r.get(0),
+        )
+        .map_err(sql("measure a streamed item"))?
+        .unwrap_or(0);
+    Ok(usize::try_from(bytes).unwrap_or(0))
 }
 
 /// Appends `content` to streamed item `id` as its next part.

@@ -427,8 +427,8 @@ async fn a_streamed_message_grows_by_parts_and_is_sealed_once_its_turn_ends() {
     assert!(report.ok(), "{:?}", report.problems);
 }
 
-/// A long streamed answer is sealed as several segments of bounded size, each cut
-/// after a whitespace so no word is split between two search entries; it reads back
+/// A long streamed answer is sealed as it streams, in segments of bounded size, each
+/// cut between words so no word is split between two search entries; it reads back
 /// as the one message a single batch makes, and a search finds a word anywhere in it
 /// as one hit naming the item.
 #[tokio::test]
@@ -443,6 +443,20 @@ async fn a_long_answer_is_sealed_in_segments_cut_between_words() {
         t.store().record(streamed, batch.to_vec()).await.unwrap();
     }
     t.store().record(whole, chunks.clone()).await.unwrap();
+    // While it streams, what makes a whole segment is sealed as it comes: a few
+    // segments' worth of parts never wait, and the sealed ones are found already.
+    let sealed = || -> i64 {
+        t.raw()
+            .query_row(
+                "SELECT count(*) FROM item_parts WHERE sealed = 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    assert!(sealed() >= 2, "{} sealed while streaming", sealed());
+    assert!(streaming(&t) < 200, "{} parts waiting", streaming(&t));
+    assert!(found(&t, streamed, "word0000").await);
     // The next entry ends the answer.
     t.send(streamed, Outgoing::user("next")).await;
     t.send(whole, Outgoing::user("next")).await;

@@ -23,9 +23,14 @@ use crate::model::{Delivery, TurnEnd};
 use crate::store::{Prompt, PromptBlock, Upload};
 
 /// How many updates the recorder writes in one batch at most: all that wait, up to
-/// the queue's size. A coalesced message's row is written again with each batch that
-/// continues it, so the fewer batches a long answer takes, the less is rewritten.
+/// the queue's size.
 const RECORD_BATCH: usize = RECORD_QUEUE;
+/// How long the recorder gathers a session's updates after the first before it writes
+/// them (a flush, the turn's end, writes at once). An agent streaming a few hundred
+/// chunks a second then costs a few hundred small commits a second rather than one a
+/// chunk, and what the client has seen runs ahead of what is durable by at most this
+/// plus the commit in progress.
+pub(crate) const RECORD_WINDOW: std::time::Duration = std::time::Duration::from_millis(2);
 /// How many updates may wait for the recorder before the agent's reader waits too.
 const RECORD_QUEUE: usize = 1024;
 
@@ -530,6 +535,7 @@ impl Recorder {
             let mut batch = Vec::new();
             let mut flushes = Vec::new();
             while let Some(first) = rx.recv().await {
+                let window = tokio::time::Instant::now() + RECORD_WINDOW;
                 let mut next = Some(first);
                 while let Some(record) = next.take() {
                     match record {
@@ -539,7 +545,16 @@ impl Recorder {
                     if batch.len() >= RECORD_BATCH {
                         break;
                     }
-                    next = rx.try_recv().ok();
+                    next = match rx.try_recv() {
+                        Ok(record) => Some(record),
+                        Err(mpsc::error::TryRecvError::Empty) if flushes.is_empty() => {
+                            tokio::time::timeout_at(window, rx.recv())
+                                .await
+                                .ok()
+                                .flatten()
+                        }
+                        Err(_) => None,
+                    };
                 }
                 if !batch.is_empty()
                     && failed.is_none()
