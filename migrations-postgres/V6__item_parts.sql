@@ -18,6 +18,7 @@ CREATE TABLE item_parts (
                        THEN json_typeof(content::json) = 'array' ELSE false END),
     created_at  TEXT COLLATE "C" NOT NULL,
     sealed      BIGINT NOT NULL DEFAULT 0 CHECK (sealed IN (0, 1)),
+    streamed    BIGINT NOT NULL DEFAULT 0 CHECK (streamed >= 0),
     PRIMARY KEY (session_id, item_id, part)
 );
 

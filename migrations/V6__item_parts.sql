@@ -8,7 +8,9 @@
 -- that batch appended, in the order they came (`sealed` = 0). A reader folds the parts
 -- onto the item's row in `part` order the way chunks coalesce (adjacent text with the
 -- same annotations and `_meta` joins into one block), so what it reads is the same
--- message a whole row would hold.
+-- message a whole row would hold. `streamed` counts the bytes of a streamed part and
+-- the streamed parts before it back to the last sealed segment, so a batch knows in
+-- one lookup when enough waits to seal.
 --
 -- Once a later entry follows the message or its turn ends, the row's content and its
 -- parts are rewritten once as sealed segments of a bounded size (text cut at a
@@ -27,6 +29,7 @@ CREATE TABLE item_parts (
                             THEN json_type(content) = 'array' ELSE 0 END),
     created_at  TEXT NOT NULL,
     sealed      INTEGER NOT NULL DEFAULT 0 CHECK (sealed IN (0, 1)),
+    streamed    INTEGER NOT NULL DEFAULT 0 CHECK (streamed >= 0),
     PRIMARY KEY (session_id, item_id, part)
 ) STRICT;
 

@@ -152,6 +152,7 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
         size: serde_json::to_string(&text.content).map_or(0, |json| json.len()),
         blocks: std::mem::take(&mut text.content),
         first: None,
+        parts: Vec::new(),
     };
     let mut sealed_at = None;
     let mut last: Option<(i64, String)> = None;
@@ -187,6 +188,7 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
             }
             segment.first.get_or_insert(part);
             segment.size += size;
+            segment.parts.push((part, size));
             for block in blocks {
                 turns::push_content(&mut segment.blocks, block);
             }
@@ -199,6 +201,24 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
     {
         segment.write(conn, session, id, *part, at)?;
         sealed_at = Some(at.clone());
+    }
+    if sealed_at.is_some() {
+        // What still streams now waits since the segment just sealed.
+        let mut waiting = 0;
+        for (part, size) in &segment.parts {
+            waiting += size;
+            conn.execute(
+                "UPDATE item_parts SET streamed = ?4
+                 WHERE session_id = ?1 AND item_id = ?2 AND part = ?3",
+                args![
+                    session.to_string(),
+                    id.to_string(),
+                    *part,
+                    i64::try_from(waiting).unwrap_or(i64::MAX)
+                ],
+            )
+            .map_err(sql("count what still streams"))?;
+        }
     }
     let Some(at) = sealed_at else {
         return Ok(()); // nothing sealed: the row keeps its content
@@ -224,6 +244,8 @@ struct Segment {
     blocks: Vec<ContentBlock>,
     size: usize,
     first: Option<i64>,
+    /// The streamed parts it holds, with the bytes of each.
+    parts: Vec<(i64, usize)>,
 }
 
 impl Segment {
@@ -275,6 +297,7 @@ impl Segment {
             blocks: Vec::new(),
             size: 0,
             first: None,
+            parts: Vec::new(),
         };
         Ok(())
     }
@@ -414,8 +437,7 @@ pub(crate) fn record_batch(
                 match body {
                     // What this batch appended to the streamed message (`state_for`).
                     ItemBody::AgentMessage(text) | ItemBody::AgentThought(text) => {
-                        append_part(conn, session, id, &text.content, &at)?;
-                        if streamed_bytes(conn, session, id)? >= SEGMENT_BYTES {
+                        if append_part(conn, session, id, &text.content, &at)? >= SEGMENT_BYTES {
                             seal_item(conn, session, id, Seal::WhatIsComplete)?;
                         }
                     }
@@ -451,39 +473,39 @@ pub(crate) fn record_batch(
     Ok(touched)
 }
 
-/// About how many bytes of streamed item `id` are not sealed yet: its row's and its
-/// streamed parts' (fewer than a segment's worth of parts, so this reads a few rows).
-fn streamed_bytes(conn: &Tx<'_>, session: &SessionId, id: &ItemId) -> Result<usize> {
-    let bytes: i64 = conn
-        .query_row(
-            "SELECT (SELECT length(body) FROM items WHERE id = ?2)
-                  + (SELECT coalesce(sum(length(content)), 0) FROM item_parts
-                     WHERE session_id = ?1 AND item_id = ?2 AND sealed = 0)",
-            args![session.to_string(), id.to_string()],
-            |r| r.get(0),
-        )
-        .map_err(sql("measure a streamed item"))?
-        .unwrap_or(0);
-    Ok(usize::try_from(bytes).unwrap_or(0))
-}
-
-/// Appends `content` to streamed item `id` as its next part.
+/// Appends `content` to streamed item `id` as its next part, and gives how many bytes
+/// of streamed parts now wait since the last sealed segment (its `streamed`), read
+/// from the last part alone.
 fn append_part(
     conn: &Tx<'_>,
     session: &SessionId,
     id: &ItemId,
     content: &[ContentBlock],
     at: &str,
-) -> Result<()> {
+) -> Result<usize> {
     let content = serde_json::to_string(content).expect("content blocks always serialize");
+    let (last, waiting): (i64, i64) = conn
+        .query_row(
+            "SELECT part, CASE WHEN sealed = 1 THEN 0 ELSE streamed END FROM item_parts
+             WHERE session_id = ?1 AND item_id = ?2 ORDER BY part DESC LIMIT 1",
+            args![session.to_string(), id.to_string()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map_err(sql("read a streamed item's last part"))?
+        .unwrap_or((0, 0));
+    let streamed = waiting + i64::try_from(content.len()).unwrap_or(i64::MAX);
     conn.execute(
-        "INSERT INTO item_parts (session_id, item_id, part, content, created_at)
-         VALUES (?1, ?2,
-                 (SELECT coalesce(max(part), 0) + 1 FROM item_parts
-                  WHERE session_id = ?1 AND item_id = ?2),
-                 ?3, ?4)",
-        args![session.to_string(), id.to_string(), content, at],
+        "INSERT INTO item_parts (session_id, item_id, part, content, created_at, streamed)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        args![
+            session.to_string(),
+            id.to_string(),
+            last + 1,
+            content,
+            at,
+            streamed
+        ],
     )
     .map_err(sql("append to a streamed item"))?;
-    Ok(())
+    Ok(usize::try_from(streamed).unwrap_or(usize::MAX))
 }
