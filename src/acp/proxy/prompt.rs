@@ -21,6 +21,7 @@ use crate::dispatch::{Memo, Mode, ModelMessage, Part};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, TurnEnd};
 use crate::store::{Prompt, PromptBlock, Upload};
+use crate::turns::Update;
 
 /// How many updates the recorder writes in one batch at most: all that wait, up to
 /// the queue's size.
@@ -601,7 +602,19 @@ async fn record_batch(
     mut batch: Vec<Value>,
 ) -> Result<(), Failure> {
     loop {
-        match store.record_values(session, batch.clone()).await {
+        // Read here rather than by `record_values`, so the batch need not be copied
+        // for the store: a refused update is taken out of `batch` and the rest read
+        // again.
+        let read: Result<Vec<Update>, _> = batch
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Update::from_value(v).map_err(|refusal| (i + 1, refusal)))
+            .collect();
+        let outcome = match read {
+            Ok(updates) => store.record(session, updates).await,
+            Err((line, refusal)) => Err(crate::Error::UpdateRefused { line, refusal }),
+        };
+        match outcome {
             Ok(_) => return Ok(()),
             Err(crate::Error::UpdateRefused { line, refusal })
                 if line >= 1 && line <= batch.len() =>
