@@ -104,6 +104,15 @@ fn moved_store(moved: &Path) -> sessionstore::Config {
     config
 }
 
+/// Every attachment name a restored ACP history hands the model, with whether its
+/// path lies under the moved legacy root (rather than the configured one).
+fn roots_of(restored: &serde_json::Value, moved: &Path) -> Vec<(String, bool)> {
+    attachment_paths(restored, moved)
+        .into_iter()
+        .map(|(name, path)| (name, path.starts_with(moved.join("legacy"))))
+        .collect()
+}
+
 /// Every `(name, path)` a restored ACP history hands the model, each checked to lie
 /// under `moved` and to hold exactly the bytes of the block that names it.
 fn attachment_paths(restored: &serde_json::Value, moved: &Path) -> Vec<(String, PathBuf)> {
@@ -289,10 +298,7 @@ fn the_v4_fixture_restores_searches_and_lists_from_moved_roots() {
     run(&["migrate"]);
 
     let restored = run(&["restore", "--format", "acp", "--session", &origin]);
-    let roots: Vec<(String, bool)> = attachment_paths(&restored, &moved)
-        .into_iter()
-        .map(|(name, path)| (name, path.starts_with(moved.join("legacy"))))
-        .collect();
+    let roots = roots_of(&restored, &moved);
     assert_eq!(
         roots,
         [
@@ -478,10 +484,7 @@ fn the_v5_fixture_replays_a_proxied_session_in_order_from_moved_roots() {
     // The session made on the command line restores as any other, its legacy file
     // from the moved legacy root.
     let restored = json(&run(&["restore", "--format", "acp", "--session", &plain]));
-    let roots: Vec<(String, bool)> = attachment_paths(&restored, &moved)
-        .into_iter()
-        .map(|(name, path)| (name, path.starts_with(moved.join("legacy"))))
-        .collect();
+    let roots = roots_of(&restored, &moved);
     assert_eq!(
         roots,
         [
@@ -543,10 +546,7 @@ fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_seals_it(
             "The pelicans nest on the north mole"
         ]
     );
-    let roots: Vec<(String, bool)> = attachment_paths(&restored, &moved)
-        .into_iter()
-        .map(|(name, path)| (name, path.starts_with(moved.join("legacy"))))
-        .collect();
+    let roots = roots_of(&restored, &moved);
     assert_eq!(
         roots,
         [
