@@ -22,6 +22,11 @@ CREATE TABLE item_parts (
     PRIMARY KEY (session_id, item_id, part)
 );
 
+-- The parts still streaming, found without reading a session's sealed segments (a
+-- send and a batch look for them every time).
+CREATE INDEX item_parts_streaming ON item_parts (session_id, item_id, part)
+    WHERE sealed = 0;
+
 CREATE FUNCTION search_part_insert() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN

@@ -33,6 +33,11 @@ CREATE TABLE item_parts (
     PRIMARY KEY (session_id, item_id, part)
 ) STRICT;
 
+-- The parts still streaming, found without reading a session's sealed segments (a
+-- send and a batch look for them every time).
+CREATE INDEX item_parts_streaming ON item_parts (session_id, item_id, part)
+    WHERE sealed = 0;
+
 CREATE TRIGGER search_part_insert AFTER INSERT ON item_parts
 WHEN new.sealed = 1
 BEGIN
