@@ -4,11 +4,14 @@
 //! compare them with what the tables say.
 
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use agent_client_protocol_schema::v1::ToolCallId;
 
 use serde::Deserialize;
 
 use crate::attachments::AttachmentUri;
-use crate::ids::{MessageId, SessionId};
+use crate::ids::{ItemId, MessageId, SessionId};
 use crate::model::{
     Delivery, Event, EventPayload, Item, ItemBody, Message, MessageBlock, Problem, ProblemKind,
     Session, Setting, Turn,
@@ -171,7 +174,127 @@ struct History {
     /// The highest seq given to a message or an item so far.
     last: i64,
     /// The item holding that seq, if the last entry is an item.
-    last_item: Option<usize>,
+    last_item: Option<ItemId>,
+}
+
+/// One entry of the history that no later event can change: a delivered message, an
+/// item that is neither a tool call nor the last entry. A windowed replay hands these
+/// over as it goes ([`Replayer::take_retired`]); the rest are handed over by `finish`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Retired {
+    Message(Message),
+    Item(Item),
+}
+
+impl Retired {
+    pub fn seq(&self) -> i64 {
+        match self {
+            Retired::Message(m) => m.seq,
+            Retired::Item(i) => i.seq,
+        }
+    }
+}
+
+/// A tool call of the history before a replay's first event, found by its id (a
+/// replay from a point reads it from the rows: what it replays may update it).
+pub type ToolCallSeed<'a> = Box<dyn FnMut(&ToolCallId) -> Option<Item> + 'a>;
+
+/// What a replay that starts mid-log is told about the history before it.
+pub struct Start<'a> {
+    /// The `session_seq` of the first event replayed.
+    pub event: i64,
+    /// The history seq just before that event's first entry.
+    pub last: i64,
+    /// The entry at `last`, when it is an item (a chunk may continue it).
+    pub tail: Option<Item>,
+    /// The session as its row says: the events that made it are not replayed.
+    pub session: Session,
+    pub tool_call: ToolCallSeed<'a>,
+}
+
+/// The entries a replay holds: those a later event may still change (queued messages,
+/// tool calls, the last item), and, when it keeps everything (`verify`), the rest.
+#[derive(Default)]
+struct Entries<'a> {
+    /// Whether retired entries are kept for `finish` rather than handed over.
+    keep: bool,
+    done_messages: Vec<Message>,
+    done_items: Vec<Item>,
+    retired: VecDeque<Retired>,
+    /// Every message appended, to tell a second delivery from one never appended.
+    appended: HashSet<MessageId>,
+    queued: Vec<Message>,
+    live: HashMap<ItemId, Item>,
+    calls: HashMap<ToolCallId, ItemId>,
+    history: History,
+    /// Set for a replay from a point: what the history before it holds is unknown,
+    /// so a reference to it is no problem, and tool calls are found through it.
+    seed: Option<ToolCallSeed<'a>>,
+}
+
+impl Entries<'_> {
+    fn retire(&mut self, entry: Retired) {
+        match (self.keep, entry) {
+            (true, Retired::Message(m)) => self.done_messages.push(m),
+            (true, Retired::Item(i)) => self.done_items.push(i),
+            (false, entry) => self.retired.push_back(entry),
+        }
+    }
+
+    /// A new entry follows: the last item, unless a tool call, can no longer change.
+    fn follow(&mut self) {
+        if let Some(id) = self.history.last_item.take()
+            && !matches!(self.live.get(&id), Some(Item { body: ItemBody::ToolCall(_), .. }))
+            && let Some(item) = self.live.remove(&id)
+        {
+            self.retire(Retired::Item(item));
+        }
+    }
+
+    fn message(&mut self, message: Message) {
+        self.follow();
+        self.history.last = self.history.last.max(message.seq);
+        self.appended.insert(message.id);
+        if message.state == Delivery::Queued {
+            self.queued.push(message);
+        } else {
+            self.retire(Retired::Message(message));
+        }
+    }
+
+    fn item(&mut self, item: Item) {
+        self.follow();
+        self.history.last = self.history.last.max(item.seq);
+        self.history.last_item = Some(item.id);
+        if let ItemBody::ToolCall(call) = &item.body {
+            self.calls.insert(call.tool_call_id.clone(), item.id);
+        }
+        self.live.insert(item.id, item);
+    }
+
+    /// The tool call an update names, from this replay or the history before it.
+    fn tool_call(&mut self, id: &ToolCallId) -> Option<&Item> {
+        if !self.calls.contains_key(id)
+            && let Some(seed) = self.seed.as_mut()
+            && let Some(item) = seed(id)
+        {
+            self.calls.insert(id.clone(), item.id);
+            self.live.insert(item.id, item);
+        }
+        self.calls.get(id).and_then(|item| self.live.get(item))
+    }
+
+    /// Everything still held, in history order.
+    fn drain(&mut self) -> (Vec<Message>, Vec<Item>) {
+        let mut messages = std::mem::take(&mut self.done_messages);
+        messages.append(&mut self.queued);
+        messages.sort_by_key(|m| m.seq);
+        let mut items = std::mem::take(&mut self.done_items);
+        items.extend(self.live.drain().map(|(_, item)| item));
+        items.sort_by_key(|i| i.seq);
+        self.calls.clear();
+        (messages, items)
+    }
 }
 
 /// Folds one session's events, in `session_seq` order, into its expected rows, and
@@ -189,43 +312,95 @@ pub fn replay<P: Payload>(
 }
 
 /// [`replay`] one event at a time, for a caller that reads the log as it goes and
-/// never holds it whole (restore).
-pub struct Replayer {
+/// never holds it whole. [`Replayer::new`] keeps every entry for `finish` (`verify`
+/// compares them all); [`Replayer::windowed`] and [`Replayer::from`] hand each entry
+/// over once no later event can change it (restore compares it with its row and lets
+/// it go), so what they hold is the entries still open, not the history.
+pub struct Replayer<'a> {
     session_id: SessionId,
     applied: i64,
     problems: Vec<Problem>,
     session: Option<Session>,
-    messages: Vec<Message>,
-    items: Vec<Item>,
+    entries: Entries<'a>,
     turns: Vec<Turn>,
     settings: Vec<Setting>,
-    history: History,
     uris: Uris,
 }
 
-impl Replayer {
-    pub fn new(session_id: SessionId) -> Replayer {
+impl<'a> Replayer<'a> {
+    pub fn new(session_id: SessionId) -> Replayer<'static> {
+        let mut replayer = Replayer::windowed(session_id);
+        replayer.entries.keep = true;
+        replayer
+    }
+
+    /// A replay of the whole log that hands entries over as they are done.
+    pub fn windowed(session_id: SessionId) -> Replayer<'static> {
         Replayer {
             session_id,
             applied: 0,
             problems: Vec::new(),
             session: None,
-            messages: Vec::new(),
-            items: Vec::new(),
+            entries: Entries::default(),
             turns: Vec::new(),
             settings: Vec::new(),
-            history: History::default(),
             uris: Uris::default(),
         }
+    }
+
+    /// A windowed replay of the log from the event `start` names: what it replays is
+    /// checked as [`Replayer::windowed`] checks it, and what refers to the history
+    /// before it (a delivery, a turn's end, a tool call's update) is taken as it
+    /// comes, since the log before `start` is not read.
+    pub fn from(session_id: SessionId, start: Start<'a>) -> Replayer<'a> {
+        let mut entries = Entries {
+            seed: Some(start.tool_call),
+            ..Entries::default()
+        };
+        entries.history.last = start.last;
+        if let Some(tail) = start.tail {
+            entries.history.last_item = Some(tail.id);
+            entries.live.insert(tail.id, tail);
+        }
+        Replayer {
+            session_id,
+            applied: start.event - 1,
+            problems: Vec::new(),
+            session: Some(start.session),
+            entries,
+            turns: Vec::new(),
+            settings: Vec::new(),
+            uris: Uris::default(),
+        }
+    }
+
+    /// The entries done since the last call, in the order they were done (history
+    /// order, but for a message delivered after later entries).
+    pub fn take_retired(&mut self) -> impl Iterator<Item = Retired> + '_ {
+        self.entries.retired.drain(..)
+    }
+
+    /// The highest history seq the log has given so far.
+    pub fn last_seq(&self) -> i64 {
+        self.entries.history.last
+    }
+
+    /// The problems found so far.
+    pub fn problems(&self) -> &[Problem] {
+        &self.problems
+    }
+
+    fn partial(&self) -> bool {
+        self.entries.seed.is_some()
     }
 
     /// Folds the next event of the log in.
     pub fn apply<P: Payload>(&mut self, event: &Event<P>) {
         let session_id = self.session_id;
+        let partial = self.partial();
         let problems = &mut self.problems;
         let session = &mut self.session;
-        let messages = &mut self.messages;
-        let history = &mut self.history;
+        let entries = &mut self.entries;
         self.applied += 1;
         let expected_seq = self.applied;
         if event.session_seq != expected_seq {
@@ -333,7 +508,7 @@ impl Replayer {
                         .with_event(event.seq),
                     );
                 }
-                if message.seq != history.last + 1 {
+                if message.seq != entries.history.last + 1 {
                     problems.push(
                         Problem::new(
                             ProblemKind::HistorySequence,
@@ -342,7 +517,7 @@ impl Replayer {
                                 event.seq,
                                 message.id,
                                 message.seq,
-                                history.last + 1
+                                entries.history.last + 1
                             ),
                         )
                         .with_session(session_id)
@@ -350,9 +525,7 @@ impl Replayer {
                         .with_event(event.seq),
                     );
                 }
-                history.last = history.last.max(message.seq);
-                history.last_item = None;
-                messages.push(Message {
+                entries.message(Message {
                     id: message.id,
                     session_id,
                     seq: message.seq,
@@ -369,9 +542,13 @@ impl Replayer {
             EventPayload::MessageDelivered { id } => {
                 // A delivery is of a message queued mid-turn, so one near the end:
                 // searched from there, a long history is not walked per delivery.
-                match messages.iter_mut().rev().find(|m| m.id == id) {
-                    Some(m) if m.state == Delivery::Queued => m.state = Delivery::Delivered,
-                    Some(_) => problems.push(
+                match entries.queued.iter().position(|m| m.id == id) {
+                    Some(at) => {
+                        let mut message = entries.queued.remove(at);
+                        message.state = Delivery::Delivered;
+                        entries.retire(Retired::Message(message));
+                    }
+                    None if entries.appended.contains(&id) => problems.push(
                         Problem::new(
                             ProblemKind::Delivery,
                             format!(
@@ -383,6 +560,8 @@ impl Replayer {
                         .with_message(id)
                         .with_event(event.seq),
                     ),
+                    // Appended before the point a partial replay starts from.
+                    None if partial => {}
                     None => problems.push(
                         Problem::new(
                             ProblemKind::Delivery,
@@ -415,14 +594,7 @@ impl Replayer {
                         .with_event(event.seq),
                     );
                 }
-                replay_turn(
-                    event,
-                    &updates,
-                    &created,
-                    &mut self.items,
-                    history,
-                    problems,
-                );
+                replay_turn(event, &updates, &created, entries, problems);
             }
             EventPayload::AgentBound { agent } => match session.as_mut() {
                 Some(s) => s.agent = Some(agent),
@@ -448,6 +620,8 @@ impl Replayer {
                         turn.end = Some(end);
                         turn.ended_at = Some(event.created_at.clone());
                     }
+                    // Begun before the point a partial replay starts from.
+                    None if partial => {}
                     found => problems.push(
                         Problem::new(
                             ProblemKind::TurnSequence,
@@ -482,7 +656,8 @@ impl Replayer {
         }
     }
 
-    /// The projection and every problem found in the log.
+    /// The projection and every problem found in the log. For a windowed replay its
+    /// messages and items are the entries not handed over yet.
     pub fn finish(mut self) -> (Option<Projection>, Vec<Problem>) {
         let session_id = self.session_id;
         if self.session.is_none() {
@@ -494,7 +669,8 @@ impl Replayer {
                 .with_session(session_id),
             );
         }
-        let (messages, items, turns) = (self.messages, self.items, self.turns);
+        let (messages, items) = self.entries.drain();
+        let turns = self.turns;
         let mut settings = self.settings;
         settings.sort_by(|a, b| (&a.method, &a.key).cmp(&(&b.method, &b.key)));
         (
@@ -527,8 +703,7 @@ fn replay_turn<P>(
     event: &Event<P>,
     updates: &[serde_json::Value],
     created: &[crate::model::CreatedItem],
-    items: &mut Vec<Item>,
-    history: &mut History,
+    entries: &mut Entries<'_>,
     problems: &mut Vec<Problem>,
 ) {
     let about = |kind, detail: String| {
@@ -551,9 +726,10 @@ fn replay_turn<P>(
         }
     };
     let mut state = State {
-        tail: history
+        tail: entries
+            .history
             .last_item
-            .map(|at| &items[at])
+            .and_then(|id| entries.live.get(&id))
             .filter(|item| {
                 matches!(
                     item.body,
@@ -564,15 +740,11 @@ fn replay_turn<P>(
         ..State::default()
     };
     for id in turns::tool_call_ids(&batch) {
-        let found = items.iter().find(|item| match &item.body {
-            ItemBody::ToolCall(call) => call.tool_call_id == id,
-            _ => false,
-        });
         if let Some(Item {
             id: item,
             body: ItemBody::ToolCall(call),
             ..
-        }) = found
+        }) = entries.tool_call(&id)
         {
             state.tool_calls.insert(id, (*item, call.clone()));
         }
@@ -607,7 +779,7 @@ fn replay_turn<P>(
         match slot {
             Slot::New(n) => {
                 let made = created[n];
-                if made.seq != history.last + 1 {
+                if made.seq != entries.history.last + 1 {
                     problems.push(
                         about(
                             ProblemKind::HistorySequence,
@@ -616,15 +788,13 @@ fn replay_turn<P>(
                                 event.seq,
                                 made.id,
                                 made.seq,
-                                history.last + 1
+                                entries.history.last + 1
                             ),
                         )
                         .with_item(made.id),
                     );
                 }
-                history.last = history.last.max(made.seq);
-                history.last_item = Some(items.len());
-                items.push(Item {
+                entries.item(Item {
                     id: made.id,
                     session_id: event.session_id,
                     seq: made.seq,
@@ -634,7 +804,7 @@ fn replay_turn<P>(
                 });
             }
             Slot::Stored(id) => {
-                if let Some(item) = items.iter_mut().find(|item| item.id == id) {
+                if let Some(item) = entries.live.get_mut(&id) {
                     item.body = body;
                     item.updated_at = event.created_at.clone();
                 }
