@@ -4,18 +4,20 @@
 //! entries, or from an entry's id), which says where it starts (`Partial`). It runs no
 //! SQL itself (that is `db`) and reads no attachment file.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::turns::Update;
 
-use crate::db::queries;
+use crate::db::sql::Tx;
 use crate::db::turns::{Recorded, Touched, record_batch};
+use crate::db::{entries, queries, turns};
 use crate::dispatch::Memo;
 use crate::error::{Error, Result};
 use crate::ids::{EntryId, ItemId, SessionId};
-use crate::model::{Delivery, Item, Message};
+use crate::model::Delivery;
 use crate::projection;
-use crate::replay::{Loaded, RestoreStream};
+use crate::projection::Entry;
+use crate::replay::{Discard, RestoreStream, Sink};
 use crate::store::{Store, blocking};
 
 /// Where a replay starts. Entries are counted as `restore --format acp` shows them:
@@ -46,20 +48,7 @@ impl Replay {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcpPoint(String);
 
-impl AcpPoint {
-    /// Whether `item` is the entry this point names by the agent's `messageId`.
-    fn names_item(&self, item: &Item) -> bool {
-        match &item.body {
-            crate::model::ItemBody::AgentMessage(t) | crate::model::ItemBody::AgentThought(t) => {
-                t.message_id.as_ref().is_some_and(|id| *id.0 == *self.0)
-            }
-            _ => false,
-        }
-    }
-}
-
-/// Where a replay starts, as `cut` finds it: by the store's id, or by an ACP
-/// `messageId`.
+/// Where a replay starts: by the store's id, or by an ACP `messageId`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Point {
     Replay(Replay),
@@ -67,93 +56,6 @@ pub(crate) enum Point {
 }
 
 pub use crate::replay::Partial;
-
-/// The delivered history cut at `replay`: the messages and items from its point on,
-/// and what the cut left out. Both lists are in `seq` order and share one sequence.
-fn cut(
-    session: SessionId,
-    point: &Point,
-    rows: Vec<Message>,
-    items: Vec<Item>,
-) -> Result<(Vec<Message>, Vec<Item>, Option<Partial>)> {
-    let start = match point {
-        Point::Replay(Replay::Whole) => return Ok((rows, items, None)),
-        Point::Acp(acp) => {
-            let by_store_id = acp.0.parse::<EntryId>().ok();
-            let found = rows
-                .iter()
-                .find(|m| Some(EntryId::from(m.id)) == by_store_id)
-                .map(|m| m.seq)
-                .or_else(|| {
-                    items
-                        .iter()
-                        .find(|i| Some(EntryId::from(i.id)) == by_store_id || acp.names_item(i))
-                        .map(|i| i.seq)
-                });
-            Some(found.ok_or_else(|| Error::ReplayMessage {
-                session,
-                message_id: acp.0.clone(),
-            })?)
-        }
-        Point::Replay(Replay::Tail(n)) => {
-            let n = *n;
-            let total = (rows.len() + items.len()) as u64;
-            let skip = total.saturating_sub(n);
-            // The seq of the first kept entry: walk the merged order `skip` places.
-            let (mut m, mut i) = (0usize, 0usize);
-            for _ in 0..skip {
-                match (rows.get(m), items.get(i)) {
-                    (Some(a), Some(b)) if b.seq < a.seq => i += 1,
-                    (Some(_), _) => m += 1,
-                    (None, _) => i += 1,
-                }
-            }
-            match (rows.get(m), items.get(i)) {
-                (Some(a), Some(b)) => Some(a.seq.min(b.seq)),
-                (Some(a), None) => Some(a.seq),
-                (None, Some(b)) => Some(b.seq),
-                (None, None) => None,
-            }
-        }
-        Point::Replay(Replay::From(entry)) => {
-            let entry = *entry;
-            let found = rows
-                .iter()
-                .find(|m| EntryId::from(m.id) == entry)
-                .map(|m| m.seq)
-                .or_else(|| {
-                    items
-                        .iter()
-                        .find(|i| EntryId::from(i.id) == entry)
-                        .map(|i| i.seq)
-                });
-            Some(found.ok_or(Error::ReplayPoint { session, entry })?)
-        }
-    };
-    let Some(start) = start else {
-        let skipped = (rows.len() + items.len()) as u64;
-        return Ok((
-            vec![],
-            vec![],
-            Some(Partial {
-                from: None,
-                skipped,
-            }),
-        ));
-    };
-    let before = |seq: i64| seq < start;
-    let skipped = (rows.iter().filter(|m| before(m.seq)).count()
-        + items.iter().filter(|i| before(i.seq)).count()) as u64;
-    let rows: Vec<Message> = rows.into_iter().filter(|m| !before(m.seq)).collect();
-    let items: Vec<Item> = items.into_iter().filter(|i| !before(i.seq)).collect();
-    let from = match (rows.first(), items.first()) {
-        (Some(m), Some(i)) if i.seq < m.seq => Some(EntryId::from(i.id)),
-        (Some(m), _) => Some(EntryId::from(m.id)),
-        (None, Some(i)) => Some(EntryId::from(i.id)),
-        (None, None) => None,
-    };
-    Ok((rows, items, Some(Partial { from, skipped })))
-}
 
 /// How many updates one `turn_recorded` event of a long record holds at most: big
 /// enough that a million lines make a thousand events, small enough that one batch
@@ -297,46 +199,310 @@ impl Store {
         memo_budget: u64,
         point: Point,
     ) -> Result<RestoreStream> {
-        // The log is the record: restore replays it, row by row, and dispatches what
-        // it says. The tables are not read for the history, so a row edited behind
-        // the log's back cannot change what a model is given (`verify` reports the
-        // edit). The replayed rows are kept whole because a read-only read may be run
-        // again when a writer touched the file meanwhile: items already handed on
-        // could not be taken back. Rows and events carry no attachment content.
         let db = self.db().clone();
-        let load = move || {
-            db.read(move |tx| {
-                // The session row says whether the session exists or was deleted.
-                queries::get_session(tx, &session)?;
-                let mut replayer = projection::Replayer::new(session);
-                queries::each_event(tx, &session, |event| replayer.apply(event))?;
-                match replayer.finish() {
-                    (Some(replayed), problems) if problems.is_empty() => {
-                        let delivered = replayed
-                            .messages
-                            .into_iter()
-                            .filter(|m| m.state == Delivery::Delivered)
-                            .collect::<Vec<_>>();
-                        let (rows, items, partial) =
-                            cut(session, &point, delivered, replayed.items)?;
-                        Ok(Loaded {
-                            session: replayed.session,
-                            rows,
-                            items,
-                            partial,
-                        })
-                    }
-                    (_, problems) => Err(Error::LogMismatch { session, problems }),
-                }
-            })
-        };
+        let produce =
+            move |sink: &mut dyn Sink| db.read_once(|tx| produce(tx, session, &point, sink));
         let host = self.config().host.clone();
         RestoreStream::start(
-            load,
+            produce,
             self.resolver(),
             move |session| crate::store::placement(&host, session),
             Memo::with_budget(memo_budget),
         )
         .await
+    }
+
+    /// Runs the check a restore from `replay` makes, to its end, without reading an
+    /// attachment or producing an item: `Ok` when every entry it would replay is
+    /// what the log says and the log replays. A format that is one document and
+    /// cannot stop midway (`acp`, the OpenAI requests) runs this first, so that a
+    /// damaged history is refused before any output; it costs a second read.
+    pub async fn check_replay(&self, session: SessionId, replay: Replay) -> Result<()> {
+        let db = self.db().clone();
+        blocking(move || {
+            db.read_once(|tx| produce(tx, session, &Point::Replay(replay), &mut Discard))
+        })
+        .await
+    }
+}
+
+/// How many history seqs a page of rows covers.
+const ENTRY_PAGE: i64 = 256;
+/// How many events a page of the log holds: a long record's event holds up to
+/// [`RECORD_BATCH`] updates, so a page is a few MiB at most.
+const EVENT_PAGE: i64 = 8;
+
+/// Reads a session's delivered history from its rows, from `point` on, a page at a
+/// time, and hands each entry to `sink` once the event log, replayed alongside in the
+/// same snapshot, agrees with it: the log is the record, and a row edited behind its
+/// back is refused (`Error::LogMismatch`), never handed on. An entry the log may
+/// still change (a tool call a later update may name, a queued message) is handed on
+/// and checked when the log is done with it; so is the session row. What is held is
+/// a page of rows, a page of events and the entries still open: never the history.
+/// Time to the first entry is a page's, whatever the history's length; a problem
+/// found later ends the output there.
+fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) -> Result<()> {
+    let row = queries::get_session(tx, &session)?;
+    let last = entries::last_seq(tx, &session)?;
+    let start = match point {
+        Point::Replay(Replay::Whole) => None,
+        Point::Replay(Replay::Tail(n)) => Some(entries::tail_start(tx, &session, *n)?),
+        Point::Replay(Replay::From(entry)) => Some(Some(
+            entries::seq_of(tx, &session, *entry)?.ok_or(Error::ReplayPoint {
+                session,
+                entry: *entry,
+            })?,
+        )),
+        Point::Acp(AcpPoint(id)) => {
+            let by_store_id = match id.parse::<EntryId>() {
+                Ok(entry) => entries::seq_of(tx, &session, entry)?,
+                Err(_) => None,
+            };
+            let found = match by_store_id {
+                Some(seq) => Some(seq),
+                None => entries::seq_of_acp_message(tx, &session, id)?,
+            };
+            Some(Some(found.ok_or_else(|| Error::ReplayMessage {
+                session,
+                message_id: id.clone(),
+            })?))
+        }
+    };
+    let (from, skipped) = match start {
+        None => (1, None),
+        Some(None) => {
+            let skipped = entries::entries_before(tx, &session, last + 1)?;
+            sink.begin(
+                row,
+                Some(Partial {
+                    from: None,
+                    skipped,
+                }),
+            );
+            return Ok(());
+        }
+        Some(Some(seq)) => (seq, Some(entries::entries_before(tx, &session, seq)?)),
+    };
+    let whole = skipped.is_none();
+    let mut log = Log {
+        next: 1,
+        done: false,
+    };
+    let mut replayer = match (whole, entries::event_making(tx, &session, from)?) {
+        (false, Some((event, first))) => {
+            log.next = event;
+            let tail = match first > 1 {
+                true => turns::items_in(tx, &session, first - 1..first)?.pop(),
+                false => None,
+            };
+            projection::Replayer::from(
+                session,
+                projection::Start {
+                    event,
+                    last: first - 1,
+                    tail,
+                    session: row.clone(),
+                    // Only a call made before the first event replayed: one made
+                    // since is the replay's own. A read that fails here leaves the
+                    // call unknown to the replay, which then finds the log wanting
+                    // and says so.
+                    tool_call: Box::new(move |id| {
+                        turns::tool_call(tx, &session, id)
+                            .ok()
+                            .flatten()
+                            .filter(|item| item.seq < first)
+                    }),
+                },
+            )
+        }
+        // A whole replay, or a point no event made: the log from its start.
+        _ => projection::Replayer::windowed(session),
+    };
+    let mut check = Check {
+        session,
+        from,
+        rows: HashMap::new(),
+        logged: HashMap::new(),
+    };
+    let mut head = Some(row.clone());
+    let mut lo = from;
+    while lo <= last {
+        let hi = lo.saturating_add(ENTRY_PAGE);
+        for entry in entries::page(tx, &session, lo..hi)? {
+            let seq = entry.seq();
+            while replayer.last_seq() <= seq && !log.done {
+                log.advance(tx, &session, &mut replayer, &mut check)?;
+            }
+            check.row(&entry)?;
+            if let Some(session) = head.take() {
+                let partial = skipped.map(|skipped| Partial {
+                    from: Some(entry_id(&entry)),
+                    skipped,
+                });
+                sink.begin(session, partial);
+            }
+            if !sink.entry(entry)? {
+                return Ok(()); // nobody reads any more
+            }
+        }
+        lo = hi;
+    }
+    while !log.done {
+        log.advance(tx, &session, &mut replayer, &mut check)?;
+    }
+    let (replayed, problems) = replayer.finish();
+    if !problems.is_empty() {
+        return Err(Error::LogMismatch { session, problems });
+    }
+    if let Some(replayed) = replayed {
+        if whole && let Some(problem) = projection::session_problem(&row, &replayed.session) {
+            return Err(Error::LogMismatch {
+                session,
+                problems: vec![problem],
+            });
+        }
+        for message in replayed.messages {
+            check.logged(Entry::Message(message))?;
+        }
+        for item in replayed.items {
+            check.logged(Entry::Item(Box::new(item)))?;
+        }
+    }
+    check.finish()?;
+    if let Some(session) = head {
+        sink.begin(
+            session,
+            skipped.map(|skipped| Partial {
+                from: None,
+                skipped,
+            }),
+        );
+    }
+    Ok(())
+}
+
+fn entry_id(entry: &Entry) -> EntryId {
+    match entry {
+        Entry::Message(m) => EntryId::from(m.id),
+        Entry::Item(i) => EntryId::from(i.id),
+    }
+}
+
+/// Where the replay of the log stands: the next event to read.
+struct Log {
+    next: i64,
+    done: bool,
+}
+
+impl Log {
+    /// Replays the next page of the log and checks what it finished.
+    fn advance(
+        &mut self,
+        tx: &Tx<'_>,
+        session: &SessionId,
+        replayer: &mut projection::Replayer<'_>,
+        check: &mut Check,
+    ) -> Result<()> {
+        let events = queries::events_page(tx, session, self.next, EVENT_PAGE)?;
+        self.done = (events.len() as i64) < EVENT_PAGE;
+        for event in &events {
+            replayer.apply(event);
+            self.next = event.session_seq + 1;
+        }
+        if !replayer.problems().is_empty() {
+            return Err(Error::LogMismatch {
+                session: *session,
+                problems: replayer.problems().to_vec(),
+            });
+        }
+        if self.done {
+            // Nothing can change an open entry any more: each is checked now,
+            // before its row is handed on.
+            replayer.close();
+        }
+        let done: Vec<Entry> = replayer.take_retired().collect();
+        for entry in done {
+            check.logged(entry)?;
+        }
+        Ok(())
+    }
+}
+
+/// Rows and the log's entries met by seq: whichever comes first waits for the other.
+/// The log mostly finishes an entry just after its row is read; what waits longer
+/// is the few entries the log keeps open.
+struct Check {
+    session: SessionId,
+    /// Entries before this seq are not replayed, and not checked.
+    from: i64,
+    rows: HashMap<i64, Entry>,
+    logged: HashMap<i64, Entry>,
+}
+
+impl Check {
+    fn refuse(&self, problems: Vec<crate::model::Problem>) -> Error {
+        Error::LogMismatch {
+            session: self.session,
+            problems,
+        }
+    }
+
+    /// A row about to be handed on: checked now if the log is done with its entry,
+    /// else kept until it is.
+    fn row(&mut self, row: &Entry) -> Result<()> {
+        match self.logged.remove(&row.seq()) {
+            Some(want) => match projection::entry_problem(self.session, row, &want) {
+                Some(problem) => Err(self.refuse(vec![problem])),
+                None => Ok(()),
+            },
+            None => {
+                self.rows.insert(row.seq(), row.clone());
+                Ok(())
+            }
+        }
+    }
+
+    /// An entry the log is done with.
+    fn logged(&mut self, want: Entry) -> Result<()> {
+        let seq = want.seq();
+        if seq < self.from {
+            return Ok(());
+        }
+        let row = self.rows.remove(&seq);
+        let delivered = !matches!(&want, Entry::Message(m) if m.state != Delivery::Delivered);
+        match row {
+            Some(row) => match projection::entry_problem(self.session, &row, &want) {
+                Some(problem) => Err(self.refuse(vec![problem])),
+                None => Ok(()),
+            },
+            // A message still queued is not in the delivered history.
+            None if !delivered => Ok(()),
+            None => {
+                self.logged.insert(seq, want);
+                Ok(())
+            }
+        }
+    }
+
+    /// Every row checked, every entry of the log met.
+    fn finish(self) -> Result<()> {
+        let mut problems: Vec<(i64, crate::model::Problem)> = self
+            .rows
+            .values()
+            .map(|row| (row.seq(), projection::unlogged_entry(self.session, row)))
+            .chain(
+                self.logged
+                    .values()
+                    .map(|want| (want.seq(), projection::missing_entry(self.session, want))),
+            )
+            .collect();
+        if problems.is_empty() {
+            return Ok(());
+        }
+        problems.sort_by_key(|(seq, _)| *seq);
+        Err(Error::LogMismatch {
+            session: self.session,
+            problems: problems.into_iter().map(|(_, p)| p).collect(),
+        })
     }
 }

@@ -645,10 +645,15 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     // The turns are read first: once the stream has started, its dispatch may log a
     // degraded attachment, and a failure after that would make two lines of one error.
     let turns = store.turns(args.session).await?;
+    let format: Format = args.format.into();
+    // A stream of lines may stop at a line's end when damage is found late; a format
+    // that is one document is checked whole first, so it is refused before any output.
+    if !format.is_lines() {
+        store.check_replay(args.session, replay).await?;
+    }
     let mut stream = store
         .restore_from(args.session, args.memo_budget, replay)
         .await?;
-    let format = args.format.into();
     let out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
     let mut out = StreamWriter::begin_replay(
         out,

@@ -47,6 +47,13 @@ impl Payload for serde_json::Value {
     }
 }
 
+/// A payload read as text and owned (a page of the log).
+impl Payload for String {
+    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<EventPayload> {
+        self.as_str().decode(kind, uris)
+    }
+}
+
 /// A payload as the text the log holds, borrowed from the row it was read from, so
 /// that a restore decodes each one once, straight into its [`EventPayload`].
 impl Payload for &str {
@@ -181,16 +188,17 @@ struct History {
 /// item that is neither a tool call nor the last entry. A windowed replay hands these
 /// over as it goes ([`Replayer::take_retired`]); the rest are handed over by `finish`.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Retired {
+pub enum Entry {
     Message(Message),
-    Item(Item),
+    /// Boxed: an item is several times the size of a message's handle.
+    Item(Box<Item>),
 }
 
-impl Retired {
+impl Entry {
     pub fn seq(&self) -> i64 {
         match self {
-            Retired::Message(m) => m.seq,
-            Retired::Item(i) => i.seq,
+            Entry::Message(m) => m.seq,
+            Entry::Item(i) => i.seq,
         }
     }
 }
@@ -220,7 +228,7 @@ struct Entries<'a> {
     keep: bool,
     done_messages: Vec<Message>,
     done_items: Vec<Item>,
-    retired: VecDeque<Retired>,
+    retired: VecDeque<Entry>,
     /// Every message appended, to tell a second delivery from one never appended.
     appended: HashSet<MessageId>,
     queued: Vec<Message>,
@@ -233,10 +241,10 @@ struct Entries<'a> {
 }
 
 impl Entries<'_> {
-    fn retire(&mut self, entry: Retired) {
+    fn retire(&mut self, entry: Entry) {
         match (self.keep, entry) {
-            (true, Retired::Message(m)) => self.done_messages.push(m),
-            (true, Retired::Item(i)) => self.done_items.push(i),
+            (true, Entry::Message(m)) => self.done_messages.push(m),
+            (true, Entry::Item(i)) => self.done_items.push(*i),
             (false, entry) => self.retired.push_back(entry),
         }
     }
@@ -244,10 +252,16 @@ impl Entries<'_> {
     /// A new entry follows: the last item, unless a tool call, can no longer change.
     fn follow(&mut self) {
         if let Some(id) = self.history.last_item.take()
-            && !matches!(self.live.get(&id), Some(Item { body: ItemBody::ToolCall(_), .. }))
+            && !matches!(
+                self.live.get(&id),
+                Some(Item {
+                    body: ItemBody::ToolCall(_),
+                    ..
+                })
+            )
             && let Some(item) = self.live.remove(&id)
         {
-            self.retire(Retired::Item(item));
+            self.retire(Entry::Item(Box::new(item)));
         }
     }
 
@@ -258,7 +272,7 @@ impl Entries<'_> {
         if message.state == Delivery::Queued {
             self.queued.push(message);
         } else {
-            self.retire(Retired::Message(message));
+            self.retire(Entry::Message(message));
         }
     }
 
@@ -376,8 +390,22 @@ impl<'a> Replayer<'a> {
 
     /// The entries done since the last call, in the order they were done (history
     /// order, but for a message delivered after later entries).
-    pub fn take_retired(&mut self) -> impl Iterator<Item = Retired> + '_ {
+    pub fn take_retired(&mut self) -> impl Iterator<Item = Entry> + '_ {
         self.entries.retired.drain(..)
+    }
+
+    /// The log has no more events: every entry still open is done, and handed over
+    /// (in history order) by the next [`Replayer::take_retired`].
+    pub fn close(&mut self) {
+        let (messages, items) = self.entries.drain();
+        let mut rest: Vec<Entry> = messages
+            .into_iter()
+            .map(Entry::Message)
+            .chain(items.into_iter().map(|i| Entry::Item(Box::new(i))))
+            .collect();
+        rest.sort_by_key(Entry::seq);
+        self.entries.history.last_item = None;
+        self.entries.retired.extend(rest);
     }
 
     /// The highest history seq the log has given so far.
@@ -546,7 +574,7 @@ impl<'a> Replayer<'a> {
                     Some(at) => {
                         let mut message = entries.queued.remove(at);
                         message.state = Delivery::Delivered;
-                        entries.retire(Retired::Message(message));
+                        entries.retire(Entry::Message(message));
                     }
                     None if entries.appended.contains(&id) => problems.push(
                         Problem::new(
@@ -813,6 +841,104 @@ fn replay_turn<P>(
     }
 }
 
+/// How an entry's row differs from what the log says it holds, if it does: the
+/// problem [`compare`] or [`compare_items`] names for it.
+pub fn entry_problem(session: SessionId, have: &Entry, want: &Entry) -> Option<Problem> {
+    if have == want {
+        return None;
+    }
+    Some(match (have, want) {
+        (Entry::Message(have), Entry::Message(want)) => Problem::new(
+            ProblemKind::ChangedRow,
+            format!(
+                "message {} differs from its event log ({})",
+                want.id,
+                message_differences(have, want)
+            ),
+        )
+        .with_session(session)
+        .with_message(want.id),
+        (Entry::Item(have), Entry::Item(want)) if have.id == want.id => Problem::new(
+            ProblemKind::ChangedRow,
+            format!(
+                "{} item {} differs from its event log ({})",
+                want.body.kind(),
+                want.id,
+                item_differences(have, want)
+            ),
+        )
+        .with_session(session)
+        .with_item(want.id),
+        _ => Problem::new(
+            ProblemKind::ChangedRow,
+            format!(
+                "the history entry at seq {} is {} in the table but {} in the event log",
+                want.seq(),
+                entry_name(have),
+                entry_name(want)
+            ),
+        )
+        .with_session(session),
+    })
+}
+
+/// A row of the delivered history that no event records ([`Entry`] counterpart of
+/// the `UnloggedRow` problems of [`compare`]).
+pub fn unlogged_entry(session: SessionId, have: &Entry) -> Problem {
+    let problem = Problem::new(
+        ProblemKind::UnloggedRow,
+        format!(
+            "{} is in the table but no event records it",
+            entry_name(have)
+        ),
+    )
+    .with_session(session);
+    match have {
+        Entry::Message(m) => problem.with_message(m.id),
+        Entry::Item(i) => problem.with_item(i.id),
+    }
+}
+
+/// An entry the log delivers that has no row.
+pub fn missing_entry(session: SessionId, want: &Entry) -> Problem {
+    let problem = Problem::new(
+        ProblemKind::MissingRow,
+        format!(
+            "{} is in the event log but not in the table",
+            entry_name(want)
+        ),
+    )
+    .with_session(session);
+    match want {
+        Entry::Message(m) => problem.with_message(m.id),
+        Entry::Item(i) => problem.with_item(i.id),
+    }
+}
+
+fn entry_name(entry: &Entry) -> String {
+    match entry {
+        Entry::Message(m) if m.state == Delivery::Delivered => format!("message {}", m.id),
+        Entry::Message(m) => format!("queued message {}", m.id),
+        Entry::Item(i) => format!("{} item {}", i.body.kind(), i.id),
+    }
+}
+
+fn item_differences(have: &Item, want: &Item) -> String {
+    let checks = [
+        (have.seq != want.seq, "seq"),
+        (have.body.kind() != want.body.kind(), "kind"),
+        (have.body != want.body, "content"),
+        (have.created_at != want.created_at, "created time"),
+        (have.updated_at != want.updated_at, "updated time"),
+    ];
+    checks
+        .iter()
+        .filter(|(differs, _)| *differs)
+        .map(|(_, name)| *name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Names every way the items table differs from what the event log says it should
 /// hold: a tool-call row edited behind the log's back shows up here.
 pub fn compare_items(session: &Session, rows: &[Item], expected: &Projection) -> Vec<Problem> {
@@ -833,30 +959,16 @@ pub fn compare_items(session: &Session, rows: &[Item], expected: &Projection) ->
                     want.id
                 ),
             )),
-            Some(have) if have != want => {
-                let checks = [
-                    (have.seq != want.seq, "seq"),
-                    (have.body.kind() != want.body.kind(), "kind"),
-                    (have.body != want.body, "content"),
-                    (have.created_at != want.created_at, "created time"),
-                    (have.updated_at != want.updated_at, "updated time"),
-                ];
-                let fields: Vec<&str> = checks
-                    .iter()
-                    .filter(|(differs, _)| *differs)
-                    .map(|(_, name)| *name)
-                    .collect();
-                problems.push(about(
-                    ProblemKind::ChangedRow,
-                    want,
-                    format!(
-                        "{} item {} differs from its event log ({})",
-                        want.body.kind(),
-                        want.id,
-                        fields.join(", ")
-                    ),
-                ));
-            }
+            Some(have) if have != want => problems.push(about(
+                ProblemKind::ChangedRow,
+                want,
+                format!(
+                    "{} item {} differs from its event log ({})",
+                    want.body.kind(),
+                    want.id,
+                    item_differences(have, want)
+                ),
+            )),
             Some(_) => {}
         }
     }
@@ -876,15 +988,8 @@ pub fn compare_items(session: &Session, rows: &[Item], expected: &Projection) ->
     problems
 }
 
-/// Names every way the tables' rows differ from what the event log says they should be.
-pub fn compare(session: &Session, rows: &[Message], expected: &Projection) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let about = |kind, message: MessageId, detail: String| {
-        Problem::new(kind, detail)
-            .with_session(session.id)
-            .with_message(message)
-    };
-    let want = &expected.session;
+/// How a session's row differs from what its log says, if it does.
+pub fn session_problem(session: &Session, want: &Session) -> Option<Problem> {
     let mut fields = Vec::new();
     if session.title != want.title {
         fields.push("title");
@@ -904,18 +1009,27 @@ pub fn compare(session: &Session, rows: &[Message], expected: &Projection) -> Ve
     if session.updated_at != want.updated_at {
         fields.push("updated time");
     }
-    if !fields.is_empty() {
-        problems.push(
-            Problem::new(
-                ProblemKind::ChangedRow,
-                format!(
-                    "table row differs from its event log ({})",
-                    fields.join(", ")
-                ),
-            )
-            .with_session(session.id),
-        );
-    }
+    (!fields.is_empty()).then(|| {
+        Problem::new(
+            ProblemKind::ChangedRow,
+            format!(
+                "table row differs from its event log ({})",
+                fields.join(", ")
+            ),
+        )
+        .with_session(session.id)
+    })
+}
+
+/// Names every way the tables' rows differ from what the event log says they should be.
+pub fn compare(session: &Session, rows: &[Message], expected: &Projection) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let about = |kind, message: MessageId, detail: String| {
+        Problem::new(kind, detail)
+            .with_session(session.id)
+            .with_message(message)
+    };
+    problems.extend(session_problem(session, &expected.session));
     // Rows and the log both list messages in history order, so the same index is
     // tried first: a consistent session is compared in one pass, not in n² lookups.
     fn find(list: &[Message], at: usize, id: MessageId) -> Option<&Message> {

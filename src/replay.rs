@@ -12,7 +12,8 @@ use tokio::sync::mpsc;
 use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement, Resolver};
 use crate::error::{Error, Result};
 use crate::ids::EntryId;
-use crate::model::{Item, Message, Session};
+use crate::model::{Item, Session};
+use crate::projection::Entry;
 
 /// One item of a restored history, in history order. Non-exhaustive so that later
 /// kinds of history entry can join without breaking the writers that match on it.
@@ -88,14 +89,15 @@ impl RestoreStream {
         }
     }
 
-    /// Runs `load` on a blocking thread and, once it has the session and its history
-    /// (`rows`, the delivered messages, and `items`, the recorded turn items, each in
-    /// `seq` order, and for a replay from a point where it starts), replays them merged into one history on that same thread. The
-    /// stream is handed back once `load` is done, so a history that cannot be loaded
-    /// is refused before any item exists; one thread does both, so a restore costs
-    /// one hop to the blocking pool.
+    /// Runs `produce` on a blocking thread: it reads the history and hands each
+    /// entry to its [`Sink`], which dispatches it (messages through `resolver`, with
+    /// one memo) and hands it over in batches. The stream is handed back once the
+    /// first entry is on its way (or `produce` ended without one), so a history whose
+    /// first entry cannot be given is refused before any item exists; an error after
+    /// that ends the stream, after the items that came before it. One thread reads
+    /// and dispatches, so a restore costs one hop to the blocking pool.
     pub(crate) async fn start(
-        load: impl FnOnce() -> Result<Loaded> + Send + 'static,
+        produce: impl FnOnce(&mut dyn Sink) -> Result<()> + Send + 'static,
         resolver: impl Resolver + 'static,
         placement: impl FnOnce(&Session) -> Placement + Send + 'static,
         memo: Memo,
@@ -103,51 +105,38 @@ impl RestoreStream {
         let (tx, rx) = mpsc::channel(1);
         let (loaded_tx, loaded) = tokio::sync::oneshot::channel();
         let producer = tokio::task::spawn_blocking(move || {
-            let (rows, items, placement) = match load() {
-                Ok(Loaded {
-                    session,
-                    rows,
-                    items,
-                    partial,
-                }) => {
-                    let placement = placement(&session);
-                    if loaded_tx.send(Ok((session, partial))).is_err() {
-                        return; // the caller went away
-                    }
-                    (rows, items, placement)
-                }
-                Err(e) => {
-                    let _ = loaded_tx.send(Err(e));
-                    return;
-                }
+            let mut feed = Feed {
+                head: None,
+                loaded: Some(loaded_tx),
+                placement: Placing::Later(Box::new(placement)),
+                resolver,
+                memo,
+                tx,
+                batch: Batch::default(),
             };
-            let mut batch = Batch::default();
-            for entry in merge(rows, items) {
-                let item = match entry {
-                    Entry::Message(message) => dispatch::dispatch_parts(
-                        &resolver,
-                        &memo,
-                        message,
-                        &placement,
-                        Mode::Degrade,
-                    )
-                    .map(ReplayItem::Message)
-                    .map_err(Error::from),
-                    Entry::Item(item) => Ok(ReplayItem::Recorded(item)),
-                };
-                let item = match item {
-                    Ok(item) => item,
-                    Err(e) => {
-                        let _ = tx.blocking_send(Err(e));
-                        return;
+            match produce(&mut feed) {
+                Ok(()) => {
+                    if feed.announce() && !feed.batch.items.is_empty() {
+                        let batch = feed.batch.take();
+                        let _ = feed.tx.blocking_send(Ok(batch));
                     }
-                };
-                if batch.push(item) && tx.blocking_send(Ok(batch.take())).is_err() {
-                    return; // the reader went away
                 }
-            }
-            if !batch.items.is_empty() {
-                let _ = tx.blocking_send(Ok(batch.take()));
+                Err(e) => match feed.loaded.take() {
+                    Some(loaded) => {
+                        let _ = loaded.send(Err(e));
+                    }
+                    None => {
+                        // What passed before the error is handed over first: the
+                        // stream stops at an item's end.
+                        if !feed.batch.items.is_empty() {
+                            let batch = feed.batch.take();
+                            if feed.tx.blocking_send(Ok(batch)).is_err() {
+                                return;
+                            }
+                        }
+                        let _ = feed.tx.blocking_send(Err(e));
+                    }
+                },
             }
         });
         let (session, partial) = match loaded.await {
@@ -170,31 +159,100 @@ impl RestoreStream {
     }
 }
 
-/// What a restore's `load` hands the replay: the session, its delivered messages and
-/// recorded items (each in `seq` order), and for a replay from a point where it
-/// starts.
-pub(crate) struct Loaded {
-    pub(crate) session: Session,
-    pub(crate) rows: Vec<Message>,
-    pub(crate) items: Vec<Item>,
-    pub(crate) partial: Option<Partial>,
+/// Where a restore's reader puts what it read: first the session and where a partial
+/// replay starts, then each entry in history order, each once it has been checked.
+pub(crate) trait Sink {
+    /// Called once, before the first entry.
+    fn begin(&mut self, session: Session, partial: Option<Partial>);
+    /// Hands an entry on; `false` once nobody reads any more.
+    fn entry(&mut self, entry: Entry) -> Result<bool>;
 }
 
-enum Entry {
-    Message(Message),
-    Item(Box<Item>),
+/// A sink that only lets the reader run: a check of a whole replay, before a format
+/// that cannot stop midway writes anything.
+pub(crate) struct Discard;
+
+impl Sink for Discard {
+    fn begin(&mut self, _: Session, _: Option<Partial>) {}
+    fn entry(&mut self, _: Entry) -> Result<bool> {
+        Ok(true)
+    }
 }
 
-/// Messages and items as one history: both lists are in `seq` order and share the
-/// session's one sequence, so a merge of the two is the history's order.
-fn merge(rows: Vec<Message>, items: Vec<Item>) -> impl Iterator<Item = Entry> {
-    let mut rows = rows.into_iter().peekable();
-    let mut items = items.into_iter().peekable();
-    std::iter::from_fn(move || match (rows.peek(), items.peek()) {
-        (Some(m), Some(i)) if i.seq < m.seq => items.next().map(|i| Entry::Item(Box::new(i))),
-        (Some(_), _) => rows.next().map(Entry::Message),
-        (None, _) => items.next().map(|i| Entry::Item(Box::new(i))),
-    })
+/// The session, and where a partial replay starts.
+type Head = (Session, Option<Partial>);
+
+type Place = Box<dyn FnOnce(&Session) -> Placement + Send>;
+
+enum Placing {
+    Later(Place),
+    Known(Placement),
+    Taken,
+}
+
+/// The restore's sink: dispatches and batches on the reading thread.
+struct Feed<R> {
+    head: Option<Head>,
+    /// Until the stream is handed back: where the session (or an error) goes.
+    loaded: Option<tokio::sync::oneshot::Sender<Result<Head>>>,
+    placement: Placing,
+    resolver: R,
+    memo: Memo,
+    tx: mpsc::Sender<Result<Vec<ReplayItem>>>,
+    batch: Batch,
+}
+
+impl<R: Resolver> Feed<R> {
+    /// Hands the stream back with its session, once; false when its caller left.
+    fn announce(&mut self) -> bool {
+        match (self.loaded.take(), self.head.take()) {
+            (Some(loaded), Some(head)) => loaded.send(Ok(head)).is_ok(),
+            (Some(loaded), None) => {
+                let _ = loaded.send(Err(Error::Task(
+                    "the restore ended before its history was loaded".into(),
+                )));
+                false
+            }
+            (None, _) => true,
+        }
+    }
+}
+
+impl<R: Resolver> Sink for Feed<R> {
+    fn begin(&mut self, session: Session, partial: Option<Partial>) {
+        if let Placing::Later(_) = self.placement
+            && let Placing::Later(place) = std::mem::replace(&mut self.placement, Placing::Taken)
+        {
+            self.placement = Placing::Known(place(&session));
+        }
+        self.head = Some((session, partial));
+    }
+
+    fn entry(&mut self, entry: Entry) -> Result<bool> {
+        if !self.announce() {
+            return Ok(false);
+        }
+        let item = match entry {
+            Entry::Message(message) => {
+                let Placing::Known(placement) = &self.placement else {
+                    return Err(Error::Task("an entry came before its session".into()));
+                };
+                ReplayItem::Message(dispatch::dispatch_parts(
+                    &self.resolver,
+                    &self.memo,
+                    message,
+                    placement,
+                    Mode::Degrade,
+                )?)
+            }
+            Entry::Item(item) => ReplayItem::Recorded(item),
+        };
+        if self.batch.push(item) {
+            let batch = self.batch.take();
+            return Ok(self.tx.blocking_send(Ok(batch)).is_ok());
+        }
+        Ok(true)
+    }
 }
 
 /// Items waiting to be handed over, and the bytes made for them: the distinct
@@ -261,7 +319,7 @@ mod tests {
     use super::*;
     use crate::attachments::{AttachmentStore, Roots};
     use crate::ids::{MessageId, SessionId};
-    use crate::model::{Delivery, Role, ToolsHost};
+    use crate::model::{Delivery, Message, Role, ToolsHost};
 
     fn resolver(dir: &std::path::Path) -> AttachmentStore {
         AttachmentStore::new(Roots {
@@ -299,7 +357,7 @@ mod tests {
     async fn a_panic_while_loading_is_reported_with_its_message() {
         let dir = tempfile::tempdir().unwrap();
         let err = RestoreStream::start(
-            || -> Result<Loaded> { panic!("the log broke here") },
+            |_: &mut dyn Sink| -> Result<()> { panic!("the log broke here") },
             resolver(dir.path()),
             placement,
             Memo::new(),

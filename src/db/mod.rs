@@ -8,6 +8,7 @@ pub mod audit;
 pub mod cipher;
 pub(crate) mod claim;
 pub mod copies;
+pub mod entries;
 pub mod error;
 pub mod group;
 #[cfg(feature = "postgres")]
@@ -445,6 +446,17 @@ impl Db {
         match self {
             Db::ReadWrite(pool) => read(&mut **pool.get()?, |tx| f(&Tx::sqlite(tx))),
             Db::ReadOnly(db) => readonly::read(db, |tx| f(&Tx::sqlite(tx))),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pg) => pg.read(f),
+        }
+    }
+
+    /// [`Db::read`] for a reader that hands on what it reads before it ends (a
+    /// streamed restore), so it is never run twice: one snapshot, read once.
+    pub fn read_once<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+        match self {
+            Db::ReadWrite(pool) => read(&mut **pool.get()?, |tx| f(&Tx::sqlite(tx))),
+            Db::ReadOnly(db) => readonly::read_once(db, |tx| f(&Tx::sqlite(tx))),
             #[cfg(feature = "postgres")]
             Db::Postgres(pg) => pg.read(f),
         }

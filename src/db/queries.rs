@@ -371,6 +371,16 @@ pub fn messages(
     session: &SessionId,
     state: Option<Delivery>,
 ) -> Result<Vec<Message>> {
+    messages_in(conn, session, state, 1..i64::MAX)
+}
+
+/// [`messages`] whose seq is in `seqs`: one page of a long history.
+pub fn messages_in(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    state: Option<Delivery>,
+    seqs: std::ops::Range<i64>,
+) -> Result<Vec<Message>> {
     let session = session.to_string();
     let state = state.map(Delivery::as_str);
     let mut out: Vec<Message> = conn
@@ -378,12 +388,16 @@ pub fn messages(
             &format!(
                 "SELECT {MESSAGE_COLUMNS} FROM messages
                  WHERE session_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR state = ?2)
+                   AND seq >= ?3 AND seq < ?4
                  ORDER BY seq"
             ),
-            args![session, state],
+            args![session, state, seqs.start, seqs.end],
             message_from_row,
         )
         .map_err(sql("read messages"))?;
+    if out.is_empty() {
+        return Ok(out);
+    }
     // Every reference of those messages in one query, in message order, rather than
     // one query per message: a long history has thousands of messages.
     let mut at = 0;
@@ -391,8 +405,9 @@ pub fn messages(
         "SELECT r.message_id, r.ordinal, r.uri, r.stored_name, r.mime_type, r.size
          FROM message_refs r JOIN messages m ON m.id = r.message_id
          WHERE m.session_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR m.state = ?2)
+           AND m.seq >= ?3 AND m.seq < ?4
          ORDER BY m.seq, r.ordinal",
-        args![session, state],
+        args![session, state, seqs.start, seqs.end],
         |row| {
             let owner: MessageId = row.parsed(0)?;
             // Both lists are in seq order, so the owner is this message or a later
@@ -477,6 +492,25 @@ const EVENT_COLUMNS: &str = "seq, session_id, session_seq, kind, payload, create
 
 pub fn events(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Event>> {
     session_events(conn, session, json_value)
+}
+
+/// At most `limit` of a session's events from `session_seq` `from` on, in log order:
+/// one page of a log read as it is replayed.
+pub fn events_page(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    from: i64,
+    limit: i64,
+) -> Result<Vec<Event<String>>> {
+    conn.query_map(
+        &format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?1 AND session_seq >= ?2
+             ORDER BY session_seq LIMIT ?3"
+        ),
+        args![session.to_string(), from, limit],
+        |row| event_from_row(row, Ok),
+    )
+    .map_err(sql("read events"))
 }
 
 /// A session's events in log order, each handed to `f` with its payload borrowed

@@ -72,13 +72,13 @@ impl Stamp {
 /// `-shm` for as long as it is open): it is what a crashed writer left once its `-shm`
 /// was removed, or a copy of the two files. A read-only connection would build a new
 /// `-shm` beside it to read the WAL, so the two files are read from a private copy
-/// instead (see `read_a_copy`).
+/// instead (see `copy_of`).
 pub(crate) fn read<T>(db: &SqliteFile, f: impl Fn(&Transaction<'_>) -> Result<T>) -> Result<T> {
     let path = db.path.as_path();
     for _ in 0..MAX_TRIES {
         if side_file(path, "-wal").exists() && !side_file(path, "-shm").exists() {
-            match read_a_copy(db, &f)? {
-                Some(result) => return result,
+            match copy_of(db)? {
+                Some(copy) => return super::read(&mut open(db, &copy.db(), false)?, &f),
                 None => continue,
             }
         }
@@ -100,33 +100,69 @@ pub(crate) fn read<T>(db: &SqliteFile, f: impl Fn(&Transaction<'_>) -> Result<T>
     })
 }
 
-/// Reads a database whose `-wal` has no `-shm` from a copy of the two files in a
-/// private folder (`0700`; the copies keep the files' modes) of the system's temporary
-/// directory, where SQLite may build the `-shm` it needs; the folder is removed after
-/// the read. This costs a copy of the database, which only this unusual state pays.
-/// `None` when the files changed during the copy or the read (a writer came), so the
-/// caller looks again.
-fn read_a_copy<T>(
+/// [`read`] for a reader that cannot be run again: a restore that streams what it
+/// reads as it goes, whose items are handed on before the read ends. With a writer
+/// present the connection is an ordinary read-only one, whose read transaction is a
+/// WAL snapshot; a `-wal` without its `-shm` is copied (again, until the copy is of
+/// files that did not change while it was made) and read once; otherwise the main
+/// file is read through an `immutable` URI, and if it changed under the read (a
+/// writer that came meanwhile checkpointed into it), the read ends with an error
+/// saying so, since what it already handed on cannot be taken back.
+pub(crate) fn read_once<T>(
     db: &SqliteFile,
-    f: &impl Fn(&Transaction<'_>) -> Result<T>,
-) -> Result<Option<Result<T>>> {
+    f: impl FnOnce(&Transaction<'_>) -> Result<T>,
+) -> Result<T> {
+    let path = db.path.as_path();
+    let changed = || Error::DatabaseIo {
+        path: path.to_owned(),
+        cause: std::io::Error::other("it changed while being read; try again"),
+    };
+    for _ in 0..MAX_TRIES {
+        if side_file(path, "-wal").exists() && !side_file(path, "-shm").exists() {
+            match copy_of(db)? {
+                Some(copy) => return super::read(&mut open(db, &copy.db(), false)?, f),
+                None => continue,
+            }
+        }
+        if writer_present(path) {
+            let mut conn = open(db, path, false)?;
+            return super::read(&mut conn, f);
+        }
+        let before = Stamp::of(path)?;
+        let mut conn = open(db, path, true)?;
+        let result = super::read(&mut conn, f);
+        drop(conn);
+        if Stamp::of(path)? != before {
+            return Err(changed());
+        }
+        return result;
+    }
+    Err(changed())
+}
+
+/// A copy of a database whose `-wal` has no `-shm`, and of that `-wal`, in a private
+/// folder (`0700`; the copies keep the files' modes) of the system's temporary
+/// directory, where SQLite may build the `-shm` it needs to read them; the folder is
+/// removed when the copy is dropped. This costs a copy of the database, which only
+/// this unusual state pays. `None` when the files changed while they were copied (a
+/// writer came), so the caller looks again; a copy of files that did not change is
+/// one state of the database, whatever happens to them later.
+fn copy_of(db: &SqliteFile) -> Result<Option<Scratch>> {
     let path = db.path.as_path();
     let wal = side_file(path, "-wal");
     let before = (Stamp::of(path)?, Stamp::of(&wal)?);
     let scratch = Scratch::new(path)?;
-    let copy = scratch.0.join("db");
+    let copy = scratch.db();
     for (from, to) in [
         (path.to_owned(), copy.clone()),
         (wal.clone(), side_file(&copy, "-wal")),
     ] {
         std::fs::copy(&from, &to).map_err(|cause| Error::DatabaseIo { path: from, cause })?;
     }
-    let result = open(db, &copy, false).and_then(|mut conn| super::read(&mut conn, f));
-    drop(scratch);
     let unchanged = !side_file(path, "-shm").exists()
         && wal.exists()
         && (Stamp::of(path)?, Stamp::of(&wal)?) == before;
-    Ok(unchanged.then_some(result))
+    Ok(unchanged.then_some(scratch))
 }
 
 /// A private folder in the system's temporary directory, removed with what is in it
@@ -134,6 +170,11 @@ fn read_a_copy<T>(
 struct Scratch(PathBuf);
 
 impl Scratch {
+    /// Where the copy of the database goes.
+    fn db(&self) -> PathBuf {
+        self.0.join("db")
+    }
+
     fn new(for_db: &Path) -> Result<Scratch> {
         use std::os::unix::fs::DirBuilderExt;
         let dir = std::env::temp_dir().join(format!("sessionstore-read-{}", uuid::Uuid::now_v7()));

@@ -494,7 +494,7 @@ impl<'t> Tx<'t> {
     }
 
     /// Calls `f` on each row in order until it returns `false`.
-    fn for_each_until(
+    pub fn for_each_until(
         &self,
         sql: &str,
         args: &[Value<'_>],

@@ -46,14 +46,23 @@ fn item_from_row(row: &Row<'_>) -> Result<Item, DbError> {
 /// an agent message that is still streaming keeps what each batch appended as a part
 /// of its own until it ends).
 pub fn items(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Item>> {
+    items_in(conn, session, 1..i64::MAX)
+}
+
+/// [`items`] whose seq is in `seqs`: one page of a long history.
+pub fn items_in(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    seqs: std::ops::Range<i64>,
+) -> Result<Vec<Item>> {
     let mut items: Vec<Item> = Vec::new();
     conn.for_each(
         &format!(
             "SELECT {PREFIXED_COLUMNS}, p.content, p.created_at FROM items i
              LEFT JOIN item_parts p ON p.session_id = i.session_id AND p.item_id = i.id
-             WHERE i.session_id = ?1 ORDER BY i.seq, p.part"
+             WHERE i.session_id = ?1 AND i.seq >= ?2 AND i.seq < ?3 ORDER BY i.seq, p.part"
         ),
-        args![session.to_string()],
+        args![session.to_string(), seqs.start, seqs.end],
         |row: &Row<'_>| {
             let id: ItemId = row.parsed(0)?;
             let part: Option<String> = row.get(7)?;
@@ -335,26 +344,31 @@ fn state_for(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<Sta
         };
         (item.id, body)
     });
-    let by_call =
-        format!("SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 AND tool_call_id = ?2");
     for id in turns::tool_call_ids(batch) {
-        let found = conn
-            .query_row(
-                &by_call,
-                args![session.to_string(), id.to_string()],
-                item_from_row,
-            )
-            .map_err(sql("read a tool call"))?;
         if let Some(Item {
             id: item,
             body: ItemBody::ToolCall(call),
             ..
-        }) = found
+        }) = tool_call(conn, session, &id)?
         {
             state.tool_calls.insert(id, (item, call));
         }
     }
     Ok(state)
+}
+
+/// The tool call item of `session` that `id` names, if any.
+pub fn tool_call(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    id: &agent_client_protocol_schema::v1::ToolCallId,
+) -> Result<Option<Item>> {
+    conn.query_row(
+        &format!("SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 AND tool_call_id = ?2"),
+        args![session.to_string(), id.to_string()],
+        item_from_row,
+    )
+    .map_err(sql("read a tool call"))
 }
 
 /// Records a batch of updates for `session`: every update is checked and merged before

@@ -292,7 +292,7 @@ impl PgDb {
 
     /// Runs `f` in one read-only snapshot (`REPEATABLE READ`, `READ ONLY`): it sees
     /// one moment of the database and cannot write, whatever `f` runs.
-    pub fn read<T>(&self, f: impl Fn(&Tx<'_>) -> Result<T>) -> Result<T> {
+    pub fn read<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
         let mut conn = self.client()?;
         let Conn { client, statements } = &mut *conn;
         let tx = client

@@ -450,20 +450,47 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: TestStore) {
         "{said}"
     );
 
-    // Restore replays the log, which is the record: neither edit reaches a model.
-    let restored = store.collect_restore(s).await.unwrap();
-    let blocks = serde_json::to_string(&restored.messages[0].blocks).unwrap();
-    assert!(blocks.contains("as typed") && !blocks.contains("edited later"));
-    let out = b.run(&["restore", "--session", &s.to_string(), "--format", "acp"]);
-    assert!(out.status.success(), "{}", stdout(&out));
+    // Restore reads the rows checked against the log, which is the record: the
+    // edited session is refused, naming the row, and neither edit reaches a model, in
+    // any format.
+    let err = store.collect_restore(s).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::LogMismatch { problems, .. }
+            if problems.iter().any(|p| p.kind() == ProblemKind::ChangedRow
+                && p.detail().contains("display text"))),
+        "{err:?}"
+    );
+    for format in ["acp", "acp-updates", "openai", "openai-responses"] {
+        let out = b.run(&["restore", "--session", &s.to_string(), "--format", format]);
+        assert_eq!(out.status.code(), Some(1), "{format}");
+        assert!(out.stdout.is_empty(), "{format}: {}", stdout(&out));
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains("differs from its event log") && said.lines().count() == 1,
+            "{format}: {said}"
+        );
+    }
+    // With the message put back, the tool call alone is refused: the log is done
+    // with it before its row is handed on.
+    b.raw_execute("UPDATE messages SET display_text = 'as typed'")
+        .unwrap();
+    let out = b.run(&[
+        "restore",
+        "--session",
+        &s.to_string(),
+        "--format",
+        "acp-updates",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
     let said = stdout(&out);
     assert!(
-        said.contains("as typed") && !said.contains("edited later"),
+        said.contains("as typed") && !said.contains("\"failed\""),
         "{said}"
     );
     assert!(
-        said.contains("\"completed\"") && !said.contains("\"failed\""),
-        "{said}"
+        String::from_utf8_lossy(&out.stderr).contains("tool_call item"),
+        "{:?}",
+        out.stderr
     );
 
     // A log that does not replay is refused, before any output.

@@ -1,0 +1,183 @@
+//! A session's delivered history read a page at a time, and what a replay from a
+//! point needs to find where it starts: the entry at a point, the number of entries
+//! before it, and the event that made it. Every read costs what it reads, not what the
+//! history holds (the `(session_id, seq)` keys of messages, items and events, and the
+//! partial index on queued messages).
+
+use serde::Deserialize;
+
+use super::append::next_seq;
+use super::error::sql;
+use super::sql::{Tx, args};
+use super::{queries, turns};
+
+use crate::error::Result;
+use crate::ids::{EntryId, SessionId};
+use crate::model::{CreatedItem, Delivery};
+use crate::projection::Entry;
+
+/// The delivered messages and the items whose seq is in `seqs`, in history order.
+pub fn page(conn: &Tx<'_>, session: &SessionId, seqs: std::ops::Range<i64>) -> Result<Vec<Entry>> {
+    let messages = queries::messages_in(conn, session, Some(Delivery::Delivered), seqs.clone())?;
+    let items = turns::items_in(conn, session, seqs)?;
+    let mut out = Vec::with_capacity(messages.len() + items.len());
+    let mut messages = messages.into_iter().peekable();
+    let mut items = items.into_iter().peekable();
+    loop {
+        let entry = match (messages.peek(), items.peek()) {
+            (Some(m), Some(i)) if i.seq < m.seq => items.next().map(|i| Entry::Item(Box::new(i))),
+            (Some(_), _) => messages.next().map(Entry::Message),
+            (None, _) => items.next().map(|i| Entry::Item(Box::new(i))),
+        };
+        match entry {
+            Some(entry) => out.push(entry),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// The highest seq of the session's history, 0 when it has none.
+pub fn last_seq(conn: &Tx<'_>, session: &SessionId) -> Result<i64> {
+    Ok(next_seq(conn, session)? - 1)
+}
+
+/// How many entries of the delivered history come before `seq`: the seqs before it,
+/// less the messages still queued among them (a history's seqs run from 1 without a
+/// gap, which the replay checks for what it replays).
+pub fn entries_before(conn: &Tx<'_>, session: &SessionId, seq: i64) -> Result<u64> {
+    let queued: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM messages
+             WHERE session_id = ?1 AND state = 'queued' AND seq < ?2",
+            args![session.to_string(), seq],
+            |r| r.get(0),
+        )
+        .map_err(sql("count queued messages"))?
+        .unwrap_or(0);
+    Ok(u64::try_from((seq - 1 - queued).max(0)).unwrap_or(0))
+}
+
+/// The seq of the `n`-th last entry of the delivered history (the first of a tail of
+/// `n`), or of its first entry when it holds fewer; `None` for no entry at all.
+pub fn tail_start(conn: &Tx<'_>, session: &SessionId, n: u64) -> Result<Option<i64>> {
+    if n == 0 {
+        return Ok(None);
+    }
+    let n = i64::try_from(n).unwrap_or(i64::MAX);
+    // The last n of each kind are enough: the tail is the last n of both merged.
+    let last = |query: &str| -> Result<Vec<i64>> {
+        conn.query_map(query, args![session.to_string(), n], |r| r.get(0))
+            .map_err(sql("find a tail"))
+    };
+    let mut seqs = last(
+        "SELECT seq FROM messages WHERE session_id = ?1 AND state = 'delivered'
+         ORDER BY seq DESC LIMIT ?2",
+    )?;
+    seqs.extend(last(
+        "SELECT seq FROM items WHERE session_id = ?1 ORDER BY seq DESC LIMIT ?2",
+    )?);
+    seqs.sort_unstable_by(|a, b| b.cmp(a));
+    seqs.truncate(usize::try_from(n).unwrap_or(usize::MAX));
+    Ok(seqs.last().copied())
+}
+
+/// The seq of a delivered message or an item of `session` by its id.
+pub fn seq_of(conn: &Tx<'_>, session: &SessionId, entry: EntryId) -> Result<Option<i64>> {
+    let (session, entry) = (session.to_string(), entry.to_string());
+    let message = conn
+        .query_row(
+            "SELECT seq FROM messages WHERE session_id = ?1 AND id = ?2 AND state = 'delivered'",
+            args![session, entry],
+            |r| r.get(0),
+        )
+        .map_err(sql("find an entry"))?;
+    if message.is_some() {
+        return Ok(message);
+    }
+    conn.query_row(
+        "SELECT seq FROM items WHERE session_id = ?1 AND id = ?2",
+        args![session, entry],
+        |r| r.get(0),
+    )
+    .map_err(sql("find an entry"))
+}
+
+/// The seq of the first agent message or thought of `session` that carried the ACP
+/// `messageId` `id`. The id is inside the item's body, which no index holds: the
+/// items are read in order, one row at a time, until one matches.
+pub fn seq_of_acp_message(conn: &Tx<'_>, session: &SessionId, id: &str) -> Result<Option<i64>> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Named<'a> {
+        #[serde(borrow, default)]
+        message_id: Option<std::borrow::Cow<'a, str>>,
+    }
+    let mut found = None;
+    conn.for_each_until(
+        "SELECT seq, body FROM items WHERE session_id = ?1
+           AND kind IN ('agent_message', 'agent_thought') ORDER BY seq",
+        args![session.to_string()],
+        |row| {
+            let seq: i64 = row.get(0)?;
+            row.with_text(1, |body| {
+                let named = body.and_then(|b| serde_json::from_str::<Named<'_>>(b).ok());
+                if named.and_then(|n| n.message_id).is_some_and(|m| m == id) {
+                    found = Some(seq);
+                    return Ok(false);
+                }
+                Ok(true)
+            })
+        },
+    )
+    .map_err(sql("find a message"))?;
+    Ok(found)
+}
+
+/// The event that made the entry at `seq`, as (its `session_seq`, the seq of the
+/// first entry it made), found by reading the log backwards from its end: a replay
+/// of a tail reads only the tail's events.
+pub fn event_making(conn: &Tx<'_>, session: &SessionId, seq: i64) -> Result<Option<(i64, i64)>> {
+    /// The entries an event made: a message's seq, or the items of a recorded batch;
+    /// the rest of the payload (the updates) is skipped unread.
+    #[derive(Deserialize)]
+    struct Made {
+        #[serde(default)]
+        seq: Option<i64>,
+        #[serde(default)]
+        items: Vec<CreatedItem>,
+    }
+    const PAGE: i64 = 16;
+    let mut before = i64::MAX;
+    loop {
+        let events: Vec<(i64, String, String)> = conn
+            .query_map(
+                "SELECT session_seq, kind, payload FROM events
+                 WHERE session_id = ?1 AND session_seq < ?2
+                   AND kind IN ('message_appended', 'turn_recorded')
+                 ORDER BY session_seq DESC LIMIT ?3",
+                args![session.to_string(), before, PAGE],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(sql("read events"))?;
+        for (at, kind, payload) in &events {
+            // A payload that does not read is the replay's to report, from where it
+            // starts: the walk goes on past it.
+            let Ok(made) = serde_json::from_str::<Made>(payload) else {
+                continue;
+            };
+            let first = match kind.as_str() {
+                "message_appended" => made.seq,
+                _ => made.items.iter().map(|i| i.seq).min(),
+            };
+            if let Some(first) = first
+                && first <= seq
+            {
+                return Ok(Some((*at, first)));
+            }
+        }
+        match events.last() {
+            Some((at, ..)) if events.len() as i64 == PAGE => before = *at,
+            _ => return Ok(None),
+        }
+    }
+}
