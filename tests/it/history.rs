@@ -206,3 +206,159 @@ async fn a_start_outside_the_delivered_history_is_refused() {
         "--tail and --from are one or the other"
     );
 }
+
+/// A session of `n` user messages `m0`, `m1`, … each sent by itself, so its log is
+/// `n` events after the session's.
+async fn sent(t: &TestStore, n: usize) -> SessionId {
+    let s = t.session().await;
+    for i in 0..n {
+        t.store()
+            .send(s, Outgoing::user(format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    s
+}
+
+fn lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("each line one JSON value"))
+        .collect()
+}
+
+/// Restore does not replay the whole log before its first item: damage at the log's
+/// end is found after output began. A stream of lines then stops after a whole line
+/// with the one-line error; a format that is one document is checked first and
+/// prints nothing; the library's stream gives its first items, then the error.
+#[tokio::test]
+async fn damage_found_late_stops_a_stream_of_lines_and_refuses_a_document() {
+    let t = TestStore::new().await;
+    let s = sent(&t, 40).await;
+    t.raw()
+        .execute(
+            "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+             SELECT session_id, max(session_seq) + 1, 'message_delivered', ?1, 'now'
+             FROM events WHERE session_id = ?2 GROUP BY session_id",
+            [
+                format!(
+                    r#"{{"kind":"message_delivered","id":"{}"}}"#,
+                    sessionstore::MessageId::new()
+                ),
+                s.to_string(),
+            ],
+        )
+        .unwrap();
+    let sid = s.to_string();
+    let out = t.run(&["restore", "--session", &sid, "--format", "acp-updates"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(text.ends_with('\n'), "stops at a line's end: {text:?}");
+    let replayed = lines(&text);
+    assert!(
+        !replayed.is_empty() && replayed.len() <= 40,
+        "{}",
+        replayed.len()
+    );
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("never appended"), "{err}");
+    for format in ["acp", "openai", "openai-responses"] {
+        let out = t.run(&["restore", "--session", &sid, "--format", format]);
+        assert_eq!(out.status.code(), Some(1), "{format}");
+        assert!(out.stdout.is_empty(), "{format}: {}", stdout(&out));
+        assert!(stderr(&out).contains("never appended"), "{format}");
+    }
+
+    let mut stream = t
+        .store()
+        .restore_stream(s, sessionstore::dispatch::DEFAULT_MEMO_BUDGET)
+        .await
+        .expect("the stream starts: the damage is past its first entries");
+    let mut items = 0;
+    let err = loop {
+        match stream.next().await {
+            Some(Ok(_)) => items += 1,
+            Some(Err(e)) => break e,
+            None => panic!("the stream ended without the error"),
+        }
+    };
+    assert!(items > 0);
+    assert!(
+        matches!(&err, sessionstore::Error::LogMismatch { .. }),
+        "{err:?}"
+    );
+}
+
+/// A tail checks what it replays against the log: an edited row within it is
+/// refused, never printed; one before it is not the tail's to find, and the whole
+/// restore and `verify` find it.
+#[tokio::test]
+async fn a_tail_refuses_an_edit_within_it_and_leaves_one_before_it_to_verify() {
+    let t = TestStore::new().await;
+    let s = sent(&t, 40).await;
+    let sid = s.to_string();
+    let tail = |format: &str| {
+        t.run(&[
+            "restore",
+            "--session",
+            &sid,
+            "--format",
+            format,
+            "--tail",
+            "10",
+        ])
+    };
+    let clean = stdout(&tail("acp-updates"));
+    // The notice of where the replay starts, then the ten.
+    assert_eq!(lines(&clean).len(), 11);
+
+    t.raw()
+        .execute(
+            "UPDATE messages SET display_text = 'edited' WHERE display_text = 'm35'",
+            [],
+        )
+        .unwrap();
+    for format in ["acp", "openai"] {
+        let out = tail(format);
+        assert_eq!(out.status.code(), Some(1), "{format}");
+        assert!(out.stdout.is_empty(), "{format}");
+        assert!(
+            stderr(&out).contains("display text"),
+            "{format}: {}",
+            stderr(&out)
+        );
+    }
+    let out = tail("acp-updates");
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert_eq!(
+        lines(&text).len(),
+        6,
+        "the notice, m30 to m34, then the refusal: {text}"
+    );
+    assert!(!text.contains("edited"), "{text}");
+
+    t.raw()
+        .execute(
+            "UPDATE messages SET display_text = 'm35' WHERE display_text = 'edited'",
+            [],
+        )
+        .unwrap();
+    t.raw()
+        .execute(
+            "UPDATE messages SET display_text = 'edited' WHERE display_text = 'm3'",
+            [],
+        )
+        .unwrap();
+    for format in ["acp", "acp-updates", "openai", "openai-responses"] {
+        let out = tail(format);
+        assert!(out.status.success(), "{format}: {}", stderr(&out));
+    }
+    assert_eq!(stdout(&tail("acp-updates")), clean);
+    let out = t.run(&["restore", "--session", &sid, "--format", "acp"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let out = t.run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("display text"), "{}", stdout(&out));
+}
