@@ -226,11 +226,14 @@ impl Store {
     }
 }
 
-/// How many history seqs a page of rows covers.
-const ENTRY_PAGE: i64 = 256;
-/// How many events a page of the log holds: a long record's event holds up to
-/// [`RECORD_BATCH`] updates, so a page is a few MiB at most.
-const EVENT_PAGE: i64 = 8;
+/// How many history seqs a page of rows covers: the first page is small, so the
+/// first entry costs little, and each next one twice the last, up to the most.
+const ENTRY_PAGE_FIRST: i64 = 16;
+const ENTRY_PAGE_MOST: i64 = 256;
+/// How many events a page of the log holds, growing the same way from one: a long
+/// record's event holds up to [`RECORD_BATCH`] updates, so a page is a few MiB at
+/// most.
+const EVENT_PAGE_MOST: i64 = 8;
 
 /// Reads a session's delivered history from its rows, from `point` on, a page at a
 /// time, and hands each entry to `sink` once the event log, replayed alongside in the
@@ -286,6 +289,7 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
     let whole = skipped.is_none();
     let mut log = Log {
         next: 1,
+        page: 1,
         done: false,
     };
     let mut replayer = match (whole, entries::event_making(tx, &session, from)?) {
@@ -326,8 +330,10 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
     };
     let mut head = Some(row.clone());
     let mut lo = from;
+    let mut page = ENTRY_PAGE_FIRST;
     while lo <= last {
-        let hi = lo.saturating_add(ENTRY_PAGE);
+        let hi = lo.saturating_add(page);
+        page = (page * 2).min(ENTRY_PAGE_MOST);
         for entry in entries::page(tx, &session, lo..hi)? {
             let seq = entry.seq();
             while replayer.last_seq() <= seq && !log.done {
@@ -388,9 +394,11 @@ fn entry_id(entry: &Entry) -> EntryId {
     }
 }
 
-/// Where the replay of the log stands: the next event to read.
+/// Where the replay of the log stands: the next event to read, and how many the
+/// next page holds.
 struct Log {
     next: i64,
+    page: i64,
     done: bool,
 }
 
@@ -403,8 +411,9 @@ impl Log {
         replayer: &mut projection::Replayer<'_>,
         check: &mut Check,
     ) -> Result<()> {
-        let events = queries::events_page(tx, session, self.next, EVENT_PAGE)?;
-        self.done = (events.len() as i64) < EVENT_PAGE;
+        let events = queries::events_page(tx, session, self.next, self.page)?;
+        self.done = (events.len() as i64) < self.page;
+        self.page = (self.page * 2).min(EVENT_PAGE_MOST);
         for event in &events {
             replayer.apply(event);
             self.next = event.session_seq + 1;

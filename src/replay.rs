@@ -91,10 +91,11 @@ impl RestoreStream {
 
     /// Runs `produce` on a blocking thread: it reads the history and hands each
     /// entry to its [`Sink`], which dispatches it (messages through `resolver`, with
-    /// one memo) and hands it over in batches. The stream is handed back once the
-    /// first entry is on its way (or `produce` ended without one), so a history whose
-    /// first entry cannot be given is refused before any item exists; an error after
-    /// that ends the stream, after the items that came before it. One thread reads
+    /// one memo) and hands it over in batches. The stream is handed back with the
+    /// first batch (its first [`BATCH_ITEMS_FIRST`] items, or all of a shorter
+    /// history once `produce` is done with it), so an error found before then refuses
+    /// the restore before any item exists; an error after that ends the stream, after
+    /// the items that came before it. One thread reads
     /// and dispatches, so a restore costs one hop to the blocking pool.
     pub(crate) async fn start(
         produce: impl FnOnce(&mut dyn Sink) -> Result<()> + Send + 'static,
@@ -229,9 +230,6 @@ impl<R: Resolver> Sink for Feed<R> {
     }
 
     fn entry(&mut self, entry: Entry) -> Result<bool> {
-        if !self.announce() {
-            return Ok(false);
-        }
         let item = match entry {
             Entry::Message(message) => {
                 let Placing::Known(placement) = &self.placement else {
@@ -247,7 +245,12 @@ impl<R: Resolver> Sink for Feed<R> {
             }
             Entry::Item(item) => ReplayItem::Recorded(item),
         };
+        // The stream is handed back with its first batch: an error found before that
+        // batch is full (a short history's, say) refuses the restore before any item.
         if self.batch.push(item) {
+            if !self.announce() {
+                return Ok(false);
+            }
             let batch = self.batch.take();
             return Ok(self.tx.blocking_send(Ok(batch)).is_ok());
         }

@@ -330,13 +330,8 @@ async fn a_tail_refuses_an_edit_within_it_and_leaves_one_before_it_to_verify() {
     }
     let out = tail("acp-updates");
     assert_eq!(out.status.code(), Some(1));
-    let text = stdout(&out);
-    assert_eq!(
-        lines(&text).len(),
-        6,
-        "the notice, m30 to m34, then the refusal: {text}"
-    );
-    assert!(!text.contains("edited"), "{text}");
+    // Fewer entries than a first batch: refused before any line.
+    assert!(out.stdout.is_empty(), "{}", stdout(&out));
 
     t.raw()
         .execute(

@@ -470,8 +470,8 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: TestStore) {
             "{format}: {said}"
         );
     }
-    // With the message put back, the tool call alone is refused: the log is done
-    // with it before its row is handed on.
+    // With the message put back, the tool call alone is refused, before any output:
+    // the log is done with it before its row is handed on.
     b.raw_execute("UPDATE messages SET display_text = 'as typed'")
         .unwrap();
     let out = b.run(&[
@@ -482,11 +482,7 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: TestStore) {
         "acp-updates",
     ]);
     assert_eq!(out.status.code(), Some(1));
-    let said = stdout(&out);
-    assert!(
-        said.contains("as typed") && !said.contains("\"failed\""),
-        "{said}"
-    );
+    assert!(out.stdout.is_empty(), "{}", stdout(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("tool_call item"),
         "{:?}",
