@@ -292,8 +292,13 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
         page: 1,
         done: false,
     };
-    let mut replayer = match (whole, entries::event_making(tx, &session, from)?) {
-        (false, Some((event, first))) => {
+    // (A whole replay starts at the log's start: no walk back to find it.)
+    let making = match whole {
+        true => None,
+        false => entries::event_making(tx, &session, from)?,
+    };
+    let mut replayer = match making {
+        Some((event, first)) => {
             log.next = event;
             let tail = match first > 1 {
                 true => turns::items_in(tx, &session, first - 1..first)?.pop(),
