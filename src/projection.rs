@@ -69,6 +69,16 @@ impl Payload for &str {
         {
             return Ok(EventPayload::MessageAppended { message });
         }
+        // A long record's log is mostly `turn_recorded`: its updates are read once,
+        // straight into their values, not first into serde's buffer.
+        if kind == "turn_recorded"
+            && let Ok(plain) = serde_json::from_str::<PlainRecorded>(self)
+        {
+            return Ok(EventPayload::TurnRecorded {
+                updates: plain.updates,
+                items: plain.items,
+            });
+        }
         serde_json::from_str(self)
     }
 }
@@ -108,6 +118,23 @@ impl Uris {
 enum AppendedTag {
     #[serde(rename = "message_appended")]
     MessageAppended,
+}
+
+/// The `turn_recorded` tag, and no other.
+#[derive(Deserialize)]
+enum RecordedTag {
+    #[serde(rename = "turn_recorded")]
+    TurnRecorded,
+}
+
+/// A `turn_recorded` payload with its fields listed directly, unknown fields ignored
+/// as the tagged form ignores them.
+#[derive(Deserialize)]
+struct PlainRecorded {
+    #[allow(dead_code)]
+    kind: RecordedTag,
+    updates: Vec<serde_json::Value>,
+    items: Vec<crate::model::CreatedItem>,
 }
 
 /// A `message_appended` payload with its fields listed directly: the same fields as

@@ -88,3 +88,33 @@ fn message_appended_text_decodes_as_the_tagged_form_does() {
         }
     }
 }
+
+/// The plain `turn_recorded` decoder accepts what the tagged one accepts, with the
+/// same result, and leaves every refusal to it.
+#[test]
+fn turn_recorded_text_decodes_as_the_tagged_form_does() {
+    let i = "01890a5d-ac96-774b-bcce-b302099a8059";
+    let chunk = r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}"#;
+    let payloads = [
+        format!(
+            r#"{{"kind":"turn_recorded","updates":[{chunk}],"items":[{{"id":"{i}","seq":2}}]}}"#
+        ),
+        format!(
+            r#"{{"items":[],"updates":[{chunk},{{"x":1}}],"kind":"turn_recorded","extra":[1]}}"#
+        ),
+        format!(r#"{{"kind":"turn_recorded","updates":[{chunk}]}}"#),
+        format!(r#"{{"kind":"turn_recorded","updates":{chunk},"items":[]}}"#),
+        format!(r#"{{"kind":"message_delivered","updates":[],"items":[]}}"#),
+        format!(r#"{{"kind":"turn_recorded","kind":"turn_recorded","updates":[],"items":[]}}"#),
+        format!(r#"{{"kind":"turn_recorded","updates":[],"items":[{{"id":"{i}","seq":"2"}}]}}"#),
+    ];
+    for text in &payloads {
+        let plain = text
+            .as_str()
+            .decode("turn_recorded", &mut Uris::default())
+            .map_err(|e| e.to_string());
+        let general = serde_json::from_str::<EventPayload>(text).map_err(|e| e.to_string());
+        assert_eq!(plain, general, "{text}");
+    }
+    assert!(serde_json::from_str::<PlainRecorded>(&payloads[1]).is_ok());
+}
