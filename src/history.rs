@@ -4,7 +4,7 @@
 //! entries, or from an entry's id), which says where it starts (`Partial`). It runs no
 //! SQL itself (that is `db`) and reads no attachment file.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use crate::turns::Update;
 
@@ -14,7 +14,6 @@ use crate::db::{entries, queries, turns};
 use crate::dispatch::Memo;
 use crate::error::{Error, Result};
 use crate::ids::{EntryId, ItemId, SessionId};
-use crate::model::Delivery;
 use crate::projection;
 use crate::projection::Entry;
 use crate::replay::{Discard, RestoreStream, Sink};
@@ -327,12 +326,7 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
         // A whole replay, or a point no event made: the log from its start.
         _ => projection::Replayer::windowed(session),
     };
-    let mut check = Check {
-        session,
-        from,
-        rows: HashMap::new(),
-        logged: HashMap::new(),
-    };
+    let mut check = Check(projection::Meet::new(session, from, true));
     let mut head = Some(row.clone());
     let mut lo = from;
     let mut page = ENTRY_PAGE_FIRST;
@@ -347,7 +341,7 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
             check.row(&entry)?;
             if let Some(session) = head.take() {
                 let partial = skipped.map(|skipped| Partial {
-                    from: Some(entry_id(&entry)),
+                    from: Some(entry.id()),
                     skipped,
                 });
                 sink.begin(session, partial);
@@ -390,13 +384,6 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
         );
     }
     Ok(())
-}
-
-fn entry_id(entry: &Entry) -> EntryId {
-    match entry {
-        Entry::Message(m) => EntryId::from(m.id),
-        Entry::Item(i) => EntryId::from(i.id),
-    }
 }
 
 /// Where the replay of the log stands: the next event to read, and how many the
@@ -442,81 +429,43 @@ impl Log {
     }
 }
 
-/// Rows and the log's entries met by seq: whichever comes first waits for the other.
-/// The log mostly finishes an entry just after its row is read; what waits longer
-/// is the few entries the log keeps open.
-struct Check {
-    session: SessionId,
-    /// Entries before this seq are not replayed, and not checked.
-    from: i64,
-    rows: HashMap<i64, Entry>,
-    logged: HashMap<i64, Entry>,
-}
+/// [`projection::Meet`] for a restore: the first problem refuses it.
+struct Check(projection::Meet);
 
 impl Check {
-    fn refuse(&self, problems: Vec<crate::model::Problem>) -> Error {
-        Error::LogMismatch {
-            session: self.session,
-            problems,
+    fn refuse(&self, problem: Option<crate::model::Problem>) -> Result<()> {
+        match problem {
+            Some(problem) => Err(Error::LogMismatch {
+                session: self.session(),
+                problems: vec![problem],
+            }),
+            None => Ok(()),
         }
     }
 
-    /// A row about to be handed on: checked now if the log is done with its entry,
-    /// else kept until it is.
+    fn session(&self) -> SessionId {
+        self.0.session()
+    }
+
+    /// A row about to be handed on.
     fn row(&mut self, row: &Entry) -> Result<()> {
-        match self.logged.remove(&row.seq()) {
-            Some(want) => match projection::entry_problem(self.session, row, &want) {
-                Some(problem) => Err(self.refuse(vec![problem])),
-                None => Ok(()),
-            },
-            None => {
-                self.rows.insert(row.seq(), row.clone());
-                Ok(())
-            }
-        }
+        let problem = self.0.row(row);
+        self.refuse(problem)
     }
 
     /// An entry the log is done with.
     fn logged(&mut self, want: Entry) -> Result<()> {
-        let seq = want.seq();
-        if seq < self.from {
-            return Ok(());
-        }
-        let row = self.rows.remove(&seq);
-        let delivered = !matches!(&want, Entry::Message(m) if m.state != Delivery::Delivered);
-        match row {
-            Some(row) => match projection::entry_problem(self.session, &row, &want) {
-                Some(problem) => Err(self.refuse(vec![problem])),
-                None => Ok(()),
-            },
-            // A message still queued is not in the delivered history.
-            None if !delivered => Ok(()),
-            None => {
-                self.logged.insert(seq, want);
-                Ok(())
-            }
-        }
+        let problem = self.0.logged(want);
+        self.refuse(problem)
     }
 
     /// Every row checked, every entry of the log met.
     fn finish(self) -> Result<()> {
-        let mut problems: Vec<(i64, crate::model::Problem)> = self
-            .rows
-            .values()
-            .map(|row| (row.seq(), projection::unlogged_entry(self.session, row)))
-            .chain(
-                self.logged
-                    .values()
-                    .map(|want| (want.seq(), projection::missing_entry(self.session, want))),
-            )
-            .collect();
-        if problems.is_empty() {
-            return Ok(());
+        let session = self.session();
+        let problems = self.0.finish();
+        match problems.is_empty() {
+            true => Ok(()),
+            false => Err(Error::LogMismatch { session, problems }),
         }
-        problems.sort_by_key(|(seq, _)| *seq);
-        Err(Error::LogMismatch {
-            session: self.session,
-            problems: problems.into_iter().map(|(_, p)| p).collect(),
-        })
     }
 }

@@ -222,6 +222,13 @@ pub enum Entry {
 }
 
 impl Entry {
+    pub fn id(&self) -> crate::ids::EntryId {
+        match self {
+            Entry::Message(m) => m.id.into(),
+            Entry::Item(i) => i.id.into(),
+        }
+    }
+
     pub fn seq(&self) -> i64 {
         match self {
             Entry::Message(m) => m.seq,
@@ -909,6 +916,84 @@ pub fn entry_problem(session: SessionId, have: &Entry, want: &Entry) -> Option<P
     })
 }
 
+/// Rows and the log's finished entries met by id, whichever comes first waiting for
+/// the other: the log mostly finishes an entry just after its row is read, so what
+/// waits is the few entries the log keeps open. A restore meets only the delivered
+/// history (`delivered_only`: a message the log leaves queued is none of its
+/// business) and from its first seq on; `verify` meets every row.
+pub struct Meet {
+    session: SessionId,
+    /// Log entries before this seq are not replayed, and not met.
+    from: i64,
+    delivered_only: bool,
+    rows: HashMap<crate::ids::EntryId, Entry>,
+    logged: HashMap<crate::ids::EntryId, Entry>,
+}
+
+impl Meet {
+    pub fn new(session: SessionId, from: i64, delivered_only: bool) -> Meet {
+        Meet {
+            session,
+            from,
+            delivered_only,
+            rows: HashMap::new(),
+            logged: HashMap::new(),
+        }
+    }
+
+    pub fn session(&self) -> SessionId {
+        self.session
+    }
+
+    /// A row: compared now if the log is done with its entry, else kept until it is.
+    pub fn row(&mut self, row: &Entry) -> Option<Problem> {
+        match self.logged.remove(&row.id()) {
+            Some(want) => entry_problem(self.session, row, &want),
+            None => {
+                self.rows.insert(row.id(), row.clone());
+                None
+            }
+        }
+    }
+
+    /// An entry the log is done with.
+    pub fn logged(&mut self, want: Entry) -> Option<Problem> {
+        if want.seq() < self.from {
+            return None;
+        }
+        match self.rows.remove(&want.id()) {
+            Some(row) => entry_problem(self.session, &row, &want),
+            None if self.delivered_only
+                && matches!(&want, Entry::Message(m) if m.state != Delivery::Delivered) =>
+            {
+                None
+            }
+            None => {
+                self.logged.insert(want.id(), want);
+                None
+            }
+        }
+    }
+
+    /// What never met: rows no event records, entries of the log with no row, in
+    /// history order.
+    pub fn finish(self) -> Vec<Problem> {
+        let session = self.session;
+        let mut problems: Vec<(i64, Problem)> = self
+            .logged
+            .values()
+            .map(|want| (want.seq(), missing_entry(session, want)))
+            .chain(
+                self.rows
+                    .values()
+                    .map(|row| (row.seq(), unlogged_entry(session, row))),
+            )
+            .collect();
+        problems.sort_by_key(|(seq, _)| *seq);
+        problems.into_iter().map(|(_, p)| p).collect()
+    }
+}
+
 /// A row of the delivered history that no event records ([`Entry`] counterpart of
 /// the `UnloggedRow` problems of [`compare`]).
 pub fn unlogged_entry(session: SessionId, have: &Entry) -> Problem {
@@ -944,8 +1029,7 @@ pub fn missing_entry(session: SessionId, want: &Entry) -> Problem {
 
 fn entry_name(entry: &Entry) -> String {
     match entry {
-        Entry::Message(m) if m.state == Delivery::Delivered => format!("message {}", m.id),
-        Entry::Message(m) => format!("queued message {}", m.id),
+        Entry::Message(m) => format!("message {}", m.id),
         Entry::Item(i) => format!("{} item {}", i.body.kind(), i.id),
     }
 }

@@ -18,7 +18,17 @@ use crate::projection::Entry;
 
 /// The delivered messages and the items whose seq is in `seqs`, in history order.
 pub fn page(conn: &Tx<'_>, session: &SessionId, seqs: std::ops::Range<i64>) -> Result<Vec<Entry>> {
-    let messages = queries::messages_in(conn, session, Some(Delivery::Delivered), seqs.clone())?;
+    page_of(conn, session, seqs, Some(Delivery::Delivered))
+}
+
+/// [`page`] with the messages in `state` (`None`: every message, queued ones too).
+pub fn page_of(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    seqs: std::ops::Range<i64>,
+    state: Option<Delivery>,
+) -> Result<Vec<Entry>> {
+    let messages = queries::messages_in(conn, session, state, seqs.clone())?;
     let items = turns::items_in(conn, session, seqs)?;
     let mut out = Vec::with_capacity(messages.len() + items.len());
     let mut messages = messages.into_iter().peekable();

@@ -15,11 +15,13 @@ use super::sql::{Tx, args};
 use crate::config::{Config, Database, Sharing};
 use crate::db::cipher::{Encryption, encryption_of};
 use crate::db::turns as queries_turns;
-use crate::db::{SqliteFile, queries, schema};
+use crate::db::{SqliteFile, entries, queries, schema};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
-use crate::model::{Problem, ProblemKind};
-use crate::projection::{Replayer, compare, compare_items, compare_turns};
+use crate::model::{Problem, ProblemKind, Session};
+use crate::projection::{
+    Entry, Meet, Replayer, compare, compare_items, compare_turns, session_problem,
+};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct VerifyReport {
@@ -251,6 +253,14 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
         );
     }
     for session in &sessions {
+        // Read a page at a time and met with the log as it replays; a session whose
+        // rows do not all read that way is read whole below, which names what is
+        // wrong with them.
+        if let Some((problems, messages)) = windowed(conn, session)? {
+            report.problems.extend(problems);
+            report.messages += messages;
+            continue;
+        }
         // A row this store could not have written (a URI that does not parse, a
         // negative size) is a finding to report, not a reason to stop checking.
         let rows = match queries::messages(conn, &session.id, None) {
@@ -463,6 +473,93 @@ fn schema_problems(conn: &Connection) -> Result<Vec<Problem>> {
         }
     }
     Ok(problems)
+}
+
+/// How many seqs a page of `windowed`'s rows covers, and how many events a page of
+/// its log holds.
+const ROW_PAGE: i64 = 256;
+const EVENT_PAGE: i64 = 8;
+
+/// One session checked the way a restore checks it, every row against its log, a
+/// page of rows and a page of events at a time ([`Meet`]), so what is held is the
+/// entries the log keeps open, not the history: the problems found (the log's own,
+/// then the rows') and the messages read. `None` when a row does not parse or a row
+/// is outside the pages read (a seq edited out of range): the caller then reads the
+/// session whole.
+fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, usize)>> {
+    let id = session.id;
+    let last = entries::last_seq(conn, &id)?;
+    let mut replayer = Replayer::windowed(id);
+    let mut meet = Meet::new(id, 1, false);
+    let mut found = Vec::new();
+    let (mut messages, mut items) = (0usize, 0usize);
+    let (mut next, mut done) = (1i64, false);
+    let mut advance = |replayer: &mut Replayer<'_>, meet: &mut Meet, found: &mut Vec<Problem>| {
+        let events = queries::events_page(conn, &id, next, EVENT_PAGE)?;
+        done = (events.len() as i64) < EVENT_PAGE;
+        for event in &events {
+            replayer.apply(event);
+            next = event.session_seq + 1;
+        }
+        if done {
+            replayer.close();
+        }
+        let retired: Vec<_> = replayer.take_retired().collect();
+        found.extend(retired.into_iter().filter_map(|entry| meet.logged(entry)));
+        Ok::<bool, Error>(done)
+    };
+    let mut lo = 1;
+    let mut log_done = false;
+    while lo <= last {
+        let hi = lo.saturating_add(ROW_PAGE);
+        let Ok(page) = entries::page_of(conn, &id, lo..hi, None) else {
+            return Ok(None);
+        };
+        while replayer.last_seq() < hi && !log_done {
+            log_done = advance(&mut replayer, &mut meet, &mut found)?;
+        }
+        for row in &page {
+            match row {
+                Entry::Message(_) => messages += 1,
+                Entry::Item(_) => items += 1,
+            }
+            found.extend(meet.row(row));
+        }
+        lo = hi;
+    }
+    while !log_done {
+        log_done = advance(&mut replayer, &mut meet, &mut found)?;
+    }
+    let count = |table: &str| -> Result<usize> {
+        let n: i64 = conn
+            .query_row(
+                &format!("SELECT count(*) FROM {table} WHERE session_id = ?1"),
+                args![id.to_string()],
+                |r| r.get(0),
+            )
+            .map_err(sql("count a session's rows"))?
+            .unwrap_or(0);
+        Ok(usize::try_from(n).unwrap_or(0))
+    };
+    if count("messages")? != messages || count("items")? != items {
+        return Ok(None);
+    }
+    let Ok(turns) = super::proxied::turns(conn, &id) else {
+        return Ok(None);
+    };
+    let Ok(settings) = super::proxied::settings(conn, &id) else {
+        return Ok(None);
+    };
+    let (expected, mut problems) = replayer.finish();
+    // Rows are compared with what the log makes of them only where it makes a
+    // session at all, as a whole read does.
+    if let Some(expected) = &expected {
+        problems.extend(session_problem(session, &expected.session));
+        problems.append(&mut found);
+        problems.extend(meet.finish());
+        problems.extend(compare_turns(session, &turns, &settings, expected));
+    }
+    Ok(Some((problems, messages)))
 }
 
 #[cfg(test)]

@@ -104,8 +104,8 @@ fn turn_recorded_text_decodes_as_the_tagged_form_does() {
         ),
         format!(r#"{{"kind":"turn_recorded","updates":[{chunk}]}}"#),
         format!(r#"{{"kind":"turn_recorded","updates":{chunk},"items":[]}}"#),
-        format!(r#"{{"kind":"message_delivered","updates":[],"items":[]}}"#),
-        format!(r#"{{"kind":"turn_recorded","kind":"turn_recorded","updates":[],"items":[]}}"#),
+        r#"{"kind":"message_delivered","updates":[],"items":[]}"#.to_string(),
+        r#"{"kind":"turn_recorded","kind":"turn_recorded","updates":[],"items":[]}"#.to_string(),
         format!(r#"{{"kind":"turn_recorded","updates":[],"items":[{{"id":"{i}","seq":"2"}}]}}"#),
     ];
     for text in &payloads {

@@ -177,3 +177,75 @@ async fn a_changed_table_is_a_schema_problem_and_layout_is_not() {
     let (ok, out) = verify_cli(&t);
     assert!(ok, "{out}");
 }
+
+/// A history longer than a page of rows, with a tool call whose update comes many
+/// pages later and a message delivered after later entries, verifies; an item edited
+/// deep in it, and the tool call edited, are each caught and named.
+#[tokio::test]
+async fn a_long_history_is_checked_across_pages_and_an_edit_deep_in_it_is_named() {
+    let t = TestStore::empty();
+    let store = t.open().await;
+    let s = store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .unwrap()
+        .id;
+    let update = |value: serde_json::Value| -> sessionstore::turns::Update {
+        sessionstore::turns::Update::Known(serde_json::from_value(value).unwrap())
+    };
+    store.send(s, user_text("go")).await.unwrap();
+    let mut queued = user_text("meanwhile");
+    queued.mid_turn = true;
+    let mut first = vec![update(serde_json::json!({"sessionUpdate": "tool_call",
+        "toolCallId": "long", "title": "Build", "status": "pending"}))];
+    first.extend((0..700).map(|i| {
+        update(serde_json::json!({"sessionUpdate": "agent_message_chunk",
+            "messageId": format!("a{i}"), "content": {"type": "text", "text": format!("answer {i}")}}))
+    }));
+    store.record_from(s, first).await.unwrap();
+    let waiting = store.send(s, queued).await.unwrap();
+    store
+        .record_from(
+            s,
+            vec![update(
+                serde_json::json!({"sessionUpdate": "tool_call_update",
+                "toolCallId": "long", "status": "completed"}),
+            )],
+        )
+        .await
+        .unwrap();
+    store.mark_delivered(s, vec![waiting.id]).await.unwrap();
+    drop(store);
+    let (ok, out) = verify_cli(&t);
+    assert!(ok, "{out}");
+
+    let conn = rusqlite::Connection::open(t.db_path()).unwrap();
+    conn.execute(
+        "UPDATE items SET body = replace(body, 'answer 650', 'answer 651') WHERE seq = 653",
+        [],
+    )
+    .unwrap();
+    let (ok, out) = verify_cli(&t);
+    assert!(!ok);
+    assert!(
+        out.contains("agent_message item") && out.contains("differs from its event log (content)"),
+        "{out}"
+    );
+    conn.execute(
+        "UPDATE items SET body = replace(body, 'answer 651', 'answer 650') WHERE seq = 653",
+        [],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE items SET body = replace(body, '\"completed\"', '\"failed\"') WHERE kind = 'tool_call'",
+        [],
+    )
+    .unwrap();
+    let (ok, out) = verify_cli(&t);
+    assert!(!ok);
+    assert!(
+        out.contains("tool_call item") && out.contains("(content)"),
+        "{out}"
+    );
+    assert_eq!(out.matches("problem:").count(), 1, "{out}");
+}
