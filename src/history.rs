@@ -229,10 +229,13 @@ impl Store {
 /// first entry costs little, and each next one twice the last, up to the most.
 const ENTRY_PAGE_FIRST: i64 = 16;
 const ENTRY_PAGE_MOST: i64 = 256;
-/// How many events a page of the log holds, growing the same way from one: a long
-/// record's event holds up to [`RECORD_BATCH`] updates, so a page is a few MiB at
-/// most.
-const EVENT_PAGE_MOST: i64 = 8;
+/// How many events a page of the log holds: it starts at one and doubles while a
+/// page's payloads come to less than [`EVENT_PAGE_BYTES`], up to the most, and halves
+/// when they come to more. A sent message's event is a few hundred bytes, a long
+/// record's up to [`RECORD_BATCH`] updates: pages stay near a few hundred KiB, and
+/// so do the entries they finish before their rows are read.
+const EVENT_PAGE_MOST: i64 = 256;
+const EVENT_PAGE_BYTES: usize = 256 * 1024;
 
 /// Reads a session's delivered history from its rows, from `point` on, a page at a
 /// time, and hands each entry to `sink` once the event log, replayed alongside in the
@@ -286,10 +289,12 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
         Some(Some(seq)) => (seq, Some(entries::entries_before(tx, &session, seq)?)),
     };
     let whole = skipped.is_none();
+    let end = queries::last_event(tx, &session)?;
     let mut log = Log {
         next: 1,
+        end,
         page: 1,
-        done: false,
+        done: end == 0,
     };
     // (A whole replay starts at the log's start: no walk back to find it.)
     let making = match whole {
@@ -390,6 +395,8 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
 /// next page holds.
 struct Log {
     next: i64,
+    /// The log's last event.
+    end: i64,
     page: i64,
     done: bool,
 }
@@ -403,12 +410,16 @@ impl Log {
         replayer: &mut projection::Replayer<'_>,
         check: &mut Check,
     ) -> Result<()> {
-        let events = queries::events_page(tx, session, self.next, self.page)?;
-        self.done = (events.len() as i64) < self.page;
-        self.page = (self.page * 2).min(EVENT_PAGE_MOST);
+        let (events, next) = queries::events_page(tx, session, self.next, self.page)?;
+        self.next = next;
+        self.done = self.next > self.end;
+        let bytes: usize = events.iter().map(|e| e.payload.len()).sum();
+        self.page = match bytes < EVENT_PAGE_BYTES {
+            true => (self.page * 2).min(EVENT_PAGE_MOST),
+            false => (self.page / 2).max(1),
+        };
         for event in &events {
             replayer.apply(event);
-            self.next = event.session_seq + 1;
         }
         if !replayer.problems().is_empty() {
             return Err(Error::LogMismatch {

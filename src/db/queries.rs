@@ -494,23 +494,53 @@ pub fn events(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Event>> {
     session_events(conn, session, json_value)
 }
 
-/// At most `limit` of a session's events from `session_seq` `from` on, in log order:
-/// one page of a log read as it is replayed.
+/// A session's events whose `session_seq` is in `from..from + count`, in log order:
+/// one page of a log read as it is replayed, and where the next page starts (past a
+/// gap in the numbering, which a damaged log may have, in one step). A range rather
+/// than a `LIMIT`: a bound `LIMIT` made SQLite prepare the statement again at every
+/// page.
 pub fn events_page(
     conn: &Tx<'_>,
     session: &SessionId,
     from: i64,
-    limit: i64,
-) -> Result<Vec<Event<String>>> {
-    conn.query_map(
-        &format!(
-            "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?1 AND session_seq >= ?2
-             ORDER BY session_seq LIMIT ?3"
-        ),
-        args![session.to_string(), from, limit],
-        |row| event_from_row(row, Ok),
-    )
-    .map_err(sql("read events"))
+    count: i64,
+) -> Result<(Vec<Event<String>>, i64)> {
+    let to = from.saturating_add(count);
+    let events = conn
+        .query_map(
+            &format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?1
+                   AND session_seq >= ?2 AND session_seq < ?3
+                 ORDER BY session_seq"
+            ),
+            args![session.to_string(), from, to],
+            |row| event_from_row(row, Ok),
+        )
+        .map_err(sql("read events"))?;
+    if !events.is_empty() {
+        return Ok((events, to));
+    }
+    let next: Option<i64> = conn
+        .query_row(
+            "SELECT min(session_seq) FROM events WHERE session_id = ?1 AND session_seq >= ?2",
+            args![session.to_string(), to],
+            |r| r.get(0),
+        )
+        .map_err(sql("read events"))?
+        .flatten();
+    Ok((events, next.unwrap_or(i64::MAX)))
+}
+
+/// The highest `session_seq` of a session's log, 0 when it has none.
+pub fn last_event(conn: &Tx<'_>, session: &SessionId) -> Result<i64> {
+    Ok(conn
+        .query_row(
+            "SELECT coalesce(max(session_seq), 0) FROM events WHERE session_id = ?1",
+            args![session.to_string()],
+            |r| r.get(0),
+        )
+        .map_err(sql("read events"))?
+        .unwrap_or(0))
 }
 
 /// A session's events in log order, each handed to `f` with its payload borrowed

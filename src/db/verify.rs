@@ -493,13 +493,14 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
     let mut meet = Meet::new(id, 1, false);
     let mut found = Vec::new();
     let (mut messages, mut items) = (0usize, 0usize);
-    let (mut next, mut done) = (1i64, false);
+    let end = queries::last_event(conn, &id)?;
+    let mut next = 1i64;
     let mut advance = |replayer: &mut Replayer<'_>, meet: &mut Meet, found: &mut Vec<Problem>| {
-        let events = queries::events_page(conn, &id, next, EVENT_PAGE)?;
-        done = (events.len() as i64) < EVENT_PAGE;
+        let (events, after) = queries::events_page(conn, &id, next, EVENT_PAGE)?;
+        next = after;
+        let done = next > end;
         for event in &events {
             replayer.apply(event);
-            next = event.session_seq + 1;
         }
         if done {
             replayer.close();
@@ -509,7 +510,7 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
         Ok::<bool, Error>(done)
     };
     let mut lo = 1;
-    let mut log_done = false;
+    let mut log_done = end == 0;
     while lo <= last {
         let hi = lo.saturating_add(ROW_PAGE);
         let Ok(page) = entries::page_of(conn, &id, lo..hi, None) else {
