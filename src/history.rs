@@ -4,7 +4,7 @@
 //! entries, or from an entry's id), which says where it starts (`Partial`). It runs no
 //! SQL itself (that is `db`) and reads no attachment file.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use crate::turns::Update;
 
@@ -14,6 +14,7 @@ use crate::db::{entries, queries, turns};
 use crate::dispatch::Memo;
 use crate::error::{Error, Result};
 use crate::ids::{EntryId, ItemId, SessionId};
+use crate::model::{Delivery, Item, Message};
 use crate::projection;
 use crate::projection::Entry;
 use crate::replay::{Discard, RestoreStream, Sink};
@@ -331,31 +332,60 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
         // A whole replay, or a point no event made: the log from its start.
         _ => projection::Replayer::windowed(session),
     };
-    let mut check = Check(projection::Meet::new(session, from, true));
+    let mut check = Check {
+        items: projection::Meet::new(session, from, true),
+        messages: BTreeMap::new(),
+    };
     let mut head = Some(row.clone());
-    let mut lo = from;
-    let mut page = ENTRY_PAGE_FIRST;
-    while lo <= last {
-        let hi = lo.saturating_add(page);
-        page = (page * 2).min(ENTRY_PAGE_MOST);
-        for entry in entries::page(tx, &session, lo..hi)? {
-            let seq = entry.seq();
-            while replayer.last_seq() <= seq && !log.done {
-                log.advance(tx, &session, &mut replayer, &mut check)?;
-            }
-            check.row(&entry)?;
-            if let Some(session) = head.take() {
-                let partial = skipped.map(|skipped| Partial {
-                    from: Some(entry.id()),
-                    skipped,
-                });
-                sink.begin(session, partial);
-            }
-            if !sink.entry(entry)? {
-                return Ok(()); // nobody reads any more
+    // Item rows, a page at a time: `lo` is where the next page starts.
+    let mut rows: VecDeque<Item> = VecDeque::new();
+    let (mut lo, mut page) = (from, ENTRY_PAGE_FIRST);
+    let mut want = from;
+    while want <= last {
+        // The log runs on until it is past `want` (the entry there can then change
+        // only if it is a tool call) and has delivered a message queued there.
+        while (replayer.last_seq() <= want || replayer.holds_queued(want)) && !log.done {
+            log.advance(tx, &session, &mut replayer, &mut check)?;
+        }
+        if want >= lo {
+            let hi = lo.saturating_add(page);
+            page = (page * 2).min(ENTRY_PAGE_MOST);
+            rows.extend(turns::items_in(tx, &session, lo..hi)?);
+            lo = hi;
+        }
+        let entry = match check.messages.remove(&want) {
+            Some(message) => Some(Entry::Message(message)),
+            None => match rows.front() {
+                Some(item) if item.seq == want => {
+                    rows.pop_front().map(|i| Entry::Item(Box::new(i)))
+                }
+                _ => None,
+            },
+        };
+        // A row at a seq that is not its own in the log meets nothing here and is
+        // named when the replay ends.
+        while rows.front().is_some_and(|item| item.seq <= want) {
+            if let Some(item) = rows.pop_front() {
+                check.row(&Entry::Item(Box::new(item)))?;
             }
         }
-        lo = hi;
+        want += 1;
+        let Some(entry) = entry else {
+            continue; // a message still queued, or no entry at all
+        };
+        if let Entry::Item(_) = entry {
+            check.row(&entry)?;
+        }
+        if let Some(session) = head.take() {
+            let partial = skipped.map(|skipped| Partial {
+                from: Some(entry.id()),
+                skipped,
+            });
+            sink.begin(session, partial);
+        }
+        if !sink.entry(entry)? {
+            return Ok(()); // nobody reads any more
+        }
     }
     while !log.done {
         log.advance(tx, &session, &mut replayer, &mut check)?;
@@ -440,8 +470,16 @@ impl Log {
     }
 }
 
-/// [`projection::Meet`] for a restore: the first problem refuses it.
-struct Check(projection::Meet);
+/// What a restore checks: each item row against the log ([`projection::Meet`]; the
+/// first problem refuses the restore), and the delivered messages the log has
+/// finished, by seq, until their turn to be handed on. A message is handed on as its
+/// event has it: the event holds the whole message as it was sent, so its row is a
+/// copy that a restore need not read (`verify` compares the two). An item row is
+/// what the log's updates merged into, so it is read and checked.
+struct Check {
+    items: projection::Meet,
+    messages: BTreeMap<i64, Message>,
+}
 
 impl Check {
     fn refuse(&self, problem: Option<crate::model::Problem>) -> Result<()> {
@@ -455,25 +493,39 @@ impl Check {
     }
 
     fn session(&self) -> SessionId {
-        self.0.session()
+        self.items.session()
     }
 
-    /// A row about to be handed on.
+    /// An item row about to be handed on.
     fn row(&mut self, row: &Entry) -> Result<()> {
-        let problem = self.0.row(row);
+        let problem = self.items.row(row);
         self.refuse(problem)
     }
 
     /// An entry the log is done with.
     fn logged(&mut self, want: Entry) -> Result<()> {
-        let problem = self.0.logged(want);
-        self.refuse(problem)
+        match want {
+            Entry::Message(m) if m.seq >= self.items.from() && m.state == Delivery::Delivered => {
+                self.messages.insert(m.seq, m);
+                Ok(())
+            }
+            Entry::Message(_) => Ok(()),
+            item => {
+                let problem = self.items.logged(item);
+                self.refuse(problem)
+            }
+        }
     }
 
-    /// Every row checked, every entry of the log met.
+    /// Every item row checked, every entry of the log met or handed on.
     fn finish(self) -> Result<()> {
         let session = self.session();
-        let problems = self.0.finish();
+        let mut problems = self.items.finish();
+        problems.extend(
+            self.messages
+                .values()
+                .map(|m| projection::missing_entry(session, &Entry::Message(m.clone()))),
+        );
         match problems.is_empty() {
             true => Ok(()),
             false => Err(Error::LogMismatch { session, problems }),

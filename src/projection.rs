@@ -442,6 +442,12 @@ impl<'a> Replayer<'a> {
         self.entries.retired.extend(rest);
     }
 
+    /// Whether the message at `seq` is one the log holds queued: a later event may
+    /// deliver it.
+    pub fn holds_queued(&self, seq: i64) -> bool {
+        self.entries.queued.iter().any(|m| m.seq == seq)
+    }
+
     /// The highest history seq the log has given so far.
     pub fn last_seq(&self) -> i64 {
         self.entries.history.last
@@ -943,6 +949,11 @@ impl Meet {
 
     pub fn session(&self) -> SessionId {
         self.session
+    }
+
+    /// The first seq met.
+    pub fn from(&self) -> i64 {
+        self.from
     }
 
     /// A row: compared now if the log is done with its entry, else kept until it is.

@@ -16,12 +16,8 @@ use crate::ids::{EntryId, SessionId};
 use crate::model::{CreatedItem, Delivery};
 use crate::projection::Entry;
 
-/// The delivered messages and the items whose seq is in `seqs`, in history order.
-pub fn page(conn: &Tx<'_>, session: &SessionId, seqs: std::ops::Range<i64>) -> Result<Vec<Entry>> {
-    page_of(conn, session, seqs, Some(Delivery::Delivered))
-}
-
-/// [`page`] with the messages in `state` (`None`: every message, queued ones too).
+/// The messages in `state` (`None`: every message, queued ones too) and the items
+/// whose seq is in `seqs`, in history order.
 pub fn page_of(
     conn: &Tx<'_>,
     session: &SessionId,

@@ -884,8 +884,8 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
         assert!(!all.contains(&b64), "{all}");
     }
     // The event log still says what was sent, so verify catches the edit (naming the
-    // row that does not parse, and still checking the rest), and restore, which reads
-    // the rows checked against the log, refuses the session: no file reaches a model.
+    // row that does not parse, and still checking the rest), and restore, which hands
+    // on each message as its event holds it, gives both messages their own file.
     let report = h.store().verify().await.unwrap();
     assert!(!report.ok());
     assert!(
@@ -904,17 +904,16 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
             .any(|p| p.kind() == ProblemKind::StrayRows),
         "{report:?}"
     );
-    let err = h.store().collect_restore(s).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::DamagedRow {
-                action: "read references",
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    let restored = h.store().collect_restore(s).await.unwrap();
+    assert_eq!(restored.messages.len(), 2);
+    for m in &restored.messages {
+        let all = serde_json::to_string(&m.blocks).unwrap();
+        assert!(
+            all.contains("mine.txt") && !all.contains("theirs.txt"),
+            "{all}"
+        );
+        assert!(!all.contains("THEIR SECRET"), "{all}");
+    }
 }
 
 #[tokio::test]

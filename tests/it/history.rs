@@ -289,13 +289,32 @@ async fn damage_found_late_stops_a_stream_of_lines_and_refuses_a_document() {
     );
 }
 
-/// A tail checks what it replays against the log: an edited row within it is
+/// A session of `n` recorded agent messages, the i-th `mI` under a `messageId` of its
+/// own, after one user message.
+async fn recorded(t: &TestStore, n: usize) -> SessionId {
+    let s = t.session().await;
+    t.store().send(s, Outgoing::user("go")).await.unwrap();
+    let updates: Vec<sessionstore::turns::Update> = (0..n)
+        .map(|i| {
+            sessionstore::turns::Update::Known(
+                serde_json::from_value(serde_json::json!({
+                    "sessionUpdate": "agent_message_chunk", "messageId": format!("a{i}"),
+                    "content": {"type": "text", "text": format!("m{i}")}}))
+                .unwrap(),
+            )
+        })
+        .collect();
+    t.store().record_from(s, updates).await.unwrap();
+    s
+}
+
+/// A tail checks what it replays against the log: an item row edited within it is
 /// refused, never printed; one before it is not the tail's to find, and the whole
 /// restore and `verify` find it.
 #[tokio::test]
 async fn a_tail_refuses_an_edit_within_it_and_leaves_one_before_it_to_verify() {
     let t = TestStore::new().await;
-    let s = sent(&t, 40).await;
+    let s = recorded(&t, 40).await;
     let sid = s.to_string();
     let tail = |format: &str| {
         t.run(&[
@@ -311,40 +330,34 @@ async fn a_tail_refuses_an_edit_within_it_and_leaves_one_before_it_to_verify() {
     let clean = stdout(&tail("acp-updates"));
     // The notice of where the replay starts, then the ten.
     assert_eq!(lines(&clean).len(), 11);
+    let edit = |from: &str, to: &str| {
+        t.raw()
+            .execute(
+                "UPDATE items SET body = replace(body, ?1, ?2) WHERE body LIKE ?3",
+                [
+                    format!("\"{from}\""),
+                    format!("\"{to}\""),
+                    format!("%\"{from}\"%"),
+                ],
+            )
+            .unwrap()
+    };
 
-    t.raw()
-        .execute(
-            "UPDATE messages SET display_text = 'edited' WHERE display_text = 'm35'",
-            [],
-        )
-        .unwrap();
-    for format in ["acp", "openai"] {
+    assert_eq!(edit("m35", "edited"), 1);
+    for format in ["acp", "acp-updates", "openai"] {
         let out = tail(format);
         assert_eq!(out.status.code(), Some(1), "{format}");
-        assert!(out.stdout.is_empty(), "{format}");
+        // Fewer entries than a first batch: refused before any line.
+        assert!(out.stdout.is_empty(), "{format}: {}", stdout(&out));
         assert!(
-            stderr(&out).contains("display text"),
+            stderr(&out).contains("agent_message item") && stderr(&out).contains("(content)"),
             "{format}: {}",
             stderr(&out)
         );
     }
-    let out = tail("acp-updates");
-    assert_eq!(out.status.code(), Some(1));
-    // Fewer entries than a first batch: refused before any line.
-    assert!(out.stdout.is_empty(), "{}", stdout(&out));
 
-    t.raw()
-        .execute(
-            "UPDATE messages SET display_text = 'm35' WHERE display_text = 'edited'",
-            [],
-        )
-        .unwrap();
-    t.raw()
-        .execute(
-            "UPDATE messages SET display_text = 'edited' WHERE display_text = 'm3'",
-            [],
-        )
-        .unwrap();
+    assert_eq!(edit("edited", "m35"), 1);
+    assert_eq!(edit("m3", "edited"), 1);
     for format in ["acp", "acp-updates", "openai", "openai-responses"] {
         let out = tail(format);
         assert!(out.status.success(), "{format}: {}", stderr(&out));
@@ -355,5 +368,5 @@ async fn a_tail_refuses_an_edit_within_it_and_leaves_one_before_it_to_verify() {
     assert!(out.stdout.is_empty());
     let out = t.run(&["verify"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stdout(&out).contains("display text"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("(content)"), "{}", stdout(&out));
 }

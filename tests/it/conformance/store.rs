@@ -450,14 +450,13 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: TestStore) {
         "{said}"
     );
 
-    // Restore reads the rows checked against the log, which is the record: the
-    // edited session is refused, naming the row, and neither edit reaches a model, in
-    // any format.
+    // Restore checks each item row against the log, which is the record: the edited
+    // tool call is refused, naming it, and reaches no model, in any format.
     let err = store.collect_restore(s).await.unwrap_err();
     assert!(
         matches!(&err, Error::LogMismatch { problems, .. }
             if problems.iter().any(|p| p.kind() == ProblemKind::ChangedRow
-                && p.detail().contains("display text"))),
+                && p.detail().contains("tool_call item"))),
         "{err:?}"
     );
     for format in ["acp", "acp-updates", "openai", "openai-responses"] {
@@ -470,23 +469,22 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: TestStore) {
             "{format}: {said}"
         );
     }
-    // With the message put back, the tool call alone is refused, before any output:
-    // the log is done with it before its row is handed on.
-    b.raw_execute("UPDATE messages SET display_text = 'as typed'")
-        .unwrap();
-    let out = b.run(&[
-        "restore",
-        "--session",
-        &s.to_string(),
-        "--format",
-        "acp-updates",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(out.stdout.is_empty(), "{}", stdout(&out));
+    // With the tool call put back, the restore goes through, and a message is handed
+    // on as its event holds it: the edited row reaches no model either.
+    b.raw_execute(
+        "UPDATE items SET body = replace(body, '\"failed\"', '\"completed\"') \
+         WHERE kind = 'tool_call'",
+    )
+    .unwrap();
+    let restored = store.collect_restore(s).await.unwrap();
+    let blocks = serde_json::to_string(&restored.messages[0].blocks).unwrap();
+    assert!(blocks.contains("as typed") && !blocks.contains("edited later"));
+    let out = b.run(&["restore", "--session", &s.to_string(), "--format", "acp"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    let said = stdout(&out);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("tool_call item"),
-        "{:?}",
-        out.stderr
+        said.contains("as typed") && !said.contains("edited later"),
+        "{said}"
     );
 
     // A log that does not replay is refused, before any output.
