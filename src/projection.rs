@@ -1045,6 +1045,16 @@ fn entry_name(entry: &Entry) -> String {
     }
 }
 
+/// The names of the fields that differ, joined for a problem's words.
+fn differing(checks: &[(bool, &str)]) -> String {
+    checks
+        .iter()
+        .filter(|(differs, _)| *differs)
+        .map(|(_, name)| *name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn item_differences(have: &Item, want: &Item) -> String {
     let checks = [
         (have.seq != want.seq, "seq"),
@@ -1053,12 +1063,7 @@ fn item_differences(have: &Item, want: &Item) -> String {
         (have.created_at != want.created_at, "created time"),
         (have.updated_at != want.updated_at, "updated time"),
     ];
-    checks
-        .iter()
-        .filter(|(differs, _)| *differs)
-        .map(|(_, name)| *name)
-        .collect::<Vec<_>>()
-        .join(", ")
+    differing(&checks)
 }
 
 /// Names every way the items table differs from what the event log says it should
@@ -1208,12 +1213,7 @@ fn message_differences(have: &Message, want: &Message) -> String {
         (have.refs != want.refs, "references"),
         (have.content != want.content, "block order"),
     ];
-    checks
-        .iter()
-        .filter(|(differs, _)| *differs)
-        .map(|(_, name)| *name)
-        .collect::<Vec<_>>()
-        .join(", ")
+    differing(&checks)
 }
 
 /// Names every way a session's turns and settings differ from what its log says.

@@ -234,20 +234,7 @@ fn lines(text: &str) -> Vec<serde_json::Value> {
 async fn damage_found_late_stops_a_stream_of_lines_and_refuses_a_document() {
     let t = TestStore::new().await;
     let s = sent(&t, 40).await;
-    t.raw()
-        .execute(
-            "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
-             SELECT session_id, max(session_seq) + 1, 'message_delivered', ?1, 'now'
-             FROM events WHERE session_id = ?2 GROUP BY session_id",
-            [
-                format!(
-                    r#"{{"kind":"message_delivered","id":"{}"}}"#,
-                    sessionstore::MessageId::new()
-                ),
-                s.to_string(),
-            ],
-        )
-        .unwrap();
+    t.deliver_a_stranger(s);
     let sid = s.to_string();
     let out = t.run(&["restore", "--session", &sid, "--format", "acp-updates"]);
     assert_eq!(out.status.code(), Some(1));

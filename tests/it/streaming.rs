@@ -209,20 +209,7 @@ async fn a_session_whose_log_does_not_replay_is_refused_before_any_output() {
     let s = varied_session(&t).await;
     // An event appended by something other than the store, delivering a message
     // that was never appended: the log no longer replays.
-    t.raw()
-        .execute(
-            "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
-             SELECT session_id, max(session_seq) + 1, 'message_delivered', ?1, 'now'
-             FROM events WHERE session_id = ?2 GROUP BY session_id",
-            [
-                format!(
-                    r#"{{"kind":"message_delivered","id":"{}"}}"#,
-                    sessionstore::MessageId::new()
-                ),
-                s.to_string(),
-            ],
-        )
-        .unwrap();
+    t.deliver_a_stranger(s);
     for format in ["acp", "acp-updates", "openai", "openai-responses"] {
         let out = t.run(&["restore", "--session", &s.to_string(), "--format", format]);
         assert!(!out.status.success(), "{format}");

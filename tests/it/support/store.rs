@@ -257,6 +257,26 @@ impl TestStore {
         self.bin().args(args).output()
     }
 
+    /// Appends to `session`'s log, behind the store's back, an event delivering a
+    /// message that was never appended: a log that no longer replays, damaged at its
+    /// end.
+    pub fn deliver_a_stranger(&self, session: sessionstore::SessionId) {
+        self.raw()
+            .execute(
+                "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+                 SELECT session_id, max(session_seq) + 1, 'message_delivered', ?1, 'now'
+                 FROM events WHERE session_id = ?2 GROUP BY session_id",
+                [
+                    format!(
+                        r#"{{"kind":"message_delivered","id":"{}"}}"#,
+                        sessionstore::MessageId::new()
+                    ),
+                    session.to_string(),
+                ],
+            )
+            .unwrap();
+    }
+
     /// A plain connection to the SQLite file, for poking at it behind the store's back.
     pub fn raw(&self) -> rusqlite::Connection {
         assert!(!self.is_postgres(), "raw() is an SQLite connection");
