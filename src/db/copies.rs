@@ -38,6 +38,7 @@ pub fn write_session(conn: &Tx<'_>, session: &NewSession, entries: &[Entry]) -> 
     for entry in entries {
         match entry {
             Entry::Message(message, state) => {
+                super::turns::settle(conn, &session.id)?;
                 super::queries::insert_message(conn, &session.id, message, *state)?;
             }
             Entry::Item(body) => {

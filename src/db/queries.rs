@@ -158,6 +158,7 @@ pub fn insert_message(
 /// [`insert_message`] for a session the caller has just read in this transaction.
 /// Statements are cached on the connection (a send runs the same few every time),
 /// and the message returned is built from what was written rather than read back.
+/// A streamed agent message it follows must be sealed first (`turns::settle`).
 pub fn insert_message_for(
     conn: &Tx<'_>,
     current: &Session,
@@ -169,8 +170,6 @@ pub fn insert_message_for(
     let id = MessageId::new();
     let id_text = id.to_string();
     let at = now();
-    // A streamed agent message this one follows has ended: fold its parts first.
-    super::turns::settle(conn, session)?;
     // Messages and recorded items share one sequence: the session's history order.
     let seq = next_seq(conn, session)?;
     let content = message

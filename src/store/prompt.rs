@@ -225,6 +225,8 @@ impl Store {
             for (reference, root) in message.refs.iter().zip(&roots) {
                 attachments.still_there(&dirs, &session, &reference.uri, root)?;
             }
+            // A streamed agent message this one follows has ended: seal it first.
+            crate::db::turns::settle(tx, &session)?;
             queries::insert_message_for(tx, &current, &message, state)
         })
         .await
