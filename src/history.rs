@@ -112,18 +112,22 @@ impl ItemsTouched {
 /// Long histories: replay from a point (the last entries, or from an id) and
 /// recording a long input in batches.
 impl Store {
-    /// Rebuilds a session by replaying its event log (the record: a table edited
-    /// behind the log's back changes nothing here, and `verify` reports it), refusing
-    /// a log that does not replay, as a stream of items in history order: every
-    /// delivered message, its references replayed through the resolver as the reader
-    /// asks for it (one memo of `memo_budget` bytes, [`dispatch::DEFAULT_MEMO_BUDGET`] by
+    /// Rebuilds a session by replaying its event log, the record, as a stream of
+    /// items in history order: every delivered message as its event holds it (a
+    /// message row edited behind the log's back changes nothing here; `verify`
+    /// reports it), its references replayed through the resolver as the reader asks
+    /// for it (one memo of `memo_budget` bytes, [`dispatch::DEFAULT_MEMO_BUDGET`] by
     /// default: each distinct file is read once while it fits, and read again when
-    /// evicted), and the recorded turn items as stored. References whose files are
-    /// gone degrade; queued messages stay queued. The log is replayed first, in one
-    /// snapshot, so a session whose log does not replay is refused before any item is
-    /// produced. What is held for the whole restore is the replayed texts and
-    /// references, never their files' content: write the items as they come (a
-    /// `format::StreamWriter`) rather than collect them.
+    /// evicted), and each recorded turn item from its row once the log agrees with
+    /// it. References whose files are gone degrade; queued messages stay queued. The
+    /// log and the rows are read a page at a time in one snapshot, as the reader
+    /// takes the items, so neither the time to the first item nor what is held grows
+    /// with the history. A problem (a log that does not replay, an item row that
+    /// differs from it) found before the first batch (16 items) is handed over makes
+    /// this call fail; one found later ends the stream with the error, after the items
+    /// before it. Run [`Store::check_replay`] first where output cannot stop midway.
+    /// Write the items as they come (a `format::StreamWriter`) rather than collect
+    /// them.
     pub async fn restore_stream(
         &self,
         session: SessionId,
