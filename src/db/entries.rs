@@ -1,5 +1,5 @@
-//! A session's delivered history read a page at a time, and what a replay from a
-//! point needs to find where it starts: the entry at a point, the number of entries
+//! A session's history (its messages and items) read a page at a time, for `verify`,
+//! and what a replay from a point needs to find where it starts: the entry at a point, the number of entries
 //! before it, and the event that made it. Every read costs what it reads, not what the
 //! history holds (the `(session_id, seq)` keys of messages, items and events, and the
 //! partial index on queued messages).
