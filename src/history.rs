@@ -237,14 +237,6 @@ impl Store {
 /// first entry costs little, and each next one twice the last, up to the most.
 const ENTRY_PAGE_FIRST: i64 = 16;
 const ENTRY_PAGE_MOST: i64 = 256;
-/// How many events a page of the log holds: it starts at one and doubles while a
-/// page's payloads come to less than [`EVENT_PAGE_BYTES`], up to the most, and halves
-/// when they come to more. A sent message's event is a few hundred bytes, a long
-/// record's up to [`RECORD_BATCH`] updates: pages stay near a few hundred KiB, and
-/// so do the entries they finish before their rows are read.
-const EVENT_PAGE_MOST: i64 = 256;
-const EVENT_PAGE_BYTES: usize = 256 * 1024;
-
 /// Reads a session's delivered history from its rows, from `point` on, a page at a
 /// time, and hands each entry to `sink` once the event log, replayed alongside in the
 /// same snapshot, agrees with it: the log is the record, and a row edited behind its
@@ -297,13 +289,7 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
         Some(Some(seq)) => (seq, Some(entries::entries_before(tx, &session, seq)?)),
     };
     let whole = skipped.is_none();
-    let end = queries::last_event(tx, &session)?;
-    let mut log = Log {
-        next: 1,
-        end,
-        page: 1,
-        done: end == 0,
-    };
+    let mut log = entries::LogPages::new(tx, &session)?;
     // (A whole replay starts at the log's start: no walk back to find it.)
     let making = match whole {
         true => None,
@@ -311,7 +297,7 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
     };
     let mut replayer = match making {
         Some((event, first)) => {
-            log.next = event;
+            log = log.starting_at(event);
             let tail = match first > 1 {
                 true => turns::items_in(tx, &session, first - 1..first)?.pop(),
                 false => None,
@@ -340,7 +326,7 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
         _ => projection::Replayer::windowed(session),
     };
     let mut check = Check {
-        items: projection::Meet::new(session, from, true),
+        items: projection::Meet::new(session, from),
         messages: BTreeMap::new(),
     };
     let mut head = Some(row.clone());
@@ -351,8 +337,8 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
     while want <= last {
         // The log runs on until it is past `want` (the entry there can then change
         // only if it is a tool call) and has delivered a message queued there.
-        while (replayer.last_seq() <= want || replayer.holds_queued(want)) && !log.done {
-            log.advance(tx, &session, &mut replayer, &mut check)?;
+        while (replayer.last_seq() <= want || replayer.holds_queued(want)) && !log.done() {
+            advance(tx, &mut log, &mut replayer, &mut check)?;
         }
         if want >= lo {
             let hi = lo.saturating_add(page);
@@ -394,8 +380,8 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
             return Ok(()); // nobody reads any more
         }
     }
-    while !log.done {
-        log.advance(tx, &session, &mut replayer, &mut check)?;
+    while !log.done() {
+        advance(tx, &mut log, &mut replayer, &mut check)?;
     }
     let (replayed, problems) = replayer.finish();
     if !problems.is_empty() {
@@ -428,53 +414,25 @@ fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) 
     Ok(())
 }
 
-/// Where the replay of the log stands: the next event to read, and how many the
-/// next page holds.
-struct Log {
-    next: i64,
-    /// The log's last event.
-    end: i64,
-    page: i64,
-    done: bool,
-}
-
-impl Log {
-    /// Replays the next page of the log and checks what it finished.
-    fn advance(
-        &mut self,
-        tx: &Tx<'_>,
-        session: &SessionId,
-        replayer: &mut projection::Replayer<'_>,
-        check: &mut Check,
-    ) -> Result<()> {
-        let (events, next) = queries::events_page(tx, session, self.next, self.page)?;
-        self.next = next;
-        self.done = self.next > self.end;
-        let bytes: usize = events.iter().map(|e| e.payload.len()).sum();
-        self.page = match bytes < EVENT_PAGE_BYTES {
-            true => (self.page * 2).min(EVENT_PAGE_MOST),
-            false => (self.page / 2).max(1),
-        };
-        for event in &events {
-            replayer.apply(event);
-        }
-        if !replayer.problems().is_empty() {
-            return Err(Error::LogMismatch {
-                session: *session,
-                problems: replayer.problems().to_vec(),
-            });
-        }
-        if self.done {
-            // Nothing can change an open entry any more: each is checked now,
-            // before its row is handed on.
-            replayer.close();
-        }
-        let done: Vec<Entry> = replayer.take_retired().collect();
-        for entry in done {
-            check.logged(entry)?;
-        }
-        Ok(())
+/// Replays the next page of the log and checks what it finished: a problem the log
+/// itself has refuses the restore there.
+fn advance(
+    tx: &Tx<'_>,
+    log: &mut entries::LogPages,
+    replayer: &mut projection::Replayer<'_>,
+    check: &mut Check,
+) -> Result<()> {
+    let done = log.advance(tx, replayer)?;
+    if !replayer.problems().is_empty() {
+        return Err(Error::LogMismatch {
+            session: check.session(),
+            problems: replayer.problems().to_vec(),
+        });
     }
+    for entry in done {
+        check.logged(entry)?;
+    }
+    Ok(())
 }
 
 /// What a restore checks: each item row against the log ([`projection::Meet`]; the

@@ -924,24 +924,21 @@ pub fn entry_problem(session: SessionId, have: &Entry, want: &Entry) -> Option<P
 
 /// Rows and the log's finished entries met by id, whichever comes first waiting for
 /// the other: the log mostly finishes an entry just after its row is read, so what
-/// waits is the few entries the log keeps open. A restore meets only the delivered
-/// history (`delivered_only`: a message the log leaves queued is none of its
-/// business) and from its first seq on; `verify` meets every row.
+/// waits is the few entries the log keeps open. A restore meets its item rows from
+/// its first seq on; `verify` meets every row.
 pub struct Meet {
     session: SessionId,
     /// Log entries before this seq are not replayed, and not met.
     from: i64,
-    delivered_only: bool,
     rows: HashMap<crate::ids::EntryId, Entry>,
     logged: HashMap<crate::ids::EntryId, Entry>,
 }
 
 impl Meet {
-    pub fn new(session: SessionId, from: i64, delivered_only: bool) -> Meet {
+    pub fn new(session: SessionId, from: i64) -> Meet {
         Meet {
             session,
             from,
-            delivered_only,
             rows: HashMap::new(),
             logged: HashMap::new(),
         }
@@ -974,11 +971,6 @@ impl Meet {
         }
         match self.rows.remove(&want.id()) {
             Some(row) => entry_problem(self.session, &row, &want),
-            None if self.delivered_only
-                && matches!(&want, Entry::Message(m) if m.state != Delivery::Delivered) =>
-            {
-                None
-            }
             None => {
                 self.logged.insert(want.id(), want);
                 None

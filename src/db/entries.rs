@@ -14,7 +14,7 @@ use super::{queries, turns};
 use crate::error::Result;
 use crate::ids::{EntryId, SessionId};
 use crate::model::{CreatedItem, Delivery};
-use crate::projection::Entry;
+use crate::projection::{Entry, Replayer};
 
 /// The messages in `state` (`None`: every message, queued ones too) and the items
 /// whose seq is in `seqs`, in history order.
@@ -185,5 +185,69 @@ pub fn event_making(conn: &Tx<'_>, session: &SessionId, seq: i64) -> Result<Opti
             Some((at, ..)) if events.len() as i64 == PAGE => before = *at,
             _ => return Ok(None),
         }
+    }
+}
+
+/// How many events a page of [`LogPages`] holds at most, and the payload bytes past
+/// which the next page is smaller.
+const EVENT_PAGE_MOST: i64 = 256;
+const EVENT_PAGE_BYTES: usize = 256 * 1024;
+
+/// A session's log read into a [`Replayer`] a page at a time, as a restore or
+/// `verify` needs it. A page starts at one event and doubles while its payloads come
+/// to less than [`EVENT_PAGE_BYTES`], up to [`EVENT_PAGE_MOST`], and halves when they
+/// come to more: a sent message's event is a few hundred bytes, a long record's a
+/// batch of updates, so pages stay near a few hundred KiB, and so do the entries
+/// they finish before their rows are read.
+pub struct LogPages {
+    session: SessionId,
+    next: i64,
+    /// The log's last event.
+    end: i64,
+    page: i64,
+}
+
+impl LogPages {
+    /// The log of `session` from its first event.
+    pub fn new(conn: &Tx<'_>, session: &SessionId) -> Result<LogPages> {
+        Ok(LogPages {
+            session: *session,
+            next: 1,
+            end: queries::last_event(conn, session)?,
+            page: 1,
+        })
+    }
+
+    /// The same log from the event numbered `event` on.
+    pub fn starting_at(self, event: i64) -> LogPages {
+        LogPages {
+            next: event,
+            ..self
+        }
+    }
+
+    /// Whether every event has been replayed.
+    pub fn done(&self) -> bool {
+        self.next > self.end
+    }
+
+    /// Replays the next page into `replayer` and hands back the entries it
+    /// finished; once the log is done, every entry still open too, since nothing can
+    /// change it any more. The problems the replay found stay in `replayer`.
+    pub fn advance(&mut self, conn: &Tx<'_>, replayer: &mut Replayer<'_>) -> Result<Vec<Entry>> {
+        let (events, next) = queries::events_page(conn, &self.session, self.next, self.page)?;
+        self.next = next;
+        let bytes: usize = events.iter().map(|e| e.payload.len()).sum();
+        self.page = match bytes < EVENT_PAGE_BYTES {
+            true => (self.page * 2).min(EVENT_PAGE_MOST),
+            false => (self.page / 2).max(1),
+        };
+        for event in &events {
+            replayer.apply(event);
+        }
+        if self.done() {
+            replayer.close();
+        }
+        Ok(replayer.take_retired().collect())
     }
 }

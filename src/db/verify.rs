@@ -475,10 +475,8 @@ fn schema_problems(conn: &Connection) -> Result<Vec<Problem>> {
     Ok(problems)
 }
 
-/// How many seqs a page of `windowed`'s rows covers, and how many events a page of
-/// its log holds.
+/// How many seqs a page of `windowed`'s rows covers.
 const ROW_PAGE: i64 = 256;
-const EVENT_PAGE: i64 = 8;
 
 /// One session checked the way a restore checks it, every row against its log, a
 /// page of rows and a page of events at a time ([`Meet`]), so what is held is the
@@ -490,34 +488,19 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
     let id = session.id;
     let last = entries::last_seq(conn, &id)?;
     let mut replayer = Replayer::windowed(id);
-    let mut meet = Meet::new(id, 1, false);
+    let mut meet = Meet::new(id, 1);
     let mut found = Vec::new();
     let (mut messages, mut items) = (0usize, 0usize);
-    let end = queries::last_event(conn, &id)?;
-    let mut next = 1i64;
-    let mut advance = |replayer: &mut Replayer<'_>, meet: &mut Meet, found: &mut Vec<Problem>| {
-        let (events, after) = queries::events_page(conn, &id, next, EVENT_PAGE)?;
-        next = after;
-        let done = next > end;
-        for event in &events {
-            replayer.apply(event);
-        }
-        if done {
-            replayer.close();
-        }
-        let retired: Vec<_> = replayer.take_retired().collect();
-        found.extend(retired.into_iter().filter_map(|entry| meet.logged(entry)));
-        Ok::<bool, Error>(done)
-    };
+    let mut log = entries::LogPages::new(conn, &id)?;
     let mut lo = 1;
-    let mut log_done = end == 0;
     while lo <= last {
         let hi = lo.saturating_add(ROW_PAGE);
         let Ok(page) = entries::page_of(conn, &id, lo..hi, None) else {
             return Ok(None);
         };
-        while replayer.last_seq() < hi && !log_done {
-            log_done = advance(&mut replayer, &mut meet, &mut found)?;
+        while replayer.last_seq() < hi && !log.done() {
+            let done = log.advance(conn, &mut replayer)?;
+            found.extend(done.into_iter().filter_map(|entry| meet.logged(entry)));
         }
         for row in &page {
             match row {
@@ -528,8 +511,9 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
         }
         lo = hi;
     }
-    while !log_done {
-        log_done = advance(&mut replayer, &mut meet, &mut found)?;
+    while !log.done() {
+        let done = log.advance(conn, &mut replayer)?;
+        found.extend(done.into_iter().filter_map(|entry| meet.logged(entry)));
     }
     let count = |table: &str| -> Result<usize> {
         let n: i64 = conn
