@@ -109,7 +109,8 @@ impl RestoreStream {
             let mut feed = Feed {
                 head: None,
                 loaded: Some(loaded_tx),
-                placement: Placing::Later(Box::new(placement)),
+                place: Some(Box::new(placement)),
+                placement: None,
                 resolver,
                 memo,
                 tx,
@@ -185,18 +186,14 @@ type Head = (Session, Option<Partial>);
 
 type Place = Box<dyn FnOnce(&Session) -> Placement + Send>;
 
-enum Placing {
-    Later(Place),
-    Known(Placement),
-    Taken,
-}
-
 /// The restore's sink: dispatches and batches on the reading thread.
 struct Feed<R> {
     head: Option<Head>,
     /// Until the stream is handed back: where the session (or an error) goes.
     loaded: Option<tokio::sync::oneshot::Sender<Result<Head>>>,
-    placement: Placing,
+    /// How to place the session's messages, until `begin` has placed them.
+    place: Option<Place>,
+    placement: Option<Placement>,
     resolver: R,
     memo: Memo,
     tx: mpsc::Sender<Result<Vec<ReplayItem>>>,
@@ -221,10 +218,8 @@ impl<R: Resolver> Feed<R> {
 
 impl<R: Resolver> Sink for Feed<R> {
     fn begin(&mut self, session: Session, partial: Option<Partial>) {
-        if let Placing::Later(_) = self.placement
-            && let Placing::Later(place) = std::mem::replace(&mut self.placement, Placing::Taken)
-        {
-            self.placement = Placing::Known(place(&session));
+        if let Some(place) = self.place.take() {
+            self.placement = Some(place(&session));
         }
         self.head = Some((session, partial));
     }
@@ -232,7 +227,7 @@ impl<R: Resolver> Sink for Feed<R> {
     fn entry(&mut self, entry: Entry) -> Result<bool> {
         let item = match entry {
             Entry::Message(message) => {
-                let Placing::Known(placement) = &self.placement else {
+                let Some(placement) = &self.placement else {
                     return Err(Error::Task("an entry came before its session".into()));
                 };
                 ReplayItem::Message(dispatch::dispatch_parts(
