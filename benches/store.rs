@@ -32,8 +32,12 @@
 //! - `streaming` (not criterion, and only when named): group commit against raw
 //!   commits, the proxy recording against the relay alone, and the proxy's memory
 //!   with a slow client (`streaming/mod.rs`).
+//! - `scale` (not criterion, and only when named: it builds a million items): the first
+//!   page of 100,000 sessions against that of 100, and a search for a word in 100 items
+//!   of a million-item session against the same in a 1,000-item one (`scale/mod.rs`).
 
 mod longhist;
+mod scale;
 mod streaming;
 mod workload;
 
@@ -721,6 +725,9 @@ fn main() {
     }
     if named("streaming") && !test_mode {
         streaming::streaming(&mut report, &rt);
+    }
+    if named("scale") && !test_mode {
+        scale::scale(&mut report, &rt);
     }
     if wanted("append") {
         append(&mut c, &rt, &mut report);

@@ -55,6 +55,11 @@ pub(crate) enum Point {
     Acp(AcpPoint),
 }
 
+impl Point {
+    /// The whole history.
+    pub(crate) const WHOLE: Point = Point::Replay(Replay::Whole);
+}
+
 pub use crate::replay::Partial;
 
 /// How many updates one `turn_recorded` event of a long record holds at most: small
@@ -246,7 +251,12 @@ const ENTRY_PAGE_MOST: i64 = 256;
 /// a page of rows, a page of events and the entries still open: never the history.
 /// Time to the first entry is a page's, whatever the history's length; a problem
 /// found later ends the output there.
-fn produce(tx: &Tx<'_>, session: SessionId, point: &Point, sink: &mut dyn Sink) -> Result<()> {
+pub(crate) fn produce(
+    tx: &Tx<'_>,
+    session: SessionId,
+    point: &Point,
+    sink: &mut dyn Sink,
+) -> Result<()> {
     let row = queries::get_session(tx, &session)?;
     let last = entries::last_seq(tx, &session)?;
     let start = match point {

@@ -31,20 +31,34 @@ pub struct NewSession {
 /// Creates `session` and appends `entries` in order, each with its event, through
 /// `conn` (the caller's write transaction).
 pub fn write_session(conn: &Tx<'_>, session: &NewSession, entries: &[Entry]) -> Result<Session> {
+    create(conn, session)?;
+    for entry in entries {
+        append(conn, &session.id, entry)?;
+    }
+    super::queries::get_session(conn, &session.id)
+}
+
+/// Creates `session` with its settings and no history yet; [`append`] then writes
+/// its entries one at a time, so a long history is never held whole.
+pub fn create(conn: &Tx<'_>, session: &NewSession) -> Result<()> {
     super::queries::insert_session_as(conn, session.id, &session.session, session.forked_from)?;
     for setting in &session.settings {
         super::proxied::record_setting(conn, &session.id, setting)?;
     }
-    for entry in entries {
-        match entry {
-            Entry::Message(message, state) => {
-                super::turns::settle(conn, &session.id)?;
-                super::queries::insert_message(conn, &session.id, message, *state)?;
-            }
-            Entry::Item(body) => {
-                super::turns::record(conn, &session.id, &crate::turns::replay_updates(body))?;
-            }
+    Ok(())
+}
+
+/// Appends one entry, with its event, to the history of `session` (made by
+/// [`create`] in the same write).
+pub fn append(conn: &Tx<'_>, session: &SessionId, entry: &Entry) -> Result<()> {
+    match entry {
+        Entry::Message(message, state) => {
+            super::turns::settle(conn, session)?;
+            super::queries::insert_message(conn, session, message, *state)?;
+        }
+        Entry::Item(body) => {
+            super::turns::record(conn, session, &crate::turns::replay_updates(body))?;
         }
     }
-    super::queries::get_session(conn, &session.id)
+    Ok(())
 }

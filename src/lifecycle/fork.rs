@@ -10,7 +10,11 @@ use crate::attachments::AttachmentUri;
 use crate::db::copies::{self, Entry, NewSession};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
+use crate::db::sql::Tx;
+use crate::history::Point;
 use crate::model::{Delivery, ForkedFrom, Message, NewMessage, NewReference, Session};
+use crate::projection::Entry as HistoryEntry;
+use crate::replay::{Partial, Sink};
 use crate::store::blocking;
 
 /// A fork as made: the new session, and how its files got there.
@@ -43,78 +47,69 @@ impl Store {
         at: Option<MessageId>,
         title: Option<String>,
     ) -> Result<Forked> {
-        let snap = super::snapshot(self, origin).await?;
-        let cut = match at {
+        let db = self.db.clone();
+        let (head, settings) = blocking(move || {
+            db.read(|tx| {
+                let head = crate::db::queries::get_session(tx, &origin)?;
+                Ok((head, crate::db::proxied::settings(tx, &origin)?))
+            })
+        })
+        .await?;
+        let upto = match at {
             Some(id) => {
-                let m = snap.messages.iter().find(|m| m.id == id);
-                match m {
-                    Some(m) if m.state == Delivery::Queued => {
-                        return Err(Error::ForkPoint {
-                            session: origin,
-                            message: id,
-                            reason: "it is queued mid-turn, and queued messages stay behind",
-                        });
-                    }
-                    Some(m) => m.seq,
-                    None => {
-                        // Tell an unknown message from another session's.
-                        let found = self.message(id).await?;
-                        return Err(Error::MessageOfAnotherSession {
-                            message: id,
-                            owner: found.session_id,
-                            session: origin,
-                        });
-                    }
+                let m = self.message(id).await?;
+                if m.session_id != origin {
+                    return Err(Error::MessageOfAnotherSession {
+                        message: id,
+                        owner: m.session_id,
+                        session: origin,
+                    });
                 }
+                if m.state == Delivery::Queued {
+                    return Err(Error::ForkPoint {
+                        session: origin,
+                        message: id,
+                        reason: "it is queued mid-turn, and queued messages stay behind",
+                    });
+                }
+                m.seq
             }
             None => i64::MAX,
         };
+        // First the history is read as a restore reads it, checked against the log,
+        // up to the cut: which files the copied messages refer to, where the cut
+        // falls (an entry the origin gains later is not the fork's), and its last
+        // message. Only names are kept, never the history.
+        let db = self.db.clone();
+        let cut = blocking(move || {
+            let mut cut = Cut {
+                upto,
+                last: 0,
+                names: BTreeSet::new(),
+                message: None,
+            };
+            db.read_once(|tx| crate::history::produce(tx, origin, &Point::WHOLE, &mut cut))?;
+            Ok(cut)
+        })
+        .await?;
         let fork = SessionId::new();
-        let delivered: Vec<&Message> = snap
-            .messages
-            .iter()
-            .filter(|m| m.state == Delivery::Delivered && m.seq <= cut)
-            .collect();
         let forked_from = ForkedFrom {
             session: origin,
-            message: at.or_else(|| delivered.last().map(|m| m.id)),
+            message: at.or(cut.message),
         };
-        let mut entries: Vec<(i64, Entry)> = delivered
-            .iter()
-            .map(|m| {
-                (
-                    m.seq,
-                    Entry::Message(rewritten(m, fork), Delivery::Delivered),
-                )
-            })
-            .collect();
-        entries.extend(
-            snap.items
-                .iter()
-                .filter(|i| i.seq <= cut)
-                .map(|i| (i.seq, Entry::Item(Box::new(i.body.clone())))),
-        );
-        entries.sort_by_key(|(seq, _)| *seq);
-        let entries: Vec<Entry> = entries.into_iter().map(|(_, e)| e).collect();
-        let names: BTreeSet<String> = delivered
-            .iter()
-            .flat_map(|m| m.refs.iter().map(|r| r.stored_name.clone()))
-            .collect();
-        let title = title
-            .filter(|t| !t.trim().is_empty())
-            .or(snap.session.title.clone());
+        let title = title.filter(|t| !t.trim().is_empty()).or(head.title.clone());
         // The fork keeps the client's working directory and settings; its agent side
         // is a new one, started when it is first used.
         let new = NewSession {
             id: fork,
             session: crate::model::NewSession {
                 title,
-                tools_host: snap.session.tools_host,
-                cwd: snap.session.cwd.clone(),
+                tools_host: head.tools_host,
+                cwd: head.cwd.clone(),
                 agent: None,
             },
             forked_from: Some(forked_from),
-            settings: snap.settings.clone(),
+            settings,
         };
         let attachments = self.attachments.clone();
         let db = self.db.clone();
@@ -127,7 +122,7 @@ impl Store {
                 }
                 attachments.remove_folder_if_empty(&fork);
             };
-            for name in &names {
+            for name in &cut.names {
                 let from = AttachmentUri::new(origin, name);
                 match attachments.copy_into(&origin, &from, &fork) {
                     Ok(was_linked) => {
@@ -145,7 +140,19 @@ impl Store {
                     }
                 }
             }
-            match db.write(|tx| copies::write_session(tx, &new, &entries)) {
+            // Then, in one write, the same history again, each entry written to the
+            // fork as the read hands it on.
+            let written = db.write(|tx| {
+                copies::create(tx, &new)?;
+                let mut into = Into {
+                    tx,
+                    fork,
+                    upto: cut.last,
+                };
+                crate::history::produce(tx, origin, &Point::WHOLE, &mut into)?;
+                crate::db::queries::get_session(tx, &fork)
+            });
+            match written {
                 Ok(session) => Ok(Forked {
                     session,
                     linked,
@@ -159,6 +166,55 @@ impl Store {
             }
         })
         .await
+    }
+}
+
+/// The first read of a fork: the files its messages up to `upto` refer to, the
+/// last entry's seq and the last message's id.
+struct Cut {
+    upto: i64,
+    last: i64,
+    names: BTreeSet<String>,
+    message: Option<MessageId>,
+}
+
+impl Sink for Cut {
+    fn begin(&mut self, _: Session, _: Option<Partial>) {}
+
+    fn entry(&mut self, entry: HistoryEntry) -> Result<bool> {
+        if entry.seq() > self.upto {
+            return Ok(false);
+        }
+        self.last = entry.seq();
+        if let HistoryEntry::Message(m) = &entry {
+            self.names
+                .extend(m.refs.iter().map(|r| r.stored_name.clone()));
+            self.message = Some(m.id);
+        }
+        Ok(true)
+    }
+}
+
+/// The second read of a fork: each entry up to the cut written to the fork.
+struct Into<'a, 'c> {
+    tx: &'a Tx<'c>,
+    fork: SessionId,
+    upto: i64,
+}
+
+impl Sink for Into<'_, '_> {
+    fn begin(&mut self, _: Session, _: Option<Partial>) {}
+
+    fn entry(&mut self, entry: HistoryEntry) -> Result<bool> {
+        if entry.seq() > self.upto {
+            return Ok(false);
+        }
+        let entry = match entry {
+            HistoryEntry::Message(m) => Entry::Message(rewritten(&m, self.fork), Delivery::Delivered),
+            HistoryEntry::Item(item) => Entry::Item(Box::new(item.body)),
+        };
+        copies::append(self.tx, &self.fork, &entry)?;
+        Ok(true)
     }
 }
 
