@@ -28,16 +28,6 @@ pub struct NewSession {
     pub settings: Vec<Setting>,
 }
 
-/// Creates `session` and appends `entries` in order, each with its event, through
-/// `conn` (the caller's write transaction).
-pub fn write_session(conn: &Tx<'_>, session: &NewSession, entries: &[Entry]) -> Result<Session> {
-    create(conn, session)?;
-    for entry in entries {
-        append(conn, &session.id, entry)?;
-    }
-    super::queries::get_session(conn, &session.id)
-}
-
 /// Creates `session` with its settings and no history yet; [`append`] then writes
 /// its entries one at a time, so a long history is never held whole.
 pub fn create(conn: &Tx<'_>, session: &NewSession) -> Result<()> {

@@ -475,6 +475,40 @@ fn schema_problems(conn: &Connection) -> Result<Vec<Problem>> {
     Ok(problems)
 }
 
+/// The check a copy of one session (an export) makes first: every row against its
+/// log, as `verify` checks it, a page at a time; `Error::LogMismatch` names what
+/// differs. A copy of a session edited behind its log would carry the damage where
+/// `verify` of the origin could no longer point at it.
+pub(crate) fn check_session(conn: &Tx<'_>, session: &Session) -> Result<()> {
+    let problems = match windowed(conn, session)? {
+        Some((problems, _)) => problems,
+        // Rows that do not read a page at a time: read whole, the read's own error
+        // (a row that does not parse) refuses the copy.
+        None => {
+            let id = session.id;
+            let messages = queries::messages(conn, &id, None)?;
+            let items = queries_turns::items(conn, &id)?;
+            let events = queries::events(conn, &id)?;
+            let turns = super::proxied::turns(conn, &id)?;
+            let settings = super::proxied::settings(conn, &id)?;
+            let (expected, mut problems) = crate::projection::replay(id, &events);
+            if let Some(expected) = &expected {
+                problems.extend(compare(session, &messages, expected));
+                problems.extend(compare_items(session, &items, expected));
+                problems.extend(compare_turns(session, &turns, &settings, expected));
+            }
+            problems
+        }
+    };
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(Error::LogMismatch {
+            session: session.id,
+            problems,
+        }),
+    }
+}
+
 /// How many seqs a page of `windowed`'s rows covers.
 const ROW_PAGE: i64 = 256;
 

@@ -5,18 +5,21 @@
 //! name only. The output is written beside its name and renamed into place, so a
 //! failed export leaves no partial file.
 
-use std::collections::BTreeSet;
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::Store;
 use crate::attachments::AttachmentUri;
+use crate::db::{proxied, queries};
 use crate::error::{Error, Result};
 use crate::ids::{ItemId, SessionId};
 use crate::model::{Event, Item, ItemBody, Message, Session, Setting};
+use crate::projection::Entry as HistoryEntry;
 use crate::store::blocking;
+
+use super::manifest;
 
 /// What the manifest's `format` says, so `import` knows the archive for one of ours.
 pub const ARCHIVE_FORMAT: &str = "sessionstore-archive";
@@ -63,7 +66,7 @@ pub struct ArchivedItem {
 }
 
 impl ArchivedItem {
-    fn from_item(item: &Item) -> ArchivedItem {
+    pub(super) fn from_item(item: &Item) -> ArchivedItem {
         ArchivedItem {
             id: item.id,
             seq: item.seq,
@@ -115,46 +118,48 @@ impl Store {
     /// missing; any other failed read fails the export, which then leaves nothing at
     /// `out`. An existing `out` is replaced only once the new archive is complete.
     pub async fn export_archive(&self, session: SessionId, out: PathBuf) -> Result<Exported> {
-        let snap = super::snapshot(self, session).await?;
         let attachments = self.attachments.clone();
         let sharing = self.config().sharing;
+        let db = self.db.clone();
         blocking(move || {
-            let names: BTreeSet<String> = snap
-                .messages
-                .iter()
-                .flat_map(|m| m.refs.iter().map(|r| r.uri.name().to_owned()))
-                .collect();
-            // Files are read twice (once for the sizes, once to write) rather than
-            // held together, so memory stays at one file whatever the session holds.
-            let mut files = Vec::new();
-            let mut missing = Vec::new();
-            for name in &names {
-                match attachments.download(&session, &AttachmentUri::new(session, name)) {
-                    Ok(d) => files.push(ArchivedFile {
-                        name: name.clone(),
-                        size: d.bytes.len() as u64,
-                    }),
-                    Err(e) if e.is_not_found() => missing.push(name.clone()),
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            let manifest = Manifest {
-                format: ARCHIVE_FORMAT.to_owned(),
-                version: ARCHIVE_VERSION,
-                session: snap.session.clone(),
-                messages: snap.messages.clone(),
-                items: snap.items.iter().map(ArchivedItem::from_item).collect(),
-                events: snap.events.clone(),
-                files,
-                missing,
-                settings: snap.settings.clone(),
+            // The manifest goes first in the archive, and a tar entry's size comes
+            // before its bytes: it is written to an anonymous spool file, from one
+            // snapshot a page at a time, then copied in.
+            let mut spool = tempfile::tempfile().map_err(io_at(&out))?;
+            let written = {
+                let mut w = std::io::BufWriter::new(&mut spool);
+                let written = db.read_once(|tx| {
+                    let row = queries::get_session(tx, &session)?;
+                    crate::db::verify::check_session(tx, &row)?;
+                    let settings = proxied::settings(tx, &session)?;
+                    manifest::write(tx, &row, &settings, &mut w, &io_at(&out), |names| {
+                        // Files are read twice (once for the sizes, once to write)
+                        // rather than held together, so memory stays at one file
+                        // whatever the session holds.
+                        let (mut files, mut missing) = (Vec::new(), Vec::new());
+                        for name in names {
+                            let uri = AttachmentUri::new(session, name);
+                            match attachments.download(&session, &uri) {
+                                Ok(d) => files.push(ArchivedFile {
+                                    name: name.clone(),
+                                    size: d.bytes.len() as u64,
+                                }),
+                                Err(e) if e.is_not_found() => missing.push(name.clone()),
+                                Err(e) => return Err(e.into()),
+                            }
+                        }
+                        Ok((files, missing))
+                    })
+                })?;
+                w.flush().map_err(io_at(&out))?;
+                written
             };
+            let size = spool.stream_position().map_err(io_at(&out))?;
+            spool.rewind().map_err(io_at(&out))?;
             write_replacing(&out, sharing, |file| {
                 let mut tar = tar::Builder::new(std::io::BufWriter::new(file));
-                let json =
-                    serde_json::to_vec_pretty(&manifest).expect("a manifest always serializes");
-                append(&mut tar, MANIFEST_NAME, &json)?;
-                for f in &manifest.files {
+                append(&mut tar, MANIFEST_NAME, size, &mut spool)?;
+                for f in &written.files {
                     let uri = AttachmentUri::new(session, &f.name);
                     let d = attachments.download(&session, &uri).map_err(Error::from)?;
                     if d.bytes.len() as u64 != f.size {
@@ -165,7 +170,8 @@ impl Store {
                             )),
                         });
                     }
-                    append(&mut tar, &format!("{FILES_DIR}{}", f.name), &d.bytes)?;
+                    let name = format!("{FILES_DIR}{}", f.name);
+                    append(&mut tar, &name, f.size, &mut d.bytes.as_slice())?;
                 }
                 let mut buffered = tar.into_inner().map_err(io_at(&out))?;
                 buffered.flush().map_err(io_at(&out))?;
@@ -173,30 +179,52 @@ impl Store {
             })?;
             Ok(Exported {
                 session_id: session,
-                messages: manifest.messages.len(),
-                items: manifest.items.len(),
-                files: manifest.files.len(),
-                missing: manifest.missing,
+                messages: written.messages,
+                items: written.items,
+                files: written.files.len(),
+                missing: written.missing,
             })
         })
         .await
     }
 
     /// Writes `session` to `out` as a markdown transcript for people: the title, then
-    /// each message and recorded item in history order. Attachments are listed by
-    /// stored name, never by path or URI, and no file is read.
+    /// each message and recorded item in history order, a page of rows at a time.
+    /// Attachments are listed by stored name, never by path or URI, and no file is
+    /// read.
     pub async fn export_markdown(&self, session: SessionId, out: PathBuf) -> Result<Exported> {
-        let snap = super::snapshot(self, session).await?;
         let sharing = self.config().sharing;
+        let db = self.db.clone();
         blocking(move || {
-            let text = markdown(&snap.session, &snap.messages, &snap.items);
-            write_replacing(&out, sharing, |mut file| {
-                file.write_all(text.as_bytes()).map_err(io_at(&out))
+            let mut counts = (0, 0);
+            write_replacing(&out, sharing, |file| {
+                let mut w = std::io::BufWriter::new(file);
+                db.read_once(|tx| {
+                    let row = queries::get_session(tx, &session)?;
+                    crate::db::verify::check_session(tx, &row)?;
+                    let put = |w: &mut std::io::BufWriter<_>, text: String| {
+                        w.write_all(text.as_bytes()).map_err(io_at(&out))
+                    };
+                    put(&mut w, heading(&row))?;
+                    let last = crate::db::entries::last_seq(tx, &session)?;
+                    for lo in (1..=last).step_by(256) {
+                        let page = crate::db::entries::page_of(tx, &session, lo..lo + 256, None)?;
+                        for entry in page {
+                            match &entry {
+                                HistoryEntry::Message(_) => counts.0 += 1,
+                                HistoryEntry::Item(_) => counts.1 += 1,
+                            }
+                            put(&mut w, entry_markdown(&entry))?;
+                        }
+                    }
+                    Ok(())
+                })?;
+                w.flush().map_err(io_at(&out))
             })?;
             Ok(Exported {
                 session_id: session,
-                messages: snap.messages.len(),
-                items: snap.items.len(),
+                messages: counts.0,
+                items: counts.1,
                 files: 0,
                 missing: vec![],
             })
@@ -212,14 +240,19 @@ fn io_at(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
     }
 }
 
-fn append<W: Write>(tar: &mut tar::Builder<W>, name: &str, bytes: &[u8]) -> Result<()> {
+fn append<W: Write>(
+    tar: &mut tar::Builder<W>,
+    name: &str,
+    size: u64,
+    bytes: &mut impl std::io::Read,
+) -> Result<()> {
     let mut header = tar::Header::new_gnu();
     header.set_entry_type(tar::EntryType::Regular);
-    header.set_size(bytes.len() as u64);
+    header.set_size(size);
     // What the archive holds is a session's: extracted by hand, it is owner-only too.
     header.set_mode(0o600);
     header.set_mtime(0);
-    tar.append_data(&mut header, name, bytes)
+    tar.append_data(&mut header, name, std::io::Read::take(bytes, size))
         .map_err(|cause| Error::WriteFile {
             path: PathBuf::from(name),
             cause,
@@ -258,58 +291,70 @@ fn write_replacing(
 /// The transcript: a heading per entry, the text as typed (an expansion or a
 /// transcript under its own label), attachments by name.
 pub fn markdown(session: &Session, messages: &[Message], items: &[Item]) -> String {
-    let mut out = String::new();
-    let title = session.title.as_deref().unwrap_or("(untitled)");
-    out.push_str(&format!("# {}\n\n", one_line(title)));
-    out.push_str(&format!(
-        "Session `{}`, created {}.\n",
-        session.id, session.created_at
-    ));
-    let mut entries: Vec<(i64, Entry<'_>)> = messages
+    let mut entries: Vec<HistoryEntry> = messages
         .iter()
-        .map(|m| (m.seq, Entry::Message(m)))
-        .chain(items.iter().map(|i| (i.seq, Entry::Item(i))))
+        .cloned()
+        .map(HistoryEntry::Message)
+        .chain(
+            items
+                .iter()
+                .cloned()
+                .map(|i| HistoryEntry::Item(Box::new(i))),
+        )
         .collect();
-    entries.sort_by_key(|(seq, _)| *seq);
-    for (_, entry) in entries {
-        out.push('\n');
-        match entry {
-            Entry::Message(m) => {
-                let queued = if m.state == crate::model::Delivery::Queued {
-                    " (queued)"
-                } else {
-                    ""
-                };
-                out.push_str(&format!("## {}{queued}\n\n", m.role));
-                out.push_str(&m.display_text);
-                out.push('\n');
-                if let Some(expanded) = &m.model_text {
-                    out.push_str(&format!("\n*Expanded:*\n\n{expanded}\n"));
-                }
-                if let Some(transcript) = &m.transcript {
-                    out.push_str(&format!("\n*Transcript:*\n\n{transcript}\n"));
-                }
-                if !m.refs.is_empty() {
-                    out.push_str("\nAttachments:\n\n");
-                    for r in &m.refs {
-                        out.push_str(&format!(
-                            "- {} ({}, {} bytes)\n",
-                            one_line(&r.stored_name),
-                            r.mime_type,
-                            r.size
-                        ));
-                    }
-                }
-            }
-            Entry::Item(item) => out.push_str(&item_markdown(&item.body)),
-        }
+    entries.sort_by_key(HistoryEntry::seq);
+    let mut out = heading(session);
+    for entry in &entries {
+        out.push_str(&entry_markdown(entry));
     }
     out
 }
 
-enum Entry<'a> {
-    Message(&'a Message),
-    Item(&'a Item),
+/// The transcript's title and where the session came from.
+fn heading(session: &Session) -> String {
+    let title = session.title.as_deref().unwrap_or("(untitled)");
+    format!(
+        "# {}\n\nSession `{}`, created {}.\n",
+        one_line(title),
+        session.id,
+        session.created_at
+    )
+}
+
+/// One entry of the transcript, after the blank line that sets it apart.
+fn entry_markdown(entry: &HistoryEntry) -> String {
+    let mut out = String::from("\n");
+    match entry {
+        HistoryEntry::Message(m) => {
+            let queued = if m.state == crate::model::Delivery::Queued {
+                " (queued)"
+            } else {
+                ""
+            };
+            out.push_str(&format!("## {}{queued}\n\n", m.role));
+            out.push_str(&m.display_text);
+            out.push('\n');
+            if let Some(expanded) = &m.model_text {
+                out.push_str(&format!("\n*Expanded:*\n\n{expanded}\n"));
+            }
+            if let Some(transcript) = &m.transcript {
+                out.push_str(&format!("\n*Transcript:*\n\n{transcript}\n"));
+            }
+            if !m.refs.is_empty() {
+                out.push_str("\nAttachments:\n\n");
+                for r in &m.refs {
+                    out.push_str(&format!(
+                        "- {} ({}, {} bytes)\n",
+                        one_line(&r.stored_name),
+                        r.mime_type,
+                        r.size
+                    ));
+                }
+            }
+        }
+        HistoryEntry::Item(item) => out.push_str(&item_markdown(&item.body)),
+    }
+    out
 }
 
 fn item_markdown(body: &ItemBody) -> String {

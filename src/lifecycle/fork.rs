@@ -8,10 +8,10 @@ use std::collections::BTreeSet;
 use crate::Store;
 use crate::attachments::AttachmentUri;
 use crate::db::copies::{self, Entry, NewSession};
-use crate::error::{Error, Result};
-use crate::ids::{MessageId, SessionId};
 use crate::db::sql::Tx;
+use crate::error::{Error, Result};
 use crate::history::Point;
+use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, ForkedFrom, Message, NewMessage, NewReference, Session};
 use crate::projection::Entry as HistoryEntry;
 use crate::replay::{Partial, Sink};
@@ -97,7 +97,9 @@ impl Store {
             session: origin,
             message: at.or(cut.message),
         };
-        let title = title.filter(|t| !t.trim().is_empty()).or(head.title.clone());
+        let title = title
+            .filter(|t| !t.trim().is_empty())
+            .or(head.title.clone());
         // The fork keeps the client's working directory and settings; its agent side
         // is a new one, started when it is first used.
         let new = NewSession {
@@ -210,7 +212,9 @@ impl Sink for Into<'_, '_> {
             return Ok(false);
         }
         let entry = match entry {
-            HistoryEntry::Message(m) => Entry::Message(rewritten(&m, self.fork), Delivery::Delivered),
+            HistoryEntry::Message(m) => {
+                Entry::Message(rewritten(&m, self.fork), Delivery::Delivered)
+            }
             HistoryEntry::Item(item) => Entry::Item(Box::new(item.body)),
         };
         copies::append(self.tx, &self.fork, &entry)?;

@@ -13,11 +13,12 @@ use crate::attachments::{AttachmentUri, MAX_ATTACHMENT_BYTES, sanitize_name};
 use crate::db::copies::{self, Entry, NewSession};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
-use crate::model::{Item, Session};
-use crate::projection;
+use crate::model::{Event, Message, Session};
+use crate::projection::{self, Entry as HistoryEntry, Meet, Replayer};
 use crate::store::blocking;
 
-use super::export::{ARCHIVE_FORMAT, ARCHIVE_VERSION, FILES_DIR, MANIFEST_NAME, Manifest};
+use super::export::{ARCHIVE_FORMAT, ARCHIVE_VERSION, ArchivedItem, FILES_DIR, MANIFEST_NAME};
+use super::manifest::{self, Rows, Spool, Spooled};
 
 /// The largest manifest read: far above any real session's rows, and a bound on what
 /// a hostile archive can make the import hold.
@@ -74,7 +75,7 @@ impl Store {
         let attachments = self.attachments.clone();
         let db = self.db.clone();
         blocking(move || {
-            let manifest = &checked.manifest;
+            let mut checked = checked;
             let mut placed: Vec<AttachmentUri> = Vec::new();
             let undo = |placed: &[AttachmentUri]| {
                 for uri in placed {
@@ -82,6 +83,7 @@ impl Store {
                 }
                 attachments.remove_folder_if_empty(&id);
             };
+            let m = &mut checked.manifest;
             let result = (|| {
                 // The archive is read again to write the files one at a time; each
                 // entry must still be what the check saw.
@@ -91,7 +93,7 @@ impl Store {
                     .next()
                     .ok_or_else(|| refused("the archive changed"))?
                     .map_err(unreadable)?;
-                for want in &manifest.files {
+                for want in &m.files {
                     let mut entry = entries
                         .next()
                         .ok_or_else(|| refused("the archive changed while it was imported"))?
@@ -107,45 +109,42 @@ impl Store {
                     attachments.store_exact(&id, &want.name, &bytes)?;
                     placed.push(AttachmentUri::new(id, &want.name));
                 }
-                let mut history: Vec<(i64, Entry)> = manifest
-                    .messages
-                    .iter()
-                    .map(|m| {
-                        (
-                            m.seq,
-                            Entry::Message(super::fork::rewritten(m, id), m.state),
-                        )
-                    })
-                    .collect();
-                history.extend(
-                    checked
-                        .items
-                        .iter()
-                        .map(|i| (i.seq, Entry::Item(Box::new(i.body.clone())))),
-                );
-                history.sort_by_key(|(seq, _)| *seq);
-                let history: Vec<Entry> = history.into_iter().map(|(_, e)| e).collect();
                 // The agent binding names an agent session on the machine that
                 // exported it: the imported session starts a new one when used.
                 let new = NewSession {
                     id,
                     session: crate::model::NewSession {
-                        title: manifest.session.title.clone(),
-                        tools_host: manifest.session.tools_host,
-                        cwd: manifest.session.cwd.clone(),
+                        title: m.session.title.clone(),
+                        tools_host: m.session.tools_host,
+                        cwd: m.session.cwd.clone(),
                         agent: None,
                     },
                     forked_from: None,
-                    settings: manifest.settings.clone(),
+                    settings: m.settings.clone(),
                 };
-                db.write(|tx| copies::write_session(tx, &new, &history))
+                // The history from the spooled rows, an entry at a time, in one write.
+                db.write(|tx| {
+                    copies::create(tx, &new)?;
+                    let rows = History::new(m.session.id, &mut m.messages, &mut m.items)?;
+                    for entry in rows {
+                        let entry = match entry? {
+                            HistoryEntry::Message(msg) => {
+                                let state = msg.state;
+                                Entry::Message(super::fork::rewritten(&msg, id), state)
+                            }
+                            HistoryEntry::Item(item) => Entry::Item(Box::new(item.body)),
+                        };
+                        copies::append(tx, &id, &entry)?;
+                    }
+                    crate::db::queries::get_session(tx, &id)
+                })
             })();
             match result {
                 Ok(session) => Ok(Imported {
                     session,
                     original,
-                    files: manifest.files.len(),
-                    missing: manifest.missing.clone(),
+                    files: checked.manifest.files.len(),
+                    missing: checked.manifest.missing.clone(),
                 }),
                 Err(e) => {
                     undo(&placed);
@@ -157,10 +156,9 @@ impl Store {
     }
 }
 
-/// An archive that passed every check, with its items parsed.
+/// An archive that passed every check, its manifest's rows spooled.
 struct Checked {
-    manifest: Manifest,
-    items: Vec<Item>,
+    manifest: Spooled,
 }
 
 fn open_archive(path: &Path) -> Result<tar::Archive<std::io::BufReader<std::fs::File>>> {
@@ -237,9 +235,7 @@ fn check_archive(path: &Path) -> Result<Checked> {
             first.size()
         )));
     }
-    let size = first.size();
-    let json = read_capped(&mut first, size)?;
-    let manifest: Manifest = serde_json::from_slice(&json)
+    let mut manifest = manifest::read(&mut first)
         .map_err(|e| refused(format!("the manifest does not parse: {e}")))?;
     if manifest.format != ARCHIVE_FORMAT || manifest.version != ARCHIVE_VERSION {
         return Err(refused(format!(
@@ -307,8 +303,10 @@ fn check_archive(path: &Path) -> Result<Checked> {
             absent.name
         )));
     }
-    let items = check_rows(&manifest, &listed)?;
-    Ok(Checked { manifest, items })
+    let listed: BTreeMap<String, u64> =
+        listed.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    check_rows(&mut manifest, &listed)?;
+    Ok(Checked { manifest })
 }
 
 /// Only regular files: no links, devices, folders, FIFOs or archive-wide headers.
@@ -336,65 +334,58 @@ fn check_stored_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// The manifest's rows: every message of the archived session, every reference to
-/// that session's file held or listed missing, items that parse, and an event log
-/// that replays to exactly these rows.
-fn check_rows(manifest: &Manifest, listed: &BTreeMap<&str, u64>) -> Result<Vec<Item>> {
+/// The manifest's rows, read from their spools in history order beside its event
+/// log, replayed as it goes: every message of the archived session, every reference
+/// to that session's file held or listed missing, items that parse, rows in history
+/// order, and an event log that replays to exactly these rows and settings. What is
+/// held is the entries the log keeps open ([`Meet`]), never the history.
+fn check_rows(manifest: &mut Spooled, listed: &BTreeMap<String, u64>) -> Result<()> {
     let session = manifest.session.id;
     let missing: BTreeSet<&str> = manifest.missing.iter().map(String::as_str).collect();
-    for m in &manifest.messages {
-        if m.session_id != session {
-            return Err(refused(format!(
-                "message {} belongs to session {}, not {session}",
-                m.id, m.session_id
-            )));
-        }
-        for r in &m.refs {
-            if r.uri.session() != session || r.uri.name() != r.stored_name {
-                return Err(refused(format!(
-                    "message {} refers to {}, which is not a file of session {session}",
-                    m.id, r.uri
-                )));
+    let mut replayer = Replayer::windowed(session);
+    let mut meet = Meet::new(session, 1);
+    let mut found = Vec::new();
+    let mut events = manifest.events.rows::<Event>()?;
+    let mut log_done = false;
+    let mut advance = |replayer: &mut Replayer<'_>, found: &mut Vec<_>, meet: &mut Meet| {
+        match events.next() {
+            Some(event) => {
+                let event = event?;
+                if event.session_id != session {
+                    return Err(refused("the event log names another session"));
+                }
+                replayer.apply(&event);
             }
-            if let Some(&size) = listed.get(r.stored_name.as_str())
-                && size != r.size
-            {
-                return Err(refused(format!(
-                    "message {} says {:?} is {} bytes, and the archive holds {size}",
-                    m.id, r.stored_name, r.size
-                )));
-            }
-            if !listed.contains_key(r.stored_name.as_str())
-                && !missing.contains(r.stored_name.as_str())
-            {
-                return Err(refused(format!(
-                    "message {} refers to {:?}, which the archive neither holds nor lists as missing",
-                    m.id, r.stored_name
-                )));
+            None => {
+                replayer.close();
+                log_done = true;
             }
         }
+        found.extend(replayer.take_retired().filter_map(|e| meet.logged(e)));
+        Ok(log_done)
+    };
+    let mut done = false;
+    for row in History::new(session, &mut manifest.messages, &mut manifest.items)? {
+        let row = row?;
+        if let HistoryEntry::Message(m) = &row {
+            check_message(session, m, listed, &missing)?;
+        }
+        while !done && replayer.last_seq() <= row.seq() {
+            done = advance(&mut replayer, &mut found, &mut meet)?;
+        }
+        found.extend(meet.row(&row));
     }
-    let items = manifest
-        .items
-        .iter()
-        .map(|i| i.to_item(session))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| refused(format!("an item does not parse: {e}")))?;
-    if manifest.events.iter().any(|e| e.session_id != session) {
-        return Err(refused("the event log names another session"));
+    while !done {
+        done = advance(&mut replayer, &mut found, &mut meet)?;
     }
-    let (expected, mut problems) = projection::replay(session, &manifest.events);
+    let (expected, mut problems) = replayer.finish();
     if let Some(expected) = &expected {
-        problems.extend(projection::compare(
+        problems.extend(projection::session_problem(
             &manifest.session,
-            &manifest.messages,
-            expected,
+            &expected.session,
         ));
-        problems.extend(projection::compare_items(
-            &manifest.session,
-            &items,
-            expected,
-        ));
+        problems.append(&mut found);
+        problems.extend(meet.finish());
         if manifest.settings != expected.settings {
             problems.push(crate::model::Problem::new(
                 crate::model::ProblemKind::ChangedRow,
@@ -407,5 +398,117 @@ fn check_rows(manifest: &Manifest, listed: &BTreeMap<&str, u64>) -> Result<Vec<I
             "the manifest's rows disagree with its event log: {first}"
         )));
     }
-    Ok(items)
+    Ok(())
+}
+
+/// One message of the archive: the archived session's, its references naming that
+/// session's files, each held (with the size it says) or listed missing.
+fn check_message(
+    session: SessionId,
+    m: &Message,
+    listed: &BTreeMap<String, u64>,
+    missing: &BTreeSet<&str>,
+) -> Result<()> {
+    if m.session_id != session {
+        return Err(refused(format!(
+            "message {} belongs to session {}, not {session}",
+            m.id, m.session_id
+        )));
+    }
+    for r in &m.refs {
+        if r.uri.session() != session || r.uri.name() != r.stored_name {
+            return Err(refused(format!(
+                "message {} refers to {}, which is not a file of session {session}",
+                m.id, r.uri
+            )));
+        }
+        if let Some(&size) = listed.get(r.stored_name.as_str())
+            && size != r.size
+        {
+            return Err(refused(format!(
+                "message {} says {:?} is {} bytes, and the archive holds {size}",
+                m.id, r.stored_name, r.size
+            )));
+        }
+        if !listed.contains_key(r.stored_name.as_str()) && !missing.contains(r.stored_name.as_str())
+        {
+            return Err(refused(format!(
+                "message {} refers to {:?}, which the archive neither holds nor lists as missing",
+                m.id, r.stored_name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The spooled messages and items merged into one history, by seq; each list must
+/// already be in history order (an export writes them so), and an item must parse.
+struct History {
+    session: SessionId,
+    messages: std::iter::Peekable<Rows<Message>>,
+    items: std::iter::Peekable<Rows<ArchivedItem>>,
+    last: i64,
+}
+
+impl History {
+    fn new(session: SessionId, messages: &mut Spool, items: &mut Spool) -> Result<History> {
+        Ok(History {
+            session,
+            messages: messages.rows()?.peekable(),
+            items: items.rows()?.peekable(),
+            last: i64::MIN,
+        })
+    }
+
+    fn take(&mut self) -> Result<Option<HistoryEntry>> {
+        let m = match self.messages.peek() {
+            Some(Ok(m)) => Some(m.seq),
+            _ => None,
+        };
+        let i = match self.items.peek() {
+            Some(Ok(i)) => Some(i.seq),
+            _ => None,
+        };
+        let entry = match (m, i) {
+            (Some(m), Some(i)) if i < m => self.item()?,
+            (Some(_), _) => self.messages.next().transpose()?.map(HistoryEntry::Message),
+            (None, Some(_)) => match self.messages.next() {
+                Some(Err(e)) => return Err(e),
+                _ => self.item()?,
+            },
+            (None, None) => match (self.messages.next(), self.items.next()) {
+                (Some(Err(e)), _) | (_, Some(Err(e))) => return Err(e),
+                _ => None,
+            },
+        };
+        if let Some(entry) = &entry {
+            if entry.seq() <= self.last {
+                return Err(refused(format!(
+                    "the manifest's rows are not in history order (seq {} after {})",
+                    entry.seq(),
+                    self.last
+                )));
+            }
+            self.last = entry.seq();
+        }
+        Ok(entry)
+    }
+
+    fn item(&mut self) -> Result<Option<HistoryEntry>> {
+        let Some(row) = self.items.next().transpose()? else {
+            return Ok(None);
+        };
+        let item = row
+            .to_item(self.session)
+            .map_err(|e| refused(format!("an item does not parse: {e}")))?;
+        Ok(Some(HistoryEntry::Item(Box::new(item))))
+    }
+}
+
+impl Iterator for History {
+    type Item = Result<HistoryEntry>;
+
+    fn next(&mut self) -> Option<Result<HistoryEntry>> {
+        self.take().transpose()
+    }
 }

@@ -1,0 +1,349 @@
+//! An archive's manifest as a stream, both ways, so that neither export nor import
+//! holds a history: export writes the session's rows and log into it a page at a
+//! time from one snapshot; import reads it one row at a time into three spool files
+//! (messages, items, events, one JSON line each, in anonymous owner-only temporary
+//! files), which its check and its write then read in history order side by side.
+//! The document is the one `export::Manifest` describes, whichever way it was made.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, Write};
+use std::marker::PhantomData;
+
+use serde::de::{self, DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+use super::export::{ARCHIVE_FORMAT, ARCHIVE_VERSION, ArchivedFile, ArchivedItem};
+use crate::db::sql::Tx;
+use crate::db::{entries, queries, turns};
+use crate::error::{Error, Result};
+use crate::model::{Event, Message, Session, Setting};
+
+/// How many history seqs (or log events) a page of an export reads.
+const PAGE: i64 = 256;
+
+/// What [`write`] wrote, for the export's report and the files that follow.
+pub(super) struct Written {
+    pub messages: usize,
+    pub items: usize,
+    pub files: Vec<ArchivedFile>,
+    pub missing: Vec<String>,
+}
+
+/// Writes the manifest of `session` to `out` from `tx`, one page of rows or events at
+/// a time: the rows as this store reads them (messages queued or not, items), the
+/// whole event log, then what `files` says of the names the messages refer to (the
+/// files that follow, and the names no root had), and the client's settings. `io`
+/// turns a failed write into the export's error.
+pub(super) fn write(
+    tx: &Tx<'_>,
+    session: &Session,
+    settings: &[Setting],
+    out: &mut impl Write,
+    io: &dyn Fn(io::Error) -> Error,
+    files: impl FnOnce(&BTreeSet<String>) -> Result<(Vec<ArchivedFile>, Vec<String>)>,
+) -> Result<Written> {
+    let id = &session.id;
+    let json = |out: &mut dyn Write, value: &dyn erased::Json| value.write(out).map_err(io);
+    let raw = |out: &mut dyn Write, text: &str| out.write_all(text.as_bytes()).map_err(io);
+    raw(out, "{\"format\":")?;
+    json(out, &ARCHIVE_FORMAT)?;
+    raw(out, ",\"version\":")?;
+    json(out, &ARCHIVE_VERSION)?;
+    raw(out, ",\"session\":")?;
+    json(out, session)?;
+    let last = entries::last_seq(tx, id)?;
+    let mut names = BTreeSet::new();
+    let mut comma = Comma::default();
+    raw(out, ",\"messages\":[")?;
+    let mut messages = 0;
+    for lo in (1..=last).step_by(PAGE as usize) {
+        for m in queries::messages_in(tx, id, None, lo..lo.saturating_add(PAGE))? {
+            names.extend(m.refs.iter().map(|r| r.uri.name().to_owned()));
+            raw(out, comma.next())?;
+            json(out, &m)?;
+            messages += 1;
+        }
+    }
+    raw(out, "],\"items\":[")?;
+    let mut comma = Comma::default();
+    let mut items = 0;
+    for lo in (1..=last).step_by(PAGE as usize) {
+        for item in turns::items_in(tx, id, lo..lo.saturating_add(PAGE))? {
+            raw(out, comma.next())?;
+            json(out, &ArchivedItem::from_item(&item))?;
+            items += 1;
+        }
+    }
+    raw(out, "],\"events\":[")?;
+    let mut comma = Comma::default();
+    let end = queries::last_event(tx, id)?;
+    let mut next = 1;
+    while next <= end {
+        let (events, after) = queries::events_page(tx, id, next, PAGE)?;
+        for event in events {
+            // The payload as a document, as `Store::events` hands it out.
+            let payload: serde_json::Value =
+                serde_json::from_str(&event.payload).map_err(|e| Error::DamagedRow {
+                    action: "export an event",
+                    detail: format!("the payload of event {} does not parse: {e}", event.seq),
+                })?;
+            raw(out, comma.next())?;
+            json(
+                out,
+                &Event {
+                    seq: event.seq,
+                    session_id: event.session_id,
+                    session_seq: event.session_seq,
+                    kind: event.kind,
+                    payload,
+                    created_at: event.created_at,
+                },
+            )?;
+        }
+        next = after;
+    }
+    let (files, missing) = files(&names)?;
+    raw(out, "],\"files\":")?;
+    json(out, &files)?;
+    raw(out, ",\"missing\":")?;
+    json(out, &missing)?;
+    if !settings.is_empty() {
+        raw(out, ",\"settings\":")?;
+        json(out, &settings)?;
+    }
+    raw(out, "}")?;
+    Ok(Written {
+        messages,
+        items,
+        files,
+        missing,
+    })
+}
+
+/// `""` before a list's first element, `","` before every other one.
+#[derive(Default)]
+struct Comma(bool);
+
+impl Comma {
+    fn next(&mut self) -> &'static str {
+        match std::mem::replace(&mut self.0, true) {
+            false => "",
+            true => ",",
+        }
+    }
+}
+
+/// A value written as JSON through a `dyn Write` (serde's `Serialize` is not object
+/// safe).
+mod erased {
+    pub trait Json {
+        fn write(&self, out: &mut dyn std::io::Write) -> std::io::Result<()>;
+    }
+
+    impl<T: serde::Serialize + ?Sized> Json for T {
+        fn write(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+            serde_json::to_writer(out, self).map_err(std::io::Error::from)
+        }
+    }
+}
+
+/// One list of a manifest read by import, one JSON line a row in an anonymous
+/// temporary file (owner-only, unlinked from the start, so nothing is left behind).
+pub(super) struct Spool {
+    file: BufWriter<File>,
+    pub count: u64,
+}
+
+impl Spool {
+    fn new() -> io::Result<Spool> {
+        Ok(Spool {
+            file: BufWriter::new(tempfile::tempfile()?),
+            count: 0,
+        })
+    }
+
+    fn push(&mut self, row: &impl Serialize) -> io::Result<()> {
+        serde_json::to_writer(&mut self.file, row)?;
+        self.file.write_all(b"\n")?;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// The rows from the first, in the order they came; each pass reads the file
+    /// again from its start, so the spool can be read as often as needed.
+    pub fn rows<T: DeserializeOwned>(&mut self) -> Result<Rows<T>> {
+        let unreadable = |cause| Error::Io {
+            path: std::env::temp_dir(),
+            cause,
+        };
+        self.file.flush().map_err(unreadable)?;
+        let mut file = self.file.get_ref().try_clone().map_err(unreadable)?;
+        file.rewind().map_err(unreadable)?;
+        Ok(Rows {
+            lines: BufReader::new(file),
+            line: String::new(),
+            kind: PhantomData,
+        })
+    }
+}
+
+/// The rows of a [`Spool`], parsed one at a time.
+pub(super) struct Rows<T> {
+    lines: BufReader<File>,
+    line: String,
+    kind: PhantomData<T>,
+}
+
+impl<T: DeserializeOwned> Iterator for Rows<T> {
+    type Item = Result<T>;
+
+    fn next(&mut self) -> Option<Result<T>> {
+        self.line.clear();
+        match self.lines.read_line(&mut self.line) {
+            Ok(0) => None,
+            // The spool holds what this process wrote from parsed rows.
+            Ok(_) => Some(serde_json::from_str(&self.line).map_err(|e| Error::Io {
+                path: std::env::temp_dir(),
+                cause: io::Error::other(format!("a spooled row does not read back: {e}")),
+            })),
+            Err(cause) => Some(Err(Error::Io {
+                path: std::env::temp_dir(),
+                cause,
+            })),
+        }
+    }
+}
+
+/// A manifest as import reads it: its small fields, and its three long lists
+/// spooled.
+pub(super) struct Spooled {
+    pub format: String,
+    pub version: u32,
+    pub session: Session,
+    pub messages: Spool,
+    pub items: Spool,
+    pub events: Spool,
+    pub files: Vec<ArchivedFile>,
+    pub missing: Vec<String>,
+    pub settings: Vec<Setting>,
+}
+
+/// Reads a manifest from `input` one row at a time, with the rules the derived
+/// [`Manifest`] reader has (every field once, no unknown field, `settings` may be
+/// left out). An `Err` is why it does not parse, in serde's words.
+pub(super) fn read(input: impl Read) -> std::result::Result<Spooled, String> {
+    let mut de = serde_json::Deserializer::from_reader(BufReader::new(input));
+    let spooled = de.deserialize_map(Fields).map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    Ok(spooled)
+}
+
+use serde::Deserializer as _;
+
+/// The manifest's fields, in whatever order they come.
+struct Fields;
+
+impl<'de> Visitor<'de> for Fields {
+    type Value = Spooled;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a manifest object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Spooled, A::Error> {
+        fn once<T, E: de::Error>(slot: &mut Option<T>, name: &'static str, v: T) -> Result<(), E> {
+            match slot.replace(v) {
+                Some(_) => Err(E::duplicate_field(name)),
+                None => Ok(()),
+            }
+        }
+        let spool = || Spool::new().map_err(|e| de::Error::custom(format!("cannot spool: {e}")));
+        let (mut format, mut version, mut session) = (None, None, None);
+        let (mut messages, mut items, mut events) = (None, None, None);
+        let (mut files, mut missing, mut settings) = (None, None, None);
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "format" => once(&mut format, "format", map.next_value()?)?,
+                "version" => once(&mut version, "version", map.next_value()?)?,
+                "session" => once(&mut session, "session", map.next_value::<Session>()?)?,
+                "messages" => {
+                    let mut s = spool()?;
+                    map.next_value_seed(Each::<Message>::into(&mut s))?;
+                    once(&mut messages, "messages", s)?;
+                }
+                "items" => {
+                    let mut s = spool()?;
+                    map.next_value_seed(Each::<ArchivedItem>::into(&mut s))?;
+                    once(&mut items, "items", s)?;
+                }
+                "events" => {
+                    let mut s = spool()?;
+                    map.next_value_seed(Each::<Event>::into(&mut s))?;
+                    once(&mut events, "events", s)?;
+                }
+                "files" => once(&mut files, "files", map.next_value()?)?,
+                "missing" => once(&mut missing, "missing", map.next_value()?)?,
+                "settings" => once(&mut settings, "settings", map.next_value()?)?,
+                other => return Err(de::Error::unknown_field(other, FIELDS)),
+            }
+        }
+        let need = |name: &'static str| de::Error::missing_field(name);
+        Ok(Spooled {
+            format: format.ok_or_else(|| need("format"))?,
+            version: version.ok_or_else(|| need("version"))?,
+            session: session.ok_or_else(|| need("session"))?,
+            messages: messages.ok_or_else(|| need("messages"))?,
+            items: items.ok_or_else(|| need("items"))?,
+            events: events.ok_or_else(|| need("events"))?,
+            files: files.ok_or_else(|| need("files"))?,
+            missing: missing.ok_or_else(|| need("missing"))?,
+            settings: settings.unwrap_or_default(),
+        })
+    }
+}
+
+const FIELDS: &[&str] = &[
+    "format", "version", "session", "messages", "items", "events", "files", "missing", "settings",
+];
+
+/// A list whose elements are parsed one at a time and spooled.
+struct Each<'a, T> {
+    spool: &'a mut Spool,
+    kind: PhantomData<T>,
+}
+
+impl<'a, T> Each<'a, T> {
+    fn into(spool: &'a mut Spool) -> Each<'a, T> {
+        Each {
+            spool,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de> + Serialize> DeserializeSeed<'de> for Each<'_, T> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de, T: Deserialize<'de> + Serialize> Visitor<'de> for Each<'_, T> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+        while let Some(row) = seq.next_element::<T>()? {
+            self.spool
+                .push(&row)
+                .map_err(|e| de::Error::custom(format!("cannot spool: {e}")))?;
+        }
+        Ok(())
+    }
+}
