@@ -151,6 +151,19 @@ fn judged(met: bool) -> &'static str {
     if met { "met" } else { "not met" }
 }
 
+/// `n` with a comma between each three digits, as the other groups print counts.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -234,7 +247,8 @@ fn search(report: &mut Report, rt: &Runtime) {
     let start = Instant::now();
     build(rt, &large, items);
     let line = format!(
-        "scale: built {items} items with a user message every {TURN} in {:.0} s",
+        "scale: built {} items with a user message every {TURN} in {:.0} s",
+        thousands(items),
         start.elapsed().as_secs_f64()
     );
     eprintln!("{line}");
@@ -257,14 +271,15 @@ fn search(report: &mut Report, rt: &Runtime) {
         compared(
             report,
             &format!("search for a word in {MARKED} items, limit {limit}"),
-            &format!("in {items} items"),
+            &format!("in {} items", thousands(items)),
             "in 1,000",
             times,
         );
     }
     let line = format!(
-        "scale: the search index has {} segments with {items} items, {} with 1,000",
+        "scale: the search index has {} segments with {} items, {} with 1,000",
         segments(&large.dir),
+        thousands(items),
         segments(&small.dir)
     );
     eprintln!("{line}");
