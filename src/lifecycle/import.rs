@@ -3,6 +3,9 @@
 //! the manifest against the files and against its own event log) before anything is
 //! written, and a refusal is one line with nothing written. Then the files go through
 //! the attachment store and the rows through one write; a failure removes the files.
+//! The manifest is never held whole: its rows are spooled to anonymous temporary
+//! files as they parse (`manifest`), checked from there beside the replayed log, and
+//! written from there, an entry at a time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -20,9 +23,10 @@ use crate::store::blocking;
 use super::export::{ARCHIVE_FORMAT, ARCHIVE_VERSION, ArchivedItem, FILES_DIR, MANIFEST_NAME};
 use super::manifest::{self, Rows, Spool, Spooled};
 
-/// The largest manifest read: far above any real session's rows, and a bound on what
-/// a hostile archive can make the import hold.
-pub const MAX_MANIFEST_BYTES: u64 = 256 * 1024 * 1024;
+/// The largest manifest read. It is read a row at a time into spool files on disk,
+/// so this bounds what a hostile archive can make the import write there, not what it
+/// holds in memory; a session of a million recorded items makes well under a GiB.
+pub const MAX_MANIFEST_BYTES: u64 = 16 * 1024 * 1024 * 1024;
 
 /// What an import made.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

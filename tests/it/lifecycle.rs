@@ -429,6 +429,7 @@ async fn every_kind_of_hostile_archive_is_refused_with_one_line_and_nothing_writ
         serde_json::to_vec(&m).unwrap()
     };
     let plain = serde_json::to_vec(&manifest).unwrap();
+    let twice = [&b"{\"missing\":[],"[..], &plain[1..]].concat();
     let device = |kind| Raw {
         name: b"files/a.txt".to_vec(),
         kind,
@@ -559,6 +560,27 @@ async fn every_kind_of_hostile_archive_is_refused_with_one_line_and_nothing_writ
             ],
         ),
         (
+            "an unknown field",
+            vec![
+                file("manifest.json", &m(&|m| m["extra"] = 1.into())),
+                file("files/a.txt", b"alpha"),
+            ],
+        ),
+        (
+            "a field twice",
+            vec![file("manifest.json", &twice), file("files/a.txt", b"alpha")],
+        ),
+        (
+            "an event of another session",
+            vec![
+                file(
+                    "manifest.json",
+                    &m(&|m| m["events"][0]["sessionId"] = SessionId::new().to_string().into()),
+                ),
+                file("files/a.txt", b"alpha"),
+            ],
+        ),
+        (
             "manifest not first",
             vec![file("files/a.txt", b"alpha"), file("manifest.json", &plain)],
         ),
@@ -618,6 +640,25 @@ async fn every_kind_of_hostile_archive_is_refused_with_one_line_and_nothing_writ
         .import_archive(control, ImportId::New)
         .await
         .unwrap();
+    // The manifest as builds before the streamed export wrote it (the same document,
+    // pretty-printed from the whole `Manifest`) still imports.
+    let whole: sessionstore::lifecycle::export::Manifest =
+        serde_json::from_value(manifest.clone()).unwrap();
+    let earlier = bad.path().join("earlier.tar");
+    craft(
+        &earlier,
+        vec![
+            file("manifest.json", &serde_json::to_vec_pretty(&whole).unwrap()),
+            file("files/a.txt", b"alpha"),
+        ],
+    );
+    let imported = h
+        .store()
+        .import_archive(earlier, ImportId::New)
+        .await
+        .unwrap();
+    let messages = h.store().messages(imported.session.id).await.unwrap();
+    assert_eq!(messages[0].display_text, "one file");
     h.store().import_archive(good, ImportId::New).await.unwrap();
 }
 

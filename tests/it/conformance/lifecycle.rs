@@ -25,6 +25,7 @@ conformance!(
     search_finds_titles_messages_and_agent_text,
     a_long_streamed_answer_is_sealed_found_whole_and_erased_with_its_session,
     export_then_import_restores_the_same_history,
+    a_long_history_is_exported_imported_and_forked_a_page_at_a_time,
 );
 
 crate::support::over_tls!(
@@ -914,4 +915,180 @@ async fn a_long_streamed_answer_is_sealed_found_whole_and_erased_with_its_sessio
         .unwrap();
     assert_eq!(left[0][0].as_deref(), Some("0"));
     assert!(store.verify().await.unwrap().ok());
+}
+
+/// The entries a restore hands on (delivered messages and items), in history order,
+/// after the session's own id: what names them alike in two sessions' output.
+async fn delivered_ids(store: &sessionstore::Store, s: SessionId) -> Vec<String> {
+    let messages = store.messages(s).await.unwrap();
+    let items = store.items(s).await.unwrap();
+    let mut entries: Vec<(i64, String)> = messages
+        .iter()
+        .filter(|m| m.state == Delivery::Delivered)
+        .map(|m| (m.seq, m.id.to_string()))
+        .chain(items.iter().map(|i| (i.seq, i.id.to_string())))
+        .collect();
+    entries.sort();
+    std::iter::once(s.to_string())
+        .chain(entries.into_iter().map(|(_, id)| id))
+        .collect()
+}
+
+/// A history longer than every page that export, import and fork read (700 agent
+/// messages recorded 100 a turn between user messages, a tool call made first and
+/// finished last, queued messages in the middle and at the end, a file): each copies
+/// it a page at a time, and the copies restore as the origin does. A tool call row
+/// edited behind the log is refused by both, and nothing is made.
+async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: TestStore) {
+    let store = b.open().await;
+    let s = session(&store, ToolsHost::Local).await;
+    let notes = store
+        .attach(s, "guava notes.txt".into(), b"guava facts".to_vec())
+        .await
+        .unwrap();
+    let mut first = Outgoing::user("start the guava log");
+    first.attach = vec![notes.uri.clone()];
+    store.send(s, first).await.unwrap();
+    let update = |line: String| parse_update(&line, s);
+    store
+        .record(
+            s,
+            vec![update(
+                r#"{"sessionUpdate":"tool_call","toolCallId":"call-1","title":"read the log","status":"in_progress"}"#.into(),
+            )],
+        )
+        .await
+        .unwrap();
+    let mut middle = None;
+    for turn in 0..7 {
+        let lines = (0..100)
+            .map(|i| {
+                update(format!(
+                    r#"{{"sessionUpdate":"agent_message_chunk","messageId":"m-{turn}-{i}","content":{{"type":"text","text":"guava line {turn}-{i}"}}}}"#
+                ))
+            })
+            .collect();
+        store.record(s, lines).await.unwrap();
+        let sent = store
+            .send(s, Outgoing::user(&format!("turn {turn}")))
+            .await
+            .unwrap();
+        if turn == 3 {
+            middle = Some(sent.id);
+            let mut queued = Outgoing::user("queued in the middle");
+            queued.mid_turn = true;
+            store.send(s, queued).await.unwrap();
+        }
+    }
+    store
+        .record(
+            s,
+            vec![update(
+                r#"{"sessionUpdate":"tool_call_update","toolCallId":"call-1","status":"completed"}"#.into(),
+            )],
+        )
+        .await
+        .unwrap();
+    let mut queued = Outgoing::user("queued at the end");
+    queued.mid_turn = true;
+    store.send(s, queued).await.unwrap();
+    assert!(store.verify().await.unwrap().ok());
+    let restore = |on: &TestStore, session: SessionId, ids: &[String], format: &str| {
+        let out = on.run(&[
+            "restore",
+            "--session",
+            &session.to_string(),
+            "--format",
+            format,
+        ]);
+        assert!(out.status.success(), "{format}: {}", stderr(&out));
+        normalised(&stdout(&out), on, ids)
+    };
+
+    let archive = b.dir.path().join("long.tar");
+    let said = export(|args| b.run(args), &s.to_string(), &archive);
+    assert!(
+        said.contains("exported 10 messages, 701 items, 1 file"),
+        "{said}"
+    );
+    let other = b.another();
+    let imported = json(&other.run(&["import", archive.to_str().unwrap(), "--keep-id", "--json"]));
+    assert_eq!(imported["id"], s.to_string(), "{imported}");
+    let there = other.open().await;
+    assert!(there.verify().await.unwrap().ok());
+    assert_eq!(there.queued_messages(s).await.unwrap().len(), 2);
+    let (here, away) = (
+        delivered_ids(&store, s).await,
+        delivered_ids(&there, s).await,
+    );
+    assert_eq!(here.len(), 1 + 8 + 701);
+    for format in ["acp", "acp-updates"] {
+        let before = restore(&b, s, &here, format);
+        assert!(before.contains("guava line 6-99"), "{format}");
+        assert_eq!(before, restore(&other, s, &away, format), "{format}");
+    }
+
+    // A fork of the whole: the same delivered history under its own ids and folder.
+    let fork = store.fork_session(s, None, None).await.unwrap();
+    assert_eq!((fork.linked + fork.copied, fork.missing.len()), (1, 0));
+    let forked = delivered_ids(&store, fork.session.id).await;
+    assert_eq!(forked.len(), here.len());
+    assert!(
+        store
+            .queued_messages(fork.session.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    for format in ["acp", "acp-updates"] {
+        assert_eq!(
+            restore(&b, s, &here, format),
+            restore(&b, fork.session.id, &forked, format),
+            "{format}"
+        );
+    }
+    // A fork at the fourth turn's message: what came before it, and it.
+    let middle = middle.unwrap();
+    let at = store.fork_session(s, Some(middle), None).await.unwrap();
+    let seq = store.message(middle).await.unwrap().seq;
+    let before = here
+        .iter()
+        .skip(1)
+        .take_while(|id| *id != &middle.to_string())
+        .count()
+        + 1;
+    assert_eq!(delivered_ids(&store, at.session.id).await.len(), 1 + before);
+    let last = store.items(at.session.id).await.unwrap().pop().unwrap();
+    assert!(last.seq < seq);
+    assert!(store.verify().await.unwrap().ok());
+
+    // A tool call edited behind the log: neither copy is made, and nothing is left.
+    b.raw_execute(
+        "UPDATE items SET body = replace(body, '\"completed\"', '\"failed\"') \
+         WHERE kind = 'tool_call'",
+    )
+    .unwrap();
+    let sessions = store.list_sessions().await.unwrap().len();
+    let folders = std::fs::read_dir(b.configured()).unwrap().count();
+    let err = store.fork_session(s, None, None).await.unwrap_err();
+    assert!(matches!(err, Error::LogMismatch { .. }), "{err}");
+    let refused = b.dir.path().join("refused.tar");
+    let out = b.run(&[
+        "export",
+        "--session",
+        &s.to_string(),
+        "--out",
+        refused.to_str().unwrap(),
+    ]);
+    let line = assert_one_line_error(&out);
+    assert!(line.contains("differs from its event log"), "{line}");
+    assert!(!refused.exists());
+    assert_eq!(store.list_sessions().await.unwrap().len(), sessions);
+    assert_eq!(std::fs::read_dir(b.configured()).unwrap().count(), folders);
+    let leftovers: Vec<_> = std::fs::read_dir(b.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains("partial"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
 }
