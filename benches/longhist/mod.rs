@@ -6,8 +6,9 @@
 //! release binary's `restore --format acp-updates`; peak resident memory of `restore`
 //! in every format and of `record` of the whole input in a child process; full replay
 //! against a baseline that selects the same events and writes their payloads to a
-//! sink; `--tail 100` against the whole restore of the 100-item session; and the
-//! database's bytes per byte of recorded JSON.
+//! sink; `--tail 100` against the whole restore of the 100-item session; the
+//! database's bytes per byte of recorded JSON; and peak resident memory of `export`,
+//! `import`, `session fork` and `session delete` of the long session.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -276,4 +277,49 @@ pub fn longhist(report: &mut Report, rt: &Runtime) {
         mib(json_bytes),
         judged(ratio <= 3.0)
     ));
+
+    // Peak memory of the whole-session operations, in child processes, last: the
+    // fork and the import grow the database that the figure above measured.
+    let store_args = |f: &Fixture| {
+        vec![
+            "--db".to_owned(),
+            f.dir.join("sessions.db").display().to_string(),
+            "--attachments-root".to_owned(),
+            f.dir.join("attachments").display().to_string(),
+        ]
+    };
+    let archive = target.dir.join("long.tar");
+    let measured = |what: &str, args: Vec<String>, report: &mut Report| {
+        let (took, peak) = run_measured(
+            Command::new(env!("CARGO_BIN_EXE_sessionstore"))
+                .args(&args)
+                .env_remove("SESSIONSTORE_LEGACY_ROOTS")
+                .stdout(Stdio::null()),
+        );
+        report.0.push(format!(
+            "longhist: {what} of {items} items in {:.1} s, peak RSS {:.0} MiB (target <= 64 MiB: {})",
+            took.as_secs_f64(),
+            mib(peak),
+            judged(peak <= 64 * MIB as u64)
+        ));
+    };
+    let sid = long.session.to_string();
+    let mut export = vec!["export".to_owned(), "--session".into(), sid.clone()];
+    export.extend(["--out".to_owned(), archive.display().to_string()]);
+    export.extend(store_args(&long));
+    measured("export", export, report);
+    report.0.push(format!(
+        "longhist: the archive is {:.0} MiB",
+        mib(std::fs::metadata(&archive).map_or(0, |m| m.len()))
+    ));
+    let mut import = vec!["import".to_owned(), archive.display().to_string()];
+    import.extend(store_args(&target));
+    measured("import", import, report);
+    let _ = std::fs::remove_file(&archive);
+    let mut fork = vec!["session".to_owned(), "fork".into(), sid.clone()];
+    fork.extend(store_args(&long));
+    measured("session fork", fork, report);
+    let mut delete = vec!["session".to_owned(), "delete".into(), sid];
+    delete.extend(store_args(&long));
+    measured("session delete", delete, report);
 }

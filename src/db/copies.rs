@@ -7,7 +7,7 @@ use super::sql::Tx;
 
 use crate::error::Result;
 use crate::ids::SessionId;
-use crate::model::{Delivery, ForkedFrom, ItemBody, NewMessage, Session, Setting};
+use crate::model::{Delivery, ForkedFrom, ItemBody, NewMessage, Setting};
 
 /// One entry of a history to write, in history order.
 #[derive(Debug, Clone)]
