@@ -970,7 +970,7 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
             .collect();
         store.record(s, lines).await.unwrap();
         let sent = store
-            .send(s, Outgoing::user(&format!("turn {turn}")))
+            .send(s, Outgoing::user(format!("turn {turn}")))
             .await
             .unwrap();
         if turn == 3 {
