@@ -48,7 +48,6 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode};
-use rusqlite::params;
 use sessionstore::model::Role;
 use tokio::runtime::Runtime;
 use workload::{Fixture, MIB, raw_connection};
@@ -513,35 +512,7 @@ fn list(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     let dir = tempfile::tempdir().expect("a temp dir");
     let fx = Fixture::create(rt, dir.path());
     let db = fx.dir.join("sessions.db");
-    {
-        let mut conn = raw_connection(&db);
-        let tx = conn.transaction().expect("begin");
-        for i in 0..10_000u32 {
-            let id = uuid::Uuid::now_v7().to_string();
-            let at = format!("2026-01-01T00:00:{:02}.{:09}Z", i % 60, i);
-            tx.execute(
-                "INSERT INTO sessions (id, title, tools_host, created_at, updated_at)
-                 VALUES (?1, ?2, 'local', ?3, ?3)",
-                params![id, format!("session {i}"), at],
-            )
-            .expect("a session");
-            tx.execute(
-                "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
-                 VALUES (?1, 1, 'session_created', '{}', ?2)",
-                params![id, at],
-            )
-            .expect("its event");
-            if i % 10 == 0 {
-                tx.execute(
-                    "INSERT INTO messages (id, session_id, seq, role, display_text, state, created_at)
-                     VALUES (?1, ?2, 1, 'user', 'hello', 'delivered', ?3)",
-                    params![uuid::Uuid::now_v7().to_string(), id, at],
-                )
-                .expect("a message");
-            }
-        }
-        tx.commit().expect("commit");
-    }
+    crate::workload::write_sessions(&db, 10_000);
     let store = fx.store.clone();
     let halfway = rt
         .block_on(async {

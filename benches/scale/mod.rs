@@ -17,13 +17,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rusqlite::params;
 use sessionstore::Store;
 use sessionstore::model::Role;
 use tokio::runtime::Runtime;
 
 use crate::Report;
-use crate::workload::{Fixture, config_in, raw_connection};
+use crate::workload::{Fixture, config_in, raw_connection, write_sessions};
 
 /// A user message comes before every this many recorded items.
 const TURN: usize = 1000;
@@ -85,33 +84,7 @@ fn sessions_store(rt: &Runtime, dir: &Path, n: u32) -> Store {
     let store = rt
         .block_on(Store::open(config_in(dir)))
         .expect("store opens");
-    let mut conn = raw_connection(&dir.join("sessions.db"));
-    let tx = conn.transaction().expect("begin");
-    for i in 0..n {
-        let id = uuid::Uuid::now_v7().to_string();
-        let at = format!("2026-01-01T00:00:{:02}.{:09}Z", i % 60, i);
-        tx.execute(
-            "INSERT INTO sessions (id, title, tools_host, created_at, updated_at)
-             VALUES (?1, ?2, 'local', ?3, ?3)",
-            params![id, format!("session {i}"), at],
-        )
-        .expect("a session");
-        tx.execute(
-            "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
-             VALUES (?1, 1, 'session_created', '{}', ?2)",
-            params![id, at],
-        )
-        .expect("its event");
-        if i % 10 == 0 {
-            tx.execute(
-                "INSERT INTO messages (id, session_id, seq, role, display_text, state, created_at)
-                 VALUES (?1, ?2, 1, 'user', 'hello', 'delivered', ?3)",
-                params![uuid::Uuid::now_v7().to_string(), id, at],
-            )
-            .expect("a message");
-        }
-    }
-    tx.commit().expect("commit");
+    write_sessions(&dir.join("sessions.db"), n);
     store
 }
 

@@ -358,3 +358,36 @@ pub fn frame(f: &Fixture, parts: &[Part]) -> Vec<u8> {
     .expect("write");
     out
 }
+
+/// Writes `n` sessions into the database at `db` by hand, in one transaction (as many
+/// store writes would be as many fsyncs): each with its creation event, every tenth
+/// with a message. The `list` and `scale` groups list them.
+pub fn write_sessions(db: &Path, n: u32) {
+    let mut conn = raw_connection(db);
+    let tx = conn.transaction().expect("begin");
+    for i in 0..n {
+        let id = uuid::Uuid::now_v7().to_string();
+        let at = format!("2026-01-01T00:00:{:02}.{:09}Z", i % 60, i);
+        tx.execute(
+            "INSERT INTO sessions (id, title, tools_host, created_at, updated_at)
+             VALUES (?1, ?2, 'local', ?3, ?3)",
+            rusqlite::params![id, format!("session {i}"), at],
+        )
+        .expect("a session");
+        tx.execute(
+            "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+             VALUES (?1, 1, 'session_created', '{}', ?2)",
+            rusqlite::params![id, at],
+        )
+        .expect("its event");
+        if i % 10 == 0 {
+            tx.execute(
+                "INSERT INTO messages (id, session_id, seq, role, display_text, state, created_at)
+                 VALUES (?1, ?2, 1, 'user', 'hello', 'delivered', ?3)",
+                rusqlite::params![uuid::Uuid::now_v7().to_string(), id, at],
+            )
+            .expect("a message");
+        }
+    }
+    tx.commit().expect("commit");
+}

@@ -146,7 +146,7 @@ impl Store {
             // fork as the read hands it on.
             let written = db.write(|tx| {
                 copies::create(tx, &new)?;
-                let mut into = Into {
+                let mut into = CopyInto {
                     tx,
                     fork,
                     upto: cut.last,
@@ -198,13 +198,13 @@ impl Sink for Cut {
 }
 
 /// The second read of a fork: each entry up to the cut written to the fork.
-struct Into<'a, 'c> {
+struct CopyInto<'a, 'c> {
     tx: &'a Tx<'c>,
     fork: SessionId,
     upto: i64,
 }
 
-impl Sink for Into<'_, '_> {
+impl Sink for CopyInto<'_, '_> {
     fn begin(&mut self, _: Session, _: Option<Partial>) {}
 
     fn entry(&mut self, entry: HistoryEntry) -> Result<bool> {
