@@ -28,26 +28,44 @@ pub fn append_event(
     at: &str,
 ) -> Result<EventSeq> {
     let body = serde_json::to_string(payload).expect("event payloads always serialize");
+    append_event_json(conn, session, payload.kind(), &body, at, None)
+}
+
+/// [`append_event`] of a payload already written as JSON (`body`, of kind `kind`),
+/// as `session_seq` when the caller knows the session's next one (the writer's memo,
+/// `turns::Tails`), else the next after the session's last.
+pub(crate) fn append_event_json(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    kind: &str,
+    body: &str,
+    at: &str,
+    session_seq: Option<i64>,
+) -> Result<EventSeq> {
     let session = session.to_string();
-    const INSERT: &str = "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+    const NEXT: &str = "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
          VALUES (?1,
                  (SELECT coalesce(max(session_seq), 0) + 1 FROM events WHERE session_id = ?1),
                  ?2, ?3, ?4)";
-    let kind = payload.kind();
-    let args = args![session, kind, body, at];
+    const AT: &str = "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+         VALUES (?1, ?5, ?2, ?3, ?4)";
     // SQLite hands the new row's id back without a result row; PostgreSQL needs
     // `RETURNING`, which on SQLite costs a step and a row on every append.
-    let seq = match conn.sqlite_conn() {
+    let insert = |insert: &str, args: &[super::sql::Value<'_>]| match conn.sqlite_conn() {
         Some(sqlite) => {
-            conn.execute(INSERT, args).map_err(sql("append an event"))?;
-            sqlite.last_insert_rowid()
+            conn.execute(insert, args).map_err(sql("append an event"))?;
+            Ok(sqlite.last_insert_rowid())
         }
         None => conn
-            .query_row(&format!("{INSERT} RETURNING seq"), args, |r| r.get(0))
+            .query_row(&format!("{insert} RETURNING seq"), args, |r| r.get(0))
             .map_err(sql("append an event"))?
             .ok_or(Error::OutOfRange {
                 what: "an appended event's sequence number",
-            })?,
+            }),
+    };
+    let seq = match session_seq {
+        Some(n) => insert(AT, args![session, kind, body, at, n])?,
+        None => insert(NEXT, args![session, kind, body, at])?,
     };
     conn.execute(
         "UPDATE sessions SET updated_at = ?2 WHERE id = ?1",
@@ -55,6 +73,19 @@ pub fn append_event(
     )
     .map_err(sql("touch the session"))?;
     Ok(EventSeq(seq))
+}
+
+/// The `session_seq` of a session's last event (0 for none).
+pub(crate) fn last_session_seq(conn: &Tx<'_>, session: &SessionId) -> Result<i64> {
+    conn.query_row(
+        "SELECT coalesce(max(session_seq), 0) FROM events WHERE session_id = ?1",
+        args![session.to_string()],
+        |r| r.get(0),
+    )
+    .map_err(sql("read a session's last event"))?
+    .ok_or(Error::OutOfRange {
+        what: "an event's sequence number",
+    })
 }
 
 /// The next place in a session's history, which messages and items share.

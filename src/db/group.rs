@@ -22,6 +22,7 @@ use std::sync::mpsc;
 
 use tokio::sync::oneshot;
 
+use super::turns::Tails;
 use super::{Db, Tx};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
@@ -30,7 +31,12 @@ use crate::ids::SessionId;
 /// session of a busy daemon, few enough that one transaction stays short.
 const MAX_MEMBERS: usize = 256;
 
-type Work = Box<dyn FnMut(&Tx<'_>) -> Result<Box<dyn Any + Send>> + Send>;
+/// How long a group waits at most for the writers of the last group to write again
+/// (they heard back from it a moment ago) before it commits with fewer: far less than
+/// a commit, so a writer waits for at most one commit window and this.
+const GATHER: std::time::Duration = std::time::Duration::from_micros(300);
+
+type Work = Box<dyn FnMut(&Tx<'_>, &mut Tails) -> Result<Box<dyn Any + Send>> + Send>;
 
 struct Job {
     /// The session whose files the write also touches (a send), whose writes must not
@@ -86,10 +92,22 @@ impl GroupWriter {
         session: Option<SessionId>,
         mut work: impl FnMut(&Tx<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
+        self.write_remembering(session, move |tx, _| work(tx)).await
+    }
+
+    /// [`GroupWriter::write`] of a write that also reads and keeps the writer's memo of
+    /// the sessions it recorded for (`turns::Tails`).
+    pub async fn write_remembering<T: Send + 'static>(
+        &self,
+        session: Option<SessionId>,
+        mut work: impl FnMut(&Tx<'_>, &mut Tails) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         let (done, answer) = oneshot::channel();
         let job = Job {
             session,
-            work: Box::new(move |tx| work(tx).map(|v| Box::new(v) as Box<dyn Any + Send>)),
+            work: Box::new(move |tx, tails| {
+                work(tx, tails).map(|v| Box::new(v) as Box<dyn Any + Send>)
+            }),
             done,
         };
         let stopped = || Error::Task("the store's writer has stopped".to_owned());
@@ -122,15 +140,29 @@ impl Drop for GroupWriter {
 }
 
 fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats) {
+    // How many writes the last group held: that many writers were waiting on it,
+    // and each is likely to write again as soon as it hears back.
+    let mut last = 1;
+    let mut tails = Tails::default();
     while let Ok(first) = jobs.recv() {
         let mut group = vec![first];
+        let deadline = std::time::Instant::now() + GATHER;
         while group.len() < MAX_MEMBERS {
             match jobs.try_recv() {
                 Ok(job) => group.push(job),
-                Err(_) => break,
+                Err(mpsc::TryRecvError::Disconnected) => break,
+                Err(mpsc::TryRecvError::Empty) if group.len() >= last => break,
+                Err(mpsc::TryRecvError::Empty) => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    match jobs.recv_timeout(left) {
+                        Ok(job) => group.push(job),
+                        Err(_) => break,
+                    }
+                }
             }
         }
-        commit(&db, group, stats);
+        last = group.len();
+        commit(&db, group, &mut tails, stats);
     }
 }
 
@@ -163,7 +195,7 @@ fn disk_full_injected() -> Option<Error> {
 
 /// Runs one group in one transaction, each member in a savepoint, and hands each
 /// member its answer once the transaction committed.
-fn commit(db: &Db, mut group: Vec<Job>, stats: &Stats) {
+fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) {
     if let Some(full) = disk_full_injected() {
         let full = Arc::new(full);
         for job in group {
@@ -189,14 +221,18 @@ fn commit(db: &Db, mut group: Vec<Job>, stats: &Stats) {
         // the transaction is rolled back (its drop), and every member is told.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             db.write_for_sessions(&sessions, |tx| {
-                // Run again from the start when PostgreSQL retries the group.
+                // Run again from the start when PostgreSQL retries the group, and with
+                // nothing remembered of an attempt that was rolled back.
+                if !answers.is_empty() || careful {
+                    tails.clear();
+                }
                 answers.clear();
                 for job in &mut group {
                     if careful {
                         tx.batch("SAVEPOINT member")
                             .map_err(super::error::sql("begin a write of a group"))?;
                     }
-                    match (job.work)(tx) {
+                    match (job.work)(tx, tails) {
                         Ok(value) => {
                             if careful {
                                 tx.batch("RELEASE SAVEPOINT member")
@@ -240,6 +276,9 @@ fn commit(db: &Db, mut group: Vec<Job>, stats: &Stats) {
             ))))
         }
     };
+    if failure.is_some() {
+        tails.clear();
+    }
     if failure.is_none() {
         stats.commits.fetch_add(1, Ordering::Relaxed);
         stats

@@ -5,14 +5,16 @@
 
 use super::sql::{DbError, Row, Tx, args};
 
+use std::collections::HashMap;
+
 use crate::error::{Error, Result};
 use crate::ids::{ItemId, SessionId};
 use agent_client_protocol_schema::v1::ContentBlock;
 
-use crate::model::{AgentText, CreatedItem, EventPayload, Item, ItemBody};
+use crate::model::{AgentText, CreatedItem, Item, ItemBody};
 use crate::turns::{self, Slot, State, Update};
 
-use super::append::{append_event, next_seq, now};
+use super::append::{append_event_json, last_session_seq, next_seq, now};
 use super::error::sql;
 use super::queries::get_session;
 
@@ -313,37 +315,34 @@ impl Segment {
 }
 
 /// What of the session's history `batch` may change: the last entry when it is an
-/// agent message or thought, and the tool calls the batch names.
-fn state_for(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<State> {
-    let mut state = State::default();
-    let last = next_seq(conn, session)? - 1;
-    let tail = conn
-        .query_row(
-            &format!(
-                "SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 AND seq = ?2
-                 AND kind IN ('agent_message', 'agent_thought')"
-            ),
-            args![session.to_string(), last],
-            item_from_row,
-        )
-        .map_err(sql("read the last item"))?;
-    // Only the tail's kind and message id decide whether a chunk continues it, so the
-    // batch starts from an empty copy of it: what the outcome holds for the tail is
-    // then only what this batch appends, stored as one part (`record_batch`).
-    state.tail = tail.map(|item| {
-        let body = match item.body {
-            ItemBody::AgentMessage(text) => ItemBody::AgentMessage(AgentText {
-                message_id: text.message_id,
-                content: Vec::new(),
-            }),
-            ItemBody::AgentThought(text) => ItemBody::AgentThought(AgentText {
-                message_id: text.message_id,
-                content: Vec::new(),
-            }),
-            other => other,
-        };
-        (item.id, body)
-    });
+/// agent message or thought, and the tool calls the batch names. The last entry is
+/// read unless the writer's memo knows it (`known`).
+fn state_for(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    batch: &[Update],
+    known: Option<&Tail>,
+) -> Result<State> {
+    let tail = match known {
+        Some(known) => known.item.clone(),
+        None => {
+            let last = next_seq(conn, session)? - 1;
+            conn.query_row(
+                &format!(
+                    "SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 AND seq = ?2
+                     AND kind IN ('agent_message', 'agent_thought')"
+                ),
+                args![session.to_string(), last],
+                item_from_row,
+            )
+            .map_err(sql("read the last item"))?
+            .map(|item| (item.id, empty_copy(item.body)))
+        }
+    };
+    let mut state = State {
+        tail,
+        ..State::default()
+    };
     for id in turns::tool_call_ids(batch) {
         if let Some(Item {
             id: item,
@@ -355,6 +354,95 @@ fn state_for(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<Sta
         }
     }
     Ok(state)
+}
+
+/// An agent message or thought with none of its content: only its kind and message id
+/// decide whether a chunk continues it, so a batch starts from this copy of the tail
+/// and what the outcome holds for it is then only what the batch appends, stored as
+/// one part (`record_batch`).
+fn empty_copy(body: ItemBody) -> ItemBody {
+    match body {
+        ItemBody::AgentMessage(text) => ItemBody::AgentMessage(AgentText {
+            message_id: text.message_id,
+            content: Vec::new(),
+        }),
+        ItemBody::AgentThought(text) => ItemBody::AgentThought(AgentText {
+            message_id: text.message_id,
+            content: Vec::new(),
+        }),
+        other => other,
+    }
+}
+
+/// What the store's writer remembers of a session it recorded for, so the next batch
+/// need not read it again: good while the session's last event is still `event` (every
+/// write of a session appends one, so another process's write, or a write of this one
+/// that went another way, shows as a later event and the memo is dropped).
+#[derive(Debug, Clone)]
+pub(crate) struct Tail {
+    event: i64,
+    /// The next place in the session's history.
+    next_seq: i64,
+    /// The streamed message a chunk may continue, as [`empty_copy`].
+    item: Option<(ItemId, ItemBody)>,
+    /// That message's last part and the bytes of parts waiting since its last sealed
+    /// segment (`append_part`); `None`: read them.
+    parts: Option<(i64, i64)>,
+}
+
+/// The writer's memo: a [`Tail`] for each session it recorded for lately.
+#[derive(Debug, Default)]
+pub(crate) struct Tails(HashMap<SessionId, Tail>);
+
+/// How many sessions the memo holds at most (a few hundred bytes each); past that it
+/// starts again empty.
+const TAILS: usize = 4096;
+
+impl Tails {
+    /// Forgets everything: a group of writes that did not commit may have left it
+    /// ahead of the database.
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// What is remembered of `session`, when it still holds (one indexed read).
+    fn take(&mut self, conn: &Tx<'_>, session: &SessionId) -> Result<Option<Tail>> {
+        let Some(tail) = self.0.remove(session) else {
+            return Ok(None);
+        };
+        // Were it missed, the event's `(session_id, session_seq)` would be taken and
+        // the group would run again without the memo; this read keeps that rare.
+        Ok((last_session_seq(conn, session)? == tail.event).then_some(tail))
+    }
+
+    fn put(&mut self, session: SessionId, tail: Tail) {
+        if self.0.len() >= TAILS {
+            self.0.clear();
+        }
+        self.0.insert(session, tail);
+    }
+}
+
+/// [`record`] through the writer's memo: what it knows of the session is not read
+/// again, and what the batch leaves is remembered for the next one.
+pub(crate) fn record_remembered(
+    conn: &Tx<'_>,
+    tails: &mut Tails,
+    session: &SessionId,
+    batch: &[Update],
+) -> Result<Recorded> {
+    let known = tails.take(conn, session)?;
+    if known.is_none() {
+        get_session(conn, session)?;
+    }
+    let (touched, tail) = record_known(conn, session, batch, known, true)?;
+    if let Some(tail) = tail {
+        tails.put(*session, tail);
+    }
+    Ok(Recorded {
+        recorded: batch.len(),
+        items: touched.into_iter().map(|t| t.id).collect(),
+    })
 }
 
 /// The tool call item of `session` that `id` names, if any.
@@ -402,17 +490,33 @@ pub(crate) fn record_batch(
     session: &SessionId,
     batch: &[Update],
 ) -> Result<Vec<Touched>> {
+    record_known(conn, session, batch, None, false).map(|(touched, _)| touched)
+}
+
+/// [`record_batch`] from what is `known` of the session (read when `None`), giving
+/// what it leaves for the next batch when `remember` asks (`None` for an empty batch).
+fn record_known(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    batch: &[Update],
+    known: Option<Tail>,
+    remember: bool,
+) -> Result<(Vec<Touched>, Option<Tail>)> {
     if batch.is_empty() {
-        return Ok(vec![]);
+        return Ok((vec![], known));
     }
-    let state = state_for(conn, session, batch)?;
-    let stored_tail = state.tail.as_ref().map(|(id, _)| *id);
+    let state = state_for(conn, session, batch, known.as_ref())?;
+    let stored_tail = state.tail.clone();
     let outcome = turns::apply(state, batch).map_err(|(index, refusal)| Error::UpdateRefused {
         line: index + 1,
         refusal,
     })?;
     let at = now();
-    let first = next_seq(conn, session)?;
+    let first = match &known {
+        Some(known) => known.next_seq,
+        None => next_seq(conn, session)?,
+    };
+    let mut parts = known.as_ref().and_then(|k| k.parts);
     let mut created = Vec::with_capacity(outcome.created);
     let mut touched = Vec::with_capacity(outcome.items.len());
     for (slot, body) in &outcome.items {
@@ -451,8 +555,12 @@ pub(crate) fn record_batch(
                 match body {
                     // What this batch appended to the streamed message (`state_for`).
                     ItemBody::AgentMessage(text) | ItemBody::AgentThought(text) => {
-                        if append_part(conn, session, id, &text.content, &at)? >= SEGMENT_BYTES {
+                        let (last, waiting) =
+                            append_part(conn, session, id, &text.content, &at, parts)?;
+                        parts = Some((last, waiting));
+                        if usize::try_from(waiting).unwrap_or(usize::MAX) >= SEGMENT_BYTES {
                             seal_item(conn, session, id, Seal::WhatIsComplete)?;
+                            parts = None;
                         }
                     }
                     _ => {
@@ -471,42 +579,110 @@ pub(crate) fn record_batch(
             }
         }
     }
-    let updates = batch.iter().map(Update::to_value).collect();
-    let payload = EventPayload::TurnRecorded {
-        updates,
-        items: created,
-    };
-    append_event(conn, session, &payload, &at)?;
+    let payload = turn_recorded_json(batch, &created);
+    let event_seq = known.as_ref().map(|k| k.event + 1);
+    let appended = append_event_json(conn, session, "turn_recorded", &payload, &at, event_seq)?;
     // A streamed message that this batch ended (something else came after it) is
     // folded into its row now, once.
-    if let Some(tail) = stored_tail
-        && outcome.tail != Some(Slot::Stored(tail))
+    if let Some((tail, _)) = &stored_tail
+        && outcome.tail != Some(Slot::Stored(*tail))
     {
-        seal_item(conn, session, &tail, Seal::Whole)?;
+        seal_item(conn, session, tail, Seal::Whole)?;
     }
-    Ok(touched)
+    if !remember {
+        return Ok((touched, None));
+    }
+    let event = match event_seq {
+        Some(n) => n,
+        None => conn
+            .query_row(
+                "SELECT session_seq FROM events WHERE seq = ?1",
+                args![appended.0],
+                |r| r.get(0),
+            )
+            .map_err(sql("read an appended event"))?
+            .ok_or(Error::OutOfRange {
+                what: "an appended event's sequence number",
+            })?,
+    };
+    let item = match outcome.tail {
+        None => None,
+        Some(Slot::Stored(_)) => stored_tail,
+        Some(Slot::New(n)) => {
+            parts = Some((0, 0));
+            let body = outcome
+                .items
+                .iter()
+                .find(|(slot, _)| *slot == Slot::New(n))
+                .map(|(_, body)| empty_copy(body.clone()));
+            created.get(n).map(|c| c.id).zip(body)
+        }
+    };
+    let tail = Tail {
+        event,
+        next_seq: first + outcome.created as i64,
+        parts: if item.is_some() { parts } else { None },
+        item,
+    };
+    Ok((touched, Some(tail)))
 }
 
-/// Appends `content` to streamed item `id` as its next part, and gives how many bytes
-/// of streamed parts now wait since the last sealed segment (its `streamed`), read
-/// from the last part alone.
+/// The `turn_recorded` payload of `batch` as JSON, written straight from the updates
+/// rather than through a `serde_json::Value` of each: the same text
+/// `serde_json::to_string(&EventPayload::TurnRecorded { .. })` gives.
+fn turn_recorded_json(batch: &[Update], created: &[CreatedItem]) -> String {
+    struct Updates<'a>(&'a [Update]);
+    impl serde::Serialize for Updates<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(self.0.iter().map(|u| match u {
+                Update::Known(update) => Either::Known(update),
+                Update::Opaque(value) => Either::Opaque(value),
+            }))
+        }
+    }
+    #[derive(serde::Serialize)]
+    #[serde(untagged)]
+    enum Either<'a> {
+        Known(&'a agent_client_protocol_schema::v1::SessionUpdate),
+        Opaque(&'a serde_json::Value),
+    }
+    #[derive(serde::Serialize)]
+    #[serde(tag = "kind", rename = "turn_recorded")]
+    struct TurnRecorded<'a> {
+        updates: Updates<'a>,
+        items: &'a [CreatedItem],
+    }
+    serde_json::to_string(&TurnRecorded {
+        updates: Updates(batch),
+        items: created,
+    })
+    .expect("ACP schema values always serialize")
+}
+
+/// Appends `content` to streamed item `id` as its next part, and gives that part's
+/// number and how many bytes of streamed parts now wait since the last sealed segment
+/// (its `streamed`), read from the last part alone unless `known` (the writer's memo).
 fn append_part(
     conn: &Tx<'_>,
     session: &SessionId,
     id: &ItemId,
     content: &[ContentBlock],
     at: &str,
-) -> Result<usize> {
+    known: Option<(i64, i64)>,
+) -> Result<(i64, i64)> {
     let content = serde_json::to_string(content).expect("content blocks always serialize");
-    let (last, waiting): (i64, i64) = conn
-        .query_row(
-            "SELECT part, CASE WHEN sealed = 1 THEN 0 ELSE streamed END FROM item_parts
-             WHERE session_id = ?1 AND item_id = ?2 ORDER BY part DESC LIMIT 1",
-            args![session.to_string(), id.to_string()],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .map_err(sql("read a streamed item's last part"))?
-        .unwrap_or((0, 0));
+    let (last, waiting): (i64, i64) = match known {
+        Some(known) => known,
+        None => conn
+            .query_row(
+                "SELECT part, CASE WHEN sealed = 1 THEN 0 ELSE streamed END FROM item_parts
+                 WHERE session_id = ?1 AND item_id = ?2 ORDER BY part DESC LIMIT 1",
+                args![session.to_string(), id.to_string()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(sql("read a streamed item's last part"))?
+            .unwrap_or((0, 0)),
+    };
     let streamed = waiting + i64::try_from(content.len()).unwrap_or(i64::MAX);
     conn.execute(
         "INSERT INTO item_parts (session_id, item_id, part, content, created_at, streamed)
@@ -521,5 +697,52 @@ fn append_part(
         ],
     )
     .map_err(sql("append to a streamed item"))?;
-    Ok(usize::try_from(streamed).unwrap_or(usize::MAX))
+    Ok((last + 1, streamed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::EventPayload;
+
+    /// The payload written straight from the updates is the text the event's own
+    /// serialization gives, for every kind of update (known ones with optional fields
+    /// and `_meta`, opaque ones) and with and without created items.
+    #[test]
+    fn a_turn_recorded_payload_is_written_as_the_event_serializes() {
+        let lines = [
+            r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a \"quoted\"\nline é"}}"#,
+            r#"{"sessionUpdate":"agent_thought_chunk","messageId":"m1","content":{"type":"text","text":"t","annotations":{"priority":0.5}}}"#,
+            r#"{"sessionUpdate":"tool_call","toolCallId":"c1","title":"Read","kind":"read","status":"pending","rawInput":{"z":1,"a":[true,null]},"_meta":{"x":{"b":2,"a":1}}}"#,
+            r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed","content":[{"type":"content","content":{"type":"text","text":"done"}}]}"#,
+            r#"{"sessionUpdate":"plan","entries":[{"content":"step","priority":"high","status":"pending"}]}"#,
+            r#"{"sessionUpdate":"a_kind_from_a_newer_agent","z":{"y":1},"a":[1.5,"x"]}"#,
+        ];
+        let batch: Vec<Update> = lines
+            .iter()
+            .map(|l| Update::from_value(&serde_json::from_str(l).unwrap()).unwrap())
+            .collect();
+        for created in [
+            vec![],
+            vec![
+                CreatedItem {
+                    id: ItemId::new(),
+                    seq: 7,
+                },
+                CreatedItem {
+                    id: ItemId::new(),
+                    seq: 8,
+                },
+            ],
+        ] {
+            let event = EventPayload::TurnRecorded {
+                updates: batch.iter().map(Update::to_value).collect(),
+                items: created.clone(),
+            };
+            assert_eq!(
+                turn_recorded_json(&batch, &created),
+                serde_json::to_string(&event).unwrap()
+            );
+        }
+    }
 }

@@ -382,8 +382,19 @@ impl Store {
         updates: Vec<U>,
     ) -> Result<Recorded> {
         let updates: Vec<Update> = updates.into_iter().map(Into::into).collect();
-        self.with_write(move |tx| db::turns::record(tx, &session, &updates))
-            .await
+        match &self.writer {
+            Some(writer) => {
+                writer
+                    .write_remembering(None, move |tx, tails| {
+                        db::turns::record_remembered(tx, tails, &session, &updates)
+                    })
+                    .await
+            }
+            None => {
+                self.with_write(move |tx| db::turns::record(tx, &session, &updates))
+                    .await
+            }
+        }
     }
 
     /// [`Store::record`] of updates as the JSON an agent sent (the `update` of each

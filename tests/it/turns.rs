@@ -109,6 +109,68 @@ async fn messages_and_items_share_one_history_across_batches() {
     assert_eq!(report.items, 4);
 }
 
+/// The store's writer remembers where each session's history ends (its last event,
+/// next place, streaming message and last part) so a batch need not read it again.
+/// Another process recording for the same session in between must not be written
+/// over: the memo is dropped when the session's last event is not its own.
+#[tokio::test]
+async fn a_session_recorded_by_another_process_in_between_is_read_again() {
+    let t = TestStore::new().await;
+    let s = t.session().await;
+    let id = s.to_string();
+    let chunk = |text: &str| {
+        serde_json::json!({"sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": text}})
+        .to_string()
+    };
+    t.store().record(s, vec![text_chunk("one ")]).await.unwrap();
+    t.store().record(s, vec![text_chunk("two ")]).await.unwrap();
+    // Another process continues the same message (its next part), then this store
+    // continues it again: the part numbers must not collide.
+    let out = record_cli(&t, &id, &format!("{}\n", chunk("three ")));
+    assert!(out.status.success(), "{}", stderr(&out));
+    t.store()
+        .record(s, vec![text_chunk("four ")])
+        .await
+        .unwrap();
+    // Another process ends the message with a tool call: the next chunk starts a new
+    // message after it, at the next place.
+    let call = serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "c1",
+        "title": "Run tests", "kind": "execute", "status": "pending"});
+    let out = record_cli(&t, &id, &format!("{call}\n"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    t.store().record(s, vec![text_chunk("five")]).await.unwrap();
+    assert_eq!(
+        history(&t, s),
+        [
+            (1, "agent_message".to_owned()),
+            (2, "tool_call".to_owned()),
+            (3, "agent_message".to_owned()),
+        ]
+    );
+    let items = t.store().items(s).await.unwrap();
+    assert!(
+        items[0]
+            .body
+            .to_json()
+            .contains(r#""text":"one two three four ""#),
+        "{:?}",
+        items[0].body.to_json()
+    );
+    assert!(items[2].body.to_json().contains(r#""text":"five""#));
+    let report = t.store().verify().await.unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+    // And this store's own other writes (a send) are seen the same way.
+    t.send(s, Outgoing::user("thanks")).await;
+    t.store().record(s, vec![text_chunk("six")]).await.unwrap();
+    let kinds: Vec<String> = history(&t, s).into_iter().map(|(_, k)| k).collect();
+    assert_eq!(
+        kinds[3..],
+        ["message:user".to_owned(), "agent_message".to_owned()]
+    );
+    assert!(t.store().verify().await.unwrap().ok());
+}
+
 #[tokio::test]
 async fn a_refused_update_stores_nothing_of_its_batch() {
     let t = TestStore::new().await;

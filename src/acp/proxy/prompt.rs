@@ -331,16 +331,23 @@ impl Proxy {
         {
             return;
         }
-        let update = message
+        let kind = message
             .params()
-            .and_then(|p| p.get("update"))
-            .cloned()
-            .unwrap_or(Value::Null);
-        let kind = update["sessionUpdate"].as_str().unwrap_or_default();
-        if is_history(kind) && self.options.record_updates {
-            self.recorder(session).record(update).await;
+            .and_then(|p| p["update"]["sessionUpdate"].as_str())
+            .unwrap_or_default();
+        if !(is_history(kind) && self.options.record_updates) {
+            let _ = self.client.send(&message).await;
+            return;
         }
-        let _ = self.client.send(&message).await;
+        // The frame for the client is written first, so the update itself can move to
+        // the recorder rather than be copied for it.
+        let frame = message.to_bytes();
+        let update = message
+            .params_mut()
+            .and_then(|p| p.get_mut("update"))
+            .map_or(Value::Null, Value::take);
+        self.recorder(session).record(update).await;
+        let _ = self.client.send_bytes(frame).await;
     }
 
     fn recorder(self: &Arc<Self>, session: SessionId) -> Recorder {
@@ -516,6 +523,8 @@ pub(crate) fn agent_blocks(message: &ModelMessage, caps: &Capabilities) -> Vec<C
 #[derive(Clone)]
 pub(crate) struct Recorder {
     queue: mpsc::Sender<Record>,
+    /// Told by a flush, so a window that is gathering ends at once.
+    flushed: Arc<tokio::sync::Notify>,
 }
 
 enum Record {
@@ -526,6 +535,8 @@ enum Record {
 impl Recorder {
     fn start(store: crate::Store, session: SessionId) -> Recorder {
         let (queue, mut rx) = mpsc::channel(RECORD_QUEUE);
+        let flushed = Arc::new(tokio::sync::Notify::new());
+        let told = flushed.clone();
         tokio::spawn(async move {
             // The first failure to record is kept until the next flush, and nothing
             // after it is recorded meanwhile: the turn keeps a prefix of its updates,
@@ -536,7 +547,15 @@ impl Recorder {
             let mut batch = Vec::new();
             let mut flushes = Vec::new();
             while let Some(first) = rx.recv().await {
-                let window = tokio::time::Instant::now() + RECORD_WINDOW;
+                // The window gathers without listening: updates wait in the queue
+                // rather than wake this task one by one (a wake costs about as much
+                // as recording the update). A flush ends it early.
+                if matches!(first, Record::Update(_)) {
+                    tokio::select! {
+                        () = tokio::time::sleep(RECORD_WINDOW) => {}
+                        () = told.notified() => {}
+                    }
+                }
                 let mut next = Some(first);
                 while let Some(record) = next.take() {
                     match record {
@@ -546,16 +565,7 @@ impl Recorder {
                     if batch.len() >= RECORD_BATCH {
                         break;
                     }
-                    next = match rx.try_recv() {
-                        Ok(record) => Some(record),
-                        Err(mpsc::error::TryRecvError::Empty) if flushes.is_empty() => {
-                            tokio::time::timeout_at(window, rx.recv())
-                                .await
-                                .ok()
-                                .flatten()
-                        }
-                        Err(_) => None,
-                    };
+                    next = rx.try_recv().ok();
                 }
                 if !batch.is_empty()
                     && failed.is_none()
@@ -576,7 +586,7 @@ impl Recorder {
                 }
             }
         });
-        Recorder { queue }
+        Recorder { queue, flushed }
     }
 
     async fn record(&self, update: Value) {
@@ -589,6 +599,7 @@ impl Recorder {
             .send(Record::Flush(tx))
             .await
             .map_err(|_| Failure::internal("the recorder stopped"))?;
+        self.flushed.notify_one();
         rx.await
             .map_err(|_| Failure::internal("the recorder stopped"))?
     }
