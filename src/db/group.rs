@@ -10,10 +10,17 @@
 //! as one write's retry does. A caller's future resolves once its group
 //! committed: what it wrote is durable.
 //!
-//! There is no timer: a write that arrives while nothing is being committed starts a
-//! group at once, so a lone writer waits for nothing but its own commit, and writes
-//! that arrive during a commit wait for at most that one commit before theirs (the
-//! commit window is one commit's time, a few milliseconds with one fsync).
+//! A write that arrives while nothing is being committed starts a group at once, so a
+//! lone writer waits for nothing but its own commit, and writes that arrive during a
+//! commit wait for at most that one commit before theirs. When the last group held
+//! more writers than have arrived, the group waits up to [`GATHER`] for them (they
+//! heard back a moment ago and are likely to write again), so a busy daemon's groups
+//! stay whole instead of alternating small and large. The commit window is one
+//! commit's time, a few milliseconds with one fsync, plus at most that.
+//!
+//! The writer also keeps a memo of where each session's history ends
+//! (`turns::Tails`), handed to the writes that record; a group that did not commit
+//! clears it.
 
 use std::any::Any;
 use std::sync::Arc;
