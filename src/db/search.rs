@@ -47,17 +47,23 @@ pub fn search(
         Engine::Sqlite => {
             // A sealed segment of a long agent message (V6) is an entry of its own,
             // `<item id>/<part>`: one hit an item, its best-ranked entry's (SQLite
-            // takes the bare columns from the row `min` chose).
-            // Materialized: snippet() cannot run in the grouped query it would be
-            // flattened into.
+            // takes the bare columns from the row `min` chose). The snippet is made
+            // only for the hits kept, by looking each one up again (its rowid and the
+            // query): making one costs far more than ranking, and a common word may
+            // match far more entries than the limit keeps.
             "WITH hits AS MATERIALIZED (
                  SELECT e.session_id, substr(e.entry_id, 1, 36) AS entry, e.source,
-                        snippet(search, 0, ?4, ?5, '…', 16) AS snip, search.rank AS rank,
-                        e.id AS id
+                        search.rank AS rank, e.id AS id
                  FROM search JOIN search_entries e ON e.id = search.rowid
-                 WHERE search MATCH ?1 AND (?2 IS NULL OR e.session_id = ?2))
-             SELECT session_id, entry, source, snip, min(rank) AS best, id FROM hits
-             GROUP BY entry, source ORDER BY best, id LIMIT ?3"
+                 WHERE search MATCH ?1 AND (?2 IS NULL OR e.session_id = ?2)),
+             best AS MATERIALIZED (
+                 SELECT session_id, entry, source, min(rank) AS best, id FROM hits
+                 GROUP BY entry, source ORDER BY best, id LIMIT ?3)
+             SELECT b.session_id, b.entry, b.source,
+                    snippet(search, 0, ?4, ?5, '…', 16), b.best, b.id
+             FROM best b CROSS JOIN search
+             WHERE search MATCH ?1 AND search.rowid >= b.id AND search.rowid <= b.id
+             ORDER BY b.best, b.id"
         }
         // PostgreSQL's own full-text search over the text the V4 triggers keep beside
         // each entry: web-search syntax ("phrases", or, -word), ranked by ts_rank
