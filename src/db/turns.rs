@@ -605,17 +605,28 @@ fn record_known(
                 what: "an appended event's sequence number",
             })?,
     };
-    let item = match outcome.tail {
-        None => None,
-        Some(Slot::Stored(_)) => stored_tail,
-        Some(Slot::New(n)) => {
+    // What the next batch continues is what a fresh read finds (`state_for`): the
+    // last entry of the history when it is an agent message or thought, whatever
+    // the batch ended with (a `tool_call_update` of an earlier call leaves the
+    // message before it last). That is the last item this batch created, or, when
+    // it created none, the stored tail, sealed here unless the batch continued it.
+    let item = match outcome.created.checked_sub(1) {
+        Some(n) => {
             parts = Some((0, 0));
-            let body = outcome
+            outcome
                 .items
                 .iter()
                 .find(|(slot, _)| *slot == Slot::New(n))
-                .map(|(_, body)| empty_copy(body.clone()));
-            created.get(n).map(|c| c.id).zip(body)
+                .filter(|(_, body)| {
+                    matches!(body, ItemBody::AgentMessage(_) | ItemBody::AgentThought(_))
+                })
+                .and_then(|(_, body)| created.get(n).map(|c| (c.id, empty_copy(body.clone()))))
+        }
+        None => {
+            if outcome.tail != stored_tail.as_ref().map(|(id, _)| Slot::Stored(*id)) {
+                parts = None;
+            }
+            stored_tail
         }
     };
     let tail = Tail {

@@ -171,6 +171,87 @@ async fn a_session_recorded_by_another_process_in_between_is_read_again() {
     assert!(t.store().verify().await.unwrap().ok());
 }
 
+/// The memo's idea of what the next chunk continues is a fresh read's: the last
+/// entry of the history when it is an agent message, however the batch ended. The
+/// same batches recorded through one store (its writer remembering between them) and
+/// through `sessionstore record`, one process a batch (nothing remembered), make the
+/// same history, and both verify.
+#[tokio::test]
+async fn batches_recorded_with_and_without_the_writers_memo_make_the_same_history() {
+    let t = TestStore::new().await;
+    let chunk = |text: &str| {
+        serde_json::json!({"sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": text}})
+    };
+    let call = |id: &str| {
+        serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": id,
+            "title": "Run tests", "kind": "execute", "status": "pending"})
+    };
+    let done = |id: &str| {
+        serde_json::json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
+            "status": "completed"})
+    };
+    let plan = serde_json::json!({"sessionUpdate": "plan",
+        "entries": [{"content": "step", "priority": "high", "status": "pending"}]});
+    let opaque = serde_json::json!({"sessionUpdate": "a_newer_kind", "x": 1});
+    let batches: Vec<Vec<serde_json::Value>> = vec![
+        // An update of an earlier call, alone, after a message: the message stays last.
+        vec![call("c1")],
+        vec![chunk("a ")],
+        vec![done("c1")],
+        vec![chunk("b ")],
+        // A new message, then an update of an earlier call in the same batch.
+        vec![call("c2"), chunk("c "), done("c2")],
+        vec![chunk("d ")],
+        // A plan, an opaque update: the next chunk starts a message of its own.
+        vec![plan.clone()],
+        vec![chunk("e ")],
+        vec![opaque.clone(), chunk("f "), call("c3")],
+        vec![done("c3"), chunk("g")],
+    ];
+    let remembered = t.session().await;
+    for batch in &batches {
+        t.store()
+            .record_values(remembered, batch.clone())
+            .await
+            .unwrap();
+    }
+    let fresh = t.session().await;
+    for batch in &batches {
+        let lines: String = batch.iter().map(|u| format!("{u}\n")).collect();
+        let out = record_cli(&t, &fresh.to_string(), &lines);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let bodies = |items: Vec<sessionstore::model::Item>| -> Vec<String> {
+        items.iter().map(|i| i.body.to_json()).collect()
+    };
+    assert_eq!(history(&t, remembered), history(&t, fresh));
+    assert_eq!(
+        bodies(t.store().items(remembered).await.unwrap()),
+        bodies(t.store().items(fresh).await.unwrap())
+    );
+    let report = t.store().verify().await.unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+    // And what a fresh read makes of it: "a b " is one message, "c d " another.
+    let texts: Vec<String> = t
+        .store()
+        .items(remembered)
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.body.to_json())
+        .filter(|b| b.contains("agent_message") || b.contains("\"text\""))
+        .collect();
+    assert!(
+        texts.iter().any(|b| b.contains(r#""text":"a b ""#)),
+        "{texts:?}"
+    );
+    assert!(
+        texts.iter().any(|b| b.contains(r#""text":"c d ""#)),
+        "{texts:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_refused_update_stores_nothing_of_its_batch() {
     let t = TestStore::new().await;
