@@ -120,9 +120,9 @@ fn replay_store(rt: &Runtime, f: &Fixture, replay: Replay) {
     })
 }
 
-/// The hand-written baseline: the session's events, selected in order on a raw
-/// connection, each payload written to a sink.
-fn replay_baseline(db: &Path, session: &str) {
+/// The session's event payloads, selected in order on a raw connection, each handed
+/// to `each` with a sink to write to: what both baselines share.
+fn each_payload(db: &Path, session: &str, mut each: impl FnMut(&str, &mut std::io::Sink)) {
     let conn = raw_connection(db);
     let mut stmt = conn
         .prepare("SELECT payload FROM events WHERE session_id = ?1 ORDER BY session_seq")
@@ -130,9 +130,19 @@ fn replay_baseline(db: &Path, session: &str) {
     let mut rows = stmt.query([session]).expect("query");
     let mut sink = std::io::sink();
     while let Some(row) = rows.next().expect("a row") {
-        let payload = row.get_ref(0).expect("payload").as_str().expect("text");
-        sink.write_all(payload.as_bytes()).expect("write");
+        each(
+            row.get_ref(0).expect("payload").as_str().expect("text"),
+            &mut sink,
+        );
     }
+}
+
+/// The hand-written baseline: the session's events, selected in order on a raw
+/// connection, each payload written to a sink.
+fn replay_baseline(db: &Path, session: &str) {
+    each_payload(db, session, |payload, sink| {
+        sink.write_all(payload.as_bytes()).expect("write");
+    });
 }
 
 /// The baseline proposed as the fair one for a replay that reads the log: the same
@@ -142,23 +152,16 @@ fn replay_baseline(db: &Path, session: &str) {
 fn replay_parsing_baseline(db: &Path, session: &str) {
     use sessionstore::model::EventPayload;
     use sessionstore::turns::Update;
-    let conn = raw_connection(db);
-    let mut stmt = conn
-        .prepare("SELECT payload FROM events WHERE session_id = ?1 ORDER BY session_seq")
-        .expect("prepare");
-    let mut rows = stmt.query([session]).expect("query");
-    let mut sink = std::io::sink();
-    while let Some(row) = rows.next().expect("a row") {
-        let payload = row.get_ref(0).expect("payload").as_str().expect("text");
+    each_payload(db, session, |payload, sink| {
         let event: EventPayload = serde_json::from_str(payload).expect("an event payload");
         if let EventPayload::TurnRecorded { updates, .. } = event {
             for value in &updates {
                 let update = Update::from_value(value).expect("an update");
-                serde_json::to_writer(&mut sink, &update.to_value()).expect("write");
+                serde_json::to_writer(&mut *sink, &update.to_value()).expect("write");
                 sink.write_all(b"\n").expect("write");
             }
         }
-    }
+    });
 }
 
 fn timed(runs: usize, mut f: impl FnMut()) -> Duration {
