@@ -48,9 +48,11 @@ pub fn search(
             // A sealed segment of a long agent message (V6) is an entry of its own,
             // `<item id>/<part>`: one hit an item, its best-ranked entry's (SQLite
             // takes the bare columns from the row `min` chose). The snippet is made
-            // only for the hits kept, by looking each one up again (its rowid and the
-            // query): making one costs far more than ranking, and a common word may
-            // match far more entries than the limit keeps.
+            // only for the hits kept, in one more pass over the matches that makes
+            // nothing for the others (`+rowid`: a filter, not one lookup a hit, which
+            // would open the index's every segment again for each): making a snippet
+            // costs far more than ranking, and a common word may match far more
+            // entries than the limit keeps.
             "WITH hits AS MATERIALIZED (
                  SELECT e.session_id, substr(e.entry_id, 1, 36) AS entry, e.source,
                         search.rank AS rank, e.id AS id
@@ -59,10 +61,11 @@ pub fn search(
              best AS MATERIALIZED (
                  SELECT session_id, entry, source, min(rank) AS best, id FROM hits
                  GROUP BY entry, source ORDER BY best, id LIMIT ?3)
-             SELECT b.session_id, b.entry, b.source,
-                    snippet(search, 0, ?4, ?5, '…', 16), b.best, b.id
-             FROM best b CROSS JOIN search
-             WHERE search MATCH ?1 AND search.rowid >= b.id AND search.rowid <= b.id
+             SELECT b.session_id, b.entry, b.source, s.snip, b.best, b.id
+             FROM best b JOIN (
+                 SELECT rowid AS id, snippet(search, 0, ?4, ?5, '…', 16) AS snip
+                 FROM search WHERE search MATCH ?1 AND +rowid IN (SELECT id FROM best)
+             ) AS s ON s.id = b.id
              ORDER BY b.best, b.id"
         }
         // PostgreSQL's own full-text search over the text the V4 triggers keep beside
