@@ -222,6 +222,8 @@ fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) {
     // again too).
     let refused = std::cell::Cell::new(false);
     let mut careful = false;
+    // Every run of the group after its first follows one that was rolled back.
+    let mut runs = 0u32;
     let outcome = loop {
         refused.set(false);
         // A panic in a member must not take the writer down with every later write:
@@ -230,7 +232,8 @@ fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) {
             db.write_for_sessions(&sessions, |tx| {
                 // Run again from the start when PostgreSQL retries the group, and with
                 // nothing remembered of an attempt that was rolled back.
-                if !answers.is_empty() || careful {
+                runs += 1;
+                if runs > 1 {
                     tails.clear();
                 }
                 answers.clear();
