@@ -446,6 +446,58 @@ pub struct AgentText {
     pub content: Vec<ContentBlock>,
 }
 
+/// A content block that is plain text and nothing else, read directly from its JSON
+/// (a `ContentBlock` is tagged, which serde reads through a buffer of the whole
+/// object). Any other field, annotations and `_meta` included, makes it refuse, so
+/// that where it reads, `ContentBlock`'s own read gives the same block.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PlainText {
+    #[serde(rename = "type")]
+    #[allow(dead_code)]
+    kind: TextTag,
+    text: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum TextTag {
+    Text,
+}
+
+impl PlainText {
+    pub(crate) fn into_block(self) -> ContentBlock {
+        ContentBlock::Text(acp::TextContent::new(self.text))
+    }
+}
+
+/// An [`AgentText`] body whose blocks are all plain text ([`PlainText`]), read
+/// directly; anything else is left to `AgentText`'s own read.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PlainAgentText {
+    #[serde(default)]
+    message_id: Option<String>,
+    content: Vec<PlainText>,
+}
+
+impl AgentText {
+    /// Reads a body as the `agent_message` and `agent_thought` columns hold it.
+    fn from_json(body: &str) -> serde_json::Result<AgentText> {
+        if let Ok(plain) = serde_json::from_str::<PlainAgentText>(body) {
+            return Ok(AgentText {
+                message_id: plain.message_id.map(acp::MessageId::from),
+                content: plain
+                    .content
+                    .into_iter()
+                    .map(PlainText::into_block)
+                    .collect(),
+            });
+        }
+        serde_json::from_str(body)
+    }
+}
+
 impl ItemBody {
     /// The `kind` column: the item's own name, or the session update's tag.
     pub fn kind(&self) -> &'static str {
@@ -481,8 +533,8 @@ impl ItemBody {
     pub fn from_json(kind: &str, body: &str) -> Result<ItemBody, String> {
         let bad = |e: serde_json::Error| format!("{kind} body does not parse: {e}");
         let item = match kind {
-            "agent_message" => ItemBody::AgentMessage(serde_json::from_str(body).map_err(bad)?),
-            "agent_thought" => ItemBody::AgentThought(serde_json::from_str(body).map_err(bad)?),
+            "agent_message" => ItemBody::AgentMessage(AgentText::from_json(body).map_err(bad)?),
+            "agent_thought" => ItemBody::AgentThought(AgentText::from_json(body).map_err(bad)?),
             "tool_call" => ItemBody::ToolCall(serde_json::from_str(body).map_err(bad)?),
             "plan" => ItemBody::Plan(serde_json::from_str(body).map_err(bad)?),
             "opaque" => ItemBody::Opaque(serde_json::from_str(body).map_err(bad)?),
@@ -682,6 +734,30 @@ impl Serialize for Problem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The direct read of a plain-text body, and `AgentText`'s own read it falls back
+    /// to, give the same body or the same error.
+    #[test]
+    fn a_plain_text_body_reads_as_its_general_read_does() {
+        let bodies = [
+            r#"{"messageId":"m1","content":[{"type":"text","text":"a"}]}"#,
+            r#"{"content":[{"text":"a","type":"text"},{"type":"text","text":"\u00e9"}]}"#,
+            r#"{"messageId":null,"content":[]}"#,
+            r#"{"content":[{"type":"text","text":"a","annotations":{"priority":1.0}}]}"#,
+            r#"{"content":[{"type":"text","text":"a","_meta":{"k":1}}]}"#,
+            r#"{"content":[{"type":"image","data":"AA==","mimeType":"image/png"}]}"#,
+            r#"{"content":[{"type":"text","text":"a"}],"extra":1}"#,
+            r#"{"content":[{"type":"text"}]}"#,
+            r#"{"messageId":5,"content":[]}"#,
+            r#"{"content":{}}"#,
+        ];
+        for body in bodies {
+            let general: Result<AgentText, String> =
+                serde_json::from_str(body).map_err(|e| e.to_string());
+            let read = AgentText::from_json(body).map_err(|e| e.to_string());
+            assert_eq!(read, general, "{body}");
+        }
+    }
 
     /// A problem prints, and serializes, as the one line `verify` has always printed
     /// for it, whatever its kind puts first; a message that has named the session or

@@ -16,7 +16,7 @@ use crate::model::{
     Delivery, Event, EventPayload, Item, ItemBody, Message, MessageBlock, Problem, ProblemKind,
     Session, Setting, Turn,
 };
-use crate::turns::{self, Slot, State, Update};
+use crate::turns::{self, Refusal, Slot, State, Update};
 
 /// A session as its event log describes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,20 +36,62 @@ pub trait Payload {
     /// `kind` is the event row's own `kind` column: a hint for choosing a decoder,
     /// never a substitute for the payload's own `kind` field. `uris` holds the URIs
     /// this replay has parsed so far, for a decoder that can reuse them.
-    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<EventPayload>;
+    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<Decoded>;
+}
+
+/// A decoded payload. A `turn_recorded` payload read from text comes with its updates
+/// already read ([`Update::from_text`]), and its [`EventPayload`] holds none: the
+/// payload's own values would be built only to be read again.
+#[derive(Debug)]
+pub enum Decoded {
+    Payload(EventPayload),
+    Recorded {
+        updates: Result<Vec<Update>, Refusal>,
+        items: Vec<crate::model::CreatedItem>,
+    },
+}
+
+impl Decoded {
+    /// The payload, and for a `turn_recorded` its updates read (from its values if it
+    /// was decoded as values); the payload's own `updates` are then empty.
+    pub fn split(self) -> (EventPayload, Option<Result<Vec<Update>, Refusal>>) {
+        match self {
+            Decoded::Payload(EventPayload::TurnRecorded { updates, items }) => (
+                EventPayload::TurnRecorded {
+                    updates: Vec::new(),
+                    items,
+                },
+                Some(updates.iter().map(Update::from_value).collect()),
+            ),
+            Decoded::Payload(payload) => (payload, None),
+            Decoded::Recorded { updates, items } => (
+                EventPayload::TurnRecorded {
+                    updates: Vec::new(),
+                    items,
+                },
+                Some(updates),
+            ),
+        }
+    }
+}
+
+impl From<EventPayload> for Decoded {
+    fn from(payload: EventPayload) -> Decoded {
+        Decoded::Payload(payload)
+    }
 }
 
 impl Payload for serde_json::Value {
     /// Deserialized from the borrowed value: cloning each payload first would copy the
     /// whole log once more.
-    fn decode(&self, _kind: &str, _uris: &mut Uris) -> serde_json::Result<EventPayload> {
-        EventPayload::deserialize(self)
+    fn decode(&self, _kind: &str, _uris: &mut Uris) -> serde_json::Result<Decoded> {
+        EventPayload::deserialize(self).map(Decoded::from)
     }
 }
 
 /// A payload read as text and owned (a page of the log).
 impl Payload for String {
-    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<EventPayload> {
+    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<Decoded> {
         self.as_str().decode(kind, uris)
     }
 }
@@ -57,7 +99,7 @@ impl Payload for String {
 /// A payload as the text the log holds, borrowed from the row it was read from, so
 /// that a restore decodes each one once, straight into its [`EventPayload`].
 impl Payload for &str {
-    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<EventPayload> {
+    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<Decoded> {
         // The tagged, flattened `EventPayload` is decoded through serde's buffered
         // content, twice over; most of a log is `message_appended`, which a plain
         // struct decodes straight from the text, its references' URIs parsed once per
@@ -67,19 +109,23 @@ impl Payload for &str {
             && let Ok(plain) = serde_json::from_str::<PlainAppended>(self)
             && let Some(message) = plain.message(uris)
         {
-            return Ok(EventPayload::MessageAppended { message });
+            return Ok(EventPayload::MessageAppended { message }.into());
         }
-        // A long record's log is mostly `turn_recorded`: its updates are read once,
-        // straight into their values, not first into serde's buffer.
+        // A long record's log is mostly `turn_recorded`: its updates are left as text
+        // by the first read and each read once, straight into its update.
         if kind == "turn_recorded"
             && let Ok(plain) = serde_json::from_str::<PlainRecorded>(self)
         {
-            return Ok(EventPayload::TurnRecorded {
-                updates: plain.updates,
+            return Ok(Decoded::Recorded {
+                updates: plain
+                    .updates
+                    .iter()
+                    .map(|update| Update::from_text(update.get()))
+                    .collect(),
                 items: plain.items,
             });
         }
-        serde_json::from_str(self)
+        serde_json::from_str::<EventPayload>(self).map(Decoded::from)
     }
 }
 
@@ -130,10 +176,11 @@ enum RecordedTag {
 /// A `turn_recorded` payload with its fields listed directly, unknown fields ignored
 /// as the tagged form ignores them.
 #[derive(Deserialize)]
-struct PlainRecorded {
+struct PlainRecorded<'a> {
     #[allow(dead_code)]
     kind: RecordedTag,
-    updates: Vec<serde_json::Value>,
+    #[serde(borrow)]
+    updates: Vec<&'a serde_json::value::RawValue>,
     items: Vec<crate::model::CreatedItem>,
 }
 
@@ -484,8 +531,8 @@ impl<'a> Replayer<'a> {
                 .with_event(event.seq),
             );
         }
-        let payload = match event.payload.decode(&event.kind, &mut self.uris) {
-            Ok(p) => p,
+        let (payload, read) = match event.payload.decode(&event.kind, &mut self.uris) {
+            Ok(decoded) => decoded.split(),
             Err(e) => {
                 problems.push(
                     Problem::new(
@@ -644,10 +691,7 @@ impl<'a> Replayer<'a> {
                     ),
                 }
             }
-            EventPayload::TurnRecorded {
-                updates,
-                items: created,
-            } => {
+            EventPayload::TurnRecorded { items: created, .. } => {
                 if session.is_none() {
                     problems.push(
                         Problem::new(
@@ -662,7 +706,9 @@ impl<'a> Replayer<'a> {
                         .with_event(event.seq),
                     );
                 }
-                replay_turn(event, &updates, &created, entries, problems);
+                // (`split` reads the updates of every `turn_recorded`.)
+                let read = read.unwrap_or(Ok(Vec::new()));
+                replay_turn(event, read, &created, entries, problems);
             }
             EventPayload::AgentBound { agent } => match session.as_mut() {
                 Some(s) => s.agent = Some(agent),
@@ -769,7 +815,7 @@ fn before_creation<P>(event: &Event<P>, session: SessionId, what: &str) -> Probl
 /// Replays one recorded batch onto the projected items, the way `record` applied it.
 fn replay_turn<P>(
     event: &Event<P>,
-    updates: &[serde_json::Value],
+    read: Result<Vec<Update>, Refusal>,
     created: &[crate::model::CreatedItem],
     entries: &mut Entries<'_>,
     problems: &mut Vec<Problem>,
@@ -779,8 +825,7 @@ fn replay_turn<P>(
             .with_session(event.session_id)
             .with_event(event.seq)
     };
-    let parsed: Result<Vec<Update>, _> = updates.iter().map(Update::from_value).collect();
-    let batch = match parsed {
+    let batch = match read {
         Ok(batch) => batch,
         Err(e) => {
             problems.push(about(

@@ -87,6 +87,22 @@ impl Update {
             })
     }
 
+    /// Reads one update from its JSON text: a chunk of plain text (the bulk of any
+    /// long history) straight into its `SessionUpdate`, skipping the `Value` tree
+    /// [`Update::from_value`] reads through, which costs about as much again; anything
+    /// else, and every error, through [`Update::from_value`], so what is read and each
+    /// refusal are the same either way.
+    pub fn from_text(text: &str) -> Result<Update, Refusal> {
+        if let Ok(chunk) = serde_json::from_str::<PlainChunk>(text) {
+            return Ok(Update::Known(chunk.into_update()));
+        }
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| Refusal::NotJson {
+                detail: e.to_string(),
+            })?;
+        Update::from_value(&value)
+    }
+
     /// The update as the JSON an agent sends.
     pub fn to_value(&self) -> serde_json::Value {
         match self {
@@ -94,6 +110,42 @@ impl Update {
                 serde_json::to_value(u).expect("ACP schema values always serialize")
             }
             Update::Opaque(v) => v.clone(),
+        }
+    }
+}
+
+/// A chunk update whose content is one plain text block and which holds nothing
+/// else: the one shape [`Update::from_text`] reads directly. Any other field, a
+/// duplicate one, annotations or `_meta` make it refuse, and the general read takes
+/// over; where it reads, the general read gives the same update (no annotations, no
+/// `_meta`, the `messageId` as given).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PlainChunk {
+    session_update: ChunkKind,
+    #[serde(default)]
+    message_id: Option<String>,
+    content: crate::model::PlainText,
+}
+
+#[derive(Deserialize)]
+enum ChunkKind {
+    #[serde(rename = "user_message_chunk")]
+    User,
+    #[serde(rename = "agent_message_chunk")]
+    Agent,
+    #[serde(rename = "agent_thought_chunk")]
+    Thought,
+}
+
+impl PlainChunk {
+    fn into_update(self) -> SessionUpdate {
+        let chunk = ContentChunk::new(self.content.into_block())
+            .message_id(self.message_id.map(acp::MessageId::from));
+        match self.session_update {
+            ChunkKind::User => SessionUpdate::UserMessageChunk(chunk),
+            ChunkKind::Agent => SessionUpdate::AgentMessageChunk(chunk),
+            ChunkKind::Thought => SessionUpdate::AgentThoughtChunk(chunk),
         }
     }
 }
@@ -433,6 +485,41 @@ mod tests {
             v["messageId"] = id.into();
         }
         update(v)
+    }
+
+    /// The direct read of a plain chunk, and the general read it falls back to, give
+    /// the same update or the same refusal for every shape near the one it takes.
+    #[test]
+    fn an_update_read_from_text_is_the_update_read_from_its_value() {
+        let texts = [
+            r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a"}}"#,
+            r#"{"content":{"text":"a\n\u00e9","type":"text"},"messageId":"m1","sessionUpdate":"agent_thought_chunk"}"#,
+            r#"{"sessionUpdate":"user_message_chunk","messageId":null,"content":{"type":"text","text":""}}"#,
+            r#"{"sessionUpdate":"agent_message_chunk","messageId":7,"content":{"type":"text","text":"a"}}"#,
+            r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a","annotations":{"priority":1.0}}}"#,
+            r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a","_meta":{"k":1}}}"#,
+            r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a"},"_meta":{"k":1}}"#,
+            r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a"},"extra":1}"#,
+            r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"image","data":"AA==","mimeType":"image/png"}}"#,
+            r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text"}}"#,
+            r#"{"sessionUpdate":"agent_message_chunk","sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"a"}}"#,
+            r#"{"sessionUpdate":"plan","entries":[]}"#,
+            r#"{"sessionUpdate":"a_kind_from_a_newer_agent","x":[1,2]}"#,
+            r#"{"content":{"type":"text","text":"a"}}"#,
+            r#"[1]"#,
+        ];
+        for text in texts {
+            let value: serde_json::Value = serde_json::from_str(text).expect("JSON");
+            assert_eq!(
+                Update::from_text(text),
+                Update::from_value(&value),
+                "{text}"
+            );
+        }
+        assert!(matches!(
+            Update::from_text("{"),
+            Err(Refusal::NotJson { .. })
+        ));
     }
 
     fn bodies(outcome: &Outcome) -> Vec<serde_json::Value> {

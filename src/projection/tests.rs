@@ -60,7 +60,7 @@ fn message_appended_text_decodes_as_the_tagged_form_does() {
         );
     }
     let last = payloads.last().unwrap().as_str();
-    let Ok(EventPayload::MessageAppended { message }) =
+    let Ok(Decoded::Payload(EventPayload::MessageAppended { message })) =
         last.decode("message_appended", &mut Uris::default())
     else {
         panic!("{last} decodes");
@@ -78,8 +78,12 @@ fn message_appended_text_decodes_as_the_tagged_form_does() {
         let plain = text
             .as_str()
             .decode("message_appended", &mut uris)
+            .map(Decoded::split)
             .map_err(|e| e.to_string());
-        let general = serde_json::from_str::<EventPayload>(&text).map_err(|e| e.to_string());
+        let tagged = tagged.map(Decoded::split);
+        let general = serde_json::from_str::<EventPayload>(&text)
+            .map(|p| Decoded::from(p).split())
+            .map_err(|e| e.to_string());
         assert_eq!(plain, general, "{text}");
         // A parsed `Value` keeps only the last of duplicate keys, so only what the
         // text decoders accept is compared with it.
@@ -112,8 +116,11 @@ fn turn_recorded_text_decodes_as_the_tagged_form_does() {
         let plain = text
             .as_str()
             .decode("turn_recorded", &mut Uris::default())
+            .map(Decoded::split)
             .map_err(|e| e.to_string());
-        let general = serde_json::from_str::<EventPayload>(text).map_err(|e| e.to_string());
+        let general = serde_json::from_str::<EventPayload>(text)
+            .map(|p| Decoded::from(p).split())
+            .map_err(|e| e.to_string());
         assert_eq!(plain, general, "{text}");
     }
     assert!(serde_json::from_str::<PlainRecorded>(&payloads[1]).is_ok());
