@@ -455,7 +455,11 @@ pub(super) fn recorded_lines(
                 Replayed::Opaque(n) => n.meta = Some(meta.clone()),
             }
         }
-        n.write_line(out)?;
+        match n {
+            // Moved into its envelope: `write_line` would copy it.
+            Replayed::Typed(n) => json(out, &notification_line(n))?,
+            opaque => opaque.write_line(out)?,
+        }
         out.write_all(b"\n")?;
     }
     Ok(())
