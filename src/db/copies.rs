@@ -6,8 +6,10 @@
 use super::sql::Tx;
 
 use crate::error::Result;
+use crate::history::RECORD_BATCH;
 use crate::ids::SessionId;
 use crate::model::{Delivery, ForkedFrom, ItemBody, NewMessage, Setting};
+use crate::turns::Update;
 
 /// One entry of a history to write, in history order.
 #[derive(Debug, Clone)]
@@ -28,8 +30,8 @@ pub struct NewSession {
     pub settings: Vec<Setting>,
 }
 
-/// Creates `session` with its settings and no history yet; [`append`] then writes
-/// its entries one at a time, so a long history is never held whole.
+/// Creates `session` with its settings and no history yet; an [`Appender`] then writes
+/// its entries in order, so a long history is never held whole.
 pub fn create(conn: &Tx<'_>, session: &NewSession) -> Result<()> {
     super::queries::insert_session_as(conn, session.id, &session.session, session.forked_from)?;
     for setting in &session.settings {
@@ -38,17 +40,59 @@ pub fn create(conn: &Tx<'_>, session: &NewSession) -> Result<()> {
     Ok(())
 }
 
-/// Appends one entry, with its event, to the history of `session` (made by
-/// [`create`] in the same write).
-pub fn append(conn: &Tx<'_>, session: &SessionId, entry: &Entry) -> Result<()> {
-    match entry {
-        Entry::Message(message, state) => {
-            super::turns::settle(conn, session)?;
-            super::queries::insert_message(conn, session, message, *state)?;
-        }
-        Entry::Item(body) => {
-            super::turns::record(conn, session, &crate::turns::replay_updates(body))?;
+/// Appends entries, with their events, to the history of `session` (made by
+/// [`create`] in the same write), in history order: a message with its own event, and
+/// the updates of consecutive items gathered into one `record` of at most
+/// [`RECORD_BATCH`] updates, as `Store::record_from` writes a long input; so a long
+/// history makes an event a batch, not an event an item, and what is held is one
+/// batch. [`Appender::finish`] writes what is still gathered; an appender dropped
+/// without it writes nothing more (its write is then abandoned anyway).
+pub struct Appender {
+    session: SessionId,
+    pending: Vec<Update>,
+}
+
+impl Appender {
+    pub fn new(session: SessionId) -> Appender {
+        Appender {
+            session,
+            pending: Vec::new(),
         }
     }
-    Ok(())
+
+    /// The session it writes.
+    pub fn session(&self) -> SessionId {
+        self.session
+    }
+
+    pub fn append(&mut self, conn: &Tx<'_>, entry: &Entry) -> Result<()> {
+        match entry {
+            Entry::Message(message, state) => {
+                self.flush(conn)?;
+                super::turns::settle(conn, &self.session)?;
+                super::queries::insert_message(conn, &self.session, message, *state)?;
+            }
+            Entry::Item(body) => {
+                let updates = crate::turns::replay_updates(body);
+                if self.pending.len() + updates.len() > RECORD_BATCH {
+                    self.flush(conn)?;
+                }
+                self.pending.extend(updates);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the gathered updates, if any.
+    pub fn finish(mut self, conn: &Tx<'_>) -> Result<()> {
+        self.flush(conn)
+    }
+
+    fn flush(&mut self, conn: &Tx<'_>) -> Result<()> {
+        if !self.pending.is_empty() {
+            super::turns::record(conn, &self.session, &self.pending)?;
+            self.pending.clear();
+        }
+        Ok(())
+    }
 }

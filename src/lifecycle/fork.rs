@@ -148,10 +148,11 @@ impl Store {
                 copies::create(tx, &new)?;
                 let mut into = CopyInto {
                     tx,
-                    fork,
                     upto: cut.last,
+                    appender: copies::Appender::new(fork),
                 };
                 crate::history::produce(tx, origin, &Point::WHOLE, &mut into)?;
+                into.appender.finish(tx)?;
                 crate::db::queries::get_session(tx, &fork)
             });
             match written {
@@ -200,8 +201,8 @@ impl Sink for Cut {
 /// The second read of a fork: each entry up to the cut written to the fork.
 struct CopyInto<'a, 'c> {
     tx: &'a Tx<'c>,
-    fork: SessionId,
     upto: i64,
+    appender: copies::Appender,
 }
 
 impl Sink for CopyInto<'_, '_> {
@@ -213,11 +214,11 @@ impl Sink for CopyInto<'_, '_> {
         }
         let entry = match entry {
             HistoryEntry::Message(m) => {
-                Entry::Message(rewritten(&m, self.fork), Delivery::Delivered)
+                Entry::Message(rewritten(&m, self.appender.session()), Delivery::Delivered)
             }
             HistoryEntry::Item(item) => Entry::Item(Box::new(item.body)),
         };
-        copies::append(self.tx, &self.fork, &entry)?;
+        self.appender.append(self.tx, &entry)?;
         Ok(true)
     }
 }

@@ -130,6 +130,7 @@ impl Store {
                 db.write(|tx| {
                     copies::create(tx, &new)?;
                     let rows = History::new(m.session.id, &mut m.messages, &mut m.items)?;
+                    let mut appender = copies::Appender::new(id);
                     for entry in rows {
                         let entry = match entry? {
                             HistoryEntry::Message(msg) => {
@@ -138,8 +139,9 @@ impl Store {
                             }
                             HistoryEntry::Item(item) => Entry::Item(Box::new(item.body)),
                         };
-                        copies::append(tx, &id, &entry)?;
+                        appender.append(tx, &entry)?;
                     }
+                    appender.finish(tx)?;
                     crate::db::queries::get_session(tx, &id)
                 })
             })();

@@ -1047,6 +1047,20 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
             "{format}"
         );
     }
+    // Each copy writes the items between two messages as batches of updates, an
+    // event a batch (as `record` of a long input does), not an event an item.
+    let events = |on: &TestStore, session: SessionId| -> usize {
+        let n = on
+            .raw_query(&format!(
+                "SELECT count(*) FROM events WHERE session_id = '{session}'"
+            ))
+            .unwrap();
+        n[0][0].as_deref().unwrap().parse().unwrap()
+    };
+    for (on, session) in [(&b, fork.session.id), (&other, s)] {
+        let made = events(on, session);
+        assert!(made < 60, "{made} events for 701 items and 10 messages");
+    }
     // A fork at the fourth turn's message: what came before it, and it.
     let middle = middle.unwrap();
     let at = store.fork_session(s, Some(middle), None).await.unwrap();
