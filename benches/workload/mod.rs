@@ -152,6 +152,15 @@ pub fn raw_append(conn: &mut Connection, session: &str, text: &str) {
     )
     .and_then(|mut s| s.execute(params![id, session, seq, text, at]))
     .expect("insert a message");
+    // Its search entry, as the store writes one (V7).
+    tx.prepare_cached(
+        "INSERT INTO search_entries (session_id, entry_id, source) VALUES (?1, ?2, 'message')",
+    )
+    .and_then(|mut s| s.execute(params![session, id]))
+    .expect("index a message");
+    tx.prepare_cached("INSERT INTO search (rowid, body) VALUES (last_insert_rowid(), ?1)")
+        .and_then(|mut s| s.execute(params![text]))
+        .expect("index a message");
     let payload = serde_json::json!({
         "kind": "message_appended",
         "message": {"id": id, "seq": seq, "role": "user", "displayText": text,
@@ -381,12 +390,25 @@ pub fn write_sessions(db: &Path, n: u32) {
         )
         .expect("its event");
         if i % 10 == 0 {
+            let message = uuid::Uuid::now_v7().to_string();
             tx.execute(
                 "INSERT INTO messages (id, session_id, seq, role, display_text, state, created_at)
                  VALUES (?1, ?2, 1, 'user', 'hello', 'delivered', ?3)",
-                rusqlite::params![uuid::Uuid::now_v7().to_string(), id, at],
+                rusqlite::params![message, id, at],
             )
             .expect("a message");
+            // Its search entry, as the store writes one (V7).
+            tx.execute(
+                "INSERT INTO search_entries (session_id, entry_id, source)
+                 VALUES (?1, ?2, 'message')",
+                rusqlite::params![id, message],
+            )
+            .expect("its search entry");
+            tx.execute(
+                "INSERT INTO search (rowid, body) VALUES (last_insert_rowid(), 'hello')",
+                [],
+            )
+            .expect("its search entry");
         }
     }
     tx.commit().expect("commit");

@@ -1,13 +1,15 @@
-//! Full-text queries over the index that the V4 triggers keep (`search`, with
-//! `search_entries` naming what each text belongs to). This file reads, and merges
-//! the index for an erasure; the index's rows are written by the triggers, in the
-//! transaction of the rows they follow, never here.
+//! Full-text queries over the index (`search`, with `search_entries` naming what each
+//! text belongs to), its merge for an erasure, and, on SQLite, its entries for each
+//! message, item and sealed segment written, in the statements after the row's own
+//! (V7: FTS5 flushes its index to disk at every statement savepoint, which a trigger's
+//! statement opens). PostgreSQL's triggers write its entries. Deletes and titles are
+//! still indexed by triggers on both engines.
 
 use serde::Serialize;
 
 use super::sql::{DbError, Engine, Tx, args};
 use crate::error::{Error, Result};
-use crate::ids::SessionId;
+use crate::ids::{ItemId, SessionId};
 
 /// Marks put around each matched term in a snippet: visible, and not HTML.
 pub const MATCH_START: &str = "[";
@@ -152,4 +154,127 @@ pub fn purge_deleted(conn: &Tx<'_>) -> Result<()> {
             .map_err(super::error::sql("merge the search index"))?;
     }
     Ok(())
+}
+
+/// The text of an agent message's or thought's content blocks as the index holds it:
+/// the text blocks joined by newlines (V4's expression, over the JSON array at `path`).
+const BLOCKS_TEXT: &str = "(SELECT group_concat(json_extract(value, '$.text'), char(10))
+     FROM json_each(?4, ?5) WHERE json_extract(value, '$.type') = 'text')";
+
+/// Adds the index entry `entry` of `source` in `session`, with `text` (an SQL
+/// expression over the arguments) as its body. Each statement writes one row and fires
+/// no trigger, so neither opens a savepoint (V7).
+fn add(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    entry: &str,
+    source: &str,
+    text: &str,
+    args: &[super::sql::Value<'_>],
+) -> Result<()> {
+    conn.execute(
+        "INSERT INTO search_entries (session_id, entry_id, source) VALUES (?1, ?2, ?3)",
+        args![session.to_string(), entry, source],
+    )
+    .map_err(super::error::sql("index for search"))?;
+    conn.execute(
+        &format!("INSERT INTO search (rowid, body) VALUES (last_insert_rowid(), {text})"),
+        args,
+    )
+    .map_err(super::error::sql("index for search"))?;
+    Ok(())
+}
+
+/// Indexes a message just inserted: its display text, model text and transcript.
+pub fn index_message(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    message: &crate::ids::MessageId,
+    texts: [Option<&str>; 3],
+) -> Result<()> {
+    if conn.engine() != Engine::Sqlite {
+        return Ok(());
+    }
+    let [display, model, transcript] = texts;
+    add(
+        conn,
+        session,
+        &message.to_string(),
+        "message",
+        "concat_ws(char(10), ?1, ?2, ?3)",
+        args![display, model, transcript],
+    )
+}
+
+/// Indexes an item just inserted, if it is an agent message or thought.
+pub fn index_item(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    item: &ItemId,
+    kind: &str,
+    body: &str,
+) -> Result<()> {
+    if conn.engine() != Engine::Sqlite || !indexed(kind) {
+        return Ok(());
+    }
+    add(
+        conn,
+        session,
+        &item.to_string(),
+        kind,
+        BLOCKS_TEXT,
+        args![None::<&str>, None::<&str>, None::<&str>, body, "$.content"],
+    )
+}
+
+/// Indexes a sealed segment just inserted (`<item id>/<part>`) of an agent message or
+/// thought, from its content blocks.
+pub fn index_segment(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    item: &ItemId,
+    part: i64,
+    kind: &str,
+    content: &str,
+) -> Result<()> {
+    if conn.engine() != Engine::Sqlite || !indexed(kind) {
+        return Ok(());
+    }
+    add(
+        conn,
+        session,
+        &format!("{item}/{part}"),
+        kind,
+        BLOCKS_TEXT,
+        args![None::<&str>, None::<&str>, None::<&str>, content, "$"],
+    )
+}
+
+/// Gives an item whose body was rewritten its new text, if it is indexed.
+pub fn reindex_item(conn: &Tx<'_>, item: &ItemId, kind: &str, body: &str) -> Result<()> {
+    if conn.engine() != Engine::Sqlite || !indexed(kind) {
+        return Ok(());
+    }
+    let id = item.to_string();
+    let Some(rowid) = conn
+        .query_row(
+            "SELECT id FROM search_entries WHERE entry_id = ?1 AND source = ?2",
+            args![id, kind],
+            |row| row.get::<i64>(0),
+        )
+        .map_err(super::error::sql("find an item's search entry"))?
+    else {
+        return Ok(());
+    };
+    conn.execute(
+        &format!("UPDATE search SET body = {BLOCKS_TEXT} WHERE rowid = ?1"),
+        args![rowid, None::<&str>, None::<&str>, body, "$.content"],
+    )
+    .map_err(super::error::sql("index for search"))?;
+    Ok(())
+}
+
+/// Whether items of `kind` are indexed: agent messages and thoughts.
+fn indexed(kind: &str) -> bool {
+    matches!(kind, "agent_message" | "agent_thought")
 }

@@ -159,6 +159,7 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
     let (ItemBody::AgentMessage(mut text) | ItemBody::AgentThought(mut text)) = body.clone() else {
         return Ok(());
     };
+    let kind = body.kind();
     let mut segment = Segment {
         size: serde_json::to_string(&text.content).map_or(0, |json| json.len()),
         blocks: std::mem::take(&mut text.content),
@@ -194,7 +195,7 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
                 && segment.first.is_some()
                 && segment.complete_before(&blocks)
             {
-                segment.write(conn, session, id, *previous, previous_at)?;
+                segment.write(conn, session, id, kind, *previous, previous_at)?;
                 sealed_at = Some(previous_at.clone());
             }
             segment.first.get_or_insert(part);
@@ -210,7 +211,7 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
         && let Some((part, at)) = &last
         && segment.first.is_some()
     {
-        segment.write(conn, session, id, *part, at)?;
+        segment.write(conn, session, id, kind, *part, at)?;
         sealed_at = Some(at.clone());
     }
     if sealed_at.is_some() {
@@ -240,11 +241,13 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
         ItemBody::AgentThought(_) => ItemBody::AgentThought(text),
         _ => ItemBody::AgentMessage(text),
     };
+    let json = body.to_json();
     conn.execute(
         "UPDATE items SET body = ?2, updated_at = ?3 WHERE id = ?1",
-        args![id.to_string(), body.to_json(), at],
+        args![id.to_string(), json, at],
     )
     .map_err(sql("seal a streamed item"))?;
+    super::search::reindex_item(conn, id, body.kind(), &json)?;
     Ok(())
 }
 
@@ -276,13 +279,14 @@ impl Segment {
         self.size >= SEGMENT_BYTES && (ends || begins || self.size >= 4 * SEGMENT_BYTES)
     }
 
-    /// Writes the segment as sealed part `number` in place of the streamed parts it
-    /// covers (V6's trigger indexes it for search), and starts the next one empty.
+    /// Writes the segment as sealed part `number` of item `id` (of `kind`) in place of
+    /// the streamed parts it covers, indexed for search, and starts the next one empty.
     fn write(
         &mut self,
         conn: &Tx<'_>,
         session: &SessionId,
         id: &ItemId,
+        kind: &str,
         number: i64,
         at: &str,
     ) -> Result<()> {
@@ -304,6 +308,7 @@ impl Segment {
             args![session.to_string(), id.to_string(), number, content, at],
         )
         .map_err(sql("write a sealed segment"))?;
+        super::search::index_segment(conn, session, id, number, kind, &content)?;
         *self = Segment {
             blocks: Vec::new(),
             size: 0,
@@ -529,6 +534,7 @@ fn record_known(
             Slot::New(n) => {
                 let id = ItemId::new();
                 let seq = first + *n as i64;
+                let json = body.to_json();
                 conn.execute(
                     "INSERT INTO items
                        (id, session_id, seq, kind, tool_call_id, body, created_at, updated_at)
@@ -539,11 +545,12 @@ fn record_known(
                         seq,
                         body.kind(),
                         tool_call_id,
-                        body.to_json(),
+                        json,
                         at
                     ],
                 )
                 .map_err(sql("insert an item"))?;
+                super::search::index_item(conn, session, &id, body.kind(), &json)?;
                 created.push(CreatedItem { id, seq });
                 touched.push(Touched {
                     id,
@@ -564,11 +571,13 @@ fn record_known(
                         }
                     }
                     _ => {
+                        let json = body.to_json();
                         conn.execute(
                             "UPDATE items SET body = ?2, updated_at = ?3 WHERE id = ?1",
-                            args![id.to_string(), body.to_json(), at],
+                            args![id.to_string(), json, at],
                         )
                         .map_err(sql("update an item"))?;
+                        super::search::reindex_item(conn, id, body.kind(), &json)?;
                     }
                 }
                 touched.push(Touched {

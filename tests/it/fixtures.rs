@@ -530,6 +530,9 @@ fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_seals_it(
             .unwrap()
     };
     assert_eq!(parts(), 2, "the fixture holds an answer still streaming");
+    // (Reading commands need the latest schema; V7 changes no row.)
+    json(&run(&["migrate", "--json"]));
+    assert_eq!(parts(), 2, "migrate does not seal");
 
     let restored = json(&run(&["restore", "--format", "acp", "--session", &sid]));
     let texts: Vec<&str> = restored["messages"]
@@ -572,8 +575,6 @@ fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_seals_it(
         .iter()
         .map(|f| run(&["restore", "--format", f, "--session", &sid]).stdout)
         .collect();
-    json(&run(&["migrate", "--json"]));
-    assert_eq!(parts(), 2, "migrate does not seal");
     let out = run(&["record", "--session", &sid]);
     assert!(out.status.success(), "{out:?}");
     let out = run(&["send", "--session", &sid, "--text", "thanks", "--mid-turn"]);
@@ -586,6 +587,158 @@ fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_seals_it(
             "{format}: the queued message does not restore"
         );
     }
+    let verified = run(&["verify"]);
+    assert!(verified.status.success(), "{verified:?}");
+}
+
+/// The V7 fixture, moved elsewhere: a sealed answer, a thought, and a long answer
+/// sealed in part while it streamed, all indexed by the store itself (V7 has no insert
+/// trigger for search). It restores whole, in every format and from a point, with its
+/// attachments under the moved roots; search finds the message, each sealed segment
+/// and the thought; `migrate` has nothing to do; and the next write seals the rest
+/// without changing a byte of what restores, and search finds it.
+#[test]
+fn the_v7_fixture_restores_and_finds_what_the_store_indexed() {
+    let dir = tempfile::tempdir().unwrap();
+    let moved = dir.path().join("somewhere else");
+    copy_tree(&fixture("v7"), &moved);
+    let sid = std::fs::read_to_string(moved.join("session-id"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let run = |args: &[&str]| {
+        Bin::new(dir.path())
+            .args(args)
+            .on(&moved_store(&moved))
+            .output()
+    };
+    let found = |query: &str| -> Vec<String> {
+        let hits = json(&run(&["search", query, "--json"]));
+        hits.as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["source"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let report = json(&run(&["migrate", "--json"]));
+    assert_eq!(
+        report["applied"].as_array().map(Vec::len),
+        Some(0),
+        "{report}"
+    );
+
+    let restored = json(&run(&["restore", "--format", "acp", "--session", &sid]));
+    let texts: Vec<&str> = restored["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .flat_map(|m| m["content"].as_array().unwrap())
+        .filter_map(|c| c["text"].as_str())
+        .collect();
+    assert!(
+        texts.contains(&"Six fathoms at the bar, and the pilot book warns of a sandbank."),
+        "{texts:?}"
+    );
+    let long = texts.iter().find(|t| t.starts_with("Albatross")).unwrap();
+    assert_eq!(long.matches("cormorant").count(), 39 * 200);
+    assert_eq!(
+        roots_of(&restored, &moved),
+        [
+            ("soundings.txt".to_string(), false),
+            ("pilot.txt".to_string(), true)
+        ]
+    );
+    let tail = json(&run(&[
+        "restore",
+        "--format",
+        "acp",
+        "--tail",
+        "1",
+        "--session",
+        &sid,
+    ]));
+    assert!(
+        tail["messages"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Albatross")
+    );
+    assert_eq!(found("fathoms"), ["agent_message"]);
+    assert_eq!(found("soundings"), ["message"]);
+    assert_eq!(found("sandbank"), ["agent_message"]);
+    assert_eq!(found("albatross"), ["agent_message"]);
+    assert_eq!(found("cormorant"), ["agent_message"], "one hit an item");
+    let mut bar = found("bar");
+    bar.sort();
+    assert_eq!(bar, ["agent_message", "agent_thought"]);
+
+    let formats = ["acp", "acp-updates", "openai", "openai-responses"];
+    let before: Vec<Vec<u8>> = formats
+        .iter()
+        .map(|f| run(&["restore", "--format", f, "--session", &sid]).stdout)
+        .collect();
+    let out = run(&["send", "--session", &sid, "--text", "thanks", "--mid-turn"]);
+    assert!(out.status.success(), "{out:?}");
+    for (format, before) in formats.iter().zip(&before) {
+        let after = run(&["restore", "--format", format, "--session", &sid]).stdout;
+        assert_eq!(
+            &after, before,
+            "{format}: the queued message does not restore"
+        );
+    }
+    // The rest of the long answer, sealed by the send, is indexed too: still one hit.
+    assert_eq!(found("cormorant"), ["agent_message"]);
+    let segments = rusqlite::Connection::open(moved.join("sessions.db"))
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM search_entries WHERE entry_id LIKE '%/%'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap();
+    assert_eq!(segments, 3, "each sealed segment has its entry");
+    // Every entry holds what V4's and V6's triggers would have made of its row, and
+    // every row they indexed has its entry.
+    let conn = rusqlite::Connection::open(moved.join("sessions.db")).unwrap();
+    let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+    let blocks = |json: &str, path: &str| {
+        format!(
+            "(SELECT group_concat(json_extract(value, '$.text'), char(10)) \
+             FROM json_each({json}{path}) WHERE json_extract(value, '$.type') = 'text')"
+        )
+    };
+    let differing = count(&format!(
+        "SELECT count(*) FROM search_entries e JOIN search s ON s.rowid = e.id
+         WHERE s.body IS NOT (CASE
+           WHEN e.source = 'title' THEN (SELECT title FROM sessions WHERE id = e.entry_id)
+           WHEN e.source = 'message' THEN (SELECT concat_ws(char(10), display_text,
+               model_text, transcript) FROM messages WHERE id = e.entry_id)
+           WHEN instr(e.entry_id, '/') = 0 THEN (SELECT {} FROM items i
+               WHERE i.id = e.entry_id AND i.kind = e.source)
+           ELSE (SELECT {} FROM item_parts p JOIN items i ON i.id = p.item_id
+               WHERE i.kind = e.source AND p.sealed = 1
+               AND p.item_id || '/' || p.part = e.entry_id)
+         END)",
+        blocks("i.body", ", '$.content'"),
+        blocks("p.content", "")
+    ));
+    assert_eq!(differing, 0);
+    let indexed = "('agent_message', 'agent_thought')";
+    assert_eq!(
+        count("SELECT count(*) FROM search_entries"),
+        count(&format!(
+            "SELECT (SELECT count(*) FROM sessions WHERE title IS NOT NULL)
+               + (SELECT count(*) FROM messages)
+               + (SELECT count(*) FROM items WHERE kind IN {indexed})
+               + (SELECT count(*) FROM item_parts p JOIN items i ON i.id = p.item_id
+                  WHERE p.sealed = 1 AND i.kind IN {indexed})"
+        ))
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM search"),
+        count("SELECT count(*) FROM search_entries")
+    );
     let verified = run(&["verify"]);
     assert!(verified.status.success(), "{verified:?}");
 }
