@@ -214,17 +214,7 @@ pub fn index_item(
     kind: &str,
     body: &str,
 ) -> Result<()> {
-    if conn.engine() != Engine::Sqlite || !indexed(kind) {
-        return Ok(());
-    }
-    add(
-        conn,
-        session,
-        &item.to_string(),
-        kind,
-        BLOCKS_TEXT,
-        args![None::<&str>, None::<&str>, None::<&str>, body, "$.content"],
-    )
+    index_blocks(conn, session, &item.to_string(), kind, body, "$.content")
 }
 
 /// Indexes a sealed segment just inserted (`<item id>/<part>`) of an agent message or
@@ -237,16 +227,29 @@ pub fn index_segment(
     kind: &str,
     content: &str,
 ) -> Result<()> {
+    index_blocks(conn, session, &format!("{item}/{part}"), kind, content, "$")
+}
+
+/// Indexes `entry` of an agent message or thought with the text blocks of the JSON
+/// array at `path` in `json`.
+fn index_blocks(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    entry: &str,
+    kind: &str,
+    json: &str,
+    path: &str,
+) -> Result<()> {
     if conn.engine() != Engine::Sqlite || !indexed(kind) {
         return Ok(());
     }
     add(
         conn,
         session,
-        &format!("{item}/{part}"),
+        entry,
         kind,
         BLOCKS_TEXT,
-        args![None::<&str>, None::<&str>, None::<&str>, content, "$"],
+        args![None::<&str>, None::<&str>, None::<&str>, json, path],
     )
 }
 

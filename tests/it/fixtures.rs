@@ -104,6 +104,19 @@ fn moved_store(moved: &Path) -> sessionstore::Config {
     config
 }
 
+/// A copy of fixture `version` moved into a temporary folder's "somewhere else": the
+/// folder, the copy and the fixture's session id.
+fn moved_fixture(version: &str) -> (tempfile::TempDir, std::path::PathBuf, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let moved = dir.path().join("somewhere else");
+    copy_tree(&fixture(version), &moved);
+    let sid = std::fs::read_to_string(moved.join("session-id"))
+        .unwrap()
+        .trim()
+        .to_string();
+    (dir, moved, sid)
+}
+
 /// Every attachment name a restored ACP history hands the model, with whether its
 /// path lies under the moved legacy root (rather than the configured one).
 fn roots_of(restored: &serde_json::Value, moved: &Path) -> Vec<(String, bool)> {
@@ -506,13 +519,7 @@ fn the_v5_fixture_replays_a_proxied_session_in_order_from_moved_roots() {
 /// write seals the parts without changing a byte of what restores.
 #[test]
 fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_seals_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let moved = dir.path().join("somewhere else");
-    copy_tree(&fixture("v6"), &moved);
-    let sid = std::fs::read_to_string(moved.join("session-id"))
-        .unwrap()
-        .trim()
-        .to_string();
+    let (dir, moved, sid) = moved_fixture("v6");
     let run = |args: &[&str]| {
         Bin::new(dir.path())
             .args(args)
@@ -599,13 +606,7 @@ fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_seals_it(
 /// without changing a byte of what restores, and search finds it.
 #[test]
 fn the_v7_fixture_restores_and_finds_what_the_store_indexed() {
-    let dir = tempfile::tempdir().unwrap();
-    let moved = dir.path().join("somewhere else");
-    copy_tree(&fixture("v7"), &moved);
-    let sid = std::fs::read_to_string(moved.join("session-id"))
-        .unwrap()
-        .trim()
-        .to_string();
+    let (dir, moved, sid) = moved_fixture("v7");
     let run = |args: &[&str]| {
         Bin::new(dir.path())
             .args(args)
