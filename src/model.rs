@@ -449,25 +449,20 @@ pub struct AgentText {
 /// A content block that is plain text and nothing else, read directly from its JSON
 /// (a `ContentBlock` is tagged, which serde reads through a buffer of the whole
 /// object). Any other field, annotations and `_meta` included, makes it refuse, so
-/// that where it reads, `ContentBlock`'s own read gives the same block.
+/// that where it reads, `ContentBlock`'s own read gives the same block. Its `type` is
+/// read as a string, not as a serde enum, which would also take `{"text": null}`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct PlainText {
-    #[serde(rename = "type")]
-    #[allow(dead_code)]
-    kind: TextTag,
+pub(crate) struct PlainText<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
     text: String,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum TextTag {
-    Text,
-}
-
-impl PlainText {
-    pub(crate) fn into_block(self) -> ContentBlock {
-        ContentBlock::Text(acp::TextContent::new(self.text))
+impl PlainText<'_> {
+    /// The block, or `None` when its type is not `text`.
+    pub(crate) fn into_block(self) -> Option<ContentBlock> {
+        (self.kind == "text").then(|| ContentBlock::Text(acp::TextContent::new(self.text)))
     }
 }
 
@@ -475,23 +470,26 @@ impl PlainText {
 /// directly; anything else is left to `AgentText`'s own read.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct PlainAgentText {
+struct PlainAgentText<'a> {
     #[serde(default)]
     message_id: Option<String>,
-    content: Vec<PlainText>,
+    #[serde(borrow)]
+    content: Vec<PlainText<'a>>,
 }
 
 impl AgentText {
     /// Reads a body as the `agent_message` and `agent_thought` columns hold it.
     fn from_json(body: &str) -> serde_json::Result<AgentText> {
-        if let Ok(plain) = serde_json::from_str::<PlainAgentText>(body) {
+        if let Ok(plain) = serde_json::from_str::<PlainAgentText>(body)
+            && let Some(content) = plain
+                .content
+                .into_iter()
+                .map(PlainText::into_block)
+                .collect::<Option<Vec<_>>>()
+        {
             return Ok(AgentText {
                 message_id: plain.message_id.map(acp::MessageId::from),
-                content: plain
-                    .content
-                    .into_iter()
-                    .map(PlainText::into_block)
-                    .collect(),
+                content,
             });
         }
         serde_json::from_str(body)
@@ -750,6 +748,7 @@ mod tests {
             r#"{"content":[{"type":"text"}]}"#,
             r#"{"messageId":5,"content":[]}"#,
             r#"{"content":{}}"#,
+            r#"{"content":[{"type":{"text":null},"text":"a"}]}"#,
         ];
         for body in bodies {
             let general: Result<AgentText, String> =

@@ -93,8 +93,11 @@ impl Update {
     /// else, and every error, through [`Update::from_value`], so what is read and each
     /// refusal are the same either way.
     pub fn from_text(text: &str) -> Result<Update, Refusal> {
-        if let Ok(chunk) = serde_json::from_str::<PlainChunk>(text) {
-            return Ok(Update::Known(chunk.into_update()));
+        if let Some(update) = serde_json::from_str::<PlainChunk>(text)
+            .ok()
+            .and_then(PlainChunk::into_update)
+        {
+            return Ok(Update::Known(update));
         }
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| Refusal::NotJson {
@@ -118,35 +121,31 @@ impl Update {
 /// else: the one shape [`Update::from_text`] reads directly. Any other field, a
 /// duplicate one, annotations or `_meta` make it refuse, and the general read takes
 /// over; where it reads, the general read gives the same update (no annotations, no
-/// `_meta`, the `messageId` as given).
+/// `_meta`, the `messageId` as given). The kind is read as a string, not as a serde
+/// enum, which would also take `{"agent_message_chunk": null}`.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct PlainChunk {
-    session_update: ChunkKind,
+struct PlainChunk<'a> {
+    #[serde(borrow)]
+    session_update: std::borrow::Cow<'a, str>,
     #[serde(default)]
     message_id: Option<String>,
-    content: crate::model::PlainText,
+    #[serde(borrow)]
+    content: crate::model::PlainText<'a>,
 }
 
-#[derive(Deserialize)]
-enum ChunkKind {
-    #[serde(rename = "user_message_chunk")]
-    User,
-    #[serde(rename = "agent_message_chunk")]
-    Agent,
-    #[serde(rename = "agent_thought_chunk")]
-    Thought,
-}
-
-impl PlainChunk {
-    fn into_update(self) -> SessionUpdate {
-        let chunk = ContentChunk::new(self.content.into_block())
+impl PlainChunk<'_> {
+    /// The update, or `None` for a kind that is not a chunk or a block not text.
+    fn into_update(self) -> Option<SessionUpdate> {
+        let kind: fn(ContentChunk) -> SessionUpdate = match &*self.session_update {
+            "user_message_chunk" => SessionUpdate::UserMessageChunk,
+            "agent_message_chunk" => SessionUpdate::AgentMessageChunk,
+            "agent_thought_chunk" => SessionUpdate::AgentThoughtChunk,
+            _ => return None,
+        };
+        let chunk = ContentChunk::new(self.content.into_block()?)
             .message_id(self.message_id.map(acp::MessageId::from));
-        match self.session_update {
-            ChunkKind::User => SessionUpdate::UserMessageChunk(chunk),
-            ChunkKind::Agent => SessionUpdate::AgentMessageChunk(chunk),
-            ChunkKind::Thought => SessionUpdate::AgentThoughtChunk(chunk),
-        }
+        Some(kind(chunk))
     }
 }
 
@@ -504,6 +503,9 @@ mod tests {
             r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text"}}"#,
             r#"{"sessionUpdate":"agent_message_chunk","sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"a"}}"#,
             r#"{"sessionUpdate":"plan","entries":[]}"#,
+            r#"{"sessionUpdate":{"agent_message_chunk":null},"content":{"type":"text","text":"a"}}"#,
+            r#"{"sessionUpdate":"agent_message_chunk","content":{"type":{"text":null},"text":"a"}}"#,
+            r#"{"sessionUpdate":"plan","content":{"type":"text","text":"a"}}"#,
             r#"{"sessionUpdate":"a_kind_from_a_newer_agent","x":[1,2]}"#,
             r#"{"content":{"type":"text","text":"a"}}"#,
             r#"[1]"#,

@@ -138,7 +138,7 @@ pub(crate) fn settle(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
 }
 
 /// Rewrites a streamed message's row content and its streamed parts, in order, as
-/// sealed segments of about [`SEGMENT_BYTES`] each (V6's triggers index each one),
+/// sealed segments of about [`SEGMENT_BYTES`] each (each indexed for search),
 /// reading a page of parts at a time, so no step holds the whole message. Each
 /// segment ends where a part ends between words, so no word is split between two
 /// search entries, and is numbered by the last part it covers (deleted first), so
