@@ -10,6 +10,9 @@ use crate::history::RECORD_BATCH;
 use crate::ids::SessionId;
 use crate::model::{Delivery, ForkedFrom, ItemBody, NewMessage, Setting};
 use crate::turns::Update;
+use agent_client_protocol_schema::v1::{
+    SessionUpdate, ToolCallId, ToolCallUpdate, ToolCallUpdateFields,
+};
 
 /// One entry of a history to write, in history order.
 #[derive(Debug, Clone)]
@@ -51,6 +54,10 @@ pub fn create(conn: &Tx<'_>, session: &NewSession) -> Result<()> {
 pub struct Appender {
     session: SessionId,
     pending: Vec<Update>,
+    /// The kind of the last entry appended, when it was an agent message or thought.
+    last_text: Option<&'static str>,
+    /// The last tool call appended.
+    last_call: Option<ToolCallId>,
 }
 
 impl Appender {
@@ -58,6 +65,8 @@ impl Appender {
         Appender {
             session,
             pending: Vec::new(),
+            last_text: None,
+            last_call: None,
         }
     }
 
@@ -69,12 +78,38 @@ impl Appender {
     pub fn append(&mut self, conn: &Tx<'_>, entry: &Entry) -> Result<()> {
         match entry {
             Entry::Message(message, state) => {
+                self.last_text = None;
                 self.flush(conn)?;
                 super::turns::settle(conn, &self.session)?;
                 super::queries::insert_message(conn, &self.session, message, *state)?;
             }
             Entry::Item(body) => {
-                let updates = crate::turns::replay_updates(body);
+                let mut updates = crate::turns::replay_updates(body);
+                // Two agent messages (or thoughts) in a row were kept apart by an
+                // update of an earlier tool call between their chunks: written as
+                // their chunks alone, the second would continue the first. An update
+                // of the last tool call that changes nothing keeps them apart again.
+                let text = matches!(
+                    **body,
+                    ItemBody::AgentMessage(_) | ItemBody::AgentThought(_)
+                )
+                .then(|| body.kind());
+                if text.is_some()
+                    && text == self.last_text
+                    && let Some(call) = &self.last_call
+                {
+                    updates.insert(
+                        0,
+                        Update::Known(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                            call.clone(),
+                            ToolCallUpdateFields::new(),
+                        ))),
+                    );
+                }
+                self.last_text = text;
+                if let ItemBody::ToolCall(call) = &**body {
+                    self.last_call = Some(call.tool_call_id.clone());
+                }
                 if self.pending.len() + updates.len() > RECORD_BATCH {
                     self.flush(conn)?;
                 }

@@ -26,6 +26,7 @@ conformance!(
     a_long_streamed_answer_is_sealed_found_whole_and_erased_with_its_session,
     export_then_import_restores_the_same_history,
     a_long_history_is_exported_imported_and_forked_a_page_at_a_time,
+    messages_kept_apart_by_a_tool_call_update_stay_apart_in_a_fork_and_an_import,
 );
 
 crate::support::over_tls!(
@@ -1105,4 +1106,64 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
         .filter(|n| n.contains("partial"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// Two agent messages without a `messageId`, and two thoughts, recorded with an update
+/// of an earlier tool call between their chunks, are separate entries; a fork and an
+/// import keep them separate (written as their chunks alone, the second of each pair
+/// would continue the first), and restore as the origin does.
+async fn messages_kept_apart_by_a_tool_call_update_stay_apart_in_a_fork_and_an_import(
+    b: TestStore,
+) {
+    let store = b.open().await;
+    let s = session(&store, ToolsHost::Local).await;
+    store.send(s, Outgoing::user("go")).await.unwrap();
+    let lines = [
+        r#"{"sessionUpdate":"tool_call","toolCallId":"x","title":"read","status":"in_progress"}"#,
+        r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"First."}}"#,
+        r#"{"sessionUpdate":"tool_call_update","toolCallId":"x","status":"completed"}"#,
+        r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Second."}}"#,
+        r#"{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"Hm."}}"#,
+        r#"{"sessionUpdate":"tool_call_update","toolCallId":"x","title":"read again"}"#,
+        r#"{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"Hm again."}}"#,
+    ];
+    store
+        .record(s, lines.iter().map(|l| parse_update(l, s)).collect())
+        .await
+        .unwrap();
+    let here = delivered_ids(&store, s).await;
+    assert_eq!(here.len(), 1 + 1 + 5, "{here:?}");
+    let restore = |on: &TestStore, session: SessionId, ids: &[String], format: &str| {
+        let out = on.run(&[
+            "restore",
+            "--session",
+            &session.to_string(),
+            "--format",
+            format,
+        ]);
+        assert!(out.status.success(), "{format}: {}", stderr(&out));
+        normalised(&stdout(&out), on, ids)
+    };
+
+    let fork = store.fork_session(s, None, None).await.unwrap();
+    let forked = delivered_ids(&store, fork.session.id).await;
+    assert_eq!(forked.len(), here.len(), "{forked:?}");
+    let archive = b.dir.path().join("apart.tar");
+    export(|args| b.run(args), &s.to_string(), &archive);
+    let other = b.another();
+    json(&other.run(&["import", archive.to_str().unwrap(), "--keep-id", "--json"]));
+    let there = other.open().await;
+    let away = delivered_ids(&there, s).await;
+    for format in ["acp", "acp-updates"] {
+        let origin = restore(&b, s, &here, format);
+        assert!(origin.contains("Hm again."), "{format}");
+        assert_eq!(
+            origin,
+            restore(&b, fork.session.id, &forked, format),
+            "{format}"
+        );
+        assert_eq!(origin, restore(&other, s, &away, format), "{format}");
+    }
+    assert!(store.verify().await.unwrap().ok());
+    assert!(there.verify().await.unwrap().ok());
 }
