@@ -794,6 +794,20 @@ fn normalised(text: &str, b: &TestStore, ids: &[String]) -> String {
     ids_named(&text.replace(b.dir.path().to_str().unwrap(), "<DIR>"), ids)
 }
 
+/// What the binary restores of `session` in `format`, with its directory and `ids`
+/// named alike for comparing two sessions' output.
+fn restored_as(on: &TestStore, session: SessionId, ids: &[String], format: &str) -> String {
+    let out = on.run(&[
+        "restore",
+        "--session",
+        &session.to_string(),
+        "--format",
+        format,
+    ]);
+    assert!(out.status.success(), "{format}: {}", stderr(&out));
+    normalised(&stdout(&out), on, ids)
+}
+
 async fn export_then_import_restores_the_same_history(b: TestStore) {
     let store = b.open().await;
     let (s, files, _) = seeded(&store, b.legacy()).await;
@@ -994,17 +1008,7 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
     queued.mid_turn = true;
     store.send(s, queued).await.unwrap();
     assert!(store.verify().await.unwrap().ok());
-    let restore = |on: &TestStore, session: SessionId, ids: &[String], format: &str| {
-        let out = on.run(&[
-            "restore",
-            "--session",
-            &session.to_string(),
-            "--format",
-            format,
-        ]);
-        assert!(out.status.success(), "{format}: {}", stderr(&out));
-        normalised(&stdout(&out), on, ids)
-    };
+    let restore = restored_as;
 
     let archive = b.dir.path().join("long.tar");
     let said = export(|args| b.run(args), &s.to_string(), &archive);
@@ -1133,17 +1137,7 @@ async fn messages_kept_apart_by_a_tool_call_update_stay_apart_in_a_fork_and_an_i
         .unwrap();
     let here = delivered_ids(&store, s).await;
     assert_eq!(here.len(), 1 + 1 + 5, "{here:?}");
-    let restore = |on: &TestStore, session: SessionId, ids: &[String], format: &str| {
-        let out = on.run(&[
-            "restore",
-            "--session",
-            &session.to_string(),
-            "--format",
-            format,
-        ]);
-        assert!(out.status.success(), "{format}: {}", stderr(&out));
-        normalised(&stdout(&out), on, ids)
-    };
+    let restore = restored_as;
 
     let fork = store.fork_session(s, None, None).await.unwrap();
     let forked = delivered_ids(&store, fork.session.id).await;
