@@ -157,19 +157,30 @@ pub fn purge_deleted(conn: &Tx<'_>) -> Result<()> {
 }
 
 /// The text of an agent message's or thought's content blocks as the index holds it:
-/// the text blocks joined by newlines (V4's expression, over the JSON array at `path`).
-const BLOCKS_TEXT: &str = "(SELECT group_concat(json_extract(value, '$.text'), char(10))
-     FROM json_each(?4, ?5) WHERE json_extract(value, '$.type') = 'text')";
+/// the text blocks of the JSON array at `$path` in `$json` joined by newlines (V4's
+/// expression), as SQL text with the two parameters named.
+macro_rules! blocks_text {
+    ($json:literal, $path:literal) => {
+        concat!(
+            "(SELECT group_concat(json_extract(value, '$.text'), char(10)) FROM json_each(",
+            $json,
+            ", ",
+            $path,
+            ") WHERE json_extract(value, '$.type') = 'text')"
+        )
+    };
+}
 
-/// Adds the index entry `entry` of `source` in `session`, with `text` (an SQL
-/// expression over the arguments) as its body. Each statement writes one row and fires
-/// no trigger, so neither opens a savepoint (V7).
+/// Adds the index entry `entry` of `source` in `session`; `body` is the statement
+/// that writes its text (`last_insert_rowid()` names the entry) with its arguments.
+/// Each statement writes one row and fires no trigger, so neither opens a savepoint
+/// (V7).
 fn add(
     conn: &Tx<'_>,
     session: &SessionId,
     entry: &str,
     source: &str,
-    text: &str,
+    body: &'static str,
     args: &[super::sql::Value<'_>],
 ) -> Result<()> {
     conn.execute(
@@ -177,11 +188,8 @@ fn add(
         args![session.to_string(), entry, source],
     )
     .map_err(super::error::sql("index for search"))?;
-    conn.execute(
-        &format!("INSERT INTO search (rowid, body) VALUES (last_insert_rowid(), {text})"),
-        args,
-    )
-    .map_err(super::error::sql("index for search"))?;
+    conn.execute(body, args)
+        .map_err(super::error::sql("index for search"))?;
     Ok(())
 }
 
@@ -201,7 +209,8 @@ pub fn index_message(
         session,
         &message.to_string(),
         "message",
-        "concat_ws(char(10), ?1, ?2, ?3)",
+        "INSERT INTO search (rowid, body)
+         VALUES (last_insert_rowid(), concat_ws(char(10), ?1, ?2, ?3))",
         args![display, model, transcript],
     )
 }
@@ -248,8 +257,12 @@ fn index_blocks(
         session,
         entry,
         kind,
-        BLOCKS_TEXT,
-        args![None::<&str>, None::<&str>, None::<&str>, json, path],
+        concat!(
+            "INSERT INTO search (rowid, body) VALUES (last_insert_rowid(), ",
+            blocks_text!("?1", "?2"),
+            ")"
+        ),
+        args![json, path],
     )
 }
 
@@ -270,8 +283,12 @@ pub fn reindex_item(conn: &Tx<'_>, item: &ItemId, kind: &str, body: &str) -> Res
         return Ok(());
     };
     conn.execute(
-        &format!("UPDATE search SET body = {BLOCKS_TEXT} WHERE rowid = ?1"),
-        args![rowid, None::<&str>, None::<&str>, body, "$.content"],
+        concat!(
+            "UPDATE search SET body = ",
+            blocks_text!("?2", "'$.content'"),
+            " WHERE rowid = ?1"
+        ),
+        args![rowid, body],
     )
     .map_err(super::error::sql("index for search"))?;
     Ok(())
