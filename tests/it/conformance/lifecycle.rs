@@ -1008,7 +1008,6 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
     queued.mid_turn = true;
     store.send(s, queued).await.unwrap();
     assert!(store.verify().await.unwrap().ok());
-    let restore = restored_as;
 
     let archive = b.dir.path().join("long.tar");
     let said = export(|args| b.run(args), &s.to_string(), &archive);
@@ -1028,9 +1027,9 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
     );
     assert_eq!(here.len(), 1 + 8 + 701);
     for format in ["acp", "acp-updates"] {
-        let before = restore(&b, s, &here, format);
+        let before = restored_as(&b, s, &here, format);
         assert!(before.contains("guava line 6-99"), "{format}");
-        assert_eq!(before, restore(&other, s, &away, format), "{format}");
+        assert_eq!(before, restored_as(&other, s, &away, format), "{format}");
     }
 
     // A fork of the whole: the same delivered history under its own ids and folder.
@@ -1047,8 +1046,8 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
     );
     for format in ["acp", "acp-updates"] {
         assert_eq!(
-            restore(&b, s, &here, format),
-            restore(&b, fork.session.id, &forked, format),
+            restored_as(&b, s, &here, format),
+            restored_as(&b, fork.session.id, &forked, format),
             "{format}"
         );
     }
@@ -1137,7 +1136,6 @@ async fn messages_kept_apart_by_a_tool_call_update_stay_apart_in_a_fork_and_an_i
         .unwrap();
     let here = delivered_ids(&store, s).await;
     assert_eq!(here.len(), 1 + 1 + 5, "{here:?}");
-    let restore = restored_as;
 
     let fork = store.fork_session(s, None, None).await.unwrap();
     let forked = delivered_ids(&store, fork.session.id).await;
@@ -1149,14 +1147,14 @@ async fn messages_kept_apart_by_a_tool_call_update_stay_apart_in_a_fork_and_an_i
     let there = other.open().await;
     let away = delivered_ids(&there, s).await;
     for format in ["acp", "acp-updates"] {
-        let origin = restore(&b, s, &here, format);
+        let origin = restored_as(&b, s, &here, format);
         assert!(origin.contains("Hm again."), "{format}");
         assert_eq!(
             origin,
-            restore(&b, fork.session.id, &forked, format),
+            restored_as(&b, fork.session.id, &forked, format),
             "{format}"
         );
-        assert_eq!(origin, restore(&other, s, &away, format), "{format}");
+        assert_eq!(origin, restored_as(&other, s, &away, format), "{format}");
     }
     assert!(store.verify().await.unwrap().ok());
     assert!(there.verify().await.unwrap().ok());
