@@ -117,24 +117,38 @@ enum Seal {
     WhatIsComplete,
 }
 
-/// Seals every item of `session` that has streamed parts (see [`seal_item`]): called
-/// when a later entry follows a streamed message or its turn ends. Costs one indexed
-/// probe when there is nothing to seal.
+/// Seals the streamed parts of `session`'s last item, if it has any (see
+/// [`seal_item`]): called when a later entry follows a streamed message or its turn
+/// ends. Only that item can have them: a batch appends parts only to the message that
+/// ends the history, and whatever follows it calls this first. So the parts still
+/// streaming are the last parts of the last item, and two probes by primary key tell
+/// whether there is anything to seal, however long the history.
 pub(crate) fn settle(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
-    let pending: Vec<String> = conn
-        .query_map(
-            "SELECT DISTINCT item_id FROM item_parts WHERE session_id = ?1 AND sealed = 0",
+    let last: Option<String> = conn
+        .query_row(
+            "SELECT id FROM items WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1",
             args![session.to_string()],
             |r| r.get(0),
         )
-        .map_err(sql("read the items still streaming"))?;
-    for id in pending {
-        let id: ItemId = id.parse().map_err(|_| Error::OutOfRange {
-            what: "an item part's item id",
-        })?;
-        seal_item(conn, session, &id, Seal::Whole)?;
+        .map_err(sql("read a session's last item"))?;
+    let Some(id) = last else {
+        return Ok(());
+    };
+    let streaming: Option<i64> = conn
+        .query_row(
+            "SELECT sealed FROM item_parts WHERE session_id = ?1 AND item_id = ?2
+             ORDER BY part DESC LIMIT 1",
+            args![session.to_string(), &id],
+            |r| r.get(0),
+        )
+        .map_err(sql("read the last part of a session's last item"))?;
+    if streaming != Some(0) {
+        return Ok(());
     }
-    Ok(())
+    let id: ItemId = id.parse().map_err(|_| Error::OutOfRange {
+        what: "an item part's item id",
+    })?;
+    seal_item(conn, session, &id, Seal::Whole)
 }
 
 /// Rewrites a streamed message's row content and its streamed parts, in order, as
@@ -168,7 +182,18 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
     };
     let mut sealed_at = None;
     let mut last: Option<(i64, String)> = None;
-    let mut after = 0i64;
+    // The parts still streaming follow the item's last sealed segment: start after it
+    // rather than reading every segment sealed before (the probe reads back over the
+    // streaming parts alone, which this seal reads anyway).
+    let mut after: i64 = conn
+        .query_row(
+            "SELECT part FROM item_parts WHERE session_id = ?1 AND item_id = ?2 AND sealed = 1
+             ORDER BY part DESC LIMIT 1",
+            args![session.to_string(), id.to_string()],
+            |r| r.get(0),
+        )
+        .map_err(sql("read an item's last sealed segment"))?
+        .unwrap_or(0);
     loop {
         let page: Vec<(i64, Vec<ContentBlock>, String, usize)> = conn
             .query_map(

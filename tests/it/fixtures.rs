@@ -598,15 +598,27 @@ fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_seals_it(
     assert!(verified.status.success(), "{verified:?}");
 }
 
-/// The V7 fixture, moved elsewhere: a sealed answer, a thought, and a long answer
-/// sealed in part while it streamed, all indexed by the store itself (V7 has no insert
-/// trigger for search). It restores whole, in every format and from a point, with its
+/// The V7 and V8 fixtures (the same session, made by the store of each schema),
+/// moved elsewhere: a sealed answer, a thought, and a long answer sealed in part while
+/// it streamed, all indexed by the store itself (neither has an insert trigger for
+/// search). Each restores whole, in every format and from a point, with its
 /// attachments under the moved roots; search finds the message, each sealed segment
-/// and the thought; `migrate` has nothing to do; and the next write seals the rest
-/// without changing a byte of what restores, and search finds it.
+/// and the thought; `migrate` applies what is newer (V8 drops V6's index of the parts
+/// still streaming); and the next write finds the streaming parts without that index
+/// and seals them without changing a byte of what restores, and search finds them.
 #[test]
 fn the_v7_fixture_restores_and_finds_what_the_store_indexed() {
-    let (dir, moved, sid) = moved_fixture("v7");
+    store_indexed_fixture("v7", 7);
+}
+
+#[test]
+fn the_v8_fixture_restores_and_finds_what_the_store_indexed() {
+    store_indexed_fixture("v8", 8);
+}
+
+/// The checks of the V7 and V8 fixtures: `version` is the fixture's schema.
+fn store_indexed_fixture(name: &str, version: usize) {
+    let (dir, moved, sid) = moved_fixture(name);
     let run = |args: &[&str]| {
         Bin::new(dir.path())
             .args(args)
@@ -623,10 +635,28 @@ fn the_v7_fixture_restores_and_finds_what_the_store_indexed() {
     };
     let report = json(&run(&["migrate", "--json"]));
     assert_eq!(
-        report["applied"].as_array().map(Vec::len),
-        Some(0),
+        report["applied"],
+        serde_json::json!(crate::support::migration_names()[version..]),
         "{report}"
     );
+    let db = rusqlite::Connection::open(moved.join("sessions.db")).unwrap();
+    let streaming_index: i64 = db
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'item_parts_streaming'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(streaming_index, 0, "V8 dropped it");
+    let unsealed = || -> i64 {
+        db.query_row(
+            "SELECT count(*) FROM item_parts WHERE sealed = 0",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(unsealed(), 6, "the long answer's end is still streaming");
 
     let restored = json(&run(&["restore", "--format", "acp", "--session", &sid]));
     let texts: Vec<&str> = restored["messages"]
@@ -688,6 +718,7 @@ fn the_v7_fixture_restores_and_finds_what_the_store_indexed() {
             "{format}: the queued message does not restore"
         );
     }
+    assert_eq!(unsealed(), 0, "the send sealed the long answer's end");
     // The rest of the long answer, sealed by the send, is indexed too: still one hit.
     assert_eq!(found("cormorant"), ["agent_message"]);
     let segments = rusqlite::Connection::open(moved.join("sessions.db"))

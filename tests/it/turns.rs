@@ -649,3 +649,90 @@ async fn a_long_answer_is_sealed_in_segments_cut_between_words() {
     let report = t.store().verify().await.unwrap();
     assert!(report.ok(), "{:?}", report.problems);
 }
+
+/// The parts still streaming are always the last parts of their session's last item
+/// (V8 finds them there, with no index of them): after every batch of two sessions
+/// streaming at once, through answers that turn into thoughts, tool calls, updates of
+/// earlier calls and a long answer sealed in part as it streams, no other item has a
+/// part waiting; the next message seals what waits; and each history reads as the one
+/// batch of the same updates makes.
+#[tokio::test]
+async fn only_the_last_item_of_a_session_has_parts_waiting() {
+    let t = TestStore::new().await;
+    let streamed = [t.session().await, t.session().await];
+    let whole = t.session().await;
+    let thought = |text: &str| {
+        update(serde_json::json!({"sessionUpdate": "agent_thought_chunk",
+            "content": {"type": "text", "text": text}}))
+    };
+    let long = "gannet ".repeat(150);
+    let mut script: Vec<SessionUpdate> = (0..5).map(|i| text_chunk(&format!("a{i} "))).collect();
+    script.extend((0..3).map(|i| thought(&format!("t{i} "))));
+    script.extend((0..3).map(|i| text_chunk(&format!("b{i} "))));
+    script.push(tool_call("call-1"));
+    script.extend((0..3).map(|i| text_chunk(&format!("c{i} "))));
+    script.push(tool_update(
+        "call-1",
+        serde_json::json!({"status": "completed"}),
+    ));
+    script.extend((0..100).map(|_| text_chunk(&long)));
+    script.extend((0..2).map(|i| thought(&format!("u{i} "))));
+    script.extend((0..3).map(|i| text_chunk(&format!("d{i} "))));
+    let elsewhere = |t: &TestStore| -> i64 {
+        t.raw()
+            .query_row(
+                "SELECT count(*) FROM item_parts p WHERE p.sealed = 0 AND p.item_id IS NOT
+                   (SELECT id FROM items i WHERE i.session_id = p.session_id
+                    ORDER BY seq DESC LIMIT 1)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    for update in &script {
+        for session in streamed {
+            t.store()
+                .record(session, vec![update.clone()])
+                .await
+                .unwrap();
+            assert_eq!(elsewhere(&t), 0, "after {update:?}");
+        }
+    }
+    assert!(streaming(&t) > 0, "the last answer is still streaming");
+    // In one batch an update of an earlier call ends the message before it; across
+    // batches the message stays last and the next chunk continues it. The whole
+    // session is recorded in three batches cut there, as the streamed ones were.
+    let cut = script
+        .iter()
+        .position(|u| matches!(u, SessionUpdate::ToolCallUpdate(_)))
+        .unwrap();
+    for batch in [&script[..cut], &script[cut..=cut], &script[cut + 1..]] {
+        t.store().record(whole, batch.to_vec()).await.unwrap();
+    }
+    let expected = bodies(&t, whole).await;
+    assert!(
+        expected.iter().any(|b| b.contains("gannet")),
+        "{expected:?}"
+    );
+    for session in streamed {
+        assert_eq!(bodies(&t, session).await, expected);
+    }
+    t.send(streamed[0], Outgoing::user("next")).await;
+    let waiting: i64 = t
+        .raw()
+        .query_row(
+            "SELECT count(*) FROM item_parts WHERE sealed = 0 AND session_id = ?1",
+            [streamed[0].to_string()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(waiting, 0, "the message sealed its session's answer");
+    assert!(streaming(&t) > 0, "and left the other session's alone");
+    t.send(streamed[1], Outgoing::user("next")).await;
+    assert_eq!(streaming(&t), 0);
+    for session in streamed {
+        assert_eq!(bodies(&t, session).await[..expected.len()], expected[..]);
+    }
+    let report = t.store().verify().await.unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+}
