@@ -569,7 +569,7 @@ impl Recorder {
                 }
                 if !batch.is_empty()
                     && failed.is_none()
-                    && let Err(e) = record_batch(&store, session, std::mem::take(&mut batch)).await
+                    && let Err(e) = record_runs(&store, session, std::mem::take(&mut batch)).await
                 {
                     tracing::error!(
                         "cannot record the agent's updates for session {session}: {}",
@@ -603,6 +603,44 @@ impl Recorder {
         rx.await
             .map_err(|_| Failure::internal("the recorder stopped"))?
     }
+}
+
+/// Records what the window gathered as the same history it would make had each update
+/// been recorded alone, however the window cut the stream. Inside one batch an update
+/// of a tool call ends the agent message before it, so a chunk after it starts a new
+/// one; across batches the message stays the history's last entry and the next chunk
+/// continues it (as an editor shows it: the update changes the call in place). So a
+/// batch is cut after each `tool_call_update` that a chunk follows, which is the only
+/// place the two differ.
+async fn record_runs(
+    store: &crate::Store,
+    session: SessionId,
+    mut batch: Vec<Value>,
+) -> Result<(), Failure> {
+    while let Some(cut) = first_cut(&batch) {
+        let rest = batch.split_off(cut);
+        record_batch(store, session, batch).await?;
+        batch = rest;
+    }
+    record_batch(store, session, batch).await
+}
+
+/// Where `batch` must be cut (see [`record_runs`]): after its first `tool_call_update`
+/// that an agent message or thought chunk follows.
+fn first_cut(batch: &[Value]) -> Option<usize> {
+    fn kind(v: &Value) -> &str {
+        v.get("sessionUpdate").and_then(Value::as_str).unwrap_or("")
+    }
+    batch
+        .windows(2)
+        .position(|pair| {
+            kind(&pair[0]) == "tool_call_update"
+                && matches!(
+                    kind(&pair[1]),
+                    "agent_message_chunk" | "agent_thought_chunk"
+                )
+        })
+        .map(|i| i + 1)
 }
 
 /// Records a batch; an update the store refuses (a `tool_call_update` for a call it
@@ -640,5 +678,101 @@ async fn record_batch(
             }
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(text: &str) -> Value {
+        json!({"sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": text}})
+    }
+
+    fn call(id: &str) -> Value {
+        json!({"sessionUpdate": "tool_call", "toolCallId": id, "title": "Run",
+            "kind": "execute", "status": "pending"})
+    }
+
+    fn done(id: &str) -> Value {
+        json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
+            "status": "completed"})
+    }
+
+    /// However the recorder's window cuts an agent's stream into batches (all of it
+    /// at once, one update at a time, or cut anywhere in between), the session's
+    /// history is the same: updates of earlier calls between chunks, one the store
+    /// refuses, thoughts and new calls included.
+    #[tokio::test]
+    async fn the_history_does_not_depend_on_where_the_window_cuts_the_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::Store::open(crate::Config::in_dir(dir.path()))
+            .await
+            .unwrap();
+        let thought = json!({"sessionUpdate": "agent_thought_chunk",
+            "content": {"type": "text", "text": "hm "}});
+        let stream = vec![
+            call("c1"),
+            chunk("a "),
+            done("c1"),
+            chunk("b "),
+            done("c1"),
+            done("never-seen"),
+            done("c1"),
+            thought.clone(),
+            done("c1"),
+            thought,
+            call("c2"),
+            chunk("c "),
+            done("c1"),
+            done("c2"),
+            chunk("d "),
+        ];
+        let mut histories = Vec::new();
+        let cuttings: Vec<Vec<usize>> = vec![
+            vec![],
+            (1..stream.len()).collect(),
+            vec![2],
+            vec![3],
+            vec![5, 6],
+            vec![8, 12],
+            vec![4, 9, 13],
+        ];
+        for cuts in cuttings {
+            let session = store
+                .create_session(None, crate::model::ToolsHost::Local)
+                .await
+                .unwrap()
+                .id;
+            let mut from = 0;
+            for to in cuts.into_iter().chain([stream.len()]) {
+                record_runs(&store, session, stream[from..to].to_vec())
+                    .await
+                    .unwrap();
+                from = to;
+            }
+            let items = store.items(session).await.unwrap();
+            histories.push(items.iter().map(|i| i.body.to_json()).collect::<Vec<_>>());
+        }
+        assert!(
+            histories[0].iter().any(|b| b.contains(r#""text":"a b ""#)),
+            "{:?}",
+            histories[0]
+        );
+        for history in &histories[1..] {
+            assert_eq!(history, &histories[0]);
+        }
+    }
+
+    #[test]
+    fn a_batch_is_cut_after_a_tool_call_update_that_a_chunk_follows() {
+        assert_eq!(first_cut(&[chunk("a"), done("c"), chunk("b")]), Some(2));
+        assert_eq!(first_cut(&[done("c"), done("c"), chunk("b")]), Some(2));
+        assert_eq!(
+            first_cut(&[chunk("a"), done("c"), call("d"), chunk("b")]),
+            None
+        );
+        assert_eq!(first_cut(&[chunk("a"), chunk("b"), done("c")]), None);
     }
 }
