@@ -214,6 +214,12 @@ pub fn erase(conn: &Tx<'_>, id: &SessionId, at: &str) -> Result<Counts> {
             "DELETE FROM item_parts WHERE session_id = ?1",
         ),
         (
+            // No index but the row id (V9): from the first its items name on.
+            "delete a session's streaming parts",
+            "DELETE FROM streaming_parts WHERE session_id = ?1 AND id >=
+                 (SELECT min(streaming_from) FROM items WHERE session_id = ?1)",
+        ),
+        (
             "delete a session's items",
             "DELETE FROM items WHERE session_id = ?1",
         ),

@@ -58,9 +58,11 @@ pub fn items_in(
     seqs: std::ops::Range<i64>,
 ) -> Result<Vec<Item>> {
     let mut items: Vec<Item> = Vec::new();
+    // The items of the page with parts still streaming, and where those start.
+    let mut streaming: Vec<(usize, i64)> = Vec::new();
     conn.for_each(
         &format!(
-            "SELECT {PREFIXED_COLUMNS}, p.content, p.created_at FROM items i
+            "SELECT {PREFIXED_COLUMNS}, p.content, p.created_at, i.streaming_from FROM items i
              LEFT JOIN item_parts p ON p.session_id = i.session_id AND p.item_id = i.id
              WHERE i.session_id = ?1 AND i.seq >= ?2 AND i.seq < ?3 ORDER BY i.seq, p.part"
         ),
@@ -70,7 +72,12 @@ pub fn items_in(
             let part: Option<String> = row.get(7)?;
             match items.last_mut() {
                 Some(last) if last.id == id => {}
-                _ => items.push(item_from_row(row)?),
+                _ => {
+                    items.push(item_from_row(row)?);
+                    if let Some(from) = row.get::<Option<i64>>(9)? {
+                        streaming.push((items.len() - 1, from));
+                    }
+                }
             }
             if let (Some(part), Some(item)) = (part, items.last_mut()) {
                 fold_part(item, &part, row.get(8)?).map_err(|e| DbError::column(7, e))?;
@@ -79,6 +86,21 @@ pub fn items_in(
         },
     )
     .map_err(sql("read items"))?;
+    // The streaming parts follow every sealed segment (V9).
+    for (at, from) in streaming {
+        let item = &mut items[at];
+        let id = item.id.to_string();
+        conn.for_each(
+            "SELECT content, created_at FROM streaming_parts
+             WHERE id >= ?1 AND item_id = ?2 ORDER BY id",
+            args![from, id],
+            |row: &Row<'_>| {
+                let part: String = row.get(0)?;
+                fold_part(item, &part, row.get(1)?).map_err(|e| DbError::column(0, e))
+            },
+        )
+        .map_err(sql("read an item's streaming parts"))?;
+    }
     Ok(items)
 }
 
@@ -120,33 +142,23 @@ enum Seal {
 /// Seals the streamed parts of `session`'s last item, if it has any (see
 /// [`seal_item`]): called when a later entry follows a streamed message or its turn
 /// ends. Only that item can have them: a batch appends parts only to the message that
-/// ends the history, and whatever follows it calls this first. So the parts still
-/// streaming are the last parts of the last item, and two probes by primary key tell
-/// whether there is anything to seal, however long the history.
+/// ends the history, and whatever follows it calls this first. So one probe of the
+/// session's last item (its `streaming_from`) tells whether there is anything to
+/// seal, however long the history.
 pub(crate) fn settle(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
-    let last: Option<String> = conn
+    let last: Option<(String, Option<i64>)> = conn
         .query_row(
-            "SELECT id FROM items WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1",
+            "SELECT id, streaming_from FROM items WHERE session_id = ?1
+             ORDER BY seq DESC LIMIT 1",
             args![session.to_string()],
-            |r| r.get(0),
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .map_err(sql("read a session's last item"))?;
-    let Some(id) = last else {
+    let Some((id, Some(_))) = last else {
         return Ok(());
     };
-    let streaming: Option<i64> = conn
-        .query_row(
-            "SELECT sealed FROM item_parts WHERE session_id = ?1 AND item_id = ?2
-             ORDER BY part DESC LIMIT 1",
-            args![session.to_string(), &id],
-            |r| r.get(0),
-        )
-        .map_err(sql("read the last part of a session's last item"))?;
-    if streaming != Some(0) {
-        return Ok(());
-    }
     let id: ItemId = id.parse().map_err(|_| Error::OutOfRange {
-        what: "an item part's item id",
+        what: "an item's id",
     })?;
     seal_item(conn, session, &id, Seal::Whole)
 }
@@ -162,13 +174,15 @@ pub(crate) fn settle(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
 fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Result<()> {
     let head = conn
         .query_row(
-            &format!("SELECT {ITEM_COLUMNS} FROM items WHERE id = ?1 AND session_id = ?2"),
+            &format!(
+                "SELECT {ITEM_COLUMNS}, streaming_from FROM items WHERE id = ?1 AND session_id = ?2"
+            ),
             args![id.to_string(), session.to_string()],
-            item_from_row,
+            |row| Ok((item_from_row(row)?, row.get::<Option<i64>>(7)?)),
         )
         .map_err(sql("read a streamed item"))?;
-    let Some(Item { body, .. }) = head else {
-        return Ok(());
+    let Some((Item { body, .. }, Some(from))) = head else {
+        return Ok(()); // no such item, or nothing of it streaming
     };
     let (ItemBody::AgentMessage(mut text) | ItemBody::AgentThought(mut text)) = body.clone() else {
         return Ok(());
@@ -181,31 +195,21 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
         parts: Vec::new(),
     };
     let mut sealed_at = None;
-    let mut last: Option<(i64, String)> = None;
-    // The parts still streaming follow the item's last sealed segment: start after it
-    // rather than reading every segment sealed before (the probe reads back over the
-    // streaming parts alone, which this seal reads anyway).
-    let mut after: i64 = conn
-        .query_row(
-            "SELECT part FROM item_parts WHERE session_id = ?1 AND item_id = ?2 AND sealed = 1
-             ORDER BY part DESC LIMIT 1",
-            args![session.to_string(), id.to_string()],
-            |r| r.get(0),
-        )
-        .map_err(sql("read an item's last sealed segment"))?
-        .unwrap_or(0);
+    // The last streaming part read: its id, number and time.
+    let mut last: Option<(i64, i64, String)> = None;
+    // The item's parts are the rows from `from` on that name it, in id order.
+    let mut after = from - 1;
     loop {
-        let page: Vec<(i64, Vec<ContentBlock>, String, usize)> = conn
+        let page: Vec<(i64, i64, Vec<ContentBlock>, String, usize)> = conn
             .query_map(
-                "SELECT part, content, created_at FROM item_parts
-                 WHERE session_id = ?1 AND item_id = ?2 AND sealed = 0 AND part > ?3
-                 ORDER BY part LIMIT ?4",
-                args![session.to_string(), id.to_string(), after, SEAL_PAGE],
+                "SELECT id, part, content, created_at FROM streaming_parts
+                 WHERE id > ?1 AND item_id = ?2 ORDER BY id LIMIT ?3",
+                args![after, id.to_string(), SEAL_PAGE],
                 |r| {
-                    let content: String = r.get(1)?;
+                    let content: String = r.get(2)?;
                     let blocks = serde_json::from_str(&content)
-                        .map_err(|e| DbError::column(1, format!("not content blocks: {e}")))?;
-                    Ok((r.get(0)?, blocks, r.get(2)?, content.len()))
+                        .map_err(|e| DbError::column(2, format!("not content blocks: {e}")))?;
+                    Ok((r.get(0)?, r.get(1)?, blocks, r.get(3)?, content.len()))
                 },
             )
             .map_err(sql("read an item's streamed parts"))?;
@@ -213,53 +217,47 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
             break;
         };
         after = *page_end;
-        for (part, blocks, at, size) in page {
+        for (row, part, blocks, at, size) in page {
             // The segment so far ends before this part: there if it is large enough
             // and the cut falls between words.
-            if let Some((previous, previous_at)) = &last
+            if let Some((through, previous, previous_at)) = &last
                 && segment.first.is_some()
                 && segment.complete_before(&blocks)
             {
-                segment.write(conn, session, id, kind, *previous, previous_at)?;
+                segment.write(conn, session, id, kind, *previous, *through, previous_at)?;
                 sealed_at = Some(previous_at.clone());
             }
-            segment.first.get_or_insert(part);
+            segment.first.get_or_insert(row);
             segment.size += size;
-            segment.parts.push((part, size));
+            segment.parts.push((row, size));
             for block in blocks {
                 turns::push_content(&mut segment.blocks, block);
             }
-            last = Some((part, at));
+            last = Some((row, part, at));
         }
     }
     if seal == Seal::Whole
-        && let Some((part, at)) = &last
+        && let Some((through, part, at)) = &last
         && segment.first.is_some()
     {
-        segment.write(conn, session, id, kind, *part, at)?;
+        segment.write(conn, session, id, kind, *part, *through, at)?;
         sealed_at = Some(at.clone());
-    }
-    if sealed_at.is_some() {
-        // What still streams now waits since the segment just sealed.
-        let mut waiting = 0;
-        for (part, size) in &segment.parts {
-            waiting += size;
-            conn.execute(
-                "UPDATE item_parts SET streamed = ?4
-                 WHERE session_id = ?1 AND item_id = ?2 AND part = ?3",
-                args![
-                    session.to_string(),
-                    id.to_string(),
-                    *part,
-                    i64::try_from(waiting).unwrap_or(i64::MAX)
-                ],
-            )
-            .map_err(sql("count what still streams"))?;
-        }
     }
     let Some(at) = sealed_at else {
         return Ok(()); // nothing sealed: the row keeps its content
     };
+    // What still streams now waits since the segment just sealed, and starts at the
+    // first part not sealed.
+    let mut waiting = 0;
+    for (row, size) in &segment.parts {
+        waiting += size;
+        conn.execute(
+            "UPDATE streaming_parts SET streamed = ?2 WHERE id = ?1",
+            args![*row, i64::try_from(waiting).unwrap_or(i64::MAX)],
+        )
+        .map_err(sql("count what still streams"))?;
+    }
+    let streaming_from = segment.parts.first().map(|(row, _)| *row);
     // The row's content went into the first segment; the row keeps the message id and
     // the time of the latest part sealed.
     let body = match body {
@@ -268,8 +266,8 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
     };
     let json = body.to_json();
     conn.execute(
-        "UPDATE items SET body = ?2, updated_at = ?3 WHERE id = ?1",
-        args![id.to_string(), json, at],
+        "UPDATE items SET body = ?2, updated_at = ?3, streaming_from = ?4 WHERE id = ?1",
+        args![id.to_string(), json, at, streaming_from],
     )
     .map_err(sql("seal a streamed item"))?;
     super::search::reindex_item(conn, id, body.kind(), &json)?;
@@ -277,13 +275,13 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
 }
 
 /// The blocks of a segment being made, the bytes of the JSON they came as (the
-/// measure `streamed_bytes` takes too), and the first part they came from (`None`
-/// while they are only the row's content).
+/// measure `streamed_bytes` takes too), and the `streaming_parts` row of the first
+/// part they came from (`None` while they are only the row's content).
 struct Segment {
     blocks: Vec<ContentBlock>,
     size: usize,
     first: Option<i64>,
-    /// The streamed parts it holds, with the bytes of each.
+    /// The streamed parts it holds (their `streaming_parts` ids), with the bytes of each.
     parts: Vec<(i64, usize)>,
 }
 
@@ -305,7 +303,9 @@ impl Segment {
     }
 
     /// Writes the segment as sealed part `number` of item `id` (of `kind`) in place of
-    /// the streamed parts it covers, indexed for search, and starts the next one empty.
+    /// the streamed parts it covers (up to the row `through`), indexed for search, and
+    /// starts the next one empty.
+    #[allow(clippy::too_many_arguments)]
     fn write(
         &mut self,
         conn: &Tx<'_>,
@@ -313,17 +313,12 @@ impl Segment {
         id: &ItemId,
         kind: &str,
         number: i64,
+        through: i64,
         at: &str,
     ) -> Result<()> {
         conn.execute(
-            "DELETE FROM item_parts WHERE session_id = ?1 AND item_id = ?2
-             AND sealed = 0 AND part BETWEEN ?3 AND ?4",
-            args![
-                session.to_string(),
-                id.to_string(),
-                self.first.unwrap_or(number),
-                number
-            ],
+            "DELETE FROM streaming_parts WHERE id BETWEEN ?1 AND ?2 AND item_id = ?3",
+            args![self.first.unwrap_or(through), through, id.to_string()],
         )
         .map_err(sql("delete streamed parts"))?;
         let content = serde_json::to_string(&self.blocks).expect("content blocks always serialize");
@@ -706,7 +701,8 @@ fn turn_recorded_json(batch: &[Update], created: &[CreatedItem]) -> String {
 
 /// Appends `content` to streamed item `id` as its next part, and gives that part's
 /// number and how many bytes of streamed parts now wait since the last sealed segment
-/// (its `streamed`), read from the last part alone unless `known` (the writer's memo).
+/// (its `streamed`), read unless `known` (the writer's memo). The first part to wait
+/// (none did) becomes the item's `streaming_from`.
 fn append_part(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -716,33 +712,72 @@ fn append_part(
     known: Option<(i64, i64)>,
 ) -> Result<(i64, i64)> {
     let content = serde_json::to_string(content).expect("content blocks always serialize");
-    let (last, waiting): (i64, i64) = match known {
+    let (last, waiting) = match known {
         Some(known) => known,
-        None => conn
-            .query_row(
-                "SELECT part, CASE WHEN sealed = 1 THEN 0 ELSE streamed END FROM item_parts
-                 WHERE session_id = ?1 AND item_id = ?2 ORDER BY part DESC LIMIT 1",
-                args![session.to_string(), id.to_string()],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(sql("read a streamed item's last part"))?
-            .unwrap_or((0, 0)),
+        None => last_part(conn, session, id)?,
     };
     let streamed = waiting + i64::try_from(content.len()).unwrap_or(i64::MAX);
-    conn.execute(
-        "INSERT INTO item_parts (session_id, item_id, part, content, created_at, streamed)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        args![
-            session.to_string(),
-            id.to_string(),
-            last + 1,
-            content,
-            at,
-            streamed
-        ],
-    )
-    .map_err(sql("append to a streamed item"))?;
+    let row: Option<i64> = conn
+        .query_row(
+            "INSERT INTO streaming_parts (session_id, item_id, part, content, created_at, streamed)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
+            args![
+                session.to_string(),
+                id.to_string(),
+                last + 1,
+                content,
+                at,
+                streamed
+            ],
+            |r| r.get(0),
+        )
+        .map_err(sql("append to a streamed item"))?;
+    if waiting == 0 {
+        let row = row.ok_or(Error::OutOfRange {
+            what: "an appended part's id",
+        })?;
+        conn.execute(
+            "UPDATE items SET streaming_from = ?2 WHERE id = ?1",
+            args![id.to_string(), row],
+        )
+        .map_err(sql("mark where a streamed item's parts start"))?;
+    }
     Ok((last + 1, streamed))
+}
+
+/// A streamed item's last part and the bytes waiting since its last sealed segment:
+/// the last of its streaming parts (read back from the table's end to its
+/// `streaming_from`), or else its last sealed segment, with nothing waiting.
+fn last_part(conn: &Tx<'_>, session: &SessionId, id: &ItemId) -> Result<(i64, i64)> {
+    let from: Option<Option<i64>> = conn
+        .query_row(
+            "SELECT streaming_from FROM items WHERE id = ?1",
+            args![id.to_string()],
+            |r| r.get(0),
+        )
+        .map_err(sql("read where a streamed item's parts start"))?;
+    if let Some(Some(from)) = from {
+        let found = conn
+            .query_row(
+                "SELECT part, streamed FROM streaming_parts WHERE id >= ?1 AND item_id = ?2
+                 ORDER BY id DESC LIMIT 1",
+                args![from, id.to_string()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(sql("read a streamed item's last part"))?;
+        if let Some(found) = found {
+            return Ok(found);
+        }
+    }
+    let sealed: Option<i64> = conn
+        .query_row(
+            "SELECT part FROM item_parts WHERE session_id = ?1 AND item_id = ?2
+             ORDER BY part DESC LIMIT 1",
+            args![session.to_string(), id.to_string()],
+            |r| r.get(0),
+        )
+        .map_err(sql("read a streamed item's last segment"))?;
+    Ok((sealed.unwrap_or(0), 0))
 }
 
 #[cfg(test)]

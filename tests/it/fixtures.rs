@@ -526,18 +526,9 @@ fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_seals_it(
             .on(&moved_store(&moved))
             .output()
     };
-    let parts = || {
-        rusqlite::Connection::open(moved.join("sessions.db"))
-            .unwrap()
-            .query_row(
-                "SELECT count(*) FROM item_parts WHERE sealed = 0",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .unwrap()
-    };
+    let parts = || waiting_parts(&moved.join("sessions.db"));
     assert_eq!(parts(), 2, "the fixture holds an answer still streaming");
-    // (Reading commands need the latest schema; V7 changes no row.)
+    // (Reading commands need the latest schema; V9 moves the parts, sealing none.)
     json(&run(&["migrate", "--json"]));
     assert_eq!(parts(), 2, "migrate does not seal");
 
@@ -616,7 +607,20 @@ fn the_v8_fixture_restores_and_finds_what_the_store_indexed() {
     store_indexed_fixture("v8", 8);
 }
 
-/// The checks of the V7 and V8 fixtures: `version` is the fixture's schema.
+/// How many streamed parts of a database wait to be sealed: in `item_parts` before
+/// V9, in `streaming_parts` since (V9 moves them there and leaves none behind).
+fn waiting_parts(db: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+    let legacy = count("SELECT count(*) FROM item_parts WHERE sealed = 0");
+    if count("SELECT count(*) FROM sqlite_master WHERE name = 'streaming_parts'") == 0 {
+        return legacy;
+    }
+    assert_eq!(legacy, 0, "V9 moved every waiting part");
+    count("SELECT count(*) FROM streaming_parts")
+}
+
+/// The checks of the V7, V8 and V9 fixtures: `version` is the fixture's schema.
 fn store_indexed_fixture(name: &str, version: usize) {
     let (dir, moved, sid) = moved_fixture(name);
     let run = |args: &[&str]| {
@@ -648,14 +652,7 @@ fn store_indexed_fixture(name: &str, version: usize) {
         )
         .unwrap();
     assert_eq!(streaming_index, 0, "V8 dropped it");
-    let unsealed = || -> i64 {
-        db.query_row(
-            "SELECT count(*) FROM item_parts WHERE sealed = 0",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap()
-    };
+    let unsealed = || waiting_parts(&moved.join("sessions.db"));
     assert_eq!(unsealed(), 6, "the long answer's end is still streaming");
 
     let restored = json(&run(&["restore", "--format", "acp", "--session", &sid]));

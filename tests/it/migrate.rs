@@ -186,7 +186,7 @@ fn a_refused_wal_database_gets_no_side_files() {
         let conn = rusqlite::Connection::open(&db).unwrap();
         conn.execute(
             "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
-             VALUES (9, 'later', '2030-01-01T00:00:00Z', '1')",
+             VALUES (99, 'later', '2030-01-01T00:00:00Z', '1')",
             [],
         )
         .unwrap();

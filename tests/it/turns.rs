@@ -452,15 +452,13 @@ async fn a_long_record_is_written_in_batches_of_one_write() {
     assert_eq!(batched, replay(one));
 }
 
-/// How many streamed parts are not sealed yet.
+/// How many streamed parts are not sealed yet (V9 keeps them in `streaming_parts`,
+/// and `item_parts` only the sealed segments).
 fn streaming(t: &TestStore) -> i64 {
-    t.raw()
-        .query_row(
-            "SELECT count(*) FROM item_parts WHERE sealed = 0",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap()
+    let conn = t.raw();
+    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(count("SELECT count(*) FROM item_parts WHERE sealed = 0"), 0);
+    count("SELECT count(*) FROM streaming_parts")
 }
 
 async fn bodies(t: &TestStore, session: SessionId) -> Vec<String> {
@@ -681,7 +679,7 @@ async fn only_the_last_item_of_a_session_has_parts_waiting() {
     let elsewhere = |t: &TestStore| -> i64 {
         t.raw()
             .query_row(
-                "SELECT count(*) FROM item_parts p WHERE p.sealed = 0 AND p.item_id IS NOT
+                "SELECT count(*) FROM streaming_parts p WHERE p.item_id IS NOT
                    (SELECT id FROM items i WHERE i.session_id = p.session_id
                     ORDER BY seq DESC LIMIT 1)",
                 [],
@@ -721,7 +719,7 @@ async fn only_the_last_item_of_a_session_has_parts_waiting() {
     let waiting: i64 = t
         .raw()
         .query_row(
-            "SELECT count(*) FROM item_parts WHERE sealed = 0 AND session_id = ?1",
+            "SELECT count(*) FROM streaming_parts WHERE session_id = ?1",
             [streamed[0].to_string()],
             |r| r.get(0),
         )

@@ -893,9 +893,31 @@ async fn a_long_streamed_answer_is_sealed_found_whole_and_erased_with_its_sessio
         store.record(streamed, batch.to_vec()).await.unwrap();
     }
     store.record(whole, chunks.clone()).await.unwrap();
+    // A third session is deleted while its answer still streams (V9: its parts are
+    // found from its items, as the table has no index of sessions).
+    let abandoned = session(&store, ToolsHost::Local).await;
+    for batch in chunks[..200].chunks(25) {
+        store.record(abandoned, batch.to_vec()).await.unwrap();
+    }
+    let streaming_of = |s: SessionId| {
+        let rows = b
+            .raw_query(&format!(
+                "SELECT count(*) FROM streaming_parts WHERE session_id = '{s}'"
+            ))
+            .unwrap();
+        rows[0][0].as_deref().unwrap().parse::<i64>().unwrap()
+    };
+    assert!(streaming_of(abandoned) > 0);
     for s in [streamed, whole] {
         store.send(s, Outgoing::user("next")).await.unwrap();
     }
+    assert_eq!(streaming_of(streamed), 0, "the send sealed them");
+    assert!(
+        streaming_of(abandoned) > 0,
+        "and left another session's alone"
+    );
+    store.delete_sessions(vec![abandoned]).await.unwrap();
+    assert_eq!(streaming_of(abandoned), 0, "deleted with its session");
     let body = |items: Vec<sessionstore::model::Item>| items[0].body.to_json();
     assert_eq!(
         body(store.items(streamed).await.unwrap()),
