@@ -589,14 +589,15 @@ fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_seals_it(
     assert!(verified.status.success(), "{verified:?}");
 }
 
-/// The V7 and V8 fixtures (the same session, made by the store of each schema),
+/// The V7, V8 and V9 fixtures (the same session, made by the store of each schema),
 /// moved elsewhere: a sealed answer, a thought, and a long answer sealed in part while
 /// it streamed, all indexed by the store itself (neither has an insert trigger for
 /// search). Each restores whole, in every format and from a point, with its
 /// attachments under the moved roots; search finds the message, each sealed segment
 /// and the thought; `migrate` applies what is newer (V8 drops V6's index of the parts
-/// still streaming); and the next write finds the streaming parts without that index
-/// and seals them without changing a byte of what restores, and search finds them.
+/// still streaming, V9 moves those parts to `streaming_parts`); and the next write
+/// finds them from the item and seals them without changing a byte of what restores,
+/// and search finds them.
 #[test]
 fn the_v7_fixture_restores_and_finds_what_the_store_indexed() {
     store_indexed_fixture("v7", 7);
@@ -605,6 +606,11 @@ fn the_v7_fixture_restores_and_finds_what_the_store_indexed() {
 #[test]
 fn the_v8_fixture_restores_and_finds_what_the_store_indexed() {
     store_indexed_fixture("v8", 8);
+}
+
+#[test]
+fn the_v9_fixture_restores_and_finds_what_the_store_indexed() {
+    store_indexed_fixture("v9", 9);
 }
 
 /// How many streamed parts of a database wait to be sealed: in `item_parts` before
