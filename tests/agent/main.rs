@@ -18,6 +18,8 @@
 //!   `cancelled`;
 //! - `stream N`: N agent message chunks of about 60 bytes each, each led by the time
 //!   it was written, then `end_turn` (the streaming benches and the disk-full test);
+//!   `stream N at R`: the same, R chunks a second (an agent's pace rather than as fast
+//!   as the SDK's queue takes them, which is what a latency is measured at);
 //! - `garbage`: first, straight onto its standard output, a line that is not JSON, a
 //!   JSON value that is not a message, and a line one byte over the proxy's
 //!   `FRAME_LIMIT`; then as anything else;
@@ -365,12 +367,17 @@ fn chunk(text: &str) -> ContentChunk {
     ContentChunk::new(ContentBlock::Text(TextContent::new(text.to_owned())))
 }
 
-/// N of a prompt that says `stream N`.
-fn streamed_chunks(text: &str) -> Option<u64> {
+/// N, and R if given, of a prompt that says `stream N` or `stream N at R`.
+fn streamed_chunks(text: &str) -> Option<(u64, Option<f64>)> {
     let mut words = text.split_whitespace();
     while let Some(word) = words.next() {
         if word == "stream" {
-            return words.next()?.parse().ok();
+            let n = words.next()?.parse().ok()?;
+            let rate = match (words.next(), words.next()) {
+                (Some("at"), Some(rate)) => rate.parse().ok().filter(|r: &f64| *r > 0.0),
+                _ => None,
+            };
+            return Some((n, rate));
         }
     }
     None
@@ -428,8 +435,13 @@ async fn run_turn(
             tool_call_asking(state, cx, session, &call, "Edit a file", ToolKind::Edit).await?;
         return Ok(stop);
     }
-    if let Some(n) = streamed_chunks(&text) {
+    if let Some((n, rate)) = streamed_chunks(&text) {
+        let start = tokio::time::Instant::now();
         for i in 0..n {
+            if let Some(rate) = rate {
+                let due = std::time::Duration::from_secs_f64(i as f64 / rate);
+                tokio::time::sleep_until(start + due).await;
+            }
             // About 60 bytes, led by when it was written (nanoseconds since the epoch),
             // so a client can measure how long each chunk took to reach it.
             let sent = std::time::SystemTime::now()
