@@ -32,12 +32,25 @@ use crate::Report;
 use crate::workload::{self, MIB};
 
 pub fn streaming(report: &mut Report, rt: &Runtime) {
-    group_commit(report, rt);
     // `SESSIONSTORE_BENCH_PROXY=0` stops after group commit (the proxy part takes
-    // minutes).
-    if std::env::var("SESSIONSTORE_BENCH_PROXY").as_deref() != Ok("0") {
+    // minutes); `=latency` runs the proxy's latency part alone.
+    let only = std::env::var("SESSIONSTORE_BENCH_PROXY").unwrap_or_default();
+    if only == "latency" {
+        latency(report, runs());
+        return;
+    }
+    group_commit(report, rt);
+    if only != "0" {
         proxied(report);
     }
+}
+
+/// The runs behind each of the proxy's medians (`SESSIONSTORE_BENCH_RUNS`, 3).
+fn runs() -> usize {
+    std::env::var("SESSIONSTORE_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
 }
 
 /// A figure, printed as soon as it is measured (this group runs for minutes) and
@@ -390,10 +403,7 @@ fn met(yes: bool) -> &'static str {
 /// chunks wait in its own unbounded queue (the SDK's) and a chunk's latency is mostly
 /// how far into the turn it came.
 fn proxied(report: &mut Report) {
-    let runs: usize = std::env::var("SESSIONSTORE_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let runs = runs();
     let mut one_session_commits = f64::NAN;
     for (label, sessions, n) in [
         ("1 x 100,000", 1usize, 100_000u64),
@@ -418,6 +428,13 @@ fn proxied(report: &mut Report) {
             ),
         );
     }
+    latency(report, runs);
+    slow_client(report);
+}
+
+/// The p99 of a chunk's way through the proxy recording against the relay alone, with
+/// the agent streaming at a pace.
+fn latency(report: &mut Report, runs: usize) {
     for (label, sessions, n, rate) in [
         ("1 x 10,000 at 2,000/s", 1usize, 10_000u64, 2_000.0),
         ("16 x 1,250 at 125/s each", 16, 1_250, 125.0),
@@ -438,6 +455,10 @@ fn proxied(report: &mut Report) {
             ),
         );
     }
+}
+
+/// The proxy's peak resident memory while its client reads slowly.
+fn slow_client(report: &mut Report) {
     // A client reading at a tenth of the agent's rate (the rate of the recorded run
     // above, measured again here on one session).
     let mut proxy = Proxy::start(false);
