@@ -340,14 +340,15 @@ impl Proxy {
             return;
         }
         // The frame for the client is written first, so the update itself can move to
-        // the recorder rather than be copied for it.
+        // the recorder rather than be copied for it, and relayed before it is queued
+        // for recording, so that nothing of the recorder's stands before the relay.
         let frame = message.to_bytes();
         let update = message
             .params_mut()
             .and_then(|p| p.get_mut("update"))
             .map_or(Value::Null, Value::take);
-        self.recorder(session).record(update).await;
         let _ = self.client.send_bytes(frame).await;
+        self.recorder(session).record(update).await;
     }
 
     fn recorder(self: &Arc<Self>, session: SessionId) -> Recorder {
