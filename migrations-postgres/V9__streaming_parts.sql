@@ -22,8 +22,10 @@ INSERT INTO streaming_parts (session_id, item_id, part, content, created_at, str
     SELECT session_id, item_id, part, content, created_at, streamed FROM item_parts
     WHERE sealed = 0 ORDER BY session_id, item_id, part;
 
-UPDATE items SET streaming_from =
-    (SELECT min(s.id) FROM streaming_parts s WHERE s.item_id = items.id)
-    WHERE id IN (SELECT item_id FROM streaming_parts);
+-- One pass over the moved parts, whatever their number (a query per item would read
+-- the whole table for each).
+UPDATE items SET streaming_from = waiting.first
+    FROM (SELECT item_id, min(id) AS first FROM streaming_parts GROUP BY item_id) AS waiting
+    WHERE items.id = waiting.item_id;
 
 DELETE FROM item_parts WHERE sealed = 0;
