@@ -156,14 +156,7 @@ fn group_commit(report: &mut Report, rt: &Runtime) {
             one_commits = a.commits_per_s;
         }
         let target = if sessions == 16 {
-            format!(
-                "; target >= 8x: {}",
-                if a.writes_per_s >= 8.0 * raw {
-                    "met"
-                } else {
-                    "not met"
-                }
-            )
+            format!("; target >= 8x: {}", met(a.writes_per_s >= 8.0 * raw))
         } else {
             String::new()
         };
@@ -477,11 +470,7 @@ fn slow_client(report: &mut Report) {
             rate,
             slow.seconds,
             slow.peak_rss as f64 / MIB as f64,
-            if slow.peak_rss <= 64 * MIB as u64 {
-                "met"
-            } else {
-                "not met"
-            }
+            met(slow.peak_rss <= 64 * MIB as u64)
         ),
     );
 }

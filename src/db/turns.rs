@@ -191,12 +191,11 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
     let mut segment = Segment {
         size: serde_json::to_string(&text.content).map_or(0, |json| json.len()),
         blocks: std::mem::take(&mut text.content),
-        first: None,
         parts: Vec::new(),
     };
     let mut sealed_at = None;
-    // The last streaming part read: its id, number and time.
-    let mut last: Option<(i64, i64, String)> = None;
+    // The last streaming part read: its number and time.
+    let mut last: Option<(i64, String)> = None;
     // The item's parts are the rows from `from` on that name it, in id order.
     let mut after = from - 1;
     loop {
@@ -220,27 +219,26 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
         for (row, part, blocks, at, size) in page {
             // The segment so far ends before this part: there if it is large enough
             // and the cut falls between words.
-            if let Some((through, previous, previous_at)) = &last
-                && segment.first.is_some()
+            if let Some((previous, previous_at)) = &last
+                && !segment.parts.is_empty()
                 && segment.complete_before(&blocks)
             {
-                segment.write(conn, session, id, kind, *previous, *through, previous_at)?;
+                segment.write(conn, session, id, kind, *previous, previous_at)?;
                 sealed_at = Some(previous_at.clone());
             }
-            segment.first.get_or_insert(row);
             segment.size += size;
             segment.parts.push((row, size));
             for block in blocks {
                 turns::push_content(&mut segment.blocks, block);
             }
-            last = Some((row, part, at));
+            last = Some((part, at));
         }
     }
     if seal == Seal::Whole
-        && let Some((through, part, at)) = &last
-        && segment.first.is_some()
+        && let Some((part, at)) = &last
+        && !segment.parts.is_empty()
     {
-        segment.write(conn, session, id, kind, *part, *through, at)?;
+        segment.write(conn, session, id, kind, *part, at)?;
         sealed_at = Some(at.clone());
     }
     let Some(at) = sealed_at else {
@@ -275,13 +273,13 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
 }
 
 /// The blocks of a segment being made, the bytes of the JSON they came as (the
-/// measure `streamed_bytes` takes too), and the `streaming_parts` row of the first
-/// part they came from (`None` while they are only the row's content).
+/// measure `streamed_bytes` takes too), and the streamed parts they came from (none
+/// while they are only the row's content).
 struct Segment {
     blocks: Vec<ContentBlock>,
     size: usize,
-    first: Option<i64>,
-    /// The streamed parts it holds (their `streaming_parts` ids), with the bytes of each.
+    /// The streamed parts it holds (their `streaming_parts` ids, in order), with the
+    /// bytes of each.
     parts: Vec<(i64, usize)>,
 }
 
@@ -303,9 +301,7 @@ impl Segment {
     }
 
     /// Writes the segment as sealed part `number` of item `id` (of `kind`) in place of
-    /// the streamed parts it covers (up to the row `through`), indexed for search, and
-    /// starts the next one empty.
-    #[allow(clippy::too_many_arguments)]
+    /// the streamed parts it covers, indexed for search, and starts the next one empty.
     fn write(
         &mut self,
         conn: &Tx<'_>,
@@ -313,14 +309,15 @@ impl Segment {
         id: &ItemId,
         kind: &str,
         number: i64,
-        through: i64,
         at: &str,
     ) -> Result<()> {
-        conn.execute(
-            "DELETE FROM streaming_parts WHERE id BETWEEN ?1 AND ?2 AND item_id = ?3",
-            args![self.first.unwrap_or(through), through, id.to_string()],
-        )
-        .map_err(sql("delete streamed parts"))?;
+        if let (Some((first, _)), Some((through, _))) = (self.parts.first(), self.parts.last()) {
+            conn.execute(
+                "DELETE FROM streaming_parts WHERE id BETWEEN ?1 AND ?2 AND item_id = ?3",
+                args![*first, *through, id.to_string()],
+            )
+            .map_err(sql("delete streamed parts"))?;
+        }
         let content = serde_json::to_string(&self.blocks).expect("content blocks always serialize");
         conn.execute(
             "INSERT INTO item_parts (session_id, item_id, part, content, created_at, sealed)
@@ -332,7 +329,6 @@ impl Segment {
         *self = Segment {
             blocks: Vec::new(),
             size: 0,
-            first: None,
             parts: Vec::new(),
         };
         Ok(())
