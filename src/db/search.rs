@@ -3,7 +3,10 @@
 //! message, item and sealed segment written, in the statements after the row's own
 //! (V7: FTS5 flushes its index to disk at every statement savepoint, which a trigger's
 //! statement opens). PostgreSQL's triggers write its entries. Deletes and titles are
-//! still indexed by triggers on both engines.
+//! still indexed by triggers on both engines. Since V10 the SQLite index keeps no
+//! copy of the text: it reads it from each entry's row through the view
+//! `search_text`, and takes an entry out given the text the row held before it
+//! changed.
 
 use serde::Serialize;
 
@@ -266,7 +269,9 @@ fn index_blocks(
     )
 }
 
-/// Gives an item whose body was rewritten its new text, if it is indexed.
+/// Gives an item whose body is about to be rewritten its new text, if it is indexed:
+/// called before the row changes, since the index (V10) takes an entry's old terms out
+/// given the text it indexed, which `search_text` reads from the row as it still is.
 pub fn reindex_item(conn: &Tx<'_>, item: &ItemId, kind: &str, body: &str) -> Result<()> {
     if conn.engine() != Engine::Sqlite || !indexed(kind) {
         return Ok(());
@@ -283,10 +288,16 @@ pub fn reindex_item(conn: &Tx<'_>, item: &ItemId, kind: &str, body: &str) -> Res
         return Ok(());
     };
     conn.execute(
+        "INSERT INTO search (search, rowid, body)
+         SELECT 'delete', id, body FROM search_text WHERE id = ?1",
+        args![rowid],
+    )
+    .map_err(super::error::sql("index for search"))?;
+    conn.execute(
         concat!(
-            "UPDATE search SET body = ",
+            "INSERT INTO search (rowid, body) VALUES (?1, ",
             blocks_text!("?2", "'$.content'"),
-            " WHERE rowid = ?1"
+            ")"
         ),
         args![rowid, body],
     )

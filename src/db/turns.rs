@@ -263,12 +263,12 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
         _ => ItemBody::AgentMessage(text),
     };
     let json = body.to_json();
+    super::search::reindex_item(conn, id, body.kind(), &json)?;
     conn.execute(
         "UPDATE items SET body = ?2, updated_at = ?3, streaming_from = ?4 WHERE id = ?1",
         args![id.to_string(), json, at, streaming_from],
     )
     .map_err(sql("seal a streamed item"))?;
-    super::search::reindex_item(conn, id, body.kind(), &json)?;
     Ok(())
 }
 
@@ -588,12 +588,12 @@ fn record_known(
                     }
                     _ => {
                         let json = body.to_json();
+                        super::search::reindex_item(conn, id, body.kind(), &json)?;
                         conn.execute(
                             "UPDATE items SET body = ?2, updated_at = ?3 WHERE id = ?1",
                             args![id.to_string(), json, at],
                         )
                         .map_err(sql("update an item"))?;
-                        super::search::reindex_item(conn, id, body.kind(), &json)?;
                     }
                 }
                 touched.push(Touched {

@@ -589,13 +589,14 @@ fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_seals_it(
     assert!(verified.status.success(), "{verified:?}");
 }
 
-/// The V7, V8 and V9 fixtures (the same session, made by the store of each schema),
+/// The V7, V8, V9 and V10 fixtures (the same session, made by the store of each schema),
 /// moved elsewhere: a sealed answer, a thought, and a long answer sealed in part while
 /// it streamed, all indexed by the store itself (neither has an insert trigger for
 /// search). Each restores whole, in every format and from a point, with its
 /// attachments under the moved roots; search finds the message, each sealed segment
 /// and the thought; `migrate` applies what is newer (V8 drops V6's index of the parts
-/// still streaming, V9 moves those parts to `streaming_parts`); and the next write
+/// still streaming, V9 moves those parts to `streaming_parts`, V10 makes the search
+/// index read its text from the rows); and the next write
 /// finds them from the item and seals them without changing a byte of what restores,
 /// and search finds them.
 #[test]
@@ -613,6 +614,11 @@ fn the_v9_fixture_restores_and_finds_what_the_store_indexed() {
     store_indexed_fixture("v9", 9);
 }
 
+#[test]
+fn the_v10_fixture_restores_and_finds_what_the_store_indexed() {
+    store_indexed_fixture("v10", 10);
+}
+
 /// How many streamed parts of a database wait to be sealed: in `item_parts` before
 /// V9, in `streaming_parts` since (V9 moves them there and leaves none behind).
 fn waiting_parts(db: &Path) -> i64 {
@@ -626,7 +632,7 @@ fn waiting_parts(db: &Path) -> i64 {
     count("SELECT count(*) FROM streaming_parts")
 }
 
-/// The checks of the V7, V8 and V9 fixtures: `version` is the fixture's schema.
+/// The checks of the V7, V8, V9 and V10 fixtures: `version` is the fixture's schema.
 fn store_indexed_fixture(name: &str, version: usize) {
     let (dir, moved, sid) = moved_fixture(name);
     let run = |args: &[&str]| {
@@ -733,8 +739,9 @@ fn store_indexed_fixture(name: &str, version: usize) {
         )
         .unwrap();
     assert_eq!(segments, 3, "each sealed segment has its entry");
-    // Every entry holds what V4's and V6's triggers would have made of its row, and
-    // every row they indexed has its entry.
+    // Every entry holds what V4's and V6's triggers would have made of its row (since
+    // V10, the text `search_text` reads from the row: its walk of the content blocks
+    // gives what `json_each` gives), and every row they indexed has its entry.
     let conn = rusqlite::Connection::open(moved.join("sessions.db")).unwrap();
     let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
     let blocks = |json: &str, path: &str| {
@@ -774,6 +781,12 @@ fn store_indexed_fixture(name: &str, version: usize) {
         count("SELECT count(*) FROM search"),
         count("SELECT count(*) FROM search_entries")
     );
+    // FTS5's own check: the terms it holds are those of the text each entry gives now.
+    conn.execute(
+        "INSERT INTO search (search, rank) VALUES ('integrity-check', 1)",
+        [],
+    )
+    .unwrap();
     let verified = run(&["verify"]);
     assert!(verified.status.success(), "{verified:?}");
 }

@@ -196,6 +196,103 @@ async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
     assert_eq!(events as u64, deleted.events);
 }
 
+/// V10: the index keeps no copy of the text; each entry's text is read from its row
+/// (`search_text`), and after every way the store writes, rewrites and removes
+/// indexed text (a renamed title, a continued agent message, a long one sealed in
+/// segments, a thought, deletes of a session) FTS5's own check finds the index as the
+/// rows say it should be. Had a trigger or a rewrite taken an entry out with the text
+/// the row holds after the change rather than before, the check would fail.
+#[tokio::test]
+async fn the_search_index_reads_its_text_from_the_rows_and_agrees_with_them() {
+    let t = TestStore::new().await;
+    let a = t.session().await;
+    let b = t.session().await;
+    let update = |kind: &str, text: &str| -> SessionUpdate {
+        serde_json::from_value(serde_json::json!({
+            "sessionUpdate": kind,
+            "content": {"type": "text", "text": text}
+        }))
+        .unwrap()
+    };
+    for s in [a, b] {
+        for title in ["first marmoset title", "second tapir title"] {
+            t.store().rename_session(s, title.into()).await.unwrap();
+        }
+        t.send(s, Outgoing::user("a user wrote about gibbons"))
+            .await;
+        t.store()
+            .record(s, vec![update("agent_thought_chunk", "thinking of lemurs")])
+            .await
+            .unwrap();
+        t.store()
+            .record(s, vec![update("agent_message_chunk", "the answer ")])
+            .await
+            .unwrap();
+        // A message long enough to be sealed in segments, streamed a chunk at a time.
+        for i in 0..300 {
+            let chunk = format!("segment word{i} {} ", "pangolin ".repeat(30));
+            t.store()
+                .record(s, vec![update("agent_message_chunk", &chunk)])
+                .await
+                .unwrap();
+        }
+        t.send(s, Outgoing::user("next turn")).await;
+    }
+    let check = |when: &str| {
+        let conn = t.raw();
+        conn.execute(
+            "INSERT INTO search (search, rank) VALUES ('integrity-check', 1)",
+            [],
+        )
+        .unwrap_or_else(|e| panic!("{when}: {e}"));
+        let copies: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE name = 'search_content'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(copies, 0, "{when}: the index keeps a copy of the text");
+    };
+    check("after the writes");
+    let segments: i64 = t
+        .raw()
+        .query_row(
+            "SELECT count(*) FROM search_entries WHERE entry_id LIKE '%/%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        segments >= 2,
+        "no message was sealed in segments: {segments}"
+    );
+    for (word, source) in [
+        ("tapir", "title"),
+        ("gibbons", "message"),
+        ("lemurs", "agent_thought"),
+        ("word299", "agent_message"),
+    ] {
+        let hits = t.store().search(word.into(), None, 10).await.unwrap();
+        assert_eq!(hits.len(), 2, "{word}: {hits:?}");
+        assert!(
+            hits.iter()
+                .all(|h| h.source == source && h.snippet.contains(&format!("[{word}]"))),
+            "{word}: {hits:?}"
+        );
+    }
+    let renamed = t.store().search("marmoset".into(), None, 10).await.unwrap();
+    assert!(renamed.is_empty(), "{renamed:?}");
+
+    t.store().delete_sessions(vec![a]).await.unwrap();
+    check("after a delete");
+    for word in ["tapir", "gibbons", "lemurs", "word299", "pangolin"] {
+        let hits = t.store().search(word.into(), None, 10).await.unwrap();
+        assert!(hits.iter().all(|h| h.session_id == b), "{word}: {hits:?}");
+        assert!(!hits.is_empty(), "{word}: the kept session is not found");
+    }
+}
+
 #[test]
 fn delete_from_the_command_line_dry_run_unknown_twice_and_legacy_files() {
     let t = TestStore::empty().with_legacy();
