@@ -274,7 +274,7 @@ impl PgDb {
                     if lost_race(&e, attempt) && started.elapsed() < RETRY_FOR && attempt < 200 =>
                 {
                     attempt += 1;
-                    tracing::debug!("write lost a race (attempt {attempt}), running it again");
+                    tracing::debug!("write lost a race (attempt {attempt}: {e}), running it again");
                     // Back off a little, more each time, with jitter so that two
                     // writers that collided do not collide again in step.
                     let jitter = std::time::SystemTime::now()
