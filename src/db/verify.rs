@@ -372,6 +372,7 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
     let (tombstones, problems) = crate::db::sessions::tombstone_problems(conn)?;
     report.tombstones = tombstones;
     report.problems.extend(problems);
+    report.problems.extend(stray_streaming_parts(conn)?);
     let items = count("SELECT count(*) FROM items", "count items")?;
     report.items = usize::try_from(items).unwrap_or(0);
     let owned = count(
@@ -385,6 +386,42 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
         ));
     }
     Ok(report)
+}
+
+/// A problem for each session with streamed parts that no item holds: parts still
+/// waiting belong to the item that names them, from its `streaming_from` on (V9).
+/// `streaming_parts` has no foreign keys (each deleted row would scan it), so this is
+/// what finds a part an erasure left behind, or one written under no live item; the
+/// table holds only what still streams, so reading it whole costs little.
+fn stray_streaming_parts(conn: &Tx<'_>) -> Result<Vec<Problem>> {
+    let strays: Vec<(String, i64)> = conn
+        .query_map(
+            "SELECT p.session_id, count(*) FROM streaming_parts p
+             WHERE NOT EXISTS (SELECT 1 FROM items i
+                               WHERE i.id = p.item_id AND i.session_id = p.session_id
+                                 AND i.streaming_from IS NOT NULL
+                                 AND p.id >= i.streaming_from)
+             GROUP BY p.session_id ORDER BY p.session_id",
+            args![],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map_err(sql("read streamed parts"))?;
+    Ok(strays
+        .into_iter()
+        .map(|(session, parts)| {
+            let problem = Problem::new(
+                ProblemKind::StrayRows,
+                format!(
+                    "{parts} streamed parts of session {session} belong to no item still \
+                     streaming"
+                ),
+            );
+            match session.parse() {
+                Ok(id) => problem.with_session(id),
+                Err(_) => problem,
+            }
+        })
+        .collect())
 }
 
 /// Schema objects as `sqlite_master` records them: `(type, name)` to `(table, sql)`,

@@ -249,3 +249,59 @@ async fn a_long_history_is_checked_across_pages_and_an_edit_deep_in_it_is_named(
     );
     assert_eq!(out.matches("problem:").count(), 1, "{out}");
 }
+
+/// Parts still streaming have no foreign keys (V9): `verify` finds one that no item
+/// holds, such as a part an erasure left behind, and names its session; the parts a
+/// live answer has waiting are not named.
+#[tokio::test]
+async fn a_streamed_part_no_item_holds_is_caught() {
+    let t = TestStore::empty();
+    let store = t.open().await;
+    let chunk = |text: &str| -> agent_client_protocol_schema::v1::SessionUpdate {
+        serde_json::from_value(serde_json::json!({
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": text}
+        }))
+        .unwrap()
+    };
+    let live = store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .unwrap()
+        .id;
+    let gone = store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .unwrap()
+        .id;
+    for s in [live, gone] {
+        for text in ["still ", "streaming ", "here"] {
+            store.record(s, vec![chunk(text)]).await.unwrap();
+        }
+    }
+    store.delete_sessions(vec![gone]).await.unwrap();
+    drop(store);
+    let conn = rusqlite::Connection::open(t.db_path()).unwrap();
+    let waiting: i64 = conn
+        .query_row("SELECT count(*) FROM streaming_parts", [], |r| r.get(0))
+        .unwrap();
+    assert!(waiting > 0, "the live answer has parts waiting");
+    let (ok, out) = verify_cli(&t);
+    assert!(ok, "{out}");
+    conn.execute(
+        "INSERT INTO streaming_parts (session_id, item_id, part, content, created_at, streamed)
+         VALUES (?1, '00000000-0000-7000-8000-000000000001', 2,
+                 '[{\"type\":\"text\",\"text\":\"left behind\"}]', 'now', 11)",
+        [gone.to_string()],
+    )
+    .unwrap();
+    let (ok, out) = verify_cli(&t);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(&format!(
+            "1 streamed parts of session {gone} belong to no item still streaming"
+        )),
+        "{out}"
+    );
+    assert!(!out.contains(&live.to_string()), "{out}");
+}
