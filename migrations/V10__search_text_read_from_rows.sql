@@ -46,28 +46,26 @@ CREATE VIEW search_text (id, body) AS
         WHEN e.source = 'message' THEN
             (SELECT concat_ws(char(10), m.display_text, m.model_text, m.transcript)
              FROM messages m WHERE m.id = e.entry_id)
-        WHEN length(e.entry_id) = 36 THEN
-            (SELECT (WITH RECURSIVE block (n, text) AS (
-                         SELECT 0, NULL
-                         UNION ALL
-                         SELECT n + 1,
-                                CASE WHEN json_extract(i.body, '$.content[' || n || '].type') = 'text'
-                                THEN json_extract(i.body, '$.content[' || n || '].text') END
-                         FROM block WHERE n < json_array_length(i.body, '$.content'))
-                     SELECT group_concat(text, char(10)) FROM block)
-             FROM items i WHERE i.id = e.entry_id)
+        -- An item's content blocks, or a sealed segment's: the text blocks of the
+        -- array, walked by index and joined by newlines.
         ELSE
-            (SELECT (WITH RECURSIVE block (n, text) AS (
-                         SELECT 0, NULL
-                         UNION ALL
-                         SELECT n + 1,
-                                CASE WHEN json_extract(p.content, '$[' || n || '].type') = 'text'
-                                THEN json_extract(p.content, '$[' || n || '].text') END
-                         FROM block WHERE n < json_array_length(p.content))
-                     SELECT group_concat(text, char(10)) FROM block)
-             FROM item_parts p
-             WHERE p.item_id = substr(e.entry_id, 1, 36)
-               AND p.part = CAST(substr(e.entry_id, 38) AS INTEGER))
+            (WITH RECURSIVE block (n, blocks, text) AS (
+                 SELECT 0,
+                        CASE WHEN length(e.entry_id) = 36
+                        THEN (SELECT json_extract(i.body, '$.content')
+                              FROM items i WHERE i.id = e.entry_id
+                                AND json_type(i.body, '$.content') = 'array')
+                        ELSE (SELECT p.content FROM item_parts p
+                              WHERE p.item_id = substr(e.entry_id, 1, 36)
+                                AND p.part = CAST(substr(e.entry_id, 38) AS INTEGER))
+                        END,
+                        NULL
+                 UNION ALL
+                 SELECT n + 1, blocks,
+                        CASE WHEN json_extract(blocks, '$[' || n || '].type') = 'text'
+                        THEN json_extract(blocks, '$[' || n || '].text') END
+                 FROM block WHERE n < json_array_length(blocks))
+             SELECT group_concat(text, char(10)) FROM block)
     END
     FROM search_entries e;
 
