@@ -1,12 +1,13 @@
-//! Full-text queries over the index (`search`, with `search_entries` naming what each
-//! text belongs to), its merge for an erasure, and, on SQLite, its entries for each
-//! message, item and sealed segment written, in the statements after the row's own
-//! (V7: FTS5 flushes its index to disk at every statement savepoint, which a trigger's
-//! statement opens). PostgreSQL's triggers write its entries. Deletes and titles are
-//! still indexed by triggers on both engines. Since V10 the SQLite index keeps no
-//! copy of the text: it reads it from each entry's row through the view
-//! `search_text`, and takes an entry out given the text the row held before it
-//! changed.
+//! Full-text queries over the index (`search`), its merge for an erasure, and, on
+//! SQLite, its entries for each message, item and sealed segment written, in the
+//! statements after the row's own (V7: FTS5 flushes its index to disk at every
+//! statement savepoint, which a trigger's statement opens). PostgreSQL's triggers
+//! write its entries. Deletes and titles are still indexed by triggers on both
+//! engines. Since V10 the SQLite index keeps no copy of the text: it reads it from each
+//! entry's row through the view `search_text`, and takes an entry out given the text
+//! the row held before it changed. Since V11 an item is indexed under its own row id
+//! (above zero) and `search_entries` names only titles, messages and sealed segments
+//! (ids below zero); on PostgreSQL `search_entries` names every entry, as V4 made it.
 
 use serde::Serialize;
 
@@ -58,11 +59,21 @@ pub fn search(
             // would open the index's every segment again for each): making a snippet
             // costs far more than ranking, and a common word may match far more
             // entries than the limit keeps.
+            // An id above zero is an item's row, one below zero an entry's (V11); a
+            // hit whose row is gone (its terms left behind by a row edited behind
+            // the store's back, V10) names nothing and is dropped.
             "WITH hits AS MATERIALIZED (
-                 SELECT e.session_id, substr(e.entry_id, 1, 36) AS entry, e.source,
-                        search.rank AS rank, e.id AS id
-                 FROM search JOIN search_entries e ON e.id = search.rowid
-                 WHERE search MATCH ?1 AND (?2 IS NULL OR e.session_id = ?2)),
+                 SELECT coalesce(i.session_id, e.session_id) AS session_id,
+                        coalesce(i.id, substr(e.entry_id, 1, 36)) AS entry,
+                        coalesce(i.kind, e.source) AS source,
+                        search.rank AS rank, search.rowid AS id
+                 FROM search
+                 LEFT JOIN items i ON i.rowid = search.rowid
+                      AND i.kind IN ('agent_message', 'agent_thought')
+                 LEFT JOIN search_entries e ON e.id = search.rowid
+                 WHERE search MATCH ?1
+                   AND coalesce(i.session_id, e.session_id) IS NOT NULL
+                   AND (?2 IS NULL OR coalesce(i.session_id, e.session_id) = ?2)),
              best AS MATERIALIZED (
                  SELECT session_id, entry, source, min(rank) AS best, id FROM hits
                  GROUP BY entry, source ORDER BY best, id LIMIT ?3)
@@ -174,10 +185,10 @@ macro_rules! blocks_text {
     };
 }
 
-/// Adds the index entry `entry` of `source` in `session`; `body` is the statement
-/// that writes its text (`last_insert_rowid()` names the entry) with its arguments.
-/// Each statement writes one row and fires no trigger, so neither opens a savepoint
-/// (V7).
+/// Adds the index entry `entry` of `source` in `session`, under the id below the
+/// lowest (V11); `body` is the statement that writes its text (`last_insert_rowid()`
+/// names the entry) with its arguments. Each statement writes one row and fires no
+/// trigger, so neither opens a savepoint (V7).
 fn add(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -187,7 +198,8 @@ fn add(
     args: &[super::sql::Value<'_>],
 ) -> Result<()> {
     conn.execute(
-        "INSERT INTO search_entries (session_id, entry_id, source) VALUES (?1, ?2, ?3)",
+        "INSERT INTO search_entries (id, session_id, entry_id, source)
+         SELECT min(coalesce(min(id), 0), 0) - 1, ?1, ?2, ?3 FROM search_entries",
         args![session.to_string(), entry, source],
     )
     .map_err(super::error::sql("index for search"))?;
@@ -218,19 +230,26 @@ pub fn index_message(
     )
 }
 
-/// Indexes an item just inserted, if it is an agent message or thought.
-pub fn index_item(
-    conn: &Tx<'_>,
-    session: &SessionId,
-    item: &ItemId,
-    kind: &str,
-    body: &str,
-) -> Result<()> {
-    index_blocks(conn, session, &item.to_string(), kind, body, "$.content")
+/// Indexes the item the statement before this one inserted, if it is an agent message
+/// or thought: under its row id (`last_insert_rowid()`, V11), with no entry of its own.
+pub fn index_item(conn: &Tx<'_>, kind: &str, body: &str) -> Result<()> {
+    if conn.engine() != Engine::Sqlite || !indexed(kind) {
+        return Ok(());
+    }
+    conn.execute(
+        concat!(
+            "INSERT INTO search (rowid, body) VALUES (last_insert_rowid(), ",
+            blocks_text!("?1", "'$.content'"),
+            ")"
+        ),
+        args![body],
+    )
+    .map_err(super::error::sql("index for search"))?;
+    Ok(())
 }
 
 /// Indexes a sealed segment just inserted (`<item id>/<part>`) of an agent message or
-/// thought, from its content blocks.
+/// thought, from the text blocks of its JSON array `content`, as an entry of its own.
 pub fn index_segment(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -239,33 +258,20 @@ pub fn index_segment(
     kind: &str,
     content: &str,
 ) -> Result<()> {
-    index_blocks(conn, session, &format!("{item}/{part}"), kind, content, "$")
-}
-
-/// Indexes `entry` of an agent message or thought with the text blocks of the JSON
-/// array at `path` in `json`.
-fn index_blocks(
-    conn: &Tx<'_>,
-    session: &SessionId,
-    entry: &str,
-    kind: &str,
-    json: &str,
-    path: &str,
-) -> Result<()> {
     if conn.engine() != Engine::Sqlite || !indexed(kind) {
         return Ok(());
     }
     add(
         conn,
         session,
-        entry,
+        &format!("{item}/{part}"),
         kind,
         concat!(
             "INSERT INTO search (rowid, body) VALUES (last_insert_rowid(), ",
-            blocks_text!("?1", "?2"),
+            blocks_text!("?1", "'$'"),
             ")"
         ),
-        args![json, path],
+        args![content],
     )
 }
 
@@ -276,14 +282,13 @@ pub fn reindex_item(conn: &Tx<'_>, item: &ItemId, kind: &str, body: &str) -> Res
     if conn.engine() != Engine::Sqlite || !indexed(kind) {
         return Ok(());
     }
-    let id = item.to_string();
     let Some(rowid) = conn
         .query_row(
-            "SELECT id FROM search_entries WHERE entry_id = ?1 AND source = ?2",
-            args![id, kind],
+            "SELECT rowid FROM items WHERE id = ?1",
+            args![item.to_string()],
             |row| row.get::<i64>(0),
         )
-        .map_err(super::error::sql("find an item's search entry"))?
+        .map_err(super::error::sql("find an item's row to index"))?
     else {
         return Ok(());
     };

@@ -566,7 +566,7 @@ fn record_known(
                     ],
                 )
                 .map_err(sql("insert an item"))?;
-                super::search::index_item(conn, session, &id, body.kind(), &json)?;
+                super::search::index_item(conn, body.kind(), &json)?;
                 created.push(CreatedItem { id, seq });
                 touched.push(Touched {
                     id,

@@ -619,6 +619,11 @@ fn the_v10_fixture_restores_and_finds_what_the_store_indexed() {
     store_indexed_fixture("v10", 10);
 }
 
+#[test]
+fn the_v11_fixture_restores_and_finds_what_the_store_indexed() {
+    store_indexed_fixture("v11", 11);
+}
+
 /// How many streamed parts of a database wait to be sealed: in `item_parts` before
 /// V9, in `streaming_parts` since (V9 moves them there and leaves none behind).
 fn waiting_parts(db: &Path) -> i64 {
@@ -632,7 +637,7 @@ fn waiting_parts(db: &Path) -> i64 {
     count("SELECT count(*) FROM streaming_parts")
 }
 
-/// The checks of the V7, V8, V9 and V10 fixtures: `version` is the fixture's schema.
+/// The checks of the V7 to V11 fixtures: `version` is the fixture's schema.
 fn store_indexed_fixture(name: &str, version: usize) {
     let (dir, moved, sid) = moved_fixture(name);
     let run = |args: &[&str]| {
@@ -741,7 +746,9 @@ fn store_indexed_fixture(name: &str, version: usize) {
     assert_eq!(segments, 3, "each sealed segment has its entry");
     // Every entry holds what V4's and V6's triggers would have made of its row (since
     // V10, the text `search_text` reads from the row: its walk of the content blocks
-    // gives what `json_each` gives), and every row they indexed has its entry.
+    // gives what `json_each` gives), and every row they indexed has its entry: since
+    // V11 an item is its own entry, under its row id, and `search_entries` names the
+    // rest, under ids below zero.
     let conn = rusqlite::Connection::open(moved.join("sessions.db")).unwrap();
     let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
     let blocks = |json: &str, path: &str| {
@@ -756,30 +763,39 @@ fn store_indexed_fixture(name: &str, version: usize) {
            WHEN e.source = 'title' THEN (SELECT title FROM sessions WHERE id = e.entry_id)
            WHEN e.source = 'message' THEN (SELECT concat_ws(char(10), display_text,
                model_text, transcript) FROM messages WHERE id = e.entry_id)
-           WHEN instr(e.entry_id, '/') = 0 THEN (SELECT {} FROM items i
-               WHERE i.id = e.entry_id AND i.kind = e.source)
            ELSE (SELECT {} FROM item_parts p JOIN items i ON i.id = p.item_id
                WHERE i.kind = e.source AND p.sealed = 1
                AND p.item_id || '/' || p.part = e.entry_id)
          END)",
-        blocks("i.body", ", '$.content'"),
         blocks("p.content", "")
     ));
     assert_eq!(differing, 0);
     let indexed = "('agent_message', 'agent_thought')";
+    let items_differing = count(&format!(
+        "SELECT count(*) FROM items i JOIN search s ON s.rowid = i.rowid
+         WHERE i.kind IN {indexed} AND s.body IS NOT {}",
+        blocks("i.body", ", '$.content'")
+    ));
+    assert_eq!(items_differing, 0);
+    assert_eq!(
+        count("SELECT count(*) FROM search_entries WHERE id >= 0"),
+        0
+    );
     assert_eq!(
         count("SELECT count(*) FROM search_entries"),
         count(&format!(
             "SELECT (SELECT count(*) FROM sessions WHERE title IS NOT NULL)
                + (SELECT count(*) FROM messages)
-               + (SELECT count(*) FROM items WHERE kind IN {indexed})
                + (SELECT count(*) FROM item_parts p JOIN items i ON i.id = p.item_id
                   WHERE p.sealed = 1 AND i.kind IN {indexed})"
         ))
     );
     assert_eq!(
-        count("SELECT count(*) FROM search"),
-        count("SELECT count(*) FROM search_entries")
+        count("SELECT count(*) FROM search_docsize"),
+        count(&format!(
+            "SELECT (SELECT count(*) FROM search_entries)
+               + (SELECT count(*) FROM items WHERE kind IN {indexed})"
+        ))
     );
     // FTS5's own check: the terms it holds are those of the text each entry gives now.
     conn.execute(

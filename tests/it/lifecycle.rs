@@ -199,9 +199,10 @@ async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
 /// V10: the index keeps no copy of the text; each entry's text is read from its row
 /// (`search_text`), and after every way the store writes, rewrites and removes
 /// indexed text (a renamed title, a continued agent message, a long one sealed in
-/// segments, a thought, deletes of a session) FTS5's own check finds the index as the
+/// segments, a thought, a fork, deletes of a session) FTS5's own check finds the index as the
 /// rows say it should be. Had a trigger or a rewrite taken an entry out with the text
-/// the row holds after the change rather than before, the check would fail.
+/// the row holds after the change rather than before, the check would fail. Since
+/// V11 the items among them (a fork's too) are indexed under their own row ids.
 #[tokio::test]
 async fn the_search_index_reads_its_text_from_the_rows_and_agrees_with_them() {
     let t = TestStore::new().await;
@@ -253,6 +254,24 @@ async fn the_search_index_reads_its_text_from_the_rows_and_agrees_with_them() {
             )
             .unwrap();
         assert_eq!(copies, 0, "{when}: the index keeps a copy of the text");
+        // V11: an item is indexed under its own row id, with no entry; the entries
+        // that remain (titles, messages, segments) have ids below zero.
+        let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+        assert_eq!(
+            count(
+                "SELECT count(*) FROM search_entries WHERE id >= 0 OR instr(entry_id, '/') = 0 AND source NOT IN ('title', 'message')"
+            ),
+            0,
+            "{when}: an entry of an item, or one above zero"
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM search_docsize"),
+            count(
+                "SELECT (SELECT count(*) FROM search_entries) + (SELECT count(*) FROM items
+                 WHERE kind IN ('agent_message', 'agent_thought'))"
+            ),
+            "{when}"
+        );
     };
     check("after the writes");
     let segments: i64 = t
@@ -284,11 +303,25 @@ async fn the_search_index_reads_its_text_from_the_rows_and_agrees_with_them() {
     let renamed = t.store().search("marmoset".into(), None, 10).await.unwrap();
     assert!(renamed.is_empty(), "{renamed:?}");
 
+    let fork = t
+        .store()
+        .fork_session(b, None, None)
+        .await
+        .unwrap()
+        .session
+        .id;
+    check("after a fork");
+    let forked = t
+        .store()
+        .search("lemurs".into(), Some(fork), 10)
+        .await
+        .unwrap();
+    assert_eq!(forked.len(), 1, "{forked:?}");
     t.store().delete_sessions(vec![a]).await.unwrap();
     check("after a delete");
     for word in ["tapir", "gibbons", "lemurs", "word299", "pangolin"] {
         let hits = t.store().search(word.into(), None, 10).await.unwrap();
-        assert!(hits.iter().all(|h| h.session_id == b), "{word}: {hits:?}");
+        assert!(hits.iter().all(|h| h.session_id != a), "{word}: {hits:?}");
         assert!(!hits.is_empty(), "{word}: the kept session is not found");
     }
 }
@@ -436,9 +469,12 @@ fn the_v4_migration_indexes_what_an_older_database_holds() {
     drop(conn);
     crate::support::json(&t.run(&["migrate", "--json"]));
     let conn = rusqlite::Connection::open(&db).unwrap();
+    // Every text FTS5 holds, less the titles (V11: an item's under its row id, the
+    // rest under their entries').
     let indexed: i64 = conn
         .query_row(
-            "SELECT count(*) FROM search_entries WHERE source != 'title'",
+            "SELECT (SELECT count(*) FROM search_docsize)
+                  - (SELECT count(*) FROM sessions WHERE title IS NOT NULL)",
             [],
             |r| r.get(0),
         )
