@@ -182,11 +182,23 @@ impl Holder {
         Holder { child, wal, shm }
     }
 
-    /// The modes of `-wal` and `-shm`.
-    fn side_modes(&self) -> Vec<(PathBuf, u32)> {
+    /// The modes of `-wal` and `-shm`, once SQLite has set them: it creates each under
+    /// the umask and then sets the mode it wants on the descriptor (`robust_open`), so
+    /// a file seen the instant it appears may not have it yet. Each is read again until
+    /// it is `want` or a few seconds have passed; the last one read is returned.
+    fn side_modes(&self, want: u32) -> Vec<(PathBuf, u32)> {
+        let start = std::time::Instant::now();
         [&self.wal, &self.shm]
             .into_iter()
-            .map(|p| (p.clone(), mode(p)))
+            .map(|p| {
+                loop {
+                    let got = mode(p);
+                    if got == want || start.elapsed() > std::time::Duration::from_secs(5) {
+                        break (p.clone(), got);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            })
             .collect()
     }
 
@@ -199,9 +211,14 @@ impl Holder {
 
 /// The modes of the database's side files while a daemon holds them.
 #[cfg(feature = "acp")]
-fn side_files_while_open(t: &TestStore, umask: u32, extra: &[&str]) -> Vec<(PathBuf, u32)> {
+fn side_files_while_open(
+    t: &TestStore,
+    umask: u32,
+    extra: &[&str],
+    want: u32,
+) -> Vec<(PathBuf, u32)> {
     let holder = Holder::start(t, umask, extra);
-    let modes = holder.side_modes();
+    let modes = holder.side_modes(want);
     holder.stop();
     modes
 }
@@ -216,7 +233,7 @@ fn everything_the_store_makes_is_owner_only_under_a_permissive_umask() {
     // The side files while a daemon holds them: `acp` is the daemon here, so a build
     // without that feature has none to start.
     #[cfg(feature = "acp")]
-    for (path, got) in side_files_while_open(&t, 0o000, &[]) {
+    for (path, got) in side_files_while_open(&t, 0o000, &[], 0o600) {
         assert_eq!(got, 0o600, "{path:?}");
     }
 }
@@ -248,7 +265,7 @@ fn shared_group_makes_files_0660_and_folders_2770_whatever_the_umask() {
     // The side files while a daemon holds them: `acp` is the daemon here, so a build
     // without that feature has none to start.
     #[cfg(feature = "acp")]
-    for (path, got) in side_files_while_open(&t, 0o077, &["--shared-group"]) {
+    for (path, got) in side_files_while_open(&t, 0o077, &["--shared-group"], 0o660) {
         assert_eq!(got, 0o660, "{path:?}");
     }
     // The variable does the same; a value that is neither on nor off is a usage error.
@@ -508,7 +525,7 @@ mod encrypted {
             "the WAL holds the message: {:?}",
             live.iter().map(|(p, b)| (p, b.len())).collect::<Vec<_>>()
         );
-        for (path, got) in daemon.side_modes() {
+        for (path, got) in daemon.side_modes(0o600) {
             assert_eq!(got, 0o600, "{path:?}");
         }
         daemon.stop();
