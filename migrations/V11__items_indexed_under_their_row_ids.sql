@@ -14,7 +14,8 @@
 --
 -- An item keeps its row id for as long as it lives (the store updates a row, never
 -- moves it; a migration that rebuilds `items` must rebuild this index with it). The
--- triggers that make titles' entries give them their ids below zero; an item's delete
+-- triggers that make titles' entries give them their ids below zero (the lowest read
+-- by a subquery of its own, so that a title cleared to NULL adds no entry); an item's delete
 -- takes its terms out under its row id, given the text its row held. The index is made
 -- again from the rows. Nothing here is a path.
 
@@ -72,7 +73,8 @@ CREATE TRIGGER search_session_insert AFTER INSERT ON sessions
 WHEN new.title IS NOT NULL
 BEGIN
     INSERT INTO search_entries (id, session_id, entry_id, source)
-        SELECT min(coalesce(min(id), 0), 0) - 1, new.id, new.id, 'title' FROM search_entries;
+        SELECT (SELECT min(coalesce(min(id), 0), 0) - 1 FROM search_entries),
+               new.id, new.id, 'title';
     INSERT INTO search (rowid, body)
         SELECT id, new.title FROM search_entries WHERE entry_id = new.id AND source = 'title';
 END;
@@ -84,7 +86,8 @@ BEGIN
         WHERE entry_id = old.id AND source = 'title' AND old.title IS NOT NULL;
     DELETE FROM search_entries WHERE entry_id = old.id AND source = 'title';
     INSERT INTO search_entries (id, session_id, entry_id, source)
-        SELECT min(coalesce(min(id), 0), 0) - 1, new.id, new.id, 'title' FROM search_entries
+        SELECT (SELECT min(coalesce(min(id), 0), 0) - 1 FROM search_entries),
+               new.id, new.id, 'title'
         WHERE new.title IS NOT NULL;
     INSERT INTO search (rowid, body)
         SELECT id, new.title FROM search_entries

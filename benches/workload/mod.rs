@@ -152,9 +152,11 @@ pub fn raw_append(conn: &mut Connection, session: &str, text: &str) {
     )
     .and_then(|mut s| s.execute(params![id, session, seq, text, at]))
     .expect("insert a message");
-    // Its search entry, as the store writes one (V7).
+    // Its search entry, as the store writes one (V7; since V11 below zero).
     tx.prepare_cached(
-        "INSERT INTO search_entries (session_id, entry_id, source) VALUES (?1, ?2, 'message')",
+        "INSERT INTO search_entries (id, session_id, entry_id, source)
+         VALUES ((SELECT min(coalesce(min(id), 0), 0) - 1 FROM search_entries), ?1, ?2,
+                 'message')",
     )
     .and_then(|mut s| s.execute(params![session, id]))
     .expect("index a message");
@@ -397,10 +399,11 @@ pub fn write_sessions(db: &Path, n: u32) {
                 rusqlite::params![message, id, at],
             )
             .expect("a message");
-            // Its search entry, as the store writes one (V7).
+            // Its search entry, as the store writes one (V7; since V11 below zero).
             tx.execute(
-                "INSERT INTO search_entries (session_id, entry_id, source)
-                 VALUES (?1, ?2, 'message')",
+                "INSERT INTO search_entries (id, session_id, entry_id, source)
+                 VALUES ((SELECT min(coalesce(min(id), 0), 0) - 1 FROM search_entries),
+                         ?1, ?2, 'message')",
                 rusqlite::params![id, message],
             )
             .expect("its search entry");

@@ -61,7 +61,10 @@ pub fn search(
             // entries than the limit keeps.
             // An id above zero is an item's row, one below zero an entry's (V11); a
             // hit whose row is gone (its terms left behind by a row edited behind
-            // the store's back, V10) names nothing and is dropped.
+            // the store's back, V10) names nothing and is dropped. Hits of equal
+            // rank go oldest first by the id they name (UUIDv7s, made in time
+            // order), on both engines: no engine's own row ids say that across
+            // entries and items.
             "WITH hits AS MATERIALIZED (
                  SELECT coalesce(i.session_id, e.session_id) AS session_id,
                         coalesce(i.id, substr(e.entry_id, 1, 36)) AS entry,
@@ -76,13 +79,13 @@ pub fn search(
                    AND (?2 IS NULL OR coalesce(i.session_id, e.session_id) = ?2)),
              best AS MATERIALIZED (
                  SELECT session_id, entry, source, min(rank) AS best, id FROM hits
-                 GROUP BY entry, source ORDER BY best, id LIMIT ?3)
+                 GROUP BY entry, source ORDER BY best, entry, source LIMIT ?3)
              SELECT b.session_id, b.entry, b.source, s.snip, b.best, b.id
              FROM best b JOIN (
                  SELECT rowid AS id, snippet(search, 0, ?4, ?5, '…', 16) AS snip
                  FROM search WHERE search MATCH ?1 AND +rowid IN (SELECT id FROM best)
              ) AS s ON s.id = b.id
-             ORDER BY b.best, b.id"
+             ORDER BY b.best, b.entry, b.source"
         }
         // PostgreSQL's own full-text search over the text the V4 triggers keep beside
         // each entry: web-search syntax ("phrases", or, -word), ranked by ts_rank
@@ -101,7 +104,7 @@ pub fn search(
                       websearch_to_tsquery('simple', CAST(?1 AS TEXT)) AS q
                  WHERE e.doc @@ q AND (CAST(?2 AS TEXT) IS NULL OR e.session_id = ?2)
                  ORDER BY left(e.entry_id, 36), e.source, rank, e.id) AS best
-             ORDER BY rank, id LIMIT ?3"
+             ORDER BY rank, entry, source LIMIT ?3"
         }
     };
     let fail = |e: DbError| query_error(query, e);
@@ -185,6 +188,11 @@ macro_rules! blocks_text {
     };
 }
 
+/// Inserts the search entry `?2` of source `?3` in session `?1` under the id below the
+/// lowest, never above zero (V11: an id above zero is an item's row id).
+const NEW_ENTRY: &str = "INSERT INTO search_entries (id, session_id, entry_id, source)
+     VALUES ((SELECT min(coalesce(min(id), 0), 0) - 1 FROM search_entries), ?1, ?2, ?3)";
+
 /// Adds the index entry `entry` of `source` in `session`, under the id below the
 /// lowest (V11); `body` is the statement that writes its text (`last_insert_rowid()`
 /// names the entry) with its arguments. Each statement writes one row and fires no
@@ -197,12 +205,8 @@ fn add(
     body: &'static str,
     args: &[super::sql::Value<'_>],
 ) -> Result<()> {
-    conn.execute(
-        "INSERT INTO search_entries (id, session_id, entry_id, source)
-         SELECT min(coalesce(min(id), 0), 0) - 1, ?1, ?2, ?3 FROM search_entries",
-        args![session.to_string(), entry, source],
-    )
-    .map_err(super::error::sql("index for search"))?;
+    conn.execute(NEW_ENTRY, args![session.to_string(), entry, source])
+        .map_err(super::error::sql("index for search"))?;
     conn.execute(body, args)
         .map_err(super::error::sql("index for search"))?;
     Ok(())

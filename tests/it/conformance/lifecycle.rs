@@ -23,6 +23,7 @@ conformance!(
     gc_removes_only_what_no_one_needs_under_the_configured_root,
     a_fork_restores_from_its_own_folder_and_outlives_its_origin,
     search_finds_titles_messages_and_agent_text,
+    hits_of_equal_rank_come_oldest_first_on_both_engines,
     a_long_streamed_answer_is_sealed_found_whole_and_erased_with_its_session,
     export_then_import_restores_the_same_history,
     a_long_history_is_exported_imported_and_forked_a_page_at_a_time,
@@ -806,6 +807,38 @@ fn restored_as(on: &TestStore, session: SessionId, ids: &[String], format: &str)
     ]);
     assert!(out.status.success(), "{format}: {}", stderr(&out));
     normalised(&stdout(&out), on, ids)
+}
+
+/// Texts that rank alike (one word each) come back oldest first, whatever they are:
+/// SQLite's index names items and entries by row ids of two kinds (V11) and
+/// PostgreSQL's by one, so each engine orders a tie by the id the hit names, made in
+/// time order, and a limit keeps the same hits on both.
+async fn hits_of_equal_rank_come_oldest_first_on_both_engines(b: TestStore) {
+    let store = b.open().await;
+    let s = session(&store, ToolsHost::Local).await;
+    store.rename_session(s, "zebra".into()).await.unwrap();
+    store.send(s, Outgoing::user("zebra")).await.unwrap();
+    store
+        .record(
+            s,
+            vec![parse_update(
+                r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"zebra"}}"#,
+                s,
+            )],
+        )
+        .await
+        .unwrap();
+    store.send(s, Outgoing::user("zebra")).await.unwrap();
+    let hits = store.search("zebra".into(), None, 10).await.unwrap();
+    let sources: Vec<&str> = hits.iter().map(|h| h.source.as_str()).collect();
+    assert_eq!(
+        sources,
+        ["title", "message", "agent_message", "message"],
+        "{hits:?}"
+    );
+    assert!(hits.windows(2).all(|w| w[0].rank == w[1].rank), "{hits:?}");
+    let first_two = store.search("zebra".into(), None, 2).await.unwrap();
+    assert_eq!(first_two, hits[..2], "a limit keeps the oldest");
 }
 
 async fn export_then_import_restores_the_same_history(b: TestStore) {
