@@ -282,33 +282,27 @@ pub fn index_segment(
 /// Gives an item whose body is about to be rewritten its new text, if it is indexed:
 /// called before the row changes, since the index (V10) takes an entry's old terms out
 /// given the text it indexed, which `search_text` reads from the row as it still is.
+/// Both statements find the item's row id (V11) by its id, and do nothing for an item
+/// that is not there.
 pub fn reindex_item(conn: &Tx<'_>, item: &ItemId, kind: &str, body: &str) -> Result<()> {
     if conn.engine() != Engine::Sqlite || !indexed(kind) {
         return Ok(());
     }
-    let Some(rowid) = conn
-        .query_row(
-            "SELECT rowid FROM items WHERE id = ?1",
-            args![item.to_string()],
-            |row| row.get::<i64>(0),
-        )
-        .map_err(super::error::sql("find an item's row to index"))?
-    else {
-        return Ok(());
-    };
+    let id = item.to_string();
     conn.execute(
         "INSERT INTO search (search, rowid, body)
-         SELECT 'delete', id, body FROM search_text WHERE id = ?1",
-        args![rowid],
+         SELECT 'delete', id, body FROM search_text
+         WHERE id = (SELECT rowid FROM items WHERE id = ?1)",
+        args![id],
     )
     .map_err(super::error::sql("index for search"))?;
     conn.execute(
         concat!(
-            "INSERT INTO search (rowid, body) VALUES (?1, ",
+            "INSERT INTO search (rowid, body) SELECT rowid, ",
             blocks_text!("?2", "'$.content'"),
-            ")"
+            " FROM items WHERE id = ?1"
         ),
-        args![rowid, body],
+        args![id, body],
     )
     .map_err(super::error::sql("index for search"))?;
     Ok(())
