@@ -315,7 +315,7 @@ impl Proxy {
                         let _ = reader.link.send(&refusal).await;
                         continue;
                     }
-                    Frame::Line(line) => match Message::parse(&line) {
+                    Frame::Line(line) => match Message::parse(line) {
                         Ok(m) => m,
                         Err(malformed) => {
                             tracing::warn!(

@@ -7,80 +7,119 @@ use std::io;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
-/// One frame read from a peer.
+/// One frame read from a peer, borrowed from the reader until the next is read.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Frame {
+pub enum Frame<'a> {
     /// A whole line, without its line ending.
-    Line(Vec<u8>),
+    Line(&'a [u8]),
     /// A line longer than the limit: its bytes were read and dropped as they came.
     Oversized { len: u64 },
 }
 
 /// Reads frames one at a time from `inner`, holding at most `limit` bytes of a line.
+///
+/// Every line is gathered in one buffer the reader keeps, so a frame costs no
+/// allocation of its own. Past [`LONG_LINE`] the buffer is given room for the whole
+/// limit at once rather than doubled, and it keeps that room while the reader lives:
+/// a peer that sent one long line may send another, and an allocator that hands a
+/// freed block of that size back to the system late (mimalloc, when the block is
+/// freed on another thread than the one that took it) would otherwise hold two. So a
+/// reader holds at most one frame's worth of memory, whatever it is sent.
 #[derive(Debug)]
 pub struct FrameReader<R> {
     inner: R,
     limit: usize,
+    line: Vec<u8>,
 }
+
+/// Past this length a line is given room for the whole limit at once: an allocator
+/// that copies a large block into a larger one keeps both resident for a moment, and
+/// a line near the limit would cost several times the limit on its way. The room is
+/// only address space until bytes are written into it.
+const LONG_LINE: usize = 1 << 20;
 
 impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     pub fn new(inner: R, limit: usize) -> FrameReader<R> {
-        FrameReader { inner, limit }
+        FrameReader {
+            inner,
+            limit,
+            line: Vec::new(),
+        }
     }
 
     /// The next non-blank frame, or `None` at the end of the stream. A last line
     /// without a line ending is still a frame: a peer that exits after writing it
     /// meant it.
-    pub async fn next(&mut self) -> io::Result<Option<Frame>> {
-        loop {
-            match self.line().await? {
-                None => return Ok(None),
-                Some(Frame::Line(line)) if line.iter().all(u8::is_ascii_whitespace) => continue,
-                Some(frame) => return Ok(Some(frame)),
-            }
-        }
+    pub async fn next(&mut self) -> io::Result<Option<Frame<'_>>> {
+        Ok(match self.line().await? {
+            None => None,
+            Some(None) => Some(self.frame()),
+            Some(Some(len)) => Some(Frame::Oversized { len }),
+        })
     }
 
-    async fn line(&mut self) -> io::Result<Option<Frame>> {
-        let mut line = Vec::new();
-        let mut len: u64 = 0;
-        let mut oversized = false;
+    /// The line just read, without a carriage return before its line ending.
+    fn frame(&self) -> Frame<'_> {
+        let mut line = &self.line[..];
+        if line.last() == Some(&b'\r') {
+            line = &line[..line.len() - 1];
+        }
+        Frame::Line(line)
+    }
+
+    /// Reads the next non-blank line into `self.line`: `None` at the end of the
+    /// stream, `Some(None)` for a line held whole, `Some(Some(len))` for one over the
+    /// limit, whose bytes were dropped.
+    async fn line(&mut self) -> io::Result<Option<Option<u64>>> {
         loop {
-            let buf = self.inner.fill_buf().await?;
-            if buf.is_empty() {
-                if len == 0 {
-                    return Ok(None);
+            self.line.clear();
+            let mut len: u64 = 0;
+            let mut oversized = false;
+            let ended = loop {
+                let buf = self.inner.fill_buf().await?;
+                if buf.is_empty() {
+                    break true;
                 }
-                return Ok(Some(finish(line, len, oversized)));
-            }
-            let end = buf.iter().position(|b| *b == b'\n');
-            let chunk = &buf[..end.unwrap_or(buf.len())];
-            len += chunk.len() as u64;
-            if !oversized {
-                if line.len() + chunk.len() > self.limit {
-                    oversized = true;
-                    line = Vec::new();
-                } else {
-                    line.extend_from_slice(chunk);
+                let end = buf.iter().position(|b| *b == b'\n');
+                let chunk = &buf[..end.unwrap_or(buf.len())];
+                len += chunk.len() as u64;
+                if !oversized {
+                    if self.line.len() + chunk.len() > self.limit {
+                        oversized = true;
+                        self.line.clear();
+                    } else {
+                        grow(&mut self.line, chunk.len(), self.limit);
+                        self.line.extend_from_slice(chunk);
+                    }
                 }
+                let used = end.map_or(buf.len(), |i| i + 1);
+                self.inner.consume(used);
+                if end.is_some() {
+                    break false;
+                }
+            };
+            if ended && len == 0 {
+                return Ok(None);
             }
-            let used = end.map_or(buf.len(), |i| i + 1);
-            self.inner.consume(used);
-            if end.is_some() {
-                return Ok(Some(finish(line, len, oversized)));
+            if oversized {
+                return Ok(Some(Some(len)));
+            }
+            if !self.line.iter().all(u8::is_ascii_whitespace) {
+                return Ok(Some(None));
+            }
+            if ended {
+                return Ok(None);
             }
         }
     }
 }
 
-fn finish(mut line: Vec<u8>, len: u64, oversized: bool) -> Frame {
-    if oversized {
-        return Frame::Oversized { len };
+/// Makes room in `line` for `more` bytes; `line` never grows past `limit`.
+fn grow(line: &mut Vec<u8>, more: usize, limit: usize) {
+    let want = line.len() + more;
+    if want > line.capacity() && want > LONG_LINE {
+        line.reserve_exact(limit - line.len());
     }
-    if line.last() == Some(&b'\r') {
-        line.pop();
-    }
-    Frame::Line(line)
 }
 
 /// Writes one frame: the bytes, then a line ending. A frame never contains a line
@@ -95,13 +134,23 @@ pub async fn write_frame(out: &mut (impl AsyncWrite + Unpin), frame: &[u8]) -> i
 mod tests {
     use super::*;
 
-    async fn frames(input: &[u8], limit: usize) -> Vec<Frame> {
+    /// A frame read, owned: a line's bytes, or an oversized line's length.
+    type Read = Result<Vec<u8>, u64>;
+
+    fn line(bytes: &[u8]) -> Read {
+        Ok(bytes.to_vec())
+    }
+
+    async fn frames(input: &[u8], limit: usize) -> Vec<Read> {
         // A small buffer, so that lines span several reads.
         let reader = tokio::io::BufReader::with_capacity(4, input);
         let mut frames = FrameReader::new(reader, limit);
         let mut out = Vec::new();
         while let Some(frame) = frames.next().await.expect("reading a slice cannot fail") {
-            out.push(frame);
+            out.push(match frame {
+                Frame::Line(bytes) => line(bytes),
+                Frame::Oversized { len } => Err(len),
+            });
         }
         out
     }
@@ -111,11 +160,7 @@ mod tests {
         let got = frames(b"{\"a\":1}\n\n  \r\n{\"b\":2}\r\n{\"c\":3}", 64).await;
         assert_eq!(
             got,
-            vec![
-                Frame::Line(b"{\"a\":1}".to_vec()),
-                Frame::Line(b"{\"b\":2}".to_vec()),
-                Frame::Line(b"{\"c\":3}".to_vec()),
-            ]
+            vec![line(b"{\"a\":1}"), line(b"{\"b\":2}"), line(b"{\"c\":3}"),]
         );
     }
 
@@ -125,16 +170,43 @@ mod tests {
         let mut input = long.clone();
         input.extend_from_slice(b"\nok\n");
         let got = frames(&input, 10).await;
+        assert_eq!(got, vec![Err(100), line(b"ok")]);
+    }
+
+    #[tokio::test]
+    async fn a_long_line_is_given_the_limit_once_rather_than_doubled() {
+        let limit = 3 * LONG_LINE;
+        let mut input = vec![b'z'; 2 * LONG_LINE];
+        input.push(b'\n');
+        let reader = tokio::io::BufReader::with_capacity(64 * 1024, &input[..]);
+        let mut frames = FrameReader::new(reader, limit);
+        let Some(Frame::Line(line)) = frames.next().await.unwrap() else {
+            panic!("a line under the limit is whole");
+        };
+        assert_eq!(line.len(), 2 * LONG_LINE);
         assert_eq!(
-            got,
-            vec![Frame::Oversized { len: 100 }, Frame::Line(b"ok".to_vec())]
+            frames.line.capacity(),
+            limit,
+            "one reservation at the limit"
         );
+        // The next long line reuses that room rather than taking another.
+        let held = frames.line.as_ptr();
+        let mut again = vec![b'w'; 2 * LONG_LINE + 5];
+        again.push(b'\n');
+        let mut frames = FrameReader {
+            inner: tokio::io::BufReader::new(&again[..]),
+            ..frames
+        };
+        assert!(
+            matches!(frames.next().await.unwrap(), Some(Frame::Line(l)) if l.len() == 2 * LONG_LINE + 5)
+        );
+        assert_eq!(frames.line.as_ptr(), held, "the same buffer");
     }
 
     #[tokio::test]
     async fn a_line_exactly_at_the_limit_is_whole() {
         let got = frames(b"0123456789\n", 10).await;
-        assert_eq!(got, vec![Frame::Line(b"0123456789".to_vec())]);
+        assert_eq!(got, vec![line(b"0123456789")]);
     }
 
     #[tokio::test]
@@ -143,6 +215,6 @@ mod tests {
         // the limit however long it runs.
         let input = vec![b'y'; 10_000];
         let got = frames(&input, 16).await;
-        assert_eq!(got, vec![Frame::Oversized { len: 10_000 }]);
+        assert_eq!(got, vec![Err(10_000)]);
     }
 }

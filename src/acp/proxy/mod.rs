@@ -133,7 +133,7 @@ pub async fn run(
                 }
                 continue;
             }
-            Frame::Line(line) => match Message::parse(&line) {
+            Frame::Line(line) => match Message::parse(line) {
                 Ok(message) => message,
                 Err(malformed) => {
                     if proxy
