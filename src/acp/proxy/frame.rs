@@ -52,9 +52,9 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     /// meant it.
     pub async fn next(&mut self) -> io::Result<Option<Frame<'_>>> {
         Ok(match self.line().await? {
-            None => None,
-            Some(None) => Some(self.frame()),
-            Some(Some(len)) => Some(Frame::Oversized { len }),
+            Gathered::End => None,
+            Gathered::Whole => Some(self.frame()),
+            Gathered::Oversized(len) => Some(Frame::Oversized { len }),
         })
     }
 
@@ -67,10 +67,8 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
         Frame::Line(line)
     }
 
-    /// Reads the next non-blank line into `self.line`: `None` at the end of the
-    /// stream, `Some(None)` for a line held whole, `Some(Some(len))` for one over the
-    /// limit, whose bytes were dropped.
-    async fn line(&mut self) -> io::Result<Option<Option<u64>>> {
+    /// Reads the next non-blank line into `self.line`.
+    async fn line(&mut self) -> io::Result<Gathered> {
         loop {
             self.line.clear();
             let mut len: u64 = 0;
@@ -98,20 +96,27 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
                     break false;
                 }
             };
-            if ended && len == 0 {
-                return Ok(None);
-            }
             if oversized {
-                return Ok(Some(Some(len)));
+                return Ok(Gathered::Oversized(len));
             }
             if !self.line.iter().all(u8::is_ascii_whitespace) {
-                return Ok(Some(None));
+                return Ok(Gathered::Whole);
             }
             if ended {
-                return Ok(None);
+                return Ok(Gathered::End);
             }
         }
     }
+}
+
+/// What [`FrameReader::line`] found.
+enum Gathered {
+    /// The end of the stream, after the last non-blank line.
+    End,
+    /// A line, held whole in the reader's buffer.
+    Whole,
+    /// A line of this many bytes, over the limit; none of them kept.
+    Oversized(u64),
 }
 
 /// Makes room in `line` for `more` bytes; `line` never grows past `limit`.
