@@ -35,7 +35,8 @@ pub struct FrameReader<R> {
 /// Past this length a line is given room for the whole limit at once: an allocator
 /// that copies a large block into a larger one keeps both resident for a moment, and
 /// a line near the limit would cost several times the limit on its way. The room is
-/// only address space until bytes are written into it.
+/// only address space until bytes are written into it; what a long line wrote stays
+/// resident while the reader lives (one frame at most, see [`FrameReader`]).
 const LONG_LINE: usize = 1 << 20;
 
 impl<R: AsyncBufRead + Unpin> FrameReader<R> {
@@ -119,9 +120,11 @@ enum Gathered {
     Oversized(u64),
 }
 
-/// Makes room in `line` for `more` bytes; `line` never grows past `limit`.
+/// Makes room in `line` for `more` bytes, which the caller has checked keep it within
+/// `limit`: past [`LONG_LINE`], room for the whole limit at once.
 fn grow(line: &mut Vec<u8>, more: usize, limit: usize) {
     let want = line.len() + more;
+    debug_assert!(want <= limit, "a line is never gathered past the limit");
     if want > line.capacity() && want > LONG_LINE {
         line.reserve_exact(limit - line.len());
     }
@@ -206,6 +209,16 @@ mod tests {
             matches!(frames.next().await.unwrap(), Some(Frame::Line(l)) if l.len() == 2 * LONG_LINE + 5)
         );
         assert_eq!(frames.line.as_ptr(), held, "the same buffer");
+    }
+
+    #[tokio::test]
+    async fn a_stream_may_end_after_an_oversized_line_or_hold_only_blanks() {
+        assert_eq!(frames(b"0123456789abc", 10).await, vec![Err(13)]);
+        assert_eq!(frames(b"0123456789abc\n", 10).await, vec![Err(13)]);
+        assert_eq!(frames(b"", 10).await, Vec::<Read>::new());
+        assert_eq!(frames(b" \r\n\n\t", 10).await, Vec::<Read>::new());
+        // A blank line over the limit is still over it.
+        assert_eq!(frames(&[b' '; 11], 10).await, vec![Err(11)]);
     }
 
     #[tokio::test]
