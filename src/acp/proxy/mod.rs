@@ -92,7 +92,44 @@ pub(crate) struct Proxy {
 /// Serves one client on standard input and output until it closes its end, with the
 /// agent started on its `initialize`. The agent is stopped when the client goes.
 pub async fn run_stdio(store: Store, options: ProxyOptions) -> std::io::Result<()> {
-    run(store, options, tokio::io::stdin(), tokio::io::stdout()).await
+    run(store, options, stdin(), stdout()).await
+}
+
+/// Standard input as the proxy reads it: a pipe (how an editor starts its agent) read
+/// by the runtime's own poller, anything else (a file, a terminal, a socket) through
+/// tokio's `stdin`, which hands each read to a blocking thread.
+fn stdin() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        let pipe = std::io::stdin()
+            .as_fd()
+            .try_clone_to_owned()
+            .and_then(tokio::net::unix::pipe::Receiver::from_owned_fd);
+        if let Ok(pipe) = pipe {
+            return Box::new(pipe);
+        }
+    }
+    Box::new(tokio::io::stdin())
+}
+
+/// Standard output as the proxy writes it, like [`stdin`]: tokio's `stdout` hands
+/// every write to a blocking thread, a hop and two wakeups for each relayed update,
+/// where a pipe is written by the poller. The pipe is made non-blocking, which its
+/// other descriptors in this process share; nothing else here writes to it.
+fn stdout() -> Box<dyn tokio::io::AsyncWrite + Unpin + Send> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        let pipe = std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .and_then(tokio::net::unix::pipe::Sender::from_owned_fd);
+        if let Ok(pipe) = pipe {
+            return Box::new(pipe);
+        }
+    }
+    Box::new(tokio::io::stdout())
 }
 
 /// Serves one client on `input` and `output`.

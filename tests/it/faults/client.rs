@@ -67,3 +67,57 @@ async fn a_client_that_goes_mid_turn_leaves_the_session_whole_and_loadable() {
     );
     verified(&t);
 }
+
+/// The proxy reads and writes a pipe through the runtime's own poller, and anything
+/// else (here its output is a file) through tokio's standard streams: a client whose
+/// output is a file gets the same answers, and the proxy ends when its input does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_whose_output_is_a_file_is_answered_there() {
+    let t = TestStore::new().await;
+    let out = t.dir.path().join("client-out.jsonl");
+    let mut bin = crate::support::Bin::new(t.dir.path());
+    bin.arg("proxy")
+        .arg("--db")
+        .arg(crate::support::db_arg(&t.config.database))
+        .arg("--attachments-root")
+        .arg(&t.config.roots.configured)
+        .arg("--")
+        .arg(super::test_agent())
+        .current_dir(t.dir.path())
+        .stdout(std::fs::File::create(&out).expect("the output file"));
+    let mut child = bin.spawn();
+    let mut to = child.stdin.take().expect("a piped stdin");
+    std::io::Write::write_all(
+        &mut to,
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1}}\n",
+    )
+    .expect("the request is written");
+    let deadline = std::time::Instant::now() + super::ANSWER;
+    let answer = loop {
+        let text = std::fs::read_to_string(&out).expect("the output file reads");
+        if let Some(line) = text.strip_suffix('\n') {
+            break line.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no answer in the file: {text:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let answer: serde_json::Value = serde_json::from_str(&answer).expect("one JSON line");
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert_eq!(answer["result"]["protocolVersion"], 1, "{answer}");
+    drop(to);
+    let deadline = std::time::Instant::now() + super::ANSWER;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the proxy's status") {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the proxy did not end with its input"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
