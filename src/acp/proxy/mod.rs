@@ -100,36 +100,38 @@ pub async fn run_stdio(store: Store, options: ProxyOptions) -> std::io::Result<(
 /// tokio's `stdin`, which hands each read to a blocking thread.
 fn stdin() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
     #[cfg(unix)]
-    {
-        use std::os::fd::AsFd;
-        let pipe = std::io::stdin()
-            .as_fd()
-            .try_clone_to_owned()
-            .and_then(tokio::net::unix::pipe::Receiver::from_owned_fd);
-        if let Ok(pipe) = pipe {
-            return Box::new(pipe);
-        }
+    if let Some(pipe) = as_pipe(
+        std::io::stdin(),
+        tokio::net::unix::pipe::Receiver::from_owned_fd,
+    ) {
+        return Box::new(pipe);
     }
     Box::new(tokio::io::stdin())
 }
 
 /// Standard output as the proxy writes it, like [`stdin`]: tokio's `stdout` hands
 /// every write to a blocking thread, a hop and two wakeups for each relayed update,
-/// where a pipe is written by the poller. The pipe is made non-blocking, which its
-/// other descriptors in this process share; nothing else here writes to it.
+/// where a pipe is written by the poller.
 fn stdout() -> Box<dyn tokio::io::AsyncWrite + Unpin + Send> {
     #[cfg(unix)]
-    {
-        use std::os::fd::AsFd;
-        let pipe = std::io::stdout()
-            .as_fd()
-            .try_clone_to_owned()
-            .and_then(tokio::net::unix::pipe::Sender::from_owned_fd);
-        if let Ok(pipe) = pipe {
-            return Box::new(pipe);
-        }
+    if let Some(pipe) = as_pipe(
+        std::io::stdout(),
+        tokio::net::unix::pipe::Sender::from_owned_fd,
+    ) {
+        return Box::new(pipe);
     }
     Box::new(tokio::io::stdout())
+}
+
+/// `stream`'s descriptor as tokio's pipe type, or `None` where it is no pipe. The
+/// duplicate shares the pipe's open file, which tokio makes non-blocking for every
+/// descriptor of it in this process; nothing else here reads or writes it.
+#[cfg(unix)]
+fn as_pipe<P>(
+    stream: impl std::os::fd::AsFd,
+    pipe: fn(std::os::fd::OwnedFd) -> std::io::Result<P>,
+) -> Option<P> {
+    stream.as_fd().try_clone_to_owned().and_then(pipe).ok()
 }
 
 /// Serves one client on `input` and `output`.
