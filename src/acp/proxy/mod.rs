@@ -95,10 +95,15 @@ pub async fn run_stdio(store: Store, options: ProxyOptions) -> std::io::Result<(
     run(store, options, stdin(), stdout()).await
 }
 
-/// Standard input as the proxy reads it: a pipe (how an editor starts its agent) read
-/// by the runtime's own poller, anything else (a file, a terminal, a socket) through
-/// tokio's `stdin`, which hands each read to a blocking thread.
+/// Standard input as the proxy reads it: a pipe or a socket (how editors start their
+/// agents: a pipe from Rust's `Command`, a socket from Node's `spawn`) read by the
+/// runtime's own poller, anything else (a file, a terminal) through tokio's `stdin`,
+/// which hands each read to a blocking thread.
 fn stdin() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
+    #[cfg(unix)]
+    if let Some(socket) = as_socket(std::io::stdin()) {
+        return Box::new(socket);
+    }
     #[cfg(unix)]
     if let Some(pipe) = as_pipe(
         std::io::stdin(),
@@ -113,6 +118,10 @@ fn stdin() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
 /// every write to a blocking thread, a hop and two wakeups for each relayed update,
 /// where a pipe is written by the poller.
 fn stdout() -> Box<dyn tokio::io::AsyncWrite + Unpin + Send> {
+    #[cfg(unix)]
+    if let Some(socket) = as_socket(std::io::stdout()) {
+        return Box::new(socket);
+    }
     #[cfg(unix)]
     if let Some(pipe) = as_pipe(
         std::io::stdout(),
@@ -132,6 +141,21 @@ fn as_pipe<P>(
     pipe: fn(std::os::fd::OwnedFd) -> std::io::Result<P>,
 ) -> Option<P> {
     stream.as_fd().try_clone_to_owned().and_then(pipe).ok()
+}
+
+/// `stream`'s descriptor as a tokio stream socket, made non-blocking like a pipe in
+/// [`as_pipe`], or `None` where it is no socket.
+#[cfg(unix)]
+fn as_socket(stream: impl std::os::fd::AsFd) -> Option<tokio::net::UnixStream> {
+    use rustix::fs::FileType;
+    let fd = stream.as_fd();
+    let stat = rustix::fs::fstat(fd).ok()?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Socket {
+        return None;
+    }
+    let socket = std::os::unix::net::UnixStream::from(fd.try_clone_to_owned().ok()?);
+    socket.set_nonblocking(true).ok()?;
+    tokio::net::UnixStream::from_std(socket).ok()
 }
 
 /// Serves one client on `input` and `output`.

@@ -121,3 +121,61 @@ async fn a_client_whose_output_is_a_file_is_answered_there() {
     };
     assert!(status.success(), "{status}");
 }
+
+/// A client that gives the proxy one socket for its input and output, as Node's
+/// `spawn` does: the proxy reads and writes it through the runtime's poller, answers
+/// there, and ends when the client shuts its side down.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_on_a_socket_is_answered_there() {
+    use std::io::{BufRead, Write};
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    use std::process::{Command, Stdio};
+
+    let t = TestStore::new().await;
+    let (ours, theirs) = UnixStream::pair().expect("a socket pair");
+    let input = OwnedFd::from(theirs.try_clone().expect("the socket duplicates"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sessionstore"))
+        .arg("proxy")
+        .arg("--db")
+        .arg(crate::support::db_arg(&t.config.database))
+        .arg("--attachments-root")
+        .arg(&t.config.roots.configured)
+        .arg("--")
+        .arg(super::test_agent())
+        .current_dir(t.dir.path())
+        .env("HOME", t.dir.path())
+        .stdin(Stdio::from(input))
+        .stdout(Stdio::from(OwnedFd::from(theirs)))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the proxy starts");
+    ours.set_read_timeout(Some(super::ANSWER))
+        .expect("a read timeout");
+    (&ours)
+        .write_all(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1}}\n",
+        )
+        .expect("the request is written");
+    let mut line = String::new();
+    std::io::BufReader::new(&ours)
+        .read_line(&mut line)
+        .expect("an answer within the bound");
+    let answer: serde_json::Value = serde_json::from_str(&line).expect("one JSON line");
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert_eq!(answer["result"]["protocolVersion"], 1, "{answer}");
+    ours.shutdown(std::net::Shutdown::Write)
+        .expect("the client's side shuts");
+    let deadline = std::time::Instant::now() + super::ANSWER;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the proxy's status") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the proxy did not end when its client shut its side");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
