@@ -2,7 +2,13 @@
 //! left failed or interrupted, the session loads again in a new proxy with what was
 //! acknowledged, and `verify` is ok.
 
-use serde_json::json;
+use std::io::{BufRead, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
 use sessionstore::SessionId;
 
 use super::{Proxy, prompt, verified};
@@ -68,74 +74,10 @@ async fn a_client_that_goes_mid_turn_leaves_the_session_whole_and_loadable() {
     verified(&t);
 }
 
-/// The proxy reads and writes a pipe through the runtime's own poller, and anything
-/// else (here its output is a file) through tokio's standard streams: a client whose
-/// output is a file gets the same answers, and the proxy ends when its input does.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_client_whose_output_is_a_file_is_answered_there() {
-    let t = TestStore::new().await;
-    let out = t.dir.path().join("client-out.jsonl");
-    let mut bin = crate::support::Bin::new(t.dir.path());
-    bin.arg("proxy")
-        .arg("--db")
-        .arg(crate::support::db_arg(&t.config.database))
-        .arg("--attachments-root")
-        .arg(&t.config.roots.configured)
-        .arg("--")
-        .arg(super::test_agent())
-        .current_dir(t.dir.path())
-        .stdout(std::fs::File::create(&out).expect("the output file"));
-    let mut child = bin.spawn();
-    let mut to = child.stdin.take().expect("a piped stdin");
-    std::io::Write::write_all(
-        &mut to,
-        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1}}\n",
-    )
-    .expect("the request is written");
-    let deadline = std::time::Instant::now() + super::ANSWER;
-    let answer = loop {
-        let text = std::fs::read_to_string(&out).expect("the output file reads");
-        if let Some(line) = text.strip_suffix('\n') {
-            break line.to_owned();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no answer in the file: {text:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let answer: serde_json::Value = serde_json::from_str(&answer).expect("one JSON line");
-    assert_eq!(answer["id"], 1, "{answer}");
-    assert_eq!(answer["result"]["protocolVersion"], 1, "{answer}");
-    drop(to);
-    let deadline = std::time::Instant::now() + super::ANSWER;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("the proxy's status") {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the proxy did not end with its input"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    assert!(status.success(), "{status}");
-}
-
-/// A client that gives the proxy one socket for its input and output, as Node's
-/// `spawn` does: the proxy reads and writes it through the runtime's poller, answers
-/// there, and ends when the client shuts its side down.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_client_on_a_socket_is_answered_there() {
-    use std::io::{BufRead, Write};
-    use std::os::fd::OwnedFd;
-    use std::os::unix::net::UnixStream;
-    use std::process::{Command, Stdio};
-
-    let t = TestStore::new().await;
-    let (ours, theirs) = UnixStream::pair().expect("a socket pair");
-    let input = OwnedFd::from(theirs.try_clone().expect("the socket duplicates"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sessionstore"))
+/// `sessionstore proxy -- sessionstore-test-agent` on `t`'s store, reading `input` and
+/// writing `output`, its log dropped.
+fn proxy_on(t: &TestStore, input: Stdio, output: Stdio) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_sessionstore"))
         .arg("proxy")
         .arg("--db")
         .arg(crate::support::db_arg(&t.config.database))
@@ -145,37 +87,85 @@ async fn a_client_on_a_socket_is_answered_there() {
         .arg(super::test_agent())
         .current_dir(t.dir.path())
         .env("HOME", t.dir.path())
-        .stdin(Stdio::from(input))
-        .stdout(Stdio::from(OwnedFd::from(theirs)))
+        .stdin(input)
+        .stdout(output)
         .stderr(Stdio::null())
         .spawn()
-        .expect("the proxy starts");
+        .expect("the proxy starts")
+}
+
+const INITIALIZE: &[u8] =
+    b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1}}\n";
+
+/// `line` is the proxy's answer to [`INITIALIZE`].
+fn initialized(line: &str) {
+    let answer: Value = serde_json::from_str(line).expect("one JSON line");
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert_eq!(answer["result"]["protocolVersion"], 1, "{answer}");
+}
+
+/// Waits, within `ANSWER`, for the proxy to end once its client is done, and says it
+/// ended cleanly.
+fn ends_cleanly(mut child: Child) {
+    let deadline = Instant::now() + super::ANSWER;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the proxy's status") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the proxy did not end when its client was done");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
+
+/// The proxy reads and writes a pipe through the runtime's own poller, and anything
+/// else (here its output is a file) through tokio's standard streams: a client whose
+/// output is a file gets the same answers, and the proxy ends when its input does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_whose_output_is_a_file_is_answered_there() {
+    let t = TestStore::new().await;
+    let out = t.dir.path().join("client-out.jsonl");
+    let file = std::fs::File::create(&out).expect("the output file");
+    let mut child = proxy_on(&t, Stdio::piped(), Stdio::from(file));
+    let mut to = child.stdin.take().expect("a piped stdin");
+    to.write_all(INITIALIZE).expect("the request is written");
+    let deadline = Instant::now() + super::ANSWER;
+    let answer = loop {
+        let text = std::fs::read_to_string(&out).expect("the output file reads");
+        if let Some(line) = text.strip_suffix('\n') {
+            break line.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no answer in the file: {text:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    initialized(&answer);
+    drop(to);
+    ends_cleanly(child);
+}
+
+/// A client that gives the proxy one socket for its input and output, as Node's
+/// `spawn` does: the proxy reads and writes it through the runtime's poller, answers
+/// there, and ends when the client shuts its side down.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_on_a_socket_is_answered_there() {
+    let t = TestStore::new().await;
+    let (ours, theirs) = UnixStream::pair().expect("a socket pair");
+    let input = OwnedFd::from(theirs.try_clone().expect("the socket duplicates"));
+    let child = proxy_on(&t, Stdio::from(input), Stdio::from(OwnedFd::from(theirs)));
     ours.set_read_timeout(Some(super::ANSWER))
         .expect("a read timeout");
     (&ours)
-        .write_all(
-            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1}}\n",
-        )
+        .write_all(INITIALIZE)
         .expect("the request is written");
     let mut line = String::new();
     std::io::BufReader::new(&ours)
         .read_line(&mut line)
         .expect("an answer within the bound");
-    let answer: serde_json::Value = serde_json::from_str(&line).expect("one JSON line");
-    assert_eq!(answer["id"], 1, "{answer}");
-    assert_eq!(answer["result"]["protocolVersion"], 1, "{answer}");
+    initialized(&line);
     ours.shutdown(std::net::Shutdown::Write)
         .expect("the client's side shuts");
-    let deadline = std::time::Instant::now() + super::ANSWER;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("the proxy's status") {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the proxy did not end when its client shut its side");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    assert!(status.success(), "{status}");
+    ends_cleanly(child);
 }
