@@ -101,61 +101,65 @@ pub async fn run_stdio(store: Store, options: ProxyOptions) -> std::io::Result<(
 /// which hands each read to a blocking thread.
 fn stdin() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
     #[cfg(unix)]
-    if let Some(socket) = as_socket(std::io::stdin()) {
-        return Box::new(socket);
-    }
-    #[cfg(unix)]
-    if let Some(pipe) = as_pipe(
-        std::io::stdin(),
-        tokio::net::unix::pipe::Receiver::from_owned_fd,
-    ) {
-        return Box::new(pipe);
+    match polled(std::io::stdin()) {
+        Some(Polled::Socket(socket)) => return Box::new(socket),
+        Some(Polled::Pipe(fd)) => {
+            if let Ok(pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
+                return Box::new(pipe);
+            }
+        }
+        None => {}
     }
     Box::new(tokio::io::stdin())
 }
 
 /// Standard output as the proxy writes it, like [`stdin`]: tokio's `stdout` hands
-/// every write to a blocking thread, a hop and two wakeups for each relayed update,
-/// where a pipe is written by the poller.
+/// every write to a blocking thread, a hop and two wakeups for each relayed update.
 fn stdout() -> Box<dyn tokio::io::AsyncWrite + Unpin + Send> {
     #[cfg(unix)]
-    if let Some(socket) = as_socket(std::io::stdout()) {
-        return Box::new(socket);
-    }
-    #[cfg(unix)]
-    if let Some(pipe) = as_pipe(
-        std::io::stdout(),
-        tokio::net::unix::pipe::Sender::from_owned_fd,
-    ) {
-        return Box::new(pipe);
+    match polled(std::io::stdout()) {
+        Some(Polled::Socket(socket)) => return Box::new(socket),
+        Some(Polled::Pipe(fd)) => {
+            if let Ok(pipe) = tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
+                return Box::new(pipe);
+            }
+        }
+        None => {}
     }
     Box::new(tokio::io::stdout())
 }
 
-/// `stream`'s descriptor as tokio's pipe type, or `None` where it is no pipe. The
-/// duplicate shares the pipe's open file, which tokio makes non-blocking for every
-/// descriptor of it in this process; nothing else here reads or writes it.
+/// A standard stream the runtime's poller can serve, on a duplicate of its
+/// descriptor. The duplicate shares the stream's open file, which is made
+/// non-blocking for every descriptor of it in this process; nothing else here reads
+/// or writes it.
 #[cfg(unix)]
-fn as_pipe<P>(
-    stream: impl std::os::fd::AsFd,
-    pipe: fn(std::os::fd::OwnedFd) -> std::io::Result<P>,
-) -> Option<P> {
-    stream.as_fd().try_clone_to_owned().and_then(pipe).ok()
+enum Polled {
+    /// A stream socket, already non-blocking.
+    Socket(tokio::net::UnixStream),
+    /// A pipe, for tokio's pipe types (which check its direction and make it
+    /// non-blocking).
+    Pipe(std::os::fd::OwnedFd),
 }
 
-/// `stream`'s descriptor as a tokio stream socket, made non-blocking like a pipe in
-/// [`as_pipe`], or `None` where it is no socket.
+/// What `stream` is for the poller, or `None` for a file or a terminal.
 #[cfg(unix)]
-fn as_socket(stream: impl std::os::fd::AsFd) -> Option<tokio::net::UnixStream> {
+fn polled(stream: impl std::os::fd::AsFd) -> Option<Polled> {
     use rustix::fs::FileType;
     let fd = stream.as_fd();
-    let stat = rustix::fs::fstat(fd).ok()?;
-    if FileType::from_raw_mode(stat.st_mode) != FileType::Socket {
+    let kind = FileType::from_raw_mode(rustix::fs::fstat(fd).ok()?.st_mode);
+    if kind != FileType::Socket && kind != FileType::Fifo {
         return None;
     }
-    let socket = std::os::unix::net::UnixStream::from(fd.try_clone_to_owned().ok()?);
+    let fd = fd.try_clone_to_owned().ok()?;
+    if kind == FileType::Fifo {
+        return Some(Polled::Pipe(fd));
+    }
+    let socket = std::os::unix::net::UnixStream::from(fd);
     socket.set_nonblocking(true).ok()?;
-    tokio::net::UnixStream::from_std(socket).ok()
+    tokio::net::UnixStream::from_std(socket)
+        .ok()
+        .map(Polled::Socket)
 }
 
 /// Serves one client on `input` and `output`.
