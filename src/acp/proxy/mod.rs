@@ -92,41 +92,49 @@ pub(crate) struct Proxy {
 /// Serves one client on standard input and output until it closes its end, with the
 /// agent started on its `initialize`. The agent is stopped when the client goes.
 pub async fn run_stdio(store: Store, options: ProxyOptions) -> std::io::Result<()> {
-    run(store, options, stdin(), stdout()).await
+    let (input, read) = stdin();
+    let (output, written) = stdout();
+    tracing::debug!("the client's input: {read}; its output: {written}");
+    run(store, options, input, output).await
 }
+
+/// How the proxy serves one of its standard streams, as its debug log names it.
+const POLLED_SOCKET: &str = "a socket, polled";
+const POLLED_PIPE: &str = "a pipe, polled";
+const BLOCKING: &str = "neither a socket nor a pipe, on a blocking thread";
 
 /// Standard input as the proxy reads it: a pipe or a socket (how editors start their
 /// agents: a pipe from Rust's `Command`, a socket from Node's `spawn`) read by the
 /// runtime's own poller, anything else (a file, a terminal) through tokio's `stdin`,
 /// which hands each read to a blocking thread.
-fn stdin() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
+fn stdin() -> (Box<dyn tokio::io::AsyncRead + Unpin + Send>, &'static str) {
     #[cfg(unix)]
     match polled(std::io::stdin()) {
-        Some(Polled::Socket(socket)) => return Box::new(socket),
+        Some(Polled::Socket(socket)) => return (Box::new(socket), POLLED_SOCKET),
         Some(Polled::Pipe(fd)) => {
             if let Ok(pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
-                return Box::new(pipe);
+                return (Box::new(pipe), POLLED_PIPE);
             }
         }
         None => {}
     }
-    Box::new(tokio::io::stdin())
+    (Box::new(tokio::io::stdin()), BLOCKING)
 }
 
 /// Standard output as the proxy writes it, like [`stdin`]: tokio's `stdout` hands
 /// every write to a blocking thread, a hop and two wakeups for each relayed update.
-fn stdout() -> Box<dyn tokio::io::AsyncWrite + Unpin + Send> {
+fn stdout() -> (Box<dyn tokio::io::AsyncWrite + Unpin + Send>, &'static str) {
     #[cfg(unix)]
     match polled(std::io::stdout()) {
-        Some(Polled::Socket(socket)) => return Box::new(socket),
+        Some(Polled::Socket(socket)) => return (Box::new(socket), POLLED_SOCKET),
         Some(Polled::Pipe(fd)) => {
             if let Ok(pipe) = tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
-                return Box::new(pipe);
+                return (Box::new(pipe), POLLED_PIPE);
             }
         }
         None => {}
     }
-    Box::new(tokio::io::stdout())
+    (Box::new(tokio::io::stdout()), BLOCKING)
 }
 
 /// A standard stream the runtime's poller can serve, on a duplicate of its

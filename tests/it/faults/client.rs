@@ -75,8 +75,9 @@ async fn a_client_that_goes_mid_turn_leaves_the_session_whole_and_loadable() {
 }
 
 /// `sessionstore proxy -- sessionstore-test-agent` on `t`'s store, reading `input` and
-/// writing `output`, its log dropped.
+/// writing `output`, its debug log in `t`'s directory ([`served`] reads it).
 fn proxy_on(t: &TestStore, input: Stdio, output: Stdio) -> Child {
+    let log = std::fs::File::create(t.dir.path().join("proxy.log")).expect("the log file");
     Command::new(env!("CARGO_BIN_EXE_sessionstore"))
         .arg("proxy")
         .arg("--db")
@@ -87,11 +88,26 @@ fn proxy_on(t: &TestStore, input: Stdio, output: Stdio) -> Child {
         .arg(super::test_agent())
         .current_dir(t.dir.path())
         .env("HOME", t.dir.path())
+        .env("RUST_LOG", "sessionstore::acp::proxy=debug")
         .stdin(input)
         .stdout(output)
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .expect("the proxy starts")
+}
+
+/// How the proxy said it served its input and its output, from the log of
+/// [`proxy_on`]: the stdio kinds must each take the path meant for them, not merely
+/// work (the blocking fallback would serve a socket or a pipe too).
+fn served(t: &TestStore) -> String {
+    let log = std::fs::read_to_string(t.dir.path().join("proxy.log")).expect("the log reads");
+    log.lines()
+        .find_map(|line| {
+            line.split_once("the client's input: ")
+                .map(|(_, kinds)| kinds)
+        })
+        .unwrap_or_else(|| panic!("no line on the client's stdio in the log: {log}"))
+        .to_owned()
 }
 
 const INITIALIZE: &[u8] =
@@ -144,6 +160,10 @@ async fn a_client_whose_output_is_a_file_is_answered_there() {
     initialized(&answer);
     drop(to);
     ends_cleanly(child);
+    assert_eq!(
+        served(&t),
+        "a pipe, polled; its output: neither a socket nor a pipe, on a blocking thread"
+    );
 }
 
 /// A client that gives the proxy one socket for its input and output, as Node's
@@ -168,4 +188,30 @@ async fn a_client_on_a_socket_is_answered_there() {
     ours.shutdown(std::net::Shutdown::Write)
         .expect("the client's side shuts");
     ends_cleanly(child);
+    assert_eq!(served(&t), "a socket, polled; its output: a socket, polled");
+}
+
+/// Pipes, as Rust's `Command` gives a child (and as every other proxy test runs):
+/// both read and written through the runtime's poller.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_on_pipes_is_served_by_the_poller() {
+    let t = TestStore::new().await;
+    let mut child = proxy_on(&t, Stdio::piped(), Stdio::piped());
+    let mut to = child.stdin.take().expect("a piped stdin");
+    to.write_all(INITIALIZE).expect("the request is written");
+    let out = child.stdout.take().expect("a piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let read = std::io::BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(read.map(|_| line));
+    });
+    let line = rx
+        .recv_timeout(super::ANSWER)
+        .expect("an answer within the bound")
+        .expect("the answer reads");
+    initialized(&line);
+    drop(to);
+    ends_cleanly(child);
+    assert_eq!(served(&t), "a pipe, polled; its output: a pipe, polled");
 }
