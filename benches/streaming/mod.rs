@@ -11,16 +11,19 @@
 //!   one turn of 100,000 `agent_message_chunk`s (about 60 bytes each), then 16 sessions
 //!   streaming 20,000 each at once, recording everything, against the same proxy with
 //!   recording off (`--relay-only`, the relay alone): throughput, the median over
-//!   several runs, and the database's commits a second. Then the p99 of the time from
-//!   the agent writing a chunk to the client reading it (each chunk carries when it was
-//!   written), with the agent streaming at a pace (`stream N at R`: one session at
+//!   several runs, and the database's commits a second; the one-session turn again with
+//!   the client on one socket (as Node's `spawn` starts a child) rather than pipes.
+//!   Then the p99 of the time from the agent writing a chunk to the client reading it
+//!   (each chunk carries when it was written), with the agent streaming at a pace (`stream N at R`: one session at
 //!   2,000 chunks a second, 16 at 125 each), since flat out its chunks wait in its own
 //!   queue and the latency measures that queue.
 //! - The proxy's peak resident memory while the client reads at a tenth of the agent's
 //!   rate through a 100,000-update turn.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
@@ -202,8 +205,11 @@ fn group_commit(report: &mut Report, rt: &Runtime) {
 /// The release proxy in front of the test agent, spoken to line by line.
 struct Proxy {
     child: Child,
-    input: ChildStdin,
-    output: BufReader<std::process::ChildStdout>,
+    input: Box<dyn Write>,
+    output: BufReader<Box<dyn Read>>,
+    /// The client's end of the socket the proxy reads and writes, when it was given
+    /// one (as Node's `spawn` gives a child) rather than two pipes.
+    socket: Option<UnixStream>,
     next_id: u64,
     _dir: tempfile::TempDir,
 }
@@ -216,6 +222,11 @@ fn now_ns() -> u128 {
 
 impl Proxy {
     fn start(relay_only: bool) -> Proxy {
+        Proxy::start_on(relay_only, false)
+    }
+
+    /// [`Proxy::start`], its standard input and output one socket when `socket`.
+    fn start_on(relay_only: bool, socket: bool) -> Proxy {
         let dir = tempfile::tempdir().expect("a temp dir");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessionstore"));
         cmd.arg("-v")
@@ -227,22 +238,42 @@ impl Proxy {
         if relay_only {
             cmd.arg("--relay-only");
         }
+        let pair = socket.then(|| UnixStream::pair().expect("a socket pair"));
+        let (stdin, stdout) = match &pair {
+            Some((_, theirs)) => (
+                Stdio::from(OwnedFd::from(theirs.try_clone().expect("a duplicate"))),
+                Stdio::from(OwnedFd::from(theirs.try_clone().expect("a duplicate"))),
+            ),
+            None => (Stdio::piped(), Stdio::piped()),
+        };
         let mut child = cmd
             .arg("--")
             .arg(env!("CARGO_BIN_EXE_sessionstore-test-agent"))
             .current_dir(dir.path())
             .env_remove("SESSIONSTORE_DB")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
+            .stdin(stdin)
+            .stdout(stdout)
             .stderr(std::fs::File::create(dir.path().join("stderr")).expect("a log file"))
             .spawn()
             .expect("the proxy starts");
-        let input = child.stdin.take().expect("piped");
-        let output = BufReader::with_capacity(1 << 16, child.stdout.take().expect("piped"));
+        let (input, output, socket): (Box<dyn Write>, Box<dyn Read>, _) = match pair {
+            Some((ours, _theirs)) => (
+                Box::new(ours.try_clone().expect("a duplicate")),
+                Box::new(ours.try_clone().expect("a duplicate")),
+                Some(ours),
+            ),
+            None => (
+                Box::new(child.stdin.take().expect("piped")),
+                Box::new(child.stdout.take().expect("piped")),
+                None,
+            ),
+        };
+        let output = BufReader::with_capacity(1 << 16, output);
         let mut proxy = Proxy {
             child,
             input,
             output,
+            socket,
             next_id: 0,
             _dir: dir,
         };
@@ -346,6 +377,9 @@ impl Proxy {
     /// from the line it logs as it ends.
     fn finish(mut self) -> u64 {
         drop(self.input);
+        if let Some(socket) = &self.socket {
+            let _ = socket.shutdown(std::net::Shutdown::Write);
+        }
         let _ = self.child.wait();
         let log = std::fs::read_to_string(self._dir.path().join("stderr")).unwrap_or_default();
         log.lines()
@@ -376,13 +410,13 @@ struct Compared {
 /// `sessions` sessions streaming `n` chunks each (at `rate` chunks a second each, or
 /// as fast as the agent's queue takes them), through the proxy recording and through
 /// the relay alone, alternately, `runs` times.
-fn compare(sessions: usize, n: u64, rate: Option<f64>, runs: usize) -> Compared {
+fn compare(sessions: usize, n: u64, rate: Option<f64>, runs: usize, socket: bool) -> Compared {
     let mut recorded = (Vec::new(), Vec::new());
     let mut relayed = (Vec::new(), Vec::new());
     let mut commit_rates = Vec::new();
     for _ in 0..runs {
         for relay_only in [true, false] {
-            let mut proxy = Proxy::start(relay_only);
+            let mut proxy = Proxy::start_on(relay_only, socket);
             let ids: Vec<Value> = (0..sessions).map(|_| proxy.session()).collect();
             let s = proxy.stream(&ids, n, rate, None);
             assert_eq!(s.chunks as u64, n * sessions as u64, "every chunk arrived");
@@ -420,12 +454,13 @@ fn met(yes: bool) -> &'static str {
 fn proxied(report: &mut Report) {
     let runs = runs();
     let mut one_session_commits = f64::NAN;
-    for (label, sessions, n) in [
-        ("1 x 100,000", 1usize, 100_000u64),
-        ("16 x 20,000", 16, 20_000),
+    for (label, sessions, n, socket) in [
+        ("1 x 100,000", 1usize, 100_000u64, false),
+        ("16 x 20,000", 16, 20_000, false),
+        ("1 x 100,000, the client on a socket,", 1, 100_000, true),
     ] {
-        let c = compare(sessions, n, None, runs);
-        if sessions == 1 {
+        let c = compare(sessions, n, None, runs, socket);
+        if sessions == 1 && !socket {
             one_session_commits = c.commits_per_s;
         }
         say(
@@ -454,7 +489,7 @@ fn latency(report: &mut Report, runs: usize) {
         ("1 x 10,000 at 2,000/s", 1usize, 10_000u64, 2_000.0),
         ("16 x 1,250 at 125/s each", 16, 1_250, 125.0),
     ] {
-        let c = compare(sessions, n, Some(rate), runs);
+        let c = compare(sessions, n, Some(rate), runs, false);
         say(
             report,
             format!(
