@@ -593,6 +593,8 @@ pub enum ProblemKind {
     UnloggedRow,
     /// A turn ended twice, or ended without having begun.
     TurnSequence,
+    /// The full-text index lacks a row it should index, or indexes one that is gone.
+    SearchIndex,
 }
 
 impl ProblemKind {

@@ -455,9 +455,9 @@ fn proxied(report: &mut Report) {
     let runs = runs();
     let mut one_session_commits = f64::NAN;
     for (label, sessions, n, socket) in [
-        ("1 x 100,000", 1usize, 100_000u64, false),
-        ("16 x 20,000", 16, 20_000, false),
-        ("1 x 100,000, the client on a socket,", 1, 100_000, true),
+        ("1 x 100,000 chunks", 1usize, 100_000u64, false),
+        ("16 x 20,000 chunks", 16, 20_000, false),
+        ("1 x 100,000 chunks to a client on a socket", 1, 100_000, true),
     ] {
         let c = compare(sessions, n, None, runs, socket);
         if sessions == 1 && !socket {
@@ -466,7 +466,7 @@ fn proxied(report: &mut Report) {
         say(
             report,
             format!(
-                "streaming through the proxy, {label} chunks: {:.0} chunks/s recorded vs {:.0} \
+                "streaming through the proxy, {label}: {:.0} chunks/s recorded vs {:.0} \
                  relayed alone = {:.2}x (target >= 0.8x: {}); {:.0} commits/s ({:.2}x one \
                  session's); median of {runs} runs",
                 c.recorded_rate,

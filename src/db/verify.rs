@@ -204,6 +204,7 @@ fn engine_problems(tx: &Tx<'_>) -> Result<Vec<Problem>> {
             .map(|l| Problem::new(ProblemKind::Integrity, l)),
     );
     problems.extend(schema_problems(conn)?);
+    problems.extend(search_problems(conn)?);
     let mut fk = conn
         .prepare("PRAGMA foreign_key_check")
         .map_err(|e| crate::db::error::sqlite("check foreign keys", e))?;
@@ -386,6 +387,68 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
         ));
     }
     Ok(report)
+}
+
+/// What SQLite's integrity check cannot see in the full-text index (V11): a row it
+/// should index but does not, or one it indexes that is gone. Every agent message and
+/// thought is indexed under its item's row id, and every title, message and sealed
+/// segment under its entry's id, each as it is written, so the index's documents
+/// (one `search_docsize` row each, an empty text included) are exactly those ids.
+/// FTS5's own `'integrity-check'` would also compare each document's terms, but it is
+/// a write, which `verify` never makes; a row's text edited behind the store is found
+/// by the log check instead. Each count is a walk of one table with a keyed look-up
+/// per row, so it holds no more in memory for a longer history. Skipped when the
+/// tables are not there (the schema check names what is missing).
+fn search_problems(conn: &Connection) -> Result<Vec<Problem>> {
+    let failed = |e| crate::db::error::sqlite("check the search index", e);
+    let present: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema
+             WHERE name IN ('items', 'search_entries', 'search_docsize')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(failed)?;
+    if present != 3 {
+        return Ok(Vec::new());
+    }
+    let count =
+        |sql: &str| -> Result<i64> { conn.query_row(sql, [], |r| r.get(0)).map_err(failed) };
+    let items = count(
+        "SELECT count(*) FROM items i
+         WHERE i.kind IN ('agent_message', 'agent_thought')
+           AND NOT EXISTS (SELECT 1 FROM search_docsize d WHERE d.id = i.rowid)",
+    )?;
+    let entries = count(
+        "SELECT count(*) FROM search_entries e
+         WHERE NOT EXISTS (SELECT 1 FROM search_docsize d WHERE d.id = e.id)",
+    )?;
+    let gone = count(
+        "SELECT count(*) FROM search_docsize d
+         WHERE NOT EXISTS (SELECT 1 FROM items i
+                           WHERE d.id > 0 AND i.rowid = d.id
+                             AND i.kind IN ('agent_message', 'agent_thought'))
+           AND NOT EXISTS (SELECT 1 FROM search_entries e WHERE d.id < 0 AND e.id = d.id)",
+    )?;
+    let problems = [
+        (
+            items,
+            "of the agent messages and thoughts; a search cannot find them",
+        ),
+        (
+            entries,
+            "of the titles, messages and sealed segments; a search cannot find them",
+        ),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("search index: misses {n} {what}"))
+    .chain((gone > 0).then(|| {
+        format!("search index: holds {gone} texts of no row; a search can find what is gone")
+    }))
+    .map(|detail| Problem::new(ProblemKind::SearchIndex, detail))
+    .collect();
+    Ok(problems)
 }
 
 /// A problem for each session with streamed parts that no item holds: parts still

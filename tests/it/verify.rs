@@ -305,3 +305,45 @@ async fn a_streamed_part_no_item_holds_is_caught() {
     );
     assert!(!out.contains(&live.to_string()), "{out}");
 }
+
+/// The full-text index against the rows it indexes (V11): SQLite's integrity check
+/// passes a `search_docsize` row deleted or added behind the store, and search would
+/// then miss a text or find one that is gone.
+#[tokio::test]
+async fn a_search_index_that_disagrees_with_its_rows_is_caught() {
+    let t = TestStore::empty();
+    let store = seeded(&t).await;
+    let s = store.list_sessions().await.unwrap()[0].id;
+    store
+        .record_values(
+            s,
+            vec![
+                serde_json::json!({"sessionUpdate": "agent_message_chunk", "messageId": "a",
+                "content": {"type": "text", "text": "the answer"}}),
+            ],
+        )
+        .await
+        .unwrap();
+    store.rename_session(s, "named".into()).await.unwrap();
+    drop(store);
+    let (ok, out) = verify_cli(&t);
+    assert!(ok, "{out}");
+    let conn = rusqlite::Connection::open(t.db_path()).unwrap();
+    // The agent message's document, and a message's (an entry, below zero).
+    conn.execute_batch(
+        "DELETE FROM search_docsize WHERE id = (SELECT rowid FROM items);
+         DELETE FROM search_docsize WHERE id = (SELECT id FROM search_entries
+                                                WHERE source = 'message' LIMIT 1);
+         INSERT INTO search_docsize (id, sz) VALUES (4242, x'00');",
+    )
+    .unwrap();
+    let (ok, out) = verify_cli(&t);
+    assert!(!ok, "{out}");
+    for line in [
+        "problem: search index: misses 1 of the agent messages and thoughts; a search cannot find them",
+        "problem: search index: misses 1 of the titles, messages and sealed segments; a search cannot find them",
+        "problem: search index: holds 1 texts of no row; a search can find what is gone",
+    ] {
+        assert!(out.lines().any(|l| l == line), "{line}\n{out}");
+    }
+}
