@@ -457,7 +457,12 @@ fn proxied(report: &mut Report) {
     for (label, sessions, n, socket) in [
         ("1 x 100,000 chunks", 1usize, 100_000u64, false),
         ("16 x 20,000 chunks", 16, 20_000, false),
-        ("1 x 100,000 chunks to a client on a socket", 1, 100_000, true),
+        (
+            "1 x 100,000 chunks to a client on a socket",
+            1,
+            100_000,
+            true,
+        ),
     ] {
         let c = compare(sessions, n, None, runs, socket);
         if sessions == 1 && !socket {
