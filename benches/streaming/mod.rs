@@ -12,7 +12,8 @@
 //!   streaming 20,000 each at once, recording everything, against the same proxy with
 //!   recording off (`--relay-only`, the relay alone): throughput, the median over
 //!   several runs, and the database's commits a second; the one-session turn again with
-//!   the client on one socket (as Node's `spawn` starts a child) rather than pipes.
+//!   the client on a socket for each stream (as Node's `spawn` starts a child) rather
+//!   than pipes.
 //!   Then the p99 of the time from the agent writing a chunk to the client reading it
 //!   (each chunk carries when it was written), with the agent streaming at a pace (`stream N at R`: one session at
 //!   2,000 chunks a second, 16 at 125 each), since flat out its chunks wait in its own
@@ -54,6 +55,7 @@ fn runs() -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3)
+        .max(1)
 }
 
 /// A figure, printed as soon as it is measured (this group runs for minutes) and
@@ -148,9 +150,10 @@ fn appending(store: &Store, rt: &Runtime, sessions: usize, each: usize) -> Appen
 }
 
 /// Each figure against raw commits measured just before it; 16 sessions `runs` times,
-/// raw and grouped alternately, for the median of the ratios (this machine's fsync
-/// rate has moved by half from one run of the bench to the next, 1,853 to 4,205
-/// commits a second).
+/// raw and grouped alternately, for the median of the ratios (this machine's raw
+/// commit rate has moved more than fourfold between runs, 693 to 3,035 commits a second
+/// in one morning). Each raw run starts from a fresh file; the grouped runs share one
+/// store, which grows by 4,800 chunks a run, as a daemon's would.
 fn group_commit(report: &mut Report, rt: &Runtime) {
     let dir = tempfile::tempdir().expect("a temp dir");
     let store = rt
@@ -172,7 +175,8 @@ fn group_commit(report: &mut Report, rt: &Runtime) {
         measured.sort_by(|(r1, a1), (r2, a2)| {
             (a1.writes_per_s / r1).total_cmp(&(a2.writes_per_s / r2))
         });
-        let (raw, a) = measured.swap_remove((pairs - 1) / 2);
+        // The median as `median` takes it: the upper middle of an even count.
+        let (raw, a) = measured.swap_remove(pairs / 2);
         if sessions == 1 {
             one_commits = a.commits_per_s;
         }
@@ -207,9 +211,6 @@ struct Proxy {
     child: Child,
     input: Box<dyn Write>,
     output: BufReader<Box<dyn Read>>,
-    /// The client's end of the socket the proxy reads and writes, when it was given
-    /// one (as Node's `spawn` gives a child) rather than two pipes.
-    socket: Option<UnixStream>,
     next_id: u64,
     _dir: tempfile::TempDir,
 }
@@ -225,7 +226,8 @@ impl Proxy {
         Proxy::start_on(relay_only, false)
     }
 
-    /// [`Proxy::start`], its standard input and output one socket when `socket`.
+    /// [`Proxy::start`], its standard input and output a socket each when `socket`
+    /// (as Node's `spawn` gives a child: a socket pair for each stream).
     fn start_on(relay_only: bool, socket: bool) -> Proxy {
         let dir = tempfile::tempdir().expect("a temp dir");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessionstore"));
@@ -238,11 +240,12 @@ impl Proxy {
         if relay_only {
             cmd.arg("--relay-only");
         }
-        let pair = socket.then(|| UnixStream::pair().expect("a socket pair"));
-        let (stdin, stdout) = match &pair {
-            Some((_, theirs)) => (
-                Stdio::from(OwnedFd::from(theirs.try_clone().expect("a duplicate"))),
-                Stdio::from(OwnedFd::from(theirs.try_clone().expect("a duplicate"))),
+        let pair = || UnixStream::pair().expect("a socket pair");
+        let pairs = socket.then(|| (pair(), pair()));
+        let (stdin, stdout) = match &pairs {
+            Some(((_, input), (_, output))) => (
+                Stdio::from(OwnedFd::from(input.try_clone().expect("a duplicate"))),
+                Stdio::from(OwnedFd::from(output.try_clone().expect("a duplicate"))),
             ),
             None => (Stdio::piped(), Stdio::piped()),
         };
@@ -256,16 +259,18 @@ impl Proxy {
             .stderr(std::fs::File::create(dir.path().join("stderr")).expect("a log file"))
             .spawn()
             .expect("the proxy starts");
-        let (input, output, socket): (Box<dyn Write>, Box<dyn Read>, _) = match pair {
-            Some((ours, _theirs)) => (
-                Box::new(ours.try_clone().expect("a duplicate")),
-                Box::new(ours.try_clone().expect("a duplicate")),
-                Some(ours),
-            ),
+        // The command keeps the child's ends of the sockets; gone, only the child holds
+        // them, so a proxy that ends is an end of file here rather than a read that
+        // never returns.
+        drop(cmd);
+        // (The child's ends, `_theirs`, go at the end of this match.)
+        let (input, output): (Box<dyn Write>, Box<dyn Read>) = match pairs {
+            Some(((ours_in, _theirs_in), (ours_out, _theirs_out))) => {
+                (Box::new(ours_in), Box::new(ours_out))
+            }
             None => (
                 Box::new(child.stdin.take().expect("piped")),
                 Box::new(child.stdout.take().expect("piped")),
-                None,
             ),
         };
         let output = BufReader::with_capacity(1 << 16, output);
@@ -273,7 +278,6 @@ impl Proxy {
             child,
             input,
             output,
-            socket,
             next_id: 0,
             _dir: dir,
         };
@@ -377,9 +381,6 @@ impl Proxy {
     /// from the line it logs as it ends.
     fn finish(mut self) -> u64 {
         drop(self.input);
-        if let Some(socket) = &self.socket {
-            let _ = socket.shutdown(std::net::Shutdown::Write);
-        }
         let _ = self.child.wait();
         let log = std::fs::read_to_string(self._dir.path().join("stderr")).unwrap_or_default();
         log.lines()

@@ -389,27 +389,35 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
     Ok(report)
 }
 
-/// What SQLite's integrity check cannot see in the full-text index (V11): a row it
-/// should index but does not, or one it indexes that is gone. Every agent message and
-/// thought is indexed under its item's row id, and every title, message and sealed
-/// segment under its entry's id, each as it is written, so the index's documents
-/// (one `search_docsize` row each, an empty text included) are exactly those ids.
-/// FTS5's own `'integrity-check'` would also compare each document's terms, but it is
-/// a write, which `verify` never makes; a row's text edited behind the store is found
-/// by the log check instead. Each count is a walk of one table with a keyed look-up
-/// per row, so it holds no more in memory for a longer history. Skipped when the
-/// tables are not there (the schema check names what is missing).
+/// What SQLite's integrity check cannot see in the full-text index (V11 on): a row it
+/// should index and does not, a document of no row, or an entry naming a row that is
+/// gone. Every agent message and thought is indexed under its item's row id, and
+/// every title, message and sealed segment under its entry's id, each as it is
+/// written, so the index's documents (one `search_docsize` row each, an empty text
+/// included) are exactly those ids, and each entry names a row that is there. A row
+/// missing its document can make a search that matches it fail as malformed, or miss
+/// it; a document of no row matches for whatever row later takes its id. FTS5's own
+/// `'integrity-check'` would also compare each document's terms, but it is a write,
+/// which `verify` never makes; a row's text edited behind the store is found by the
+/// log check instead. Each count walks one table with a keyed look-up a row, so it
+/// holds no more in memory for a longer history. Skipped below V11 (whose index had
+/// another shape; a read refuses such a file anyway) or when the tables are not there
+/// (the schema check names what is missing).
 fn search_problems(conn: &Connection) -> Result<Vec<Problem>> {
     let failed = |e| crate::db::error::sqlite("check the search index", e);
+    let version = schema::read_history(conn)
+        .map_err(failed)?
+        .map(|applied| schema::current(&applied))
+        .unwrap_or(0);
     let present: i64 = conn
         .query_row(
             "SELECT count(*) FROM sqlite_schema
-             WHERE name IN ('items', 'search_entries', 'search_docsize')",
+             WHERE name IN ('items', 'search_entries', 'search_docsize', 'item_parts')",
             [],
             |r| r.get(0),
         )
         .map_err(failed)?;
-    if present != 3 {
+    if version < 11 || present != 4 {
         return Ok(Vec::new());
     }
     let count =
@@ -423,32 +431,77 @@ fn search_problems(conn: &Connection) -> Result<Vec<Problem>> {
         "SELECT count(*) FROM search_entries e
          WHERE NOT EXISTS (SELECT 1 FROM search_docsize d WHERE d.id = e.id)",
     )?;
-    let gone = count(
+    let documents = count(
         "SELECT count(*) FROM search_docsize d
          WHERE NOT EXISTS (SELECT 1 FROM items i
                            WHERE d.id > 0 AND i.rowid = d.id
                              AND i.kind IN ('agent_message', 'agent_thought'))
            AND NOT EXISTS (SELECT 1 FROM search_entries e WHERE d.id < 0 AND e.id = d.id)",
     )?;
-    let problems = [
+    // A title's entry names its session (with a title), a message's its message, and
+    // a sealed segment's `<item id>/<part>` the segment, in the entry's session.
+    let named = count(
+        "SELECT count(*) FROM search_entries e
+         WHERE CASE e.source
+             WHEN 'title' THEN NOT EXISTS (SELECT 1 FROM sessions s
+                                           WHERE s.id = e.entry_id AND s.title IS NOT NULL)
+             WHEN 'message' THEN NOT EXISTS (SELECT 1 FROM messages m WHERE m.id = e.entry_id)
+             ELSE NOT EXISTS (SELECT 1 FROM item_parts p
+                              WHERE p.session_id = e.session_id
+                                AND p.item_id = substr(e.entry_id, 1, 36)
+                                AND p.part = CAST(substr(e.entry_id, 38) AS INTEGER))
+         END",
+    )?;
+    let one_or_many = |n: i64, one: &str, many: &str| {
+        if n == 1 {
+            one.to_owned()
+        } else {
+            format!("{n} {many}")
+        }
+    };
+    let found = [
         (
             items,
-            "of the agent messages and thoughts; a search cannot find them",
+            one_or_many(
+                items,
+                "1 agent message or thought has no document in it (a search that matches it \
+                 may fail, or miss it)",
+                "agent messages or thoughts have no document in it (a search that matches \
+                 them may fail, or miss them)",
+            ),
         ),
         (
             entries,
-            "of the titles, messages and sealed segments; a search cannot find them",
+            one_or_many(
+                entries,
+                "1 title, message or sealed segment has no document in it (a search that \
+                 matches it may fail, or miss it)",
+                "titles, messages or sealed segments have no document in it (a search that \
+                 matches them may fail, or miss them)",
+            ),
         ),
-    ]
-    .into_iter()
-    .filter(|(n, _)| *n > 0)
-    .map(|(n, what)| format!("search index: misses {n} {what}"))
-    .chain((gone > 0).then(|| {
-        format!("search index: holds {gone} texts of no row; a search can find what is gone")
-    }))
-    .map(|detail| Problem::new(ProblemKind::SearchIndex, detail))
-    .collect();
-    Ok(problems)
+        (
+            documents,
+            one_or_many(
+                documents,
+                "1 document names no row (its words would match whatever row takes its id)",
+                "documents name no row (their words would match whatever rows take their ids)",
+            ),
+        ),
+        (
+            named,
+            one_or_many(
+                named,
+                "1 entry names a title, message or sealed segment that is gone",
+                "entries name a title, message or sealed segment that is gone",
+            ),
+        ),
+    ];
+    Ok(found
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(_, what)| Problem::new(ProblemKind::SearchIndex, format!("search index: {what}")))
+        .collect())
 }
 
 /// A problem for each session with streamed parts that no item holds: parts still

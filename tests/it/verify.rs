@@ -307,8 +307,9 @@ async fn a_streamed_part_no_item_holds_is_caught() {
 }
 
 /// The full-text index against the rows it indexes (V11): SQLite's integrity check
-/// passes a `search_docsize` row deleted or added behind the store, and search would
-/// then miss a text or find one that is gone.
+/// passes a `search_docsize` row deleted or added behind the store, or an entry that
+/// names a row that is gone, and a search would then fail, miss a text, or match one
+/// for the wrong row.
 #[tokio::test]
 async fn a_search_index_that_disagrees_with_its_rows_is_caught() {
     let t = TestStore::empty();
@@ -329,20 +330,28 @@ async fn a_search_index_that_disagrees_with_its_rows_is_caught() {
     let (ok, out) = verify_cli(&t);
     assert!(ok, "{out}");
     let conn = rusqlite::Connection::open(t.db_path()).unwrap();
-    // The agent message's document, and a message's (an entry, below zero).
+    // The agent message's document and the first message's (an entry, below zero)
+    // deleted, two documents of no row added, and the second message's entry pointed
+    // at a message that never was.
     conn.execute_batch(
         "DELETE FROM search_docsize WHERE id = (SELECT rowid FROM items);
-         DELETE FROM search_docsize WHERE id = (SELECT id FROM search_entries
-                                                WHERE source = 'message' LIMIT 1);
-         INSERT INTO search_docsize (id, sz) VALUES (4242, x'00');",
+         DELETE FROM search_docsize WHERE id = (SELECT max(id) FROM search_entries
+                                                WHERE source = 'message');
+         INSERT INTO search_docsize (id, sz) VALUES (4242, x'00'), (4243, x'00');
+         UPDATE search_entries SET entry_id = '00000000-0000-4000-8000-000000000000'
+             WHERE id = (SELECT min(id) FROM search_entries WHERE source = 'message');",
     )
     .unwrap();
     let (ok, out) = verify_cli(&t);
     assert!(!ok, "{out}");
     for line in [
-        "problem: search index: misses 1 of the agent messages and thoughts; a search cannot find them",
-        "problem: search index: misses 1 of the titles, messages and sealed segments; a search cannot find them",
-        "problem: search index: holds 1 texts of no row; a search can find what is gone",
+        "problem: search index: 1 agent message or thought has no document in it (a search \
+         that matches it may fail, or miss it)",
+        "problem: search index: 1 title, message or sealed segment has no document in it (a \
+         search that matches it may fail, or miss it)",
+        "problem: search index: 2 documents name no row (their words would match whatever \
+         rows take their ids)",
+        "problem: search index: 1 entry names a title, message or sealed segment that is gone",
     ] {
         assert!(out.lines().any(|l| l == line), "{line}\n{out}");
     }

@@ -166,27 +166,29 @@ async fn a_client_whose_output_is_a_file_is_answered_there() {
     );
 }
 
-/// A client that gives the proxy one socket for its input and output, as Node's
-/// `spawn` does: the proxy reads and writes it through the runtime's poller, answers
-/// there, and ends when the client shuts its side down.
+/// A client that gives the proxy a socket for its input and another for its output, as
+/// Node's `spawn` does (a socket pair for each stream): the proxy reads and writes them
+/// through the runtime's poller, answers there, and ends when the client closes its
+/// input.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_client_on_a_socket_is_answered_there() {
+async fn a_client_on_sockets_is_answered_there() {
     let t = TestStore::new().await;
-    let (ours, theirs) = UnixStream::pair().expect("a socket pair");
-    let input = OwnedFd::from(theirs.try_clone().expect("the socket duplicates"));
-    let child = proxy_on(&t, Stdio::from(input), Stdio::from(OwnedFd::from(theirs)));
-    ours.set_read_timeout(Some(super::ANSWER))
+    let (to, input) = UnixStream::pair().expect("a socket pair");
+    let (from, output) = UnixStream::pair().expect("a socket pair");
+    let child = proxy_on(
+        &t,
+        Stdio::from(OwnedFd::from(input)),
+        Stdio::from(OwnedFd::from(output)),
+    );
+    from.set_read_timeout(Some(super::ANSWER))
         .expect("a read timeout");
-    (&ours)
-        .write_all(INITIALIZE)
-        .expect("the request is written");
+    (&to).write_all(INITIALIZE).expect("the request is written");
     let mut line = String::new();
-    std::io::BufReader::new(&ours)
+    std::io::BufReader::new(&from)
         .read_line(&mut line)
         .expect("an answer within the bound");
     initialized(&line);
-    ours.shutdown(std::net::Shutdown::Write)
-        .expect("the client's side shuts");
+    drop(to);
     ends_cleanly(child);
     assert_eq!(served(&t), "a socket, polled; its output: a socket, polled");
 }
