@@ -49,24 +49,15 @@ pub(crate) fn append_event_json(
                  ?2, ?3, ?4)";
     const AT: &str = "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
          VALUES (?1, ?5, ?2, ?3, ?4)";
-    // SQLite hands the new row's id back without a result row; PostgreSQL needs
-    // `RETURNING`, which on SQLite costs a step and a row on every append.
-    let insert = |insert: &str, args: &[super::sql::Value<'_>]| match conn.sqlite_conn() {
-        Some(sqlite) => {
-            conn.execute(insert, args).map_err(sql("append an event"))?;
-            Ok(sqlite.last_insert_rowid())
-        }
-        None => conn
-            .query_row(&format!("{insert} RETURNING seq"), args, |r| r.get(0))
-            .map_err(sql("append an event"))?
-            .ok_or(Error::OutOfRange {
-                what: "an appended event's sequence number",
-            }),
+    let appended = match session_seq {
+        Some(n) => conn.insert_id(AT, "seq", args![session, kind, body, at, n]),
+        None => conn.insert_id(NEXT, "seq", args![session, kind, body, at]),
     };
-    let seq = match session_seq {
-        Some(n) => insert(AT, args![session, kind, body, at, n])?,
-        None => insert(NEXT, args![session, kind, body, at])?,
-    };
+    let seq = appended
+        .map_err(sql("append an event"))?
+        .ok_or(Error::OutOfRange {
+            what: "an appended event's sequence number",
+        })?;
     conn.execute(
         "UPDATE sessions SET updated_at = ?2 WHERE id = ?1",
         args![session, at],

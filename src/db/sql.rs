@@ -449,6 +449,25 @@ impl<'t> Tx<'t> {
         }
     }
 
+    /// Runs an `INSERT` of one row and gives the new row's `key` (its integer primary
+    /// key): SQLite hands it back without a result row, so it is read with
+    /// `last_insert_rowid()` (a `RETURNING` there collects its rows in a temporary
+    /// table, opened and closed on every insert); PostgreSQL needs the `RETURNING`.
+    /// `None` only when PostgreSQL returned no row.
+    pub fn insert_id(&self, insert: &str, key: &str, args: &[Value<'_>]) -> DbResult<Option<i64>> {
+        match &self.0 {
+            TxRef::Sqlite(conn) => {
+                conn.prepare_cached(insert)?
+                    .execute(rusqlite::params_from_iter(args))?;
+                Ok(Some(conn.last_insert_rowid()))
+            }
+            #[cfg(feature = "postgres")]
+            TxRef::Postgres(_) => {
+                self.query_row(&format!("{insert} RETURNING {key}"), args, |r| r.get(0))
+            }
+        }
+    }
+
     /// The first row of a query read by `f`, or `None` when there is none.
     pub fn query_row<T>(
         &self,

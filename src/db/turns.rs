@@ -713,10 +713,11 @@ fn append_part(
         None => last_part(conn, session, id)?,
     };
     let streamed = waiting + i64::try_from(content.len()).unwrap_or(i64::MAX);
-    let row: Option<i64> = conn
-        .query_row(
+    let row = conn
+        .insert_id(
             "INSERT INTO streaming_parts (session_id, item_id, part, content, created_at, streamed)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "id",
             args![
                 session.to_string(),
                 id.to_string(),
@@ -725,7 +726,6 @@ fn append_part(
                 at,
                 streamed
             ],
-            |r| r.get(0),
         )
         .map_err(sql("append to a streamed item"))?;
     if waiting == 0 {
