@@ -4,9 +4,9 @@
 //! nothing of the store's tables; the statements are the callers'.
 //!
 //! Statements are written in the subset both engines share: `?N` placeholders (turned
-//! into `$N` for PostgreSQL), `RETURNING` instead of `last_insert_rowid()`, `CAST(?N AS
-//! TEXT)` where PostgreSQL could not infer a parameter's type, and `CAST(… AS BIGINT)`
-//! around a sum. Where the engines truly differ (full-text search, the catalog), the
+//! into `$N` for PostgreSQL), a new row's id through `Tx::insert_id` (not a `RETURNING`
+//! in the statement), `CAST(?N AS TEXT)` where PostgreSQL could not infer a
+//! parameter's type, and `CAST(… AS BIGINT)` around a sum. Where the engines truly differ (full-text search, the catalog), the
 //! caller asks `Tx::engine` and writes each statement.
 
 #[cfg(feature = "postgres")]
@@ -449,16 +449,15 @@ impl<'t> Tx<'t> {
         }
     }
 
-    /// Runs an `INSERT` of one row and gives the new row's `key` (its integer primary
-    /// key): SQLite hands it back without a result row, so it is read with
-    /// `last_insert_rowid()` (a `RETURNING` there collects its rows in a temporary
-    /// table, opened and closed on every insert); PostgreSQL needs the `RETURNING`.
-    /// `None` only when PostgreSQL returned no row.
+    /// Runs an `INSERT … VALUES` of one row and gives the new row's `key`, which must be
+    /// the table's `INTEGER PRIMARY KEY` (its rowid): SQLite hands it back without a
+    /// result row, so it is read with `last_insert_rowid()` (a `RETURNING` there collects
+    /// its rows in an ephemeral in-memory table, opened and closed on every insert);
+    /// PostgreSQL needs the `RETURNING`. `None` only when PostgreSQL returned no row.
     pub fn insert_id(&self, insert: &str, key: &str, args: &[Value<'_>]) -> DbResult<Option<i64>> {
         match &self.0 {
             TxRef::Sqlite(conn) => {
-                conn.prepare_cached(insert)?
-                    .execute(rusqlite::params_from_iter(args))?;
+                self.execute(insert, args)?;
                 Ok(Some(conn.last_insert_rowid()))
             }
             #[cfg(feature = "postgres")]
