@@ -14,7 +14,7 @@ use crate::db::{entries, queries, turns};
 use crate::dispatch::Memo;
 use crate::error::{Error, Result};
 use crate::ids::{EntryId, ItemId, SessionId};
-use crate::model::{Delivery, Item, Message};
+use crate::model::{Delivery, Message};
 use crate::projection;
 use crate::projection::Entry;
 use crate::replay::{Discard, RestoreStream, Sink};
@@ -341,7 +341,7 @@ pub(crate) fn produce(
     };
     let mut head = Some(row.clone());
     // Item rows, a page at a time: `lo` is where the next page starts.
-    let mut rows: VecDeque<Item> = VecDeque::new();
+    let mut rows: VecDeque<turns::ItemRow> = VecDeque::new();
     let (mut lo, mut page) = (from, ENTRY_PAGE_FIRST);
     let mut want = from;
     while want <= last {
@@ -353,32 +353,29 @@ pub(crate) fn produce(
         if want >= lo {
             let hi = lo.saturating_add(page);
             page = (page * 2).min(ENTRY_PAGE_MOST);
-            rows.extend(turns::items_in(tx, &session, lo..hi)?);
+            rows.extend(turns::items_in_rows(tx, &session, lo..hi)?);
             lo = hi;
         }
-        let entry = match check.messages.remove(&want) {
-            Some(message) => Some(Entry::Message(message)),
+        let next = match check.messages.remove(&want) {
+            Some(message) => Some(Next::Message(message)),
             None => match rows.front() {
-                Some(item) if item.seq == want => {
-                    rows.pop_front().map(|i| Entry::Item(Box::new(i)))
-                }
+                Some(item) if item.seq() == want => rows.pop_front().map(Next::Row),
                 _ => None,
             },
         };
         // A row at a seq that is not its own in the log meets nothing here and is
         // named when the replay ends.
-        while rows.front().is_some_and(|item| item.seq <= want) {
+        while rows.front().is_some_and(|item| item.seq() <= want) {
             if let Some(item) = rows.pop_front() {
-                check.row(&Entry::Item(Box::new(item)))?;
+                check.row(&Entry::Item(Box::new(item.read()?)))?;
             }
         }
         want += 1;
-        let Some(entry) = entry else {
-            continue; // a message still queued, or no entry at all
+        let entry = match next {
+            None => continue, // a message still queued, or no entry at all
+            Some(Next::Message(message)) => Entry::Message(message),
+            Some(Next::Row(row)) => check.item_row(row)?,
         };
-        if let Entry::Item(_) = entry {
-            check.row(&entry)?;
-        }
         if let Some(session) = head.take() {
             let partial = skipped.map(|skipped| Partial {
                 from: Some(entry.id()),
@@ -422,6 +419,13 @@ pub(crate) fn produce(
         );
     }
     Ok(())
+}
+
+/// The entry a restore hands on next: a delivered message the log finished, or an item
+/// row still to be checked against the log.
+enum Next {
+    Message(Message),
+    Row(turns::ItemRow),
 }
 
 /// Replays the next page of the log and checks what it finished: a problem the log
@@ -475,6 +479,29 @@ impl Check {
     fn row(&mut self, row: &Entry) -> Result<()> {
         let problem = self.items.row(row);
         self.refuse(problem)
+    }
+
+    /// An item row about to be handed on, checked: when the log is done with its item
+    /// and the row holds that item in the very words the store writes, the log's item
+    /// is handed on and the row is never parsed; else the row is read and checked as
+    /// [`Check::row`] checks it.
+    fn item_row(&mut self, row: turns::ItemRow) -> Result<Entry> {
+        let row = match row {
+            turns::ItemRow::Unread(row) => {
+                let met = self.items.take_met(row.id.into(), |want| match want {
+                    Entry::Item(want) => row.is(want),
+                    Entry::Message(_) => false,
+                });
+                if let Some(met) = met {
+                    return Ok(met);
+                }
+                Box::new(row.read()?)
+            }
+            turns::ItemRow::Read(item) => item,
+        };
+        let entry = Entry::Item(row);
+        self.row(&entry)?;
+        Ok(entry)
     }
 
     /// An entry the log is done with.

@@ -527,6 +527,43 @@ impl ItemBody {
         text.expect("ACP schema values always serialize")
     }
 
+    /// Whether `text` is exactly what [`ItemBody::to_json`] writes for this body, found by
+    /// writing it against `text` rather than into a string of its own: a restore meets
+    /// an item row it did not parse this way (`db::turns::UnreadItem`).
+    pub fn written_as(&self, text: &str) -> bool {
+        /// A writer that only checks its bytes continue `rest`.
+        struct Against<'a> {
+            rest: &'a [u8],
+        }
+        impl std::io::Write for Against<'_> {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                match self.rest.strip_prefix(buf) {
+                    Some(rest) => {
+                        self.rest = rest;
+                        Ok(buf.len())
+                    }
+                    None => Err(std::io::ErrorKind::InvalidData.into()),
+                }
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut against = Against {
+            rest: text.as_bytes(),
+        };
+        let written = match self {
+            ItemBody::AgentMessage(t) | ItemBody::AgentThought(t) => {
+                serde_json::to_writer(&mut against, t)
+            }
+            ItemBody::ToolCall(c) => serde_json::to_writer(&mut against, c),
+            ItemBody::Plan(p) => serde_json::to_writer(&mut against, p),
+            ItemBody::Session(u) => serde_json::to_writer(&mut against, u),
+            ItemBody::Opaque(v) => serde_json::to_writer(&mut against, v),
+        };
+        written.is_ok() && against.rest.is_empty()
+    }
+
     /// Reads a row back; an `Err` names a kind or body this store could not have written.
     pub fn from_json(kind: &str, body: &str) -> Result<ItemBody, String> {
         let bad = |e: serde_json::Error| format!("{kind} body does not parse: {e}");
@@ -757,6 +794,50 @@ mod tests {
                 serde_json::from_str(body).map_err(|e| e.to_string());
             let read = AgentText::from_json(body).map_err(|e| e.to_string());
             assert_eq!(read, general, "{body}");
+        }
+    }
+
+    /// A body is written as exactly the text `to_json` gives it, and as no other: not
+    /// that text cut short or run on, not another body's, not the same body in other
+    /// words (a restore parses a row only when these differ).
+    #[test]
+    fn a_body_is_written_as_its_json_and_nothing_else() {
+        let bodies = [
+            (
+                "agent_message",
+                r#"{"messageId":"m1","content":[{"type":"text","text":"a \"q\" \u00e9"}]}"#,
+            ),
+            (
+                "agent_thought",
+                r#"{"content":[{"type":"text","text":"a","annotations":{"priority":0.5}}]}"#,
+            ),
+            (
+                "tool_call",
+                r#"{"toolCallId":"c1","title":"Read","kind":"read","status":"pending","rawInput":{"z":1,"a":[true,null]}}"#,
+            ),
+            (
+                "plan",
+                r#"{"entries":[{"content":"step","priority":"high","status":"pending"}]}"#,
+            ),
+            (
+                "opaque",
+                r#"{"sessionUpdate":"a_newer_kind","z":{"y":1},"a":[1.5,"x"]}"#,
+            ),
+        ];
+        for (kind, json) in bodies {
+            let body = ItemBody::from_json(kind, json).unwrap();
+            let written = body.to_json();
+            assert!(body.written_as(&written), "{kind}: {written}");
+            assert!(!body.written_as(&written[..written.len() - 1]), "{kind}");
+            assert!(!body.written_as(&format!("{written} ")), "{kind}");
+            assert!(!body.written_as(&format!(" {written}")), "{kind}");
+            assert!(!body.written_as(""), "{kind}");
+            for (other_kind, other) in bodies {
+                if other_kind != kind {
+                    let other = ItemBody::from_json(other_kind, other).unwrap().to_json();
+                    assert!(!body.written_as(&other), "{kind} as {other_kind}");
+                }
+            }
         }
     }
 

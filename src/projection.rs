@@ -1009,6 +1009,21 @@ impl Meet {
         }
     }
 
+    /// The entry the log is done with under `id`, taken as met when `same` finds its
+    /// row holds just that (a restore's check of a row it has not parsed); `None`, and
+    /// nothing taken, otherwise.
+    pub fn take_met(
+        &mut self,
+        id: crate::ids::EntryId,
+        same: impl FnOnce(&Entry) -> bool,
+    ) -> Option<Entry> {
+        if self.logged.get(&id).is_some_and(same) {
+            self.logged.remove(&id)
+        } else {
+            None
+        }
+    }
+
     /// An entry the log is done with.
     pub fn logged(&mut self, want: Entry) -> Option<Problem> {
         if want.seq() < self.from {

@@ -57,7 +57,92 @@ pub fn items_in(
     session: &SessionId,
     seqs: std::ops::Range<i64>,
 ) -> Result<Vec<Item>> {
-    let mut items: Vec<Item> = Vec::new();
+    items_in_rows(conn, session, seqs)?
+        .into_iter()
+        .map(ItemRow::read)
+        .collect()
+}
+
+/// An item row as [`items_in_rows`] gives it: read whole when parts fold into it, else
+/// as the row holds it, its body not yet parsed.
+#[derive(Debug)]
+pub(crate) enum ItemRow {
+    /// Boxed: a parsed item is several times the size of a row's texts.
+    Read(Box<Item>),
+    Unread(UnreadItem),
+}
+
+impl ItemRow {
+    pub(crate) fn seq(&self) -> i64 {
+        match self {
+            ItemRow::Read(item) => item.seq,
+            ItemRow::Unread(row) => row.seq,
+        }
+    }
+
+    pub(crate) fn read(self) -> Result<Item> {
+        match self {
+            ItemRow::Read(item) => Ok(*item),
+            ItemRow::Unread(row) => row.read(),
+        }
+    }
+}
+
+/// An item row with no parts, its body kept as the JSON text the row holds. A restore
+/// meets it with the item the log made by writing that item against the text
+/// ([`UnreadItem::is`]), and parses it only when the two are not the same text.
+#[derive(Debug)]
+pub(crate) struct UnreadItem {
+    pub(crate) id: ItemId,
+    session_id: SessionId,
+    seq: i64,
+    kind: String,
+    body: String,
+    created_at: String,
+    updated_at: String,
+}
+
+impl UnreadItem {
+    /// Whether the row holds exactly `item`, in the words [`ItemBody::to_json`] writes.
+    pub(crate) fn is(&self, item: &Item) -> bool {
+        self.id == item.id
+            && self.session_id == item.session_id
+            && self.seq == item.seq
+            && self.created_at == item.created_at
+            && self.updated_at == item.updated_at
+            && self.kind == item.body.kind()
+            && item.body.written_as(&self.body)
+    }
+
+    /// The row read as [`item_from_row`] reads it.
+    pub(crate) fn read(self) -> Result<Item> {
+        let body = self.body().map_err(sql("read items"))?;
+        Ok(self.with(body))
+    }
+
+    fn body(&self) -> Result<ItemBody, DbError> {
+        ItemBody::from_json(&self.kind, &self.body).map_err(|e| DbError::column(4, e))
+    }
+
+    fn with(self, body: ItemBody) -> Item {
+        Item {
+            id: self.id,
+            session_id: self.session_id,
+            seq: self.seq,
+            body,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+/// [`items_in`], each item with no parts left unparsed ([`ItemRow::Unread`]).
+pub(crate) fn items_in_rows(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    seqs: std::ops::Range<i64>,
+) -> Result<Vec<ItemRow>> {
+    let mut items: Vec<ItemRow> = Vec::new();
     // The items of the page with parts still streaming, and where those start.
     let mut streaming: Vec<(usize, i64)> = Vec::new();
     conn.for_each(
@@ -70,16 +155,38 @@ pub fn items_in(
         |row: &Row<'_>| {
             let id: ItemId = row.parsed(0)?;
             let part: Option<String> = row.get(7)?;
+            let streaming_from = row.get::<Option<i64>>(9)?;
+            // (An item with no sealed part has one row, with no part.)
+            if let Some(ItemRow::Unread(last)) = items.last()
+                && last.id == id
+            {
+                let body = last.body()?;
+                if let Some(ItemRow::Unread(last)) = items.pop() {
+                    items.push(ItemRow::Read(Box::new(last.with(body))));
+                }
+            }
             match items.last_mut() {
-                Some(last) if last.id == id => {}
+                Some(ItemRow::Read(last)) if last.id == id => {}
+                _ if part.is_none() && streaming_from.is_none() => {
+                    items.push(ItemRow::Unread(UnreadItem {
+                        id,
+                        session_id: row.parsed(1)?,
+                        seq: row.get(2)?,
+                        kind: row.get(3)?,
+                        body: row.get(4)?,
+                        created_at: row.get(5)?,
+                        updated_at: row.get(6)?,
+                    }));
+                    return Ok(());
+                }
                 _ => {
-                    items.push(item_from_row(row)?);
-                    if let Some(from) = row.get::<Option<i64>>(9)? {
+                    items.push(ItemRow::Read(Box::new(item_from_row(row)?)));
+                    if let Some(from) = streaming_from {
                         streaming.push((items.len() - 1, from));
                     }
                 }
             }
-            if let (Some(part), Some(item)) = (part, items.last_mut()) {
+            if let (Some(part), Some(ItemRow::Read(item))) = (part, items.last_mut()) {
                 fold_part(item, &part, row.get(8)?).map_err(|e| DbError::column(7, e))?;
             }
             Ok(())
@@ -88,7 +195,9 @@ pub fn items_in(
     .map_err(sql("read items"))?;
     // The streaming parts follow every sealed segment (V9).
     for (at, from) in streaming {
-        let item = &mut items[at];
+        let ItemRow::Read(item) = &mut items[at] else {
+            continue; // only a row read whole has parts to fold
+        };
         let id = item.id.to_string();
         conn.for_each(
             "SELECT content, created_at FROM streaming_parts

@@ -295,6 +295,69 @@ async fn recorded(t: &TestStore, n: usize) -> SessionId {
     s
 }
 
+/// A restore meets an item row with the log's item by writing that item against the
+/// row's text, and parses the row only when the words differ: a row that holds the
+/// same item in other words (here, with spaces around it) still restores, as the log
+/// has it, in every format and from every point; one whose times were edited is
+/// refused as before.
+#[tokio::test]
+async fn an_item_row_in_other_words_restores_and_an_edited_time_is_refused() {
+    let t = TestStore::new().await;
+    let s = recorded(&t, 40).await;
+    let sid = s.to_string();
+    let restore = |format: &str, tail: Option<&str>| {
+        let mut args = vec!["restore", "--session", &sid, "--format", format];
+        if let Some(n) = tail {
+            args.extend(["--tail", n]);
+        }
+        t.run(&args)
+    };
+    let formats = ["acp", "acp-updates", "openai", "openai-responses"];
+    let clean: Vec<(String, String)> = formats
+        .iter()
+        .flat_map(|f| [(f, None), (f, Some("10"))])
+        .map(|(f, tail)| (f.to_string(), stdout(&restore(f, tail))))
+        .collect();
+
+    let respaced = t
+        .raw()
+        .execute("UPDATE items SET body = ' ' || body || char(10)", [])
+        .unwrap();
+    assert_eq!(respaced, 40);
+    for (i, (format, want)) in clean.iter().enumerate() {
+        let tail = (i % 2 == 1).then_some("10");
+        let out = restore(format, tail);
+        assert!(out.status.success(), "{format} {tail:?}: {}", stderr(&out));
+        assert_eq!(&stdout(&out), want, "{format} {tail:?}");
+    }
+
+    // The words back as the store wrote them, so the times are all that differs.
+    let unspaced = t
+        .raw()
+        .execute("UPDATE items SET body = trim(body, ' ' || char(10))", [])
+        .unwrap();
+    assert_eq!(unspaced, 40);
+    let retimed = t
+        .raw()
+        .execute(
+            "UPDATE items SET updated_at = '2020-01-01T00:00:00.000000000Z' WHERE seq = 40",
+            [],
+        )
+        .unwrap();
+    assert_eq!(retimed, 1);
+    for format in formats {
+        for tail in [None, Some("10")] {
+            let out = restore(format, tail);
+            assert_eq!(out.status.code(), Some(1), "{format} {tail:?}");
+            assert!(
+                stderr(&out).contains("(updated time)"),
+                "{format} {tail:?}: {}",
+                stderr(&out)
+            );
+        }
+    }
+}
+
 /// A tail checks what it replays against the log: an item row edited within it is
 /// refused, never printed; one before it is not the tail's to find, and the whole
 /// restore and `verify` find it.
