@@ -104,6 +104,10 @@ pub(crate) struct UnreadItem {
 
 impl UnreadItem {
     /// Whether the row holds exactly `item`, in the words [`ItemBody::to_json`] writes.
+    /// Equal words are taken as the same item even for a number whose digits would not
+    /// read back as the same float (serde_json reads without `float_roundtrip`): there a
+    /// restore hands on the log's item where `verify`, which parses every row, names
+    /// the row as differing.
     pub(crate) fn is(&self, item: &Item) -> bool {
         self.id == item.id
             && self.session_id == item.session_id

@@ -296,14 +296,31 @@ async fn recorded(t: &TestStore, n: usize) -> SessionId {
 }
 
 /// A restore meets an item row with the log's item by writing that item against the
-/// row's text, and parses the row only when the words differ: a row that holds the
-/// same item in other words (here, with spaces around it) still restores, as the log
-/// has it, in every format and from every point; one whose times were edited is
-/// refused as before.
+/// row's text, and parses the row only when the words differ: rows that hold the same
+/// items in other words (here, with spaces around them), of every kind, still restore,
+/// as the log has them, in every format and from a tail; a row whose kind or times were
+/// edited, its body left as it was, is refused as before.
 #[tokio::test]
-async fn an_item_row_in_other_words_restores_and_an_edited_time_is_refused() {
+async fn an_item_row_in_other_words_restores_and_an_edited_kind_or_time_is_refused() {
     let t = TestStore::new().await;
     let s = recorded(&t, 40).await;
+    let other_kinds: Vec<sessionstore::turns::Update> = [
+        serde_json::json!({"sessionUpdate": "agent_thought_chunk",
+            "content": {"type": "text", "text": "thinking", "annotations": {"priority": 0.25}}}),
+        serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Read",
+            "kind": "read", "status": "completed", "rawInput": {"path": "a", "n": [1.5, true]}}),
+        serde_json::json!({"sessionUpdate": "plan",
+            "entries": [{"content": "step", "priority": "high", "status": "pending"}]}),
+        serde_json::json!({"sessionUpdate": "current_mode_update", "currentModeId": "code"}),
+        serde_json::json!({"sessionUpdate": "a_kind_from_a_newer_agent", "z": {"y": 1}}),
+        serde_json::json!({"sessionUpdate": "agent_message_chunk", "messageId": "last",
+            "content": {"type": "text", "text": "done"}}),
+    ]
+    .into_iter()
+    .map(|v| sessionstore::turns::Update::from_value(&v).unwrap())
+    .collect();
+    t.store().record_from(s, other_kinds).await.unwrap();
+    let items = 46;
     let sid = s.to_string();
     let restore = |format: &str, tail: Option<&str>| {
         let mut args = vec!["restore", "--session", &sid, "--format", format];
@@ -318,43 +335,84 @@ async fn an_item_row_in_other_words_restores_and_an_edited_time_is_refused() {
         .flat_map(|f| [(f, None), (f, Some("10"))])
         .map(|(f, tail)| (f.to_string(), stdout(&restore(f, tail))))
         .collect();
+    let sql = |statement: &str| t.raw().execute(statement, []).unwrap();
 
-    let respaced = t
-        .raw()
-        .execute("UPDATE items SET body = ' ' || body || char(10)", [])
-        .unwrap();
-    assert_eq!(respaced, 40);
+    assert_eq!(
+        sql("UPDATE items SET body = ' ' || body || char(10)"),
+        items
+    );
     for (i, (format, want)) in clean.iter().enumerate() {
         let tail = (i % 2 == 1).then_some("10");
         let out = restore(format, tail);
         assert!(out.status.success(), "{format} {tail:?}: {}", stderr(&out));
         assert_eq!(&stdout(&out), want, "{format} {tail:?}");
     }
+    // The words back as the store wrote them, so the edit below is all that differs.
+    assert_eq!(
+        sql("UPDATE items SET body = trim(body, ' ' || char(10))"),
+        items
+    );
 
-    // The words back as the store wrote them, so the times are all that differs.
-    let unspaced = t
-        .raw()
-        .execute("UPDATE items SET body = trim(body, ' ' || char(10))", [])
-        .unwrap();
-    assert_eq!(unspaced, 40);
-    let retimed = t
-        .raw()
-        .execute(
-            "UPDATE items SET updated_at = '2020-01-01T00:00:00.000000000Z' WHERE seq = 40",
-            [],
-        )
-        .unwrap();
-    assert_eq!(retimed, 1);
-    for format in formats {
-        for tail in [None, Some("10")] {
-            let out = restore(format, tail);
-            assert_eq!(out.status.code(), Some(1), "{format} {tail:?}");
-            assert!(
-                stderr(&out).contains("(updated time)"),
-                "{format} {tail:?}: {}",
-                stderr(&out)
-            );
+    let last = "(SELECT max(seq) FROM items)";
+    for (edit, undo, named) in [
+        (
+            format!(
+                "UPDATE items SET updated_at = '2020-01-01T00:00:00.000000000Z' WHERE seq = {last}"
+            ),
+            None,
+            "(updated time)",
+        ),
+        (
+            format!(
+                "UPDATE items SET created_at = '2020-01-01T00:00:00.000000000Z' WHERE seq = {last}"
+            ),
+            None,
+            "(created time)",
+        ),
+        (
+            format!("UPDATE items SET kind = 'agent_thought' WHERE seq = {last}"),
+            Some(format!(
+                "UPDATE items SET kind = 'agent_message' WHERE seq = {last}"
+            )),
+            "agent_message item",
+        ),
+    ] {
+        let before: String = t
+            .raw()
+            .query_row(
+                &format!("SELECT created_at || updated_at FROM items WHERE seq = {last}"),
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(sql(&edit), 1, "{edit}");
+        for format in formats {
+            for tail in [None, Some("10")] {
+                let out = restore(format, tail);
+                assert_eq!(out.status.code(), Some(1), "{edit}: {format} {tail:?}");
+                assert!(
+                    stderr(&out).contains(named),
+                    "{edit}: {format} {tail:?}: {}",
+                    stderr(&out)
+                );
+            }
         }
+        match undo {
+            Some(undo) => assert_eq!(sql(&undo), 1),
+            None => {
+                let (created, updated) = before.split_at(before.len() / 2);
+                t.raw()
+                    .execute(
+                        &format!(
+                            "UPDATE items SET created_at = ?1, updated_at = ?2 WHERE seq = {last}"
+                        ),
+                        [created, updated],
+                    )
+                    .unwrap();
+            }
+        }
+        let out = restore("acp-updates", None);
+        assert_eq!(stdout(&out), clean[2].1, "after undoing {edit}");
     }
 }
 
