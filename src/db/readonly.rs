@@ -147,22 +147,49 @@ pub(crate) fn read_once<T>(
 /// this unusual state pays. `None` when the files changed while they were copied (a
 /// writer came), so the caller looks again; a copy of files that did not change is
 /// one state of the database, whatever happens to them later.
+///
+/// A `-wal` without its `-shm` is also what a writer's last connection leaves for a
+/// moment as it closes: SQLite removes the `-shm`, then the `-wal` it has just
+/// checkpointed. A `-wal` gone before or while it is copied is such a close, and is
+/// `None` too: looked at again, the main file holds everything.
 fn copy_of(db: &SqliteFile) -> Result<Option<Scratch>> {
     let path = db.path.as_path();
     let wal = side_file(path, "-wal");
-    let before = (Stamp::of(path)?, Stamp::of(&wal)?);
+    let Some(wal_before) = unless_gone(Stamp::of(&wal))? else {
+        return Ok(None);
+    };
+    let before = (Stamp::of(path)?, wal_before);
     let scratch = Scratch::new(path)?;
     let copy = scratch.db();
     for (from, to) in [
         (path.to_owned(), copy.clone()),
         (wal.clone(), side_file(&copy, "-wal")),
     ] {
-        std::fs::copy(&from, &to).map_err(|cause| Error::DatabaseIo { path: from, cause })?;
+        let copied =
+            std::fs::copy(&from, &to).map_err(|cause| Error::DatabaseIo { path: from, cause });
+        if unless_gone(copied)?.is_none() {
+            return Ok(None);
+        }
     }
-    let unchanged = !side_file(path, "-shm").exists()
-        && wal.exists()
-        && (Stamp::of(path)?, Stamp::of(&wal)?) == before;
+    if side_file(path, "-shm").exists() {
+        return Ok(None); // a writer came
+    }
+    let Some(wal_after) = unless_gone(Stamp::of(&wal))? else {
+        return Ok(None);
+    };
+    let unchanged = (Stamp::of(path)?, wal_after) == before;
     Ok(unchanged.then_some(scratch))
+}
+
+/// `None` for a file that is not there (any more); the value, or any other error.
+fn unless_gone<T>(result: Result<T>) -> Result<Option<T>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(Error::DatabaseIo { cause, .. }) if cause.kind() == std::io::ErrorKind::NotFound => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// A private folder in the system's temporary directory, removed with what is in it
@@ -240,4 +267,36 @@ fn immutable_uri(path: &Path) -> Result<String> {
         "file:{}?immutable=1",
         percent_encoding::percent_encode(bytes, PATH)
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `-wal` that is gone by the time it would be copied (a writer's last
+    /// connection removes its `-shm`, then its `-wal`, as it closes) makes no copy and
+    /// no error: the caller looks again, and finds the main file whole.
+    #[test]
+    fn a_wal_gone_before_it_is_copied_is_a_closing_writer_not_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE t (x)")
+            .unwrap();
+        let db = SqliteFile::plain(&path);
+        assert!(!side_file(&path, "-wal").exists());
+        assert!(copy_of(&db).unwrap().is_none());
+        // And with one there to copy, the copy is made.
+        std::fs::write(side_file(&path, "-wal"), b"").unwrap();
+        assert!(copy_of(&db).unwrap().is_some());
+        // The read itself goes on to the main file once the `-wal` is gone.
+        std::fs::remove_file(side_file(&path, "-wal")).unwrap();
+        let n: i64 = read(&db, |tx| {
+            tx.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+                .map_err(|e| crate::db::error::sqlite("count", e))
+        })
+        .unwrap();
+        assert_eq!(n, 0);
+    }
 }
