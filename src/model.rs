@@ -517,14 +517,7 @@ impl ItemBody {
 
     /// The `body` column: the ACP JSON of what is kept.
     pub fn to_json(&self) -> String {
-        let text = match self {
-            ItemBody::AgentMessage(t) | ItemBody::AgentThought(t) => serde_json::to_string(t),
-            ItemBody::ToolCall(c) => serde_json::to_string(c),
-            ItemBody::Plan(p) => serde_json::to_string(p),
-            ItemBody::Session(u) => serde_json::to_string(u),
-            ItemBody::Opaque(v) => serde_json::to_string(v),
-        };
-        text.expect("ACP schema values always serialize")
+        serde_json::to_string(&BodyJson(self)).expect("ACP schema values always serialize")
     }
 
     /// Whether `text` is exactly what [`ItemBody::to_json`] writes for this body, found by
@@ -552,16 +545,7 @@ impl ItemBody {
         let mut against = Against {
             rest: text.as_bytes(),
         };
-        let written = match self {
-            ItemBody::AgentMessage(t) | ItemBody::AgentThought(t) => {
-                serde_json::to_writer(&mut against, t)
-            }
-            ItemBody::ToolCall(c) => serde_json::to_writer(&mut against, c),
-            ItemBody::Plan(p) => serde_json::to_writer(&mut against, p),
-            ItemBody::Session(u) => serde_json::to_writer(&mut against, u),
-            ItemBody::Opaque(v) => serde_json::to_writer(&mut against, v),
-        };
-        written.is_ok() && against.rest.is_empty()
+        serde_json::to_writer(&mut against, &BodyJson(self)).is_ok() && against.rest.is_empty()
     }
 
     /// Reads a row back; an `Err` names a kind or body this store could not have written.
@@ -579,6 +563,23 @@ impl ItemBody {
             return Err(format!("a {kind} row holds a {} body", item.kind()));
         }
         Ok(item)
+    }
+}
+
+/// An item's body as its `body` column holds it: the ACP value it keeps, serialized
+/// as that type serializes (one place for [`ItemBody::to_json`] and
+/// [`ItemBody::written_as`]).
+struct BodyJson<'a>(&'a ItemBody);
+
+impl Serialize for BodyJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self.0 {
+            ItemBody::AgentMessage(t) | ItemBody::AgentThought(t) => t.serialize(s),
+            ItemBody::ToolCall(c) => c.serialize(s),
+            ItemBody::Plan(p) => p.serialize(s),
+            ItemBody::Session(u) => u.serialize(s),
+            ItemBody::Opaque(v) => v.serialize(s),
+        }
     }
 }
 

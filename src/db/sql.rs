@@ -6,8 +6,9 @@
 //! Statements are written in the subset both engines share: `?N` placeholders (turned
 //! into `$N` for PostgreSQL), a new row's id through `Tx::insert_id` (not a `RETURNING`
 //! in the statement), `CAST(?N AS TEXT)` where PostgreSQL could not infer a
-//! parameter's type, and `CAST(… AS BIGINT)` around a sum. Where the engines truly differ (full-text search, the catalog), the
-//! caller asks `Tx::engine` and writes each statement.
+//! parameter's type, and `CAST(… AS BIGINT)` around a sum. Where the engines truly
+//! differ (full-text search, the catalog), the caller asks `Tx::engine` and writes
+//! each statement.
 
 #[cfg(feature = "postgres")]
 use std::cell::RefCell;
