@@ -288,6 +288,33 @@ pub enum EventPayload {
     },
 }
 
+/// Whether serializing `value` writes exactly `text`, found by writing it against
+/// `text` rather than into a string of its own.
+pub(crate) fn writes_as<T: Serialize + ?Sized>(value: &T, text: &str) -> bool {
+    /// A writer that only checks its bytes continue `rest`.
+    struct Against<'a> {
+        rest: &'a [u8],
+    }
+    impl std::io::Write for Against<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            match self.rest.strip_prefix(buf) {
+                Some(rest) => {
+                    self.rest = rest;
+                    Ok(buf.len())
+                }
+                None => Err(std::io::ErrorKind::InvalidData.into()),
+            }
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut against = Against {
+        rest: text.as_bytes(),
+    };
+    serde_json::to_writer(&mut against, value).is_ok() && against.rest.is_empty()
+}
+
 /// The session and the message a fork was cut at (`None` when the fork took a
 /// history with no delivered message, or an empty one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -524,28 +551,7 @@ impl ItemBody {
     /// writing it against `text` rather than into a string of its own: a restore meets
     /// an item row it did not parse this way (`db::turns::UnreadItem`).
     pub fn written_as(&self, text: &str) -> bool {
-        /// A writer that only checks its bytes continue `rest`.
-        struct Against<'a> {
-            rest: &'a [u8],
-        }
-        impl std::io::Write for Against<'_> {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                match self.rest.strip_prefix(buf) {
-                    Some(rest) => {
-                        self.rest = rest;
-                        Ok(buf.len())
-                    }
-                    None => Err(std::io::ErrorKind::InvalidData.into()),
-                }
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut against = Against {
-            rest: text.as_bytes(),
-        };
-        serde_json::to_writer(&mut against, &BodyJson(self)).is_ok() && against.rest.is_empty()
+        writes_as(&BodyJson(self), text)
     }
 
     /// Reads a row back; an `Err` names a kind or body this store could not have written.

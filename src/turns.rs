@@ -106,6 +106,15 @@ impl Update {
         Update::from_value(&value)
     }
 
+    /// Whether `text` is exactly the JSON this update is written as in a
+    /// `turn_recorded` event.
+    pub(crate) fn written_as(&self, text: &str) -> bool {
+        match self {
+            Update::Known(update) => crate::model::writes_as(update, text),
+            Update::Opaque(value) => crate::model::writes_as(value, text),
+        }
+    }
+
     /// The update as the JSON an agent sends.
     pub fn to_value(&self) -> serde_json::Value {
         match self {
@@ -226,6 +235,10 @@ pub(crate) struct Outcome {
     pub(crate) created: usize,
     /// The agent message or thought a later chunk may continue, if the batch ends on one.
     pub(crate) tail: Option<Slot>,
+    /// For each item the batch creates, in creation order: the index of the one update
+    /// that made it, or `None` once a later update of the batch changed it. Such an item
+    /// is what [`made_by`] gives for that update alone.
+    pub(crate) made_by: Vec<Option<usize>>,
 }
 
 /// The tool-call ids a batch names: what `State::tool_calls` must hold before `apply`.
@@ -261,7 +274,7 @@ pub(crate) fn apply(mut state: State, updates: &[Update]) -> Result<Outcome, (us
         let update = match update {
             Update::Known(update) => update,
             Update::Opaque(value) => {
-                create(&mut out, &mut index, ItemBody::Opaque(value.clone()));
+                create(&mut out, &mut index, i, ItemBody::Opaque(value.clone()));
                 tail = None;
                 continue;
             }
@@ -296,7 +309,7 @@ pub(crate) fn apply(mut state: State, updates: &[Update]) -> Result<Outcome, (us
                         } else {
                             ItemBody::AgentMessage(text)
                         };
-                        tail = Some(create(&mut out, &mut index, body));
+                        tail = Some(create(&mut out, &mut index, i, body));
                     }
                 }
                 continue;
@@ -310,7 +323,7 @@ pub(crate) fn apply(mut state: State, updates: &[Update]) -> Result<Outcome, (us
                         },
                     ));
                 }
-                let slot = create(&mut out, &mut index, ItemBody::ToolCall(call.clone()));
+                let slot = create(&mut out, &mut index, i, ItemBody::ToolCall(call.clone()));
                 calls.insert(call.tool_call_id.clone(), slot);
             }
             SessionUpdate::ToolCallUpdate(change) => {
@@ -329,13 +342,13 @@ pub(crate) fn apply(mut state: State, updates: &[Update]) -> Result<Outcome, (us
                 }
             }
             SessionUpdate::Plan(plan) => {
-                create(&mut out, &mut index, ItemBody::Plan(plan.clone()));
+                create(&mut out, &mut index, i, ItemBody::Plan(plan.clone()));
             }
             SessionUpdate::AvailableCommandsUpdate(_)
             | SessionUpdate::CurrentModeUpdate(_)
             | SessionUpdate::SessionInfoUpdate(_)
             | SessionUpdate::ConfigOptionUpdate(_) => {
-                create(&mut out, &mut index, ItemBody::Session(update.clone()));
+                create(&mut out, &mut index, i, ItemBody::Session(update.clone()));
             }
             SessionUpdate::UserMessageChunk(_) => return Err((i, Refusal::UserMessageChunk)),
             other => return Err((i, Refusal::NotRecorded { kind: tag(other) })),
@@ -380,9 +393,16 @@ fn body_of<'a>(
     }
 }
 
-fn create(out: &mut Outcome, index: &mut HashMap<Slot, usize>, body: ItemBody) -> Slot {
+/// Creates an item of `body`, made by update `by` of the batch.
+fn create(
+    out: &mut Outcome,
+    index: &mut HashMap<Slot, usize>,
+    by: usize,
+    body: ItemBody,
+) -> Slot {
     let slot = Slot::New(out.created);
     out.created += 1;
+    out.made_by.push(Some(by));
     index.insert(slot, out.items.len());
     out.items.push((slot, body));
     slot
@@ -395,6 +415,10 @@ fn touch(
     state: &mut State,
     slot: Slot,
 ) -> usize {
+    if let Slot::New(n) = slot {
+        // Changed again: no longer what one update made.
+        out.made_by[n] = None;
+    }
     if let Some(&at) = index.get(&slot) {
         return at;
     }
@@ -421,6 +445,18 @@ fn touch(
     index.insert(slot, out.items.len());
     out.items.push((slot, body));
     out.items.len() - 1
+}
+
+/// The item `update` makes when it is the first update of a batch with nothing
+/// before it: what a row that names the update as its maker holds ([`Outcome::made_by`]).
+/// `None` for an update that makes no item of its own (a `tool_call_update`, a user's
+/// chunk, a kind that is not recorded).
+pub(crate) fn made_by(update: &Update) -> Option<ItemBody> {
+    let mut outcome = apply(State::default(), std::slice::from_ref(update)).ok()?;
+    match outcome.items.pop() {
+        Some((Slot::New(0), body)) if outcome.items.is_empty() => Some(body),
+        _ => None,
+    }
 }
 
 /// How a recorded item replays to a client that loads the session: the updates an

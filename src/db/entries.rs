@@ -109,8 +109,9 @@ pub fn seq_of(conn: &Tx<'_>, session: &SessionId, entry: EntryId) -> Result<Opti
 }
 
 /// The seq of the first agent message or thought of `session` that carried the ACP
-/// `messageId` `id`. The id is inside the item's body, which no index holds: the
-/// items are read in order, one row at a time, until one matches.
+/// `messageId` `id`. The id is inside the item's body, or, for a row with no body
+/// (V12), inside the update that made it, which no index holds: the items are read in
+/// order, a page at a time, until one matches.
 pub fn seq_of_acp_message(conn: &Tx<'_>, session: &SessionId, id: &str) -> Result<Option<i64>> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -118,25 +119,40 @@ pub fn seq_of_acp_message(conn: &Tx<'_>, session: &SessionId, id: &str) -> Resul
         #[serde(borrow, default)]
         message_id: Option<std::borrow::Cow<'a, str>>,
     }
-    let mut found = None;
-    conn.for_each_until(
-        "SELECT seq, body FROM items WHERE session_id = ?1
-           AND kind IN ('agent_message', 'agent_thought') ORDER BY seq",
-        args![session.to_string()],
-        |row| {
-            let seq: i64 = row.get(0)?;
-            row.with_text(1, |body| {
-                let named = body.and_then(|b| serde_json::from_str::<Named<'_>>(b).ok());
-                if named.and_then(|n| n.message_id).is_some_and(|m| m == id) {
-                    found = Some(seq);
-                    return Ok(false);
-                }
-                Ok(true)
-            })
-        },
-    )
-    .map_err(sql("find a message"))?;
-    Ok(found)
+    const PAGE: i64 = 256;
+    let mut made = turns::Made::default();
+    let mut after = 0;
+    loop {
+        type Row = (i64, Option<String>, Option<i64>, Option<i64>);
+        let page: Vec<Row> = conn
+            .query_map(
+                "SELECT seq, body, made_by_event, made_by_update FROM items
+                 WHERE session_id = ?1 AND seq > ?2
+                   AND kind IN ('agent_message', 'agent_thought')
+                 ORDER BY seq LIMIT ?3",
+                args![session.to_string(), after, PAGE],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .map_err(sql("find a message"))?;
+        let Some(&(last, ..)) = page.last() else {
+            return Ok(None);
+        };
+        for (seq, body, event, update) in page {
+            let text = match (body, event, update) {
+                (Some(body), ..) => body,
+                (None, Some(event), Some(update)) => made
+                    .update(conn, session, event, update)
+                    .map_err(sql("find a message"))?,
+                // A row with neither is refused by its table; read past it.
+                (None, ..) => continue,
+            };
+            let named = serde_json::from_str::<Named<'_>>(&text).ok();
+            if named.and_then(|n| n.message_id).is_some_and(|m| m == id) {
+                return Ok(Some(seq));
+            }
+        }
+        after = last;
+    }
 }
 
 /// The event that made the entry at `seq`, as (its `session_seq`, the seq of the

@@ -367,6 +367,38 @@ pub(crate) fn migrate_with(
     migrations: &[Migration],
     backup: Backup,
 ) -> Result<MigrationReport> {
+    // A migration that makes a table anew (V5, V12) drops the old one while rows of
+    // other tables still refer to it, and those refer to the new one once it takes the
+    // old name. With foreign keys enforced, the drop itself counts every such row as
+    // broken, and the setting cannot change inside a transaction; so the migrations
+    // run with it off, and `migrate_locked` checks the keys before they commit.
+    conn.execute_batch("PRAGMA foreign_keys = OFF")
+        .map_err(|e| crate::db::error::sqlite("prepare to migrate", e))?;
+    let migrated = migrate_locked(conn, db, migrations, backup);
+    let enforced = conn
+        .execute_batch("PRAGMA foreign_keys = ON")
+        .map_err(|e| crate::db::error::sqlite("enforce foreign keys again", e));
+    let report = migrated?;
+    enforced?;
+    Ok(report)
+}
+
+/// How many rows refer to a row that is not there, by their foreign keys.
+fn broken_keys(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+        r.get(0)
+    })
+}
+
+/// [`migrate_with`] once foreign keys are not enforced: every key is checked before
+/// the migrations commit, and a migration that leaves more rows referring to nothing
+/// than there were before it is refused, with nothing applied.
+fn migrate_locked(
+    conn: &mut Connection,
+    db: &SqliteFile,
+    migrations: &[Migration],
+    backup: Backup,
+) -> Result<MigrationReport> {
     let path = db.path.as_path();
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
@@ -385,10 +417,23 @@ pub(crate) fn migrate_with(
     } else {
         None
     };
+    let check = !applied.is_empty() && !pending(migrations, &applied).is_empty();
+    let broken_before = if check {
+        broken_keys(&tx).map_err(|e| crate::db::error::sqlite("check foreign keys", e))?
+    } else {
+        0
+    };
     let report = Runner::new(migrations)
         .set_grouped(true)
         .run(&mut Locked(&tx))
         .map_err(|e| Error::Migration(e.to_string()))?;
+    let broken = broken_keys(&tx).map_err(|e| crate::db::error::sqlite("check foreign keys", e))?;
+    if broken > broken_before {
+        return Err(Error::Migration(format!(
+            "the migrations would leave {} more rows referring to rows that are not there",
+            broken - broken_before
+        )));
+    }
     tx.commit()
         .map_err(|e| crate::db::error::sqlite("commit migrations", e))?;
     Ok(MigrationReport {

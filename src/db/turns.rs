@@ -3,7 +3,7 @@
 //! `turn_recorded` event in the caller's transaction; the merge itself is
 //! `crate::turns`, so this file only loads what it needs and stores what it returns.
 
-use super::sql::{DbError, Row, Tx, args};
+use super::sql::{DbError, Engine, Row, Tx, args};
 
 use std::collections::HashMap;
 
@@ -26,22 +26,46 @@ pub struct Recorded {
     pub items: Vec<ItemId>,
 }
 
-const ITEM_COLUMNS: &str = "id, session_id, seq, kind, body, created_at, updated_at";
-/// [`ITEM_COLUMNS`] of `items i`, for reads that join its parts.
-const PREFIXED_COLUMNS: &str =
-    "i.id, i.session_id, i.seq, i.kind, i.body, i.created_at, i.updated_at";
+/// An item row's columns, read from [`ITEMS`]: a row with no body (V12) takes both of
+/// its times from the event that made it.
+const ITEM_COLUMNS: &str = "i.id, i.session_id, i.seq, i.kind, i.body,
+     coalesce(i.created_at, ev.created_at), coalesce(i.updated_at, ev.created_at),
+     i.made_by_event, i.made_by_update";
+/// `items i`, with `ev` the event that made a row with no body (none for the others).
+const ITEMS: &str = "items i LEFT JOIN events ev
+     ON ev.session_id = i.session_id AND ev.session_seq = i.made_by_event";
 
-fn item_from_row(row: &Row<'_>) -> Result<Item, DbError> {
-    let kind: String = row.get(3)?;
-    let body: String = row.get(4)?;
-    Ok(Item {
+/// An item row as [`ITEM_COLUMNS`] give it, its body not yet read.
+fn row_of(row: &Row<'_>) -> Result<UnreadItem, DbError> {
+    let body = match row.get::<Option<String>>(4)? {
+        Some(text) => Body::Text(text),
+        None => Body::MadeBy {
+            event: row
+                .get::<Option<i64>>(7)?
+                .ok_or_else(|| DbError::column(4, "an item with no body names no update"))?,
+            update: row
+                .get::<Option<i64>>(8)?
+                .ok_or_else(|| DbError::column(4, "an item with no body names no update"))?,
+        },
+    };
+    Ok(UnreadItem {
         id: row.parsed(0)?,
         session_id: row.parsed(1)?,
         seq: row.get(2)?,
-        body: ItemBody::from_json(&kind, &body).map_err(|e| DbError::column(4, e))?,
+        kind: row.get(3)?,
+        body,
         created_at: row.get(5)?,
         updated_at: row.get(6)?,
     })
+}
+
+/// The one item a query of [`ITEM_COLUMNS`] from [`ITEMS`] finds, if any, read whole.
+fn one_item(conn: &Tx<'_>, query: &str, args: &[super::sql::Value<'_>]) -> Result<Option<Item>> {
+    let Some(mut row) = conn.query_row(query, args, row_of).map_err(sql("read items"))? else {
+        return Ok(None);
+    };
+    row.find_maker(conn, &mut Made::default())?;
+    row.read().map(Some)
 }
 
 /// A session's items in history order, each with its appended parts folded in (V6:
@@ -88,26 +112,40 @@ impl ItemRow {
     }
 }
 
-/// An item row with no parts, its body kept as the JSON text the row holds. A restore
-/// meets it with the item the log made by writing that item against the text
-/// ([`UnreadItem::is`]), and parses it only when the two are not the same text.
+/// What an item row holds for its body.
+#[derive(Debug)]
+enum Body {
+    /// The body's JSON text.
+    Text(String),
+    /// No body (V12): the item is what update `update` of the session's event
+    /// `event` (its `session_seq`) makes, not yet read.
+    MadeBy { event: i64, update: i64 },
+    /// That update's JSON text, read from its event.
+    Update(String),
+}
+
+/// An item row with no parts, its body kept as the JSON text the row holds, or as the
+/// text of the update that made it. A restore meets it with the item the log made by
+/// writing that item against the text ([`UnreadItem::is`]), and parses it only when
+/// the two are not the same text.
 #[derive(Debug)]
 pub(crate) struct UnreadItem {
     pub(crate) id: ItemId,
     session_id: SessionId,
     seq: i64,
     kind: String,
-    body: String,
+    body: Body,
     created_at: String,
     updated_at: String,
 }
 
 impl UnreadItem {
-    /// Whether the row holds exactly `item`, in the words [`ItemBody::to_json`] writes.
-    /// Equal words are taken as the same item even for a number whose digits would not
-    /// read back as the same float (serde_json reads without `float_roundtrip`): there a
-    /// restore hands on the log's item where `verify`, which parses every row, names
-    /// the row as differing.
+    /// Whether the row holds exactly `item`: in the words [`ItemBody::to_json`] writes,
+    /// or, for a row with no body, as the update that made it, which the item replays
+    /// as exactly ([`turns::replay_updates`]). Equal words are taken as the same item
+    /// even for a number whose digits would not read back as the same float
+    /// (serde_json reads without `float_roundtrip`): there a restore hands on the log's
+    /// item where `verify`, which parses every row, names the row as differing.
     pub(crate) fn is(&self, item: &Item) -> bool {
         self.id == item.id
             && self.session_id == item.session_id
@@ -115,17 +153,55 @@ impl UnreadItem {
             && self.created_at == item.created_at
             && self.updated_at == item.updated_at
             && self.kind == item.body.kind()
-            && item.body.written_as(&self.body)
+            && match &self.body {
+                Body::Text(text) => item.body.written_as(text),
+                Body::Update(text) => match turns::replay_updates(&item.body).as_slice() {
+                    [update] => update.written_as(text),
+                    _ => false,
+                },
+                Body::MadeBy { .. } => false,
+            }
     }
 
-    /// The row read as [`item_from_row`] reads it.
+    /// Reads the update a row with no body names, from its event (one read of each
+    /// event for a run of rows, `made`).
+    fn find_maker(&mut self, conn: &Tx<'_>, made: &mut Made) -> Result<()> {
+        if let Body::MadeBy { event, update } = self.body {
+            let text = made
+                .update(conn, &self.session_id, event, update)
+                .map_err(sql("read items"))?;
+            self.body = Body::Update(text);
+        }
+        Ok(())
+    }
+
+    /// The row read as the item it holds.
     pub(crate) fn read(self) -> Result<Item> {
         let body = self.body().map_err(sql("read items"))?;
         Ok(self.with(body))
     }
 
     fn body(&self) -> Result<ItemBody, DbError> {
-        ItemBody::from_json(&self.kind, &self.body).map_err(|e| DbError::column(4, e))
+        let body = match &self.body {
+            Body::Text(text) => {
+                return ItemBody::from_json(&self.kind, text).map_err(|e| DbError::column(4, e));
+            }
+            Body::Update(text) => Update::from_text(text)
+                .ok()
+                .and_then(|update| turns::made_by(&update)),
+            Body::MadeBy { .. } => None,
+        };
+        match body {
+            Some(body) if body.kind() == self.kind => Ok(body),
+            Some(body) => Err(DbError::column(
+                4,
+                format!("a {} row names an update that makes a {}", self.kind, body.kind()),
+            )),
+            None => Err(DbError::column(
+                4,
+                format!("a {} row names an update that makes no item", self.kind),
+            )),
+        }
     }
 
     fn with(self, body: ItemBody) -> Item {
@@ -140,79 +216,129 @@ impl UnreadItem {
     }
 }
 
+/// The updates of one `turn_recorded` event, read for the item rows that name one of
+/// them (V12) and kept while the next rows name the same event: a page of a long
+/// history reads each event once.
+#[derive(Debug, Default)]
+pub(crate) struct Made {
+    event: Option<(SessionId, i64)>,
+    payload: String,
+    /// Where each update's JSON text is in `payload`.
+    updates: Vec<std::ops::Range<usize>>,
+}
+
+impl Made {
+    /// The JSON text of update `update` of `session`'s event `event`.
+    pub(crate) fn update(
+        &mut self,
+        conn: &Tx<'_>,
+        session: &SessionId,
+        event: i64,
+        update: i64,
+    ) -> Result<String, DbError> {
+        let missing = || {
+            DbError::column(
+                4,
+                format!("the item names update {update} of event {event}, which has no such update"),
+            )
+        };
+        if self.event != Some((*session, event)) {
+            self.event = None;
+            let payload: String = conn
+                .query_row(
+                    "SELECT payload FROM events
+                     WHERE session_id = ?1 AND session_seq = ?2 AND kind = 'turn_recorded'",
+                    args![session.to_string(), event],
+                    |r| r.get(0),
+                )?
+                .ok_or_else(missing)?;
+            #[derive(serde::Deserialize)]
+            struct Updates<'a> {
+                #[serde(borrow)]
+                updates: Vec<&'a serde_json::value::RawValue>,
+            }
+            let updates: Updates<'_> = serde_json::from_str(&payload)
+                .map_err(|e| DbError::column(4, format!("the item's event does not parse: {e}")))?;
+            let base = payload.as_ptr() as usize;
+            self.updates = updates
+                .updates
+                .iter()
+                .map(|raw| {
+                    let start = raw.get().as_ptr() as usize - base;
+                    start..start + raw.get().len()
+                })
+                .collect();
+            self.payload = payload;
+            self.event = Some((*session, event));
+        }
+        let range = usize::try_from(update)
+            .ok()
+            .and_then(|n| self.updates.get(n))
+            .ok_or_else(missing)?;
+        Ok(self.payload[range.clone()].to_owned())
+    }
+}
+
 /// [`items_in`], each item with no parts left unparsed ([`ItemRow::Unread`]).
 pub(crate) fn items_in_rows(
     conn: &Tx<'_>,
     session: &SessionId,
     seqs: std::ops::Range<i64>,
 ) -> Result<Vec<ItemRow>> {
-    let mut items: Vec<ItemRow> = Vec::new();
-    // The items of the page with parts still streaming, and where those start.
-    let mut streaming: Vec<(usize, i64)> = Vec::new();
+    // The page's rows, each with its sealed parts (content and time) and where its
+    // streaming parts start; read whole first, since the update a row with no body
+    // names is read by a statement of its own.
+    let mut rows: Vec<(UnreadItem, Vec<(String, String)>, Option<i64>)> = Vec::new();
     conn.for_each(
         &format!(
-            "SELECT {PREFIXED_COLUMNS}, p.content, p.created_at, i.streaming_from FROM items i
+            "SELECT {ITEM_COLUMNS}, p.content, p.created_at, i.streaming_from FROM {ITEMS}
              LEFT JOIN item_parts p ON p.session_id = i.session_id AND p.item_id = i.id
              WHERE i.session_id = ?1 AND i.seq >= ?2 AND i.seq < ?3 ORDER BY i.seq, p.part"
         ),
         args![session.to_string(), seqs.start, seqs.end],
         |row: &Row<'_>| {
             let id: ItemId = row.parsed(0)?;
-            let part: Option<String> = row.get(7)?;
-            let streaming_from = row.get::<Option<i64>>(9)?;
+            let part: Option<String> = row.get(9)?;
             // (An item with no sealed part has one row, with no part.)
-            if let Some(ItemRow::Unread(last)) = items.last()
-                && last.id == id
-            {
-                let body = last.body()?;
-                if let Some(ItemRow::Unread(last)) = items.pop() {
-                    items.push(ItemRow::Read(Box::new(last.with(body))));
-                }
+            if !matches!(rows.last(), Some((last, ..)) if last.id == id) {
+                rows.push((row_of(row)?, Vec::new(), row.get(11)?));
             }
-            match items.last_mut() {
-                Some(ItemRow::Read(last)) if last.id == id => {}
-                _ if part.is_none() && streaming_from.is_none() => {
-                    items.push(ItemRow::Unread(UnreadItem {
-                        id,
-                        session_id: row.parsed(1)?,
-                        seq: row.get(2)?,
-                        kind: row.get(3)?,
-                        body: row.get(4)?,
-                        created_at: row.get(5)?,
-                        updated_at: row.get(6)?,
-                    }));
-                    return Ok(());
-                }
-                _ => {
-                    items.push(ItemRow::Read(Box::new(item_from_row(row)?)));
-                    if let Some(from) = streaming_from {
-                        streaming.push((items.len() - 1, from));
-                    }
-                }
-            }
-            if let (Some(part), Some(ItemRow::Read(item))) = (part, items.last_mut()) {
-                fold_part(item, &part, row.get(8)?).map_err(|e| DbError::column(7, e))?;
+            if let (Some(part), Some((_, parts, _))) = (part, rows.last_mut()) {
+                parts.push((part, row.get(10)?));
             }
             Ok(())
         },
     )
     .map_err(sql("read items"))?;
-    // The streaming parts follow every sealed segment (V9).
-    for (at, from) in streaming {
-        let ItemRow::Read(item) = &mut items[at] else {
-            continue; // only a row read whole has parts to fold
-        };
-        let id = item.id.to_string();
-        conn.for_each(
-            "SELECT content, created_at FROM streaming_parts
-             WHERE id >= ?1 AND item_id = ?2 ORDER BY id",
-            args![from, id],
-            |row: &Row<'_>| {
-                let part: String = row.get(0)?;
-                fold_part(item, &part, row.get(1)?).map_err(|e| DbError::column(0, e))
-            },
-        )
-        .map_err(sql("read an item's streaming parts"))?;
+    let mut made = Made::default();
+    let mut items = Vec::with_capacity(rows.len());
+    for (mut row, parts, streaming_from) in rows {
+        row.find_maker(conn, &mut made)?;
+        if parts.is_empty() && streaming_from.is_none() {
+            items.push(ItemRow::Unread(row));
+            continue;
+        }
+        let mut item = row.read()?;
+        for (part, at) in parts {
+            fold_part(&mut item, &part, at)
+                .map_err(|e| DbError::column(9, e))
+                .map_err(sql("read items"))?;
+        }
+        // The streaming parts follow every sealed segment (V9).
+        if let Some(from) = streaming_from {
+            let id = item.id.to_string();
+            conn.for_each(
+                "SELECT content, created_at FROM streaming_parts
+                 WHERE id >= ?1 AND item_id = ?2 ORDER BY id",
+                args![from, id],
+                |row: &Row<'_>| {
+                    let part: String = row.get(0)?;
+                    fold_part(&mut item, &part, row.get(1)?).map_err(|e| DbError::column(0, e))
+                },
+            )
+            .map_err(sql("read an item's streaming parts"))?;
+        }
+        items.push(ItemRow::Read(Box::new(item)));
     }
     Ok(items)
 }
@@ -288,15 +414,20 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
     let head = conn
         .query_row(
             &format!(
-                "SELECT {ITEM_COLUMNS}, streaming_from FROM items WHERE id = ?1 AND session_id = ?2"
+                "SELECT {ITEM_COLUMNS}, i.streaming_from FROM {ITEMS}
+                 WHERE i.id = ?1 AND i.session_id = ?2"
             ),
             args![id.to_string(), session.to_string()],
-            |row| Ok((item_from_row(row)?, row.get::<Option<i64>>(7)?)),
+            |row| Ok((row_of(row)?, row.get::<Option<i64>>(9)?)),
         )
         .map_err(sql("read a streamed item"))?;
-    let Some((Item { body, .. }, Some(from))) = head else {
+    let Some((mut head, Some(from))) = head else {
         return Ok(()); // no such item, or nothing of it streaming
     };
+    head.find_maker(conn, &mut Made::default())?;
+    let Item {
+        body, created_at, ..
+    } = head.read()?;
     let (ItemBody::AgentMessage(mut text) | ItemBody::AgentThought(mut text)) = body.clone() else {
         return Ok(());
     };
@@ -370,7 +501,8 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
     }
     let streaming_from = segment.parts.first().map(|(row, _)| *row);
     // The row's content went into the first segment; the row keeps the message id and
-    // the time of the latest part sealed.
+    // the time of the latest part sealed, and a row that named the update that made
+    // it (V12) now holds its body and times.
     let body = match body {
         ItemBody::AgentThought(_) => ItemBody::AgentThought(text),
         _ => ItemBody::AgentMessage(text),
@@ -378,8 +510,10 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
     let json = body.to_json();
     super::search::reindex_item(conn, id, body.kind(), &json)?;
     conn.execute(
-        "UPDATE items SET body = ?2, updated_at = ?3, streaming_from = ?4 WHERE id = ?1",
-        args![id.to_string(), json, at, streaming_from],
+        "UPDATE items SET body = ?2, updated_at = ?3, streaming_from = ?4, created_at = ?5,
+                          made_by_event = NULL, made_by_update = NULL
+         WHERE id = ?1",
+        args![id.to_string(), json, at, streaming_from, created_at],
     )
     .map_err(sql("seal a streamed item"))?;
     Ok(())
@@ -461,15 +595,14 @@ fn state_for(
         Some(known) => known.item.clone(),
         None => {
             let last = next_seq(conn, session)? - 1;
-            conn.query_row(
+            one_item(
+                conn,
                 &format!(
-                    "SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 AND seq = ?2
-                     AND kind IN ('agent_message', 'agent_thought')"
+                    "SELECT {ITEM_COLUMNS} FROM {ITEMS} WHERE i.session_id = ?1 AND i.seq = ?2
+                     AND i.kind IN ('agent_message', 'agent_thought')"
                 ),
                 args![session.to_string(), last],
-                item_from_row,
-            )
-            .map_err(sql("read the last item"))?
+            )?
             .map(|item| (item.id, empty_copy(item.body)))
         }
     };
@@ -585,12 +718,13 @@ pub fn tool_call(
     session: &SessionId,
     id: &agent_client_protocol_schema::v1::ToolCallId,
 ) -> Result<Option<Item>> {
-    conn.query_row(
-        &format!("SELECT {ITEM_COLUMNS} FROM items WHERE session_id = ?1 AND tool_call_id = ?2"),
+    one_item(
+        conn,
+        &format!(
+            "SELECT {ITEM_COLUMNS} FROM {ITEMS} WHERE i.session_id = ?1 AND i.tool_call_id = ?2"
+        ),
         args![session.to_string(), id.to_string()],
-        item_from_row,
     )
-    .map_err(sql("read a tool call"))
 }
 
 /// Records a batch of updates for `session`: every update is checked and merged before
@@ -650,6 +784,13 @@ fn record_known(
         Some(known) => known.next_seq,
         None => next_seq(conn, session)?,
     };
+    // The event this batch appends: a row that one of its updates made names it (V12).
+    let event = match &known {
+        Some(known) => known.event + 1,
+        None => last_session_seq(conn, session)? + 1,
+    };
+    // PostgreSQL keeps every item's body (its V12 adds the columns only).
+    let name_makers = conn.engine() == Engine::Sqlite;
     let mut parts = known.as_ref().and_then(|k| k.parts);
     let mut created = Vec::with_capacity(outcome.created);
     let mut touched = Vec::with_capacity(outcome.items.len());
@@ -664,20 +805,44 @@ fn record_known(
                 let id = ItemId::new();
                 let seq = first + *n as i64;
                 let json = body.to_json();
-                conn.execute(
-                    "INSERT INTO items
-                       (id, session_id, seq, kind, tool_call_id, body, created_at, updated_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
-                    args![
-                        id.to_string(),
-                        session.to_string(),
-                        seq,
-                        body.kind(),
-                        tool_call_id,
-                        json,
-                        at
-                    ],
-                )
+                let made_by = outcome
+                    .made_by
+                    .get(*n)
+                    .copied()
+                    .flatten()
+                    .filter(|_| name_makers);
+                match made_by {
+                    // What one update made, and nothing changed: the row names it.
+                    Some(update) => conn.execute(
+                        "INSERT INTO items
+                           (id, session_id, seq, kind, tool_call_id, made_by_event,
+                            made_by_update)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        args![
+                            id.to_string(),
+                            session.to_string(),
+                            seq,
+                            body.kind(),
+                            tool_call_id,
+                            event,
+                            i64::try_from(update).unwrap_or(i64::MAX)
+                        ],
+                    ),
+                    None => conn.execute(
+                        "INSERT INTO items
+                           (id, session_id, seq, kind, tool_call_id, body, created_at, updated_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+                        args![
+                            id.to_string(),
+                            session.to_string(),
+                            seq,
+                            body.kind(),
+                            tool_call_id,
+                            json,
+                            at
+                        ],
+                    ),
+                }
                 .map_err(sql("insert an item"))?;
                 super::search::index_item(conn, body.kind(), &json)?;
                 created.push(CreatedItem { id, seq });
@@ -702,8 +867,16 @@ fn record_known(
                     _ => {
                         let json = body.to_json();
                         super::search::reindex_item(conn, id, body.kind(), &json)?;
+                        // A row that named the update that made it (V12) takes its
+                        // creation time from that update's event.
                         conn.execute(
-                            "UPDATE items SET body = ?2, updated_at = ?3 WHERE id = ?1",
+                            "UPDATE items SET body = ?2, updated_at = ?3,
+                                 created_at = coalesce(created_at,
+                                     (SELECT ev.created_at FROM events ev
+                                      WHERE ev.session_id = items.session_id
+                                        AND ev.session_seq = items.made_by_event)),
+                                 made_by_event = NULL, made_by_update = NULL
+                             WHERE id = ?1",
                             args![id.to_string(), json, at],
                         )
                         .map_err(sql("update an item"))?;
@@ -718,8 +891,7 @@ fn record_known(
         }
     }
     let payload = turn_recorded_json(batch, &created);
-    let event_seq = known.as_ref().map(|k| k.event + 1);
-    let appended = append_event_json(conn, session, "turn_recorded", &payload, &at, event_seq)?;
+    append_event_json(conn, session, "turn_recorded", &payload, &at, Some(event))?;
     // A streamed message that this batch ended (something else came after it) is
     // folded into its row now, once.
     if let Some((tail, _)) = &stored_tail
@@ -730,19 +902,6 @@ fn record_known(
     if !remember {
         return Ok((touched, None));
     }
-    let event = match event_seq {
-        Some(n) => n,
-        None => conn
-            .query_row(
-                "SELECT session_seq FROM events WHERE seq = ?1",
-                args![appended.0],
-                |r| r.get(0),
-            )
-            .map_err(sql("read an appended event"))?
-            .ok_or(Error::OutOfRange {
-                what: "an appended event's sequence number",
-            })?,
-    };
     // What the next batch continues is what a fresh read finds (`state_for`): the
     // last entry of the history when it is an agent message or thought, whatever
     // the batch ended with (a `tool_call_update` of an earlier call leaves the

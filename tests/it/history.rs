@@ -321,6 +321,10 @@ async fn an_item_row_in_other_words_restores_and_an_edited_kind_or_time_is_refus
     .collect();
     t.store().record_from(s, other_kinds).await.unwrap();
     let items = 46;
+    // Rows as they were before V12, each with its body: those are what is edited here
+    // (`a_row_that_names_its_update_is_read_from_it_and_an_edited_name_is_refused`
+    // edits the rows V12 writes).
+    assert_eq!(t.write_out_bodies(s).await, items);
     let sid = s.to_string();
     let restore = |format: &str, tail: Option<&str>| {
         let mut args = vec!["restore", "--session", &sid, "--format", format];
@@ -435,6 +439,8 @@ async fn a_tail_refuses_an_edit_within_it_and_leaves_one_before_it_to_verify() {
             "10",
         ])
     };
+    // Each row with its body, to be edited as text.
+    t.write_out_bodies(s).await;
     let clean = stdout(&tail("acp-updates"));
     // The notice of where the replay starts, then the ten.
     assert_eq!(lines(&clean).len(), 11);

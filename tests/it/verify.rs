@@ -221,7 +221,8 @@ async fn a_long_history_is_checked_across_pages_and_an_edit_deep_in_it_is_named(
 
     let conn = rusqlite::Connection::open(t.db_path()).unwrap();
     conn.execute(
-        "UPDATE items SET body = replace(body, 'answer 650', 'answer 651') WHERE seq = 653",
+        // The row names the update that made it (V12): now the next one.
+        "UPDATE items SET made_by_update = made_by_update + 1 WHERE seq = 653",
         [],
     )
     .unwrap();
@@ -232,7 +233,7 @@ async fn a_long_history_is_checked_across_pages_and_an_edit_deep_in_it_is_named(
         "{out}"
     );
     conn.execute(
-        "UPDATE items SET body = replace(body, 'answer 651', 'answer 650') WHERE seq = 653",
+        "UPDATE items SET made_by_update = made_by_update - 1 WHERE seq = 653",
         [],
     )
     .unwrap();

@@ -97,7 +97,10 @@ async fn a_dropped_unique_constraint_is_reported_and_refuses_writes(b: TestStore
         )
     } else {
         (
-            "CREATE TABLE loose (
+            // (Legacy renaming: the view `search_text` reads `events`, V12, and a
+            // rename would check it while no `events` is there.)
+            "PRAGMA legacy_alter_table = ON;
+             CREATE TABLE loose (
                  seq INTEGER PRIMARY KEY AUTOINCREMENT,
                  session_id TEXT NOT NULL REFERENCES sessions (id),
                  session_seq INTEGER NOT NULL CHECK (session_seq >= 1),

@@ -277,6 +277,33 @@ impl TestStore {
             .unwrap();
     }
 
+    /// Gives each item row of `session` that names the update that made it (V12) the
+    /// body and times such a row held before V12 (`ItemBody::to_json`, the event's
+    /// time), for a test that edits bodies as text; a row with parts is left as it is.
+    /// Returns how many rows changed.
+    pub async fn write_out_bodies(&self, session: SessionId) -> usize {
+        let items = self.store().items(session).await.unwrap();
+        let conn = self.raw();
+        let mut changed = 0;
+        for item in items {
+            changed += conn
+                .execute(
+                    "UPDATE items SET body = ?2, created_at = ?3, updated_at = ?4,
+                         made_by_event = NULL, made_by_update = NULL
+                     WHERE id = ?1 AND body IS NULL AND streaming_from IS NULL
+                       AND NOT EXISTS (SELECT 1 FROM item_parts p WHERE p.item_id = items.id)",
+                    rusqlite::params![
+                        item.id.to_string(),
+                        item.body.to_json(),
+                        item.created_at,
+                        item.updated_at
+                    ],
+                )
+                .unwrap();
+        }
+        changed
+    }
+
     /// A plain connection to the SQLite file, for poking at it behind the store's back.
     pub fn raw(&self) -> rusqlite::Connection {
         assert!(!self.is_postgres(), "raw() is an SQLite connection");
