@@ -394,12 +394,7 @@ fn body_of<'a>(
 }
 
 /// Creates an item of `body`, made by update `by` of the batch.
-fn create(
-    out: &mut Outcome,
-    index: &mut HashMap<Slot, usize>,
-    by: usize,
-    body: ItemBody,
-) -> Slot {
+fn create(out: &mut Outcome, index: &mut HashMap<Slot, usize>, by: usize, body: ItemBody) -> Slot {
     let slot = Slot::New(out.created);
     out.created += 1;
     out.made_by.push(Some(by));

@@ -61,7 +61,10 @@ fn row_of(row: &Row<'_>) -> Result<UnreadItem, DbError> {
 
 /// The one item a query of [`ITEM_COLUMNS`] from [`ITEMS`] finds, if any, read whole.
 fn one_item(conn: &Tx<'_>, query: &str, args: &[super::sql::Value<'_>]) -> Result<Option<Item>> {
-    let Some(mut row) = conn.query_row(query, args, row_of).map_err(sql("read items"))? else {
+    let Some(mut row) = conn
+        .query_row(query, args, row_of)
+        .map_err(sql("read items"))?
+    else {
         return Ok(None);
     };
     row.find_maker(conn, &mut Made::default())?;
@@ -195,7 +198,11 @@ impl UnreadItem {
             Some(body) if body.kind() == self.kind => Ok(body),
             Some(body) => Err(DbError::column(
                 4,
-                format!("a {} row names an update that makes a {}", self.kind, body.kind()),
+                format!(
+                    "a {} row names an update that makes a {}",
+                    self.kind,
+                    body.kind()
+                ),
             )),
             None => Err(DbError::column(
                 4,
@@ -239,7 +246,9 @@ impl Made {
         let missing = || {
             DbError::column(
                 4,
-                format!("the item names update {update} of event {event}, which has no such update"),
+                format!(
+                    "the item names update {update} of event {event}, which has no such update"
+                ),
             )
         };
         if self.event != Some((*session, event)) {
@@ -288,7 +297,8 @@ pub(crate) fn items_in_rows(
     // The page's rows, each with its sealed parts (content and time) and where its
     // streaming parts start; read whole first, since the update a row with no body
     // names is read by a statement of its own.
-    let mut rows: Vec<(UnreadItem, Vec<(String, String)>, Option<i64>)> = Vec::new();
+    type PageRow = (UnreadItem, Vec<(String, String)>, Option<i64>);
+    let mut rows: Vec<PageRow> = Vec::new();
     conn.for_each(
         &format!(
             "SELECT {ITEM_COLUMNS}, p.content, p.created_at, i.streaming_from FROM {ITEMS}

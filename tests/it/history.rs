@@ -420,6 +420,157 @@ async fn an_item_row_in_other_words_restores_and_an_edited_kind_or_time_is_refus
     }
 }
 
+/// An item that one update made, and that nothing changed since, names that update in
+/// its row (V12) in place of a body and times: such rows restore in every format, whole
+/// and from a tail, exactly as the same items held whole (as before V12) do, are found
+/// by search, and their terms leave the index with them. A row whose name of its
+/// update was edited is refused by a restore and named by `verify`; one that names an
+/// update that is not there is refused with one line.
+#[tokio::test]
+async fn a_row_that_names_its_update_is_read_from_it_and_an_edited_name_is_refused() {
+    let t = TestStore::new().await;
+    let s = recorded(&t, 40).await;
+    let update = |v: serde_json::Value| sessionstore::turns::Update::from_value(&v).unwrap();
+    // A tool call changed by a later batch, and a message of two chunks, hold bodies;
+    // a message continued by the next batch names its first chunk and streams the rest.
+    for batch in [
+        vec![
+            serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "c1",
+                "title": "Read", "status": "pending"}),
+            serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                "messageId": "two", "content": {"type": "text", "text": "first half "}}),
+            serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                "messageId": "two", "content": {"type": "text", "text": "second half"}}),
+            serde_json::json!({"sessionUpdate": "plan",
+                "entries": [{"content": "step", "priority": "high", "status": "pending"}]}),
+            serde_json::json!({"sessionUpdate": "agent_thought_chunk",
+                "content": {"type": "text", "text": "pondering"}}),
+        ],
+        vec![
+            serde_json::json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1",
+                "status": "completed"}),
+            serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                "messageId": "streamed", "content": {"type": "text", "text": "begun "}}),
+        ],
+        vec![serde_json::json!({"sessionUpdate": "agent_message_chunk",
+            "messageId": "streamed", "content": {"type": "text", "text": "and ended"}})],
+    ] {
+        t.store()
+            .record_from(s, batch.into_iter().map(update).collect::<Vec<_>>())
+            .await
+            .unwrap();
+    }
+    let rows = |sql: &str| t.raw_query(sql).unwrap();
+    let kinds = |bodies: &str| -> Vec<String> {
+        rows(&format!(
+            "SELECT kind FROM items WHERE body IS {bodies} NULL ORDER BY seq"
+        ))
+        .into_iter()
+        .map(|r| r[0].clone().unwrap())
+        .collect()
+    };
+    let named = kinds("");
+    assert_eq!(named.len(), 43, "{named:?}");
+    assert_eq!(named.iter().filter(|k| *k == "agent_message").count(), 41);
+    assert_eq!(kinds("NOT"), ["tool_call", "agent_message"]);
+    assert_eq!(
+        rows(
+            "SELECT count(*) FROM items WHERE body IS NULL
+              AND (created_at IS NOT NULL OR updated_at IS NOT NULL OR made_by_update IS NULL)"
+        ),
+        [[Some("0".to_owned())]]
+    );
+
+    let sid = s.to_string();
+    let restore = |format: &str, tail: Option<&str>| {
+        let mut args = vec!["restore", "--session", &sid, "--format", format];
+        if let Some(n) = tail {
+            args.extend(["--tail", n]);
+        }
+        t.run(&args)
+    };
+    let formats = ["acp", "acp-updates", "openai", "openai-responses"];
+    let outputs = || -> Vec<String> {
+        formats
+            .iter()
+            .flat_map(|f| [(f, None), (f, Some("10"))])
+            .map(|(f, tail)| {
+                let out = restore(f, tail);
+                assert!(out.status.success(), "{f} {tail:?}: {}", stderr(&out));
+                stdout(&out)
+            })
+            .collect()
+    };
+    let clean = outputs();
+    assert!(clean[2].contains("and ended") && clean[2].contains("pondering"));
+    let hits = t.store().search("m17".into(), Some(s), 10).await.unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0].source, "agent_message");
+
+    // The 40th message, within the last ten entries, now names the update before its own.
+    let m39 = rows("SELECT seq FROM items WHERE made_by_update = 39")[0][0]
+        .clone()
+        .unwrap();
+    let edit = |statement: &str| t.raw_execute(statement).unwrap();
+    edit(&format!(
+        "UPDATE items SET made_by_update = 38 WHERE seq = {m39}"
+    ));
+    for (i, format) in formats.iter().enumerate() {
+        for (j, tail) in [None, Some("10")].into_iter().enumerate() {
+            let out = restore(format, tail);
+            assert_eq!(out.status.code(), Some(1), "{format} {tail:?}");
+            // Nothing, or (a stream of lines) whole lines of what a clean restore prints.
+            let printed = stdout(&out);
+            assert!(
+                clean[2 * i + j].starts_with(&printed)
+                    && (printed.is_empty() || printed.ends_with('\n')),
+                "{format} {tail:?}: {printed}"
+            );
+            assert!(
+                stderr(&out).contains("agent_message item"),
+                "{format} {tail:?}: {}",
+                stderr(&out)
+            );
+        }
+    }
+    let verified = t.run(&["verify"]);
+    assert_eq!(verified.status.code(), Some(1));
+    assert!(
+        stdout(&verified).contains("differs from its event log (content)"),
+        "{}",
+        stdout(&verified)
+    );
+    let undo = format!("UPDATE items SET made_by_update = 39 WHERE seq = {m39}");
+    edit(&undo);
+    assert_eq!(outputs(), clean);
+
+    // An update that is not there.
+    edit(&format!(
+        "UPDATE items SET made_by_update = 4000 WHERE seq = {m39}"
+    ));
+    let out = restore("acp-updates", None);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("no such update"), "{}", stderr(&out));
+    edit("UPDATE items SET made_by_update = 39 WHERE made_by_update = 4000");
+    assert_eq!(outputs(), clean);
+
+    // A second session's named rows deleted with it take their terms out of the index.
+    let gone = recorded(&t, 5).await;
+    let deleted = t.run(&["session", "delete", &gone.to_string()]);
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    edit("INSERT INTO search (search, rank) VALUES ('integrity-check', 1)");
+    assert_eq!(
+        t.store().search("m3".into(), None, 10).await.unwrap().len(),
+        1
+    );
+
+    // The same items held whole restore the same.
+    // (All but the one still streaming.)
+    assert_eq!(t.write_out_bodies(s).await, 42);
+    assert_eq!(outputs(), clean);
+}
+
 /// A tail checks what it replays against the log: an item row edited within it is
 /// refused, never printed; one before it is not the tail's to find, and the whole
 /// restore and `verify` find it.
