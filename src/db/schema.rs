@@ -417,9 +417,14 @@ fn migrate_locked(
     } else {
         None
     };
-    let check = !applied.is_empty() && !pending(migrations, &applied).is_empty();
-    let broken_before = if check {
-        broken_keys(&tx).map_err(|e| crate::db::error::sqlite("check foreign keys", e))?
+    // The keys are read (each a scan of the tables that have them) only when there
+    // is something to apply, and before it only when there are rows already.
+    let check = !pending(migrations, &applied).is_empty();
+    let keys = |tx: &rusqlite::Transaction<'_>| {
+        broken_keys(tx).map_err(|e| crate::db::error::sqlite("check foreign keys", e))
+    };
+    let broken_before = if check && !applied.is_empty() {
+        keys(&tx)?
     } else {
         0
     };
@@ -427,10 +432,11 @@ fn migrate_locked(
         .set_grouped(true)
         .run(&mut Locked(&tx))
         .map_err(|e| Error::Migration(e.to_string()))?;
-    let broken = broken_keys(&tx).map_err(|e| crate::db::error::sqlite("check foreign keys", e))?;
+    let broken = if check { keys(&tx)? } else { 0 };
     if broken > broken_before {
         return Err(Error::Migration(format!(
-            "the migrations would leave {} more rows referring to rows that are not there",
+            "the migrations would leave rows referring to rows that are not there \
+             ({} more than before)",
             broken - broken_before
         )));
     }
@@ -853,6 +859,48 @@ mod tests {
             before,
             "the file is byte for byte as it was"
         );
+    }
+
+    /// Migrations run with foreign keys off (a table made anew, V12, is dropped while
+    /// rows refer to it), but one that leaves a row referring to nothing is refused
+    /// before it commits, with nothing applied; and keys are enforced again after.
+    #[test]
+    fn a_migration_that_breaks_a_foreign_key_is_refused_and_keys_are_enforced_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = v1_with_a_session(dir.path());
+        let before = settled(&path);
+        let mut conn = open_checked(&SqliteFile::plain(&path)).unwrap();
+        let err = migrate_with(
+            &mut conn,
+            &SqliteFile::plain(&path),
+            &with_v3("DELETE FROM sessions;"),
+            Backup::Skip,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("referring to rows that are not there (1 more than before)"),
+            "{err}"
+        );
+        assert_eq!(versions(&conn), [1]);
+        let enforced: i64 = conn
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(enforced, 1);
+        drop(conn);
+        assert_eq!(
+            settled(&path),
+            before,
+            "the file is byte for byte as it was"
+        );
+
+        // The same upgrade without the breaking step applies, keys still enforced.
+        let (conn, _) = upgrade(&path, Backup::Skip);
+        let enforced: i64 = conn
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(enforced, 1);
+        assert_eq!(versions(&conn).last().copied(), Some(latest_version()));
     }
 
     /// V2 itself failing part-way (here its table name is taken) leaves a V1 database
