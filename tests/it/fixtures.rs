@@ -526,7 +526,7 @@ fn the_v6_fixture_restores_a_streaming_answer_whole_and_the_next_write_seals_it(
             .on(&moved_store(&moved))
             .output()
     };
-    let parts = || waiting_parts(&moved.join("sessions.db"));
+    let parts = || waiting_parts(&moved.join("sessions.db"), &sid);
     assert_eq!(parts(), 2, "the fixture holds an answer still streaming");
     // (Reading commands need the latest schema; V9 moves the parts, sealing none.)
     json(&run(&["migrate", "--json"]));
@@ -624,17 +624,87 @@ fn the_v11_fixture_restores_and_finds_what_the_store_indexed() {
     store_indexed_fixture("v11", 11);
 }
 
-/// How many streamed parts of a database wait to be sealed: in `item_parts` before
+#[test]
+fn the_v12_fixture_restores_and_finds_what_the_store_indexed() {
+    store_indexed_fixture("v12", 12);
+}
+
+/// The V12 fixture's second session holds the rows V12 writes (a tool call and a plan
+/// that name their updates, a tool call given a body by its later update, an answer
+/// that names its first chunk while its second streams): moved and opened by this
+/// binary, it restores in every format, whole and from a tail, byte for byte as the
+/// binary that made it printed.
+#[test]
+fn the_v12_fixture_restores_rows_that_name_their_updates_as_it_was_made() {
+    let (dir, moved, _) = moved_fixture("v12");
+    let two = std::fs::read_to_string(moved.join("second-session-id"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let run = |args: &[&str]| {
+        Bin::new(dir.path())
+            .args(args)
+            .on(&moved_store(&moved))
+            .output()
+    };
+    json(&run(&["migrate", "--json"]));
+    let conn = rusqlite::Connection::open(moved.join("sessions.db")).unwrap();
+    let named: Vec<(String, bool)> = conn
+        .prepare("SELECT kind, streaming_from IS NOT NULL FROM items WHERE body IS NULL AND session_id = ?1 ORDER BY seq")
+        .unwrap()
+        .query_map([&two], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(
+        named,
+        [
+            ("tool_call".to_owned(), false),
+            ("plan".to_owned(), false),
+            ("agent_message".to_owned(), true)
+        ]
+    );
+    for format in ["acp", "acp-updates", "openai", "openai-responses"] {
+        for (tail, file) in [
+            (None, format.to_owned()),
+            (Some("2"), format!("{format}.tail-2")),
+        ] {
+            let mut args = vec!["restore", "--session", &two, "--format", format];
+            if let Some(n) = tail {
+                args.extend(["--tail", n]);
+            }
+            let out = run(&args);
+            assert!(out.status.success(), "{file}: {out:?}");
+            let want = std::fs::read(moved.join("expected").join(&file)).unwrap();
+            assert_eq!(
+                String::from_utf8(out.stdout).unwrap(),
+                String::from_utf8(want).unwrap(),
+                "{file}"
+            );
+        }
+    }
+    let verified = run(&["verify"]);
+    assert!(verified.status.success(), "{verified:?}");
+}
+
+/// How many streamed parts of a session wait to be sealed: in `item_parts` before
 /// V9, in `streaming_parts` since (V9 moves them there and leaves none behind).
-fn waiting_parts(db: &Path) -> i64 {
+fn waiting_parts(db: &Path, session: &str) -> i64 {
     let conn = rusqlite::Connection::open(db).unwrap();
-    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
-    let legacy = count("SELECT count(*) FROM item_parts WHERE sealed = 0");
-    if count("SELECT count(*) FROM sqlite_master WHERE name = 'streaming_parts'") == 0 {
+    let count = |sql: &str| -> i64 { conn.query_row(sql, [session], |r| r.get(0)).unwrap() };
+    let legacy = count("SELECT count(*) FROM item_parts WHERE sealed = 0 AND session_id = ?1");
+    let streaming: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'streaming_parts'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    if streaming == 0 {
         return legacy;
     }
     assert_eq!(legacy, 0, "V9 moved every waiting part");
-    count("SELECT count(*) FROM streaming_parts")
+    count("SELECT count(*) FROM streaming_parts WHERE session_id = ?1")
 }
 
 /// The checks of the V7 to V11 fixtures: `version` is the fixture's schema.
@@ -669,7 +739,7 @@ fn store_indexed_fixture(name: &str, version: usize) {
         )
         .unwrap();
     assert_eq!(streaming_index, 0, "V8 dropped it");
-    let unsealed = || waiting_parts(&moved.join("sessions.db"));
+    let unsealed = || waiting_parts(&moved.join("sessions.db"), &sid);
     assert_eq!(unsealed(), 6, "the long answer's end is still streaming");
 
     let restored = json(&run(&["restore", "--format", "acp", "--session", &sid]));
@@ -771,9 +841,15 @@ fn store_indexed_fixture(name: &str, version: usize) {
     ));
     assert_eq!(differing, 0);
     let indexed = "('agent_message', 'agent_thought')";
+    // (An item row with no body, V12, was indexed with the text of the one block of
+    // the update it names.)
     let items_differing = count(&format!(
         "SELECT count(*) FROM items i JOIN search s ON s.rowid = i.rowid
-         WHERE i.kind IN {indexed} AND s.body IS NOT {}",
+         WHERE i.kind IN {indexed} AND s.body IS NOT coalesce({}, (
+             SELECT json_extract(ev.payload,
+                                 '$.updates[' || i.made_by_update || '].content.text')
+             FROM events ev
+             WHERE ev.session_id = i.session_id AND ev.session_seq = i.made_by_event))",
         blocks("i.body", ", '$.content'")
     ));
     assert_eq!(items_differing, 0);
