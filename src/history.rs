@@ -309,7 +309,10 @@ pub(crate) fn produce(
         Some((event, first)) => {
             log = log.starting_at(event);
             let tail = match first > 1 {
-                true => turns::items_in(tx, &session, first - 1..first)?.pop(),
+                true => {
+                    turns::items_in(tx, &session, first - 1..first, &mut turns::Made::default())?
+                        .pop()
+                }
                 false => None,
             };
             projection::Replayer::from(
@@ -343,6 +346,8 @@ pub(crate) fn produce(
     // Item rows, a page at a time: `lo` is where the next page starts.
     let mut rows: VecDeque<turns::ItemRow> = VecDeque::new();
     let (mut lo, mut page) = (from, ENTRY_PAGE_FIRST);
+    // The event whose updates the rows of the last page named (V12), kept for the next.
+    let mut made = turns::Made::default();
     let mut want = from;
     while want <= last {
         // The log runs on until it is past `want` (the entry there can then change
@@ -353,7 +358,7 @@ pub(crate) fn produce(
         if want >= lo {
             let hi = lo.saturating_add(page);
             page = (page * 2).min(ENTRY_PAGE_MOST);
-            rows.extend(turns::items_in_rows(tx, &session, lo..hi)?);
+            rows.extend(turns::items_in_rows(tx, &session, lo..hi, &mut made)?);
             lo = hi;
         }
         let next = match check.messages.remove(&want) {

@@ -17,15 +17,17 @@ use crate::model::{CreatedItem, Delivery};
 use crate::projection::{Entry, Replayer};
 
 /// The messages in `state` (`None`: every message, queued ones too) and the items
-/// whose seq is in `seqs`, in history order.
+/// whose seq is in `seqs`, in history order; `made` as [`turns::items_in`] takes it,
+/// kept from page to page.
 pub fn page_of(
     conn: &Tx<'_>,
     session: &SessionId,
     seqs: std::ops::Range<i64>,
     state: Option<Delivery>,
+    made: &mut turns::Made,
 ) -> Result<Vec<Entry>> {
     let messages = queries::messages_in(conn, session, state, seqs.clone())?;
-    let items = turns::items_in(conn, session, seqs)?;
+    let items = turns::items_in(conn, session, seqs, made)?;
     let mut out = Vec::with_capacity(messages.len() + items.len());
     let mut messages = messages.into_iter().peekable();
     let mut items = items.into_iter().peekable();

@@ -75,16 +75,18 @@ fn one_item(conn: &Tx<'_>, query: &str, args: &[super::sql::Value<'_>]) -> Resul
 /// an agent message that is still streaming keeps what each batch appended as a part
 /// of its own until it ends).
 pub fn items(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Item>> {
-    items_in(conn, session, 1..i64::MAX)
+    items_in(conn, session, 1..i64::MAX, &mut Made::default())
 }
 
-/// [`items`] whose seq is in `seqs`: one page of a long history.
+/// [`items`] whose seq is in `seqs`: one page of a long history, the updates its rows
+/// name read through `made` ([`items_in_rows`]).
 pub fn items_in(
     conn: &Tx<'_>,
     session: &SessionId,
     seqs: std::ops::Range<i64>,
+    made: &mut Made,
 ) -> Result<Vec<Item>> {
-    items_in_rows(conn, session, seqs)?
+    items_in_rows(conn, session, seqs, made)?
         .into_iter()
         .map(ItemRow::read)
         .collect()
@@ -288,11 +290,14 @@ impl Made {
     }
 }
 
-/// [`items_in`], each item with no parts left unparsed ([`ItemRow::Unread`]).
+/// [`items_in`], each item with no parts left unparsed ([`ItemRow::Unread`]); the
+/// updates rows with no body name are read through `made`, which a caller reading
+/// page after page keeps, so an event whose updates span pages is read once.
 pub(crate) fn items_in_rows(
     conn: &Tx<'_>,
     session: &SessionId,
     seqs: std::ops::Range<i64>,
+    made: &mut Made,
 ) -> Result<Vec<ItemRow>> {
     // The page's rows, each with its sealed parts (content and time) and where its
     // streaming parts start; read whole first, since the update a row with no body
@@ -320,10 +325,9 @@ pub(crate) fn items_in_rows(
         },
     )
     .map_err(sql("read items"))?;
-    let mut made = Made::default();
     let mut items = Vec::with_capacity(rows.len());
     for (mut row, parts, streaming_from) in rows {
-        row.find_maker(conn, &mut made)?;
+        row.find_maker(conn, made)?;
         if parts.is_empty() && streaming_from.is_none() {
             items.push(ItemRow::Unread(row));
             continue;

@@ -680,9 +680,10 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
     let (mut messages, mut items) = (0usize, 0usize);
     let mut log = entries::LogPages::new(conn, &id)?;
     let mut lo = 1;
+    let mut made = super::turns::Made::default();
     while lo <= last {
         let hi = lo.saturating_add(ROW_PAGE);
-        let Ok(page) = entries::page_of(conn, &id, lo..hi, None) else {
+        let Ok(page) = entries::page_of(conn, &id, lo..hi, None, &mut made) else {
             return Ok(None);
         };
         while replayer.last_seq() < hi && !log.done() {

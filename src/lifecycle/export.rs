@@ -207,8 +207,15 @@ impl Store {
                     };
                     put(&mut w, heading(&row))?;
                     let last = crate::db::entries::last_seq(tx, &session)?;
+                    let mut made = crate::db::turns::Made::default();
                     for lo in (1..=last).step_by(256) {
-                        let page = crate::db::entries::page_of(tx, &session, lo..lo + 256, None)?;
+                        let page = crate::db::entries::page_of(
+                            tx,
+                            &session,
+                            lo..lo + 256,
+                            None,
+                            &mut made,
+                        )?;
                         for entry in page {
                             match &entry {
                                 HistoryEntry::Message(_) => counts.0 += 1,

@@ -69,8 +69,9 @@ pub(super) fn write(
     raw(out, "],\"items\":[")?;
     let mut comma = Comma::default();
     let mut items = 0;
+    let mut made = turns::Made::default();
     for lo in (1..=last).step_by(PAGE as usize) {
-        for item in turns::items_in(tx, id, lo..lo.saturating_add(PAGE))? {
+        for item in turns::items_in(tx, id, lo..lo.saturating_add(PAGE), &mut made)? {
             raw(out, comma.next())?;
             json(out, &ArchivedItem::from_item(&item))?;
             items += 1;
