@@ -26,27 +26,35 @@ pub struct Recorded {
     pub items: Vec<ItemId>,
 }
 
-/// An item row's columns, read from [`ITEMS`]: a row with no body (V12) takes both of
-/// its times from the event that made it.
-const ITEM_COLUMNS: &str = "i.id, i.session_id, i.seq, i.kind, i.body,
-     coalesce(i.created_at, ev.created_at), coalesce(i.updated_at, ev.created_at),
-     i.made_by_event, i.made_by_update";
-/// `items i`, with `ev` the event that made a row with no body (none for the others).
-const ITEMS: &str = "items i LEFT JOIN events ev
-     ON ev.session_id = i.session_id AND ev.session_seq = i.made_by_event";
+/// An item row's columns, of `items i`. A row with no body (V12) has no times either:
+/// both are its event's, read with the update it names ([`UnreadItem::find_maker`]),
+/// not by a join, which would walk the event's payload to its last column for every
+/// row.
+const ITEM_COLUMNS: &str = "i.id, i.session_id, i.seq, i.kind, i.body, i.created_at,
+     i.updated_at, i.made_by_event, i.made_by_update";
 
-/// An item row as [`ITEM_COLUMNS`] give it, its body not yet read.
+/// An item row as [`ITEM_COLUMNS`] give it, its body (or, for a row with no body, its
+/// update and times) not yet read.
 fn row_of(row: &Row<'_>) -> Result<UnreadItem, DbError> {
-    let body = match row.get::<Option<String>>(4)? {
-        Some(text) => Body::Text(text),
-        None => Body::MadeBy {
-            event: row
-                .get::<Option<i64>>(7)?
-                .ok_or_else(|| DbError::column(4, "an item with no body names no update"))?,
-            update: row
-                .get::<Option<i64>>(8)?
-                .ok_or_else(|| DbError::column(4, "an item with no body names no update"))?,
-        },
+    let times = |index: usize| -> Result<String, DbError> {
+        row.get::<Option<String>>(index)?
+            .ok_or_else(|| DbError::column(index, "an item with a body has no time"))
+    };
+    let (body, created_at, updated_at) = match row.get::<Option<String>>(4)? {
+        Some(text) => (Body::Text(text), times(5)?, times(6)?),
+        // Its times are read with its update.
+        None => (
+            Body::MadeBy {
+                event: row
+                    .get::<Option<i64>>(7)?
+                    .ok_or_else(|| DbError::column(4, "an item with no body names no update"))?,
+                update: row
+                    .get::<Option<i64>>(8)?
+                    .ok_or_else(|| DbError::column(4, "an item with no body names no update"))?,
+            },
+            String::new(),
+            String::new(),
+        ),
     };
     Ok(UnreadItem {
         id: row.parsed(0)?,
@@ -54,12 +62,12 @@ fn row_of(row: &Row<'_>) -> Result<UnreadItem, DbError> {
         seq: row.get(2)?,
         kind: row.get(3)?,
         body,
-        created_at: row.get(5)?,
-        updated_at: row.get(6)?,
+        created_at,
+        updated_at,
     })
 }
 
-/// The one item a query of [`ITEM_COLUMNS`] from [`ITEMS`] finds, if any, read whole.
+/// The one item a query of [`ITEM_COLUMNS`] finds, if any, read whole.
 fn one_item(conn: &Tx<'_>, query: &str, args: &[super::sql::Value<'_>]) -> Result<Option<Item>> {
     let Some(mut row) = conn
         .query_row(query, args, row_of)
@@ -168,14 +176,16 @@ impl UnreadItem {
             }
     }
 
-    /// Reads the update a row with no body names, from its event (one read of each
-    /// event for a run of rows, `made`).
+    /// Reads the update a row with no body names, and the time of its event, which
+    /// is both of the item's times (one read of each event for a run of rows, `made`).
     fn find_maker(&mut self, conn: &Tx<'_>, made: &mut Made) -> Result<()> {
         if let Body::MadeBy { event, update } = self.body {
             let text = made
                 .update(conn, &self.session_id, event, update)
                 .map_err(sql("read items"))?;
             self.body = Body::Update(text);
+            self.created_at = made.created_at.clone();
+            self.updated_at = made.created_at.clone();
         }
         Ok(())
     }
@@ -231,6 +241,7 @@ impl UnreadItem {
 #[derive(Debug, Default)]
 pub(crate) struct Made {
     event: Option<(SessionId, i64)>,
+    created_at: String,
     payload: String,
     /// Where each update's JSON text is in `payload`.
     updates: Vec<std::ops::Range<usize>>,
@@ -255,12 +266,12 @@ impl Made {
         };
         if self.event != Some((*session, event)) {
             self.event = None;
-            let payload: String = conn
+            let (payload, created_at): (String, String) = conn
                 .query_row(
-                    "SELECT payload FROM events
+                    "SELECT payload, created_at FROM events
                      WHERE session_id = ?1 AND session_seq = ?2 AND kind = 'turn_recorded'",
                     args![session.to_string(), event],
-                    |r| r.get(0),
+                    |r| Ok((r.get(0)?, r.get(1)?)),
                 )?
                 .ok_or_else(missing)?;
             #[derive(serde::Deserialize)]
@@ -280,6 +291,7 @@ impl Made {
                 })
                 .collect();
             self.payload = payload;
+            self.created_at = created_at;
             self.event = Some((*session, event));
         }
         let range = usize::try_from(update)
@@ -306,7 +318,7 @@ pub(crate) fn items_in_rows(
     let mut rows: Vec<PageRow> = Vec::new();
     conn.for_each(
         &format!(
-            "SELECT {ITEM_COLUMNS}, p.content, p.created_at, i.streaming_from FROM {ITEMS}
+            "SELECT {ITEM_COLUMNS}, p.content, p.created_at, i.streaming_from FROM items i
              LEFT JOIN item_parts p ON p.session_id = i.session_id AND p.item_id = i.id
              WHERE i.session_id = ?1 AND i.seq >= ?2 AND i.seq < ?3 ORDER BY i.seq, p.part"
         ),
@@ -428,7 +440,7 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
     let head = conn
         .query_row(
             &format!(
-                "SELECT {ITEM_COLUMNS}, i.streaming_from FROM {ITEMS}
+                "SELECT {ITEM_COLUMNS}, i.streaming_from FROM items i
                  WHERE i.id = ?1 AND i.session_id = ?2"
             ),
             args![id.to_string(), session.to_string()],
@@ -612,7 +624,7 @@ fn state_for(
             one_item(
                 conn,
                 &format!(
-                    "SELECT {ITEM_COLUMNS} FROM {ITEMS} WHERE i.session_id = ?1 AND i.seq = ?2
+                    "SELECT {ITEM_COLUMNS} FROM items i WHERE i.session_id = ?1 AND i.seq = ?2
                      AND i.kind IN ('agent_message', 'agent_thought')"
                 ),
                 args![session.to_string(), last],
@@ -735,7 +747,7 @@ pub fn tool_call(
     one_item(
         conn,
         &format!(
-            "SELECT {ITEM_COLUMNS} FROM {ITEMS} WHERE i.session_id = ?1 AND i.tool_call_id = ?2"
+            "SELECT {ITEM_COLUMNS} FROM items i WHERE i.session_id = ?1 AND i.tool_call_id = ?2"
         ),
         args![session.to_string(), id.to_string()],
     )
