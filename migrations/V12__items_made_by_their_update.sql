@@ -21,7 +21,7 @@
 -- migrations with foreign keys off and checks them all before they commit).
 -- `search_text` and the delete trigger read the text of a row with no body from the
 -- update it names, as the store indexed it (an item's delete runs before its events
--- go). The index itself is unchanged. Nothing here is a path.
+-- go); the event's payload is read for the update's one content block, once a row. The index itself is unchanged. Nothing here is a path.
 
 DROP TRIGGER search_item_delete;
 DROP VIEW search_text;
@@ -78,12 +78,12 @@ CREATE VIEW search_text (id, body) AS
                CASE WHEN json_type(i.body, '$.content') = 'array'
                THEN json_extract(i.body, '$.content') END AS blocks,
                CASE WHEN i.body IS NULL THEN
-                   (SELECT CASE WHEN json_extract(ev.payload, '$.updates['
-                                    || i.made_by_update || '].content.type') = 'text'
-                           THEN json_extract(ev.payload, '$.updates['
-                                    || i.made_by_update || '].content.text') END
-                    FROM events ev
-                    WHERE ev.session_id = i.session_id AND ev.session_seq = i.made_by_event)
+                   (SELECT CASE WHEN block ->> '$.type' = 'text' THEN block ->> '$.text' END
+                    FROM (SELECT json_extract(ev.payload, '$.updates['
+                                     || i.made_by_update || '].content') AS block
+                          FROM events ev
+                          WHERE ev.session_id = i.session_id
+                            AND ev.session_seq = i.made_by_event))
                END AS text
         FROM items i WHERE i.kind IN ('agent_message', 'agent_thought')
         UNION ALL
@@ -108,13 +108,12 @@ WHEN old.kind IN ('agent_message', 'agent_thought')
 BEGIN
     INSERT INTO search (search, rowid, body)
         VALUES ('delete', old.rowid, CASE WHEN old.body IS NULL THEN
-                    (SELECT CASE WHEN json_extract(ev.payload, '$.updates['
-                                     || old.made_by_update || '].content.type') = 'text'
-                            THEN json_extract(ev.payload, '$.updates['
-                                     || old.made_by_update || '].content.text') END
-                     FROM events ev
-                     WHERE ev.session_id = old.session_id
-                       AND ev.session_seq = old.made_by_event)
+                    (SELECT CASE WHEN block ->> '$.type' = 'text' THEN block ->> '$.text' END
+                     FROM (SELECT json_extract(ev.payload, '$.updates['
+                                      || old.made_by_update || '].content') AS block
+                           FROM events ev
+                           WHERE ev.session_id = old.session_id
+                             AND ev.session_seq = old.made_by_event))
                 ELSE (SELECT group_concat(json_extract(value, '$.text'), char(10))
                       FROM json_each(old.body, '$.content')
                       WHERE json_extract(value, '$.type') = 'text') END);
