@@ -4,15 +4,17 @@
 -- already in the log).
 --
 -- Such a row has no `body`, `created_at` or `updated_at`. `made_by_event` is the
--- `session_seq` of the session's `turn_recorded` event that holds the update and
--- `made_by_update` its place (from 0) in the event's `updates`; the item's body is
--- what that update makes of a new item (`crate::turns::apply` of the update alone),
--- and both of its times are the event's `created_at`. The store writes such a row for
--- an item a batch created from one update and did not touch again; the first write
--- that changes the item (a tool call's update, the sealing of a streamed message)
--- gives it a body and its times and clears the two. A message continued by streamed
--- parts keeps naming its first update: the parts fold onto it as onto a body. Rows
--- written before this version keep their bodies.
+-- `session_seq` of the session's `turn_recorded` event that holds the update, and the
+-- update's JSON text is the `made_by_length` bytes of the event's payload from byte
+-- `made_by_start` (from 0): found without parsing the payload, which holds the whole
+-- batch. The item's body is what that update makes of a new item
+-- (`crate::turns::apply` of the update alone), and both of its times are the event's
+-- `created_at`. The store writes such a row for an item a batch created from one
+-- update and did not touch again; the first write that changes the item (a tool
+-- call's update, the sealing of a streamed message) gives it a body and its times and
+-- clears the three. A message continued by streamed parts keeps naming its first
+-- update: the parts fold onto it as onto a body. Rows written before this version
+-- keep their bodies.
 --
 -- SQLite cannot change a column's NOT NULL, so the table is made anew with the same
 -- rows under the same row ids (the search index names an item by its row id, V11),
@@ -21,7 +23,8 @@
 -- migrations with foreign keys off and checks them all before they commit).
 -- `search_text` and the delete trigger read the text of a row with no body from the
 -- update it names, as the store indexed it (an item's delete runs before its events
--- go); the event's payload is read for the update's one content block, once a row. The index itself is unchanged. Nothing here is a path.
+-- go), its bytes cut from the event's payload. The index itself is unchanged. Nothing
+-- here is a path.
 
 DROP TRIGGER search_item_delete;
 DROP VIEW search_text;
@@ -40,9 +43,11 @@ CREATE TABLE items_v12 (
     updated_at      TEXT,
     streaming_from  INTEGER,
     made_by_event   INTEGER CHECK (made_by_event >= 1),
-    made_by_update  INTEGER CHECK (made_by_update >= 0),
+    made_by_start   INTEGER CHECK (made_by_start >= 0),
+    made_by_length  INTEGER CHECK (made_by_length >= 1),
     CHECK ((body IS NULL) = (made_by_event IS NOT NULL)),
-    CHECK ((made_by_event IS NULL) = (made_by_update IS NULL)),
+    CHECK ((made_by_event IS NULL) = (made_by_start IS NULL)),
+    CHECK ((made_by_event IS NULL) = (made_by_length IS NULL)),
     CHECK ((body IS NULL) = (created_at IS NULL)),
     CHECK ((body IS NULL) = (updated_at IS NULL)),
     UNIQUE (session_id, seq)
@@ -79,8 +84,8 @@ CREATE VIEW search_text (id, body) AS
                THEN json_extract(i.body, '$.content') END AS blocks,
                CASE WHEN i.body IS NULL THEN
                    (SELECT CASE WHEN block ->> '$.type' = 'text' THEN block ->> '$.text' END
-                    FROM (SELECT json_extract(ev.payload, '$.updates['
-                                     || i.made_by_update || '].content') AS block
+                    FROM (SELECT CAST(substr(CAST(ev.payload AS BLOB), i.made_by_start + 1,
+                                             i.made_by_length) AS TEXT) -> '$.content' AS block
                           FROM events ev
                           WHERE ev.session_id = i.session_id
                             AND ev.session_seq = i.made_by_event))
@@ -109,8 +114,9 @@ BEGIN
     INSERT INTO search (search, rowid, body)
         VALUES ('delete', old.rowid, CASE WHEN old.body IS NULL THEN
                     (SELECT CASE WHEN block ->> '$.type' = 'text' THEN block ->> '$.text' END
-                     FROM (SELECT json_extract(ev.payload, '$.updates['
-                                      || old.made_by_update || '].content') AS block
+                     FROM (SELECT CAST(substr(CAST(ev.payload AS BLOB), old.made_by_start + 1,
+                                              old.made_by_length) AS TEXT) -> '$.content'
+                                  AS block
                            FROM events ev
                            WHERE ev.session_id = old.session_id
                              AND ev.session_seq = old.made_by_event))

@@ -26,12 +26,12 @@ pub struct Recorded {
     pub items: Vec<ItemId>,
 }
 
-/// An item row's columns, of `items i`. A row with no body (V12) has no times either:
+/// An item row's ten columns, of `items i`. A row with no body (V12) has no times either:
 /// both are its event's, read with the update it names ([`UnreadItem::find_maker`]),
 /// not by a join, which would walk the event's payload to its last column for every
 /// row.
 const ITEM_COLUMNS: &str = "i.id, i.session_id, i.seq, i.kind, i.body, i.created_at,
-     i.updated_at, i.made_by_event, i.made_by_update";
+     i.updated_at, i.made_by_event, i.made_by_start, i.made_by_length";
 
 /// An item row as [`ITEM_COLUMNS`] give it, its body (or, for a row with no body, its
 /// update and times) not yet read.
@@ -44,13 +44,13 @@ fn row_of(row: &Row<'_>) -> Result<UnreadItem, DbError> {
         Some(text) => (Body::Text(text), times(5)?, times(6)?),
         // Its times are read with its update.
         None => (
-            Body::MadeBy {
-                event: row
-                    .get::<Option<i64>>(7)?
-                    .ok_or_else(|| DbError::column(4, "an item with no body names no update"))?,
-                update: row
-                    .get::<Option<i64>>(8)?
-                    .ok_or_else(|| DbError::column(4, "an item with no body names no update"))?,
+            match (row.get(7)?, row.get(8)?, row.get(9)?) {
+                (Some(event), Some(start), Some(length)) => Body::MadeBy {
+                    event,
+                    start,
+                    length,
+                },
+                _ => return Err(DbError::column(4, "an item with no body names no update")),
             },
             String::new(),
             String::new(),
@@ -130,9 +130,10 @@ impl ItemRow {
 enum Body {
     /// The body's JSON text.
     Text(String),
-    /// No body (V12): the item is what update `update` of the session's event
-    /// `event` (its `session_seq`) makes, not yet read.
-    MadeBy { event: i64, update: i64 },
+    /// No body (V12): the item is what the update whose text is `length` bytes from
+    /// byte `start` of the payload of the session's event `event` (its `session_seq`)
+    /// makes, not yet read.
+    MadeBy { event: i64, start: i64, length: i64 },
     /// That update's JSON text, read from its event.
     Update(String),
 }
@@ -179,9 +180,14 @@ impl UnreadItem {
     /// Reads the update a row with no body names, and the time of its event, which
     /// is both of the item's times (one read of each event for a run of rows, `made`).
     fn find_maker(&mut self, conn: &Tx<'_>, made: &mut Made) -> Result<()> {
-        if let Body::MadeBy { event, update } = self.body {
+        if let Body::MadeBy {
+            event,
+            start,
+            length,
+        } = self.body
+        {
             let text = made
-                .update(conn, &self.session_id, event, update)
+                .update(conn, &self.session_id, event, start, length)
                 .map_err(sql("read items"))?;
             self.body = Body::Update(text);
             self.created_at = made.created_at.clone();
@@ -235,32 +241,36 @@ impl UnreadItem {
     }
 }
 
-/// The updates of one `turn_recorded` event, read for the item rows that name one of
-/// them (V12) and kept while the next rows name the same event: a page of a long
-/// history reads each event once.
+/// The payload and time of one `turn_recorded` event, read for the item rows that name
+/// one of its updates (V12) and kept while the next rows name the same event: a page
+/// of a long history reads each event once, and cuts each update out of it by the
+/// bytes its row names, without parsing the rest.
 #[derive(Debug, Default)]
 pub(crate) struct Made {
     event: Option<(SessionId, i64)>,
     created_at: String,
     payload: String,
-    /// Where each update's JSON text is in `payload`.
-    updates: Vec<std::ops::Range<usize>>,
 }
 
 impl Made {
-    /// The JSON text of update `update` of `session`'s event `event`.
+    /// The JSON text of the update that is `length` bytes from byte `start` of the
+    /// payload of `session`'s event `event`. Bytes that are not an update's make an
+    /// error when the text is read as one, or an item that is not the log's.
     pub(crate) fn update(
         &mut self,
         conn: &Tx<'_>,
         session: &SessionId,
         event: i64,
-        update: i64,
+        start: i64,
+        length: i64,
     ) -> Result<String, DbError> {
         let missing = || {
             DbError::column(
                 4,
                 format!(
-                    "the item names update {update} of event {event}, which has no such update"
+                    "the item names bytes {start} to {} of event {event}, which has no such \
+                     update",
+                    start.saturating_add(length)
                 ),
             )
         };
@@ -274,31 +284,19 @@ impl Made {
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )?
                 .ok_or_else(missing)?;
-            #[derive(serde::Deserialize)]
-            struct Updates<'a> {
-                #[serde(borrow)]
-                updates: Vec<&'a serde_json::value::RawValue>,
-            }
-            let updates: Updates<'_> = serde_json::from_str(&payload)
-                .map_err(|e| DbError::column(4, format!("the item's event does not parse: {e}")))?;
-            let base = payload.as_ptr() as usize;
-            self.updates = updates
-                .updates
-                .iter()
-                .map(|raw| {
-                    let start = raw.get().as_ptr() as usize - base;
-                    start..start + raw.get().len()
-                })
-                .collect();
             self.payload = payload;
             self.created_at = created_at;
             self.event = Some((*session, event));
         }
-        let range = usize::try_from(update)
+        let from = usize::try_from(start).map_err(|_| missing())?;
+        let to = usize::try_from(length)
             .ok()
-            .and_then(|n| self.updates.get(n))
+            .and_then(|length| from.checked_add(length))
             .ok_or_else(missing)?;
-        Ok(self.payload[range.clone()].to_owned())
+        self.payload
+            .get(from..to)
+            .map(str::to_owned)
+            .ok_or_else(missing)
     }
 }
 
@@ -325,13 +323,13 @@ pub(crate) fn items_in_rows(
         args![session.to_string(), seqs.start, seqs.end],
         |row: &Row<'_>| {
             let id: ItemId = row.parsed(0)?;
-            let part: Option<String> = row.get(9)?;
+            let part: Option<String> = row.get(10)?;
             // (An item with no sealed part has one row, with no part.)
             if !matches!(rows.last(), Some((last, ..)) if last.id == id) {
-                rows.push((row_of(row)?, Vec::new(), row.get(11)?));
+                rows.push((row_of(row)?, Vec::new(), row.get(12)?));
             }
             if let (Some(part), Some((_, parts, _))) = (part, rows.last_mut()) {
-                parts.push((part, row.get(10)?));
+                parts.push((part, row.get(11)?));
             }
             Ok(())
         },
@@ -347,7 +345,7 @@ pub(crate) fn items_in_rows(
         let mut item = row.read()?;
         for (part, at) in parts {
             fold_part(&mut item, &part, at)
-                .map_err(|e| DbError::column(9, e))
+                .map_err(|e| DbError::column(10, e))
                 .map_err(sql("read items"))?;
         }
         // The streaming parts follow every sealed segment (V9).
@@ -444,7 +442,7 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
                  WHERE i.id = ?1 AND i.session_id = ?2"
             ),
             args![id.to_string(), session.to_string()],
-            |row| Ok((row_of(row)?, row.get::<Option<i64>>(9)?)),
+            |row| Ok((row_of(row)?, row.get::<Option<i64>>(10)?)),
         )
         .map_err(sql("read a streamed item"))?;
     let Some((mut head, Some(from))) = head else {
@@ -537,7 +535,7 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
     super::search::reindex_item(conn, id, body.kind(), &json)?;
     conn.execute(
         "UPDATE items SET body = ?2, updated_at = ?3, streaming_from = ?4, created_at = ?5,
-                          made_by_event = NULL, made_by_update = NULL
+                          made_by_event = NULL, made_by_start = NULL, made_by_length = NULL
          WHERE id = ?1",
         args![id.to_string(), json, at, streaming_from, created_at],
     )
@@ -818,7 +816,15 @@ fn record_known(
     // PostgreSQL keeps every item's body (its V12 adds the columns only).
     let name_makers = conn.engine() == Engine::Sqlite;
     let mut parts = known.as_ref().and_then(|k| k.parts);
-    let mut created = Vec::with_capacity(outcome.created);
+    // The new items' ids, in creation order, and the event that lists them, written
+    // first so that a row can name the bytes of the update that made it.
+    let created: Vec<CreatedItem> = (0..outcome.created)
+        .map(|n| CreatedItem {
+            id: ItemId::new(),
+            seq: first + n as i64,
+        })
+        .collect();
+    let (payload, spans) = turn_recorded_json(batch, &created);
     let mut touched = Vec::with_capacity(outcome.items.len());
     for (slot, body) in &outcome.items {
         let tool_call_id = match body {
@@ -828,22 +834,23 @@ fn record_known(
         let tool_call = tool_call_id.is_some();
         match slot {
             Slot::New(n) => {
-                let id = ItemId::new();
-                let seq = first + *n as i64;
+                let CreatedItem { id, seq } = created[*n];
                 let json = body.to_json();
                 let made_by = outcome
                     .made_by
                     .get(*n)
                     .copied()
                     .flatten()
+                    .and_then(|update| spans.get(update))
                     .filter(|_| name_makers);
+                let int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
                 match made_by {
                     // What one update made, and nothing changed: the row names it.
-                    Some(update) => conn.execute(
+                    Some(&(start, length)) => conn.execute(
                         "INSERT INTO items
                            (id, session_id, seq, kind, tool_call_id, made_by_event,
-                            made_by_update)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                            made_by_start, made_by_length)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                         args![
                             id.to_string(),
                             session.to_string(),
@@ -851,7 +858,8 @@ fn record_known(
                             body.kind(),
                             tool_call_id,
                             event,
-                            i64::try_from(update).unwrap_or(i64::MAX)
+                            int(start),
+                            int(length)
                         ],
                     ),
                     None => conn.execute(
@@ -871,7 +879,6 @@ fn record_known(
                 }
                 .map_err(sql("insert an item"))?;
                 super::search::index_item(conn, body.kind(), &json)?;
-                created.push(CreatedItem { id, seq });
                 touched.push(Touched {
                     id,
                     created: true,
@@ -901,7 +908,8 @@ fn record_known(
                                      (SELECT ev.created_at FROM events ev
                                       WHERE ev.session_id = items.session_id
                                         AND ev.session_seq = items.made_by_event)),
-                                 made_by_event = NULL, made_by_update = NULL
+                                 made_by_event = NULL, made_by_start = NULL,
+                                 made_by_length = NULL
                              WHERE id = ?1",
                             args![id.to_string(), json, at],
                         )
@@ -916,7 +924,6 @@ fn record_known(
             }
         }
     }
-    let payload = turn_recorded_json(batch, &created);
     append_event_json(conn, session, "turn_recorded", &payload, &at, Some(event))?;
     // A streamed message that this batch ended (something else came after it) is
     // folded into its row now, once.
@@ -963,34 +970,29 @@ fn record_known(
 
 /// The `turn_recorded` payload of `batch` as JSON, written straight from the updates
 /// rather than through a `serde_json::Value` of each: the same text
-/// `serde_json::to_string(&EventPayload::TurnRecorded { .. })` gives.
-fn turn_recorded_json(batch: &[Update], created: &[CreatedItem]) -> String {
-    struct Updates<'a>(&'a [Update]);
-    impl serde::Serialize for Updates<'_> {
-        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            s.collect_seq(self.0.iter().map(|u| match u {
-                Update::Known(update) => Either::Known(update),
-                Update::Opaque(value) => Either::Opaque(value),
-            }))
+/// `serde_json::to_string(&EventPayload::TurnRecorded { .. })` gives. With it, where
+/// each update's own text is in it (its first byte and length), in the batch's order.
+fn turn_recorded_json(batch: &[Update], created: &[CreatedItem]) -> (String, Vec<(usize, usize)>) {
+    const ALWAYS: &str = "ACP schema values always serialize";
+    let mut out: Vec<u8> = Vec::with_capacity(64 + 200 * batch.len());
+    let mut spans = Vec::with_capacity(batch.len());
+    out.extend_from_slice(br#"{"kind":"turn_recorded","updates":["#);
+    for (i, update) in batch.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
         }
+        let start = out.len();
+        match update {
+            Update::Known(update) => serde_json::to_writer(&mut out, update),
+            Update::Opaque(value) => serde_json::to_writer(&mut out, value),
+        }
+        .expect(ALWAYS);
+        spans.push((start, out.len() - start));
     }
-    #[derive(serde::Serialize)]
-    #[serde(untagged)]
-    enum Either<'a> {
-        Known(&'a agent_client_protocol_schema::v1::SessionUpdate),
-        Opaque(&'a serde_json::Value),
-    }
-    #[derive(serde::Serialize)]
-    #[serde(tag = "kind", rename = "turn_recorded")]
-    struct TurnRecorded<'a> {
-        updates: Updates<'a>,
-        items: &'a [CreatedItem],
-    }
-    serde_json::to_string(&TurnRecorded {
-        updates: Updates(batch),
-        items: created,
-    })
-    .expect("ACP schema values always serialize")
+    out.extend_from_slice(br#"],"items":"#);
+    serde_json::to_writer(&mut out, created).expect(ALWAYS);
+    out.push(b'}');
+    (String::from_utf8(out).expect(ALWAYS), spans)
 }
 
 /// Appends `content` to streamed item `id` as its next part, and gives that part's
@@ -1113,10 +1115,16 @@ mod tests {
                 updates: batch.iter().map(Update::to_value).collect(),
                 items: created.clone(),
             };
-            assert_eq!(
-                turn_recorded_json(&batch, &created),
-                serde_json::to_string(&event).unwrap()
-            );
+            let (json, spans) = turn_recorded_json(&batch, &created);
+            assert_eq!(json, serde_json::to_string(&event).unwrap());
+            // Each update's bytes are its own text.
+            assert_eq!(spans.len(), batch.len());
+            for (update, (start, length)) in batch.iter().zip(spans) {
+                assert!(
+                    update.written_as(&json[start..start + length]),
+                    "{update:?}"
+                );
+            }
         }
     }
 }

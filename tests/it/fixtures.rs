@@ -846,8 +846,8 @@ fn store_indexed_fixture(name: &str, version: usize) {
     let items_differing = count(&format!(
         "SELECT count(*) FROM items i JOIN search s ON s.rowid = i.rowid
          WHERE i.kind IN {indexed} AND s.body IS NOT coalesce({}, (
-             SELECT json_extract(ev.payload,
-                                 '$.updates[' || i.made_by_update || '].content.text')
+             SELECT json_extract(CAST(substr(CAST(ev.payload AS BLOB), i.made_by_start + 1,
+                                             i.made_by_length) AS TEXT), '$.content.text')
              FROM events ev
              WHERE ev.session_id = i.session_id AND ev.session_seq = i.made_by_event))",
         blocks("i.body", ", '$.content'")

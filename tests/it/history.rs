@@ -476,7 +476,8 @@ async fn a_row_that_names_its_update_is_read_from_it_and_an_edited_name_is_refus
     assert_eq!(
         rows(
             "SELECT count(*) FROM items WHERE body IS NULL
-              AND (created_at IS NOT NULL OR updated_at IS NOT NULL OR made_by_update IS NULL)"
+              AND (created_at IS NOT NULL OR updated_at IS NOT NULL
+                   OR made_by_start IS NULL OR made_by_length IS NULL)"
         ),
         [[Some("0".to_owned())]]
     );
@@ -507,13 +508,19 @@ async fn a_row_that_names_its_update_is_read_from_it_and_an_edited_name_is_refus
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!(hits[0].source, "agent_message");
 
-    // The 40th message, within the last ten entries, now names the update before its own.
-    let m39 = rows("SELECT seq FROM items WHERE made_by_update = 39")[0][0]
-        .clone()
-        .unwrap();
+    // The 40th message, within the last ten entries, now names the bytes of the update
+    // before its own.
+    let named = rows(
+        "SELECT seq, made_by_start, made_by_length FROM items
+         WHERE body IS NULL AND kind = 'agent_message' ORDER BY seq LIMIT 2 OFFSET 38",
+    );
+    let [m38, m39] = [&named[0], &named[1]].map(|r| r[0].clone().unwrap());
+    let (start, length) = (named[1][1].clone().unwrap(), named[1][2].clone().unwrap());
     let edit = |statement: &str| t.raw_execute(statement).unwrap();
     edit(&format!(
-        "UPDATE items SET made_by_update = 38 WHERE seq = {m39}"
+        "UPDATE items SET (made_by_start, made_by_length) =
+             (SELECT made_by_start, made_by_length FROM items WHERE seq = {m38})
+         WHERE seq = {m39}"
     ));
     for (i, format) in formats.iter().enumerate() {
         for (j, tail) in [None, Some("10")].into_iter().enumerate() {
@@ -540,19 +547,21 @@ async fn a_row_that_names_its_update_is_read_from_it_and_an_edited_name_is_refus
         "{}",
         stdout(&verified)
     );
-    let undo = format!("UPDATE items SET made_by_update = 39 WHERE seq = {m39}");
+    let undo = format!(
+        "UPDATE items SET made_by_start = {start}, made_by_length = {length} WHERE seq = {m39}"
+    );
     edit(&undo);
     assert_eq!(outputs(), clean);
 
     // An update that is not there.
     edit(&format!(
-        "UPDATE items SET made_by_update = 4000 WHERE seq = {m39}"
+        "UPDATE items SET made_by_start = 1000000 WHERE seq = {m39}"
     ));
     let out = restore("acp-updates", None);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
     assert!(stderr(&out).contains("no such update"), "{}", stderr(&out));
-    edit("UPDATE items SET made_by_update = 39 WHERE made_by_update = 4000");
+    edit(&undo);
     assert_eq!(outputs(), clean);
 
     // A second session's named rows deleted with it take their terms out of the index.

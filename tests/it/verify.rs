@@ -220,9 +220,18 @@ async fn a_long_history_is_checked_across_pages_and_an_edit_deep_in_it_is_named(
     assert!(ok, "{out}");
 
     let conn = rusqlite::Connection::open(t.db_path()).unwrap();
+    // The row names the bytes of the update that made it (V12): now the next one's.
+    let named: (i64, i64) = conn
+        .query_row(
+            "SELECT made_by_start, made_by_length FROM items WHERE seq = 653",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
     conn.execute(
-        // The row names the update that made it (V12): now the next one.
-        "UPDATE items SET made_by_update = made_by_update + 1 WHERE seq = 653",
+        "UPDATE items SET (made_by_start, made_by_length) =
+             (SELECT made_by_start, made_by_length FROM items WHERE seq = 654)
+         WHERE seq = 653",
         [],
     )
     .unwrap();
@@ -233,8 +242,8 @@ async fn a_long_history_is_checked_across_pages_and_an_edit_deep_in_it_is_named(
         "{out}"
     );
     conn.execute(
-        "UPDATE items SET made_by_update = made_by_update - 1 WHERE seq = 653",
-        [],
+        "UPDATE items SET made_by_start = ?1, made_by_length = ?2 WHERE seq = 653",
+        [named.0, named.1],
     )
     .unwrap();
     conn.execute(

@@ -289,7 +289,7 @@ impl TestStore {
             changed += conn
                 .execute(
                     "UPDATE items SET body = ?2, created_at = ?3, updated_at = ?4,
-                         made_by_event = NULL, made_by_update = NULL
+                         made_by_event = NULL, made_by_start = NULL, made_by_length = NULL
                      WHERE id = ?1 AND body IS NULL AND streaming_from IS NULL
                        AND NOT EXISTS (SELECT 1 FROM item_parts p WHERE p.item_id = items.id)",
                     rusqlite::params![
