@@ -26,10 +26,10 @@ pub struct Recorded {
     pub items: Vec<ItemId>,
 }
 
-/// An item row's ten columns, of `items i`. A row with no body (V12) has no times either:
-/// both are its event's, read with the update it names ([`UnreadItem::find_maker`]),
-/// not by a join, which would walk the event's payload to its last column for every
-/// row.
+/// An item row's ten columns, of `items i`. A row with no body (V12) has no times
+/// either: both are its event's, read with the update it names
+/// ([`UnreadItem::find_maker`]), not by a join, which would walk the event's payload
+/// to its last column for every row.
 const ITEM_COLUMNS: &str = "i.id, i.session_id, i.seq, i.kind, i.body, i.created_at,
      i.updated_at, i.made_by_event, i.made_by_start, i.made_by_length";
 
@@ -1083,7 +1083,8 @@ mod tests {
 
     /// The payload written straight from the updates is the text the event's own
     /// serialization gives, for every kind of update (known ones with optional fields
-    /// and `_meta`, opaque ones) and with and without created items.
+    /// and `_meta`, opaque ones) and with and without created items; and the bytes it
+    /// gives for each update (what a row with no body names, V12) are that update's.
     #[test]
     fn a_turn_recorded_payload_is_written_as_the_event_serializes() {
         let lines = [
