@@ -338,6 +338,9 @@ pub(crate) fn produce(
         // A whole replay, or a point no event made: the log from its start.
         _ => projection::Replayer::windowed(session),
     };
+    // Which update made each item, for the rows that name it (V12); taken as each
+    // item's row is met, so it holds what the log is ahead of the rows by.
+    replayer.keep_makers();
     let mut check = Check {
         items: projection::Meet::new(session, from),
         messages: BTreeMap::new(),
@@ -372,14 +375,25 @@ pub(crate) fn produce(
         // named when the replay ends.
         while rows.front().is_some_and(|item| item.seq() <= want) {
             if let Some(item) = rows.pop_front() {
-                check.row(&Entry::Item(Box::new(item.read()?)))?;
+                let item = item.read(tx, &mut made)?;
+                replayer.take_maker(&item.id);
+                check.row(&Entry::Item(Box::new(item)))?;
             }
         }
         want += 1;
         let entry = match next {
             None => continue, // a message still queued, or no entry at all
             Some(Next::Message(message)) => Entry::Message(message),
-            Some(Next::Row(row)) => check.item_row(row)?,
+            Some(Next::Row(row)) => {
+                let maker = match &row {
+                    turns::ItemRow::Unread(row) => replayer.take_maker(&row.id),
+                    turns::ItemRow::Read(item) => {
+                        replayer.take_maker(&item.id);
+                        None
+                    }
+                };
+                check.item_row(tx, &mut made, row, maker)?
+            }
         };
         if let Some(session) = head.take() {
             let partial = skipped.map(|skipped| Partial {
@@ -489,10 +503,29 @@ impl Check {
     /// An item row about to be handed on, checked: when the log is done with its item
     /// and the row holds that item in the very words the store writes, the log's item
     /// is handed on and the row is never parsed; else the row is read and checked as
-    /// [`Check::row`] checks it.
-    fn item_row(&mut self, row: turns::ItemRow) -> Result<Entry> {
+    /// [`Check::row`] checks it. A row with no body (V12) that names the very update
+    /// the log made its item from (`maker`, [`projection::Replayer::take_maker`]) holds
+    /// that item by construction, once its own columns agree: its update is not even
+    /// read.
+    fn item_row(
+        &mut self,
+        tx: &Tx<'_>,
+        made: &mut turns::Made,
+        row: turns::ItemRow,
+        maker: Option<projection::Maker>,
+    ) -> Result<Entry> {
         let row = match row {
-            turns::ItemRow::Unread(row) => {
+            turns::ItemRow::Unread(mut row) => {
+                if maker.is_some() && row.maker() == maker {
+                    let met = self.items.take_met(row.id.into(), |want| match want {
+                        Entry::Item(want) => row.made_as(want),
+                        Entry::Message(_) => false,
+                    });
+                    if let Some(met) = met {
+                        return Ok(met);
+                    }
+                }
+                row.find_maker(tx, made)?;
                 let met = self.items.take_met(row.id.into(), |want| match want {
                     Entry::Item(want) => row.is(want),
                     Entry::Message(_) => false,
@@ -500,7 +533,7 @@ impl Check {
                 if let Some(met) = met {
                     return Ok(met);
                 }
-                Box::new(row.read()?)
+                Box::new(row.read(tx, made)?)
             }
             turns::ItemRow::Read(item) => item,
         };

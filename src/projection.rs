@@ -48,6 +48,8 @@ pub enum Decoded {
     Recorded {
         updates: Result<Vec<Update>, Refusal>,
         items: Vec<crate::model::CreatedItem>,
+        /// Where each update's text is in the payload: its first byte and length.
+        spans: Vec<(usize, usize)>,
     },
 }
 
@@ -64,7 +66,7 @@ impl Decoded {
                 Some(updates.iter().map(Update::from_value).collect()),
             ),
             Decoded::Payload(payload) => (payload, None),
-            Decoded::Recorded { updates, items } => (
+            Decoded::Recorded { updates, items, .. } => (
                 EventPayload::TurnRecorded {
                     updates: Vec::new(),
                     items,
@@ -116,11 +118,17 @@ impl Payload for &str {
         if kind == "turn_recorded"
             && let Ok(plain) = serde_json::from_str::<PlainRecorded>(self)
         {
+            let base = self.as_ptr() as usize;
             return Ok(Decoded::Recorded {
                 updates: plain
                     .updates
                     .iter()
                     .map(|update| Update::from_text(update.get()))
+                    .collect(),
+                spans: plain
+                    .updates
+                    .iter()
+                    .map(|update| (update.get().as_ptr() as usize - base, update.get().len()))
                     .collect(),
                 items: plain.items,
             });
@@ -420,7 +428,15 @@ pub struct Replayer<'a> {
     turns: Vec<Turn>,
     settings: Vec<Setting>,
     uris: Uris,
+    /// When kept ([`Replayer::keep_makers`]): for each item one update made and no
+    /// later update changed, that update's event (`session_seq`) and bytes in the
+    /// event's payload, until [`Replayer::take_maker`] takes it.
+    makers: Option<HashMap<ItemId, Maker>>,
 }
+
+/// The update that made an item, as a row with no body names it (V12): its event's
+/// `session_seq`, and the first byte and length of its text in the event's payload.
+pub(crate) type Maker = (i64, usize, usize);
 
 impl<'a> Replayer<'a> {
     pub fn new(session_id: SessionId) -> Replayer<'static> {
@@ -440,6 +456,7 @@ impl<'a> Replayer<'a> {
             turns: Vec::new(),
             settings: Vec::new(),
             uris: Uris::default(),
+            makers: None,
         }
     }
 
@@ -466,6 +483,7 @@ impl<'a> Replayer<'a> {
             turns: Vec::new(),
             settings: Vec::new(),
             uris: Uris::default(),
+            makers: None,
         }
     }
 
@@ -500,6 +518,18 @@ impl<'a> Replayer<'a> {
         self.entries.history.last
     }
 
+    /// Keeps, from now on, which update made each item that one update made and no
+    /// later one changed ([`Replayer::take_maker`]), from payloads read as text.
+    pub(crate) fn keep_makers(&mut self) {
+        self.makers.get_or_insert_with(HashMap::new);
+    }
+
+    /// The update that made item `id` (kept since [`Replayer::keep_makers`]), if one
+    /// update made it and no later one changed it: forgotten once taken.
+    pub(crate) fn take_maker(&mut self, id: &ItemId) -> Option<Maker> {
+        self.makers.as_mut()?.remove(id)
+    }
+
     /// The problems found so far.
     pub fn problems(&self) -> &[Problem] {
         &self.problems
@@ -531,8 +561,14 @@ impl<'a> Replayer<'a> {
                 .with_event(event.seq),
             );
         }
+        let mut spans = Vec::new();
         let (payload, read) = match event.payload.decode(&event.kind, &mut self.uris) {
-            Ok(decoded) => decoded.split(),
+            Ok(decoded) => {
+                if let (Some(_), Decoded::Recorded { spans: read, .. }) = (&self.makers, &decoded) {
+                    spans.clone_from(read);
+                }
+                decoded.split()
+            }
             Err(e) => {
                 problems.push(
                     Problem::new(
@@ -708,7 +744,11 @@ impl<'a> Replayer<'a> {
                 }
                 // (`split` reads the updates of every `turn_recorded`.)
                 let read = read.unwrap_or(Ok(Vec::new()));
-                replay_turn(event, read, &created, entries, problems);
+                let makers = self
+                    .makers
+                    .as_mut()
+                    .map(|makers| (makers, spans.as_slice()));
+                replay_turn(event, read, &created, entries, problems, makers);
             }
             EventPayload::AgentBound { agent } => match session.as_mut() {
                 Some(s) => s.agent = Some(agent),
@@ -812,6 +852,10 @@ fn before_creation<P>(event: &Event<P>, session: SessionId, what: &str) -> Probl
     .with_event(event.seq)
 }
 
+/// The makers a replay keeps, and where each update of the batch being replayed is in
+/// its event's payload.
+type Makers<'a> = (&'a mut HashMap<ItemId, Maker>, &'a [(usize, usize)]);
+
 /// Replays one recorded batch onto the projected items, the way `record` applied it.
 fn replay_turn<P>(
     event: &Event<P>,
@@ -819,6 +863,7 @@ fn replay_turn<P>(
     created: &[crate::model::CreatedItem],
     entries: &mut Entries<'_>,
     problems: &mut Vec<Problem>,
+    mut makers: Option<Makers<'_>>,
 ) {
     let about = |kind, detail: String| {
         Problem::new(kind, detail)
@@ -907,6 +952,12 @@ fn replay_turn<P>(
                         .with_item(made.id),
                     );
                 }
+                if let Some((makers, spans)) = makers.as_mut()
+                    && let Some(&(start, length)) =
+                        outcome.made_by[n].and_then(|update| spans.get(update))
+                {
+                    makers.insert(made.id, (event.session_seq, start, length));
+                }
                 entries.item(Item {
                     id: made.id,
                     session_id: event.session_id,
@@ -917,6 +968,9 @@ fn replay_turn<P>(
                 });
             }
             Slot::Stored(id) => {
+                if let Some((makers, _)) = makers.as_mut() {
+                    makers.remove(&id);
+                }
                 if let Some(item) = entries.live.get_mut(&id) {
                     item.body = body;
                     item.updated_at = event.created_at.clone();

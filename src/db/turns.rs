@@ -69,14 +69,13 @@ fn row_of(row: &Row<'_>) -> Result<UnreadItem, DbError> {
 
 /// The one item a query of [`ITEM_COLUMNS`] finds, if any, read whole.
 fn one_item(conn: &Tx<'_>, query: &str, args: &[super::sql::Value<'_>]) -> Result<Option<Item>> {
-    let Some(mut row) = conn
+    let Some(row) = conn
         .query_row(query, args, row_of)
         .map_err(sql("read items"))?
     else {
         return Ok(None);
     };
-    row.find_maker(conn, &mut Made::default())?;
-    row.read().map(Some)
+    row.read(conn, &mut Made::default()).map(Some)
 }
 
 /// A session's items in history order, each with its appended parts folded in (V6:
@@ -96,7 +95,7 @@ pub fn items_in(
 ) -> Result<Vec<Item>> {
     items_in_rows(conn, session, seqs, made)?
         .into_iter()
-        .map(ItemRow::read)
+        .map(|row| row.read(conn, made))
         .collect()
 }
 
@@ -117,10 +116,11 @@ impl ItemRow {
         }
     }
 
-    pub(crate) fn read(self) -> Result<Item> {
+    /// The item, read whole (a row with no body reads its update through `made`).
+    pub(crate) fn read(self, conn: &Tx<'_>, made: &mut Made) -> Result<Item> {
         match self {
             ItemRow::Read(item) => Ok(*item),
-            ItemRow::Unread(row) => row.read(),
+            ItemRow::Unread(row) => row.read(conn, made),
         }
     }
 }
@@ -177,9 +177,36 @@ impl UnreadItem {
             }
     }
 
+    /// For a row with no body whose update is not read yet: the update it names, as
+    /// [`crate::projection::Maker`] says it.
+    pub(crate) fn maker(&self) -> Option<crate::projection::Maker> {
+        match self.body {
+            Body::MadeBy {
+                event,
+                start,
+                length,
+            } => Some((
+                event,
+                usize::try_from(start).ok()?,
+                usize::try_from(length).ok()?,
+            )),
+            _ => None,
+        }
+    }
+
+    /// Whether the row is `item` as far as its own columns say, for a row that names
+    /// the same update as made `item`: its body and times are then that update's and
+    /// its event's, which are `item`'s.
+    pub(crate) fn made_as(&self, item: &Item) -> bool {
+        self.id == item.id
+            && self.session_id == item.session_id
+            && self.seq == item.seq
+            && self.kind == item.body.kind()
+    }
+
     /// Reads the update a row with no body names, and the time of its event, which
     /// is both of the item's times (one read of each event for a run of rows, `made`).
-    fn find_maker(&mut self, conn: &Tx<'_>, made: &mut Made) -> Result<()> {
+    pub(crate) fn find_maker(&mut self, conn: &Tx<'_>, made: &mut Made) -> Result<()> {
         if let Body::MadeBy {
             event,
             start,
@@ -196,8 +223,10 @@ impl UnreadItem {
         Ok(())
     }
 
-    /// The row read as the item it holds.
-    pub(crate) fn read(self) -> Result<Item> {
+    /// The row read as the item it holds (a row with no body reads its update
+    /// through `made`).
+    pub(crate) fn read(mut self, conn: &Tx<'_>, made: &mut Made) -> Result<Item> {
+        self.find_maker(conn, made)?;
         let body = self.body().map_err(sql("read items"))?;
         Ok(self.with(body))
     }
@@ -217,14 +246,17 @@ impl UnreadItem {
             Some(body) => Err(DbError::column(
                 4,
                 format!(
-                    "a {} row names an update that makes a {}",
+                    "an item row of kind {} names an update that makes an item of kind {}",
                     self.kind,
                     body.kind()
                 ),
             )),
             None => Err(DbError::column(
                 4,
-                format!("a {} row names an update that makes no item", self.kind),
+                format!(
+                    "an item row of kind {} names an update that makes no item",
+                    self.kind
+                ),
             )),
         }
     }
@@ -336,13 +368,14 @@ pub(crate) fn items_in_rows(
     )
     .map_err(sql("read items"))?;
     let mut items = Vec::with_capacity(rows.len());
-    for (mut row, parts, streaming_from) in rows {
-        row.find_maker(conn, made)?;
+    for (row, parts, streaming_from) in rows {
+        // A row with no body is read when it is met ([`ItemRow::read`]): a restore
+        // that knows the update that made the log's item need not read it.
         if parts.is_empty() && streaming_from.is_none() {
             items.push(ItemRow::Unread(row));
             continue;
         }
-        let mut item = row.read()?;
+        let mut item = row.read(conn, made)?;
         for (part, at) in parts {
             fold_part(&mut item, &part, at)
                 .map_err(|e| DbError::column(10, e))
@@ -445,13 +478,12 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
             |row| Ok((row_of(row)?, row.get::<Option<i64>>(10)?)),
         )
         .map_err(sql("read a streamed item"))?;
-    let Some((mut head, Some(from))) = head else {
+    let Some((head, Some(from))) = head else {
         return Ok(()); // no such item, or nothing of it streaming
     };
-    head.find_maker(conn, &mut Made::default())?;
     let Item {
         body, created_at, ..
-    } = head.read()?;
+    } = head.read(conn, &mut Made::default())?;
     let (ItemBody::AgentMessage(mut text) | ItemBody::AgentThought(mut text)) = body.clone() else {
         return Ok(());
     };

@@ -553,6 +553,28 @@ async fn a_row_that_names_its_update_is_read_from_it_and_an_edited_name_is_refus
     edit(&undo);
     assert_eq!(outputs(), clean);
 
+    // The right update, but the row's kind edited: refused, in the whole restore and
+    // in a tail.
+    edit(&format!(
+        "UPDATE items SET kind = 'agent_thought' WHERE seq = {m39}"
+    ));
+    for tail in [None, Some("10")] {
+        let out = restore("acp-updates", tail);
+        assert_eq!(out.status.code(), Some(1), "{tail:?}");
+        assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(
+                "of kind agent_thought names an update that makes an item of kind agent_message"
+            ),
+            "{}",
+            stderr(&out)
+        );
+    }
+    edit(&format!(
+        "UPDATE items SET kind = 'agent_message' WHERE seq = {m39}"
+    ));
+    assert_eq!(outputs(), clean);
+
     // An update that is not there.
     edit(&format!(
         "UPDATE items SET made_by_start = 1000000 WHERE seq = {m39}"
