@@ -876,39 +876,30 @@ fn record_known(
                     .and_then(|update| spans.get(update))
                     .filter(|_| name_makers);
                 let int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-                match made_by {
-                    // What one update made, and nothing changed: the row names it.
-                    Some(&(start, length)) => conn.execute(
-                        "INSERT INTO items
-                           (id, session_id, seq, kind, tool_call_id, made_by_event,
-                            made_by_start, made_by_length)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                        args![
-                            id.to_string(),
-                            session.to_string(),
-                            seq,
-                            body.kind(),
-                            tool_call_id,
-                            event,
-                            int(start),
-                            int(length)
-                        ],
-                    ),
-                    None => conn.execute(
-                        "INSERT INTO items
-                           (id, session_id, seq, kind, tool_call_id, body, created_at, updated_at)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
-                        args![
-                            id.to_string(),
-                            session.to_string(),
-                            seq,
-                            body.kind(),
-                            tool_call_id,
-                            json,
-                            at
-                        ],
-                    ),
-                }
+                // What one update made, and nothing changed: the row names it, with no
+                // body and no times of its own; any other row holds both.
+                let (kept, named) = match made_by {
+                    Some(&(start, length)) => (None, Some((event, int(start), int(length)))),
+                    None => (Some((json.as_str(), at.as_str())), None),
+                };
+                conn.execute(
+                    "INSERT INTO items
+                       (id, session_id, seq, kind, tool_call_id, body, created_at, updated_at,
+                        made_by_event, made_by_start, made_by_length)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10)",
+                    args![
+                        id.to_string(),
+                        session.to_string(),
+                        seq,
+                        body.kind(),
+                        tool_call_id,
+                        kept.map(|(json, _)| json),
+                        kept.map(|(_, at)| at),
+                        named.map(|(event, ..)| event),
+                        named.map(|(_, start, _)| start),
+                        named.map(|(.., length)| length)
+                    ],
+                )
                 .map_err(sql("insert an item"))?;
                 super::search::index_item(conn, body.kind(), &json)?;
                 touched.push(Touched {
