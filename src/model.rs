@@ -848,6 +848,32 @@ mod tests {
         }
     }
 
+    /// A number reads back as the very float that was written, so the words a body is
+    /// written in name one value: a restore that takes equal words as the same item
+    /// (`written_as`) and `verify`, which parses, agree. Without serde_json's
+    /// `float_roundtrip`, each of these read back one step away from what was written.
+    #[test]
+    fn a_float_reads_back_as_the_float_that_was_written() {
+        for x in [
+            1.0715660391465826e-75,
+            -1.81996730402717e-179,
+            -1.603964615428183e143,
+            -9.643915712060552e-234,
+        ] {
+            let json = format!(
+                r#"{{"toolCallId":"c1","title":"Read","rawInput":{{"x":{}}}}}"#,
+                serde_json::to_string(&x).unwrap()
+            );
+            let body = ItemBody::from_json("tool_call", &json).unwrap();
+            let again = ItemBody::from_json("tool_call", &body.to_json()).unwrap();
+            assert_eq!(again, body, "{x:e}");
+            let ItemBody::ToolCall(call) = &body else {
+                panic!("a tool call");
+            };
+            assert_eq!(call.raw_input.as_ref().unwrap()["x"].as_f64(), Some(x));
+        }
+    }
+
     /// A problem prints, and serializes, as the one line `verify` has always printed
     /// for it, whatever its kind puts first; a message that has named the session or
     /// the schema already gives the rest alone.

@@ -156,10 +156,10 @@ pub(crate) struct UnreadItem {
 impl UnreadItem {
     /// Whether the row holds exactly `item`: in the words [`ItemBody::to_json`] writes,
     /// or, for a row with no body, as the update that made it, which the item replays
-    /// as exactly ([`turns::replay_updates`]). Equal words are taken as the same item
-    /// even for a number whose digits would not read back as the same float
-    /// (serde_json reads without `float_roundtrip`): there a restore hands on the log's
-    /// item where `verify`, which parses every row, names the row as differing.
+    /// as exactly ([`turns::replay_updates`]). Equal words are the same item: serde_json
+    /// reads with `float_roundtrip`, so a number's digits read back as the float they
+    /// were written from, and `verify`, which parses every row, agrees
+    /// (`model::tests::a_float_reads_back_as_the_float_that_was_written`).
     pub(crate) fn is(&self, item: &Item) -> bool {
         self.id == item.id
             && self.session_id == item.session_id
