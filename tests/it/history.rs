@@ -276,6 +276,24 @@ async fn damage_found_late_stops_a_stream_of_lines_and_refuses_a_document() {
     );
 }
 
+/// Every format `restore` writes.
+const FORMATS: [&str; 4] = ["acp", "acp-updates", "openai", "openai-responses"];
+
+/// The command line's `restore` of session `s` in `format`, whole or its last `tail`.
+fn restore_of(
+    t: &TestStore,
+    s: SessionId,
+    format: &str,
+    tail: Option<&str>,
+) -> std::process::Output {
+    let sid = s.to_string();
+    let mut args = vec!["restore", "--session", &sid, "--format", format];
+    if let Some(n) = tail {
+        args.extend(["--tail", n]);
+    }
+    t.run(&args)
+}
+
 /// A session of `n` recorded agent messages, the i-th `mI` under a `messageId` of its
 /// own, after one user message.
 async fn recorded(t: &TestStore, n: usize) -> SessionId {
@@ -325,15 +343,8 @@ async fn an_item_row_in_other_words_restores_and_an_edited_kind_or_time_is_refus
     // (`a_row_that_names_its_update_is_read_from_it_and_an_edited_name_is_refused`
     // edits the rows V12 writes).
     assert_eq!(t.write_out_bodies(s).await, items);
-    let sid = s.to_string();
-    let restore = |format: &str, tail: Option<&str>| {
-        let mut args = vec!["restore", "--session", &sid, "--format", format];
-        if let Some(n) = tail {
-            args.extend(["--tail", n]);
-        }
-        t.run(&args)
-    };
-    let formats = ["acp", "acp-updates", "openai", "openai-responses"];
+    let restore = |format: &str, tail: Option<&str>| restore_of(&t, s, format, tail);
+    let formats = FORMATS;
     let clean: Vec<(String, String)> = formats
         .iter()
         .flat_map(|f| [(f, None), (f, Some("10"))])
@@ -482,15 +493,8 @@ async fn a_row_that_names_its_update_is_read_from_it_and_an_edited_name_is_refus
         [[Some("0".to_owned())]]
     );
 
-    let sid = s.to_string();
-    let restore = |format: &str, tail: Option<&str>| {
-        let mut args = vec!["restore", "--session", &sid, "--format", format];
-        if let Some(n) = tail {
-            args.extend(["--tail", n]);
-        }
-        t.run(&args)
-    };
-    let formats = ["acp", "acp-updates", "openai", "openai-responses"];
+    let restore = |format: &str, tail: Option<&str>| restore_of(&t, s, format, tail);
+    let formats = FORMATS;
     let outputs = || -> Vec<String> {
         formats
             .iter()
