@@ -339,8 +339,12 @@ pub(crate) fn produce(
         _ => projection::Replayer::windowed(session),
     };
     // Which update made each item, for the rows that name it (V12); taken as each
-    // item's row is met, so it holds what the log is ahead of the rows by.
-    replayer.keep_makers();
+    // item's row is met, so it holds what the log is ahead of the rows by. Not when
+    // the whole log replays for rows that start later (a point no event made): the
+    // items before the point would never be met, and their rows are read as text.
+    if whole || making.is_some() {
+        replayer.keep_makers();
+    }
     let mut check = Check {
         items: projection::Meet::new(session, from),
         messages: BTreeMap::new(),
