@@ -563,9 +563,11 @@ impl<'a> Replayer<'a> {
         }
         let mut spans = Vec::new();
         let (payload, read) = match event.payload.decode(&event.kind, &mut self.uris) {
-            Ok(decoded) => {
-                if let (Some(_), Decoded::Recorded { spans: read, .. }) = (&self.makers, &decoded) {
-                    spans.clone_from(read);
+            Ok(mut decoded) => {
+                if let (Some(_), Decoded::Recorded { spans: read, .. }) =
+                    (&self.makers, &mut decoded)
+                {
+                    spans = std::mem::take(read);
                 }
                 decoded.split()
             }

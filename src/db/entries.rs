@@ -125,29 +125,11 @@ pub fn seq_of_acp_message(conn: &Tx<'_>, session: &SessionId, id: &str) -> Resul
     let mut made = turns::Made::default();
     let mut after = 0;
     loop {
-        type Row = (i64, Option<String>, Option<i64>, Option<i64>, Option<i64>);
-        let page: Vec<Row> = conn
-            .query_map(
-                "SELECT seq, body, made_by_event, made_by_start, made_by_length FROM items
-                 WHERE session_id = ?1 AND seq > ?2
-                   AND kind IN ('agent_message', 'agent_thought')
-                 ORDER BY seq LIMIT ?3",
-                args![session.to_string(), after, PAGE],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-            )
-            .map_err(sql("find a message"))?;
-        let Some(&(last, ..)) = page.last() else {
+        let page = turns::message_texts(conn, session, after, PAGE, &mut made)?;
+        let Some(&(last, _)) = page.last() else {
             return Ok(None);
         };
-        for (seq, body, event, start, length) in page {
-            let text = match (body, event, start, length) {
-                (Some(body), ..) => body,
-                (None, Some(event), Some(start), Some(length)) => made
-                    .update(conn, session, event, start, length)
-                    .map_err(sql("find a message"))?,
-                // A row with neither is refused by its table; read past it.
-                (None, ..) => continue,
-            };
+        for (seq, text) in page {
             let named = serde_json::from_str::<Named<'_>>(&text).ok();
             if named.and_then(|n| n.message_id).is_some_and(|m| m == id) {
                 return Ok(Some(seq));

@@ -67,15 +67,51 @@ fn row_of(row: &Row<'_>) -> Result<UnreadItem, DbError> {
     })
 }
 
-/// The one item a query of [`ITEM_COLUMNS`] finds, if any, read whole.
-fn one_item(conn: &Tx<'_>, query: &str, args: &[super::sql::Value<'_>]) -> Result<Option<Item>> {
+/// The one item a query of [`ITEM_COLUMNS`] finds, if any, read whole (the update a row
+/// with no body names read through `made`).
+fn one_item(
+    conn: &Tx<'_>,
+    query: &str,
+    args: &[super::sql::Value<'_>],
+    made: &mut Made,
+) -> Result<Option<Item>> {
     let Some(row) = conn
         .query_row(query, args, row_of)
         .map_err(sql("read items"))?
     else {
         return Ok(None);
     };
-    row.read(conn, &mut Made::default()).map(Some)
+    row.read(conn, made).map(Some)
+}
+
+/// The agent messages and thoughts of `session` after seq `after`, at most `limit`, in
+/// history order: each seq with the JSON text of its body, or of the update that made
+/// it (V12, read through `made`). Both carry the ACP `messageId` at their top level.
+pub(crate) fn message_texts(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    after: i64,
+    limit: i64,
+    made: &mut Made,
+) -> Result<Vec<(i64, String)>> {
+    let rows = conn
+        .query_map(
+            &format!(
+                "SELECT {ITEM_COLUMNS} FROM items i WHERE i.session_id = ?1 AND i.seq > ?2
+                 AND i.kind IN ('agent_message', 'agent_thought') ORDER BY i.seq LIMIT ?3"
+            ),
+            args![session.to_string(), after, limit],
+            row_of,
+        )
+        .map_err(sql("read items"))?;
+    let mut texts = Vec::with_capacity(rows.len());
+    for mut row in rows {
+        row.find_maker(conn, made)?;
+        if let Body::Text(text) | Body::Update(text) = row.body {
+            texts.push((row.seq, text));
+        }
+    }
+    Ok(texts)
 }
 
 /// A session's items in history order, each with its appended parts folded in (V6:
@@ -288,7 +324,7 @@ impl Made {
     /// The JSON text of the update that is `length` bytes from byte `start` of the
     /// payload of `session`'s event `event`. Bytes that are not an update's make an
     /// error when the text is read as one, or an item that is not the log's.
-    pub(crate) fn update(
+    fn update(
         &mut self,
         conn: &Tx<'_>,
         session: &SessionId,
@@ -647,6 +683,8 @@ fn state_for(
     batch: &[Update],
     known: Option<&Tail>,
 ) -> Result<State> {
+    // The items a batch made name the same event: it is read once for all of them.
+    let mut made = Made::default();
     let tail = match known {
         Some(known) => known.item.clone(),
         None => {
@@ -658,6 +696,7 @@ fn state_for(
                      AND i.kind IN ('agent_message', 'agent_thought')"
                 ),
                 args![session.to_string(), last],
+                &mut made,
             )?
             .map(|item| (item.id, empty_copy(item.body)))
         }
@@ -671,7 +710,7 @@ fn state_for(
             id: item,
             body: ItemBody::ToolCall(call),
             ..
-        }) = tool_call(conn, session, &id)?
+        }) = tool_call_in(conn, session, &id, &mut made)?
         {
             state.tool_calls.insert(id, (item, call));
         }
@@ -774,12 +813,23 @@ pub fn tool_call(
     session: &SessionId,
     id: &agent_client_protocol_schema::v1::ToolCallId,
 ) -> Result<Option<Item>> {
+    tool_call_in(conn, session, id, &mut Made::default())
+}
+
+/// [`tool_call`], the update a row with no body names read through `made`.
+fn tool_call_in(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    id: &agent_client_protocol_schema::v1::ToolCallId,
+    made: &mut Made,
+) -> Result<Option<Item>> {
     one_item(
         conn,
         &format!(
             "SELECT {ITEM_COLUMNS} FROM items i WHERE i.session_id = ?1 AND i.tool_call_id = ?2"
         ),
         args![session.to_string(), id.to_string()],
+        made,
     )
 }
 
