@@ -639,6 +639,9 @@ pub enum ProblemKind {
     TurnSequence,
     /// The full-text index lacks a row it should index, or indexes one that is gone.
     SearchIndex,
+    /// The log's index by session (SQLite's `event_keys`, V13) lacks an event it
+    /// should key, keys one that is not there, or two events take one place.
+    LogIndex,
 }
 
 impl ProblemKind {

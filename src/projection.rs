@@ -429,13 +429,13 @@ pub struct Replayer<'a> {
     settings: Vec<Setting>,
     uris: Uris,
     /// When kept ([`Replayer::keep_makers`]): for each item one update made and no
-    /// later update changed, that update's event (`session_seq`) and bytes in the
+    /// later update changed, that update's event (its `seq`) and bytes in the
     /// event's payload, until [`Replayer::take_maker`] takes it.
     makers: Option<HashMap<ItemId, Maker>>,
 }
 
 /// The update that made an item, as a row with no body names it (V12): its event's
-/// `session_seq`, and the first byte and length of its text in the event's payload.
+/// `seq` (V13), and the first byte and length of its text in the event's payload.
 pub(crate) type Maker = (i64, usize, usize);
 
 impl<'a> Replayer<'a> {
@@ -958,7 +958,7 @@ fn replay_turn<P>(
                     && let Some(&(start, length)) =
                         outcome.made_by[n].and_then(|update| spans.get(update))
                 {
-                    makers.insert(made.id, (event.session_seq, start, length));
+                    makers.insert(made.id, (event.seq.0, start, length));
                 }
                 entries.item(Item {
                     id: made.id,

@@ -125,7 +125,7 @@ fn replay_store(rt: &Runtime, f: &Fixture, replay: Replay) {
 fn each_payload(db: &Path, session: &str, mut each: impl FnMut(&str, &mut std::io::Sink)) {
     let conn = raw_connection(db);
     let mut stmt = conn
-        .prepare("SELECT payload FROM events WHERE session_id = ?1 ORDER BY session_seq")
+        .prepare("SELECT payload FROM session_events WHERE session_id = ?1 ORDER BY session_seq")
         .expect("prepare");
     let mut rows = stmt.query([session]).expect("query");
     let mut sink = std::io::sink();

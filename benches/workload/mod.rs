@@ -170,10 +170,17 @@ pub fn raw_append(conn: &mut Connection, session: &str, text: &str) {
                     "modelText": null, "transcript": null, "state": "delivered", "refs": []}
     })
     .to_string();
+    // Its place in the log as the store finds it on this schema (V13: the session's
+    // newest unkeyed event, else its highest key). A run appends fewer events than the
+    // store's keys may lag by, so the store would key none of them either.
     tx.prepare_cached(
         "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
-         VALUES (?1, (SELECT coalesce(max(session_seq), 0) + 1 FROM events
-                      WHERE session_id = ?1), 'message_appended', ?2, ?3)",
+         VALUES (?1, coalesce(
+                     (SELECT session_seq FROM events
+                      WHERE seq > (SELECT upto FROM event_keys_upto) AND session_id = ?1
+                      ORDER BY seq DESC LIMIT 1),
+                     (SELECT max(session_seq) FROM event_keys WHERE session_id = ?1),
+                     0) + 1, 'message_appended', ?2, ?3)",
     )
     .and_then(|mut s| s.execute(params![session, payload, at]))
     .expect("insert an event");
@@ -410,5 +417,14 @@ pub fn write_sessions(db: &Path, n: u32) {
             .expect("its search entry");
         }
     }
+    // The store keys its log a batch at a time (V13); so many events at once it
+    // would have keyed.
+    tx.execute_batch(
+        "INSERT INTO event_keys (session_id, session_seq, seq)
+             SELECT session_id, session_seq, seq FROM events
+             WHERE seq > (SELECT upto FROM event_keys_upto) ORDER BY session_id, session_seq;
+         UPDATE event_keys_upto SET upto = (SELECT coalesce(max(seq), 0) FROM events);",
+    )
+    .expect("key the events");
     tx.commit().expect("commit");
 }

@@ -1,10 +1,12 @@
 //! The event log's one way in and the history's numbering: the next place in a
 //! session's history (which messages and items share), the append of an event with
-//! its per-session sequence number, and the timestamps both carry. A leaf of `db`: it
-//! reads no record and never updates or deletes an event.
+//! its per-session sequence number, the log's index by session (SQLite's
+//! `event_keys`, V13, written a batch at a time as the log grows), and the timestamps
+//! they carry. A leaf of `db`: it reads no record and never updates or deletes an
+//! event.
 
 use super::error::sql;
-use super::sql::{Tx, args};
+use super::sql::{DbError, Engine, Tx, args};
 use crate::error::{Error, Result};
 use crate::ids::{EventSeq, SessionId};
 use crate::model::EventPayload;
@@ -42,18 +44,18 @@ pub(crate) fn append_event_json(
     at: &str,
     session_seq: Option<i64>,
 ) -> Result<EventSeq> {
-    let session = session.to_string();
-    const NEXT: &str = "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
-         VALUES (?1,
-                 (SELECT coalesce(max(session_seq), 0) + 1 FROM events WHERE session_id = ?1),
-                 ?2, ?3, ?4)";
-    const AT: &str = "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
-         VALUES (?1, ?5, ?2, ?3, ?4)";
-    let appended = match session_seq {
-        Some(n) => conn.insert_id(AT, "seq", args![session, kind, body, at, n]),
-        None => conn.insert_id(NEXT, "seq", args![session, kind, body, at]),
+    let session_seq = match session_seq {
+        Some(n) => n,
+        None => last_session_seq(conn, session)? + 1,
     };
-    let seq = appended
+    let session = session.to_string();
+    let seq = conn
+        .insert_id(
+            "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            "seq",
+            args![session, session_seq, kind, body, at],
+        )
         .map_err(sql("append an event"))?
         .ok_or(Error::OutOfRange {
             what: "an appended event's sequence number",
@@ -63,20 +65,76 @@ pub(crate) fn append_event_json(
         args![session, at],
     )
     .map_err(sql("touch the session"))?;
+    if conn.engine() == Engine::Sqlite {
+        key_events_when_due(conn, seq)?;
+    }
     Ok(EventSeq(seq))
+}
+
+/// How many events the log's index by session (`event_keys`, SQLite's V13) may lag
+/// behind the log: the unkeyed events are found by scanning what follows the keyed
+/// ones, so this bounds that scan, while the keys of that many events, written
+/// together, share their pages among the sessions that were writing.
+pub(crate) const UNKEYED_AT_MOST: i64 = 1024;
+
+/// Keys every unkeyed event once the newest, `seq`, is [`UNKEYED_AT_MOST`] past the
+/// keyed ones (SQLite only: PostgreSQL's `events` keeps its own index).
+fn key_events_when_due(conn: &Tx<'_>, seq: i64) -> Result<()> {
+    let read = sql("read where the log's keys end (`event_keys_upto`)");
+    let upto: i64 = match conn.query_row("SELECT upto FROM event_keys_upto", args![], |r| r.get(0))
+    {
+        Ok(Some(upto)) => upto,
+        Ok(None) => return Err(read(DbError::column(0, "the table has no row"))),
+        Err(e) => return Err(read(e)),
+    };
+    if seq - upto >= UNKEYED_AT_MOST {
+        key_events(conn)?;
+    }
+    Ok(())
+}
+
+/// Adds the keys of every event past `event_keys_upto` to `event_keys`, sorted so
+/// that each session's go in together, and moves the end past them. A second event
+/// at a session's `session_seq` is refused here, as the old unique index refused it.
+pub(crate) fn key_events(conn: &Tx<'_>) -> Result<()> {
+    conn.execute(
+        "INSERT INTO event_keys (session_id, session_seq, seq)
+         SELECT session_id, session_seq, seq FROM events
+         WHERE seq > (SELECT upto FROM event_keys_upto)
+         ORDER BY session_id, session_seq",
+        args![],
+    )
+    .map_err(sql("key the log's newest events"))?;
+    conn.execute(
+        "UPDATE event_keys_upto SET upto = (SELECT coalesce(max(seq), 0) FROM events)",
+        args![],
+    )
+    .map_err(sql("move where the log's keys end"))?;
+    Ok(())
 }
 
 /// The `session_seq` of a session's last event (0 for none).
 pub(crate) fn last_session_seq(conn: &Tx<'_>, session: &SessionId) -> Result<i64> {
-    conn.query_row(
-        "SELECT coalesce(max(session_seq), 0) FROM events WHERE session_id = ?1",
-        args![session.to_string()],
-        |r| r.get(0),
-    )
-    .map_err(sql("read a session's last event"))?
-    .ok_or(Error::OutOfRange {
-        what: "an event's sequence number",
-    })
+    let statement = match conn.engine() {
+        // The newest unkeyed event of the session, found walking back from the log's
+        // end (a session that is writing has one near it), else its highest key: a
+        // session's log takes its places in the order of the events' `seq`.
+        Engine::Sqlite => {
+            "SELECT coalesce(
+                 (SELECT session_seq FROM events
+                  WHERE seq > (SELECT upto FROM event_keys_upto) AND session_id = ?1
+                  ORDER BY seq DESC LIMIT 1),
+                 (SELECT max(session_seq) FROM event_keys WHERE session_id = ?1),
+                 0)"
+        }
+        Engine::Postgres => {
+            "SELECT coalesce(max(session_seq), 0) FROM events WHERE session_id = ?1"
+        }
+    };
+    Ok(conn
+        .query_row(statement, args![session.to_string()], |r| r.get(0))
+        .map_err(sql("read a session's last event"))?
+        .unwrap_or(0))
 }
 
 /// The next place in a session's history, which messages and items share.

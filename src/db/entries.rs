@@ -157,7 +157,7 @@ pub fn event_making(conn: &Tx<'_>, session: &SessionId, seq: i64) -> Result<Opti
     loop {
         let events: Vec<(i64, String, String)> = conn
             .query_map(
-                "SELECT session_seq, kind, payload FROM events
+                "SELECT session_seq, kind, payload FROM session_events
                  WHERE session_id = ?1 AND session_seq < ?2
                    AND kind IN ('message_appended', 'turn_recorded')
                  ORDER BY session_seq DESC LIMIT ?3",

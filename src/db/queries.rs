@@ -518,7 +518,7 @@ pub fn events_page(
     let events = conn
         .query_map(
             &format!(
-                "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?1
+                "SELECT {EVENT_COLUMNS} FROM session_events WHERE session_id = ?1
                    AND session_seq >= ?2 AND session_seq < ?3
                  ORDER BY session_seq"
             ),
@@ -531,25 +531,19 @@ pub fn events_page(
     }
     let next: Option<i64> = conn
         .query_row(
-            "SELECT min(session_seq) FROM events WHERE session_id = ?1 AND session_seq >= ?2",
+            // Not `min()`: an aggregate of the view would read every key from `?2` on.
+            "SELECT session_seq FROM session_events WHERE session_id = ?1 AND session_seq >= ?2
+             ORDER BY session_seq LIMIT 1",
             args![session.to_string(), to],
             |r| r.get(0),
         )
-        .map_err(sql("read events"))?
-        .flatten();
+        .map_err(sql("read events"))?;
     Ok((events, next.unwrap_or(i64::MAX)))
 }
 
 /// The highest `session_seq` of a session's log, 0 when it has none.
 pub fn last_event(conn: &Tx<'_>, session: &SessionId) -> Result<i64> {
-    Ok(conn
-        .query_row(
-            "SELECT coalesce(max(session_seq), 0) FROM events WHERE session_id = ?1",
-            args![session.to_string()],
-            |r| r.get(0),
-        )
-        .map_err(sql("read events"))?
-        .unwrap_or(0))
+    super::append::last_session_seq(conn, session)
 }
 
 /// A session's events in log order, each handed to `f` with its payload borrowed
@@ -561,7 +555,7 @@ pub fn each_event(
     mut f: impl FnMut(&Event<&str>),
 ) -> Result<()> {
     conn.for_each(
-        "SELECT seq, session_seq, kind, payload, created_at FROM events
+        "SELECT seq, session_seq, kind, payload, created_at FROM session_events
          WHERE session_id = ?1 ORDER BY session_seq",
         args![session.to_string()],
         |row| {
@@ -588,7 +582,9 @@ fn session_events<P>(
     payload: impl Fn(String) -> serde_json::Result<P>,
 ) -> Result<Vec<Event<P>>> {
     conn.query_map(
-        &format!("SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?1 ORDER BY session_seq"),
+        &format!(
+            "SELECT {EVENT_COLUMNS} FROM session_events WHERE session_id = ?1 ORDER BY session_seq"
+        ),
         args![session.to_string()],
         |row| event_from_row(row, &payload),
     )

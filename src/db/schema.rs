@@ -665,7 +665,14 @@ mod tests {
                 cwd: None,
                 agent: None,
             };
-            crate::db::append::append_event(tx, &id, &created, &at).map(|_| ())
+            let payload = serde_json::to_string(&created).unwrap();
+            tx.execute(
+                "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+                 VALUES (?1, 1, ?2, ?3, ?4)",
+                crate::db::sql::args![id.to_string(), created.kind(), payload, at],
+            )
+            .map(|_| ())
+            .map_err(crate::db::error::sql("append an event"))
         })
         .unwrap();
         path
@@ -873,7 +880,11 @@ mod tests {
         let err = migrate_with(
             &mut conn,
             &SqliteFile::plain(&path),
-            &with_v3("DELETE FROM sessions;"),
+            &with_v3(
+                "INSERT INTO messages (id, session_id, seq, role, display_text, state, created_at)
+                 VALUES ('00000000-0000-0000-0000-000000000000', 'no such session', 1,
+                         'user', 'x', 'delivered', 'now');",
+            ),
             Backup::Skip,
         )
         .unwrap_err();

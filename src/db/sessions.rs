@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use super::error::sql;
-use super::sql::{DbError, Row, Tx, args};
+use super::sql::{DbError, Engine, Row, Tx, args};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::model::{Problem, ProblemKind, SessionSummary};
@@ -103,7 +103,7 @@ pub fn counts(conn: &Tx<'_>, id: &SessionId) -> Result<Counts> {
     conn.query_row(
         "SELECT (SELECT count(*) FROM messages WHERE session_id = ?1),
                 (SELECT count(*) FROM items WHERE session_id = ?1),
-                (SELECT count(*) FROM events WHERE session_id = ?1),
+                (SELECT count(*) FROM session_events WHERE session_id = ?1),
                 (SELECT count(*) FROM message_refs r JOIN messages m ON m.id = r.message_id
                   WHERE m.session_id = ?1)",
         args![id.to_string()],
@@ -232,12 +232,19 @@ pub fn erase(conn: &Tx<'_>, id: &SessionId, at: &str) -> Result<Counts> {
             "DELETE FROM settings WHERE session_id = ?1",
         ),
         (
+            // Found through the log's keys and its unkeyed end (V13), not by a scan.
             "delete a session's events",
-            "DELETE FROM events WHERE session_id = ?1",
+            "DELETE FROM events WHERE seq IN
+                 (SELECT seq FROM session_events WHERE session_id = ?1)",
         ),
         ("delete a session", "DELETE FROM sessions WHERE id = ?1"),
     ] {
         conn.execute(statement, args![id]).map_err(sql(action))?;
+    }
+    // PostgreSQL's `events` is its own index.
+    if conn.engine() == Engine::Sqlite {
+        conn.execute("DELETE FROM event_keys WHERE session_id = ?1", args![id])
+            .map_err(sql("delete a session's keys in the log"))?;
     }
     Ok(counts)
 }
@@ -265,7 +272,7 @@ pub fn tombstone_problems(conn: &Tx<'_>) -> Result<(usize, Vec<Problem>)> {
                     (SELECT count(*) FROM sessions WHERE id = t.session_id),
                     (SELECT count(*) FROM messages WHERE session_id = t.session_id),
                     (SELECT count(*) FROM items WHERE session_id = t.session_id),
-                    (SELECT count(*) FROM events WHERE session_id = t.session_id)
+                    (SELECT count(*) FROM session_events WHERE session_id = t.session_id)
                FROM tombstones t ORDER BY t.session_id",
             args![],
             |r| Ok((r.get(0)?, [r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?])),

@@ -167,7 +167,7 @@ enum Body {
     /// The body's JSON text.
     Text(String),
     /// No body (V12): the item is what the update whose text is `length` bytes from
-    /// byte `start` of the payload of the session's event `event` (its `session_seq`)
+    /// byte `start` of the payload of the session's event `event` (its `seq`, V13)
     /// makes, not yet read.
     MadeBy { event: i64, start: i64, length: i64 },
     /// That update's JSON text, read from its event.
@@ -347,7 +347,7 @@ impl Made {
             let (payload, created_at): (String, String) = conn
                 .query_row(
                     "SELECT payload, created_at FROM events
-                     WHERE session_id = ?1 AND session_seq = ?2 AND kind = 'turn_recorded'",
+                     WHERE seq = ?2 AND session_id = ?1 AND kind = 'turn_recorded'",
                     args![session.to_string(), event],
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )?
@@ -742,7 +742,9 @@ fn empty_copy(body: ItemBody) -> ItemBody {
 /// that went another way, shows as a later event and the memo is dropped).
 #[derive(Debug, Clone)]
 pub(crate) struct Tail {
+    /// The `session_seq` of the session's last event, and its `seq`.
     event: i64,
+    logged: i64,
     /// The next place in the session's history.
     next_seq: i64,
     /// The streamed message a chunk may continue, as [`empty_copy`].
@@ -772,9 +774,17 @@ impl Tails {
         let Some(tail) = self.0.remove(session) else {
             return Ok(None);
         };
-        // Were it missed, the event's `(session_id, session_seq)` would be taken and
-        // the group would run again without the memo; this read keeps that rare.
-        Ok((last_session_seq(conn, session)? == tail.event).then_some(tail))
+        // Another process may have written to the session since: any event of the
+        // session after the one remembered. The read walks only the events appended
+        // since then, by row id (the log's index by session lags, V13).
+        let later: Option<bool> = conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM events WHERE seq > ?1 AND session_id = ?2)",
+                args![tail.logged, session.to_string()],
+                |r| r.get(0),
+            )
+            .map_err(sql("read a session's last event"))?;
+        Ok((later == Some(false)).then_some(tail))
     }
 
     fn put(&mut self, session: SessionId, tail: Tail) {
@@ -890,7 +900,7 @@ fn record_known(
         Some(known) => known.next_seq,
         None => next_seq(conn, session)?,
     };
-    // The event this batch appends: a row that one of its updates made names it (V12).
+    // The `session_seq` of the event this batch appends.
     let event = match &known {
         Some(known) => known.event + 1,
         None => last_session_seq(conn, session)? + 1,
@@ -907,6 +917,9 @@ fn record_known(
         })
         .collect();
     let (payload, spans) = turn_recorded_json(batch, &created);
+    // Appended before the items, so that a row one of its updates made names it by
+    // its `seq` (V12, V13).
+    let logged = append_event_json(conn, session, "turn_recorded", &payload, &at, Some(event))?.0;
     let mut touched = Vec::with_capacity(outcome.items.len());
     for (slot, body) in &outcome.items {
         let tool_call_id = match body {
@@ -929,7 +942,7 @@ fn record_known(
                 // What one update made, and nothing changed: the row names it, with no
                 // body and no times of its own; any other row holds both.
                 let (kept, named) = match made_by {
-                    Some(&(start, length)) => (None, Some((event, int(start), int(length)))),
+                    Some(&(start, length)) => (None, Some((logged, int(start), int(length)))),
                     None => (Some((json.as_str(), at.as_str())), None),
                 };
                 conn.execute(
@@ -979,8 +992,7 @@ fn record_known(
                             "UPDATE items SET body = ?2, updated_at = ?3,
                                  created_at = coalesce(created_at,
                                      (SELECT ev.created_at FROM events ev
-                                      WHERE ev.session_id = items.session_id
-                                        AND ev.session_seq = items.made_by_event)),
+                                      WHERE ev.seq = items.made_by_event)),
                                  made_by_event = NULL, made_by_start = NULL,
                                  made_by_length = NULL
                              WHERE id = ?1",
@@ -997,7 +1009,6 @@ fn record_known(
             }
         }
     }
-    append_event_json(conn, session, "turn_recorded", &payload, &at, Some(event))?;
     // A streamed message that this batch ended (something else came after it) is
     // folded into its row now, once.
     if let Some((tail, _)) = &stored_tail
@@ -1034,6 +1045,7 @@ fn record_known(
     };
     let tail = Tail {
         event,
+        logged,
         next_seq: first + outcome.created as i64,
         parts: if item.is_some() { parts } else { None },
         item,

@@ -205,6 +205,7 @@ fn engine_problems(tx: &Tx<'_>) -> Result<Vec<Problem>> {
     );
     problems.extend(schema_problems(conn)?);
     problems.extend(search_problems(conn)?);
+    problems.extend(key_problems(conn)?);
     let mut fk = conn
         .prepare("PRAGMA foreign_key_check")
         .map_err(|e| crate::db::error::sqlite("check foreign keys", e))?;
@@ -403,6 +404,75 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
 /// holds no more in memory for a longer history. Skipped below V11 (whose index had
 /// another shape; a read refuses such a file anyway) or when the tables are not there
 /// (the schema check names what is missing).
+/// Where the log's index by session (`event_keys`, V13) disagrees with the log: an
+/// event at or below `event_keys_upto` with no key of its own, a key of no such
+/// event (or of one above `upto`), and a place in a session's log that two events
+/// take. A key that is missing hides its event from every read of the session.
+fn key_problems(conn: &Connection) -> Result<Vec<Problem>> {
+    let failed = |e| crate::db::error::sqlite("check the log's index", e);
+    let present: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema
+             WHERE type = 'table' AND name IN ('event_keys', 'event_keys_upto')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(failed)?;
+    if present != 2 {
+        return Ok(Vec::new());
+    }
+    let count =
+        |sql: &str| -> Result<i64> { conn.query_row(sql, [], |r| r.get(0)).map_err(failed) };
+    let mut problems = Vec::new();
+    let mut found = |n: i64, what: &str| {
+        if n > 0 {
+            problems.push(Problem::new(
+                ProblemKind::LogIndex,
+                format!("the log's index (event_keys): {n} {what}"),
+            ));
+        }
+    };
+    if count("SELECT count(*) FROM event_keys_upto")? != 1 {
+        found(1, "end that is not one row of event_keys_upto");
+        return Ok(problems);
+    }
+    found(
+        count(
+            "SELECT count(*) FROM events ev
+             WHERE ev.seq <= (SELECT upto FROM event_keys_upto)
+               AND NOT EXISTS (SELECT 1 FROM event_keys k
+                               WHERE k.session_id = ev.session_id
+                                 AND k.session_seq = ev.session_seq AND k.seq = ev.seq)",
+        )?,
+        "event(s) at or below its end with no key, which no read of their session finds",
+    );
+    found(
+        count(
+            "SELECT count(*) FROM event_keys k
+             WHERE k.seq > (SELECT upto FROM event_keys_upto)
+                OR NOT EXISTS (SELECT 1 FROM events ev
+                               WHERE ev.seq = k.seq AND ev.session_id = k.session_id
+                                 AND ev.session_seq = k.session_seq)",
+        )?,
+        "key(s) of no such event",
+    );
+    found(
+        count(
+            "SELECT count(*) FROM events ev
+             WHERE ev.seq > (SELECT upto FROM event_keys_upto)
+               AND (EXISTS (SELECT 1 FROM event_keys k
+                            WHERE k.session_id = ev.session_id
+                              AND k.session_seq = ev.session_seq)
+                    OR EXISTS (SELECT 1 FROM events o
+                               WHERE o.seq > (SELECT upto FROM event_keys_upto)
+                                 AND o.seq < ev.seq AND o.session_id = ev.session_id
+                                 AND o.session_seq = ev.session_seq))",
+        )?,
+        "unkeyed event(s) at a place in their session's log that another event takes",
+    );
+    Ok(problems)
+}
+
 fn search_problems(conn: &Connection) -> Result<Vec<Problem>> {
     let failed = |e| crate::db::error::sqlite("check the search index", e);
     let version = schema::read_history(conn)

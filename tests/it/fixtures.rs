@@ -848,8 +848,7 @@ fn store_indexed_fixture(name: &str, version: usize) {
          WHERE i.kind IN {indexed} AND s.body IS NOT coalesce({}, (
              SELECT json_extract(CAST(substr(CAST(ev.payload AS BLOB), i.made_by_start + 1,
                                              i.made_by_length) AS TEXT), '$.content.text')
-             FROM events ev
-             WHERE ev.session_id = i.session_id AND ev.session_seq = i.made_by_event))",
+             FROM events ev WHERE ev.seq = i.made_by_event))",
         blocks("i.body", ", '$.content'")
     ));
     assert_eq!(items_differing, 0);

@@ -670,3 +670,142 @@ async fn a_tail_refuses_an_edit_within_it_and_leaves_one_before_it_to_verify() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout(&out).contains("(content)"), "{}", stdout(&out));
 }
+
+/// V13: the log's index by session (`event_keys`) is written a batch at a time, not
+/// with every event. A session's log reads the same whether its events are keyed or
+/// still past the keys' end, and with both; the keys follow the log through a delete;
+/// and `verify` names a key taken away (which hides its event: the restore is
+/// refused) and an unkeyed event at a place another takes.
+#[tokio::test]
+async fn the_log_is_keyed_a_batch_at_a_time_and_reads_the_same_keyed_or_not() {
+    let t = TestStore::new().await;
+    let (a, b) = (t.session().await, t.session().await);
+    let record = |s: SessionId, i: usize| {
+        let update = if i % 40 == 39 {
+            serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": format!("c{i}"),
+                "title": "Read", "status": "pending"})
+        } else {
+            serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": format!("{s} chunk {i} ")}})
+        };
+        let store = t.store().clone();
+        async move { store.record_values(s, vec![update]).await.unwrap() }
+    };
+    // Each update its own batch and event, the two sessions taking turns, as two
+    // streams through one proxy do.
+    for i in 0..200 {
+        record(a, i).await;
+        record(b, i).await;
+    }
+    let one = |sql: &str| -> i64 {
+        t.raw_query(sql).unwrap()[0][0]
+            .clone()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let upto = || one("SELECT upto FROM event_keys_upto");
+    let restores = || -> Vec<String> {
+        FORMATS
+            .iter()
+            .flat_map(|f| [(f, None), (f, Some("5"))])
+            .map(|(f, tail)| {
+                let out = restore_of(&t, a, f, tail);
+                assert!(out.status.success(), "{f} {tail:?}: {}", stderr(&out));
+                stdout(&out)
+            })
+            .collect()
+    };
+    let verified = || {
+        let out = t.run(&["verify"]);
+        assert!(out.status.success(), "{}", stdout(&out));
+    };
+    // Fewer events than the keys may lag by: none is keyed yet.
+    assert_eq!(upto(), 0);
+    assert_eq!(one("SELECT count(*) FROM event_keys"), 0);
+    let unkeyed = restores();
+    assert!(
+        unkeyed[2].contains(&format!("{a} chunk 198")),
+        "{}",
+        unkeyed[2]
+    );
+    verified();
+
+    // `b` alone writes on until the keys pass every event of `a`.
+    let last_of_a = one(&format!(
+        "SELECT max(seq) FROM events WHERE session_id = '{a}'"
+    ));
+    let mut i = 200;
+    while upto() < last_of_a {
+        record(b, i).await;
+        i += 1;
+        assert!(i < 3000, "the keys never moved");
+    }
+    // Every event up to the end has its key, and only those.
+    assert_eq!(
+        one("SELECT count(*) FROM event_keys"),
+        one("SELECT count(*) FROM events WHERE seq <= (SELECT upto FROM event_keys_upto)")
+    );
+    assert_eq!(restores(), unkeyed, "the same log, keyed");
+    verified();
+
+    // `a` again: keyed events, then unkeyed ones.
+    for i in 200..210 {
+        record(a, i).await;
+    }
+    let both = restores();
+    assert!(both[2].contains(&format!("{a} chunk 209")), "{}", both[2]);
+    assert!(both[2].contains(&format!("{a} chunk 3 ")), "{}", both[2]);
+    verified();
+
+    // A deleted session takes its keys with its events.
+    let deleted = t.run(&["session", "delete", &b.to_string()]);
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    for table in ["event_keys", "events"] {
+        assert_eq!(
+            one(&format!(
+                "SELECT count(*) FROM {table} WHERE session_id = '{b}'"
+            )),
+            0,
+            "{table}"
+        );
+    }
+    assert_eq!(restores(), both);
+    verified();
+
+    // A key taken away hides its event: `verify` names it, and the restore is refused.
+    let edit = |statement: &str| t.raw_execute(statement).unwrap();
+    edit(&format!(
+        "DELETE FROM event_keys WHERE session_id = '{a}' AND session_seq = 3"
+    ));
+    let out = t.run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("the log's index (event_keys): 1 event(s) at or below its end"),
+        "{}",
+        stdout(&out)
+    );
+    let out = restore_of(&t, a, "acp-updates", None);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    edit(&format!(
+        "INSERT INTO event_keys (session_id, session_seq, seq)
+         SELECT session_id, session_seq, seq FROM events
+         WHERE session_id = '{a}' AND session_seq = 3"
+    ));
+    assert_eq!(restores(), both);
+    verified();
+
+    // A second unkeyed event at a place in the log that a keyed one takes.
+    edit(&format!(
+        "INSERT INTO events (session_id, session_seq, kind, payload, created_at)
+         SELECT session_id, session_seq, kind, payload, created_at FROM events
+         WHERE session_id = '{a}' AND session_seq = 3"
+    ));
+    let out = t.run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("1 unkeyed event(s) at a place in their session's log"),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -79,39 +79,38 @@ async fn a_defanged_append_only_guard_is_reported_and_refuses_writes(b: TestStor
     );
 }
 
-/// The uniqueness of a place in a session's event log (`UNIQUE (session_id,
-/// session_seq)` on `events`, which keeps two appends from taking one place) taken
-/// away behind the store's back: `verify` names it, and every writing command refuses
-/// the database before writing, with `schema_damaged` and exit 3. PostgreSQL drops the
-/// constraint itself; SQLite cannot drop a table's constraint, so there the table is
-/// made again without it, as a hand-made migration might, which takes its triggers
-/// along too.
+/// The uniqueness of a place in a session's event log taken away behind the store's
+/// back: `verify` names it, and every writing command refuses the database before
+/// writing, with `schema_damaged` and exit 3. On PostgreSQL it is `UNIQUE (session_id,
+/// session_seq)` on `events`, dropped as a constraint; on SQLite (V13) it is the
+/// primary key of the log's index `event_keys`, which SQLite cannot drop, so there the
+/// table is made again without it, as a hand-made migration might.
 async fn a_dropped_unique_constraint_is_reported_and_refuses_writes(b: TestStore) {
     let store = b.open().await;
     store.create_session(None, ToolsHost::Local).await.unwrap();
     drop(store);
-    let (loosen, named) = if b.is_postgres() {
+    use sessionstore::model::ProblemKind;
+    let (loosen, named, kind) = if b.is_postgres() {
         (
             "ALTER TABLE events DROP CONSTRAINT events_session_id_session_seq_key",
             "constraint events_session_id_session_seq_key (on events) is missing",
+            ProblemKind::SchemaMissing,
         )
     } else {
         (
-            // (Legacy renaming: the view `search_text` reads `events`, V12, and a
-            // rename would check it while no `events` is there.)
+            // (Legacy renaming: the view `session_events` reads `event_keys`, and a
+            // rename would check it while no `event_keys` is there.)
             "PRAGMA legacy_alter_table = ON;
              CREATE TABLE loose (
-                 seq INTEGER PRIMARY KEY AUTOINCREMENT,
-                 session_id TEXT NOT NULL REFERENCES sessions (id),
+                 session_id TEXT NOT NULL,
                  session_seq INTEGER NOT NULL CHECK (session_seq >= 1),
-                 kind TEXT NOT NULL,
-                 payload TEXT NOT NULL CHECK (json_valid(payload)),
-                 created_at TEXT NOT NULL
+                 seq INTEGER NOT NULL
              ) STRICT;
-             INSERT INTO loose SELECT * FROM events;
-             DROP TABLE events;
-             ALTER TABLE loose RENAME TO events;",
-            "index sqlite_autoindex_events_1 (on events) is missing",
+             INSERT INTO loose SELECT * FROM event_keys;
+             DROP TABLE event_keys;
+             ALTER TABLE loose RENAME TO event_keys;",
+            "table event_keys differs from the version-13 schema",
+            ProblemKind::SchemaChanged,
         )
     };
     b.raw_execute(loosen).unwrap();
@@ -150,8 +149,7 @@ async fn a_dropped_unique_constraint_is_reported_and_refuses_writes(b: TestStore
         .unwrap();
     assert!(
         matches!(&err, sessionstore::Error::SchemaDamaged { problems, .. }
-            if problems.iter().any(|p| p.kind() == sessionstore::model::ProblemKind::SchemaMissing
-                && p.detail().contains(named))),
+            if problems.iter().any(|p| p.kind() == kind && p.detail().contains(named))),
         "{err:?}"
     );
 }
