@@ -457,6 +457,10 @@ async fn proxy(config: Config, args: ProxyArgs) -> Result<()> {
     let program = agent.next().context("name the agent after --")?;
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let store = Store::open(config).await?;
+    // The relay comes first: each update reaches the client before it is recorded,
+    // and the recorder's bounded queue makes a writer that falls behind slow the
+    // relay down rather than grow (README, the proxy's durability contract).
+    store.lower_writer_priority();
     let mut options = ProxyOptions::new(
         AgentCommand {
             program,

@@ -51,6 +51,9 @@ struct Job {
     session: Option<SessionId>,
     work: Work,
     done: oneshot::Sender<Result<Box<dyn Any + Send>>>,
+    /// When it was handed to the writer: how long the oldest of a group waited tells
+    /// a writer that yields the CPU whether it is starved ([`Priority`]).
+    queued: std::time::Instant,
 }
 
 /// What the writer has done: how many groups it committed and how many writes they
@@ -68,6 +71,8 @@ pub(crate) struct GroupWriter {
     queue: Option<mpsc::Sender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
     stats: Arc<Stats>,
+    /// Whether the writer yields the CPU to every other thread ([`Priority`]).
+    yielding: Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[derive(Default)]
@@ -81,14 +86,23 @@ impl GroupWriter {
         let (queue, jobs) = mpsc::channel::<Job>();
         let stats = Arc::new(Stats::default());
         let counted = stats.clone();
+        let yielding = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let asked = yielding.clone();
         let thread = std::thread::Builder::new()
             .name("sessionstore-writer".to_owned())
-            .spawn(move || run(db, jobs, &counted))?;
+            .spawn(move || run(db, jobs, &counted, &asked))?;
         Ok(GroupWriter {
             queue: Some(queue),
             thread: Some(thread),
             stats,
+            yielding,
         })
+    }
+
+    /// From its next group on, the writer thread yields the CPU to every other thread
+    /// while it is not starved ([`Priority`]).
+    pub fn yield_cpu(&self) {
+        self.yielding.store(true, Ordering::Relaxed);
     }
 
     /// Runs `work` as a member of the next group; resolves once that group
@@ -116,6 +130,7 @@ impl GroupWriter {
                 work(tx, tails).map(|v| Box::new(v) as Box<dyn Any + Send>)
             }),
             done,
+            queued: std::time::Instant::now(),
         };
         let stopped = || Error::Task("the store's writer has stopped".to_owned());
         self.queue
@@ -146,12 +161,16 @@ impl Drop for GroupWriter {
     }
 }
 
-fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats) {
+fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats, yielding: &std::sync::atomic::AtomicBool) {
     // How many writes the last group held: that many writers were waiting on it,
     // and each is likely to write again as soon as it hears back.
     let mut last = 1;
     let mut tails = Tails::default();
+    let mut priority = Priority::default();
     while let Ok(first) = jobs.recv() {
+        if yielding.load(Ordering::Relaxed) {
+            priority.after_waiting(first.queued.elapsed(), std::time::Instant::now(), set_idle);
+        }
         let mut group = vec![first];
         let deadline = std::time::Instant::now() + GATHER;
         while group.len() < MAX_MEMBERS {
@@ -170,6 +189,81 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats) {
         }
         last = group.len();
         commit(&db, group, &mut tails, stats);
+    }
+}
+
+/// How the writer thread is scheduled once asked to yield the CPU
+/// ([`GroupWriter::yield_cpu`]): in Linux's idle class (`SCHED_IDLE`), where any
+/// other thread that wakes takes the CPU from it at once and it runs on what they
+/// leave, so a process's latency-bound threads (the proxy's relay) never wait behind
+/// its writes. A machine busy with other work could leave it almost no time, and its
+/// callers would wait on it: so when the oldest write of a group waited
+/// [`STARVED`] or more to be taken, it runs as a normal thread again for [`CALM`],
+/// then yields again.
+#[derive(Debug, Default)]
+struct Priority {
+    /// In the idle class now.
+    idle: bool,
+    /// When it last left the idle class because it was starved.
+    raised: Option<std::time::Instant>,
+}
+
+/// How long a write may wait to be taken before a yielding writer counts as starved:
+/// far longer than a commit it waits behind.
+const STARVED: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// How long a starved writer runs as a normal thread before it yields again.
+const CALM: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Priority {
+    /// After a write that `waited` to be taken, at `now`: moves the thread in or out
+    /// of the idle class through `set` (given whether to be idle; it says whether
+    /// that took).
+    fn after_waiting(
+        &mut self,
+        waited: std::time::Duration,
+        now: std::time::Instant,
+        set: impl FnOnce(bool) -> bool,
+    ) {
+        let idle = if self.idle {
+            if waited < STARVED {
+                return;
+            }
+            self.raised = Some(now);
+            false
+        } else {
+            if self
+                .raised
+                .is_some_and(|at| now.saturating_duration_since(at) < CALM)
+            {
+                return;
+            }
+            true
+        };
+        if set(idle) {
+            self.idle = idle;
+        }
+    }
+}
+
+/// Puts the calling thread in the idle scheduling class, or back in the normal one
+/// (Linux; elsewhere nothing changes). Says whether it took.
+fn set_idle(idle: bool) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let policy = if idle {
+            libc::SCHED_IDLE
+        } else {
+            libc::SCHED_OTHER
+        };
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` outlives the call, which reads it; 0 names the calling thread.
+        unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = idle;
+        false
     }
 }
 
@@ -305,5 +399,50 @@ fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) {
                 .unwrap_or_else(|| Err(Error::Task("a write of a group was not run".to_owned()))),
         };
         let _ = job.done.send(answer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// A yielding writer goes idle at its first group; a write that waited
+    /// [`STARVED`] while it was idle makes it a normal thread, which it stays for
+    /// [`CALM`] however short the waits, and then it yields again; a change the kernel
+    /// refused leaves it where it was.
+    #[test]
+    fn a_yielding_writer_is_idle_unless_starved_then_normal_for_a_while() {
+        let mut p = Priority::default();
+        let t0 = Instant::now();
+        let asked = std::cell::RefCell::new(Vec::new());
+        let set = |took: bool| {
+            let asked = &asked;
+            move |idle: bool| {
+                asked.borrow_mut().push(idle);
+                took
+            }
+        };
+        // Refused: still normal, and asked again next time.
+        p.after_waiting(Duration::ZERO, t0, set(false));
+        assert!(!p.idle);
+        p.after_waiting(Duration::ZERO, t0, set(true));
+        assert!(p.idle);
+        // Short waits leave it idle, asking nothing.
+        p.after_waiting(STARVED - Duration::from_millis(1), t0, set(true));
+        assert!(p.idle);
+        // Starved: normal for CALM.
+        let starved = t0 + Duration::from_secs(1);
+        p.after_waiting(STARVED, starved, set(true));
+        assert!(!p.idle);
+        p.after_waiting(
+            Duration::ZERO,
+            starved + CALM - Duration::from_millis(1),
+            set(true),
+        );
+        assert!(!p.idle);
+        p.after_waiting(Duration::ZERO, starved + CALM, set(true));
+        assert!(p.idle);
+        assert_eq!(*asked.borrow(), [true, true, false, true]);
     }
 }

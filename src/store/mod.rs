@@ -286,6 +286,19 @@ impl Store {
         }
     }
 
+    /// Lets the store's writer thread yield the CPU to every other thread (Linux's
+    /// idle scheduling class; nothing elsewhere), for a process whose own latency
+    /// matters more than when its writes run, as the ACP proxy's relaying does. Writes
+    /// still commit in order and each caller still hears only once its write is
+    /// durable; a writer that falls behind makes its callers wait, not its memory
+    /// grow. A writer starved by a busy machine (a write waited 50 ms to be taken)
+    /// runs as a normal thread again for ten seconds before it yields again.
+    pub fn lower_writer_priority(&self) {
+        if let Some(writer) = &self.writer {
+            writer.yield_cpu();
+        }
+    }
+
     /// How the store's writer has shared its commits so far.
     pub fn write_stats(&self) -> db::group::WriteStats {
         self.writer.as_ref().map(|w| w.stats()).unwrap_or_default()
@@ -405,17 +418,43 @@ impl Store {
         session: SessionId,
         updates: Vec<serde_json::Value>,
     ) -> Result<Recorded> {
-        let updates = updates
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                Update::from_value(v).map_err(|refusal| Error::UpdateRefused {
-                    line: i + 1,
-                    refusal,
+        self.record_json(session, Arc::new(updates)).await
+    }
+
+    /// [`Store::record_values`] of updates the caller keeps (the proxy takes a refused
+    /// one out and records the rest). Each is read into its ACP type by the writer, as
+    /// part of the write, rather than by the caller's task: a process that lowered its
+    /// writer's priority (`lower_writer_priority`) does all of recording's work there.
+    pub(crate) async fn record_json(
+        &self,
+        session: SessionId,
+        updates: Arc<Vec<serde_json::Value>>,
+    ) -> Result<Recorded> {
+        let read = move || {
+            updates
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    Update::from_value(v).map_err(|refusal| Error::UpdateRefused {
+                        line: i + 1,
+                        refusal,
+                    })
                 })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        self.record(session, updates).await
+                .collect::<Result<Vec<_>>>()
+        };
+        match &self.writer {
+            Some(writer) => {
+                writer
+                    .write_remembering(None, move |tx, tails| {
+                        db::turns::record_remembered(tx, tails, &session, &read()?)
+                    })
+                    .await
+            }
+            None => {
+                self.with_write(move |tx| db::turns::record(tx, &session, &read()?))
+                    .await
+            }
+        }
     }
 
     /// A session's recorded turn items, in history order.

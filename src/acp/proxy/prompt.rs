@@ -21,17 +21,17 @@ use crate::dispatch::{Memo, Mode, ModelMessage, Part};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, TurnEnd};
 use crate::store::{Prompt, PromptBlock, Upload};
-use crate::turns::Update;
 
 /// How many updates the recorder writes in one batch at most: all that wait, up to
 /// the queue's size.
 const RECORD_BATCH: usize = RECORD_QUEUE;
 /// How long the recorder gathers a session's updates after the first before it writes
-/// them (a flush, the turn's end, writes at once). An agent streaming a few hundred
-/// chunks a second then costs a few hundred small commits a second rather than one a
+/// them (a flush, the turn's end, writes at once). An agent streaming thousands of
+/// chunks a second then costs a couple of hundred commits a second rather than one a
 /// chunk, and what the client has seen runs ahead of what is durable by at most this
-/// plus the commit in progress.
-pub(crate) const RECORD_WINDOW: std::time::Duration = std::time::Duration::from_millis(2);
+/// plus the commit in progress. (2 ms until the `streaming` bench showed each commit's
+/// fixed cost holding recording to 0.67–0.78× the relay alone; BENCHMARKS.md, V13.)
+pub(crate) const RECORD_WINDOW: std::time::Duration = std::time::Duration::from_millis(5);
 /// How many updates may wait for the recorder before the agent's reader waits too.
 const RECORD_QUEUE: usize = 1024;
 
@@ -649,22 +649,14 @@ fn first_cut(batch: &[Value]) -> Option<usize> {
 async fn record_batch(
     store: &crate::Store,
     session: SessionId,
-    mut batch: Vec<Value>,
+    batch: Vec<Value>,
 ) -> Result<(), Failure> {
+    // Read into ACP types by the store's writer (`record_json`); shared with it, so a
+    // refused update is taken out here and the rest recorded without a copy made for
+    // every batch.
+    let mut batch = Arc::new(batch);
     loop {
-        // Read here rather than by `record_values`, so the batch need not be copied
-        // for the store: a refused update is taken out of `batch` and the rest read
-        // again.
-        let read: Result<Vec<Update>, _> = batch
-            .iter()
-            .enumerate()
-            .map(|(i, v)| Update::from_value(v).map_err(|refusal| (i + 1, refusal)))
-            .collect();
-        let outcome = match read {
-            Ok(updates) => store.record(session, updates).await,
-            Err((line, refusal)) => Err(crate::Error::UpdateRefused { line, refusal }),
-        };
-        match outcome {
+        match store.record_json(session, batch.clone()).await {
             Ok(_) => return Ok(()),
             Err(crate::Error::UpdateRefused { line, refusal })
                 if line >= 1 && line <= batch.len() =>
@@ -672,7 +664,7 @@ async fn record_batch(
                 tracing::warn!(
                     "left out an update the store refused for session {session}: {refusal}"
                 );
-                batch.remove(line - 1);
+                Arc::make_mut(&mut batch).remove(line - 1);
                 if batch.is_empty() {
                     return Ok(());
                 }

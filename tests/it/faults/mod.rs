@@ -5,6 +5,7 @@
 //! store.
 
 mod agent;
+mod busy;
 mod client;
 mod diskfull;
 mod frames;
