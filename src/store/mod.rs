@@ -291,8 +291,8 @@ impl Store {
     /// matters more than when its writes run, as the ACP proxy's relaying does. Writes
     /// still commit in order and each caller still hears only once its write is
     /// durable; a writer that falls behind makes its callers wait, not its memory
-    /// grow. A writer starved by a busy machine (a write waited 50 ms to be taken)
-    /// runs as a normal thread again for ten seconds before it yields again.
+    /// grow. A writer kept from the CPU (it waited 1 ms or more to run during one
+    /// group) runs as a normal thread again for ten seconds before it yields again.
     pub fn lower_writer_priority(&self) {
         if let Some(writer) = &self.writer {
             writer.yield_cpu();

@@ -687,6 +687,68 @@ fn the_v12_fixture_restores_rows_that_name_their_updates_as_it_was_made() {
     assert!(verified.status.success(), "{verified:?}");
 }
 
+#[test]
+fn the_v13_fixture_restores_and_finds_what_the_store_indexed() {
+    store_indexed_fixture("v13", 13);
+}
+
+/// The V13 fixture's log is keyed part-way through its third session (the keys
+/// reached its 900-somethingth event; the rest are past their end): moved and opened
+/// by this binary, its second and third sessions restore in every format, whole and
+/// from a tail, byte for byte as the binary that made it printed, and `verify` is ok.
+#[test]
+fn the_v13_fixture_restores_a_log_keyed_part_way_as_it_was_made() {
+    let (dir, moved, _) = moved_fixture("v13");
+    let id = |file: &str| {
+        std::fs::read_to_string(moved.join(file))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (two, three) = (id("second-session-id"), id("third-session-id"));
+    let run = |args: &[&str]| {
+        Bin::new(dir.path())
+            .args(args)
+            .on(&moved_store(&moved))
+            .output()
+    };
+    json(&run(&["migrate", "--json"]));
+    let conn = rusqlite::Connection::open(moved.join("sessions.db")).unwrap();
+    let count = |sql: &str| -> i64 { conn.query_row(sql, [&three], |r| r.get(0)).unwrap() };
+    let keyed = count(
+        "SELECT count(*) FROM events WHERE session_id = ?1
+           AND seq <= (SELECT upto FROM event_keys_upto)",
+    );
+    let unkeyed = count(
+        "SELECT count(*) FROM events WHERE session_id = ?1
+           AND seq > (SELECT upto FROM event_keys_upto)",
+    );
+    assert!(keyed > 0 && unkeyed > 0, "{keyed} keyed, {unkeyed} not");
+    for (session, prefix) in [(&two, ""), (&three, "third.")] {
+        for format in ["acp", "acp-updates", "openai", "openai-responses"] {
+            for (tail, file) in [
+                (None, format!("{prefix}{format}")),
+                (Some("2"), format!("{prefix}{format}.tail-2")),
+            ] {
+                let mut args = vec!["restore", "--session", session.as_str(), "--format", format];
+                if let Some(n) = tail {
+                    args.extend(["--tail", n]);
+                }
+                let out = run(&args);
+                assert!(out.status.success(), "{file}: {out:?}");
+                let want = std::fs::read(moved.join("expected").join(&file)).unwrap();
+                assert_eq!(
+                    String::from_utf8(out.stdout).unwrap(),
+                    String::from_utf8(want).unwrap(),
+                    "{file}"
+                );
+            }
+        }
+    }
+    let verified = run(&["verify"]);
+    assert!(verified.status.success(), "{verified:?}");
+}
+
 /// How many streamed parts of a session wait to be sealed: in `item_parts` before
 /// V9, in `streaming_parts` since (V9 moves them there and leaves none behind).
 fn waiting_parts(db: &Path, session: &str) -> i64 {
