@@ -692,8 +692,8 @@ fn the_v13_fixture_restores_and_finds_what_the_store_indexed() {
     store_indexed_fixture("v13", 13);
 }
 
-/// The V13 fixture's log is keyed part-way through its third session (the keys
-/// reached its 900-somethingth event; the rest are past their end): moved and opened
+/// The V13 fixture's log is keyed part-way through its third session (the keys end at
+/// the log's 1,024th event, about 970 events into it; the rest are past them): moved and opened
 /// by this binary, its second and third sessions restore in every format, whole and
 /// from a tail, byte for byte as the binary that made it printed, and `verify` is ok.
 #[test]
