@@ -664,25 +664,7 @@ fn the_v12_fixture_restores_rows_that_name_their_updates_as_it_was_made() {
             ("agent_message".to_owned(), true)
         ]
     );
-    for format in ["acp", "acp-updates", "openai", "openai-responses"] {
-        for (tail, file) in [
-            (None, format.to_owned()),
-            (Some("2"), format!("{format}.tail-2")),
-        ] {
-            let mut args = vec!["restore", "--session", &two, "--format", format];
-            if let Some(n) = tail {
-                args.extend(["--tail", n]);
-            }
-            let out = run(&args);
-            assert!(out.status.success(), "{file}: {out:?}");
-            let want = std::fs::read(moved.join("expected").join(&file)).unwrap();
-            assert_eq!(
-                String::from_utf8(out.stdout).unwrap(),
-                String::from_utf8(want).unwrap(),
-                "{file}"
-            );
-        }
-    }
+    restores_as_made(&moved, &run, &two, "");
     let verified = run(&["verify"]);
     assert!(verified.status.success(), "{verified:?}");
 }
@@ -724,29 +706,40 @@ fn the_v13_fixture_restores_a_log_keyed_part_way_as_it_was_made() {
            AND seq > (SELECT upto FROM event_keys_upto)",
     );
     assert!(keyed > 0 && unkeyed > 0, "{keyed} keyed, {unkeyed} not");
-    for (session, prefix) in [(&two, ""), (&three, "third.")] {
-        for format in ["acp", "acp-updates", "openai", "openai-responses"] {
-            for (tail, file) in [
-                (None, format!("{prefix}{format}")),
-                (Some("2"), format!("{prefix}{format}.tail-2")),
-            ] {
-                let mut args = vec!["restore", "--session", session.as_str(), "--format", format];
-                if let Some(n) = tail {
-                    args.extend(["--tail", n]);
-                }
-                let out = run(&args);
-                assert!(out.status.success(), "{file}: {out:?}");
-                let want = std::fs::read(moved.join("expected").join(&file)).unwrap();
-                assert_eq!(
-                    String::from_utf8(out.stdout).unwrap(),
-                    String::from_utf8(want).unwrap(),
-                    "{file}"
-                );
-            }
-        }
-    }
+    restores_as_made(&moved, &run, &two, "");
+    restores_as_made(&moved, &run, &three, "third.");
     let verified = run(&["verify"]);
     assert!(verified.status.success(), "{verified:?}");
+}
+
+/// `session` of a moved fixture restores in every format, whole and with `--tail 2`,
+/// byte for byte as `expected/<prefix><format>[.tail-2]` holds what the binary that
+/// made it printed.
+fn restores_as_made(
+    moved: &Path,
+    run: &dyn Fn(&[&str]) -> std::process::Output,
+    session: &str,
+    prefix: &str,
+) {
+    for format in ["acp", "acp-updates", "openai", "openai-responses"] {
+        for (tail, file) in [
+            (None, format!("{prefix}{format}")),
+            (Some("2"), format!("{prefix}{format}.tail-2")),
+        ] {
+            let mut args = vec!["restore", "--session", session, "--format", format];
+            if let Some(n) = tail {
+                args.extend(["--tail", n]);
+            }
+            let out = run(&args);
+            assert!(out.status.success(), "{file}: {out:?}");
+            let want = std::fs::read(moved.join("expected").join(&file)).unwrap();
+            assert_eq!(
+                String::from_utf8(out.stdout).unwrap(),
+                String::from_utf8(want).unwrap(),
+                "{file}"
+            );
+        }
+    }
 }
 
 /// How many streamed parts of a session wait to be sealed: in `item_parts` before
