@@ -66,7 +66,7 @@ pub(crate) fn append_event_json(
     )
     .map_err(sql("touch the session"))?;
     if conn.engine() == Engine::Sqlite {
-        key_events_when_due(conn, seq)?;
+        key_events_when_due(conn, seq, body.len())?;
     }
     Ok(EventSeq(seq))
 }
@@ -77,9 +77,22 @@ pub(crate) fn append_event_json(
 /// together, share their pages among the sessions that were writing.
 pub(crate) const UNKEYED_AT_MOST: i64 = 1024;
 
-/// Keys every unkeyed event once the newest, `seq`, is [`UNKEYED_AT_MOST`] past the
-/// keyed ones (SQLite only: PostgreSQL's `events` keeps its own index).
-fn key_events_when_due(conn: &Tx<'_>, seq: i64) -> Result<()> {
+/// The payload bytes of an event that is keyed at once, with every event before it: a
+/// read of a session's log sorts the unkeyed events' rows, payloads and all, so large
+/// ones would cost every read that sorts them (`longhist`: 100,000 items recorded
+/// through `record_from`, about 500 events of up to 45 KB, all unkeyed, made
+/// `--tail 100` 39 times slower), while keying at once costs a commit a leaf or two,
+/// which only many small commits (group commit's one-chunk events, a few hundred
+/// bytes) cannot afford. So the unkeyed end sorts at most 1,024 events of under 8 KiB.
+pub(crate) const KEYED_AT_ONCE_BYTES: usize = 8 * 1024;
+
+/// Keys every unkeyed event once the newest, `seq` (`bytes` of payload), is
+/// [`UNKEYED_AT_MOST`] past the keyed ones or [`KEYED_AT_ONCE_BYTES`] long (SQLite
+/// only: PostgreSQL's `events` keeps its own index).
+fn key_events_when_due(conn: &Tx<'_>, seq: i64, bytes: usize) -> Result<()> {
+    if bytes >= KEYED_AT_ONCE_BYTES {
+        return key_events(conn);
+    }
     let read = sql("read where the log's keys end (`event_keys_upto`)");
     let upto: i64 = match conn.query_row("SELECT upto FROM event_keys_upto", args![], |r| r.get(0))
     {

@@ -809,3 +809,44 @@ async fn the_log_is_keyed_a_batch_at_a_time_and_reads_the_same_keyed_or_not() {
         stdout(&out)
     );
 }
+
+/// An event of 8 KiB or more is keyed at once, with every event before it: a read of
+/// a session's log sorts the unkeyed end's rows, payloads and all.
+#[tokio::test]
+async fn a_large_event_is_keyed_at_once_with_the_events_before_it() {
+    let t = TestStore::new().await;
+    let s = recorded(&t, 3).await;
+    let one = |sql: &str| -> i64 {
+        t.raw_query(sql).unwrap()[0][0]
+            .clone()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        one("SELECT upto FROM event_keys_upto"),
+        0,
+        "small events wait"
+    );
+    let long = "word ".repeat(2000);
+    t.store()
+        .record_values(
+            s,
+            vec![serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": long}})],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        one("SELECT upto FROM event_keys_upto"),
+        one("SELECT max(seq) FROM events")
+    );
+    assert_eq!(
+        one("SELECT count(*) FROM event_keys"),
+        one("SELECT count(*) FROM events")
+    );
+    let verified = t.run(&["verify"]);
+    assert!(verified.status.success(), "{}", stdout(&verified));
+    let out = restore_of(&t, s, "acp-updates", Some("1"));
+    assert!(out.status.success() && stdout(&out).contains("word word"));
+}
