@@ -213,7 +213,7 @@ impl LogPages {
         Ok(LogPages {
             session: *session,
             next: 1,
-            end: queries::last_event(conn, session)?,
+            end: super::append::last_session_seq(conn, session)?,
             page: 1,
         })
     }

@@ -541,11 +541,6 @@ pub fn events_page(
     Ok((events, next.unwrap_or(i64::MAX)))
 }
 
-/// The highest `session_seq` of a session's log, 0 when it has none.
-pub fn last_event(conn: &Tx<'_>, session: &SessionId) -> Result<i64> {
-    super::append::last_session_seq(conn, session)
-}
-
 /// A session's events in log order, each handed to `f` with its payload borrowed
 /// from the row: nothing of the log is held beyond the event `f` is given (restore
 /// replays the log this way).

@@ -79,7 +79,7 @@ pub(super) fn write(
     }
     raw(out, "],\"events\":[")?;
     let mut comma = Comma::default();
-    let end = queries::last_event(tx, id)?;
+    let end = crate::db::append::last_session_seq(tx, id)?;
     let mut next = 1;
     while next <= end {
         let (events, after) = queries::events_page(tx, id, next, PAGE)?;
