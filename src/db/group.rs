@@ -164,7 +164,13 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats, yielding: &std::sync::a
     let mut tails = Tails::default();
     let mut priority = Priority::default();
     let mut delay = RunDelay::open();
-    while let Ok(first) = jobs.recv() {
+    let mut search = Waiting::default();
+    search.look(&db);
+    loop {
+        let first = match search.next_job(&db, &jobs) {
+            Some(job) => job,
+            None => break,
+        };
         let yields = yielding.load(Ordering::Relaxed);
         let before = if yields { delay.read() } else { None };
         let mut group = vec![first];
@@ -185,6 +191,7 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats, yielding: &std::sync::a
         }
         last = group.len();
         commit(&db, group, &mut tails, stats);
+        search.look(&db);
         if yields {
             let delayed = before
                 .zip(delay.read())
@@ -198,6 +205,110 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats, yielding: &std::sync::a
                      as a normal thread for {CALM:?}"
                 ),
                 _ => {}
+            }
+        }
+    }
+    // The store is closing: what waits is indexed now, so a search in the next process
+    // finds it, whether or not that process writes.
+    search.index(&db, None);
+}
+
+/// How long the writer has had no write to make before it indexes sealed segments
+/// that wait (V14): longer than the gaps between a streaming turn's groups (the
+/// proxy gathers updates for 5 ms), so a stream is recorded before its text is
+/// indexed, and short enough that a search after the turn ends rarely waits for it.
+const SEARCH_IDLE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// How long a segment waits at most while the writer is never idle that long (a
+/// daemon that streams without pause): from then on the writer indexes a step of
+/// them between its groups until none is older.
+const SEARCH_LAG: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How many segments one indexing transaction takes: about half a megabyte of text,
+/// a few milliseconds of a write that arrives meanwhile waiting.
+const SEARCH_STEP: usize = 8;
+
+/// What the writer knows of the segments waiting to be indexed: since when some have
+/// waited, as it last looked (after each group), and when it may try again after an
+/// indexing transaction failed (a full disk).
+#[derive(Debug, Default)]
+struct Waiting {
+    since: Option<std::time::Instant>,
+    retry_at: Option<std::time::Instant>,
+}
+
+impl Waiting {
+    /// Looks whether anything waits (a single probe of a small table).
+    fn look(&mut self, db: &Db) {
+        if !db.defers_search() {
+            return;
+        }
+        match db.read(super::search::anything_waiting) {
+            Ok(true) => {
+                self.since.get_or_insert_with(std::time::Instant::now);
+            }
+            Ok(false) => self.since = None,
+            Err(e) => tracing::warn!("cannot look for segments to index for search: {e}"),
+        }
+    }
+
+    /// The next write to make, indexing what waits meanwhile: at once a step when a
+    /// segment has waited [`SEARCH_LAG`], else a step at a time for as long as no
+    /// write arrives once none has for [`SEARCH_IDLE`]. `None` once every handle of
+    /// the store is gone.
+    fn next_job(&mut self, db: &Db, jobs: &mpsc::Receiver<Job>) -> Option<Job> {
+        loop {
+            let Some(since) = self.since else {
+                return jobs.recv().ok();
+            };
+            let now = std::time::Instant::now();
+            if let Some(at) = self.retry_at {
+                if now < at {
+                    return match jobs.recv_timeout(at - now) {
+                        Ok(job) => Some(job),
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            self.retry_at = None;
+                            continue;
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => None,
+                    };
+                }
+                self.retry_at = None;
+            }
+            if now.duration_since(since) >= SEARCH_LAG {
+                self.index(db, Some(SEARCH_STEP));
+                if self.since.is_none() {
+                    continue;
+                }
+            }
+            match jobs.recv_timeout(SEARCH_IDLE) {
+                Ok(job) => return Some(job),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            // Idle: a step at a time while no write arrives.
+            while self.since.is_some() && self.retry_at.is_none() {
+                self.index(db, Some(SEARCH_STEP));
+                match jobs.try_recv() {
+                    Ok(job) => return Some(job),
+                    Err(mpsc::TryRecvError::Disconnected) => return None,
+                    Err(mpsc::TryRecvError::Empty) => {}
+                }
+            }
+        }
+    }
+
+    /// Indexes up to `most` waiting segments (every one with `None`) in one
+    /// transaction, then looks again.
+    fn index(&mut self, db: &Db, most: Option<usize>) {
+        if self.since.is_none() {
+            return;
+        }
+        match db.write(|tx| super::search::index_waiting(tx, most)) {
+            Ok(_) => self.look(db),
+            Err(e) => {
+                tracing::warn!("cannot index sealed text for search yet: {e}");
+                self.retry_at = Some(std::time::Instant::now() + std::time::Duration::from_secs(1));
             }
         }
     }

@@ -279,6 +279,86 @@ pub fn index_segment(
     )
 }
 
+/// Leaves a sealed segment just inserted (`<item id>/<part>`) of an agent message or
+/// thought to be indexed later, when the writer is idle ([`index_waiting`], V14):
+/// tokenizing 64 KiB and flushing its terms is most of what recording a fast stream
+/// costs, and nobody searches a turn while it streams. PostgreSQL's triggers index it
+/// as it is written.
+pub fn defer_segment(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    item: &ItemId,
+    part: i64,
+    kind: &str,
+) -> Result<()> {
+    if conn.engine() != Engine::Sqlite || !indexed(kind) {
+        return Ok(());
+    }
+    conn.execute(
+        "INSERT INTO search_waiting (session_id, item_id, part) VALUES (?1, ?2, ?3)",
+        args![session.to_string(), item.to_string(), part],
+    )
+    .map_err(super::error::sql("leave a segment to index"))?;
+    Ok(())
+}
+
+/// Whether any sealed segment waits to be indexed (always no on PostgreSQL).
+pub fn anything_waiting(conn: &Tx<'_>) -> Result<bool> {
+    if conn.engine() != Engine::Sqlite {
+        return Ok(false);
+    }
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM search_waiting)",
+        args![],
+        |r| r.get(0),
+    )
+    .map_err(super::error::sql("look for segments to index"))
+    .map(|waiting| waiting.unwrap_or(false))
+}
+
+/// Indexes up to `most` of the sealed segments that wait (all of them with `None`),
+/// each as [`index_segment`] would have when it was sealed, and takes them off the
+/// list; returns how many it took. A segment whose row is gone is only taken off
+/// (its session's delete takes both, so this is a row left by hand).
+pub fn index_waiting(conn: &Tx<'_>, most: Option<usize>) -> Result<usize> {
+    if conn.engine() != Engine::Sqlite {
+        return Ok(0);
+    }
+    let most = most.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+    let waiting: Vec<(String, String, i64)> = conn
+        .query_map(
+            "SELECT session_id, item_id, part FROM search_waiting LIMIT ?1",
+            args![most],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .map_err(super::error::sql("read the segments to index"))?;
+    for (session, item, part) in &waiting {
+        let segment: Option<(String, String)> = conn
+            .query_row(
+                "SELECT i.kind, p.content FROM item_parts p JOIN items i ON i.id = p.item_id
+                 WHERE p.session_id = ?1 AND p.item_id = ?2 AND p.part = ?3 AND p.sealed = 1",
+                args![session.as_str(), item.as_str(), *part],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(super::error::sql("read a segment to index"))?;
+        if let Some((kind, content)) = segment {
+            let session: SessionId = session.parse().map_err(|_| Error::OutOfRange {
+                what: "a waiting segment's session id",
+            })?;
+            let id: ItemId = item.parse().map_err(|_| Error::OutOfRange {
+                what: "a waiting segment's item id",
+            })?;
+            index_segment(conn, &session, &id, *part, &kind, &content)?;
+        }
+        conn.execute(
+            "DELETE FROM search_waiting WHERE session_id = ?1 AND item_id = ?2 AND part = ?3",
+            args![session.as_str(), item.as_str(), *part],
+        )
+        .map_err(super::error::sql("take an indexed segment off the list"))?;
+    }
+    Ok(waiting.len())
+}
+
 /// Gives an item whose body is about to be rewritten its new text, if it is indexed:
 /// called before the row changes, since the index (V10) takes an entry's old terms out
 /// given the text it indexed, which `search_text` reads from the row as it still is.

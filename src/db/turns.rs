@@ -496,7 +496,8 @@ pub(crate) fn settle(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
 }
 
 /// Rewrites a streamed message's row content and its streamed parts, in order, as
-/// sealed segments of about [`SEGMENT_BYTES`] each (each indexed for search),
+/// sealed segments of about [`SEGMENT_BYTES`] each (each indexed for search once
+/// the writer is idle),
 /// reading a page of parts at a time, so no step holds the whole message. Each
 /// segment ends where a part ends between words, so no word is split between two
 /// search entries, and is numbered by the last part it covers (deleted first), so
@@ -640,7 +641,8 @@ impl Segment {
     }
 
     /// Writes the segment as sealed part `number` of item `id` (of `kind`) in place of
-    /// the streamed parts it covers, indexed for search, and starts the next one empty.
+    /// the streamed parts it covers, left to be indexed for search when the writer is
+    /// idle (V14), and starts the next one empty.
     fn write(
         &mut self,
         conn: &Tx<'_>,
@@ -664,7 +666,7 @@ impl Segment {
             args![session.to_string(), id.to_string(), number, content, at],
         )
         .map_err(sql("write a sealed segment"))?;
-        super::search::index_segment(conn, session, id, number, kind, &content)?;
+        super::search::defer_segment(conn, session, id, number, kind)?;
         *self = Segment {
             blocks: Vec::new(),
             size: 0,

@@ -390,20 +390,6 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
     Ok(report)
 }
 
-/// What SQLite's integrity check cannot see in the full-text index (V11 on): a row it
-/// should index and does not, a document of no row, or an entry naming a row that is
-/// gone. Every agent message and thought is indexed under its item's row id, and
-/// every title, message and sealed segment under its entry's id, each as it is
-/// written, so the index's documents (one `search_docsize` row each, an empty text
-/// included) are exactly those ids, and each entry names a row that is there. A row
-/// missing its document can make a search that matches it fail as malformed, or miss
-/// it; a document of no row matches for whatever row later takes its id. FTS5's own
-/// `'integrity-check'` would also compare each document's terms, but it is a write,
-/// which `verify` never makes; a row's text edited behind the store is found by the
-/// log check instead. Each count walks one table with a keyed look-up a row, so it
-/// holds no more in memory for a longer history. Skipped below V11 (whose index had
-/// another shape; a read refuses such a file anyway) or when the tables are not there
-/// (the schema check names what is missing).
 /// Where the log's index by session (`event_keys`, V13) disagrees with the log: an
 /// event at or below `event_keys_upto` with no key of its own, a key of no such
 /// event (or of one above `upto`), and a place in a session's log that two events
@@ -473,6 +459,22 @@ fn key_problems(conn: &Connection) -> Result<Vec<Problem>> {
     Ok(problems)
 }
 
+/// What SQLite's integrity check cannot see in the full-text index (V11 on): a row it
+/// should index and does not, a document of no row, or an entry naming a row that is
+/// gone. Every agent message and thought is indexed under its item's row id, and
+/// every title, message and sealed segment under its entry's id, each as it is
+/// written, so the index's documents (one `search_docsize` row each, an empty text
+/// included) are exactly those ids, and each entry names a row that is there. A row
+/// missing its document can make a search that matches it fail as malformed, or miss
+/// it; a document of no row matches for whatever row later takes its id. FTS5's own
+/// `'integrity-check'` would also compare each document's terms, but it is a write,
+/// which `verify` never makes; a row's text edited behind the store is found by the
+/// log check instead. Each count walks one table with a keyed look-up a row, so it
+/// holds no more in memory for a longer history. Skipped below V11 (whose index had
+/// another shape; a read refuses such a file anyway) or when the tables are not there
+/// (the schema check names what is missing). Since V14 a sealed segment is indexed
+/// or waits to be (`search_waiting`), never both, and a waiting row names a segment
+/// that is there.
 fn search_problems(conn: &Connection) -> Result<Vec<Problem>> {
     let failed = |e| crate::db::error::sqlite("check the search index", e);
     let version = schema::read_history(conn)
@@ -522,6 +524,36 @@ fn search_problems(conn: &Connection) -> Result<Vec<Problem>> {
                                 AND p.part = CAST(substr(e.entry_id, 38) AS INTEGER))
          END",
     )?;
+    let waiting_table: i64 = count(
+        "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'search_waiting'",
+    )?;
+    let (unindexed, doubled, gone) = if waiting_table == 1 {
+        (
+            count(
+                "SELECT count(*) FROM item_parts p JOIN items i ON i.id = p.item_id
+                 WHERE p.sealed = 1 AND i.kind IN ('agent_message', 'agent_thought')
+                   AND NOT EXISTS (SELECT 1 FROM search_entries e
+                                   WHERE e.entry_id = p.item_id || '/' || p.part)
+                   AND NOT EXISTS (SELECT 1 FROM search_waiting w
+                                   WHERE w.session_id = p.session_id
+                                     AND w.item_id = p.item_id AND w.part = p.part)",
+            )?,
+            count(
+                "SELECT count(*) FROM search_waiting w
+                 WHERE EXISTS (SELECT 1 FROM search_entries e
+                               WHERE e.entry_id = w.item_id || '/' || w.part)",
+            )?,
+            count(
+                "SELECT count(*) FROM search_waiting w
+                 WHERE NOT EXISTS (SELECT 1 FROM item_parts p
+                                   WHERE p.session_id = w.session_id
+                                     AND p.item_id = w.item_id AND p.part = w.part
+                                     AND p.sealed = 1)",
+            )?,
+        )
+    } else {
+        (0, 0, 0)
+    };
     let one_or_many = |n: i64, one: &str, many: &str| {
         if n == 1 {
             one.to_owned()
@@ -564,6 +596,30 @@ fn search_problems(conn: &Connection) -> Result<Vec<Problem>> {
                 named,
                 "1 entry names a title, message or sealed segment that is gone",
                 "entries name a title, message or sealed segment that is gone",
+            ),
+        ),
+        (
+            unindexed,
+            one_or_many(
+                unindexed,
+                "1 sealed segment is neither indexed nor waiting to be (no search finds it)",
+                "sealed segments are neither indexed nor waiting to be (no search finds them)",
+            ),
+        ),
+        (
+            doubled,
+            one_or_many(
+                doubled,
+                "1 sealed segment is indexed and also waits to be (it would be indexed twice)",
+                "sealed segments are indexed and also wait to be (they would be indexed twice)",
+            ),
+        ),
+        (
+            gone,
+            one_or_many(
+                gone,
+                "1 segment waiting to be indexed is gone",
+                "segments waiting to be indexed are gone",
             ),
         ),
     ];

@@ -472,13 +472,25 @@ impl Store {
     /// Full-text search over titles, messages (display text, expansion, transcript)
     /// and recorded agent messages and thoughts, best-ranked first, optionally in one
     /// session. `query` is FTS5 syntax; one FTS5 cannot parse is
-    /// `Error::SearchQuery`.
+    /// `Error::SearchQuery`. A store that can write first indexes the sealed text
+    /// still waiting for its writer to be idle; a read-only one does not see that
+    /// text until a writer has indexed it.
     pub async fn search(
         &self,
         query: String,
         session: Option<SessionId>,
         limit: u32,
     ) -> Result<Vec<db::search::Hit>> {
+        // Sealed text waits to be indexed until the writer is idle (V14); a store that
+        // can write indexes it first, so its own search finds what it recorded. A
+        // read-only store searches what a writer has indexed.
+        if self.writer.is_some()
+            && self.db.defers_search()
+            && self.with_read(db::search::anything_waiting).await?
+        {
+            self.with_write(|tx| db::search::index_waiting(tx, None))
+                .await?;
+        }
         self.with_read(move |tx| {
             if let Some(s) = &session {
                 queries::get_session(tx, s)?;

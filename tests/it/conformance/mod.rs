@@ -109,7 +109,7 @@ async fn a_dropped_unique_constraint_is_reported_and_refuses_writes(b: TestStore
              INSERT INTO loose SELECT * FROM event_keys;
              DROP TABLE event_keys;
              ALTER TABLE loose RENAME TO event_keys;",
-            "table event_keys differs from the version-13 schema",
+            "table event_keys differs from the version-14 schema",
             ProblemKind::SchemaChanged,
         )
     };
