@@ -167,31 +167,36 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats, yielding: &std::sync::a
     let mut search = Waiting::default();
     search.look(&db);
     loop {
-        let first = match search.next_job(&db, &jobs) {
-            Some(job) => job,
-            None => break,
-        };
+        let next = search.next(&jobs);
         let yields = yielding.load(Ordering::Relaxed);
         let before = if yields { delay.read() } else { None };
-        let mut group = vec![first];
-        let deadline = std::time::Instant::now() + GATHER;
-        while group.len() < MAX_MEMBERS {
-            match jobs.try_recv() {
-                Ok(job) => group.push(job),
-                Err(mpsc::TryRecvError::Disconnected) => break,
-                Err(mpsc::TryRecvError::Empty) if group.len() >= last => break,
-                Err(mpsc::TryRecvError::Empty) => {
-                    let left = deadline.saturating_duration_since(std::time::Instant::now());
-                    match jobs.recv_timeout(left) {
+        match next {
+            Next::Closed => break,
+            // A step of indexing runs as a group does: its wait for the CPU counts.
+            Next::Index => search.index(&db, Some(SEARCH_STEP)),
+            Next::Job(first) => {
+                let mut group = vec![first];
+                let deadline = std::time::Instant::now() + GATHER;
+                while group.len() < MAX_MEMBERS {
+                    match jobs.try_recv() {
                         Ok(job) => group.push(job),
-                        Err(_) => break,
+                        Err(mpsc::TryRecvError::Disconnected) => break,
+                        Err(mpsc::TryRecvError::Empty) if group.len() >= last => break,
+                        Err(mpsc::TryRecvError::Empty) => {
+                            let left =
+                                deadline.saturating_duration_since(std::time::Instant::now());
+                            match jobs.recv_timeout(left) {
+                                Ok(job) => group.push(job),
+                                Err(_) => break,
+                            }
+                        }
                     }
                 }
+                last = group.len();
+                commit(&db, group, &mut tails, stats);
+                search.look(&db);
             }
         }
-        last = group.len();
-        commit(&db, group, &mut tails, stats);
-        search.look(&db);
         if yields {
             let delayed = before
                 .zip(delay.read())
@@ -235,6 +240,18 @@ const SEARCH_STEP: usize = 8;
 struct Waiting {
     since: Option<std::time::Instant>,
     retry_at: Option<std::time::Instant>,
+    /// Indexing step after step while no write arrives (the writer was idle).
+    stepping: bool,
+    /// The last thing done was a step made because a segment waited too long: a
+    /// write that waits goes next, so the two take turns.
+    lagged: bool,
+}
+
+/// What the writer does next.
+enum Next {
+    Job(Job),
+    Index,
+    Closed,
 }
 
 impl Waiting {
@@ -252,49 +269,56 @@ impl Waiting {
         }
     }
 
-    /// The next write to make, indexing what waits meanwhile: at once a step when a
-    /// segment has waited [`SEARCH_LAG`], else a step at a time for as long as no
-    /// write arrives once none has for [`SEARCH_IDLE`]. `None` once every handle of
-    /// the store is gone.
-    fn next_job(&mut self, db: &Db, jobs: &mpsc::Receiver<Job>) -> Option<Job> {
+    /// What the writer does next: a write that has arrived, first; else, while
+    /// segments wait, a step of indexing once no write has arrived for
+    /// [`SEARCH_IDLE`], and step after step until one does; once a segment has waited
+    /// [`SEARCH_LAG`], steps and groups in turn; `Closed` once every handle of the
+    /// store is gone.
+    fn next(&mut self, jobs: &mpsc::Receiver<Job>) -> Next {
+        let received = |r: std::result::Result<Job, mpsc::RecvTimeoutError>| match r {
+            Ok(job) => Some(Next::Job(job)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Some(Next::Closed),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+        };
         loop {
             let Some(since) = self.since else {
-                return jobs.recv().ok();
+                self.stepping = false;
+                return jobs.recv().map_or(Next::Closed, Next::Job);
             };
-            let now = std::time::Instant::now();
+            // A step that failed (a full disk) is tried again a second later.
             if let Some(at) = self.retry_at {
+                let now = std::time::Instant::now();
                 if now < at {
-                    return match jobs.recv_timeout(at - now) {
-                        Ok(job) => Some(job),
-                        Err(mpsc::RecvTimeoutError::Timeout) => {
-                            self.retry_at = None;
-                            continue;
-                        }
-                        Err(mpsc::RecvTimeoutError::Disconnected) => None,
-                    };
+                    match received(jobs.recv_timeout(at - now)) {
+                        Some(next) => return next,
+                        None => continue,
+                    }
                 }
                 self.retry_at = None;
             }
-            if now.duration_since(since) >= SEARCH_LAG {
-                self.index(db, Some(SEARCH_STEP));
-                if self.since.is_none() {
-                    continue;
+            // Too long a wait: a step, then a write if one waits, and so on in turn,
+            // however busy the writer.
+            if since.elapsed() >= SEARCH_LAG && !self.lagged {
+                self.lagged = true;
+                return Next::Index;
+            }
+            self.lagged = false;
+            match jobs.try_recv() {
+                Ok(job) => {
+                    self.stepping = false;
+                    return Next::Job(job);
                 }
+                Err(mpsc::TryRecvError::Disconnected) => return Next::Closed,
+                Err(mpsc::TryRecvError::Empty) => {}
             }
-            match jobs.recv_timeout(SEARCH_IDLE) {
-                Ok(job) => return Some(job),
-                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            if self.stepping {
+                return Next::Index;
             }
-            // Idle: a step at a time while no write arrives.
-            while self.since.is_some() && self.retry_at.is_none() {
-                self.index(db, Some(SEARCH_STEP));
-                match jobs.try_recv() {
-                    Ok(job) => return Some(job),
-                    Err(mpsc::TryRecvError::Disconnected) => return None,
-                    Err(mpsc::TryRecvError::Empty) => {}
-                }
+            if let Some(next) = received(jobs.recv_timeout(SEARCH_IDLE)) {
+                return next;
             }
+            self.stepping = true;
+            return Next::Index;
         }
     }
 
@@ -553,6 +577,69 @@ fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) {
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
+
+    fn job() -> Job {
+        let (done, _) = oneshot::channel();
+        Job {
+            session: None,
+            work: Box::new(|_, _| Ok(Box::new(()) as Box<dyn Any + Send>)),
+            done,
+        }
+    }
+
+    fn named(next: &Next) -> &'static str {
+        match next {
+            Next::Job(_) => "write",
+            Next::Index => "index",
+            Next::Closed => "closed",
+        }
+    }
+
+    /// With nothing to index the writer takes writes as they come; with segments
+    /// waiting, a write that has arrived goes first, a step of indexing follows
+    /// [`SEARCH_IDLE`] without one, and steps follow each other until one arrives;
+    /// once a segment has waited [`SEARCH_LAG`], steps and writes take turns however
+    /// many writes wait; with every handle gone it is closed.
+    #[test]
+    fn the_writer_indexes_when_idle_and_in_turn_with_writes_once_text_waited_too_long() {
+        let (queue, jobs) = mpsc::channel();
+        let mut w = Waiting::default();
+        queue.send(job()).unwrap();
+        assert_eq!(named(&w.next(&jobs)), "write");
+
+        w.since = Some(Instant::now());
+        queue.send(job()).unwrap();
+        assert_eq!(named(&w.next(&jobs)), "write");
+        let t = Instant::now();
+        assert_eq!(named(&w.next(&jobs)), "index");
+        assert!(t.elapsed() >= SEARCH_IDLE, "{:?}", t.elapsed());
+        assert!(w.stepping);
+        assert_eq!(named(&w.next(&jobs)), "index");
+        queue.send(job()).unwrap();
+        assert_eq!(named(&w.next(&jobs)), "write");
+        assert!(!w.stepping, "a write ends the idle steps");
+
+        w.since = Instant::now().checked_sub(SEARCH_LAG + Duration::from_secs(1));
+        assert!(w.since.is_some(), "the clock goes back a minute");
+        for _ in 0..3 {
+            queue.send(job()).unwrap();
+        }
+        let order: Vec<&str> = (0..6).map(|_| named(&w.next(&jobs))).collect();
+        assert_eq!(
+            order,
+            ["index", "write", "index", "write", "index", "write"]
+        );
+
+        // A failed step waits a second before the next; a write still goes at once.
+        w.retry_at = Some(Instant::now() + Duration::from_secs(1));
+        w.stepping = true;
+        queue.send(job()).unwrap();
+        assert_eq!(named(&w.next(&jobs)), "write");
+
+        w.since = None;
+        drop(queue);
+        assert_eq!(named(&w.next(&jobs)), "closed");
+    }
 
     /// A yielding writer goes idle after its first group; a group during which it
     /// waited [`STARVED`] for the CPU while idle makes it a normal thread, which it
