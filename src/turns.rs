@@ -70,8 +70,24 @@ const KNOWN_KINDS: &[&str] = &[
 ];
 
 impl Update {
-    /// Reads one update (the `update` of a `session/update` notification).
+    /// Reads one update (the `update` of a `session/update` notification): a chunk
+    /// of plain text (what a streaming agent sends hundreds of a second) straight
+    /// into its `SessionUpdate`, as [`Update::from_text`] reads one, since the
+    /// general read of a tagged enum from a `Value` copies the object into a buffer
+    /// first and costs several times as much; anything else, and every refusal,
+    /// through the general read.
     pub fn from_value(value: &serde_json::Value) -> Result<Update, Refusal> {
+        if let Some(update) = PlainChunk::deserialize(value)
+            .ok()
+            .and_then(PlainChunk::into_update)
+        {
+            return Ok(Update::Known(update));
+        }
+        Update::read_value(value)
+    }
+
+    /// The general read of [`Update::from_value`].
+    fn read_value(value: &serde_json::Value) -> Result<Update, Refusal> {
         let Some(kind) = value.get("sessionUpdate").and_then(|k| k.as_str()) else {
             return Err(Refusal::NotAnUpdate {
                 detail: "an object without a \"sessionUpdate\" kind".to_owned(),
@@ -89,9 +105,9 @@ impl Update {
 
     /// Reads one update from its JSON text: a chunk of plain text (the bulk of any
     /// long history) straight into its `SessionUpdate`, skipping the `Value` tree
-    /// [`Update::from_value`] reads through, which costs about as much again; anything
-    /// else, and every error, through [`Update::from_value`], so what is read and each
-    /// refusal are the same either way.
+    /// [`Update::from_value`] reads from, which costs about as much again; anything
+    /// else, and every error, through the general read of a `Value`, so what is read
+    /// and each refusal are the same either way.
     pub fn from_text(text: &str) -> Result<Update, Refusal> {
         if let Some(update) = serde_json::from_str::<PlainChunk>(text)
             .ok()
@@ -103,7 +119,7 @@ impl Update {
             serde_json::from_str(text).map_err(|e| Refusal::NotJson {
                 detail: e.to_string(),
             })?;
-        Update::from_value(&value)
+        Update::read_value(&value)
     }
 
     /// Whether `text` is exactly the JSON this update is written as in a
@@ -517,8 +533,9 @@ mod tests {
         update(v)
     }
 
-    /// The direct read of a plain chunk, and the general read it falls back to, give
-    /// the same update or the same refusal for every shape near the one it takes.
+    /// The direct reads of a plain chunk, from its text and from its `Value`, and the
+    /// general read they fall back to, give the same update or the same refusal for
+    /// every shape near the one they take.
     #[test]
     fn an_update_read_from_text_is_the_update_read_from_its_value() {
         let texts = [
@@ -543,11 +560,9 @@ mod tests {
         ];
         for text in texts {
             let value: serde_json::Value = serde_json::from_str(text).expect("JSON");
-            assert_eq!(
-                Update::from_text(text),
-                Update::from_value(&value),
-                "{text}"
-            );
+            let general = Update::read_value(&value);
+            assert_eq!(Update::from_text(text), general, "{text}");
+            assert_eq!(Update::from_value(&value), general, "{text}");
         }
         assert!(matches!(
             Update::from_text("{"),
