@@ -193,8 +193,10 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats, yielding: &std::sync::a
                     }
                 }
                 last = group.len();
-                commit(&db, group, &mut tails, stats);
-                search.look(&db);
+                match commit(&db, group, &mut tails, stats) {
+                    Some(waiting) => search.saw(waiting),
+                    None => search.look(&db),
+                }
             }
         }
         if yields {
@@ -255,17 +257,24 @@ enum Next {
 }
 
 impl Waiting {
-    /// Looks whether anything waits (a single probe of a small table).
+    /// Looks whether anything waits (a single probe of a small table), in a read of
+    /// its own; after a group, the group's own transaction tells ([`commit`]).
     fn look(&mut self, db: &Db) {
         if !db.defers_search() {
             return;
         }
         match db.read(super::search::anything_waiting) {
-            Ok(true) => {
-                self.since.get_or_insert_with(std::time::Instant::now);
-            }
-            Ok(false) => self.since = None,
+            Ok(waiting) => self.saw(waiting),
             Err(e) => tracing::warn!("cannot look for segments to index for search: {e}"),
+        }
+    }
+
+    /// Whether anything waits, as the writer last saw.
+    fn saw(&mut self, waiting: bool) {
+        if waiting {
+            self.since.get_or_insert_with(std::time::Instant::now);
+        } else {
+            self.since = None;
         }
     }
 
@@ -466,15 +475,18 @@ fn disk_full_injected() -> Option<Error> {
 }
 
 /// Runs one group in one transaction, each member in a savepoint, and hands each
-/// member its answer once the transaction committed.
-fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) {
+/// member its answer once the transaction committed. Returns whether sealed text
+/// waits to be indexed as the committed group left it (`None` if it did not commit),
+/// looked up in its own transaction rather than in a read of its own.
+fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) -> Option<bool> {
     if let Some(full) = disk_full_injected() {
         let full = Arc::new(full);
         for job in group {
             let _ = job.done.send(Err(Error::Shared(full.clone())));
         }
-        return;
+        return None;
     }
+    let waiting = std::cell::Cell::new(None);
     let mut sessions: Vec<SessionId> = group.iter().filter_map(|j| j.session).collect();
     sessions.sort();
     sessions.dedup();
@@ -528,6 +540,7 @@ fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) {
                         }
                     }
                 }
+                waiting.set(Some(super::search::anything_waiting(tx)?));
                 Ok(())
             })
         }));
@@ -570,6 +583,11 @@ fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) {
                 .unwrap_or_else(|| Err(Error::Task("a write of a group was not run".to_owned()))),
         };
         let _ = job.done.send(answer);
+    }
+    if failure.is_some() {
+        None
+    } else {
+        waiting.get()
     }
 }
 
