@@ -23,7 +23,7 @@ use workload::Fixture;
 const USAGE: &str = "usage: callgrind setup DIR | callgrind WORKLOAD DIR N, where WORKLOAD is \
                      restore, restore-baseline, dispatch, dispatch-baseline, dispatch-typed, \
                      dispatch-typed-kept, dispatch-vec, sdk-send, sdk-baseline, frame, \
-                     send-text, send-refs or raw-append";
+                     send-text, send-refs, record-chunk or raw-append";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -125,6 +125,17 @@ fn run(rt: &Runtime, workload: &str, dir: &Path, n: usize) {
             };
             for _ in 0..n {
                 f.send(rt, Role::User, "hello", &refs);
+            }
+        }
+        // One chunk of a streamed answer a write, as a session streaming at an agent's
+        // pace is recorded: what one write costs beyond its update.
+        "record-chunk" => {
+            let f = Fixture::open(rt, &dir.join("append"));
+            for i in 0..n {
+                let chunk = serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                    "content": {"type": "text", "text": format!("{i:020} chunk of a streamed answer. ")}});
+                rt.block_on(f.store.record_values(f.session, vec![chunk]))
+                    .expect("record");
             }
         }
         "raw-append" => {

@@ -504,6 +504,21 @@ struct PlainAgentText<'a> {
     content: Vec<PlainText<'a>>,
 }
 
+/// Reads a JSON array of content blocks (a streamed part, a sealed segment): one of
+/// plain text blocks only (any stream's) directly, anything else, and every error,
+/// through `ContentBlock`'s own read, which gives the same blocks where both read.
+pub(crate) fn content_blocks(json: &str) -> serde_json::Result<Vec<ContentBlock>> {
+    if let Ok(plain) = serde_json::from_str::<Vec<PlainText>>(json)
+        && let Some(blocks) = plain
+            .into_iter()
+            .map(PlainText::into_block)
+            .collect::<Option<Vec<_>>>()
+    {
+        return Ok(blocks);
+    }
+    serde_json::from_str(json)
+}
+
 impl AgentText {
     /// Reads a body as the `agent_message` and `agent_thought` columns hold it.
     fn from_json(body: &str) -> serde_json::Result<AgentText> {
@@ -804,6 +819,30 @@ mod tests {
                 serde_json::from_str(body).map_err(|e| e.to_string());
             let read = AgentText::from_json(body).map_err(|e| e.to_string());
             assert_eq!(read, general, "{body}");
+        }
+    }
+
+    /// The direct read of a part's array of plain text blocks, and `ContentBlock`'s
+    /// own read it falls back to, give the same blocks or the same error.
+    #[test]
+    fn plain_text_blocks_read_as_their_general_read_does() {
+        let parts = [
+            r#"[{"type":"text","text":"a"}]"#,
+            r#"[{"text":"a","type":"text"},{"type":"text","text":"\u00e9 b"}]"#,
+            r#"[]"#,
+            r#"[{"type":"text","text":"a","annotations":{"priority":1.0}}]"#,
+            r#"[{"type":"text","text":"a","_meta":{"k":1}}]"#,
+            r#"[{"type":"text","text":"a"},{"type":"image","data":"AA==","mimeType":"image/png"}]"#,
+            r#"[{"type":"text"}]"#,
+            r#"[{"type":{"text":null},"text":"a"}]"#,
+            r#"{"type":"text","text":"a"}"#,
+            r#"[{"type":"text","text":"a"}"#,
+        ];
+        for part in parts {
+            let general: Result<Vec<ContentBlock>, String> =
+                serde_json::from_str(part).map_err(|e| e.to_string());
+            let read = content_blocks(part).map_err(|e| e.to_string());
+            assert_eq!(read, general, "{part}");
         }
     }
 

@@ -439,8 +439,8 @@ pub(crate) fn items_in_rows(
 /// Folds one appended part (a JSON array of content blocks) onto `item` the way chunks
 /// coalesce, so the item reads as the whole message a single row would hold.
 fn fold_part(item: &mut Item, part: &str, at: String) -> Result<(), String> {
-    let blocks: Vec<ContentBlock> =
-        serde_json::from_str(part).map_err(|e| format!("an item part is not content: {e}"))?;
+    let blocks = crate::model::content_blocks(part)
+        .map_err(|e| format!("an item part is not content: {e}"))?;
     let (ItemBody::AgentMessage(text) | ItemBody::AgentThought(text)) = &mut item.body else {
         return Err(format!(
             "item {} of kind {} has parts",
@@ -543,7 +543,7 @@ fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Res
                 args![after, id.to_string(), SEAL_PAGE],
                 |r| {
                     let content: String = r.get(2)?;
-                    let blocks = serde_json::from_str(&content)
+                    let blocks = crate::model::content_blocks(&content)
                         .map_err(|e| DbError::column(2, format!("not content blocks: {e}")))?;
                     Ok((r.get(0)?, r.get(1)?, blocks, r.get(3)?, content.len()))
                 },
