@@ -762,10 +762,16 @@ async fn sealed_text_waits_for_an_idle_writer_and_every_search_that_can_write_fi
     let chunks: Vec<SessionUpdate> = (0..3000)
         .map(|i| text_chunk(&format!("word{i:04} and some more text to fill it up ")))
         .collect();
-    let record = |store: &Store, s: SessionId| {
+    // A new session of `store` with the whole answer recorded and sealed.
+    let recorded = |store: &Store| {
         let store = store.clone();
         let chunks = chunks.clone();
         async move {
+            let s = store
+                .create_session(None, ToolsHost::Local)
+                .await
+                .unwrap()
+                .id;
             for batch in chunks.chunks(10) {
                 store.record(s, batch.to_vec()).await.unwrap();
             }
@@ -773,17 +779,13 @@ async fn sealed_text_waits_for_an_idle_writer_and_every_search_that_can_write_fi
                 .send(s, Outgoing::user("next"))
                 .await
                 .expect("the next message seals the answer");
+            s
         }
     };
 
     // A writer left alone indexes what waits, with no search asking.
     let store = Store::open(t.config.clone()).await.unwrap();
-    let s = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap()
-        .id;
-    record(&store, s).await;
+    let s = recorded(&store).await;
     let segments = count(&t, "item_parts");
     assert!(segments >= 2, "{segments} segments");
     let report = store.verify().await.unwrap();
@@ -802,12 +804,7 @@ async fn sealed_text_waits_for_an_idle_writer_and_every_search_that_can_write_fi
 
     // A store that closes indexes what still waits: a second session recorded and
     // the store dropped at once.
-    let other = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .unwrap()
-        .id;
-    record(&store, other).await;
+    recorded(&store).await;
     drop(store);
     assert_eq!(waiting(&t), 0, "the closing store indexed what waited");
     assert_eq!(matches(&t, "word1500"), 2, "both sessions' text is indexed");
