@@ -473,6 +473,29 @@ pub struct AgentText {
     pub content: Vec<ContentBlock>,
 }
 
+/// `T` read from a JSON object and nothing else: serde's derived read of a struct also
+/// takes an array of its fields in order, which the general reads of the ACP types
+/// this stands in for refuse (a block `["text", "a"]`).
+pub(crate) struct Object<T>(pub(crate) T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Fields<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer
+            .deserialize_map(Fields(std::marker::PhantomData))
+            .map(Object)
+    }
+}
+
 /// A content block that is plain text and nothing else, read directly from its JSON
 /// (a `ContentBlock` is tagged, which serde reads through a buffer of the whole
 /// object). Any other field, annotations and `_meta` included, makes it refuse, so
@@ -501,17 +524,17 @@ struct PlainAgentText<'a> {
     #[serde(default)]
     message_id: Option<String>,
     #[serde(borrow)]
-    content: Vec<PlainText<'a>>,
+    content: Vec<Object<PlainText<'a>>>,
 }
 
 /// Reads a JSON array of content blocks (a streamed part, a sealed segment): one of
 /// plain text blocks only (any stream's) directly, anything else, and every error,
 /// through `ContentBlock`'s own read, which gives the same blocks where both read.
 pub(crate) fn content_blocks(json: &str) -> serde_json::Result<Vec<ContentBlock>> {
-    if let Ok(plain) = serde_json::from_str::<Vec<PlainText>>(json)
+    if let Ok(plain) = serde_json::from_str::<Vec<Object<PlainText>>>(json)
         && let Some(blocks) = plain
             .into_iter()
-            .map(PlainText::into_block)
+            .map(|Object(block)| block.into_block())
             .collect::<Option<Vec<_>>>()
     {
         return Ok(blocks);
@@ -522,11 +545,11 @@ pub(crate) fn content_blocks(json: &str) -> serde_json::Result<Vec<ContentBlock>
 impl AgentText {
     /// Reads a body as the `agent_message` and `agent_thought` columns hold it.
     fn from_json(body: &str) -> serde_json::Result<AgentText> {
-        if let Ok(plain) = serde_json::from_str::<PlainAgentText>(body)
+        if let Ok(Object(plain)) = serde_json::from_str::<Object<PlainAgentText>>(body)
             && let Some(content) = plain
                 .content
                 .into_iter()
-                .map(PlainText::into_block)
+                .map(|Object(block)| block.into_block())
                 .collect::<Option<Vec<_>>>()
         {
             return Ok(AgentText {
@@ -813,6 +836,8 @@ mod tests {
             r#"{"messageId":5,"content":[]}"#,
             r#"{"content":{}}"#,
             r#"{"content":[{"type":{"text":null},"text":"a"}]}"#,
+            r#"{"content":[["text","a"]]}"#,
+            r#"[null,[{"type":"text","text":"a"}]]"#,
         ];
         for body in bodies {
             let general: Result<AgentText, String> =
@@ -837,6 +862,7 @@ mod tests {
             r#"[{"type":{"text":null},"text":"a"}]"#,
             r#"{"type":"text","text":"a"}"#,
             r#"[{"type":"text","text":"a"}"#,
+            r#"[["text","a"]]"#,
         ];
         for part in parts {
             let general: Result<Vec<ContentBlock>, String> =

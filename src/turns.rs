@@ -77,9 +77,9 @@ impl Update {
     /// first and costs several times as much; anything else, and every refusal,
     /// through the general read.
     pub fn from_value(value: &serde_json::Value) -> Result<Update, Refusal> {
-        if let Some(update) = PlainChunk::deserialize(value)
+        if let Some(update) = crate::model::Object::<PlainChunk>::deserialize(value)
             .ok()
-            .and_then(PlainChunk::into_update)
+            .and_then(|chunk| chunk.0.into_update())
         {
             return Ok(Update::Known(update));
         }
@@ -109,9 +109,9 @@ impl Update {
     /// else, and every error, through the general read of a `Value`, so what is read
     /// and each refusal are the same either way.
     pub fn from_text(text: &str) -> Result<Update, Refusal> {
-        if let Some(update) = serde_json::from_str::<PlainChunk>(text)
+        if let Some(update) = serde_json::from_str::<crate::model::Object<PlainChunk>>(text)
             .ok()
-            .and_then(PlainChunk::into_update)
+            .and_then(|chunk| chunk.0.into_update())
         {
             return Ok(Update::Known(update));
         }
@@ -156,7 +156,7 @@ struct PlainChunk<'a> {
     #[serde(default)]
     message_id: Option<String>,
     #[serde(borrow)]
-    content: crate::model::PlainText<'a>,
+    content: crate::model::Object<crate::model::PlainText<'a>>,
 }
 
 impl PlainChunk<'_> {
@@ -168,7 +168,7 @@ impl PlainChunk<'_> {
             "agent_thought_chunk" => SessionUpdate::AgentThoughtChunk,
             _ => return None,
         };
-        let chunk = ContentChunk::new(self.content.into_block()?)
+        let chunk = ContentChunk::new(self.content.0.into_block()?)
             .message_id(self.message_id.map(acp::MessageId::from));
         Some(kind(chunk))
     }
@@ -557,6 +557,8 @@ mod tests {
             r#"{"sessionUpdate":"a_kind_from_a_newer_agent","x":[1,2]}"#,
             r#"{"content":{"type":"text","text":"a"}}"#,
             r#"[1]"#,
+            r#"{"sessionUpdate":"agent_message_chunk","content":["text","hi"]}"#,
+            r#"["agent_message_chunk",null,{"type":"text","text":"hi"}]"#,
         ];
         for text in texts {
             let value: serde_json::Value = serde_json::from_str(text).expect("JSON");
