@@ -169,6 +169,9 @@ impl Store {
                     touched.into_iter().for_each(|t| listed.add(t));
                     Ok(())
                 })?;
+                // Written outside the store's writer, which would not know that what
+                // this sealed waits to be indexed (V14): indexed here, in the write.
+                crate::db::search::index_waiting(tx, None)?;
                 Ok(Recorded {
                     recorded,
                     items: std::mem::take(&mut listed.ids),

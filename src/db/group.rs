@@ -216,7 +216,10 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats, yielding: &std::sync::a
         }
     }
     // The store is closing: what waits is indexed now, so a search in the next process
-    // finds it, whether or not that process writes.
+    // finds it, whether or not that process writes. Looked up first: a write made
+    // outside the writer indexes what it sealed itself, but one that failed to may
+    // have left rows this writer never saw.
+    search.look(&db);
     search.index(&db, None);
 }
 
@@ -227,8 +230,8 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats, yielding: &std::sync::a
 const SEARCH_IDLE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// How long a segment waits at most while the writer is never idle that long (a
-/// daemon that streams without pause): from then on the writer indexes a step of
-/// them between its groups until none is older.
+/// daemon that streams without pause): from then on the writer indexes a step at a
+/// time between its groups until nothing waits.
 const SEARCH_LAG: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How many segments one indexing transaction takes: about half a megabyte of text,
@@ -284,6 +287,15 @@ impl Waiting {
     /// [`SEARCH_LAG`], steps and groups in turn; `Closed` once every handle of the
     /// store is gone.
     fn next(&mut self, jobs: &mpsc::Receiver<Job>) -> Next {
+        let next = self.choose(jobs);
+        if matches!(next, Next::Job(_)) {
+            // A write ends the idle steps.
+            self.stepping = false;
+        }
+        next
+    }
+
+    fn choose(&mut self, jobs: &mpsc::Receiver<Job>) -> Next {
         let received = |r: std::result::Result<Job, mpsc::RecvTimeoutError>| match r {
             Ok(job) => Some(Next::Job(job)),
             Err(mpsc::RecvTimeoutError::Disconnected) => Some(Next::Closed),
@@ -313,10 +325,7 @@ impl Waiting {
             }
             self.lagged = false;
             match jobs.try_recv() {
-                Ok(job) => {
-                    self.stepping = false;
-                    return Next::Job(job);
-                }
+                Ok(job) => return Next::Job(job),
                 Err(mpsc::TryRecvError::Disconnected) => return Next::Closed,
                 Err(mpsc::TryRecvError::Empty) => {}
             }
@@ -338,6 +347,8 @@ impl Waiting {
             return;
         }
         match db.write(|tx| super::search::index_waiting(tx, most)) {
+            // A step that took fewer than it could took the last.
+            Ok(took) if most.is_some_and(|most| took < most) => self.since = None,
             Ok(_) => self.look(db),
             Err(e) => {
                 tracing::warn!("cannot index sealed text for search yet: {e}");
@@ -653,6 +664,7 @@ mod tests {
         w.stepping = true;
         queue.send(job()).unwrap();
         assert_eq!(named(&w.next(&jobs)), "write");
+        assert!(!w.stepping, "a write ends the idle steps");
 
         w.since = None;
         drop(queue);

@@ -318,8 +318,10 @@ pub fn anything_waiting(conn: &Tx<'_>) -> Result<bool> {
 
 /// Indexes up to `most` of the sealed segments that wait (all of them with `None`),
 /// each as [`index_segment`] would have when it was sealed, and takes them off the
-/// list; returns how many it took. A segment whose row is gone is only taken off
-/// (its session's delete takes both, so this is a row left by hand).
+/// list; returns how many it took. A listed segment that is gone (its session's
+/// delete takes both, so a row left by hand), or already indexed (`verify` names
+/// both), or named by ids that do not parse, is only taken off, with a warning for
+/// the last, so that no row can stop every later one from being indexed.
 pub fn index_waiting(conn: &Tx<'_>, most: Option<usize>) -> Result<usize> {
     if conn.engine() != Engine::Sqlite {
         return Ok(0);
@@ -336,19 +338,23 @@ pub fn index_waiting(conn: &Tx<'_>, most: Option<usize>) -> Result<usize> {
         let segment: Option<(String, String)> = conn
             .query_row(
                 "SELECT i.kind, p.content FROM item_parts p JOIN items i ON i.id = p.item_id
-                 WHERE p.session_id = ?1 AND p.item_id = ?2 AND p.part = ?3 AND p.sealed = 1",
+                 WHERE p.session_id = ?1 AND p.item_id = ?2 AND p.part = ?3 AND p.sealed = 1
+                   AND NOT EXISTS (SELECT 1 FROM search_entries e
+                                   WHERE e.entry_id = p.item_id || '/' || p.part)",
                 args![session.as_str(), item.as_str(), *part],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .map_err(super::error::sql("read a segment to index"))?;
         if let Some((kind, content)) = segment {
-            let session: SessionId = session.parse().map_err(|_| Error::OutOfRange {
-                what: "a waiting segment's session id",
-            })?;
-            let id: ItemId = item.parse().map_err(|_| Error::OutOfRange {
-                what: "a waiting segment's item id",
-            })?;
-            index_segment(conn, &session, &id, *part, &kind, &content)?;
+            match (session.parse::<SessionId>(), item.parse::<ItemId>()) {
+                (Ok(session), Ok(id)) => {
+                    index_segment(conn, &session, &id, *part, &kind, &content)?
+                }
+                _ => tracing::warn!(
+                    "left out of the search index a segment listed under ids that do not \
+                     parse: {session:?}, {item:?}"
+                ),
+            }
         }
         conn.execute(
             "DELETE FROM search_waiting WHERE session_id = ?1 AND item_id = ?2 AND part = ?3",

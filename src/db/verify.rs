@@ -610,8 +610,8 @@ fn search_problems(conn: &Connection) -> Result<Vec<Problem>> {
             doubled,
             one_or_many(
                 doubled,
-                "1 sealed segment is indexed and also waits to be (it would be indexed twice)",
-                "sealed segments are indexed and also wait to be (they would be indexed twice)",
+                "1 sealed segment is indexed and also listed as waiting to be",
+                "sealed segments are indexed and also listed as waiting to be",
             ),
         ),
         (

@@ -484,12 +484,16 @@ impl Store {
         // Sealed text waits to be indexed until the writer is idle (V14); a store that
         // can write indexes it first, so its own search finds what it recorded. A
         // read-only store searches what a writer has indexed.
+        // It is still a search when that write fails (a full disk, a lock held too
+        // long): it finds what is indexed, and says so in the log.
         if self.writer.is_some()
             && self.db.defers_search()
             && self.with_read(db::search::anything_waiting).await?
+            && let Err(e) = self
+                .with_write(|tx| db::search::index_waiting(tx, None))
+                .await
         {
-            self.with_write(|tx| db::search::index_waiting(tx, None))
-                .await?;
+            tracing::warn!("searched without the sealed text still waiting to be indexed: {e}");
         }
         self.with_read(move |tx| {
             if let Some(s) = &session {

@@ -875,7 +875,7 @@ async fn sealed_text_waits_for_an_idle_writer_and_every_search_that_can_write_fi
     // What verify names, each made behind the store's back and then undone.
     list(&conn);
     assert!(
-        problems(&t).await.contains("indexed and also waits"),
+        problems(&t).await.contains("indexed and also listed"),
         "{}",
         problems(&t).await
     );
@@ -915,4 +915,35 @@ async fn problems(t: &TestStore) -> String {
         .await
         .unwrap();
     format!("{:?}", reader.verify().await.unwrap().problems)
+}
+
+/// `record` writes outside the store's writer (one write for the whole input), so it
+/// indexes what it sealed in that write (V14): a read-only `search` right after it
+/// finds a word of every segment, and nothing is left waiting.
+#[test]
+fn a_long_answer_recorded_by_the_command_line_is_found_by_its_search() {
+    let t = TestStore::empty();
+    let sid = json(&t.run(&["session", "new", "--json"]))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let input: String = (0..5000)
+        .map(|i| {
+            format!(
+                r#"{{"sessionUpdate":"agent_message_chunk","content":{{"type":"text","text":"okapi{i:04} and some more text to fill it up "}}}}"#
+            ) + "\n"
+        })
+        .collect();
+    let out = record_cli(&t, &sid, &input);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        count(&t, "item_parts") >= 2,
+        "sealed while recorded: {}",
+        count(&t, "item_parts")
+    );
+    assert_eq!(count(&t, "search_waiting"), 0);
+    for word in ["okapi0000", "okapi2000"] {
+        let hits = json(&t.run(&["search", word, "--json"]));
+        assert_eq!(hits.as_array().map(Vec::len), Some(1), "{word}: {hits}");
+    }
 }
