@@ -488,7 +488,10 @@ impl Store {
         // long): it finds what is indexed, and says so in the log.
         if self.writer.is_some()
             && self.db.defers_search()
-            && self.with_read(db::search::anything_waiting).await?
+            && self
+                .with_read(db::search::anything_waiting)
+                .await
+                .unwrap_or(false)
             && let Err(e) = self
                 .with_write(|tx| db::search::index_waiting(tx, None))
                 .await
