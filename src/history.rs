@@ -171,7 +171,7 @@ impl Store {
                 })?;
                 // Written outside the store's writer, which would not know that what
                 // this sealed waits to be indexed (V14): indexed here, in the write.
-                crate::db::search::index_waiting(tx, None)?;
+                crate::db::search::index_waiting(tx, Some(&session), None)?;
                 Ok(Recorded {
                     recorded,
                     items: std::mem::take(&mut listed.ids),

@@ -120,11 +120,11 @@ impl Appender {
     }
 
     /// Writes the gathered updates, if any, and indexes for search the segments the
-    /// copy sealed (a fork or an import is one write outside the store's writer, which
+    /// new session's copy sealed (a fork or an import is one write outside the store's writer, which
     /// would not know they wait: V14).
     pub fn finish(mut self, conn: &Tx<'_>) -> Result<()> {
         self.flush(conn)?;
-        super::search::index_waiting(conn, None).map(drop)
+        super::search::index_waiting(conn, Some(&self.session), None).map(drop)
     }
 
     fn flush(&mut self, conn: &Tx<'_>) -> Result<()> {

@@ -218,9 +218,8 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats, yielding: &std::sync::a
         }
     }
     // The store is closing: what waits is indexed now, so a search in the next process
-    // finds it, whether or not that process writes. Looked up first: a write made
-    // outside the writer indexes what it sealed itself, but one that failed to may
-    // have left rows this writer never saw.
+    // finds it, whether or not that process writes. Looked up first, for rows this
+    // writer never saw (another process's, killed before its writer indexed them).
     search.look(&db);
     search.index(&db, None);
 }
@@ -350,7 +349,7 @@ impl Waiting {
         if self.since.is_none() {
             return;
         }
-        match db.write(|tx| super::search::index_waiting(tx, most)) {
+        match db.write(|tx| super::search::index_waiting(tx, None, most)) {
             // A step that took fewer than it could took the last.
             Ok(took) if most.is_some_and(|most| took < most) => self.since = None,
             Ok(_) => self.look(db),

@@ -316,21 +316,23 @@ pub fn anything_waiting(conn: &Tx<'_>) -> Result<bool> {
     .map(|waiting| waiting.unwrap_or(false))
 }
 
-/// Indexes up to `most` of the sealed segments that wait (all of them with `None`),
+/// Indexes up to `most` of the sealed segments that wait (all of them with `None`), of
+/// session `of` or of every session,
 /// each as [`index_segment`] would have when it was sealed, and takes them off the
 /// list; returns how many it took. A listed segment that is gone (its session's
 /// delete takes both, so a row left by hand), or already indexed (`verify` names
 /// both), or named by ids that do not parse, is only taken off, with a warning for
 /// the last, so that no row can stop every later one from being indexed.
-pub fn index_waiting(conn: &Tx<'_>, most: Option<usize>) -> Result<usize> {
+pub fn index_waiting(conn: &Tx<'_>, of: Option<&SessionId>, most: Option<usize>) -> Result<usize> {
     if conn.engine() != Engine::Sqlite {
         return Ok(0);
     }
     let most = most.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
     let waiting: Vec<(String, String, i64)> = conn
         .query_map(
-            "SELECT session_id, item_id, part FROM search_waiting LIMIT ?1",
-            args![most],
+            "SELECT session_id, item_id, part FROM search_waiting
+             WHERE ?1 IS NULL OR session_id = ?1 LIMIT ?2",
+            args![of.map(ToString::to_string), most],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .map_err(super::error::sql("read the segments to index"))?;

@@ -395,16 +395,23 @@ impl Store {
         updates: Vec<U>,
     ) -> Result<Recorded> {
         let updates: Vec<Update> = updates.into_iter().map(Into::into).collect();
+        self.write_record(move |tx, tails| {
+            db::turns::record_remembered(tx, tails, &session, &updates)
+        })
+        .await
+    }
+
+    /// A write that records, through the writer with its memo of where each session's
+    /// history ends (`db::turns::Tails`); a store with no writer (read-only) refuses
+    /// it as it refuses every write.
+    async fn write_record(
+        &self,
+        mut work: impl FnMut(&db::Tx<'_>, &mut db::turns::Tails) -> Result<Recorded> + Send + 'static,
+    ) -> Result<Recorded> {
         match &self.writer {
-            Some(writer) => {
-                writer
-                    .write_remembering(None, move |tx, tails| {
-                        db::turns::record_remembered(tx, tails, &session, &updates)
-                    })
-                    .await
-            }
+            Some(writer) => writer.write_remembering(None, work).await,
             None => {
-                self.with_write(move |tx| db::turns::record(tx, &session, &updates))
+                self.with_write(move |tx| work(tx, &mut db::turns::Tails::default()))
                     .await
             }
         }
@@ -442,19 +449,10 @@ impl Store {
                 })
                 .collect::<Result<Vec<_>>>()
         };
-        match &self.writer {
-            Some(writer) => {
-                writer
-                    .write_remembering(None, move |tx, tails| {
-                        db::turns::record_remembered(tx, tails, &session, &read()?)
-                    })
-                    .await
-            }
-            None => {
-                self.with_write(move |tx| db::turns::record(tx, &session, &read()?))
-                    .await
-            }
-        }
+        self.write_record(move |tx, tails| {
+            db::turns::record_remembered(tx, tails, &session, &read()?)
+        })
+        .await
     }
 
     /// A session's recorded turn items, in history order.
@@ -493,7 +491,7 @@ impl Store {
                 .await
                 .unwrap_or(false)
             && let Err(e) = self
-                .with_write(|tx| db::search::index_waiting(tx, None))
+                .with_write(|tx| db::search::index_waiting(tx, None, None))
                 .await
         {
             tracing::warn!("searched without the sealed text still waiting to be indexed: {e}");

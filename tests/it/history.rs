@@ -697,13 +697,7 @@ async fn the_log_is_keyed_a_batch_at_a_time_and_reads_the_same_keyed_or_not() {
         record(a, i).await;
         record(b, i).await;
     }
-    let one = |sql: &str| -> i64 {
-        t.raw_query(sql).unwrap()[0][0]
-            .clone()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
+    let one = |sql: &str| number(&t, sql);
     let upto = || one("SELECT upto FROM event_keys_upto");
     let restores = || -> Vec<String> {
         FORMATS
@@ -816,13 +810,7 @@ async fn the_log_is_keyed_a_batch_at_a_time_and_reads_the_same_keyed_or_not() {
 async fn a_large_event_is_keyed_at_once_with_the_events_before_it() {
     let t = TestStore::new().await;
     let s = recorded(&t, 3).await;
-    let one = |sql: &str| -> i64 {
-        t.raw_query(sql).unwrap()[0][0]
-            .clone()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
+    let one = |sql: &str| number(&t, sql);
     assert_eq!(
         one("SELECT upto FROM event_keys_upto"),
         0,
@@ -849,4 +837,13 @@ async fn a_large_event_is_keyed_at_once_with_the_events_before_it() {
     assert!(verified.status.success(), "{}", stdout(&verified));
     let out = restore_of(&t, s, "acp-updates", Some("1"));
     assert!(out.status.success() && stdout(&out).contains("word word"));
+}
+
+/// The one number a query behind the store's back returns.
+fn number(t: &TestStore, sql: &str) -> i64 {
+    t.raw_query(sql).unwrap()[0][0]
+        .clone()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
