@@ -254,10 +254,13 @@ pub fn default_data_dir() -> Result<PathBuf> {
         .ok_or(Error::NoDataDir)
 }
 
-/// The kernel's name for this host; the `HOSTNAME` variable, then `localhost`, when
-/// it cannot be read.
+/// The kernel's name for this host (`uname`); the `HOSTNAME` variable, then
+/// `localhost`, when it is empty or not text.
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+    let uname = rustix::system::uname();
+    uname
+        .nodename()
+        .to_str()
         .ok()
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())

@@ -98,6 +98,7 @@ pub mod store;
 pub mod turns;
 
 pub use config::Config;
+#[cfg(feature = "testkit")]
 pub use db::group::WriteStats;
 pub use db::schema::{Backup, MigrationReport};
 pub use db::search::Hit as SearchHit;

@@ -457,10 +457,6 @@ async fn proxy(config: Config, args: ProxyArgs) -> Result<()> {
     let program = agent.next().context("name the agent after --")?;
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let store = Store::open(config).await?;
-    // The relay comes first: each update reaches the client before it is recorded,
-    // and the recorder's bounded queue makes a writer that falls behind slow the
-    // relay down rather than grow (README, the proxy's durability contract).
-    store.lower_writer_priority();
     let mut options = ProxyOptions::new(
         AgentCommand {
             program,
@@ -471,17 +467,9 @@ async fn proxy(config: Config, args: ProxyArgs) -> Result<()> {
     options.restored_content_budget = usize::try_from(args.restored_content).unwrap_or(usize::MAX);
     options.agent_timeout = args.agent_timeout;
     options.record_updates = !args.relay_only;
-    let stats = store.clone();
-    let ran = run_stdio(store, options)
+    run_stdio(store, options)
         .await
-        .context("the ACP connection failed");
-    let written = stats.write_stats();
-    tracing::info!(
-        "the store's writer made {} commits for {} writes",
-        written.commits,
-        written.writes
-    );
-    ran
+        .context("the ACP connection failed")
 }
 
 async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {

@@ -54,7 +54,8 @@ struct Job {
 }
 
 /// What the writer has done: how many groups it committed and how many writes they
-/// held, for a daemon (and the benches) to see how well commits are shared.
+/// held, for the tests and the benches to see how well commits are shared.
+#[cfg(feature = "testkit")]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WriteStats {
     pub commits: u64,
@@ -67,9 +68,8 @@ pub struct WriteStats {
 pub(crate) struct GroupWriter {
     queue: Option<mpsc::Sender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     stats: Arc<Stats>,
-    /// Whether the writer yields the CPU to every other thread ([`Priority`]).
-    yielding: Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[derive(Default)]
@@ -83,23 +83,14 @@ impl GroupWriter {
         let (queue, jobs) = mpsc::channel::<Job>();
         let stats = Arc::new(Stats::default());
         let counted = stats.clone();
-        let yielding = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let asked = yielding.clone();
         let thread = std::thread::Builder::new()
             .name("sessionstore-writer".to_owned())
-            .spawn(move || run(db, jobs, &counted, &asked))?;
+            .spawn(move || run(db, jobs, &counted))?;
         Ok(GroupWriter {
             queue: Some(queue),
             thread: Some(thread),
             stats,
-            yielding,
         })
-    }
-
-    /// From its next group on, the writer thread yields the CPU to every other thread
-    /// while it is not starved ([`Priority`]).
-    pub fn yield_cpu(&self) {
-        self.yielding.store(true, Ordering::Relaxed);
     }
 
     /// Runs `work` as a member of the next group; resolves once that group
@@ -140,6 +131,7 @@ impl GroupWriter {
             .expect("a member's answer has the type its write returns"))
     }
 
+    #[cfg(feature = "testkit")]
     pub fn stats(&self) -> WriteStats {
         WriteStats {
             commits: self.stats.commits.load(Ordering::Relaxed),
@@ -157,22 +149,16 @@ impl Drop for GroupWriter {
     }
 }
 
-fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats, yielding: &std::sync::atomic::AtomicBool) {
+fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats) {
     // How many writes the last group held: that many writers were waiting on it,
     // and each is likely to write again as soon as it hears back.
     let mut last = 1;
     let mut tails = Tails::default();
-    let mut priority = Priority::default();
-    let mut delay = RunDelay::open();
     let mut search = Waiting::default();
     search.look(&db);
     loop {
-        let next = search.next(&jobs);
-        let yields = yielding.load(Ordering::Relaxed);
-        let before = if yields { delay.read() } else { None };
-        match next {
+        match search.next(&jobs) {
             Next::Closed => break,
-            // A step of indexing runs as a group does: its wait for the CPU counts.
             Next::Index => search.index(&db, Some(SEARCH_STEP)),
             Next::Job(first) => {
                 let mut group = vec![first];
@@ -197,23 +183,6 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats, yielding: &std::sync::a
                     Some(waiting) => search.saw(waiting),
                     None => search.look(&db),
                 }
-            }
-        }
-        if yields {
-            let spent = before
-                .zip(delay.read())
-                .map_or(Spent::default(), |(b, a)| a.since(b));
-            let was = priority.idle;
-            priority.after_group(spent, std::time::Instant::now(), set_idle);
-            match (was, priority.idle) {
-                (false, true) => tracing::debug!("the store's writer yields the CPU"),
-                (true, false) => tracing::debug!(
-                    "the store's writer waited {:?} for the CPU within {LOOKED_AT:?}, in \
-                     which it ran {:?}: it runs as a normal thread for {CALM:?}",
-                    priority.spent.waited,
-                    priority.spent.ran
-                ),
-                _ => {}
             }
         }
     }
@@ -358,156 +327,6 @@ impl Waiting {
                 self.retry_at = Some(std::time::Instant::now() + std::time::Duration::from_secs(1));
             }
         }
-    }
-}
-
-/// How the writer thread is scheduled once asked to yield the CPU
-/// ([`GroupWriter::yield_cpu`]): in Linux's idle class (`SCHED_IDLE`), where any
-/// other thread that wakes takes the CPU from it at once and it runs on what they
-/// leave, so a process's latency-bound threads (the proxy's relay) never wait behind
-/// its writes. When the process's own threads, or a machine busy with other work,
-/// keep it from the CPU (it waited [`STARVED`] or more to run, and longer than it
-/// ran, within [`LOOKED_AT`]), its callers would wait on it, and the proxy's relay
-/// behind them: it runs as a normal thread again for [`CALM`], then yields again.
-#[derive(Debug, Default)]
-struct Priority {
-    /// In the idle class now.
-    idle: bool,
-    /// When it last left the idle class because it was starved.
-    raised: Option<std::time::Instant>,
-    /// What the idle writer's groups have spent since `since`, the start of the
-    /// window looked at.
-    spent: Spent,
-    since: Option<std::time::Instant>,
-}
-
-/// How long a yielding writer may wait for the CPU within [`LOOKED_AT`], if it also
-/// waited longer than it ran there, before it counts as starved. A writer the relay
-/// keeps from the CPU in a flat-out stream (the `streaming` bench, one session: about
-/// 1.8 ms of waiting against 1.1 ms of running in each group, a group every 6 ms) is
-/// found out in its first groups; a writer that counted as starved only when a write
-/// waited 50 ms to be taken made 59 commits a second where a normal one made 107, and
-/// recording ran at 0.76x the relay alone. A writer a paced stream only interrupts
-/// now and then (16 sessions at 125 chunks a second: a single wait of 1-3 ms in a
-/// short group, or a long group of sealing) is not starved: that is what yielding is
-/// for, and made a normal thread for [`CALM`] on such a wait it held up the relay
-/// (p99 1.88x and 1.73x the relay alone's in two runs).
-const STARVED: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// The window a yielding writer's waits are added up over.
-const LOOKED_AT: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// How long a starved writer runs as a normal thread before it yields again.
-const CALM: std::time::Duration = std::time::Duration::from_secs(10);
-
-impl Priority {
-    /// After a group in which the thread ran and waited for the CPU as `spent` says,
-    /// at `now`: moves it in or out of the idle class through `set` (given whether to
-    /// be idle; it says whether that took).
-    fn after_group(
-        &mut self,
-        spent: Spent,
-        now: std::time::Instant,
-        set: impl FnOnce(bool) -> bool,
-    ) {
-        let idle = if self.idle {
-            if self
-                .since
-                .is_none_or(|since| now.saturating_duration_since(since) >= LOOKED_AT)
-            {
-                self.since = Some(now);
-                self.spent = Spent::default();
-            }
-            self.spent = self.spent.plus(spent);
-            if self.spent.waited < STARVED || self.spent.waited <= self.spent.ran {
-                return;
-            }
-            self.raised = Some(now);
-            self.since = None;
-            false
-        } else {
-            if self
-                .raised
-                .is_some_and(|at| now.saturating_duration_since(at) < CALM)
-            {
-                return;
-            }
-            true
-        };
-        if set(idle) {
-            self.idle = idle;
-        }
-    }
-}
-
-/// How long a thread ran on a CPU, and how long it waited, runnable, for one.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Spent {
-    ran: std::time::Duration,
-    waited: std::time::Duration,
-}
-
-impl Spent {
-    fn plus(self, other: Spent) -> Spent {
-        Spent {
-            ran: self.ran + other.ran,
-            waited: self.waited + other.waited,
-        }
-    }
-
-    /// What was spent between `before` and this.
-    fn since(self, before: Spent) -> Spent {
-        Spent {
-            ran: self.ran.saturating_sub(before.ran),
-            waited: self.waited.saturating_sub(before.waited),
-        }
-    }
-}
-
-/// What the calling thread has spent since it started: the first two figures of
-/// Linux's `/proc/thread-self/schedstat`, read through a file kept open (nothing
-/// elsewhere, or where the file cannot be read).
-struct RunDelay(Option<std::fs::File>);
-
-impl RunDelay {
-    fn open() -> RunDelay {
-        RunDelay(std::fs::File::open("/proc/thread-self/schedstat").ok())
-    }
-
-    fn read(&mut self) -> Option<Spent> {
-        use std::os::unix::fs::FileExt;
-        let file = self.0.as_ref()?;
-        let mut buf = [0u8; 96];
-        let n = file.read_at(&mut buf, 0).ok()?;
-        let text = std::str::from_utf8(&buf[..n]).ok()?;
-        let mut figures = text.split_whitespace();
-        let ran: u64 = figures.next()?.parse().ok()?;
-        let waited: u64 = figures.next()?.parse().ok()?;
-        Some(Spent {
-            ran: std::time::Duration::from_nanos(ran),
-            waited: std::time::Duration::from_nanos(waited),
-        })
-    }
-}
-
-/// Puts the calling thread in the idle scheduling class, or back in the normal one
-/// (Linux; elsewhere nothing changes). Says whether it took.
-fn set_idle(idle: bool) -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        let policy = if idle {
-            libc::SCHED_IDLE
-        } else {
-            libc::SCHED_OTHER
-        };
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: `param` outlives the call, which reads it; 0 names the calling thread.
-        unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = idle;
-        false
     }
 }
 
@@ -724,80 +543,5 @@ mod tests {
         w.since = None;
         drop(queue);
         assert_eq!(named(&w.next(&jobs)), "closed");
-    }
-
-    /// A yielding writer goes idle after its first group; waits for the CPU that add
-    /// up to [`STARVED`] within [`LOOKED_AT`], longer than it ran, make it a normal
-    /// thread, which it stays for [`CALM`] however short the waits, and then it
-    /// yields again; a change the kernel refused leaves it where it was.
-    #[test]
-    fn a_yielding_writer_is_idle_unless_starved_then_normal_for_a_while() {
-        let mut p = Priority::default();
-        let t0 = Instant::now();
-        let asked = std::cell::RefCell::new(Vec::new());
-        let set = |took: bool| {
-            let asked = &asked;
-            move |idle: bool| {
-                asked.borrow_mut().push(idle);
-                took
-            }
-        };
-        let waited = |waited: Duration| Spent {
-            ran: Duration::ZERO,
-            waited,
-        };
-        // Refused: still normal, and asked again next time.
-        p.after_group(waited(Duration::ZERO), t0, set(false));
-        assert!(!p.idle);
-        p.after_group(waited(Duration::ZERO), t0, set(true));
-        assert!(p.idle);
-        // Waits short of STARVED within a window leave it idle, asking nothing.
-        p.after_group(waited(STARVED - Duration::from_micros(1)), t0, set(true));
-        assert!(p.idle);
-        // So does a window in which it waited less than it ran (sealing, interrupted).
-        let interrupted = Spent {
-            ran: Duration::from_millis(80),
-            waited: Duration::from_millis(79),
-        };
-        p.after_group(interrupted, t0 + LOOKED_AT, set(true));
-        assert!(p.idle);
-        // Waits that add up to STARVED within one window, running less: starved, and
-        // normal for CALM.
-        let window = t0 + LOOKED_AT * 2;
-        p.after_group(waited(STARVED / 2), window, set(true));
-        assert!(p.idle);
-        let starved = window + LOOKED_AT / 2;
-        p.after_group(waited(STARVED / 2), starved, set(true));
-        assert!(!p.idle);
-        p.after_group(
-            waited(Duration::ZERO),
-            starved + CALM - Duration::from_millis(1),
-            set(true),
-        );
-        assert!(!p.idle);
-        p.after_group(waited(Duration::ZERO), starved + CALM, set(true));
-        assert!(p.idle);
-        // The same waits spread over two windows are not starvation.
-        let later = starved + CALM + LOOKED_AT;
-        p.after_group(waited(STARVED / 2), later, set(true));
-        p.after_group(waited(STARVED / 2), later + LOOKED_AT, set(true));
-        assert!(p.idle);
-        assert_eq!(*asked.borrow(), [true, true, false, true]);
-    }
-
-    /// The thread's wait for the CPU reads (Linux), and only grows.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn the_run_delay_reads_and_grows() {
-        let mut delay = RunDelay::open();
-        let first = delay.read().expect("schedstat reads");
-        let mut x = 0u64;
-        for i in 0..1_000_000u64 {
-            x = std::hint::black_box(x.wrapping_add(i));
-        }
-        std::thread::yield_now();
-        let then = delay.read().unwrap();
-        assert!(then.waited >= first.waited);
-        assert!(then.ran > first.ran, "{first:?} then {then:?}");
     }
 }

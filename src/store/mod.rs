@@ -286,20 +286,9 @@ impl Store {
         }
     }
 
-    /// Lets the store's writer thread yield the CPU to every other thread (Linux's
-    /// idle scheduling class; nothing elsewhere), for a process whose own latency
-    /// matters more than when its writes run, as the ACP proxy's relaying does. Writes
-    /// still commit in order and each caller still hears only once its write is
-    /// durable; a writer that falls behind makes its callers wait, not its memory
-    /// grow. A writer kept from the CPU (it waited 1 ms or more to run during one
-    /// group) runs as a normal thread again for ten seconds before it yields again.
-    pub fn lower_writer_priority(&self) {
-        if let Some(writer) = &self.writer {
-            writer.yield_cpu();
-        }
-    }
-
-    /// How the store's writer has shared its commits so far.
+    /// How the store's writer has shared its commits so far: for the tests and the
+    /// benches (feature `testkit`), which check that commits are shared.
+    #[cfg(feature = "testkit")]
     pub fn write_stats(&self) -> db::group::WriteStats {
         self.writer.as_ref().map(|w| w.stats()).unwrap_or_default()
     }
@@ -430,8 +419,7 @@ impl Store {
 
     /// [`Store::record_values`] of updates the caller keeps (the proxy takes a refused
     /// one out and records the rest). Each is read into its ACP type by the writer, as
-    /// part of the write, rather than by the caller's task: a process that lowered its
-    /// writer's priority (`lower_writer_priority`) does all of recording's work there.
+    /// part of the write, rather than by the caller's task.
     pub(crate) async fn record_json(
         &self,
         session: SessionId,

@@ -1,10 +1,6 @@
-//! The proxy's relay comes before its writes: the store's writer thread yields the CPU
-//! to every other thread (Linux's idle scheduling class) while it is not kept from
-//! it, so an update is relayed without waiting behind a commit's work
-//! (`db::group::Priority`; its unit test covers the return to a normal thread when the
-//! writer waited for the CPU, which a loaded machine may make it do at any time).
-
-use std::path::Path;
+//! The store schedules no thread: the proxy's writer runs as the ordinary thread it was
+//! started as, beside the relay's (issue 45: a plain writer; the idle scheduling class
+//! it once moved into is gone).
 
 use super::Proxy;
 use crate::support::TestStore;
@@ -29,37 +25,19 @@ fn policies(pid: u32, name: &str) -> Vec<i64> {
 
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread")]
-async fn the_proxys_writer_yields_the_cpu_to_the_relay() {
+async fn the_proxys_writer_and_relay_are_ordinary_threads() {
     let t = TestStore::new().await;
-    let log = [("RUST_LOG", Path::new("sessionstore=debug"))];
-    let mut p = Proxy::start_with(&t, &[], &[], &log);
+    let mut p = Proxy::start_with(&t, &[], &[], &[]);
     p.ok("initialize", serde_json::json!({"protocolVersion": 1}));
-    // A write, so the writer has run a group since it was asked to yield.
+    // A write, so the writer has run a group.
     let session = p.new_session(t.dir.path());
     assert!(!session.is_empty());
-    // Idle, or (on a machine busy enough to keep it waiting) normal again for a while.
     let writer = policies(p.pid(), "sessionstore-wr");
-    assert!(writer == [5] || writer == [0], "{writer:?}");
-    // The relay's own threads stay normal.
+    assert_eq!(writer, [0], "the writer's scheduling policy");
     let relay = policies(p.pid(), "tokio-rt-worker");
     assert!(
         !relay.is_empty() && relay.iter().all(|&p| p == 0),
         "{relay:?}"
     );
     p.finish();
-    let logged: String = std::fs::read_dir(t.dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("proxy-")
-        })
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
-    assert!(
-        logged.contains("the store's writer yields the CPU"),
-        "{logged}"
-    );
 }
