@@ -23,6 +23,9 @@
 //!   the server named by `SESSIONSTORE_BENCH_POSTGRES`; skipped without it): a
 //!   text-only send, a restore of 200 messages with a 64 KiB reference each, and a
 //!   page of 50 sessions, printed as PostgreSQL's speed relative to SQLite's.
+//! - `process` (not criterion): the release binary's `send`, `attach` and `record` as
+//!   processes against a raw-rusqlite program making the same writes, one at a time
+//!   and 8 at once (`process/mod.rs`).
 //! - `restore-rss` (not criterion): a 200-turn session with a different 1 MiB PNG per
 //!   turn, restored by the release binary in a child process for each format: wall
 //!   time and peak resident memory (`wait4`'s `ru_maxrss`), against the files' size.
@@ -43,6 +46,7 @@
 mod allocator;
 
 mod longhist;
+mod process;
 mod scale;
 mod streaming;
 mod workload;
@@ -688,6 +692,11 @@ fn backends(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(process::RAW) {
+        process::raw_main(&args[2..]);
+        return;
+    }
     let rt = Runtime::new().expect("a runtime");
     let mut c = Criterion::default().configure_from_args();
     let mut report = Report::default();
@@ -696,6 +705,9 @@ fn main() {
     // child's peak can be measured as.
     if wanted("restore-rss") && !test_mode {
         restore_rss(&mut report, &rt);
+    }
+    if wanted("process") && !test_mode {
+        process::process(&mut report);
     }
     if named("longhist") && !test_mode {
         longhist::longhist(&mut report, &rt);

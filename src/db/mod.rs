@@ -16,6 +16,7 @@ pub mod postgres;
 pub mod proxied;
 pub mod queries;
 mod readonly;
+mod reference;
 pub mod schema;
 pub mod search;
 pub mod sessions;

@@ -126,8 +126,12 @@ impl Pool {
         // so none is tested as it is checked out (r2d2 would run an empty batch on it
         // for every read and every group the writer commits: about 6,500 instructions
         // a checkout, 5% of a one-chunk record).
+        // Connections are opened as they are first needed, not all at once: each
+        // parses the schema on its first statement, and a one-shot command that
+        // uses one connection paid for eight (r2d2 keeps `max_size` idle by default).
         let pool = r2d2::Pool::builder()
             .max_size(MAX_CONNECTIONS)
+            .min_idle(Some(0))
             .test_on_check_out(false)
             .build(manager)
             .map_err(super::error::pool)?;

@@ -4,7 +4,6 @@
 //! than the store would make them (wide modes, plaintext backups beside an encrypted
 //! database). It reads only, reports every problem, and changes no file's mode.
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -666,11 +665,6 @@ fn stray_streaming_parts(conn: &Tx<'_>) -> Result<Vec<Problem>> {
         .collect())
 }
 
-/// Schema objects as `sqlite_master` records them: `(type, name)` to `(table, sql)`,
-/// the SQL with runs of whitespace made one space (SQLite keeps the text as written,
-/// and layout is not a difference).
-type Objects = BTreeMap<(String, String), (String, Option<String>)>;
-
 /// An error and its immediate cause, as one finding's text: the cause is what names
 /// the column or value that did not parse.
 fn with_cause(e: &Error) -> String {
@@ -678,24 +672,6 @@ fn with_cause(e: &Error) -> String {
         Some(cause) => format!("{e}: {cause}"),
         None => e.to_string(),
     }
-}
-
-fn objects(conn: &Connection) -> rusqlite::Result<Objects> {
-    // `sqlite_stat*` tables are made by ANALYZE, which changes no behaviour.
-    let mut stmt = conn.prepare(
-        "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_stat%' ESCAPE '\\'",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        let sql: Option<String> = r.get(3)?;
-        Ok((
-            (r.get(0)?, r.get(1)?),
-            (
-                r.get(2)?,
-                sql.map(|s| s.split_whitespace().collect::<Vec<_>>().join(" ")),
-            ),
-        ))
-    })?;
-    rows.collect()
 }
 
 /// Refuses, before a writing command touches it, a database whose schema is not the
@@ -723,10 +699,8 @@ fn schema_problems(conn: &Connection) -> Result<Vec<Problem>> {
         .map_err(failed)?
         .map(|applied| schema::current(&applied))
         .unwrap_or(0);
-    let mut reference = Connection::open_in_memory().map_err(failed)?;
-    schema::build_reference(&mut reference, version)?;
-    let want = objects(&reference).map_err(failed)?;
-    let have = objects(conn).map_err(failed)?;
+    let want = super::reference::at(version)?;
+    let have = super::reference::objects(conn).map_err(failed)?;
     let mut problems = Vec::new();
     for ((kind, name), (table, sql)) in &want {
         match have.get(&(kind.clone(), name.clone())) {
