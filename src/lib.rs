@@ -93,6 +93,7 @@ pub mod openai;
 #[cfg(any(feature = "probe", feature = "testkit"))]
 mod probe;
 pub(crate) mod projection;
+pub mod redact;
 pub mod replay;
 pub mod store;
 pub mod turns;

@@ -1,0 +1,224 @@
+//! Secrets in text: which kinds are found, where, and the text with each replaced by
+//! `[REDACTED:<kind>]`. Pure functions of the text given, and a [`Stream`] that does
+//! the same across a message streamed in chunks. It stores nothing and reads no file.
+//!
+//! The rules are the formats the issuers publish (key prefixes and lengths), written
+//! as one regular expression so a text is scanned once. A rule that names its secret
+//! by what precedes it (an AWS secret access key after its key name, a password in a
+//! URL's user information) replaces only the secret.
+
+use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+/// A kind of secret, with the id that stands for it in `[REDACTED:<id>]` and in
+/// reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    AwsAccessKeyId,
+    AwsSecretAccessKey,
+    GithubToken,
+    AnthropicApiKey,
+    OpenaiApiKey,
+    SlackToken,
+    StripeSecretKey,
+    GoogleApiKey,
+    PrivateKey,
+    UrlPassword,
+    Jwt,
+}
+
+impl Kind {
+    /// Every kind, in the order of [`Kind::id`]'s table in README.
+    pub const ALL: [Kind; 11] = [
+        Kind::AwsAccessKeyId,
+        Kind::AwsSecretAccessKey,
+        Kind::GithubToken,
+        Kind::AnthropicApiKey,
+        Kind::OpenaiApiKey,
+        Kind::SlackToken,
+        Kind::StripeSecretKey,
+        Kind::GoogleApiKey,
+        Kind::PrivateKey,
+        Kind::UrlPassword,
+        Kind::Jwt,
+    ];
+
+    pub fn id(self) -> &'static str {
+        match self {
+            Kind::AwsAccessKeyId => "aws-access-key-id",
+            Kind::AwsSecretAccessKey => "aws-secret-access-key",
+            Kind::GithubToken => "github-token",
+            Kind::AnthropicApiKey => "anthropic-api-key",
+            Kind::OpenaiApiKey => "openai-api-key",
+            Kind::SlackToken => "slack-token",
+            Kind::StripeSecretKey => "stripe-secret-key",
+            Kind::GoogleApiKey => "google-api-key",
+            Kind::PrivateKey => "private-key",
+            Kind::UrlPassword => "url-password",
+            Kind::Jwt => "jwt",
+        }
+    }
+
+    /// The name of the capture group of [`RULES`] that holds this kind's secret.
+    fn group(self) -> &'static str {
+        match self {
+            Kind::AwsAccessKeyId => "aws_id",
+            Kind::AwsSecretAccessKey => "aws_secret",
+            Kind::GithubToken => "github",
+            Kind::AnthropicApiKey => "anthropic",
+            Kind::OpenaiApiKey => "openai",
+            Kind::SlackToken => "slack",
+            Kind::StripeSecretKey => "stripe",
+            Kind::GoogleApiKey => "google",
+            Kind::PrivateKey => "private_key",
+            Kind::UrlPassword => "url_password",
+            Kind::Jwt => "jwt",
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.id())
+    }
+}
+
+/// The longest secret a [`Stream`] holds back for: a PEM block of an 8,192-bit RSA
+/// key is about 6.5 KB; token formats are far shorter.
+pub const LONGEST: usize = 8 * 1024;
+
+/// One alternative per kind; where two could start at the same place the earlier
+/// wins, so Anthropic's `sk-ant-` comes before OpenAI's `sk-`.
+static RULES: LazyLock<Regex> = LazyLock::new(|| {
+    let rules = [
+        // PEM: the whole block; one cut short (a truncated paste, a stream that
+        // ended) up to where its base64 body ends.
+        r"(?P<private_key>-----BEGIN[ A-Z0-9]*PRIVATE KEY-----(?:[\s\S]*?-----END[ A-Z0-9]*PRIVATE KEY-----|[A-Za-z0-9+/=\s]*))",
+        r"\b(?P<aws_id>(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[A-Z2-7]{16})\b",
+        // By its key name, in any case and with `_`, `-` or nothing between the
+        // words, then `:` or `=` and an optional quote.
+        r#"(?i:aws[_\-]?secret(?:[_\-]?access)?[_\-]?key)["']?\s*(?:=|:|=>)\s*["']?(?P<aws_secret>[A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)"#,
+        r"\b(?P<github>gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{22,255})",
+        r"\b(?P<anthropic>sk-ant-[A-Za-z0-9_\-]{20,})",
+        r"\b(?P<openai>sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,})",
+        r"\b(?P<slack>xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-[0-9]-[A-Za-z0-9\-]{10,})",
+        r"\b(?P<stripe>[sr]k_(?:live|test)_[A-Za-z0-9]{20,})",
+        r"\b(?P<google>AIza[0-9A-Za-z_\-]{35})",
+        // `scheme://user:password@host`: the password alone.
+        r#"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@\[\]"'<>]+:(?P<url_password>[^\s/?#@"'<>]+)@"#,
+        r"\b(?P<jwt>eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})",
+    ];
+    Regex::new(&rules.join("|")).expect("the redaction rules compile")
+});
+
+/// One secret found: its kind and where it is, in bytes of the text searched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub kind: Kind,
+    pub range: Range<usize>,
+    /// What the rule read to find it: the secret and, for a rule that names it by
+    /// what precedes it, that too. A stream holds all of it back together.
+    pub read: Range<usize>,
+}
+
+/// Every secret in `text`, in order, none overlapping.
+pub fn find(text: &str) -> Vec<Found> {
+    let mut found = Vec::new();
+    for caps in RULES.captures_iter(text) {
+        for kind in Kind::ALL {
+            if let Some(m) = caps.name(kind.group()) {
+                found.push(Found {
+                    kind,
+                    range: m.range(),
+                    read: caps.get(0).expect("a match has a whole").range(),
+                });
+                break;
+            }
+        }
+    }
+    found
+}
+
+/// `text` with each secret replaced by `[REDACTED:<kind>]`; borrowed when there is
+/// none.
+pub fn redact(text: &str) -> Cow<'_, str> {
+    let found = find(text);
+    if found.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(replaced(text, &found))
+}
+
+/// `text` with the secrets `found` in it replaced.
+fn replaced(text: &str, found: &[Found]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for f in found {
+        out.push_str(&text[at..f.range.start]);
+        out.push_str("[REDACTED:");
+        out.push_str(f.kind.id());
+        out.push(']');
+        at = f.range.end;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+/// A message streamed in chunks, redacted as a whole: each [`Stream::push`] gives back
+/// the text that can be written now, holding back a tail of less than twice
+/// [`LONGEST`] bytes (and any secret that reaches the end of what arrived, which may go on in the next
+/// chunk), and [`Stream::finish`] gives back the rest once the message ended. So a
+/// secret split across chunks is found whole.
+#[derive(Debug, Default)]
+pub struct Stream {
+    pending: String,
+}
+
+impl Stream {
+    /// Takes the next chunk; returns what can be written now, redacted.
+    pub fn push(&mut self, chunk: &str) -> String {
+        self.pending.push_str(chunk);
+        // Scanned only once twice the tail has gathered, so each byte is scanned about
+        // twice however small the chunks.
+        if self.pending.len() < 2 * LONGEST {
+            return String::new();
+        }
+        let found = find(&self.pending);
+        let mut cut = self.pending.len() - LONGEST;
+        while !self.pending.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        // A secret across the cut, or one that reaches the end (it may go on), is
+        // held back whole, with what named it.
+        for f in &found {
+            let end = self.pending.len();
+            if f.read.start < cut && (f.read.end > cut || f.read.end == end) {
+                cut = f.read.start;
+                break;
+            }
+        }
+        let before: Vec<Found> = found
+            .into_iter()
+            .take_while(|f| f.read.end <= cut)
+            .collect();
+        let out = replaced(&self.pending[..cut], &before);
+        self.pending.drain(..cut);
+        out
+    }
+
+    /// The text still held back, redacted: the message ended.
+    pub fn finish(self) -> String {
+        redact(&self.pending).into_owned()
+    }
+
+    /// Whether text is held back.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests;
