@@ -38,7 +38,7 @@ const B64: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 
 /// A fresh credential of `kind`, as it would appear in text: the secret itself, and
 /// the text around it that the rule reads (a key name, a URL) when there is any.
-pub(crate) fn fresh(kind: Kind, rng: &mut Rng) -> (String, String) {
+fn fresh(kind: Kind, rng: &mut Rng) -> (String, String) {
     let secret = match kind {
         Kind::AwsAccessKeyId => format!("AKIA{}", rng.pick("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)),
         Kind::AwsSecretAccessKey => rng.pick(&format!("{ALNUM}/+"), 40),
