@@ -24,7 +24,7 @@ pub(crate) fn side_file(path: &Path, suffix: &str) -> PathBuf {
 
 /// The side files SQLite may open beside a database: its WAL, the WAL's shared-memory
 /// index, and a rollback journal.
-pub(crate) const SIDE_FILES: [&str; 3] = ["-wal", "-shm", "-journal"];
+const SIDE_FILES: [&str; 3] = ["-wal", "-shm", "-journal"];
 
 /// Refuses a database whose `-wal`, `-shm` or `-journal` is there and is not a regular
 /// file: SQLite opens and reads them with blocking calls (a FIFO would make any
@@ -64,7 +64,7 @@ pub(crate) fn check_side_files(path: &Path) -> Result<()> {
 /// What a file that is not a regular one is, in words; `None` for a regular file.
 fn not_regular(kind: &std::fs::FileType) -> Option<&'static str> {
     use std::os::unix::fs::FileTypeExt;
-    Some(if kind.is_file() {
+    let what = if kind.is_file() {
         return None;
     } else if kind.is_dir() {
         "a directory"
@@ -78,7 +78,8 @@ fn not_regular(kind: &std::fs::FileType) -> Option<&'static str> {
         "a device"
     } else {
         "a special file"
-    })
+    };
+    Some(what)
 }
 
 /// Whether another connection may be writing (or crashed while writing): SQLite keeps
