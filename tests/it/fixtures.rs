@@ -112,11 +112,22 @@ fn moved_fixture(version: &str) -> (tempfile::TempDir, std::path::PathBuf, Strin
     let dir = tempfile::tempdir().unwrap();
     let moved = dir.path().join("somewhere else");
     copy_tree(&fixture(version), &moved);
-    let sid = std::fs::read_to_string(moved.join("session-id"))
+    let sid = id_in(&moved, "session-id");
+    (dir, moved, sid)
+}
+
+/// The id a fixture's script wrote to `file` (`session-id`, `second-session-id`, …).
+fn id_in(moved: &Path, file: &str) -> String {
+    std::fs::read_to_string(moved.join(file))
         .unwrap()
         .trim()
-        .to_string();
-    (dir, moved, sid)
+        .to_string()
+}
+
+/// The binary run with `args` on the store of a fixture moved to `moved`, with its
+/// home in `home`.
+fn run_moved(home: &Path, moved: &Path, args: &[&str]) -> std::process::Output {
+    Bin::new(home).args(args).on(&moved_store(moved)).output()
 }
 
 /// Every attachment name a restored ACP history hands the model, with whether its
@@ -688,19 +699,11 @@ fn the_v13_fixture_restores_and_finds_what_the_store_indexed() {
 #[test]
 fn the_v13_fixture_restores_a_log_keyed_part_way_as_it_was_made() {
     let (dir, moved, _) = moved_fixture("v13");
-    let id = |file: &str| {
-        std::fs::read_to_string(moved.join(file))
-            .unwrap()
-            .trim()
-            .to_string()
-    };
-    let (two, three) = (id("second-session-id"), id("third-session-id"));
-    let run = |args: &[&str]| {
-        Bin::new(dir.path())
-            .args(args)
-            .on(&moved_store(&moved))
-            .output()
-    };
+    let (two, three) = (
+        id_in(&moved, "second-session-id"),
+        id_in(&moved, "third-session-id"),
+    );
+    let run = |args: &[&str]| run_moved(dir.path(), &moved, args);
     json(&run(&["migrate", "--json"]));
     let conn = rusqlite::Connection::open(moved.join("sessions.db")).unwrap();
     let count = |sql: &str| -> i64 { conn.query_row(sql, [&three], |r| r.get(0)).unwrap() };
@@ -735,19 +738,11 @@ fn the_v14_fixture_restores_and_finds_what_the_store_indexed() {
 #[test]
 fn the_v14_fixture_upgraded_indexes_and_deletes_as_concat_ws_and_the_arrows_did() {
     let (dir, moved, first) = moved_fixture("v14");
-    let id = |file: &str| {
-        std::fs::read_to_string(moved.join(file))
-            .unwrap()
-            .trim()
-            .to_string()
-    };
-    let (two, three) = (id("second-session-id"), id("third-session-id"));
-    let run = |args: &[&str]| {
-        Bin::new(dir.path())
-            .args(args)
-            .on(&moved_store(&moved))
-            .output()
-    };
+    let (two, three) = (
+        id_in(&moved, "second-session-id"),
+        id_in(&moved, "third-session-id"),
+    );
+    let run = |args: &[&str]| run_moved(dir.path(), &moved, args);
     json(&run(&["migrate", "--json"]));
     restores_as_made(&moved, &run, &two, "");
 
