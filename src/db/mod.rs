@@ -7,6 +7,8 @@ pub mod append;
 pub mod audit;
 pub mod cipher;
 pub(crate) mod claim;
+#[cfg(test)]
+mod compat;
 pub mod copies;
 pub mod entries;
 pub mod error;

@@ -22,6 +22,66 @@ pub(crate) fn side_file(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The side files SQLite may open beside a database: its WAL, the WAL's shared-memory
+/// index, and a rollback journal.
+const SIDE_FILES: [&str; 3] = ["-wal", "-shm", "-journal"];
+
+/// Refuses a database whose `-wal`, `-shm` or `-journal` is there and is not a regular
+/// file: SQLite opens and reads them with blocking calls (a FIFO would make any
+/// command wait forever for a writer that never comes), and `copy_of` copies the
+/// `-wal`. The files looked at are those beside the path as given (what this module
+/// checks for and copies) and, when the path is a symbolic link, those beside the file
+/// it leads to (where SQLite, which resolves the link, looks for them).
+///
+/// A side file that is itself a symbolic link is refused too, wherever it leads: SQLite
+/// would follow it, so a dangling one would have a writer create a file elsewhere, and
+/// one leading to another database's WAL would mix the two. A side file that is not
+/// there is fine. Only `lstat` is called: nothing is opened.
+pub(crate) fn check_side_files(path: &Path) -> Result<()> {
+    let mut bases = vec![path.to_owned()];
+    if std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink())
+        && let Ok(target) = std::fs::canonicalize(path)
+        && target != path
+    {
+        bases.push(target);
+    }
+    for base in &bases {
+        for suffix in SIDE_FILES {
+            let side = side_file(base, suffix);
+            let meta = match std::fs::symlink_metadata(&side) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(cause) => return Err(Error::DatabaseIo { path: side, cause }),
+            };
+            if let Some(what) = not_regular(&meta.file_type()) {
+                return Err(not_regular_side(path, &side, what));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a file that is not a regular one is, in words; `None` for a regular file.
+fn not_regular(kind: &std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let what = if kind.is_file() {
+        return None;
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_fifo() {
+        "a named pipe (fifo)"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "a device"
+    } else {
+        "a special file"
+    };
+    Some(what)
+}
+
 /// Whether another connection may be writing (or crashed while writing): SQLite keeps
 /// a `-wal` file for as long as a WAL database is open, and a `-journal` while a
 /// rollback-mode write (such as the switch of a new file to WAL) is under way.
@@ -76,6 +136,7 @@ impl Stamp {
 pub(crate) fn read<T>(db: &SqliteFile, f: impl Fn(&Transaction<'_>) -> Result<T>) -> Result<T> {
     let path = db.path.as_path();
     for _ in 0..MAX_TRIES {
+        check_side_files(path)?;
         if side_file(path, "-wal").exists() && !side_file(path, "-shm").exists() {
             match copy_of(db)? {
                 Some(copy) => return super::read(&mut open(db, &copy.db(), false)?, &f),
@@ -118,6 +179,7 @@ pub(crate) fn read_once<T>(
         cause: std::io::Error::other("it changed while being read; try again"),
     };
     for _ in 0..MAX_TRIES {
+        check_side_files(path)?;
         if side_file(path, "-wal").exists() && !side_file(path, "-shm").exists() {
             match copy_of(db)? {
                 Some(copy) => return super::read(&mut open(db, &copy.db(), false)?, f),
@@ -161,13 +223,11 @@ fn copy_of(db: &SqliteFile) -> Result<Option<Scratch>> {
     let before = (Stamp::of(path)?, wal_before);
     let scratch = Scratch::new(path)?;
     let copy = scratch.db();
-    for (from, to) in [
-        (path.to_owned(), copy.clone()),
-        (wal.clone(), side_file(&copy, "-wal")),
+    for (from, to, follow) in [
+        (path.to_owned(), copy.clone(), true),
+        (wal.clone(), side_file(&copy, "-wal"), false),
     ] {
-        let copied =
-            std::fs::copy(&from, &to).map_err(|cause| Error::DatabaseIo { path: from, cause });
-        if unless_gone(copied)?.is_none() {
+        if unless_gone(copy_regular(path, &from, &to, follow))?.is_none() {
             return Ok(None);
         }
     }
@@ -179,6 +239,64 @@ fn copy_of(db: &SqliteFile) -> Result<Option<Scratch>> {
     };
     let unchanged = (Stamp::of(path)?, wal_after) == before;
     Ok(unchanged.then_some(scratch))
+}
+
+/// Copies `from` to the new file `to` with `from`'s mode, if `from` is a regular file
+/// (followed there through a symbolic link only when `follow`): it is opened without
+/// blocking and checked on the open descriptor, so a side file that became a FIFO or
+/// a link after `check_side_files` looked is refused, never waited on or followed.
+/// Errors are about `from`, except a refusal, which is about the database `db`.
+fn copy_regular(db: &Path, from: &Path, to: &Path, follow: bool) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |cause| Error::DatabaseIo {
+        path: from.to_owned(),
+        cause,
+    };
+    let mut flags = libc::O_NONBLOCK;
+    if !follow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let mut source = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(from)
+    {
+        Ok(file) => file,
+        // O_NOFOLLOW's answer for a symbolic link.
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(not_regular_side(db, from, "a symbolic link"));
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let meta = source.metadata().map_err(io)?;
+    if let Some(what) = not_regular(&meta.file_type()) {
+        return Err(not_regular_side(db, from, what));
+    }
+    let mut target = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(to)
+        .map_err(io)?;
+    // Created with the mode less the umask; given the source's whole mode after.
+    target.set_permissions(meta.permissions()).map_err(io)?;
+    std::io::copy(&mut source, &mut target).map_err(io)?;
+    Ok(())
+}
+
+/// The refusal of the database `db` for its file `file`, which is `what`.
+fn not_regular_side(db: &Path, file: &Path, what: &str) -> Error {
+    let detail = if file == db {
+        format!("it is {what}, not a regular file")
+    } else {
+        format!(
+            "its side file {} is {what}, not a regular file, so sessionstore leaves it alone",
+            file.display()
+        )
+    };
+    Error::NotDatabase {
+        path: db.to_owned(),
+        detail,
+    }
 }
 
 /// `None` for a file that is not there (any more); the value, or any other error.
@@ -272,6 +390,34 @@ fn immutable_uri(path: &Path) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Side files are looked at beside the path given and, for a database reached
+    /// through a symbolic link, beside the file it leads to, where SQLite looks; a
+    /// side file that is a link is refused even when it leads to a regular file.
+    #[test]
+    fn side_files_are_checked_beside_the_path_and_beside_a_links_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.db");
+        std::fs::write(&real, b"").unwrap();
+        let link = dir.path().join("link.db");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert!(check_side_files(&link).is_ok());
+        std::fs::write(side_file(&real, "-wal"), b"").unwrap();
+        assert!(check_side_files(&link).is_ok(), "a regular -wal is fine");
+        std::fs::create_dir(side_file(&real, "-journal")).unwrap();
+        let refused = check_side_files(&link).unwrap_err().to_string();
+        assert!(
+            refused.contains("real.db-journal is a directory"),
+            "{refused}"
+        );
+        std::fs::remove_dir(side_file(&real, "-journal")).unwrap();
+        std::os::unix::fs::symlink(side_file(&real, "-wal"), side_file(&link, "-shm")).unwrap();
+        let refused = check_side_files(&link).unwrap_err().to_string();
+        assert!(
+            refused.contains("link.db-shm is a symbolic link"),
+            "{refused}"
+        );
+    }
 
     /// A `-wal` that is gone by the time it would be copied (a writer's last
     /// connection removes its `-shm`, then its `-wal`, as it closes) makes no copy and

@@ -143,7 +143,9 @@ pub(crate) enum OnDisk {
 /// says, a database of another program, or newer than this binary; or, with a key, when
 /// it is plain or does not open with that key, and without one, when it may be
 /// encrypted. (SQLite itself reads a 1-byte file as an empty database, and would
-/// overwrite it.)
+/// overwrite it.) Whatever the main file, a `-wal`, `-shm` or `-journal` beside it that
+/// is not a regular file is refused before anything opens it
+/// (`readonly::check_side_files`): every command, reading or writing, passes here first.
 pub(crate) fn inspect(db: &SqliteFile) -> Result<OnDisk> {
     let path = db.path.as_path();
     let refuse = |detail: &str| Error::NotDatabase {
@@ -152,7 +154,11 @@ pub(crate) fn inspect(db: &SqliteFile) -> Result<OnDisk> {
     };
     let meta = match std::fs::metadata(path) {
         Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(OnDisk::Missing),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // A new database would be made beside them, and its WAL opened.
+            readonly::check_side_files(path)?;
+            return Ok(OnDisk::Missing);
+        }
         Err(cause) => {
             return Err(Error::DatabaseIo {
                 path: path.to_owned(),
@@ -166,6 +172,7 @@ pub(crate) fn inspect(db: &SqliteFile) -> Result<OnDisk> {
     if !meta.is_file() {
         return Err(refuse("it is not a regular file"));
     }
+    readonly::check_side_files(path)?;
     if meta.len() == 0 {
         return Ok(OnDisk::Empty);
     }

@@ -6,6 +6,7 @@
 mod acp;
 mod attachments;
 mod cli;
+mod compat;
 mod conformance;
 mod dispatch;
 #[cfg(feature = "acp")]

@@ -569,3 +569,115 @@ fn reading_a_database_with_a_wal_and_no_shm_sees_the_wal_and_leaves_no_side_file
         snapshot(t.dir.path()).keys().collect::<Vec<_>>()
     );
 }
+
+/// What a side file is made into by `side_file_that_is_not_regular`.
+#[derive(Debug, Clone, Copy)]
+enum Odd {
+    Fifo,
+    Directory,
+    DanglingLink,
+}
+
+impl Odd {
+    fn make(self, at: &Path) {
+        match self {
+            Odd::Fifo => {
+                let made = std::process::Command::new("mkfifo")
+                    .arg(at)
+                    .status()
+                    .expect("mkfifo runs");
+                assert!(made.success(), "mkfifo {}", at.display());
+            }
+            Odd::Directory => std::fs::create_dir(at).unwrap(),
+            Odd::DanglingLink => {
+                std::os::unix::fs::symlink(at.with_extension("nowhere"), at).unwrap()
+            }
+        }
+    }
+
+    fn remove(self, at: &Path) {
+        match self {
+            Odd::Directory => std::fs::remove_dir(at).unwrap(),
+            Odd::Fifo | Odd::DanglingLink => std::fs::remove_file(at).unwrap(),
+        }
+    }
+}
+
+/// Every entry under `dir` by relative path, with a regular file's bytes (`None` for
+/// anything else, which is never opened: reading a FIFO would wait for a writer).
+fn entries(dir: &Path) -> std::collections::BTreeMap<std::path::PathBuf, Option<Vec<u8>>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                stack.push(path.clone());
+            }
+            let bytes = meta.is_file().then(|| std::fs::read(&path).unwrap());
+            out.insert(path.strip_prefix(dir).unwrap().to_owned(), bytes);
+        }
+    }
+    out
+}
+
+/// Issue 45, item 6: a FIFO where the database's `-wal` should be, beside a valid
+/// database, made `session list`, `session show`, `restore` and `verify` wait forever
+/// (SQLite, or the copy of a `-wal` with no `-shm`, opened it and read). A `-wal`,
+/// `-shm` or `-journal` that is not a regular file (a FIFO, a directory, a symbolic
+/// link, even a dangling one, which a writer would have created a file through) is
+/// refused by every command with one line naming it, and nothing is written. Each run
+/// is bounded, so a hang fails the test instead of stopping it.
+#[test]
+fn a_side_file_that_is_not_a_regular_file_is_refused_and_nothing_waits_on_it() {
+    let t = TestStore::empty();
+    let sid = healthy(&t);
+    let db = t.db_path();
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["session", "list"],
+        vec!["session", "show", &sid],
+        vec!["restore", "--session", &sid],
+        vec!["verify"],
+        vec!["send", "--session", &sid, "--text", "hello"],
+        vec!["migrate"],
+        vec!["session", "new"],
+    ];
+    let cases = [
+        ("-wal", Odd::Fifo),
+        ("-shm", Odd::Fifo),
+        ("-journal", Odd::Fifo),
+        ("-wal", Odd::Directory),
+        ("-wal", Odd::DanglingLink),
+    ];
+    for (suffix, odd) in cases {
+        let side = std::path::PathBuf::from(format!("{}{suffix}", db.display()));
+        odd.make(&side);
+        let before = entries(t.dir.path());
+        for args in &commands {
+            let out = t
+                .bin()
+                .args(args)
+                .timeout(std::time::Duration::from_secs(30))
+                .bounded()
+                .unwrap_or_else(|| panic!("{args:?} with {odd:?} as {suffix} hung"));
+            let err = assert_one_line_error(&out);
+            assert!(out.stdout.is_empty(), "{args:?}: {}", stdout(&out));
+            assert!(
+                err.contains(&format!("sessions.db{suffix}")) && err.contains("not a regular file"),
+                "{args:?} with {odd:?} as {suffix}: {err}"
+            );
+            assert_eq!(out.status.code(), Some(3), "a refusal: {err}");
+            assert!(
+                entries(t.dir.path()) == before,
+                "{args:?} with {odd:?} as {suffix} wrote something"
+            );
+        }
+        odd.remove(&side);
+    }
+    // With the side file gone, the same store reads and writes as before.
+    let out = t.run(&["send", "--session", &sid, "--text", "after"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = t.run(&["session", "show", &sid]);
+    assert!(stdout(&shown).contains("after"), "{}", stdout(&shown));
+}
