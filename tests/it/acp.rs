@@ -175,7 +175,9 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
             let prompt = vec![
                 ContentBlock::Text(TextContent::new("what is in these?")),
                 ContentBlock::Image(ImageContent::new(b64(PNG), "image/png")),
-                text_resource(notes, "file:///home/me/notes%20%C3%A9t%C3%A9.txt"),
+                // Not a `file://` resource: one of those is the client's own file,
+                // kept as sent (`client_blocks_are_kept_as_sent_in_order`).
+                text_resource(notes, "zed://buffer/notes%20%C3%A9t%C3%A9.txt"),
             ];
             let answer = call(&cx, PromptRequest::new(id.clone(), prompt)).await?;
             assert_eq!(answer.stop_reason, StopReason::EndTurn);
@@ -193,7 +195,7 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
     assert_eq!(listed.next_cursor, None);
     assert!(
         taken(&updates).is_empty(),
-        "this front records, it does not answer"
+        "with no agent behind, a prompt is recorded, not answered"
     );
     agent.kill();
 
@@ -489,13 +491,14 @@ async fn prompts_need_an_open_session_and_resume_replays_nothing() {
             .await
             .expect_err("no such session");
         assert_eq!(e.code, ErrorCode::RESOURCE_NOT_FOUND, "{e:?}");
-        let e = call(
+        // Another working directory is the client's to give, as in front of an
+        // agent (the front that came before refused it as invalid params).
+        call(
             &cx,
             ResumeSessionRequest::new(id.clone(), cwd.join("elsewhere")),
         )
-        .await
-        .expect_err("another cwd");
-        assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
+        .await?;
+        call(&cx, CloseSessionRequest::new(id.clone())).await?;
 
         call(&cx, ResumeSessionRequest::new(id.clone(), &cwd)).await?;
         call(&cx, PromptRequest::new(id.clone(), hello())).await?;
@@ -521,7 +524,7 @@ async fn prompts_need_an_open_session_and_resume_replays_nothing() {
     );
 }
 
-/// A prompt the front refuses stores nothing, neither a message nor a file, and the
+/// A prompt the layer refuses stores nothing, neither a message nor a file, and the
 /// connection goes on; names come from the resource URI or the MIME type.
 #[tokio::test]
 async fn refused_prompts_store_nothing() {
@@ -540,26 +543,17 @@ async fn refused_prompts_store_nothing() {
                 (
                     vec![
                         text(),
-                        ContentBlock::ResourceLink(ResourceLink::new(
-                            "secrets",
-                            "file:///etc/passwd",
-                        )),
-                    ],
-                    "resource_link",
-                ),
-                (
-                    vec![
-                        text(),
                         ContentBlock::Image(ImageContent::new("not base64!", "image/png")),
                     ],
                     "base64",
                 ),
                 (
+                    // The first block would be an upload: it is not kept either.
                     vec![
-                        text_resource("fine", "file:///a.txt"),
+                        text_resource("fine", "zed://buffer/a.txt"),
                         ContentBlock::Resource(EmbeddedResource::new(
                             EmbeddedResourceResource::BlobResourceContents(
-                                BlobResourceContents::new("%%%", "file:///b.bin"),
+                                BlobResourceContents::new("%%%", "zed://buffer/b.bin"),
                             ),
                         )),
                     ],
@@ -591,7 +585,7 @@ async fn refused_prompts_store_nothing() {
     })
     .await;
     let log = agent.kill();
-    assert!(log.contains("resource_link"), "refusals are logged: {log}");
+    assert!(log.contains("base64"), "refusals are logged: {log}");
     let session = store_id(&id);
     let folder = root.join(session.to_string());
     let files: Vec<String> = std::fs::read_dir(&folder)
@@ -610,6 +604,75 @@ async fn refused_prompts_store_nothing() {
     let messages = store.messages(session).await.expect("messages");
     assert_eq!(messages.len(), 1);
     assert_eq!(messages[0].refs[0].stored_name, "attachment.pdf");
+}
+
+/// The client's own blocks are its words, as in front of an agent: a `resource_link`
+/// and a `file://` resource are kept as sent, in the order sent among the text and the
+/// uploads, copy no file, and come back so on `session/load`. (The front that came
+/// before refused a `resource_link` and copied a `file://` resource into the store.)
+#[tokio::test]
+async fn client_blocks_are_kept_as_sent_in_order() {
+    let t = TestStore::empty();
+    let cwd = t.dir.path().to_owned();
+    let root = t.dir.path().join("attachments");
+    let updates = Updates::default();
+    let mut agent = AgentProcess::start(t.dir.path(), &root, &cwd);
+    let link = ContentBlock::ResourceLink(ResourceLink::new("secrets", "file:///etc/passwd"));
+    let own = text_resource("mine", "file:///home/me/a.txt");
+    let sent = vec![
+        ContentBlock::Text(TextContent::new("look")),
+        link.clone(),
+        ContentBlock::Image(ImageContent::new(b64(PNG), "image/png")),
+        own.clone(),
+        ContentBlock::Text(TextContent::new("again")),
+    ];
+    let (id, replayed) = client(&mut agent, &updates, {
+        let (cwd, updates) = (cwd.clone(), updates.clone());
+        async move |cx| {
+            call(&cx, initialize()).await?;
+            let id = call(&cx, NewSessionRequest::new(&cwd)).await?.session_id;
+            let answer = call(&cx, PromptRequest::new(id.clone(), sent)).await?;
+            assert_eq!(answer.stop_reason, StopReason::EndTurn);
+            call(&cx, LoadSessionRequest::new(id.clone(), &cwd)).await?;
+            Ok((id, taken(&updates)))
+        }
+    })
+    .await;
+    agent.kill();
+    let session = store_id(&id);
+    let files: Vec<String> = std::fs::read_dir(root.join(session.to_string()))
+        .expect("the session folder")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(files, ["attachment.png"], "only the image is the store's");
+    let store = Store::open_read_only(t.config.clone())
+        .await
+        .expect("a store");
+    let messages = store.messages(session).await.expect("messages");
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].display_text, "look\nagain");
+    assert_eq!(messages[0].refs.len(), 1);
+    let blocks: Vec<serde_json::Value> = replayed
+        .iter()
+        .map(|n| match &n.update {
+            SessionUpdate::UserMessageChunk(c) => {
+                serde_json::to_value(&c.content).expect("a block serializes")
+            }
+            other => panic!("not a user chunk: {other:?}"),
+        })
+        .collect();
+    let kinds: Vec<&str> = blocks.iter().map(|b| b["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["text", "resource_link", "image", "resource", "text"]
+    );
+    assert_eq!(blocks[1], serde_json::to_value(&link).unwrap());
+    assert_eq!(blocks[3], serde_json::to_value(&own).unwrap());
 }
 
 /// Raw JSON-RPC lines, as a careless client might send them: malformed JSON, unknown
@@ -768,6 +831,22 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         ]
     );
     same_stream_as_restore(t.dir.path(), session.id, &lines);
+
+    // A client that gives no working directory gets `--cwd`; the store keeps none.
+    send(r#"{"jsonrpc":"2.0","id":7,"method":"session/new","params":{"mcpServers":[]}}"#);
+    let made = next();
+    let made = made["result"]["sessionId"]
+        .as_str()
+        .expect("a session")
+        .to_owned();
+    send(r#"{"jsonrpc":"2.0","id":8,"method":"session/list","params":{}}"#);
+    let listed = next();
+    let listed = listed["result"]["sessions"].as_array().expect("sessions");
+    let row = listed
+        .iter()
+        .find(|s| s["sessionId"] == made.as_str())
+        .expect("the new session is listed");
+    assert_eq!(row["cwd"], cwd.to_str().unwrap(), "{row}");
     drop(stdin);
     let status = agent.child.wait().expect("the agent exits");
     assert!(
@@ -775,6 +854,15 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         "closing stdin ends the agent cleanly: {status:?}"
     );
     assert!(!agent.stderr().contains("panicked"));
+    let store = Store::open_read_only(t.config.clone())
+        .await
+        .expect("a store");
+    let made = store
+        .session(made.parse().expect("a store id"))
+        .await
+        .expect("the session");
+    assert_eq!(made.cwd, None, "the default is not the client's to keep");
+    drop(store);
 }
 
 fn block_text(block: &ContentBlock) -> String {
