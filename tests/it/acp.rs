@@ -1049,3 +1049,158 @@ async fn load_and_resume_replay_from_a_point_under_meta_and_end_with_the_marker(
     // A load with no replayFrom is as it always was: the whole stream, no marker.
     assert_eq!(plain.iter().map(wire).collect::<Vec<_>>(), whole);
 }
+
+/// A process spoken to in raw JSON-RPC lines, killed and reaped when dropped.
+struct Wire {
+    child: Child,
+    stdin: ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Wire {
+    fn start(bin: &mut Bin) -> Wire {
+        use std::io::BufRead;
+        let mut child = bin.spawn();
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Wire {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// Sends one request and gives back what came before its answer, and the answer.
+    fn call(
+        &mut self,
+        id: u64,
+        method: &str,
+        params: serde_json::Value,
+    ) -> (Vec<serde_json::Value>, serde_json::Value) {
+        use std::io::Write;
+        let request = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method,
+            "params": params});
+        writeln!(self.stdin, "{request}").expect("the peer reads");
+        self.stdin.flush().expect("the peer reads");
+        let mut before = Vec::new();
+        loop {
+            let line = self.lines.recv_timeout(TIMEOUT).expect("an answer in time");
+            let value: serde_json::Value = serde_json::from_str(&line).expect("JSON-RPC lines");
+            if value["id"] == id && value.get("method").is_none() {
+                return (before, value);
+            }
+            before.push(value);
+        }
+    }
+}
+
+impl Drop for Wire {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `sessionstore acp` and `sessionstore proxy -- AGENT` are one layer: on the same store
+/// they advertise the same session methods, answer `session/list` alike and replay
+/// `session/load` (whole, and from a point on `session/resume`) line for line alike.
+#[tokio::test]
+async fn acp_and_the_proxy_answer_the_session_methods_alike() {
+    let t = TestStore::empty();
+    let dir = t.dir.path().to_owned();
+    let store = Store::open(t.config.clone()).await.expect("a store");
+    let session = store
+        .create_session(Some("kept".into()), ToolsHost::Local)
+        .await
+        .expect("a session");
+    store
+        .send(session.id, Outgoing::user("first question"))
+        .await
+        .expect("a user message");
+    let chunk: SessionUpdate = serde_json::from_value(serde_json::json!({
+        "sessionUpdate": "agent_message_chunk",
+        "content": {"type": "text", "text": "an answer"}}))
+    .expect("a valid update");
+    store
+        .record(session.id, vec![chunk])
+        .await
+        .expect("the turn is recorded");
+    let notes = store
+        .attach(session.id, "notes.txt".into(), b"budget: 42\n".to_vec())
+        .await
+        .expect("an upload");
+    let mut second = Outgoing::user("second question");
+    second.attach = vec![notes.uri];
+    store.send(session.id, second).await.expect("a message");
+    store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .expect("another session");
+    drop(store);
+
+    let agent = env!("CARGO_BIN_EXE_sessionstore-test-agent");
+    let open = serde_json::json!({"sessionId": session.id.to_string(), "cwd": dir,
+        "mcpServers": []});
+    let mut tail = open.clone();
+    tail["_meta"] = serde_json::json!({"replayFrom": {"type": "_tail", "count": 2}});
+    let mut seen = Vec::new();
+    // `acp` first: the proxy's load binds the session to its agent, a write.
+    for behind in [None, Some(agent)] {
+        let mut bin = Bin::new(&dir);
+        bin.current_dir(&dir)
+            .arg(if behind.is_some() { "proxy" } else { "acp" })
+            .arg("--db")
+            .arg(t.db_path())
+            .arg("--attachments-root")
+            .arg(t.configured())
+            .stderr(std::process::Stdio::null());
+        match behind {
+            Some(agent) => bin.arg("--").arg(agent),
+            None => bin.arg("--cwd").arg(&dir),
+        };
+        let mut wire = Wire::start(&mut bin);
+        let (_, init) = wire.call(1, "initialize", serde_json::json!({"protocolVersion": 1}));
+        let (none, list) = wire.call(2, "session/list", serde_json::json!({}));
+        assert!(none.is_empty());
+        let (replay, load) = wire.call(3, "session/load", open.clone());
+        assert!(load.get("result").is_some(), "{load}");
+        let (from_tail, resume) = wire.call(4, "session/resume", tail.clone());
+        assert!(resume.get("result").is_some(), "{resume}");
+        let (_, closed) = wire.call(5, "session/close", open.clone());
+        assert!(closed.get("result").is_some(), "{closed}");
+        seen.push((init, list, replay, from_tail));
+    }
+    let (acp, proxy) = (&seen[0], &seen[1]);
+    let caps = |init: &serde_json::Value| init["result"]["agentCapabilities"].clone();
+    let (acp_caps, proxy_caps) = (caps(&acp.0), caps(&proxy.0));
+    assert_eq!(acp_caps["loadSession"], true);
+    assert_eq!(proxy_caps["loadSession"], true);
+    for served in ["list", "resume", "close", "delete", "fork"] {
+        assert!(
+            acp_caps["sessionCapabilities"].get(served).is_some()
+                && proxy_caps["sessionCapabilities"].get(served).is_some(),
+            "{served}: {acp_caps} {proxy_caps}"
+        );
+    }
+    for taken in ["image", "embeddedContext"] {
+        assert_eq!(acp_caps["promptCapabilities"][taken], true);
+        assert_eq!(proxy_caps["promptCapabilities"][taken], true);
+    }
+    assert_eq!(
+        acp.1["result"]["sessions"].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(acp.1, proxy.1, "session/list");
+    assert_eq!(acp.2.len(), 4, "{:#?}", acp.2);
+    assert_eq!(acp.2, proxy.2, "session/load's replay");
+    assert_eq!(acp.3, proxy.3, "session/resume's replay from a point");
+}
