@@ -369,7 +369,7 @@ impl Proxy {
     /// The history replayed to the client for `session/load`: the store's
     /// `acp-updates` stream, written straight into the client's frames; from the
     /// client's point (`_meta.replayFrom`, see `acp::replay_point`) when it gave one,
-    /// then ended with the replay-complete marker, as the records-only front does.
+    /// then ended with the replay-complete marker.
     pub(super) async fn replay_to_client(
         self: &Arc<Self>,
         session: SessionId,

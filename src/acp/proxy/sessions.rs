@@ -380,7 +380,7 @@ impl Proxy {
             false => Some(self.store.claim_session(session).await?),
         };
         // A load replays the history; a resume only when the client asked for a
-        // point under `_meta` (v2's `replayFrom`), as the records-only front does.
+        // point under `_meta` (v2's `replayFrom`, `acp::replay_point`).
         let point = crate::acp::replay_point(params.get("_meta").and_then(Value::as_object))?;
         if replay || point.is_some() {
             self.replay_to_client(session, point).await?;
