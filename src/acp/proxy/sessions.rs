@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use super::agent::Running;
 use super::rpc::{Message, code};
 use super::{Failure, Proxy};
+use crate::acp::LIST_PAGE;
 use crate::ids::SessionId;
 use crate::lifecycle::SessionCursor;
 use crate::model::{AgentBinding, NewSession, ToolsHost};
@@ -23,8 +24,6 @@ use crate::store::SessionClaim;
 /// The `_meta` key under which `session/fork` names the message (or recorded item) to
 /// fork at: ACP v1's fork has no field for it.
 pub const FORK_AT_META_KEY: &str = "sessionstore/forkAt";
-
-use crate::acp::LIST_PAGE;
 
 #[derive(Default)]
 pub(crate) struct Sessions {
