@@ -587,16 +587,7 @@ async fn refused_prompts_store_nothing() {
     let log = agent.kill();
     assert!(log.contains("base64"), "refusals are logged: {log}");
     let session = store_id(&id);
-    let folder = root.join(session.to_string());
-    let files: Vec<String> = std::fs::read_dir(&folder)
-        .expect("the session folder")
-        .map(|e| {
-            e.expect("an entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
+    let files = files_in(&root.join(session.to_string()));
     assert_eq!(files, ["attachment.pdf"], "refused prompts left no files");
     let store = Store::open_read_only(t.config.clone())
         .await
@@ -604,6 +595,19 @@ async fn refused_prompts_store_nothing() {
     let messages = store.messages(session).await.expect("messages");
     assert_eq!(messages.len(), 1);
     assert_eq!(messages[0].refs[0].stored_name, "attachment.pdf");
+}
+
+/// The names of the files in `folder`.
+fn files_in(folder: &Path) -> Vec<String> {
+    std::fs::read_dir(folder)
+        .expect("the session folder")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
 }
 
 /// The client's own blocks are its words, as in front of an agent: a `resource_link`
@@ -640,15 +644,7 @@ async fn client_blocks_are_kept_as_sent_in_order() {
     .await;
     agent.kill();
     let session = store_id(&id);
-    let files: Vec<String> = std::fs::read_dir(root.join(session.to_string()))
-        .expect("the session folder")
-        .map(|e| {
-            e.expect("an entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
+    let files = files_in(&root.join(session.to_string()));
     assert_eq!(files, ["attachment.png"], "only the image is the store's");
     let store = Store::open_read_only(t.config.clone())
         .await
@@ -682,78 +678,18 @@ async fn client_blocks_are_kept_as_sent_in_order() {
 /// call) replays in order.
 #[tokio::test]
 async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
-    use std::io::{BufRead, Write};
-    use std::sync::mpsc;
-
     let t = TestStore::empty();
     let cwd = t.dir.path().to_owned();
     let root = t.dir.path().join("attachments");
     let store = Store::open(t.config.clone()).await.expect("a store");
-    let session = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .expect("a session");
-    store
-        .send(session.id, Outgoing::user("first question"))
-        .await
-        .expect("a user message");
-    let recorded: Vec<SessionUpdate> = [
-        serde_json::json!({"sessionUpdate": "agent_message_chunk",
-            "content": {"type": "text", "text": "Running the tests"}}),
-        serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "t1",
-            "title": "Run tests", "kind": "execute", "status": "pending"}),
-        serde_json::json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1",
-            "status": "completed"}),
-    ]
-    .into_iter()
-    .map(|v| serde_json::from_value(v).expect("a valid update"))
-    .collect();
-    store
-        .record(session.id, recorded)
-        .await
-        .expect("the turn is recorded");
-    let mut reply = Outgoing::user("an answer");
-    reply.role = Role::Assistant;
-    store
-        .send(session.id, reply)
-        .await
-        .expect("an assistant message");
-    let notes = store
-        .attach(session.id, "notes.txt".into(), b"budget: 42\n".to_vec())
-        .await
-        .expect("an upload");
-    let mut second = Outgoing::user("second question");
-    second.attach = vec![notes.uri];
-    store
-        .send(session.id, second)
-        .await
-        .expect("a user message");
+    let session = a_history(&store).await;
     drop(store);
 
     let mut agent = AgentProcess::start(t.dir.path(), &root, &cwd);
-    let mut stdin = agent.child.stdin.take().expect("piped stdin");
-    let stdout = agent.child.stdout.take().expect("piped stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let next = || -> serde_json::Value {
-        let line = rx.recv_timeout(TIMEOUT).expect("the agent answers in time");
-        serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("stdout is JSON-RPC only: {line:?}: {e}"))
-    };
-    let mut send = |line: &str| {
-        writeln!(stdin, "{line}").expect("the agent reads");
-        stdin.flush().expect("the agent reads");
-    };
+    let mut wire = Wire::over(&mut agent.child);
 
-    send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#);
-    assert_eq!(next()["result"]["protocolVersion"], 1);
+    wire.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#);
+    assert_eq!(wire.next()["result"]["protocolVersion"], 1);
     let cases = [
         ("{not json", -32700),
         (
@@ -774,8 +710,8 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         ),
     ];
     for (line, code) in cases {
-        send(line);
-        let answer = next();
+        wire.send(line);
+        let answer = wire.next();
         assert_eq!(answer["error"]["code"], code, "{line}: {answer}");
     }
 
@@ -783,11 +719,11 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         "jsonrpc": "2.0", "id": 6, "method": "session/load",
         "params": {"sessionId": session.id.to_string(), "cwd": cwd, "mcpServers": []},
     });
-    send(&load.to_string());
+    wire.send(&load.to_string());
     let mut chunks = Vec::new();
     let mut lines = Vec::new();
     let answer = loop {
-        let value = next();
+        let value = wire.next();
         if value.get("id").is_some() {
             break value;
         }
@@ -833,21 +769,21 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
     same_stream_as_restore(t.dir.path(), session.id, &lines);
 
     // A client that gives no working directory gets `--cwd`; the store keeps none.
-    send(r#"{"jsonrpc":"2.0","id":7,"method":"session/new","params":{"mcpServers":[]}}"#);
-    let made = next();
+    wire.send(r#"{"jsonrpc":"2.0","id":7,"method":"session/new","params":{"mcpServers":[]}}"#);
+    let made = wire.next();
     let made = made["result"]["sessionId"]
         .as_str()
         .expect("a session")
         .to_owned();
-    send(r#"{"jsonrpc":"2.0","id":8,"method":"session/list","params":{}}"#);
-    let listed = next();
+    wire.send(r#"{"jsonrpc":"2.0","id":8,"method":"session/list","params":{}}"#);
+    let listed = wire.next();
     let listed = listed["result"]["sessions"].as_array().expect("sessions");
     let row = listed
         .iter()
         .find(|s| s["sessionId"] == made.as_str())
         .expect("the new session is listed");
     assert_eq!(row["cwd"], cwd.to_str().unwrap(), "{row}");
-    drop(stdin);
+    drop(wire);
     let status = agent.child.wait().expect("the agent exits");
     assert!(
         status.success(),
@@ -863,6 +799,52 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         .expect("the session");
     assert_eq!(made.cwd, None, "the default is not the client's to keep");
     drop(store);
+}
+
+/// A session whose history has a message of each kind: a user question, a recorded
+/// turn (agent text, a tool call and its update), an assistant message, and a user
+/// question with an attached text file.
+async fn a_history(store: &Store) -> sessionstore::model::Session {
+    let session = store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .expect("a session");
+    store
+        .send(session.id, Outgoing::user("first question"))
+        .await
+        .expect("a user message");
+    let recorded: Vec<SessionUpdate> = [
+        serde_json::json!({"sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": "Running the tests"}}),
+        serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "t1",
+            "title": "Run tests", "kind": "execute", "status": "pending"}),
+        serde_json::json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1",
+            "status": "completed"}),
+    ]
+    .into_iter()
+    .map(|v| serde_json::from_value(v).expect("a valid update"))
+    .collect();
+    store
+        .record(session.id, recorded)
+        .await
+        .expect("the turn is recorded");
+    let mut reply = Outgoing::user("an answer");
+    reply.role = Role::Assistant;
+    store
+        .send(session.id, reply)
+        .await
+        .expect("an assistant message");
+    let notes = store
+        .attach(session.id, "notes.txt".into(), b"budget: 42\n".to_vec())
+        .await
+        .expect("an upload");
+    let mut second = Outgoing::user("second question");
+    second.attach = vec![notes.uri];
+    store
+        .send(session.id, second)
+        .await
+        .expect("a user message");
+    session
 }
 
 fn block_text(block: &ContentBlock) -> String {
@@ -1050,17 +1032,16 @@ async fn load_and_resume_replay_from_a_point_under_meta_and_end_with_the_marker(
     assert_eq!(plain.iter().map(wire).collect::<Vec<_>>(), whole);
 }
 
-/// A process spoken to in raw JSON-RPC lines, killed and reaped when dropped.
+/// Raw JSON-RPC lines over a process's pipes: written to its standard input, and read
+/// from its standard output by a thread of its own. Dropping it closes the input.
 struct Wire {
-    child: Child,
     stdin: ChildStdin,
     lines: std::sync::mpsc::Receiver<String>,
 }
 
 impl Wire {
-    fn start(bin: &mut Bin) -> Wire {
+    fn over(child: &mut Child) -> Wire {
         use std::io::BufRead;
-        let mut child = bin.spawn();
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, lines) = std::sync::mpsc::channel();
@@ -1072,11 +1053,20 @@ impl Wire {
                 }
             }
         });
-        Wire {
-            child,
-            stdin,
-            lines,
-        }
+        Wire { stdin, lines }
+    }
+
+    fn send(&mut self, line: &str) {
+        use std::io::Write;
+        writeln!(self.stdin, "{line}").expect("the peer reads");
+        self.stdin.flush().expect("the peer reads");
+    }
+
+    /// The next line, which must be JSON.
+    fn next(&self) -> serde_json::Value {
+        let line = self.lines.recv_timeout(TIMEOUT).expect("a line in time");
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout is JSON-RPC only: {line:?}: {e}"))
     }
 
     /// Sends one request and gives back what came before its answer, and the answer.
@@ -1086,27 +1076,17 @@ impl Wire {
         method: &str,
         params: serde_json::Value,
     ) -> (Vec<serde_json::Value>, serde_json::Value) {
-        use std::io::Write;
         let request = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method,
             "params": params});
-        writeln!(self.stdin, "{request}").expect("the peer reads");
-        self.stdin.flush().expect("the peer reads");
+        self.send(&request.to_string());
         let mut before = Vec::new();
         loop {
-            let line = self.lines.recv_timeout(TIMEOUT).expect("an answer in time");
-            let value: serde_json::Value = serde_json::from_str(&line).expect("JSON-RPC lines");
+            let value = self.next();
             if value["id"] == id && value.get("method").is_none() {
                 return (before, value);
             }
             before.push(value);
         }
-    }
-}
-
-impl Drop for Wire {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -1118,29 +1098,7 @@ async fn acp_and_the_proxy_answer_the_session_methods_alike() {
     let t = TestStore::empty();
     let dir = t.dir.path().to_owned();
     let store = Store::open(t.config.clone()).await.expect("a store");
-    let session = store
-        .create_session(Some("kept".into()), ToolsHost::Local)
-        .await
-        .expect("a session");
-    store
-        .send(session.id, Outgoing::user("first question"))
-        .await
-        .expect("a user message");
-    let chunk: SessionUpdate = serde_json::from_value(serde_json::json!({
-        "sessionUpdate": "agent_message_chunk",
-        "content": {"type": "text", "text": "an answer"}}))
-    .expect("a valid update");
-    store
-        .record(session.id, vec![chunk])
-        .await
-        .expect("the turn is recorded");
-    let notes = store
-        .attach(session.id, "notes.txt".into(), b"budget: 42\n".to_vec())
-        .await
-        .expect("an upload");
-    let mut second = Outgoing::user("second question");
-    second.attach = vec![notes.uri];
-    store.send(session.id, second).await.expect("a message");
+    let session = a_history(&store).await;
     store
         .create_session(None, ToolsHost::Local)
         .await
@@ -1155,6 +1113,7 @@ async fn acp_and_the_proxy_answer_the_session_methods_alike() {
     let mut seen = Vec::new();
     // `acp` first: the proxy's load binds the session to its agent, a write.
     for behind in [None, Some(agent)] {
+        let log = dir.join(format!("stderr-{}.log", uuid_ish()));
         let mut bin = Bin::new(&dir);
         bin.current_dir(&dir)
             .arg(if behind.is_some() { "proxy" } else { "acp" })
@@ -1162,12 +1121,16 @@ async fn acp_and_the_proxy_answer_the_session_methods_alike() {
             .arg(t.db_path())
             .arg("--attachments-root")
             .arg(t.configured())
-            .stderr(std::process::Stdio::null());
+            .stderr(File::create(&log).expect("a log file"));
         match behind {
             Some(agent) => bin.arg("--").arg(agent),
             None => bin.arg("--cwd").arg(&dir),
         };
-        let mut wire = Wire::start(&mut bin);
+        let mut process = AgentProcess {
+            child: bin.spawn(),
+            stderr: log,
+        };
+        let mut wire = Wire::over(&mut process.child);
         let (_, init) = wire.call(1, "initialize", serde_json::json!({"protocolVersion": 1}));
         let (none, list) = wire.call(2, "session/list", serde_json::json!({}));
         assert!(none.is_empty());
@@ -1178,6 +1141,8 @@ async fn acp_and_the_proxy_answer_the_session_methods_alike() {
         let (_, closed) = wire.call(5, "session/close", open.clone());
         assert!(closed.get("result").is_some(), "{closed}");
         seen.push((init, list, replay, from_tail));
+        drop(wire);
+        process.kill();
     }
     let (acp, proxy) = (&seen[0], &seen[1]);
     let caps = |init: &serde_json::Value| init["result"]["agentCapabilities"].clone();
@@ -1200,7 +1165,7 @@ async fn acp_and_the_proxy_answer_the_session_methods_alike() {
         Some(2)
     );
     assert_eq!(acp.1, proxy.1, "session/list");
-    assert_eq!(acp.2.len(), 4, "{:#?}", acp.2);
+    assert_eq!(acp.2.len(), 6, "{:#?}", acp.2);
     assert_eq!(acp.2, proxy.2, "session/load's replay");
     assert_eq!(acp.3, proxy.3, "session/resume's replay from a point");
 }
