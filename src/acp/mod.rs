@@ -58,7 +58,7 @@ pub(crate) fn replay_point(
 
 /// A replay point as the layer takes it from a client.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Point {
+pub(crate) enum Point {
     Store(Replay),
     Acp(AcpPoint),
 }
