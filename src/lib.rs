@@ -69,11 +69,12 @@
 //! The public face is what a daemon embedding the store needs: `Store` (which also
 //! reaches migrations and `verify`), `Config`, the records, the errors, attachments and
 //! the pure conversions. The SQL (`db`), the event projection and the probe's insides
-//! stay crate-private. Cargo features carry what a daemon may not want: `acp` (the
-//! ACP front, on the SDK), `probe` (`run_probe`, and `tempfile`), `postgres`, and the
-//! command line's own `cli`; all are on by default. `testkit`, for the crate's own
-//! tests, makes the test hooks public: `oracle` (what the contracts say, shared by the
-//! probe and the tests) and `Store::open_with_read_observer`.
+//! stay crate-private. Cargo features carry what a daemon may not want: `acp` (the one
+//! ACP session layer, behind `sessionstore acp` and `proxy`), `probe` (`run_probe`, and
+//! `tempfile`), `postgres`, and the command line's own `cli`; all are on by default.
+//! `testkit`, for the crate's own tests, makes the test hooks public: `oracle` (what
+//! the contracts say, shared by the probe and the tests) and
+//! `Store::open_with_read_observer`.
 
 #[cfg(feature = "acp")]
 pub mod acp;

@@ -96,7 +96,8 @@ enum Command {
     Export(cli::lifecycle::ExportArgs),
     /// Restore an exported archive as a new session
     Import(cli::lifecycle::ImportArgs),
-    /// Serve the store as an ACP agent over standard input and output
+    /// Serve the store as an ACP agent over standard input and output: the proxy with
+    /// no agent behind it, each prompt recorded and its turn ended
     #[cfg_attr(not(feature = "acp"), command(hide = true))]
     Acp(AcpArgs),
     /// Run AGENT behind the store as an ACP proxy on standard input and output: an
@@ -128,8 +129,8 @@ struct ProxyArgs {
 
 #[derive(Args)]
 struct AcpArgs {
-    /// The working directory reported for every session (the store keeps no paths)
-    /// [default: the current directory]
+    /// The working directory of a session whose client gives none (the store keeps
+    /// none for it) [default: the current directory]
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
 }
@@ -431,18 +432,20 @@ fn missing_feature(command: &str, feature: &str) -> anyhow::Error {
     .into()
 }
 
-/// Serves until the client closes standard input. Standard output carries the
-/// protocol alone, so nothing else here prints to it.
+/// Serves until the client closes standard input: the one session layer, as
+/// `proxy` runs it, with no agent behind. Standard output carries the protocol alone,
+/// so nothing else here prints to it.
 #[cfg(feature = "acp")]
 async fn acp(config: Config, args: AcpArgs) -> Result<()> {
+    use sessionstore::acp::proxy::{Behind, ProxyOptions, run_stdio};
     let cwd = match args.cwd {
-        Some(cwd) => cwd,
+        // ACP paths are absolute, so a relative one is taken from here.
+        Some(cwd) => std::path::absolute(&cwd)
+            .with_context(|| format!("cannot make {} absolute", cwd.display()))?,
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     let store = Store::open(config).await?;
-    let front = sessionstore::acp::AcpFront::new(store, &cwd)
-        .with_context(|| format!("cannot make {} absolute", cwd.display()))?;
-    sessionstore::acp::server::serve_stdio(front)
+    run_stdio(store, ProxyOptions::new(Behind::Nothing, cwd))
         .await
         .context("the ACP connection failed")
 }

@@ -251,8 +251,8 @@ fn every_format_writes_what_its_typed_values_serialize_to() {
         );
     }
     assert!(written.ends_with('\n'));
-    // What the ACP front sends on `session/load`: the same notifications, built
-    // without any JSON, from the items themselves.
+    // What an agent built on the SDK's types sends on `session/load`: the same
+    // notifications, built without any JSON, from the items themselves.
     let replayed: Vec<SessionNotification> = history
         .iter()
         .flat_map(|m| session_updates(session, ReplayItem::Message(m.clone())))

@@ -175,7 +175,9 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
             let prompt = vec![
                 ContentBlock::Text(TextContent::new("what is in these?")),
                 ContentBlock::Image(ImageContent::new(b64(PNG), "image/png")),
-                text_resource(notes, "file:///home/me/notes%20%C3%A9t%C3%A9.txt"),
+                // Not a `file://` resource: one of those is the client's own file,
+                // kept as sent (`client_blocks_are_kept_as_sent_in_order`).
+                text_resource(notes, "zed://buffer/notes%20%C3%A9t%C3%A9.txt"),
             ];
             let answer = call(&cx, PromptRequest::new(id.clone(), prompt)).await?;
             assert_eq!(answer.stop_reason, StopReason::EndTurn);
@@ -193,7 +195,7 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
     assert_eq!(listed.next_cursor, None);
     assert!(
         taken(&updates).is_empty(),
-        "this front records, it does not answer"
+        "with no agent behind, a prompt is recorded, not answered"
     );
     agent.kill();
 
@@ -489,13 +491,14 @@ async fn prompts_need_an_open_session_and_resume_replays_nothing() {
             .await
             .expect_err("no such session");
         assert_eq!(e.code, ErrorCode::RESOURCE_NOT_FOUND, "{e:?}");
-        let e = call(
+        // Another working directory is the client's to give, as in front of an
+        // agent (the front that came before refused it as invalid params).
+        call(
             &cx,
             ResumeSessionRequest::new(id.clone(), cwd.join("elsewhere")),
         )
-        .await
-        .expect_err("another cwd");
-        assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
+        .await?;
+        call(&cx, CloseSessionRequest::new(id.clone())).await?;
 
         call(&cx, ResumeSessionRequest::new(id.clone(), &cwd)).await?;
         call(&cx, PromptRequest::new(id.clone(), hello())).await?;
@@ -521,7 +524,7 @@ async fn prompts_need_an_open_session_and_resume_replays_nothing() {
     );
 }
 
-/// A prompt the front refuses stores nothing, neither a message nor a file, and the
+/// A prompt the layer refuses stores nothing, neither a message nor a file, and the
 /// connection goes on; names come from the resource URI or the MIME type.
 #[tokio::test]
 async fn refused_prompts_store_nothing() {
@@ -540,26 +543,17 @@ async fn refused_prompts_store_nothing() {
                 (
                     vec![
                         text(),
-                        ContentBlock::ResourceLink(ResourceLink::new(
-                            "secrets",
-                            "file:///etc/passwd",
-                        )),
-                    ],
-                    "resource_link",
-                ),
-                (
-                    vec![
-                        text(),
                         ContentBlock::Image(ImageContent::new("not base64!", "image/png")),
                     ],
                     "base64",
                 ),
                 (
+                    // The first block would be an upload: it is not kept either.
                     vec![
-                        text_resource("fine", "file:///a.txt"),
+                        text_resource("fine", "zed://buffer/a.txt"),
                         ContentBlock::Resource(EmbeddedResource::new(
                             EmbeddedResourceResource::BlobResourceContents(
-                                BlobResourceContents::new("%%%", "file:///b.bin"),
+                                BlobResourceContents::new("%%%", "zed://buffer/b.bin"),
                             ),
                         )),
                     ],
@@ -591,18 +585,9 @@ async fn refused_prompts_store_nothing() {
     })
     .await;
     let log = agent.kill();
-    assert!(log.contains("resource_link"), "refusals are logged: {log}");
+    assert!(log.contains("base64"), "refusals are logged: {log}");
     let session = store_id(&id);
-    let folder = root.join(session.to_string());
-    let files: Vec<String> = std::fs::read_dir(&folder)
-        .expect("the session folder")
-        .map(|e| {
-            e.expect("an entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
+    let files = files_in(&root.join(session.to_string()));
     assert_eq!(files, ["attachment.pdf"], "refused prompts left no files");
     let store = Store::open_read_only(t.config.clone())
         .await
@@ -612,6 +597,80 @@ async fn refused_prompts_store_nothing() {
     assert_eq!(messages[0].refs[0].stored_name, "attachment.pdf");
 }
 
+/// The names of the files in `folder`.
+fn files_in(folder: &Path) -> Vec<String> {
+    std::fs::read_dir(folder)
+        .expect("the session folder")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// The client's own blocks are its words, as in front of an agent: a `resource_link`
+/// and a `file://` resource are kept as sent, in the order sent among the text and the
+/// uploads, copy no file, and come back so on `session/load`. (The front that came
+/// before refused a `resource_link` and copied a `file://` resource into the store.)
+#[tokio::test]
+async fn client_blocks_are_kept_as_sent_in_order() {
+    let t = TestStore::empty();
+    let cwd = t.dir.path().to_owned();
+    let root = t.dir.path().join("attachments");
+    let updates = Updates::default();
+    let mut agent = AgentProcess::start(t.dir.path(), &root, &cwd);
+    let link = ContentBlock::ResourceLink(ResourceLink::new("secrets", "file:///etc/passwd"));
+    let own = text_resource("mine", "file:///home/me/a.txt");
+    let sent = vec![
+        ContentBlock::Text(TextContent::new("look")),
+        link.clone(),
+        ContentBlock::Image(ImageContent::new(b64(PNG), "image/png")),
+        own.clone(),
+        ContentBlock::Text(TextContent::new("again")),
+    ];
+    let (id, replayed) = client(&mut agent, &updates, {
+        let (cwd, updates) = (cwd.clone(), updates.clone());
+        async move |cx| {
+            call(&cx, initialize()).await?;
+            let id = call(&cx, NewSessionRequest::new(&cwd)).await?.session_id;
+            let answer = call(&cx, PromptRequest::new(id.clone(), sent)).await?;
+            assert_eq!(answer.stop_reason, StopReason::EndTurn);
+            call(&cx, LoadSessionRequest::new(id.clone(), &cwd)).await?;
+            Ok((id, taken(&updates)))
+        }
+    })
+    .await;
+    agent.kill();
+    let session = store_id(&id);
+    let files = files_in(&root.join(session.to_string()));
+    assert_eq!(files, ["attachment.png"], "only the image is the store's");
+    let store = Store::open_read_only(t.config.clone())
+        .await
+        .expect("a store");
+    let messages = store.messages(session).await.expect("messages");
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].display_text, "look\nagain");
+    assert_eq!(messages[0].refs.len(), 1);
+    let blocks: Vec<serde_json::Value> = replayed
+        .iter()
+        .map(|n| match &n.update {
+            SessionUpdate::UserMessageChunk(c) => {
+                serde_json::to_value(&c.content).expect("a block serializes")
+            }
+            other => panic!("not a user chunk: {other:?}"),
+        })
+        .collect();
+    let kinds: Vec<&str> = blocks.iter().map(|b| b["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["text", "resource_link", "image", "resource", "text"]
+    );
+    assert_eq!(blocks[1], serde_json::to_value(&link).unwrap());
+    assert_eq!(blocks[3], serde_json::to_value(&own).unwrap());
+}
+
 /// Raw JSON-RPC lines, as a careless client might send them: malformed JSON, unknown
 /// methods and bad params each get an error and the connection stays up; stdout
 /// carries only JSON-RPC, and every notification parses as the schema's
@@ -619,78 +678,18 @@ async fn refused_prompts_store_nothing() {
 /// call) replays in order.
 #[tokio::test]
 async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
-    use std::io::{BufRead, Write};
-    use std::sync::mpsc;
-
     let t = TestStore::empty();
     let cwd = t.dir.path().to_owned();
     let root = t.dir.path().join("attachments");
     let store = Store::open(t.config.clone()).await.expect("a store");
-    let session = store
-        .create_session(None, ToolsHost::Local)
-        .await
-        .expect("a session");
-    store
-        .send(session.id, Outgoing::user("first question"))
-        .await
-        .expect("a user message");
-    let recorded: Vec<SessionUpdate> = [
-        serde_json::json!({"sessionUpdate": "agent_message_chunk",
-            "content": {"type": "text", "text": "Running the tests"}}),
-        serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "t1",
-            "title": "Run tests", "kind": "execute", "status": "pending"}),
-        serde_json::json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1",
-            "status": "completed"}),
-    ]
-    .into_iter()
-    .map(|v| serde_json::from_value(v).expect("a valid update"))
-    .collect();
-    store
-        .record(session.id, recorded)
-        .await
-        .expect("the turn is recorded");
-    let mut reply = Outgoing::user("an answer");
-    reply.role = Role::Assistant;
-    store
-        .send(session.id, reply)
-        .await
-        .expect("an assistant message");
-    let notes = store
-        .attach(session.id, "notes.txt".into(), b"budget: 42\n".to_vec())
-        .await
-        .expect("an upload");
-    let mut second = Outgoing::user("second question");
-    second.attach = vec![notes.uri];
-    store
-        .send(session.id, second)
-        .await
-        .expect("a user message");
+    let session = a_history(&store).await;
     drop(store);
 
     let mut agent = AgentProcess::start(t.dir.path(), &root, &cwd);
-    let mut stdin = agent.child.stdin.take().expect("piped stdin");
-    let stdout = agent.child.stdout.take().expect("piped stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let next = || -> serde_json::Value {
-        let line = rx.recv_timeout(TIMEOUT).expect("the agent answers in time");
-        serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("stdout is JSON-RPC only: {line:?}: {e}"))
-    };
-    let mut send = |line: &str| {
-        writeln!(stdin, "{line}").expect("the agent reads");
-        stdin.flush().expect("the agent reads");
-    };
+    let mut wire = Wire::over(&mut agent.child);
 
-    send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#);
-    assert_eq!(next()["result"]["protocolVersion"], 1);
+    wire.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#);
+    assert_eq!(wire.next()["result"]["protocolVersion"], 1);
     let cases = [
         ("{not json", -32700),
         (
@@ -711,8 +710,8 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         ),
     ];
     for (line, code) in cases {
-        send(line);
-        let answer = next();
+        wire.send(line);
+        let answer = wire.next();
         assert_eq!(answer["error"]["code"], code, "{line}: {answer}");
     }
 
@@ -720,11 +719,11 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         "jsonrpc": "2.0", "id": 6, "method": "session/load",
         "params": {"sessionId": session.id.to_string(), "cwd": cwd, "mcpServers": []},
     });
-    send(&load.to_string());
+    wire.send(&load.to_string());
     let mut chunks = Vec::new();
     let mut lines = Vec::new();
     let answer = loop {
-        let value = next();
+        let value = wire.next();
         if value.get("id").is_some() {
             break value;
         }
@@ -768,13 +767,84 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         ]
     );
     same_stream_as_restore(t.dir.path(), session.id, &lines);
-    drop(stdin);
+
+    // A client that gives no working directory gets `--cwd`; the store keeps none.
+    wire.send(r#"{"jsonrpc":"2.0","id":7,"method":"session/new","params":{"mcpServers":[]}}"#);
+    let made = wire.next();
+    let made = made["result"]["sessionId"]
+        .as_str()
+        .expect("a session")
+        .to_owned();
+    wire.send(r#"{"jsonrpc":"2.0","id":8,"method":"session/list","params":{}}"#);
+    let listed = wire.next();
+    let listed = listed["result"]["sessions"].as_array().expect("sessions");
+    let row = listed
+        .iter()
+        .find(|s| s["sessionId"] == made.as_str())
+        .expect("the new session is listed");
+    assert_eq!(row["cwd"], cwd.to_str().unwrap(), "{row}");
+    drop(wire);
     let status = agent.child.wait().expect("the agent exits");
     assert!(
         status.success(),
         "closing stdin ends the agent cleanly: {status:?}"
     );
     assert!(!agent.stderr().contains("panicked"));
+    let store = Store::open_read_only(t.config.clone())
+        .await
+        .expect("a store");
+    let made = store
+        .session(made.parse().expect("a store id"))
+        .await
+        .expect("the session");
+    assert_eq!(made.cwd, None, "the default is not the client's to keep");
+    drop(store);
+}
+
+/// A session whose history has a message of each kind: a user question, a recorded
+/// turn (agent text, a tool call and its update), an assistant message, and a user
+/// question with an attached text file.
+async fn a_history(store: &Store) -> sessionstore::model::Session {
+    let session = store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .expect("a session");
+    store
+        .send(session.id, Outgoing::user("first question"))
+        .await
+        .expect("a user message");
+    let recorded: Vec<SessionUpdate> = [
+        serde_json::json!({"sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": "Running the tests"}}),
+        serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "t1",
+            "title": "Run tests", "kind": "execute", "status": "pending"}),
+        serde_json::json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1",
+            "status": "completed"}),
+    ]
+    .into_iter()
+    .map(|v| serde_json::from_value(v).expect("a valid update"))
+    .collect();
+    store
+        .record(session.id, recorded)
+        .await
+        .expect("the turn is recorded");
+    let mut reply = Outgoing::user("an answer");
+    reply.role = Role::Assistant;
+    store
+        .send(session.id, reply)
+        .await
+        .expect("an assistant message");
+    let notes = store
+        .attach(session.id, "notes.txt".into(), b"budget: 42\n".to_vec())
+        .await
+        .expect("an upload");
+    let mut second = Outgoing::user("second question");
+    second.attach = vec![notes.uri];
+    store
+        .send(session.id, second)
+        .await
+        .expect("a user message");
+    session
 }
 
 fn block_text(block: &ContentBlock) -> String {
@@ -960,4 +1030,142 @@ async fn load_and_resume_replay_from_a_point_under_meta_and_end_with_the_marker(
     );
     // A load with no replayFrom is as it always was: the whole stream, no marker.
     assert_eq!(plain.iter().map(wire).collect::<Vec<_>>(), whole);
+}
+
+/// Raw JSON-RPC lines over a process's pipes: written to its standard input, and read
+/// from its standard output by a thread of its own. Dropping it closes the input.
+struct Wire {
+    stdin: ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Wire {
+    fn over(child: &mut Child) -> Wire {
+        use std::io::BufRead;
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Wire { stdin, lines }
+    }
+
+    fn send(&mut self, line: &str) {
+        use std::io::Write;
+        writeln!(self.stdin, "{line}").expect("the peer reads");
+        self.stdin.flush().expect("the peer reads");
+    }
+
+    /// The next line, which must be JSON.
+    fn next(&self) -> serde_json::Value {
+        let line = self.lines.recv_timeout(TIMEOUT).expect("a line in time");
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout is JSON-RPC only: {line:?}: {e}"))
+    }
+
+    /// Sends one request and gives back what came before its answer, and the answer.
+    fn call(
+        &mut self,
+        id: u64,
+        method: &str,
+        params: serde_json::Value,
+    ) -> (Vec<serde_json::Value>, serde_json::Value) {
+        let request = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method,
+            "params": params});
+        self.send(&request.to_string());
+        let mut before = Vec::new();
+        loop {
+            let value = self.next();
+            if value["id"] == id && value.get("method").is_none() {
+                return (before, value);
+            }
+            before.push(value);
+        }
+    }
+}
+
+/// `sessionstore acp` and `sessionstore proxy -- AGENT` are one layer: on the same store
+/// they advertise the same session methods, answer `session/list` alike and replay
+/// `session/load` (whole, and from a point on `session/resume`) line for line alike.
+#[tokio::test]
+async fn acp_and_the_proxy_answer_the_session_methods_alike() {
+    let t = TestStore::empty();
+    let dir = t.dir.path().to_owned();
+    let store = Store::open(t.config.clone()).await.expect("a store");
+    let session = a_history(&store).await;
+    store
+        .create_session(None, ToolsHost::Local)
+        .await
+        .expect("another session");
+    drop(store);
+
+    let agent = env!("CARGO_BIN_EXE_sessionstore-test-agent");
+    let open = serde_json::json!({"sessionId": session.id.to_string(), "cwd": dir,
+        "mcpServers": []});
+    let mut tail = open.clone();
+    tail["_meta"] = serde_json::json!({"replayFrom": {"type": "_tail", "count": 2}});
+    let mut seen = Vec::new();
+    // `acp` first: the proxy's load binds the session to its agent, a write.
+    for behind in [None, Some(agent)] {
+        let log = dir.join(format!("stderr-{}.log", uuid_ish()));
+        let mut bin = Bin::new(&dir);
+        bin.current_dir(&dir)
+            .arg(if behind.is_some() { "proxy" } else { "acp" })
+            .arg("--db")
+            .arg(t.db_path())
+            .arg("--attachments-root")
+            .arg(t.configured())
+            .stderr(File::create(&log).expect("a log file"));
+        match behind {
+            Some(agent) => bin.arg("--").arg(agent),
+            None => bin.arg("--cwd").arg(&dir),
+        };
+        let mut process = AgentProcess {
+            child: bin.spawn(),
+            stderr: log,
+        };
+        let mut wire = Wire::over(&mut process.child);
+        let (_, init) = wire.call(1, "initialize", serde_json::json!({"protocolVersion": 1}));
+        let (none, list) = wire.call(2, "session/list", serde_json::json!({}));
+        assert!(none.is_empty());
+        let (replay, load) = wire.call(3, "session/load", open.clone());
+        assert!(load.get("result").is_some(), "{load}");
+        let (from_tail, resume) = wire.call(4, "session/resume", tail.clone());
+        assert!(resume.get("result").is_some(), "{resume}");
+        let (_, closed) = wire.call(5, "session/close", open.clone());
+        assert!(closed.get("result").is_some(), "{closed}");
+        seen.push((init, list, replay, from_tail));
+        drop(wire);
+        process.kill();
+    }
+    let (acp, proxy) = (&seen[0], &seen[1]);
+    let caps = |init: &serde_json::Value| init["result"]["agentCapabilities"].clone();
+    let (acp_caps, proxy_caps) = (caps(&acp.0), caps(&proxy.0));
+    assert_eq!(acp_caps["loadSession"], true);
+    assert_eq!(proxy_caps["loadSession"], true);
+    for served in ["list", "resume", "close", "delete", "fork"] {
+        assert!(
+            acp_caps["sessionCapabilities"].get(served).is_some()
+                && proxy_caps["sessionCapabilities"].get(served).is_some(),
+            "{served}: {acp_caps} {proxy_caps}"
+        );
+    }
+    for taken in ["image", "embeddedContext"] {
+        assert_eq!(acp_caps["promptCapabilities"][taken], true);
+        assert_eq!(proxy_caps["promptCapabilities"][taken], true);
+    }
+    assert_eq!(
+        acp.1["result"]["sessions"].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(acp.1, proxy.1, "session/list");
+    assert_eq!(acp.2.len(), 6, "{:#?}", acp.2);
+    assert_eq!(acp.2, proxy.2, "session/load's replay");
+    assert_eq!(acp.3, proxy.3, "session/resume's replay from a point");
 }

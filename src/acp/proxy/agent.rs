@@ -1,9 +1,11 @@
-//! The agent's lifetime behind the proxy. It is started on the client's `initialize`
-//! (with the client's own request), and if it exits or crashes, the requests waiting
-//! on it fail naming it, and the next request that needs it starts it again, after a
-//! pause that grows with each crash in a row, re-sending `initialize` and
-//! `authenticate` as the client sent them. Each start is a generation: a session's
-//! agent side belongs to one, and is brought up again in the next.
+//! What runs behind the proxy ([`Behind`]), and the agent's lifetime there. A child
+//! agent is started on the client's `initialize` (with the client's own request), and
+//! if it exits or crashes, the requests waiting on it fail naming it, and the next
+//! request that needs it starts it again, after a pause that grows with each crash in
+//! a row, re-sending `initialize` and `authenticate` as the client sent them. Each
+//! start is a generation: a session's agent side belongs to one, and is brought up
+//! again in the next. With nothing behind (`sessionstore acp`) no agent ever starts,
+//! and `initialize` is answered with the proxy's own capabilities alone.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -112,9 +114,27 @@ impl Running {
     }
 }
 
-/// The agent slot: at most one running agent, and what it takes to start another.
+/// What runs behind the proxy, where it sends what it does not answer itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Behind {
+    /// An ACP agent started as a child process (`sessionstore proxy -- AGENT`).
+    Child(AgentCommand),
+    /// Nothing (`sessionstore acp`): the store answers the session methods as it does
+    /// in front of an agent, a prompt is recorded and its turn ended `end_turn`, and a
+    /// method only an agent answers is not found.
+    Nothing,
+}
+
+impl From<AgentCommand> for Behind {
+    fn from(command: AgentCommand) -> Behind {
+        Behind::Child(command)
+    }
+}
+
+/// The agent slot: at most one running agent, and what it takes to start another
+/// (`None` with nothing behind).
 pub(crate) struct Agent {
-    command: AgentCommand,
+    command: Option<AgentCommand>,
     current: Mutex<Option<Arc<Running>>>,
     /// Held while an agent starts, so that requests arriving meanwhile wait for that
     /// start instead of making their own.
@@ -132,7 +152,11 @@ struct Starts {
 }
 
 impl Agent {
-    pub fn new(command: AgentCommand) -> Agent {
+    pub fn new(behind: Behind) -> Agent {
+        let command = match behind {
+            Behind::Child(command) => Some(command),
+            Behind::Nothing => None,
+        };
         Agent {
             command,
             current: Mutex::new(None),
@@ -140,8 +164,14 @@ impl Agent {
         }
     }
 
-    pub fn name(&self) -> String {
-        self.command.name()
+    /// Whether nothing runs behind the proxy: no agent will ever start.
+    pub fn is_nothing(&self) -> bool {
+        self.command.is_none()
+    }
+
+    /// The agent's name as a session's binding keeps it; `None` with nothing behind.
+    pub fn name(&self) -> Option<String> {
+        self.command.as_ref().map(AgentCommand::name)
     }
 
     /// The running agent, if there is one now (no start).
@@ -179,13 +209,26 @@ impl Proxy {
     /// Remembers the client's `initialize`, starts the agent with it, and answers with
     /// the agent's result, patched to say what the proxy adds: load, list, resume,
     /// close, delete and fork served by the store, and image and embedded context
-    /// taken (the proxy converts them for an agent that takes neither).
+    /// taken (the proxy converts them for an agent that takes neither). With nothing
+    /// behind, the answer is those additions alone, with version 1 (the one spoken
+    /// here; ACP has an agent answer a version it does not support with its own) and
+    /// the store's name.
     pub(super) async fn initialize(
         self: &Arc<Self>,
         id: Value,
         mut message: Message,
     ) -> Result<Message, Failure> {
         let params = message.take_params();
+        if self.agent.is_nothing() {
+            let mut result = serde_json::json!({
+                "protocolVersion": 1,
+                "agentCapabilities": {},
+                "authMethods": [],
+                "agentInfo": {"name": "sessionstore", "version": env!("CARGO_PKG_VERSION")},
+            });
+            advertise(&mut result);
+            return Ok(Message::result(id, result));
+        }
         {
             let mut starts = self.agent.starting.lock().await;
             starts.initialize = Some(params);
@@ -224,6 +267,9 @@ impl Proxy {
         if let Some(running) = self.agent.current() {
             return Ok(running);
         }
+        if self.agent.is_nothing() {
+            return Err(no_agent("this request"));
+        }
         let mut starts = self.agent.starting.lock().await;
         // Another request may have started it while this one waited.
         if let Some(running) = self.agent.current() {
@@ -246,7 +292,7 @@ impl Proxy {
                 .min(MAX_PAUSE);
             tracing::warn!(
                 "starting the agent {} again in {} ms",
-                self.agent.name(),
+                self.agent.name().unwrap_or_default(),
                 pause.as_millis()
             );
             tokio::time::sleep(pause).await;
@@ -267,7 +313,11 @@ impl Proxy {
         initialize: Value,
         authenticate: Option<Value>,
     ) -> Result<Arc<Running>, Failure> {
-        let command = &self.agent.command;
+        let command = self
+            .agent
+            .command
+            .as_ref()
+            .ok_or_else(|| no_agent("a start"))?;
         let child = Child::spawn(command).map_err(|e| {
             Failure::internal(format!("cannot start the agent {}: {e}", command.shown()))
         })?;
@@ -373,6 +423,15 @@ impl Proxy {
         }
         Ok(running)
     }
+}
+
+/// The answer to a request only an agent answers, with nothing behind the proxy: ACP
+/// has no such method here.
+pub(super) fn no_agent(what: &str) -> Failure {
+    Failure::new(
+        code::METHOD_NOT_FOUND,
+        format!("{what} needs an agent, and none runs behind this store (sessionstore acp)"),
+    )
 }
 
 /// The proxy's own additions to the agent's `initialize` result.

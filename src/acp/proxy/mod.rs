@@ -1,19 +1,23 @@
-//! `sessionstore proxy -- AGENT`: the store as an ACP proxy. Toward the client (an
-//! editor) it is an agent on standard input and output; toward `AGENT`, a child it
-//! starts, it is the client. Every message passes through, unknown fields and
+//! The one ACP session layer: the store as an ACP proxy. Toward the client (an
+//! editor) it is an agent on standard input and output; behind it runs an agent it
+//! starts as a child (`sessionstore proxy -- AGENT`), toward which it is the client, or
+//! nothing (`sessionstore acp`). Every message passes through, unknown fields and
 //! extension methods included, with session ids translated between the store's (what
 //! the client sees) and the agent's. What the proxy handles itself it patches as JSON:
 //! prompts are stored and dispatched through the resolver, so each attachment reaches
 //! the agent with the path of a live read; the agent's updates are recorded as the
 //! turn; `session/load`, `list`, `resume`, `close`, `delete` and `fork` are served by
-//! the store. Everything it keeps goes through `Store`'s public API; it stores nothing
-//! itself.
+//! the store. Each method is answered in one place, whatever runs behind
+//! (`Proxy::client_request` is the table); with nothing behind, a prompt is recorded
+//! as it would be in front of an agent and its turn ends `end_turn`. Everything it
+//! keeps goes through `Store`'s public API; it stores nothing itself.
 //!
 //! Rooms: `frame` (bounded line reading), `rpc` (messages as JSON objects), `link` (a
 //! peer's outgoing queue and the requests waiting on it), `child` (the agent process),
-//! `agent` (the agent's lifetime: start, restart, its capabilities), `sessions` (the
-//! session methods and the id map), `prompt` (a prompt's turn: store, dispatch,
-//! record), `restored` (what a fresh agent session is told of the conversation so far).
+//! `agent` (what runs behind; the agent's lifetime: start, restart, its capabilities),
+//! `sessions` (the session methods and the id map), `prompt` (a prompt's turn: store,
+//! dispatch, record), `restored` (what a fresh agent session is told of the
+//! conversation so far).
 
 mod agent;
 mod child;
@@ -30,6 +34,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::io::BufReader;
 
+pub use agent::Behind;
 pub use child::AgentCommand;
 
 use crate::Store;
@@ -48,10 +53,11 @@ pub const FRAME_LIMIT: usize =
 /// How the proxy is run.
 #[derive(Debug, Clone)]
 pub struct ProxyOptions {
-    /// The agent to start behind the proxy.
-    pub agent: AgentCommand,
-    /// The proxy's own working directory: sessions with none of their own are listed
-    /// under it.
+    /// What runs behind the proxy: an agent it starts, or nothing.
+    pub behind: Behind,
+    /// The proxy's own working directory: the default for a client that gives none
+    /// (the store keeps none for such a session), and where sessions with none of
+    /// their own are listed.
     pub cwd: PathBuf,
     /// How many bytes of attachment contents a fresh agent session is given with the
     /// restored conversation (paths are always given): [`restored::CONTENT_BUDGET`].
@@ -68,9 +74,9 @@ pub struct ProxyOptions {
 }
 
 impl ProxyOptions {
-    pub fn new(agent: AgentCommand, cwd: PathBuf) -> ProxyOptions {
+    pub fn new(behind: impl Into<Behind>, cwd: PathBuf) -> ProxyOptions {
         ProxyOptions {
-            agent,
+            behind: behind.into(),
             cwd,
             restored_content_budget: restored::CONTENT_BUDGET,
             agent_timeout: None,
@@ -90,7 +96,8 @@ pub(crate) struct Proxy {
 }
 
 /// Serves one client on standard input and output until it closes its end, with the
-/// agent started on its `initialize`. The agent is stopped when the client goes.
+/// agent (if one runs behind) started on its `initialize`. The agent is stopped when
+/// the client goes.
 pub async fn run_stdio(store: Store, options: ProxyOptions) -> std::io::Result<()> {
     let (input, read) = stdin();
     let (output, written) = stdout();
@@ -179,7 +186,7 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let client = Arc::new(Link::new(output));
     let proxy = Arc::new(Proxy {
-        agent: Agent::new(options.agent.clone()),
+        agent: Agent::new(options.behind.clone()),
         sessions: Arc::new(Sessions::default()),
         turns: prompt::Turns::default(),
         store,
@@ -270,6 +277,10 @@ impl Proxy {
         }
     }
 
+    /// The table of the requests a client sends: where each is answered. The session
+    /// methods are answered here whatever runs behind (each handler does with no agent
+    /// what it does with one, less the agent's part); the rest are the agent's, and
+    /// with nothing behind there is no such method.
     async fn client_request(
         self: &Arc<Self>,
         method: &str,
@@ -278,7 +289,6 @@ impl Proxy {
     ) -> Result<Message, Failure> {
         match method {
             "initialize" => self.initialize(id, message).await,
-            "authenticate" => self.authenticate(id, message).await,
             "session/new" => self.new_session(id, message).await,
             "session/load" => self.load_session(id, message, true).await,
             "session/resume" => self.load_session(id, message, false).await,
@@ -287,6 +297,8 @@ impl Proxy {
             "session/delete" => self.delete_session(id, message).await,
             "session/fork" => self.fork_session(id, message).await,
             "session/prompt" => self.prompt(id, message).await,
+            _ if self.agent.is_nothing() => Err(agent::no_agent(method)),
+            "authenticate" => self.authenticate(id, message).await,
             "session/set_mode" | "session/set_model" | "session/set_config_option" => {
                 self.setting(id, method, message).await
             }
@@ -315,6 +327,9 @@ impl Proxy {
         Ok(answer)
     }
 
+    /// The table of the notifications a client sends. With nothing behind, none has
+    /// anywhere to go: a cancellation has no turn to stop (a turn ends as soon as it is
+    /// recorded), and the rest are dropped.
     async fn client_notification(self: &Arc<Self>, method: &str, mut message: Message) {
         match method {
             "session/cancel" => self.cancel(message).await,
@@ -447,13 +462,38 @@ impl Failure {
     }
 }
 
+/// A store error as the client sees it: an unknown session is "resource not found",
+/// input the store will not take is "invalid params", a session another proxy
+/// carries is "invalid request", and the rest is an internal error. The message is the
+/// error and its causes on one line; `data.kind` is the store's stable name for the
+/// condition.
 impl From<crate::Error> for Failure {
     fn from(e: crate::Error) -> Failure {
-        let rpc = crate::acp::rpc_error(e);
+        use crate::Error;
+        let code = match &e {
+            Error::SessionNotFound(_) => code::RESOURCE_NOT_FOUND,
+            Error::SessionOpenElsewhere { .. } => code::INVALID_REQUEST,
+            Error::EmptyMessage
+            | Error::MalformedReference(_)
+            | Error::ForeignReference { .. }
+            | Error::Attachment(crate::attachments::AttachmentError::UploadTooLarge { .. })
+            | Error::Id(_)
+            | Error::ReplayPoint { .. }
+            | Error::ReplayMessage { .. } => code::INVALID_PARAMS,
+            e if e.is_refused() => code::INVALID_PARAMS,
+            _ => code::INTERNAL_ERROR,
+        };
+        let kind = e.kind();
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
         Failure {
-            code: i64::from(i32::from(rpc.code)),
-            message: rpc.message,
-            data: rpc.data,
+            data: Some(serde_json::json!({ "kind": kind })),
+            ..Failure::new(code, message)
         }
     }
 }

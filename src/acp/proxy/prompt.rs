@@ -6,6 +6,8 @@
 //! agent's updates are relayed at once and recorded as the turn; the answer is relayed
 //! only once everything the turn recorded is durable. A prompt that arrives while a
 //! turn runs is stored queued and delivered through the drain when that turn ends.
+//! With nothing behind the proxy a turn is the same begun-and-ended turn with nothing
+//! between: the prompt is stored and the turn ends `end_turn` once that is durable.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -70,11 +72,13 @@ impl Proxy {
         mut message: Message,
     ) -> Result<Message, Failure> {
         let mut params = message.take_params();
-        let session = params["sessionId"]
-            .as_str()
-            .unwrap_or_default()
-            .parse::<SessionId>()
-            .map_err(|e| Failure::new(code::RESOURCE_NOT_FOUND, format!("no such session: {e}")))?;
+        // The request's shape first, as for any method: then whether its session is.
+        let Value::Array(blocks) = params.get_mut("prompt").map_or(Value::Null, Value::take) else {
+            return Err(Failure::invalid_params(
+                "prompt must be an array of content blocks",
+            ));
+        };
+        let session = super::sessions::session_of(&params)?;
         if !self.sessions.is_open(&session) {
             // An unknown session is named as such, not as one that is merely closed.
             self.store.session(session).await?;
@@ -83,11 +87,6 @@ impl Proxy {
                  session/load or session/resume first"
             )));
         }
-        let Value::Array(blocks) = params["prompt"].take() else {
-            return Err(Failure::invalid_params(
-                "prompt must be an array of content blocks",
-            ));
-        };
         let mut prompt = client_prompt(blocks)?;
         let state = self.turns.state(session);
         let mut turn = state.lock().await;
@@ -211,6 +210,12 @@ impl Proxy {
         params: &Value,
         messages: &[MessageId],
     ) -> Result<Value, Failure> {
+        if self.agent.is_nothing() {
+            // Nothing answers: the turn is the stored prompt alone. No dispatch either,
+            // since nothing would take its blocks (each read is made when a model is
+            // given the message, on the next restore or dispatch).
+            return Ok(json!({ "stopReason": "end_turn" }));
+        }
         let (agent, agent_session) = self.agent_side(session).await?;
         let (fresh, stale_paths) = self
             .sessions
@@ -364,7 +369,7 @@ impl Proxy {
     /// The history replayed to the client for `session/load`: the store's
     /// `acp-updates` stream, written straight into the client's frames; from the
     /// client's point (`_meta.replayFrom`, see `acp::replay_point`) when it gave one,
-    /// then ended with the replay-complete marker, as the records-only front does.
+    /// then ended with the replay-complete marker.
     pub(super) async fn replay_to_client(
         self: &Arc<Self>,
         session: SessionId,

@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 pub mod code {
     pub const PARSE_ERROR: i64 = -32700;
     pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
     pub const INVALID_PARAMS: i64 = -32602;
     pub const INTERNAL_ERROR: i64 = -32603;
     /// ACP: the resource (a session) is not known.

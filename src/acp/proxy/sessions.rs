@@ -3,7 +3,9 @@
 //! `resume`, `list`, `close`, `delete`, `fork`) and the settings it records, and how a
 //! session's agent side is brought up again in a fresh agent: the agent's own
 //! `session/resume` or `session/load` while it still knows the session, else a new
-//! agent session that is told the conversation so far with its next prompt.
+//! agent session that is told the conversation so far with its next prompt. With
+//! nothing behind the proxy a session has no agent side, and each method is the
+//! store's part of it alone.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,6 +15,7 @@ use serde_json::{Value, json};
 use super::agent::Running;
 use super::rpc::{Message, code};
 use super::{Failure, Proxy};
+use crate::acp::LIST_PAGE;
 use crate::ids::SessionId;
 use crate::lifecycle::SessionCursor;
 use crate::model::{AgentBinding, NewSession, ToolsHost};
@@ -21,9 +24,6 @@ use crate::store::SessionClaim;
 /// The `_meta` key under which `session/fork` names the message (or recorded item) to
 /// fork at: ACP v1's fork has no field for it.
 pub const FORK_AT_META_KEY: &str = "sessionstore/forkAt";
-
-/// How many sessions one `session/list` answer holds.
-const LIST_PAGE: usize = crate::lifecycle::DEFAULT_PAGE;
 
 #[derive(Default)]
 pub(crate) struct Sessions {
@@ -304,51 +304,55 @@ impl Sessions {
 }
 
 impl Proxy {
-    /// `session/new`: an agent session first, then the store session bound to it with
-    /// the client's working directory, as one write; the client sees the store's id
-    /// and the agent's modes, models and config options.
+    /// `session/new`: an agent session first (when one runs behind), then the store
+    /// session bound to it with the client's working directory, as one write; the
+    /// client sees the store's id and the agent's modes, models and config options.
     pub(super) async fn new_session(
         self: &Arc<Self>,
         id: Value,
         mut message: Message,
     ) -> Result<Message, Failure> {
-        let params = message.take_params();
-        let cwd = cwd_of(&params)?;
-        let agent = self.running_agent().await?;
-        let answer = agent
-            .link
-            .request("session/new", params.clone())
-            .await
-            .map_err(|_| agent.gone_error())?;
-        let mut result = match answer.outcome() {
-            Ok(result) => result.clone(),
-            Err(_) => {
-                let mut answer = answer;
-                answer.set_id(id);
-                return Ok(answer);
+        let mut params = message.take_params();
+        let cwd = self.client_cwd(&mut params)?;
+        let (mut result, agent) = match self.agent.is_nothing() {
+            true => (json!({}), None),
+            false => {
+                let agent = self.running_agent().await?;
+                let answer = agent
+                    .link
+                    .request("session/new", params.clone())
+                    .await
+                    .map_err(|_| agent.gone_error())?;
+                let result = match answer.outcome() {
+                    Ok(result) => result.clone(),
+                    Err(_) => {
+                        let mut answer = answer;
+                        answer.set_id(id);
+                        return Ok(answer);
+                    }
+                };
+                let agent_session = agent_session_of(&result)?;
+                (result, Some((agent_session, agent.generation)))
             }
         };
-        let agent_session = agent_session_of(&result)?;
         let session = self
             .store
             .create_session_with(NewSession {
                 title: None,
                 tools_host: ToolsHost::Local,
-                cwd: Some(cwd),
-                agent: Some(AgentBinding {
-                    agent: self.agent.name(),
-                    session: agent_session.clone(),
-                }),
+                cwd,
+                agent: agent
+                    .as_ref()
+                    .zip(self.agent.name())
+                    .map(|((session, _), agent)| AgentBinding {
+                        agent,
+                        session: session.clone(),
+                    }),
             })
             .await?;
         let claim = self.store.claim_session(session.id).await?;
-        self.sessions.open(
-            session.id,
-            claim,
-            setup_of(&params),
-            Some((agent_session, agent.generation)),
-            false,
-        );
+        self.sessions
+            .open(session.id, claim, setup_of(&params), agent, false);
         result["sessionId"] = Value::String(session.id.to_string());
         Ok(Message::result(id, result))
     }
@@ -363,9 +367,9 @@ impl Proxy {
         mut message: Message,
         replay: bool,
     ) -> Result<Message, Failure> {
-        let params = message.take_params();
-        let session = parse_session(params["sessionId"].as_str().unwrap_or_default())?;
-        cwd_of(&params)?;
+        let mut params = message.take_params();
+        let session = session_of(&params)?;
+        self.client_cwd(&mut params)?;
         // The session must exist (a deleted one is not found) before anything is sent.
         let stored = self.store.session(session).await?;
         // Claimed before anything is sent: a session another proxy carries is refused
@@ -375,9 +379,8 @@ impl Proxy {
             false => Some(self.store.claim_session(session).await?),
         };
         // A load replays the history; a resume only when the client asked for a
-        // point under `_meta` (v2's `replayFrom`), as the records-only front does.
-        let point = crate::acp::replay_point(params.get("_meta").and_then(Value::as_object))
-            .map_err(|e| Failure::invalid_params(e.message))?;
+        // point under `_meta` (v2's `replayFrom`, `acp::replay_point`).
+        let point = crate::acp::replay_point(params.get("_meta").and_then(Value::as_object))?;
         if replay || point.is_some() {
             self.replay_to_client(session, point).await?;
         }
@@ -482,7 +485,7 @@ impl Proxy {
         self.store.delete_sessions(vec![session]).await?;
         drop(claim);
         if let Some(binding) = stored.and_then(|s| s.agent)
-            && binding.agent == self.agent.name()
+            && Some(&binding.agent) == self.agent.name().as_ref()
             && let Some(agent) = self.agent.current()
             && agent.caps().delete
         {
@@ -502,9 +505,9 @@ impl Proxy {
         id: Value,
         mut message: Message,
     ) -> Result<Message, Failure> {
-        let params = message.take_params();
-        let origin = parse_session(params["sessionId"].as_str().unwrap_or_default())?;
-        cwd_of(&params)?;
+        let mut params = message.take_params();
+        let origin = session_of(&params)?;
+        self.client_cwd(&mut params)?;
         let at = match params["_meta"].get(FORK_AT_META_KEY) {
             None | Some(Value::Null) => None,
             Some(Value::String(at)) => Some(at.parse().map_err(|e| {
@@ -615,12 +618,16 @@ impl Proxy {
     }
 
     /// Brings the agent side of an open session up and answers with what the agent
-    /// said of it (modes, models, config options; no session id).
+    /// said of it (modes, models, config options; no session id). With nothing behind
+    /// there is no agent side, and nothing to say of it.
     async fn bring_up(
         self: &Arc<Self>,
         session: SessionId,
         binding: Option<&AgentBinding>,
     ) -> Result<Value, Failure> {
+        if self.agent.is_nothing() {
+            return Ok(json!({}));
+        }
         let bringing_up = self
             .sessions
             .with_open(&session, |o| o.bringing_up.clone())
@@ -644,7 +651,8 @@ impl Proxy {
             .sessions
             .with_open(&session, |o| o.setup.clone())
             .ok_or_else(|| not_open(session))?;
-        let known = binding.filter(|b| b.agent == self.agent.name());
+        let name = self.agent.name().unwrap_or_default();
+        let known = binding.filter(|b| b.agent == name);
         if let Some(binding) = known {
             let mut params = setup.clone();
             params["sessionId"] = Value::String(binding.session.clone());
@@ -708,7 +716,7 @@ impl Proxy {
             .bind_agent(
                 session,
                 AgentBinding {
-                    agent: self.agent.name(),
+                    agent: name,
                     session: agent_session.clone(),
                 },
             )
@@ -754,15 +762,29 @@ fn agent_session_of(result: &Value) -> Result<String, Failure> {
         .ok_or_else(|| Failure::internal("the agent answered session/new without a sessionId"))
 }
 
-/// The client's working directory: required and absolute, as ACP has it. Kept as the
-/// client gave it (client content, not a path of the store's).
-fn cwd_of(params: &Value) -> Result<String, Failure> {
-    match params["cwd"].as_str() {
-        Some(cwd) if cwd.starts_with('/') => Ok(cwd.to_owned()),
-        Some(cwd) => Err(Failure::invalid_params(format!(
-            "cwd must be an absolute path, not {cwd:?}"
-        ))),
-        None => Err(Failure::invalid_params("cwd is required")),
+impl Proxy {
+    /// The client's working directory: absolute, as ACP has it, and kept as the client
+    /// gave it (client content, not a path of the store's). A client that gives none
+    /// gets the proxy's own (`acp --cwd`, or where the proxy runs): it goes into the
+    /// request, for the agent and for bringing the agent side up again, but the store
+    /// keeps none for the session (`None`), which is listed under the proxy's own.
+    fn client_cwd(&self, params: &mut Value) -> Result<Option<String>, Failure> {
+        if params.is_null() {
+            *params = json!({});
+        }
+        match &params["cwd"] {
+            Value::String(cwd) if cwd.starts_with('/') => Ok(Some(cwd.clone())),
+            Value::Null => {
+                if let Value::Object(p) = params {
+                    let own = self.options.cwd.to_string_lossy().into_owned();
+                    p.insert("cwd".to_owned(), Value::String(own));
+                }
+                Ok(None)
+            }
+            cwd => Err(Failure::invalid_params(format!(
+                "cwd must be an absolute path, not {cwd}"
+            ))),
+        }
     }
 }
 
@@ -778,7 +800,16 @@ fn setup_of(params: &Value) -> Value {
 }
 
 fn session_param(message: &Message) -> Result<SessionId, Failure> {
-    parse_session(message.session_id().unwrap_or_default())
+    session_of(message.params().unwrap_or(&Value::Null))
+}
+
+/// The session a request's params name: a `sessionId` string is required (invalid
+/// params without one), and one that names no session of the store is not found.
+pub(super) fn session_of(params: &Value) -> Result<SessionId, Failure> {
+    match &params["sessionId"] {
+        Value::String(id) => parse_session(id),
+        _ => Err(Failure::invalid_params("sessionId must be a string")),
+    }
 }
 
 fn parse_session(id: &str) -> Result<SessionId, Failure> {

@@ -1,5 +1,5 @@
 //! A replay from a point through the proxy: `session/load` and `session/resume` take
-//! v2's `replayFrom` under `_meta`, as the records-only front does; such a replay
+//! v2's `replayFrom` under `_meta`, as `sessionstore acp` does; such a replay
 //! begins with the partial notice, holds what `restore --format acp-updates --tail N`
 //! prints, and ends with the replay-complete marker. A plain load is as before.
 

@@ -439,3 +439,46 @@ struct SecondRun {
     with_forks: Vec<Value>,
     after_delete: Vec<Value>,
 }
+
+/// A client that gives no working directory gets the proxy's own (as `sessionstore
+/// acp` gives its `--cwd`): the agent is given it, the session is listed under it, and
+/// the store keeps none for the session.
+#[tokio::test]
+async fn a_client_that_gives_no_cwd_gets_the_proxys_own() {
+    let s = Setup::new();
+    let own = std::fs::canonicalize(s.t.dir.path()).expect("the proxy's directory");
+    let mut proxy = s.proxy(&[]);
+    let seen = Seen::default();
+    let (id, listed) = client(&mut proxy, &seen, async move |cx| {
+        call(&cx, super::initialize()).await?;
+        let made = call(
+            &cx,
+            UntypedMessage::new("session/new", json!({ "mcpServers": [] }))?,
+        )
+        .await?;
+        let id = made["sessionId"].as_str().expect("a session id").to_owned();
+        let listed = call(&cx, UntypedMessage::new("session/list", json!({}))?).await?;
+        Ok((id, listed))
+    })
+    .await;
+    assert!(proxy.wait().success());
+    let given = s.report.requests("session/new");
+    assert_eq!(given.len(), 1, "{given:?}");
+    assert_eq!(given[0]["cwd"], own.to_str().expect("a UTF-8 path"));
+    let row = listed["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .find(|r| r["sessionId"] == id.as_str())
+        .cloned()
+        .expect("the session is listed");
+    assert_eq!(row["cwd"], given[0]["cwd"], "{row}");
+    let store = sessionstore::Store::open_read_only(s.t.config.clone())
+        .await
+        .expect("a store");
+    let session = store
+        .session(id.parse().expect("a store id"))
+        .await
+        .expect("the session");
+    assert_eq!(session.cwd, None);
+}
