@@ -191,6 +191,13 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats) {
     // writer never saw (another process's, killed before its writer indexed them).
     search.look(&db);
     search.index(&db, None);
+    // How well commits were shared, for whoever reads the log (the streaming bench
+    // reads this line of the proxy's).
+    tracing::info!(
+        "the store's writer made {} commits for {} writes",
+        stats.commits.load(Ordering::Relaxed),
+        stats.writes.load(Ordering::Relaxed)
+    );
 }
 
 /// How long the writer has had no write to make before it indexes sealed segments
