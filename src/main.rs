@@ -639,8 +639,6 @@ async fn drain(config: Config, args: DrainArgs) -> Result<()> {
 async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     // This process has opened no store yet: the restore is in a fresh one.
     let store = Store::open_read_only(config).await?;
-    // A session that cannot be restored (unknown, deleted, or a log that does not
-    // replay) is refused here, before anything is written.
     let replay = match (args.tail, args.from) {
         (Some(n), _) => Replay::Tail(n),
         (None, Some(entry)) => Replay::From(entry),
@@ -650,11 +648,9 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     // degraded attachment, and a failure after that would make two lines of one error.
     let turns = store.turns(args.session).await?;
     let format: Format = args.format.into();
-    // A stream of lines may stop at a line's end when damage is found late; a format
-    // that is one document is checked whole first, so it is refused before any output.
-    if !format.is_lines() {
-        store.check_replay(args.session, replay).await?;
-    }
+    // A session that cannot be restored (unknown, deleted, or rows that do not read
+    // at its start) is refused here, before anything is written; a row that does not
+    // read later stops the output there (`verify` names it).
     let mut stream = store
         .restore_from(args.session, args.memo_budget, replay)
         .await?;

@@ -170,17 +170,6 @@ pub(crate) trait Sink {
     fn entry(&mut self, entry: Entry) -> Result<bool>;
 }
 
-/// A sink that only lets the reader run: a check of a whole replay, before a format
-/// that cannot stop midway writes anything.
-pub(crate) struct Discard;
-
-impl Sink for Discard {
-    fn begin(&mut self, _: Session, _: Option<Partial>) {}
-    fn entry(&mut self, _: Entry) -> Result<bool> {
-        Ok(true)
-    }
-}
-
 /// The session, and where a partial replay starts.
 type Head = (Session, Option<Partial>);
 

@@ -801,7 +801,7 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
     let id = session.id;
     let last = entries::last_seq(conn, &id)?;
     let mut replayer = Replayer::windowed(id);
-    let mut meet = Meet::new(id, 1);
+    let mut meet = Meet::new(id);
     let mut found = Vec::new();
     let (mut messages, mut items) = (0usize, 0usize);
     let mut log = entries::LogPages::new(conn, &id)?;
