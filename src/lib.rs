@@ -99,6 +99,7 @@ pub mod turns;
 
 pub use config::Config;
 pub use db::group::WriteStats;
+pub use db::repair::RepairReport;
 pub use db::schema::{Backup, MigrationReport};
 pub use db::search::Hit as SearchHit;
 pub use db::turns::Recorded;

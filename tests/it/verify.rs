@@ -757,3 +757,177 @@ async fn verify_names_an_edit_within_a_tail_or_before_it_and_the_tail_prints_its
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout(&out).contains("(content)"), "{}", stdout(&out));
 }
+
+/// The `.bak` files beside the test store's database.
+fn backups(t: &TestStore) -> Vec<std::path::PathBuf> {
+    let mut found: Vec<_> = std::fs::read_dir(t.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".bak"))
+        .collect();
+    found.sort();
+    found
+}
+
+/// `verify --repair` on a real SQLite file whose rows were edited behind the store's
+/// back (a message's text, an item's words, an item row removed): `verify` names each
+/// edit and writes nothing; the repair backs the database up first, rebuilds the
+/// session's rows and the search index from the log, and exits 0; `verify` is clean
+/// again, a restore prints the log's version byte for byte, search finds the log's
+/// words and not the edit's; a second repair finds nothing to do and makes no backup.
+#[tokio::test]
+async fn verify_repair_rebuilds_edited_rows_from_the_log_after_a_backup() {
+    let t = TestStore::new().await;
+    let s = recorded(&t, 40).await;
+    let clean: Vec<String> = FORMATS
+        .iter()
+        .map(|f| stdout(&restore_of(&t, s, f, None)))
+        .collect();
+    let go = t.store().search("go".into(), Some(s), 10).await.unwrap();
+    // Each item holds its body (rather than naming its update, V12), to be edited.
+    t.write_out_bodies(s).await;
+    let sql = |statement: &str| t.raw().execute(statement, []).unwrap();
+    assert_eq!(
+        sql("UPDATE messages SET display_text = 'edited later' WHERE display_text = 'go'"),
+        1
+    );
+    assert_eq!(
+        sql(
+            "UPDATE items SET body = replace(body, '\"m17\"', '\"tampered\"')
+             WHERE body LIKE '%\"m17\"%'"
+        ),
+        1
+    );
+    assert_eq!(
+        sql("DELETE FROM items WHERE seq = (SELECT max(seq) FROM items)"),
+        1
+    );
+
+    let out = t.run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = stdout(&out);
+    for named in [
+        "differs from its event log (display text)",
+        "agent_message item",
+        "(content)",
+    ] {
+        assert!(said.contains(named), "{named}: {said}");
+    }
+    assert!(backups(&t).is_empty(), "verify alone writes nothing");
+    let out = restore_of(&t, s, "acp-updates", None);
+    assert!(stdout(&out).contains("edited later") && stdout(&out).contains("tampered"));
+
+    let out = t.run(&["verify", "--repair"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let said = stdout(&out);
+    assert!(said.contains(&format!("rebuilt: session {s}")), "{said}");
+    assert!(said.contains("rebuilt: the search index"), "{said}");
+    assert!(said.lines().last().unwrap().ends_with(": ok"), "{said}");
+    let made = backups(&t);
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert!(said.contains(&made[0].display().to_string()), "{said}");
+    // The backup is the database as the repair found it: the edit is in it.
+    let copy = rusqlite::Connection::open(&made[0]).unwrap();
+    let text: String = copy
+        .query_row("SELECT display_text FROM messages WHERE seq = 1", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(text, "edited later");
+
+    let out = t.run(&["verify"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    for (format, want) in FORMATS.iter().zip(&clean) {
+        let out = restore_of(&t, s, format, None);
+        assert!(out.status.success(), "{format}: {}", stderr(&out));
+        assert_eq!(&stdout(&out), want, "{format}");
+    }
+    let hits = t.store().search("m17".into(), Some(s), 10).await.unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert!(
+        t.store()
+            .search("tampered".into(), Some(s), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        t.store().search("go".into(), Some(s), 10).await.unwrap(),
+        go
+    );
+
+    let out = t.run(&["verify", "--repair", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["backup"], serde_json::Value::Null, "{report}");
+    assert_eq!(report["rebuilt"], serde_json::json!([]));
+    assert_eq!(backups(&t).len(), 1, "nothing to repair: no backup");
+}
+
+/// What the log cannot answer is not rebuilt: with a log that does not replay (an
+/// event delivering a message never appended), `verify --repair` leaves the log and
+/// that session's rows as they are, names the problem as not rebuilt, and exits 1;
+/// another session's edited row is rebuilt all the same.
+#[tokio::test]
+async fn verify_repair_names_what_the_log_cannot_rebuild_and_exits_1() {
+    let t = TestStore::new().await;
+    let damaged = sent(&t, 3).await;
+    let edited = sent(&t, 3).await;
+    t.deliver_a_stranger(damaged);
+    t.raw()
+        .execute(
+            "UPDATE messages SET display_text = 'edited later' WHERE session_id = ?1",
+            [edited.to_string()],
+        )
+        .unwrap();
+    t.raw()
+        .execute(
+            "UPDATE messages SET display_text = 'edited too' WHERE session_id = ?1",
+            [damaged.to_string()],
+        )
+        .unwrap();
+    let out = t.run(&["verify", "--repair"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let said = stdout(&out);
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("not rebuilt:") && l.contains("never appended")),
+        "{said}"
+    );
+    let rebuilt: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("rebuilt: session"))
+        .collect();
+    assert_eq!(
+        rebuilt,
+        [format!("rebuilt: session {edited}, from its event log")],
+        "{said}"
+    );
+    assert_eq!(backups(&t).len(), 1);
+    let out = restore_of(&t, edited, "acp-updates", None);
+    assert!(!stdout(&out).contains("edited later"), "{}", stdout(&out));
+}
+
+/// A database newer than the binary is refused by the repair with exit 3, and left
+/// as it was, with no backup.
+#[tokio::test]
+async fn verify_repair_refuses_a_newer_database_with_exit_3() {
+    let t = TestStore::new().await;
+    sent(&t, 1).await;
+    t.raw()
+        .execute(
+            "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
+             VALUES (99, 'from_the_future', '2030-01-01T00:00:00Z', '1')",
+            [],
+        )
+        .unwrap();
+    let out = t.run(&["verify", "--repair"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(backups(&t).is_empty());
+}
