@@ -1,8 +1,9 @@
 //! Histories of any length: a long `record` input written in batches inside one
 //! write, each batch its own `turn_recorded` event, so what is held at once is one
 //! batch and not the whole input; and a replay from a point (`Replay`: the last N
-//! entries, or from an entry's id), which says where it starts (`Partial`). It runs no
-//! SQL itself (that is `db`) and reads no attachment file.
+//! entries, or from an entry's id), which says where it starts (`Partial`); a restore
+//! reads the tables forward and never compares them with the log (`verify`'s work).
+//! It runs no SQL itself (that is `db`) and reads no attachment file.
 
 use std::collections::HashSet;
 

@@ -1,7 +1,8 @@
 //! Replays a session's events into the rows its tables should hold, including the
 //! items of recorded turns (through `turns::apply`, the same merge `record` runs).
-//! Pure: it is given events and returns records, so `verify` and restore can both
-//! compare them with what the tables say.
+//! Pure: it is given events and returns records, so `verify` can compare them with
+//! what the tables say and `verify --repair` can write them (`db::repair`). A restore
+//! reads the tables and replays nothing.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -97,7 +98,7 @@ impl Payload for String {
 }
 
 /// A payload as the text the log holds, borrowed from the row it was read from, so
-/// that a restore decodes each one once, straight into its [`EventPayload`].
+/// that a replay decodes each one once, straight into its [`EventPayload`].
 impl Payload for &str {
     fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<Decoded> {
         // The tagged, flattened `EventPayload` is decoded through serde's buffered

@@ -64,7 +64,7 @@ pub struct RestoreStream {
 }
 
 impl RestoreStream {
-    /// The session being restored, as its event log says.
+    /// The session being restored, as its row holds it.
     pub fn session(&self) -> &Session {
         &self.session
     }

@@ -791,9 +791,9 @@ pub(crate) fn check_session(conn: &Tx<'_>, session: &Session) -> Result<()> {
 /// How many seqs a page of `windowed`'s rows covers.
 const ROW_PAGE: i64 = 256;
 
-/// One session checked the way a restore checks it, every row against its log, a
-/// page of rows and a page of events at a time ([`Meet`]), so what is held is the
-/// entries the log keeps open, not the history: the problems found (the log's own,
+/// One session, every row checked against its log, a page of rows and a page of
+/// events at a time ([`Meet`]), so what is held is the entries the log keeps open, not
+/// the history: the problems found (the log's own,
 /// then the rows') and the messages read. `None` when a row does not parse or a row
 /// is outside the pages read (a seq edited out of range): the caller then reads the
 /// session whole.
