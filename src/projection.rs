@@ -130,8 +130,8 @@ impl Payload for &str {
     }
 }
 
-/// The URIs a replay parsed last, by their text: a history refers to the same few
-/// files again and again, and a parse checks every part of a URI (about 1,100
+/// The URIs a replay (or a read of reference rows) parsed last, by their text: a
+/// history refers to the same few files again and again, and a parse checks every part of a URI (about 1,100
 /// instructions), where a comparison with the last few texts costs a few dozen. It
 /// keeps the [`Uris::MOST`] latest, replacing the oldest.
 #[derive(Default)]
@@ -144,7 +144,8 @@ pub struct Uris {
 impl Uris {
     const MOST: usize = 16;
 
-    fn parse(&mut self, text: &str) -> Option<AttachmentUri> {
+    /// The URI `text` spells, or `None` when it does not parse.
+    pub(crate) fn parse(&mut self, text: &str) -> Option<AttachmentUri> {
         if let Some((_, uri)) = self.recent.iter().find(|(seen, _)| **seen == *text) {
             return Some(uri.clone());
         }
