@@ -217,22 +217,7 @@ pub fn insert_message_for(
             mime_type: r.mime_type.clone(),
             size: r.size,
         };
-        let size = i64::try_from(reference.size).map_err(|_| Error::OutOfRange {
-            what: "an attachment's size",
-        })?;
-        conn.execute(
-            "INSERT INTO message_refs (message_id, ordinal, uri, stored_name, mime_type, size)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            args![
-                id_text,
-                reference.ordinal,
-                reference.uri.to_string(),
-                reference.stored_name,
-                reference.mime_type,
-                size
-            ],
-        )
-        .map_err(sql("insert a reference"))?;
+        insert_reference(conn, &id_text, &reference)?;
         refs.push(reference);
     }
     // The event is built from one copy of the message's parts and taken apart again
@@ -336,6 +321,27 @@ fn message_from_row(row: &Row<'_>) -> Result<Message, DbError> {
         refs: vec![],
         content,
     })
+}
+
+/// Writes the row of `reference`, one of message `message`'s (its id as text).
+pub(crate) fn insert_reference(conn: &Tx<'_>, message: &str, reference: &Reference) -> Result<()> {
+    let size = i64::try_from(reference.size).map_err(|_| Error::OutOfRange {
+        what: "an attachment's size",
+    })?;
+    conn.execute(
+        "INSERT INTO message_refs (message_id, ordinal, uri, stored_name, mime_type, size)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        args![
+            message,
+            reference.ordinal,
+            reference.uri.to_string(),
+            reference.stored_name,
+            reference.mime_type,
+            size
+        ],
+    )
+    .map_err(sql("insert a reference"))?;
+    Ok(())
 }
 
 /// A reference row from column `at` on; its URI through `uris`, which a read of many

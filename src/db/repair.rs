@@ -11,7 +11,7 @@ use super::error::sql;
 use super::queries;
 use super::sql::{Engine, Tx, args};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ids::SessionId;
 use crate::model::{Item, ItemBody, Message, ProblemKind, TurnEnd};
 use crate::projection::{Projection, Replayer};
@@ -206,22 +206,7 @@ fn write_message(conn: &Tx<'_>, m: &Message) -> Result<()> {
     )
     .map_err(sql("rebuild a message"))?;
     for r in &m.refs {
-        let size = i64::try_from(r.size).map_err(|_| Error::OutOfRange {
-            what: "an attachment's size",
-        })?;
-        conn.execute(
-            "INSERT INTO message_refs (message_id, ordinal, uri, stored_name, mime_type, size)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            args![
-                id,
-                r.ordinal,
-                r.uri.to_string(),
-                r.stored_name,
-                r.mime_type,
-                size
-            ],
-        )
-        .map_err(sql("rebuild a message"))?;
+        queries::insert_reference(conn, &id, r)?;
     }
     Ok(())
 }
