@@ -41,7 +41,7 @@ impl RepairReport {
 }
 
 /// What a repair will rebuild, from the problems `verify` found: the sessions with a
-/// problem of their own that their log can answer, and the search index when anything
+/// problem of their rows that their log can answer, and the search index when anything
 /// it reads from changes or it disagrees with the rows itself.
 pub(crate) struct Plan {
     pub(crate) sessions: Vec<SessionId>,
@@ -58,7 +58,9 @@ impl Plan {
                 ProblemKind::ChangedRow
                 | ProblemKind::UnloggedRow
                 | ProblemKind::MissingRow
-                | ProblemKind::UnreadableRows => {
+                | ProblemKind::UnreadableRows
+                // Streamed parts no item of the session holds go with its rows.
+                | ProblemKind::StrayRows => {
                     if let Some(session) = problem.session() {
                         sessions.insert(session);
                     }
