@@ -163,11 +163,16 @@ pub enum Error {
     RootNotUtf8 { root: PathBuf },
 
     // The database.
-    #[error("session {session} does not restore: {}; run `sessionstore verify` for the full report", within_session(*session, problems))]
+    #[error("session {session} differs from its event log: {}; run `sessionstore verify` for the full report, `sessionstore verify --repair` to rebuild it from the log", within_session(*session, problems))]
     LogMismatch {
         session: SessionId,
         problems: Vec<Problem>,
     },
+    /// `verify --repair` on a database it does not rebuild.
+    #[error(
+        "verify --repair rebuilds SQLite databases only, and this one is on {engine}; `sessionstore verify` still reports what differs"
+    )]
+    RepairUnsupported { engine: &'static str },
     #[error("cannot use database {path}")]
     DatabaseIo {
         path: PathBuf,
@@ -353,6 +358,7 @@ impl Error {
             Error::NoDataDir => "no_data_dir",
             Error::RootNotUtf8 { .. } => "root_not_utf8",
             Error::LogMismatch { .. } => "log_mismatch",
+            Error::RepairUnsupported { .. } => "repair_unsupported",
             Error::DatabaseIo { .. } => "database_io",
             Error::NoDatabase(_) => "no_database",
             Error::NotDatabase { .. } => "not_database",

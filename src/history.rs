@@ -1,10 +1,11 @@
 //! Histories of any length: a long `record` input written in batches inside one
 //! write, each batch its own `turn_recorded` event, so what is held at once is one
 //! batch and not the whole input; and a replay from a point (`Replay`: the last N
-//! entries, or from an entry's id), which says where it starts (`Partial`). It runs no
-//! SQL itself (that is `db`) and reads no attachment file.
+//! entries, or from an entry's id), which says where it starts (`Partial`); a restore
+//! reads the tables forward and never compares them with the log (`verify`'s work).
+//! It runs no SQL itself (that is `db`) and reads no attachment file.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::HashSet;
 
 use crate::turns::Update;
 
@@ -14,10 +15,8 @@ use crate::db::{entries, queries, turns};
 use crate::dispatch::Memo;
 use crate::error::{Error, Result};
 use crate::ids::{EntryId, ItemId, SessionId};
-use crate::model::{Delivery, Message};
-use crate::projection;
-use crate::projection::Entry;
-use crate::replay::{Discard, RestoreStream, Sink};
+use crate::model::Delivery;
+use crate::replay::{RestoreStream, Sink};
 use crate::store::{Store, blocking};
 
 /// Where a replay starts. Entries are counted as `restore --format acp` shows them:
@@ -117,22 +116,20 @@ impl ItemsTouched {
 /// Long histories: replay from a point (the last entries, or from an id) and
 /// recording a long input in batches.
 impl Store {
-    /// Rebuilds a session by replaying its event log, the record, as a stream of
-    /// items in history order: every delivered message as its event holds it (a
-    /// message row edited behind the log's back changes nothing here; `verify`
-    /// reports it), its references replayed through the resolver as the reader asks
-    /// for it (one memo of `memo_budget` bytes, [`dispatch::DEFAULT_MEMO_BUDGET`] by
-    /// default: each distinct file is read once while it fits, and read again when
-    /// evicted), and each recorded turn item from its row once the log agrees with
-    /// it. References whose files are gone degrade; queued messages stay queued. The
-    /// log and the rows are read a page at a time in one snapshot, as the reader
-    /// takes the items, so neither the time to the first item nor what is held grows
-    /// with the history. A problem (a log that does not replay, an item row that
-    /// differs from it) found before the first batch (16 items) is handed over makes
-    /// this call fail; one found later ends the stream with the error, after the items
-    /// before it. Run [`Store::check_replay`] first where output cannot stop midway.
-    /// Write the items as they come (a `format::StreamWriter`) rather than collect
-    /// them.
+    /// Restores a session as a stream of items in history order, read forward from
+    /// its tables, the store's projection of the event log: every delivered message
+    /// as its row holds it, its references replayed through the resolver as the reader
+    /// asks for it (one memo of `memo_budget` bytes, [`dispatch::DEFAULT_MEMO_BUDGET`]
+    /// by default: each distinct file is read once while it fits, and read again when
+    /// evicted), and each recorded turn item as its row holds it. A restore trusts
+    /// the rows: whether they agree with the log is `verify`'s to check, once, and
+    /// `verify --repair` rebuilds them from it. References whose files are gone
+    /// degrade; queued messages stay queued. The rows are read a page at a time in one
+    /// snapshot, as the reader takes the items, so neither the time to the first item
+    /// nor what is held grows with the history. A row that does not read, met before
+    /// the first batch (16 items) is handed over, makes this call fail; one met later
+    /// ends the stream with the error, after the items before it. Write the items as
+    /// they come (a `format::StreamWriter`) rather than collect them.
     pub async fn restore_stream(
         &self,
         session: SessionId,
@@ -226,34 +223,20 @@ impl Store {
         )
         .await
     }
-
-    /// Runs the check a restore from `replay` makes, to its end, without reading an
-    /// attachment or producing an item: `Ok` when every entry it would replay is
-    /// what the log says and the log replays. A format that is one document and
-    /// cannot stop midway (`acp`, the OpenAI requests) runs this first, so that a
-    /// damaged history is refused before any output; it costs a second read.
-    pub async fn check_replay(&self, session: SessionId, replay: Replay) -> Result<()> {
-        let db = self.db().clone();
-        blocking(move || {
-            db.read_once(|tx| produce(tx, session, &Point::Replay(replay), &mut Discard))
-        })
-        .await
-    }
 }
 
 /// How many history seqs a page of rows covers: the first page is small, so the
 /// first entry costs little, and each next one twice the last, up to the most.
 const ENTRY_PAGE_FIRST: i64 = 16;
 const ENTRY_PAGE_MOST: i64 = 256;
-/// Reads a session's delivered history from its rows, from `point` on, a page at a
-/// time, and hands each entry to `sink` once the event log, replayed alongside in the
-/// same snapshot, agrees with it: the log is the record, and a row edited behind its
-/// back is refused (`Error::LogMismatch`), never handed on. An entry the log may
-/// still change (a tool call a later update may name, a queued message) is handed on
-/// and checked when the log is done with it; so is the session row. What is held is
-/// a page of rows, a page of events and the entries still open: never the history.
-/// Time to the first entry is a page's, whatever the history's length; a problem
-/// found later ends the output there.
+
+/// Reads a session's delivered history forward from its rows, from `point` on, a page
+/// at a time, and hands each entry to `sink` as its row holds it: the tables are the
+/// store's projection of the event log, and checking them against it is `verify`'s
+/// work, done once, not on every read (`verify --repair` rebuilds what disagrees).
+/// What is held is a page of rows, never the history; time to the first entry is a
+/// page's, whatever the history's length. A row that does not read ends the output
+/// there with its error.
 pub(crate) fn produce(
     tx: &Tx<'_>,
     session: SessionId,
@@ -301,140 +284,28 @@ pub(crate) fn produce(
         }
         Some(Some(seq)) => (seq, Some(entries::entries_before(tx, &session, seq)?)),
     };
-    let whole = skipped.is_none();
-    let mut log = entries::LogPages::new(tx, &session)?;
-    // (A whole replay starts at the log's start: no walk back to find it.)
-    let making = match whole {
-        true => None,
-        false => entries::event_making(tx, &session, from)?,
-    };
-    let mut replayer = match making {
-        Some((event, first)) => {
-            log = log.starting_at(event);
-            let tail = match first > 1 {
-                true => {
-                    turns::items_in(tx, &session, first - 1..first, &mut turns::Made::default())?
-                        .pop()
-                }
-                false => None,
-            };
-            projection::Replayer::from(
-                session,
-                projection::Start {
-                    event,
-                    last: first - 1,
-                    tail,
-                    session: row.clone(),
-                    // Only a call made before the first event replayed: one made
-                    // since is the replay's own. A read that fails here leaves the
-                    // call unknown to the replay, which then finds the log wanting
-                    // and says so.
-                    tool_call: Box::new(move |id| {
-                        turns::tool_call(tx, &session, id)
-                            .ok()
-                            .flatten()
-                            .filter(|item| item.seq < first)
-                    }),
-                },
-            )
-        }
-        // A whole replay, or a point no event made: the log from its start.
-        _ => projection::Replayer::windowed(session),
-    };
-    // Which update made each item, for the rows that name it (V12); taken as each
-    // item's row is met, so it holds what the log is ahead of the rows by. Not when
-    // the whole log replays for rows that start later (a point no event made): the
-    // items before the point would never be met, and their rows are read as text.
-    if whole || making.is_some() {
-        replayer.keep_makers();
-    }
-    let mut check = Check {
-        items: projection::Meet::new(session, from),
-        messages: BTreeMap::new(),
-    };
-    let mut head = Some(row.clone());
-    // Item rows, a page at a time: `lo` is where the next page starts.
-    let mut rows: VecDeque<turns::ItemRow> = VecDeque::new();
-    let (mut lo, mut page) = (from, ENTRY_PAGE_FIRST);
+    let mut head = Some(row);
     // The event whose updates the rows of the last page named (V12), kept for the next.
     let mut made = turns::Made::default();
-    let mut want = from;
-    while want <= last {
-        // The log runs on until it is past `want` (the entry there can then change
-        // only if it is a tool call) and has delivered a message queued there.
-        while (replayer.last_seq() <= want || replayer.holds_queued(want)) && !log.done() {
-            advance(tx, &mut log, &mut replayer, &mut check)?;
-        }
-        if want >= lo {
-            let hi = lo.saturating_add(page);
-            page = (page * 2).min(ENTRY_PAGE_MOST);
-            rows.extend(turns::items_in_rows(tx, &session, lo..hi, &mut made)?);
-            lo = hi;
-        }
-        let next = match check.messages.remove(&want) {
-            Some(message) => Some(Next::Message(message)),
-            None => match rows.front() {
-                Some(item) if item.seq() == want => rows.pop_front().map(Next::Row),
-                _ => None,
-            },
-        };
-        // A row at a seq that is not its own in the log meets nothing here and is
-        // named when the replay ends.
-        while rows.front().is_some_and(|item| item.seq() <= want) {
-            if let Some(item) = rows.pop_front() {
-                let item = item.read(tx, &mut made)?;
-                replayer.take_maker(&item.id);
-                check.row(&Entry::Item(Box::new(item)))?;
+    let (mut lo, mut page) = (from, ENTRY_PAGE_FIRST);
+    while lo <= last {
+        let hi = lo.saturating_add(page);
+        page = (page * 2).min(ENTRY_PAGE_MOST);
+        let entries = entries::page_of(tx, &session, lo..hi, Some(Delivery::Delivered), &mut made)?;
+        lo = hi;
+        for entry in entries {
+            if let Some(session) = head.take() {
+                let partial = skipped.map(|skipped| Partial {
+                    from: Some(entry.id()),
+                    skipped,
+                });
+                sink.begin(session, partial);
+            }
+            if !sink.entry(entry)? {
+                return Ok(()); // nobody reads any more
             }
         }
-        want += 1;
-        let entry = match next {
-            None => continue, // a message still queued, or no entry at all
-            Some(Next::Message(message)) => Entry::Message(message),
-            Some(Next::Row(row)) => {
-                let maker = match &row {
-                    turns::ItemRow::Unread(row) => replayer.take_maker(&row.id),
-                    turns::ItemRow::Read(item) => {
-                        replayer.take_maker(&item.id);
-                        None
-                    }
-                };
-                check.item_row(tx, &mut made, row, maker)?
-            }
-        };
-        if let Some(session) = head.take() {
-            let partial = skipped.map(|skipped| Partial {
-                from: Some(entry.id()),
-                skipped,
-            });
-            sink.begin(session, partial);
-        }
-        if !sink.entry(entry)? {
-            return Ok(()); // nobody reads any more
-        }
     }
-    while !log.done() {
-        advance(tx, &mut log, &mut replayer, &mut check)?;
-    }
-    let (replayed, problems) = replayer.finish();
-    if !problems.is_empty() {
-        return Err(Error::LogMismatch { session, problems });
-    }
-    if let Some(replayed) = replayed {
-        if whole && let Some(problem) = projection::session_problem(&row, &replayed.session) {
-            return Err(Error::LogMismatch {
-                session,
-                problems: vec![problem],
-            });
-        }
-        for message in replayed.messages {
-            check.logged(Entry::Message(message))?;
-        }
-        for item in replayed.items {
-            check.logged(Entry::Item(Box::new(item)))?;
-        }
-    }
-    check.finish()?;
     if let Some(session) = head {
         sink.begin(
             session,
@@ -445,137 +316,4 @@ pub(crate) fn produce(
         );
     }
     Ok(())
-}
-
-/// The entry a restore hands on next: a delivered message the log finished, or an item
-/// row still to be checked against the log.
-enum Next {
-    Message(Message),
-    Row(turns::ItemRow),
-}
-
-/// Replays the next page of the log and checks what it finished: a problem the log
-/// itself has refuses the restore there.
-fn advance(
-    tx: &Tx<'_>,
-    log: &mut entries::LogPages,
-    replayer: &mut projection::Replayer<'_>,
-    check: &mut Check,
-) -> Result<()> {
-    let done = log.advance(tx, replayer)?;
-    if !replayer.problems().is_empty() {
-        return Err(Error::LogMismatch {
-            session: check.session(),
-            problems: replayer.problems().to_vec(),
-        });
-    }
-    for entry in done {
-        check.logged(entry)?;
-    }
-    Ok(())
-}
-
-/// What a restore checks: each item row against the log ([`projection::Meet`]; the
-/// first problem refuses the restore), and the delivered messages the log has
-/// finished, by seq, until their turn to be handed on. A message is handed on as its
-/// event has it: the event holds the whole message as it was sent, so its row is a
-/// copy that a restore need not read (`verify` compares the two). An item row is
-/// what the log's updates merged into, so it is read and checked.
-struct Check {
-    items: projection::Meet,
-    messages: BTreeMap<i64, Message>,
-}
-
-impl Check {
-    fn refuse(&self, problem: Option<crate::model::Problem>) -> Result<()> {
-        match problem {
-            Some(problem) => Err(Error::LogMismatch {
-                session: self.session(),
-                problems: vec![problem],
-            }),
-            None => Ok(()),
-        }
-    }
-
-    fn session(&self) -> SessionId {
-        self.items.session()
-    }
-
-    /// An item row about to be handed on.
-    fn row(&mut self, row: &Entry) -> Result<()> {
-        let problem = self.items.row(row);
-        self.refuse(problem)
-    }
-
-    /// An item row about to be handed on, checked: when the log is done with its item
-    /// and the row holds that item in the very words the store writes, the log's item
-    /// is handed on and the row is never parsed; else the row is read and checked as
-    /// [`Check::row`] checks it. A row with no body (V12) that names the very update
-    /// the log made its item from (`maker`, [`projection::Replayer::take_maker`]) holds
-    /// that item by construction, once its own columns agree: its update is not even
-    /// read.
-    fn item_row(
-        &mut self,
-        tx: &Tx<'_>,
-        made: &mut turns::Made,
-        row: turns::ItemRow,
-        maker: Option<projection::Maker>,
-    ) -> Result<Entry> {
-        let row = match row {
-            turns::ItemRow::Unread(mut row) => {
-                if maker.is_some() && row.maker() == maker {
-                    let met = self.items.take_met(row.id.into(), |want| match want {
-                        Entry::Item(want) => row.made_as(want),
-                        Entry::Message(_) => false,
-                    });
-                    if let Some(met) = met {
-                        return Ok(met);
-                    }
-                }
-                row.find_maker(tx, made)?;
-                let met = self.items.take_met(row.id.into(), |want| match want {
-                    Entry::Item(want) => row.is(want),
-                    Entry::Message(_) => false,
-                });
-                if let Some(met) = met {
-                    return Ok(met);
-                }
-                Box::new(row.read(tx, made)?)
-            }
-            turns::ItemRow::Read(item) => item,
-        };
-        let entry = Entry::Item(row);
-        self.row(&entry)?;
-        Ok(entry)
-    }
-
-    /// An entry the log is done with.
-    fn logged(&mut self, want: Entry) -> Result<()> {
-        match want {
-            Entry::Message(m) if m.seq >= self.items.from() && m.state == Delivery::Delivered => {
-                self.messages.insert(m.seq, m);
-                Ok(())
-            }
-            Entry::Message(_) => Ok(()),
-            item => {
-                let problem = self.items.logged(item);
-                self.refuse(problem)
-            }
-        }
-    }
-
-    /// Every item row checked, every entry of the log met or handed on.
-    fn finish(self) -> Result<()> {
-        let session = self.session();
-        let mut problems = self.items.finish();
-        problems.extend(
-            self.messages
-                .values()
-                .map(|m| projection::missing_entry(session, &Entry::Message(m.clone()))),
-        );
-        match problems.is_empty() {
-            true => Ok(()),
-            false => Err(Error::LogMismatch { session, problems }),
-        }
-    }
 }

@@ -102,6 +102,7 @@ pub mod turns;
 pub use config::Config;
 #[cfg(feature = "testkit")]
 pub use db::group::WriteStats;
+pub use db::repair::RepairReport;
 pub use db::schema::{Backup, MigrationReport};
 pub use db::search::Hit as SearchHit;
 pub use db::turns::Recorded;

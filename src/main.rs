@@ -68,7 +68,7 @@ enum Command {
     /// Print a session's event log, one JSON object a line (--json changes nothing)
     Events(EventsArgs),
     /// Check the database's integrity and its tables against the event log
-    Verify,
+    Verify(VerifyArgs),
     /// Remove, under the configured root, uploads no message refers to, deleted
     /// sessions' folders and killed uploads' temporary files
     Gc(cli::lifecycle::GcArgs),
@@ -215,6 +215,15 @@ struct RestoreArgs {
     /// where it starts
     #[arg(long, value_name = "ID", value_parser = cli::parse_entry)]
     from: Option<EntryId>,
+}
+
+#[derive(Args)]
+struct VerifyArgs {
+    /// Rebuild the tables and the search index from the event log where they disagree
+    /// with it, after a backup (`<db>.v<N>.bak`); exits 0 when the store is consistent
+    /// afterwards, 1 naming what could not be rebuilt
+    #[arg(long)]
+    repair: bool,
 }
 
 #[derive(Args)]
@@ -401,7 +410,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Drain(args) => drain(config, args).await?,
         Command::Restore(args) => restore(config, args).await?,
         Command::Events(args) => events(config, args).await?,
-        Command::Verify => return verify(config, json, cli.global.key_path()).await,
+        Command::Verify(args) if args.repair => return repair(config, json).await,
+        Command::Verify(_) => return verify(config, json, cli.global.key_path()).await,
         #[cfg(feature = "acp")]
         Command::Acp(args) => acp(config, args).await?,
         #[cfg(feature = "acp")]
@@ -630,8 +640,6 @@ async fn drain(config: Config, args: DrainArgs) -> Result<()> {
 async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     // This process has opened no store yet: the restore is in a fresh one.
     let store = Store::open_read_only(config).await?;
-    // A session that cannot be restored (unknown, deleted, or a log that does not
-    // replay) is refused here, before anything is written.
     let replay = match (args.tail, args.from) {
         (Some(n), _) => Replay::Tail(n),
         (None, Some(entry)) => Replay::From(entry),
@@ -641,11 +649,9 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     // degraded attachment, and a failure after that would make two lines of one error.
     let turns = store.turns(args.session).await?;
     let format: Format = args.format.into();
-    // A stream of lines may stop at a line's end when damage is found late; a format
-    // that is one document is checked whole first, so it is refused before any output.
-    if !format.is_lines() {
-        store.check_replay(args.session, replay).await?;
-    }
+    // A session that cannot be restored (unknown, deleted, or rows that do not read
+    // at its start) is refused here, before anything is written; a row that does not
+    // read later stops the output there (`verify` names it).
     let mut stream = store
         .restore_from(args.session, args.memo_budget, replay)
         .await?;
@@ -711,6 +717,66 @@ async fn verify(config: Config, json: bool, key_file: Option<PathBuf>) -> Result
                 "ok".to_owned()
             } else {
                 count(report.problems.len(), "problem", "problems")
+            }
+        ));
+        emit(&lines.join("\n"))?;
+    }
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `verify --repair`: rebuilds the tables and the search index from the event log
+/// where they disagree with it, after a backup, and prints what it found, what it
+/// rebuilt and what could not be rebuilt; non-zero when something could not.
+async fn repair(config: Config, json: bool) -> Result<ExitCode> {
+    let store = Store::open_existing(config).await?;
+    let progress = cli::logging::spinner("repairing");
+    let report = store.repair().await;
+    progress.finish_and_clear();
+    let report = report?;
+    if json {
+        print_json(&report)?;
+    } else {
+        let mut lines: Vec<String> = report
+            .found
+            .iter()
+            .map(|p| format!("problem: {p}"))
+            .collect();
+        if let Some(backup) = &report.backup {
+            lines.push(format!(
+                "backup: {}",
+                terminal_line(&backup.display().to_string())
+            ));
+        }
+        lines.extend(
+            report
+                .rebuilt
+                .iter()
+                .map(|s| format!("rebuilt: session {s}, from its event log")),
+        );
+        if report.search_rebuilt {
+            lines.push("rebuilt: the search index, from the rows".to_owned());
+        }
+        lines.extend(
+            report
+                .after
+                .problems
+                .iter()
+                .map(|p| format!("not rebuilt: {p}")),
+        );
+        let after = &report.after;
+        lines.push(format!(
+            "{}, {}, {}: {}",
+            count(after.sessions, "session", "sessions"),
+            count(after.messages, "message", "messages"),
+            count(after.events, "event", "events"),
+            if after.ok() {
+                "ok".to_owned()
+            } else {
+                count(after.problems.len(), "problem left", "problems left")
             }
         ));
         emit(&lines.join("\n"))?;

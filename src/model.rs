@@ -288,33 +288,6 @@ pub enum EventPayload {
     },
 }
 
-/// Whether serializing `value` writes exactly `text`, found by writing it against
-/// `text` rather than into a string of its own.
-pub(crate) fn writes_as<T: Serialize + ?Sized>(value: &T, text: &str) -> bool {
-    /// A writer that only checks its bytes continue `rest`.
-    struct Against<'a> {
-        rest: &'a [u8],
-    }
-    impl std::io::Write for Against<'_> {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            match self.rest.strip_prefix(buf) {
-                Some(rest) => {
-                    self.rest = rest;
-                    Ok(buf.len())
-                }
-                None => Err(std::io::ErrorKind::InvalidData.into()),
-            }
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut against = Against {
-        rest: text.as_bytes(),
-    };
-    serde_json::to_writer(&mut against, value).is_ok() && against.rest.is_empty()
-}
-
 /// The session and the message a fork was cut at (`None` when the fork took a
 /// history with no delivered message, or an empty one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -585,13 +558,6 @@ impl ItemBody {
         serde_json::to_string(&BodyJson(self)).expect("ACP schema values always serialize")
     }
 
-    /// Whether `text` is exactly what [`ItemBody::to_json`] writes for this body, found by
-    /// writing it against `text` rather than into a string of its own: a restore meets
-    /// an item row it did not parse this way (`db::turns::UnreadItem`).
-    pub fn written_as(&self, text: &str) -> bool {
-        writes_as(&BodyJson(self), text)
-    }
-
     /// Reads a row back; an `Err` names a kind or body this store could not have written.
     pub fn from_json(kind: &str, body: &str) -> Result<ItemBody, String> {
         let bad = |e: serde_json::Error| format!("{kind} body does not parse: {e}");
@@ -611,8 +577,7 @@ impl ItemBody {
 }
 
 /// An item's body as its `body` column holds it: the ACP value it keeps, serialized
-/// as that type serializes (one place for [`ItemBody::to_json`] and
-/// [`ItemBody::written_as`]).
+/// as that type serializes.
 struct BodyJson<'a>(&'a ItemBody);
 
 impl Serialize for BodyJson<'_> {
@@ -872,54 +837,10 @@ mod tests {
         }
     }
 
-    /// A body is written as exactly the text `to_json` gives it, and as no other: not
-    /// that text cut short or run on, not another body's, not the same body in other
-    /// words (a restore parses a row only when these differ).
-    #[test]
-    fn a_body_is_written_as_its_json_and_nothing_else() {
-        let bodies = [
-            (
-                "agent_message",
-                r#"{"messageId":"m1","content":[{"type":"text","text":"a \"q\" \u00e9"}]}"#,
-            ),
-            (
-                "agent_thought",
-                r#"{"content":[{"type":"text","text":"a","annotations":{"priority":0.5}}]}"#,
-            ),
-            (
-                "tool_call",
-                r#"{"toolCallId":"c1","title":"Read","kind":"read","status":"pending","rawInput":{"z":1,"a":[true,null]}}"#,
-            ),
-            (
-                "plan",
-                r#"{"entries":[{"content":"step","priority":"high","status":"pending"}]}"#,
-            ),
-            (
-                "opaque",
-                r#"{"sessionUpdate":"a_newer_kind","z":{"y":1},"a":[1.5,"x"]}"#,
-            ),
-        ];
-        for (kind, json) in bodies {
-            let body = ItemBody::from_json(kind, json).unwrap();
-            let written = body.to_json();
-            assert!(body.written_as(&written), "{kind}: {written}");
-            assert!(!body.written_as(&written[..written.len() - 1]), "{kind}");
-            assert!(!body.written_as(&format!("{written} ")), "{kind}");
-            assert!(!body.written_as(&format!(" {written}")), "{kind}");
-            assert!(!body.written_as(""), "{kind}");
-            for (other_kind, other) in bodies {
-                if other_kind != kind {
-                    let other = ItemBody::from_json(other_kind, other).unwrap().to_json();
-                    assert!(!body.written_as(&other), "{kind} as {other_kind}");
-                }
-            }
-        }
-    }
-
-    /// A number reads back as the very float that was written, so the words a body is
-    /// written in name one value: a restore that takes equal words as the same item
-    /// (`written_as`) and `verify`, which parses, agree. Without serde_json's
-    /// `float_roundtrip`, each of these read back one step away from what was written.
+    /// A number reads back as the very float that was written, so a body read back
+    /// from its row is the body that was written (`verify` compares them, and repair
+    /// writes what the log made). Without serde_json's `float_roundtrip`, each of these
+    /// read back one step away from what was written.
     #[test]
     fn a_float_reads_back_as_the_float_that_was_written() {
         for x in [

@@ -1,7 +1,8 @@
 //! Replays a session's events into the rows its tables should hold, including the
 //! items of recorded turns (through `turns::apply`, the same merge `record` runs).
-//! Pure: it is given events and returns records, so `verify` and restore can both
-//! compare them with what the tables say.
+//! Pure: it is given events and returns records, so `verify` can compare them with
+//! what the tables say and `verify --repair` can write them (`db::repair`). A restore
+//! reads the tables and replays nothing.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -48,8 +49,6 @@ pub enum Decoded {
     Recorded {
         updates: Result<Vec<Update>, Refusal>,
         items: Vec<crate::model::CreatedItem>,
-        /// Where each update's text is in the payload: its first byte and length.
-        spans: Vec<(usize, usize)>,
     },
 }
 
@@ -99,7 +98,7 @@ impl Payload for String {
 }
 
 /// A payload as the text the log holds, borrowed from the row it was read from, so
-/// that a restore decodes each one once, straight into its [`EventPayload`].
+/// that a replay decodes each one once, straight into its [`EventPayload`].
 impl Payload for &str {
     fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<Decoded> {
         // The tagged, flattened `EventPayload` is decoded through serde's buffered
@@ -118,17 +117,11 @@ impl Payload for &str {
         if kind == "turn_recorded"
             && let Ok(plain) = serde_json::from_str::<PlainRecorded>(self)
         {
-            let base = self.as_ptr() as usize;
             return Ok(Decoded::Recorded {
                 updates: plain
                     .updates
                     .iter()
                     .map(|update| Update::from_text(update.get()))
-                    .collect(),
-                spans: plain
-                    .updates
-                    .iter()
-                    .map(|update| (update.get().as_ptr() as usize - base, update.get().len()))
                     .collect(),
                 items: plain.items,
             });
@@ -137,8 +130,8 @@ impl Payload for &str {
     }
 }
 
-/// The URIs a replay parsed last, by their text: a history refers to the same few
-/// files again and again, and a parse checks every part of a URI (about 1,100
+/// The URIs a replay (or a read of reference rows) parsed last, by their text: a
+/// history refers to the same few files again and again, and a parse checks every part of a URI (about 1,100
 /// instructions), where a comparison with the last few texts costs a few dozen. It
 /// keeps the [`Uris::MOST`] latest, replacing the oldest.
 #[derive(Default)]
@@ -151,7 +144,8 @@ pub struct Uris {
 impl Uris {
     const MOST: usize = 16;
 
-    fn parse(&mut self, text: &str) -> Option<AttachmentUri> {
+    /// The URI `text` spells, or `None` when it does not parse.
+    pub(crate) fn parse(&mut self, text: &str) -> Option<AttachmentUri> {
         if let Some((_, uri)) = self.recent.iter().find(|(seen, _)| **seen == *text) {
             return Some(uri.clone());
         }
@@ -292,27 +286,10 @@ impl Entry {
     }
 }
 
-/// A tool call of the history before a replay's first event, found by its id (a
-/// replay from a point reads it from the rows: what it replays may update it).
-pub type ToolCallSeed<'a> = Box<dyn FnMut(&ToolCallId) -> Option<Item> + 'a>;
-
-/// What a replay that starts mid-log is told about the history before it.
-pub struct Start<'a> {
-    /// The `session_seq` of the first event replayed.
-    pub event: i64,
-    /// The history seq just before that event's first entry.
-    pub last: i64,
-    /// The entry at `last`, when it is an item (a chunk may continue it).
-    pub tail: Option<Item>,
-    /// The session as its row says: the events that made it are not replayed.
-    pub session: Session,
-    pub tool_call: ToolCallSeed<'a>,
-}
-
 /// The entries a replay holds: those a later event may still change (queued messages,
 /// tool calls, the last item), and, when it keeps everything (`verify`), the rest.
 #[derive(Default)]
-struct Entries<'a> {
+struct Entries {
     /// Whether retired entries are kept for `finish` rather than handed over.
     keep: bool,
     done_messages: Vec<Message>,
@@ -324,12 +301,9 @@ struct Entries<'a> {
     live: HashMap<ItemId, Item>,
     calls: HashMap<ToolCallId, ItemId>,
     history: History,
-    /// Set for a replay from a point: what the history before it holds is unknown,
-    /// so a reference to it is no problem, and tool calls are found through it.
-    seed: Option<ToolCallSeed<'a>>,
 }
 
-impl Entries<'_> {
+impl Entries {
     fn retire(&mut self, entry: Entry) {
         match (self.keep, entry) {
             (true, Entry::Message(m)) => self.done_messages.push(m),
@@ -375,15 +349,8 @@ impl Entries<'_> {
         self.live.insert(item.id, item);
     }
 
-    /// The tool call an update names, from this replay or the history before it.
-    fn tool_call(&mut self, id: &ToolCallId) -> Option<&Item> {
-        if !self.calls.contains_key(id)
-            && let Some(seed) = self.seed.as_mut()
-            && let Some(item) = seed(id)
-        {
-            self.calls.insert(id.clone(), item.id);
-            self.live.insert(item.id, item);
-        }
+    /// The tool call an update names.
+    fn tool_call(&self, id: &ToolCallId) -> Option<&Item> {
         self.calls.get(id).and_then(|item| self.live.get(item))
     }
 
@@ -416,37 +383,30 @@ pub fn replay<P: Payload>(
 
 /// [`replay`] one event at a time, for a caller that reads the log as it goes and
 /// never holds it whole. [`Replayer::new`] keeps every entry for `finish` (`verify`
-/// compares them all); [`Replayer::windowed`] and [`Replayer::from`] hand each entry
-/// over once no later event can change it (restore compares it with its row and lets
-/// it go), so what they hold is the entries still open, not the history.
-pub struct Replayer<'a> {
+/// of rows that do not read a page at a time compares them all);
+/// [`Replayer::windowed`] hands each entry over once no later event can change it
+/// (`verify` compares it with its row and lets it go, repair writes it), so what it
+/// holds is the entries still open, not the history.
+pub struct Replayer {
     session_id: SessionId,
     applied: i64,
     problems: Vec<Problem>,
     session: Option<Session>,
-    entries: Entries<'a>,
+    entries: Entries,
     turns: Vec<Turn>,
     settings: Vec<Setting>,
     uris: Uris,
-    /// When kept ([`Replayer::keep_makers`]): for each item one update made and no
-    /// later update changed, that update's event (its `seq`) and bytes in the
-    /// event's payload, until [`Replayer::take_maker`] takes it.
-    makers: Option<HashMap<ItemId, Maker>>,
 }
 
-/// The update that made an item, as a row with no body names it (V12): its event's
-/// `seq` (V13), and the first byte and length of its text in the event's payload.
-pub(crate) type Maker = (i64, usize, usize);
-
-impl<'a> Replayer<'a> {
-    pub fn new(session_id: SessionId) -> Replayer<'static> {
+impl Replayer {
+    pub fn new(session_id: SessionId) -> Replayer {
         let mut replayer = Replayer::windowed(session_id);
         replayer.entries.keep = true;
         replayer
     }
 
     /// A replay of the whole log that hands entries over as they are done.
-    pub fn windowed(session_id: SessionId) -> Replayer<'static> {
+    pub fn windowed(session_id: SessionId) -> Replayer {
         Replayer {
             session_id,
             applied: 0,
@@ -456,34 +416,6 @@ impl<'a> Replayer<'a> {
             turns: Vec::new(),
             settings: Vec::new(),
             uris: Uris::default(),
-            makers: None,
-        }
-    }
-
-    /// A windowed replay of the log from the event `start` names: what it replays is
-    /// checked as [`Replayer::windowed`] checks it, and what refers to the history
-    /// before it (a delivery, a turn's end, a tool call's update) is taken as it
-    /// comes, since the log before `start` is not read.
-    pub fn from(session_id: SessionId, start: Start<'a>) -> Replayer<'a> {
-        let mut entries = Entries {
-            seed: Some(start.tool_call),
-            ..Entries::default()
-        };
-        entries.history.last = start.last;
-        if let Some(tail) = start.tail {
-            entries.history.last_item = Some(tail.id);
-            entries.live.insert(tail.id, tail);
-        }
-        Replayer {
-            session_id,
-            applied: start.event - 1,
-            problems: Vec::new(),
-            session: Some(start.session),
-            entries,
-            turns: Vec::new(),
-            settings: Vec::new(),
-            uris: Uris::default(),
-            makers: None,
         }
     }
 
@@ -507,42 +439,14 @@ impl<'a> Replayer<'a> {
         self.entries.retired.extend(rest);
     }
 
-    /// Whether the message at `seq` is one the log holds queued: a later event may
-    /// deliver it.
-    pub fn holds_queued(&self, seq: i64) -> bool {
-        self.entries.queued.iter().any(|m| m.seq == seq)
-    }
-
     /// The highest history seq the log has given so far.
     pub fn last_seq(&self) -> i64 {
         self.entries.history.last
     }
 
-    /// Keeps, from now on, which update made each item that one update made and no
-    /// later one changed ([`Replayer::take_maker`]), from payloads read as text.
-    pub(crate) fn keep_makers(&mut self) {
-        self.makers.get_or_insert_with(HashMap::new);
-    }
-
-    /// The update that made item `id` (kept since [`Replayer::keep_makers`]), if one
-    /// update made it and no later one changed it: forgotten once taken.
-    pub(crate) fn take_maker(&mut self, id: &ItemId) -> Option<Maker> {
-        self.makers.as_mut()?.remove(id)
-    }
-
-    /// The problems found so far.
-    pub fn problems(&self) -> &[Problem] {
-        &self.problems
-    }
-
-    fn partial(&self) -> bool {
-        self.entries.seed.is_some()
-    }
-
     /// Folds the next event of the log in.
     pub fn apply<P: Payload>(&mut self, event: &Event<P>) {
         let session_id = self.session_id;
-        let partial = self.partial();
         let problems = &mut self.problems;
         let session = &mut self.session;
         let entries = &mut self.entries;
@@ -561,16 +465,8 @@ impl<'a> Replayer<'a> {
                 .with_event(event.seq),
             );
         }
-        let mut spans = Vec::new();
         let (payload, read) = match event.payload.decode(&event.kind, &mut self.uris) {
-            Ok(mut decoded) => {
-                if let (Some(_), Decoded::Recorded { spans: read, .. }) =
-                    (&self.makers, &mut decoded)
-                {
-                    spans = std::mem::take(read);
-                }
-                decoded.split()
-            }
+            Ok(decoded) => decoded.split(),
             Err(e) => {
                 problems.push(
                     Problem::new(
@@ -713,8 +609,6 @@ impl<'a> Replayer<'a> {
                         .with_message(id)
                         .with_event(event.seq),
                     ),
-                    // Appended before the point a partial replay starts from.
-                    None if partial => {}
                     None => problems.push(
                         Problem::new(
                             ProblemKind::Delivery,
@@ -746,11 +640,7 @@ impl<'a> Replayer<'a> {
                 }
                 // (`split` reads the updates of every `turn_recorded`.)
                 let read = read.unwrap_or(Ok(Vec::new()));
-                let makers = self
-                    .makers
-                    .as_mut()
-                    .map(|makers| (makers, spans.as_slice()));
-                replay_turn(event, read, &created, entries, problems, makers);
+                replay_turn(event, read, &created, entries, problems);
             }
             EventPayload::AgentBound { agent } => match session.as_mut() {
                 Some(s) => s.agent = Some(agent),
@@ -776,8 +666,6 @@ impl<'a> Replayer<'a> {
                         turn.end = Some(end);
                         turn.ended_at = Some(event.created_at.clone());
                     }
-                    // Begun before the point a partial replay starts from.
-                    None if partial => {}
                     found => problems.push(
                         Problem::new(
                             ProblemKind::TurnSequence,
@@ -854,18 +742,13 @@ fn before_creation<P>(event: &Event<P>, session: SessionId, what: &str) -> Probl
     .with_event(event.seq)
 }
 
-/// The makers a replay keeps, and where each update of the batch being replayed is in
-/// its event's payload.
-type Makers<'a> = (&'a mut HashMap<ItemId, Maker>, &'a [(usize, usize)]);
-
 /// Replays one recorded batch onto the projected items, the way `record` applied it.
 fn replay_turn<P>(
     event: &Event<P>,
     read: Result<Vec<Update>, Refusal>,
     created: &[crate::model::CreatedItem],
-    entries: &mut Entries<'_>,
+    entries: &mut Entries,
     problems: &mut Vec<Problem>,
-    mut makers: Option<Makers<'_>>,
 ) {
     let about = |kind, detail: String| {
         Problem::new(kind, detail)
@@ -954,12 +837,6 @@ fn replay_turn<P>(
                         .with_item(made.id),
                     );
                 }
-                if let Some((makers, spans)) = makers.as_mut()
-                    && let Some(&(start, length)) =
-                        outcome.made_by[n].and_then(|update| spans.get(update))
-                {
-                    makers.insert(made.id, (event.seq.0, start, length));
-                }
                 entries.item(Item {
                     id: made.id,
                     session_id: event.session_id,
@@ -970,9 +847,6 @@ fn replay_turn<P>(
                 });
             }
             Slot::Stored(id) => {
-                if let Some((makers, _)) = makers.as_mut() {
-                    makers.remove(&id);
-                }
                 if let Some(item) = entries.live.get_mut(&id) {
                     item.body = body;
                     item.updated_at = event.created_at.clone();
@@ -1025,33 +899,20 @@ pub fn entry_problem(session: SessionId, have: &Entry, want: &Entry) -> Option<P
 
 /// Rows and the log's finished entries met by id, whichever comes first waiting for
 /// the other: the log mostly finishes an entry just after its row is read, so what
-/// waits is the few entries the log keeps open. A restore meets its item rows from
-/// its first seq on; `verify` meets every row.
+/// waits is the few entries the log keeps open. `verify` meets every row.
 pub struct Meet {
     session: SessionId,
-    /// Log entries before this seq are not replayed, and not met.
-    from: i64,
     rows: HashMap<crate::ids::EntryId, Entry>,
     logged: HashMap<crate::ids::EntryId, Entry>,
 }
 
 impl Meet {
-    pub fn new(session: SessionId, from: i64) -> Meet {
+    pub fn new(session: SessionId) -> Meet {
         Meet {
             session,
-            from,
             rows: HashMap::new(),
             logged: HashMap::new(),
         }
-    }
-
-    pub fn session(&self) -> SessionId {
-        self.session
-    }
-
-    /// The first seq met.
-    pub fn from(&self) -> i64 {
-        self.from
     }
 
     /// A row: compared now if the log is done with its entry, else kept until it is.
@@ -1065,26 +926,8 @@ impl Meet {
         }
     }
 
-    /// The entry the log is done with under `id`, taken as met when `same` finds its
-    /// row holds just that (a restore's check of a row it has not parsed); `None`, and
-    /// nothing taken, otherwise.
-    pub fn take_met(
-        &mut self,
-        id: crate::ids::EntryId,
-        same: impl FnOnce(&Entry) -> bool,
-    ) -> Option<Entry> {
-        if self.logged.get(&id).is_some_and(same) {
-            self.logged.remove(&id)
-        } else {
-            None
-        }
-    }
-
     /// An entry the log is done with.
     pub fn logged(&mut self, want: Entry) -> Option<Problem> {
-        if want.seq() < self.from {
-            return None;
-        }
         match self.rows.remove(&want.id()) {
             Some(row) => entry_problem(self.session, &row, &want),
             None => {

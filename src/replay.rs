@@ -64,7 +64,7 @@ pub struct RestoreStream {
 }
 
 impl RestoreStream {
-    /// The session being restored, as its event log says.
+    /// The session being restored, as its row holds it.
     pub fn session(&self) -> &Session {
         &self.session
     }
@@ -168,17 +168,6 @@ pub(crate) trait Sink {
     fn begin(&mut self, session: Session, partial: Option<Partial>);
     /// Hands an entry on; `false` once nobody reads any more.
     fn entry(&mut self, entry: Entry) -> Result<bool>;
-}
-
-/// A sink that only lets the reader run: a check of a whole replay, before a format
-/// that cannot stop midway writes anything.
-pub(crate) struct Discard;
-
-impl Sink for Discard {
-    fn begin(&mut self, _: Session, _: Option<Partial>) {}
-    fn entry(&mut self, _: Entry) -> Result<bool> {
-        Ok(true)
-    }
 }
 
 /// The session, and where a partial replay starts.

@@ -122,15 +122,6 @@ impl Update {
         Update::read_value(&value)
     }
 
-    /// Whether `text` is exactly the JSON this update is written as in a
-    /// `turn_recorded` event.
-    pub(crate) fn written_as(&self, text: &str) -> bool {
-        match self {
-            Update::Known(update) => crate::model::writes_as(update, text),
-            Update::Opaque(value) => crate::model::writes_as(value, text),
-        }
-    }
-
     /// The update as the JSON an agent sends.
     pub fn to_value(&self) -> serde_json::Value {
         match self {

@@ -1,8 +1,9 @@
-//! A session's history (its messages and items) read a page at a time, for `verify`,
-//! and what a replay from a point needs to find where it starts: the entry at a point, the number of entries
-//! before it, and the event that made it. Every read costs what it reads, not what the
-//! history holds (the `(session_id, seq)` keys of messages, items and events, and the
-//! partial index on queued messages).
+//! A session's history (its messages and items) read a page at a time, for a restore
+//! and `verify`; its log read a page at a time, for `verify`; and what a replay from a
+//! point needs to find where it starts: the entry at a point and the number of entries
+//! before it. Every read costs what it reads, not what the history holds (the
+//! `(session_id, seq)` keys of messages, items and events, and the partial index on
+//! queued messages).
 
 use serde::Deserialize;
 
@@ -13,7 +14,7 @@ use super::{queries, turns};
 
 use crate::error::Result;
 use crate::ids::{EntryId, SessionId};
-use crate::model::{CreatedItem, Delivery};
+use crate::model::Delivery;
 use crate::projection::{Entry, Replayer};
 
 /// The messages in `state` (`None`: every message, queued ones too) and the items
@@ -139,62 +140,13 @@ pub fn seq_of_acp_message(conn: &Tx<'_>, session: &SessionId, id: &str) -> Resul
     }
 }
 
-/// The event that made the entry at `seq`, as (its `session_seq`, the seq of the
-/// first entry it made), found by reading the log backwards from its end: a replay
-/// of a tail reads only the tail's events.
-pub fn event_making(conn: &Tx<'_>, session: &SessionId, seq: i64) -> Result<Option<(i64, i64)>> {
-    /// The entries an event made: a message's seq, or the items of a recorded batch;
-    /// the rest of the payload (the updates) is skipped unread.
-    #[derive(Deserialize)]
-    struct Made {
-        #[serde(default)]
-        seq: Option<i64>,
-        #[serde(default)]
-        items: Vec<CreatedItem>,
-    }
-    const PAGE: i64 = 16;
-    let mut before = i64::MAX;
-    loop {
-        let events: Vec<(i64, String, String)> = conn
-            .query_map(
-                "SELECT session_seq, kind, payload FROM session_events
-                 WHERE session_id = ?1 AND session_seq < ?2
-                   AND kind IN ('message_appended', 'turn_recorded')
-                 ORDER BY session_seq DESC LIMIT ?3",
-                args![session.to_string(), before, PAGE],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .map_err(sql("read events"))?;
-        for (at, kind, payload) in &events {
-            // A payload that does not read is the replay's to report, from where it
-            // starts: the walk goes on past it.
-            let Ok(made) = serde_json::from_str::<Made>(payload) else {
-                continue;
-            };
-            let first = match kind.as_str() {
-                "message_appended" => made.seq,
-                _ => made.items.iter().map(|i| i.seq).min(),
-            };
-            if let Some(first) = first
-                && first <= seq
-            {
-                return Ok(Some((*at, first)));
-            }
-        }
-        match events.last() {
-            Some((at, ..)) if events.len() as i64 == PAGE => before = *at,
-            _ => return Ok(None),
-        }
-    }
-}
-
 /// How many events a page of [`LogPages`] holds at most, and the payload bytes past
 /// which the next page is smaller.
 const EVENT_PAGE_MOST: i64 = 256;
 const EVENT_PAGE_BYTES: usize = 256 * 1024;
 
-/// A session's log read into a [`Replayer`] a page at a time, as a restore or
-/// `verify` needs it. A page starts at one event and doubles while its payloads come
+/// A session's log read into a [`Replayer`] a page at a time, as `verify` and
+/// repair need it. A page starts at one event and doubles while its payloads come
 /// to less than [`EVENT_PAGE_BYTES`], up to [`EVENT_PAGE_MOST`], and halves when they
 /// come to more: a sent message's event is a few hundred bytes, a long record's a
 /// batch of updates, so pages stay near a few hundred KiB, and so do the entries
@@ -218,14 +170,6 @@ impl LogPages {
         })
     }
 
-    /// The same log from the event numbered `event` on.
-    pub fn starting_at(self, event: i64) -> LogPages {
-        LogPages {
-            next: event,
-            ..self
-        }
-    }
-
     /// Whether every event has been replayed.
     pub fn done(&self) -> bool {
         self.next > self.end
@@ -234,7 +178,7 @@ impl LogPages {
     /// Replays the next page into `replayer` and hands back the entries it
     /// finished; once the log is done, every entry still open too, since nothing can
     /// change it any more. The problems the replay found stay in `replayer`.
-    pub fn advance(&mut self, conn: &Tx<'_>, replayer: &mut Replayer<'_>) -> Result<Vec<Entry>> {
+    pub fn advance(&mut self, conn: &Tx<'_>, replayer: &mut Replayer) -> Result<Vec<Entry>> {
         let (events, next) = queries::events_page(conn, &self.session, self.next, self.page)?;
         self.next = next;
         let bytes: usize = events.iter().map(|e| e.payload.len()).sum();

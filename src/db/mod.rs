@@ -19,6 +19,7 @@ pub mod proxied;
 pub mod queries;
 mod readonly;
 mod reference;
+pub mod repair;
 pub mod schema;
 pub mod search;
 pub mod sessions;
@@ -112,7 +113,7 @@ impl SqliteFile {
 
 /// The database `config` names, as an SQLite file, or `None` for PostgreSQL, which
 /// takes no key.
-fn sqlite_file(config: &Config) -> Result<Option<SqliteFile>> {
+pub(crate) fn sqlite_file(config: &Config) -> Result<Option<SqliteFile>> {
     match &config.database {
         Database::Sqlite(path) => SqliteFile::of(path, config).map(Some),
         Database::Postgres(_) if config.key.is_some() => Err(Error::EncryptionUnavailable {

@@ -13,6 +13,7 @@ use crate::model::{
     AgentBinding, AppendedMessage, Delivery, Event, EventPayload, Message, MessageBlock,
     NewSession, Reference, Session, ToolsHost,
 };
+use crate::projection::Uris;
 
 fn session_from_row(row: &Row<'_>) -> Result<Session, DbError> {
     let agent: Option<String> = row.get(6)?;
@@ -216,22 +217,7 @@ pub fn insert_message_for(
             mime_type: r.mime_type.clone(),
             size: r.size,
         };
-        let size = i64::try_from(reference.size).map_err(|_| Error::OutOfRange {
-            what: "an attachment's size",
-        })?;
-        conn.execute(
-            "INSERT INTO message_refs (message_id, ordinal, uri, stored_name, mime_type, size)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            args![
-                id_text,
-                reference.ordinal,
-                reference.uri.to_string(),
-                reference.stored_name,
-                reference.mime_type,
-                size
-            ],
-        )
-        .map_err(sql("insert a reference"))?;
+        insert_reference(conn, &id_text, &reference)?;
         refs.push(reference);
     }
     // The event is built from one copy of the message's parts and taken apart again
@@ -337,10 +323,38 @@ fn message_from_row(row: &Row<'_>) -> Result<Message, DbError> {
     })
 }
 
-fn reference_from_row(row: &Row<'_>, at: usize) -> Result<Reference, DbError> {
+/// Writes the row of `reference`, one of message `message`'s (its id as text).
+pub(crate) fn insert_reference(conn: &Tx<'_>, message: &str, reference: &Reference) -> Result<()> {
+    let size = i64::try_from(reference.size).map_err(|_| Error::OutOfRange {
+        what: "an attachment's size",
+    })?;
+    conn.execute(
+        "INSERT INTO message_refs (message_id, ordinal, uri, stored_name, mime_type, size)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        args![
+            message,
+            reference.ordinal,
+            reference.uri.to_string(),
+            reference.stored_name,
+            reference.mime_type,
+            size
+        ],
+    )
+    .map_err(sql("insert a reference"))?;
+    Ok(())
+}
+
+/// A reference row from column `at` on; its URI through `uris`, which a read of many
+/// rows keeps (a history refers to the same few files again and again).
+fn reference_from_row(row: &Row<'_>, at: usize, uris: &mut Uris) -> Result<Reference, DbError> {
+    let uri = match row.with_text(at + 1, |text| Ok(text.and_then(|t| uris.parse(t))))? {
+        Some(uri) => uri,
+        // What does not parse is refused with the parse's own words.
+        None => row.parsed(at + 1)?,
+    };
     Ok(Reference {
         ordinal: row.get(at)?,
-        uri: row.parsed(at + 1)?,
+        uri,
         stored_name: row.get(at + 2)?,
         mime_type: row.get(at + 3)?,
         // A negative size was not written by this store: refused like any other row
@@ -355,7 +369,7 @@ fn load_refs(conn: &Tx<'_>, message: &mut Message) -> Result<()> {
             "SELECT ordinal, uri, stored_name, mime_type, size FROM message_refs
              WHERE message_id = ?1 ORDER BY ordinal",
             args![message.id.to_string()],
-            |row| reference_from_row(row, 0),
+            |row| reference_from_row(row, 0, &mut Uris::default()),
         )
         .map_err(sql("read references"))?;
     Ok(())
@@ -410,6 +424,7 @@ pub fn messages_in(
     // Every reference of those messages in one query, in message order, rather than
     // one query per message: a long history has thousands of messages.
     let mut at = 0;
+    let mut uris = Uris::default();
     conn.for_each(
         "SELECT r.message_id, r.ordinal, r.uri, r.stored_name, r.mime_type, r.size
          FROM message_refs r JOIN messages m ON m.id = r.message_id
@@ -426,7 +441,7 @@ pub fn messages_in(
                 return Ok(());
             };
             at += found;
-            out[at].refs.push(reference_from_row(row, 1)?);
+            out[at].refs.push(reference_from_row(row, 1, &mut uris)?);
             Ok(())
         },
     )

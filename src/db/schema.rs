@@ -467,8 +467,8 @@ fn migrate_locked(
 /// database exactly as the upgrade found it. It is read through a second connection
 /// because SQLite will not back up from a connection inside a write transaction; in
 /// WAL mode that reader sees the last commit.
-fn back_up(db: &SqliteFile, version: i64) -> Result<PathBuf> {
-    let failed = |e| crate::db::error::sqlite("back up the database before migrating", e);
+pub(crate) fn back_up(db: &SqliteFile, version: i64) -> Result<PathBuf> {
+    let failed = |e| crate::db::error::sqlite("back up the database", e);
     let source = Connection::open_with_flags(
         &db.path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,

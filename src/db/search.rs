@@ -190,7 +190,7 @@ macro_rules! blocks_text {
 
 /// Inserts the search entry `?2` of source `?3` in session `?1` under the id below the
 /// lowest, never above zero (V11: an id above zero is an item's row id).
-const NEW_ENTRY: &str = "INSERT INTO search_entries (id, session_id, entry_id, source)
+pub(crate) const NEW_ENTRY: &str = "INSERT INTO search_entries (id, session_id, entry_id, source)
      VALUES ((SELECT min(coalesce(min(id), 0), 0) - 1 FROM search_entries), ?1, ?2, ?3)";
 
 /// Adds the index entry `entry` of `source` in `session`, under the id below the

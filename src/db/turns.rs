@@ -121,46 +121,6 @@ pub fn items(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Item>> {
     items_in(conn, session, 1..i64::MAX, &mut Made::default())
 }
 
-/// [`items`] whose seq is in `seqs`: one page of a long history, the updates its rows
-/// name read through `made` ([`items_in_rows`]).
-pub fn items_in(
-    conn: &Tx<'_>,
-    session: &SessionId,
-    seqs: std::ops::Range<i64>,
-    made: &mut Made,
-) -> Result<Vec<Item>> {
-    items_in_rows(conn, session, seqs, made)?
-        .into_iter()
-        .map(|row| row.read(conn, made))
-        .collect()
-}
-
-/// An item row as [`items_in_rows`] gives it: read whole when parts fold into it, else
-/// as the row holds it, its body not yet parsed.
-#[derive(Debug)]
-pub(crate) enum ItemRow {
-    /// Boxed: a parsed item is several times the size of a row's texts.
-    Read(Box<Item>),
-    Unread(UnreadItem),
-}
-
-impl ItemRow {
-    pub(crate) fn seq(&self) -> i64 {
-        match self {
-            ItemRow::Read(item) => item.seq,
-            ItemRow::Unread(row) => row.seq,
-        }
-    }
-
-    /// The item, read whole (a row with no body reads its update through `made`).
-    pub(crate) fn read(self, conn: &Tx<'_>, made: &mut Made) -> Result<Item> {
-        match self {
-            ItemRow::Read(item) => Ok(*item),
-            ItemRow::Unread(row) => row.read(conn, made),
-        }
-    }
-}
-
 /// What an item row holds for its body.
 #[derive(Debug)]
 enum Body {
@@ -174,10 +134,8 @@ enum Body {
     Update(String),
 }
 
-/// An item row with no parts, its body kept as the JSON text the row holds, or as the
-/// text of the update that made it. A restore meets it with the item the log made by
-/// writing that item against the text ([`UnreadItem::is`]), and parses it only when
-/// the two are not the same text.
+/// An item row, its body kept as the JSON text the row holds, or as the text of the
+/// update that made it, until it is read.
 #[derive(Debug)]
 pub(crate) struct UnreadItem {
     pub(crate) id: ItemId,
@@ -190,56 +148,6 @@ pub(crate) struct UnreadItem {
 }
 
 impl UnreadItem {
-    /// Whether the row holds exactly `item`: in the words [`ItemBody::to_json`] writes,
-    /// or, for a row with no body, as the update that made it, which the item replays
-    /// as exactly ([`turns::replay_updates`]). Equal words are the same item: serde_json
-    /// reads with `float_roundtrip`, so a number's digits read back as the float they
-    /// were written from, and `verify`, which parses every row, agrees
-    /// (`model::tests::a_float_reads_back_as_the_float_that_was_written`).
-    pub(crate) fn is(&self, item: &Item) -> bool {
-        self.id == item.id
-            && self.session_id == item.session_id
-            && self.seq == item.seq
-            && self.created_at == item.created_at
-            && self.updated_at == item.updated_at
-            && self.kind == item.body.kind()
-            && match &self.body {
-                Body::Text(text) => item.body.written_as(text),
-                Body::Update(text) => match turns::replay_updates(&item.body).as_slice() {
-                    [update] => update.written_as(text),
-                    _ => false,
-                },
-                Body::MadeBy { .. } => false,
-            }
-    }
-
-    /// For a row with no body whose update is not read yet: the update it names, as
-    /// [`crate::projection::Maker`] says it.
-    pub(crate) fn maker(&self) -> Option<crate::projection::Maker> {
-        match self.body {
-            Body::MadeBy {
-                event,
-                start,
-                length,
-            } => Some((
-                event,
-                usize::try_from(start).ok()?,
-                usize::try_from(length).ok()?,
-            )),
-            _ => None,
-        }
-    }
-
-    /// Whether the row is `item` as far as its own columns say, for a row that names
-    /// the same update as made `item`: its body and times are then that update's and
-    /// its event's, which are `item`'s.
-    pub(crate) fn made_as(&self, item: &Item) -> bool {
-        self.id == item.id
-            && self.session_id == item.session_id
-            && self.seq == item.seq
-            && self.kind == item.body.kind()
-    }
-
     /// Reads the update a row with no body names, and the time of its event, which
     /// is both of the item's times (one read of each event for a run of rows, `made`).
     pub(crate) fn find_maker(&mut self, conn: &Tx<'_>, made: &mut Made) -> Result<()> {
@@ -368,15 +276,15 @@ impl Made {
     }
 }
 
-/// [`items_in`], each item with no parts left unparsed ([`ItemRow::Unread`]); the
-/// updates rows with no body name are read through `made`, which a caller reading
-/// page after page keeps, so an event whose updates span pages is read once.
-pub(crate) fn items_in_rows(
+/// [`items`] whose seq is in `seqs`: one page of a long history. The updates rows
+/// with no body name are read through `made`, which a caller reading page after page
+/// keeps, so an event whose updates span pages is read once.
+pub fn items_in(
     conn: &Tx<'_>,
     session: &SessionId,
     seqs: std::ops::Range<i64>,
     made: &mut Made,
-) -> Result<Vec<ItemRow>> {
+) -> Result<Vec<Item>> {
     // The page's rows, each with its sealed parts (content and time) and where its
     // streaming parts start; read whole first, since the update a row with no body
     // names is read by a statement of its own.
@@ -405,12 +313,6 @@ pub(crate) fn items_in_rows(
     .map_err(sql("read items"))?;
     let mut items = Vec::with_capacity(rows.len());
     for (row, parts, streaming_from) in rows {
-        // A row with no body is read when it is met ([`ItemRow::read`]): a restore
-        // that knows the update that made the log's item need not read it.
-        if parts.is_empty() && streaming_from.is_none() {
-            items.push(ItemRow::Unread(row));
-            continue;
-        }
         let mut item = row.read(conn, made)?;
         for (part, at) in parts {
             fold_part(&mut item, &part, at)
@@ -431,7 +333,7 @@ pub(crate) fn items_in_rows(
             )
             .map_err(sql("read an item's streaming parts"))?;
         }
-        items.push(ItemRow::Read(Box::new(item)));
+        items.push(item);
     }
     Ok(items)
 }
@@ -819,16 +721,8 @@ pub(crate) fn record_remembered(
     })
 }
 
-/// The tool call item of `session` that `id` names, if any.
-pub fn tool_call(
-    conn: &Tx<'_>,
-    session: &SessionId,
-    id: &agent_client_protocol_schema::v1::ToolCallId,
-) -> Result<Option<Item>> {
-    tool_call_in(conn, session, id, &mut Made::default())
-}
-
-/// [`tool_call`], the update a row with no body names read through `made`.
+/// The tool call item of `session` that `id` names, if any, the update a row with no
+/// body names read through `made`.
 fn tool_call_in(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -1208,10 +1102,9 @@ mod tests {
             // Each update's bytes are its own text.
             assert_eq!(spans.len(), batch.len());
             for (update, (start, length)) in batch.iter().zip(spans) {
-                assert!(
-                    update.written_as(&json[start..start + length]),
-                    "{update:?}"
-                );
+                let text: serde_json::Value =
+                    serde_json::from_str(&json[start..start + length]).unwrap();
+                assert_eq!(text, update.to_value(), "{update:?}");
             }
         }
     }

@@ -765,9 +765,9 @@ pub(crate) fn check_session(conn: &Tx<'_>, session: &Session) -> Result<()> {
 /// How many seqs a page of `windowed`'s rows covers.
 const ROW_PAGE: i64 = 256;
 
-/// One session checked the way a restore checks it, every row against its log, a
-/// page of rows and a page of events at a time ([`Meet`]), so what is held is the
-/// entries the log keeps open, not the history: the problems found (the log's own,
+/// One session, every row checked against its log, a page of rows and a page of
+/// events at a time ([`Meet`]), so what is held is the entries the log keeps open, not
+/// the history: the problems found (the log's own,
 /// then the rows') and the messages read. `None` when a row does not parse or a row
 /// is outside the pages read (a seq edited out of range): the caller then reads the
 /// session whole.
@@ -775,7 +775,7 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
     let id = session.id;
     let last = entries::last_seq(conn, &id)?;
     let mut replayer = Replayer::windowed(id);
-    let mut meet = Meet::new(id, 1);
+    let mut meet = Meet::new(id);
     let mut found = Vec::new();
     let (mut messages, mut items) = (0usize, 0usize);
     let mut log = entries::LogPages::new(conn, &id)?;

@@ -76,10 +76,12 @@ impl Store {
             }
             None => i64::MAX,
         };
-        // First the history is read as a restore reads it, checked against the log,
-        // up to the cut: which files the copied messages refer to, where the cut
-        // falls (an entry the origin gains later is not the fork's), and its last
-        // message. Only names are kept, never the history.
+        // First the origin is checked against its log as `verify` checks it (a copy
+        // of rows edited behind the log would carry the damage where `verify` of the
+        // origin could no longer point at it), and its history is read as a restore
+        // reads it, up to the cut: which files the copied messages refer to, where
+        // the cut falls (an entry the origin gains later is not the fork's), and its
+        // last message. Only names are kept, never the history.
         let db = self.db.clone();
         let cut = blocking(move || {
             let mut cut = Cut {
@@ -88,7 +90,11 @@ impl Store {
                 names: BTreeSet::new(),
                 message: None,
             };
-            db.read_once(|tx| crate::history::produce(tx, origin, &Point::WHOLE, &mut cut))?;
+            db.read_once(|tx| {
+                let row = crate::db::queries::get_session(tx, &origin)?;
+                crate::db::verify::check_session(tx, &row)?;
+                crate::history::produce(tx, origin, &Point::WHOLE, &mut cut)
+            })?;
             Ok(cut)
         })
         .await?;

@@ -349,11 +349,11 @@ fn check_rows(manifest: &mut Spooled, listed: &BTreeMap<String, u64>) -> Result<
     let session = manifest.session.id;
     let missing: BTreeSet<&str> = manifest.missing.iter().map(String::as_str).collect();
     let mut replayer = Replayer::windowed(session);
-    let mut meet = Meet::new(session, 1);
+    let mut meet = Meet::new(session);
     let mut found = Vec::new();
     let mut events = manifest.events.rows::<Event>()?;
     let mut log_done = false;
-    let mut advance = |replayer: &mut Replayer<'_>, found: &mut Vec<_>, meet: &mut Meet| {
+    let mut advance = |replayer: &mut Replayer, found: &mut Vec<_>, meet: &mut Meet| {
         match events.next() {
             Some(event) => {
                 let event = event?;

@@ -501,6 +501,74 @@ impl Store {
         report.warnings = blocking(move || Ok(db::verify::exposures(&config))).await?;
         Ok(report)
     }
+
+    /// `verify --repair`: runs [`Store::verify`], and when it finds rows that disagree
+    /// with the event log (or a search index that disagrees with the rows), backs the
+    /// database up (`<db>.v<N>.bak`, as a migration does), makes the rows of each such
+    /// session again from its log and the search index from the rows, in one write,
+    /// and runs `verify` again. The log itself is never changed: a problem of the log
+    /// (an event that does not replay), of the engine or of the schema is not rebuilt,
+    /// and stays in the report's `after`. Nothing is written, and no backup made, when
+    /// `verify` finds nothing to rebuild. SQLite only (`Error::RepairUnsupported`).
+    /// The repaired sessions are best left unwritten by other processes meanwhile: a
+    /// writer that remembered a session's tail would not know it was rebuilt.
+    pub async fn repair(&self) -> Result<db::repair::RepairReport> {
+        if !matches!(self.config.database, crate::config::Database::Sqlite(_)) {
+            return Err(Error::RepairUnsupported {
+                engine: "PostgreSQL",
+            });
+        }
+        let found = self.verify().await?;
+        let plan = db::repair::Plan::of(&found);
+        if plan.is_empty() {
+            return Ok(db::repair::RepairReport {
+                backup: None,
+                rebuilt: Vec::new(),
+                search_rebuilt: false,
+                found: found.problems.clone(),
+                after: found,
+            });
+        }
+        let db = self.db.clone();
+        let config = self.config.clone();
+        let search = plan.search;
+        let (backup, rebuilt) = blocking(move || {
+            let file = db::sqlite_file(&config)?.ok_or(Error::RepairUnsupported {
+                engine: "PostgreSQL",
+            })?;
+            db.write(|tx| {
+                // Taken inside the write, which holds the lock: the copy is the
+                // database exactly as the repair found it.
+                let backup = db::schema::back_up(&file, db::schema::latest_version())?;
+                let mut rebuilt = Vec::new();
+                if !plan.sessions.is_empty() {
+                    db::repair::align_search(tx)?;
+                }
+                for session in &plan.sessions {
+                    // A session with no row of its own (deleted, or never made) has
+                    // nothing to hang rows on: `verify` names it afterwards.
+                    if queries::get_session(tx, session).is_ok()
+                        && db::repair::rebuild_session(tx, session)?
+                    {
+                        rebuilt.push(*session);
+                    }
+                }
+                if plan.search {
+                    db::repair::rebuild_search(tx)?;
+                }
+                Ok((backup, rebuilt))
+            })
+        })
+        .await?;
+        let after = self.verify().await?;
+        Ok(db::repair::RepairReport {
+            backup: Some(backup),
+            rebuilt,
+            search_rebuilt: search,
+            found: found.problems,
+            after,
+        })
+    }
 }
 
 /// A session's files: what it refers to, downloads, and uploads that are not yet part

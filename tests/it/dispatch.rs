@@ -884,8 +884,7 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
         assert!(!all.contains(&b64), "{all}");
     }
     // The event log still says what was sent, so verify catches the edit (naming the
-    // row that does not parse, and still checking the rest), and restore, which hands
-    // on each message as its event holds it, gives both messages their own file.
+    // row that does not parse, and still checking the rest).
     let report = h.store().verify().await.unwrap();
     assert!(!report.ok());
     assert!(
@@ -904,6 +903,15 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
             .any(|p| p.kind() == ProblemKind::StrayRows),
         "{report:?}"
     );
+    // A restore reads the rows, and the one that does not parse refuses it before
+    // any file is read; `verify --repair` makes the rows again from the log, after
+    // which both messages have their own file again.
+    let err = h.store().collect_restore(s).await.unwrap_err();
+    assert!(matches!(err, Error::DamagedRow { .. }), "{err:?}");
+    drop(conn);
+    let repaired = h.store().repair().await.unwrap();
+    assert!(repaired.ok(), "{:?}", repaired.after.problems);
+    assert_eq!(repaired.rebuilt, [s]);
     let restored = h.store().collect_restore(s).await.unwrap();
     assert_eq!(restored.messages.len(), 2);
     for m in &restored.messages {

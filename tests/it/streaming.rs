@@ -203,18 +203,28 @@ async fn dispatch_and_drain_write_the_bytes_their_blocks_serialize_to() {
     );
 }
 
+/// A restore reads the rows and does not replay the log: a log that no longer
+/// replays leaves every format printing what it printed before, and `verify` names
+/// it. (Restore refused such a session before any output, before issue 45.)
 #[tokio::test]
-async fn a_session_whose_log_does_not_replay_is_refused_before_any_output() {
+async fn a_session_whose_log_does_not_replay_restores_its_rows_and_verify_names_it() {
     let t = TestStore::new().await;
     let s = varied_session(&t).await;
+    let formats = ["acp", "acp-updates", "openai", "openai-responses"];
+    let restore =
+        |format: &str| t.run(&["restore", "--session", &s.to_string(), "--format", format]);
+    let clean: Vec<String> = formats.iter().map(|f| stdout(&restore(f))).collect();
     // An event appended by something other than the store, delivering a message
     // that was never appended: the log no longer replays.
     t.deliver_a_stranger(s);
-    for format in ["acp", "acp-updates", "openai", "openai-responses"] {
-        let out = t.run(&["restore", "--session", &s.to_string(), "--format", format]);
-        assert!(!out.status.success(), "{format}");
-        assert!(out.stdout.is_empty(), "{format} wrote {:?}", stdout(&out));
+    for (format, want) in formats.iter().zip(&clean) {
+        let out = restore(format);
+        assert!(out.status.success(), "{format}");
+        assert_eq!(&stdout(&out), want, "{format}");
     }
+    let out = t.run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("never appended"), "{}", stdout(&out));
 }
 
 /// The replay runs at most a batch or two ahead of its reader: with the reader

@@ -651,9 +651,9 @@ fn readme_tour_runs_as_written() {
     );
 }
 
-/// 13.6: a session that does not restore is named once in the refusal.
+/// 13.6: a session whose log does not replay is named once in the refusal of a copy.
 #[test]
-fn the_restore_refusal_names_its_session_once() {
+fn the_log_mismatch_refusal_names_its_session_once() {
     let t = TestStore::empty();
     let d = t.dir.path();
     let s = session(&t);
@@ -675,7 +675,8 @@ fn the_restore_refusal_names_its_session_once() {
     )
     .unwrap();
     drop(conn);
-    let err = assert_one_line_error(&t.run(&["restore", "--session", &s]));
+    // A copy (fork, export) checks the session against its log first.
+    let err = assert_one_line_error(&t.run(&["session", "fork", &s]));
     assert_eq!(err.matches(&s).count(), 1, "{err}");
     assert!(err.contains("which was never appended"), "{err}");
 }

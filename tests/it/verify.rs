@@ -1,7 +1,9 @@
 //! `verify`: the tables are a projection of the event log, and edits made behind the
 //! store's back are caught and named.
 
-use crate::support::{TestStore, stdout, user_text};
+use crate::history::{FORMATS, lines, recorded, restore_of, sent};
+use crate::restored::CollectRestore;
+use crate::support::{TestStore, stderr, stdout, user_text};
 use sessionstore::model::ToolsHost;
 
 async fn seeded(t: &TestStore) -> sessionstore::Store {
@@ -365,4 +367,567 @@ async fn a_search_index_that_disagrees_with_its_rows_is_caught() {
     ] {
         assert!(out.lines().any(|l| l == line), "{line}\n{out}");
     }
+}
+
+/// A restore reads the tables forward and does not replay the log: an event that
+/// delivers a message never appended (damage at the log's end) leaves every format
+/// printing what the rows hold, as before the damage, from the command line and the
+/// library; `verify` replays the log and names it. (Restore refused this before.)
+#[tokio::test]
+async fn damage_in_the_log_is_named_by_verify_and_restore_prints_the_rows() {
+    let t = TestStore::new().await;
+    let s = sent(&t, 40).await;
+    let clean: Vec<String> = FORMATS
+        .iter()
+        .map(|f| stdout(&restore_of(&t, s, f, None)))
+        .collect();
+    t.deliver_a_stranger(s);
+    for (format, want) in FORMATS.iter().zip(&clean) {
+        let out = restore_of(&t, s, format, None);
+        assert!(out.status.success(), "{format}: {}", stderr(&out));
+        assert_eq!(&stdout(&out), want, "{format}");
+    }
+    assert_eq!(lines(&clean[1]).len(), 40);
+    let restored = t.store().collect_restore(s).await.unwrap();
+    assert_eq!(restored.messages.len(), 40);
+    let out = t.run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("never appended"), "{}", stdout(&out));
+}
+
+/// A restore reads each item row as it holds it: rows that hold the same items in
+/// other words (here, with spaces around them), of every kind, restore the same, in
+/// every format and from a tail, and `verify` finds nothing; a row whose kind or times
+/// were edited, its body left as it was, restores as the row now says and is named by
+/// `verify`. (Restore refused such an edit before.)
+#[tokio::test]
+async fn an_item_row_in_other_words_restores_the_same_and_verify_names_an_edited_kind_or_time() {
+    let t = TestStore::new().await;
+    let s = recorded(&t, 40).await;
+    let other_kinds: Vec<sessionstore::turns::Update> = [
+        serde_json::json!({"sessionUpdate": "agent_thought_chunk",
+            "content": {"type": "text", "text": "thinking", "annotations": {"priority": 0.25}}}),
+        serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Read",
+            "kind": "read", "status": "completed", "rawInput": {"path": "a", "n": [1.5, true]}}),
+        serde_json::json!({"sessionUpdate": "plan",
+            "entries": [{"content": "step", "priority": "high", "status": "pending"}]}),
+        serde_json::json!({"sessionUpdate": "current_mode_update", "currentModeId": "code"}),
+        serde_json::json!({"sessionUpdate": "a_kind_from_a_newer_agent", "z": {"y": 1}}),
+        serde_json::json!({"sessionUpdate": "agent_message_chunk", "messageId": "last",
+            "content": {"type": "text", "text": "done"}}),
+    ]
+    .into_iter()
+    .map(|v| sessionstore::turns::Update::from_value(&v).unwrap())
+    .collect();
+    t.store().record_from(s, other_kinds).await.unwrap();
+    let items = 46;
+    // Rows as they were before V12, each with its body: those are what is edited here
+    // (`a_row_that_names_its_update_is_read_from_it_and_verify_names_an_edited_name`
+    // edits the rows V12 writes).
+    assert_eq!(t.write_out_bodies(s).await, items);
+    let restore = |format: &str, tail: Option<&str>| restore_of(&t, s, format, tail);
+    let formats = FORMATS;
+    let clean: Vec<(String, String)> = formats
+        .iter()
+        .flat_map(|f| [(f, None), (f, Some("10"))])
+        .map(|(f, tail)| (f.to_string(), stdout(&restore(f, tail))))
+        .collect();
+    let sql = |statement: &str| t.raw().execute(statement, []).unwrap();
+
+    assert_eq!(
+        sql("UPDATE items SET body = ' ' || body || char(10)"),
+        items
+    );
+    for (i, (format, want)) in clean.iter().enumerate() {
+        let tail = (i % 2 == 1).then_some("10");
+        let out = restore(format, tail);
+        assert!(out.status.success(), "{format} {tail:?}: {}", stderr(&out));
+        assert_eq!(&stdout(&out), want, "{format} {tail:?}");
+    }
+    assert!(t.run(&["verify"]).status.success(), "the same items");
+    // The words back as the store wrote them, so the edit below is all that differs.
+    assert_eq!(
+        sql("UPDATE items SET body = trim(body, ' ' || char(10))"),
+        items
+    );
+
+    let last = "(SELECT max(seq) FROM items)";
+    for (edit, undo, named) in [
+        (
+            format!(
+                "UPDATE items SET updated_at = '2020-01-01T00:00:00.000000000Z' WHERE seq = {last}"
+            ),
+            None,
+            "(updated time)",
+        ),
+        (
+            format!(
+                "UPDATE items SET created_at = '2020-01-01T00:00:00.000000000Z' WHERE seq = {last}"
+            ),
+            None,
+            "(created time)",
+        ),
+        (
+            format!("UPDATE items SET kind = 'agent_thought' WHERE seq = {last}"),
+            Some(format!(
+                "UPDATE items SET kind = 'agent_message' WHERE seq = {last}"
+            )),
+            "agent_message item",
+        ),
+    ] {
+        let before: String = t
+            .raw()
+            .query_row(
+                &format!("SELECT created_at || updated_at FROM items WHERE seq = {last}"),
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(sql(&edit), 1, "{edit}");
+        for format in formats {
+            for tail in [None, Some("10")] {
+                let out = restore(format, tail);
+                assert!(
+                    out.status.success(),
+                    "{edit}: {format} {tail:?}: {}",
+                    stderr(&out)
+                );
+            }
+        }
+        let out = t.run(&["verify"]);
+        assert_eq!(out.status.code(), Some(1), "{edit}");
+        assert!(stdout(&out).contains(named), "{edit}: {}", stdout(&out));
+        match undo {
+            Some(undo) => assert_eq!(sql(&undo), 1),
+            None => {
+                let (created, updated) = before.split_at(before.len() / 2);
+                t.raw()
+                    .execute(
+                        &format!(
+                            "UPDATE items SET created_at = ?1, updated_at = ?2 WHERE seq = {last}"
+                        ),
+                        [created, updated],
+                    )
+                    .unwrap();
+            }
+        }
+        let out = restore("acp-updates", None);
+        assert_eq!(stdout(&out), clean[2].1, "after undoing {edit}");
+    }
+}
+
+/// An item that one update made, and that nothing changed since, names that update in
+/// its row (V12) in place of a body and times: such rows restore in every format, whole
+/// and from a tail, exactly as the same items held whole (as before V12) do, are found
+/// by search, and their terms leave the index with them. A row whose name of its
+/// update was edited restores as the update it now names (a restore trusts the rows)
+/// and is named by `verify`; one that does not read (its kind not the update's, or an
+/// update that is not there) is refused with one line.
+#[tokio::test]
+async fn a_row_that_names_its_update_is_read_from_it_and_verify_names_an_edited_name() {
+    let t = TestStore::new().await;
+    let s = recorded(&t, 40).await;
+    let update = |v: serde_json::Value| sessionstore::turns::Update::from_value(&v).unwrap();
+    // A tool call changed by a later batch, and a message of two chunks, hold bodies;
+    // a message continued by the next batch names its first chunk and streams the rest.
+    for batch in [
+        vec![
+            serde_json::json!({"sessionUpdate": "tool_call", "toolCallId": "c1",
+                "title": "Read", "status": "pending"}),
+            serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                "messageId": "two", "content": {"type": "text", "text": "first half "}}),
+            serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                "messageId": "two", "content": {"type": "text", "text": "second half"}}),
+            serde_json::json!({"sessionUpdate": "plan",
+                "entries": [{"content": "step", "priority": "high", "status": "pending"}]}),
+            serde_json::json!({"sessionUpdate": "agent_thought_chunk",
+                "content": {"type": "text", "text": "pondering"}}),
+        ],
+        vec![
+            serde_json::json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1",
+                "status": "completed"}),
+            serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                "messageId": "streamed", "content": {"type": "text", "text": "begun "}}),
+        ],
+        vec![serde_json::json!({"sessionUpdate": "agent_message_chunk",
+            "messageId": "streamed", "content": {"type": "text", "text": "and ended"}})],
+    ] {
+        t.store()
+            .record_from(s, batch.into_iter().map(update).collect::<Vec<_>>())
+            .await
+            .unwrap();
+    }
+    let rows = |sql: &str| t.raw_query(sql).unwrap();
+    let kinds = |bodies: &str| -> Vec<String> {
+        rows(&format!(
+            "SELECT kind FROM items WHERE body IS {bodies} NULL ORDER BY seq"
+        ))
+        .into_iter()
+        .map(|r| r[0].clone().unwrap())
+        .collect()
+    };
+    let named = kinds("");
+    assert_eq!(named.len(), 43, "{named:?}");
+    assert_eq!(named.iter().filter(|k| *k == "agent_message").count(), 41);
+    assert_eq!(kinds("NOT"), ["tool_call", "agent_message"]);
+    assert_eq!(
+        rows(
+            "SELECT count(*) FROM items WHERE body IS NULL
+              AND (created_at IS NOT NULL OR updated_at IS NOT NULL
+                   OR made_by_start IS NULL OR made_by_length IS NULL)"
+        ),
+        [[Some("0".to_owned())]]
+    );
+
+    let restore = |format: &str, tail: Option<&str>| restore_of(&t, s, format, tail);
+    let formats = FORMATS;
+    let outputs = || -> Vec<String> {
+        formats
+            .iter()
+            .flat_map(|f| [(f, None), (f, Some("10"))])
+            .map(|(f, tail)| {
+                let out = restore(f, tail);
+                assert!(out.status.success(), "{f} {tail:?}: {}", stderr(&out));
+                stdout(&out)
+            })
+            .collect()
+    };
+    let clean = outputs();
+    assert!(clean[2].contains("and ended") && clean[2].contains("pondering"));
+    let hits = t.store().search("m17".into(), Some(s), 10).await.unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0].source, "agent_message");
+
+    // The 40th message, within the last ten entries, now names the bytes of the update
+    // before its own.
+    let named = rows(
+        "SELECT seq, made_by_start, made_by_length FROM items
+         WHERE body IS NULL AND kind = 'agent_message' ORDER BY seq LIMIT 2 OFFSET 38",
+    );
+    let [m38, m39] = [&named[0], &named[1]].map(|r| r[0].clone().unwrap());
+    let (start, length) = (named[1][1].clone().unwrap(), named[1][2].clone().unwrap());
+    let edit = |statement: &str| t.raw_execute(statement).unwrap();
+    edit(&format!(
+        "UPDATE items SET (made_by_start, made_by_length) =
+             (SELECT made_by_start, made_by_length FROM items WHERE seq = {m38})
+         WHERE seq = {m39}"
+    ));
+    for (i, format) in formats.iter().enumerate() {
+        for (j, tail) in [None, Some("10")].into_iter().enumerate() {
+            let out = restore(format, tail);
+            assert!(out.status.success(), "{format} {tail:?}: {}", stderr(&out));
+            // The row's word: the update before its own, printed twice.
+            let printed = stdout(&out);
+            assert_ne!(printed, clean[2 * i + j], "{format} {tail:?}");
+            assert_eq!(
+                printed.matches("m38").count(),
+                2,
+                "{format} {tail:?}: {printed}"
+            );
+        }
+    }
+    let verified = t.run(&["verify"]);
+    assert_eq!(verified.status.code(), Some(1));
+    assert!(
+        stdout(&verified).contains("differs from its event log (content)"),
+        "{}",
+        stdout(&verified)
+    );
+    let undo = format!(
+        "UPDATE items SET made_by_start = {start}, made_by_length = {length} WHERE seq = {m39}"
+    );
+    edit(&undo);
+    assert_eq!(outputs(), clean);
+
+    // The right update, but the row's kind edited: refused, in the whole restore and
+    // in a tail.
+    edit(&format!(
+        "UPDATE items SET kind = 'agent_thought' WHERE seq = {m39}"
+    ));
+    for tail in [None, Some("10")] {
+        let out = restore("acp-updates", tail);
+        assert_eq!(out.status.code(), Some(1), "{tail:?}");
+        assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(
+                "of kind agent_thought names an update that makes an item of kind agent_message"
+            ),
+            "{}",
+            stderr(&out)
+        );
+    }
+    edit(&format!(
+        "UPDATE items SET kind = 'agent_message' WHERE seq = {m39}"
+    ));
+    assert_eq!(outputs(), clean);
+
+    // An update that is not there.
+    edit(&format!(
+        "UPDATE items SET made_by_start = 1000000 WHERE seq = {m39}"
+    ));
+    let out = restore("acp-updates", None);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("no such update"), "{}", stderr(&out));
+    edit(&undo);
+    assert_eq!(outputs(), clean);
+
+    // A second session's named rows deleted with it take their terms out of the index.
+    let gone = recorded(&t, 5).await;
+    let deleted = t.run(&["session", "delete", &gone.to_string()]);
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    edit("INSERT INTO search (search, rank) VALUES ('integrity-check', 1)");
+    assert_eq!(
+        t.store().search("m3".into(), None, 10).await.unwrap().len(),
+        1
+    );
+
+    // The same items held whole restore the same.
+    // (All but the one still streaming.)
+    assert_eq!(t.write_out_bodies(s).await, 42);
+    assert_eq!(outputs(), clean);
+}
+
+/// A tail prints its rows as they are: an item row edited within it is printed as
+/// edited, one before it is not the tail's, and `verify` names either. (A tail refused
+/// an edit within it before.)
+#[tokio::test]
+async fn verify_names_an_edit_within_a_tail_or_before_it_and_the_tail_prints_its_rows() {
+    let t = TestStore::new().await;
+    let s = recorded(&t, 40).await;
+    let sid = s.to_string();
+    let tail = |format: &str| {
+        t.run(&[
+            "restore",
+            "--session",
+            &sid,
+            "--format",
+            format,
+            "--tail",
+            "10",
+        ])
+    };
+    // Each row with its body, to be edited as text.
+    t.write_out_bodies(s).await;
+    let clean = stdout(&tail("acp-updates"));
+    // The notice of where the replay starts, then the ten.
+    assert_eq!(lines(&clean).len(), 11);
+    let edit = |from: &str, to: &str| {
+        t.raw()
+            .execute(
+                "UPDATE items SET body = replace(body, ?1, ?2) WHERE body LIKE ?3",
+                [
+                    format!("\"{from}\""),
+                    format!("\"{to}\""),
+                    format!("%\"{from}\"%"),
+                ],
+            )
+            .unwrap()
+    };
+
+    assert_eq!(edit("m35", "edited"), 1);
+    for format in ["acp", "acp-updates", "openai"] {
+        let out = tail(format);
+        assert!(out.status.success(), "{format}: {}", stderr(&out));
+        assert!(
+            stdout(&out).contains("edited"),
+            "{format}: {}",
+            stdout(&out)
+        );
+    }
+    let out = t.run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("agent_message item") && stdout(&out).contains("(content)"),
+        "{}",
+        stdout(&out)
+    );
+
+    assert_eq!(edit("edited", "m35"), 1);
+    assert_eq!(edit("m3", "edited"), 1);
+    for format in ["acp", "acp-updates", "openai", "openai-responses"] {
+        let out = tail(format);
+        assert!(out.status.success(), "{format}: {}", stderr(&out));
+    }
+    assert_eq!(stdout(&tail("acp-updates")), clean);
+    let out = t.run(&["restore", "--session", &sid, "--format", "acp"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("edited"), "{}", stdout(&out));
+    let out = t.run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("(content)"), "{}", stdout(&out));
+}
+
+/// The `.bak` files beside the test store's database.
+fn backups(t: &TestStore) -> Vec<std::path::PathBuf> {
+    let mut found: Vec<_> = std::fs::read_dir(t.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".bak"))
+        .collect();
+    found.sort();
+    found
+}
+
+/// `verify --repair` on a real SQLite file whose rows were edited behind the store's
+/// back (a message's text, an item's words, an item row removed): `verify` names each
+/// edit and writes nothing; the repair backs the database up first, rebuilds the
+/// session's rows and the search index from the log, and exits 0; `verify` is clean
+/// again, a restore prints the log's version byte for byte, search finds the log's
+/// words and not the edit's; a second repair finds nothing to do and makes no backup.
+#[tokio::test]
+async fn verify_repair_rebuilds_edited_rows_from_the_log_after_a_backup() {
+    let t = TestStore::new().await;
+    let s = recorded(&t, 40).await;
+    let clean: Vec<String> = FORMATS
+        .iter()
+        .map(|f| stdout(&restore_of(&t, s, f, None)))
+        .collect();
+    let go = t.store().search("go".into(), Some(s), 10).await.unwrap();
+    // Each item holds its body (rather than naming its update, V12), to be edited.
+    t.write_out_bodies(s).await;
+    let sql = |statement: &str| t.raw().execute(statement, []).unwrap();
+    assert_eq!(
+        sql("UPDATE messages SET display_text = 'edited later' WHERE display_text = 'go'"),
+        1
+    );
+    assert_eq!(
+        sql(
+            "UPDATE items SET body = replace(body, '\"m17\"', '\"tampered\"')
+             WHERE body LIKE '%\"m17\"%'"
+        ),
+        1
+    );
+    assert_eq!(
+        sql("DELETE FROM items WHERE seq = (SELECT max(seq) FROM items)"),
+        1
+    );
+
+    let out = t.run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = stdout(&out);
+    for named in [
+        "differs from its event log (display text)",
+        "agent_message item",
+        "(content)",
+    ] {
+        assert!(said.contains(named), "{named}: {said}");
+    }
+    assert!(backups(&t).is_empty(), "verify alone writes nothing");
+    let out = restore_of(&t, s, "acp-updates", None);
+    assert!(stdout(&out).contains("edited later") && stdout(&out).contains("tampered"));
+
+    let out = t.run(&["verify", "--repair"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let said = stdout(&out);
+    assert!(said.contains(&format!("rebuilt: session {s}")), "{said}");
+    assert!(said.contains("rebuilt: the search index"), "{said}");
+    assert!(said.lines().last().unwrap().ends_with(": ok"), "{said}");
+    let made = backups(&t);
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert!(said.contains(&made[0].display().to_string()), "{said}");
+    // The backup is the database as the repair found it: the edit is in it.
+    let copy = rusqlite::Connection::open(&made[0]).unwrap();
+    let text: String = copy
+        .query_row("SELECT display_text FROM messages WHERE seq = 1", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(text, "edited later");
+
+    let out = t.run(&["verify"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    for (format, want) in FORMATS.iter().zip(&clean) {
+        let out = restore_of(&t, s, format, None);
+        assert!(out.status.success(), "{format}: {}", stderr(&out));
+        assert_eq!(&stdout(&out), want, "{format}");
+    }
+    let hits = t.store().search("m17".into(), Some(s), 10).await.unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert!(
+        t.store()
+            .search("tampered".into(), Some(s), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        t.store().search("go".into(), Some(s), 10).await.unwrap(),
+        go
+    );
+
+    let out = t.run(&["verify", "--repair", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["backup"], serde_json::Value::Null, "{report}");
+    assert_eq!(report["rebuilt"], serde_json::json!([]));
+    assert_eq!(backups(&t).len(), 1, "nothing to repair: no backup");
+}
+
+/// What the log cannot answer is not rebuilt: with a log that does not replay (an
+/// event delivering a message never appended), `verify --repair` leaves the log and
+/// that session's rows as they are, names the problem as not rebuilt, and exits 1;
+/// another session's edited row is rebuilt all the same.
+#[tokio::test]
+async fn verify_repair_names_what_the_log_cannot_rebuild_and_exits_1() {
+    let t = TestStore::new().await;
+    let damaged = sent(&t, 3).await;
+    let edited = sent(&t, 3).await;
+    t.deliver_a_stranger(damaged);
+    t.raw()
+        .execute(
+            "UPDATE messages SET display_text = 'edited later' WHERE session_id = ?1",
+            [edited.to_string()],
+        )
+        .unwrap();
+    t.raw()
+        .execute(
+            "UPDATE messages SET display_text = 'edited too' WHERE session_id = ?1",
+            [damaged.to_string()],
+        )
+        .unwrap();
+    let out = t.run(&["verify", "--repair"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let said = stdout(&out);
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("not rebuilt:") && l.contains("never appended")),
+        "{said}"
+    );
+    let rebuilt: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("rebuilt: session"))
+        .collect();
+    assert_eq!(
+        rebuilt,
+        [format!("rebuilt: session {edited}, from its event log")],
+        "{said}"
+    );
+    assert_eq!(backups(&t).len(), 1);
+    let out = restore_of(&t, edited, "acp-updates", None);
+    assert!(!stdout(&out).contains("edited later"), "{}", stdout(&out));
+}
+
+/// A database newer than the binary is refused by the repair with exit 3, and left
+/// as it was, with no backup.
+#[tokio::test]
+async fn verify_repair_refuses_a_newer_database_with_exit_3() {
+    let t = TestStore::new().await;
+    sent(&t, 1).await;
+    t.raw()
+        .execute(
+            "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
+             VALUES (99, 'from_the_future', '2030-01-01T00:00:00Z', '1')",
+            [],
+        )
+        .unwrap();
+    let out = t.run(&["verify", "--repair"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(backups(&t).is_empty());
 }

@@ -450,44 +450,26 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: TestStore) {
         "{said}"
     );
 
-    // Restore checks each item row against the log, which is the record: the edited
-    // tool call is refused, naming it, and reaches no model, in any format.
-    let err = store.collect_restore(s).await.unwrap_err();
-    assert!(
-        matches!(&err, Error::LogMismatch { problems, .. }
-            if problems.iter().any(|p| p.kind() == ProblemKind::ChangedRow
-                && p.detail().contains("tool_call item"))),
-        "{err:?}"
-    );
-    for format in ["acp", "acp-updates", "openai", "openai-responses"] {
-        let out = b.run(&["restore", "--session", &s.to_string(), "--format", format]);
-        assert_eq!(out.status.code(), Some(1), "{format}");
-        assert!(out.stdout.is_empty(), "{format}: {}", stdout(&out));
-        let said = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            said.contains("differs from its event log") && said.lines().count() == 1,
-            "{format}: {said}"
-        );
-    }
-    // With the tool call put back, the restore goes through, and a message is handed
-    // on as its event holds it: the edited row reaches no model either.
-    b.raw_execute(
-        "UPDATE items SET body = replace(body, '\"failed\"', '\"completed\"') \
-         WHERE kind = 'tool_call'",
-    )
-    .unwrap();
+    // Restore reads the rows forward and trusts them (the comparison is `verify`'s,
+    // above): the edited message and tool call are printed as their rows hold them.
     let restored = store.collect_restore(s).await.unwrap();
     let blocks = serde_json::to_string(&restored.messages[0].blocks).unwrap();
-    assert!(blocks.contains("as typed") && !blocks.contains("edited later"));
-    let out = b.run(&["restore", "--session", &s.to_string(), "--format", "acp"]);
-    assert!(out.status.success(), "{}", stdout(&out));
-    let said = stdout(&out);
-    assert!(
-        said.contains("as typed") && !said.contains("edited later"),
-        "{said}"
-    );
+    assert!(blocks.contains("edited later") && !blocks.contains("as typed"));
+    for format in ["acp", "acp-updates", "openai", "openai-responses"] {
+        let out = b.run(&["restore", "--session", &s.to_string(), "--format", format]);
+        assert!(out.status.success(), "{format}: {}", stdout(&out));
+        assert!(stdout(&out).contains("edited later"), "{format}");
+    }
+    let out = b.run(&[
+        "restore",
+        "--session",
+        &s.to_string(),
+        "--format",
+        "acp-updates",
+    ]);
+    assert!(stdout(&out).contains("\"failed\""), "{}", stdout(&out));
 
-    // A log that does not replay is refused, before any output.
+    // A log that does not replay is `verify`'s to name; a restore still reads the rows.
     b.raw_execute(&format!(
         "INSERT INTO events (session_id, session_seq, kind, payload, created_at) \
          SELECT session_id, max(session_seq) + 1, 'message_delivered', \
@@ -496,17 +478,18 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: TestStore) {
         sessionstore::ids::MessageId::new()
     ))
     .unwrap();
-    let err = store.collect_restore(s).await.unwrap_err();
+    let report = store.verify().await.unwrap();
     assert!(
-        matches!(&err, Error::LogMismatch { problems, .. }
-            if problems.iter().any(|p| p.kind() == ProblemKind::Delivery
+        report
+            .problems
+            .iter()
+            .any(|p| p.kind() == ProblemKind::Delivery
                 && p.session() == Some(s)
-                && p.to_string().contains("which was never appended"))),
-        "{err:?}"
+                && p.to_string().contains("which was never appended")),
+        "{:?}",
+        report.problems
     );
-    let out = b.run(&["restore", "--session", &s.to_string()]);
-    assert!(!out.status.success());
-    assert!(out.stdout.is_empty(), "a refused restore prints nothing");
+    assert!(store.collect_restore(s).await.is_ok());
 }
 
 async fn dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_roots(b: TestStore) {
