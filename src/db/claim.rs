@@ -114,6 +114,67 @@ pub(crate) fn claim(path: &Path, session: SessionId) -> Result<SqliteClaim> {
     })
 }
 
+/// Whether `session` is claimed on the database at `path`, by this process or another,
+/// found without taking the claim (`F_OFD_GETLK`), through the descriptor claims lock
+/// through (opened and kept as `claim` does, since no descriptor of the database may
+/// be closed).
+pub(crate) fn is_claimed(path: &Path, session: SessionId) -> Result<bool> {
+    let io = |cause: std::io::Error| Error::DatabaseIo {
+        path: path.to_owned(),
+        cause,
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    let key = (meta.dev(), meta.ino());
+    let byte = byte_of(session);
+    let mut registry = registry();
+    if let Some(claimed) = registry.get(&key) {
+        if claimed.held.contains_key(&byte) {
+            return Ok(true);
+        }
+        return held_elsewhere(&claimed.file, byte).map_err(io);
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io)?;
+    let opened = file.metadata().map_err(io)?;
+    let key = (opened.dev(), opened.ino());
+    match registry.entry(key) {
+        // Replaced by a file already claimed through: this descriptor must not be
+        // closed either (see the header).
+        std::collections::hash_map::Entry::Occupied(_) => std::mem::forget(file),
+        std::collections::hash_map::Entry::Vacant(place) => {
+            place.insert(Claimed {
+                file,
+                held: HashMap::new(),
+            });
+        }
+    }
+    let claimed = registry.get(&key).expect("inserted above");
+    if claimed.held.contains_key(&byte) {
+        return Ok(true);
+    }
+    held_elsewhere(&claimed.file, byte).map_err(io)
+}
+
+/// `F_OFD_GETLK` of one byte: whether another open file description holds it.
+fn held_elsewhere(file: &File, byte: i64) -> std::io::Result<bool> {
+    // SAFETY: `flock` is plain data; all-zero is a valid value, filled in below.
+    let mut range: libc::flock = unsafe { std::mem::zeroed() };
+    range.l_type = libc::F_WRLCK as libc::c_short;
+    range.l_whence = libc::SEEK_SET as libc::c_short;
+    range.l_start = byte;
+    range.l_len = 1;
+    // SAFETY: the descriptor is open for as long as `file` lives, and `range` is a
+    // valid `flock` the call may write to.
+    let done = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut range) };
+    if done == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(range.l_type != libc::F_UNLCK as libc::c_short)
+}
+
 impl Drop for SqliteClaim {
     fn drop(&mut self) {
         let mut registry = registry();

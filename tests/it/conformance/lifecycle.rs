@@ -170,7 +170,8 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: TestStore) {
             "createdAt",
             "updatedAt",
             "messages",
-            "attachmentBytes"
+            "attachmentBytes",
+            "archived"
         ])
     );
     assert_eq!(top["id"], sid.as_str());
