@@ -1057,4 +1057,40 @@ mod tests {
             "sqlite: row 3 missing from index x"
         );
     }
+
+    #[test]
+    fn an_explicit_title_stays_until_the_next_explicit_one() {
+        use TitleSource::{Agent, Explicit, Message};
+        // (incoming, in force, whether a title is there) -> replaces
+        for (incoming, current, has_title, replaces) in [
+            (Explicit, Some(Explicit), true, true),
+            (Explicit, Some(Agent), true, true),
+            (Explicit, None, true, true),
+            (Agent, None, false, true),
+            (Agent, Some(Message), true, true),
+            (Agent, Some(Agent), true, true),
+            (Agent, Some(Explicit), true, false),
+            // A title written before V16 has no source and counts as explicit.
+            (Agent, None, true, false),
+            (Message, None, false, true),
+            (Message, Some(Explicit), true, false),
+        ] {
+            assert_eq!(
+                incoming.replaces(current, has_title),
+                replaces,
+                "{incoming} over {current:?} ({has_title})"
+            );
+        }
+        let event = EventPayload::SessionRenamed {
+            title: "t".into(),
+            source: None,
+        };
+        let old: EventPayload = serde_json::from_str(r#"{"kind":"session_renamed","title":"t"}"#)
+            .expect("an event written before V16 reads");
+        assert_eq!(old, event);
+        assert_eq!(
+            serde_json::to_string(&EventPayload::SessionArchived {}).unwrap(),
+            r#"{"kind":"session_archived"}"#
+        );
+    }
 }
