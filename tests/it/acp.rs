@@ -1105,31 +1105,14 @@ async fn acp_and_the_proxy_answer_the_session_methods_alike() {
         .expect("another session");
     drop(store);
 
-    let agent = env!("CARGO_BIN_EXE_sessionstore-test-agent");
     let open = serde_json::json!({"sessionId": session.id.to_string(), "cwd": dir,
         "mcpServers": []});
     let mut tail = open.clone();
     tail["_meta"] = serde_json::json!({"replayFrom": {"type": "_tail", "count": 2}});
     let mut seen = Vec::new();
     // `acp` first: the proxy's load binds the session to its agent, a write.
-    for behind in [None, Some(agent)] {
-        let log = dir.join(format!("stderr-{}.log", uuid_ish()));
-        let mut bin = Bin::new(&dir);
-        bin.current_dir(&dir)
-            .arg(if behind.is_some() { "proxy" } else { "acp" })
-            .arg("--db")
-            .arg(t.db_path())
-            .arg("--attachments-root")
-            .arg(t.configured())
-            .stderr(File::create(&log).expect("a log file"));
-        match behind {
-            Some(agent) => bin.arg("--").arg(agent),
-            None => bin.arg("--cwd").arg(&dir),
-        };
-        let mut process = AgentProcess {
-            child: bin.spawn(),
-            stderr: log,
-        };
+    for behind in [None, Some(&[][..])] {
+        let mut process = spawn_layer(&t, behind);
         let mut wire = Wire::over(&mut process.child);
         let (_, init) = wire.call(1, "initialize", serde_json::json!({"protocolVersion": 1}));
         let (none, list) = wire.call(2, "session/list", serde_json::json!({}));

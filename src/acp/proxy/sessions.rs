@@ -481,21 +481,13 @@ impl Proxy {
         };
         self.store.set_archived(vec![session], archived).await?;
         drop(claim);
-        if let Some(binding) = stored.agent
-            && Some(&binding.agent) == self.agent.name().as_ref()
-            && let Some(agent) = self.agent.current()
-            && agent.caps().archive
-        {
-            let method = if archived {
-                "session/archive"
-            } else {
-                "session/unarchive"
-            };
-            let _ = agent
-                .link
-                .request(method, json!({ "sessionId": binding.session }))
-                .await;
-        }
+        let method = if archived {
+            "session/archive"
+        } else {
+            "session/unarchive"
+        };
+        self.tell_agent(stored.agent, |c| c.archive, method, json!({}))
+            .await;
         Ok(Message::result(id, json!({})))
     }
 
@@ -514,19 +506,9 @@ impl Proxy {
         };
         let stored = self.store.session(session).await?;
         let title = self.store.rename_session(session, title.clone()).await?;
-        if let Some(binding) = stored.agent
-            && Some(&binding.agent) == self.agent.name().as_ref()
-            && let Some(agent) = self.agent.current()
-            && agent.caps().title
-        {
-            let _ = agent
-                .link
-                .request(
-                    "session/set_title",
-                    json!({ "sessionId": binding.session, "title": title }),
-                )
-                .await;
-        }
+        let params = json!({ "title": title });
+        self.tell_agent(stored.agent, |c| c.title, "session/set_title", params)
+            .await;
         Ok(Message::result(id, json!({ "title": title })))
     }
 
@@ -556,6 +538,27 @@ impl Proxy {
         let open = self.sessions.is_open(&session) || self.store.session_claimed(session).await?;
         let status = if open { "open" } else { "saved" };
         Ok(Message::result(id, json!({ "status": status })))
+    }
+
+    /// Tells the running agent of a change the store made to a session bound to it
+    /// (`binding`), with `params` and the agent's own session id, when the agent can
+    /// take `method` (`can` of its capabilities): so its own lists agree. Its answer
+    /// changes nothing here.
+    async fn tell_agent(
+        self: &Arc<Self>,
+        binding: Option<AgentBinding>,
+        can: impl Fn(&super::agent::Capabilities) -> bool,
+        method: &str,
+        mut params: Value,
+    ) {
+        if let Some(binding) = binding
+            && Some(&binding.agent) == self.agent.name().as_ref()
+            && let Some(agent) = self.agent.current()
+            && can(agent.caps())
+        {
+            params["sessionId"] = Value::String(binding.session);
+            let _ = agent.link.request(method, params).await;
+        }
     }
 
     /// Closes a session open on this connection, and its agent side where the agent
@@ -604,16 +607,9 @@ impl Proxy {
         };
         self.store.delete_sessions(vec![session]).await?;
         drop(claim);
-        if let Some(binding) = stored.and_then(|s| s.agent)
-            && Some(&binding.agent) == self.agent.name().as_ref()
-            && let Some(agent) = self.agent.current()
-            && agent.caps().delete
-        {
-            let _ = agent
-                .link
-                .request("session/delete", json!({ "sessionId": binding.session }))
-                .await;
-        }
+        let binding = stored.and_then(|s| s.agent);
+        self.tell_agent(binding, |c| c.delete, "session/delete", json!({}))
+            .await;
         Ok(Message::result(id, json!({})))
     }
 
