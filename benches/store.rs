@@ -717,6 +717,8 @@ fn main() {
     }
     if named("scale") && !test_mode {
         scale::scale(&mut report, &rt);
+    } else if named("archived") && !test_mode {
+        scale::list_archived(&mut report, &rt);
     }
     if wanted("append") {
         append(&mut c, &rt, &mut report);

@@ -64,6 +64,8 @@ pub enum Error {
     RoleCannotAttach { role: Role },
     #[error("a message needs text, a transcript or at least one attachment")]
     EmptyMessage,
+    #[error("a title needs a character other than white space")]
+    EmptyTitle,
     #[error("malformed attachment reference")]
     MalformedReference(#[from] UriError),
     /// The URI names a file of `uri.session()`, not of `session`.
@@ -339,6 +341,7 @@ impl Error {
             Error::TurnNotRunning { .. } => "turn_not_running",
             Error::RoleCannotAttach { .. } => "role_cannot_attach",
             Error::EmptyMessage => "empty_message",
+            Error::EmptyTitle => "empty_title",
             Error::MalformedReference(_) => "malformed_reference",
             Error::ForeignReference { .. } => "foreign_reference",
             Error::Attachment(e) => e.kind(),

@@ -66,6 +66,43 @@ text_enum!(
     Role, "role" { User => "user", Assistant => "assistant", System => "system" }
 );
 text_enum!(
+    /// Who gave a session's title. An `explicit` one (a client's `session/set_title`,
+    /// `session rename`, `session new --title`) stays until the next explicit one; one
+    /// from the `agent` (its `session_info_update`) or the first user `message` gives
+    /// way to any later title.
+    TitleSource, "title source" { Explicit => "explicit", Agent => "agent", Message => "message" }
+);
+
+impl TitleSource {
+    /// Whether a title from `self` replaces the title in force, which came from
+    /// `current` (`None`: no title, or one written before titles had a source, which
+    /// is kept as if explicit).
+    pub fn replaces(self, current: Option<TitleSource>, has_title: bool) -> bool {
+        match self {
+            TitleSource::Explicit => true,
+            TitleSource::Agent | TitleSource::Message => {
+                !has_title || matches!(current, Some(TitleSource::Agent | TitleSource::Message))
+            }
+        }
+    }
+}
+
+text_enum!(
+    /// Which sessions a listing takes by their archive state (ACP's
+    /// `SessionArchiveFilter`): those not archived (the default), both, or only the
+    /// archived ones.
+    ArchiveFilter, "archive filter" { Exclude => "exclude", Include => "include", Only => "only" }
+);
+
+// `text_enum!` takes no attribute on a variant, so no `#[default]` either.
+#[allow(clippy::derivable_impls)]
+impl Default for ArchiveFilter {
+    fn default() -> ArchiveFilter {
+        ArchiveFilter::Exclude
+    }
+}
+
+text_enum!(
     /// `queued` is a mid-turn message waiting for the next drain.
     Delivery, "delivery state" { Delivered => "delivered", Queued => "queued" }
 );
@@ -85,6 +122,12 @@ pub struct Session {
     /// The agent a proxy ran the session with, and the agent's own id for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentBinding>,
+    /// Who gave the title in force (`None`: no title, or one written before V16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title_source: Option<TitleSource>,
+    /// Left out of the default listing; kept whole.
+    #[serde(default)]
+    pub archived: bool,
 }
 
 /// What finds a session's agent side again: the agent's name (its program's file
@@ -135,6 +178,7 @@ pub struct SessionSummary {
     /// The working directory its client gave, for a session an ACP client opened.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    pub archived: bool,
 }
 
 /// A message's link to one attachment. There is no path here, by design: the path is
@@ -244,6 +288,13 @@ pub enum EventPayload {
         cwd: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         agent: Option<AgentBinding>,
+        /// Who gave `title`; absent in events written before V16.
+        #[serde(
+            rename = "titleSource",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
+        title_source: Option<TitleSource>,
     },
     /// The session's agent side is (now) this agent's session: a proxy started a new
     /// one for it.
@@ -268,9 +319,18 @@ pub enum EventPayload {
         #[serde(flatten)]
         setting: Setting,
     },
+    /// A title, from `source` (absent in events written before V16). One that does
+    /// not replace the title in force ([`TitleSource::replaces`]) is recorded and
+    /// changes nothing.
     SessionRenamed {
         title: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<TitleSource>,
     },
+    /// The session is archived: kept whole, left out of the default listing.
+    SessionArchived {},
+    /// The session is back in the default listing.
+    SessionUnarchived {},
     MessageAppended {
         #[serde(flatten)]
         message: AppendedMessage,
@@ -308,6 +368,8 @@ impl EventPayload {
         match self {
             EventPayload::SessionCreated { .. } => "session_created",
             EventPayload::SessionRenamed { .. } => "session_renamed",
+            EventPayload::SessionArchived { .. } => "session_archived",
+            EventPayload::SessionUnarchived { .. } => "session_unarchived",
             EventPayload::MessageAppended { .. } => "message_appended",
             EventPayload::MessageDelivered { .. } => "message_delivered",
             EventPayload::TurnRecorded { .. } => "turn_recorded",
@@ -914,6 +976,42 @@ mod tests {
         assert_eq!(
             Problem::new(ProblemKind::Integrity, "row 3 missing from index x").to_string(),
             "sqlite: row 3 missing from index x"
+        );
+    }
+
+    #[test]
+    fn an_explicit_title_stays_until_the_next_explicit_one() {
+        use TitleSource::{Agent, Explicit, Message};
+        // (incoming, in force, whether a title is there) -> replaces
+        for (incoming, current, has_title, replaces) in [
+            (Explicit, Some(Explicit), true, true),
+            (Explicit, Some(Agent), true, true),
+            (Explicit, None, true, true),
+            (Agent, None, false, true),
+            (Agent, Some(Message), true, true),
+            (Agent, Some(Agent), true, true),
+            (Agent, Some(Explicit), true, false),
+            // A title written before V16 has no source and counts as explicit.
+            (Agent, None, true, false),
+            (Message, None, false, true),
+            (Message, Some(Explicit), true, false),
+        ] {
+            assert_eq!(
+                incoming.replaces(current, has_title),
+                replaces,
+                "{incoming} over {current:?} ({has_title})"
+            );
+        }
+        let event = EventPayload::SessionRenamed {
+            title: "t".into(),
+            source: None,
+        };
+        let old: EventPayload = serde_json::from_str(r#"{"kind":"session_renamed","title":"t"}"#)
+            .expect("an event written before V16 reads");
+        assert_eq!(old, event);
+        assert_eq!(
+            serde_json::to_string(&EventPayload::SessionArchived {}).unwrap(),
+            r#"{"kind":"session_archived"}"#
         );
     }
 }

@@ -501,12 +501,14 @@ impl Replayer {
             // Into the buffer it already has: one allocation per session, not per event.
             s.updated_at.clone_from(&event.created_at);
         }
+        let payload_kind = payload.kind();
         match payload {
             EventPayload::SessionCreated {
                 title,
                 tools_host,
                 cwd,
                 agent,
+                title_source,
                 ..
             } => {
                 if session.is_some() {
@@ -527,10 +529,23 @@ impl Replayer {
                     updated_at: event.created_at.clone(),
                     cwd,
                     agent,
+                    title_source,
+                    archived: false,
                 });
             }
-            EventPayload::SessionRenamed { title } => match session.as_mut() {
-                Some(s) => s.title = Some(title),
+            EventPayload::SessionRenamed { title, source } => match session.as_mut() {
+                // A title with no source was written before V16 and always took.
+                Some(s) => match source {
+                    None => {
+                        s.title = Some(title);
+                        s.title_source = None;
+                    }
+                    Some(source) if source.replaces(s.title_source, s.title.is_some()) => {
+                        s.title = Some(title);
+                        s.title_source = Some(source);
+                    }
+                    Some(_) => {}
+                },
                 None => problems.push(
                     Problem::new(
                         ProblemKind::SessionCreation,
@@ -543,6 +558,23 @@ impl Replayer {
                     .with_event(event.seq),
                 ),
             },
+            EventPayload::SessionArchived {} | EventPayload::SessionUnarchived {} => {
+                let archived = matches!(payload_kind, "session_archived");
+                match session.as_mut() {
+                    Some(s) => s.archived = archived,
+                    None => problems.push(
+                        Problem::new(
+                            ProblemKind::SessionCreation,
+                            format!(
+                                "event {} archives or unarchives session {session_id} before it was created",
+                                event.seq
+                            ),
+                        )
+                        .with_session(session_id)
+                        .with_event(event.seq),
+                    ),
+                }
+            }
             EventPayload::MessageAppended { message } => {
                 if session.is_none() {
                     problems.push(
@@ -1071,6 +1103,12 @@ pub fn session_problem(session: &Session, want: &Session) -> Option<Problem> {
     let mut fields = Vec::new();
     if session.title != want.title {
         fields.push("title");
+    }
+    if session.title_source != want.title_source {
+        fields.push("title source");
+    }
+    if session.archived != want.archived {
+        fields.push("archived");
     }
     if session.tools_host != want.tools_host {
         fields.push("tools host");

@@ -8,6 +8,11 @@
 //!   against the same call on 100 sessions, the sessions written by hand in one
 //!   transaction as the `list` group writes them (each with its `session_created`
 //!   event, every tenth with a message);
+//! - the first page of 50 of 100,000 sessions with every other one archived, listed
+//!   with `exclude` (the default) and with `only`
+//!   (`Store::list_sessions_in(50, None, None, Some(filter))`), against the first page
+//!   of 50 of 100 sessions none of which is archived (issue 47: an index serves the
+//!   filter and the order); also alone as `cargo bench --bench store -- archived`;
 //! - `Store::search` for a word found in exactly 100 recorded items, in a session of
 //!   `SESSIONSTORE_SCALE_ITEMS` items (default 1,000,000 separate agent messages of
 //!   about 80 bytes, a user message every 1,000: `longhist`'s shape, recorded through
@@ -175,7 +180,52 @@ fn segments(dir: &Path) -> i64 {
 
 pub fn scale(report: &mut Report, rt: &Runtime) {
     list(report, rt);
+    list_archived(report, rt);
     search(report, rt);
+}
+
+/// The first page of each archive filter of 100,000 sessions, half of them archived
+/// (set by hand, as `write_sessions` writes the rest, without their events), against
+/// the first page of 100 sessions.
+pub fn list_archived(report: &mut Report, rt: &Runtime) {
+    use sessionstore::model::ArchiveFilter;
+    let (large_dir, small_dir) = (
+        tempfile::tempdir().expect("a temp dir"),
+        tempfile::tempdir().expect("a temp dir"),
+    );
+    let large = sessions_store(rt, large_dir.path(), 100_000);
+    raw_connection(&large_dir.path().join("sessions.db"))
+        .execute("UPDATE sessions SET archived = 1 WHERE rowid % 2 = 0", [])
+        .expect("archive every other session");
+    let small = sessions_store(rt, small_dir.path(), 100);
+    let page = |store: &Store, filter: ArchiveFilter| {
+        let store = store.clone();
+        move || {
+            let page = rt
+                .block_on(store.list_sessions_in(50, None, None, Some(filter)))
+                .expect("a page");
+            assert_eq!(page.sessions.len(), 50);
+            assert!(
+                page.sessions
+                    .iter()
+                    .all(|s| s.archived == (filter == ArchiveFilter::Only))
+            );
+            std::hint::black_box(page);
+        }
+    };
+    for (filter, what) in [
+        (ArchiveFilter::Exclude, "archived exclude"),
+        (ArchiveFilter::Only, "archived only"),
+    ] {
+        let times = alternated(page(&small, ArchiveFilter::Exclude), page(&large, filter));
+        compared(
+            report,
+            &format!("list_sessions_in(50, {what})"),
+            "of 100,000 sessions, 50,000 archived",
+            "of 100",
+            times,
+        );
+    }
 }
 
 fn list(report: &mut Report, rt: &Runtime) {

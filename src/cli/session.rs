@@ -1,4 +1,4 @@
-//! `session new|list|show|rename|fork|delete`: argument types and printing. Human output shows
+//! `session new|list|show|rename|archive|unarchive|fork|delete`: argument types and printing. Human output shows
 //! stored text escaped, one line a row, long text cut with a marker; `--json` prints
 //! it whole. Never changes a session except through `Store`.
 
@@ -7,7 +7,7 @@ use clap::Subcommand;
 
 use sessionstore::attachments::human_size;
 use sessionstore::lifecycle::{CursorError, DEFAULT_PAGE, MAX_PAGE, SessionCursor, SessionPage};
-use sessionstore::model::{Session, ToolsHost};
+use sessionstore::model::{ArchiveFilter, Session, ToolsHost};
 use sessionstore::{Config, Error, SessionId, Store};
 
 use super::output::{TEXT_CHARS, TITLE_CHARS, cell, emit, print_json};
@@ -32,8 +32,13 @@ pub enum SessionCommand {
               value_parser = clap::value_parser!(u64).range(1..=MAX_PAGE as u64))]
         limit: u64,
         /// Where the page starts: a nextCursor value exactly as a previous page printed it
+        /// (it carries the archive filter of its listing)
         #[arg(long, value_name = "C", value_parser = parse_cursor)]
         cursor: Option<SessionCursor>,
+        /// Which sessions by archive state: those not archived (the default), both, or
+        /// only the archived ones
+        #[arg(long, value_name = "WHICH", value_parser = parse_archive_filter())]
+        archived: Option<ArchiveFilter>,
     },
     /// Show a session and its messages, one a line
     Show {
@@ -63,6 +68,20 @@ pub enum SessionCommand {
         #[arg(value_name = "TITLE")]
         title: String,
     },
+    /// Archive sessions: kept whole (load, restore, search and usage still reach them),
+    /// left out of the default listing; all or nothing, and a session open in a
+    /// proxy is refused
+    Archive {
+        /// The sessions' ids
+        #[arg(required = true, value_name = "ID", value_parser = parse_session)]
+        ids: Vec<SessionId>,
+    },
+    /// Bring archived sessions back into the default listing; all or nothing
+    Unarchive {
+        /// The sessions' ids
+        #[arg(required = true, value_name = "ID", value_parser = parse_session)]
+        ids: Vec<SessionId>,
+    },
     /// Delete sessions: their rows and events (leaving a tombstone) and their folder
     /// under the configured root; files in legacy roots are reported and left
     Delete {
@@ -79,6 +98,13 @@ fn parse_cursor(text: &str) -> Result<SessionCursor, String> {
     text.parse().map_err(|e: CursorError| e.to_string())
 }
 
+/// `exclude`, `include` or `only`, listed in help and parsed by the library's names.
+fn parse_archive_filter() -> impl clap::builder::TypedValueParser<Value = ArchiveFilter> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["exclude", "include", "only"])
+        .try_map(|s| s.parse::<ArchiveFilter>())
+}
+
 /// `local`, `ssh` or `managed`, listed in help and parsed by the library's own names.
 fn parse_tools_host() -> impl clap::builder::TypedValueParser<Value = ToolsHost> {
     use clap::builder::TypedValueParser;
@@ -89,7 +115,13 @@ fn parse_tools_host() -> impl clap::builder::TypedValueParser<Value = ToolsHost>
 pub async fn run(config: Config, json: bool, command: SessionCommand) -> Result<()> {
     match command {
         SessionCommand::New { title, tools_host } => new(config, json, title, tools_host).await,
-        SessionCommand::List { limit, cursor } => list(config, json, limit as usize, cursor).await,
+        SessionCommand::List {
+            limit,
+            cursor,
+            archived,
+        } => list(config, json, limit as usize, cursor, archived).await,
+        SessionCommand::Archive { ids } => archive(config, json, ids, true).await,
+        SessionCommand::Unarchive { ids } => archive(config, json, ids, false).await,
         SessionCommand::Show { id } => show(config, json, id).await,
         SessionCommand::Rename { id, title } => rename(config, json, id, title).await,
         SessionCommand::Fork { id, at, title } => {
@@ -129,10 +161,15 @@ async fn list(
     json: bool,
     limit: usize,
     cursor: Option<SessionCursor>,
+    archived: Option<ArchiveFilter>,
 ) -> Result<()> {
     // Listing never creates a database: with none yet, there is nothing to list.
     let page = match Store::open_read_only(config).await {
-        Ok(store) => store.list_sessions_page(limit, cursor).await?,
+        Ok(store) => {
+            store
+                .list_sessions_in(limit, cursor, None, archived)
+                .await?
+        }
         Err(Error::NoDatabase(_)) => SessionPage {
             sessions: vec![],
             next_cursor: None,
@@ -150,8 +187,9 @@ async fn list(
                 Some(t) => cell(t, TITLE_CHARS),
                 None => "(untitled)".to_owned(),
             };
+            let archived = if s.archived { "  (archived)" } else { "" };
             format!(
-                "{}  {}  {}  {}  {}  {title}",
+                "{}  {}  {}  {}  {}  {title}{archived}",
                 s.id,
                 s.updated_at,
                 s.tools_host,
@@ -188,6 +226,9 @@ async fn show(config: Config, json: bool, id: SessionId) -> Result<()> {
         session.tools_host,
         title(&session)
     );
+    if session.archived {
+        text.push_str("\n  archived");
+    }
     if let Some(cwd) = &session.cwd {
         text.push_str(&format!("\n  working directory {}", cell(cwd, TEXT_CHARS)));
     }
@@ -231,6 +272,48 @@ async fn show(config: Config, json: bool, id: SessionId) -> Result<()> {
         }
     }
     emit(&text)
+}
+
+/// `session archive` and `session unarchive`: all or nothing. Archiving claims each
+/// session first, as a proxy opening it would, so a session open in a proxy is
+/// refused before anything changes.
+async fn archive(config: Config, json: bool, ids: Vec<SessionId>, archived: bool) -> Result<()> {
+    let store = Store::open_existing(config).await?;
+    let mut claims = Vec::new();
+    if archived {
+        for id in &ids {
+            if !claims
+                .iter()
+                .any(|c: &sessionstore::SessionClaim| c.session() == *id)
+            {
+                claims.push(store.claim_session(*id).await?);
+            }
+        }
+    }
+    let changed = store.set_archived(ids.clone(), archived).await?;
+    drop(claims);
+    if json {
+        let rows: Vec<_> = ids
+            .iter()
+            .zip(&changed)
+            .map(|(id, changed)| {
+                serde_json::json!({ "id": id, "archived": archived, "changed": changed })
+            })
+            .collect();
+        return print_json(&serde_json::json!({ "sessions": rows }));
+    }
+    let lines: Vec<String> = ids
+        .iter()
+        .zip(&changed)
+        .map(|(id, changed)| {
+            let what = if archived { "archived" } else { "unarchived" };
+            match changed {
+                true => format!("{what} {id}"),
+                false => format!("{id} was already {what}"),
+            }
+        })
+        .collect();
+    emit(&lines.join("\n"))
 }
 
 async fn rename(config: Config, json: bool, id: SessionId, title: String) -> Result<()> {

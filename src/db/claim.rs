@@ -64,38 +64,50 @@ fn byte_of(session: SessionId) -> i64 {
     BASE + (low % SPAN) as i64
 }
 
+/// The registry's key of the database at `path`, with the descriptor claims lock
+/// through opened and registered if it was not (and then never closed).
+fn descriptor(registry: &mut HashMap<(u64, u64), Claimed>, path: &Path) -> Result<(u64, u64)> {
+    let io = |cause: std::io::Error| Error::DatabaseIo {
+        path: path.to_owned(),
+        cause,
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    let key = (meta.dev(), meta.ino());
+    if registry.contains_key(&key) {
+        return Ok(key);
+    }
+    // A write lock needs a descriptor open for writing; nothing is written.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io)?;
+    let opened = file.metadata().map_err(io)?;
+    let key = (opened.dev(), opened.ino());
+    match registry.entry(key) {
+        // The path was replaced by a file already claimed through between the two
+        // looks. This descriptor must not be closed either (see the header).
+        std::collections::hash_map::Entry::Occupied(_) => std::mem::forget(file),
+        std::collections::hash_map::Entry::Vacant(place) => {
+            place.insert(Claimed {
+                file,
+                held: HashMap::new(),
+            });
+        }
+    }
+    Ok(key)
+}
+
 /// Claims `session` on the database at `path`, which the caller opened for writing.
 pub(crate) fn claim(path: &Path, session: SessionId) -> Result<SqliteClaim> {
     let io = |cause: std::io::Error| Error::DatabaseIo {
         path: path.to_owned(),
         cause,
     };
-    let meta = std::fs::metadata(path).map_err(io)?;
-    let mut key = (meta.dev(), meta.ino());
     let byte = byte_of(session);
     let mut registry = registry();
-    if !registry.contains_key(&key) {
-        // A write lock needs a descriptor open for writing; nothing is written.
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(io)?;
-        let opened = file.metadata().map_err(io)?;
-        key = (opened.dev(), opened.ino());
-        match registry.entry(key) {
-            // The path was replaced by a file already claimed through between the two
-            // looks. This descriptor must not be closed either (see the header).
-            std::collections::hash_map::Entry::Occupied(_) => std::mem::forget(file),
-            std::collections::hash_map::Entry::Vacant(place) => {
-                place.insert(Claimed {
-                    file,
-                    held: HashMap::new(),
-                });
-            }
-        }
-    }
-    let claimed = registry.get_mut(&key).expect("inserted above");
+    let key = descriptor(&mut registry, path)?;
+    let claimed = registry.get_mut(&key).expect("registered by `descriptor`");
     if claimed.held.contains_key(&byte) {
         return Err(Error::SessionOpenElsewhere { session });
     }
@@ -112,6 +124,41 @@ pub(crate) fn claim(path: &Path, session: SessionId) -> Result<SqliteClaim> {
         byte,
         path: path.to_owned(),
     })
+}
+
+/// Whether `session` is claimed on the database at `path`, by this process or another,
+/// found without taking the claim (`F_OFD_GETLK`), through the descriptor claims lock
+/// through (opened and kept as `claim` does, since no descriptor of the database may
+/// be closed).
+pub(crate) fn is_claimed(path: &Path, session: SessionId) -> Result<bool> {
+    let byte = byte_of(session);
+    let mut registry = registry();
+    let key = descriptor(&mut registry, path)?;
+    let claimed = registry.get(&key).expect("registered by `descriptor`");
+    if claimed.held.contains_key(&byte) {
+        return Ok(true);
+    }
+    held_elsewhere(&claimed.file, byte).map_err(|cause| Error::DatabaseIo {
+        path: path.to_owned(),
+        cause,
+    })
+}
+
+/// `F_OFD_GETLK` of one byte: whether another open file description holds it.
+fn held_elsewhere(file: &File, byte: i64) -> std::io::Result<bool> {
+    // SAFETY: `flock` is plain data; all-zero is a valid value, filled in below.
+    let mut range: libc::flock = unsafe { std::mem::zeroed() };
+    range.l_type = libc::F_WRLCK as libc::c_short;
+    range.l_whence = libc::SEEK_SET as libc::c_short;
+    range.l_start = byte;
+    range.l_len = 1;
+    // SAFETY: the descriptor is open for as long as `file` lives, and `range` is a
+    // valid `flock` the call may write to.
+    let done = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut range) };
+    if done == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(range.l_type != libc::F_UNLCK as libc::c_short)
 }
 
 impl Drop for SqliteClaim {

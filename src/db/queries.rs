@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::ids::{EventSeq, MessageId, SessionId};
 use crate::model::{
     AgentBinding, AppendedMessage, Delivery, Event, EventPayload, Message, MessageBlock,
-    NewSession, Reference, Session, ToolsHost,
+    NewSession, Reference, Session, TitleSource, ToolsHost,
 };
 use crate::projection::Uris;
 
@@ -29,11 +29,16 @@ fn session_from_row(row: &Row<'_>) -> Result<Session, DbError> {
         agent: agent
             .zip(agent_session)
             .map(|(agent, session)| AgentBinding { agent, session }),
+        title_source: row
+            .get::<Option<String>>(8)?
+            .map(|s| s.parse().map_err(|e| DbError::column(8, e)))
+            .transpose()?,
+        archived: row.get(9)?,
     })
 }
 
-const SESSION_COLUMNS: &str =
-    "id, title, tools_host, created_at, updated_at, cwd, agent, agent_session";
+const SESSION_COLUMNS: &str = "id, title, tools_host, created_at, updated_at, cwd, agent, \
+     agent_session, title_source, archived";
 
 pub fn insert_session(
     conn: &Tx<'_>,
@@ -62,10 +67,13 @@ pub fn insert_session_as(
         Some(b) => (Some(b.agent.as_str()), Some(b.session.as_str())),
         None => (None, None),
     };
+    // A title given at creation is the caller's own: explicit.
+    let title_source = new.title.as_ref().map(|_| TitleSource::Explicit);
     conn.execute(
         "INSERT INTO sessions
-           (id, title, tools_host, created_at, updated_at, cwd, agent, agent_session)
-         VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7)",
+           (id, title, tools_host, created_at, updated_at, cwd, agent, agent_session,
+            title_source)
+         VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8)",
         args![
             id.to_string(),
             new.title.as_deref(),
@@ -73,7 +81,8 @@ pub fn insert_session_as(
             at,
             new.cwd.as_deref(),
             agent,
-            agent_session
+            agent_session,
+            title_source.map(TitleSource::as_str)
         ],
     )
     .map_err(sql("insert a session"))?;
@@ -83,6 +92,7 @@ pub fn insert_session_as(
         forked_from,
         cwd: new.cwd.clone(),
         agent: new.agent.clone(),
+        title_source,
     };
     append_event(conn, &id, &payload, &at)?;
     get_session(conn, &id)
@@ -106,21 +116,55 @@ pub fn bind_agent(conn: &Tx<'_>, id: &SessionId, binding: &AgentBinding) -> Resu
     Ok(())
 }
 
-pub fn rename_session(conn: &Tx<'_>, id: &SessionId, title: &str) -> Result<()> {
-    let changed = conn
-        .execute(
-            "UPDATE sessions SET title = ?2 WHERE id = ?1",
-            args![id.to_string(), title],
+/// Records a title from `source`, and makes it the title in force when it replaces
+/// the one there ([`TitleSource::replaces`]); the title in force is returned.
+pub fn rename_session(
+    conn: &Tx<'_>,
+    id: &SessionId,
+    title: &str,
+    source: TitleSource,
+) -> Result<String> {
+    let current = get_session(conn, id)?;
+    let replaces = source.replaces(current.title_source, current.title.is_some());
+    if replaces {
+        conn.execute(
+            "UPDATE sessions SET title = ?2, title_source = ?3 WHERE id = ?1",
+            args![id.to_string(), title, source.as_str()],
         )
         .map_err(sql("rename a session"))?;
-    if changed == 0 {
-        return Err(Error::SessionNotFound(*id));
     }
     let payload = EventPayload::SessionRenamed {
         title: title.to_owned(),
+        source: Some(source),
     };
     append_event(conn, id, &payload, &now())?;
-    Ok(())
+    Ok(match replaces {
+        true => title.to_owned(),
+        false => current.title.unwrap_or_default(),
+    })
+}
+
+/// Archives (`archived`) or brings back a session, with its event; a session already
+/// in that state is left as it is and no event is written. Whether it changed is
+/// returned.
+pub fn set_archived(conn: &Tx<'_>, id: &SessionId, archived: bool) -> Result<bool> {
+    let current = get_session(conn, id)?;
+    if current.archived == archived {
+        return Ok(false);
+    }
+    // Literals, not a parameter: PostgreSQL's column is a SMALLINT.
+    let statement = match archived {
+        true => "UPDATE sessions SET archived = 1 WHERE id = ?1",
+        false => "UPDATE sessions SET archived = 0 WHERE id = ?1",
+    };
+    conn.execute(statement, args![id.to_string()])
+        .map_err(sql("archive a session"))?;
+    let payload = match archived {
+        true => EventPayload::SessionArchived {},
+        false => EventPayload::SessionUnarchived {},
+    };
+    append_event(conn, id, &payload, &now())?;
+    Ok(true)
 }
 
 pub fn get_session(conn: &Tx<'_>, id: &SessionId) -> Result<Session> {
@@ -256,7 +300,7 @@ pub fn insert_message_for(
         && message.role == crate::model::Role::User
         && let Some(title) = title_from(&message.display_text)
     {
-        rename_session(conn, session, &title)?;
+        rename_session(conn, session, &title, TitleSource::Message)?;
     }
     Ok(written)
 }

@@ -123,7 +123,7 @@ fn write_rows(conn: &Tx<'_>, p: &Projection) -> Result<()> {
     let id = s.id.to_string();
     conn.execute(
         "UPDATE sessions SET title = ?2, tools_host = ?3, created_at = ?4, updated_at = ?5,
-                cwd = ?6, agent = ?7, agent_session = ?8
+                cwd = ?6, agent = ?7, agent_session = ?8, title_source = ?9, archived = ?10
          WHERE id = ?1",
         args![
             id,
@@ -133,7 +133,9 @@ fn write_rows(conn: &Tx<'_>, p: &Projection) -> Result<()> {
             s.updated_at,
             s.cwd,
             s.agent.as_ref().map(|a| a.agent.as_str()),
-            s.agent.as_ref().map(|a| a.session.as_str())
+            s.agent.as_ref().map(|a| a.session.as_str()),
+            s.title_source.map(crate::model::TitleSource::as_str),
+            i64::from(s.archived)
         ],
     )
     .map_err(sql("rebuild a session's rows"))?;

@@ -671,6 +671,7 @@ mod tests {
                 forked_from: None,
                 cwd: None,
                 agent: None,
+                title_source: None,
             };
             let payload = serde_json::to_string(&created).unwrap();
             tx.execute(

@@ -9,7 +9,7 @@ use super::error::sql;
 use super::sql::{DbError, Engine, Row, Tx, args};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
-use crate::model::{Problem, ProblemKind, SessionSummary};
+use crate::model::{ArchiveFilter, Problem, ProblemKind, SessionSummary};
 
 /// Columns of a summary: the session, its message count, and the bytes of the
 /// distinct attachments its messages refer to (by URI, each counted once).
@@ -20,7 +20,7 @@ const SUMMARY: &str = "
                (SELECT max(r.size) AS size FROM messages m
                   JOIN message_refs r ON r.message_id = m.id
                  WHERE m.session_id = s.id GROUP BY r.uri) AS distinct_files),
-           s.cwd
+           s.cwd, s.archived
       FROM sessions s";
 
 fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary, DbError> {
@@ -33,6 +33,7 @@ fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary, DbError> {
         messages: row.get(5)?,
         attachment_bytes: row.get(6)?,
         cwd: row.get(7)?,
+        archived: row.get(8)?,
     })
 }
 
@@ -45,15 +46,23 @@ pub struct CwdFilter<'a> {
 }
 
 /// Up to `limit` sessions in the order `updated_at DESC, id DESC`, after the one whose
-/// key (`updated_at`, id) is `after`.
+/// key (`updated_at`, id) is `after`, of the archive state `archived` asks for.
 /// The row-value comparison walks the `sessions_by_updated (updated_at, id)` index
-/// backwards from the cursor, so a page costs the same wherever it starts.
+/// (or, for one archive state, `sessions_by_archived (archived, updated_at, id)`,
+/// which the state as a literal lets the planner pick) backwards from the cursor, so
+/// a page costs the same wherever it starts.
 pub fn page(
     conn: &Tx<'_>,
     limit: usize,
     after: Option<(&str, &SessionId)>,
     cwd: Option<CwdFilter<'_>>,
+    archived: ArchiveFilter,
 ) -> Result<Vec<SessionSummary>> {
+    let state = match archived {
+        ArchiveFilter::Exclude => "s.archived = 0 AND",
+        ArchiveFilter::Only => "s.archived = 1 AND",
+        ArchiveFilter::Include => "",
+    };
     let limit = i64::try_from(limit).map_err(|_| Error::OutOfRange {
         what: "a page size",
     })?;
@@ -69,7 +78,7 @@ pub fn page(
     let rows = match after {
         None => conn.query_map(
             &format!(
-                "{SUMMARY} WHERE {}
+                "{SUMMARY} WHERE {state} {}
                  ORDER BY s.updated_at DESC, s.id DESC LIMIT ?1",
                 in_dir(2, 3)
             ),
@@ -78,7 +87,7 @@ pub fn page(
         ),
         Some((updated_at, id)) => conn.query_map(
             &format!(
-                "{SUMMARY} WHERE (s.updated_at, s.id) < (?2, ?3) AND {}
+                "{SUMMARY} WHERE {state} (s.updated_at, s.id) < (?2, ?3) AND {}
                  ORDER BY s.updated_at DESC, s.id DESC LIMIT ?1",
                 in_dir(4, 5)
             ),

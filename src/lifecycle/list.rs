@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::ids::SessionId;
-use crate::model::SessionSummary;
+use crate::model::{ArchiveFilter, SessionSummary};
 use crate::store::Store;
 
 /// How many sessions a page holds when the caller does not say.
@@ -27,12 +27,15 @@ pub struct SessionPage {
 /// Where the next page starts: just after the session with this key in the order
 /// `updated_at DESC, id DESC`. Keyed on values rather than on a position, so a session
 /// added (or updated, which moves it to the front) between two pages neither shifts
-/// the later pages nor shows twice. Printed as URL-safe base64 of `updated_at|id`;
-/// callers treat it as opaque.
+/// the later pages nor shows twice. It carries the listing's archive filter, so the
+/// next page lists what the first did. Printed as URL-safe base64 of `updated_at|id`
+/// (the default filter, `exclude`, as cursors were before there was one) or
+/// `updated_at|id|filter`; callers treat it as opaque.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionCursor {
     pub(crate) updated_at: String,
     pub(crate) id: SessionId,
+    pub(crate) archived: ArchiveFilter,
 }
 
 /// A cursor that this store did not print.
@@ -43,17 +46,26 @@ pub struct CursorError {
 }
 
 impl SessionCursor {
-    pub(crate) fn after(summary: &SessionSummary) -> SessionCursor {
+    pub(crate) fn after(summary: &SessionSummary, archived: ArchiveFilter) -> SessionCursor {
         SessionCursor {
             updated_at: summary.updated_at.clone(),
             id: summary.id,
+            archived,
         }
+    }
+
+    /// The archive filter of the listing this cursor continues.
+    pub fn archived(&self) -> ArchiveFilter {
+        self.archived
     }
 }
 
 impl std::fmt::Display for SessionCursor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let raw = format!("{}|{}", self.updated_at, self.id);
+        let raw = match self.archived {
+            ArchiveFilter::Exclude => format!("{}|{}", self.updated_at, self.id),
+            other => format!("{}|{}|{other}", self.updated_at, self.id),
+        };
         f.write_str(&URL_SAFE_NO_PAD.encode(raw))
     }
 }
@@ -67,14 +79,23 @@ impl std::str::FromStr for SessionCursor {
         };
         let bytes = URL_SAFE_NO_PAD.decode(s).map_err(|_| err())?;
         let raw = String::from_utf8(bytes).map_err(|_| err())?;
-        // The id has no `|`, so the last one separates it from the timestamp.
-        let (updated_at, id) = raw.rsplit_once('|').ok_or_else(err)?;
+        // Neither the id nor the filter has a `|`, so the last one or two separate
+        // them from the timestamp; a filter's name is no id.
+        let (rest, last) = raw.rsplit_once('|').ok_or_else(err)?;
+        let (updated_at, id, archived) = match last.parse::<ArchiveFilter>() {
+            Ok(archived) => {
+                let (updated_at, id) = rest.rsplit_once('|').ok_or_else(err)?;
+                (updated_at, id, archived)
+            }
+            Err(_) => (rest, last, ArchiveFilter::Exclude),
+        };
         if updated_at.is_empty() {
             return Err(err());
         }
         Ok(SessionCursor {
             updated_at: updated_at.to_owned(),
             id: id.parse().map_err(|_| err())?,
+            archived,
         })
     }
 }
@@ -91,26 +112,32 @@ impl Serialize for SessionCursor {
 /// Lifecycle: listing sessions a page at a time.
 impl Store {
     /// One page of at most `limit` sessions (clamped to 1..=[`MAX_PAGE`]), most recently
-    /// updated first, starting after `cursor` (from the start when `None`). Recorded
-    /// turns and every other event move a session's `updated_at`, so a session with
-    /// news comes first. Reading only: works on a store opened read-only.
+    /// updated first, starting after `cursor` (from the start when `None`), archived
+    /// ones left out unless the cursor's listing took them. Recorded turns and every
+    /// other event move a session's `updated_at`, so a session with news comes first.
+    /// Reading only: works on a store opened read-only.
     pub async fn list_sessions_page(
         &self,
         limit: usize,
         cursor: Option<SessionCursor>,
     ) -> Result<SessionPage> {
-        self.list_sessions_in(limit, cursor, None).await
+        self.list_sessions_in(limit, cursor, None, None).await
     }
 
     /// [`Store::list_sessions_page`] of the sessions in one working directory (an ACP
     /// client's `session/list` with a `cwd`): those whose client gave `cwd`, and, when
-    /// `filter.unset_too`, those that have none.
+    /// `filter.unset_too`, those that have none; and of one archive state: `archived`,
+    /// else the cursor's, else [`ArchiveFilter::Exclude`].
     pub async fn list_sessions_in(
         &self,
         limit: usize,
         cursor: Option<SessionCursor>,
         filter: Option<CwdFilter>,
+        archived: Option<ArchiveFilter>,
     ) -> Result<SessionPage> {
+        let archived = archived
+            .or(cursor.as_ref().map(|c| c.archived))
+            .unwrap_or_default();
         let limit = limit.clamp(1, MAX_PAGE);
         let db = self.db().clone();
         // One row past the page says whether another page follows, so the last page
@@ -122,14 +149,14 @@ impl Store {
                     cwd: &f.cwd,
                     unset_too: f.unset_too,
                 });
-                crate::db::sessions::page(tx, limit + 1, after, cwd)
+                crate::db::sessions::page(tx, limit + 1, after, cwd, archived)
             })
         })
         .await?;
         let more = sessions.len() > limit;
         sessions.truncate(limit);
         let next_cursor = if more {
-            sessions.last().map(SessionCursor::after)
+            sessions.last().map(|s| SessionCursor::after(s, archived))
         } else {
             None
         };
@@ -157,7 +184,15 @@ mod tests {
         let cursor = SessionCursor {
             updated_at: "2026-01-02T03:04:05.000000006Z".into(),
             id: SessionId::new(),
+            archived: ArchiveFilter::Exclude,
         };
+        for archived in [ArchiveFilter::Include, ArchiveFilter::Only] {
+            let other = SessionCursor {
+                archived,
+                ..cursor.clone()
+            };
+            assert_eq!(other.to_string().parse::<SessionCursor>().unwrap(), other);
+        }
         let text = cursor.to_string();
         assert!(
             text.bytes()

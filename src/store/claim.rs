@@ -64,4 +64,19 @@ impl Store {
             _held: held,
         })
     }
+
+    /// Whether a claim holds `session` now, in this process or another (a proxy has
+    /// it open): a probe that takes nothing and writes nothing. A snapshot: the
+    /// holder may let go a moment later.
+    pub async fn session_claimed(&self, session: SessionId) -> Result<bool> {
+        let database = self.config().database.clone();
+        blocking(move || match &database {
+            Database::Sqlite(path) => crate::db::claim::is_claimed(path, session),
+            #[cfg(feature = "postgres")]
+            Database::Postgres(url) => crate::db::postgres::claim::is_claimed(url, session),
+            #[cfg(not(feature = "postgres"))]
+            Database::Postgres(_) => Ok(false),
+        })
+        .await
+    }
 }

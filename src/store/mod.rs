@@ -19,7 +19,7 @@ use crate::db::{
 use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
-use crate::model::{Delivery, Event, Item, Message, Role, Session, ToolsHost};
+use crate::model::{Delivery, Event, Item, Message, Role, Session, TitleSource, ToolsHost};
 use crate::turns::Update;
 
 mod claim;
@@ -316,12 +316,41 @@ impl Store {
             .await
     }
 
-    pub async fn rename_session(&self, id: SessionId, title: String) -> Result<()> {
-        // The row must read before it is written: a damaged one is refused with nothing
-        // changed, not renamed and then reported as an error.
+    /// Gives the session an explicit title (`session rename`, a client's
+    /// `session/set_title`), trimmed, which stays until the next explicit one; the
+    /// title stored is returned. A title of white space alone is refused
+    /// ([`Error::EmptyTitle`]).
+    pub async fn rename_session(&self, id: SessionId, title: String) -> Result<String> {
+        self.set_title(id, title, TitleSource::Explicit).await
+    }
+
+    /// Records a title from `source` (an agent's `session_info_update`, say), trimmed:
+    /// it becomes the title in force unless an explicit one is there and it is not
+    /// explicit itself ([`TitleSource::replaces`]). The title in force is returned.
+    pub async fn set_title(
+        &self,
+        id: SessionId,
+        title: String,
+        source: TitleSource,
+    ) -> Result<String> {
+        let title = title.trim().to_owned();
+        if title.is_empty() {
+            return Err(Error::EmptyTitle);
+        }
+        // The row must read before it is written (`rename_session` reads it first): a
+        // damaged one is refused with nothing changed.
+        self.with_write(move |tx| queries::rename_session(tx, &id, &title, source))
+            .await
+    }
+
+    /// Archives the sessions (`archived`) or brings them back, all or nothing: an
+    /// unknown one refuses the whole call. A session already in that state is left
+    /// as it is. Returns which of them changed.
+    pub async fn set_archived(&self, ids: Vec<SessionId>, archived: bool) -> Result<Vec<bool>> {
         self.with_write(move |tx| {
-            queries::get_session(tx, &id)?;
-            queries::rename_session(tx, &id, &title)
+            ids.iter()
+                .map(|id| queries::set_archived(tx, id, archived))
+                .collect()
         })
         .await
     }

@@ -20,6 +20,8 @@
 //!   it was written, then `end_turn` (the streaming benches and the disk-full test);
 //!   `stream N at R`: the same, R chunks a second (an agent's pace rather than as fast
 //!   as the SDK's queue takes them, which is what a latency is measured at);
+//! - `retitle`: a `session_info_update` with the title `The agent's title`, then
+//!   `end_turn`;
 //! - `garbage`: first, straight onto its standard output, a line that is not JSON, a
 //!   JSON value that is not a message, and a line one byte over the proxy's
 //!   `FRAME_LIMIT`; then as anything else;
@@ -31,7 +33,9 @@
 //!
 //! Flags: `--announce-meta` (announce `daemon/attachmentContext` under
 //! `agentCapabilities._meta`), `--no-image`, `--no-embedded`, `--load`, `--resume`,
-//! `--close`, `--delete`, `--report FILE`, `--last-block` (the words above are looked for in the
+//! `--close`, `--delete`, `--archive`, `--title` (announce `sessionCapabilities`
+//! `archive` and `title`; their requests are reported, and answered method not found),
+//! `--report FILE`, `--last-block` (the words above are looked for in the
 //! prompt's last text block only: a fresh agent session's first prompt starts with
 //! the conversation so far, whose `crash` or `hang` must not act again).
 
@@ -45,12 +49,13 @@ use agent_client_protocol::v1::schema::{
     InitializeResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
     NewSessionResponse, PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority,
     PlanEntryStatus, PromptCapabilities, PromptRequest, PromptResponse, RequestPermissionOutcome,
-    RequestPermissionRequest, ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities,
-    SessionCloseCapabilities, SessionDeleteCapabilities, SessionId, SessionNotification,
-    SessionResumeCapabilities, SessionUpdate, SetSessionConfigOptionRequest,
-    SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse, StopReason,
-    TextContent, ToolCall, ToolCallId, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
-    ToolKind,
+    RequestPermissionRequest, ResumeSessionRequest, ResumeSessionResponse,
+    SessionArchiveCapabilities, SessionCapabilities, SessionCloseCapabilities,
+    SessionDeleteCapabilities, SessionId, SessionInfoUpdate, SessionNotification,
+    SessionResumeCapabilities, SessionTitleCapabilities, SessionUpdate,
+    SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, SetSessionModeRequest,
+    SetSessionModeResponse, StopReason, TextContent, ToolCall, ToolCallId, ToolCallStatus,
+    ToolCallUpdate, ToolCallUpdateFields, ToolKind,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Client, Dispatch, Error, Handled, Stdio, UntypedMessage, V1};
@@ -65,6 +70,8 @@ struct Flags {
     resume: bool,
     close: bool,
     delete: bool,
+    archive: bool,
+    title: bool,
     report: Option<std::path::PathBuf>,
     last_block: bool,
 }
@@ -85,6 +92,8 @@ fn flags() -> Flags {
             "--resume" => f.resume = true,
             "--close" => f.close = true,
             "--delete" => f.delete = true,
+            "--archive" => f.archive = true,
+            "--title" => f.title = true,
             "--report" => f.report = args.next().map(Into::into),
             "--last-block" => f.last_block = true,
             other => {
@@ -296,6 +305,12 @@ fn initialize(flags: &Flags, request: &InitializeRequest) -> InitializeResponse 
     if flags.delete {
         sessions = sessions.delete(SessionDeleteCapabilities::new());
     }
+    if flags.archive {
+        sessions = sessions.archive(SessionArchiveCapabilities::new());
+    }
+    if flags.title {
+        sessions = sessions.title(SessionTitleCapabilities::new());
+    }
     let mut caps = AgentCapabilities::new()
         .load_session(flags.load)
         .prompt_capabilities(
@@ -428,6 +443,14 @@ async fn run_turn(
         )?;
         let _ = cancelled.await;
         return Ok(StopReason::Cancelled);
+    }
+    if text.contains("retitle") {
+        update(
+            cx,
+            session,
+            SessionUpdate::SessionInfoUpdate(SessionInfoUpdate::new().title("The agent's title")),
+        )?;
+        return Ok(StopReason::EndTurn);
     }
     if text.contains("permission") {
         let call = ToolCallId::new("call-permission");

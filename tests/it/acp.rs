@@ -1105,31 +1105,14 @@ async fn acp_and_the_proxy_answer_the_session_methods_alike() {
         .expect("another session");
     drop(store);
 
-    let agent = env!("CARGO_BIN_EXE_sessionstore-test-agent");
     let open = serde_json::json!({"sessionId": session.id.to_string(), "cwd": dir,
         "mcpServers": []});
     let mut tail = open.clone();
     tail["_meta"] = serde_json::json!({"replayFrom": {"type": "_tail", "count": 2}});
     let mut seen = Vec::new();
     // `acp` first: the proxy's load binds the session to its agent, a write.
-    for behind in [None, Some(agent)] {
-        let log = dir.join(format!("stderr-{}.log", uuid_ish()));
-        let mut bin = Bin::new(&dir);
-        bin.current_dir(&dir)
-            .arg(if behind.is_some() { "proxy" } else { "acp" })
-            .arg("--db")
-            .arg(t.db_path())
-            .arg("--attachments-root")
-            .arg(t.configured())
-            .stderr(File::create(&log).expect("a log file"));
-        match behind {
-            Some(agent) => bin.arg("--").arg(agent),
-            None => bin.arg("--cwd").arg(&dir),
-        };
-        let mut process = AgentProcess {
-            child: bin.spawn(),
-            stderr: log,
-        };
+    for behind in [None, Some(&[][..])] {
+        let mut process = spawn_layer(&t, behind);
         let mut wire = Wire::over(&mut process.child);
         let (_, init) = wire.call(1, "initialize", serde_json::json!({"protocolVersion": 1}));
         let (none, list) = wire.call(2, "session/list", serde_json::json!({}));
@@ -1168,4 +1151,348 @@ async fn acp_and_the_proxy_answer_the_session_methods_alike() {
     assert_eq!(acp.2.len(), 6, "{:#?}", acp.2);
     assert_eq!(acp.2, proxy.2, "session/load's replay");
     assert_eq!(acp.3, proxy.3, "session/resume's replay from a point");
+}
+
+/// `sessionstore acp`, or `sessionstore proxy -- test-agent ARGS`, on the store of `t`.
+fn spawn_layer(t: &TestStore, behind: Option<&[&str]>) -> AgentProcess {
+    let dir = t.dir.path();
+    let log = dir.join(format!("stderr-{}.log", uuid_ish()));
+    let mut bin = Bin::new(dir);
+    bin.current_dir(dir)
+        .arg(if behind.is_some() { "proxy" } else { "acp" })
+        .arg("--db")
+        .arg(t.db_path())
+        .arg("--attachments-root")
+        .arg(t.configured())
+        .stderr(File::create(&log).expect("a log file"));
+    match behind {
+        Some(args) => bin
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_sessionstore-test-agent"))
+            .args(args),
+        None => bin.arg("--cwd").arg(dir),
+    };
+    AgentProcess {
+        child: bin.spawn(),
+        stderr: log,
+    }
+}
+
+/// Issue 47, items 1, 2, 3 and 7: `session/archive`, `unarchive`, `set_title`,
+/// `status` and the `archived` filter of `session/list` are the store's, alike with
+/// nothing behind and in front of an agent: advertised whatever the agent says;
+/// archive and unarchive idempotent; an archived session left out of the default
+/// list, listed by `include` and `only` (and by a cursor that carries the filter),
+/// still loaded; a title trimmed and answered as stored; the status `open` on this
+/// connection and in another process, found without a claim taken; unknown sessions
+/// not found (`-32002`, for `status` with the id in `data`), bad filters and blank
+/// titles invalid params; the log and `verify` agree.
+#[tokio::test]
+async fn archive_title_and_status_are_the_stores_whatever_runs_behind() {
+    use agent_client_protocol::v1::schema::{
+        ListSessionsResponse, SessionStatus, SessionStatusResponse, SetSessionTitleResponse,
+    };
+    for behind in [None, Some(&["--close"][..])] {
+        let t = TestStore::empty();
+        let dir = t.dir.path().to_owned();
+        let mut process = spawn_layer(&t, behind);
+        let mut wire = Wire::over(&mut process.child);
+        let (_, init) = wire.call(1, "initialize", serde_json::json!({"protocolVersion": 1}));
+        let caps = &init["result"]["agentCapabilities"]["sessionCapabilities"];
+        for served in [
+            "list", "resume", "close", "delete", "fork", "archive", "title", "status",
+        ] {
+            assert!(caps.get(served).is_some(), "{served}: {init}");
+        }
+        let new = serde_json::json!({"cwd": dir, "mcpServers": []});
+        let (_, a) = wire.call(2, "session/new", new.clone());
+        let a = a["result"]["sessionId"]
+            .as_str()
+            .expect("a session")
+            .to_owned();
+        let (_, b) = wire.call(3, "session/new", new.clone());
+        let b = b["result"]["sessionId"]
+            .as_str()
+            .expect("a session")
+            .to_owned();
+        let status = |wire: &mut Wire, id: u64, session: &str| {
+            let (_, answer) = wire.call(
+                id,
+                "session/status",
+                serde_json::json!({"sessionId": session}),
+            );
+            let parsed: SessionStatusResponse =
+                serde_json::from_value(answer["result"].clone()).expect("the schema's shape");
+            parsed.status
+        };
+        assert_eq!(status(&mut wire, 4, &a), SessionStatus::Open);
+
+        let (_, titled) = wire.call(
+            5,
+            "session/set_title",
+            serde_json::json!({"sessionId": a, "title": "  Charting the estuary \n"}),
+        );
+        let titled: SetSessionTitleResponse =
+            serde_json::from_value(titled["result"].clone()).expect("the schema's shape");
+        assert_eq!(titled.title, "Charting the estuary");
+        let (_, blank) = wire.call(
+            6,
+            "session/set_title",
+            serde_json::json!({"sessionId": a, "title": " \t "}),
+        );
+        assert_eq!(blank["error"]["code"], -32602, "{blank}");
+
+        for (id, method) in [(7, "session/archive"), (8, "session/archive")] {
+            let (_, archived) = wire.call(id, method, serde_json::json!({"sessionId": a}));
+            assert_eq!(archived["result"], serde_json::json!({}), "{archived}");
+        }
+        // Archiving closed it on this connection.
+        assert_eq!(status(&mut wire, 9, &a), SessionStatus::Saved);
+        let (_, prompt) = wire.call(
+            10,
+            "session/prompt",
+            serde_json::json!({"sessionId": a, "prompt": [{"type": "text", "text": "hi"}]}),
+        );
+        assert_eq!(prompt["error"]["code"], -32602, "closed: {prompt}");
+
+        let list = |wire: &mut Wire, id: u64, params: serde_json::Value| {
+            let (_, answer) = wire.call(id, "session/list", params);
+            let parsed: ListSessionsResponse = serde_json::from_value(answer["result"].clone())
+                .unwrap_or_else(|e| panic!("the schema's shape: {answer}: {e}"));
+            parsed
+                .sessions
+                .into_iter()
+                .map(|s| (s.session_id.to_string(), s.archived, s.title))
+                .collect::<Vec<_>>()
+        };
+        let titled = Some("Charting the estuary".to_owned());
+        assert_eq!(
+            list(&mut wire, 11, serde_json::json!({})),
+            [(b.clone(), Some(false), None)]
+        );
+        assert_eq!(
+            list(&mut wire, 12, serde_json::json!({"archived": "only"})),
+            [(a.clone(), Some(true), titled.clone())]
+        );
+        assert_eq!(
+            list(&mut wire, 13, serde_json::json!({"archived": "include"})),
+            [
+                (a.clone(), Some(true), titled.clone()),
+                (b.clone(), Some(false), None)
+            ]
+        );
+        let (_, bad) = wire.call(14, "session/list", serde_json::json!({"archived": "yes"}));
+        assert_eq!(bad["error"]["code"], -32602, "{bad}");
+
+        // An archived session keeps everything and still loads.
+        let (_, loaded) = wire.call(
+            15,
+            "session/load",
+            serde_json::json!({"sessionId": a, "cwd": dir, "mcpServers": []}),
+        );
+        assert!(loaded.get("result").is_some(), "{loaded}");
+        for (id, method) in [(16, "session/unarchive"), (17, "session/unarchive")] {
+            let (_, back) = wire.call(id, method, serde_json::json!({"sessionId": a}));
+            assert_eq!(back["result"], serde_json::json!({}), "{back}");
+        }
+        assert_eq!(list(&mut wire, 18, serde_json::json!({})).len(), 2);
+
+        let unknown = SessionId::new().to_string();
+        for (id, method) in [
+            (19, "session/archive"),
+            (20, "session/unarchive"),
+            (21, "session/status"),
+        ] {
+            let (_, answer) = wire.call(id, method, serde_json::json!({"sessionId": unknown}));
+            assert_eq!(answer["error"]["code"], -32002, "{method}: {answer}");
+            if method == "session/status" {
+                assert_eq!(answer["error"]["data"]["sessionId"], unknown.as_str());
+            }
+        }
+        let (_, untitled) = wire.call(
+            22,
+            "session/set_title",
+            serde_json::json!({"sessionId": unknown, "title": "x"}),
+        );
+        assert_eq!(untitled["error"]["code"], -32002, "{untitled}");
+
+        // Another process: `b` is open here, so it is `open` there and cannot be
+        // archived there; the probe took no claim, so closing it here frees it.
+        let mut other = spawn_layer(&t, behind);
+        let mut there = Wire::over(&mut other.child);
+        there.call(1, "initialize", serde_json::json!({"protocolVersion": 1}));
+        assert_eq!(status(&mut there, 2, &b), SessionStatus::Open);
+        assert_eq!(
+            status(&mut there, 3, &a),
+            SessionStatus::Open,
+            "loaded here"
+        );
+        let (_, refused) = there.call(4, "session/archive", serde_json::json!({"sessionId": b}));
+        assert_eq!(
+            refused["error"]["code"], -32600,
+            "open elsewhere: {refused}"
+        );
+        let (_, closed) = wire.call(23, "session/close", serde_json::json!({"sessionId": b}));
+        assert!(closed.get("result").is_some(), "{closed}");
+        assert_eq!(status(&mut there, 5, &b), SessionStatus::Saved);
+        let (_, archived) = there.call(6, "session/archive", serde_json::json!({"sessionId": b}));
+        assert_eq!(archived["result"], serde_json::json!({}), "{archived}");
+        drop(there);
+        other.kill();
+        drop(wire);
+        process.kill();
+
+        let verified = t.run(&["verify"]);
+        assert!(verified.status.success(), "{verified:?}");
+        let events = String::from_utf8(t.run(&["events", "--session", &a]).stdout).unwrap();
+        let kinds: Vec<String> = events
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"].to_string())
+            .filter(|k| k.contains("archived") || k.contains("renamed"))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "\"session_renamed\"",
+                "\"session_archived\"",
+                "\"session_unarchived\""
+            ],
+            "idempotent calls write nothing: {events}"
+        );
+    }
+}
+
+/// Issue 47, items 1, 2 and 7, in front of an agent: the agent's titles
+/// (`session_info_update`) are recorded and in force until an explicit one, which then
+/// stays; an agent that announces `title` and `archive` is told of each (its own
+/// session id), so its lists agree; archiving a session with a turn running cancels
+/// the turn (it ends `cancelled`, recorded) and closes the session.
+#[tokio::test]
+async fn in_front_of_an_agent_titles_follow_their_source_and_archiving_cancels_the_turn() {
+    let t = TestStore::empty();
+    let dir = t.dir.path().to_owned();
+    let report = dir.join("agent-report.jsonl");
+    let report_arg = report.to_str().unwrap().to_owned();
+    let args = ["--archive", "--title", "--report", report_arg.as_str()];
+    let mut process = spawn_layer(&t, Some(&args[..]));
+    let mut wire = Wire::over(&mut process.child);
+    wire.call(1, "initialize", serde_json::json!({"protocolVersion": 1}));
+    let (_, made) = wire.call(
+        2,
+        "session/new",
+        serde_json::json!({"cwd": dir, "mcpServers": []}),
+    );
+    let session = made["result"]["sessionId"]
+        .as_str()
+        .expect("a session")
+        .to_owned();
+    let prompt = |text: &str| serde_json::json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]});
+    let title = |wire: &mut Wire, id: u64| {
+        let (_, listed) = wire.call(id, "session/list", serde_json::json!({}));
+        listed["result"]["sessions"][0]["title"].clone()
+    };
+    // The first message names an untitled session; the agent's title replaces that.
+    let (_, done) = wire.call(3, "session/prompt", prompt("please retitle this"));
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert_eq!(title(&mut wire, 4), "The agent's title");
+    let (_, set) = wire.call(
+        5,
+        "session/set_title",
+        serde_json::json!({"sessionId": session, "title": "Mine"}),
+    );
+    assert_eq!(set["result"]["title"], "Mine");
+    let (_, done) = wire.call(6, "session/prompt", prompt("retitle again"));
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert_eq!(title(&mut wire, 7), "Mine", "an explicit title stays");
+
+    // A turn that runs until cancelled: archiving cancels it and closes the session.
+    wire.send(
+        &serde_json::json!({"jsonrpc": "2.0", "id": 8, "method": "session/prompt",
+        "params": prompt("hang")})
+        .to_string(),
+    );
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&report)
+        .unwrap_or_default()
+        .contains("\"hang\"")
+    {
+        assert!(started.elapsed() < TIMEOUT, "the agent got the prompt");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (before, archived) = wire.call(
+        9,
+        "session/archive",
+        serde_json::json!({"sessionId": session}),
+    );
+    assert_eq!(archived["result"], serde_json::json!({}), "{archived}");
+    let cancelled = before
+        .iter()
+        .find(|m| m["id"] == 8)
+        .expect("the turn ended before the archive answered");
+    assert_eq!(
+        cancelled["result"]["stopReason"], "cancelled",
+        "{cancelled}"
+    );
+    let (_, unarchived) = wire.call(
+        10,
+        "session/unarchive",
+        serde_json::json!({"sessionId": session}),
+    );
+    assert!(unarchived.get("result").is_some(), "{unarchived}");
+    drop(wire);
+    process.kill();
+
+    let reported: Vec<serde_json::Value> = std::fs::read_to_string(&report)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let agent_session = reported
+        .iter()
+        .find(|r| r["answered"] == "session/new")
+        .map(|r| r["sessionId"].clone())
+        .expect("the agent made a session");
+    let told: Vec<(String, serde_json::Value)> = reported
+        .iter()
+        .filter(|r| r["kind"] == "request")
+        .filter_map(|r| {
+            let method = r["method"].as_str()?;
+            ["session/set_title", "session/archive", "session/unarchive"]
+                .contains(&method)
+                .then(|| (method.to_owned(), r["params"].clone()))
+        })
+        .collect();
+    assert_eq!(
+        told,
+        [
+            (
+                "session/set_title".to_owned(),
+                serde_json::json!({"sessionId": agent_session, "title": "Mine"})
+            ),
+            (
+                "session/archive".to_owned(),
+                serde_json::json!({"sessionId": agent_session})
+            ),
+            (
+                "session/unarchive".to_owned(),
+                serde_json::json!({"sessionId": agent_session})
+            ),
+        ]
+    );
+    let cancels = reported
+        .iter()
+        .filter(|r| r["method"] == "session/cancel")
+        .count();
+    assert_eq!(cancels, 1);
+
+    let store = Store::open_read_only(t.config.clone())
+        .await
+        .expect("a store");
+    let id: SessionId = session.parse().unwrap();
+    let turns = store.turns(id).await.expect("turns");
+    assert_eq!(turns.len(), 3);
+    assert_eq!(turns[2].state(), "cancelled", "{:?}", turns[2]);
+    drop(store);
+    let verified = t.run(&["verify"]);
+    assert!(verified.status.success(), "{verified:?}");
 }

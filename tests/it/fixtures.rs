@@ -8,7 +8,7 @@ use crate::support::{Bin, TestStore, config_in, copy_tree, fixture, json, snapsh
 
 /// Every fixture version; a new released schema adds its folder here.
 const FIXTURES: &[&str] = &[
-    "v1", "v2", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14",
+    "v1", "v2", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15",
 ];
 
 /// `(type, name, sql)` of every schema object, and `(version, name, checksum)` of
@@ -725,6 +725,92 @@ fn the_v13_fixture_restores_a_log_keyed_part_way_as_it_was_made() {
 #[test]
 fn the_v14_fixture_restores_and_finds_what_the_store_indexed() {
     store_indexed_fixture("v14", 14);
+}
+
+#[test]
+fn the_v15_fixture_restores_and_finds_what_the_store_indexed() {
+    store_indexed_fixture("v15", 15);
+}
+
+/// Issue 47, item 9: V16 adds the archive flag and the title's source. The V15
+/// fixture, upgraded: nothing is archived, every title stays, of no known source
+/// (NULL: its events name none); an archived session restores as the binary that made
+/// it printed, and `verify` agrees with the rows after an archive, a rename and an
+/// unarchive.
+#[test]
+fn the_v15_fixture_upgraded_lists_nothing_archived_and_keeps_its_titles() {
+    let (dir, moved, first) = moved_fixture("v15");
+    let run = |args: &[&str]| {
+        Bin::new(dir.path())
+            .args(args)
+            .on(&moved_store(&moved))
+            .output()
+    };
+    let second = id_in(&moved, "second-session-id");
+    let third = id_in(&moved, "third-session-id");
+    json(&run(&["migrate", "--json"]));
+    let db = moved.join("sessions.db");
+    let rows = || -> Vec<(String, Option<String>, Option<String>, i64)> {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT id, title, title_source, archived FROM sessions ORDER BY id")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let mut want = vec![
+        (
+            first.clone(),
+            Some("Charting the estuary".to_owned()),
+            None,
+            0,
+        ),
+        (
+            second.clone(),
+            Some("Tide tables, renamed".to_owned()),
+            None,
+            0,
+        ),
+        (third.clone(), Some("heron on the quay".to_owned()), None, 0),
+    ];
+    want.sort();
+    assert_eq!(rows(), want);
+    let listed = json(&run(&["session", "list", "--json"]));
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 3, "{listed}");
+    assert!(
+        listed["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["archived"] == false)
+    );
+    let only = json(&run(&["session", "list", "--archived", "only", "--json"]));
+    assert_eq!(only["sessions"], serde_json::json!([]));
+
+    let archived = run(&["session", "archive", &second]);
+    assert!(archived.status.success(), "{archived:?}");
+    let listed = json(&run(&["session", "list", "--json"]));
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 2, "{listed}");
+    let only = json(&run(&["session", "list", "--archived", "only", "--json"]));
+    assert_eq!(only["sessions"][0]["id"], second.as_str());
+    // Archived, it still restores as the binary that made it printed.
+    restores_as_made(&moved, &run, &second, "");
+    let renamed = json(&run(&[
+        "session",
+        "rename",
+        &third,
+        "Harbour notes",
+        "--json",
+    ]));
+    assert_eq!(renamed["title"], "Harbour notes");
+    let verified = run(&["verify"]);
+    assert!(verified.status.success(), "{verified:?}");
+    let unarchived = run(&["session", "unarchive", &second]);
+    assert!(unarchived.status.success(), "{unarchived:?}");
+    let verified = run(&["verify"]);
+    assert!(verified.status.success(), "{verified:?}");
 }
 
 /// Issue 45, item 5: V15 makes the search view and the message and item delete

@@ -933,3 +933,84 @@ fn the_commands_fork_search_export_and_import_through_the_binary() {
     ]);
     assert_one_line_error(&out);
 }
+
+/// Issue 47, item 2, through the binary: a title says where it came from in its
+/// event (`session new --title` and `session rename`: explicit; the first user
+/// message: message), a rename is trimmed and answered as stored, and a blank one is
+/// refused with one line and nothing written.
+#[test]
+fn titles_record_their_source_and_a_blank_rename_writes_nothing() {
+    let t = TestStore::empty();
+    let titled = json(&t.run(&["session", "new", "--title", "Tide tables", "--json"]));
+    let titled = titled["id"].as_str().unwrap().to_owned();
+    let untitled = json(&t.run(&["session", "new", "--json"]));
+    let untitled = untitled["id"].as_str().unwrap().to_owned();
+    json(&t.run(&[
+        "send",
+        "--session",
+        &untitled,
+        "--text",
+        "  when is the ebb?\nsoon",
+        "--json",
+    ]));
+    let renamed = json(&t.run(&["session", "rename", &titled, "  Harbour notes ", "--json"]));
+    assert_eq!(renamed["title"], "Harbour notes");
+    let events = |id: &str| -> Vec<serde_json::Value> {
+        let out = t.run(&["events", "--session", id]);
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let titles = |id: &str| -> Vec<(String, serde_json::Value, serde_json::Value)> {
+        events(id)
+            .into_iter()
+            .filter(|e| e["kind"] == "session_created" || e["kind"] == "session_renamed")
+            .map(|e| {
+                let p = &e["payload"];
+                let source = match e["kind"].as_str() {
+                    Some("session_created") => p["titleSource"].clone(),
+                    _ => p["source"].clone(),
+                };
+                (
+                    e["kind"].as_str().unwrap().to_owned(),
+                    p["title"].clone(),
+                    source,
+                )
+            })
+            .collect()
+    };
+    use serde_json::{Value, json as j};
+    assert_eq!(
+        titles(&titled),
+        [
+            ("session_created".into(), j!("Tide tables"), j!("explicit")),
+            (
+                "session_renamed".into(),
+                j!("Harbour notes"),
+                j!("explicit")
+            ),
+        ]
+    );
+    assert_eq!(
+        titles(&untitled),
+        [
+            ("session_created".into(), Value::Null, Value::Null),
+            (
+                "session_renamed".into(),
+                j!("when is the ebb?"),
+                j!("message")
+            ),
+        ]
+    );
+    let before = events(&titled).len();
+    let out = t.run(&["session", "rename", &titled, " \t "]);
+    assert!(!out.status.success());
+    assert_one_line_error(&out);
+    assert_eq!(events(&titled).len(), before);
+    let shown = json(&t.run(&["session", "show", &titled, "--json"]));
+    assert_eq!(shown["session"]["title"], "Harbour notes");
+    assert_eq!(shown["session"]["titleSource"], "explicit");
+    assert!(t.run(&["verify"]).status.success());
+}

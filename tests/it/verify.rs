@@ -931,3 +931,37 @@ async fn verify_repair_refuses_a_newer_database_with_exit_3() {
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(backups(&t).is_empty());
 }
+
+/// A session's archived mark and its title's source are the log's too: edited behind
+/// its back, `verify` names them and `verify --repair` writes the log's back.
+#[tokio::test]
+async fn verify_repair_brings_back_the_archived_mark_and_the_titles_source() {
+    let t = TestStore::new().await;
+    let s = recorded(&t, 2).await;
+    let out = t.run(&["session", "rename", &s.to_string(), "kept"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = t.run(&["session", "archive", &s.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let sql = |statement: &str| t.raw().execute(statement, []).unwrap();
+    assert_eq!(
+        sql("UPDATE sessions SET archived = 0, title_source = NULL"),
+        1
+    );
+    let out = t.run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let out = t.run(&["verify", "--repair"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let (archived, source): (i64, Option<String>) = t
+        .raw()
+        .query_row("SELECT archived, title_source FROM sessions", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!((archived, source.as_deref()), (1, Some("explicit")));
+}

@@ -36,6 +36,10 @@ pub(crate) struct Capabilities {
     pub resume: bool,
     pub close: bool,
     pub delete: bool,
+    /// `session/archive` and `session/unarchive`.
+    pub archive: bool,
+    /// `session/set_title`.
+    pub title: bool,
     pub image: bool,
     pub audio: bool,
     pub embedded: bool,
@@ -55,6 +59,8 @@ impl Capabilities {
             resume: offered(&sessions["resume"]),
             close: offered(&sessions["close"]),
             delete: offered(&sessions["delete"]),
+            archive: offered(&sessions["archive"]),
+            title: offered(&sessions["title"]),
             image: on(&caps["promptCapabilities"]["image"]),
             audio: on(&caps["promptCapabilities"]["audio"]),
             embedded: on(&caps["promptCapabilities"]["embeddedContext"]),
@@ -208,7 +214,7 @@ impl Agent {
 impl Proxy {
     /// Remembers the client's `initialize`, starts the agent with it, and answers with
     /// the agent's result, patched to say what the proxy adds: load, list, resume,
-    /// close, delete and fork served by the store, and image and embedded context
+    /// close, delete, fork, archive, title and status served by the store, and image and embedded context
     /// taken (the proxy converts them for an agent that takes neither). With nothing
     /// behind, the answer is those additions alone, with version 1 (the one spoken
     /// here; ACP has an agent answer a version it does not support with its own) and
@@ -457,7 +463,9 @@ fn advertise(result: &mut Value) {
         .entry("sessionCapabilities")
         .or_insert_with(|| Value::Object(Default::default()));
     if let Value::Object(sessions) = sessions {
-        for served in ["list", "resume", "close", "delete", "fork"] {
+        for served in [
+            "list", "resume", "close", "delete", "fork", "archive", "title", "status",
+        ] {
             sessions.insert(served.to_owned(), Value::Object(Default::default()));
         }
     }

@@ -6,8 +6,9 @@
 //! the client sees) and the agent's. What the proxy handles itself it patches as JSON:
 //! prompts are stored and dispatched through the resolver, so each attachment reaches
 //! the agent with the path of a live read; the agent's updates are recorded as the
-//! turn; `session/load`, `list`, `resume`, `close`, `delete` and `fork` are served by
-//! the store. Each method is answered in one place, whatever runs behind
+//! turn; `session/load`, `list`, `resume`, `close`, `delete`, `fork`, `archive`,
+//! `unarchive`, `set_title` and `status` are served by the store (the session
+//! authority), which tells an agent that archives or takes titles itself. Each method is answered in one place, whatever runs behind
 //! (`Proxy::client_request` is the table); with nothing behind, a prompt is recorded
 //! as it would be in front of an agent and its turn ends `end_turn`. Everything it
 //! keeps goes through `Store`'s public API; it stores nothing itself.
@@ -296,6 +297,10 @@ impl Proxy {
             "session/close" => self.close_session(id, message).await,
             "session/delete" => self.delete_session(id, message).await,
             "session/fork" => self.fork_session(id, message).await,
+            "session/archive" => self.archive_session(id, message, true).await,
+            "session/unarchive" => self.archive_session(id, message, false).await,
+            "session/set_title" => self.set_title(id, message).await,
+            "session/status" => self.session_status(id, message).await,
             "session/prompt" => self.prompt(id, message).await,
             _ if self.agent.is_nothing() => Err(agent::no_agent(method)),
             "authenticate" => self.authenticate(id, message).await,
@@ -474,6 +479,7 @@ impl From<crate::Error> for Failure {
             Error::SessionNotFound(_) => code::RESOURCE_NOT_FOUND,
             Error::SessionOpenElsewhere { .. } => code::INVALID_REQUEST,
             Error::EmptyMessage
+            | Error::EmptyTitle
             | Error::MalformedReference(_)
             | Error::ForeignReference { .. }
             | Error::Attachment(crate::attachments::AttachmentError::UploadTooLarge { .. })

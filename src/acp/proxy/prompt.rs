@@ -64,7 +64,30 @@ impl Turns {
     }
 }
 
+/// How long archiving a session waits for its cancelled turn to end before it
+/// closes the session anyway.
+const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Proxy {
+    /// Cancels the session's running turn, if one runs on this connection, as a
+    /// client's `session/cancel` would, and waits (up to [`CANCEL_WAIT`]) for it to
+    /// end, its end recorded.
+    pub(super) async fn cancel_turn(self: &Arc<Self>, session: SessionId) {
+        let state = self.turns.state(session);
+        if !state.lock().await.running {
+            return;
+        }
+        let cancel = Message::notification(
+            "session/cancel",
+            json!({ "sessionId": session.to_string() }),
+        );
+        self.cancel(cancel).await;
+        let deadline = std::time::Instant::now() + CANCEL_WAIT;
+        while state.lock().await.running && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// `session/prompt`.
     pub(super) async fn prompt(
         self: &Arc<Self>,
@@ -340,6 +363,22 @@ impl Proxy {
             .params()
             .and_then(|p| p["update"]["sessionUpdate"].as_str())
             .unwrap_or_default();
+        if kind == "session_info_update"
+            && let Some(title) = message
+                .params()
+                .and_then(|p| p["update"]["title"].as_str())
+                .filter(|t| !t.trim().is_empty())
+        {
+            // The agent's title is recorded; it is the title in force unless an explicit
+            // one is there (`TitleSource::replaces`).
+            if let Err(e) = self
+                .store
+                .set_title(session, title.to_owned(), crate::model::TitleSource::Agent)
+                .await
+            {
+                tracing::warn!("cannot record the agent's title of session {session}: {e}");
+            }
+        }
         if !(is_history(kind) && self.options.record_updates) {
             let _ = self.client.send(&message).await;
             return;

@@ -18,7 +18,7 @@ use super::{Failure, Proxy};
 use crate::acp::LIST_PAGE;
 use crate::ids::SessionId;
 use crate::lifecycle::SessionCursor;
-use crate::model::{AgentBinding, NewSession, ToolsHost};
+use crate::model::{AgentBinding, ArchiveFilter, NewSession, ToolsHost};
 use crate::store::SessionClaim;
 
 /// The `_meta` key under which `session/fork` names the message (or recorded item) to
@@ -420,9 +420,22 @@ impl Proxy {
                 cwd: cwd.to_owned(),
                 unset_too: cwd == own,
             });
+        let archived = match &params["archived"] {
+            Value::Null => None,
+            Value::String(which) => Some(which.parse::<ArchiveFilter>().map_err(|_| {
+                Failure::invalid_params(format!(
+                    "archived must be exclude, include or only, not {which:?}"
+                ))
+            })?),
+            other => {
+                return Err(Failure::invalid_params(format!(
+                    "archived must be exclude, include or only, not {other}"
+                )));
+            }
+        };
         let page = self
             .store
-            .list_sessions_in(LIST_PAGE, cursor, filter)
+            .list_sessions_in(LIST_PAGE, cursor, filter, archived)
             .await?;
         let sessions: Vec<Value> = page
             .sessions
@@ -433,6 +446,7 @@ impl Proxy {
                     "cwd": s.cwd.clone().unwrap_or_else(|| own.clone()),
                     "title": s.title,
                     "updatedAt": s.updated_at,
+                    "archived": s.archived,
                 })
             })
             .collect();
@@ -443,18 +457,115 @@ impl Proxy {
         Ok(Message::result(id, result))
     }
 
-    /// `session/close`: the agent side closed too, where the agent can close one.
-    pub(super) async fn close_session(
+    /// `session/archive` (`archived`) and `session/unarchive`: the store's record, and
+    /// the agent's own where it archives (so its own lists agree). Archiving a session
+    /// open on this connection cancels its running turn and closes it, as the schema
+    /// asks; one another proxy carries is refused as open elsewhere. Both succeed on a
+    /// session already so; an unknown one is not found.
+    pub(super) async fn archive_session(
+        self: &Arc<Self>,
+        id: Value,
+        message: Message,
+        archived: bool,
+    ) -> Result<Message, Failure> {
+        let session = session_param(&message)?;
+        let stored = self.store.session(session).await?;
+        let claim = match archived {
+            false => None,
+            true if self.sessions.is_open(&session) => {
+                self.cancel_turn(session).await;
+                let open = self.close_open(session).await;
+                open.map(|o| o.claim)
+            }
+            true => Some(self.store.claim_session(session).await?),
+        };
+        self.store.set_archived(vec![session], archived).await?;
+        drop(claim);
+        let method = if archived {
+            "session/archive"
+        } else {
+            "session/unarchive"
+        };
+        self.tell_agent(stored.agent, |c| c.archive, method, json!({}))
+            .await;
+        Ok(Message::result(id, json!({})))
+    }
+
+    /// `session/set_title`: an explicit title, trimmed (one of white space alone is
+    /// invalid params), which stays until the next explicit one; the answer is the
+    /// title stored. An agent that takes titles gets it too.
+    pub(super) async fn set_title(
         self: &Arc<Self>,
         id: Value,
         message: Message,
     ) -> Result<Message, Failure> {
-        let session = session_param(&message)?;
-        self.store.session(session).await?;
-        if let Some(Open {
-            agent: Some((agent_session, generation)),
-            ..
-        }) = self.sessions.close(&session)
+        let params = message.params().unwrap_or(&Value::Null);
+        let session = session_of(params)?;
+        let Value::String(title) = &params["title"] else {
+            return Err(Failure::invalid_params("title must be a string"));
+        };
+        let stored = self.store.session(session).await?;
+        let title = self.store.rename_session(session, title.clone()).await?;
+        let params = json!({ "title": title });
+        self.tell_agent(stored.agent, |c| c.title, "session/set_title", params)
+            .await;
+        Ok(Message::result(id, json!({ "title": title })))
+    }
+
+    /// `session/status`: `open` while a client holds the session, on this connection
+    /// or in another proxy (a probe of its claim, which takes nothing), else `saved`.
+    /// Changes nothing; an unknown session is not found, its id in `data`.
+    pub(super) async fn session_status(
+        self: &Arc<Self>,
+        id: Value,
+        message: Message,
+    ) -> Result<Message, Failure> {
+        let params = message.params().unwrap_or(&Value::Null);
+        let not_found = |what: &str| Failure {
+            data: Some(json!({ "sessionId": params["sessionId"] })),
+            ..Failure::new(code::RESOURCE_NOT_FOUND, what)
+        };
+        let session = match session_of(params) {
+            Ok(session) => session,
+            Err(f) if f.code == code::RESOURCE_NOT_FOUND => return Err(not_found(&f.message)),
+            Err(f) => return Err(f),
+        };
+        match self.store.session(session).await {
+            Ok(_) => {}
+            Err(e @ crate::Error::SessionNotFound(_)) => return Err(not_found(&e.to_string())),
+            Err(e) => return Err(e.into()),
+        }
+        let open = self.sessions.is_open(&session) || self.store.session_claimed(session).await?;
+        let status = if open { "open" } else { "saved" };
+        Ok(Message::result(id, json!({ "status": status })))
+    }
+
+    /// Tells the running agent of a change the store made to a session bound to it
+    /// (`binding`), with `params` and the agent's own session id, when the agent can
+    /// take `method` (`can` of its capabilities): so its own lists agree. Its answer
+    /// changes nothing here.
+    async fn tell_agent(
+        self: &Arc<Self>,
+        binding: Option<AgentBinding>,
+        can: impl Fn(&super::agent::Capabilities) -> bool,
+        method: &str,
+        mut params: Value,
+    ) {
+        if let Some(binding) = binding
+            && Some(&binding.agent) == self.agent.name().as_ref()
+            && let Some(agent) = self.agent.current()
+            && can(agent.caps())
+        {
+            params["sessionId"] = Value::String(binding.session);
+            let _ = agent.link.request(method, params).await;
+        }
+    }
+
+    /// Closes a session open on this connection, and its agent side where the agent
+    /// can close one; its state (and claim) is handed back.
+    async fn close_open(self: &Arc<Self>, session: SessionId) -> Option<Open> {
+        let mut open = self.sessions.close(&session)?;
+        if let Some((agent_session, generation)) = open.agent.take()
             && let Some(agent) = self.agent.current()
             && agent.generation == generation
             && agent.caps().close
@@ -464,6 +575,18 @@ impl Proxy {
                 .request("session/close", json!({ "sessionId": agent_session }))
                 .await;
         }
+        Some(open)
+    }
+
+    /// `session/close`: the agent side closed too, where the agent can close one.
+    pub(super) async fn close_session(
+        self: &Arc<Self>,
+        id: Value,
+        message: Message,
+    ) -> Result<Message, Failure> {
+        let session = session_param(&message)?;
+        self.store.session(session).await?;
+        self.close_open(session).await;
         Ok(Message::result(id, json!({})))
     }
 
@@ -484,16 +607,9 @@ impl Proxy {
         };
         self.store.delete_sessions(vec![session]).await?;
         drop(claim);
-        if let Some(binding) = stored.and_then(|s| s.agent)
-            && Some(&binding.agent) == self.agent.name().as_ref()
-            && let Some(agent) = self.agent.current()
-            && agent.caps().delete
-        {
-            let _ = agent
-                .link
-                .request("session/delete", json!({ "sessionId": binding.session }))
-                .await;
-        }
+        let binding = stored.and_then(|s| s.agent);
+        self.tell_agent(binding, |c| c.delete, "session/delete", json!({}))
+            .await;
         Ok(Message::result(id, json!({})))
     }
 

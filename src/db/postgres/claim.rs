@@ -90,6 +90,27 @@ pub(crate) fn claim(url: &PostgresUrl, session: SessionId) -> Result<PgClaim> {
     }
 }
 
+/// Whether `session` is claimed, by any process: the claim's advisory lock among the
+/// granted locks of this database, looked at without taking it.
+pub(crate) fn is_claimed(url: &PostgresUrl, session: SessionId) -> Result<bool> {
+    let (config, _, connector) = client_config(url)?;
+    let mut client = config
+        .connect(connector)
+        .map_err(|e| unreachable(&url.to_string(), &e))?;
+    client
+        .query_one(HELD, &[&session.to_string()])
+        .map_err(pg("look for a session's claim"))
+        .map(|row| row.get::<_, bool>(0))
+}
+
+/// A bigint advisory lock shows in `pg_locks` as its high half in `classid` and its
+/// low half in `objid`, with `objsubid` 1.
+const HELD: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks \
+     WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
+       AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+       AND ((classid::bigint << 32) | objid::bigint) = hashtextextended(\
+     'sessionstore session ' || current_schema() || ' ' || $1, 0))";
+
 impl Drop for PgClaim {
     fn drop(&mut self) {
         drop(self.release.take());

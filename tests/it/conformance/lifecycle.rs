@@ -28,6 +28,7 @@ conformance!(
     export_then_import_restores_the_same_history,
     a_long_history_is_exported_imported_and_forked_a_page_at_a_time,
     messages_kept_apart_by_a_tool_call_update_stay_apart_in_a_fork_and_an_import,
+    archive_and_unarchive_from_the_command_line_all_or_nothing,
 );
 
 crate::support::over_tls!(
@@ -170,7 +171,8 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: TestStore) {
             "createdAt",
             "updatedAt",
             "messages",
-            "attachmentBytes"
+            "attachmentBytes",
+            "archived"
         ])
     );
     assert_eq!(top["id"], sid.as_str());
@@ -1213,4 +1215,135 @@ async fn messages_kept_apart_by_a_tool_call_update_stay_apart_in_a_fork_and_an_i
     }
     assert!(store.verify().await.unwrap().ok());
     assert!(there.verify().await.unwrap().ok());
+}
+
+/// Issue 47, item 1, on both engines through the binary: `session archive` and
+/// `unarchive` are idempotent and all or nothing (an unknown id, or a session a proxy
+/// holds, changes none of them); `session list` leaves archived sessions out unless
+/// `--archived include|only`, its rows say `archived`, and a cursor keeps its
+/// listing's filter; `session show` says so; an archived session is still found by
+/// `search` and restored; the store's probe sees a claim without taking it; the log
+/// has one event per change and `verify` agrees.
+async fn archive_and_unarchive_from_the_command_line_all_or_nothing(b: TestStore) {
+    let store = b.open().await;
+    let mut made = Vec::new();
+    for n in 0..5 {
+        let id = session(&store, ToolsHost::Local).await;
+        store
+            .send(id, Outgoing::user(format!("pelican number {n}")))
+            .await
+            .unwrap();
+        made.push(id.to_string());
+    }
+    let claim = store.claim_session(made[4].parse().unwrap()).await.unwrap();
+    assert!(
+        store
+            .session_claimed(made[4].parse().unwrap())
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .session_claimed(made[3].parse().unwrap())
+            .await
+            .unwrap()
+    );
+    let listed = |args: &[&str]| -> Vec<(String, bool)> {
+        let mut all = vec!["session", "list", "--json"];
+        all.extend(args);
+        let page = json(&b.run(&all));
+        page["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["id"].as_str().unwrap().to_owned(), s["archived"] == true))
+            .collect()
+    };
+    let unknown = SessionId::new().to_string();
+    for refused in [
+        vec!["session", "archive", &made[0], &unknown],
+        vec!["session", "archive", &made[0], &made[4]],
+    ] {
+        let out = b.run(&refused);
+        assert!(!out.status.success(), "{refused:?}");
+        assert_one_line_error(&out);
+    }
+    assert_eq!(listed(&["--archived", "only"]), []);
+    drop(claim);
+    assert!(
+        !store
+            .session_claimed(made[4].parse().unwrap())
+            .await
+            .unwrap()
+    );
+
+    let out = json(&b.run(&["session", "archive", &made[0], &made[1], &made[2], "--json"]));
+    assert_eq!(out["sessions"].as_array().unwrap().len(), 3, "{out}");
+    let again = json(&b.run(&["session", "archive", &made[1], "--json"]));
+    assert_eq!(again["sessions"][0]["changed"], false, "{again}");
+    let newest_first = |ids: &[usize], archived: bool| -> Vec<(String, bool)> {
+        ids.iter()
+            .rev()
+            .map(|&i| (made[i].clone(), archived))
+            .collect()
+    };
+    assert_eq!(listed(&[]), newest_first(&[3, 4], false));
+    assert_eq!(
+        listed(&["--archived", "exclude"]),
+        newest_first(&[3, 4], false)
+    );
+    // Archiving is news: the archived sessions moved up, in the order archived.
+    assert_eq!(
+        listed(&["--archived", "only"]),
+        newest_first(&[0, 1, 2], true)
+    );
+    assert_eq!(listed(&["--archived", "include"]).len(), 5);
+    // A cursor keeps the filter of the listing that printed it.
+    let first = json(&b.run(&[
+        "session",
+        "list",
+        "--archived",
+        "only",
+        "--limit",
+        "2",
+        "--json",
+    ]));
+    let cursor = first["nextCursor"].as_str().unwrap().to_owned();
+    assert_eq!(listed(&["--cursor", &cursor]), newest_first(&[0], true));
+
+    let shown = json(&b.run(&["session", "show", &made[0], "--json"]));
+    assert_eq!(shown["session"]["archived"], true, "{shown}");
+    let human = stdout(&b.run(&["session", "show", &made[0]]));
+    assert!(human.contains("archived"), "{human}");
+    let hits = json(&b.run(&["search", "pelican", "--json"]));
+    let found: HashSet<&str> = hits
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["sessionId"].as_str().unwrap())
+        .collect();
+    assert_eq!(found.len(), 5, "archived sessions are found: {hits}");
+    let restored = json(&b.run(&["restore", "--session", &made[0], "--format", "acp"]));
+    assert_eq!(restored["messages"].as_array().unwrap().len(), 1);
+
+    let out = b.run(&["session", "unarchive", &made[0], &unknown]);
+    assert!(!out.status.success());
+    assert_eq!(listed(&["--archived", "only"]).len(), 3, "all or nothing");
+    let out = json(&b.run(&["session", "unarchive", &made[0], &made[1], "--json"]));
+    assert_eq!(out["sessions"][1]["changed"], true, "{out}");
+    assert_eq!(listed(&["--archived", "only"]), newest_first(&[2], true));
+
+    let events = stdout(&b.run(&["events", "--session", &made[1]]));
+    let kinds: Vec<String> = events
+        .lines()
+        .map(|l| json_line(l)["kind"].as_str().unwrap().to_owned())
+        .filter(|k| k.contains("archived"))
+        .collect();
+    assert_eq!(kinds, ["session_archived", "session_unarchived"]);
+    let verified = b.run(&["verify"]);
+    assert!(verified.status.success(), "{verified:?}");
+}
+
+fn json_line(line: &str) -> serde_json::Value {
+    serde_json::from_str(line).unwrap()
 }
