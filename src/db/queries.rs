@@ -200,6 +200,49 @@ pub fn insert_message(
     insert_message_for(conn, &current, message, state)
 }
 
+/// One `messages` row as written, by a send and by a repair from the log alike.
+pub(crate) struct MessageRow<'a> {
+    pub id: &'a str,
+    pub session: &'a str,
+    pub seq: i64,
+    pub role: crate::model::Role,
+    pub display_text: &'a str,
+    pub model_text: Option<&'a str>,
+    pub transcript: Option<&'a str>,
+    pub state: Delivery,
+    pub created_at: &'a str,
+    pub content: Option<&'a [crate::model::MessageBlock]>,
+}
+
+/// Writes the `messages` row alone (its references, search entry and event are the
+/// caller's).
+pub(crate) fn insert_message_row(
+    conn: &Tx<'_>,
+    row: &MessageRow<'_>,
+) -> super::sql::DbResult<usize> {
+    let content = row
+        .content
+        .map(|c| serde_json::to_string(c).expect("message blocks always serialize"));
+    conn.execute(
+        "INSERT INTO messages
+           (id, session_id, seq, role, display_text, model_text, transcript, state, created_at,
+            content)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        args![
+            row.id,
+            row.session,
+            row.seq,
+            row.role.as_str(),
+            row.display_text,
+            row.model_text,
+            row.transcript,
+            row.state.as_str(),
+            row.created_at,
+            content
+        ],
+    )
+}
+
 /// [`insert_message`] for a session the caller has just read in this transaction.
 /// Statements are cached on the connection (a send runs the same few every time),
 /// and the message returned is built from what was written rather than read back.
@@ -217,27 +260,20 @@ pub fn insert_message_for(
     let at = now();
     // Messages and recorded items share one sequence: the session's history order.
     let seq = next_seq(conn, session)?;
-    let content = message
-        .content
-        .as_ref()
-        .map(|c| serde_json::to_string(c).expect("message blocks always serialize"));
-    conn.execute(
-        "INSERT INTO messages
-           (id, session_id, seq, role, display_text, model_text, transcript, state, created_at,
-            content)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        args![
-            id_text,
-            session_text,
+    insert_message_row(
+        conn,
+        &MessageRow {
+            id: &id_text,
+            session: &session_text,
             seq,
-            message.role.as_str(),
-            message.display_text,
-            message.model_text,
-            message.transcript,
-            state.as_str(),
-            at,
-            content
-        ],
+            role: message.role,
+            display_text: &message.display_text,
+            model_text: message.model_text.as_deref(),
+            transcript: message.transcript.as_deref(),
+            state,
+            created_at: &at,
+            content: message.content.as_deref(),
+        },
     )
     .map_err(sql("insert a message"))?;
     super::search::index_message(

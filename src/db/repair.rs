@@ -186,27 +186,20 @@ fn write_rows(conn: &Tx<'_>, p: &Projection) -> Result<()> {
 
 fn write_message(conn: &Tx<'_>, m: &Message) -> Result<()> {
     let id = m.id.to_string();
-    let content = m
-        .content
-        .as_ref()
-        .map(|c| serde_json::to_string(c).expect("message blocks always serialize"));
-    conn.execute(
-        "INSERT INTO messages
-           (id, session_id, seq, role, display_text, model_text, transcript, state, created_at,
-            content)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        args![
-            id,
-            m.session_id.to_string(),
-            m.seq,
-            m.role.as_str(),
-            m.display_text,
-            m.model_text,
-            m.transcript,
-            m.state.as_str(),
-            m.created_at,
-            content
-        ],
+    queries::insert_message_row(
+        conn,
+        &queries::MessageRow {
+            id: &id,
+            session: &m.session_id.to_string(),
+            seq: m.seq,
+            role: m.role,
+            display_text: &m.display_text,
+            model_text: m.model_text.as_deref(),
+            transcript: m.transcript.as_deref(),
+            state: m.state,
+            created_at: &m.created_at,
+            content: m.content.as_deref(),
+        },
     )
     .map_err(sql("rebuild a message"))?;
     for r in &m.refs {
