@@ -152,23 +152,38 @@ impl Store {
         mut source: impl UpdateSource,
     ) -> Result<Recorded> {
         let db = self.db().clone();
+        let redacting = self.config().redaction.is_on();
         blocking(move || {
             db.write_for(&session, |tx| {
                 queries::get_session(tx, &session)?;
                 let mut listed = ItemsTouched::default();
                 let mut recorded = 0usize;
-                source.batches(&mut |batch| {
+                // A message streamed across batches is redacted as one text: its
+                // held-back tail goes into the next batch, or one of its own at the
+                // end (`redact::Streams`), which the input's numbering does not count.
+                let mut streams = crate::redact::Streams::default();
+                let mut write = |batch: Vec<Update>, added: usize| {
                     let touched = record_batch(tx, &session, &batch).map_err(|e| match e {
                         Error::UpdateRefused { line, refusal } => Error::UpdateRefused {
-                            line: line + recorded,
+                            line: (line + recorded).saturating_sub(added),
                             refusal,
                         },
                         e => e,
                     })?;
-                    recorded += batch.len();
+                    recorded += batch.len() - added;
                     touched.into_iter().for_each(|t| listed.add(t));
                     Ok(())
+                };
+                source.batches(&mut |batch| match redacting {
+                    true => {
+                        let (batch, added) = streams.pass(batch);
+                        write(batch, added)
+                    }
+                    false => write(batch, 0),
                 })?;
+                if let Some(tail) = streams.end_alone() {
+                    write(vec![tail], 1)?;
+                }
                 // Written outside the store's writer, which would not know that what
                 // this sealed waits to be indexed (V14): indexed here, in the write.
                 crate::db::search::index_waiting(tx, Some(&session), None)?;

@@ -293,6 +293,14 @@ impl Store {
         self.writer.as_ref().map(|w| w.stats()).unwrap_or_default()
     }
 
+    /// `text` as the store keeps it: its secrets replaced, unless redaction is off.
+    pub(crate) fn redacted(&self, text: String) -> String {
+        match self.config.redaction {
+            crate::config::Redaction::On => crate::redact::owned(text),
+            crate::config::Redaction::Off => text,
+        }
+    }
+
     pub(crate) async fn with_read<T: Send + 'static>(
         &self,
         f: impl Fn(&db::Tx<'_>) -> Result<T> + Send + 'static,
@@ -311,12 +319,15 @@ impl Store {
         tools_host: ToolsHost,
     ) -> Result<Session> {
         // A blank title is no title, so the first message can still name the session.
-        let title = title.filter(|t| !t.trim().is_empty());
+        let title = title
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| self.redacted(t));
         self.with_write(move |tx| queries::insert_session(tx, title.as_deref(), tools_host))
             .await
     }
 
     pub async fn rename_session(&self, id: SessionId, title: String) -> Result<()> {
+        let title = self.redacted(title);
         // The row must read before it is written: a damaged one is refused with nothing
         // changed, not renamed and then reported as an error.
         self.with_write(move |tx| {
@@ -383,7 +394,10 @@ impl Store {
         session: SessionId,
         updates: Vec<U>,
     ) -> Result<Recorded> {
-        let updates: Vec<Update> = updates.into_iter().map(Into::into).collect();
+        let mut updates: Vec<Update> = updates.into_iter().map(Into::into).collect();
+        if self.config.redaction.is_on() {
+            updates = redacted_whole(updates);
+        }
         self.write_record(move |tx, tails| {
             db::turns::record_remembered(tx, tails, &session, &updates)
         })
@@ -412,13 +426,17 @@ impl Store {
     pub async fn record_values(
         &self,
         session: SessionId,
-        updates: Vec<serde_json::Value>,
+        mut updates: Vec<serde_json::Value>,
     ) -> Result<Recorded> {
+        if self.config.redaction.is_on() {
+            updates = redacted_whole(updates);
+        }
         self.record_json(session, Arc::new(updates)).await
     }
 
     /// [`Store::record_values`] of updates the caller keeps (the proxy takes a refused
-    /// one out and records the rest). Each is read into its ACP type by the writer, as
+    /// one out and records the rest), redacted by the caller when redaction is on (the
+    /// proxy's recorder carries a streamed message's tail from batch to batch). Each is read into its ACP type by the writer, as
     /// part of the write, rather than by the caller's task.
     pub(crate) async fn record_json(
         &self,
@@ -636,6 +654,29 @@ impl Store {
         blocking(move || {
             let (current, message) = db.read(move |tx| selected(tx, session, message))?;
             dispatch(&placement(&host, &current), message)
+        })
+        .await
+    }
+
+    /// [`Store::dispatch_parts`] of a message as it was given rather than as it is
+    /// stored (`Store::send_prompt_as_given`): the proxy delivers a prompt to its agent
+    /// as the user sent it, secrets and all, while the store keeps it redacted.
+    pub(crate) async fn dispatch_given_parts(
+        &self,
+        session: SessionId,
+        message: Message,
+        mode: Mode,
+        memo: Memo,
+    ) -> Result<ModelMessage> {
+        let db = self.db.clone();
+        let host = self.config.host.clone();
+        let resolver = self.resolver();
+        blocking(move || {
+            let current = db.read(move |tx| queries::get_session(tx, &session))?;
+            let placement = placement(&host, &current);
+            Ok(dispatch::dispatch_parts(
+                &resolver, &memo, message, &placement, mode,
+            )?)
         })
         .await
     }
@@ -859,4 +900,13 @@ pub(crate) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| Error::Task(e.to_string()))?
+}
+
+/// A batch recorded on its own, redacted: a message streamed in its chunks is redacted
+/// as one text and ends with the batch (one update in, one out).
+fn redacted_whole<T: crate::redact::Chunk>(updates: Vec<T>) -> Vec<T> {
+    let mut streams = crate::redact::Streams::default();
+    let (mut out, _) = streams.pass(updates);
+    streams.end(&mut out);
+    out
 }
