@@ -15,10 +15,12 @@ use serde::de::{self, DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, V
 use serde::{Deserialize, Serialize};
 
 use super::export::{ARCHIVE_FORMAT, ARCHIVE_VERSION, ArchivedFile, ArchivedItem};
+use crate::config::Redaction;
 use crate::db::sql::Tx;
 use crate::db::{entries, queries, turns};
 use crate::error::{Error, Result};
 use crate::model::{Event, Message, Session, Setting};
+use crate::redact;
 
 /// How many history seqs (or log events) a page of an export reads.
 const PAGE: i64 = 256;
@@ -42,9 +44,24 @@ pub(super) fn write(
     settings: &[Setting],
     out: &mut impl Write,
     io: &dyn Fn(io::Error) -> Error,
+    redaction: Redaction,
     files: impl FnOnce(&BTreeSet<String>) -> Result<(Vec<ArchivedFile>, Vec<String>)>,
 ) -> Result<Written> {
     let id = &session.id;
+    let redacting = redaction.is_on();
+    let session = &Session {
+        title: session
+            .title
+            .clone()
+            .map(|t| if redacting { redact::owned(t) } else { t }),
+        ..session.clone()
+    };
+    // A row redacted as a JSON document (its stored names and URIs kept).
+    let scrubbed = |row: &dyn erased::Json| -> Result<serde_json::Value> {
+        let mut v = row.value().map_err(io)?;
+        redact::value(&mut v);
+        Ok(v)
+    };
     let json = |out: &mut dyn Write, value: &dyn erased::Json| value.write(out).map_err(io);
     let raw = |out: &mut dyn Write, text: &str| out.write_all(text.as_bytes()).map_err(io);
     raw(out, "{\"format\":")?;
@@ -62,7 +79,10 @@ pub(super) fn write(
         for m in queries::messages_in(tx, id, None, lo..lo.saturating_add(PAGE))? {
             names.extend(m.refs.iter().map(|r| r.uri.name().to_owned()));
             raw(out, comma.next())?;
-            json(out, &m)?;
+            match redacting {
+                true => json(out, &scrubbed(&m)?)?,
+                false => json(out, &m)?,
+            }
             messages += 1;
         }
     }
@@ -73,7 +93,16 @@ pub(super) fn write(
     for lo in (1..=last).step_by(PAGE as usize) {
         for item in turns::items_in(tx, id, lo..lo.saturating_add(PAGE), &mut made)? {
             raw(out, comma.next())?;
-            json(out, &ArchivedItem::from_item(&item))?;
+            let mut archived = ArchivedItem::from_item(&item);
+            if redacting {
+                // Its body whole: a message's text as one, as its chunks made it.
+                let mut body: serde_json::Value =
+                    serde_json::from_str(&archived.body).map_err(|e| io(e.into()))?;
+                if redact::value(&mut body) {
+                    archived.body = body.to_string();
+                }
+            }
+            json(out, &archived)?;
             items += 1;
         }
     }
@@ -85,11 +114,14 @@ pub(super) fn write(
         let (events, after) = queries::events_page(tx, id, next, PAGE)?;
         for event in events {
             // The payload as a document, as `Store::events` hands it out.
-            let payload: serde_json::Value =
+            let mut payload: serde_json::Value =
                 serde_json::from_str(&event.payload).map_err(|e| Error::DamagedRow {
                     action: "export an event",
                     detail: format!("the payload of event {} does not parse: {e}", event.seq),
                 })?;
+            if redacting {
+                redact_payload(&mut payload);
+            }
             raw(out, comma.next())?;
             json(
                 out,
@@ -112,7 +144,10 @@ pub(super) fn write(
     json(out, &missing)?;
     if !settings.is_empty() {
         raw(out, ",\"settings\":")?;
-        json(out, &settings)?;
+        match redacting {
+            true => json(out, &scrubbed(&settings)?)?,
+            false => json(out, &settings)?,
+        }
     }
     raw(out, "}")?;
     Ok(Written {
@@ -121,6 +156,42 @@ pub(super) fn write(
         files,
         missing,
     })
+}
+
+/// Redacts an event's payload as a document; a batch of recorded updates as the
+/// recorder would have (`redact::Streams`), so that a message streamed in chunks
+/// comes out as its item does: a secret split across two chunks of one batch is
+/// found (one split across two batches of a store kept with redaction off is not,
+/// in the log).
+fn redact_payload(payload: &mut serde_json::Value) {
+    let Some(map) = payload.as_object_mut() else {
+        redact::value(payload);
+        return;
+    };
+    for (key, v) in map.iter_mut() {
+        match (key.as_str(), v) {
+            ("updates", serde_json::Value::Array(updates)) => {
+                // Its chunks keep their texts unless a secret runs across them.
+                let joined: String = updates
+                    .iter_mut()
+                    .filter_map(|u| redact::Chunk::text_mut(u).map(|t| t.clone()))
+                    .collect();
+                if redact::find(&joined).is_empty() {
+                    updates.iter_mut().for_each(|u| {
+                        redact::value(u);
+                    });
+                    continue;
+                }
+                let mut streams = redact::Streams::default();
+                let (mut out, _) = streams.pass(std::mem::take(updates));
+                streams.end(&mut out);
+                *updates = out;
+            }
+            (_, v) => {
+                redact::value(v);
+            }
+        }
+    }
 }
 
 /// `""` before a list's first element, `","` before every other one.
@@ -141,11 +212,16 @@ impl Comma {
 mod erased {
     pub trait Json {
         fn write(&self, out: &mut dyn std::io::Write) -> std::io::Result<()>;
+        fn value(&self) -> std::io::Result<serde_json::Value>;
     }
 
     impl<T: serde::Serialize + ?Sized> Json for T {
         fn write(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
             serde_json::to_writer(out, self).map_err(std::io::Error::from)
+        }
+
+        fn value(&self) -> std::io::Result<serde_json::Value> {
+            serde_json::to_value(self).map_err(std::io::Error::from)
         }
     }
 }

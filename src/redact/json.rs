@@ -12,6 +12,7 @@ use super::{Stream, redact};
 /// secret, and skipping them saves the scan), and URIs (issue 48 keeps them as given).
 const NOT_TEXT: &[&str] = &[
     "uri",
+    "storedName",
     "mimeType",
     "toolCallId",
     "messageId",
