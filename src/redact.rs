@@ -234,6 +234,8 @@ impl Stream {
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
+pub mod fresh;
 mod json;
 pub use json::{Chunk, Streams, object, owned, value};
 
