@@ -291,6 +291,21 @@ fn with_redaction_off_text_is_stored_as_given_and_export_still_redacts() {
     // The redacted archive imports: its log still replays to its rows.
     let out = t.run(&["import", redacted.to_str().unwrap(), "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
+
+    // The unredacted one, imported into a store that redacts, is redacted on the
+    // way in; its file still reads back byte for byte.
+    let other = TestStore::empty();
+    let out = other.run(&["import", plain.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let imported = json(&out)["id"].as_str().expect("an id").to_owned();
+    let bytes = written(&other.db_path());
+    assert!(!holds(&bytes, secret) && holds(&bytes, &format!("[REDACTED:{}]", kind.id())));
+    let files = json(&other.run(&["attachment", "list", "--session", &imported, "--json"]));
+    let uri = files[0]["uri"].as_str().expect("a uri");
+    let got = other.bin().args(["attachment", "get", uri]).output();
+    assert_eq!(got.stdout, format!("{text}\n").into_bytes());
+    let verified = other.run(&["verify"]);
+    assert!(verified.status.success(), "{}", stderr(&verified));
 }
 
 #[cfg(feature = "acp")]
