@@ -410,3 +410,23 @@ mod fronts {
         nothing_secret_on_disk(&t.db_path(), &credentials);
     }
 }
+
+#[test]
+fn paths_says_whether_text_is_redacted_and_where_that_came_from() {
+    let t = TestStore::empty();
+    let report = |env: Option<&str>, flags: &[&str]| {
+        let mut bin = t.bin();
+        if let Some(v) = env {
+            bin.env("SESSIONSTORE_REDACT", v);
+        }
+        bin.args(["paths", "--json"]).args(flags).output()
+    };
+    let on = json(&report(None, &[]));
+    assert_eq!(on["redaction"], serde_json::json!({"mode": "on", "source": "default"}));
+    let off = json(&report(Some("off"), &[]));
+    assert_eq!(off["redaction"], serde_json::json!({"mode": "off", "source": "environment"}));
+    let flag = json(&report(Some("off"), &["--redact", "on"]));
+    assert_eq!(flag["redaction"], serde_json::json!({"mode": "on", "source": "flag"}));
+    let bad = report(Some("maybe"), &[]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+}
