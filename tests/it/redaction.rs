@@ -372,6 +372,72 @@ mod fronts {
         assert_eq!(messages.len(), credentials.len());
     }
 
+    /// A prompt queued mid-turn is stored redacted and, delivered by the same proxy
+    /// when the turn ends, reaches the agent as the user sent it.
+    #[tokio::test]
+    async fn a_queued_prompt_reaches_the_agent_as_sent() {
+        use agent_client_protocol::v1::schema::{CancelNotification, PromptRequest};
+        let s = Setup::new();
+        let seen = Seen::default();
+        let mut proxy = s.proxy(&[]);
+        let credentials = credentials();
+        let (kind, secret, around) = credentials[4].clone();
+        let text = format!("echo in two:{}", said(&around));
+        let config = s.t.config.clone();
+        client(&mut proxy, &seen, {
+            let (cwd, seen, text) = (s.cwd.clone(), seen.clone(), text.clone());
+            async move |cx| {
+                let id = open_session(&cx, &cwd).await?;
+                let hanging = cx.send_request(PromptRequest::new(
+                    id.clone(),
+                    vec![crate::proxy::text_block("hang on")],
+                ));
+                crate::proxy::eventually("the turn to begin", || {
+                    seen.raw_updates()
+                        .iter()
+                        .any(|u| u["sessionUpdate"] == "agent_thought_chunk")
+                })
+                .await;
+                let queued = cx.send_request(PromptRequest::new(
+                    id.clone(),
+                    vec![crate::proxy::text_block(&text)],
+                ));
+                let store = sessionstore::Store::open_read_only(config)
+                    .await
+                    .expect("the store opens");
+                let session = store_id(&id);
+                let start = std::time::Instant::now();
+                while store.messages(session).await.expect("messages").len() < 2 {
+                    assert!(start.elapsed() < std::time::Duration::from_secs(60));
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                cx.send_notification(CancelNotification::new(id.clone()))?;
+                hanging.block_task().await?;
+                queued.block_task().await?;
+                Ok(())
+            }
+        })
+        .await;
+        let prompts = s.report.prompts();
+        let last = prompts
+            .last()
+            .expect("two prompts")
+            .last()
+            .expect("a block")
+            .clone();
+        assert!(
+            last["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains(secret.as_str()),
+            "{kind}"
+        );
+        drop(proxy);
+        let bytes = written(&s.t.db_path());
+        assert!(!holds(&bytes, &secret), "{kind}: stored redacted");
+        assert!(holds(&bytes, &format!("[REDACTED:{}]", kind.id())));
+    }
+
     /// Through `sessionstore acp`: prompts stored redacted.
     #[test]
     fn the_acp_front_stores_prompts_redacted() {
@@ -422,11 +488,20 @@ fn paths_says_whether_text_is_redacted_and_where_that_came_from() {
         bin.args(["paths", "--json"]).args(flags).output()
     };
     let on = json(&report(None, &[]));
-    assert_eq!(on["redaction"], serde_json::json!({"mode": "on", "source": "default"}));
+    assert_eq!(
+        on["redaction"],
+        serde_json::json!({"mode": "on", "source": "default"})
+    );
     let off = json(&report(Some("off"), &[]));
-    assert_eq!(off["redaction"], serde_json::json!({"mode": "off", "source": "environment"}));
+    assert_eq!(
+        off["redaction"],
+        serde_json::json!({"mode": "off", "source": "environment"})
+    );
     let flag = json(&report(Some("off"), &["--redact", "on"]));
-    assert_eq!(flag["redaction"], serde_json::json!({"mode": "on", "source": "flag"}));
+    assert_eq!(
+        flag["redaction"],
+        serde_json::json!({"mode": "on", "source": "flag"})
+    );
     let bad = report(Some("maybe"), &[]);
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
 }
