@@ -388,7 +388,10 @@ impl Store {
     /// tool calls, plans and session-level updates, and updates of kinds the schema
     /// does not know, kept opaque) in one write with its event, all or nothing: a
     /// refused update (a `user_message_chunk`, a kind that is not history, an update
-    /// for a tool call never recorded) stores nothing of the batch.
+    /// for a tool call never recorded) stores nothing of the batch. With redaction on
+    /// (`Config::redaction`) the batch is redacted alone: a message streamed in its
+    /// chunks as one text within it, but not across calls (`Store::record_from` and
+    /// the proxy carry a message's tail from batch to batch).
     pub async fn record<U: Into<Update>>(
         &self,
         session: SessionId,
