@@ -52,6 +52,13 @@ impl Store {
     /// Ends a running turn: its stop reason as the agent answered, or its failure. A
     /// turn never ended is one that was interrupted (its proxy stopped mid-turn).
     pub async fn end_turn(&self, session: SessionId, turn: TurnId, end: TurnEnd) -> Result<()> {
+        // An agent's error message is text it wrote, kept like the rest.
+        let end = match end {
+            TurnEnd::Failed { reason } => TurnEnd::Failed {
+                reason: self.redacted(reason),
+            },
+            stopped => stopped,
+        };
         self.with_write(move |tx| proxied::end_turn(tx, &session, &turn, &end))
             .await
     }
