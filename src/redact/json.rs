@@ -112,8 +112,19 @@ struct Open<T> {
     /// and `_meta`).
     blank: T,
     stream: Stream,
-    /// Where its last chunk is in the batch [`Streams::pass`] last gave back, if there.
-    last: Option<usize>,
+    /// Where its last chunk is.
+    last: Last,
+}
+
+/// Where an open message's last chunk is.
+#[derive(Debug, Clone, Copy)]
+enum Last {
+    /// In the batch being passed, at this index.
+    Here(usize),
+    /// In the batch passed before it, at this index (when the caller still holds it).
+    Before(usize),
+    /// Written already.
+    Gone,
 }
 
 /// Redacts a session's updates as they are recorded, batch after batch: each update
@@ -137,12 +148,23 @@ impl<T> Default for Streams<T> {
 
 impl<T: Chunk> Streams<T> {
     /// The batch redacted, and how many chunks of earlier batches' tails it starts
-    /// with (0 or 1), which the updates given do not count.
+    /// with (0 or 1), which the updates given do not count. The batch before it is
+    /// written already.
     pub fn pass(&mut self, batch: Vec<T>) -> (Vec<T>, usize) {
+        self.pass_after(&mut Vec::new(), batch)
+    }
+
+    /// [`Streams::pass`] while the caller still holds the batch passed before, unwritten
+    /// (`before`): a message whose last chunk is there and that `batch` ends gets its
+    /// tail there, and no chunk is added.
+    pub fn pass_after(&mut self, before: &mut Vec<T>, batch: Vec<T>) -> (Vec<T>, usize) {
         let mut out = Vec::with_capacity(batch.len() + 1);
         let mut added = 0;
         if let Some(open) = &mut self.open {
-            open.last = None;
+            open.last = match open.last {
+                Last::Here(i) if i < before.len() => Last::Before(i),
+                _ => Last::Gone,
+            };
         }
         for mut update in batch {
             let text = update.text_mut().map(std::mem::take);
@@ -151,7 +173,7 @@ impl<T: Chunk> Streams<T> {
                 (Some(open), Some(_)) => open.blank == update,
                 _ => false,
             };
-            if !continues && self.end(&mut out) {
+            if !continues && self.end_in(before, &mut out) {
                 added += 1;
             }
             let Some(text) = text else {
@@ -161,30 +183,24 @@ impl<T: Chunk> Streams<T> {
             let open = self.open.get_or_insert_with(|| Open {
                 blank: update.clone(),
                 stream: Stream::default(),
-                last: None,
+                last: Last::Gone,
             });
             *update.text_mut().expect("a chunk's text was taken from it") = open.stream.push(&text);
-            open.last = Some(out.len());
+            open.last = Last::Here(out.len());
             out.push(update);
         }
         (out, added)
     }
 
-    /// The open message ended after the batch last given back, which is written
-    /// already: its held-back text, as a chunk of its own, if there is any.
-    pub fn end_alone(&mut self) -> Option<T> {
-        if let Some(open) = &mut self.open {
-            open.last = None;
-        }
-        let mut out = Vec::new();
-        self.end(&mut out);
-        out.pop()
+    /// The open message ended after `out`, the batch last given back, not written
+    /// yet: its held-back text goes into its last chunk when that is in `out`, else
+    /// into a chunk of its own at `out`'s end (then true).
+    pub fn end(&mut self, out: &mut Vec<T>) -> bool {
+        self.end_in(&mut Vec::new(), out)
     }
 
-    /// The open message ended after `out`: its held-back text goes into its last
-    /// chunk when that is in `out`, else into a chunk of its own at `out`'s end (then
-    /// true).
-    pub fn end(&mut self, out: &mut Vec<T>) -> bool {
+    /// [`Streams::end`] with the batch before `out` still held too.
+    fn end_in(&mut self, before: &mut [T], out: &mut Vec<T>) -> bool {
         let Some(open) = self.open.take() else {
             return false;
         };
@@ -192,11 +208,13 @@ impl<T: Chunk> Streams<T> {
         if tail.is_empty() {
             return false;
         }
-        match open.last {
-            Some(i) => out[i]
-                .text_mut()
-                .expect("the last chunk is a chunk")
-                .push_str(&tail),
+        let last = match open.last {
+            Last::Here(i) => out.get_mut(i),
+            Last::Before(i) => before.get_mut(i),
+            Last::Gone => None,
+        };
+        match last.and_then(Chunk::text_mut) {
+            Some(text) => text.push_str(&tail),
             None => {
                 let mut chunk = open.blank;
                 *chunk.text_mut().expect("a blank is a chunk") = tail;
