@@ -151,13 +151,13 @@ impl<T: Chunk> Streams<T> {
     /// with (0 or 1), which the updates given do not count. The batch before it is
     /// written already.
     pub fn pass(&mut self, batch: Vec<T>) -> (Vec<T>, usize) {
-        self.pass_after(&mut Vec::new(), batch)
+        self.pass_after(&mut [], batch)
     }
 
     /// [`Streams::pass`] while the caller still holds the batch passed before, unwritten
     /// (`before`): a message whose last chunk is there and that `batch` ends gets its
     /// tail there, and no chunk is added.
-    pub fn pass_after(&mut self, before: &mut Vec<T>, batch: Vec<T>) -> (Vec<T>, usize) {
+    pub fn pass_after(&mut self, before: &mut [T], batch: Vec<T>) -> (Vec<T>, usize) {
         let mut out = Vec::with_capacity(batch.len() + 1);
         let mut added = 0;
         if let Some(open) = &mut self.open {
@@ -196,7 +196,7 @@ impl<T: Chunk> Streams<T> {
     /// yet: its held-back text goes into its last chunk when that is in `out`, else
     /// into a chunk of its own at `out`'s end (then true).
     pub fn end(&mut self, out: &mut Vec<T>) -> bool {
-        self.end_in(&mut Vec::new(), out)
+        self.end_in(&mut [], out)
     }
 
     /// [`Streams::end`] with the batch before `out` still held too.
