@@ -664,6 +664,7 @@ impl Store {
     /// [`Store::dispatch_parts`] of a message as it was given rather than as it is
     /// stored (`Store::send_prompt_as_given`): the proxy delivers a prompt to its agent
     /// as the user sent it, secrets and all, while the store keeps it redacted.
+    #[cfg(feature = "acp")]
     pub(crate) async fn dispatch_given_parts(
         &self,
         session: SessionId,
