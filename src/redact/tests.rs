@@ -175,3 +175,36 @@ fn inline_base64_uris_and_resource_names_are_not_scanned() {
     assert_eq!(block["data"], key);
     assert_eq!(block["description"], "[REDACTED:aws-access-key-id]");
 }
+
+/// `record_from`'s view: each batch held until the next is redacted, so a message the
+/// next batch ends gets its tail in its own last chunk, and no chunk is ever added.
+#[test]
+fn a_held_batch_takes_the_tail_of_the_message_the_next_one_ends() {
+    use serde_json::{Value, json};
+    let chunk = |text: &str| {
+        json!({"sessionUpdate": "agent_thought_chunk",
+        "content": {"type": "text", "text": text}})
+    };
+    let mut rng = Rng::new();
+    let (secret, around) = fresh(Kind::GithubToken, &mut rng);
+    let text = format!("thinking about {around} now");
+    let mid = text.len() / 2;
+    let mut streams = Streams::<Value>::default();
+    let mut held = Vec::new();
+    let mut written = Vec::new();
+    for batch in [
+        vec![chunk(&text[..mid])],
+        vec![chunk(&text[mid..])],
+        vec![json!({"sessionUpdate": "plan", "entries": []})],
+    ] {
+        let (next, added) = streams.pass_after(&mut held, batch);
+        assert_eq!(added, 0);
+        written.extend(std::mem::replace(&mut held, next));
+    }
+    streams.end(&mut held);
+    written.extend(held);
+    assert_eq!(written.len(), 3, "one update out for one in");
+    assert_eq!(written[0]["content"]["text"], "");
+    assert_eq!(written[1]["content"]["text"], redact(&text).as_ref());
+    assert!(!written[1].to_string().contains(&secret));
+}
