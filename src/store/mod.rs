@@ -27,6 +27,7 @@ mod prompt;
 mod proxied;
 
 pub use claim::SessionClaim;
+pub(crate) use prompt::redact_message;
 pub use prompt::{Prompt, PromptBlock};
 
 /// The one handle on a session store: the database pool and the one attachment store

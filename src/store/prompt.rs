@@ -273,7 +273,7 @@ impl Store {
 /// typed, its expansion and transcript, its text blocks and their `_meta`, and the
 /// client's own blocks (their URIs and names kept). References are not text: their
 /// files stay byte-exact.
-fn redact_message(message: &mut NewMessage) {
+pub(crate) fn redact_message(message: &mut NewMessage) {
     use crate::redact;
     let take = |s: &mut String| *s = redact::owned(std::mem::take(s));
     take(&mut message.display_text);

@@ -231,6 +231,38 @@ fn with_redaction_off_text_is_stored_as_given_and_export_still_redacts() {
         "{kind}: kept as given"
     );
 
+    let line = serde_json::json!({"sessionUpdate": "agent_message_chunk",
+        "content": {"type": "text", "text": text}});
+    let out = t
+        .bin()
+        .env("SESSIONSTORE_REDACT", "off")
+        .args(["record", "--session", &sid])
+        .stdin(format!("{line}\n"))
+        .output();
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // A fork by a store that redacts is redacted as it is written.
+    let fork = json(&t.run(&["session", "fork", &sid, "--json"]))["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    let restored =
+        crate::support::stdout(&t.run(&["restore", "--session", &fork, "--format", "acp-updates"]));
+    // Once: the attached file, read live and byte-exact.
+    assert_eq!(
+        restored.matches(secret.as_str()).count(),
+        1,
+        "{kind}: {restored}"
+    );
+    assert_eq!(
+        restored
+            .matches(&format!("[REDACTED:{}]", kind.id()))
+            .count(),
+        2
+    );
+    let verified = t.run(&["verify"]);
+    assert!(verified.status.success(), "{}", stderr(&verified));
+
     // The uploaded file is the user's: read back byte for byte.
     let got = t.bin().args(["attachment", "get", &uri]).output();
     assert_eq!(got.stdout, format!("{text}\n").into_bytes());
