@@ -32,6 +32,25 @@ pub struct Config {
     /// The key of an encrypted SQLite database (cargo feature `encryption`), or `None`
     /// for a plain one. A PostgreSQL database takes none.
     pub key: Option<DatabaseKey>,
+    /// Whether secrets in what the store keeps as text are replaced by
+    /// `[REDACTED:<kind>]` before anything is written (`crate::redact`): on unless
+    /// told otherwise. Attachment files are never rewritten either way.
+    pub redaction: Redaction,
+}
+
+/// Whether the store redacts the text it keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Redaction {
+    #[default]
+    On,
+    /// Text is stored as given.
+    Off,
+}
+
+impl Redaction {
+    pub fn is_on(self) -> bool {
+        self == Redaction::On
+    }
 }
 
 impl Config {
@@ -46,6 +65,7 @@ impl Config {
             host: host_name(),
             sharing: Sharing::Owner,
             key: None,
+            redaction: Redaction::On,
         }
     }
 

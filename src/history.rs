@@ -149,23 +149,46 @@ impl Store {
         mut source: impl UpdateSource,
     ) -> Result<Recorded> {
         let db = self.db().clone();
+        let redacting = self.config().redaction.is_on();
         blocking(move || {
             db.write_for(&session, |tx| {
                 queries::get_session(tx, &session)?;
                 let mut listed = ItemsTouched::default();
                 let mut recorded = 0usize;
-                source.batches(&mut |batch| {
+                // A message streamed across batches is redacted as one text: its
+                // held-back tail goes into the next batch, or one of its own at the
+                // end (`redact::Streams`), which the input's numbering does not count.
+                // Each batch is held until the next is redacted, so that a message
+                // the next one ends gets its tail in its own last chunk.
+                let mut streams = crate::redact::Streams::default();
+                let mut held: Vec<Update> = Vec::new();
+                let mut write = |batch: Vec<Update>, added: usize| {
                     let touched = record_batch(tx, &session, &batch).map_err(|e| match e {
                         Error::UpdateRefused { line, refusal } => Error::UpdateRefused {
-                            line: line + recorded,
+                            line: (line + recorded).saturating_sub(added),
                             refusal,
                         },
                         e => e,
                     })?;
-                    recorded += batch.len();
+                    recorded += batch.len() - added;
                     touched.into_iter().for_each(|t| listed.add(t));
                     Ok(())
+                };
+                source.batches(&mut |batch| match redacting {
+                    true => {
+                        let (next, added) = streams.pass_after(&mut held, batch);
+                        debug_assert_eq!(added, 0, "a held batch takes every tail");
+                        match std::mem::replace(&mut held, next) {
+                            done if done.is_empty() => Ok(()),
+                            done => write(done, 0),
+                        }
+                    }
+                    false => write(batch, 0),
                 })?;
+                streams.end(&mut held);
+                if !held.is_empty() {
+                    write(held, 0)?;
+                }
                 // Written outside the store's writer, which would not know that what
                 // this sealed waits to be indexed (V14): indexed here, in the write.
                 crate::db::search::index_waiting(tx, Some(&session), None)?;

@@ -90,6 +90,9 @@ impl std::fmt::Display for Kind {
 /// key is about 6.5 KB; token formats are far shorter.
 pub const LONGEST: usize = 8 * 1024;
 
+/// How much further back than [`LONGEST`] a stream may cut, to cut after a space.
+const WORD_SLACK: usize = 1024;
+
 /// One alternative per kind; where two could start at the same place the earlier
 /// wins, so Anthropic's `sk-ant-` comes before OpenAI's `sk-`.
 static RULES: LazyLock<Regex> = LazyLock::new(|| {
@@ -191,6 +194,17 @@ impl Stream {
         while !self.pending.is_char_boundary(cut) {
             cut -= 1;
         }
+        // Cut between words when there is a space near: what is written then ends a
+        // word, as the store's sealed segments of a long message like to (a
+        // segment is cut between words, `db::turns`).
+        if let Some(space) = self.pending[..cut].rfind(char::is_whitespace)
+            && cut - space <= WORD_SLACK
+        {
+            cut = space + 1;
+            while !self.pending.is_char_boundary(cut) {
+                cut += 1;
+            }
+        }
         // A secret across the cut, or one that reaches the end (it may go on), is
         // held back whole, with what named it.
         for f in &found {
@@ -219,6 +233,11 @@ impl Stream {
         self.pending.is_empty()
     }
 }
+
+#[cfg(any(test, feature = "testkit"))]
+pub mod fresh;
+mod json;
+pub use json::{Chunk, Streams, object, owned, value};
 
 #[cfg(test)]
 mod tests;

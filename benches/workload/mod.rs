@@ -29,6 +29,7 @@ pub fn config_in(dir: &Path) -> Config {
         host: "bench".into(),
         sharing: Default::default(),
         key: None,
+        redaction: Default::default(),
     }
 }
 

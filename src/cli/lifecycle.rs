@@ -47,6 +47,11 @@ pub struct ExportArgs {
     out: PathBuf,
     #[arg(long, value_enum, default_value_t = ExportFormat::Tar)]
     format: ExportFormat,
+    /// Write the text as stored, secrets included: by default every secret found is
+    /// replaced by [REDACTED:<kind>], even from a store kept with --redact off
+    /// (attachment files are copied byte for byte either way)
+    #[arg(long)]
+    no_redact: bool,
 }
 
 /// What `export` writes.
@@ -117,9 +122,21 @@ pub async fn search(config: Config, json: bool, args: SearchArgs) -> Result<()> 
 pub async fn export(config: Config, json: bool, args: ExportArgs) -> Result<()> {
     let store = Store::open_read_only(config).await?;
     let progress = spinner("exporting");
+    let redaction = match args.no_redact {
+        true => sessionstore::config::Redaction::Off,
+        false => sessionstore::config::Redaction::On,
+    };
     let exported = match args.format {
-        ExportFormat::Tar => store.export_archive(args.session, args.out).await,
-        ExportFormat::Markdown => store.export_markdown(args.session, args.out).await,
+        ExportFormat::Tar => {
+            store
+                .export_archive_as(args.session, args.out, redaction)
+                .await
+        }
+        ExportFormat::Markdown => {
+            store
+                .export_markdown_as(args.session, args.out, redaction)
+                .await
+        }
     };
     progress.finish_and_clear();
     let exported = exported?;

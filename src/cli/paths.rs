@@ -13,7 +13,7 @@ use clap::Args;
 use serde::Serialize;
 
 use sessionstore::Config;
-use sessionstore::config::Sharing;
+use sessionstore::config::{Redaction, Sharing};
 use sessionstore::privacy::{self, Encryption, Exposure};
 
 use super::errors::Usage;
@@ -43,6 +43,11 @@ pub struct Global {
     /// 0700, for a mount shared by daemons of one group [env: SESSIONSTORE_SHARED_GROUP=1]
     #[arg(long, global = true)]
     pub shared_group: bool,
+    /// Replace the secrets in what the store keeps (messages, the agent's updates,
+    /// titles, settings) by [REDACTED:<kind>] before anything is written; uploaded
+    /// files are never rewritten [env: SESSIONSTORE_REDACT] [default: on]
+    #[arg(long, global = true, value_name = "on|off", value_parser = parse_redaction)]
+    pub redact: Option<Redaction>,
     /// Print machine-readable JSON, and errors as {"error":{"kind","message"}} on stderr
     #[arg(long, global = true)]
     pub json: bool,
@@ -52,6 +57,15 @@ pub struct Global {
     /// Log errors only; RUST_LOG, when set, overrides -v and -q
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
+}
+
+/// `on` or `off`, as `--redact` and `SESSIONSTORE_REDACT` take it.
+fn parse_redaction(text: &str) -> std::result::Result<Redaction, String> {
+    match text {
+        "on" => Ok(Redaction::On),
+        "off" => Ok(Redaction::Off),
+        _ => Err(format!("{text:?} is neither on nor off")),
+    }
 }
 
 /// Where a setting came from.
@@ -83,6 +97,7 @@ pub struct Located {
     pub key_file: Option<PathBuf>,
     pub key_source: Source,
     pub sharing: Source,
+    pub redaction: Source,
 }
 
 /// A variable's value, or `None` when it is unset or empty.
@@ -161,6 +176,21 @@ impl Global {
             }
         };
         config.sharing = sharing;
+        let redaction_source;
+        (config.redaction, redaction_source) = match (self.redact, env_var("SESSIONSTORE_REDACT")) {
+            (Some(r), _) => (r, Source::Flag),
+            (None, Some(v)) => match v.to_str().map(parse_redaction) {
+                Some(Ok(r)) => (r, Source::Environment),
+                _ => {
+                    return Err(Usage(format!(
+                        "SESSIONSTORE_REDACT is {v:?}: set it to on or off (or leave it unset \
+                         for on)"
+                    ))
+                    .into());
+                }
+            },
+            (None, None) => (Redaction::On, Source::Default),
+        };
         tracing::debug!(
             "database {:?} ({:?}), attachment root {:?} ({:?})",
             config.database.to_string(),
@@ -176,6 +206,7 @@ impl Global {
             key_file,
             key_source,
             sharing: sharing_source,
+            redaction: redaction_source,
         })
     }
 
@@ -246,6 +277,15 @@ struct EncryptionReport {
     key_source: Source,
 }
 
+/// Whether stored text is redacted.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RedactionReport {
+    /// `on` or `off`.
+    mode: &'static str,
+    source: Source,
+}
+
 /// Who may read what the store creates.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -272,6 +312,7 @@ struct Paths {
     legacy_roots: Vec<PathBuf>,
     legacy_roots_source: Source,
     sharing: SharingReport,
+    redaction: RedactionReport,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     warnings: Vec<Exposure>,
 }
@@ -332,6 +373,13 @@ pub fn paths(global: &Global) -> Result<()> {
             file_mode: format!("{:04o}", sharing.file_mode()),
             dir_mode: format!("{:04o}", sharing.dir_mode()),
             source: located.sharing,
+        },
+        redaction: RedactionReport {
+            mode: match config.redaction {
+                Redaction::On => "on",
+                Redaction::Off => "off",
+            },
+            source: located.redaction,
         },
         warnings,
     };
@@ -404,6 +452,17 @@ pub fn paths(global: &Global) -> Result<()> {
             .sharing
             .source
             .describe("--shared-group", "SESSIONSTORE_SHARED_GROUP"),
+    ));
+    lines.push(format!(
+        "redaction         {}  ({})",
+        match report.redaction.mode {
+            "on" => "on: secrets in stored text become [REDACTED:<kind>]",
+            _ => "off: text is stored as given",
+        },
+        report
+            .redaction
+            .source
+            .describe("--redact", "SESSIONSTORE_REDACT"),
     ));
     lines.extend(
         report

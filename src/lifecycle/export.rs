@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Store;
 use crate::attachments::AttachmentUri;
+use crate::config::Redaction;
 use crate::db::{proxied, queries};
 use crate::error::{Error, Result};
 use crate::ids::{ItemId, SessionId};
@@ -118,6 +119,19 @@ impl Store {
     /// missing; any other failed read fails the export, which then leaves nothing at
     /// `out`. An existing `out` is replaced only once the new archive is complete.
     pub async fn export_archive(&self, session: SessionId, out: PathBuf) -> Result<Exported> {
+        self.export_archive_as(session, out, Redaction::On).await
+    }
+
+    /// [`Store::export_archive`], its text redacted or not: with [`Redaction::On`]
+    /// every secret found in the manifest's text (messages, items, the event log,
+    /// titles, settings) is replaced, even from a store kept with redaction off.
+    /// Attachment files are copied byte for byte either way.
+    pub async fn export_archive_as(
+        &self,
+        session: SessionId,
+        out: PathBuf,
+        redaction: Redaction,
+    ) -> Result<Exported> {
         let attachments = self.attachments.clone();
         let sharing = self.config().sharing;
         let db = self.db.clone();
@@ -132,7 +146,8 @@ impl Store {
                     let row = queries::get_session(tx, &session)?;
                     crate::db::verify::check_session(tx, &row)?;
                     let settings = proxied::settings(tx, &session)?;
-                    manifest::write(tx, &row, &settings, &mut w, &io_at(&out), |names| {
+                    let io = io_at(&out);
+                    manifest::write(tx, &row, &settings, &mut w, &io, redaction, |names| {
                         // Files are read twice (once for the sizes, once to write)
                         // rather than held together, so memory stays at one file
                         // whatever the session holds.
@@ -193,6 +208,16 @@ impl Store {
     /// Attachments are listed by stored name, never by path or URI, and no file is
     /// read.
     pub async fn export_markdown(&self, session: SessionId, out: PathBuf) -> Result<Exported> {
+        self.export_markdown_as(session, out, Redaction::On).await
+    }
+
+    /// [`Store::export_markdown`], redacted (each entry whole) or not.
+    pub async fn export_markdown_as(
+        &self,
+        session: SessionId,
+        out: PathBuf,
+        redaction: Redaction,
+    ) -> Result<Exported> {
         let sharing = self.config().sharing;
         let db = self.db.clone();
         blocking(move || {
@@ -203,6 +228,10 @@ impl Store {
                     let row = queries::get_session(tx, &session)?;
                     crate::db::verify::check_session(tx, &row)?;
                     let put = |w: &mut std::io::BufWriter<_>, text: String| {
+                        let text = match redaction {
+                            Redaction::On => crate::redact::owned(text),
+                            Redaction::Off => text,
+                        };
                         w.write_all(text.as_bytes()).map_err(io_at(&out))
                     };
                     put(&mut w, heading(&row))?;

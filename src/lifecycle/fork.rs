@@ -105,7 +105,15 @@ impl Store {
         };
         let title = title
             .filter(|t| !t.trim().is_empty())
-            .or(head.title.clone());
+            .or(head.title.clone())
+            .map(|t| self.redacted(t));
+        let redacting = self.config().redaction.is_on();
+        let mut settings = settings;
+        if redacting {
+            for setting in &mut settings {
+                crate::redact::value(&mut setting.params);
+            }
+        }
         // The fork keeps the client's working directory and settings; its agent side
         // is a new one, started when it is first used.
         let new = NewSession {
@@ -156,6 +164,7 @@ impl Store {
                     tx,
                     upto: cut.last,
                     appender: copies::Appender::new(fork),
+                    redacting,
                 };
                 crate::history::produce(tx, origin, &Point::WHOLE, &mut into)?;
                 into.appender.finish(tx)?;
@@ -209,6 +218,9 @@ struct CopyInto<'a, 'c> {
     tx: &'a Tx<'c>,
     upto: i64,
     appender: copies::Appender,
+    /// Whether the fork's text is redacted as it is written (its origin may have been
+    /// kept with redaction off).
+    redacting: bool,
 }
 
 impl Sink for CopyInto<'_, '_> {
@@ -220,13 +232,37 @@ impl Sink for CopyInto<'_, '_> {
         }
         let entry = match entry {
             HistoryEntry::Message(m) => {
-                Entry::Message(rewritten(&m, self.appender.session()), Delivery::Delivered)
+                let mut message = rewritten(&m, self.appender.session());
+                if self.redacting {
+                    crate::store::redact_message(&mut message);
+                }
+                Entry::Message(message, Delivery::Delivered)
+            }
+            HistoryEntry::Item(item) if self.redacting => {
+                Entry::Item(Box::new(redacted_item(item.body)?))
             }
             HistoryEntry::Item(item) => Entry::Item(Box::new(item.body)),
         };
         self.appender.append(self.tx, &entry)?;
         Ok(true)
     }
+}
+
+/// An item's body with its secrets redacted, whole (a message's text as one).
+fn redacted_item(body: crate::model::ItemBody) -> Result<crate::model::ItemBody> {
+    let mut v: serde_json::Value = match serde_json::from_str(&body.to_json()) {
+        Ok(v) => v,
+        Err(_) => return Ok(body),
+    };
+    if !crate::redact::value(&mut v) {
+        return Ok(body);
+    }
+    crate::model::ItemBody::from_json(body.kind(), &v.to_string()).map_err(|detail| {
+        Error::DamagedRow {
+            action: "redact an item of a fork",
+            detail,
+        }
+    })
 }
 
 /// `m` as a new message of session `to`: the same texts, its references naming `to`'s

@@ -60,11 +60,14 @@ pub enum ImportId {
 impl Store {
     /// Imports the archive at `path` as a new session, under the id `id` says. Files are placed in the new
     /// session's folder under the configured root and every reference names the new
-    /// session's URIs. Nothing is written unless the whole archive checks out.
+    /// session's URIs. Nothing is written unless the whole archive checks out. Its
+    /// text is redacted as it is read when the store redacts (an archive exported
+    /// with `--no-redact` may hold secrets); its files are stored byte for byte.
     pub async fn import_archive(&self, path: PathBuf, id: ImportId) -> Result<Imported> {
+        let redaction = self.config().redaction;
         let checked = {
             let path = path.clone();
-            blocking(move || check_archive(&path)).await?
+            blocking(move || check_archive(&path, redaction)).await?
         };
         let original = checked.manifest.session.id;
         let id = if id == ImportId::Keep
@@ -221,7 +224,7 @@ fn read_capped<R: Read>(entry: &mut R, size: u64) -> Result<Vec<u8>> {
 /// once, with the size it lists and within [`MAX_ATTACHMENT_BYTES`], every listed
 /// file is there, every reference names the archived session and a file it holds (or
 /// lists as missing), and the event log replays to the rows. Writes nothing.
-fn check_archive(path: &Path) -> Result<Checked> {
+fn check_archive(path: &Path, redaction: crate::config::Redaction) -> Result<Checked> {
     let mut archive = open_archive(path)?;
     let mut entries = archive.entries().map_err(unreadable)?;
     let mut first = match entries.next() {
@@ -241,7 +244,7 @@ fn check_archive(path: &Path) -> Result<Checked> {
             first.size()
         )));
     }
-    let mut manifest = manifest::read(&mut first)
+    let mut manifest = manifest::read(&mut first, redaction)
         .map_err(|e| refused(format!("the manifest does not parse: {e}")))?;
     if manifest.format != ARCHIVE_FORMAT || manifest.version != ARCHIVE_VERSION {
         return Err(refused(format!(

@@ -15,10 +15,12 @@ use serde::de::{self, DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, V
 use serde::{Deserialize, Serialize};
 
 use super::export::{ARCHIVE_FORMAT, ARCHIVE_VERSION, ArchivedFile, ArchivedItem};
+use crate::config::Redaction;
 use crate::db::sql::Tx;
 use crate::db::{entries, queries, turns};
 use crate::error::{Error, Result};
 use crate::model::{Event, Message, Session, Setting};
+use crate::redact;
 
 /// How many history seqs (or log events) a page of an export reads.
 const PAGE: i64 = 256;
@@ -42,9 +44,25 @@ pub(super) fn write(
     settings: &[Setting],
     out: &mut impl Write,
     io: &dyn Fn(io::Error) -> Error,
+    redaction: Redaction,
     files: impl FnOnce(&BTreeSet<String>) -> Result<(Vec<ArchivedFile>, Vec<String>)>,
 ) -> Result<Written> {
     let id = &session.id;
+    let redacting = redaction.is_on();
+    let session = &Session {
+        title: session
+            .title
+            .clone()
+            .map(|t| if redacting { redact::owned(t) } else { t }),
+        ..session.clone()
+    };
+    // A row redacted as a JSON document (its stored names and URIs kept).
+    let scrubbed_with = |row: &dyn erased::Json, scrub: fn(&mut serde_json::Value)| {
+        let mut v = row.value().map_err(io)?;
+        scrub(&mut v);
+        Ok::<_, Error>(v)
+    };
+    let scrubbed = |row: &dyn erased::Json| scrubbed_with(row, redact_row);
     let json = |out: &mut dyn Write, value: &dyn erased::Json| value.write(out).map_err(io);
     let raw = |out: &mut dyn Write, text: &str| out.write_all(text.as_bytes()).map_err(io);
     raw(out, "{\"format\":")?;
@@ -62,7 +80,10 @@ pub(super) fn write(
         for m in queries::messages_in(tx, id, None, lo..lo.saturating_add(PAGE))? {
             names.extend(m.refs.iter().map(|r| r.uri.name().to_owned()));
             raw(out, comma.next())?;
-            json(out, &m)?;
+            match redacting {
+                true => json(out, &scrubbed(&m)?)?,
+                false => json(out, &m)?,
+            }
             messages += 1;
         }
     }
@@ -73,7 +94,11 @@ pub(super) fn write(
     for lo in (1..=last).step_by(PAGE as usize) {
         for item in turns::items_in(tx, id, lo..lo.saturating_add(PAGE), &mut made)? {
             raw(out, comma.next())?;
-            json(out, &ArchivedItem::from_item(&item))?;
+            let archived = ArchivedItem::from_item(&item);
+            match redacting {
+                true => json(out, &scrubbed_with(&archived, redact_item)?)?,
+                false => json(out, &archived)?,
+            }
             items += 1;
         }
     }
@@ -85,11 +110,14 @@ pub(super) fn write(
         let (events, after) = queries::events_page(tx, id, next, PAGE)?;
         for event in events {
             // The payload as a document, as `Store::events` hands it out.
-            let payload: serde_json::Value =
+            let mut payload: serde_json::Value =
                 serde_json::from_str(&event.payload).map_err(|e| Error::DamagedRow {
                     action: "export an event",
                     detail: format!("the payload of event {} does not parse: {e}", event.seq),
                 })?;
+            if redacting {
+                redact_payload(&mut payload);
+            }
             raw(out, comma.next())?;
             json(
                 out,
@@ -112,7 +140,10 @@ pub(super) fn write(
     json(out, &missing)?;
     if !settings.is_empty() {
         raw(out, ",\"settings\":")?;
-        json(out, &settings)?;
+        match redacting {
+            true => json(out, &scrubbed(&settings)?)?,
+            false => json(out, &settings)?,
+        }
     }
     raw(out, "}")?;
     Ok(Written {
@@ -121,6 +152,67 @@ pub(super) fn write(
         files,
         missing,
     })
+}
+
+/// Redacts a row (a message, settings) as a JSON document.
+fn redact_row(row: &mut serde_json::Value) {
+    redact::value(row);
+}
+
+/// Redacts an archived item: its body (JSON text) whole, so a message's text is
+/// redacted as one, as its chunks made it.
+fn redact_item(item: &mut serde_json::Value) {
+    let Some(serde_json::Value::String(text)) = item.get_mut("body") else {
+        return;
+    };
+    if let Ok(mut body) = serde_json::from_str::<serde_json::Value>(text)
+        && redact::value(&mut body)
+    {
+        *text = body.to_string();
+    }
+}
+
+/// Redacts an event: its payload (below).
+fn redact_event(event: &mut serde_json::Value) {
+    if let Some(payload) = event.get_mut("payload") {
+        redact_payload(payload);
+    }
+}
+
+/// Redacts an event's payload as a document; a batch of recorded updates as the
+/// recorder would have (`redact::Streams`), so that a message streamed in chunks
+/// comes out as its item does: a secret split across two chunks of one batch is
+/// found (one split across two batches of a store kept with redaction off is not,
+/// in the log).
+fn redact_payload(payload: &mut serde_json::Value) {
+    let Some(map) = payload.as_object_mut() else {
+        redact::value(payload);
+        return;
+    };
+    for (key, v) in map.iter_mut() {
+        match (key.as_str(), v) {
+            ("updates", serde_json::Value::Array(updates)) => {
+                // Its chunks keep their texts unless a secret runs across them.
+                let joined: String = updates
+                    .iter_mut()
+                    .filter_map(|u| redact::Chunk::text_mut(u).map(|t| t.clone()))
+                    .collect();
+                if redact::find(&joined).is_empty() {
+                    updates.iter_mut().for_each(|u| {
+                        redact::value(u);
+                    });
+                    continue;
+                }
+                let mut streams = redact::Streams::default();
+                let (mut out, _) = streams.pass(std::mem::take(updates));
+                streams.end(&mut out);
+                *updates = out;
+            }
+            (_, v) => {
+                redact::value(v);
+            }
+        }
+    }
 }
 
 /// `""` before a list's first element, `","` before every other one.
@@ -141,11 +233,16 @@ impl Comma {
 mod erased {
     pub trait Json {
         fn write(&self, out: &mut dyn std::io::Write) -> std::io::Result<()>;
+        fn value(&self) -> std::io::Result<serde_json::Value>;
     }
 
     impl<T: serde::Serialize + ?Sized> Json for T {
         fn write(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
             serde_json::to_writer(out, self).map_err(std::io::Error::from)
+        }
+
+        fn value(&self) -> std::io::Result<serde_json::Value> {
+            serde_json::to_value(self).map_err(std::io::Error::from)
         }
     }
 }
@@ -234,17 +331,27 @@ pub(super) struct Spooled {
 /// Reads a manifest from `input` one row at a time, with the rules the derived
 /// [`Manifest`] reader has (every field once, no unknown field, `settings` may be
 /// left out). An `Err` is why it does not parse, in serde's words.
-pub(super) fn read(input: impl Read) -> std::result::Result<Spooled, String> {
+pub(super) fn read(input: impl Read, redaction: Redaction) -> std::result::Result<Spooled, String> {
     let mut de = serde_json::Deserializer::from_reader(BufReader::new(input));
-    let spooled = de.deserialize_map(Fields).map_err(|e| e.to_string())?;
+    let mut spooled = de
+        .deserialize_map(Fields(redaction))
+        .map_err(|e| e.to_string())?;
     de.end().map_err(|e| e.to_string())?;
+    if redaction.is_on() {
+        // As export redacts, so that the log still replays to the rows.
+        spooled.session.title = spooled.session.title.take().map(redact::owned);
+        for setting in &mut spooled.settings {
+            redact::value(&mut setting.params);
+        }
+    }
     Ok(spooled)
 }
 
 use serde::Deserializer as _;
 
-/// The manifest's fields, in whatever order they come.
-struct Fields;
+/// The manifest's fields, in whatever order they come, redacted as they are spooled
+/// when redaction is on.
+struct Fields(Redaction);
 
 impl<'de> Visitor<'de> for Fields {
     type Value = Spooled;
@@ -271,17 +378,17 @@ impl<'de> Visitor<'de> for Fields {
                 "session" => once(&mut session, "session", map.next_value::<Session>()?)?,
                 "messages" => {
                     let mut s = spool()?;
-                    map.next_value_seed(Each::<Message>::into(&mut s))?;
+                    map.next_value_seed(Each::<Message>::into(&mut s, self.0, redact_row))?;
                     once(&mut messages, "messages", s)?;
                 }
                 "items" => {
                     let mut s = spool()?;
-                    map.next_value_seed(Each::<ArchivedItem>::into(&mut s))?;
+                    map.next_value_seed(Each::<ArchivedItem>::into(&mut s, self.0, redact_item))?;
                     once(&mut items, "items", s)?;
                 }
                 "events" => {
                     let mut s = spool()?;
-                    map.next_value_seed(Each::<Event>::into(&mut s))?;
+                    map.next_value_seed(Each::<Event>::into(&mut s, self.0, redact_event))?;
                     once(&mut events, "events", s)?;
                 }
                 "files" => once(&mut files, "files", map.next_value()?)?,
@@ -313,13 +420,20 @@ const FIELDS: &[&str] = &[
 struct Each<'a, T> {
     spool: &'a mut Spool,
     kind: PhantomData<T>,
+    /// Redacts a row before it is spooled, when redaction is on.
+    scrub: Option<fn(&mut serde_json::Value)>,
 }
 
 impl<'a, T> Each<'a, T> {
-    fn into(spool: &'a mut Spool) -> Each<'a, T> {
+    fn into(
+        spool: &'a mut Spool,
+        redaction: Redaction,
+        scrub: fn(&mut serde_json::Value),
+    ) -> Each<'a, T> {
         Each {
             spool,
             kind: PhantomData,
+            scrub: redaction.is_on().then_some(scrub),
         }
     }
 }
@@ -340,10 +454,16 @@ impl<'de, T: Deserialize<'de> + Serialize> Visitor<'de> for Each<'_, T> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+        let spooled = |e: io::Error| de::Error::custom(format!("cannot spool: {e}"));
         while let Some(row) = seq.next_element::<T>()? {
-            self.spool
-                .push(&row)
-                .map_err(|e| de::Error::custom(format!("cannot spool: {e}")))?;
+            match self.scrub {
+                Some(scrub) => {
+                    let mut v = serde_json::to_value(&row).map_err(|e| spooled(e.into()))?;
+                    scrub(&mut v);
+                    self.spool.push(&v).map_err(spooled)?;
+                }
+                None => self.spool.push(&row).map_err(spooled)?,
+            }
         }
         Ok(())
     }

@@ -221,6 +221,7 @@ impl Probe {
             host: config::host_name(),
             sharing: config::Sharing::Owner,
             key,
+            redaction: Default::default(),
         };
         let (store, reads) = ReadCounter::open(config.clone())
             .await

@@ -4,80 +4,7 @@
 
 use super::*;
 
-/// Random bytes from the standard library's randomly keyed hasher: enough for test
-/// credentials, with no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn new() -> Rng {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(0x5eed);
-        Rng(h.finish() | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn pick(&mut self, alphabet: &str, n: usize) -> String {
-        let chars: Vec<char> = alphabet.chars().collect();
-        (0..n)
-            .map(|_| chars[(self.next() % chars.len() as u64) as usize])
-            .collect()
-    }
-}
-
-const ALNUM: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-const B64URL: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-const B64: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// A fresh credential of `kind`, as it would appear in text: the secret itself, and
-/// the text around it that the rule reads (a key name, a URL) when there is any.
-fn fresh(kind: Kind, rng: &mut Rng) -> (String, String) {
-    let secret = match kind {
-        Kind::AwsAccessKeyId => format!("AKIA{}", rng.pick("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)),
-        Kind::AwsSecretAccessKey => rng.pick(&format!("{ALNUM}/+"), 40),
-        Kind::GithubToken => match rng.next() % 2 {
-            0 => format!("ghp_{}", rng.pick(ALNUM, 36)),
-            _ => format!("github_pat_{}_{}", rng.pick(ALNUM, 22), rng.pick(ALNUM, 59)),
-        },
-        Kind::AnthropicApiKey => format!("sk-ant-api03-{}AA", rng.pick(B64URL, 93)),
-        Kind::OpenaiApiKey => format!("sk-proj-{}", rng.pick(B64URL, 156)),
-        Kind::SlackToken => format!(
-            "xoxb-{}-{}-{}",
-            rng.pick("0123456789", 12),
-            rng.pick("0123456789", 13),
-            rng.pick(ALNUM, 24)
-        ),
-        Kind::StripeSecretKey => format!("sk_live_{}", rng.pick(ALNUM, 99)),
-        Kind::GoogleApiKey => format!("AIza{}", rng.pick(B64URL, 35)),
-        Kind::PrivateKey => {
-            let body: Vec<String> = (0..25).map(|_| rng.pick(B64, 64)).collect();
-            format!(
-                "-----BEGIN RSA PRIVATE KEY-----\n{}\n-----END RSA PRIVATE KEY-----",
-                body.join("\n")
-            )
-        }
-        Kind::UrlPassword => rng.pick(ALNUM, 20),
-        Kind::Jwt => format!(
-            "eyJ{}.eyJ{}.{}",
-            rng.pick(B64URL, 33),
-            rng.pick(B64URL, 60),
-            rng.pick(B64URL, 43)
-        ),
-    };
-    let around = match kind {
-        Kind::AwsSecretAccessKey => format!("AWS_SECRET_ACCESS_KEY={secret}"),
-        Kind::UrlPassword => format!("postgres://app:{secret}@db.internal:5432/prod"),
-        _ => secret.clone(),
-    };
-    (secret, around)
-}
+use super::fresh::{Rng, fresh};
 
 #[test]
 fn every_kind_is_found_alone_and_in_prose_and_only_the_secret_goes() {
@@ -182,4 +109,102 @@ fn a_private_key_cut_short_is_still_redacted() {
     let (key, _) = fresh(Kind::PrivateKey, &mut rng);
     let cut = &key[..key.len() / 2];
     assert_eq!(redact(cut), "[REDACTED:private-key]");
+}
+
+/// The recorder's view: a message streamed as JSON chunks over several batches, a
+/// secret cut between two of them, comes out as the same chunks (one out for one in,
+/// plus a chunk of its own for a tail that ends with a later batch), whose texts join
+/// into the whole message redacted; everything else is redacted whole.
+#[test]
+fn streams_redact_a_message_across_batches_and_everything_else_whole() {
+    use serde_json::{Value, json};
+    let chunk = |text: &str| {
+        json!({"sessionUpdate": "agent_message_chunk",
+        "messageId": "m1", "content": {"type": "text", "text": text}})
+    };
+    let mut rng = Rng::new();
+    for kind in Kind::ALL {
+        let (secret, around) = fresh(kind, &mut rng);
+        let text = format!(
+            "{} before {around} after {}",
+            "a ".repeat(3000),
+            "b ".repeat(50)
+        );
+        let mid = text.find(&secret).expect("the secret is in it") + secret.len() / 2;
+        let pieces: Vec<&str> = vec![&text[..mid - 10], &text[mid - 10..mid], &text[mid..]];
+        let mut streams = Streams::<Value>::default();
+        let mut stored = Vec::new();
+        for piece in &pieces {
+            let (out, added) = streams.pass(vec![chunk(piece)]);
+            assert_eq!(out.len(), 1 + added);
+            stored.extend(out);
+        }
+        // A tool call ends the message; its title is redacted whole.
+        let call = json!({"sessionUpdate": "tool_call", "toolCallId": "c",
+            "title": format!("run {around}"), "rawInput": {"uri": "x", "data": around}});
+        let (out, added) = streams.pass(vec![call]);
+        assert_eq!(added, 1, "the tail went into a chunk of its own");
+        stored.extend(out);
+        let joined: String = stored[..stored.len() - 1]
+            .iter()
+            .map(|c| c["content"]["text"].as_str().expect("a chunk's text"))
+            .collect();
+        assert_eq!(joined, redact(&text), "{kind}");
+        assert!(
+            stored
+                .iter()
+                .all(|c| c["messageId"] == "m1" || c["toolCallId"] == "c")
+        );
+        let call = stored.last().expect("the call");
+        assert!(!call["title"].as_str().unwrap().contains(&secret), "{kind}");
+        // A `data` beside no MIME type is not inline content: text, redacted.
+        assert!(!call["rawInput"]["data"].as_str().unwrap().contains(&secret));
+    }
+}
+
+#[test]
+fn inline_base64_uris_and_resource_names_are_not_scanned() {
+    use serde_json::json;
+    let mut rng = Rng::new();
+    let (_, key) = fresh(Kind::AwsAccessKeyId, &mut rng);
+    let mut block = json!({"type": "resource_link", "uri": format!("file:///{key}"),
+        "name": key, "mimeType": "text/plain", "data": key, "description": key});
+    assert!(value(&mut block));
+    assert_eq!(block["uri"], format!("file:///{key}"));
+    assert_eq!(block["name"], key);
+    assert_eq!(block["data"], key);
+    assert_eq!(block["description"], "[REDACTED:aws-access-key-id]");
+}
+
+/// `record_from`'s view: each batch held until the next is redacted, so a message the
+/// next batch ends gets its tail in its own last chunk, and no chunk is ever added.
+#[test]
+fn a_held_batch_takes_the_tail_of_the_message_the_next_one_ends() {
+    use serde_json::{Value, json};
+    let chunk = |text: &str| {
+        json!({"sessionUpdate": "agent_thought_chunk",
+        "content": {"type": "text", "text": text}})
+    };
+    let mut rng = Rng::new();
+    let (secret, around) = fresh(Kind::GithubToken, &mut rng);
+    let text = format!("thinking about {around} now");
+    let mid = text.len() / 2;
+    let mut streams = Streams::<Value>::default();
+    let mut held = Vec::new();
+    let mut written = Vec::new();
+    for batch in [
+        vec![chunk(&text[..mid])],
+        vec![chunk(&text[mid..])],
+        vec![json!({"sessionUpdate": "plan", "entries": []})],
+    ] {
+        let (next, added) = streams.pass_after(&mut held, batch);
+        assert_eq!(added, 0);
+        written.extend(std::mem::replace(&mut held, next));
+    }
+    streams.end(&mut held);
+    written.extend(held);
+    assert_eq!(written.len(), 3, "one update out for one in");
+    assert_eq!(written[0]["content"]["text"], "");
+    assert_eq!(written[1]["content"]["text"], redact(&text).as_ref());
+    assert!(!written[1].to_string().contains(&secret));
 }

@@ -27,6 +27,7 @@ mod prompt;
 mod proxied;
 
 pub use claim::SessionClaim;
+pub(crate) use prompt::redact_message;
 pub use prompt::{Prompt, PromptBlock};
 
 /// The one handle on a session store: the database pool and the one attachment store
@@ -293,6 +294,14 @@ impl Store {
         self.writer.as_ref().map(|w| w.stats()).unwrap_or_default()
     }
 
+    /// `text` as the store keeps it: its secrets replaced, unless redaction is off.
+    pub(crate) fn redacted(&self, text: String) -> String {
+        match self.config.redaction {
+            crate::config::Redaction::On => crate::redact::owned(text),
+            crate::config::Redaction::Off => text,
+        }
+    }
+
     pub(crate) async fn with_read<T: Send + 'static>(
         &self,
         f: impl Fn(&db::Tx<'_>) -> Result<T> + Send + 'static,
@@ -311,7 +320,9 @@ impl Store {
         tools_host: ToolsHost,
     ) -> Result<Session> {
         // A blank title is no title, so the first message can still name the session.
-        let title = title.filter(|t| !t.trim().is_empty());
+        let title = title
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| self.redacted(t));
         self.with_write(move |tx| queries::insert_session(tx, title.as_deref(), tools_host))
             .await
     }
@@ -333,7 +344,7 @@ impl Store {
         title: String,
         source: TitleSource,
     ) -> Result<String> {
-        let title = title.trim().to_owned();
+        let title = self.redacted(title.trim().to_owned());
         if title.is_empty() {
             return Err(Error::EmptyTitle);
         }
@@ -406,13 +417,19 @@ impl Store {
     /// tool calls, plans and session-level updates, and updates of kinds the schema
     /// does not know, kept opaque) in one write with its event, all or nothing: a
     /// refused update (a `user_message_chunk`, a kind that is not history, an update
-    /// for a tool call never recorded) stores nothing of the batch.
+    /// for a tool call never recorded) stores nothing of the batch. With redaction on
+    /// (`Config::redaction`) the batch is redacted alone: a message streamed in its
+    /// chunks as one text within it, but not across calls (`Store::record_from` and
+    /// the proxy carry a message's tail from batch to batch).
     pub async fn record<U: Into<Update>>(
         &self,
         session: SessionId,
         updates: Vec<U>,
     ) -> Result<Recorded> {
-        let updates: Vec<Update> = updates.into_iter().map(Into::into).collect();
+        let mut updates: Vec<Update> = updates.into_iter().map(Into::into).collect();
+        if self.config.redaction.is_on() {
+            updates = redacted_whole(updates);
+        }
         self.write_record(move |tx, tails| {
             db::turns::record_remembered(tx, tails, &session, &updates)
         })
@@ -441,13 +458,17 @@ impl Store {
     pub async fn record_values(
         &self,
         session: SessionId,
-        updates: Vec<serde_json::Value>,
+        mut updates: Vec<serde_json::Value>,
     ) -> Result<Recorded> {
+        if self.config.redaction.is_on() {
+            updates = redacted_whole(updates);
+        }
         self.record_json(session, Arc::new(updates)).await
     }
 
     /// [`Store::record_values`] of updates the caller keeps (the proxy takes a refused
-    /// one out and records the rest). Each is read into its ACP type by the writer, as
+    /// one out and records the rest), redacted by the caller when redaction is on (the
+    /// proxy's recorder carries a streamed message's tail from batch to batch). Each is read into its ACP type by the writer, as
     /// part of the write, rather than by the caller's task.
     pub(crate) async fn record_json(
         &self,
@@ -737,6 +758,30 @@ impl Store {
         .await
     }
 
+    /// [`Store::dispatch_parts`] of a message as it was given rather than as it is
+    /// stored (`Store::send_prompt_as_given`): the proxy delivers a prompt to its agent
+    /// as the user sent it, secrets and all, while the store keeps it redacted.
+    #[cfg(feature = "acp")]
+    pub(crate) async fn dispatch_given_parts(
+        &self,
+        session: SessionId,
+        message: Message,
+        mode: Mode,
+        memo: Memo,
+    ) -> Result<ModelMessage> {
+        let db = self.db.clone();
+        let host = self.config.host.clone();
+        let resolver = self.resolver();
+        blocking(move || {
+            let current = db.read(move |tx| queries::get_session(tx, &session))?;
+            let placement = placement(&host, &current);
+            Ok(dispatch::dispatch_parts(
+                &resolver, &memo, message, &placement, mode,
+            )?)
+        })
+        .await
+    }
+
     /// What the model gets for one delivered user message (default: the latest), as
     /// parts that share their encodings with `memo`, for a writer in `format`.
     /// Changes nothing.
@@ -956,4 +1001,13 @@ pub(crate) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| Error::Task(e.to_string()))?
+}
+
+/// A batch recorded on its own, redacted: a message streamed in its chunks is redacted
+/// as one text and ends with the batch (one update in, one out).
+fn redacted_whole<T: crate::redact::Chunk>(updates: Vec<T>) -> Vec<T> {
+    let mut streams = crate::redact::Streams::default();
+    let (mut out, _) = streams.pass(updates);
+    streams.end(&mut out);
+    out
 }

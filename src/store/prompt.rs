@@ -75,7 +75,9 @@ impl Store {
             attach: send.attach,
             content: None,
         };
-        self.store_message(session, message, state).await
+        self.store_message(session, message, state)
+            .await
+            .map(|(stored, _)| stored)
     }
 
     /// Stores a prompt as one user message: each upload becomes an attachment of the
@@ -85,6 +87,18 @@ impl Store {
     /// refused, the uploads this call stored are removed again: nothing of a refused
     /// prompt stays.
     pub async fn send_prompt(&self, session: SessionId, prompt: Prompt) -> Result<Message> {
+        self.send_prompt_as_given(session, prompt)
+            .await
+            .map(|(stored, _)| stored)
+    }
+
+    /// [`Store::send_prompt`], giving back beside the message as stored (redacted)
+    /// the same message as it was given, for its first delivery (the proxy's).
+    pub(crate) async fn send_prompt_as_given(
+        &self,
+        session: SessionId,
+        prompt: Prompt,
+    ) -> Result<(Message, Message)> {
         let Prompt { blocks, delivery } = prompt;
         let has_content = blocks.iter().any(|b| match b {
             PromptBlock::Text { text, .. } => !text.trim().is_empty(),
@@ -149,7 +163,7 @@ impl Store {
         session: SessionId,
         message: Unchecked,
         state: Delivery,
-    ) -> Result<Message> {
+    ) -> Result<(Message, Message)> {
         let Unchecked {
             role,
             display_text,
@@ -209,7 +223,7 @@ impl Store {
         // The write may run more than once (a group runs again when one of its
         // members is refused, or when PostgreSQL retries it), so it borrows what it
         // writes.
-        let message = NewMessage {
+        let mut message = NewMessage {
             role,
             display_text,
             model_text,
@@ -217,19 +231,65 @@ impl Store {
             refs,
             content,
         };
-        self.write_as(Some(session), move |tx| {
-            let current = queries::get_session(tx, &session)?;
-            // gc decides and removes unreferenced uploads under this same write
-            // lock, so a file it took since the check above is seen gone here,
-            // and one still here stays: this message's reference now protects it.
-            for (reference, root) in message.refs.iter().zip(&roots) {
-                attachments.still_there(&dirs, &session, &reference.uri, root)?;
+        let given = self.config.redaction.is_on().then(|| {
+            let given = (
+                message.display_text.clone(),
+                message.model_text.clone(),
+                message.transcript.clone(),
+                message.content.clone(),
+            );
+            redact_message(&mut message);
+            given
+        });
+        let stored = self
+            .write_as(Some(session), move |tx| {
+                let current = queries::get_session(tx, &session)?;
+                // gc decides and removes unreferenced uploads under this same write
+                // lock, so a file it took since the check above is seen gone here,
+                // and one still here stays: this message's reference now protects it.
+                for (reference, root) in message.refs.iter().zip(&roots) {
+                    attachments.still_there(&dirs, &session, &reference.uri, root)?;
+                }
+                // A streamed agent message this one follows has ended: seal it first.
+                crate::db::turns::settle(tx, &session)?;
+                queries::insert_message_for(tx, &current, &message, state)
+            })
+            .await?;
+        let as_given = match given {
+            Some((display_text, model_text, transcript, content)) => Message {
+                display_text,
+                model_text,
+                transcript,
+                content,
+                ..stored.clone()
+            },
+            None => stored.clone(),
+        };
+        Ok((stored, as_given))
+    }
+}
+
+/// Replaces the secrets in every text of a message before it is written: what was
+/// typed, its expansion and transcript, its text blocks and their `_meta`, and the
+/// client's own blocks (their URIs and names kept). References are not text: their
+/// files stay byte-exact.
+pub(crate) fn redact_message(message: &mut NewMessage) {
+    use crate::redact;
+    let take = |s: &mut String| *s = redact::owned(std::mem::take(s));
+    take(&mut message.display_text);
+    message.model_text.iter_mut().for_each(take);
+    message.transcript.iter_mut().for_each(take);
+    for block in message.content.iter_mut().flatten() {
+        match block {
+            MessageBlock::Text { text, meta } => {
+                take(text);
+                meta.iter_mut().for_each(redact::object);
             }
-            // A streamed agent message this one follows has ended: seal it first.
-            crate::db::turns::settle(tx, &session)?;
-            queries::insert_message_for(tx, &current, &message, state)
-        })
-        .await
+            MessageBlock::Reference { meta, .. } => meta.iter_mut().for_each(redact::object),
+            MessageBlock::Verbatim { block } => {
+                redact::value(block);
+            }
+        }
     }
 }
 

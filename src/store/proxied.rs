@@ -19,7 +19,10 @@ impl Store {
     /// is bound to.
     pub async fn create_session_with(&self, new: NewSession) -> Result<Session> {
         let new = NewSession {
-            title: new.title.filter(|t| !t.trim().is_empty()),
+            title: new
+                .title
+                .filter(|t| !t.trim().is_empty())
+                .map(|t| self.redacted(t)),
             ..new
         };
         self.with_write(move |tx| queries::insert_session_as(tx, SessionId::new(), &new, None))
@@ -49,6 +52,13 @@ impl Store {
     /// Ends a running turn: its stop reason as the agent answered, or its failure. A
     /// turn never ended is one that was interrupted (its proxy stopped mid-turn).
     pub async fn end_turn(&self, session: SessionId, turn: TurnId, end: TurnEnd) -> Result<()> {
+        // An agent's error message is text it wrote, kept like the rest.
+        let end = match end {
+            TurnEnd::Failed { reason } => TurnEnd::Failed {
+                reason: self.redacted(reason),
+            },
+            stopped => stopped,
+        };
         self.with_write(move |tx| proxied::end_turn(tx, &session, &turn, &end))
             .await
     }
@@ -69,8 +79,11 @@ impl Store {
         &self,
         session: SessionId,
         method: &str,
-        params: serde_json::Value,
+        mut params: serde_json::Value,
     ) -> Result<()> {
+        if self.config().redaction.is_on() {
+            crate::redact::value(&mut params);
+        }
         let key = if method == "session/set_config_option" {
             params["configId"].as_str().unwrap_or_default().to_owned()
         } else {

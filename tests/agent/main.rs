@@ -27,6 +27,9 @@
 //!   `FRAME_LIMIT`; then as anything else;
 //! - `endless`: first 200 MiB with no line ending (then the ending); then as anything
 //!   else;
+//! - `echo in two:` and more: what follows, back as a message in two chunks cut at its
+//!   middle, a thought, and a completed tool call whose title and raw input hold it,
+//!   then `end_turn` (the redaction tests);
 //! - anything else: a thought, three message chunks, a tool call with a permission
 //!   request and its update, a plan and an update kind the schema does not know, then
 //!   `end_turn` (`cancelled` if the permission was).
@@ -449,6 +452,29 @@ async fn run_turn(
             cx,
             session,
             SessionUpdate::SessionInfoUpdate(SessionInfoUpdate::new().title("The agent's title")),
+        )?;
+        return Ok(StopReason::EndTurn);
+    }
+    if let Some((_, said)) = text.split_once("echo in two:") {
+        // What was said, back as a message in two chunks cut at its middle, a thought,
+        // and a tool call that takes it as its input: a secret in it reaches the
+        // recorder split across two chunks, and whole in the others.
+        let mut mid = said.len() / 2;
+        while !said.is_char_boundary(mid) {
+            mid += 1;
+        }
+        for piece in [&said[..mid], &said[mid..]] {
+            update(cx, session, SessionUpdate::AgentMessageChunk(chunk(piece)))?;
+        }
+        update(cx, session, SessionUpdate::AgentThoughtChunk(chunk(said)))?;
+        update(
+            cx,
+            session,
+            SessionUpdate::ToolCall(
+                ToolCall::new(ToolCallId::new("call-echo"), format!("run {said}"))
+                    .raw_input(json!({ "command": said }))
+                    .status(ToolCallStatus::Completed),
+            ),
         )?;
         return Ok(StopReason::EndTurn);
     }

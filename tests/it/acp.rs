@@ -1034,13 +1034,13 @@ async fn load_and_resume_replay_from_a_point_under_meta_and_end_with_the_marker(
 
 /// Raw JSON-RPC lines over a process's pipes: written to its standard input, and read
 /// from its standard output by a thread of its own. Dropping it closes the input.
-struct Wire {
+pub(crate) struct Wire {
     stdin: ChildStdin,
     lines: std::sync::mpsc::Receiver<String>,
 }
 
 impl Wire {
-    fn over(child: &mut Child) -> Wire {
+    pub(crate) fn over(child: &mut Child) -> Wire {
         use std::io::BufRead;
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
@@ -1070,7 +1070,7 @@ impl Wire {
     }
 
     /// Sends one request and gives back what came before its answer, and the answer.
-    fn call(
+    pub(crate) fn call(
         &mut self,
         id: u64,
         method: &str,

@@ -21,6 +21,7 @@ mod privacy;
 mod probe;
 #[cfg(feature = "acp")]
 mod proxy;
+mod redaction;
 mod regressions;
 mod reliability;
 mod replay;

@@ -111,6 +111,7 @@ async fn the_v2_fixture_restores_its_turn_in_every_format() {
         host: sessionstore::config::host_name(),
         sharing: Default::default(),
         key: None,
+        redaction: Default::default(),
     })
     .await
     .unwrap();

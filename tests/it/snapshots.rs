@@ -52,6 +52,7 @@ async fn fixture_store(version: &str, root: &Path) -> (Store, SessionId) {
         host: "snapshot-host".into(),
         sharing: Default::default(),
         key: None,
+        redaction: Default::default(),
     })
     .await
     .unwrap();

@@ -43,6 +43,11 @@ const RECORD_QUEUE: usize = 1024;
 pub(crate) struct Turns {
     sessions: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<TurnState>>>>,
     recorders: Mutex<HashMap<SessionId, Recorder>>,
+    /// Prompts as the client sent them, until their turn delivers them: the store
+    /// keeps them redacted, the agent gets them as they were. One stored by an
+    /// earlier proxy (queued, then delivered after a restart) is not here, and is
+    /// delivered as stored.
+    given: Mutex<HashMap<MessageId, crate::model::Message>>,
 }
 
 #[derive(Default)]
@@ -117,7 +122,7 @@ impl Proxy {
             // Stored while the lock is held, so the running turn, which takes the
             // waiting list under the same lock, drains this message too.
             prompt.delivery = Delivery::Queued;
-            self.store.send_prompt(session, prompt).await?;
+            self.keep_given(self.store.send_prompt_as_given(session, prompt).await?);
             let (tx, rx) = oneshot::channel();
             turn.waiting.push(tx);
             drop(turn);
@@ -126,13 +131,28 @@ impl Proxy {
             })??;
             return Ok(Message::result(id, result));
         }
-        let stored = self.store.send_prompt(session, prompt).await?;
+        let stored = self.keep_given(self.store.send_prompt_as_given(session, prompt).await?);
         turn.running = true;
         drop(turn);
         let result = self
             .run_turns(session, id.clone(), params, vec![stored.id])
             .await;
         Ok(Message::result(id, result?))
+    }
+
+    /// Keeps a prompt as given for its delivery; the stored message.
+    fn keep_given(
+        &self,
+        (stored, given): (crate::model::Message, crate::model::Message),
+    ) -> crate::model::Message {
+        if given != stored {
+            self.turns
+                .given
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(stored.id, given);
+        }
+        stored
     }
 
     /// Runs the turn for `messages` and returns its outcome, for the prompt that
@@ -233,6 +253,10 @@ impl Proxy {
         params: &Value,
         messages: &[MessageId],
     ) -> Result<Value, Failure> {
+        let mut given: Vec<Option<crate::model::Message>> = {
+            let mut kept = self.turns.given.lock().unwrap_or_else(|p| p.into_inner());
+            messages.iter().map(|id| kept.remove(id)).collect()
+        };
         if self.agent.is_nothing() {
             // Nothing answers: the turn is the stored prompt alone. No dispatch either,
             // since nothing would take its blocks (each read is made when a model is
@@ -258,11 +282,19 @@ impl Proxy {
         } else if stale_paths {
             prompt = self.current_paths(session, messages[0]).await?;
         }
-        for message in messages {
-            let parts = self
-                .store
-                .dispatch_parts(session, Some(*message), Mode::Degrade, memo.clone())
-                .await?;
+        for (message, given) in messages.iter().zip(given.iter_mut()) {
+            let parts = match given.take() {
+                Some(given) => {
+                    self.store
+                        .dispatch_given_parts(session, given, Mode::Degrade, memo.clone())
+                        .await?
+                }
+                None => {
+                    self.store
+                        .dispatch_parts(session, Some(*message), Mode::Degrade, memo.clone())
+                        .await?
+                }
+            };
             prompt.extend(agent_blocks(&parts, agent.caps()));
         }
         let mut agent_params = params.clone();
@@ -591,6 +623,11 @@ impl Recorder {
             let mut failed: Option<Failure> = None;
             let mut batch = Vec::new();
             let mut flushes = Vec::new();
+            // The stored copy is redacted, a streamed message as one text: its tail is
+            // held back from batch to batch until the message ends, and written at a
+            // flush at the latest, before the turn's end is committed.
+            let redacting = store.config().redaction.is_on();
+            let mut streams = crate::redact::Streams::<Value>::default();
             while let Some(first) = rx.recv().await {
                 // The window gathers without listening: updates wait in the queue
                 // rather than wake this task one by one (a wake costs about as much
@@ -605,12 +642,22 @@ impl Recorder {
                 while let Some(record) = next.take() {
                     match record {
                         Record::Update(u) => batch.push(u),
-                        Record::Flush(done) => flushes.push(done),
+                        // What comes after a flush is not before it: gathered next time.
+                        Record::Flush(done) => {
+                            flushes.push(done);
+                            break;
+                        }
                     }
                     if batch.len() >= RECORD_BATCH {
                         break;
                     }
                     next = rx.try_recv().ok();
+                }
+                if redacting {
+                    batch = streams.pass(std::mem::take(&mut batch)).0;
+                    if !flushes.is_empty() {
+                        streams.end(&mut batch);
+                    }
                 }
                 if !batch.is_empty()
                     && failed.is_none()

@@ -63,6 +63,7 @@ impl Copy {
             host: "snapshot-host".into(),
             sharing: Default::default(),
             key: None,
+            redaction: Default::default(),
         };
         Bin::new(self.root()).args(args).on(&config).output()
     }
@@ -76,6 +77,7 @@ impl Copy {
             host: "snapshot-host".into(),
             sharing: Default::default(),
             key: None,
+            redaction: Default::default(),
         })
         .await
         .expect("the store opens for reading")

@@ -148,6 +148,7 @@ fn writer_process() {
         host: format!("host-{}", var("SESSIONSTORE_MH_HOST")),
         sharing: Default::default(),
         key: None,
+        redaction: Default::default(),
     };
     let sessions: Vec<SessionId> = var("SESSIONSTORE_MH_SESSIONS")
         .split(',')

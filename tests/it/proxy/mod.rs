@@ -76,6 +76,12 @@ impl Setup {
 
     /// The proxy with `root` as its configured root.
     pub fn proxy_on(&self, root: &Path, flags: &[&str]) -> ProxyProcess {
+        self.proxy_with(root, &[], flags)
+    }
+
+    /// The proxy with `root` as its configured root and `store_flags` of its own
+    /// before the agent's `flags`.
+    pub fn proxy_with(&self, root: &Path, store_flags: &[&str], flags: &[&str]) -> ProxyProcess {
         let dir = self.t.dir.path();
         let stderr = dir.join(format!("proxy-stderr-{}.log", SessionId::new()));
         let child = crate::support::Bin::new(dir)
@@ -86,6 +92,7 @@ impl Setup {
             .arg(self.t.db_path())
             .arg("--attachments-root")
             .arg(root)
+            .args(store_flags)
             .arg("--")
             .arg(AGENT)
             .arg("--report")

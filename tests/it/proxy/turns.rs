@@ -309,7 +309,10 @@ async fn a_prompt_sent_during_a_turn_is_queued_and_that_turn_is_answered_before_
 async fn a_proxy_killed_mid_turn_leaves_the_turn_interrupted_and_replayable() {
     let s = Setup::new();
     let seen = Seen::default();
-    let mut proxy = s.proxy(&[]);
+    // Redaction holds a streamed message's tail back until the message ends (README's
+    // durability contract), so a proxy killed mid-message loses that tail: what this
+    // pins, that everything written before the kill is kept, needs it off.
+    let mut proxy = s.proxy_with(s.root(), &["--redact", "off"], &[]);
     let pid = proxy.pid();
     let config = s.t.config.clone();
     let opened = Arc::new(Mutex::new(None));

@@ -46,6 +46,7 @@ impl Bin {
             .env_remove("SESSIONSTORE_KEY_FILE")
             .env_remove("SESSIONSTORE_NEW_KEY_FILE")
             .env_remove("SESSIONSTORE_SHARED_GROUP")
+            .env_remove("SESSIONSTORE_REDACT")
             .env("HOME", home)
             .env("XDG_DATA_HOME", home.join(".local/share"));
         Bin::of(cmd)

@@ -432,6 +432,7 @@ pub fn config_in(dir: &Path) -> Config {
         host: HOST.to_owned(),
         sharing: Default::default(),
         key: None,
+        redaction: Default::default(),
     }
 }
 

@@ -1,0 +1,539 @@
+//! Issue 48: secrets kept out of the stored history. Each kind, with a credential made
+//! fresh for the run in its issuer's format, goes in through `send`, `record`, the
+//! proxy and `sessionstore acp`, one of them split across two streamed chunks; each
+//! test then reads the database file and its WAL as bytes and finds the secret's bytes
+//! nowhere and `[REDACTED:<kind>]` there, while ordinary text survives. What is relayed
+//! live is untouched, uploaded files stay byte-exact, and `export` redacts even a store
+//! kept with redaction off.
+
+use std::path::Path;
+
+use sessionstore::redact::Kind;
+use sessionstore::redact::fresh::{Rng, fresh};
+
+use crate::support::{TestStore, json, stderr};
+
+/// Ordinary words around every secret, which must survive byte for byte.
+const BEFORE: &str = "the deploy notes say: ";
+const AFTER: &str = " and then run make ship, café ✓";
+
+/// One credential of each kind: the kind, the secret, and the text it stands in (the
+/// key name or the URL around it, when its rule reads one).
+fn credentials() -> Vec<(Kind, String, String)> {
+    let mut rng = Rng::new();
+    Kind::ALL
+        .iter()
+        .map(|&kind| {
+            let (secret, around) = fresh(kind, &mut rng);
+            (kind, secret, around)
+        })
+        .collect()
+}
+
+/// What the store wrote so far: the database file and its WAL, as bytes.
+fn written(db: &Path) -> Vec<u8> {
+    let mut bytes = std::fs::read(db).expect("the database reads");
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    if let Ok(more) = std::fs::read(&wal) {
+        bytes.extend(more);
+    }
+    bytes
+}
+
+fn holds(bytes: &[u8], needle: &str) -> bool {
+    bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// No secret's bytes on disk (each of its lines, for a private key, since JSON writes
+/// its line breaks as `\n`), each kind's marker there, and the ordinary text whole.
+fn nothing_secret_on_disk(db: &Path, credentials: &[(Kind, String, String)]) {
+    let bytes = written(db);
+    for (kind, secret, _) in credentials {
+        for line in secret
+            .lines()
+            .filter(|l| l.len() >= 16 && !l.starts_with("-----"))
+        {
+            assert!(!holds(&bytes, line), "{kind}: the secret is on disk");
+        }
+        let marker = format!("[REDACTED:{}]", kind.id());
+        assert!(holds(&bytes, &marker), "{kind}: no {marker} on disk");
+    }
+    assert!(
+        holds(&bytes, BEFORE) && holds(&bytes, AFTER),
+        "ordinary text kept"
+    );
+}
+
+fn new_session(t: &TestStore) -> String {
+    json(&t.run(&["session", "new", "--json"]))["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned()
+}
+
+/// The text a credential is sent in.
+fn said(around: &str) -> String {
+    format!("{BEFORE}{around}{AFTER}")
+}
+
+#[test]
+fn send_stores_every_kind_redacted_and_search_finds_the_rest() {
+    let t = TestStore::empty();
+    let sid = new_session(&t);
+    let credentials = credentials();
+    for (kind, _, around) in &credentials {
+        let text = said(around);
+        let out = t.run(&[
+            "send",
+            "--session",
+            &sid,
+            "--text",
+            &text,
+            "--expanded",
+            &format!("expanded: {text}"),
+            "--transcript",
+            &format!("heard: {text}"),
+        ]);
+        assert!(out.status.success(), "{kind}: {}", stderr(&out));
+    }
+    let (_, _, first) = &credentials[0];
+    let out = t.run(&["session", "rename", &sid, &format!("title {first}")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    nothing_secret_on_disk(&t.db_path(), &credentials);
+
+    // What the model gets is what was stored, ordinary words included.
+    let messages = json(&t.run(&["session", "show", &sid, "--json"]));
+    let shown = messages.to_string();
+    for (kind, secret, around) in &credentials {
+        assert!(!shown.contains(secret.as_str()), "{kind}");
+        let expected = said(&around.replace(secret.as_str(), &format!("[REDACTED:{}]", kind.id())));
+        let encoded = serde_json::to_string(&expected).expect("JSON");
+        assert!(
+            shown.contains(&encoded[1..encoded.len() - 1]),
+            "{kind}: the text around the secret survives: {shown}"
+        );
+    }
+
+    // Search indexes the redacted text: it finds the rest, never a secret.
+    let hits = json(&t.run(&["search", "deploy", "--json"]));
+    assert!(!hits.as_array().expect("hits").is_empty(), "{hits}");
+    for (kind, secret, _) in &credentials {
+        let token = secret.lines().nth(1).unwrap_or(secret);
+        let phrase = format!("\"{}\"", token.replace('"', ""));
+        let hits = json(&t.run(&["search", &phrase, "--json"]));
+        assert_eq!(hits.as_array().map(Vec::len), Some(0), "{kind}: {hits}");
+    }
+}
+
+/// `record` with each secret in a message split across two chunks at its middle, whole
+/// in a thought, a tool call's title, raw input and output, a plan, and an update kind
+/// the schema does not know.
+#[test]
+fn record_redacts_every_kind_even_split_across_two_chunks() {
+    let t = TestStore::empty();
+    let sid = new_session(&t);
+    let credentials = credentials();
+    // The first secret's two halves fall on either side of the first batch's end
+    // (`RECORD_BATCH` updates): the tail held back crosses into the next write.
+    let mut lines: Vec<serde_json::Value> = (1..sessionstore::history::RECORD_BATCH)
+        .map(|_| {
+            serde_json::json!({"sessionUpdate": "agent_thought_chunk",
+                "content": {"type": "text", "text": "ordinary thinking "}})
+        })
+        .collect();
+    let mut messages = Vec::new();
+    for (i, (_, _, around)) in credentials.iter().enumerate() {
+        let text = said(around);
+        let mid = BEFORE.len() + around.len() / 2;
+        let (a, b) = text.split_at(mid);
+        let chunk = |part: &str| {
+            serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": part}})
+        };
+        lines.push(chunk(a));
+        lines.push(chunk(b));
+        messages.push(text.clone());
+        lines.push(serde_json::json!({"sessionUpdate": "agent_thought_chunk",
+            "content": {"type": "text", "text": text}}));
+        lines.push(serde_json::json!({"sessionUpdate": "tool_call",
+            "toolCallId": format!("call-{i}"), "title": format!("run {text}"),
+            "rawInput": {"command": text}, "status": "pending"}));
+        lines.push(serde_json::json!({"sessionUpdate": "tool_call_update",
+            "toolCallId": format!("call-{i}"), "status": "completed",
+            "rawOutput": {"stdout": text}}));
+        lines.push(serde_json::json!({"sessionUpdate": "plan",
+            "entries": [{"content": text, "priority": "high", "status": "pending"}]}));
+        lines.push(
+            serde_json::json!({"sessionUpdate": "sessionstore_test_future",
+            "detail": {"note": text}}),
+        );
+    }
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let out = t
+        .bin()
+        .args(["record", "--json", "--session", &sid])
+        .stdin(input)
+        .output();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        json(&out)["recorded"],
+        lines.len(),
+        "every line counts once"
+    );
+    nothing_secret_on_disk(&t.db_path(), &credentials);
+
+    // Each message reads back as its whole text redacted: ordinary text byte for byte.
+    let restored =
+        crate::support::stdout(&t.run(&["restore", "--session", &sid, "--format", "acp-updates"]));
+    let mut texts = Vec::new();
+    for line in restored.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let update = &v["params"]["update"];
+        if update["sessionUpdate"] == "agent_message_chunk" {
+            texts.push(update["content"]["text"].as_str().unwrap_or("").to_owned());
+        }
+    }
+    let expected: Vec<String> = messages
+        .iter()
+        .map(|m| sessionstore::redact::redact(m).into_owned())
+        .collect();
+    assert_eq!(texts.join(""), expected.join(""));
+    let verified = t.run(&["verify"]);
+    assert!(verified.status.success(), "{}", stderr(&verified));
+}
+
+#[test]
+fn with_redaction_off_text_is_stored_as_given_and_export_still_redacts() {
+    let t = TestStore::empty();
+    let sid = new_session(&t);
+    let credentials = credentials();
+    let (kind, secret, around) = &credentials[2];
+    let text = said(around);
+    let file = t.dir.path().join("creds.txt");
+    std::fs::write(&file, format!("{text}\n")).unwrap();
+    let attached = json(&t.run(&[
+        "attach",
+        "--session",
+        &sid,
+        "--json",
+        file.to_str().unwrap(),
+    ]));
+    let uri = attached[0]["uri"].as_str().expect("a uri").to_owned();
+    let out = t
+        .bin()
+        .env("SESSIONSTORE_REDACT", "off")
+        .args(["send", "--session", &sid, "--text", &text, "--attach", &uri])
+        .output();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        holds(&written(&t.db_path()), secret),
+        "{kind}: kept as given"
+    );
+
+    let line = serde_json::json!({"sessionUpdate": "agent_message_chunk",
+        "content": {"type": "text", "text": text}});
+    let out = t
+        .bin()
+        .env("SESSIONSTORE_REDACT", "off")
+        .args(["record", "--session", &sid])
+        .stdin(format!("{line}\n"))
+        .output();
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // A fork by a store that redacts is redacted as it is written.
+    let fork = json(&t.run(&["session", "fork", &sid, "--json"]))["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    let restored =
+        crate::support::stdout(&t.run(&["restore", "--session", &fork, "--format", "acp-updates"]));
+    // Once: the attached file, read live and byte-exact.
+    assert_eq!(
+        restored.matches(secret.as_str()).count(),
+        1,
+        "{kind}: {restored}"
+    );
+    assert_eq!(
+        restored
+            .matches(&format!("[REDACTED:{}]", kind.id()))
+            .count(),
+        2
+    );
+    let verified = t.run(&["verify"]);
+    assert!(verified.status.success(), "{}", stderr(&verified));
+
+    // The uploaded file is the user's: read back byte for byte.
+    let got = t.bin().args(["attachment", "get", &uri]).output();
+    assert_eq!(got.stdout, format!("{text}\n").into_bytes());
+
+    let redacted = t.dir.path().join("redacted.tar");
+    let out = t.run(&[
+        "export",
+        "--session",
+        &sid,
+        "--out",
+        redacted.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let archive = std::fs::read(&redacted).unwrap();
+    let file_entry = format!("{text}\n");
+    // The secret is in the archive once: inside the attachment's own bytes.
+    let count = archive
+        .windows(secret.len())
+        .filter(|w| *w == secret.as_bytes())
+        .count();
+    assert_eq!(count, 1, "only the attachment holds it");
+    assert!(holds(&archive, &file_entry), "the file is byte-exact");
+    assert!(holds(&archive, &format!("[REDACTED:{}]", kind.id())));
+
+    let plain = t.dir.path().join("plain.tar");
+    let out = t.run(&[
+        "export",
+        "--session",
+        &sid,
+        "--out",
+        plain.to_str().unwrap(),
+        "--no-redact",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let archive = std::fs::read(&plain).unwrap();
+    assert!(
+        archive
+            .windows(secret.len())
+            .filter(|w| *w == secret.as_bytes())
+            .count()
+            > 1
+    );
+
+    let md = t.dir.path().join("t.md");
+    let out = t.run(&[
+        "export",
+        "--session",
+        &sid,
+        "--out",
+        md.to_str().unwrap(),
+        "--format",
+        "markdown",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let transcript = std::fs::read_to_string(&md).unwrap();
+    assert!(!transcript.contains(secret.as_str()) && transcript.contains(BEFORE));
+
+    // The redacted archive imports: its log still replays to its rows.
+    let out = t.run(&["import", redacted.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // The unredacted one, imported into a store that redacts, is redacted on the
+    // way in; its file still reads back byte for byte.
+    let other = TestStore::empty();
+    let out = other.run(&["import", plain.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let imported = json(&out)["id"].as_str().expect("an id").to_owned();
+    let bytes = written(&other.db_path());
+    assert!(!holds(&bytes, secret) && holds(&bytes, &format!("[REDACTED:{}]", kind.id())));
+    let files = json(&other.run(&["attachment", "list", "--session", &imported, "--json"]));
+    let uri = files[0]["uri"].as_str().expect("a uri");
+    let got = other.bin().args(["attachment", "get", uri]).output();
+    assert_eq!(got.stdout, format!("{text}\n").into_bytes());
+    let verified = other.run(&["verify"]);
+    assert!(verified.status.success(), "{}", stderr(&verified));
+}
+
+#[cfg(feature = "acp")]
+mod fronts {
+    use super::*;
+    use crate::proxy::{Seen, Setup, client, open_session, prompt_text, store_id};
+
+    /// Through the proxy: the agent gets each prompt as sent and the client each chunk
+    /// as the agent said it; the store keeps them redacted, the agent's echo split
+    /// across two chunks included.
+    #[tokio::test]
+    async fn the_proxy_relays_as_given_and_stores_redacted() {
+        let s = Setup::new();
+        let seen = Seen::default();
+        let mut proxy = s.proxy(&[]);
+        let credentials = credentials();
+        let prompts: Vec<String> = credentials
+            .iter()
+            .map(|(_, _, around)| format!("echo in two:{}", said(around)))
+            .collect();
+        let sent = prompts.clone();
+        let id = client(&mut proxy, &seen, {
+            let cwd = s.cwd.clone();
+            async move |cx| {
+                let id = open_session(&cx, &cwd).await?;
+                for p in &sent {
+                    prompt_text(&cx, &id, p).await?;
+                }
+                Ok(id)
+            }
+        })
+        .await;
+        // Live: untouched both ways.
+        let given: Vec<String> = s
+            .report
+            .prompts()
+            .iter()
+            .map(|blocks| {
+                blocks.last().expect("a block")["text"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned()
+            })
+            .collect();
+        for p in &prompts {
+            assert!(
+                given.iter().any(|g| g.contains(p.as_str())),
+                "the agent got {p:?}"
+            );
+        }
+        let relayed: String = seen
+            .raw_updates()
+            .iter()
+            .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+            .map(|u| u["content"]["text"].as_str().unwrap_or("").to_owned())
+            .collect();
+        for (kind, secret, _) in &credentials {
+            assert!(relayed.contains(secret.as_str()), "{kind}: relayed as said");
+        }
+        drop(proxy);
+        nothing_secret_on_disk(&s.t.db_path(), &credentials);
+        let store = s.t.open().await;
+        let messages = store.messages(store_id(&id)).await.expect("the messages");
+        assert_eq!(messages.len(), credentials.len());
+    }
+
+    /// A prompt queued mid-turn is stored redacted and, delivered by the same proxy
+    /// when the turn ends, reaches the agent as the user sent it.
+    #[tokio::test]
+    async fn a_queued_prompt_reaches_the_agent_as_sent() {
+        use agent_client_protocol::v1::schema::{CancelNotification, PromptRequest};
+        let s = Setup::new();
+        let seen = Seen::default();
+        let mut proxy = s.proxy(&[]);
+        let credentials = credentials();
+        let (kind, secret, around) = credentials[4].clone();
+        let text = format!("echo in two:{}", said(&around));
+        let config = s.t.config.clone();
+        client(&mut proxy, &seen, {
+            let (cwd, seen, text) = (s.cwd.clone(), seen.clone(), text.clone());
+            async move |cx| {
+                let id = open_session(&cx, &cwd).await?;
+                let hanging = cx.send_request(PromptRequest::new(
+                    id.clone(),
+                    vec![crate::proxy::text_block("hang on")],
+                ));
+                crate::proxy::eventually("the turn to begin", || {
+                    seen.raw_updates()
+                        .iter()
+                        .any(|u| u["sessionUpdate"] == "agent_thought_chunk")
+                })
+                .await;
+                let queued = cx.send_request(PromptRequest::new(
+                    id.clone(),
+                    vec![crate::proxy::text_block(&text)],
+                ));
+                let store = sessionstore::Store::open_read_only(config)
+                    .await
+                    .expect("the store opens");
+                let session = store_id(&id);
+                let start = std::time::Instant::now();
+                while store.messages(session).await.expect("messages").len() < 2 {
+                    assert!(start.elapsed() < std::time::Duration::from_secs(60));
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                cx.send_notification(CancelNotification::new(id.clone()))?;
+                hanging.block_task().await?;
+                queued.block_task().await?;
+                Ok(())
+            }
+        })
+        .await;
+        let prompts = s.report.prompts();
+        let last = prompts
+            .last()
+            .expect("two prompts")
+            .last()
+            .expect("a block")
+            .clone();
+        assert!(
+            last["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains(secret.as_str()),
+            "{kind}"
+        );
+        drop(proxy);
+        let bytes = written(&s.t.db_path());
+        assert!(!holds(&bytes, &secret), "{kind}: stored redacted");
+        assert!(holds(&bytes, &format!("[REDACTED:{}]", kind.id())));
+    }
+
+    /// Through `sessionstore acp`: prompts stored redacted.
+    #[test]
+    fn the_acp_front_stores_prompts_redacted() {
+        let t = TestStore::empty();
+        let dir = t.dir.path().to_owned();
+        let mut child = crate::support::Bin::new(&dir)
+            .arg("acp")
+            .arg("--cwd")
+            .arg(&dir)
+            .on(&t.config)
+            .spawn();
+        let mut wire = crate::acp::Wire::over(&mut child);
+        wire.call(1, "initialize", serde_json::json!({"protocolVersion": 1}));
+        let (_, new) = wire.call(
+            2,
+            "session/new",
+            serde_json::json!({"cwd": dir, "mcpServers": []}),
+        );
+        let session = new["result"]["sessionId"].clone();
+        let credentials = credentials();
+        for (i, (_, _, around)) in credentials.iter().enumerate() {
+            let (_, answer) = wire.call(
+                10 + i as u64,
+                "session/prompt",
+                serde_json::json!({"sessionId": session,
+                    "prompt": [{"type": "text", "text": said(around)},
+                        {"type": "resource_link", "uri": "file:///tmp/notes.txt",
+                         "name": "notes.txt", "description": said(around)}]}),
+            );
+            assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+        }
+        nothing_secret_on_disk(&t.db_path(), &credentials);
+        drop(wire);
+        let _ = child.kill();
+        let _ = child.wait();
+        nothing_secret_on_disk(&t.db_path(), &credentials);
+    }
+}
+
+#[test]
+fn paths_says_whether_text_is_redacted_and_where_that_came_from() {
+    let t = TestStore::empty();
+    let report = |env: Option<&str>, flags: &[&str]| {
+        let mut bin = t.bin();
+        if let Some(v) = env {
+            bin.env("SESSIONSTORE_REDACT", v);
+        }
+        bin.args(["paths", "--json"]).args(flags).output()
+    };
+    let on = json(&report(None, &[]));
+    assert_eq!(
+        on["redaction"],
+        serde_json::json!({"mode": "on", "source": "default"})
+    );
+    let off = json(&report(Some("off"), &[]));
+    assert_eq!(
+        off["redaction"],
+        serde_json::json!({"mode": "off", "source": "environment"})
+    );
+    let flag = json(&report(Some("off"), &["--redact", "on"]));
+    assert_eq!(
+        flag["redaction"],
+        serde_json::json!({"mode": "on", "source": "flag"})
+    );
+    let bad = report(Some("maybe"), &[]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+}
