@@ -559,15 +559,11 @@ impl Store {
     /// and runs `verify` again. The log itself is never changed: a problem of the log
     /// (an event that does not replay), of the engine or of the schema is not rebuilt,
     /// and stays in the report's `after`. Nothing is written, and no backup made, when
-    /// `verify` finds nothing to rebuild. SQLite only (`Error::RepairUnsupported`).
+    /// `verify` finds nothing to rebuild. Rows are rebuilt on SQLite only: on PostgreSQL
+    /// a store with something to rebuild is `Error::RepairUnsupported`.
     /// The repaired sessions are best left unwritten by other processes meanwhile: a
     /// writer that remembered a session's tail would not know it was rebuilt.
     pub async fn repair(&self) -> Result<db::repair::RepairReport> {
-        if !matches!(self.config.database, crate::config::Database::Sqlite(_)) {
-            return Err(Error::RepairUnsupported {
-                engine: "PostgreSQL",
-            });
-        }
         let found = self.verify().await?;
         let plan = db::repair::Plan::of(&found);
         if plan.is_empty() {
@@ -577,6 +573,13 @@ impl Store {
                 search_rebuilt: false,
                 found: found.problems.clone(),
                 after: found,
+            });
+        }
+        // Only SQLite's rows are rebuilt; a consistent PostgreSQL store has nothing to
+        // repair and says so above.
+        if !matches!(self.config.database, crate::config::Database::Sqlite(_)) {
+            return Err(Error::RepairUnsupported {
+                engine: "PostgreSQL",
             });
         }
         let db = self.db.clone();
