@@ -51,6 +51,14 @@ impl Redaction {
     pub fn is_on(self) -> bool {
         self == Redaction::On
     }
+
+    /// `text` as this setting keeps it: its secrets replaced when on.
+    pub fn apply(self, text: String) -> String {
+        match self {
+            Redaction::On => crate::redact::owned(text),
+            Redaction::Off => text,
+        }
+    }
 }
 
 impl Config {

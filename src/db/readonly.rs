@@ -136,7 +136,6 @@ impl Stamp {
 pub(crate) fn read<T>(db: &SqliteFile, f: impl Fn(&Transaction<'_>) -> Result<T>) -> Result<T> {
     let path = db.path.as_path();
     for _ in 0..MAX_TRIES {
-        check_side_files(path)?;
         if side_file(path, "-wal").exists() && !side_file(path, "-shm").exists() {
             match copy_of(db)? {
                 Some(copy) => return super::read(&mut open(db, &copy.db(), false)?, &f),
@@ -179,7 +178,6 @@ pub(crate) fn read_once<T>(
         cause: std::io::Error::other("it changed while being read; try again"),
     };
     for _ in 0..MAX_TRIES {
-        check_side_files(path)?;
         if side_file(path, "-wal").exists() && !side_file(path, "-shm").exists() {
             match copy_of(db)? {
                 Some(copy) => return super::read(&mut open(db, &copy.db(), false)?, f),

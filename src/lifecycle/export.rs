@@ -228,10 +228,7 @@ impl Store {
                     let row = queries::get_session(tx, &session)?;
                     crate::db::verify::check_session(tx, &row)?;
                     let put = |w: &mut std::io::BufWriter<_>, text: String| {
-                        let text = match redaction {
-                            Redaction::On => crate::redact::owned(text),
-                            Redaction::Off => text,
-                        };
+                        let text = redaction.apply(text);
                         w.write_all(text.as_bytes()).map_err(io_at(&out))
                     };
                     put(&mut w, heading(&row))?;

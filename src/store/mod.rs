@@ -296,10 +296,7 @@ impl Store {
 
     /// `text` as the store keeps it: its secrets replaced, unless redaction is off.
     pub(crate) fn redacted(&self, text: String) -> String {
-        match self.config.redaction {
-            crate::config::Redaction::On => crate::redact::owned(text),
-            crate::config::Redaction::Off => text,
-        }
+        self.config.redaction.apply(text)
     }
 
     pub(crate) async fn with_read<T: Send + 'static>(
@@ -577,18 +574,12 @@ impl Store {
         }
         // Only SQLite's rows are rebuilt; a consistent PostgreSQL store has nothing to
         // repair and says so above.
-        if !matches!(self.config.database, crate::config::Database::Sqlite(_)) {
-            return Err(Error::RepairUnsupported {
-                engine: "PostgreSQL",
-            });
-        }
+        let file = db::sqlite_file(&self.config)?.ok_or(Error::RepairUnsupported {
+            engine: "PostgreSQL",
+        })?;
         let db = self.db.clone();
-        let config = self.config.clone();
         let search = plan.search;
         let (backup, rebuilt) = blocking(move || {
-            let file = db::sqlite_file(&config)?.ok_or(Error::RepairUnsupported {
-                engine: "PostgreSQL",
-            })?;
             db.write(|tx| {
                 // Taken inside the write, which holds the lock: the copy is the
                 // database exactly as the repair found it.
