@@ -237,7 +237,7 @@ impl Stream {
 #[cfg(any(test, feature = "testkit"))]
 pub mod fresh;
 mod json;
-pub use json::{Chunk, Streams, object, owned, value};
+pub use json::{Chunk, Streams, json_text, object, owned, value};
 
 #[cfg(test)]
 mod tests;

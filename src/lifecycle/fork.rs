@@ -250,18 +250,12 @@ impl Sink for CopyInto<'_, '_> {
 
 /// An item's body with its secrets redacted, whole (a message's text as one).
 fn redacted_item(body: crate::model::ItemBody) -> Result<crate::model::ItemBody> {
-    let mut v: serde_json::Value = match serde_json::from_str(&body.to_json()) {
-        Ok(v) => v,
-        Err(_) => return Ok(body),
-    };
-    if !crate::redact::value(&mut v) {
+    let Some(redacted) = crate::redact::json_text(&body.to_json()) else {
         return Ok(body);
-    }
-    crate::model::ItemBody::from_json(body.kind(), &v.to_string()).map_err(|detail| {
-        Error::DamagedRow {
-            action: "redact an item of a fork",
-            detail,
-        }
+    };
+    crate::model::ItemBody::from_json(body.kind(), &redacted).map_err(|detail| Error::DamagedRow {
+        action: "redact an item of a fork",
+        detail,
     })
 }
 

@@ -50,10 +50,7 @@ pub(super) fn write(
     let id = &session.id;
     let redacting = redaction.is_on();
     let session = &Session {
-        title: session
-            .title
-            .clone()
-            .map(|t| if redacting { redact::owned(t) } else { t }),
+        title: session.title.clone().map(|t| redaction.apply(t)),
         ..session.clone()
     };
     // A row redacted as a JSON document (its stored names and URIs kept).
@@ -165,10 +162,8 @@ fn redact_item(item: &mut serde_json::Value) {
     let Some(serde_json::Value::String(text)) = item.get_mut("body") else {
         return;
     };
-    if let Ok(mut body) = serde_json::from_str::<serde_json::Value>(text)
-        && redact::value(&mut body)
-    {
-        *text = body.to_string();
+    if let Some(redacted) = redact::json_text(text) {
+        *text = redacted;
     }
 }
 

@@ -65,6 +65,13 @@ pub fn object(map: &mut serde_json::Map<String, Value>) {
     }
 }
 
+/// A JSON document given as text, redacted whole as [`value`] redacts it (a message's
+/// text as one); `None` when it holds no secret, or does not parse.
+pub fn json_text(text: &str) -> Option<String> {
+    let mut document: Value = serde_json::from_str(text).ok()?;
+    value(&mut document).then(|| document.to_string())
+}
+
 /// `text` redacted, kept as it is (no copy) when it holds no secret.
 pub fn owned(text: String) -> String {
     match redact(&text) {
