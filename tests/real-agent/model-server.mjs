@@ -14,7 +14,8 @@
 // as Messages server-sent events (message_start, content_block_start, deltas,
 // content_block_stop, message_delta, message_stop), or one JSON message when the request
 // does not ask for a stream; `POST .../messages/count_tokens` a count; anything else a 404.
-// It exits on SIGTERM, SIGINT or SIGHUP, when the process that started it dies, and
+// A request for anywhere else, as a proxy (CONNECT, or an absolute URL), is recorded
+// with `outbound` set and refused. It exits on SIGTERM, SIGINT or SIGHUP, when the process that started it dies, and
 // after --max-seconds, whichever comes first: a suite that is killed leaves no server.
 
 import fs from "node:fs";
@@ -86,6 +87,9 @@ function record(req, raw) {
     time: new Date().toISOString(),
     method: req.method,
     path: new URL(req.url, "http://127.0.0.1").pathname,
+    // A request given as an absolute URL came through this server as a proxy: it was
+    // meant for somewhere else.
+    ...(req.url.startsWith("/") ? {} : { outbound: req.url }),
     headers: req.headers,
     body,
   };
@@ -174,6 +178,11 @@ const server = http.createServer((req, res) => {
   req.on("data", (chunk) => chunks.push(chunk));
   req.on("end", () => {
     const entry = record(req, Buffer.concat(chunks));
+    if (entry.outbound) {
+      res.writeHead(403, { "content-type": "text/plain" });
+      res.end("the real-agent suite reaches nothing beyond loopback\n");
+      return;
+    }
     if (req.method === "POST" && entry.path.endsWith("/responses")) {
       res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
       for (const event of replyEvents(entry.seq)) {
@@ -194,6 +203,17 @@ const server = http.createServer((req, res) => {
     res.writeHead(404, { "content-type": "application/json" });
     res.end(JSON.stringify({ error: { message: `nothing at ${req.method} ${entry.path}` } }));
   });
+});
+
+// The agents get this server as their HTTP(S) proxy too (loopback itself bypasses it):
+// a connection meant for anywhere else is recorded as `outbound` and refused, so that
+// the suite can tell whether an agent tried to reach the network.
+server.on("connect", (req, socket) => {
+  fs.appendFileSync(opts.log, JSON.stringify({
+    seq: ++seq, time: new Date().toISOString(), method: "CONNECT", path: "", outbound: req.url, headers: req.headers, body: null,
+  }) + "\n");
+  socket.on("error", () => {});
+  socket.end("HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n");
 });
 
 function exit(why) {
