@@ -312,19 +312,21 @@ function kill(pids, groups) {
 const API = {
   codex: {
     isModelRequest: (r) => r.path.endsWith("/responses"),
-    // Every content part of a Responses request's input, as `{role, type, text?, image?}`.
+    // Every content part of a Responses request's input, as `{message, role, type, text?,
+    // image?}` (`message`: the index of the input item it is in).
     parts(request) {
       const out = [];
-      for (const item of request.body?.input ?? []) {
+      for (const [message, item] of (request.body?.input ?? []).entries()) {
         if (item.type !== "message" || !Array.isArray(item.content)) continue;
+        const role = item.role;
         for (const part of item.content) {
           if (part.type === "input_text" || part.type === "output_text") {
-            out.push({ role: item.role, type: "text", text: part.text });
+            out.push({ message, role, type: "text", text: part.text });
           } else if (part.type === "input_image") {
             const m = /^data:([^;]+);base64,(.*)$/s.exec(part.image_url ?? "");
-            out.push({ role: item.role, type: "image", mime: m?.[1], image: m?.[2] });
+            out.push({ message, role, type: "image", mime: m?.[1], image: m?.[2] });
           } else {
-            out.push({ role: item.role, type: part.type });
+            out.push({ message, role, type: part.type });
           }
         }
       }
@@ -337,22 +339,22 @@ const API = {
   claude: {
     isModelRequest: (r) => r.path.endsWith("/messages"),
     // Every content block of a Messages request's messages (a tool result's blocks
-    // too), as `{role, type, text?, image?}`.
+    // too), as `{message, role, type, text?, image?}`.
     parts(request) {
       const out = [];
-      const block = (role, b) => {
-        if (typeof b === "string") out.push({ role, type: "text", text: b });
-        else if (b?.type === "text") out.push({ role, type: "text", text: b.text });
+      const block = (message, role, b) => {
+        if (typeof b === "string") out.push({ message, role, type: "text", text: b });
+        else if (b?.type === "text") out.push({ message, role, type: "text", text: b.text });
         else if (b?.type === "image") {
-          out.push({ role, type: "image", mime: b.source?.media_type, image: b.source?.type === "base64" ? b.source.data : undefined });
+          out.push({ message, role, type: "image", mime: b.source?.media_type, image: b.source?.type === "base64" ? b.source.data : undefined });
         } else if (b?.type === "document" && b.source?.type === "text") {
-          out.push({ role, type: "text", text: b.source.data });
+          out.push({ message, role, type: "text", text: b.source.data });
         } else if (b?.type === "tool_result") {
-          for (const inner of Array.isArray(b.content) ? b.content : [b.content ?? ""]) block(role, inner);
-        } else out.push({ role, type: b?.type });
+          for (const inner of Array.isArray(b.content) ? b.content : [b.content ?? ""]) block(message, role, inner);
+        } else out.push({ message, role, type: b?.type });
       };
-      for (const message of request.body?.messages ?? []) {
-        for (const b of Array.isArray(message.content) ? message.content : [message.content]) block(message.role, b);
+      for (const [index, m] of (request.body?.messages ?? []).entries()) {
+        for (const b of Array.isArray(m.content) ? m.content : [m.content]) block(index, m.role, b);
       }
       return out;
     },
@@ -382,11 +384,23 @@ function parts(request) {
   return api.parts(request);
 }
 
-// The conversation's request among those a turn made: the last one that carries
-// `marker` (an agent may ask its model other things on the side, such as a title).
+// The conversation's request among those a turn made: the last one whose last user
+// message carries `marker`. An agent asks its model other things on the side: Claude
+// Code names the session from the prompt (one user message, no tools) and may ask for
+// a suggestion of what to type next (its own user message last).
 function finalRequest(requests, marker) {
+  const lastUserMessage = (r) => {
+    const all = parts(r);
+    let at = all.length;
+    while (at > 0 && all[at - 1].role !== "user") at -= 1;
+    let start = at;
+    while (start > 0 && all[start - 1].role === "user" && all[start - 1].message === all[at - 1]?.message) start -= 1;
+    return all.slice(start, at);
+  };
+  const conversation = requests.filter((r) => (r.body?.tools ?? []).length > 0
+    && lastUserMessage(r).some((p) => p.text?.includes(marker)));
   const carrying = requests.filter((r) => parts(r).some((p) => p.text?.includes(marker)));
-  return carrying.at(-1) ?? requests.at(-1);
+  return conversation.at(-1) ?? carrying.at(-1) ?? requests.at(-1);
 }
 
 // The JSON line of every attachment context in `text`: the store's context string has

@@ -154,7 +154,8 @@ EOF
 
 # Claude: a fresh config folder and HOME, the loopback server as its API with a dummy
 # key, and no nonessential traffic (telemetry, error reports, update checks, feedback
-# surveys, the plugin marketplace). The model asks for no tool, so no permission either.
+# surveys, the plugin marketplace), no suggestions of what to type next. The model asks
+# for no tool, so no permission is asked either.
 claude_home() {
   local home="$1"
   mkdir -p "$home/home" "$home/config"
@@ -210,7 +211,7 @@ run_agent() {
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1
         DISABLE_ERROR_REPORTING=1 DISABLE_BUG_COMMAND=1 CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY=1
         CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL=1 CLAUDE_CODE_DISABLE_TERMINAL_TITLE=1
-        NO_BROWSER=1 CLAUDE_AGENT_ACP_PROTOCOL=v1)
+        CLAUDE_CODE_ENABLE_PROMPT_SUGGESTION=false NO_BROWSER=1 CLAUDE_AGENT_ACP_PROTOCOL=v1)
       command=(node "$CACHE/claude/node_modules/@agentclientprotocol/claude-agent-acp/dist/index.js")
       ;;
   esac
