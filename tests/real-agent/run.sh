@@ -195,6 +195,8 @@ run_agent() {
     "http_proxy=http://127.0.0.1:$port" "https_proxy=http://127.0.0.1:$port"
     NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
     "TMPDIR=$dir/tmp" "GIT_CEILING_DIRECTORIES=$dir")
+  # Each adapter runs as an install runs it, by its bin link (a Node script), so the
+  # store keeps the agent's name (`codex-acp`, `claude-agent-acp`) beside its sessions.
   local -a command
   case "$agent" in
     codex)
@@ -202,7 +204,7 @@ run_agent() {
       binary="$(codex_binary)" || { echo "FAIL codex: a codex binary for this platform after the install"; stop_server; return 1; }
       codex_home "$dir/codex-home" "$port"
       agent_env+=("CODEX_HOME=$dir/codex-home" "CODEX_PATH=$binary" NO_BROWSER=1)
-      command=(node "$CACHE/codex/node_modules/@agentclientprotocol/codex-acp/dist/index.js")
+      command=("$CACHE/codex/node_modules/.bin/codex-acp")
       ;;
     claude)
       claude_home "$dir/claude-home"
@@ -212,7 +214,7 @@ run_agent() {
         DISABLE_ERROR_REPORTING=1 DISABLE_BUG_COMMAND=1 CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY=1
         CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL=1 CLAUDE_CODE_DISABLE_TERMINAL_TITLE=1
         CLAUDE_CODE_ENABLE_PROMPT_SUGGESTION=false NO_BROWSER=1 CLAUDE_AGENT_ACP_PROTOCOL=v1)
-      command=(node "$CACHE/claude/node_modules/@agentclientprotocol/claude-agent-acp/dist/index.js")
+      command=("$CACHE/claude/node_modules/.bin/claude-agent-acp")
       ;;
   esac
 
@@ -240,6 +242,27 @@ run_agent() {
     echo "ok   sessionstore verify finds no problem"
   else
     echo "FAIL sessionstore verify: $(tr '\n' ' ' < "$dir/verify.out")"
+    status=1
+  fi
+  # The session as the store keeps it: bound to the agent by its name and to the agent's
+  # own session, the one its model requests named.
+  local expected_name
+  case "$agent" in codex) expected_name=codex-acp ;; claude) expected_name=claude-agent-acp ;; esac
+  if [[ -s "$dir/state.json" ]] \
+    && "$SESSIONSTORE" session show --json --db "$db" --attachments-root "$moved" \
+      "$(node -p "require('$dir/state.json').sessionId")" > "$dir/show.json" 2> "$dir/show.err"; then
+    node -e '
+      const [show, state, name] = [require(process.argv[1]).session, require(process.argv[2]), process.argv[3]];
+      const ok = (c, what, saw) => console.log(c ? `ok   ${what}` : `FAIL ${what}: ${saw}`);
+      ok(show.agent?.agent === name, `the store binds the session to the agent ${name}`, JSON.stringify(show.agent));
+      ok(show.agent?.session === state.agentSession,
+        "the store binds it to the agent session its model requests named", `${show.agent?.session} vs ${state.agentSession}`);
+      ok(show.title === "Real-agent suite: three files" && show.titleSource === "explicit" && show.archived === false,
+        "session show: the title set, explicit, not archived", JSON.stringify([show.title, show.titleSource, show.archived]));
+    ' "$dir/show.json" "$dir/state.json" "$expected_name" | tee "$dir/show.checks"
+    if grep -q '^FAIL' "$dir/show.checks"; then status=1; fi
+  else
+    echo "FAIL sessionstore session show of the first session: $(cat "$dir/show.err" 2>/dev/null)"
     status=1
   fi
   local outbound
