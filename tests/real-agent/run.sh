@@ -248,8 +248,10 @@ run_agent() {
   # own session, the one its model requests named.
   local expected_name
   case "$agent" in codex) expected_name=codex-acp ;; claude) expected_name=claude-agent-acp ;; esac
-  if [[ -s "$dir/state.json" ]] \
-    && "$SESSIONSTORE" session show --json --db "$db" --attachments-root "$moved" \
+  if [[ ! -s "$dir/state.json" ]]; then
+    echo "FAIL sessionstore session show of the first session: the first phase left no session"
+    status=1
+  elif "$SESSIONSTORE" session show --json --db "$db" --attachments-root "$moved" \
       "$(node -p "require('$dir/state.json').sessionId")" > "$dir/show.json" 2> "$dir/show.err"; then
     node -e '
       const [show, state, name] = [require(process.argv[1]).session, require(process.argv[2]), process.argv[3]];
