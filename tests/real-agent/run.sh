@@ -203,7 +203,10 @@ run_agent() {
       local binary
       binary="$(codex_binary)" || { echo "FAIL codex: a codex binary for this platform after the install"; stop_server; return 1; }
       codex_home "$dir/codex-home" "$port"
-      agent_env+=("CODEX_HOME=$dir/codex-home" "CODEX_PATH=$binary" NO_BROWSER=1)
+      # The adapter sets each session's sandbox and approvals from its mode, over
+      # config.toml: "agent-full-access" is danger-full-access with approvals never.
+      agent_env+=("CODEX_HOME=$dir/codex-home" "CODEX_PATH=$binary" NO_BROWSER=1
+        INITIAL_AGENT_MODE=agent-full-access)
       command=("$CACHE/codex/node_modules/.bin/codex-acp")
       ;;
     claude)
