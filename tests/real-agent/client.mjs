@@ -212,8 +212,8 @@ class Connection {
     }
   }
 
-  // What an editor answers the agent: permission granted once (with approval_policy
-  // "never" Codex asks for none); no files or terminals offered.
+  // What an editor answers the agent: permission granted once (Codex in full access
+  // asks for none, and the canned model asks for no tool); no files or terminals offered.
   answer(request) {
     if (request.method === "session/request_permission") {
       const option = request.params.options.find((o) => o.kind === "allow_once") ?? request.params.options[0];
