@@ -1,19 +1,22 @@
 #!/usr/bin/env node
 // client.mjs: the editor's side of the real-agent suite. It owns one thing: driving an
-// ACP agent command (here `sessionstore proxy -- codex-acp`) over its standard input
-// and output as an editor would, and judging, from what it got back and from what the
-// loopback model server recorded, whether each attachment's path reached the model and
-// reads back the original bytes. It never talks to the network and never touches the
-// store's database: it sees only what a client and the model see.
+// ACP agent command (here `sessionstore proxy -- codex-acp` or `-- claude-agent-acp`)
+// over its standard input and output as an editor would, and judging, from what it got
+// back and from what the loopback model server recorded, whether each attachment's path
+// reached the model and reads back the original bytes, and whether archive, titles and
+// a fork at a cursor work through the proxy. It never talks to the network and never
+// touches the store's database: it sees only what a client and the model see.
 //
-//   node client.mjs first  --run DIR --root DIR --requests FILE [--timeout-s 120] -- COMMAND [ARGS...]
-//   node client.mjs second --run DIR --root DIR --old-root DIR --requests FILE [--timeout-s 120] -- COMMAND [ARGS...]
+//   node client.mjs first  --agent codex|claude --run DIR --root DIR --requests FILE [--timeout-s 120] -- COMMAND [ARGS...]
+//   node client.mjs second --agent codex|claude --run DIR --root DIR --old-root DIR --requests FILE [--timeout-s 120] -- COMMAND [ARGS...]
 //
 // `first` writes the three files to send (a PNG, a text file, a binary file) under
-// DIR/files, opens a session and sends one prompt with them interleaved with text;
-// `second` loads that session in a new process and prompts again. Both then close the
-// command's input, as an editor that quits does, and check that it and everything it
-// started have exited. Each check prints `ok   <name>` or `FAIL <name>: <why>`; the
+// DIR/files, opens a session (announcing session cursors) and sends one prompt with them
+// interleaved with text, keeping the cursor the proxy sends after the agent's first
+// message; `second` loads that session in a new process and prompts again, then sets a
+// title, forks at that cursor and loads the fork, archives and unarchives. Both then
+// close the command's input, as an editor that quits does, and check that it and
+// everything it started have exited. Each check prints `ok   <name>` or `FAIL <name>: <why>`; the
 // exit status is 1 when one failed. DIR/<phase>.acp.jsonl holds every message both
 // ways, DIR/<phase>.stderr the command's standard error, DIR/state.json what `second`
 // needs of `first`.
@@ -39,6 +42,7 @@ function parseArgs(argv) {
       return flags[++i];
     };
     switch (flag) {
+      case "--agent": opts.agent = value(); break;
       case "--run": opts.run = path.resolve(value()); break;
       case "--root": opts.root = path.resolve(value()); break;
       case "--old-root": opts.oldRoot = path.resolve(value()); break;
@@ -48,6 +52,7 @@ function parseArgs(argv) {
     }
   }
   if (!["first", "second"].includes(phase)) throw new Error("the phase is `first` or `second`");
+  if (!["codex", "claude"].includes(opts.agent)) throw new Error("--agent is `codex` or `claude`");
   for (const need of ["run", "root", "requests"]) {
     if (!opts[need]) throw new Error(`--${need} is required`);
   }
@@ -207,8 +212,8 @@ class Connection {
     }
   }
 
-  // What an editor answers the agent: permission granted once (with approval_policy
-  // "never" Codex asks for none); no files or terminals offered.
+  // What an editor answers the agent: permission granted once (Codex in full access
+  // asks for none, and the canned model asks for no tool); no files or terminals offered.
   answer(request) {
     if (request.method === "session/request_permission") {
       const option = request.params.options.find((o) => o.kind === "allow_once") ?? request.params.options[0];
@@ -302,20 +307,100 @@ function kill(pids, groups) {
 
 // ---------- what the model got ----------
 
-function modelRequests(file) {
+// The model API each agent speaks: Codex the OpenAI Responses API, Claude the Anthropic
+// Messages API.
+const API = {
+  codex: {
+    isModelRequest: (r) => r.path.endsWith("/responses"),
+    // Every content part of a Responses request's input, as `{message, role, type, text?,
+    // image?}` (`message`: the index of the input item it is in).
+    parts(request) {
+      const out = [];
+      for (const [message, item] of (request.body?.input ?? []).entries()) {
+        if (item.type !== "message" || !Array.isArray(item.content)) continue;
+        const role = item.role;
+        for (const part of item.content) {
+          if (part.type === "input_text" || part.type === "output_text") {
+            out.push({ message, role, type: "text", text: part.text });
+          } else if (part.type === "input_image") {
+            const m = /^data:([^;]+);base64,(.*)$/s.exec(part.image_url ?? "");
+            out.push({ message, role, type: "image", mime: m?.[1], image: m?.[2] });
+          } else {
+            out.push({ message, role, type: part.type });
+          }
+        }
+      }
+      return out;
+    },
+    // Codex names its own session (thread) in a header of every model request.
+    agentSession: (request) => request.headers["session-id"] ?? null,
+    dropsMeta: "as Codex drops _meta; the paths came as text blocks",
+  },
+  claude: {
+    isModelRequest: (r) => r.path.endsWith("/messages"),
+    // Every content block of a Messages request's messages (a tool result's blocks
+    // too), as `{message, role, type, text?, image?}`.
+    parts(request) {
+      const out = [];
+      const block = (message, role, b) => {
+        if (typeof b === "string") out.push({ message, role, type: "text", text: b });
+        else if (b?.type === "text") out.push({ message, role, type: "text", text: b.text });
+        else if (b?.type === "image") {
+          out.push({ message, role, type: "image", mime: b.source?.media_type, image: b.source?.type === "base64" ? b.source.data : undefined });
+        } else if (b?.type === "document" && b.source?.type === "text") {
+          out.push({ message, role, type: "text", text: b.source.data });
+        } else if (b?.type === "tool_result") {
+          for (const inner of Array.isArray(b.content) ? b.content : [b.content ?? ""]) block(message, role, inner);
+        } else out.push({ message, role, type: b?.type });
+      };
+      for (const [index, m] of (request.body?.messages ?? []).entries()) {
+        for (const b of Array.isArray(m.content) ? m.content : [m.content]) block(index, m.role, b);
+      }
+      return out;
+    },
+    // Claude Code names its session in a header, and in the request's metadata.
+    agentSession(request) {
+      const header = request.headers["x-claude-code-session-id"];
+      if (header) return header;
+      const m = /session_([0-9a-f-]{36})/.exec(request.body?.metadata?.user_id ?? "");
+      return m?.[1] ?? null;
+    },
+    dropsMeta: "the paths came as text blocks",
+  },
+};
+
+let api = null;
+
+function allRecorded(file) {
   if (!fs.existsSync(file)) return [];
-  return fs.readFileSync(file, "utf8").split("\n").filter(Boolean).map((line) => JSON.parse(line))
-    .filter((r) => r.method === "POST" && r.path.endsWith("/responses"));
+  return fs.readFileSync(file, "utf8").split("\n").filter(Boolean).map((line) => JSON.parse(line));
 }
 
-// Every content part of a Responses request's input, with the role of its message.
+function modelRequests(file) {
+  return allRecorded(file).filter((r) => r.method === "POST" && !r.outbound && api.isModelRequest(r));
+}
+
 function parts(request) {
-  const out = [];
-  for (const item of request.body?.input ?? []) {
-    if (item.type !== "message" || !Array.isArray(item.content)) continue;
-    for (const part of item.content) out.push({ role: item.role, ...part });
-  }
-  return out;
+  return api.parts(request);
+}
+
+// The conversation's request among those a turn made: the last one whose last user
+// message carries `marker`. An agent asks its model other things on the side: Claude
+// Code names the session from the prompt (one user message, no tools) and may ask for
+// a suggestion of what to type next (its own user message last).
+function finalRequest(requests, marker) {
+  const lastUserMessage = (r) => {
+    const all = parts(r);
+    let at = all.length;
+    while (at > 0 && all[at - 1].role !== "user") at -= 1;
+    let start = at;
+    while (start > 0 && all[start - 1].role === "user" && all[start - 1].message === all[at - 1]?.message) start -= 1;
+    return all.slice(start, at);
+  };
+  const conversation = requests.filter((r) => (r.body?.tools ?? []).length > 0
+    && lastUserMessage(r).some((p) => p.text?.includes(marker)));
+  const carrying = requests.filter((r) => parts(r).some((p) => p.text?.includes(marker)));
+  return conversation.at(-1) ?? carrying.at(-1) ?? requests.at(-1);
 }
 
 // The JSON line of every attachment context in `text`: the store's context string has
@@ -365,16 +450,42 @@ function checkPaths(where, contexts, root, sent) {
 }
 
 function imageParts(request, image) {
-  const wanted = `data:image/png;base64,${image.bytes.toString("base64")}`;
-  return parts(request).filter((p) => p.type === "input_image" && p.image_url === wanted);
+  const wanted = image.bytes.toString("base64");
+  return parts(request).filter((p) => p.type === "image" && p.image === wanted);
 }
 
 // ---------- the phases ----------
 
+// No files or terminals offered; session cursors announced (schema 1.20's shape).
+const CLIENT_CAPABILITIES = {
+  fs: { readTextFile: false, writeTextFile: false },
+  terminal: false,
+  session: { cursors: {} },
+};
+
+// The session updates of `sessionId` of one kind.
+function updatesOf(conn, sessionId, kind, from = 0) {
+  return conn.updates.slice(from).filter((u) => u.sessionId === sessionId && u.update?.sessionUpdate === kind)
+    .map((u) => u.update);
+}
+
+// The cursor the proxy sent anchored after the agent's first message of the turn whose
+// updates begin at `from`: the client's point to fork at.
+function cursorAfterFirstAgentMessage(conn, sessionId, from) {
+  const message = updatesOf(conn, sessionId, "agent_message_chunk", from).find((u) => u.messageId)?.messageId;
+  const cursors = updatesOf(conn, sessionId, "cursor_update", from);
+  const cursor = cursors.find((c) => c.anchor?.type === "agent_message" && c.anchor.messageId === message
+    && c.anchor.position === "after");
+  check("a cursor_update anchored after the agent's first message, with fork among its capabilities",
+    cursor && typeof cursor.cursorId === "string" && cursor.capabilities?.fork != null,
+    `agent message id: ${message ?? "none on its chunks"}; cursor updates: ${JSON.stringify(cursors).slice(0, 400)}`);
+  return cursor ? { cursorId: cursor.cursorId, messageId: message } : null;
+}
+
 async function first(opts, conn, sent) {
   const init = await conn.request("initialize", {
     protocolVersion: 1,
-    clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+    clientCapabilities: CLIENT_CAPABILITIES,
     clientInfo: { name: "sessionstore-real-agent-suite", version: "1" },
   });
   check("initialize is answered, protocol version 1", init.result?.protocolVersion === 1, JSON.stringify(init.error ?? init.result));
@@ -404,26 +515,29 @@ async function first(opts, conn, sent) {
     { type: "text", text: "Caption four: what is in these files?" },
   ];
   const before = modelRequests(opts.requests).length;
+  const updatesBefore = conn.updates.length;
   const answer = await conn.request("session/prompt", { sessionId, prompt });
   check("the prompt ends with stopReason end_turn", answer.result?.stopReason === "end_turn", JSON.stringify(answer.error ?? answer.result));
   check("the agent streamed its reply to the client",
     conn.updates.some((u) => u.sessionId === sessionId && u.update?.sessionUpdate === "agent_message_chunk"));
+  const cursor = cursorAfterFirstAgentMessage(conn, sessionId, updatesBefore);
   const requests = modelRequests(opts.requests).slice(before);
-  if (!check("the model server got the prompt's request", requests.length > 0)) return { sessionId };
-  const final = requests.at(-1);
+  if (!check("the model server got the prompt's request", requests.length > 0)) return { sessionId, cursor };
+  const final = finalRequest(requests, "Caption one");
   const all = parts(final);
-  const contexts = all.filter((p) => p.type === "input_text").flatMap((p) => contextsIn(p.text));
+  const contexts = all.filter((p) => p.type === "text").flatMap((p) => contextsIn(p.text));
   checkPaths("final model request", contexts, opts.root, sent);
   check("final model request: the image still reaches the model as an image, bytes intact",
     imageParts(final, sent.image).length === 1);
 
   // The order the client gave, as the model got it: each caption, then the attachment's
   // path context, then the attachment itself (the binary file's content does not reach
-  // Codex's model at all; its path context does).
+  // either model at all; its path context does). Claude's adapter moves an embedded
+  // text file's contents after the whole prompt, as a `<context ref=…>` block.
   const steps = [
     ["caption one", (p) => p.text?.includes("Caption one")],
     ["the image's context", (p) => contextsIn(p.text ?? "").some((c) => readOrNull(c.path)?.equals(sent.image.bytes))],
-    ["the image", (p) => p.type === "input_image"],
+    ["the image", (p) => p.type === "image"],
     ["caption two", (p) => p.text?.includes("Caption two")],
     ["the text file's context", (p) => contextsIn(p.text ?? "").some((c) => readOrNull(c.path)?.equals(sent.text.bytes))],
     ["the text file's contents", (p) => p.text?.includes("marker: TEXT-FILE-7f3a")],
@@ -431,18 +545,115 @@ async function first(opts, conn, sent) {
     ["the binary file's context", (p) => contextsIn(p.text ?? "").some((c) => readOrNull(c.path)?.equals(sent.binary.bytes))],
     ["caption four", (p) => p.text?.includes("Caption four")],
   ];
+  if (opts.agent === "claude") {
+    const contents = steps.findIndex(([name]) => name === "the text file's contents");
+    steps.push(...steps.splice(contents, 1));
+  }
   let at = 0;
   for (const p of all) if (at < steps.length && steps[at][1](p)) at += 1;
   check("final model request: text and attachments arrive interleaved, in the order sent",
     at === steps.length, at < steps.length ? `missing or out of order from: ${steps[at][0]}` : "");
-  note(`the request's "${CONTEXT_KEY}" _meta: ${JSON.stringify(final.body).includes(CONTEXT_KEY) ? "present" : "absent, as Codex drops _meta; the paths came as text blocks"}`);
-  return { sessionId, agentSession: final.headers["session-id"] ?? null };
+  note(`the request's "${CONTEXT_KEY}" _meta: ${JSON.stringify(final.body).includes(CONTEXT_KEY) ? "present" : `absent, ${api.dropsMeta}`}`);
+  return { sessionId, agentSession: api.agentSession(final), cursor };
 }
 
 async function second(opts, conn, sent, state) {
+  await reload(opts, conn, sent, state);
+  await titleForkArchive(opts, conn, state);
+}
+
+// Every session `session/list` gives with `params`, page after page (at most 20).
+async function listed(conn, params) {
+  const sessions = [];
+  let answer = await conn.request("session/list", params);
+  for (let pages = 1; ; pages++) {
+    sessions.push(...(answer.result?.sessions ?? []));
+    const next = answer.result?.nextCursor;
+    if (!next || answer.error || pages >= 20) break;
+    answer = await conn.request("session/list", { ...params, cursor: next });
+  }
+  return { error: answer.error, sessions };
+}
+
+// The entries a replay of `sessionId` gave (from update `from` on): messages and tool
+// calls, a message once however many chunks it came in.
+function replayedEntries(conn, sessionId, from) {
+  const entries = [];
+  for (const u of conn.updates.slice(from)) {
+    if (u.sessionId !== sessionId) continue;
+    const update = u.update ?? {};
+    const kind = update.sessionUpdate;
+    if (!["user_message_chunk", "agent_message_chunk", "agent_thought_chunk", "tool_call"].includes(kind)) continue;
+    const last = entries.at(-1);
+    const same = last && last.kind === kind && kind !== "tool_call"
+      && (update.messageId == null || last.messageId === update.messageId);
+    if (same) {
+      last.text += update.content?.text ?? "";
+    } else {
+      entries.push({ kind, messageId: update.messageId ?? update.toolCallId ?? null, text: update.content?.text ?? "" });
+    }
+  }
+  return entries;
+}
+
+// Through the proxy, on the session of the first phase: a title set and listed; a fork
+// at the cursor after the agent's first message, loaded; archive and unarchive, listed.
+async function titleForkArchive(opts, conn, state) {
+  const sessionId = state.sessionId;
+  const project = path.join(opts.run, "project");
+
+  const title = "Real-agent suite: three files";
+  const set = await conn.request("session/set_title", { sessionId, title: `  ${title}  ` });
+  check("session/set_title answers the title it stored, trimmed", set.result?.title === title,
+    JSON.stringify(set.error ?? set.result));
+  const titled = await listed(conn, {});
+  const row = titled.sessions.find((s) => s.sessionId === sessionId);
+  check("session/list then shows that title", row?.title === title, JSON.stringify(titled.error ?? row ?? "not listed"));
+
+  if (check("the first phase kept a cursor to fork at", typeof state.cursor?.cursorId === "string",
+    "no cursor_update came after the agent's first message")) {
+    const forked = await conn.request("session/fork",
+      { sessionId, cwd: project, mcpServers: [], cursorId: state.cursor.cursorId });
+    const fork = forked.result?.sessionId;
+    if (check("session/fork with that cursorId gives a new session", typeof fork === "string" && fork !== sessionId,
+      JSON.stringify(forked.error ?? forked.result))) {
+      const from = conn.updates.length;
+      const loaded = await conn.request("session/load", { sessionId: fork, cwd: project, mcpServers: [] });
+      check("session/load of the fork is answered", loaded.result && !loaded.error, JSON.stringify(loaded.error));
+      const entries = replayedEntries(conn, fork, from);
+      const seen = JSON.stringify(entries.map((e) => `${e.kind}:${e.messageId}:${e.text.slice(0, 30)}`));
+      check("the fork's replay begins with the first prompt",
+        entries[0]?.kind === "user_message_chunk" && entries[0].text.includes("Caption one"), seen);
+      const last = entries.at(-1);
+      check("the fork's replay ends at the cursor's entry, the agent's first message",
+        last?.kind === "agent_message_chunk" && last.messageId === state.cursor.messageId,
+        `cursor's message: ${state.cursor.messageId}; replay: ${seen}`);
+      check("the fork's replay holds nothing of the second prompt",
+        !entries.some((e) => e.text.includes("Second prompt")), seen);
+    }
+  }
+
+  const archived = await conn.request("session/archive", { sessionId });
+  check("session/archive is answered", archived.result && !archived.error, JSON.stringify(archived.error));
+  const plain = await listed(conn, {});
+  check("session/list leaves the archived session out by default",
+    !plain.error && !plain.sessions.some((s) => s.sessionId === sessionId), JSON.stringify(plain.error ?? "listed"));
+  const only = await listed(conn, { archived: "only" });
+  const archivedRow = only.sessions.find((s) => s.sessionId === sessionId);
+  check('session/list with archived "only" lists it, archived',
+    archivedRow?.archived === true, JSON.stringify(only.error ?? archivedRow ?? "not listed"));
+  const unarchived = await conn.request("session/unarchive", { sessionId });
+  check("session/unarchive is answered", unarchived.result && !unarchived.error, JSON.stringify(unarchived.error));
+  const back = await listed(conn, {});
+  const backRow = back.sessions.find((s) => s.sessionId === sessionId);
+  check("session/list then lists it by default again, not archived, title kept",
+    backRow?.archived === false && backRow.title === title, JSON.stringify(back.error ?? backRow ?? "not listed"));
+}
+
+async function reload(opts, conn, sent, state) {
   const init = await conn.request("initialize", {
     protocolVersion: 1,
-    clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+    clientCapabilities: CLIENT_CAPABILITIES,
     clientInfo: { name: "sessionstore-real-agent-suite", version: "1" },
   });
   check("initialize is answered after the restart", init.result?.protocolVersion === 1, JSON.stringify(init.error ?? init.result));
@@ -470,14 +681,14 @@ async function second(opts, conn, sent, state) {
   check("the second prompt ends with stopReason end_turn", answer.result?.stopReason === "end_turn", JSON.stringify(answer.error ?? answer.result));
   const requests = modelRequests(opts.requests).slice(before);
   if (!check("the model server got the second prompt's request", requests.length > 0)) return;
-  const final = requests.at(-1);
+  const final = finalRequest(requests, "Second prompt");
   const all = parts(final);
-  check("the agent resumed its own session (same Codex session as before the restart)",
-    state.agentSession && final.headers["session-id"] === state.agentSession,
-    `before: ${state.agentSession}, now: ${final.headers["session-id"]}`);
+  check(`the agent resumed its own session (same ${opts.agent} session as before the restart)`,
+    state.agentSession && api.agentSession(final) === state.agentSession,
+    `before: ${state.agentSession}, now: ${api.agentSession(final)}`);
   check("the agent kept its history: the first prompt is in the new request",
     all.some((p) => p.text?.includes("Caption one")) && all.some((p) => p.text?.includes("Second prompt")));
-  const contexts = all.filter((p) => p.type === "input_text").flatMap((p) => contextsIn(p.text));
+  const contexts = all.filter((p) => p.type === "text").flatMap((p) => contextsIn(p.text));
   checkPaths("final model request after the restart", contexts, opts.root, sent);
   check("final model request after the restart: the image still reaches the model as an image",
     imageParts(final, sent.image).length >= 1);
@@ -497,6 +708,7 @@ async function main() {
     process.stderr.write(`client: ${e.message}\n`);
     process.exit(2);
   }
+  api = API[opts.agent];
   const sent = files(opts.run, opts.phase === "first");
   const statePath = path.join(opts.run, "state.json");
   let state = null;

@@ -1,17 +1,21 @@
 #!/usr/bin/env node
 // model-server.mjs: the model on loopback for the real-agent suite. It owns one thing:
-// answering Codex's model requests (the OpenAI Responses API, streamed) with a short
-// canned reply, and writing down every request it gets, so the suite can read what
-// reached the model. It never makes a connection of its own and never listens beyond
-// 127.0.0.1.
+// answering the agents' model requests with a short canned reply (Codex's in the OpenAI
+// Responses API, Claude's in the Anthropic Messages API, both streamed), and writing
+// down every request it gets, so the suite can read what reached the model. It never
+// makes a connection of its own and never listens beyond 127.0.0.1.
 //
 //   node model-server.mjs --log FILE [--port-file FILE] [--max-seconds 300] [--reply TEXT]
 //
 // The port is chosen free by the system; it is printed as `PORT=N` (and written to
 // --port-file). Every request is appended to --log as one JSON line
 // {"seq","time","method","path","headers","body"}, the body parsed when it is JSON.
-// `POST .../responses` gets the reply as server-sent events; anything else a 404.
-// It exits on SIGTERM, SIGINT or SIGHUP, when the process that started it dies, and
+// `POST .../responses` gets the reply as Responses server-sent events; `POST .../messages`
+// as Messages server-sent events (message_start, content_block_start, deltas,
+// content_block_stop, message_delta, message_stop), or one JSON message when the request
+// does not ask for a stream; `POST .../messages/count_tokens` a count; anything else a 404.
+// A request for anywhere else, as a proxy (CONNECT, or an absolute URL), is recorded
+// with `outbound` set and refused. It exits on SIGTERM, SIGINT or SIGHUP, when the process that started it dies, and
 // after --max-seconds, whichever comes first: a suite that is killed leaves no server.
 
 import fs from "node:fs";
@@ -83,6 +87,9 @@ function record(req, raw) {
     time: new Date().toISOString(),
     method: req.method,
     path: new URL(req.url, "http://127.0.0.1").pathname,
+    // A request given as an absolute URL came through this server as a proxy: it was
+    // meant for somewhere else.
+    ...(req.url.startsWith("/") ? {} : { outbound: req.url }),
     headers: req.headers,
     body,
   };
@@ -123,11 +130,59 @@ function replyEvents(n) {
   ];
 }
 
+// The Messages API's events for a streamed text reply: the message started, one text
+// block in two deltas, the block stopped, the stop reason with the usage, the end.
+function messagesEvents(n, model) {
+  const text = opts.reply;
+  const half = Math.ceil(text.length / 2);
+  const usage = { input_tokens: 1, output_tokens: 1, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
+  return [
+    {
+      type: "message_start",
+      message: {
+        id: `msg_${n}`, type: "message", role: "assistant", model, content: [],
+        stop_reason: null, stop_sequence: null, usage,
+      },
+    },
+    { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } },
+    ...[text.slice(0, half), text.slice(half)].filter(Boolean).map((piece) => (
+      { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: piece } }
+    )),
+    { type: "content_block_stop", index: 0 },
+    { type: "message_delta", delta: { stop_reason: "end_turn", stop_sequence: null }, usage: { output_tokens: 1 } },
+    { type: "message_stop" },
+  ];
+}
+
+function messagesReply(entry, res) {
+  const model = entry.body?.model ?? "claude-loopback";
+  if (entry.body?.stream) {
+    res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+    for (const event of messagesEvents(entry.seq, model)) {
+      res.write(`event: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`);
+    }
+    res.end();
+    return;
+  }
+  res.writeHead(200, { "content-type": "application/json" });
+  res.end(JSON.stringify({
+    id: `msg_${entry.seq}`, type: "message", role: "assistant", model,
+    content: [{ type: "text", text: opts.reply }],
+    stop_reason: "end_turn", stop_sequence: null,
+    usage: { input_tokens: 1, output_tokens: 1 },
+  }));
+}
+
 const server = http.createServer((req, res) => {
   const chunks = [];
   req.on("data", (chunk) => chunks.push(chunk));
   req.on("end", () => {
     const entry = record(req, Buffer.concat(chunks));
+    if (entry.outbound) {
+      res.writeHead(403, { "content-type": "text/plain" });
+      res.end("the real-agent suite reaches nothing beyond loopback\n");
+      return;
+    }
     if (req.method === "POST" && entry.path.endsWith("/responses")) {
       res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
       for (const event of replyEvents(entry.seq)) {
@@ -136,9 +191,29 @@ const server = http.createServer((req, res) => {
       res.end();
       return;
     }
+    if (req.method === "POST" && entry.path.endsWith("/messages/count_tokens")) {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ input_tokens: 1 }));
+      return;
+    }
+    if (req.method === "POST" && entry.path.endsWith("/messages")) {
+      messagesReply(entry, res);
+      return;
+    }
     res.writeHead(404, { "content-type": "application/json" });
     res.end(JSON.stringify({ error: { message: `nothing at ${req.method} ${entry.path}` } }));
   });
+});
+
+// The agents get this server as their HTTP(S) proxy too (loopback itself bypasses it):
+// a connection meant for anywhere else is recorded as `outbound` and refused, so that
+// the suite can tell whether an agent tried to reach the network.
+server.on("connect", (req, socket) => {
+  fs.appendFileSync(opts.log, JSON.stringify({
+    seq: ++seq, time: new Date().toISOString(), method: "CONNECT", path: "", outbound: req.url, headers: req.headers, body: null,
+  }) + "\n");
+  socket.on("error", () => {});
+  socket.end("HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n");
 });
 
 function exit(why) {
