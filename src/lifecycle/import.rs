@@ -20,8 +20,8 @@ use crate::model::{Event, Message, Session};
 use crate::projection::{self, Entry as HistoryEntry, Meet, Replayer};
 use crate::store::blocking;
 
-use super::export::{ARCHIVE_FORMAT, ARCHIVE_VERSION, ArchivedItem, FILES_DIR, MANIFEST_NAME};
 use super::manifest::{self, Rows, Spool, Spooled};
+use super::manifest::{ARCHIVE_FORMAT, ARCHIVE_VERSION, ArchivedItem, FILES_DIR, MANIFEST_NAME};
 
 /// The largest manifest read. It is read a row at a time into spool files on disk,
 /// so this bounds what a hostile archive can make the import write there, not what it

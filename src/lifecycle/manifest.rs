@@ -3,7 +3,7 @@
 //! time from one snapshot; import reads it one row at a time into three spool files
 //! (messages, items, events, one JSON line each, in anonymous owner-only temporary
 //! files), which its check and its write then read in history order side by side.
-//! The document is the one `export::Manifest` describes, whichever way it was made.
+//! The document is the one `Manifest` describes, whichever way it was made.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -14,13 +14,91 @@ use std::marker::PhantomData;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
-use super::export::{ARCHIVE_FORMAT, ARCHIVE_VERSION, ArchivedFile, ArchivedItem};
 use crate::config::Redaction;
 use crate::db::sql::Tx;
 use crate::db::{entries, queries, turns};
 use crate::error::{Error, Result};
+use crate::ids::{ItemId, SessionId};
 use crate::model::{Event, Message, Session, Setting};
+use crate::model::{Item, ItemBody};
 use crate::redact;
+
+/// What the manifest's `format` says, so `import` knows the archive for one of ours.
+pub const ARCHIVE_FORMAT: &str = "sessionstore-archive";
+/// The manifest layout this build writes and reads.
+pub const ARCHIVE_VERSION: u32 = 1;
+/// The manifest's entry name; it is always the archive's first entry.
+pub const MANIFEST_NAME: &str = "manifest.json";
+/// Where attachment files sit in the archive: `files/<stored name>`.
+pub const FILES_DIR: &str = "files/";
+
+/// The archive's table of contents: the session, its rows and event log as this store
+/// reads them, and the files that follow with their sizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Manifest {
+    pub format: String,
+    pub version: u32,
+    pub session: Session,
+    pub messages: Vec<Message>,
+    pub items: Vec<ArchivedItem>,
+    pub events: Vec<Event>,
+    /// Every file the archive holds after the manifest, in archive order.
+    pub files: Vec<ArchivedFile>,
+    /// Stored names the messages refer to that no root had at export time: their
+    /// references travel, and degrade on dispatch as they did in the origin.
+    pub missing: Vec<String>,
+    /// The client's settings of a proxied session (none in archives of other ones,
+    /// and of earlier versions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settings: Vec<Setting>,
+}
+
+/// A recorded item as its row holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ArchivedItem {
+    pub id: ItemId,
+    pub seq: i64,
+    pub kind: String,
+    /// The ACP JSON of the item, as the `body` column holds it.
+    pub body: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl ArchivedItem {
+    pub(super) fn from_item(item: &Item) -> ArchivedItem {
+        ArchivedItem {
+            id: item.id,
+            seq: item.seq,
+            kind: item.body.kind().to_owned(),
+            body: item.body.to_json(),
+            created_at: item.created_at.clone(),
+            updated_at: item.updated_at.clone(),
+        }
+    }
+
+    /// The item back, for the session `session`; an `Err` names what does not parse.
+    pub fn to_item(&self, session: SessionId) -> std::result::Result<Item, String> {
+        Ok(Item {
+            id: self.id,
+            session_id: session,
+            seq: self.seq,
+            body: ItemBody::from_json(&self.kind, &self.body)?,
+            created_at: self.created_at.clone(),
+            updated_at: self.updated_at.clone(),
+        })
+    }
+}
+
+/// One attachment file in the archive: its stored name and size in bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchivedFile {
+    pub name: String,
+    pub size: u64,
+}
 
 /// How many history seqs (or log events) a page of an export reads.
 const PAGE: i64 = 256;

@@ -13,7 +13,7 @@ pub mod fork;
 mod gc;
 pub mod import;
 mod list;
-mod manifest;
+pub mod manifest;
 mod progress;
 
 pub use crate::model::SessionSummary;
