@@ -18,7 +18,8 @@
 //! `agent` (what runs behind; the agent's lifetime: start, restart, its capabilities),
 //! `sessions` (the session methods and the id map), `prompt` (a prompt's turn: store,
 //! dispatch, record), `restored` (what a fresh agent session is told of the
-//! conversation so far).
+//! conversation so far), `successor` (the agent as the successor in a conductor's
+//! chain, reached through `proxy/successor` on the client's connection).
 
 mod agent;
 mod child;
@@ -28,6 +29,7 @@ mod prompt;
 mod restored;
 mod rpc;
 mod sessions;
+mod successor;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -252,6 +254,12 @@ impl Proxy {
                     tracing::debug!("dropped an answer from the client to no request: {stray:?}");
                 }
             }
+            Kind::Notification { method } | Kind::Request { method, .. }
+                if method == successor::SUCCESSOR =>
+            {
+                // The successor's message, through the conductor.
+                self.from_successor(message).await;
+            }
             Kind::Notification { method } => {
                 let method = method.to_owned();
                 self.client_notification(&method, message).await;
@@ -289,7 +297,12 @@ impl Proxy {
         message: Message,
     ) -> Result<Message, Failure> {
         match method {
+            "initialize" if self.agent.is_successor() => Err(successor::needs_an_agent()),
             "initialize" => self.initialize(id, message).await,
+            successor::INITIALIZE if self.agent.is_successor() => {
+                self.initialize(id, message).await
+            }
+            successor::INITIALIZE => Err(successor::not_in_a_chain(method)),
             "session/new" => self.new_session(id, message).await,
             "session/load" => self.load_session(id, message, true).await,
             "session/resume" => self.load_session(id, message, false).await,
