@@ -136,7 +136,9 @@ impl Proxy {
                 Kind::Response { .. } => {
                     let _ = self.client.send_bytes(frame).await;
                 }
-                Kind::Notification { method } if method == "$/cancel_request" => {
+                Kind::Notification {
+                    method: "$/cancel_request",
+                } => {
                     let envelope = message
                         .params()
                         .and_then(|p| p.get("id"))
