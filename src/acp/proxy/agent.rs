@@ -5,7 +5,9 @@
 //! a row, re-sending `initialize` and `authenticate` as the client sent them. Each
 //! start is a generation: a session's agent side belongs to one, and is brought up
 //! again in the next. With nothing behind (`sessionstore acp`) no agent ever starts,
-//! and `initialize` is answered with the proxy's own capabilities alone.
+//! and `initialize` is answered with the proxy's own capabilities alone. The successor
+//! in a conductor's chain (`successor`) is reached once, on `proxy/initialize`, and
+//! never started again from here: the conductor owns it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -86,6 +88,9 @@ pub(crate) struct Running {
     exited: tokio::sync::Notify,
     /// How it ended, once it has: for the errors of the requests it left unanswered.
     ended: Mutex<Option<String>>,
+    /// Whether the next request starts the agent again once this one ended (a child;
+    /// a conductor's successor is the conductor's to start).
+    restarts: bool,
 }
 
 impl Running {
@@ -101,6 +106,7 @@ impl Running {
             kill: tokio::sync::Notify::new(),
             exited: tokio::sync::Notify::new(),
             ended: Mutex::new(None),
+            restarts: false,
         }
     }
 
@@ -143,8 +149,12 @@ impl Running {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
             .unwrap_or_else(|| "exited".to_owned());
+        let next = match self.restarts {
+            true => "the next request starts it again",
+            false => "its conductor starts the chain again",
+        };
         Failure::internal(format!(
-            "the agent {} {how} before it answered; the next request starts it again",
+            "the agent {} {how} before it answered; {next}",
             self.name
         ))
     }
@@ -401,6 +411,7 @@ impl Proxy {
             kill: tokio::sync::Notify::new(),
             exited: tokio::sync::Notify::new(),
             ended: Mutex::new(None),
+            restarts: true,
         });
         let proxy = self.clone();
         let reader = running.clone();

@@ -57,7 +57,8 @@ pub const FRAME_LIMIT: usize =
 /// How the proxy is run.
 #[derive(Debug, Clone)]
 pub struct ProxyOptions {
-    /// What runs behind the proxy: an agent it starts, or nothing.
+    /// What runs behind the proxy: an agent it starts, a conductor's successor, or
+    /// nothing.
     pub behind: Behind,
     /// The proxy's own working directory: the default for a client that gives none
     /// (the store keeps none for such a session), and where sessions with none of

@@ -188,6 +188,10 @@ fn the_component_speaks_to_its_successor_through_the_envelope() {
     assert_eq!(asked["method"], "fs/read_text_file", "{asked}");
     assert_eq!(asked["params"]["sessionId"], session.to_string());
     assert_eq!(asked["params"]["path"], "/tmp/x.txt");
+    assert!(
+        asked["params"].get("_meta").is_none(),
+        "the envelope's _meta is hop-local: {asked}"
+    );
     wire.send(json!({"id": asked["id"], "result": {"content": "x"}}));
     let returned = wire.next();
     assert_eq!(
