@@ -306,7 +306,7 @@ fn with_no_agent_a_plain_initialize_needs_an_agent_or_a_conductor() {
 /// puts in this checkout. Not a dev-dependency: its `serde_json/preserve_order` would
 /// change every test build of the store's own JSON.
 fn conductor() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("SESSIONSTORE_CONDUCTOR") {
+    if let Some(path) = std::env::var_os("SESSIONSTORE_CONDUCTOR").filter(|p| !p.is_empty()) {
         return Some(path.into());
     }
     let installed = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -377,10 +377,15 @@ fn given_with_paths(blocks: &[Value], expected: &[Expect], folder: &Path) {
 #[tokio::test]
 async fn a_conductor_chain_runs_the_proxys_story() {
     let Some(conductor) = conductor() else {
-        eprintln!(
-            "skipped: no agent-client-protocol-conductor; install it with `cargo install \
-             --locked agent-client-protocol-conductor@5.0.0 --root target/conductor`, or \
-             name one in SESSIONSTORE_CONDUCTOR"
+        // Straight to standard error, past the harness's capture, so that a run
+        // shows it.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "a_conductor_chain_runs_the_proxys_story skipped: no \
+             agent-client-protocol-conductor; install it with `cargo install --locked \
+             agent-client-protocol-conductor@5.0.0 --root target/conductor`, or name one \
+             in SESSIONSTORE_CONDUCTOR"
         );
         return;
     };
@@ -491,6 +496,8 @@ async fn a_conductor_chain_runs_the_proxys_story() {
         wait_ended(pid, "an agent");
     }
     let (replay, stops, at, listed, only) = run;
+    // Each chain's agent was initialized once, through the proxy's envelope.
+    assert_eq!(s.report.requests("initialize").len(), 2);
     assert_eq!(stops, [StopReason::EndTurn; 2]);
 
     // The replay: the user's message with each attachment read under the root now.
