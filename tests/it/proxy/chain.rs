@@ -105,8 +105,9 @@ fn component(s: &Setup) -> ProxyProcess {
 /// and its answer come back wrapped and are taken as a child agent's are: the update
 /// relayed under the store's id and recorded, the request relayed to the client and
 /// its answer returned as the envelope's result, the prompt's answer the client's. A
-/// cancellation of a relayed request names the envelope's id; a `null` result
-/// survives the trip.
+/// cancellation of a relayed request names the envelope's id; a cancelled turn
+/// answers the successor's waiting permission request `cancelled` and sends it
+/// `session/cancel` in the envelope.
 #[test]
 fn the_component_speaks_to_its_successor_through_the_envelope() {
     let s = Setup::new();
@@ -218,6 +219,39 @@ fn the_component_speaks_to_its_successor_through_the_envelope() {
     wire.send(json!({"id": slow, "error": {"code": -32800, "message": "cancelled"}}));
     let cancelled = wire.answer(4);
     assert_eq!(cancelled["error"]["code"], -32800, "{cancelled}");
+
+    // A cancelled turn: the successor's permission request, still waiting on the
+    // client, is answered `cancelled` under the conductor's id, then the cancellation
+    // goes to the successor in the envelope; the turn ends as the successor says.
+    let session_id = session.to_string();
+    wire.send(json!({"id": 6, "method": "session/prompt", "params": {
+        "sessionId": session_id, "prompt": [{"type": "text", "text": "go on"}]}}));
+    let (prompt, _) = wire.wrapped_request("session/prompt");
+    wire.send(json!({"id": 11, "method": "proxy/successor", "params": {
+        "method": "session/request_permission", "params": {"sessionId": "agent-1",
+            "toolCall": {"toolCallId": "call-1"},
+            "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]}}}));
+    let asked = wire.next();
+    assert_eq!(asked["method"], "session/request_permission", "{asked}");
+    assert_eq!(asked["params"]["sessionId"], session_id);
+    wire.send(json!({"method": "session/cancel", "params": {"sessionId": session_id}}));
+    assert_eq!(
+        wire.next(),
+        json!({"jsonrpc": "2.0", "id": 11, "result": {"outcome": {"outcome": "cancelled"}}})
+    );
+    assert_eq!(
+        wire.next(),
+        json!({"jsonrpc": "2.0", "method": "proxy/successor",
+            "params": {"method": "session/cancel", "params": {"sessionId": "agent-1"}}})
+    );
+    wire.send(json!({"id": prompt, "result": {"stopReason": "cancelled"}}));
+    let ended = wire.answer(6);
+    assert_eq!(ended["result"]["stopReason"], "cancelled", "{ended}");
+    // The client's late answer goes nowhere.
+    wire.send(
+        json!({"id": asked["id"], "result": {"outcome": {"outcome": "selected",
+        "optionId": "allow"}}}),
+    );
 
     // A wrapped request with no method is refused; the connection stays up.
     wire.send(json!({"id": 5, "method": "proxy/successor", "params": {"params": {}}}));
