@@ -2,9 +2,10 @@
 //! editor) it is an agent on standard input and output; behind it runs an agent it
 //! starts as a child (`sessionstore proxy -- AGENT`), toward which it is the client,
 //! the successor in a conductor's chain (`sessionstore proxy`, reached through
-//! `proxy/successor` on the client's own connection), or nothing (`sessionstore acp`). Every message passes through, unknown fields and
-//! extension methods included, with session ids translated between the store's (what
-//! the client sees) and the agent's. What the proxy handles itself it patches as JSON:
+//! `proxy/successor` on the client's own connection), or nothing (`sessionstore
+//! acp`). Every message passes through, unknown fields and extension methods
+//! included, with session ids translated between the store's (what the client sees)
+//! and the agent's. What the proxy handles itself it patches as JSON:
 //! prompts are stored and dispatched through the resolver, so each attachment reaches
 //! the agent with the path of a live read; the agent's updates are recorded as the
 //! turn; `session/load`, `list`, `resume`, `close`, `delete`, `fork`, `archive`,
