@@ -102,7 +102,8 @@ enum Command {
     Acp(AcpArgs),
     /// Run AGENT behind the store as an ACP proxy on standard input and output: an
     /// editor starts this as its agent, and every session it opens is recorded,
-    /// restorable, and given attachment paths the model can use
+    /// restorable, and given attachment paths the model can use. With no AGENT, a
+    /// proxy in a conductor's chain, in front of the components after it
     #[cfg_attr(not(feature = "acp"), command(hide = true))]
     Proxy(ProxyArgs),
 }
@@ -122,8 +123,9 @@ struct ProxyArgs {
     /// streaming benchmarks (BENCHMARKS.md), not for use
     #[arg(long, hide = true)]
     relay_only: bool,
-    /// The agent and its arguments, after `--`
-    #[arg(last = true, required = true, value_name = "AGENT")]
+    /// The agent and its arguments, after `--`; with none, the proxy is a component
+    /// of a conductor's chain, and its successor there is the agent
+    #[arg(last = true, value_name = "AGENT")]
     agent: Vec<std::ffi::OsString>,
 }
 
@@ -465,18 +467,19 @@ async fn acp(config: Config, args: AcpArgs) -> Result<()> {
 /// standard error.
 #[cfg(feature = "acp")]
 async fn proxy(config: Config, args: ProxyArgs) -> Result<()> {
-    use sessionstore::acp::proxy::{AgentCommand, ProxyOptions, run_stdio};
+    use sessionstore::acp::proxy::{AgentCommand, Behind, ProxyOptions, run_stdio};
     let mut agent = args.agent.into_iter();
-    let program = agent.next().context("name the agent after --")?;
-    let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let store = Store::open(config).await?;
-    let mut options = ProxyOptions::new(
-        AgentCommand {
+    // No agent: a component of a conductor's chain, whose successor is the agent.
+    let behind = match agent.next() {
+        Some(program) => Behind::Child(AgentCommand {
             program,
             args: agent.collect(),
-        },
-        cwd,
-    );
+        }),
+        None => Behind::Successor,
+    };
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let store = Store::open(config).await?;
+    let mut options = ProxyOptions::new(behind, cwd);
     options.restored_content_budget = usize::try_from(args.restored_content).unwrap_or(usize::MAX);
     options.agent_timeout = args.agent_timeout;
     options.record_updates = !args.relay_only;

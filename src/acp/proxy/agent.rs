@@ -5,7 +5,9 @@
 //! a row, re-sending `initialize` and `authenticate` as the client sent them. Each
 //! start is a generation: a session's agent side belongs to one, and is brought up
 //! again in the next. With nothing behind (`sessionstore acp`) no agent ever starts,
-//! and `initialize` is answered with the proxy's own capabilities alone.
+//! and `initialize` is answered with the proxy's own capabilities alone. The successor
+//! in a conductor's chain (`successor`) is reached once, on `proxy/initialize`, and
+//! never started again from here: the conductor owns it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -86,9 +88,43 @@ pub(crate) struct Running {
     exited: tokio::sync::Notify,
     /// How it ended, once it has: for the errors of the requests it left unanswered.
     ended: Mutex<Option<String>>,
+    /// Whether the next request starts the agent again once this one ended (a child;
+    /// a conductor's successor is the conductor's to start).
+    restarts: bool,
 }
 
 impl Running {
+    /// A start of the agent that `link` reaches, not yet initialized, named `name` in
+    /// errors; for an agent that is not a child process (the successor in a chain).
+    pub(super) fn reached(generation: u64, link: Link, name: String) -> Running {
+        Running {
+            generation,
+            link,
+            initialized: std::sync::OnceLock::new(),
+            name,
+            alive: AtomicBool::new(true),
+            kill: tokio::sync::Notify::new(),
+            exited: tokio::sync::Notify::new(),
+            ended: Mutex::new(None),
+            restarts: false,
+        }
+    }
+
+    /// Keeps the agent's `initialize` result, and the capabilities read from it.
+    pub(super) fn set_initialized(&self, initialized: Value) {
+        let caps = Capabilities::of(&initialized);
+        let _ = self.initialized.set((initialized, caps));
+    }
+
+    /// The agent is gone (`how`, for the errors of what it left unanswered): what
+    /// waits on it fails, and a stop waits no longer. The caller tells the sessions.
+    pub(super) fn mark_ended(&self, how: String) {
+        *self.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(how);
+        self.alive.store(false, Ordering::Release);
+        self.link.abandon_all();
+        self.exited.notify_one();
+    }
+
     pub fn caps(&self) -> &Capabilities {
         static NONE: std::sync::OnceLock<Capabilities> = std::sync::OnceLock::new();
         match self.initialized.get() {
@@ -113,8 +149,12 @@ impl Running {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
             .unwrap_or_else(|| "exited".to_owned());
+        let next = match self.restarts {
+            true => "the next request starts it again",
+            false => "its conductor starts the chain again",
+        };
         Failure::internal(format!(
-            "the agent {} {how} before it answered; the next request starts it again",
+            "the agent {} {how} before it answered; {next}",
             self.name
         ))
     }
@@ -129,6 +169,11 @@ pub enum Behind {
     /// in front of an agent, a prompt is recorded and its turn ended `end_turn`, and a
     /// method only an agent answers is not found.
     Nothing,
+    /// The successor in a conductor's proxy chain (`sessionstore proxy` with no
+    /// agent): reached through `proxy/successor` on the client's own connection, once
+    /// the conductor sent `proxy/initialize` (see `successor`). The conductor owns
+    /// the agent's lifetime: it is never restarted from here.
+    Successor,
 }
 
 impl From<AgentCommand> for Behind {
@@ -141,6 +186,8 @@ impl From<AgentCommand> for Behind {
 /// (`None` with nothing behind).
 pub(crate) struct Agent {
     command: Option<AgentCommand>,
+    /// Whether the agent is the successor in a conductor's chain ([`Behind::Successor`]).
+    successor: bool,
     current: Mutex<Option<Arc<Running>>>,
     /// Held while an agent starts, so that requests arriving meanwhile wait for that
     /// start instead of making their own.
@@ -159,12 +206,14 @@ struct Starts {
 
 impl Agent {
     pub fn new(behind: Behind) -> Agent {
+        let successor = behind == Behind::Successor;
         let command = match behind {
             Behind::Child(command) => Some(command),
-            Behind::Nothing => None,
+            Behind::Nothing | Behind::Successor => None,
         };
         Agent {
             command,
+            successor,
             current: Mutex::new(None),
             starting: tokio::sync::Mutex::new(Starts::default()),
         }
@@ -172,11 +221,20 @@ impl Agent {
 
     /// Whether nothing runs behind the proxy: no agent will ever start.
     pub fn is_nothing(&self) -> bool {
-        self.command.is_none()
+        self.command.is_none() && !self.successor
+    }
+
+    /// Whether the agent is the successor in a conductor's chain.
+    pub fn is_successor(&self) -> bool {
+        self.successor
     }
 
     /// The agent's name as a session's binding keeps it; `None` with nothing behind.
+    /// A successor's is the `agentInfo.name` it answered `initialize` with.
     pub fn name(&self) -> Option<String> {
+        if self.successor {
+            return Some(super::successor::name(self.current().as_deref()));
+        }
         self.command.as_ref().map(AgentCommand::name)
     }
 
@@ -287,6 +345,17 @@ impl Proxy {
                 "the client has not sent initialize yet",
             ));
         };
+        if self.agent.successor {
+            // The conductor owns the agent: it is reached once, never restarted here.
+            if starts.last_start.is_some() {
+                return Err(super::successor::gone());
+            }
+            starts.generation += 1;
+            let running = self.reach_successor(starts.generation, initialize).await?;
+            starts.last_start = Some(Instant::now());
+            *self.agent.lock_current() = Some(running.clone());
+            return Ok(running);
+        }
         if let Some(last) = starts.last_start {
             // A restart: the one before crashed, or exited.
             if last.elapsed() >= STEADY_RUN {
@@ -342,6 +411,7 @@ impl Proxy {
             kill: tokio::sync::Notify::new(),
             exited: tokio::sync::Notify::new(),
             ended: Mutex::new(None),
+            restarts: true,
         });
         let proxy = self.clone();
         let reader = running.clone();

@@ -46,6 +46,20 @@ impl Link {
         }
     }
 
+    /// A link whose frames are handed to the caller, as the receiver, rather than
+    /// written: for a peer reached through another connection (the successor in a
+    /// conductor's chain, whose frames are wrapped on the client's). The receiver ends
+    /// once the link is closed and every handle on it dropped.
+    pub fn channel() -> (Link, mpsc::Receiver<Vec<u8>>) {
+        let (queue, frames) = mpsc::channel(QUEUE_FRAMES);
+        let link = Link {
+            queue: Mutex::new(Some(queue)),
+            next_id: AtomicU64::new(1),
+            waiting: Mutex::new(HashMap::new()),
+        };
+        (link, frames)
+    }
+
     /// Queues `message`, waiting while the queue is full.
     pub async fn send(&self, message: &Message) -> Result<(), Gone> {
         self.send_bytes(message.to_bytes()).await
@@ -90,7 +104,7 @@ impl Link {
     pub async fn forward(
         &self,
         mut message: Message,
-    ) -> (u64, impl Future<Output = Result<Message, Gone>>) {
+    ) -> (u64, impl Future<Output = Result<Message, Gone>> + use<>) {
         let (id, answer) = self.expect();
         message.set_id(Value::from(id));
         let sent = self.send(&message).await;

@@ -1,9 +1,11 @@
 //! The one ACP session layer: the store as an ACP proxy. Toward the client (an
 //! editor) it is an agent on standard input and output; behind it runs an agent it
-//! starts as a child (`sessionstore proxy -- AGENT`), toward which it is the client, or
-//! nothing (`sessionstore acp`). Every message passes through, unknown fields and
-//! extension methods included, with session ids translated between the store's (what
-//! the client sees) and the agent's. What the proxy handles itself it patches as JSON:
+//! starts as a child (`sessionstore proxy -- AGENT`), toward which it is the client,
+//! the successor in a conductor's chain (`sessionstore proxy`, reached through
+//! `proxy/successor` on the client's own connection), or nothing (`sessionstore
+//! acp`). Every message passes through, unknown fields and extension methods
+//! included, with session ids translated between the store's (what the client sees)
+//! and the agent's. What the proxy handles itself it patches as JSON:
 //! prompts are stored and dispatched through the resolver, so each attachment reaches
 //! the agent with the path of a live read; the agent's updates are recorded as the
 //! turn; `session/load`, `list`, `resume`, `close`, `delete`, `fork`, `archive`,
@@ -18,7 +20,8 @@
 //! `agent` (what runs behind; the agent's lifetime: start, restart, its capabilities),
 //! `sessions` (the session methods and the id map), `prompt` (a prompt's turn: store,
 //! dispatch, record), `restored` (what a fresh agent session is told of the
-//! conversation so far).
+//! conversation so far), `successor` (the agent as the successor in a conductor's
+//! chain, reached through `proxy/successor` on the client's connection).
 
 mod agent;
 mod child;
@@ -28,6 +31,7 @@ mod prompt;
 mod restored;
 mod rpc;
 mod sessions;
+mod successor;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -54,7 +58,8 @@ pub const FRAME_LIMIT: usize =
 /// How the proxy is run.
 #[derive(Debug, Clone)]
 pub struct ProxyOptions {
-    /// What runs behind the proxy: an agent it starts, or nothing.
+    /// What runs behind the proxy: an agent it starts, a conductor's successor, or
+    /// nothing.
     pub behind: Behind,
     /// The proxy's own working directory: the default for a client that gives none
     /// (the store keeps none for such a session), and where sessions with none of
@@ -252,6 +257,12 @@ impl Proxy {
                     tracing::debug!("dropped an answer from the client to no request: {stray:?}");
                 }
             }
+            Kind::Notification { method } | Kind::Request { method, .. }
+                if method == successor::SUCCESSOR =>
+            {
+                // The successor's message, through the conductor.
+                self.from_successor(message).await;
+            }
             Kind::Notification { method } => {
                 let method = method.to_owned();
                 self.client_notification(&method, message).await;
@@ -289,7 +300,12 @@ impl Proxy {
         message: Message,
     ) -> Result<Message, Failure> {
         match method {
+            "initialize" if self.agent.is_successor() => Err(successor::needs_an_agent()),
             "initialize" => self.initialize(id, message).await,
+            successor::INITIALIZE if self.agent.is_successor() => {
+                self.initialize(id, message).await
+            }
+            successor::INITIALIZE => Err(successor::not_in_a_chain(method)),
             "session/new" => self.new_session(id, message).await,
             "session/load" => self.load_session(id, message, true).await,
             "session/resume" => self.load_session(id, message, false).await,

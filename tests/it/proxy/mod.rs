@@ -9,6 +9,7 @@
 //! rather than sticks.
 
 mod capabilities;
+mod chain;
 mod replay;
 mod scenario;
 mod schema;
