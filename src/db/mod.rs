@@ -18,6 +18,7 @@ pub mod postgres;
 pub mod proxied;
 pub mod queries;
 mod readonly;
+pub mod redact;
 mod reference;
 pub mod repair;
 pub mod schema;
