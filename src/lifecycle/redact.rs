@@ -4,7 +4,9 @@
 //! the append-only log, taken the same careful way: one write per session with
 //! SQLite's `secure_delete` on, the log's guard lifted and put back inside it
 //! (`db::redact`), an event appended saying how many secrets of each kind went (never
-//! a value), then the search index merged and the WAL checkpointed and truncated. A
+//! a value), then the search index merged, the database written into fresh pages
+//! (`VACUUM`: stale copies in pages' unused space go too) and the WAL checkpointed
+//! and truncated. A
 //! session a running proxy holds is skipped; attachment files are never rewritten.
 
 use std::collections::BTreeMap;
@@ -104,7 +106,8 @@ impl Store {
     /// running proxy has it open) is skipped, and so is one whose rows already
     /// disagree with its log (`verify` names why). Afterwards an SQLite database
     /// keeps no copy of what went: freed pages zeroed (`secure_delete`), the search
-    /// index merged, the WAL checkpointed and truncated; the report names the
+    /// index merged, every page written afresh (`VACUUM`), the WAL checkpointed and
+    /// truncated; the report names the
     /// backups that still hold it. An id that names no session fails the call before
     /// anything changes. Attachment files are never rewritten.
     pub async fn redact_stored(&self, options: RedactOptions) -> Result<RedactReport> {
@@ -204,7 +207,11 @@ impl Store {
             // The rewrite took the secrets' terms out of the index, but its segments
             // keep them until they are merged: merged once, for every session.
             let db = self.db().clone();
-            let ((), erased) = blocking(move || db.erase(search::purge_deleted)).await?;
+            let erased = blocking(move || {
+                let ((), merged) = db.erase(search::purge_deleted)?;
+                Ok(db.rewrite_pages()? && merged)
+            })
+            .await?;
             report.erased &= erased;
         }
         if let Database::Sqlite(path) = &self.config().database {
