@@ -15,8 +15,36 @@ use crate::ids::SessionId;
 use crate::model::Event;
 use crate::projection::{Entry, Replayer};
 
-/// How many events a page of the rewrite reads.
-const PAGE: i64 = 256;
+/// How many events a page of the log holds at most, and the payload bytes past which
+/// the next page is smaller (`entries::LogPages`' rule: a sent message's event is a
+/// few hundred bytes, a long record's a batch of updates, so a page stays near a few
+/// hundred KiB whatever the log holds).
+const PAGE_MOST: i64 = 256;
+const PAGE_BYTES: usize = 256 * 1024;
+
+/// Each event of `session`'s log in order, read a page at a time, handed to `f`.
+pub(crate) fn each_event_paged(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    mut f: impl FnMut(Event<String>) -> Result<()>,
+) -> Result<()> {
+    let end = super::append::last_session_seq(conn, session)?;
+    let mut next = 1;
+    let mut page = 1;
+    while next <= end {
+        let (events, after) = queries::events_page(conn, session, next, page)?;
+        next = after;
+        let bytes: usize = events.iter().map(|e| e.payload.len()).sum();
+        page = match bytes < PAGE_BYTES {
+            true => (page * 2).min(PAGE_MOST),
+            false => (page / 2).max(1),
+        };
+        for event in events {
+            f(event)?;
+        }
+    }
+    Ok(())
+}
 
 /// The append-only guard on `events`, lifted: [`Lifted::restore`] puts it back.
 pub(crate) enum Lifted {
@@ -83,27 +111,22 @@ pub(crate) fn rewrite_session(
     let guard = lift_guard(conn)?;
     let mut replayer = Replayer::windowed(*session);
     let mut rewritten = 0;
-    let end = super::append::last_session_seq(conn, session)?;
-    let mut next = 1;
-    while next <= end {
-        let (events, after) = queries::events_page(conn, session, next, PAGE)?;
-        for mut event in events {
-            if let Some(payload) = redact(&event) {
-                conn.execute(
-                    "UPDATE events SET payload = ?2 WHERE seq = ?1",
-                    args![event.seq.0, payload],
-                )
-                .map_err(sql("rewrite an event"))?;
-                event.payload = payload;
-                rewritten += 1;
-            }
-            replayer.apply(&event);
+    each_event_paged(conn, session, |mut event| {
+        if let Some(payload) = redact(&event) {
+            conn.execute(
+                "UPDATE events SET payload = ?2 WHERE seq = ?1",
+                args![event.seq.0, payload],
+            )
+            .map_err(sql("rewrite an event"))?;
+            event.payload = payload;
+            rewritten += 1;
         }
+        replayer.apply(&event);
         for entry in replayer.take_retired() {
             write_entry(conn, &entry)?;
         }
-        next = after;
-    }
+        Ok(())
+    })?;
     guard.restore(conn)?;
     replayer.close();
     for entry in replayer.take_retired() {

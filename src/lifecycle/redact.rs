@@ -22,9 +22,6 @@ use crate::ids::SessionId;
 use crate::model::{Event, EventPayload};
 use crate::store::{Store, blocking};
 
-/// How many events a page of the scan reads.
-const PAGE: i64 = 256;
-
 /// How [`Store::redact_stored`] runs.
 #[derive(Debug, Clone, Default)]
 pub struct RedactOptions {
@@ -190,10 +187,22 @@ impl Store {
                 true => counts,
                 false => {
                     let db = self.db().clone();
-                    let (counts, erased) = blocking(move || write(&db, &id)).await?;
-                    report.erased &= erased;
-                    rewritten = true;
-                    counts
+                    match blocking(move || write(&db, &id)).await {
+                        Ok((counts, erased)) => {
+                            report.erased &= erased;
+                            rewritten = true;
+                            counts
+                        }
+                        // Found while replaying the rewritten log: the write rolled back.
+                        Err(Error::LogMismatch { .. }) => {
+                            report.skipped.push(SkippedSession {
+                                id,
+                                reason: LOG_MISMATCH.to_owned(),
+                            });
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
             };
             drop(claim);
@@ -228,15 +237,10 @@ fn scan(db: &Db, id: &SessionId) -> Result<BTreeMap<String, u64>> {
         let session = queries::get_session(tx, id)?;
         crate::db::verify::check_session(tx, &session)?;
         let mut counts = BTreeMap::new();
-        let end = append::last_session_seq(tx, id)?;
-        let mut next = 1;
-        while next <= end {
-            let (events, after) = queries::events_page(tx, id, next, PAGE)?;
-            for event in &events {
-                redacted(event, &mut counts);
-            }
-            next = after;
-        }
+        rewrite::each_event_paged(tx, id, |event| {
+            redacted(&event, &mut counts);
+            Ok(())
+        })?;
         Ok(counts)
     })
 }

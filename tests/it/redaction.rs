@@ -785,6 +785,30 @@ mod stored {
         assert_eq!(files(&t.db_path()), on_disk);
     }
 
+    #[test]
+    fn a_session_whose_rows_disagree_with_its_log_is_skipped() {
+        let t = TestStore::empty();
+        let credentials = credentials();
+        let sid = stored_as_given(&t, &credentials);
+        t.raw_execute(&format!(
+            "UPDATE sessions SET tools_host = 'ssh' WHERE id = '{sid}'"
+        ))
+        .unwrap();
+        let report = json(&ok(t.run(&["redact", "--json"])));
+        assert_shape(&report);
+        assert_eq!(report["sessions"], serde_json::json!([]), "{report}");
+        assert_eq!(report["skipped"][0]["id"], sid.as_str(), "{report}");
+        assert!(
+            report["skipped"][0]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("verify"),
+            "{report}"
+        );
+        let kept = crate::support::stdout(&t.run(&["events", "--session", &sid]));
+        assert!(kept.contains(credentials[1].1.as_str()), "left as it was");
+    }
+
     /// A store of an older schema (the frozen v15 fixture, sealed segments and rows
     /// that name their updates included) is upgraded first, as every writing command
     /// upgrades it, and its backup named; a dry run refuses it, as reading commands do.
