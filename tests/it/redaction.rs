@@ -930,7 +930,8 @@ mod stored {
             &said(around),
         ]);
         let report = json(&with_key(&["redact", "--json"]));
-        assert_eq!(report["sessions"][0]["redacted"][kind.id()], 1, "{report}");
+        // The message, and the title the untitled session took from it.
+        assert_eq!(report["sessions"][0]["redacted"][kind.id()], 2, "{report}");
         with_key(&["verify"]);
         let shown = json(&with_key(&["session", "show", &sid, "--json"])).to_string();
         assert!(!shown.contains(secret.as_str()));
