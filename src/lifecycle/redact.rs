@@ -104,9 +104,10 @@ impl Store {
     /// disagree with its log (`verify` names why). Afterwards an SQLite database
     /// keeps no copy of what went: freed pages zeroed (`secure_delete`), the search
     /// index merged, every page written afresh (`VACUUM`), the WAL checkpointed and
-    /// truncated; the report names the
-    /// backups that still hold it. An id that names no session fails the call before
-    /// anything changes. Attachment files are never rewritten.
+    /// truncated; the report names the backups that still hold it. An id that names
+    /// no session fails the call before anything changes. Attachment files are never
+    /// rewritten. A secret split across two recorded batches of a store kept with
+    /// redaction off is not found: each event is redacted by itself, as export does.
     pub async fn redact_stored(&self, options: RedactOptions) -> Result<RedactReport> {
         let RedactOptions {
             sessions,
