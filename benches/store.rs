@@ -35,6 +35,9 @@
 //! - `streaming` (not criterion, and only when named): group commit against raw
 //!   commits, the proxy recording against the relay alone, and the proxy's memory
 //!   with a slow client (`streaming/mod.rs`).
+//! - `redact` (not criterion, and only when named: it builds a million items):
+//!   `sessionstore redact` of a million-item session kept with redaction off against
+//!   a 100,000-item one: time and peak memory (`redact/mod.rs`).
 //! - `scale` (not criterion, and only when named: it builds a million items): the first
 //!   page of 100,000 sessions against that of 100, and a search for a word in 100 items
 //!   of a million-item session against the same in a 1,000-item one (`scale/mod.rs`).
@@ -47,6 +50,7 @@ mod allocator;
 
 mod longhist;
 mod process;
+mod redact;
 mod scale;
 mod streaming;
 mod workload;
@@ -714,6 +718,9 @@ fn main() {
     }
     if named("streaming") && !test_mode {
         streaming::streaming(&mut report, &rt);
+    }
+    if named("redact") && !test_mode {
+        redact::redact_group(&mut report, &rt);
     }
     if named("scale") && !test_mode {
         scale::scale(&mut report, &rt);

@@ -72,6 +72,10 @@ enum Command {
     /// Remove, under the configured root, uploads no message refers to, deleted
     /// sessions' folders and killed uploads' temporary files
     Gc(cli::lifecycle::GcArgs),
+    /// Find the secrets already stored (before redaction, or with --redact off) and
+    /// replace them in place by [REDACTED:<kind>]: events, rows and search entries;
+    /// attachment files are never rewritten
+    Redact(cli::lifecycle::RedactArgs),
     /// Print where the database and attachment roots are, and where each setting came
     /// from (flag, environment or default)
     Paths,
@@ -422,6 +426,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Export(args) => cli::lifecycle::export(config, json, args).await?,
         Command::Import(args) => cli::lifecycle::import(config, json, args).await?,
         Command::Gc(args) => cli::lifecycle::gc(config, json, args).await?,
+        Command::Redact(args) => cli::lifecycle::redact(config, json, args).await?,
         #[cfg(not(feature = "acp"))]
         Command::Acp(_) | Command::Proxy(_) => {
             unreachable!("refused above, before any configuration is read")

@@ -346,6 +346,12 @@ pub enum EventPayload {
         updates: Vec<serde_json::Value>,
         items: Vec<CreatedItem>,
     },
+    /// `sessionstore redact` rewrote this session's earlier events and rows with the
+    /// secrets found in them replaced: how many of each kind (its id), never a value.
+    /// It changes no row but the session's last change.
+    SessionRedacted {
+        redacted: std::collections::BTreeMap<String, u64>,
+    },
 }
 
 /// The session and the message a fork was cut at (`None` when the fork took a
@@ -377,6 +383,7 @@ impl EventPayload {
             EventPayload::TurnStarted { .. } => "turn_started",
             EventPayload::TurnEnded { .. } => "turn_ended",
             EventPayload::SettingRecorded { .. } => "setting_recorded",
+            EventPayload::SessionRedacted { .. } => "session_redacted",
         }
     }
 }

@@ -729,6 +729,13 @@ impl Replayer {
                     None => self.settings.push(setting),
                 }
             }
+            // What `redact` rewrote is in the events before it: it changes no row but
+            // the session's last change (above).
+            EventPayload::SessionRedacted { .. } => {
+                if session.is_none() {
+                    problems.push(before_creation(event, session_id, "redacts"));
+                }
+            }
         }
     }
 

@@ -170,6 +170,16 @@ fn replaced(text: &str, found: &[Found]) -> String {
     out
 }
 
+/// The kind of each `[REDACTED:<kind>]` mark in `text`, in order: what a redaction
+/// wrote, counted without the secrets it replaced.
+pub fn marks(text: &str) -> impl Iterator<Item = Kind> + '_ {
+    text.match_indices("[REDACTED:").filter_map(|(at, mark)| {
+        let rest = &text[at + mark.len()..];
+        let id = &rest[..rest.find(']')?];
+        Kind::ALL.into_iter().find(|k| k.id() == id)
+    })
+}
+
 /// A message streamed in chunks, redacted as a whole: each [`Stream::push`] gives back
 /// the text that can be written now, holding back a tail of less than twice
 /// [`LONGEST`] bytes (and any secret that reaches the end of what arrived, which may go on in the next
@@ -237,7 +247,7 @@ impl Stream {
 #[cfg(any(test, feature = "testkit"))]
 pub mod fresh;
 mod json;
-pub use json::{Chunk, Streams, json_text, object, owned, value};
+pub use json::{Chunk, Streams, json_text, object, owned, payload, value};
 
 #[cfg(test)]
 mod tests;

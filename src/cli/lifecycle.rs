@@ -1,4 +1,4 @@
-//! `session fork`, `session delete`, `search`, `export`, `import` and `gc`: argument
+//! `session fork`, `session delete`, `search`, `export`, `import`, `gc` and `redact`: argument
 //! types and printing, with a spinner while fork, search, export and import run and a
 //! progress bar for the steps of delete and gc. Never forks, searches, packs, unpacks
 //! or removes anything itself: the store does, and an archive is checked there.
@@ -13,7 +13,9 @@ use indicatif::ProgressBar;
 
 use sessionstore::attachments::human_size;
 use sessionstore::lifecycle::import::ImportId;
-use sessionstore::lifecycle::{DeleteOptions, DeletionStatus, GcOptions, Progress, Run};
+use sessionstore::lifecycle::{
+    DeleteOptions, DeletionStatus, GcOptions, Progress, RedactOptions, Run,
+};
 use sessionstore::{Config, MessageId, SessionId, Store};
 
 use super::logging::{self, spinner};
@@ -314,4 +316,69 @@ pub async fn gc(config: Config, json: bool, args: GcArgs) -> Result<()> {
         human_size(report.total.bytes),
         count(report.skipped, "entry", "entries")
     ))
+}
+
+#[derive(Args)]
+pub struct RedactArgs {
+    /// Only this session (repeatable) [default: every session]
+    #[arg(long = "session", value_name = "ID", value_parser = parse_session)]
+    sessions: Vec<SessionId>,
+    /// Report what would be redacted without changing anything
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// `redact`: the secrets already stored, replaced in place by the store; a dry run
+/// opens the database read-only, as `session delete --dry-run` does.
+pub async fn redact(config: Config, json: bool, args: RedactArgs) -> Result<()> {
+    let run = dry_run(args.dry_run);
+    let store = if run.is_dry() {
+        Store::open_read_only(config).await?
+    } else {
+        Store::open_existing(config).await?
+    };
+    let report = store
+        .redact_stored(RedactOptions {
+            sessions: args.sessions,
+            run,
+            progress: progress(),
+        })
+        .await?;
+    if json {
+        return print_json(&report);
+    }
+    let mut lines = Vec::new();
+    for s in &report.sessions {
+        let kinds: Vec<String> = s.redacted.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        lines.push(format!(
+            "{} {}: {}",
+            if report.dry_run {
+                "would redact"
+            } else {
+                "redacted"
+            },
+            s.id,
+            kinds.join(", ")
+        ));
+    }
+    if report.sessions.is_empty() {
+        lines.push("no secret found".to_owned());
+    }
+    for s in &report.skipped {
+        lines.push(format!("skipped {}: {}", s.id, s.reason));
+    }
+    for path in &report.backups {
+        lines.push(format!(
+            "note: this backup still holds what was stored before: {}",
+            terminal_line(&path.display().to_string())
+        ));
+    }
+    if !report.erased {
+        lines.push(
+            "note: a copy of the old pages may stay until the next checkpoint: a reader \
+             kept the write-ahead log busy (SQLite), or the vacuum failed (PostgreSQL)"
+                .to_owned(),
+        );
+    }
+    emit(&lines.join("\n"))
 }

@@ -18,6 +18,7 @@ pub mod postgres;
 pub mod proxied;
 pub mod queries;
 mod readonly;
+pub mod redact;
 mod reference;
 pub mod repair;
 pub mod schema;
@@ -448,6 +449,30 @@ impl Db {
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
             .map_err(|e| crate::db::error::sqlite("checkpoint the erasure", e))?;
         Ok((value, busy == 0))
+    }
+
+    /// After a rewrite in place (`redact`): SQLite's `VACUUM`, which writes every
+    /// table into fresh pages, then a checkpoint that truncates the WAL. `secure_delete`
+    /// zeroes what a write frees, but not what earlier writes left in a page's unused
+    /// space (a page that split or became an interior page keeps the bytes of the
+    /// cells it moved), so a text rewritten in place can still sit there. `VACUUM`
+    /// keeps every row id (its copy goes row by row into empty tables), which the
+    /// search index's documents are keyed by. Returns whether the checkpoint
+    /// completed. PostgreSQL's `erase` vacuumed already: nothing to do.
+    pub fn rewrite_pages(&self) -> Result<bool> {
+        let pool = match self {
+            Db::ReadWrite(pool) => pool,
+            Db::ReadOnly(db) => return Err(Error::ReadOnly(db.path.clone())),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(_) => return Ok(true),
+        };
+        let conn = pool.get()?;
+        conn.execute_batch("VACUUM")
+            .map_err(|e| crate::db::error::sqlite("vacuum the database", e))?;
+        let busy: i64 = conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+            .map_err(|e| crate::db::error::sqlite("checkpoint the vacuum", e))?;
+        Ok(busy == 0)
     }
 
     /// `read` in one snapshot. On a read-only database `f` may run more than once,

@@ -96,7 +96,7 @@ pub(crate) fn rebuild_session(conn: &Tx<'_>, session: &SessionId) -> Result<bool
 
 /// Every row of the session's history, turns and settings (not the session's own row,
 /// which the rest refers to, nor its events).
-fn remove_rows(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
+pub(crate) fn remove_rows(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
     let id = session.to_string();
     for statement in [
         "DELETE FROM message_refs WHERE message_id IN
@@ -109,6 +109,10 @@ fn remove_rows(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
         "DELETE FROM turns WHERE session_id = ?1",
         "DELETE FROM settings WHERE session_id = ?1",
     ] {
+        // PostgreSQL indexes each segment as it is written: it has no waiting list.
+        if statement.contains("search_waiting") && conn.engine() != Engine::Sqlite {
+            continue;
+        }
         conn.execute(statement, args![id])
             .map_err(sql("remove a session's rows to rebuild them"))?;
     }
@@ -119,6 +123,18 @@ fn remove_rows(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
 /// with its references, each item whole (its body and times in its row: no parts, no
 /// update named), each turn and setting.
 fn write_rows(conn: &Tx<'_>, p: &Projection) -> Result<()> {
+    for m in &p.messages {
+        write_message(conn, m)?;
+    }
+    for item in &p.items {
+        write_item(conn, item)?;
+    }
+    write_session(conn, p)
+}
+
+/// The rows of `p` that are not entries: the session's own row's columns, its turns
+/// and settings.
+pub(crate) fn write_session(conn: &Tx<'_>, p: &Projection) -> Result<()> {
     let s = &p.session;
     let id = s.id.to_string();
     conn.execute(
@@ -139,12 +155,6 @@ fn write_rows(conn: &Tx<'_>, p: &Projection) -> Result<()> {
         ],
     )
     .map_err(sql("rebuild a session's rows"))?;
-    for m in &p.messages {
-        write_message(conn, m)?;
-    }
-    for item in &p.items {
-        write_item(conn, item)?;
-    }
     for t in &p.turns {
         let (state, stop_reason, failure) = match &t.end {
             None => ("running", None, None),
@@ -184,7 +194,7 @@ fn write_rows(conn: &Tx<'_>, p: &Projection) -> Result<()> {
     Ok(())
 }
 
-fn write_message(conn: &Tx<'_>, m: &Message) -> Result<()> {
+pub(crate) fn write_message(conn: &Tx<'_>, m: &Message) -> Result<()> {
     let id = m.id.to_string();
     queries::insert_message_row(
         conn,
@@ -208,7 +218,7 @@ fn write_message(conn: &Tx<'_>, m: &Message) -> Result<()> {
     Ok(())
 }
 
-fn write_item(conn: &Tx<'_>, item: &Item) -> Result<()> {
+pub(crate) fn write_item(conn: &Tx<'_>, item: &Item) -> Result<()> {
     let tool_call_id = match &item.body {
         ItemBody::ToolCall(call) => Some(call.tool_call_id.to_string()),
         _ => None,

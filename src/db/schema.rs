@@ -517,6 +517,30 @@ pub(crate) fn back_up_from(
     link_backup(&temp, &db.path, version)
 }
 
+/// The backups beside the database at `path` (`<db>.v<N>.bak` and the like: every
+/// file named after it and ending in `.bak`), sorted; none when the folder cannot be
+/// read. What `redact` names as still holding what it removed.
+pub(crate) fn backups(path: &Path) -> Vec<PathBuf> {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return Vec::new();
+    };
+    let prefix = format!("{name}.");
+    let Ok(entries) = std::fs::read_dir(beside(path)) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".bak"))
+        })
+        .map(|e| path.with_file_name(e.file_name()))
+        .collect();
+    found.sort();
+    found
+}
+
 /// The folder a database file is in, where its backups and temporary files go.
 pub(crate) fn beside(path: &Path) -> &Path {
     match path.parent() {

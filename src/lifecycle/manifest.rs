@@ -191,7 +191,7 @@ pub(super) fn write(
                     detail: format!("the payload of event {} does not parse: {e}", event.seq),
                 })?;
             if redacting {
-                redact_payload(&mut payload);
+                redact::payload(&mut payload);
             }
             raw(out, comma.next())?;
             json(
@@ -248,43 +248,7 @@ fn redact_item(item: &mut serde_json::Value) {
 /// Redacts an event: its payload (below).
 fn redact_event(event: &mut serde_json::Value) {
     if let Some(payload) = event.get_mut("payload") {
-        redact_payload(payload);
-    }
-}
-
-/// Redacts an event's payload as a document; a batch of recorded updates as the
-/// recorder would have (`redact::Streams`), so that a message streamed in chunks
-/// comes out as its item does: a secret split across two chunks of one batch is
-/// found (one split across two batches of a store kept with redaction off is not,
-/// in the log).
-fn redact_payload(payload: &mut serde_json::Value) {
-    let Some(map) = payload.as_object_mut() else {
-        redact::value(payload);
-        return;
-    };
-    for (key, v) in map.iter_mut() {
-        match (key.as_str(), v) {
-            ("updates", serde_json::Value::Array(updates)) => {
-                // Its chunks keep their texts unless a secret runs across them.
-                let joined: String = updates
-                    .iter_mut()
-                    .filter_map(|u| redact::Chunk::text_mut(u).map(|t| t.clone()))
-                    .collect();
-                if redact::find(&joined).is_empty() {
-                    updates.iter_mut().for_each(|u| {
-                        redact::value(u);
-                    });
-                    continue;
-                }
-                let mut streams = redact::Streams::default();
-                let (mut out, _) = streams.pass(std::mem::take(updates));
-                streams.end(&mut out);
-                *updates = out;
-            }
-            (_, v) => {
-                redact::value(v);
-            }
-        }
+        redact::payload(payload);
     }
 }
 

@@ -282,3 +282,39 @@ impl Chunk for crate::turns::Update {
         }
     }
 }
+
+/// Redacts an event's payload as a document, true when anything changed; a batch of
+/// recorded updates as the recorder would have (`redact::Streams`), so that a
+/// message streamed in chunks comes out as its item does: a secret split across two
+/// chunks of one batch is found (one split across two batches of a store kept with
+/// redaction off is not, in the log). Export, import and `redact` use it alike.
+pub fn payload(payload: &mut Value) -> bool {
+    let Some(map) = payload.as_object_mut() else {
+        return value(payload);
+    };
+    let mut changed = false;
+    for (key, v) in map.iter_mut() {
+        match (key.as_str(), v) {
+            ("updates", Value::Array(updates)) => {
+                // Its chunks keep their texts unless a secret runs across them.
+                let joined: String = updates
+                    .iter_mut()
+                    .filter_map(|u| Chunk::text_mut(u).map(|t| t.clone()))
+                    .collect();
+                if super::find(&joined).is_empty() {
+                    for u in updates.iter_mut() {
+                        changed |= value(u);
+                    }
+                    continue;
+                }
+                let mut streams = Streams::default();
+                let (mut out, _) = streams.pass(std::mem::take(updates));
+                streams.end(&mut out);
+                *updates = out;
+                changed = true;
+            }
+            (_, v) => changed |= value(v),
+        }
+    }
+    changed
+}

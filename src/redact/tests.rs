@@ -208,3 +208,19 @@ fn a_held_batch_takes_the_tail_of_the_message_the_next_one_ends() {
     assert_eq!(written[1]["content"]["text"], redact(&text).as_ref());
     assert!(!written[1].to_string().contains(&secret));
 }
+
+/// `redact` counts what it replaced from the marks it wrote: each kind's mark is read
+/// back as that kind, a mark of no known kind and an unclosed one as nothing.
+#[test]
+fn the_marks_a_redaction_wrote_are_counted_by_kind() {
+    let mut rng = Rng::new();
+    let mut text = String::from("[REDACTED:nonsense] before ");
+    for kind in Kind::ALL {
+        let (_, around) = fresh(kind, &mut rng);
+        text.push_str(&format!("{around} then "));
+    }
+    let redacted = redact(&text);
+    let found: Vec<Kind> = marks(&redacted).collect();
+    assert_eq!(found, Kind::ALL);
+    assert_eq!(marks("[REDACTED:jwt").count(), 0);
+}

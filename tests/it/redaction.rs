@@ -537,3 +537,404 @@ fn paths_says_whether_text_is_redacted_and_where_that_came_from() {
     let bad = report(Some("maybe"), &[]);
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
 }
+
+/// `sessionstore redact`: what a store kept with redaction off holds, redacted in
+/// place (issue 48, item 5).
+mod stored {
+    use super::*;
+
+    /// A session written with redaction off through `send` (text, expansion,
+    /// transcript), a title, and `record` (each secret in a message split across two
+    /// chunks of one batch, in a thought, a tool call's title, raw input and output, a
+    /// plan, an update kind the schema does not know); its id.
+    pub(super) fn stored_as_given(t: &TestStore, credentials: &[(Kind, String, String)]) -> String {
+        let off = |args: &[&str], stdin: Option<String>| {
+            let mut bin = t.bin();
+            bin.args(["--redact", "off"]).args(args);
+            if let Some(input) = stdin {
+                bin.stdin(input);
+            }
+            let out = bin.output();
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+            out
+        };
+        let (_, _, first) = &credentials[0];
+        let out = off(
+            &[
+                "session",
+                "new",
+                "--json",
+                "--title",
+                &format!("title {first}"),
+            ],
+            None,
+        );
+        let sid = json(&out)["id"].as_str().expect("an id").to_owned();
+        let mut lines = Vec::new();
+        for (i, (_, _, around)) in credentials.iter().enumerate() {
+            let text = said(around);
+            off(
+                &[
+                    "send",
+                    "--session",
+                    &sid,
+                    "--text",
+                    &text,
+                    "--expanded",
+                    &format!("expanded: {text}"),
+                    "--transcript",
+                    &format!("heard: {text}"),
+                ],
+                None,
+            );
+            let (a, b) = text.split_at(BEFORE.len() + around.len() / 2);
+            for part in [a, b] {
+                lines.push(serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                    "content": {"type": "text", "text": part}}));
+            }
+            lines.push(serde_json::json!({"sessionUpdate": "agent_thought_chunk",
+                "content": {"type": "text", "text": text}}));
+            lines.push(serde_json::json!({"sessionUpdate": "tool_call",
+                "toolCallId": format!("call-{i}"), "title": format!("run {text}"),
+                "rawInput": {"command": text}, "status": "pending"}));
+            lines.push(serde_json::json!({"sessionUpdate": "tool_call_update",
+                "toolCallId": format!("call-{i}"), "status": "completed",
+                "rawOutput": {"stdout": text}}));
+            lines.push(serde_json::json!({"sessionUpdate": "plan",
+                "entries": [{"content": text, "priority": "high", "status": "pending"}]}));
+            lines.push(
+                serde_json::json!({"sessionUpdate": "sessionstore_test_future",
+                "detail": {"note": text}}),
+            );
+        }
+        let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        off(&["record", "--session", &sid], Some(input));
+        sid
+    }
+
+    /// Every file of the database (main file and side files), by name, with its bytes.
+    fn files(db: &Path) -> Vec<(String, Vec<u8>)> {
+        let name = db.file_name().unwrap().to_str().unwrap().to_owned();
+        let mut found: Vec<(String, Vec<u8>)> = std::fs::read_dir(db.parent().unwrap())
+            .unwrap()
+            .filter_map(|e| {
+                let e = e.unwrap();
+                let n = e.file_name().to_str()?.to_owned();
+                n.starts_with(&name)
+                    .then(|| (n, std::fs::read(e.path()).unwrap()))
+            })
+            .collect();
+        found.sort();
+        found
+    }
+
+    fn ok(out: std::process::Output) -> std::process::Output {
+        assert!(out.status.success(), "{}", stderr(&out));
+        out
+    }
+
+    /// The report's shape, exactly: `sessions` (id, and a count by kind), `skipped`
+    /// and `backups`.
+    fn assert_shape(report: &serde_json::Value) {
+        let keys = |v: &serde_json::Value| {
+            let mut keys: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+            keys.sort();
+            keys
+        };
+        assert_eq!(keys(report), ["backups", "sessions", "skipped"], "{report}");
+        for s in report["sessions"].as_array().expect("sessions") {
+            assert_eq!(keys(s), ["id", "redacted"], "{report}");
+            for (kind, n) in s["redacted"].as_object().expect("counts") {
+                assert!(Kind::ALL.iter().any(|k| k.id() == kind), "{kind}");
+                assert!(n.as_u64().is_some_and(|n| n > 0), "{report}");
+            }
+        }
+        for s in report["skipped"].as_array().expect("skipped") {
+            assert_eq!(keys(s), ["id", "reason"], "{report}");
+        }
+        assert!(report["backups"].is_array(), "{report}");
+    }
+
+    #[test]
+    fn redact_removes_what_was_stored_as_given_and_a_dry_run_changes_nothing() {
+        let t = TestStore::empty();
+        let credentials = credentials();
+        let sid = stored_as_given(&t, &credentials);
+        // A second session with nothing secret in it is left alone.
+        let other = new_session(&t);
+        ok(t.run(&["send", "--session", &other, "--text", "plain words only"]));
+        let before = written(&t.db_path());
+        for (kind, secret, _) in &credentials {
+            let line = secret.lines().next().unwrap();
+            assert!(holds(&before, line), "{kind}: stored as given");
+        }
+
+        let on_disk = files(&t.db_path());
+        let dry = json(&ok(t.run(&["redact", "--dry-run", "--json"])));
+        assert_shape(&dry);
+        assert_eq!(files(&t.db_path()), on_disk, "a dry run changes nothing");
+        let sessions = dry["sessions"].as_array().unwrap();
+        assert_eq!(sessions.len(), 1, "{dry}");
+        assert_eq!(sessions[0]["id"], sid.as_str());
+        for (kind, _, _) in &credentials {
+            assert!(
+                sessions[0]["redacted"][kind.id()].as_u64() >= Some(1),
+                "{kind}: {dry}"
+            );
+        }
+
+        let report = json(&ok(t.run(&["redact", "--json"])));
+        assert_shape(&report);
+        assert_eq!(
+            report["sessions"], dry["sessions"],
+            "the dry run said what went"
+        );
+        assert_eq!(report["skipped"], serde_json::json!([]));
+        assert_eq!(report["backups"], serde_json::json!([]));
+        nothing_secret_on_disk(&t.db_path(), &credentials);
+        let verified = t.run(&["verify"]);
+        assert!(verified.status.success(), "{}", stderr(&verified));
+
+        // What reads back is every text with its secrets replaced, the rest whole.
+        let restored =
+            crate::support::stdout(&t.run(&["restore", "--session", &sid, "--format", "acp"]));
+        for (kind, secret, _) in &credentials {
+            let line = secret.lines().next().unwrap();
+            assert!(!restored.contains(line), "{kind}");
+            assert!(
+                restored.contains(&format!("[REDACTED:{}]", kind.id())),
+                "{kind}"
+            );
+        }
+        assert!(restored.contains("the deploy notes say"));
+        let shown = json(&ok(t.run(&["session", "show", &sid, "--json"]))).to_string();
+        assert!(shown.contains(&format!("[REDACTED:{}]", credentials[0].0.id())));
+        // Search finds the rest and no secret.
+        let hits = json(&ok(t.run(&["search", "deploy", "--json"])));
+        assert!(!hits.as_array().unwrap().is_empty(), "{hits}");
+        for (kind, secret, _) in &credentials {
+            let token = secret.lines().nth(1).unwrap_or(secret);
+            let phrase = format!("\"{}\"", token.replace('"', ""));
+            let hits = json(&t.run(&["search", &phrase, "--json"]));
+            assert_eq!(hits.as_array().map(Vec::len), Some(0), "{kind}: {hits}");
+        }
+        // The log says what went, by kind and count, and never a value.
+        let events = crate::support::stdout(&t.run(&["events", "--session", &sid]));
+        let last: serde_json::Value = serde_json::from_str(events.lines().last().unwrap()).unwrap();
+        assert_eq!(last["kind"], "session_redacted");
+        assert_eq!(
+            last["payload"]["redacted"],
+            report["sessions"][0]["redacted"]
+        );
+        // The other session was not touched: no event of redaction.
+        let theirs = crate::support::stdout(&t.run(&["events", "--session", &other]));
+        assert!(!theirs.contains("session_redacted"));
+
+        // Nothing is left to find.
+        let again = json(&ok(t.run(&["redact", "--json"])));
+        assert_eq!(again["sessions"], serde_json::json!([]));
+    }
+
+    #[tokio::test]
+    async fn a_session_a_proxy_holds_is_skipped_and_reported() {
+        let t = TestStore::new().await;
+        let credentials = credentials();
+        let held = stored_as_given(&t, &credentials);
+        let free = stored_as_given(&t, &credentials);
+        // The claim a proxy takes for each session it opens, held by this process.
+        let claim = t
+            .store()
+            .claim_session(held.parse().unwrap())
+            .await
+            .expect("the session is claimed");
+        for args in [
+            &["redact", "--dry-run", "--json"][..],
+            &["redact", "--json"],
+        ] {
+            let report = json(&ok(t.run(args)));
+            assert_shape(&report);
+            assert_eq!(report["skipped"][0]["id"], held.as_str(), "{report}");
+            assert_eq!(report["skipped"].as_array().unwrap().len(), 1, "{report}");
+            let done: Vec<&str> = report["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["id"].as_str().unwrap())
+                .collect();
+            assert_eq!(done, [free.as_str()], "{report}");
+        }
+        let kept = crate::support::stdout(&t.run(&["events", "--session", &held]));
+        assert!(kept.contains(credentials[2].1.as_str()), "left as it was");
+        drop(claim);
+        let report = json(&ok(t.run(&["redact", "--session", &held, "--json"])));
+        assert_eq!(report["sessions"][0]["id"], held.as_str());
+        nothing_secret_on_disk(&t.db_path(), &credentials);
+        ok(t.run(&["verify"]));
+    }
+
+    #[test]
+    fn an_unknown_session_is_refused_before_anything_changes() {
+        let t = TestStore::empty();
+        let credentials = credentials();
+        let sid = stored_as_given(&t, &credentials);
+        let on_disk = files(&t.db_path());
+        let unknown = "01900000-0000-7000-8000-000000000000";
+        let out = t.run(&["redact", "--session", &sid, "--session", unknown]);
+        assert!(!out.status.success());
+        crate::support::assert_one_line_error(&out);
+        assert_eq!(files(&t.db_path()), on_disk);
+    }
+
+    #[test]
+    fn a_session_whose_rows_disagree_with_its_log_is_skipped() {
+        let t = TestStore::empty();
+        let credentials = credentials();
+        let sid = stored_as_given(&t, &credentials);
+        t.raw_execute(&format!(
+            "UPDATE sessions SET tools_host = 'ssh' WHERE id = '{sid}'"
+        ))
+        .unwrap();
+        let report = json(&ok(t.run(&["redact", "--json"])));
+        assert_shape(&report);
+        assert_eq!(report["sessions"], serde_json::json!([]), "{report}");
+        assert_eq!(report["skipped"][0]["id"], sid.as_str(), "{report}");
+        assert!(
+            report["skipped"][0]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("verify"),
+            "{report}"
+        );
+        let kept = crate::support::stdout(&t.run(&["events", "--session", &sid]));
+        assert!(kept.contains(credentials[1].1.as_str()), "left as it was");
+    }
+
+    /// A store of an older schema (the frozen v15 fixture, sealed segments and rows
+    /// that name their updates included) is upgraded first, as every writing command
+    /// upgrades it, and its backup named; a dry run refuses it, as reading commands do.
+    #[test]
+    fn an_older_store_is_upgraded_first_and_its_backup_named() {
+        let t = TestStore::empty();
+        let fixture = crate::support::fixture("v15");
+        std::fs::copy(fixture.join("sessions.db"), t.db_path()).unwrap();
+        let first = std::fs::read_to_string(fixture.join("session-id")).unwrap();
+        let first = first.trim();
+        let out = t.run(&["redact", "--dry-run"]);
+        assert!(!out.status.success());
+        assert!(stderr(&out).contains("migrate"), "{}", stderr(&out));
+
+        let report = json(&ok(t.run(&["redact", "--json"])));
+        assert_shape(&report);
+        let backup = format!("{}.v15.bak", t.db_path().display());
+        assert_eq!(report["backups"], serde_json::json!([backup]), "{report}");
+        assert_eq!(
+            report["sessions"],
+            serde_json::json!([]),
+            "nothing secret in it"
+        );
+
+        // A secret recorded as given into its long first session, then redacted: the
+        // rows the fixture's binary wrote are made again and still read the same.
+        let restore = |t: &TestStore| {
+            crate::support::stdout(&t.run(&[
+                "restore",
+                "--session",
+                first,
+                "--format",
+                "acp-updates",
+            ]))
+        };
+        let (kind, secret, around) = &credentials()[3];
+        let line = serde_json::json!({"sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": said(around)}});
+        ok(t.bin()
+            .args(["--redact", "off", "record", "--session", first])
+            .stdin(format!("{line}\n"))
+            .output());
+        let with_secret = restore(&t);
+        assert!(with_secret.contains(secret.as_str()));
+        let report = json(&ok(t.run(&["redact", "--json"])));
+        assert_eq!(report["sessions"][0]["id"], first, "{report}");
+        assert_eq!(report["sessions"][0]["redacted"][kind.id()], 1, "{report}");
+        assert_eq!(report["backups"], serde_json::json!([backup]));
+        ok(t.run(&["verify"]));
+        let marker = format!("[REDACTED:{}]", kind.id());
+        assert_eq!(restore(&t), with_secret.replace(secret.as_str(), &marker));
+        assert!(!holds(&written(&t.db_path()), secret));
+        let hits = json(&ok(t.run(&["search", "cormorant", "--json"])));
+        assert!(
+            !hits.as_array().unwrap().is_empty(),
+            "the sealed text is found"
+        );
+    }
+
+    #[test]
+    fn on_postgres_the_rows_and_events_are_rewritten() {
+        let Some(t) = TestStore::postgres() else {
+            return;
+        };
+        let credentials = credentials();
+        let sid = stored_as_given(&t, &credentials);
+        let dry = json(&ok(t.run(&["redact", "--dry-run", "--json"])));
+        assert_eq!(dry["sessions"][0]["id"], sid.as_str());
+        let kept = crate::support::stdout(&t.run(&["events", "--session", &sid]));
+        assert!(
+            kept.contains(credentials[2].1.as_str()),
+            "the dry run changed nothing"
+        );
+        let report = json(&ok(t.run(&["redact", "--json"])));
+        assert_shape(&report);
+        assert_eq!(report["sessions"], dry["sessions"]);
+        assert_eq!(report["backups"], serde_json::json!([]));
+        ok(t.run(&["verify"]));
+        let events = crate::support::stdout(&t.run(&["events", "--session", &sid]));
+        let shown = json(&ok(t.run(&["session", "show", &sid, "--json"]))).to_string();
+        let restored =
+            crate::support::stdout(&t.run(&["restore", "--session", &sid, "--format", "acp"]));
+        for (kind, secret, _) in &credentials {
+            let line = secret.lines().next().unwrap();
+            for text in [&events, &shown, &restored] {
+                assert!(!text.contains(line), "{kind}");
+            }
+            let phrase = format!("\"{}\"", secret.lines().nth(1).unwrap_or(secret));
+            let hits = json(&t.run(&["search", &phrase, "--json"]));
+            assert_eq!(hits.as_array().map(Vec::len), Some(0), "{kind}: {hits}");
+        }
+        assert!(restored.contains("the deploy notes say"));
+    }
+
+    #[cfg(feature = "encryption")]
+    #[test]
+    fn an_encrypted_store_is_redacted_with_its_key() {
+        let t = TestStore::empty();
+        let key = t.dir.path().join("key");
+        let generated = sessionstore::config::DatabaseKey::generate().unwrap();
+        std::fs::write(&key, format!("{}\n", generated.to_hex().expose())).unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let key = key.to_str().unwrap();
+        let with_key = |args: &[&str]| ok(t.bin().args(args).args(["--key-file", key]).output());
+        with_key(&["migrate"]);
+        let sid = json(&with_key(&["session", "new", "--json"]))["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (kind, secret, around) = &credentials()[4];
+        with_key(&[
+            "--redact",
+            "off",
+            "send",
+            "--session",
+            &sid,
+            "--text",
+            &said(around),
+        ]);
+        let report = json(&with_key(&["redact", "--json"]));
+        // The message, and the title the untitled session took from it.
+        assert_eq!(report["sessions"][0]["redacted"][kind.id()], 2, "{report}");
+        with_key(&["verify"]);
+        let shown = json(&with_key(&["session", "show", &sid, "--json"])).to_string();
+        assert!(!shown.contains(secret.as_str()));
+        assert!(shown.contains(&format!("[REDACTED:{}]", kind.id())));
+    }
+}

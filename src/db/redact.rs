@@ -1,0 +1,170 @@
+//! `sessionstore redact`'s SQL: the one rewrite of the event log besides a session's
+//! erasure. Inside the caller's write, the trigger that refuses an UPDATE of `events`
+//! is lifted and put back exactly as it was (SQLite: dropped and made again from the
+//! text `sqlite_master` holds; PostgreSQL: disabled and enabled), so the schema
+//! `verify` compares is unchanged and nothing outside that write ever sees the log
+//! unguarded. The session's rows are then made again from its rewritten log, a page of
+//! events at a time, with their search entries. It never touches attachment files.
+
+use super::error::sql;
+use super::sql::{Engine, Tx, args};
+use super::{queries, repair, search};
+
+use crate::error::{Error, Result};
+use crate::ids::SessionId;
+use crate::model::Event;
+use crate::projection::{Entry, Replayer};
+
+/// How many events a page of the log holds at most, and the payload bytes past which
+/// the next page is smaller (`entries::LogPages`' rule: a sent message's event is a
+/// few hundred bytes, a long record's a batch of updates, so a page stays near a few
+/// hundred KiB whatever the log holds).
+const PAGE_MOST: i64 = 256;
+const PAGE_BYTES: usize = 256 * 1024;
+
+/// Each event of `session`'s log in order, read a page at a time, handed to `f`.
+pub(crate) fn each_event_paged(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    mut f: impl FnMut(Event<String>) -> Result<()>,
+) -> Result<()> {
+    let end = super::append::last_session_seq(conn, session)?;
+    let mut next = 1;
+    let mut page = 1;
+    while next <= end {
+        let (events, after) = queries::events_page(conn, session, next, page)?;
+        next = after;
+        let bytes: usize = events.iter().map(|e| e.payload.len()).sum();
+        page = match bytes < PAGE_BYTES {
+            true => (page * 2).min(PAGE_MOST),
+            false => (page / 2).max(1),
+        };
+        for event in events {
+            f(event)?;
+        }
+    }
+    Ok(())
+}
+
+/// The append-only guard on `events`, lifted: [`Lifted::restore`] puts it back.
+pub(crate) enum Lifted {
+    /// SQLite: the trigger's own text, to make it again word for word (`None`: there
+    /// was none to lift).
+    Sqlite(Option<String>),
+    Postgres,
+}
+
+/// Lifts the trigger that refuses an UPDATE of `events`, inside `conn`'s write.
+pub(crate) fn lift_guard(conn: &Tx<'_>) -> Result<Lifted> {
+    match conn.engine() {
+        Engine::Sqlite => {
+            let text: Option<String> = conn
+                .query_row(
+                    "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'events_no_update'",
+                    args![],
+                    |r| r.get(0),
+                )
+                .map_err(sql("read the event log's guard"))?;
+            if text.is_some() {
+                conn.batch("DROP TRIGGER events_no_update")
+                    .map_err(sql("lift the event log's guard"))?;
+            }
+            Ok(Lifted::Sqlite(text))
+        }
+        Engine::Postgres => {
+            conn.batch("ALTER TABLE events DISABLE TRIGGER events_no_update")
+                .map_err(sql("lift the event log's guard"))?;
+            Ok(Lifted::Postgres)
+        }
+    }
+}
+
+impl Lifted {
+    /// Puts the guard back, in the same write.
+    pub(crate) fn restore(self, conn: &Tx<'_>) -> Result<()> {
+        let statement = match &self {
+            Lifted::Sqlite(Some(text)) => text.as_str(),
+            Lifted::Sqlite(None) => return Ok(()),
+            Lifted::Postgres => "ALTER TABLE events ENABLE TRIGGER events_no_update",
+        };
+        conn.batch(statement)
+            .map_err(sql("restore the event log's guard"))
+    }
+}
+
+/// Rewrites `session`'s log and rows in `conn`'s write: each event's payload through
+/// `redact` (which returns the new payload's text when it changed), then every row
+/// of the session's history made again from the rewritten log and indexed for
+/// search. The rows go first, while the log still holds what their delete triggers
+/// hand the search index. Returns how many events were rewritten; a log that does
+/// not replay whole is refused (`Error::LogMismatch`), so the caller's write rolls
+/// back.
+pub(crate) fn rewrite_session(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    mut redact: impl FnMut(&Event<String>) -> Option<String>,
+) -> Result<u64> {
+    // What waits to be indexed is indexed first: a delete hands the index the text
+    // of each row it takes out, which must be the text it took in.
+    search::index_waiting(conn, Some(session), None)?;
+    repair::remove_rows(conn, session)?;
+    let guard = lift_guard(conn)?;
+    let mut replayer = Replayer::windowed(*session);
+    let mut rewritten = 0;
+    each_event_paged(conn, session, |mut event| {
+        if let Some(payload) = redact(&event) {
+            conn.execute(
+                "UPDATE events SET payload = ?2 WHERE seq = ?1",
+                args![event.seq.0, payload],
+            )
+            .map_err(sql("rewrite an event"))?;
+            event.payload = payload;
+            rewritten += 1;
+        }
+        replayer.apply(&event);
+        for entry in replayer.take_retired() {
+            write_entry(conn, &entry)?;
+        }
+        Ok(())
+    })?;
+    guard.restore(conn)?;
+    replayer.close();
+    for entry in replayer.take_retired() {
+        write_entry(conn, &entry)?;
+    }
+    let (projection, problems) = replayer.finish();
+    match projection {
+        Some(p) if problems.is_empty() => repair::write_session(conn, &p)?,
+        _ => {
+            return Err(Error::LogMismatch {
+                session: *session,
+                problems,
+            });
+        }
+    }
+    Ok(rewritten)
+}
+
+/// One entry's row, with its references and search entry.
+fn write_entry(conn: &Tx<'_>, entry: &Entry) -> Result<()> {
+    match entry {
+        Entry::Message(m) => {
+            repair::write_message(conn, m)?;
+            search::index_message(
+                conn,
+                &m.session_id,
+                &m.id,
+                [
+                    Some(m.display_text.as_str()),
+                    m.model_text.as_deref(),
+                    m.transcript.as_deref(),
+                ],
+            )
+        }
+        Entry::Item(item) => {
+            repair::write_item(conn, item)?;
+            // Right after its insert: it is indexed under the row id just given.
+            search::index_item(conn, item.body.kind(), &item.body.to_json())
+        }
+    }
+}
