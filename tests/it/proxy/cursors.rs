@@ -333,6 +333,14 @@ fn the_store_alone_serves_cursors_too() {
     assert_eq!(cursors.len(), 2, "{replay:#?}");
     let first = replay[0]["messageId"].as_str().unwrap();
     assert_eq!(cursors[0], cursor("user_message", "messageId", first));
+    // A resume replays only from a point it is asked for, with the same cursors.
+    let (lines, _) = wire.call(
+        50,
+        "session/resume",
+        json!({"sessionId": session, "cwd": dir, "mcpServers": [],
+            "_meta": {"replayFrom": {"type": "start"}}}),
+    );
+    assert_eq!(cursors_in(&updates(&lines)), cursors);
     let (_, forked) = wire.call(
         6,
         "session/fork",
