@@ -281,7 +281,13 @@ impl Proxy {
             next_id: 0,
             _dir: dir,
         };
-        proxy.call("initialize", json!({"protocolVersion": 1}));
+        // `SESSIONSTORE_BENCH_CURSORS=1`: a client that announces ACP 1.20's session
+        // cursors, so every chunk the agent sends without a `messageId` is given one.
+        let mut initialize = json!({"protocolVersion": 1});
+        if std::env::var("SESSIONSTORE_BENCH_CURSORS").is_ok_and(|v| v == "1") {
+            initialize["clientCapabilities"] = json!({"session": {"cursors": {}}});
+        }
+        proxy.call("initialize", initialize);
         proxy
     }
 

@@ -47,14 +47,7 @@ impl Store {
         at: Option<MessageId>,
         title: Option<String>,
     ) -> Result<Forked> {
-        let db = self.db.clone();
-        let (head, settings) = blocking(move || {
-            db.read(|tx| {
-                let head = crate::db::queries::get_session(tx, &origin)?;
-                Ok((head, crate::db::proxied::settings(tx, &origin)?))
-            })
-        })
-        .await?;
+        let origin_read = self.fork_origin(origin).await?;
         let upto = match at {
             Some(id) => {
                 let m = self.message(id).await?;
@@ -76,6 +69,51 @@ impl Store {
             }
             None => i64::MAX,
         };
+        self.fork_upto(origin, origin_read, upto, at, title).await
+    }
+
+    /// Forks `origin` up to and including its recorded item `at` (an agent message,
+    /// thought or tool call a session cursor names), as [`Store::fork_session`] forks
+    /// at a message. `at` is one of `origin`'s items, as [`Store::items`] gave it.
+    pub(crate) async fn fork_session_at_item(
+        &self,
+        origin: SessionId,
+        at: &crate::model::Item,
+        title: Option<String>,
+    ) -> Result<Forked> {
+        let origin_read = self.fork_origin(origin).await?;
+        if at.session_id != origin {
+            return Err(Error::SessionNotFound(origin));
+        }
+        self.fork_upto(origin, origin_read, at.seq, None, title)
+            .await
+    }
+
+    /// What a fork takes of its origin's row: the session, and its recorded settings.
+    async fn fork_origin(
+        &self,
+        origin: SessionId,
+    ) -> Result<(Session, Vec<crate::model::Setting>)> {
+        let db = self.db.clone();
+        blocking(move || {
+            db.read(|tx| {
+                let head = crate::db::queries::get_session(tx, &origin)?;
+                Ok((head, crate::db::proxied::settings(tx, &origin)?))
+            })
+        })
+        .await
+    }
+
+    /// The fork of `origin`'s delivered history up to and including the entry at
+    /// `upto` (a history seq); `at`, the message the fork was asked at, if it was.
+    async fn fork_upto(
+        &self,
+        origin: SessionId,
+        (head, settings): (Session, Vec<crate::model::Setting>),
+        upto: i64,
+        at: Option<MessageId>,
+        title: Option<String>,
+    ) -> Result<Forked> {
         // First the origin is checked against its log as `verify` checks it (a copy
         // of rows edited behind the log would carry the damage where `verify` of the
         // origin could no longer point at it), and its history is read as a restore

@@ -30,6 +30,10 @@
 //! - `echo in two:` and more: what follows, back as a message in two chunks cut at its
 //!   middle, a thought, and a completed tool call whose title and raw input hold it,
 //!   then `end_turn` (the redaction tests);
+//! - `cursors`: a thought, a message in two chunks (neither with a `messageId`), a
+//!   tool call, a `cursor_update` of its own, a message in two chunks under
+//!   `messageId` `agent-msg-2`, the call's update (completed) and a message under
+//!   `agent-msg-3`, then `end_turn` (the session cursor tests);
 //! - anything else: a thought, three message chunks, a tool call with a permission
 //!   request and its update, a plan and an update kind the schema does not know, then
 //!   `end_turn` (`cancelled` if the permission was).
@@ -475,6 +479,58 @@ async fn run_turn(
                     .raw_input(json!({ "command": said }))
                     .status(ToolCallStatus::Completed),
             ),
+        )?;
+        return Ok(StopReason::EndTurn);
+    }
+    if text.contains("cursors") {
+        // Entries to anchor cursors at, with and without the agent's own messageIds, and
+        // a cursor_update of the agent's own, which the proxy must not relay.
+        update(
+            cx,
+            session,
+            SessionUpdate::AgentThoughtChunk(chunk("thinking it over")),
+        )?;
+        for piece in ["Hello", " there."] {
+            update(cx, session, SessionUpdate::AgentMessageChunk(chunk(piece)))?;
+        }
+        update(
+            cx,
+            session,
+            SessionUpdate::ToolCall(
+                ToolCall::new(ToolCallId::new("call-cursors"), "Look around")
+                    .kind(ToolKind::Read)
+                    .status(ToolCallStatus::Pending),
+            ),
+        )?;
+        cx.send_notification(UntypedMessage::new(
+            "session/update",
+            json!({
+                "sessionId": session,
+                "update": {"sessionUpdate": "cursor_update", "cursorId": "agent-own",
+                    "capabilities": {"fork": {}},
+                    "anchor": {"type": "tool_call", "toolCallId": "call-cursors",
+                        "position": "after"}}
+            }),
+        )?)?;
+        for piece in ["Second", " answer."] {
+            update(
+                cx,
+                session,
+                SessionUpdate::AgentMessageChunk(chunk(piece).message_id("agent-msg-2")),
+            )?;
+        }
+        update(
+            cx,
+            session,
+            SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                ToolCallId::new("call-cursors"),
+                ToolCallUpdateFields::new().status(ToolCallStatus::Completed),
+            )),
+        )?;
+        update(
+            cx,
+            session,
+            SessionUpdate::AgentMessageChunk(chunk("Third.").message_id("agent-msg-3")),
         )?;
         return Ok(StopReason::EndTurn);
     }

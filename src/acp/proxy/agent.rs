@@ -282,7 +282,8 @@ impl Proxy {
         id: Value,
         mut message: Message,
     ) -> Result<Message, Failure> {
-        let params = message.take_params();
+        let mut params = message.take_params();
+        self.cursors.take_capability(&mut params);
         if self.agent.is_nothing() {
             let mut result = serde_json::json!({
                 "protocolVersion": 1,

@@ -21,10 +21,12 @@
 //! `sessions` (the session methods and the id map), `prompt` (a prompt's turn: store,
 //! dispatch, record), `restored` (what a fresh agent session is told of the
 //! conversation so far), `successor` (the agent as the successor in a conductor's
-//! chain, reached through `proxy/successor` on the client's connection).
+//! chain, reached through `proxy/successor` on the client's connection), `cursors`
+//! (ACP 1.20's session cursors, as JSON).
 
 mod agent;
 mod child;
+mod cursors;
 mod frame;
 mod link;
 mod prompt;
@@ -99,6 +101,7 @@ pub(crate) struct Proxy {
     agent: Agent,
     sessions: Arc<Sessions>,
     turns: prompt::Turns,
+    cursors: cursors::Cursors,
 }
 
 /// Serves one client on standard input and output until it closes its end, with the
@@ -195,6 +198,7 @@ pub async fn run(
         agent: Agent::new(options.behind.clone()),
         sessions: Arc::new(Sessions::default()),
         turns: prompt::Turns::default(),
+        cursors: cursors::Cursors::default(),
         store,
         options,
         client,

@@ -225,6 +225,7 @@ impl Proxy {
         messages: Vec<MessageId>,
     ) -> Result<Value, Failure> {
         let turn = self.store.begin_turn(session, messages.clone()).await?;
+        self.cursors.turn_begins(session);
         let outcome = self.turn_body(session, client_id, params, &messages).await;
         let flushed = self.recorder(session).flush().await;
         let end = match (&outcome, &flushed) {
@@ -391,6 +392,10 @@ impl Proxy {
         {
             return;
         }
+        let cursor = match self.cursors.relayed(session, &mut message) {
+            super::cursors::Relay::Drop => return,
+            super::cursors::Relay::Pass(cursor) => cursor,
+        };
         let kind = message
             .params()
             .and_then(|p| p["update"]["sessionUpdate"].as_str())
@@ -413,6 +418,9 @@ impl Proxy {
         }
         if !(is_history(kind) && self.options.record_updates) {
             let _ = self.client.send(&message).await;
+            if let Some(cursor) = cursor {
+                let _ = self.client.send(&cursor).await;
+            }
             return;
         }
         // The frame for the client is written first, so the update itself can move to
@@ -424,6 +432,9 @@ impl Proxy {
             .and_then(|p| p.get_mut("update"))
             .map_or(Value::Null, Value::take);
         let _ = self.client.send_bytes(frame).await;
+        if let Some(cursor) = cursor {
+            let _ = self.client.send(&cursor).await;
+        }
         self.recorder(session).record(update).await;
     }
 
@@ -466,10 +477,20 @@ impl Proxy {
         )
         .map_err(cannot)?
         .marking_turns(turns);
+        let cursors = self.cursors.on();
         while let Some(item) = stream.next().await {
-            let item = item?;
+            let mut item = item?;
+            let cursor = cursors
+                .then(|| super::cursors::replayed(session, &mut item))
+                .flatten();
             writer.item(&item).map_err(cannot)?;
             self.send_lines(std::mem::take(writer.get_mut())).await?;
+            if let Some(cursor) = cursor {
+                self.client
+                    .send(&cursor)
+                    .await
+                    .map_err(|_| Failure::internal("the client went away during the replay"))?;
+            }
         }
         // A partial replay's opening notice, when the stream held no item.
         self.send_lines(writer.finish().map_err(cannot)?).await?;

@@ -614,7 +614,7 @@ impl Proxy {
     }
 
     /// `session/fork`: the store forks (the whole delivered history, or up to the
-    /// message or item named under `_meta`), and the fork gets a fresh agent side that
+    /// entry a `cursorId` names, or the message named under `_meta`), and the fork gets a fresh agent side that
     /// is told the conversation with its first prompt.
     pub(super) async fn fork_session(
         self: &Arc<Self>,
@@ -637,7 +637,15 @@ impl Proxy {
                 )));
             }
         };
-        let forked = self.store.fork_session(origin, at, None).await?;
+        let forked = match params.get("cursorId") {
+            None | Some(Value::Null) => self.store.fork_session(origin, at, None).await?,
+            Some(_) if at.is_some() => {
+                return Err(Failure::invalid_params(format!(
+                    "a fork is at a cursorId or at {FORK_AT_META_KEY}, not both"
+                )));
+            }
+            Some(cursor) => self.fork_at_cursor(origin, cursor).await?,
+        };
         let fork = forked.session.id;
         let claim = self.store.claim_session(fork).await?;
         self.sessions

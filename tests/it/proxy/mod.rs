@@ -10,6 +10,7 @@
 
 mod capabilities;
 mod chain;
+mod cursors;
 mod replay;
 mod scenario;
 mod schema;
