@@ -4,7 +4,7 @@
 //! the successor would); then in a real chain, `agent-client-protocol-conductor` 5.0
 //! from crates.io running `sessionstore proxy` in front of the test agent, through the
 //! proxy's own story: a prompt with attachments, a new chain on the same store, a load
-//! that replays with live paths, a fork at a message, an archive.
+//! that replays with live paths, a fork at a cursor, an archive.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -12,7 +12,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 
 use agent_client_protocol::UntypedMessage;
 use agent_client_protocol::v1::schema::{
-    ForkSessionRequest, LoadSessionRequest, NewSessionRequest, PromptRequest, StopReason,
+    LoadSessionRequest, NewSessionRequest, PromptRequest, SessionId as AcpSessionId, StopReason,
 };
 use serde_json::{Value, json};
 use sessionstore::SessionId;
@@ -406,7 +406,8 @@ fn given_with_paths(blocks: &[Value], expected: &[Expect], folder: &Path) {
 /// each, and the agent's permission request reaches the client and its answer the
 /// agent. The conductor exits with its client; a new chain on the same store loads
 /// the session (the replay's attachments read under the root), prompts it (the fresh
-/// agent is told the conversation with the paths), forks it at its first message and
+/// agent is told the conversation with the paths), forks it at the cursor after its
+/// first message (the client announces session cursors) and
 /// archives the fork (listed by `only`, not by default). The store verifies.
 #[tokio::test]
 async fn a_conductor_chain_runs_the_proxys_story() {
@@ -484,26 +485,36 @@ async fn a_conductor_chain_runs_the_proxys_story() {
             .any(|u| u["sessionUpdate"] == "agent_message_chunk")
     );
 
-    // A new chain on the same store: load, prompt, fork at the first message, archive.
+    // A new chain on the same store, its client announcing session cursors (ACP 1.20,
+    // as JSON): load, prompt, fork at the cursor after the first user message, archive.
     let seen = Seen::default();
     let mut second = chain(&s, &conductor);
     let run = client(&mut second, &seen, {
         let (cwd, seen, id) = (s.cwd.clone(), seen.clone(), id.clone());
         async move |cx| {
-            call(&cx, initialize()).await?;
+            let init = json!({
+                "protocolVersion": 1,
+                "clientCapabilities": {"session": {"cursors": {}}},
+            });
+            call(&cx, UntypedMessage::new("initialize", init)?).await?;
             call(&cx, LoadSessionRequest::new(id.clone(), &cwd)).await?;
             let replay = seen.raw();
             let again = prompt_text(&cx, &id, "What is new since then?").await?;
-            let first_message = replay
+            let cursor = replay
                 .iter()
-                .find(|m| m["params"]["update"]["sessionUpdate"] == "user_message_chunk")
-                .expect("a replayed user message")["params"]["update"]["messageId"]
+                .map(|m| &m["params"]["update"])
+                .find(|u| {
+                    u["sessionUpdate"] == "cursor_update" && u["anchor"]["type"] == "user_message"
+                })
+                .expect("a cursor after the replayed user message")["cursorId"]
                 .clone();
-            let mut meta = serde_json::Map::new();
-            meta.insert("sessionstore/forkAt".to_owned(), first_message);
-            let at = call(&cx, ForkSessionRequest::new(id.clone(), &cwd).meta(meta)).await?;
-            let in_at = prompt_text(&cx, &at.session_id, "Only the first question?").await?;
-            let archive = json!({"sessionId": at.session_id.0.as_ref()});
+            let fork = json!({
+                "sessionId": id.0.as_ref(), "cwd": cwd, "mcpServers": [], "cursorId": cursor,
+            });
+            let at = call(&cx, UntypedMessage::new("session/fork", fork)?).await?;
+            let at = AcpSessionId::new(at["sessionId"].as_str().expect("the fork's id"));
+            let in_at = prompt_text(&cx, &at, "Only the first question?").await?;
+            let archive = json!({"sessionId": at.0.as_ref()});
             call(&cx, UntypedMessage::new("session/archive", archive)?).await?;
             let listed = call(
                 &cx,
@@ -518,7 +529,7 @@ async fn a_conductor_chain_runs_the_proxys_story() {
             Ok((
                 replay,
                 [again.stop_reason, in_at.stop_reason],
-                at.session_id,
+                at,
                 listed,
                 only,
             ))
