@@ -312,6 +312,10 @@ pub enum EventPayload {
         id: TurnId,
         #[serde(flatten)]
         end: TurnEnd,
+        /// The tokens the agent's answer reported for the turn (its `usage`); absent
+        /// where it reported none, and in events written before usage was recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<TurnUsage>,
     },
     /// A client setting the agent took (`session/set_mode`, `set_model`,
     /// `set_config_option`), as its params were, without the session id.
@@ -427,6 +431,83 @@ pub struct Turn {
     pub started_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<String>,
+    /// The tokens the agent reported for the turn as it ended, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TurnUsage>,
+}
+
+/// The tokens an agent reported for one turn (the end-of-turn `usage` of its
+/// `session/prompt` answer), by kind; a kind it did not report is `None`, never 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnUsage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thought_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_read_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_write_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_tokens: Option<u64>,
+}
+
+impl TurnUsage {
+    /// The `usage` of a `session/prompt` answer (its `result`), read leniently: each
+    /// kind that is a non-negative integer counts, anything else is not reported.
+    /// `None` when the answer carries no usage object, or one that reports nothing.
+    pub fn of_answer(result: &serde_json::Value) -> Option<TurnUsage> {
+        let usage = result.get("usage")?.as_object()?;
+        let kind = |name: &str| usage.get(name).and_then(serde_json::Value::as_u64);
+        let read = TurnUsage {
+            input_tokens: kind("inputTokens"),
+            output_tokens: kind("outputTokens"),
+            thought_tokens: kind("thoughtTokens"),
+            cached_read_tokens: kind("cachedReadTokens"),
+            cached_write_tokens: kind("cachedWriteTokens"),
+            total_tokens: kind("totalTokens"),
+        };
+        (read != TurnUsage::default()).then_some(read)
+    }
+
+    /// The kinds in the order of the `turns` columns (`input_tokens` …
+    /// `total_tokens`).
+    pub fn kinds(&self) -> [Option<u64>; 6] {
+        [
+            self.input_tokens,
+            self.output_tokens,
+            self.thought_tokens,
+            self.cached_read_tokens,
+            self.cached_write_tokens,
+            self.total_tokens,
+        ]
+    }
+}
+
+/// What a session's latest `usage_update` said: its context window (`used` of
+/// `size` tokens) and the latest cost the agent reported (ACP's `cost` is the
+/// session's running total; an update without one leaves it as it was).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SessionFigures {
+    pub cost: Option<Cost>,
+    pub context: Option<Context>,
+}
+
+/// A session's cost as its agent reported it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cost {
+    pub amount: f64,
+    pub currency: String,
+}
+
+/// A session's context window as its agent reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Context {
+    pub used: u64,
+    pub size: u64,
 }
 
 impl Turn {

@@ -293,12 +293,12 @@ fn refusals_name_the_update() {
     );
     assert_eq!(
         refused(&[update(
-            serde_json::json!({"sessionUpdate": "usage_update", "used": 1, "size": 2})
+            serde_json::json!({"sessionUpdate": "notice", "severity": "info", "title": "t"})
         )]),
         (
             0,
             Refusal::NotRecorded {
-                kind: "usage_update".into()
+                kind: "notice".into()
             }
         )
     );
