@@ -510,6 +510,85 @@ pub struct Context {
     pub size: u64,
 }
 
+/// What `usage` reports: each session's turns and tokens, and their total.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsageReport {
+    pub sessions: Vec<SessionUsage>,
+    pub total: UsageTotal,
+}
+
+/// One session's usage: the turns counted (those that ran in it, from the report's
+/// start), the tokens they reported summed by kind, and the latest cost and context
+/// its agent reported.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionUsage {
+    pub id: SessionId,
+    pub title: Option<String>,
+    pub turns: u64,
+    #[serde(flatten)]
+    pub tokens: TokenSums,
+    pub cost: Option<Cost>,
+    pub context: Option<Context>,
+}
+
+/// The sessions' turns and tokens, summed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UsageTotal {
+    pub turns: u64,
+    #[serde(flatten)]
+    pub tokens: TokenSums,
+}
+
+/// Tokens summed by kind; a kind no counted turn reported is `None` (`null`), never 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenSums {
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub thought_tokens: Option<u64>,
+    pub cached_read_tokens: Option<u64>,
+    pub cached_write_tokens: Option<u64>,
+    pub total_tokens: Option<u64>,
+}
+
+impl TokenSums {
+    /// The kinds in column order, as [`TurnUsage::kinds`].
+    pub fn kinds(&self) -> [Option<u64>; 6] {
+        [
+            self.input_tokens,
+            self.output_tokens,
+            self.thought_tokens,
+            self.cached_read_tokens,
+            self.cached_write_tokens,
+            self.total_tokens,
+        ]
+    }
+
+    /// From the kinds in column order.
+    pub fn from_kinds(k: [Option<u64>; 6]) -> TokenSums {
+        TokenSums {
+            input_tokens: k[0],
+            output_tokens: k[1],
+            thought_tokens: k[2],
+            cached_read_tokens: k[3],
+            cached_write_tokens: k[4],
+            total_tokens: k[5],
+        }
+    }
+
+    /// Adds `other` in, kind by kind: a kind stays `None` only where both are.
+    pub fn add(&mut self, other: &TokenSums) {
+        let mut k = self.kinds();
+        for (mine, theirs) in k.iter_mut().zip(other.kinds()) {
+            *mine = match (*mine, theirs) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+            };
+        }
+        *self = TokenSums::from_kinds(k);
+    }
+}
+
 impl Turn {
     /// How the turn stands, in one word: `ended` (with `end_turn`), `cancelled`, `failed`,
     /// another stop reason as the agent gave it, or `interrupted` (no end recorded).
