@@ -70,3 +70,32 @@ impl Store {
         Ok(UsageReport { sessions, total })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Since;
+
+    #[test]
+    fn a_start_is_an_rfc_3339_date_or_date_time_taken_in_utc() {
+        let at = |t: &str| Since::parse(t).map(|s| s.as_str().to_owned());
+        assert_eq!(at("2026-12-01").unwrap(), "2026-12-01T00:00:00.000000000Z");
+        assert_eq!(
+            at("2026-12-01T09:30:00Z").unwrap(),
+            "2026-12-01T09:30:00.000000000Z"
+        );
+        assert_eq!(
+            at("2026-12-01T01:30:00.5+02:00").unwrap(),
+            "2026-11-30T23:30:00.500000000Z"
+        );
+        for bad in [
+            "",
+            "yesterday",
+            "2026-12-32",
+            "2026-12-01 09:30",
+            "12/01/2026",
+        ] {
+            let e = at(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")) && !e.contains('\n'), "{e}");
+        }
+    }
+}

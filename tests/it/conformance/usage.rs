@@ -1,10 +1,10 @@
 //! What sessions cost, on either engine: a turn's tokens and a session's latest cost
 //! and context, recorded through the library and summed by the database for `usage`.
 
+use serde_json::json;
 use sessionstore::model::{ToolsHost, TurnEnd, TurnUsage};
 use sessionstore::store::Since;
 use sessionstore::turns::Update;
-use serde_json::json;
 
 use super::common::session;
 use crate::support::{TestStore, conformance, json as json_of, user_text};
@@ -38,8 +38,10 @@ async fn a_turns_tokens_and_a_sessions_cost_are_recorded_and_summed(b: TestStore
         }),
     ];
     let updates = [
-        Some(json!({"sessionUpdate": "usage_update", "used": 10, "size": 100,
-            "cost": {"amount": 1.5, "currency": "EUR"}})),
+        Some(
+            json!({"sessionUpdate": "usage_update", "used": 10, "size": 100,
+            "cost": {"amount": 1.5, "currency": "EUR"}}),
+        ),
         None,
         Some(json!({"sessionUpdate": "usage_update", "used": 30, "size": 100})),
     ];
