@@ -96,6 +96,8 @@ enum Command {
     Probe,
     /// Full-text search over titles, messages and recorded agent text, best first
     Search(cli::lifecycle::SearchArgs),
+    /// What sessions cost: turns, tokens by kind, the latest cost and context
+    Usage(cli::usage::UsageArgs),
     /// Write one session to a file: a self-contained archive, or a markdown transcript
     Export(cli::lifecycle::ExportArgs),
     /// Restore an exported archive as a new session
@@ -423,6 +425,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         #[cfg(feature = "acp")]
         Command::Proxy(args) => proxy(config, args).await?,
         Command::Search(args) => cli::lifecycle::search(config, json, args).await?,
+        Command::Usage(args) => cli::usage::usage(config, json, args).await?,
         Command::Export(args) => cli::lifecycle::export(config, json, args).await?,
         Command::Import(args) => cli::lifecycle::import(config, json, args).await?,
         Command::Gc(args) => cli::lifecycle::gc(config, json, args).await?,

@@ -312,6 +312,10 @@ pub enum EventPayload {
         id: TurnId,
         #[serde(flatten)]
         end: TurnEnd,
+        /// The tokens the agent's answer reported for the turn (its `usage`); absent
+        /// where it reported none, and in events written before usage was recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<TurnUsage>,
     },
     /// A client setting the agent took (`session/set_mode`, `set_model`,
     /// `set_config_option`), as its params were, without the session id.
@@ -434,6 +438,9 @@ pub struct Turn {
     pub started_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<String>,
+    /// The tokens the agent reported for the turn as it ended, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TurnUsage>,
 }
 
 impl Turn {
@@ -663,6 +670,10 @@ impl Serialize for BodyJson<'_> {
 
 mod problem;
 pub use problem::{Problem, ProblemKind};
+mod usage;
+pub use usage::{
+    Context, Cost, SessionFigures, SessionUsage, TokenSums, TurnUsage, UsageReport, UsageTotal,
+};
 
 #[cfg(test)]
 mod tests;

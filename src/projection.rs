@@ -15,7 +15,7 @@ use crate::attachments::AttachmentUri;
 use crate::ids::{ItemId, MessageId, SessionId};
 use crate::model::{
     Delivery, Event, EventPayload, Item, ItemBody, Message, MessageBlock, Problem, ProblemKind,
-    Session, Setting, Turn,
+    Session, SessionFigures, Setting, Turn,
 };
 use crate::turns::{self, Refusal, Slot, State, Update};
 
@@ -30,6 +30,8 @@ pub struct Projection {
     pub turns: Vec<Turn>,
     /// The latest setting of each kind, by method and key.
     pub settings: Vec<Setting>,
+    /// The session's cost and context as its latest `usage_update`s said them.
+    pub figures: SessionFigures,
 }
 
 /// An event payload as the log was read: a parsed JSON value, or the text itself.
@@ -395,6 +397,7 @@ pub struct Replayer {
     entries: Entries,
     turns: Vec<Turn>,
     settings: Vec<Setting>,
+    figures: SessionFigures,
     uris: Uris,
 }
 
@@ -415,6 +418,7 @@ impl Replayer {
             entries: Entries::default(),
             turns: Vec::new(),
             settings: Vec::new(),
+            figures: SessionFigures::default(),
             uris: Uris::default(),
         }
     }
@@ -672,6 +676,9 @@ impl Replayer {
                 }
                 // (`split` reads the updates of every `turn_recorded`.)
                 let read = read.unwrap_or(Ok(Vec::new()));
+                if let Ok(updates) = &read {
+                    crate::turns::take_figures(&mut self.figures, updates);
+                }
                 replay_turn(event, read, &created, entries, problems);
             }
             EventPayload::AgentBound { agent } => match session.as_mut() {
@@ -690,12 +697,14 @@ impl Replayer {
                     end: None,
                     started_at: event.created_at.clone(),
                     ended_at: None,
+                    usage: None,
                 });
             }
-            EventPayload::TurnEnded { id, end } => {
+            EventPayload::TurnEnded { id, end, usage } => {
                 match self.turns.iter_mut().rev().find(|t| t.id == id) {
                     Some(turn) if turn.end.is_none() => {
                         turn.end = Some(end);
+                        turn.usage = usage;
                         turn.ended_at = Some(event.created_at.clone());
                     }
                     found => problems.push(
@@ -763,6 +772,7 @@ impl Replayer {
                 items,
                 turns,
                 settings,
+                figures: self.figures,
             }),
             self.problems,
         )
@@ -1210,6 +1220,25 @@ fn message_differences(have: &Message, want: &Message) -> String {
         (have.content != want.content, "block order"),
     ];
     differing(&checks)
+}
+
+/// Names a session's cost and context figures if its row holds others than its log
+/// says.
+pub fn compare_figures(
+    session: &Session,
+    figures: &SessionFigures,
+    expected: &Projection,
+) -> Option<Problem> {
+    (*figures != expected.figures).then(|| {
+        Problem::new(
+            ProblemKind::ChangedRow,
+            format!(
+                "session {}'s cost and context differ from its event log's",
+                session.id
+            ),
+        )
+        .with_session(session.id)
+    })
 }
 
 /// Names every way a session's turns and settings differ from what its log says.

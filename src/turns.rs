@@ -357,6 +357,20 @@ pub(crate) fn apply(mut state: State, updates: &[Update]) -> Result<Outcome, (us
             | SessionUpdate::ConfigOptionUpdate(_) => {
                 create(&mut out, &mut index, i, ItemBody::Session(update.clone()));
             }
+            SessionUpdate::UsageUpdate(_) => {
+                // Kept for the replay as the update it came as, under the `opaque`
+                // kind the items table already allows (its `kind` has no
+                // `usage_update`, and the usage work adds no migration); the session's
+                // figures follow it (`take_figures`).
+                create(
+                    &mut out,
+                    &mut index,
+                    i,
+                    ItemBody::Opaque(
+                        serde_json::to_value(update).expect("ACP schema values always serialize"),
+                    ),
+                );
+            }
             SessionUpdate::UserMessageChunk(_) => return Err((i, Refusal::UserMessageChunk)),
             other => return Err((i, Refusal::NotRecorded { kind: tag(other) })),
         }
@@ -365,6 +379,40 @@ pub(crate) fn apply(mut state: State, updates: &[Update]) -> Result<Outcome, (us
     }
     out.tail = tail;
     Ok(out)
+}
+
+/// Takes into `figures` what the `usage_update`s among `updates` say, in order: the
+/// latest context window, and the latest cost (an update without one leaves it as it
+/// was). The store's write of a batch and the projection of its event both use it.
+pub(crate) fn take_figures(figures: &mut crate::model::SessionFigures, updates: &[Update]) {
+    use crate::model::{Context, Cost};
+    for update in updates {
+        if let Update::Known(SessionUpdate::UsageUpdate(u)) = update {
+            figures.context = Some(Context {
+                used: u.used,
+                size: u.size,
+            });
+            if let Some(cost) = &u.cost {
+                figures.cost = Some(Cost {
+                    amount: cost.amount,
+                    currency: cost.currency.clone(),
+                });
+            }
+        }
+    }
+}
+
+/// Whether a recorded item is a `usage_update` (kept under the `opaque` kind).
+pub(crate) fn is_usage(body: &ItemBody) -> bool {
+    matches!(body, ItemBody::Opaque(v)
+        if v.get("sessionUpdate").and_then(serde_json::Value::as_str) == Some("usage_update"))
+}
+
+/// Whether `updates` hold a `usage_update`.
+pub(crate) fn reports_usage(updates: &[Update]) -> bool {
+    updates
+        .iter()
+        .any(|u| matches!(u, Update::Known(SessionUpdate::UsageUpdate(_))))
 }
 
 /// A chunk continues an agent message when it names the same message, or none.

@@ -13,6 +13,7 @@ pub mod paths;
 pub mod record;
 pub mod send;
 pub mod session;
+pub mod usage;
 
 use sessionstore::{EntryId, IdError, MessageId, SessionId};
 

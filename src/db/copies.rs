@@ -83,6 +83,10 @@ impl Appender {
                 super::turns::settle(conn, &self.session)?;
                 super::queries::insert_message(conn, &self.session, message, *state)?;
             }
+            // A copy carries history, not cost: the origin's `usage_update`s (what its
+            // agent said the origin cost) are left out, so the copy's cost and context
+            // are its own agent's.
+            Entry::Item(body) if crate::turns::is_usage(body) => {}
             Entry::Item(body) => {
                 let mut updates = crate::turns::replay_updates(body);
                 // Two agent messages (or thoughts) in a row were kept apart by an

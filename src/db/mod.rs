@@ -26,6 +26,7 @@ pub mod search;
 pub mod sessions;
 pub mod sql;
 pub mod turns;
+pub mod usage;
 pub mod verify;
 
 mod pool;

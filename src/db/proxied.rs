@@ -8,7 +8,7 @@ use super::sql::{DbError, Row, Tx, args};
 
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId, TurnId};
-use crate::model::{EventPayload, Setting, Turn, TurnEnd};
+use crate::model::{EventPayload, SessionFigures, Setting, Turn, TurnEnd, TurnUsage};
 
 /// Begins a turn delivering `messages` (the first one's place in the history is the
 /// turn's).
@@ -47,19 +47,30 @@ pub fn begin_turn(conn: &Tx<'_>, session: &SessionId, messages: &[MessageId]) ->
         end: None,
         started_at: at,
         ended_at: None,
+        usage: None,
     })
 }
 
-/// Ends a running turn of `session`. A turn that already ended is refused.
-pub fn end_turn(conn: &Tx<'_>, session: &SessionId, turn: &TurnId, end: &TurnEnd) -> Result<()> {
+/// Ends a running turn of `session`, with the tokens the agent reported for it. A turn
+/// that already ended is refused.
+pub fn end_turn(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    turn: &TurnId,
+    end: &TurnEnd,
+    usage: Option<&TurnUsage>,
+) -> Result<()> {
     let at = now();
     let (state, stop_reason, failure) = match end {
         TurnEnd::Stopped { stop_reason } => ("ended", Some(stop_reason.as_str()), None),
         TurnEnd::Failed { reason } => ("failed", None, Some(reason.as_str())),
     };
+    let k = token_columns(usage)?;
     let changed = conn
         .execute(
-            "UPDATE turns SET state = ?3, stop_reason = ?4, failure = ?5, ended_at = ?6
+            "UPDATE turns SET state = ?3, stop_reason = ?4, failure = ?5, ended_at = ?6,
+                    input_tokens = ?7, output_tokens = ?8, thought_tokens = ?9,
+                    cached_read_tokens = ?10, cached_write_tokens = ?11, total_tokens = ?12
              WHERE id = ?1 AND session_id = ?2 AND state = 'running'",
             args![
                 turn.to_string(),
@@ -67,7 +78,13 @@ pub fn end_turn(conn: &Tx<'_>, session: &SessionId, turn: &TurnId, end: &TurnEnd
                 state,
                 stop_reason,
                 failure,
-                at
+                at,
+                k[0],
+                k[1],
+                k[2],
+                k[3],
+                k[4],
+                k[5]
             ],
         )
         .map_err(sql("end a turn"))?;
@@ -80,11 +97,28 @@ pub fn end_turn(conn: &Tx<'_>, session: &SessionId, turn: &TurnId, end: &TurnEnd
     let payload = EventPayload::TurnEnded {
         id: *turn,
         end: end.clone(),
+        usage: usage.copied(),
     };
     append_event(conn, session, &payload, &at)?;
     // The turn's last agent message is done streaming: fold its parts into its row.
     super::turns::settle(conn, session)?;
     Ok(())
+}
+
+/// A turn's tokens by kind as the `turns` columns take them (SQL integers).
+pub(crate) fn token_columns(usage: Option<&TurnUsage>) -> Result<[Option<i64>; 6]> {
+    let mut out = [None; 6];
+    if let Some(usage) = usage {
+        for (column, kind) in out.iter_mut().zip(usage.kinds()) {
+            *column = kind
+                .map(i64::try_from)
+                .transpose()
+                .map_err(|_| Error::OutOfRange {
+                    what: "a turn's token count",
+                })?;
+        }
+    }
+    Ok(out)
 }
 
 fn turn_from_row(row: &Row<'_>) -> Result<Turn, DbError> {
@@ -106,13 +140,44 @@ fn turn_from_row(row: &Row<'_>) -> Result<Turn, DbError> {
         end,
         started_at: row.get(7)?,
         ended_at: row.get(8)?,
+        usage: usage_from_row(row, 9)?,
     })
+}
+
+/// The six token columns from `at` on: `None` when all are NULL.
+fn usage_from_row(row: &Row<'_>, at: usize) -> Result<Option<TurnUsage>, DbError> {
+    let mut kinds = [None; 6];
+    for (i, kind) in kinds.iter_mut().enumerate() {
+        *kind = row
+            .get::<Option<i64>>(at + i)?
+            .map(|n| u64::try_from(n).map_err(|e| DbError::column(at + i, e)))
+            .transpose()?;
+    }
+    let [
+        input_tokens,
+        output_tokens,
+        thought_tokens,
+        cached_read_tokens,
+        cached_write_tokens,
+        total_tokens,
+    ] = kinds;
+    let usage = TurnUsage {
+        input_tokens,
+        output_tokens,
+        thought_tokens,
+        cached_read_tokens,
+        cached_write_tokens,
+        total_tokens,
+    };
+    Ok((usage != TurnUsage::default()).then_some(usage))
 }
 
 /// A session's turns, in history order.
 pub fn turns(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Turn>> {
     conn.query_map(
-        "SELECT id, session_id, seq, messages, state, stop_reason, failure, started_at, ended_at
+        "SELECT id, session_id, seq, messages, state, stop_reason, failure, started_at, ended_at,
+                input_tokens, output_tokens, thought_tokens, cached_read_tokens,
+                cached_write_tokens, total_tokens
          FROM turns WHERE session_id = ?1 ORDER BY seq, started_at",
         args![session.to_string()],
         turn_from_row,
@@ -155,4 +220,58 @@ pub fn settings(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Setting>> {
         },
     )
     .map_err(sql("read settings"))
+}
+
+/// A session's figures as its row holds them (`cost_*`, `context_*`).
+pub fn figures(conn: &Tx<'_>, session: &SessionId) -> Result<SessionFigures> {
+    conn.query_row(
+        "SELECT cost_amount, cost_currency, context_used, context_size
+         FROM sessions WHERE id = ?1",
+        args![session.to_string()],
+        |row| {
+            let cost = match (row.get::<Option<f64>>(0)?, row.get::<Option<String>>(1)?) {
+                (Some(amount), Some(currency)) => Some(crate::model::Cost { amount, currency }),
+                _ => None,
+            };
+            let count = |i: usize| -> Result<Option<u64>, DbError> {
+                row.get::<Option<i64>>(i)?
+                    .map(|n| u64::try_from(n).map_err(|e| DbError::column(i, e)))
+                    .transpose()
+            };
+            let context = match (count(2)?, count(3)?) {
+                (Some(used), Some(size)) => Some(crate::model::Context { used, size }),
+                _ => None,
+            };
+            Ok(SessionFigures { cost, context })
+        },
+    )
+    .map_err(sql("read a session's usage figures"))?
+    .ok_or(Error::SessionNotFound(*session))
+}
+
+/// Writes a session's figures into its row (no event: the `turn_recorded` event of the
+/// `usage_update` that gave them is theirs).
+pub fn set_figures(conn: &Tx<'_>, session: &SessionId, figures: &SessionFigures) -> Result<()> {
+    let too_big = |_| Error::OutOfRange {
+        what: "a session's context size",
+    };
+    let (used, size) = match figures.context {
+        Some(c) => (
+            Some(i64::try_from(c.used).map_err(too_big)?),
+            Some(i64::try_from(c.size).map_err(too_big)?),
+        ),
+        None => (None, None),
+    };
+    let (amount, currency) = match &figures.cost {
+        Some(c) => (Some(c.amount), Some(c.currency.as_str())),
+        None => (None, None),
+    };
+    conn.execute(
+        "UPDATE sessions SET cost_amount = ?2, cost_currency = ?3, context_used = ?4,
+                context_size = ?5
+         WHERE id = ?1",
+        args![session.to_string(), amount, currency, used, size],
+    )
+    .map_err(sql("record a session's usage figures"))?;
+    Ok(())
 }

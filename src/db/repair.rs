@@ -155,7 +155,9 @@ pub(crate) fn write_session(conn: &Tx<'_>, p: &Projection) -> Result<()> {
         ],
     )
     .map_err(sql("rebuild a session's rows"))?;
+    super::proxied::set_figures(conn, &s.id, &p.figures)?;
     for t in &p.turns {
+        let k = super::proxied::token_columns(t.usage.as_ref())?;
         let (state, stop_reason, failure) = match &t.end {
             None => ("running", None, None),
             Some(TurnEnd::Stopped { stop_reason }) => ("ended", Some(stop_reason.as_str()), None),
@@ -164,8 +166,10 @@ pub(crate) fn write_session(conn: &Tx<'_>, p: &Projection) -> Result<()> {
         let messages = serde_json::to_string(&t.messages).expect("ids always serialize");
         conn.execute(
             "INSERT INTO turns
-               (id, session_id, seq, messages, state, stop_reason, failure, started_at, ended_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+               (id, session_id, seq, messages, state, stop_reason, failure, started_at, ended_at,
+                input_tokens, output_tokens, thought_tokens, cached_read_tokens,
+                cached_write_tokens, total_tokens)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
             args![
                 t.id.to_string(),
                 id,
@@ -175,7 +179,13 @@ pub(crate) fn write_session(conn: &Tx<'_>, p: &Projection) -> Result<()> {
                 stop_reason,
                 failure,
                 t.started_at,
-                t.ended_at
+                t.ended_at,
+                k[0],
+                k[1],
+                k[2],
+                k[3],
+                k[4],
+                k[5]
             ],
         )
         .map_err(sql("rebuild a session's rows"))?;

@@ -336,6 +336,16 @@ impl FromColumn for f64 {
     }
 }
 
+impl FromColumn for Option<f64> {
+    fn read(row: &Row<'_>, index: usize) -> DbResult<Self> {
+        match &row.0 {
+            RowRef::Sqlite(r) => Ok(r.get(index)?),
+            #[cfg(feature = "postgres")]
+            RowRef::Postgres(r) => Ok(r.try_get::<_, Option<f64>>(index)?),
+        }
+    }
+}
+
 impl FromColumn for String {
     fn read(row: &Row<'_>, index: usize) -> DbResult<Self> {
         row.with_text(index, |t| {

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::model::{Problem, ProblemKind, Session};
 use crate::projection::{
-    Entry, Meet, Replayer, compare, compare_items, compare_turns, session_problem,
+    Entry, Meet, Replayer, compare, compare_figures, compare_items, compare_turns, session_problem,
 };
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -313,8 +313,13 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
                 None
             }
         };
-        let proxied = super::proxied::turns(conn, &session.id)
-            .and_then(|turns| Ok((turns, super::proxied::settings(conn, &session.id)?)));
+        let proxied = super::proxied::turns(conn, &session.id).and_then(|turns| {
+            Ok((
+                turns,
+                super::proxied::settings(conn, &session.id)?,
+                super::proxied::figures(conn, &session.id)?,
+            ))
+        });
         let proxied = match proxied {
             Ok(proxied) => Some(proxied),
             Err(e) => {
@@ -339,10 +344,13 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
                     .problems
                     .extend(compare_items(session, items, &expected));
             }
-            if let Some((turns, settings)) = &proxied {
+            if let Some((turns, settings, figures)) = &proxied {
                 report
                     .problems
                     .extend(compare_turns(session, turns, settings, &expected));
+                report
+                    .problems
+                    .extend(compare_figures(session, figures, &expected));
             }
         }
     }
@@ -744,11 +752,13 @@ pub(crate) fn check_session(conn: &Tx<'_>, session: &Session) -> Result<()> {
             let events = queries::events(conn, &id)?;
             let turns = super::proxied::turns(conn, &id)?;
             let settings = super::proxied::settings(conn, &id)?;
+            let figures = super::proxied::figures(conn, &id)?;
             let (expected, mut problems) = crate::projection::replay(id, &events);
             if let Some(expected) = &expected {
                 problems.extend(compare(session, &messages, expected));
                 problems.extend(compare_items(session, &items, expected));
                 problems.extend(compare_turns(session, &turns, &settings, expected));
+                problems.extend(compare_figures(session, &figures, expected));
             }
             problems
         }
@@ -823,6 +833,9 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
     let Ok(settings) = super::proxied::settings(conn, &id) else {
         return Ok(None);
     };
+    let Ok(figures) = super::proxied::figures(conn, &id) else {
+        return Ok(None);
+    };
     let (expected, mut problems) = replayer.finish();
     // Rows are compared with what the log makes of them only where it makes a
     // session at all, as a whole read does.
@@ -831,6 +844,7 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
         problems.append(&mut found);
         problems.extend(meet.finish());
         problems.extend(compare_turns(session, &turns, &settings, expected));
+        problems.extend(compare_figures(session, &figures, expected));
     }
     Ok(Some((problems, messages)))
 }

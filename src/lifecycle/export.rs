@@ -332,6 +332,22 @@ fn item_markdown(body: &ItemBody) -> String {
             let quoted: Vec<String> = text(t).lines().map(|l| format!("> {l}")).collect();
             format!("## agent (thinking)\n\n{}\n", quoted.join("\n"))
         }
+        // A recorded `usage_update` (kept as it came, under the opaque kind).
+        ItemBody::Opaque(update) if crate::turns::is_usage(body) => {
+            let mut line = format!(
+                "*(usage: {} of {} tokens in context",
+                update["used"], update["size"]
+            );
+            if let Some(cost) = update.get("cost").filter(|c| c.is_object()) {
+                let currency = cost["currency"].as_str().unwrap_or("");
+                line.push_str(&format!(
+                    "; cost so far {} {}",
+                    cost["amount"],
+                    one_line(currency)
+                ));
+            }
+            line + ")*\n"
+        }
         ItemBody::Opaque(update) => format!(
             "## agent update\n\n{} (a kind this store does not know)\n",
             one_line(update["sessionUpdate"].as_str().unwrap_or("unknown"))

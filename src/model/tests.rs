@@ -166,3 +166,51 @@ fn an_explicit_title_stays_until_the_next_explicit_one() {
         r#"{"kind":"session_archived"}"#
     );
 }
+
+/// A prompt answer's `usage` is read leniently (a kind that is not a count is not
+/// reported; an answer without one, or reporting nothing, has none), and a
+/// `turn_ended` event carries it only when there is one: an event written before
+/// reads as none.
+#[test]
+fn a_turns_usage_is_read_from_its_answer_and_kept_in_its_end_event() {
+    let answer = serde_json::json!({"stopReason": "end_turn", "usage": {
+        "totalTokens": 9, "inputTokens": 4, "outputTokens": 5, "thoughtTokens": 0,
+        "cachedReadTokens": -1, "cachedWriteTokens": "2"}});
+    let usage = TurnUsage::of_answer(&answer).unwrap();
+    assert_eq!(
+        usage.kinds(),
+        [Some(4), Some(5), Some(0), None, None, Some(9)]
+    );
+    for none in [
+        serde_json::json!({"stopReason": "end_turn"}),
+        serde_json::json!({"usage": null}),
+        serde_json::json!({"usage": {"totalTokens": "x"}}),
+    ] {
+        assert_eq!(TurnUsage::of_answer(&none), None, "{none}");
+    }
+    let id = TurnId::new();
+    let end = TurnEnd::Stopped {
+        stop_reason: "end_turn".to_owned(),
+    };
+    let with = EventPayload::TurnEnded {
+        id,
+        end: end.clone(),
+        usage: Some(usage),
+    };
+    let text = serde_json::to_string(&with).unwrap();
+    assert!(text.contains(r#""usage":{"inputTokens":4,"#), "{text}");
+    assert_eq!(serde_json::from_str::<EventPayload>(&text).unwrap(), with);
+    let before = format!(
+        r#"{{"kind":"turn_ended","id":"{id}","outcome":"stopped","stopReason":"end_turn"}}"#
+    );
+    let read: EventPayload = serde_json::from_str(&before).unwrap();
+    assert_eq!(
+        read,
+        EventPayload::TurnEnded {
+            id,
+            end,
+            usage: None
+        }
+    );
+    assert_eq!(serde_json::to_string(&read).unwrap(), before);
+}

@@ -25,10 +25,12 @@ use crate::turns::Update;
 mod claim;
 mod prompt;
 mod proxied;
+mod usage;
 
 pub use claim::SessionClaim;
 pub(crate) use prompt::redact_message;
 pub use prompt::{Prompt, PromptBlock};
+pub use usage::Since;
 
 /// The one handle on a session store: the database pool and the one attachment store
 /// that both writes uploads and reads them back, over the roots in `config`.

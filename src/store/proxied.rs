@@ -52,6 +52,18 @@ impl Store {
     /// Ends a running turn: its stop reason as the agent answered, or its failure. A
     /// turn never ended is one that was interrupted (its proxy stopped mid-turn).
     pub async fn end_turn(&self, session: SessionId, turn: TurnId, end: TurnEnd) -> Result<()> {
+        self.end_turn_with_usage(session, turn, end, None).await
+    }
+
+    /// [`Store::end_turn`] with the tokens the agent reported for the turn (the
+    /// `usage` of its answer), recorded in the turn's end event and its row.
+    pub async fn end_turn_with_usage(
+        &self,
+        session: SessionId,
+        turn: TurnId,
+        end: TurnEnd,
+        usage: Option<crate::model::TurnUsage>,
+    ) -> Result<()> {
         // An agent's error message is text it wrote, kept like the rest.
         let end = match end {
             TurnEnd::Failed { reason } => TurnEnd::Failed {
@@ -59,7 +71,7 @@ impl Store {
             },
             stopped => stopped,
         };
-        self.with_write(move |tx| proxied::end_turn(tx, &session, &turn, &end))
+        self.with_write(move |tx| proxied::end_turn(tx, &session, &turn, &end, usage.as_ref()))
             .await
     }
 

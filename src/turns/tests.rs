@@ -293,12 +293,12 @@ fn refusals_name_the_update() {
     );
     assert_eq!(
         refused(&[update(
-            serde_json::json!({"sessionUpdate": "usage_update", "used": 1, "size": 2})
+            serde_json::json!({"sessionUpdate": "notice", "severity": "info", "title": "t"})
         )]),
         (
             0,
             Refusal::NotRecorded {
-                kind: "usage_update".into()
+                kind: "notice".into()
             }
         )
     );
@@ -348,4 +348,35 @@ fn lines_are_bare_updates_or_notifications_of_this_session() {
         parse_line(r#"{"method":"session/prompt"}"#, session),
         Err(Refusal::NotAnUpdate { .. })
     ));
+}
+
+/// A `usage_update` is kept as the update it came as (an `opaque` item, which a
+/// copy leaves out), replays as it came, ends an agent message like any other
+/// update, and the session's figures follow the latest one: its context always,
+/// its cost only when it has one.
+#[test]
+fn a_usage_update_is_kept_as_it_came_and_the_figures_follow_the_latest() {
+    let first = serde_json::json!({"sessionUpdate": "usage_update", "used": 5,
+        "size": 10, "cost": {"amount": 0.5, "currency": "USD"}});
+    let second = serde_json::json!({"sessionUpdate": "usage_update", "used": 7, "size": 10});
+    let updates = known(&[
+        chunk("agent_message_chunk", "a", None),
+        update(first.clone()),
+        chunk("agent_message_chunk", "b", None),
+        update(second.clone()),
+    ]);
+    let outcome = apply(State::default(), &updates).unwrap();
+    assert_eq!(outcome.items.len(), 4, "the usage update ends the message");
+    assert_eq!(outcome.items[1].1, ItemBody::Opaque(first.clone()));
+    assert!(is_usage(&outcome.items[1].1) && !is_usage(&outcome.items[0].1));
+    assert_eq!(replay_updates(&outcome.items[3].1)[0].to_value(), second);
+    assert_eq!(made_by(&updates[1]), Some(ItemBody::Opaque(first)));
+    assert!(reports_usage(&updates) && !reports_usage(&updates[..1]));
+    let mut figures = crate::model::SessionFigures::default();
+    take_figures(&mut figures, &updates);
+    assert_eq!(
+        serde_json::to_value(&figures).unwrap(),
+        serde_json::json!({"cost": {"amount": 0.5, "currency": "USD"},
+            "context": {"used": 7, "size": 10}})
+    );
 }

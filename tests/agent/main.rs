@@ -22,6 +22,11 @@
 //!   as the SDK's queue takes them, which is what a latency is measured at);
 //! - `retitle`: a `session_info_update` with the title `The agent's title`, then
 //!   `end_turn`;
+//! - `usage`: a message chunk, then a `usage_update` (the Nth `usage` turn of the
+//!   session: `used` N × 1000 of `size` 200000, `cost` N × 0.25 `USD`, or no `cost` when
+//!   the text also says `nocost`), then `end_turn` with the end-of-turn `usage`
+//!   `inputTokens` 100, `outputTokens` 20, `cachedReadTokens` 30, `totalTokens` 150
+//!   (no thought or cache-write tokens);
 //! - `garbage`: first, straight onto its standard output, a line that is not JSON, a
 //!   JSON value that is not a message, and a line one byte over the proxy's
 //!   `FRAME_LIMIT`; then as anything else;
@@ -52,17 +57,17 @@ use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock,
-    ContentChunk, DeleteSessionRequest, DeleteSessionResponse, Implementation, InitializeRequest,
-    InitializeResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
-    NewSessionResponse, PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority,
-    PlanEntryStatus, PromptCapabilities, PromptRequest, PromptResponse, RequestPermissionOutcome,
-    RequestPermissionRequest, ResumeSessionRequest, ResumeSessionResponse,
-    SessionArchiveCapabilities, SessionCapabilities, SessionCloseCapabilities,
-    SessionDeleteCapabilities, SessionId, SessionInfoUpdate, SessionNotification,
-    SessionResumeCapabilities, SessionTitleCapabilities, SessionUpdate,
+    ContentChunk, Cost, DeleteSessionRequest, DeleteSessionResponse, Implementation,
+    InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
+    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, Plan, PlanEntry,
+    PlanEntryPriority, PlanEntryStatus, PromptCapabilities, PromptRequest, PromptResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
+    ResumeSessionResponse, SessionArchiveCapabilities, SessionCapabilities,
+    SessionCloseCapabilities, SessionDeleteCapabilities, SessionId, SessionInfoUpdate,
+    SessionNotification, SessionResumeCapabilities, SessionTitleCapabilities, SessionUpdate,
     SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, SetSessionModeRequest,
     SetSessionModeResponse, StopReason, TextContent, ToolCall, ToolCallId, ToolCallStatus,
-    ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    ToolCallUpdate, ToolCallUpdateFields, ToolKind, Usage, UsageUpdate,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Client, Dispatch, Error, Handled, Stdio, UntypedMessage, V1};
@@ -119,6 +124,10 @@ struct State {
     cancels: Mutex<HashMap<String, tokio::sync::oneshot::Sender<()>>>,
     next: Mutex<u64>,
     reporting: Mutex<()>,
+    /// How many `usage` turns each session has run, and the sessions whose running
+    /// turn answers with its usage.
+    usage_turns: Mutex<HashMap<String, u64>>,
+    answer_usage: Mutex<HashSet<String>>,
 }
 
 impl State {
@@ -153,6 +162,8 @@ async fn main() -> Result<(), Error> {
         cancels: Mutex::new(HashMap::new()),
         next: Mutex::new(0),
         reporting: Mutex::new(()),
+        usage_turns: Mutex::new(HashMap::new()),
+        answer_usage: Mutex::new(HashSet::new()),
     });
     let s = state.clone();
     let agent = agent_client_protocol::Agent
@@ -287,7 +298,16 @@ async fn main() -> Result<(), Error> {
             runner.spawn(async move {
                 let stop = run_turn(&turn, &cx, &request, rx).await?;
                 turn.cancels.lock().unwrap().remove(&*request.session_id.0);
-                responder.respond(PromptResponse::new(stop))
+                let mut answer = PromptResponse::new(stop);
+                if turn
+                    .answer_usage
+                    .lock()
+                    .unwrap()
+                    .remove(&*request.session_id.0)
+                {
+                    answer = answer.usage(Usage::new(150, 100, 20).cached_read_tokens(30));
+                }
+                responder.respond(answer)
             })
         },
         agent_client_protocol::on_receive_request!(),
@@ -450,6 +470,30 @@ async fn run_turn(
         )?;
         let _ = cancelled.await;
         return Ok(StopReason::Cancelled);
+    }
+    if text.contains("usage") {
+        update(
+            cx,
+            session,
+            SessionUpdate::AgentMessageChunk(chunk("counted")),
+        )?;
+        let n = {
+            let mut turns = state.usage_turns.lock().unwrap();
+            let n = turns.entry(session.to_string()).or_default();
+            *n += 1;
+            *n
+        };
+        let mut usage = UsageUpdate::new(n * 1000, 200_000);
+        if !text.contains("nocost") {
+            usage = usage.cost(Cost::new(n as f64 * 0.25, "USD"));
+        }
+        update(cx, session, SessionUpdate::UsageUpdate(usage))?;
+        state
+            .answer_usage
+            .lock()
+            .unwrap()
+            .insert(session.to_string());
+        return Ok(StopReason::EndTurn);
     }
     if text.contains("retitle") {
         update(

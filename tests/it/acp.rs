@@ -30,8 +30,8 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A running `sessionstore acp`, killed and reaped when dropped. Its standard error
 /// goes to a file, so a test can see what it logged and that it never panicked.
-struct AgentProcess {
-    child: Child,
+pub(crate) struct AgentProcess {
+    pub(crate) child: Child,
     stderr: PathBuf,
 }
 
@@ -63,7 +63,7 @@ impl AgentProcess {
         std::fs::read_to_string(&self.stderr).expect("the agent's log reads")
     }
 
-    fn kill(mut self) -> String {
+    pub(crate) fn kill(mut self) -> String {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let log = self.stderr();
@@ -1154,7 +1154,7 @@ async fn acp_and_the_proxy_answer_the_session_methods_alike() {
 }
 
 /// `sessionstore acp`, or `sessionstore proxy -- test-agent ARGS`, on the store of `t`.
-fn spawn_layer(t: &TestStore, behind: Option<&[&str]>) -> AgentProcess {
+pub(crate) fn spawn_layer(t: &TestStore, behind: Option<&[&str]>) -> AgentProcess {
     let dir = t.dir.path();
     let log = dir.join(format!("stderr-{}.log", uuid_ish()));
     let mut bin = Bin::new(dir);

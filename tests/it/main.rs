@@ -34,4 +34,6 @@ mod streaming;
 mod support;
 mod turns;
 mod usability;
+#[cfg(feature = "acp")]
+mod usage;
 mod verify;

@@ -242,7 +242,13 @@ impl Proxy {
                 reason: e.message.clone(),
             },
         };
-        self.store.end_turn(session, turn.id, end).await?;
+        let usage = outcome
+            .as_ref()
+            .ok()
+            .and_then(crate::model::TurnUsage::of_answer);
+        self.store
+            .end_turn_with_usage(session, turn.id, end, usage)
+            .await?;
         flushed?;
         outcome
     }
@@ -373,8 +379,8 @@ impl Proxy {
 
     /// A `session/update` from the agent: relayed to the client at once; recorded
     /// (before the turn's answer is relayed) when it is history. The agent's echo of
-    /// the user's message is not recorded again (the store has the message), usage
-    /// and notices are not history, and what the agent replays for its own
+    /// the user's message is not recorded again (the store has the message), notices
+    /// are not history, and what the agent replays for its own
     /// `session/load` is neither relayed nor recorded (the store's replay is the
     /// record). Update kinds the store does not know are kept as they came.
     pub(super) async fn agent_update(self: &Arc<Self>, agent: &Arc<Running>, mut message: Message) {
@@ -519,9 +525,10 @@ impl Proxy {
 }
 
 /// Whether an update kind is part of a session's history: everything but the echo of
-/// the user's message, usage, notices, and what else the store never keeps.
+/// the user's message, notices, and what else the store never keeps. A `usage_update`
+/// is kept (replayed as it came; the session's cost and context follow it).
 fn is_history(kind: &str) -> bool {
-    !matches!(kind, "user_message_chunk" | "usage_update" | "notice" | "")
+    !matches!(kind, "user_message_chunk" | "notice" | "")
 }
 
 /// The client's prompt as the store takes it: text with its `_meta`; images, embedded

@@ -12,6 +12,7 @@ mod lifecycle;
 mod refusals;
 mod store;
 mod tls;
+mod usage;
 
 use sessionstore::model::ToolsHost;
 use sessionstore::store::Outgoing;

@@ -1,0 +1,86 @@
+//! What `usage` reads: each session's turns and tokens summed in SQL (no history is
+//! read), with the latest cost and context its row holds. A turn counts in the session
+//! it ran in: a fork's copied history brings no turns, so nothing of its origin's.
+
+use super::error::sql;
+use super::sql::{DbError, Row, Tx, args};
+use crate::error::{Error, Result};
+use crate::ids::SessionId;
+use crate::model::{Context, Cost, SessionUsage, TokenSums};
+
+/// One row a session: its turns begun at or after `since` (every turn when `None`),
+/// the sums of their token columns (NULL where none reported a kind), and the
+/// session's figures. `{filter}` is a condition on `s`.
+const USAGE: &str = "
+    SELECT s.id, s.title, count(t.id),
+           CAST(sum(t.input_tokens) AS BIGINT), CAST(sum(t.output_tokens) AS BIGINT),
+           CAST(sum(t.thought_tokens) AS BIGINT), CAST(sum(t.cached_read_tokens) AS BIGINT),
+           CAST(sum(t.cached_write_tokens) AS BIGINT), CAST(sum(t.total_tokens) AS BIGINT),
+           s.cost_amount, s.cost_currency, s.context_used, s.context_size
+      FROM sessions s
+      LEFT JOIN turns t
+        ON t.session_id = s.id AND (CAST(?1 AS TEXT) IS NULL OR t.started_at >= ?1)
+     WHERE {filter}
+     GROUP BY s.id, s.title, s.updated_at, s.cost_amount, s.cost_currency, s.context_used,
+              s.context_size
+     ORDER BY s.updated_at DESC, s.id DESC";
+
+fn usage_from_row(row: &Row<'_>) -> Result<SessionUsage, DbError> {
+    let count = |i: usize| -> Result<Option<u64>, DbError> {
+        row.get::<Option<i64>>(i)?
+            .map(|n| u64::try_from(n).map_err(|e| DbError::column(i, e)))
+            .transpose()
+    };
+    let mut kinds = [None; 6];
+    for (i, kind) in kinds.iter_mut().enumerate() {
+        *kind = count(3 + i)?;
+    }
+    let cost = match (row.get::<Option<f64>>(9)?, row.get::<Option<String>>(10)?) {
+        (Some(amount), Some(currency)) => Some(Cost { amount, currency }),
+        _ => None,
+    };
+    let context = match (count(11)?, count(12)?) {
+        (Some(used), Some(size)) => Some(Context { used, size }),
+        _ => None,
+    };
+    Ok(SessionUsage {
+        id: row.parsed(0)?,
+        title: row.get(1)?,
+        turns: row.get(2)?,
+        tokens: TokenSums::from_kinds(kinds),
+        cost,
+        context,
+    })
+}
+
+/// The usage of `sessions` (every session, archived ones too, when empty), in the
+/// listing's order (most recently updated first); `since` is a timestamp as the store
+/// writes them. A session that is not there is refused.
+pub fn usage(
+    conn: &Tx<'_>,
+    sessions: &[SessionId],
+    since: Option<&str>,
+) -> Result<Vec<SessionUsage>> {
+    if sessions.is_empty() {
+        return conn
+            .query_map(
+                &USAGE.replace("{filter}", "1 = 1"),
+                args![since],
+                usage_from_row,
+            )
+            .map_err(sql("sum the sessions' usage"));
+    }
+    let one = USAGE.replace("{filter}", "s.id = ?2");
+    let mut out: Vec<SessionUsage> = Vec::with_capacity(sessions.len());
+    for session in sessions {
+        if out.iter().any(|u| u.id == *session) {
+            continue;
+        }
+        let row = conn
+            .query_row(&one, args![since, session.to_string()], usage_from_row)
+            .map_err(sql("sum a session's usage"))?
+            .ok_or(Error::SessionNotFound(*session))?;
+        out.push(row);
+    }
+    Ok(out)
+}
