@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::model::{Event, EventPayload};
 use crate::store::{Store, blocking};
+use serde_json::Value;
 
 /// How [`Store::redact_stored`] runs.
 #[derive(Debug, Clone, Default)]
@@ -70,28 +71,198 @@ pub struct SkippedSession {
 const OPEN_ELSEWHERE: &str = "open in a running proxy";
 const LOG_MISMATCH: &str = "its rows disagree with its event log: run verify";
 
-/// One event's payload redacted, with how many secrets of each kind went; `None`
-/// when it holds none. A payload that does not parse is left for `verify` to name.
-fn redacted(event: &Event<String>, counts: &mut BTreeMap<String, u64>) -> Option<String> {
-    let mut payload: serde_json::Value = serde_json::from_str(&event.payload).ok()?;
-    if !crate::redact::payload(&mut payload) {
-        return None;
-    }
-    let text = payload.to_string();
-    let mut marks: BTreeMap<crate::redact::Kind, i64> = BTreeMap::new();
-    for kind in crate::redact::marks(&text) {
-        *marks.entry(kind).or_default() += 1;
-    }
-    // Marks the payload had already are not this redaction's.
-    for kind in crate::redact::marks(&event.payload) {
-        *marks.entry(kind).or_default() -= 1;
-    }
-    for (kind, n) in marks {
-        if n > 0 {
-            *counts.entry(kind.id().to_owned()).or_default() += n as u64;
+/// How many secrets of each kind a rewrite took out: the marks its new payloads hold
+/// beyond those the old ones held, summed over the session (a streamed message's text,
+/// and a mark already in it, may move from one event into the next).
+#[derive(Debug, Default)]
+struct Tally(BTreeMap<crate::redact::Kind, i64>);
+
+impl Tally {
+    fn add(&mut self, old: &str, new: &str) {
+        for kind in crate::redact::marks(new) {
+            *self.0.entry(kind).or_default() += 1;
+        }
+        for kind in crate::redact::marks(old) {
+            *self.0.entry(kind).or_default() -= 1;
         }
     }
-    Some(text)
+
+    fn counts(&self) -> BTreeMap<String, u64> {
+        self.0
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(kind, n)| (kind.id().to_owned(), *n as u64))
+            .collect()
+    }
+}
+
+/// One event's payload redacted by itself (`redact::payload`, as export does): the
+/// document, and whether it changed. `None` for a payload that does not parse, left
+/// for `verify` to name.
+fn alone(event: &Event<String>) -> Option<(Value, bool)> {
+    let mut payload: Value = serde_json::from_str(&event.payload).ok()?;
+    let changed = crate::redact::payload(&mut payload);
+    Some((payload, changed))
+}
+
+/// The events a walk gives back, in the log's order, each with its new payload's text
+/// when it changed.
+type Ready = Vec<(Event<String>, Option<String>)>;
+
+/// The log walked as the recorder redacts it on the way in: an agent's message or
+/// thought streamed across several `turn_recorded` events (two `record` runs, two of
+/// the proxy's writes) is redacted as one text (`redact::Streams`), so a secret split
+/// across them is found whole. Its held-back tail (less than twice `redact::LONGEST`
+/// bytes) is carried from event to event, and the event holding the open message's
+/// last chunk is held back until the next event: one that continues the message takes
+/// the text after the tail, one that ends it (an update that does not continue it,
+/// any other kind of event, the log's end) leaves the tail in that last chunk, where
+/// the recorder puts it. So one event at most is held, never a whole message.
+#[derive(Default)]
+struct Streamed {
+    streams: crate::redact::Streams<Value>,
+    held: Option<Held>,
+    /// Given the texts of the chunks of each event made ready, when a scan compares.
+    agree: Option<Agree>,
+}
+
+/// A `turn_recorded` event held back, its updates redacted so far.
+struct Held {
+    event: Event<String>,
+    /// Its payload, `updates` taken out.
+    doc: Value,
+    updates: Vec<Value>,
+    /// Its updates as stored, to tell whether they changed.
+    stored: Vec<Value>,
+    /// Whether anything beside its updates changed.
+    changed: bool,
+}
+
+impl Held {
+    fn done(self, agree: Option<&mut Agree>) -> (Event<String>, Option<String>) {
+        let Held {
+            event,
+            mut doc,
+            mut updates,
+            stored,
+            changed,
+        } = self;
+        if let Some(agree) = agree {
+            agree.give(true, &mut updates);
+        }
+        if !changed && updates == stored {
+            return (event, None);
+        }
+        if let Some(slot) = doc.get_mut("updates") {
+            *slot = Value::Array(updates);
+        }
+        let text = doc.to_string();
+        (event, Some(text))
+    }
+}
+
+impl Streamed {
+    /// The next event of the log (`None`: it ended); gives back the events now ready.
+    fn next(&mut self, event: Option<Event<String>>) -> Ready {
+        let mut ready = Vec::with_capacity(2);
+        let Some(event) = event else {
+            self.end(&mut ready);
+            return ready;
+        };
+        let recorded = match event.kind == "turn_recorded" {
+            true => serde_json::from_str::<Value>(&event.payload)
+                .ok()
+                .filter(|doc| doc.get("updates").is_some_and(Value::is_array)),
+            false => None,
+        };
+        let Some(mut doc) = recorded else {
+            self.end(&mut ready);
+            let payload = alone(&event).and_then(|(doc, changed)| changed.then(|| doc.to_string()));
+            ready.push((event, payload));
+            return ready;
+        };
+        let mut changed = false;
+        let mut batch = Vec::new();
+        if let Some(map) = doc.as_object_mut() {
+            for (key, v) in map.iter_mut() {
+                match (key.as_str(), v) {
+                    ("updates", Value::Array(updates)) => batch = std::mem::take(updates),
+                    (_, v) => changed |= crate::redact::value(v),
+                }
+            }
+        }
+        let stored = batch.clone();
+        let mut none: [Value; 0] = [];
+        let before = match &mut self.held {
+            Some(held) => &mut held.updates[..],
+            None => &mut none[..],
+        };
+        // The open message's last chunk is in the held event, so its tail never needs
+        // a chunk of its own.
+        let (updates, _) = self.streams.pass_after(before, batch);
+        if let Some(held) = self.held.take() {
+            ready.push(held.done(self.agree.as_mut()));
+        }
+        self.held = Some(Held {
+            event,
+            doc,
+            updates,
+            stored,
+            changed,
+        });
+        ready
+    }
+
+    /// The open message ended: its tail goes into its last chunk, in the held event.
+    fn end(&mut self, ready: &mut Ready) {
+        if let Some(mut held) = self.held.take() {
+            self.streams.end(&mut held.updates);
+            ready.push(held.done(self.agree.as_mut()));
+        }
+    }
+}
+
+/// Whether two walks of a log give the same text of agent messages and thoughts, in
+/// order, read as each gives it (one may lag the other by a held event and a tail):
+/// the walk event by event and the streamed one agree unless a secret was split
+/// across events. Holds only the text one has given beyond the other.
+#[derive(Default)]
+struct Agree {
+    alone: Vec<u8>,
+    streamed: Vec<u8>,
+    differ: bool,
+}
+
+impl Agree {
+    /// The text of each agent message or thought chunk of a batch of updates.
+    fn give(&mut self, streamed: bool, updates: &mut [Value]) {
+        for u in updates.iter_mut() {
+            if self.differ {
+                return;
+            }
+            let Some(text) = crate::redact::Chunk::text_mut(u) else {
+                continue;
+            };
+            match streamed {
+                true => self.streamed.extend_from_slice(text.as_bytes()),
+                false => self.alone.extend_from_slice(text.as_bytes()),
+            }
+            let n = self.alone.len().min(self.streamed.len());
+            if self.alone[..n] != self.streamed[..n] {
+                self.differ = true;
+                self.alone = Vec::new();
+                self.streamed = Vec::new();
+                return;
+            }
+            self.alone.drain(..n);
+            self.streamed.drain(..n);
+        }
+    }
+
+    /// Whether the two differ once both walks ended.
+    fn differ(&self) -> bool {
+        self.differ || self.alone != self.streamed
+    }
 }
 
 /// Lifecycle: secrets already stored, redacted in place.
@@ -170,8 +341,8 @@ impl Store {
             };
             let db = db.clone();
             let outcome = blocking(move || scan(&db, &id)).await;
-            let counts = match outcome {
-                Ok(counts) => counts,
+            let (counts, streamed) = match outcome {
+                Ok(found) => found,
                 Err(Error::LogMismatch { .. }) => {
                     report.skipped.push(SkippedSession {
                         id,
@@ -188,7 +359,7 @@ impl Store {
                 true => counts,
                 false => {
                     let db = self.db().clone();
-                    match blocking(move || write(&db, &id)).await {
+                    match blocking(move || write(&db, &id, streamed)).await {
                         Ok((counts, erased)) => {
                             report.erased &= erased;
                             rewritten = true;
@@ -232,26 +403,76 @@ impl Store {
 }
 
 /// What the session holds, read: its rows checked against its log (as a fork or an
-/// export checks them), then how many secrets of each kind its log holds.
-fn scan(db: &Db, id: &SessionId) -> Result<BTreeMap<String, u64>> {
+/// export checks them), then how many secrets of each kind its log holds, and whether
+/// it is to be walked streamed (a secret split across events: [`Streamed`]); else
+/// each event is redacted by itself, and a message's chunks keep their texts unless
+/// a secret runs across them.
+fn scan(db: &Db, id: &SessionId) -> Result<(BTreeMap<String, u64>, bool)> {
     db.read(|tx| {
         let session = queries::get_session(tx, id)?;
         crate::db::verify::check_session(tx, &session)?;
-        let mut counts = BTreeMap::new();
+        let mut alone_tally = Tally::default();
+        let mut streamed_tally = Tally::default();
+        let mut walk = Streamed {
+            agree: Some(Agree::default()),
+            ..Streamed::default()
+        };
+        let mut take = |ready: Ready| {
+            for (event, payload) in ready {
+                if let Some(new) = payload {
+                    streamed_tally.add(&event.payload, &new);
+                }
+            }
+        };
         rewrite::each_event_paged(tx, id, |event| {
-            redacted(&event, &mut counts);
+            if let Some((mut doc, changed)) = alone(&event) {
+                if changed {
+                    alone_tally.add(&event.payload, &doc.to_string());
+                }
+                if event.kind == "turn_recorded"
+                    && let Some(Value::Array(updates)) = doc.get_mut("updates")
+                    && let Some(agree) = walk.agree.as_mut()
+                {
+                    agree.give(false, updates);
+                }
+            }
+            take(walk.next(Some(event)));
             Ok(())
         })?;
-        Ok(counts)
+        take(walk.next(None));
+        let differ = walk.agree.as_ref().is_some_and(Agree::differ);
+        Ok(match differ {
+            true => (streamed_tally.counts(), true),
+            false => (alone_tally.counts(), false),
+        })
     })
 }
 
-/// The session's log and rows rewritten in one write, and the event that records it;
-/// what went, and whether the WAL was truncated after.
-fn write(db: &Db, id: &SessionId) -> Result<(BTreeMap<String, u64>, bool)> {
+/// The session's log and rows rewritten in one write (streamed when `streamed`, see
+/// [`scan`]), and the event that records it; what went, and whether the WAL was
+/// truncated after.
+fn write(db: &Db, id: &SessionId, streamed: bool) -> Result<(BTreeMap<String, u64>, bool)> {
     db.erase(|tx| {
-        let mut counts = BTreeMap::new();
-        rewrite::rewrite_session(tx, id, |event| redacted(event, &mut counts))?;
+        let mut tally = Tally::default();
+        let mut walk = Streamed::default();
+        rewrite::rewrite_session(tx, id, |event| {
+            let ready = match (streamed, event) {
+                (true, event) => walk.next(event),
+                (false, None) => Vec::new(),
+                (false, Some(event)) => {
+                    let payload =
+                        alone(&event).and_then(|(doc, changed)| changed.then(|| doc.to_string()));
+                    vec![(event, payload)]
+                }
+            };
+            for (event, payload) in &ready {
+                if let Some(new) = payload {
+                    tally.add(&event.payload, new);
+                }
+            }
+            ready
+        })?;
+        let counts = tally.counts();
         if !counts.is_empty() {
             let at = append::now();
             append::append_event(
