@@ -404,6 +404,67 @@ mod fronts {
         assert_eq!(messages.len(), credentials.len());
     }
 
+    /// A proxy of a store kept with redaction off writes the agent's echo, streamed in
+    /// two chunks well apart, in two events; `redact` finds each secret split across
+    /// them whole.
+    #[tokio::test]
+    async fn redact_finds_a_secret_split_across_two_proxy_writes() {
+        let s = Setup::new();
+        let seen = Seen::default();
+        let mut proxy = s.proxy_with(s.root(), &["--redact", "off"], &[]);
+        let credentials = credentials();
+        let sent: Vec<String> = credentials
+            .iter()
+            .map(|(_, _, around)| format!("echo in two:{}", said(around)))
+            .collect();
+        let id = client(&mut proxy, &seen, {
+            let cwd = s.cwd.clone();
+            async move |cx| {
+                let id = open_session(&cx, &cwd).await?;
+                for p in &sent {
+                    prompt_text(&cx, &id, p).await?;
+                }
+                Ok(id)
+            }
+        })
+        .await;
+        drop(proxy);
+        let sid = store_id(&id).to_string();
+        // The message's halves were written apart (for most at least: the window is
+        // a timer); the thought and the tool call hold the secret whole.
+        let events = crate::support::stdout(&s.t.run(&["events", "--session", &sid]));
+        let apart = credentials
+            .iter()
+            .filter(|(_, secret, _)| {
+                !events.lines().any(|e| {
+                    let e: serde_json::Value = serde_json::from_str(e).expect("an event");
+                    e["payload"]["updates"].as_array().is_some_and(|u| {
+                        u.iter().any(|u| {
+                            u["sessionUpdate"] == "agent_message_chunk"
+                                && u.to_string().contains(secret.lines().next().unwrap())
+                        })
+                    })
+                })
+            })
+            .count();
+        assert!(apart > 0, "no secret was written apart: {events}");
+
+        let report = json(&s.t.run(&["redact", "--json"]));
+        let counts = &report["sessions"][0]["redacted"];
+        for (kind, _, _) in &credentials {
+            // Each is in the message, the thought and the tool call's title and input.
+            assert!(counts[kind.id()].as_u64() >= Some(3), "{kind}: {report}");
+        }
+        nothing_secret_on_disk(&s.t.db_path(), &credentials);
+        let verified = s.t.run(&["verify"]);
+        assert!(verified.status.success(), "{}", stderr(&verified));
+        let restored =
+            crate::support::stdout(&s.t.run(&["restore", "--session", &sid, "--format", "acp"]));
+        for (kind, secret, _) in &credentials {
+            assert!(!restored.contains(secret.lines().next().unwrap()), "{kind}");
+        }
+    }
+
     /// A prompt queued mid-turn is stored redacted and, delivered by the same proxy
     /// when the turn ends, reaches the agent as the user sent it.
     #[tokio::test]
@@ -797,18 +858,28 @@ mod stored {
         // is kept in its parts until another entry follows).
         let before = written(&t.db_path());
         for (kind, secret, _) in &credentials[..credentials.len() - 1] {
-            assert!(holds(&before, secret.lines().next().unwrap()), "{kind}: stored as given");
+            assert!(
+                holds(&before, secret.lines().next().unwrap()),
+                "{kind}: stored as given"
+            );
         }
 
         let dry = json(&ok(t.run(&["redact", "--dry-run", "--json"])));
         assert_shape(&dry);
         let report = json(&ok(t.run(&["redact", "--json"])));
-        assert_eq!(report["sessions"], dry["sessions"], "the dry run said what went");
+        assert_eq!(
+            report["sessions"], dry["sessions"],
+            "the dry run said what went"
+        );
         let counts = &report["sessions"][0]["redacted"];
         for (kind, _, _) in &credentials {
             assert_eq!(counts[kind.id()], 1, "{kind}: {report}");
         }
-        assert_eq!(counts.as_object().map(|c| c.len()), Some(credentials.len()), "{report}");
+        assert_eq!(
+            counts.as_object().map(|c| c.len()),
+            Some(credentials.len()),
+            "{report}"
+        );
 
         // Neither the secret nor a half of it is on disk; its marker and the ordinary
         // text around it are.
@@ -816,7 +887,10 @@ mod stored {
         let bytes = written(&t.db_path());
         for ((kind, _, _), halves) in credentials.iter().zip(&parts) {
             for half in halves {
-                assert!(!holds(&bytes, half), "{kind}: half of it is on disk: {half}");
+                assert!(
+                    !holds(&bytes, half),
+                    "{kind}: half of it is on disk: {half}"
+                );
             }
         }
         let verified = t.run(&["verify"]);
@@ -842,7 +916,10 @@ mod stored {
         }
         for ((text, message), (kind, _, _)) in texts.iter().zip(&messages).zip(&credentials) {
             assert_eq!(text, &sessionstore::redact::redact(message), "{kind}");
-            assert!(text.contains(&format!("[REDACTED:{}]", kind.id())), "{kind}");
+            assert!(
+                text.contains(&format!("[REDACTED:{}]", kind.id())),
+                "{kind}"
+            );
         }
         // Search finds the rest and no part of a secret.
         let hits = json(&ok(t.run(&["search", "deploy", "--json"])));
@@ -855,7 +932,11 @@ mod stored {
             }
         }
         let again = json(&ok(t.run(&["redact", "--json"])));
-        assert_eq!(again["sessions"], serde_json::json!([]), "nothing left to find");
+        assert_eq!(
+            again["sessions"],
+            serde_json::json!([]),
+            "nothing left to find"
+        );
     }
 
     #[tokio::test]
