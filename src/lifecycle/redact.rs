@@ -277,8 +277,10 @@ impl Store {
     /// index merged, every page written afresh (`VACUUM`), the WAL checkpointed and
     /// truncated; the report names the backups that still hold it. An id that names
     /// no session fails the call before anything changes. Attachment files are never
-    /// rewritten. A secret split across two recorded batches of a store kept with
-    /// redaction off is not found: each event is redacted by itself, as export does.
+    /// rewritten. Each event is redacted by itself, as export does, unless a secret
+    /// runs across two recorded batches of a streamed message (a store kept with
+    /// redaction off): then the session's log is walked as the recorder streams it,
+    /// and the secret is found whole.
     pub async fn redact_stored(&self, options: RedactOptions) -> Result<RedactReport> {
         let RedactOptions {
             sessions,
@@ -486,4 +488,152 @@ fn write(db: &Db, id: &SessionId, streamed: bool) -> Result<(BTreeMap<String, u6
         }
         Ok(counts)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::EventSeq;
+    use crate::redact::fresh::{Rng, fresh};
+    use crate::redact::{Chunk, Kind, Streams};
+
+    fn event(seq: i64, kind: &str, payload: Value) -> Event<String> {
+        Event {
+            seq: EventSeq(seq),
+            session_id: SessionId::new(),
+            session_seq: seq,
+            kind: kind.to_owned(),
+            payload: payload.to_string(),
+            created_at: String::new(),
+        }
+    }
+
+    fn chunk(id: &str, text: &str) -> Value {
+        serde_json::json!({"sessionUpdate": "agent_message_chunk", "messageId": id,
+            "content": {"type": "text", "text": text}})
+    }
+
+    fn texts(updates: &mut [Value]) -> String {
+        updates
+            .iter_mut()
+            .filter_map(|u| Chunk::text_mut(u).map(|t| t.clone()))
+            .collect()
+    }
+
+    /// A message streamed across two `turn_recorded` events, with a secret split
+    /// across them, comes out of the walk as the recorder (`record_from`) would have
+    /// stored it: the same chunks, the tail moved into the message's last chunk, and
+    /// an event of another kind ending the message.
+    #[test]
+    fn a_walk_streams_a_message_across_events_as_the_recorder_does() {
+        let (secret, _) = fresh(Kind::AnthropicApiKey, &mut Rng::new());
+        let (a, b) = secret.split_at(secret.len() / 2);
+        let batches = vec![
+            vec![chunk("m1", "it starts: "), chunk("m1", a)],
+            vec![chunk("m1", b), chunk("m1", " and goes on")],
+            vec![chunk("m2", "another")],
+        ];
+        let mut log: Vec<Event<String>> = batches
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                event(
+                    i as i64 + 1,
+                    "turn_recorded",
+                    serde_json::json!({"kind": "turn_recorded", "updates": u, "items": []}),
+                )
+            })
+            .collect();
+        log.insert(
+            2,
+            event(
+                3,
+                "session_renamed",
+                serde_json::json!({"kind": "session_renamed", "title": "t"}),
+            ),
+        );
+        // The recorder, a batch held until the next, the rename ending the message.
+        let mut streams = Streams::<Value>::default();
+        let mut expected: Vec<Vec<Value>> = Vec::new();
+        let mut held: Vec<Value> = Vec::new();
+        for (i, batch) in batches.into_iter().enumerate() {
+            if i == 2 {
+                streams.end(&mut held);
+            }
+            let (next, added) = streams.pass_after(&mut held, batch);
+            assert_eq!(added, 0);
+            expected.push(std::mem::replace(&mut held, next));
+        }
+        streams.end(&mut held);
+        expected.push(held);
+        expected.remove(0);
+
+        let mut walk = Streamed::default();
+        let mut ready = Vec::new();
+        for e in log {
+            ready.extend(walk.next(Some(e)));
+        }
+        ready.extend(walk.next(None));
+        assert_eq!(ready.len(), 4, "every event, in order");
+        let mut got: Vec<Vec<Value>> = Vec::new();
+        let mut tally = Tally::default();
+        for (event, payload) in &ready {
+            let text = payload.as_deref().unwrap_or(&event.payload);
+            assert!(!text.contains(a) && !text.contains(b), "{text}");
+            if let Some(new) = payload {
+                tally.add(&event.payload, new);
+            }
+            let mut doc: Value = serde_json::from_str(text).unwrap();
+            if let Some(Value::Array(updates)) = doc.get_mut("updates") {
+                got.push(std::mem::take(updates));
+            }
+        }
+        assert_eq!(got, expected);
+        assert_eq!(
+            texts(&mut got[0]) + &texts(&mut got[1]),
+            "it starts: [REDACTED:anthropic-api-key] and goes on"
+        );
+        assert_eq!(ready[2].1, None, "the rename is left as it was");
+        assert_eq!(
+            tally.counts(),
+            BTreeMap::from([("anthropic-api-key".to_owned(), 1)])
+        );
+    }
+
+    /// The two walks agree on a log whose secrets each sit in one event, and differ
+    /// once one is split across two.
+    #[test]
+    fn the_walks_differ_only_when_a_secret_runs_across_events() {
+        let (secret, _) = fresh(Kind::GithubToken, &mut Rng::new());
+        let (a, b) = secret.split_at(secret.len() / 2);
+        let differ = |batches: Vec<Vec<Value>>| {
+            let mut walk = Streamed {
+                agree: Some(Agree::default()),
+                ..Streamed::default()
+            };
+            for (i, u) in batches.into_iter().enumerate() {
+                let e = event(
+                    i as i64 + 1,
+                    "turn_recorded",
+                    serde_json::json!({"kind": "turn_recorded", "updates": u, "items": []}),
+                );
+                let (mut doc, _) = alone(&e).unwrap();
+                if let Some(Value::Array(updates)) = doc.get_mut("updates") {
+                    walk.agree.as_mut().unwrap().give(false, updates);
+                }
+                walk.next(Some(e));
+            }
+            walk.next(None);
+            walk.agree.unwrap().differ()
+        };
+        let whole = format!("{a}{b}");
+        assert!(!differ(vec![
+            vec![chunk("m", "say "), chunk("m", &whole)],
+            vec![chunk("m", " plain words")],
+        ]));
+        assert!(differ(vec![
+            vec![chunk("m", "say "), chunk("m", a)],
+            vec![chunk("m", b), chunk("m", " plain words")],
+        ]));
+    }
 }
