@@ -164,15 +164,23 @@ impl Held {
 impl Streamed {
     /// The next event of the log (`None`: it ended); gives back the events now ready.
     fn next(&mut self, event: Option<Event<String>>) -> Ready {
+        let doc = event
+            .as_ref()
+            .filter(|e| e.kind == "turn_recorded")
+            .and_then(|e| serde_json::from_str::<Value>(&e.payload).ok());
+        self.next_read(event, doc)
+    }
+
+    /// [`Streamed::next`] of an event whose payload was read already (`doc`: `None`
+    /// when it does not parse, or was not read: not a `turn_recorded` event).
+    fn next_read(&mut self, event: Option<Event<String>>, doc: Option<Value>) -> Ready {
         let mut ready = Vec::with_capacity(2);
         let Some(event) = event else {
             self.end(&mut ready);
             return ready;
         };
         let recorded = match event.kind == "turn_recorded" {
-            true => serde_json::from_str::<Value>(&event.payload)
-                .ok()
-                .filter(|doc| doc.get("updates").is_some_and(Value::is_array)),
+            true => doc.filter(|doc| doc.get("updates").is_some_and(Value::is_array)),
             false => None,
         };
         let Some(mut doc) = recorded else {
@@ -427,18 +435,25 @@ fn scan(db: &Db, id: &SessionId) -> Result<(BTreeMap<String, u64>, bool)> {
             }
         };
         rewrite::each_event_paged(tx, id, |event| {
-            if let Some((mut doc, changed)) = alone(&event) {
-                if changed {
+            // Read once for both walks.
+            let read = serde_json::from_str::<Value>(&event.payload).ok();
+            let mut original = None;
+            if let Some(mut doc) = read {
+                let recorded = event.kind == "turn_recorded";
+                if recorded {
+                    original = Some(doc.clone());
+                }
+                if crate::redact::payload(&mut doc) {
                     alone_tally.add(&event.payload, &doc.to_string());
                 }
-                if event.kind == "turn_recorded"
+                if recorded
                     && let Some(Value::Array(updates)) = doc.get_mut("updates")
                     && let Some(agree) = walk.agree.as_mut()
                 {
                     agree.give(false, updates);
                 }
             }
-            take(walk.next(Some(event)));
+            take(walk.next_read(Some(event), original));
             Ok(())
         })?;
         take(walk.next(None));
