@@ -116,15 +116,35 @@ type Ready = Vec<(Event<String>, Option<String>)>;
 /// bytes) is carried from event to event, and the event holding the open message's
 /// last chunk is held back until the next event: one that continues the message takes
 /// the text after the tail, one that ends it (an update that does not continue it,
-/// any other kind of event, the log's end) leaves the tail in that last chunk, where
-/// the recorder puts it. So one event at most is held, never a whole message.
+/// an event that adds to the history, the log's end) leaves the tail in that last
+/// chunk, where the recorder puts it. Events that leave the history alone ([`QUIET`])
+/// wait behind the held one. So one `turn_recorded` event at most is held, and a few
+/// small ones, never a whole message.
 #[derive(Default)]
 struct Streamed {
     streams: crate::redact::Streams<Value>,
     held: Option<Held>,
+    /// Events after the held one that leave the history alone (a setting the client
+    /// changed while the agent streamed, say), so the message goes on across them as
+    /// its item does: given back after it, in order.
+    after: Vec<(Event<String>, Option<String>)>,
     /// Given the texts of the chunks of each event made ready, when a scan compares.
     agree: Option<Agree>,
 }
+
+/// The kinds of event that change no entry of a session's history, so an agent's
+/// message recorded before one goes on in the next `turn_recorded` (`projection`).
+const QUIET: &[&str] = &[
+    "setting_recorded",
+    "session_renamed",
+    "session_archived",
+    "session_unarchived",
+    "agent_bound",
+];
+
+/// How many such events a streamed message goes on across at most; past that it ends
+/// (so a walk holds a bounded number of events).
+const AFTER_MOST: usize = 64;
 
 /// A `turn_recorded` event held back, its updates redacted so far.
 struct Held {
@@ -184,8 +204,15 @@ impl Streamed {
             false => None,
         };
         let Some(mut doc) = recorded else {
-            self.end(&mut ready);
             let payload = alone(&event).and_then(|(doc, changed)| changed.then(|| doc.to_string()));
+            if self.held.is_some()
+                && QUIET.contains(&event.kind.as_str())
+                && self.after.len() < AFTER_MOST
+            {
+                self.after.push((event, payload));
+                return ready;
+            }
+            self.end(&mut ready);
             ready.push((event, payload));
             return ready;
         };
@@ -210,6 +237,7 @@ impl Streamed {
         let (updates, _) = self.streams.pass_after(before, batch);
         if let Some(held) = self.held.take() {
             ready.push(held.done(self.agree.as_mut()));
+            ready.append(&mut self.after);
         }
         self.held = Some(Held {
             event,
@@ -226,6 +254,7 @@ impl Streamed {
         if let Some(mut held) = self.held.take() {
             self.streams.end(&mut held.updates);
             ready.push(held.done(self.agree.as_mut()));
+            ready.append(&mut self.after);
         }
     }
 }
@@ -559,15 +588,26 @@ mod tests {
                 )
             })
             .collect();
+        // A setting between the halves leaves the message going on (its item joins
+        // across it); a user's message before the last batch ends it.
         log.insert(
-            2,
+            1,
             event(
-                3,
-                "session_renamed",
-                serde_json::json!({"kind": "session_renamed", "title": "t"}),
+                10,
+                "setting_recorded",
+                serde_json::json!({"kind": "setting_recorded", "setting": {}}),
             ),
         );
-        // The recorder, a batch held until the next, the rename ending the message.
+        log.insert(
+            3,
+            event(
+                11,
+                "message_appended",
+                serde_json::json!({"kind": "message_appended", "displayText": "hi"}),
+            ),
+        );
+        // The recorder, a batch held until the next, the user's message ending the
+        // message.
         let mut streams = Streams::<Value>::default();
         let mut expected: Vec<Vec<Value>> = Vec::new();
         let mut held: Vec<Value> = Vec::new();
@@ -589,7 +629,8 @@ mod tests {
             ready.extend(walk.next(Some(e)));
         }
         ready.extend(walk.next(None));
-        assert_eq!(ready.len(), 4, "every event, in order");
+        let seqs: Vec<i64> = ready.iter().map(|(e, _)| e.seq.0).collect();
+        assert_eq!(seqs, [1, 10, 2, 11, 3], "every event, in order");
         let mut got: Vec<Vec<Value>> = Vec::new();
         let mut tally = Tally::default();
         for (event, payload) in &ready {
@@ -608,7 +649,8 @@ mod tests {
             texts(&mut got[0]) + &texts(&mut got[1]),
             "it starts: [REDACTED:anthropic-api-key] and goes on"
         );
-        assert_eq!(ready[2].1, None, "the rename is left as it was");
+        assert_eq!(ready[1].1, None, "the setting is left as it was");
+        assert_eq!(ready[3].1, None, "the user's message is left as it was");
         assert_eq!(
             tally.counts(),
             BTreeMap::from([("anthropic-api-key".to_owned(), 1)])
