@@ -1079,6 +1079,21 @@ mod stored {
         };
         let credentials = credentials();
         let sid = stored_as_given(&t, &credentials);
+        // And one secret split across two `record` runs of one streamed message.
+        let (_, split, around) = &credentials[4];
+        let text = said(around);
+        let at = around.len() / 2;
+        let (a, b) = text.split_at(BEFORE.len() + at);
+        for part in [a, b] {
+            let line = serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                "messageId": "split", "content": {"type": "text", "text": part}});
+            let mut bin = t.bin();
+            bin.args(["--redact", "off", "record", "--session", &sid])
+                .stdin(format!("{line}\n"));
+            ok(bin.output());
+        }
+        let halves = halves(split, around, at);
+        assert!(!halves.is_empty());
         let dry = json(&ok(t.run(&["redact", "--dry-run", "--json"])));
         assert_eq!(dry["sessions"][0]["id"], sid.as_str());
         let kept = crate::support::stdout(&t.run(&["events", "--session", &sid]));
@@ -1103,6 +1118,14 @@ mod stored {
             let phrase = format!("\"{}\"", secret.lines().nth(1).unwrap_or(secret));
             let hits = json(&t.run(&["search", &phrase, "--json"]));
             assert_eq!(hits.as_array().map(Vec::len), Some(0), "{kind}: {hits}");
+        }
+        for half in &halves {
+            for text in [&events, &shown, &restored] {
+                assert!(
+                    !text.contains(half.as_str()),
+                    "half of a split secret: {half}"
+                );
+            }
         }
         assert!(restored.contains("the deploy notes say"));
     }
