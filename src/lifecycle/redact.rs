@@ -445,52 +445,115 @@ impl Store {
 /// export checks them), then how many secrets of each kind its log holds, and whether
 /// it is to be walked streamed (a secret split across events: [`Streamed`]); else
 /// each event is redacted by itself, and a message's chunks keep their texts unless
-/// a secret runs across them.
+/// a secret runs across them. The log is read once, and read again, both ways, only
+/// when a streamed message goes on from one event into another.
 fn scan(db: &Db, id: &SessionId) -> Result<(BTreeMap<String, u64>, bool)> {
     db.read(|tx| {
         let session = queries::get_session(tx, id)?;
         crate::db::verify::check_session(tx, &session)?;
-        let mut alone_tally = Tally::default();
-        let mut streamed_tally = Tally::default();
-        let mut walk = Streamed {
-            agree: Some(Agree::default()),
-            ..Streamed::default()
-        };
-        let mut take = |ready: Ready| {
-            for (event, payload) in ready {
-                if let Some(new) = payload {
-                    streamed_tally.add(&event.payload, &new);
-                }
-            }
-        };
+        let mut tally = Tally::default();
+        let mut spans = Spans::default();
         rewrite::each_event_paged(tx, id, |event| {
-            // Read once for both walks.
-            let read = serde_json::from_str::<Value>(&event.payload).ok();
-            let mut original = None;
-            if let Some(mut doc) = read {
-                let recorded = event.kind == "turn_recorded";
-                if recorded {
-                    original = Some(doc.clone());
-                }
-                if crate::redact::payload(&mut doc) {
-                    alone_tally.add(&event.payload, &doc.to_string());
-                }
-                if recorded
-                    && let Some(Value::Array(updates)) = doc.get_mut("updates")
-                    && let Some(agree) = walk.agree.as_mut()
-                {
-                    agree.give(false, updates);
-                }
+            let Ok(mut doc) = serde_json::from_str::<Value>(&event.payload) else {
+                spans.other(&event);
+                return Ok(());
+            };
+            spans.see(&event, &doc);
+            if crate::redact::payload(&mut doc) {
+                tally.add(&event.payload, &doc.to_string());
             }
-            take(walk.next_read(Some(event), original));
             Ok(())
         })?;
-        take(walk.next(None));
-        let differ = walk.agree.as_ref().is_some_and(Agree::differ);
-        Ok(match differ {
-            true => (streamed_tally.counts(), true),
-            false => (alone_tally.counts(), false),
+        match spans.found {
+            false => Ok((tally.counts(), false)),
+            true => scan_both(tx, id),
+        }
+    })
+}
+
+/// Whether an agent's message or thought may go on from one `turn_recorded` event
+/// into a later one: the first event's last update and the later one's first are
+/// chunks of the same kind and message id, with only events of [`QUIET`] kinds
+/// between. It errs towards yes (the recorder's test also compares the rest).
+#[derive(Default)]
+struct Spans {
+    last: Option<(String, Value)>,
+    found: bool,
+}
+
+impl Spans {
+    fn key(update: Option<&Value>) -> Option<(String, Value)> {
+        let update = update?;
+        let kind = update.get("sessionUpdate")?.as_str()?;
+        matches!(kind, "agent_message_chunk" | "agent_thought_chunk").then(|| {
+            (
+                kind.to_owned(),
+                update.get("messageId").cloned().unwrap_or(Value::Null),
+            )
         })
+    }
+
+    fn see(&mut self, event: &Event<String>, doc: &Value) {
+        let updates = match doc.get("updates") {
+            Some(Value::Array(updates)) if event.kind == "turn_recorded" => updates,
+            _ => return self.other(event),
+        };
+        if self.last.is_some() && self.last == Self::key(updates.first()) {
+            self.found = true;
+        }
+        self.last = Self::key(updates.last());
+    }
+
+    fn other(&mut self, event: &Event<String>) {
+        if !QUIET.contains(&event.kind.as_str()) {
+            self.last = None;
+        }
+    }
+}
+
+/// [`scan`]'s counts and choice, from the log walked both ways at once: streamed when
+/// the two walks' texts of agent messages and thoughts differ ([`Agree`]).
+fn scan_both(tx: &crate::db::Tx<'_>, id: &SessionId) -> Result<(BTreeMap<String, u64>, bool)> {
+    let mut alone_tally = Tally::default();
+    let mut streamed_tally = Tally::default();
+    let mut walk = Streamed {
+        agree: Some(Agree::default()),
+        ..Streamed::default()
+    };
+    let mut take = |ready: Ready| {
+        for (event, payload) in ready {
+            if let Some(new) = payload {
+                streamed_tally.add(&event.payload, &new);
+            }
+        }
+    };
+    rewrite::each_event_paged(tx, id, |event| {
+        // Read once for both walks.
+        let read = serde_json::from_str::<Value>(&event.payload).ok();
+        let mut original = None;
+        if let Some(mut doc) = read {
+            let recorded = event.kind == "turn_recorded";
+            if recorded {
+                original = Some(doc.clone());
+            }
+            if crate::redact::payload(&mut doc) {
+                alone_tally.add(&event.payload, &doc.to_string());
+            }
+            if recorded
+                && let Some(Value::Array(updates)) = doc.get_mut("updates")
+                && let Some(agree) = walk.agree.as_mut()
+            {
+                agree.give(false, updates);
+            }
+        }
+        take(walk.next_read(Some(event), original));
+        Ok(())
+    })?;
+    take(walk.next(None));
+    let differ = walk.agree.as_ref().is_some_and(Agree::differ);
+    Ok(match differ {
+        true => (streamed_tally.counts(), true),
+        false => (alone_tally.counts(), false),
     })
 }
 
@@ -692,5 +755,43 @@ mod tests {
             vec![chunk("m", "say "), chunk("m", a)],
             vec![chunk("m", b), chunk("m", " plain words")],
         ]));
+    }
+
+    /// A message going on into a later event is noticed across a quiet event, and not
+    /// across a user's message or into another message.
+    #[test]
+    fn a_message_going_on_into_a_later_event_is_noticed() {
+        let recorded = |seq, u: Vec<Value>| {
+            event(
+                seq,
+                "turn_recorded",
+                serde_json::json!({"kind": "turn_recorded", "updates": u, "items": []}),
+            )
+        };
+        let found = |log: Vec<Event<String>>| {
+            let mut spans = Spans::default();
+            for e in &log {
+                spans.see(e, &serde_json::from_str(&e.payload).unwrap());
+            }
+            spans.found
+        };
+        let setting = event(
+            2,
+            "setting_recorded",
+            serde_json::json!({"kind": "setting_recorded"}),
+        );
+        let user = event(
+            2,
+            "message_appended",
+            serde_json::json!({"kind": "message_appended"}),
+        );
+        let a = || recorded(1, vec![chunk("m", "a")]);
+        assert!(found(vec![
+            a(),
+            setting,
+            recorded(3, vec![chunk("m", "b")])
+        ]));
+        assert!(!found(vec![a(), user, recorded(3, vec![chunk("m", "b")])]));
+        assert!(!found(vec![a(), recorded(3, vec![chunk("n", "b")])]));
     }
 }
