@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Serialize;
+use serde_json::Value;
 
 use super::{Progress, Run};
 use crate::config::Database;
@@ -21,7 +22,6 @@ use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::model::{Event, EventPayload};
 use crate::store::{Store, blocking};
-use serde_json::Value;
 
 /// How [`Store::redact_stored`] runs.
 #[derive(Debug, Clone, Default)]
