@@ -92,17 +92,19 @@ impl Lifted {
     }
 }
 
-/// Rewrites `session`'s log and rows in `conn`'s write: each event's payload through
-/// `redact` (which returns the new payload's text when it changed), then every row
-/// of the session's history made again from the rewritten log and indexed for
-/// search. The rows go first, while the log still holds what their delete triggers
+/// Rewrites `session`'s log and rows in `conn`'s write: each event through `redact`,
+/// which is given the log's events in order (then `None`: the log ended) and gives
+/// them back in the same order, each with its new payload's text when it changed; it
+/// may hold an event back until the next (a streamed message's tail moves into an
+/// earlier event's last chunk). Then every row of the session's history is made again
+/// from the rewritten log and indexed for search. The rows go first, while the log still holds what their delete triggers
 /// hand the search index. Returns how many events were rewritten; a log that does
 /// not replay whole is refused (`Error::LogMismatch`), so the caller's write rolls
 /// back.
 pub(crate) fn rewrite_session(
     conn: &Tx<'_>,
     session: &SessionId,
-    mut redact: impl FnMut(&Event<String>) -> Option<String>,
+    mut redact: impl FnMut(Option<Event<String>>) -> Vec<(Event<String>, Option<String>)>,
 ) -> Result<u64> {
     // What waits to be indexed is indexed first: a delete hands the index the text
     // of each row it takes out, which must be the text it took in.
@@ -111,22 +113,26 @@ pub(crate) fn rewrite_session(
     let guard = lift_guard(conn)?;
     let mut replayer = Replayer::windowed(*session);
     let mut rewritten = 0;
-    each_event_paged(conn, session, |mut event| {
-        if let Some(payload) = redact(&event) {
-            conn.execute(
-                "UPDATE events SET payload = ?2 WHERE seq = ?1",
-                args![event.seq.0, payload],
-            )
-            .map_err(sql("rewrite an event"))?;
-            event.payload = payload;
-            rewritten += 1;
-        }
-        replayer.apply(&event);
-        for entry in replayer.take_retired() {
-            write_entry(conn, &entry)?;
+    let mut write = |ready: Vec<(Event<String>, Option<String>)>| -> Result<()> {
+        for (mut event, payload) in ready {
+            if let Some(payload) = payload {
+                conn.execute(
+                    "UPDATE events SET payload = ?2 WHERE seq = ?1",
+                    args![event.seq.0, payload],
+                )
+                .map_err(sql("rewrite an event"))?;
+                event.payload = payload;
+                rewritten += 1;
+            }
+            replayer.apply(&event);
+            for entry in replayer.take_retired() {
+                write_entry(conn, &entry)?;
+            }
         }
         Ok(())
-    })?;
+    };
+    each_event_paged(conn, session, |event| write(redact(Some(event))))?;
+    write(redact(None))?;
     guard.restore(conn)?;
     replayer.close();
     for entry in replayer.take_retired() {

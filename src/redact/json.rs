@@ -286,8 +286,9 @@ impl Chunk for crate::turns::Update {
 /// Redacts an event's payload as a document, true when anything changed; a batch of
 /// recorded updates as the recorder would have (`redact::Streams`), so that a
 /// message streamed in chunks comes out as its item does: a secret split across two
-/// chunks of one batch is found (one split across two batches of a store kept with
-/// redaction off is not, in the log). Export, import and `redact` use it alike.
+/// chunks of one batch is found. Export, import and `redact` use it alike; `redact`
+/// also walks a session's batches as one stream where a secret runs across two of
+/// them (`lifecycle::redact`).
 pub fn payload(payload: &mut Value) -> bool {
     let Some(map) = payload.as_object_mut() else {
         return value(payload);

@@ -506,14 +506,24 @@ async fn run_turn(
     if let Some((_, said)) = text.split_once("echo in two:") {
         // What was said, back as a message in two chunks cut at its middle, a thought,
         // and a tool call that takes it as its input: a secret in it reaches the
-        // recorder split across two chunks, and whole in the others.
+        // recorder split across two chunks, and whole in the others. The second chunk
+        // comes well after the proxy's recording window (5 ms) closed on the first, so
+        // the two are written apart.
         let mut mid = said.len() / 2;
         while !said.is_char_boundary(mid) {
             mid += 1;
         }
-        for piece in [&said[..mid], &said[mid..]] {
-            update(cx, session, SessionUpdate::AgentMessageChunk(chunk(piece)))?;
-        }
+        update(
+            cx,
+            session,
+            SessionUpdate::AgentMessageChunk(chunk(&said[..mid])),
+        )?;
+        tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+        update(
+            cx,
+            session,
+            SessionUpdate::AgentMessageChunk(chunk(&said[mid..])),
+        )?;
         update(cx, session, SessionUpdate::AgentThoughtChunk(chunk(said)))?;
         update(
             cx,

@@ -404,6 +404,67 @@ mod fronts {
         assert_eq!(messages.len(), credentials.len());
     }
 
+    /// A proxy of a store kept with redaction off writes the agent's echo, streamed in
+    /// two chunks well apart, in two events; `redact` finds each secret split across
+    /// them whole.
+    #[tokio::test]
+    async fn redact_finds_a_secret_split_across_two_proxy_writes() {
+        let s = Setup::new();
+        let seen = Seen::default();
+        let mut proxy = s.proxy_with(s.root(), &["--redact", "off"], &[]);
+        let credentials = credentials();
+        let sent: Vec<String> = credentials
+            .iter()
+            .map(|(_, _, around)| format!("echo in two:{}", said(around)))
+            .collect();
+        let id = client(&mut proxy, &seen, {
+            let cwd = s.cwd.clone();
+            async move |cx| {
+                let id = open_session(&cx, &cwd).await?;
+                for p in &sent {
+                    prompt_text(&cx, &id, p).await?;
+                }
+                Ok(id)
+            }
+        })
+        .await;
+        drop(proxy);
+        let sid = store_id(&id).to_string();
+        // The message's halves were written apart (for most at least: the window is
+        // a timer); the thought and the tool call hold the secret whole.
+        let events = crate::support::stdout(&s.t.run(&["events", "--session", &sid]));
+        let apart = credentials
+            .iter()
+            .filter(|(_, secret, _)| {
+                !events.lines().any(|e| {
+                    let e: serde_json::Value = serde_json::from_str(e).expect("an event");
+                    e["payload"]["updates"].as_array().is_some_and(|u| {
+                        u.iter().any(|u| {
+                            u["sessionUpdate"] == "agent_message_chunk"
+                                && u.to_string().contains(secret.lines().next().unwrap())
+                        })
+                    })
+                })
+            })
+            .count();
+        assert!(apart > 0, "no secret was written apart: {events}");
+
+        let report = json(&s.t.run(&["redact", "--json"]));
+        let counts = &report["sessions"][0]["redacted"];
+        for (kind, _, _) in &credentials {
+            // Each is in the message, the thought and the tool call's title and input.
+            assert!(counts[kind.id()].as_u64() >= Some(3), "{kind}: {report}");
+        }
+        nothing_secret_on_disk(&s.t.db_path(), &credentials);
+        let verified = s.t.run(&["verify"]);
+        assert!(verified.status.success(), "{}", stderr(&verified));
+        let restored =
+            crate::support::stdout(&s.t.run(&["restore", "--session", &sid, "--format", "acp"]));
+        for (kind, secret, _) in &credentials {
+            assert!(!restored.contains(secret.lines().next().unwrap()), "{kind}");
+        }
+    }
+
     /// A prompt queued mid-turn is stored redacted and, delivered by the same proxy
     /// when the turn ends, reaches the agent as the user sent it.
     #[tokio::test]
@@ -735,6 +796,149 @@ mod stored {
         assert_eq!(again["sessions"], serde_json::json!([]));
     }
 
+    /// The parts of a secret on either side of where its text was split, long enough
+    /// to tell (each line of them, for a private key): what a redaction of each half
+    /// alone would leave.
+    fn halves(secret: &str, around: &str, at: usize) -> Vec<String> {
+        let start = around.find(secret).expect("the secret is in its text");
+        let at = at.clamp(start, start + secret.len()) - start;
+        let (a, b) = secret.split_at(at);
+        [a, b]
+            .iter()
+            .flat_map(|part| part.lines())
+            .filter(|l| l.len() >= 12 && !l.starts_with("-----"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Each secret in a streamed agent message split across two `record` runs of a
+    /// store kept with redaction off, so two events each hold half of it: `redact`
+    /// walks the log as the recorder streams it and finds it whole, in the message
+    /// that goes on after it and in the one that ends right after it (the log's last,
+    /// whose tail is written at the log's end).
+    #[test]
+    fn a_secret_split_across_two_recorded_batches_is_found_whole() {
+        let t = TestStore::empty();
+        let credentials = credentials();
+        let sid = json(&ok(t.run(&["--redact", "off", "session", "new", "--json"])))["id"]
+            .as_str()
+            .expect("an id")
+            .to_owned();
+        let record = |lines: &[serde_json::Value]| {
+            let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+            let mut bin = t.bin();
+            bin.args(["--redact", "off", "record", "--session", &sid])
+                .stdin(input);
+            ok(bin.output());
+        };
+        let chunk = |id: usize, text: &str| {
+            serde_json::json!({"sessionUpdate": "agent_message_chunk", "messageId": format!("m{id}"),
+                "content": {"type": "text", "text": text}})
+        };
+        let mut messages = Vec::new();
+        let mut parts = Vec::new();
+        for (i, (_, secret, around)) in credentials.iter().enumerate() {
+            let text = said(around);
+            let mid = BEFORE.len() + around.len() / 2;
+            let (a, b) = text.split_at(mid);
+            parts.push(halves(secret, around, mid - BEFORE.len()));
+            record(&[chunk(i, "it starts: "), chunk(i, a)]);
+            // Every other message (and the last) ends right after the secret's end.
+            let mut message = format!("it starts: {text}");
+            match i % 2 == 0 && i + 1 < credentials.len() {
+                true => {
+                    record(&[chunk(i, b), chunk(i, " and it goes on.")]);
+                    message.push_str(" and it goes on.");
+                }
+                false => record(&[chunk(i, b)]),
+            }
+            messages.push(message);
+        }
+        // Whole in the rows made of the two events (the last message's, still open,
+        // is kept in its parts until another entry follows).
+        let before = written(&t.db_path());
+        for (kind, secret, _) in &credentials[..credentials.len() - 1] {
+            assert!(
+                holds(&before, secret.lines().next().unwrap()),
+                "{kind}: stored as given"
+            );
+        }
+
+        let dry = json(&ok(t.run(&["redact", "--dry-run", "--json"])));
+        assert_shape(&dry);
+        let report = json(&ok(t.run(&["redact", "--json"])));
+        assert_eq!(
+            report["sessions"], dry["sessions"],
+            "the dry run said what went"
+        );
+        let counts = &report["sessions"][0]["redacted"];
+        for (kind, _, _) in &credentials {
+            assert_eq!(counts[kind.id()], 1, "{kind}: {report}");
+        }
+        assert_eq!(
+            counts.as_object().map(|c| c.len()),
+            Some(credentials.len()),
+            "{report}"
+        );
+
+        // Neither the secret nor a half of it is on disk; its marker and the ordinary
+        // text around it are.
+        nothing_secret_on_disk(&t.db_path(), &credentials);
+        let bytes = written(&t.db_path());
+        for ((kind, _, _), halves) in credentials.iter().zip(&parts) {
+            for half in halves {
+                assert!(
+                    !holds(&bytes, half),
+                    "{kind}: half of it is on disk: {half}"
+                );
+            }
+        }
+        let verified = t.run(&["verify"]);
+        assert!(verified.status.success(), "{}", stderr(&verified));
+
+        // Each message reads back as its whole text redacted, the rest byte for byte.
+        let restored = crate::support::stdout(&t.run(&[
+            "restore",
+            "--session",
+            &sid,
+            "--format",
+            "acp-updates",
+        ]));
+        let mut texts = vec![String::new(); messages.len()];
+        for line in restored.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            let update = &v["params"]["update"];
+            if update["sessionUpdate"] == "agent_message_chunk" {
+                let id = update["messageId"].as_str().expect("a message id");
+                let n: usize = id[1..].parse().expect("m<n>");
+                texts[n].push_str(update["content"]["text"].as_str().unwrap_or(""));
+            }
+        }
+        for ((text, message), (kind, _, _)) in texts.iter().zip(&messages).zip(&credentials) {
+            assert_eq!(text, &sessionstore::redact::redact(message), "{kind}");
+            assert!(
+                text.contains(&format!("[REDACTED:{}]", kind.id())),
+                "{kind}"
+            );
+        }
+        // Search finds the rest and no part of a secret.
+        let hits = json(&ok(t.run(&["search", "deploy", "--json"])));
+        assert!(!hits.as_array().unwrap().is_empty(), "{hits}");
+        for ((kind, _, _), halves) in credentials.iter().zip(&parts) {
+            for half in halves {
+                let phrase = format!("\"{}\"", half.replace('"', ""));
+                let hits = json(&t.run(&["search", &phrase, "--json"]));
+                assert_eq!(hits.as_array().map(Vec::len), Some(0), "{kind}: {hits}");
+            }
+        }
+        let again = json(&ok(t.run(&["redact", "--json"])));
+        assert_eq!(
+            again["sessions"],
+            serde_json::json!([]),
+            "nothing left to find"
+        );
+    }
+
     #[tokio::test]
     async fn a_session_a_proxy_holds_is_skipped_and_reported() {
         let t = TestStore::new().await;
@@ -875,6 +1079,21 @@ mod stored {
         };
         let credentials = credentials();
         let sid = stored_as_given(&t, &credentials);
+        // And one secret split across two `record` runs of one streamed message.
+        let (_, split, around) = &credentials[4];
+        let text = said(around);
+        let at = around.len() / 2;
+        let (a, b) = text.split_at(BEFORE.len() + at);
+        for part in [a, b] {
+            let line = serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                "messageId": "split", "content": {"type": "text", "text": part}});
+            let mut bin = t.bin();
+            bin.args(["--redact", "off", "record", "--session", &sid])
+                .stdin(format!("{line}\n"));
+            ok(bin.output());
+        }
+        let halves = halves(split, around, at);
+        assert!(!halves.is_empty());
         let dry = json(&ok(t.run(&["redact", "--dry-run", "--json"])));
         assert_eq!(dry["sessions"][0]["id"], sid.as_str());
         let kept = crate::support::stdout(&t.run(&["events", "--session", &sid]));
@@ -899,6 +1118,14 @@ mod stored {
             let phrase = format!("\"{}\"", secret.lines().nth(1).unwrap_or(secret));
             let hits = json(&t.run(&["search", &phrase, "--json"]));
             assert_eq!(hits.as_array().map(Vec::len), Some(0), "{kind}: {hits}");
+        }
+        for half in &halves {
+            for text in [&events, &shown, &restored] {
+                assert!(
+                    !text.contains(half.as_str()),
+                    "half of a split secret: {half}"
+                );
+            }
         }
         assert!(restored.contains("the deploy notes say"));
     }
