@@ -8,7 +8,7 @@
 //!   event with the same pragmas; and a send with two 256 KiB references against a
 //!   text-only send.
 //! - `restore`: 1,000 messages, 2 references each over 8 distinct 256 KiB files,
-//!   `Store::restore_stream` written by the ACP writer into a sink, against a SELECT
+//!   `Store::restore` written by the ACP writer into a sink, against a SELECT
 //!   plus one read and one base64 encoding per distinct file.
 //! - `dispatch`: one message with four 16 MiB images, written as JSON by the block
 //!   writer, against reading and base64-encoding the same files; then on the same
@@ -290,7 +290,7 @@ fn restore(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     Comparison {
         what: "restore: 1,000 messages x 2 refs over 8 files vs select + read + base64",
         baseline: "select + read + base64 per file",
-        measured: "Store::restore_stream to JSON",
+        measured: "Store::restore to JSON",
         target: Some(0.7),
         paired: Paired {
             rounds: 31,
@@ -631,7 +631,11 @@ fn backend_side(
     let restore = timed(&mut group, "restore 200 messages", || {
         let items = rt.block_on(async {
             let mut stream = store
-                .restore_stream(session, sessionstore::dispatch::DEFAULT_MEMO_BUDGET)
+                .restore(
+                    session,
+                    sessionstore::dispatch::DEFAULT_MEMO_BUDGET,
+                    sessionstore::history::Replay::Whole,
+                )
                 .await
                 .expect("restore");
             let mut items = 0;

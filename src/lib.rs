@@ -10,6 +10,7 @@
 //! ```
 //! use sessionstore::dispatch::{Memo, Mode};
 //! use sessionstore::format::{Format, StreamWriter};
+//! use sessionstore::history::Replay;
 //! use sessionstore::model::{Delivery, ToolsHost};
 //! use sessionstore::store::{Prompt, PromptBlock, Upload};
 //! use sessionstore::{Config, DAEMON_ATTACHMENT_CONTEXT_META_KEY, Store};
@@ -53,7 +54,7 @@
 //!
 //! // Later, in a fresh process: restore as a stream, each item written as it comes.
 //! let store = Store::open_read_only(config).await?;
-//! let mut items = store.restore_stream(session.id, 64 << 20).await?;
+//! let mut items = store.restore(session.id, 64 << 20, Replay::whole()).await?;
 //! let mut out = StreamWriter::begin(Vec::new(), Format::AcpUpdates, session.id, "")?;
 //! while let Some(item) = items.next().await {
 //!     out.item(&item?)?;

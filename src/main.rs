@@ -664,7 +664,7 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     // at its start) is refused here, before anything is written; a row that does not
     // read later stops the output there (`verify` names it).
     let mut stream = store
-        .restore_from(args.session, args.memo_budget, replay)
+        .restore(args.session, args.memo_budget, replay)
         .await?;
     let out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
     let mut out = StreamWriter::begin_replay(

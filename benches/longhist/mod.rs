@@ -102,7 +102,7 @@ fn replay_store(rt: &Runtime, f: &Fixture, replay: Replay) {
     rt.block_on(async {
         let mut stream = f
             .store
-            .restore_from(f.session, DEFAULT_MEMO_BUDGET, replay)
+            .restore(f.session, DEFAULT_MEMO_BUDGET, replay)
             .await
             .expect("restore");
         let mut out = StreamWriter::begin_replay(

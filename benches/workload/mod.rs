@@ -243,12 +243,16 @@ pub fn restore_baseline(conn: &Connection, session: &str, folder: &Path) {
     std::hint::black_box((rows, encoded));
 }
 
-/// The store's restore: `restore_stream` written by the ACP restore writer into a sink.
+/// The store's restore: `Store::restore` written by the ACP restore writer into a sink.
 pub fn restore_store(rt: &Runtime, f: &Fixture) {
     rt.block_on(async {
         let mut stream = f
             .store
-            .restore_stream(f.session, DEFAULT_MEMO_BUDGET)
+            .restore(
+                f.session,
+                DEFAULT_MEMO_BUDGET,
+                sessionstore::history::Replay::Whole,
+            )
             .await
             .expect("restore");
         let mut out = StreamWriter::begin(std::io::sink(), Format::AcpRestore, f.session, "gpt-4o")

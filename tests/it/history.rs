@@ -1,7 +1,7 @@
 //! Histories of any length, from outside: `restore --tail N` and `--from ID` in every
 //! format are the whole restore's entries from that point on, say where they start
 //! where a whole restore says nothing, and refuse an id the delivered history does
-//! not hold; the library gives the same through `Store::restore_from`.
+//! not hold; the library gives the same through `Store::restore`.
 
 use sessionstore::history::Replay;
 use sessionstore::store::Outgoing;
@@ -129,7 +129,7 @@ async fn the_library_replays_from_the_same_point() {
     let whole = t.store().collect_restore(s).await.unwrap();
     let mut stream = t
         .store()
-        .restore_from(s, 1 << 20, Replay::Tail(3))
+        .restore(s, 1 << 20, Replay::Tail(3))
         .await
         .unwrap();
     let partial = *stream.partial().expect("a partial replay says so");
@@ -146,11 +146,7 @@ async fn the_library_replays_from_the_same_point() {
     assert_eq!(ids.len(), 3);
     let last = whole.messages.last().unwrap().message.id;
     assert_eq!(ids[2], EntryId::from(last));
-    let stream = t
-        .store()
-        .restore_from(s, 1 << 20, Replay::Whole)
-        .await
-        .unwrap();
+    let stream = t.store().restore(s, 1 << 20, Replay::Whole).await.unwrap();
     assert!(stream.partial().is_none(), "a whole replay says nothing");
 }
 

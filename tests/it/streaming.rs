@@ -253,7 +253,10 @@ async fn the_replay_waits_for_its_reader() {
         };
         store.send(s, out).await.unwrap();
     }
-    let mut stream = store.restore_stream(s, DEFAULT_MEMO_BUDGET).await.unwrap();
+    let mut stream = store
+        .restore(s, DEFAULT_MEMO_BUDGET, sessionstore::history::Replay::Whole)
+        .await
+        .unwrap();
     let Some(Ok(ReplayItem::Message(first))) = stream.next().await else {
         panic!("a first item");
     };

@@ -307,7 +307,7 @@ impl Probe {
             .await
             .step("open a fresh store to replay the turn")?;
         let mut stream = fresh
-            .restore_stream(s, DEFAULT_MEMO_BUDGET)
+            .restore(s, DEFAULT_MEMO_BUDGET, crate::history::Replay::Whole)
             .await
             .step("replay the recorded turn")?;
         let written = |e: std::io::Error| Failure::Step(format!("cannot write acp-updates: {e}"));
@@ -371,7 +371,9 @@ async fn restored_messages(
     store: &Store,
     session: SessionId,
 ) -> crate::error::Result<Vec<Dispatched>> {
-    let mut stream = store.restore_stream(session, DEFAULT_MEMO_BUDGET).await?;
+    let mut stream = store
+        .restore(session, DEFAULT_MEMO_BUDGET, crate::history::Replay::Whole)
+        .await?;
     let mut messages = Vec::new();
     while let Some(item) = stream.next().await {
         if let crate::replay::ReplayItem::Message(m) = item? {
