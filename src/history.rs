@@ -61,22 +61,68 @@ pub use crate::replay::Partial;
 /// enough that a million lines make under 8,000 events.
 pub const RECORD_BATCH: usize = 128;
 
-/// Where the updates of [`Store::record_from`] come from. A write may run more than
-/// once (PostgreSQL runs a transaction again when it lost a race), so `batches`
-/// hands the updates over from the first one every time it is called.
+/// Where the updates of a long [`Store::record`] come from, read a batch at a time.
+/// A write may run more than once (PostgreSQL runs a transaction again when it lost
+/// a race), so `batches` hands the updates over from the first one every time it is
+/// called.
 pub trait UpdateSource: Send + 'static {
     /// Calls `each` with the updates in order, in batches of at most
     /// [`RECORD_BATCH`], stopping at the first error `each` returns.
     fn batches(&mut self, each: &mut dyn FnMut(Vec<Update>) -> Result<()>) -> Result<()>;
 }
 
-/// Updates already in memory.
-impl UpdateSource for Vec<Update> {
+/// A source already in a box.
+impl UpdateSource for Box<dyn UpdateSource> {
     fn batches(&mut self, each: &mut dyn FnMut(Vec<Update>) -> Result<()>) -> Result<()> {
-        for batch in self.chunks(RECORD_BATCH) {
+        (**self).batches(each)
+    }
+}
+
+/// Updates already in memory, recorded as a long input is: a batch of at most
+/// [`RECORD_BATCH`] at a time, each with its own `turn_recorded` event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batches(pub Vec<Update>);
+
+impl UpdateSource for Batches {
+    fn batches(&mut self, each: &mut dyn FnMut(Vec<Update>) -> Result<()>) -> Result<()> {
+        for batch in self.0.chunks(RECORD_BATCH) {
             each(batch.to_vec())?;
         }
         Ok(())
+    }
+}
+
+/// Updates as the JSON an agent sent (the `update` of each `session/update`), each
+/// read as `record` reads an input line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Values(pub Vec<serde_json::Value>);
+
+/// What [`Store::record`] records: a batch in memory (a `Vec` of anything that is
+/// an [`Update`]), one as the JSON an agent sent ([`Values`]), or a long input read
+/// a batch at a time (any [`UpdateSource`], such as [`Batches`]).
+pub struct Updates(pub(crate) Input);
+
+pub(crate) enum Input {
+    Batch(Vec<Update>),
+    Values(Vec<serde_json::Value>),
+    Source(Box<dyn UpdateSource>),
+}
+
+impl<U: Into<Update>> From<Vec<U>> for Updates {
+    fn from(updates: Vec<U>) -> Updates {
+        Updates(Input::Batch(updates.into_iter().map(Into::into).collect()))
+    }
+}
+
+impl From<Values> for Updates {
+    fn from(values: Values) -> Updates {
+        Updates(Input::Values(values.0))
+    }
+}
+
+impl<S: UpdateSource> From<S> for Updates {
+    fn from(source: S) -> Updates {
+        Updates(Input::Source(Box::new(source)))
     }
 }
 
@@ -149,11 +195,11 @@ impl Store {
     }
 
     /// Records updates read from `source` in one write, all or nothing, as
-    /// [`Store::record`] does, but one batch at a time: each batch of at most
+    /// [`Store::record`] does a batch, but one batch at a time: each batch of at most
     /// [`RECORD_BATCH`] updates is merged and written with its own `turn_recorded`
     /// event before the next is read, so a long input is never held whole. A
     /// refused update (numbered from 1 over the whole input) stores nothing.
-    pub async fn record_from(
+    pub(crate) async fn record_batches(
         &self,
         session: SessionId,
         mut source: impl UpdateSource,

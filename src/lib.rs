@@ -10,7 +10,7 @@
 //! ```
 //! use sessionstore::dispatch::{Memo, Mode};
 //! use sessionstore::format::{Format, StreamWriter};
-//! use sessionstore::history::Replay;
+//! use sessionstore::history::{Replay, Values};
 //! use sessionstore::model::{Delivery, ToolsHost};
 //! use sessionstore::store::{Prompt, PromptBlock, Upload};
 //! use sessionstore::{Config, DAEMON_ATTACHMENT_CONTEXT_META_KEY, Store};
@@ -45,10 +45,10 @@
 //!
 //! // The agent's answer, as the `update`s of its `session/update`s.
 //! store
-//!     .record_values(session.id, vec![serde_json::json!({
+//!     .record(session.id, Values(vec![serde_json::json!({
 //!         "sessionUpdate": "agent_message_chunk",
 //!         "content": {"type": "text", "text": "It says: buy milk."}
-//!     })])
+//!     })]))
 //!     .await?;
 //! drop(store);
 //!

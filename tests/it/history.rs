@@ -255,7 +255,10 @@ pub(crate) async fn recorded(t: &TestStore, n: usize) -> SessionId {
             )
         })
         .collect();
-    t.store().record_from(s, updates).await.unwrap();
+    t.store()
+        .record(s, sessionstore::history::Batches(updates))
+        .await
+        .unwrap();
     s
 }
 
@@ -277,7 +280,12 @@ async fn the_log_is_keyed_a_batch_at_a_time_and_reads_the_same_keyed_or_not() {
                 "content": {"type": "text", "text": format!("{s} chunk {i} ")}})
         };
         let store = t.store().clone();
-        async move { store.record_values(s, vec![update]).await.unwrap() }
+        async move {
+            store
+                .record(s, sessionstore::history::Values(vec![update]))
+                .await
+                .unwrap()
+        }
     };
     // Each update its own batch and event, the two sessions taking turns, as two
     // streams through one proxy do.
@@ -406,10 +414,12 @@ async fn a_large_event_is_keyed_at_once_with_the_events_before_it() {
     );
     let long = "word ".repeat(2000);
     t.store()
-        .record_values(
+        .record(
             s,
-            vec![serde_json::json!({"sessionUpdate": "agent_message_chunk",
-                "content": {"type": "text", "text": long}})],
+            sessionstore::history::Values(vec![
+                serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": long}}),
+            ]),
         )
         .await
         .unwrap();
