@@ -325,7 +325,7 @@ fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     Comparison {
         what: "dispatch: four 16 MiB images to JSON vs read + base64",
         baseline: "read + base64",
-        measured: "Store::dispatch_parts to JSON",
+        measured: "Store::dispatch (parts) to JSON",
         target: Some(0.8),
         paired: paired(),
     }
@@ -337,9 +337,9 @@ fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     );
     // The typed blocks a library caller gets, not serialized, against the writer path.
     Comparison {
-        what: "dispatch-typed: Store::dispatch blocks vs dispatch_parts written into a sink",
-        baseline: "dispatch_parts to a sink",
-        measured: "Store::dispatch blocks",
+        what: "dispatch-typed: Store::dispatch into blocks vs its parts written into a sink",
+        baseline: "Store::dispatch parts to a sink",
+        measured: "Store::dispatch into blocks",
         target: Some(0.8),
         paired: paired(),
     }
@@ -350,9 +350,9 @@ fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
         || drop(std::hint::black_box(workload::dispatch_typed(rt, &f))),
     );
     Comparison {
-        what: "dispatch-typed: Store::dispatch blocks vs dispatch_parts written into a Vec<u8>",
-        baseline: "dispatch_parts to a Vec",
-        measured: "Store::dispatch blocks",
+        what: "dispatch-typed: Store::dispatch into blocks vs its parts written into a Vec<u8>",
+        baseline: "Store::dispatch parts to a Vec",
+        measured: "Store::dispatch into blocks",
         target: Some(0.8),
         paired: paired(),
     }
@@ -363,9 +363,9 @@ fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
         || drop(std::hint::black_box(workload::dispatch_typed(rt, &f))),
     );
     Comparison {
-        what: "dispatch-typed: Store::dispatch blocks, the caller keeping the memo, vs dispatch_parts into a sink",
-        baseline: "dispatch_parts to a sink",
-        measured: "Store::dispatch blocks, memo kept",
+        what: "dispatch-typed: Store::dispatch into blocks, the caller keeping the memo, vs its parts into a sink",
+        baseline: "Store::dispatch parts to a sink",
+        measured: "Store::dispatch into blocks, memo kept",
         target: Some(0.8),
         paired: paired(),
     }

@@ -620,7 +620,7 @@ async fn dispatch(config: Config, args: DispatchArgs) -> Result<()> {
         DispatchFormat::OpenaiResponses => Format::OpenaiResponses,
     };
     let dispatched = store
-        .dispatch_parts(args.session, args.message, mode(args.strict), Memo::new())
+        .dispatch(args.session, args.message, mode(args.strict), Memo::new())
         .await?;
     let mut out = output(format, args.session, &args.model.model)?;
     out.message(&dispatched)
@@ -631,7 +631,12 @@ async fn dispatch(config: Config, args: DispatchArgs) -> Result<()> {
 async fn drain(config: Config, args: DrainArgs) -> Result<()> {
     let store = Store::open_existing(config).await?;
     let drained = store
-        .prepare_drain_parts(args.session, mode(args.strict), Memo::new())
+        .drain(
+            args.session,
+            mode(args.strict),
+            Memo::new(),
+            sessionstore::store::Drain::Prepare,
+        )
         .await?;
     // Delivered means handed on: the messages are marked only after the whole output
     // was written and flushed.

@@ -762,7 +762,7 @@ impl Store {
         .await
     }
 
-    /// [`Store::dispatch_parts`] of a message as it was given rather than as it is
+    /// [`Store::dispatch`] of a message as it was given rather than as it is
     /// stored (`Store::send_prompt_as_given`): the proxy delivers a prompt to its agent
     /// as the user sent it, secrets and all, while the store keeps it redacted.
     #[cfg(feature = "acp")]
@@ -788,8 +788,10 @@ impl Store {
 
     /// What the model gets for one delivered user message (default: the latest), as
     /// parts that share their encodings with `memo`, for a writer in `format`.
-    /// Changes nothing.
-    pub async fn dispatch_parts(
+    /// Changes nothing; reads go through `memo`. [`Dispatched::from`] turns it into
+    /// ACP blocks, each encoding moved into its block when nothing else (`memo`,
+    /// with every clone of it the caller let go, is let go here) keeps its read.
+    pub async fn dispatch(
         &self,
         session: SessionId,
         message: Option<MessageId>,
@@ -805,52 +807,18 @@ impl Store {
         .await
     }
 
-    /// The blocks the model gets for one delivered user message (default: the latest).
-    /// Changes nothing; reads go through `memo`. Each encoding is copied into its
-    /// block once, or moved there when `memo` (with every clone of it the caller let
-    /// go) keeps no hold on its read; `dispatch_parts` shares them instead.
-    pub async fn dispatch(
-        &self,
-        session: SessionId,
-        message: Option<MessageId>,
-        mode: Mode,
-        memo: Memo,
-    ) -> Result<Dispatched> {
-        let resolver = self.resolver();
-        self.dispatching(session, message, move |placement, message| {
-            let m = dispatch::dispatch_parts(&resolver, &memo, message, placement, mode)?;
-            // The memo is let go first: a read that no other handle on it keeps is
-            // then held by its parts alone, and its encoding moves into its block.
-            drop(memo);
-            Ok(Dispatched::from(m))
-        })
-        .await
-    }
-
-    /// What a drain would deliver: the queued mid-turn messages in order, through the
-    /// same resolver and memo as normal delivery. Changes nothing, so a caller can hand
-    /// the blocks on first and `mark_delivered` only once they got through. A strict
-    /// drain that cannot read a reference fails whole.
-    pub async fn prepare_drain(
+    /// The queued mid-turn messages in order, as [`Store::dispatch`] gives each,
+    /// through the same resolver and memo as normal delivery. With
+    /// [`Drain::Prepare`] it changes nothing, so a caller can hand the blocks on
+    /// first and `mark_delivered` only once they got through; with
+    /// [`Drain::Commit`] it then marks them delivered (with their events) in one
+    /// write. A strict drain that cannot read a reference fails whole.
+    pub async fn drain(
         &self,
         session: SessionId,
         mode: Mode,
         memo: Memo,
-    ) -> Result<Vec<Dispatched>> {
-        Ok(self
-            .prepare_drain_parts(session, mode, memo)
-            .await?
-            .into_iter()
-            .map(Dispatched::from)
-            .collect())
-    }
-
-    /// `prepare_drain` as parts that share their encodings, for a writer in `format`.
-    pub async fn prepare_drain_parts(
-        &self,
-        session: SessionId,
-        mode: Mode,
-        memo: Memo,
+        drain: Drain,
     ) -> Result<Vec<ModelMessage>> {
         let (current, queued) = self
             .with_read(move |tx| {
@@ -864,7 +832,7 @@ impl Store {
         }
         let placement = self.placement(&current);
         let resolver = self.resolver();
-        blocking(move || {
+        let drained = blocking(move || {
             queued
                 .into_iter()
                 .map(|message| {
@@ -874,24 +842,25 @@ impl Store {
                 })
                 .collect::<Result<Vec<_>>>()
         })
-        .await
-    }
-
-    /// `prepare_drain`, then marks the drained messages delivered (with their events)
-    /// in one write: for a caller whose delivery cannot fail after this returns.
-    pub async fn drain(
-        &self,
-        session: SessionId,
-        mode: Mode,
-        memo: Memo,
-    ) -> Result<Vec<Dispatched>> {
-        let drained = self.prepare_drain(session, mode, memo).await?;
-        if !drained.is_empty() {
+        .await?;
+        if drain == Drain::Commit {
             let ids = drained.iter().map(|d| d.message.id).collect();
             self.mark_delivered(session, ids).await?;
         }
         Ok(drained)
     }
+}
+
+/// What [`Store::drain`] does besides reading: nothing (the default), or mark what
+/// it read delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Drain {
+    /// Changes nothing: the caller marks the messages delivered once they got through.
+    #[default]
+    Prepare,
+    /// Marks the drained messages delivered, for a caller whose delivery cannot
+    /// fail after this returns.
+    Commit,
 }
 
 /// A file handed to the store to keep: the upload's own name (made safe when stored)

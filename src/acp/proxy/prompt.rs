@@ -298,7 +298,7 @@ impl Proxy {
                 }
                 None => {
                     self.store
-                        .dispatch_parts(session, Some(*message), Mode::Degrade, memo.clone())
+                        .dispatch(session, Some(*message), Mode::Degrade, memo.clone())
                         .await?
                 }
             };

@@ -4,6 +4,7 @@
 //! database behind the store's back through `db`'s audit.
 
 use super::*;
+use crate::store::Dispatched;
 
 impl Probe {
     /// Restores the session through a new store and checks the replay.
@@ -137,7 +138,8 @@ impl Probe {
         let strict = self
             .store
             .dispatch(s, Some(sent.normal.id), Mode::Strict, memo.clone())
-            .await;
+            .await
+            .map(Dispatched::from);
         let outcome = check::strict_names_missing(&self.known, strict);
         self.record("strict-dispatch-names-missing-reference", outcome);
 
@@ -145,6 +147,7 @@ impl Probe {
             .store
             .dispatch(s, Some(sent.normal.id), Mode::Degrade, memo.clone())
             .await
+            .map(Dispatched::from)
             .step("dispatch with a missing file, degrading")?;
         let after_missing = self.reads.snapshot();
         let again = Outgoing {
@@ -167,6 +170,7 @@ impl Probe {
             .store
             .dispatch(s, Some(sent.normal.id), Mode::Degrade, memo.clone())
             .await
+            .map(Dispatched::from)
             .step("dispatch once the file is back")?;
         let eviction = Eviction {
             evicted_while_missing,
