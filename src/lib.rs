@@ -12,7 +12,7 @@
 //! use sessionstore::format::{Format, StreamWriter};
 //! use sessionstore::history::{Replay, Values};
 //! use sessionstore::model::{Delivery, ToolsHost};
-//! use sessionstore::store::{Prompt, PromptBlock, Upload};
+//! use sessionstore::store::{Dispatched, Prompt, PromptBlock, Upload};
 //! use sessionstore::{Config, DAEMON_ATTACHMENT_CONTEXT_META_KEY, Store};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -38,7 +38,8 @@
 //! // What the model gets: the file's block carries where it was read, now.
 //! let dispatched = store
 //!     .dispatch(session.id, Some(message.id), Mode::Strict, Memo::new())
-//!     .await?;
+//!     .await
+//!     .map(Dispatched::from)?;
 //! let block = serde_json::to_value(&dispatched.blocks[1])?;
 //! let context = block["_meta"][DAEMON_ATTACHMENT_CONTEXT_META_KEY].as_str().unwrap();
 //! assert!(context.contains(&*dir.path().join("attachments").to_string_lossy()));
