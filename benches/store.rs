@@ -8,7 +8,7 @@
 //!   event with the same pragmas; and a send with two 256 KiB references against a
 //!   text-only send.
 //! - `restore`: 1,000 messages, 2 references each over 8 distinct 256 KiB files,
-//!   `Store::restore_stream` written by the ACP writer into a sink, against a SELECT
+//!   `Store::restore` written by the ACP writer into a sink, against a SELECT
 //!   plus one read and one base64 encoding per distinct file.
 //! - `dispatch`: one message with four 16 MiB images, written as JSON by the block
 //!   writer, against reading and base64-encoding the same files; then on the same
@@ -290,7 +290,7 @@ fn restore(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     Comparison {
         what: "restore: 1,000 messages x 2 refs over 8 files vs select + read + base64",
         baseline: "select + read + base64 per file",
-        measured: "Store::restore_stream to JSON",
+        measured: "Store::restore to JSON",
         target: Some(0.7),
         paired: Paired {
             rounds: 31,
@@ -325,7 +325,7 @@ fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     Comparison {
         what: "dispatch: four 16 MiB images to JSON vs read + base64",
         baseline: "read + base64",
-        measured: "Store::dispatch_parts to JSON",
+        measured: "Store::dispatch (parts) to JSON",
         target: Some(0.8),
         paired: paired(),
     }
@@ -337,9 +337,9 @@ fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     );
     // The typed blocks a library caller gets, not serialized, against the writer path.
     Comparison {
-        what: "dispatch-typed: Store::dispatch blocks vs dispatch_parts written into a sink",
-        baseline: "dispatch_parts to a sink",
-        measured: "Store::dispatch blocks",
+        what: "dispatch-typed: Store::dispatch into blocks vs its parts written into a sink",
+        baseline: "Store::dispatch parts to a sink",
+        measured: "Store::dispatch into blocks",
         target: Some(0.8),
         paired: paired(),
     }
@@ -350,9 +350,9 @@ fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
         || drop(std::hint::black_box(workload::dispatch_typed(rt, &f))),
     );
     Comparison {
-        what: "dispatch-typed: Store::dispatch blocks vs dispatch_parts written into a Vec<u8>",
-        baseline: "dispatch_parts to a Vec",
-        measured: "Store::dispatch blocks",
+        what: "dispatch-typed: Store::dispatch into blocks vs its parts written into a Vec<u8>",
+        baseline: "Store::dispatch parts to a Vec",
+        measured: "Store::dispatch into blocks",
         target: Some(0.8),
         paired: paired(),
     }
@@ -363,9 +363,9 @@ fn dispatch(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
         || drop(std::hint::black_box(workload::dispatch_typed(rt, &f))),
     );
     Comparison {
-        what: "dispatch-typed: Store::dispatch blocks, the caller keeping the memo, vs dispatch_parts into a sink",
-        baseline: "dispatch_parts to a sink",
-        measured: "Store::dispatch blocks, memo kept",
+        what: "dispatch-typed: Store::dispatch into blocks, the caller keeping the memo, vs its parts into a sink",
+        baseline: "Store::dispatch parts to a sink",
+        measured: "Store::dispatch into blocks, memo kept",
         target: Some(0.8),
         paired: paired(),
     }
@@ -631,7 +631,11 @@ fn backend_side(
     let restore = timed(&mut group, "restore 200 messages", || {
         let items = rt.block_on(async {
             let mut stream = store
-                .restore_stream(session, sessionstore::dispatch::DEFAULT_MEMO_BUDGET)
+                .restore(
+                    session,
+                    sessionstore::dispatch::DEFAULT_MEMO_BUDGET,
+                    sessionstore::history::Replay::Whole,
+                )
                 .await
                 .expect("restore");
             let mut items = 0;

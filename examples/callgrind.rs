@@ -134,8 +134,11 @@ fn run(rt: &Runtime, workload: &str, dir: &Path, n: usize) {
             for i in 0..n {
                 let chunk = serde_json::json!({"sessionUpdate": "agent_message_chunk",
                     "content": {"type": "text", "text": format!("{i:020} chunk of a streamed answer. ")}});
-                rt.block_on(f.store.record_values(f.session, vec![chunk]))
-                    .expect("record");
+                rt.block_on(
+                    f.store
+                        .record(f.session, sessionstore::history::Values(vec![chunk])),
+                )
+                .expect("record");
             }
         }
         "raw-append" => {

@@ -21,7 +21,7 @@ use crate::store::{Store, blocking};
 
 /// Where a replay starts. Entries are counted as `restore --format acp` shows them:
 /// the delivered messages and the recorded items, in the history's one order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Replay {
     /// The whole history.
     #[default]
@@ -30,33 +30,25 @@ pub enum Replay {
     Tail(u64),
     /// From this entry (a delivered message or a recorded item), inclusive.
     From(EntryId),
+    /// From a `messageId` as an ACP client saw it in a replay (see
+    /// [`Replay::from_acp_message`]), inclusive.
+    AcpMessage(String),
 }
 
 impl Replay {
+    /// The whole history (`Replay::default()`).
+    pub fn whole() -> Replay {
+        Replay::Whole
+    }
+
     /// A replay from a `messageId` as an ACP client saw it in a replay: a user
     /// message's id, which is the store's own, or the `messageId` an agent's
     /// recorded message or thought carried, which is the agent's; the store's
-    /// id of a recorded item is taken too.
-    pub fn from_acp_message(message_id: &str) -> AcpPoint {
-        AcpPoint(message_id.to_owned())
+    /// id of a recorded item is taken too. It is found in the history when the
+    /// replay starts.
+    pub fn from_acp_message(message_id: &str) -> Replay {
+        Replay::AcpMessage(message_id.to_owned())
     }
-}
-
-/// A replay point named by an ACP `messageId` (see [`Replay::from_acp_message`]),
-/// found in the history when the replay starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AcpPoint(String);
-
-/// Where a replay starts: by the store's id, or by an ACP `messageId`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Point {
-    Replay(Replay),
-    Acp(AcpPoint),
-}
-
-impl Point {
-    /// The whole history.
-    pub(crate) const WHOLE: Point = Point::Replay(Replay::Whole);
 }
 
 pub use crate::replay::Partial;
@@ -69,22 +61,68 @@ pub use crate::replay::Partial;
 /// enough that a million lines make under 8,000 events.
 pub const RECORD_BATCH: usize = 128;
 
-/// Where the updates of [`Store::record_from`] come from. A write may run more than
-/// once (PostgreSQL runs a transaction again when it lost a race), so `batches`
-/// hands the updates over from the first one every time it is called.
+/// Where the updates of a long [`Store::record`] come from, read a batch at a time.
+/// A write may run more than once (PostgreSQL runs a transaction again when it lost
+/// a race), so `batches` hands the updates over from the first one every time it is
+/// called.
 pub trait UpdateSource: Send + 'static {
     /// Calls `each` with the updates in order, in batches of at most
     /// [`RECORD_BATCH`], stopping at the first error `each` returns.
     fn batches(&mut self, each: &mut dyn FnMut(Vec<Update>) -> Result<()>) -> Result<()>;
 }
 
-/// Updates already in memory.
-impl UpdateSource for Vec<Update> {
+/// A source already in a box.
+impl UpdateSource for Box<dyn UpdateSource> {
     fn batches(&mut self, each: &mut dyn FnMut(Vec<Update>) -> Result<()>) -> Result<()> {
-        for batch in self.chunks(RECORD_BATCH) {
+        (**self).batches(each)
+    }
+}
+
+/// Updates already in memory, recorded as a long input is: a batch of at most
+/// [`RECORD_BATCH`] at a time, each with its own `turn_recorded` event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batches(pub Vec<Update>);
+
+impl UpdateSource for Batches {
+    fn batches(&mut self, each: &mut dyn FnMut(Vec<Update>) -> Result<()>) -> Result<()> {
+        for batch in self.0.chunks(RECORD_BATCH) {
             each(batch.to_vec())?;
         }
         Ok(())
+    }
+}
+
+/// Updates as the JSON an agent sent (the `update` of each `session/update`), each
+/// read as `record` reads an input line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Values(pub Vec<serde_json::Value>);
+
+/// What [`Store::record`] records: a batch in memory (a `Vec` of anything that is
+/// an [`Update`]), one as the JSON an agent sent ([`Values`]), or a long input read
+/// a batch at a time (any [`UpdateSource`], such as [`Batches`]).
+pub struct Updates(pub(crate) Input);
+
+pub(crate) enum Input {
+    Batch(Vec<Update>),
+    Values(Vec<serde_json::Value>),
+    Source(Box<dyn UpdateSource>),
+}
+
+impl<U: Into<Update>> From<Vec<U>> for Updates {
+    fn from(updates: Vec<U>) -> Updates {
+        Updates(Input::Batch(updates.into_iter().map(Into::into).collect()))
+    }
+}
+
+impl From<Values> for Updates {
+    fn from(values: Values) -> Updates {
+        Updates(Input::Values(values.0))
+    }
+}
+
+impl<S: UpdateSource> From<S> for Updates {
+    fn from(source: S) -> Updates {
+        Updates(Input::Source(Box::new(source)))
     }
 }
 
@@ -130,20 +168,38 @@ impl Store {
     /// the first batch (16 items) is handed over, makes this call fail; one met later
     /// ends the stream with the error, after the items before it. Write the items as
     /// they come (a `format::StreamWriter`) rather than collect them.
-    pub async fn restore_stream(
+    ///
+    /// `replay` says where it starts: the whole history ([`Replay::whole`]), its
+    /// last N entries, the entries from one message or recorded item on
+    /// (inclusive), or from an ACP `messageId`. An id that is not in the delivered
+    /// history is `Error::ReplayPoint`, a `messageId` it does not hold
+    /// `Error::ReplayMessage`. The stream says where a partial replay starts
+    /// ([`RestoreStream::partial`]).
+    pub async fn restore(
         &self,
         session: SessionId,
         memo_budget: u64,
+        replay: Replay,
     ) -> Result<RestoreStream> {
-        self.restore_from(session, memo_budget, Replay::Whole).await
+        let db = self.db().clone();
+        let produce =
+            move |sink: &mut dyn Sink| db.read_once(|tx| produce(tx, session, &replay, sink));
+        let host = self.config().host.clone();
+        RestoreStream::start(
+            produce,
+            self.resolver(),
+            move |session| crate::store::placement(&host, session),
+            Memo::with_budget(memo_budget),
+        )
+        .await
     }
 
     /// Records updates read from `source` in one write, all or nothing, as
-    /// [`Store::record`] does, but one batch at a time: each batch of at most
+    /// [`Store::record`] does a batch, but one batch at a time: each batch of at most
     /// [`RECORD_BATCH`] updates is merged and written with its own `turn_recorded`
     /// event before the next is read, so a long input is never held whole. A
     /// refused update (numbered from 1 over the whole input) stores nothing.
-    pub async fn record_from(
+    pub(crate) async fn record_batches(
         &self,
         session: SessionId,
         mut source: impl UpdateSource,
@@ -200,52 +256,6 @@ impl Store {
         })
         .await
     }
-
-    /// [`Store::restore_stream`] from a point: the whole history, its last N entries,
-    /// or the entries from one message or recorded item on (inclusive); an id that
-    /// is not in the delivered history is `Error::ReplayPoint`. The stream says where
-    /// a partial replay starts ([`RestoreStream::partial`]).
-    pub async fn restore_from(
-        &self,
-        session: SessionId,
-        memo_budget: u64,
-        replay: Replay,
-    ) -> Result<RestoreStream> {
-        self.restore_at(session, memo_budget, Point::Replay(replay))
-            .await
-    }
-
-    /// [`Store::restore_from`] from an ACP `messageId` (see
-    /// [`Replay::from_acp_message`]); one the history does not hold is
-    /// `Error::ReplayMessage`.
-    pub async fn restore_from_acp(
-        &self,
-        session: SessionId,
-        memo_budget: u64,
-        point: AcpPoint,
-    ) -> Result<RestoreStream> {
-        self.restore_at(session, memo_budget, Point::Acp(point))
-            .await
-    }
-
-    async fn restore_at(
-        &self,
-        session: SessionId,
-        memo_budget: u64,
-        point: Point,
-    ) -> Result<RestoreStream> {
-        let db = self.db().clone();
-        let produce =
-            move |sink: &mut dyn Sink| db.read_once(|tx| produce(tx, session, &point, sink));
-        let host = self.config().host.clone();
-        RestoreStream::start(
-            produce,
-            self.resolver(),
-            move |session| crate::store::placement(&host, session),
-            Memo::with_budget(memo_budget),
-        )
-        .await
-    }
 }
 
 /// How many history seqs a page of rows covers: the first page is small, so the
@@ -263,21 +273,21 @@ const ENTRY_PAGE_MOST: i64 = 256;
 pub(crate) fn produce(
     tx: &Tx<'_>,
     session: SessionId,
-    point: &Point,
+    point: &Replay,
     sink: &mut dyn Sink,
 ) -> Result<()> {
     let row = queries::get_session(tx, &session)?;
     let last = entries::last_seq(tx, &session)?;
     let start = match point {
-        Point::Replay(Replay::Whole) => None,
-        Point::Replay(Replay::Tail(n)) => Some(entries::tail_start(tx, &session, *n)?),
-        Point::Replay(Replay::From(entry)) => Some(Some(
-            entries::seq_of(tx, &session, *entry)?.ok_or(Error::ReplayPoint {
+        Replay::Whole => None,
+        Replay::Tail(n) => Some(entries::tail_start(tx, &session, *n)?),
+        Replay::From(entry) => Some(Some(entries::seq_of(tx, &session, *entry)?.ok_or(
+            Error::ReplayPoint {
                 session,
                 entry: *entry,
-            })?,
-        )),
-        Point::Acp(AcpPoint(id)) => {
+            },
+        )?)),
+        Replay::AcpMessage(id) => {
             let by_store_id = match id.parse::<EntryId>() {
                 Ok(entry) => entries::seq_of(tx, &session, entry)?,
                 Err(_) => None,

@@ -10,8 +10,9 @@
 //! ```
 //! use sessionstore::dispatch::{Memo, Mode};
 //! use sessionstore::format::{Format, StreamWriter};
+//! use sessionstore::history::{Replay, Values};
 //! use sessionstore::model::{Delivery, ToolsHost};
-//! use sessionstore::store::{Prompt, PromptBlock, Upload};
+//! use sessionstore::store::{Dispatched, Prompt, PromptBlock, Upload};
 //! use sessionstore::{Config, DAEMON_ATTACHMENT_CONTEXT_META_KEY, Store};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -37,23 +38,24 @@
 //! // What the model gets: the file's block carries where it was read, now.
 //! let dispatched = store
 //!     .dispatch(session.id, Some(message.id), Mode::Strict, Memo::new())
-//!     .await?;
+//!     .await
+//!     .map(Dispatched::from)?;
 //! let block = serde_json::to_value(&dispatched.blocks[1])?;
 //! let context = block["_meta"][DAEMON_ATTACHMENT_CONTEXT_META_KEY].as_str().unwrap();
 //! assert!(context.contains(&*dir.path().join("attachments").to_string_lossy()));
 //!
 //! // The agent's answer, as the `update`s of its `session/update`s.
 //! store
-//!     .record_values(session.id, vec![serde_json::json!({
+//!     .record(session.id, Values(vec![serde_json::json!({
 //!         "sessionUpdate": "agent_message_chunk",
 //!         "content": {"type": "text", "text": "It says: buy milk."}
-//!     })])
+//!     })]))
 //!     .await?;
 //! drop(store);
 //!
 //! // Later, in a fresh process: restore as a stream, each item written as it comes.
 //! let store = Store::open_read_only(config).await?;
-//! let mut items = store.restore_stream(session.id, 64 << 20).await?;
+//! let mut items = store.restore(session.id, 64 << 20, Replay::whole()).await?;
 //! let mut out = StreamWriter::begin(Vec::new(), Format::AcpUpdates, session.id, "")?;
 //! while let Some(item) = items.next().await {
 //!     out.item(&item?)?;

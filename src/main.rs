@@ -620,7 +620,7 @@ async fn dispatch(config: Config, args: DispatchArgs) -> Result<()> {
         DispatchFormat::OpenaiResponses => Format::OpenaiResponses,
     };
     let dispatched = store
-        .dispatch_parts(args.session, args.message, mode(args.strict), Memo::new())
+        .dispatch(args.session, args.message, mode(args.strict), Memo::new())
         .await?;
     let mut out = output(format, args.session, &args.model.model)?;
     out.message(&dispatched)
@@ -631,7 +631,12 @@ async fn dispatch(config: Config, args: DispatchArgs) -> Result<()> {
 async fn drain(config: Config, args: DrainArgs) -> Result<()> {
     let store = Store::open_existing(config).await?;
     let drained = store
-        .prepare_drain_parts(args.session, mode(args.strict), Memo::new())
+        .drain(
+            args.session,
+            mode(args.strict),
+            Memo::new(),
+            sessionstore::store::Drain::Prepare,
+        )
         .await?;
     // Delivered means handed on: the messages are marked only after the whole output
     // was written and flushed.
@@ -664,7 +669,7 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     // at its start) is refused here, before anything is written; a row that does not
     // read later stops the output there (`verify` names it).
     let mut stream = store
-        .restore_from(args.session, args.memo_budget, replay)
+        .restore(args.session, args.memo_budget, replay)
         .await?;
     let out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
     let mut out = StreamWriter::begin_replay(

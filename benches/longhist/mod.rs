@@ -51,8 +51,11 @@ fn build(rt: &Runtime, f: &Fixture, items: usize) -> u64 {
                 sessionstore::turns::Update::Known(serde_json::from_str(&l).expect("an update"))
             })
             .collect();
-        rt.block_on(f.store.record_from(f.session, batch))
-            .expect("record");
+        rt.block_on(
+            f.store
+                .record(f.session, sessionstore::history::Batches(batch)),
+        )
+        .expect("record");
     }
     bytes
 }
@@ -102,7 +105,7 @@ fn replay_store(rt: &Runtime, f: &Fixture, replay: Replay) {
     rt.block_on(async {
         let mut stream = f
             .store
-            .restore_from(f.session, DEFAULT_MEMO_BUDGET, replay)
+            .restore(f.session, DEFAULT_MEMO_BUDGET, replay)
             .await
             .expect("restore");
         let mut out = StreamWriter::begin_replay(

@@ -76,8 +76,11 @@ fn build(rt: &Runtime, dir: &std::path::Path, items: usize) -> Fixture {
                 )
             })
             .collect();
-        rt.block_on(f.store.record_from(f.session, batch))
-            .expect("record");
+        rt.block_on(
+            f.store
+                .record(f.session, sessionstore::history::Batches(batch)),
+        )
+        .expect("record");
     }
     f
 }

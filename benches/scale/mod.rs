@@ -78,8 +78,11 @@ fn build(rt: &Runtime, f: &Fixture, items: usize) {
                 sessionstore::turns::Update::Known(serde_json::from_str(&l).expect("an update"))
             })
             .collect();
-        rt.block_on(f.store.record_from(f.session, batch))
-            .expect("record");
+        rt.block_on(
+            f.store
+                .record(f.session, sessionstore::history::Batches(batch)),
+        )
+        .expect("record");
     }
 }
 

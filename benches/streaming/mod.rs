@@ -127,7 +127,10 @@ fn appending(store: &Store, rt: &Runtime, sessions: usize, each: usize) -> Appen
                 for i in 0..each {
                     let at = Instant::now();
                     store
-                        .record_values(id, vec![chunk(&format!("piece {i} "))])
+                        .record(
+                            id,
+                            sessionstore::history::Values(vec![chunk(&format!("piece {i} "))]),
+                        )
                         .await
                         .expect("recorded");
                     latencies.push(at.elapsed().as_secs_f64());

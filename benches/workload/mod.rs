@@ -243,12 +243,16 @@ pub fn restore_baseline(conn: &Connection, session: &str, folder: &Path) {
     std::hint::black_box((rows, encoded));
 }
 
-/// The store's restore: `restore_stream` written by the ACP restore writer into a sink.
+/// The store's restore: `Store::restore` written by the ACP restore writer into a sink.
 pub fn restore_store(rt: &Runtime, f: &Fixture) {
     rt.block_on(async {
         let mut stream = f
             .store
-            .restore_stream(f.session, DEFAULT_MEMO_BUDGET)
+            .restore(
+                f.session,
+                DEFAULT_MEMO_BUDGET,
+                sessionstore::history::Replay::Whole,
+            )
             .await
             .expect("restore");
         let mut out = StreamWriter::begin(std::io::sink(), Format::AcpRestore, f.session, "gpt-4o")
@@ -283,14 +287,11 @@ pub fn dispatch_baseline(paths: &[PathBuf]) {
     }
 }
 
-/// The store's dispatch: `dispatch_parts` with a fresh memo, written by the ACP block
+/// The store's dispatch: `Store::dispatch` (its parts) with a fresh memo, written by the ACP block
 /// writer into a sink.
 pub fn dispatch_store(rt: &Runtime, f: &Fixture) {
     let d = rt
-        .block_on(
-            f.store
-                .dispatch_parts(f.session, None, Mode::Strict, Memo::new()),
-        )
+        .block_on(f.store.dispatch(f.session, None, Mode::Strict, Memo::new()))
         .expect("dispatch");
     let mut out =
         StreamWriter::begin(std::io::sink(), Format::AcpBlocks, f.session, "").expect("write");
@@ -301,8 +302,10 @@ pub fn dispatch_store(rt: &Runtime, f: &Fixture) {
 /// The typed dispatch: `Store::dispatch` with a fresh memo, the ACP blocks a library
 /// caller gets (not serialized).
 pub fn dispatch_typed(rt: &Runtime, f: &Fixture) -> Dispatched {
-    rt.block_on(f.store.dispatch(f.session, None, Mode::Strict, Memo::new()))
-        .expect("dispatch")
+    Dispatched::from(
+        rt.block_on(f.store.dispatch(f.session, None, Mode::Strict, Memo::new()))
+            .expect("dispatch"),
+    )
 }
 
 /// `Store::dispatch` with a memo the caller keeps (a daemon's memo for the turn): the
@@ -315,6 +318,7 @@ pub fn dispatch_typed_kept(rt: &Runtime, f: &Fixture) -> Dispatched {
                 .dispatch(f.session, None, Mode::Strict, memo.clone()),
         )
         .expect("dispatch");
+    let d = Dispatched::from(d);
     std::hint::black_box(&memo);
     d
 }
@@ -323,10 +327,7 @@ pub fn dispatch_typed_kept(rt: &Runtime, f: &Fixture) -> Dispatched {
 /// wants the JSON in memory gets it.
 pub fn dispatch_store_vec(rt: &Runtime, f: &Fixture) -> Vec<u8> {
     let d = rt
-        .block_on(
-            f.store
-                .dispatch_parts(f.session, None, Mode::Strict, Memo::new()),
-        )
+        .block_on(f.store.dispatch(f.session, None, Mode::Strict, Memo::new()))
         .expect("dispatch");
     let mut out = StreamWriter::begin(Vec::new(), Format::AcpBlocks, f.session, "").expect("write");
     out.message(&d).expect("write");
@@ -335,11 +336,8 @@ pub fn dispatch_store_vec(rt: &Runtime, f: &Fixture) -> Vec<u8> {
 
 /// The parts of the dispatch message, for the frame writer.
 pub fn dispatch_parts(rt: &Runtime, f: &Fixture) -> ModelMessage {
-    rt.block_on(
-        f.store
-            .dispatch_parts(f.session, None, Mode::Strict, Memo::new()),
-    )
-    .expect("dispatch")
+    rt.block_on(f.store.dispatch(f.session, None, Mode::Strict, Memo::new()))
+        .expect("dispatch")
 }
 
 /// A request as the ACP SDK (agent-client-protocol 5.2) sends it: `UntypedMessage::new`

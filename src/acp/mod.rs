@@ -9,7 +9,7 @@
 
 pub mod proxy;
 
-use crate::history::{AcpPoint, Replay};
+use crate::history::Replay;
 use proxy::Failure;
 
 /// How many sessions one `session/list` answer holds: the store's default page (ACP
@@ -30,7 +30,7 @@ pub const REPLAY_FROM_META_KEY: &str = "replayFrom";
 /// another replay.
 pub(crate) fn replay_point(
     meta: Option<&serde_json::Map<String, serde_json::Value>>,
-) -> Result<Option<Point>, Failure> {
+) -> Result<Option<Replay>, Failure> {
     let Some(cursor) = meta.and_then(|m| m.get(REPLAY_FROM_META_KEY)) else {
         return Ok(None);
     };
@@ -42,30 +42,17 @@ pub(crate) fn replay_point(
         ))
     };
     match cursor.get("type").and_then(|t| t.as_str()) {
-        Some("start") => Ok(Some(Point::Store(Replay::Whole))),
+        Some("start") => Ok(Some(Replay::Whole)),
         Some("message") => match cursor.get("messageId").and_then(|m| m.as_str()) {
-            Some(id) => Ok(Some(Point::Acp(Replay::from_acp_message(id)))),
+            Some(id) => Ok(Some(Replay::from_acp_message(id))),
             None => Err(bad("a message cursor needs a messageId string")),
         },
         Some("_tail") => match cursor.get("count").and_then(|n| n.as_u64()) {
-            Some(n) => Ok(Some(Point::Store(Replay::Tail(n)))),
+            Some(n) => Ok(Some(Replay::Tail(n))),
             None => Err(bad("a _tail cursor needs a count of zero or more")),
         },
         Some(_) => Err(bad("an unsupported cursor type")),
         None => Err(bad("a cursor needs a type string")),
-    }
-}
-
-/// A replay point as the layer takes it from a client.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Point {
-    Store(Replay),
-    Acp(AcpPoint),
-}
-
-impl Default for Point {
-    fn default() -> Point {
-        Point::Store(Replay::Whole)
     }
 }
 

@@ -147,7 +147,7 @@ pub async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> 
     let spool = Spool::read(std::io::stdin().lock(), args.session)?;
     let lines = spool.lines();
     let store = Store::open_existing(config).await?;
-    let recorded = match store.record_from(args.session, spool).await {
+    let recorded = match store.record(args.session, spool).await {
         // The store numbers the updates it was given from 1; blank lines were skipped,
         // so its number maps back to the input's line.
         Err(Error::UpdateRefused { line, refusal }) => Err(Error::UpdateRefused {

@@ -80,7 +80,7 @@ pub(crate) const UNKEYED_AT_MOST: i64 = 1024;
 /// The payload bytes of an event that is keyed at once, with every event before it: a
 /// read of a session's log sorts the unkeyed events' rows, payloads and all, so large
 /// ones would cost every read that sorts them (`longhist`: 100,000 items recorded
-/// through `record_from`, about 500 events of up to 45 KB, all unkeyed, made
+/// through `Store::record` of an `UpdateSource`, about 500 events of up to 45 KB, all unkeyed, made
 /// `--tail 100` 39 times slower), while keying at once costs a commit a leaf or two,
 /// which only many small commits (group commit's one-chunk events, a few hundred
 /// bytes) cannot afford. So the unkeyed end sorts at most 1,024 events of under 8 KiB.

@@ -47,7 +47,7 @@ pub fn create(conn: &Tx<'_>, session: &NewSession) -> Result<()> {
 /// [`create`] in the same write), in history order: a message with its own event, and
 /// the updates of consecutive items gathered into one `record` of up to
 /// [`RECORD_BATCH`] updates (an item of more is a batch of its own; an item's updates
-/// are never split), as `Store::record_from` writes a long input; so a long
+/// are never split), as `Store::record` writes a long input; so a long
 /// history makes an event a batch, not an event an item, and what is held is one
 /// batch. [`Appender::finish`] writes what is still gathered; an appender dropped
 /// without it writes nothing more (its write is then abandoned anyway).

@@ -10,7 +10,7 @@ use crate::attachments::AttachmentUri;
 use crate::db::copies::{self, Entry, NewSession};
 use crate::db::sql::Tx;
 use crate::error::{Error, Result};
-use crate::history::Point;
+use crate::history::Replay;
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, ForkedFrom, Message, NewMessage, NewReference, Session};
 use crate::projection::Entry as HistoryEntry;
@@ -131,7 +131,7 @@ impl Store {
             db.read_once(|tx| {
                 let row = crate::db::queries::get_session(tx, &origin)?;
                 crate::db::verify::check_session(tx, &row)?;
-                crate::history::produce(tx, origin, &Point::WHOLE, &mut cut)
+                crate::history::produce(tx, origin, &Replay::Whole, &mut cut)
             })?;
             Ok(cut)
         })
@@ -204,7 +204,7 @@ impl Store {
                     appender: copies::Appender::new(fork),
                     redacting,
                 };
-                crate::history::produce(tx, origin, &Point::WHOLE, &mut into)?;
+                crate::history::produce(tx, origin, &Replay::Whole, &mut into)?;
                 into.appender.finish(tx)?;
                 crate::db::queries::get_session(tx, &fork)
             });

@@ -33,6 +33,7 @@
 //! `recorded-turn-replays-in-order` (9: a recorded agent turn replays among the user
 //! messages, its text verbatim, their attachments from a live read).
 
+use crate::store::Drain;
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -359,6 +360,7 @@ impl Probe {
             .store
             .dispatch(s, Some(sent.normal.id), Mode::Strict, memo.clone())
             .await
+            .map(Dispatched::from)
             .step("dispatch the normal message")?;
         let after = self.reads.snapshot();
         let outcome =
@@ -369,6 +371,7 @@ impl Probe {
             .store
             .dispatch(s, None, Mode::Strict, memo.clone())
             .await
+            .map(Dispatched::from)
             .step("dispatch the latest message")?;
         let outcome = check::image_only(&self.known, sent, &latest);
         self.record("image-only-message", outcome);
@@ -376,18 +379,25 @@ impl Probe {
         let queued_direct = self
             .store
             .dispatch(s, Some(sent.mid_turn.id), Mode::Strict, memo.clone())
-            .await;
+            .await
+            .map(Dispatched::from);
         let drained = self
             .store
-            .drain(s, Mode::Strict, memo.clone())
+            .drain(s, Mode::Strict, memo.clone(), Drain::Commit)
             .await
-            .step("drain the mid-turn queue")?;
+            .step("drain the mid-turn queue")?
+            .into_iter()
+            .map(Dispatched::from)
+            .collect::<Vec<_>>();
         let after_drain = self.reads.snapshot();
         let drained_again = self
             .store
-            .drain(s, Mode::Strict, memo.clone())
+            .drain(s, Mode::Strict, memo.clone(), Drain::Commit)
             .await
-            .step("drain an empty queue")?;
+            .step("drain an empty queue")?
+            .into_iter()
+            .map(Dispatched::from)
+            .collect::<Vec<_>>();
         let still_queued = self
             .store
             .queued_messages(s)
@@ -509,6 +519,7 @@ impl Probe {
             .store
             .dispatch(ssh, None, Mode::Strict, Memo::new())
             .await
+            .map(Dispatched::from)
             .step("dispatch in the ssh session")?;
         let outcome = check::tools_host_wording(&self.known, &first.normal, &remote);
         self.record("context-wording-by-tools-host", outcome);

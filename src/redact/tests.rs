@@ -176,7 +176,7 @@ fn inline_base64_uris_and_resource_names_are_not_scanned() {
     assert_eq!(block["description"], "[REDACTED:aws-access-key-id]");
 }
 
-/// `record_from`'s view: each batch held until the next is redacted, so a message the
+/// `Store::record`'s view of an `UpdateSource`: each batch held until the next is redacted, so a message the
 /// next batch ends gets its tail in its own last chunk, and no chunk is ever added.
 #[test]
 fn a_held_batch_takes_the_tail_of_the_message_the_next_one_ends() {

@@ -18,6 +18,7 @@ use crate::db::{
 };
 use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement};
 use crate::error::{Error, Result};
+use crate::history;
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, Event, Item, Message, Role, Session, TitleSource, ToolsHost};
 use crate::turns::Update;
@@ -412,27 +413,48 @@ impl Store {
 /// Recording the agent's side of a turn (its messages, thoughts, tool calls, plans),
 /// all or nothing per batch.
 impl Store {
-    /// Records a batch of ACP session updates from the agent (its messages, thoughts,
-    /// tool calls, plans and session-level updates, and updates of kinds the schema
-    /// does not know, kept opaque) in one write with its event, all or nothing: a
-    /// refused update (a `user_message_chunk`, a kind that is not history, an update
-    /// for a tool call never recorded) stores nothing of the batch. With redaction on
-    /// (`Config::redaction`) the batch is redacted alone: a message streamed in its
-    /// chunks as one text within it, but not across calls (`Store::record_from` and
-    /// the proxy carry a message's tail from batch to batch).
-    pub async fn record<U: Into<Update>>(
+    /// Records ACP session updates from the agent (its messages, thoughts, tool
+    /// calls, plans and session-level updates, and updates of kinds the schema does
+    /// not know, kept opaque) in one write, all or nothing: a refused update (a
+    /// `user_message_chunk`, a kind that is not history, an update for a tool call
+    /// never recorded) stores nothing, and is `Error::UpdateRefused` with its place
+    /// in the input (numbered from 1). `updates` is one of:
+    ///
+    /// - a `Vec` of updates (or of what converts into one): one batch, written with
+    ///   one event;
+    /// - [`history::Values`], the JSON an agent sent (the `update` of each
+    ///   `session/update`), each read as `record` reads an input line, one batch;
+    /// - any [`history::UpdateSource`] (such as [`history::Batches`]), a long input
+    ///   read and written a batch of at most [`history::RECORD_BATCH`] at a time,
+    ///   each with its own `turn_recorded` event, so it is never held whole.
+    ///
+    /// With redaction on (`Config::redaction`) a message streamed in its chunks is
+    /// redacted as one text: within the batch for a `Vec` or `Values`, but not
+    /// across calls (the proxy carries a message's tail from batch to batch), and
+    /// across the batches of an `UpdateSource`.
+    pub async fn record(
         &self,
         session: SessionId,
-        updates: Vec<U>,
+        updates: impl Into<history::Updates>,
     ) -> Result<Recorded> {
-        let mut updates: Vec<Update> = updates.into_iter().map(Into::into).collect();
-        if self.config.redaction.is_on() {
-            updates = redacted_whole(updates);
+        match updates.into().0 {
+            history::Input::Batch(mut updates) => {
+                if self.config.redaction.is_on() {
+                    updates = redacted_whole(updates);
+                }
+                self.write_record(move |tx, tails| {
+                    db::turns::record_remembered(tx, tails, &session, &updates)
+                })
+                .await
+            }
+            history::Input::Values(mut updates) => {
+                if self.config.redaction.is_on() {
+                    updates = redacted_whole(updates);
+                }
+                self.record_json(session, Arc::new(updates)).await
+            }
+            history::Input::Source(source) => self.record_batches(session, source).await,
         }
-        self.write_record(move |tx, tails| {
-            db::turns::record_remembered(tx, tails, &session, &updates)
-        })
-        .await
     }
 
     /// A write that records, through the writer with its memo of where each session's
@@ -451,21 +473,7 @@ impl Store {
         }
     }
 
-    /// [`Store::record`] of updates as the JSON an agent sent (the `update` of each
-    /// `session/update`), each read as `record` reads an input line: a refused one is
-    /// `Error::UpdateRefused` with its place in the batch, and nothing is stored.
-    pub async fn record_values(
-        &self,
-        session: SessionId,
-        mut updates: Vec<serde_json::Value>,
-    ) -> Result<Recorded> {
-        if self.config.redaction.is_on() {
-            updates = redacted_whole(updates);
-        }
-        self.record_json(session, Arc::new(updates)).await
-    }
-
-    /// [`Store::record_values`] of updates the caller keeps (the proxy takes a refused
+    /// [`Store::record`] of [`history::Values`] the caller keeps (the proxy takes a refused
     /// one out and records the rest), redacted by the caller when redaction is on (the
     /// proxy's recorder carries a streamed message's tail from batch to batch). Each is read into its ACP type by the writer, as
     /// part of the write, rather than by the caller's task.
@@ -754,7 +762,7 @@ impl Store {
         .await
     }
 
-    /// [`Store::dispatch_parts`] of a message as it was given rather than as it is
+    /// [`Store::dispatch`] of a message as it was given rather than as it is
     /// stored (`Store::send_prompt_as_given`): the proxy delivers a prompt to its agent
     /// as the user sent it, secrets and all, while the store keeps it redacted.
     #[cfg(feature = "acp")]
@@ -780,8 +788,10 @@ impl Store {
 
     /// What the model gets for one delivered user message (default: the latest), as
     /// parts that share their encodings with `memo`, for a writer in `format`.
-    /// Changes nothing.
-    pub async fn dispatch_parts(
+    /// Changes nothing; reads go through `memo`. [`Dispatched::from`] turns it into
+    /// ACP blocks, each encoding moved into its block when nothing else (`memo`,
+    /// with every clone of it the caller let go, is let go here) keeps its read.
+    pub async fn dispatch(
         &self,
         session: SessionId,
         message: Option<MessageId>,
@@ -797,52 +807,18 @@ impl Store {
         .await
     }
 
-    /// The blocks the model gets for one delivered user message (default: the latest).
-    /// Changes nothing; reads go through `memo`. Each encoding is copied into its
-    /// block once, or moved there when `memo` (with every clone of it the caller let
-    /// go) keeps no hold on its read; `dispatch_parts` shares them instead.
-    pub async fn dispatch(
-        &self,
-        session: SessionId,
-        message: Option<MessageId>,
-        mode: Mode,
-        memo: Memo,
-    ) -> Result<Dispatched> {
-        let resolver = self.resolver();
-        self.dispatching(session, message, move |placement, message| {
-            let m = dispatch::dispatch_parts(&resolver, &memo, message, placement, mode)?;
-            // The memo is let go first: a read that no other handle on it keeps is
-            // then held by its parts alone, and its encoding moves into its block.
-            drop(memo);
-            Ok(Dispatched::from(m))
-        })
-        .await
-    }
-
-    /// What a drain would deliver: the queued mid-turn messages in order, through the
-    /// same resolver and memo as normal delivery. Changes nothing, so a caller can hand
-    /// the blocks on first and `mark_delivered` only once they got through. A strict
-    /// drain that cannot read a reference fails whole.
-    pub async fn prepare_drain(
+    /// The queued mid-turn messages in order, as [`Store::dispatch`] gives each,
+    /// through the same resolver and memo as normal delivery. With
+    /// [`Drain::Prepare`] it changes nothing, so a caller can hand the blocks on
+    /// first and `mark_delivered` only once they got through; with
+    /// [`Drain::Commit`] it then marks them delivered (with their events) in one
+    /// write. A strict drain that cannot read a reference fails whole.
+    pub async fn drain(
         &self,
         session: SessionId,
         mode: Mode,
         memo: Memo,
-    ) -> Result<Vec<Dispatched>> {
-        Ok(self
-            .prepare_drain_parts(session, mode, memo)
-            .await?
-            .into_iter()
-            .map(Dispatched::from)
-            .collect())
-    }
-
-    /// `prepare_drain` as parts that share their encodings, for a writer in `format`.
-    pub async fn prepare_drain_parts(
-        &self,
-        session: SessionId,
-        mode: Mode,
-        memo: Memo,
+        drain: Drain,
     ) -> Result<Vec<ModelMessage>> {
         let (current, queued) = self
             .with_read(move |tx| {
@@ -856,7 +832,7 @@ impl Store {
         }
         let placement = self.placement(&current);
         let resolver = self.resolver();
-        blocking(move || {
+        let drained = blocking(move || {
             queued
                 .into_iter()
                 .map(|message| {
@@ -866,24 +842,25 @@ impl Store {
                 })
                 .collect::<Result<Vec<_>>>()
         })
-        .await
-    }
-
-    /// `prepare_drain`, then marks the drained messages delivered (with their events)
-    /// in one write: for a caller whose delivery cannot fail after this returns.
-    pub async fn drain(
-        &self,
-        session: SessionId,
-        mode: Mode,
-        memo: Memo,
-    ) -> Result<Vec<Dispatched>> {
-        let drained = self.prepare_drain(session, mode, memo).await?;
-        if !drained.is_empty() {
+        .await?;
+        if drain == Drain::Commit {
             let ids = drained.iter().map(|d| d.message.id).collect();
             self.mark_delivered(session, ids).await?;
         }
         Ok(drained)
     }
+}
+
+/// What [`Store::drain`] does besides reading: nothing (the default), or mark what
+/// it read delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Drain {
+    /// Changes nothing: the caller marks the messages delivered once they got through.
+    #[default]
+    Prepare,
+    /// Marks the drained messages delivered, for a caller whose delivery cannot
+    /// fail after this returns.
+    Commit,
 }
 
 /// A file handed to the store to keep: the upload's own name (made safe when stored)

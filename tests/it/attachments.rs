@@ -1,6 +1,7 @@
 //! Attachment files through the public API, on real files: the size limit holds for
 //! reads and uploads alike, and a text file with no extension is sent as text.
 
+use sessionstore::store::Dispatched;
 use std::fs::File;
 
 use sessionstore::attachments::{AttachmentError, AttachmentUri, MAX_ATTACHMENT_BYTES};
@@ -134,6 +135,7 @@ async fn an_extensionless_text_file_is_plain_text_and_reaches_the_model_as_text(
         .store()
         .dispatch(s, None, Mode::Strict, Memo::new())
         .await
+        .map(Dispatched::from)
         .unwrap();
     let block = dispatched
         .blocks

@@ -3,6 +3,7 @@
 //! duplicates share a read, failed reads degrade or fail and are read again later,
 //! mid-turn messages wait for a drain, and `send` refuses what it cannot resolve.
 
+use sessionstore::store::Drain;
 use std::path::Path;
 
 use serde_json::Value;
@@ -51,7 +52,10 @@ fn assert_notice(block: &Value, names: &[&str], dir: &Path) -> String {
 }
 
 async fn dispatch(h: &TestStore, s: SessionId, mode: Mode) -> sessionstore::Result<Dispatched> {
-    h.store().dispatch(s, None, mode, memo()).await
+    h.store()
+        .dispatch(s, None, mode, memo())
+        .await
+        .map(Dispatched::from)
 }
 
 /// Puts a file straight into a root, as an older version of the daemon would have.
@@ -215,6 +219,7 @@ async fn duplicate_references_cost_one_read() {
         .store()
         .dispatch(s, None, Mode::Strict, shared.clone())
         .await
+        .map(Dispatched::from)
         .unwrap();
     assert_eq!(h.reads().total() - before, 2, "one read per distinct file");
     let out = blocks(&d);
@@ -231,6 +236,7 @@ async fn duplicate_references_cost_one_read() {
         .store()
         .dispatch(s, None, Mode::Strict, shared)
         .await
+        .map(Dispatched::from)
         .unwrap();
     assert_eq!(h.reads().total(), before);
     assert_eq!(again.blocks, d.blocks);
@@ -252,6 +258,7 @@ async fn a_failed_read_is_evicted_so_the_next_dispatch_reads_again() {
         &h.store()
             .dispatch(s, None, Mode::Degrade, shared.clone())
             .await
+            .map(Dispatched::from)
             .unwrap(),
     );
     // The configured root and the legacy root are both looked at, but that is one
@@ -272,6 +279,7 @@ async fn a_failed_read_is_evicted_so_the_next_dispatch_reads_again() {
         &h.store()
             .dispatch(s, None, Mode::Degrade, shared.clone())
             .await
+            .map(Dispatched::from)
             .unwrap(),
     );
     assert_eq!(
@@ -351,16 +359,21 @@ async fn mid_turn_messages_wait_for_drain_and_degrade_there() {
         .store()
         .dispatch(s, Some(queued.id), Mode::Degrade, memo())
         .await
+        .map(Dispatched::from)
         .unwrap_err();
     assert!(
         matches!(err, Error::MessageQueued { message } if message == queued.id),
         "{err:?}"
     );
 
-    let drained = h.store().drain(s, Mode::Degrade, memo()).await.unwrap();
+    let drained = h
+        .store()
+        .drain(s, Mode::Degrade, memo(), Drain::Commit)
+        .await
+        .unwrap();
     assert_eq!(drained.len(), 1);
     assert_eq!(drained[0].message.id, queued.id);
-    let out = blocks(&drained[0]);
+    let out = blocks(&drained[0].clone().into());
     assert_eq!(out.len(), 3, "{out:?}");
     assert_plain_text(&out[0], "also this");
     check_attachment(&out[1], &keep);
@@ -379,7 +392,7 @@ async fn mid_turn_messages_wait_for_drain_and_degrade_there() {
     assert_eq!(delivered, [&Value::String(queued.id.to_string())]);
     assert!(
         h.store()
-            .drain(s, Mode::Degrade, memo())
+            .drain(s, Mode::Degrade, memo(), Drain::Commit)
             .await
             .unwrap()
             .is_empty()
@@ -414,7 +427,7 @@ async fn a_strict_drain_that_cannot_read_leaves_the_message_queued() {
 
     let err = h
         .store()
-        .drain(s, Mode::Strict, memo())
+        .drain(s, Mode::Strict, memo(), Drain::Commit)
         .await
         .unwrap_err()
         .to_string();
@@ -431,8 +444,12 @@ async fn a_strict_drain_that_cannot_read_leaves_the_message_queued() {
     assert_eq!(h.store().events(s).await.unwrap().len(), events_before);
 
     // A degrading drain still delivers it, text and notice.
-    let drained = h.store().drain(s, Mode::Degrade, memo()).await.unwrap();
-    let out = blocks(&drained[0]);
+    let drained = h
+        .store()
+        .drain(s, Mode::Degrade, memo(), Drain::Commit)
+        .await
+        .unwrap();
+    let out = blocks(&drained[0].clone().into());
     assert_eq!(out.len(), 2);
     assert_plain_text(&out[0], "queued");
     assert_notice(&out[1], &["lose.txt"], h.dir.path());
@@ -458,7 +475,10 @@ async fn display_text_title_and_references_never_hold_a_path() {
         .await
         .unwrap();
     dispatch(&h, s, Mode::Strict).await.unwrap();
-    h.store().drain(s, Mode::Strict, memo()).await.unwrap();
+    h.store()
+        .drain(s, Mode::Strict, memo(), Drain::Commit)
+        .await
+        .unwrap();
     dispatch(&h, s, Mode::Strict).await.unwrap();
 
     let session = h.store().session(s).await.unwrap();
@@ -519,7 +539,11 @@ async fn sessions_whose_tools_run_elsewhere_are_told_the_path_is_on_the_daemon_h
     let s = h.session_with(ToolsHost::Ssh).await;
     let f = h.attach(s, "g.txt", b"host").await;
     h.send_files(s, "which host", &[&f]).await;
-    let d = other.dispatch(s, None, Mode::Strict, memo()).await.unwrap();
+    let d = other
+        .dispatch(s, None, Mode::Strict, memo())
+        .await
+        .map(Dispatched::from)
+        .unwrap();
     let line = context_line(context_of(&block_json(&d.blocks[1])).unwrap());
     assert_eq!(line.host, "daemon-7.internal");
 }
@@ -857,6 +881,7 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
         .store()
         .dispatch(s, Some(second_id.parse().unwrap()), Mode::Degrade, memo())
         .await
+        .map(Dispatched::from)
         .unwrap_err();
     assert!(
         matches!(
@@ -873,6 +898,7 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
             .store()
             .dispatch(s, Some(id.parse().unwrap()), Mode::Degrade, memo())
             .await
+            .map(Dispatched::from)
             .unwrap();
         let out = blocks(&d);
         assert_eq!(out.len(), 2, "{out:?}");
@@ -957,6 +983,7 @@ async fn an_svg_reaches_the_model_as_text_and_blank_text_gets_no_block() {
             sessionstore::dispatch::Memo::new(),
         )
         .await
+        .map(Dispatched::from)
         .unwrap();
     assert_eq!(d.blocks.len(), 1, "no block for whitespace-only text");
     let json = serde_json::to_value(&d.blocks[0]).unwrap();

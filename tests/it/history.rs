@@ -1,7 +1,7 @@
 //! Histories of any length, from outside: `restore --tail N` and `--from ID` in every
 //! format are the whole restore's entries from that point on, say where they start
 //! where a whole restore says nothing, and refuse an id the delivered history does
-//! not hold; the library gives the same through `Store::restore_from`.
+//! not hold; the library gives the same through `Store::restore`.
 
 use sessionstore::history::Replay;
 use sessionstore::store::Outgoing;
@@ -129,7 +129,7 @@ async fn the_library_replays_from_the_same_point() {
     let whole = t.store().collect_restore(s).await.unwrap();
     let mut stream = t
         .store()
-        .restore_from(s, 1 << 20, Replay::Tail(3))
+        .restore(s, 1 << 20, Replay::Tail(3))
         .await
         .unwrap();
     let partial = *stream.partial().expect("a partial replay says so");
@@ -146,11 +146,7 @@ async fn the_library_replays_from_the_same_point() {
     assert_eq!(ids.len(), 3);
     let last = whole.messages.last().unwrap().message.id;
     assert_eq!(ids[2], EntryId::from(last));
-    let stream = t
-        .store()
-        .restore_from(s, 1 << 20, Replay::Whole)
-        .await
-        .unwrap();
+    let stream = t.store().restore(s, 1 << 20, Replay::Whole).await.unwrap();
     assert!(stream.partial().is_none(), "a whole replay says nothing");
 }
 
@@ -259,7 +255,10 @@ pub(crate) async fn recorded(t: &TestStore, n: usize) -> SessionId {
             )
         })
         .collect();
-    t.store().record_from(s, updates).await.unwrap();
+    t.store()
+        .record(s, sessionstore::history::Batches(updates))
+        .await
+        .unwrap();
     s
 }
 
@@ -281,7 +280,12 @@ async fn the_log_is_keyed_a_batch_at_a_time_and_reads_the_same_keyed_or_not() {
                 "content": {"type": "text", "text": format!("{s} chunk {i} ")}})
         };
         let store = t.store().clone();
-        async move { store.record_values(s, vec![update]).await.unwrap() }
+        async move {
+            store
+                .record(s, sessionstore::history::Values(vec![update]))
+                .await
+                .unwrap()
+        }
     };
     // Each update its own batch and event, the two sessions taking turns, as two
     // streams through one proxy do.
@@ -410,10 +414,12 @@ async fn a_large_event_is_keyed_at_once_with_the_events_before_it() {
     );
     let long = "word ".repeat(2000);
     t.store()
-        .record_values(
+        .record(
             s,
-            vec![serde_json::json!({"sessionUpdate": "agent_message_chunk",
-                "content": {"type": "text", "text": long}})],
+            sessionstore::history::Values(vec![
+                serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": long}}),
+            ]),
         )
         .await
         .unwrap();

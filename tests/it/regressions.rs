@@ -1,5 +1,6 @@
 //! Regression tests, each named for what it guards, from review findings.
 
+use sessionstore::store::Dispatched;
 use std::process::{Output, Stdio};
 
 use sessionstore::attachments::AttachmentError;
@@ -107,6 +108,7 @@ async fn dispatch_is_for_user_messages_only() {
         .store()
         .dispatch(s, Some(reply.id), Mode::Strict, Memo::new())
         .await
+        .map(Dispatched::from)
         .unwrap_err();
     assert!(
         matches!(

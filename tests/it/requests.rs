@@ -5,6 +5,7 @@ use sessionstore::dispatch::{Memo, Mode};
 use sessionstore::model::Role;
 use sessionstore::openai::{ChatMessage, ChatPart, chat_request, vision_request};
 use sessionstore::store::Outgoing;
+use sessionstore::store::{Dispatched, Drain};
 use sessionstore::{DAEMON_ATTACHMENT_CONTEXT_META_KEY, focus};
 
 use crate::support::TestStore;
@@ -48,6 +49,7 @@ async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_m
         .store()
         .dispatch(s, None, Mode::Strict, Memo::new())
         .await
+        .map(Dispatched::from)
         .unwrap();
     assert_eq!(dispatched.message.id, sent.id);
 
@@ -139,11 +141,16 @@ async fn custom_command_and_mid_turn_hints_use_the_same_filtering() {
         )
         .await
         .unwrap();
-    let drained = t.store().drain(s, Mode::Strict, Memo::new()).await.unwrap();
+    let drained = t
+        .store()
+        .drain(s, Mode::Strict, Memo::new(), Drain::Commit)
+        .await
+        .unwrap();
     assert_eq!(drained[0].message.id, queued.id);
     let hint = focus::focus_hint_for(&drained[0].message);
     assert_eq!(hint, "and this one?");
-    let vision = serde_json::to_string(&vision_request("v", &hint, &drained[0].blocks)).unwrap();
+    let vision =
+        serde_json::to_string(&vision_request("v", &hint, &drained[0].to_blocks())).unwrap();
     assert!(vision.contains("image_url"));
     assert!(!vision.contains("secret-plan"));
     assert!(!vision.contains(&t.dir.path().to_string_lossy().into_owned()));

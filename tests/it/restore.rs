@@ -2,6 +2,7 @@
 //! every path comes from a live read under whatever roots the new store was given; the
 //! database itself never holds a path, a root or a directory.
 
+use sessionstore::store::Drain;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -175,9 +176,10 @@ async fn the_database_never_holds_a_path_or_a_root() {
     h.store()
         .dispatch(s, None, Mode::Strict, Memo::new())
         .await
+        .map(Dispatched::from)
         .unwrap();
     h.store()
-        .drain(s, Mode::Degrade, Memo::new())
+        .drain(s, Mode::Degrade, Memo::new(), Drain::Commit)
         .await
         .unwrap();
     let restored = h.store().collect_restore(s).await.unwrap();

@@ -34,7 +34,7 @@ pub enum HistoryEntry<'a> {
 
 /// The collecting restore, for tests only.
 pub trait CollectRestore {
-    /// `restore_stream` with the default memo budget, collected.
+    /// `Store::restore` of the whole history with the default memo budget, collected.
     async fn collect_restore(&self, session: SessionId) -> sessionstore::Result<Restored> {
         self.collect_restore_with_budget(session, DEFAULT_MEMO_BUDGET)
             .await
@@ -53,7 +53,9 @@ impl CollectRestore for Store {
         session: SessionId,
         memo_budget: u64,
     ) -> sessionstore::Result<Restored> {
-        let mut stream = self.restore_stream(session, memo_budget).await?;
+        let mut stream = self
+            .restore(session, memo_budget, sessionstore::history::Replay::Whole)
+            .await?;
         let mut restored = Restored {
             session: stream.session().clone(),
             messages: vec![],

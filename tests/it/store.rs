@@ -4,6 +4,7 @@
 //! the log refusing rewrites) is in `conformance`.
 
 use sessionstore::model::ToolsHost;
+use sessionstore::store::Dispatched;
 
 use crate::support::{TestStore, user_text};
 
@@ -113,6 +114,7 @@ async fn send_records_what_a_read_gives_without_reading_the_files() {
         .store()
         .dispatch(s, None, Mode::Strict, Memo::new())
         .await
+        .map(Dispatched::from)
         .unwrap();
     assert_eq!(h.reads().total(), before + 3);
     let blocks: Vec<_> = dispatched

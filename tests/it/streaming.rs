@@ -3,6 +3,7 @@
 //! `acp-updates` lines parsed back into `SessionNotification`s, a refusal that writes
 //! nothing, and a replay that runs only a little ahead of its reader.
 
+use sessionstore::store::Drain;
 use std::time::Duration;
 
 use agent_client_protocol_schema::rpc::{JsonRpcMessage, Notification};
@@ -167,6 +168,7 @@ async fn dispatch_and_drain_write_the_bytes_their_blocks_serialize_to() {
     let d = store
         .dispatch(s, None, Mode::Degrade, Memo::new())
         .await
+        .map(Dispatched::from)
         .unwrap();
     let out = t.run(&["dispatch", "--session", &s.to_string(), "--format", "acp"]);
     assert_eq!(
@@ -186,9 +188,12 @@ async fn dispatch_and_drain_write_the_bytes_their_blocks_serialize_to() {
     );
 
     let drained = store
-        .prepare_drain(s, Mode::Degrade, Memo::new())
+        .drain(s, Mode::Degrade, Memo::new(), Drain::Prepare)
         .await
-        .unwrap();
+        .unwrap()
+        .into_iter()
+        .map(Dispatched::from)
+        .collect::<Vec<_>>();
     assert_eq!(drained.len(), 1);
     let out = t.run(&[
         "drain",
@@ -253,7 +258,10 @@ async fn the_replay_waits_for_its_reader() {
         };
         store.send(s, out).await.unwrap();
     }
-    let mut stream = store.restore_stream(s, DEFAULT_MEMO_BUDGET).await.unwrap();
+    let mut stream = store
+        .restore(s, DEFAULT_MEMO_BUDGET, sessionstore::history::Replay::Whole)
+        .await
+        .unwrap();
     let Some(Ok(ReplayItem::Message(first))) = stream.next().await else {
         panic!("a first item");
     };

@@ -212,7 +212,7 @@ async fn batches_recorded_with_and_without_the_writers_memo_make_the_same_histor
     let remembered = t.session().await;
     for batch in &batches {
         t.store()
-            .record_values(remembered, batch.clone())
+            .record(remembered, sessionstore::history::Values(batch.clone()))
             .await
             .unwrap();
     }
@@ -433,7 +433,7 @@ async fn a_long_record_is_written_in_batches_of_one_write() {
 
     // The same updates in one batch, through the library, replay the same lines.
     let one = t.session().await;
-    let parsed = updates.into_iter().map(update).collect();
+    let parsed = updates.into_iter().map(update).collect::<Vec<_>>();
     t.store().record(one, parsed).await.unwrap();
     let replay = |id: SessionId| {
         let out = t.run(&[

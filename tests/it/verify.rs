@@ -204,15 +204,18 @@ async fn a_long_history_is_checked_across_pages_and_an_edit_deep_in_it_is_named(
         update(serde_json::json!({"sessionUpdate": "agent_message_chunk",
             "messageId": format!("a{i}"), "content": {"type": "text", "text": format!("answer {i}")}}))
     }));
-    store.record_from(s, first).await.unwrap();
+    store
+        .record(s, sessionstore::history::Batches(first))
+        .await
+        .unwrap();
     let waiting = store.send(s, queued).await.unwrap();
     store
-        .record_from(
+        .record(
             s,
-            vec![update(
+            sessionstore::history::Batches(vec![update(
                 serde_json::json!({"sessionUpdate": "tool_call_update",
                 "toolCallId": "long", "status": "completed"}),
-            )],
+            )]),
         )
         .await
         .unwrap();
@@ -328,12 +331,12 @@ async fn a_search_index_that_disagrees_with_its_rows_is_caught() {
     let store = seeded(&t).await;
     let s = store.list_sessions().await.unwrap()[0].id;
     store
-        .record_values(
+        .record(
             s,
-            vec![
+            sessionstore::history::Values(vec![
                 serde_json::json!({"sessionUpdate": "agent_message_chunk", "messageId": "a",
                 "content": {"type": "text", "text": "the answer"}}),
-            ],
+            ]),
         )
         .await
         .unwrap();
@@ -419,7 +422,10 @@ async fn an_item_row_in_other_words_restores_the_same_and_verify_names_an_edited
     .into_iter()
     .map(|v| sessionstore::turns::Update::from_value(&v).unwrap())
     .collect();
-    t.store().record_from(s, other_kinds).await.unwrap();
+    t.store()
+        .record(s, sessionstore::history::Batches(other_kinds))
+        .await
+        .unwrap();
     let items = 46;
     // Rows as they were before V12, each with its body: those are what is edited here
     // (`a_row_that_names_its_update_is_read_from_it_and_verify_names_an_edited_name`
@@ -553,7 +559,10 @@ async fn a_row_that_names_its_update_is_read_from_it_and_verify_names_an_edited_
             "messageId": "streamed", "content": {"type": "text", "text": "and ended"}})],
     ] {
         t.store()
-            .record_from(s, batch.into_iter().map(update).collect::<Vec<_>>())
+            .record(
+                s,
+                sessionstore::history::Batches(batch.into_iter().map(update).collect::<Vec<_>>()),
+            )
             .await
             .unwrap();
     }

@@ -298,7 +298,7 @@ impl Proxy {
                 }
                 None => {
                     self.store
-                        .dispatch_parts(session, Some(*message), Mode::Degrade, memo.clone())
+                        .dispatch(session, Some(*message), Mode::Degrade, memo.clone())
                         .await?
                 }
             };
@@ -461,16 +461,15 @@ impl Proxy {
     pub(super) async fn replay_to_client(
         self: &Arc<Self>,
         session: SessionId,
-        point: Option<crate::acp::Point>,
+        point: Option<crate::history::Replay>,
     ) -> Result<(), Failure> {
-        use crate::acp::Point;
         let budget = crate::dispatch::DEFAULT_MEMO_BUDGET;
         let turns = self.store.turns(session).await?;
         let marked = point.is_some();
-        let mut stream = match point.unwrap_or_default() {
-            Point::Store(replay) => self.store.restore_from(session, budget, replay).await?,
-            Point::Acp(at) => self.store.restore_from_acp(session, budget, at).await?,
-        };
+        let mut stream = self
+            .store
+            .restore(session, budget, point.unwrap_or_default())
+            .await?;
         let partial = stream.partial().copied();
         let cannot =
             |e: std::io::Error| Failure::internal(format!("cannot replay session {session}: {e}"));

@@ -43,7 +43,10 @@ impl Proxy {
         before: MessageId,
         caps: &Capabilities,
     ) -> Result<Vec<ContentBlock>, Failure> {
-        let mut stream = self.store.restore_stream(session, MEMO_BUDGET).await?;
+        let mut stream = self
+            .store
+            .restore(session, MEMO_BUDGET, crate::history::Replay::Whole)
+            .await?;
         let mut out = Conversation {
             blocks: Vec::new(),
             text: String::from(OPENING),
@@ -73,7 +76,10 @@ impl Proxy {
         session: SessionId,
         before: MessageId,
     ) -> Result<Vec<ContentBlock>, Failure> {
-        let mut stream = self.store.restore_stream(session, MEMO_BUDGET).await?;
+        let mut stream = self
+            .store
+            .restore(session, MEMO_BUDGET, crate::history::Replay::Whole)
+            .await?;
         let mut seen = std::collections::HashSet::new();
         let mut contexts = Vec::new();
         while let Some(item) = stream.next().await {

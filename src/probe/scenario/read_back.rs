@@ -4,6 +4,7 @@
 //! database behind the store's back through `db`'s audit.
 
 use super::*;
+use crate::store::Dispatched;
 
 impl Probe {
     /// Restores the session through a new store and checks the replay.
@@ -137,7 +138,8 @@ impl Probe {
         let strict = self
             .store
             .dispatch(s, Some(sent.normal.id), Mode::Strict, memo.clone())
-            .await;
+            .await
+            .map(Dispatched::from);
         let outcome = check::strict_names_missing(&self.known, strict);
         self.record("strict-dispatch-names-missing-reference", outcome);
 
@@ -145,6 +147,7 @@ impl Probe {
             .store
             .dispatch(s, Some(sent.normal.id), Mode::Degrade, memo.clone())
             .await
+            .map(Dispatched::from)
             .step("dispatch with a missing file, degrading")?;
         let after_missing = self.reads.snapshot();
         let again = Outgoing {
@@ -167,6 +170,7 @@ impl Probe {
             .store
             .dispatch(s, Some(sent.normal.id), Mode::Degrade, memo.clone())
             .await
+            .map(Dispatched::from)
             .step("dispatch once the file is back")?;
         let eviction = Eviction {
             evicted_while_missing,
@@ -307,7 +311,7 @@ impl Probe {
             .await
             .step("open a fresh store to replay the turn")?;
         let mut stream = fresh
-            .restore_stream(s, DEFAULT_MEMO_BUDGET)
+            .restore(s, DEFAULT_MEMO_BUDGET, crate::history::Replay::Whole)
             .await
             .step("replay the recorded turn")?;
         let written = |e: std::io::Error| Failure::Step(format!("cannot write acp-updates: {e}"));
@@ -371,7 +375,9 @@ async fn restored_messages(
     store: &Store,
     session: SessionId,
 ) -> crate::error::Result<Vec<Dispatched>> {
-    let mut stream = store.restore_stream(session, DEFAULT_MEMO_BUDGET).await?;
+    let mut stream = store
+        .restore(session, DEFAULT_MEMO_BUDGET, crate::history::Replay::Whole)
+        .await?;
     let mut messages = Vec::new();
     while let Some(item) = stream.next().await {
         if let crate::replay::ReplayItem::Message(m) = item? {

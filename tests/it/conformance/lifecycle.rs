@@ -1039,7 +1039,7 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
                     r#"{{"sessionUpdate":"agent_message_chunk","messageId":"m-{turn}-{i}","content":{{"type":"text","text":"guava line {turn}-{i}"}}}}"#
                 ))
             })
-            .collect();
+            .collect::<Vec<_>>();
         store.record(s, lines).await.unwrap();
         let sent = store
             .send(s, Outgoing::user(format!("turn {turn}")))
@@ -1188,7 +1188,10 @@ async fn messages_kept_apart_by_a_tool_call_update_stay_apart_in_a_fork_and_an_i
         r#"{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"Hm again."}}"#,
     ];
     store
-        .record(s, lines.iter().map(|l| parse_update(l, s)).collect())
+        .record(
+            s,
+            lines.iter().map(|l| parse_update(l, s)).collect::<Vec<_>>(),
+        )
         .await
         .unwrap();
     let here = delivered_ids(&store, s).await;

@@ -4,6 +4,7 @@
 //! configured and the legacy root, and a restore larger than its memo budget. It never
 //! checks what only one engine promises without saying so.
 
+use sessionstore::store::{Dispatched, Drain};
 use std::process::Output;
 
 use agent_client_protocol_schema::v1::SessionUpdate;
@@ -127,22 +128,26 @@ async fn queued_messages_wait_for_a_drain_that_marks_them_delivered(b: TestStore
     let latest = store
         .dispatch(s, None, Mode::Strict, Memo::new())
         .await
+        .map(Dispatched::from)
         .unwrap();
     assert_eq!(latest.message.display_text, "start");
 
     // Preparing a drain changes nothing; the drain marks both, in order.
     let prepared = store
-        .prepare_drain(s, Mode::Strict, Memo::new())
+        .drain(s, Mode::Strict, Memo::new(), Drain::Prepare)
         .await
         .unwrap();
     assert_eq!(prepared.len(), 2);
     assert_eq!(store.queued_messages(s).await.unwrap().len(), 2);
-    let drained = store.drain(s, Mode::Strict, Memo::new()).await.unwrap();
+    let drained = store
+        .drain(s, Mode::Strict, Memo::new(), Drain::Commit)
+        .await
+        .unwrap();
     assert_eq!(
         drained.iter().map(|d| d.message.id).collect::<Vec<_>>(),
         [q1.id, q2.id]
     );
-    let blocks: Vec<_> = drained[0].blocks.iter().map(block_json).collect();
+    let blocks: Vec<_> = drained[0].to_blocks().iter().map(block_json).collect();
     let (kind, path) = check_attachment(&blocks[1], &expect(s, "later.txt", b"mid-turn notes"));
     assert_eq!(kind, "text");
     assert!(path.starts_with(b.configured()), "{path:?}");
@@ -157,7 +162,7 @@ async fn queued_messages_wait_for_a_drain_that_marks_them_delivered(b: TestStore
     );
     assert!(
         store
-            .drain(s, Mode::Strict, Memo::new())
+            .drain(s, Mode::Strict, Memo::new(), Drain::Commit)
             .await
             .unwrap()
             .is_empty()
@@ -527,6 +532,7 @@ async fn dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_root
     let dispatched = fresh
         .dispatch(s, None, Mode::Strict, Memo::new())
         .await
+        .map(Dispatched::from)
         .unwrap();
     assert_eq!(reads.total(), 3, "the duplicate shares one read");
     let blocks: Vec<_> = dispatched.blocks.iter().map(block_json).collect();
@@ -582,11 +588,13 @@ async fn dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_root
     let err = fresh
         .dispatch(s, None, Mode::Strict, Memo::new())
         .await
+        .map(Dispatched::from)
         .unwrap_err();
     assert!(err.to_string().contains("old.bin"), "{err}");
     let degraded = fresh
         .dispatch(s, None, Mode::Degrade, Memo::new())
         .await
+        .map(Dispatched::from)
         .unwrap();
     let kept = degraded
         .blocks

@@ -401,7 +401,7 @@ fn swapping_files_for_symlinks_and_fifos_during_dispatch_leaks_nothing_and_never
             let memo = Memo::new();
             let d = rt.block_on(store.dispatch(s, None, Mode::Degrade, memo));
             let d = d
-                .map(|d| serde_json::to_string(&d.blocks).unwrap())
+                .map(|d| serde_json::to_string(&d.into_blocks()).unwrap())
                 .map_err(|e| e.to_string());
             if tx.send(d).is_err() {
                 return;

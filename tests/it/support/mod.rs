@@ -124,7 +124,11 @@ pub async fn restore_text(
 ) -> String {
     use sessionstore::format::StreamWriter;
     let mut stream = store
-        .restore_stream(session, sessionstore::dispatch::DEFAULT_MEMO_BUDGET)
+        .restore(
+            session,
+            sessionstore::dispatch::DEFAULT_MEMO_BUDGET,
+            sessionstore::history::Replay::Whole,
+        )
         .await
         .expect("the restore starts");
     let mut out = StreamWriter::begin(Vec::new(), format, session, "gpt-4o").expect("a writer");

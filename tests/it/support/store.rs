@@ -416,6 +416,7 @@ impl TestStore {
         self.store()
             .dispatch(session, None, mode, Memo::new())
             .await
+            .map(Dispatched::from)
     }
 }
 
