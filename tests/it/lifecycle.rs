@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use agent_client_protocol_schema::v1::SessionUpdate;
 use sessionstore::lifecycle::import::ImportId;
 use sessionstore::lifecycle::{DeleteOptions, DeletionStatus, Export, ListQuery};
-use sessionstore::model::{TitleSource, ToolsHost};
+use sessionstore::model::{NewSession, TitleSource, ToolsHost};
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
@@ -1036,4 +1036,91 @@ fn titles_record_their_source_and_a_blank_rename_writes_nothing() {
     assert_eq!(shown["session"]["title"], "Harbour notes");
     assert_eq!(shown["session"]["titleSource"], "explicit");
     assert!(t.run(&["verify"]).status.success());
+}
+
+/// `ListQuery::default()` is the first page of `DEFAULT_PAGE` sessions, archived ones
+/// left out; walking its cursors sees every other session once.
+#[tokio::test]
+async fn the_default_list_query_is_a_first_page_without_archived_sessions() {
+    use sessionstore::lifecycle::DEFAULT_PAGE;
+    let t = TestStore::new().await;
+    let mut ids = Vec::new();
+    for _ in 0..DEFAULT_PAGE + 2 {
+        ids.push(t.session().await);
+    }
+    let archived = ids[3];
+    t.store().set_archived(vec![archived], true).await.unwrap();
+    let first = t.store().list_sessions(ListQuery::default()).await.unwrap();
+    assert_eq!(first.sessions.len(), DEFAULT_PAGE);
+    let mut seen: Vec<_> = first.sessions.iter().map(|s| s.id).collect();
+    let mut cursor = first.next_cursor;
+    while let Some(c) = cursor {
+        let page = t
+            .store()
+            .list_sessions(ListQuery {
+                cursor: Some(c),
+                ..ListQuery::default()
+            })
+            .await
+            .unwrap();
+        seen.extend(page.sessions.iter().map(|s| s.id));
+        cursor = page.next_cursor;
+    }
+    assert_eq!(seen.len(), ids.len() - 1);
+    assert!(!seen.contains(&archived));
+    assert_eq!(all_sessions(t.store()).await.unwrap().len(), ids.len());
+}
+
+/// `Export::default()` writes a redacted archive, even from a store kept with
+/// redaction off; `ExportFormat::Markdown` with `Redaction::Off` writes the transcript
+/// as stored.
+#[tokio::test]
+async fn the_default_export_is_a_redacted_archive_and_markdown_is_a_format() {
+    use sessionstore::config::Redaction;
+    use sessionstore::lifecycle::ExportFormat;
+    use sessionstore::redact::Kind;
+    use sessionstore::redact::fresh::{Rng, fresh};
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::support::config_in(dir.path());
+    config.redaction = Redaction::Off;
+    let store = sessionstore::Store::open(config).await.unwrap();
+    let (secret, _) = fresh(Kind::AwsAccessKeyId, &mut Rng::new());
+    let s = store
+        .create_session(NewSession {
+            title: Some("exported".into()),
+            ..NewSession::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    let said = format!("the key is {secret} ok");
+    store
+        .send(s, crate::support::user_text(&said))
+        .await
+        .unwrap();
+
+    let tar = dir.path().join("s.tar");
+    let exported = store
+        .export(s, tar.clone(), Export::default())
+        .await
+        .unwrap();
+    assert_eq!(exported.messages, 1);
+    let (manifest, _) = unpack(&tar);
+    let text = manifest.to_string();
+    assert!(
+        !text.contains(&secret) && text.contains("[REDACTED:"),
+        "{text}"
+    );
+
+    let md = dir.path().join("s.md");
+    let how = Export {
+        format: ExportFormat::Markdown,
+        redaction: Redaction::Off,
+    };
+    store.export(s, md.clone(), how).await.unwrap();
+    let transcript = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        transcript.contains("exported") && transcript.contains(&said),
+        "{transcript}"
+    );
 }
