@@ -16,7 +16,7 @@
 //!   into a `Vec<u8>`, and with a memo the caller keeps), the typed `PromptRequest`
 //!   sent the ACP SDK's way (through a `serde_json::Value`) against one string of its
 //!   size the same way, and `format::prompt_frame` against the SDK's way.
-//! - `list`: one page of 50 of 10,000 sessions (`Store::list_sessions_page`, from the
+//! - `list`: one page of 50 of 10,000 sessions (`Store::list_sessions`, from the
 //!   start and from a cursor halfway), against a hand-written SELECT with the same
 //!   ORDER BY and LIMIT on a raw connection.
 //! - `backends`: the same store calls on SQLite and on PostgreSQL (a fresh schema on
@@ -62,7 +62,8 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode};
-use sessionstore::model::Role;
+use sessionstore::lifecycle::ListQuery;
+use sessionstore::model::{NewSession, Role};
 use tokio::runtime::Runtime;
 use workload::{Fixture, MIB, raw_connection};
 
@@ -532,7 +533,14 @@ fn list(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
         .block_on(async {
             let mut cursor = None;
             for _ in 0..100 {
-                cursor = store.list_sessions_page(50, cursor).await?.next_cursor;
+                cursor = store
+                    .list_sessions(ListQuery {
+                        limit: 50,
+                        cursor,
+                        ..ListQuery::default()
+                    })
+                    .await?
+                    .next_cursor;
             }
             Ok::<_, sessionstore::Error>(cursor)
         })
@@ -557,13 +565,20 @@ fn list(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
     });
     let first = timed(&mut group, "first page", || {
         let page = rt
-            .block_on(store.list_sessions_page(50, None))
+            .block_on(store.list_sessions(ListQuery {
+                limit: 50,
+                ..ListQuery::default()
+            }))
             .expect("a page");
         assert_eq!(page.sessions.len(), 50);
     });
     let middle = timed(&mut group, "page from a cursor", || {
         let page = rt
-            .block_on(store.list_sessions_page(50, halfway.clone()))
+            .block_on(store.list_sessions(ListQuery {
+                limit: 50,
+                cursor: halfway.clone(),
+                ..ListQuery::default()
+            }))
             .expect("a page");
         assert_eq!(page.sessions.len(), 50);
     });
@@ -595,7 +610,7 @@ fn backend_side(
         .block_on(sessionstore::Store::open(config))
         .expect("the store opens");
     let session = rt
-        .block_on(store.create_session(None, sessionstore::model::ToolsHost::Local))
+        .block_on(store.create_session(NewSession::default()))
         .expect("a session")
         .id;
     let files: Vec<_> = (0..4)
@@ -613,11 +628,11 @@ fn backend_side(
         rt.block_on(store.send(session, out)).expect("send");
     }
     let listed = rt
-        .block_on(store.create_session(None, sessionstore::model::ToolsHost::Local))
+        .block_on(store.create_session(NewSession::default()))
         .expect("a session for sends")
         .id;
     for _ in 0..60 {
-        rt.block_on(store.create_session(None, sessionstore::model::ToolsHost::Local))
+        rt.block_on(store.create_session(NewSession::default()))
             .expect("a session to list");
     }
     let mut group = c.benchmark_group(format!("backends/{name}"));
@@ -649,7 +664,10 @@ fn backend_side(
     });
     let page = timed(&mut group, "list a page of 50", || {
         let page = rt
-            .block_on(store.list_sessions_page(50, None))
+            .block_on(store.list_sessions(ListQuery {
+                limit: 50,
+                ..ListQuery::default()
+            }))
             .expect("a page");
         assert_eq!(page.sessions.len(), 50);
     });

@@ -11,7 +11,7 @@
 //! use sessionstore::dispatch::{Memo, Mode};
 //! use sessionstore::format::{Format, StreamWriter};
 //! use sessionstore::history::{Replay, Values};
-//! use sessionstore::model::{Delivery, ToolsHost};
+//! use sessionstore::model::{Delivery, NewSession};
 //! use sessionstore::store::{Dispatched, Prompt, PromptBlock, Upload};
 //! use sessionstore::{Config, DAEMON_ATTACHMENT_CONTEXT_META_KEY, Store};
 //!
@@ -20,7 +20,7 @@
 //! # let dir = tempfile::tempdir()?;
 //! let config = Config::in_dir(dir.path()); // sessions.db and attachments/ in one folder
 //! let store = Store::open(config.clone()).await?;
-//! let session = store.create_session(None, ToolsHost::Local).await?;
+//! let session = store.create_session(NewSession::default()).await?;
 //!
 //! // The user's prompt: text and a file, stored together (or not at all).
 //! let prompt = Prompt {

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use sessionstore::config::Redaction;
-use sessionstore::model::Role;
+use sessionstore::model::{NewSession, Role};
 use tokio::runtime::Runtime;
 
 use crate::workload::{Fixture, MIB, config_in};
@@ -58,7 +58,7 @@ fn build(rt: &Runtime, dir: &std::path::Path, items: usize) -> Fixture {
         }))
         .expect("the store opens with redaction off");
     let session = rt
-        .block_on(store.create_session(None, sessionstore::model::ToolsHost::Local))
+        .block_on(store.create_session(NewSession::default()))
         .expect("a session")
         .id;
     let f = Fixture {

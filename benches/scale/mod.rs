@@ -4,13 +4,13 @@
 //! alternately call by call after a few warm-up calls, the median of each side's
 //! calls compared:
 //!
-//! - the first page of 50 (`Store::list_sessions_page(50, None)`) of 100,000 sessions
+//! - the first page of 50 (`Store::list_sessions`, a limit of 50) of 100,000 sessions
 //!   against the same call on 100 sessions, the sessions written by hand in one
 //!   transaction as the `list` group writes them (each with its `session_created`
 //!   event, every tenth with a message);
 //! - the first page of 50 of 100,000 sessions with every other one archived, listed
 //!   with `exclude` (the default) and with `only`
-//!   (`Store::list_sessions_in(50, None, None, Some(filter))`), against the first page
+//!   (`Store::list_sessions` with an `archived` filter), against the first page
 //!   of 50 of 100 sessions none of which is archived (issue 47: an index serves the
 //!   filter and the order); also alone as `cargo bench --bench store -- archived`;
 //! - `Store::search` for a word found in exactly 100 recorded items, in a session of
@@ -23,6 +23,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sessionstore::Store;
+use sessionstore::lifecycle::ListQuery;
 use sessionstore::model::Role;
 use tokio::runtime::Runtime;
 
@@ -205,7 +206,11 @@ pub fn list_archived(report: &mut Report, rt: &Runtime) {
         let store = store.clone();
         move || {
             let page = rt
-                .block_on(store.list_sessions_in(50, None, None, Some(filter)))
+                .block_on(store.list_sessions(ListQuery {
+                    limit: 50,
+                    archived: Some(filter),
+                    ..ListQuery::default()
+                }))
                 .expect("a page");
             assert_eq!(page.sessions.len(), 50);
             assert!(
@@ -223,7 +228,7 @@ pub fn list_archived(report: &mut Report, rt: &Runtime) {
         let times = alternated(page(&small, ArchiveFilter::Exclude), page(&large, filter));
         compared(
             report,
-            &format!("list_sessions_in(50, {what})"),
+            &format!("list_sessions(50, {what})"),
             "of 100,000 sessions, 50,000 archived",
             "of 100",
             times,
@@ -242,7 +247,10 @@ fn list(report: &mut Report, rt: &Runtime) {
         let store = store.clone();
         move || {
             let page = rt
-                .block_on(store.list_sessions_page(50, None))
+                .block_on(store.list_sessions(ListQuery {
+                    limit: 50,
+                    ..ListQuery::default()
+                }))
                 .expect("a page");
             assert_eq!(page.sessions.len(), 50);
             assert!(page.next_cursor.is_some());
@@ -252,7 +260,7 @@ fn list(report: &mut Report, rt: &Runtime) {
     let times = alternated(page(&small), page(&large));
     compared(
         report,
-        "list_sessions_page(50, None)",
+        "list_sessions(50)",
         "of 100,000 sessions",
         "of 100",
         times,

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use sessionstore::Store;
-use sessionstore::model::ToolsHost;
+use sessionstore::model::NewSession;
 use tokio::runtime::Runtime;
 
 use crate::Report;
@@ -111,7 +111,7 @@ fn appending(store: &Store, rt: &Runtime, sessions: usize, each: usize) -> Appen
         for _ in 0..sessions {
             ids.push(
                 store
-                    .create_session(None, ToolsHost::Local)
+                    .create_session(NewSession::default())
                     .await
                     .unwrap()
                     .id,

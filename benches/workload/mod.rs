@@ -11,7 +11,8 @@ use rusqlite::{Connection, params};
 use sessionstore::attachments::{AttachmentUri, Roots};
 use sessionstore::dispatch::{DEFAULT_MEMO_BUDGET, Memo, Mode, ModelMessage, Part};
 use sessionstore::format::{Format, StreamWriter};
-use sessionstore::model::{Role, ToolsHost};
+use sessionstore::lifecycle::ListQuery;
+use sessionstore::model::{NewSession, Role};
 use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{Config, SessionId, Store};
 use tokio::runtime::Runtime;
@@ -67,7 +68,7 @@ impl Fixture {
             .block_on(Store::open(config_in(dir)))
             .expect("store opens");
         let session = rt
-            .block_on(store.create_session(None, ToolsHost::Local))
+            .block_on(store.create_session(NewSession::default()))
             .expect("a session")
             .id;
         Fixture {
@@ -83,8 +84,9 @@ impl Fixture {
             .block_on(Store::open(config_in(dir)))
             .expect("store opens");
         let session = rt
-            .block_on(store.list_sessions())
+            .block_on(store.list_sessions(ListQuery::default()))
             .expect("sessions")
+            .sessions
             .first()
             .expect("one session")
             .id;

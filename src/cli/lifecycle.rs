@@ -14,7 +14,7 @@ use indicatif::ProgressBar;
 use sessionstore::attachments::human_size;
 use sessionstore::lifecycle::import::ImportId;
 use sessionstore::lifecycle::{
-    DeleteOptions, DeletionStatus, GcOptions, Progress, RedactOptions, Run,
+    DeleteOptions, DeletionStatus, Export, GcOptions, Progress, RedactOptions, Run,
 };
 use sessionstore::{Config, MessageId, SessionId, Store};
 
@@ -128,18 +128,14 @@ pub async fn export(config: Config, json: bool, args: ExportArgs) -> Result<()> 
         true => sessionstore::config::Redaction::Off,
         false => sessionstore::config::Redaction::On,
     };
-    let exported = match args.format {
-        ExportFormat::Tar => {
-            store
-                .export_archive_as(args.session, args.out, redaction)
-                .await
-        }
-        ExportFormat::Markdown => {
-            store
-                .export_markdown_as(args.session, args.out, redaction)
-                .await
-        }
+    let how = Export {
+        format: match args.format {
+            ExportFormat::Tar => sessionstore::lifecycle::ExportFormat::Archive,
+            ExportFormat::Markdown => sessionstore::lifecycle::ExportFormat::Markdown,
+        },
+        redaction,
     };
+    let exported = store.export(args.session, args.out, how).await;
     progress.finish_and_clear();
     let exported = exported?;
     if json {
@@ -228,7 +224,7 @@ pub async fn delete(config: Config, json: bool, ids: Vec<SessionId>, run: Run) -
         run,
         progress: progress(),
     };
-    let report = store.delete_sessions_with(ids, options).await?;
+    let report = store.delete_sessions(ids, options).await?;
     if json {
         return print_json(&report);
     }

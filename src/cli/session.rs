@@ -6,8 +6,10 @@ use anyhow::Result;
 use clap::Subcommand;
 
 use sessionstore::attachments::human_size;
-use sessionstore::lifecycle::{CursorError, DEFAULT_PAGE, MAX_PAGE, SessionCursor, SessionPage};
-use sessionstore::model::{ArchiveFilter, Session, ToolsHost};
+use sessionstore::lifecycle::{
+    CursorError, DEFAULT_PAGE, ListQuery, MAX_PAGE, SessionCursor, SessionPage,
+};
+use sessionstore::model::{ArchiveFilter, NewSession, Session, TitleSource, ToolsHost};
 use sessionstore::{Config, Error, SessionId, Store};
 
 use super::output::{TEXT_CHARS, TITLE_CHARS, cell, emit, print_json};
@@ -148,7 +150,13 @@ async fn new(
 ) -> Result<()> {
     let store = Store::open(config).await?;
     tracing::info!("using database {}", store.config().database);
-    let session = store.create_session(title, tools_host).await?;
+    let session = store
+        .create_session(NewSession {
+            title,
+            tools_host,
+            ..NewSession::default()
+        })
+        .await?;
     if json {
         print_json(&serde_json::json!({ "id": session.id }))
     } else {
@@ -166,9 +174,13 @@ async fn list(
     // Listing never creates a database: with none yet, there is nothing to list.
     let page = match Store::open_read_only(config).await {
         Ok(store) => {
-            store
-                .list_sessions_in(limit, cursor, None, archived)
-                .await?
+            let query = ListQuery {
+                limit,
+                cursor,
+                cwd: None,
+                archived,
+            };
+            store.list_sessions(query).await?
         }
         Err(Error::NoDatabase(_)) => SessionPage {
             sessions: vec![],
@@ -318,7 +330,7 @@ async fn archive(config: Config, json: bool, ids: Vec<SessionId>, archived: bool
 
 async fn rename(config: Config, json: bool, id: SessionId, title: String) -> Result<()> {
     let store = Store::open_existing(config).await?;
-    store.rename_session(id, title).await?;
+    store.set_title(id, title, TitleSource::Explicit).await?;
     let session = store.session(id).await?;
     if json {
         print_json(&serde_json::json!({ "id": session.id, "title": session.title }))

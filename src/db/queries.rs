@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::ids::{EventSeq, MessageId, SessionId};
 use crate::model::{
     AgentBinding, AppendedMessage, Delivery, Event, EventPayload, Message, MessageBlock,
-    NewSession, Reference, Session, TitleSource, ToolsHost,
+    NewSession, Reference, Session, TitleSource,
 };
 use crate::projection::Uris;
 
@@ -40,22 +40,9 @@ fn session_from_row(row: &Row<'_>) -> Result<Session, DbError> {
 const SESSION_COLUMNS: &str = "id, title, tools_host, created_at, updated_at, cwd, agent, \
      agent_session, title_source, archived";
 
-pub fn insert_session(
-    conn: &Tx<'_>,
-    title: Option<&str>,
-    tools_host: ToolsHost,
-) -> Result<Session> {
-    let new = NewSession {
-        title: title.map(str::to_owned),
-        tools_host,
-        ..NewSession::default()
-    };
-    insert_session_as(conn, SessionId::new(), &new, None)
-}
-
-/// `insert_session` with an id chosen by the caller (a fork's, made before its files
-/// were placed; an import's kept id), the client's working directory and agent
-/// binding where there are, and, for a fork, where it came from.
+/// Inserts a session with an id chosen by the caller (a fresh one; a fork's, made
+/// before its files were placed; an import's kept id), the client's working directory
+/// and agent binding where there are, and, for a fork, where it came from.
 pub fn insert_session_as(
     conn: &Tx<'_>,
     id: SessionId,

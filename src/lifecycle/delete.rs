@@ -44,7 +44,7 @@ pub struct DeletedSession {
     pub legacy_files: Vec<PathBuf>,
 }
 
-/// How `Store::delete_sessions_with` runs.
+/// How `Store::delete_sessions` runs; `Default`: for real, no progress shown.
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOptions {
     /// `Run::DryRun` reports what would go and changes nothing.
@@ -67,20 +67,14 @@ pub struct DeleteReport {
 
 /// Lifecycle: deleting a session, its rows, log and files, leaving a tombstone.
 impl Store {
-    /// Deletes the sessions named: see [`Store::delete_sessions_with`].
-    pub async fn delete_sessions(&self, ids: Vec<SessionId>) -> Result<DeleteReport> {
-        self.delete_sessions_with(ids, DeleteOptions::default())
-            .await
-    }
-
     /// Deletes each session named: in one write, each gets its tombstone (id, time,
     /// counts, no content) and loses its rows and events, with SQLite's secure delete
     /// on and the WAL truncated after, so none of its text stays in the database
     /// files. Then its folder under the configured root is removed. A session deleted
     /// before is reported as such (and a folder it left is removed); an id that names
     /// no session and no tombstone fails the whole call before anything changes.
-    /// With `Run::DryRun`, reports what would go and changes nothing.
-    pub async fn delete_sessions_with(
+    /// With `Run::DryRun` in `options`, reports what would go and changes nothing.
+    pub async fn delete_sessions(
         &self,
         ids: Vec<SessionId>,
         options: DeleteOptions,

@@ -1,5 +1,4 @@
-//! `Store::export_archive` and `Store::export_markdown`: one session written to one
-//! file, either a self-contained tar archive (a JSON manifest first, then every
+//! `Store::export`: one session written to one file, either a self-contained tar archive (a JSON manifest first, then every
 //! attachment file as `files/<stored name>`) or a readable markdown transcript. The
 //! archive holds no path of this machine; the transcript names attachments by stored
 //! name only. The output is written beside its name and renamed into place, so a
@@ -34,23 +33,51 @@ pub struct Exported {
     pub missing: Vec<String>,
 }
 
-/// Lifecycle: exporting sessions with their files to an archive.
+/// What [`Store::export`] writes: the file's format, its text redacted or not.
+/// `Default`: an archive, redacted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Export {
+    pub format: ExportFormat,
+    /// With [`Redaction::On`] every secret found in the text is replaced, even from a
+    /// store kept with redaction off; attachment files are copied byte for byte either
+    /// way.
+    pub redaction: Redaction,
+}
+
+/// The file an export writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// One self-contained tar archive, which `import_archive` reads back.
+    #[default]
+    Archive,
+    /// A markdown transcript for people.
+    Markdown,
+}
+
+/// Lifecycle: exporting sessions with their files to an archive or a transcript.
 impl Store {
-    /// Writes `session` to `out` as one tar archive: `manifest.json` (the session, its
-    /// messages, recorded items and event log, and the list of files), then each
-    /// attachment file the messages refer to, read the way dispatch reads it (the
-    /// configured root, then the legacy roots). A file no root has is listed as
-    /// missing; any other failed read fails the export, which then leaves nothing at
-    /// `out`. An existing `out` is replaced only once the new archive is complete.
-    pub async fn export_archive(&self, session: SessionId, out: PathBuf) -> Result<Exported> {
-        self.export_archive_as(session, out, Redaction::On).await
+    /// Writes `session` to `out` in `how.format`, redacted as `how.redaction` says:
+    ///
+    /// - [`ExportFormat::Archive`]: one tar archive, `manifest.json` (the session, its
+    ///   messages, recorded items and event log, settings and the list of files), then
+    ///   each attachment file the messages refer to, read the way dispatch reads it
+    ///   (the configured root, then the legacy roots). A file no root has is listed as
+    ///   missing; any other failed read fails the export.
+    /// - [`ExportFormat::Markdown`]: a transcript, the title then each message and
+    ///   recorded item in history order, a page of rows at a time, each entry redacted
+    ///   whole. Attachments are listed by stored name, never by path or URI, and no
+    ///   file is read.
+    ///
+    /// A failed export leaves nothing at `out`; an existing `out` is replaced only once
+    /// the new file is complete.
+    pub async fn export(&self, session: SessionId, out: PathBuf, how: Export) -> Result<Exported> {
+        match how.format {
+            ExportFormat::Archive => self.export_archive(session, out, how.redaction).await,
+            ExportFormat::Markdown => self.export_markdown(session, out, how.redaction).await,
+        }
     }
 
-    /// [`Store::export_archive`], its text redacted or not: with [`Redaction::On`]
-    /// every secret found in the manifest's text (messages, items, the event log,
-    /// titles, settings) is replaced, even from a store kept with redaction off.
-    /// Attachment files are copied byte for byte either way.
-    pub async fn export_archive_as(
+    async fn export_archive(
         &self,
         session: SessionId,
         out: PathBuf,
@@ -127,16 +154,7 @@ impl Store {
         .await
     }
 
-    /// Writes `session` to `out` as a markdown transcript for people: the title, then
-    /// each message and recorded item in history order, a page of rows at a time.
-    /// Attachments are listed by stored name, never by path or URI, and no file is
-    /// read.
-    pub async fn export_markdown(&self, session: SessionId, out: PathBuf) -> Result<Exported> {
-        self.export_markdown_as(session, out, Redaction::On).await
-    }
-
-    /// [`Store::export_markdown`], redacted (each entry whole) or not.
-    pub async fn export_markdown_as(
+    async fn export_markdown(
         &self,
         session: SessionId,
         out: PathBuf,

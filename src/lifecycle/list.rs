@@ -109,32 +109,47 @@ impl Serialize for SessionCursor {
     }
 }
 
+/// What [`Store::list_sessions`] lists: one page of at most `limit` sessions (clamped
+/// to 1..=[`MAX_PAGE`]) after `cursor`, of one working directory when `cwd` says, and
+/// of one archive state. `Default`: the first page of [`DEFAULT_PAGE`], every working
+/// directory, archived sessions left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery {
+    pub limit: usize,
+    /// Where the page starts (from the start when `None`).
+    pub cursor: Option<SessionCursor>,
+    /// Only the sessions in one working directory (an ACP client's `session/list` with
+    /// a `cwd`); every session when `None`.
+    pub cwd: Option<CwdFilter>,
+    /// Which archive state: this, else the cursor's, else [`ArchiveFilter::Exclude`].
+    pub archived: Option<ArchiveFilter>,
+}
+
+impl Default for ListQuery {
+    fn default() -> ListQuery {
+        ListQuery {
+            limit: DEFAULT_PAGE,
+            cursor: None,
+            cwd: None,
+            archived: None,
+        }
+    }
+}
+
 /// Lifecycle: listing sessions a page at a time.
 impl Store {
-    /// One page of at most `limit` sessions (clamped to 1..=[`MAX_PAGE`]), most recently
-    /// updated first, starting after `cursor` (from the start when `None`), archived
-    /// ones left out unless the cursor's listing took them. Recorded turns and every
-    /// other event move a session's `updated_at`, so a session with news comes first.
-    /// Reading only: works on a store opened read-only.
-    pub async fn list_sessions_page(
-        &self,
-        limit: usize,
-        cursor: Option<SessionCursor>,
-    ) -> Result<SessionPage> {
-        self.list_sessions_in(limit, cursor, None, None).await
-    }
-
-    /// [`Store::list_sessions_page`] of the sessions in one working directory (an ACP
-    /// client's `session/list` with a `cwd`): those whose client gave `cwd`, and, when
-    /// `filter.unset_too`, those that have none; and of one archive state: `archived`,
-    /// else the cursor's, else [`ArchiveFilter::Exclude`].
-    pub async fn list_sessions_in(
-        &self,
-        limit: usize,
-        cursor: Option<SessionCursor>,
-        filter: Option<CwdFilter>,
-        archived: Option<ArchiveFilter>,
-    ) -> Result<SessionPage> {
+    /// One page of the sessions `query` takes, most recently updated first: at most
+    /// `query.limit` (clamped to 1..=[`MAX_PAGE`]), starting after `query.cursor`.
+    /// Recorded turns and every other event move a session's `updated_at`, so a
+    /// session with news comes first. To see every session, follow `next_cursor` until
+    /// it is `None`. Reading only: works on a store opened read-only.
+    pub async fn list_sessions(&self, query: ListQuery) -> Result<SessionPage> {
+        let ListQuery {
+            limit,
+            cursor,
+            cwd: filter,
+            archived,
+        } = query;
         let archived = archived
             .or(cursor.as_ref().map(|c| c.archived))
             .unwrap_or_default();

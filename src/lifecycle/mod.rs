@@ -20,12 +20,15 @@ mod redact;
 
 pub use crate::model::SessionSummary;
 pub use delete::{DeleteOptions, DeleteReport, DeletedSession, DeletionStatus};
+pub use export::{Export, ExportFormat};
 pub use gc::{DEFAULT_GC_GRACE, GcOptions, GcReport, Tally, parse_duration};
-pub use list::{CursorError, CwdFilter, DEFAULT_PAGE, MAX_PAGE, SessionCursor, SessionPage};
+pub use list::{
+    CursorError, CwdFilter, DEFAULT_PAGE, ListQuery, MAX_PAGE, SessionCursor, SessionPage,
+};
 pub use progress::{Progress, Step};
 pub use redact::{RedactOptions, RedactReport, RedactedSession, SkippedSession};
 
-/// Whether an operation that removes things (`delete_sessions_with`, `gc`) removes
+/// Whether an operation that removes things (`delete_sessions`, `gc`) removes
 /// them, or only reports what it would remove and changes nothing (opening the store
 /// read-only is then enough).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

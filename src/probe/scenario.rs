@@ -53,7 +53,7 @@ use crate::config::{self, Config};
 use crate::dispatch::{DEFAULT_MEMO_BUDGET, Memo, Mode};
 use crate::format::{Format, StreamWriter};
 use crate::ids::SessionId;
-use crate::model::{Role, ToolsHost};
+use crate::model::{NewSession, Role, ToolsHost};
 use crate::openai;
 use crate::store::{Dispatched, Outgoing, Store};
 
@@ -228,7 +228,7 @@ impl Probe {
             .await
             .step("open the probe's store")?;
         let session = store
-            .create_session(None, ToolsHost::Local)
+            .create_session(NewSession::default())
             .await
             .step("create a session")?
             .id;
@@ -498,7 +498,11 @@ impl Probe {
     async fn tools_host_wording(&mut self, first: &FirstDelivery) -> Result<(), Failure> {
         let ssh = self
             .store
-            .create_session(Some("probe over ssh".to_owned()), ToolsHost::Ssh)
+            .create_session(NewSession {
+                title: Some("probe over ssh".to_owned()),
+                tools_host: ToolsHost::Ssh,
+                ..NewSession::default()
+            })
             .await
             .step("create an ssh session")?
             .id;

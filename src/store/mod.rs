@@ -20,7 +20,7 @@ use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement};
 use crate::error::{Error, Result};
 use crate::history;
 use crate::ids::{MessageId, SessionId};
-use crate::model::{Delivery, Event, Item, Message, Role, Session, TitleSource, ToolsHost};
+use crate::model::{Delivery, Event, Item, Message, NewSession, Role, Session, TitleSource};
 use crate::turns::Update;
 
 mod claim;
@@ -314,30 +314,28 @@ impl Store {
 /// Sessions and their messages: create, rename, read, mark delivered, and the event
 /// log.
 impl Store {
-    pub async fn create_session(
-        &self,
-        title: Option<String>,
-        tools_host: ToolsHost,
-    ) -> Result<Session> {
-        // A blank title is no title, so the first message can still name the session.
-        let title = title
-            .filter(|t| !t.trim().is_empty())
-            .map(|t| self.redacted(t));
-        self.with_write(move |tx| queries::insert_session(tx, title.as_deref(), tools_host))
+    /// Creates a session as `new` describes it: a title (a blank one is none, so the
+    /// first message can still name the session), where its tools run, and, for a
+    /// session an ACP client opened, its working directory and the agent session it
+    /// is bound to.
+    pub async fn create_session(&self, new: NewSession) -> Result<Session> {
+        let new = NewSession {
+            title: new
+                .title
+                .filter(|t| !t.trim().is_empty())
+                .map(|t| self.redacted(t)),
+            ..new
+        };
+        self.with_write(move |tx| queries::insert_session_as(tx, SessionId::new(), &new, None))
             .await
     }
 
-    /// Gives the session an explicit title (`session rename`, a client's
-    /// `session/set_title`), trimmed, which stays until the next explicit one; the
-    /// title stored is returned. A title of white space alone is refused
-    /// ([`Error::EmptyTitle`]).
-    pub async fn rename_session(&self, id: SessionId, title: String) -> Result<String> {
-        self.set_title(id, title, TitleSource::Explicit).await
-    }
-
-    /// Records a title from `source` (an agent's `session_info_update`, say), trimmed:
-    /// it becomes the title in force unless an explicit one is there and it is not
-    /// explicit itself ([`TitleSource::replaces`]). The title in force is returned.
+    /// Records a title from `source`, trimmed: [`TitleSource::Explicit`] for a title
+    /// the user gave (`session rename`, a client's `session/set_title`), which stays
+    /// until the next explicit one; another source (an agent's `session_info_update`,
+    /// say) makes it the title in force unless an explicit one is there
+    /// ([`TitleSource::replaces`]). The title in force is returned. A title of white
+    /// space alone is refused ([`Error::EmptyTitle`]).
     pub async fn set_title(
         &self,
         id: SessionId,
@@ -369,10 +367,6 @@ impl Store {
     pub async fn session(&self, id: SessionId) -> Result<Session> {
         self.with_read(move |tx| queries::get_session(tx, &id))
             .await
-    }
-
-    pub async fn list_sessions(&self) -> Result<Vec<Session>> {
-        self.with_read(queries::list_sessions).await
     }
 
     pub async fn mark_delivered(&self, session: SessionId, ids: Vec<MessageId>) -> Result<()> {

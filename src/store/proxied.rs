@@ -8,27 +8,11 @@ use super::Store;
 use crate::db::{proxied, queries};
 use crate::error::Result;
 use crate::ids::{MessageId, SessionId, TurnId};
-use crate::model::{AgentBinding, NewSession, Session, Setting, Turn, TurnEnd};
+use crate::model::{AgentBinding, Setting, Turn, TurnEnd};
 
 /// Sessions carried for an agent (the proxy's): working directory and agent binding,
 /// turns begun and ended, and the settings a client changed.
 impl Store {
-    /// Creates a session as `new` describes it: a title (a blank one is none, so the
-    /// first message can still name the session), where its tools run, and, for a
-    /// session an ACP client opened, its working directory and the agent session it
-    /// is bound to.
-    pub async fn create_session_with(&self, new: NewSession) -> Result<Session> {
-        let new = NewSession {
-            title: new
-                .title
-                .filter(|t| !t.trim().is_empty())
-                .map(|t| self.redacted(t)),
-            ..new
-        };
-        self.with_write(move |tx| queries::insert_session_as(tx, SessionId::new(), &new, None))
-            .await
-    }
-
     /// Binds a session to another agent session (a fresh one replacing the one its
     /// agent no longer knows).
     pub async fn bind_agent(&self, session: SessionId, binding: AgentBinding) -> Result<()> {

@@ -20,7 +20,7 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::{Agent, ByteStreams, Client, ErrorCode, JsonRpcRequest};
 use base64::Engine;
 use blocking::Unblock;
-use sessionstore::model::{Role, ToolsHost};
+use sessionstore::model::{NewSession, Role};
 use sessionstore::store::Outgoing;
 use sessionstore::{SessionId, Store};
 
@@ -348,7 +348,7 @@ async fn session_list_pages_through_every_session_with_the_stores_cursor() {
     let mut made = std::collections::HashSet::new();
     for _ in 0..total {
         let s = store
-            .create_session(None, ToolsHost::Local)
+            .create_session(NewSession::default())
             .await
             .expect("a session");
         made.insert(s.id);
@@ -466,7 +466,10 @@ async fn prompts_need_an_open_session_and_resume_replays_nothing() {
     let root = t.dir.path().join("attachments");
     let store = Store::open(t.config.clone()).await.expect("a store");
     let session = store
-        .create_session(Some("kept".into()), ToolsHost::Local)
+        .create_session(NewSession {
+            title: Some("kept".into()),
+            ..NewSession::default()
+        })
         .await
         .expect("a session");
     drop(store);
@@ -806,7 +809,7 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
 /// question with an attached text file.
 async fn a_history(store: &Store) -> sessionstore::model::Session {
     let session = store
-        .create_session(None, ToolsHost::Local)
+        .create_session(NewSession::default())
         .await
         .expect("a session");
     store
@@ -912,7 +915,7 @@ async fn load_and_resume_replay_from_a_point_under_meta_and_end_with_the_marker(
     let root = t.dir.path().join("attachments");
     let store = Store::open(t.config.clone()).await.expect("a store");
     let session = store
-        .create_session(None, ToolsHost::Local)
+        .create_session(NewSession::default())
         .await
         .expect("a session");
     store
@@ -1100,7 +1103,7 @@ async fn acp_and_the_proxy_answer_the_session_methods_alike() {
     let store = Store::open(t.config.clone()).await.expect("a store");
     let session = a_history(&store).await;
     store
-        .create_session(None, ToolsHost::Local)
+        .create_session(NewSession::default())
         .await
         .expect("another session");
     drop(store);

@@ -6,7 +6,7 @@ use std::fs::File;
 
 use sessionstore::attachments::{AttachmentError, AttachmentUri, MAX_ATTACHMENT_BYTES};
 use sessionstore::dispatch::{Memo, Mode};
-use sessionstore::model::ToolsHost;
+use sessionstore::model::NewSession;
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
@@ -14,7 +14,7 @@ use crate::support::{TestStore, block_json};
 
 async fn session(t: &TestStore) -> SessionId {
     t.store()
-        .create_session(None, ToolsHost::Local)
+        .create_session(NewSession::default())
         .await
         .expect("a session")
         .id

@@ -10,7 +10,7 @@ use serde_json::Value;
 use sessionstore::attachments::AttachmentUri;
 use sessionstore::config::Database;
 use sessionstore::dispatch::{Memo, Mode};
-use sessionstore::model::{Delivery, ProblemKind, Role, ToolsHost};
+use sessionstore::model::{Delivery, NewSession, ProblemKind, Role, ToolsHost};
 use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{Error, SessionId, Store};
 
@@ -955,7 +955,7 @@ async fn an_svg_reaches_the_model_as_text_and_blank_text_gets_no_block() {
     let t = crate::support::TestStore::new().await;
     let s = t
         .store()
-        .create_session(None, sessionstore::model::ToolsHost::Local)
+        .create_session(NewSession::default())
         .await
         .unwrap();
     let svg = "<svg xmlns='http://www.w3.org/2000/svg'><circle r='1'/></svg>";

@@ -10,14 +10,14 @@
 use std::path::{Path, PathBuf};
 
 use agent_client_protocol_schema::v1::SessionUpdate;
-use sessionstore::lifecycle::DeletionStatus;
 use sessionstore::lifecycle::import::ImportId;
-use sessionstore::model::ToolsHost;
+use sessionstore::lifecycle::{DeleteOptions, DeletionStatus, Export, ListQuery};
+use sessionstore::model::{NewSession, TitleSource, ToolsHost};
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
 use crate::restored::CollectRestore;
-use crate::support::{TestStore, assert_one_line_error, block_json, json, stderr};
+use crate::support::{TestStore, all_sessions, assert_one_line_error, block_json, json, stderr};
 
 #[tokio::test]
 async fn a_recorded_turn_moves_its_session_to_the_front() {
@@ -30,7 +30,14 @@ async fn a_recorded_turn_moves_its_session_to_the_front() {
     }))
     .unwrap();
     t.store().record(older, vec![chunk]).await.unwrap();
-    let page = t.store().list_sessions_page(10, None).await.unwrap();
+    let page = t
+        .store()
+        .list_sessions(ListQuery {
+            limit: 10,
+            ..ListQuery::default()
+        })
+        .await
+        .unwrap();
     assert_eq!(
         page.sessions.iter().map(|s| s.id).collect::<Vec<_>>(),
         [older, newer]
@@ -100,7 +107,10 @@ async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
     out.attach = vec![upload.uri.clone()];
     t.send(gone, out).await;
     for title in ["QUOKKA-7719 yapok draft", "QUOKKA-7719 zebu title"] {
-        t.store().rename_session(gone, title.into()).await.unwrap();
+        t.store()
+            .set_title(gone, title.into(), TitleSource::Explicit)
+            .await
+            .unwrap();
     }
     let chunk = |text: &str| -> SessionUpdate {
         serde_json::from_value(serde_json::json!({
@@ -141,7 +151,11 @@ async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
         );
     }
 
-    let report = t.store().delete_sessions(vec![gone]).await.unwrap();
+    let report = t
+        .store()
+        .delete_sessions(vec![gone], DeleteOptions::default())
+        .await
+        .unwrap();
     assert!(report.erased);
     let deleted = &report.sessions[0];
     assert_eq!(deleted.status, DeletionStatus::Deleted);
@@ -217,7 +231,10 @@ async fn the_search_index_reads_its_text_from_the_rows_and_agrees_with_them() {
     };
     for s in [a, b] {
         for title in ["first marmoset title", "second tapir title"] {
-            t.store().rename_session(s, title.into()).await.unwrap();
+            t.store()
+                .set_title(s, title.into(), TitleSource::Explicit)
+                .await
+                .unwrap();
         }
         t.send(s, Outgoing::user("a user wrote about gibbons"))
             .await;
@@ -324,7 +341,10 @@ async fn the_search_index_reads_its_text_from_the_rows_and_agrees_with_them() {
         .await
         .unwrap();
     assert_eq!(forked.len(), 1, "{forked:?}");
-    t.store().delete_sessions(vec![a]).await.unwrap();
+    t.store()
+        .delete_sessions(vec![a], DeleteOptions::default())
+        .await
+        .unwrap();
     check("after a delete");
     // A title cleared behind the store's back (the store only renames) takes its entry
     // with it and makes none: a trigger whose insert is an aggregate would make one
@@ -423,7 +443,7 @@ async fn delete_reports_progress_to_its_hook() {
     let seen = steps.clone();
     let progress = sessionstore::lifecycle::Progress::new(move |s| seen.lock().unwrap().push(s));
     t.store()
-        .delete_sessions_with(
+        .delete_sessions(
             ids,
             sessionstore::lifecycle::DeleteOptions {
                 run: sessionstore::lifecycle::Run::Apply,
@@ -570,7 +590,10 @@ async fn every_kind_of_hostile_archive_is_refused_with_one_line_and_nothing_writ
     let a = h.attach(s, "a.txt", b"alpha").await;
     h.send_files(s, "one file", &[&a]).await;
     let good = h.dir.path().join("good.tar");
-    h.store().export_archive(s, good.clone()).await.unwrap();
+    h.store()
+        .export(s, good.clone(), Export::default())
+        .await
+        .unwrap();
     let (manifest, files) = unpack(&good);
     assert_eq!(files, [("files/a.txt".to_owned(), b"alpha".to_vec())]);
     let m = |f: &dyn Fn(&mut serde_json::Value)| {
@@ -742,7 +765,7 @@ async fn every_kind_of_hostile_archive_is_refused_with_one_line_and_nothing_writ
     ];
     let before = crate::support::snapshot(h.dir.path());
     assert_eq!(std::fs::read_dir(h.configured()).unwrap().count(), 1);
-    let sessions = h.store().list_sessions().await.unwrap().len();
+    let sessions = all_sessions(h.store()).await.unwrap().len();
     let bad = tempfile::tempdir().unwrap();
     for (what, entries) in cases {
         let path = bad.path().join(format!("{what}.tar"));
@@ -766,7 +789,7 @@ async fn every_kind_of_hostile_archive_is_refused_with_one_line_and_nothing_writ
         let line = assert_one_line_error(&out);
         assert_eq!(out.status.code(), Some(3), "{what}: {line}");
     }
-    assert_eq!(h.store().list_sessions().await.unwrap().len(), sessions);
+    assert_eq!(all_sessions(h.store()).await.unwrap().len(), sessions);
     let after = crate::support::snapshot(h.dir.path());
     let changed: Vec<_> = after
         .keys()
@@ -1013,4 +1036,91 @@ fn titles_record_their_source_and_a_blank_rename_writes_nothing() {
     assert_eq!(shown["session"]["title"], "Harbour notes");
     assert_eq!(shown["session"]["titleSource"], "explicit");
     assert!(t.run(&["verify"]).status.success());
+}
+
+/// `ListQuery::default()` is the first page of `DEFAULT_PAGE` sessions, archived ones
+/// left out; walking its cursors sees every other session once.
+#[tokio::test]
+async fn the_default_list_query_is_a_first_page_without_archived_sessions() {
+    use sessionstore::lifecycle::DEFAULT_PAGE;
+    let t = TestStore::new().await;
+    let mut ids = Vec::new();
+    for _ in 0..DEFAULT_PAGE + 2 {
+        ids.push(t.session().await);
+    }
+    let archived = ids[3];
+    t.store().set_archived(vec![archived], true).await.unwrap();
+    let first = t.store().list_sessions(ListQuery::default()).await.unwrap();
+    assert_eq!(first.sessions.len(), DEFAULT_PAGE);
+    let mut seen: Vec<_> = first.sessions.iter().map(|s| s.id).collect();
+    let mut cursor = first.next_cursor;
+    while let Some(c) = cursor {
+        let page = t
+            .store()
+            .list_sessions(ListQuery {
+                cursor: Some(c),
+                ..ListQuery::default()
+            })
+            .await
+            .unwrap();
+        seen.extend(page.sessions.iter().map(|s| s.id));
+        cursor = page.next_cursor;
+    }
+    assert_eq!(seen.len(), ids.len() - 1);
+    assert!(!seen.contains(&archived));
+    assert_eq!(all_sessions(t.store()).await.unwrap().len(), ids.len());
+}
+
+/// `Export::default()` writes a redacted archive, even from a store kept with
+/// redaction off; `ExportFormat::Markdown` with `Redaction::Off` writes the transcript
+/// as stored.
+#[tokio::test]
+async fn the_default_export_is_a_redacted_archive_and_markdown_is_a_format() {
+    use sessionstore::config::Redaction;
+    use sessionstore::lifecycle::ExportFormat;
+    use sessionstore::redact::Kind;
+    use sessionstore::redact::fresh::{Rng, fresh};
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::support::config_in(dir.path());
+    config.redaction = Redaction::Off;
+    let store = sessionstore::Store::open(config).await.unwrap();
+    let (secret, _) = fresh(Kind::AwsAccessKeyId, &mut Rng::new());
+    let s = store
+        .create_session(NewSession {
+            title: Some("exported".into()),
+            ..NewSession::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    let said = format!("the key is {secret} ok");
+    store
+        .send(s, crate::support::user_text(&said))
+        .await
+        .unwrap();
+
+    let tar = dir.path().join("s.tar");
+    let exported = store
+        .export(s, tar.clone(), Export::default())
+        .await
+        .unwrap();
+    assert_eq!(exported.messages, 1);
+    let (manifest, _) = unpack(&tar);
+    let text = manifest.to_string();
+    assert!(
+        !text.contains(&secret) && text.contains("[REDACTED:"),
+        "{text}"
+    );
+
+    let md = dir.path().join("s.md");
+    let how = Export {
+        format: ExportFormat::Markdown,
+        redaction: Redaction::Off,
+    };
+    store.export(s, md.clone(), how).await.unwrap();
+    let transcript = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        transcript.contains("exported") && transcript.contains(&said),
+        "{transcript}"
+    );
 }

@@ -5,10 +5,12 @@
 use std::path::Path;
 use std::process::Output;
 
-use sessionstore::model::ToolsHost;
+use sessionstore::model::NewSession;
 use sessionstore::{Error, Store};
 
-use crate::support::{Bin, PNG, TestStore, assert_one_line_error, json, snapshot, stderr, stdout};
+use crate::support::{
+    Bin, PNG, TestStore, all_sessions, assert_one_line_error, json, snapshot, stderr, stdout,
+};
 
 /// A session id no damaged file knows; commands that need one get it.
 const SID: &str = "01a22b1d-b6fa-778b-a534-d674f3630de8";
@@ -420,28 +422,31 @@ fn a_read_only_copy_can_be_listed_shown_verified_and_restored() {
 async fn a_read_only_store_sees_what_a_writer_commits_after_it_opened() {
     let t = TestStore::empty();
     let store = t.open().await;
-    store.create_session(None, ToolsHost::Local).await.unwrap();
+    store.create_session(NewSession::default()).await.unwrap();
     drop(store);
     let wal = t.dir.path().join("sessions.db-wal");
     assert!(!wal.exists(), "the store closed and removed its -wal");
 
     let reader = Store::open_read_only(t.config.clone()).await.unwrap();
-    assert_eq!(reader.list_sessions().await.unwrap().len(), 1);
+    assert_eq!(all_sessions(&reader).await.unwrap().len(), 1);
     assert!(!wal.exists(), "reading made no side file");
 
     let writer = t.open().await;
     writer
-        .create_session(Some("later".into()), ToolsHost::Local)
+        .create_session(NewSession {
+            title: Some("later".into()),
+            ..NewSession::default()
+        })
         .await
         .unwrap();
     assert!(wal.exists(), "a live writer keeps its -wal");
-    assert_eq!(reader.list_sessions().await.unwrap().len(), 2);
+    assert_eq!(all_sessions(&reader).await.unwrap().len(), 2);
     drop(writer);
     assert!(!wal.exists());
-    assert_eq!(reader.list_sessions().await.unwrap().len(), 2);
+    assert_eq!(all_sessions(&reader).await.unwrap().len(), 2);
 
     let err = reader
-        .create_session(None, ToolsHost::Local)
+        .create_session(NewSession::default())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::ReadOnly(_)), "{err}");
@@ -453,26 +458,26 @@ async fn a_read_only_store_sees_what_a_writer_commits_after_it_opened() {
 async fn reads_stay_whole_while_writers_come_and_go() {
     let t = TestStore::empty();
     let store = t.open().await;
-    store.create_session(None, ToolsHost::Local).await.unwrap();
+    store.create_session(NewSession::default()).await.unwrap();
     drop(store);
     let reader = Store::open_read_only(t.config.clone()).await.unwrap();
     let config = t.config.clone();
     let writers = tokio::spawn(async move {
         for _ in 0..20 {
             let writer = Store::open(config.clone()).await.unwrap();
-            writer.create_session(None, ToolsHost::Local).await.unwrap();
+            writer.create_session(NewSession::default()).await.unwrap();
         }
     });
     let mut last = 0;
     while !writers.is_finished() {
-        let n = reader.list_sessions().await.unwrap().len();
+        let n = all_sessions(&reader).await.unwrap().len();
         assert!(n >= last, "a read went back in time: {n} after {last}");
         last = n;
         let report = reader.verify().await.unwrap();
         assert!(report.ok(), "{:?}", report.problems);
     }
     writers.await.unwrap();
-    assert_eq!(reader.list_sessions().await.unwrap().len(), 21);
+    assert_eq!(all_sessions(&reader).await.unwrap().len(), 21);
 }
 
 #[test]

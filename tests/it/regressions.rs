@@ -5,7 +5,7 @@ use std::process::{Output, Stdio};
 
 use sessionstore::attachments::AttachmentError;
 use sessionstore::dispatch::{Memo, Mode};
-use sessionstore::model::{Delivery, Role, ToolsHost};
+use sessionstore::model::{Delivery, NewSession, Role};
 use sessionstore::store::{Outgoing, Upload};
 use sessionstore::{Error, SessionId};
 
@@ -145,7 +145,10 @@ async fn blank_titles_and_expansions_count_as_none() {
     let t = TestStore::new().await;
     let s = t
         .store()
-        .create_session(Some("   ".into()), ToolsHost::Local)
+        .create_session(NewSession {
+            title: Some(" ".into()),
+            ..NewSession::default()
+        })
         .await
         .unwrap();
     assert_eq!(s.title, None);

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use sessionstore::attachments::Roots;
 use sessionstore::dispatch::{Memo, Mode};
-use sessionstore::model::{Delivery, Role, ToolsHost};
+use sessionstore::model::{Delivery, NewSession, Role, ToolsHost};
 use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{Config, SessionId, Store};
 
@@ -50,7 +50,7 @@ async fn send(store: &Store, s: SessionId, text: &str, files: &[&Expect]) {
 async fn session_under(config: Config) -> (SessionId, [Expect; 3]) {
     let store = Store::open(config).await.unwrap();
     let s = store
-        .create_session(None, ToolsHost::Local)
+        .create_session(NewSession::default())
         .await
         .unwrap()
         .id;

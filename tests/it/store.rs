@@ -3,7 +3,7 @@
 //! gives. What both engines promise (every change's event, renames, unknown sessions,
 //! the log refusing rewrites) is in `conformance`.
 
-use sessionstore::model::ToolsHost;
+use sessionstore::model::NewSession;
 use sessionstore::store::Dispatched;
 
 use crate::support::{TestStore, user_text};
@@ -18,7 +18,10 @@ async fn a_failure_mid_transaction_keeps_neither_row_nor_event() {
     let t = TestStore::new().await;
     let s = t
         .store()
-        .create_session(Some("x".into()), ToolsHost::Local)
+        .create_session(NewSession {
+            title: Some("x".into()),
+            ..NewSession::default()
+        })
         .await
         .unwrap();
     // The message row is inserted first; this makes the event insert after it fail.
@@ -50,7 +53,7 @@ async fn concurrent_writers_wait_instead_of_failing() {
     let t = TestStore::new().await;
     let s = t
         .store()
-        .create_session(None, ToolsHost::Local)
+        .create_session(NewSession::default())
         .await
         .unwrap();
     let mut tasks = Vec::new();

@@ -11,7 +11,7 @@ use agent_client_protocol_schema::v1::{
     ContentBlock, ContentChunk, MessageId as AcpMessageId, SessionNotification, SessionUpdate,
 };
 use sessionstore::dispatch::{DEFAULT_MEMO_BUDGET, Memo, Mode};
-use sessionstore::model::{Role, ToolsHost};
+use sessionstore::model::{NewSession, Role, ToolsHost};
 use sessionstore::openai::{chat_request, responses_request};
 use sessionstore::replay::ReplayItem;
 use sessionstore::store::{Dispatched, Outgoing};
@@ -26,7 +26,11 @@ use crate::support::{PNG, TestStore, stdout};
 async fn varied_session(t: &TestStore) -> SessionId {
     let s = t
         .store()
-        .create_session(Some("t".into()), ToolsHost::Ssh)
+        .create_session(NewSession {
+            title: Some("t".into()),
+            tools_host: ToolsHost::Ssh,
+            ..NewSession::default()
+        })
         .await
         .unwrap()
         .id;
@@ -239,7 +243,7 @@ async fn the_replay_waits_for_its_reader() {
     let t = TestStore::empty();
     let (store, reads) = t.open_counting().await;
     let s = store
-        .create_session(None, ToolsHost::Local)
+        .create_session(NewSession::default())
         .await
         .unwrap()
         .id;

@@ -4,6 +4,7 @@
 //! behind the log is checked on both engines in `conformance::store`.
 
 use agent_client_protocol_schema::v1::SessionUpdate;
+use sessionstore::lifecycle::DeleteOptions;
 use sessionstore::store::Outgoing;
 use sessionstore::turns::Refusal;
 use sessionstore::{Error, SessionId};
@@ -747,7 +748,7 @@ async fn only_the_last_item_of_a_session_has_parts_waiting() {
 #[tokio::test]
 async fn sealed_text_waits_for_an_idle_writer_and_every_search_that_can_write_finds_it() {
     use sessionstore::Store;
-    use sessionstore::model::ToolsHost;
+    use sessionstore::model::NewSession;
     let t = TestStore::empty();
     let waiting = |t: &TestStore| count(t, "search_waiting");
     let matches = |t: &TestStore, word: &str| -> i64 {
@@ -768,7 +769,7 @@ async fn sealed_text_waits_for_an_idle_writer_and_every_search_that_can_write_fi
         let chunks = chunks.clone();
         async move {
             let s = store
-                .create_session(None, ToolsHost::Local)
+                .create_session(NewSession::default())
                 .await
                 .unwrap()
                 .id;
@@ -903,7 +904,10 @@ async fn sealed_text_waits_for_an_idle_writer_and_every_search_that_can_write_fi
 
     // Deleting the session takes its waiting row.
     let store = Store::open(t.config.clone()).await.unwrap();
-    store.delete_sessions(vec![s]).await.unwrap();
+    store
+        .delete_sessions(vec![s], DeleteOptions::default())
+        .await
+        .unwrap();
     assert_eq!(waiting(&t), 0);
     let report = store.verify().await.unwrap();
     assert!(report.ok(), "{:?}", report.problems);

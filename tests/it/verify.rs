@@ -3,12 +3,13 @@
 
 use crate::history::{FORMATS, lines, recorded, restore_of, sent};
 use crate::restored::CollectRestore;
-use crate::support::{TestStore, stderr, stdout, user_text};
-use sessionstore::model::ToolsHost;
+use crate::support::{TestStore, all_sessions, stderr, stdout, user_text};
+use sessionstore::lifecycle::DeleteOptions;
+use sessionstore::model::{NewSession, TitleSource};
 
 async fn seeded(t: &TestStore) -> sessionstore::Store {
     let store = t.open().await;
-    let s = store.create_session(None, ToolsHost::Local).await.unwrap();
+    let s = store.create_session(NewSession::default()).await.unwrap();
     for t in ["one", "two"] {
         store.send(s.id, user_text(t)).await.unwrap();
     }
@@ -88,7 +89,7 @@ async fn an_event_for_a_missing_session_is_caught() {
 async fn a_reference_deleted_behind_its_back_is_caught() {
     let t = TestStore::empty();
     let store = sessionstore::Store::open(t.config.clone()).await.unwrap();
-    let s = store.create_session(None, ToolsHost::Local).await.unwrap();
+    let s = store.create_session(NewSession::default()).await.unwrap();
     let stored = store
         .attach(s.id, "kept.txt".into(), b"contents".to_vec())
         .await
@@ -188,7 +189,7 @@ async fn a_long_history_is_checked_across_pages_and_an_edit_deep_in_it_is_named(
     let t = TestStore::empty();
     let store = t.open().await;
     let s = store
-        .create_session(None, ToolsHost::Local)
+        .create_session(NewSession::default())
         .await
         .unwrap()
         .id;
@@ -280,12 +281,12 @@ async fn a_streamed_part_no_item_holds_is_caught() {
         .unwrap()
     };
     let live = store
-        .create_session(None, ToolsHost::Local)
+        .create_session(NewSession::default())
         .await
         .unwrap()
         .id;
     let gone = store
-        .create_session(None, ToolsHost::Local)
+        .create_session(NewSession::default())
         .await
         .unwrap()
         .id;
@@ -294,7 +295,10 @@ async fn a_streamed_part_no_item_holds_is_caught() {
             store.record(s, vec![chunk(text)]).await.unwrap();
         }
     }
-    store.delete_sessions(vec![gone]).await.unwrap();
+    store
+        .delete_sessions(vec![gone], DeleteOptions::default())
+        .await
+        .unwrap();
     drop(store);
     let conn = rusqlite::Connection::open(t.db_path()).unwrap();
     let waiting: i64 = conn
@@ -329,7 +333,7 @@ async fn a_streamed_part_no_item_holds_is_caught() {
 async fn a_search_index_that_disagrees_with_its_rows_is_caught() {
     let t = TestStore::empty();
     let store = seeded(&t).await;
-    let s = store.list_sessions().await.unwrap()[0].id;
+    let s = all_sessions(&store).await.unwrap()[0].id;
     store
         .record(
             s,
@@ -340,7 +344,10 @@ async fn a_search_index_that_disagrees_with_its_rows_is_caught() {
         )
         .await
         .unwrap();
-    store.rename_session(s, "named".into()).await.unwrap();
+    store
+        .set_title(s, "named".into(), TitleSource::Explicit)
+        .await
+        .unwrap();
     drop(store);
     let (ok, out) = verify_cli(&t);
     assert!(ok, "{out}");

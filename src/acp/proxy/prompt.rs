@@ -852,7 +852,7 @@ mod tests {
         ];
         for cuts in cuttings {
             let session = store
-                .create_session(None, crate::model::ToolsHost::Local)
+                .create_session(crate::model::NewSession::default())
                 .await
                 .unwrap()
                 .id;

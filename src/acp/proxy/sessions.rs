@@ -17,8 +17,8 @@ use super::rpc::{Message, code};
 use super::{Failure, Proxy};
 use crate::acp::LIST_PAGE;
 use crate::ids::SessionId;
-use crate::lifecycle::SessionCursor;
-use crate::model::{AgentBinding, ArchiveFilter, NewSession, ToolsHost};
+use crate::lifecycle::{DeleteOptions, ListQuery, SessionCursor};
+use crate::model::{AgentBinding, ArchiveFilter, NewSession, TitleSource, ToolsHost};
 use crate::store::SessionClaim;
 
 /// The `_meta` key under which `session/fork` names the message (or recorded item) to
@@ -337,7 +337,7 @@ impl Proxy {
         };
         let session = self
             .store
-            .create_session_with(NewSession {
+            .create_session(NewSession {
                 title: None,
                 tools_host: ToolsHost::Local,
                 cwd,
@@ -435,7 +435,12 @@ impl Proxy {
         };
         let page = self
             .store
-            .list_sessions_in(LIST_PAGE, cursor, filter, archived)
+            .list_sessions(ListQuery {
+                limit: LIST_PAGE,
+                cursor,
+                cwd: filter,
+                archived,
+            })
             .await?;
         let sessions: Vec<Value> = page
             .sessions
@@ -505,7 +510,10 @@ impl Proxy {
             return Err(Failure::invalid_params("title must be a string"));
         };
         let stored = self.store.session(session).await?;
-        let title = self.store.rename_session(session, title.clone()).await?;
+        let title = self
+            .store
+            .set_title(session, title.clone(), TitleSource::Explicit)
+            .await?;
         let params = json!({ "title": title });
         self.tell_agent(stored.agent, |c| c.title, "session/set_title", params)
             .await;
@@ -605,7 +613,9 @@ impl Proxy {
             Some(open) => open.claim,
             None => self.store.claim_session(session).await?,
         };
-        self.store.delete_sessions(vec![session]).await?;
+        self.store
+            .delete_sessions(vec![session], DeleteOptions::default())
+            .await?;
         drop(claim);
         let binding = stored.and_then(|s| s.agent);
         self.tell_agent(binding, |c| c.delete, "session/delete", json!({}))

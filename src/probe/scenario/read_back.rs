@@ -188,7 +188,33 @@ impl Probe {
 
     /// What is stored and shown: titles, display text, references and the event log.
     pub(super) async fn persisted(&mut self, sent: &Sent) -> Result<(), Failure> {
-        let sessions = self.store.list_sessions().await.step("list sessions")?;
+        // Every session, archived ones too, a page at a time.
+        let (mut sessions, mut cursor) = (Vec::new(), None);
+        loop {
+            let query = crate::lifecycle::ListQuery {
+                limit: crate::lifecycle::MAX_PAGE,
+                cursor,
+                archived: Some(crate::model::ArchiveFilter::Include),
+                ..Default::default()
+            };
+            let page = self
+                .store
+                .list_sessions(query)
+                .await
+                .step("list sessions")?;
+            for summary in page.sessions {
+                sessions.push(
+                    self.store
+                        .session(summary.id)
+                        .await
+                        .step("read a session")?,
+                );
+            }
+            cursor = page.next_cursor;
+            if cursor.is_none() {
+                break;
+            }
+        }
         let mut records = Vec::new();
         for session in &sessions {
             let messages = self
@@ -261,7 +287,10 @@ impl Probe {
             .await
             .step("open a store to record a turn")?;
         let s = store
-            .create_session(Some("probe recorded turn".to_owned()), ToolsHost::Local)
+            .create_session(NewSession {
+                title: Some("probe recorded turn".to_owned()),
+                ..NewSession::default()
+            })
             .await
             .step("create a session for the recorded turn")?
             .id;

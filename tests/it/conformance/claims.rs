@@ -3,7 +3,7 @@
 //! side by side on one database, and lets a session go when its claim is dropped. A
 //! claim writes nothing: the store's own writers need none and go on beside it.
 
-use sessionstore::model::ToolsHost;
+use sessionstore::model::NewSession;
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, Store};
 
@@ -17,8 +17,8 @@ conformance!(
 async fn a_claimed_session_is_refused_elsewhere_until_its_claim_is_dropped(b: TestStore) {
     let one = b.open().await;
     let other = b.open().await;
-    let first = one.create_session(None, ToolsHost::Local).await.unwrap().id;
-    let second = one.create_session(None, ToolsHost::Local).await.unwrap().id;
+    let first = one.create_session(NewSession::default()).await.unwrap().id;
+    let second = one.create_session(NewSession::default()).await.unwrap().id;
 
     let held = one.claim_session(first).await.unwrap();
     assert_eq!(held.session(), first);
@@ -63,7 +63,7 @@ async fn a_claimed_session_is_refused_elsewhere_until_its_claim_is_dropped(b: Te
 async fn a_claim_writes_nothing_and_is_refused_on_a_read_only_store(b: TestStore) {
     let store = b.open().await;
     let session = store
-        .create_session(None, ToolsHost::Local)
+        .create_session(NewSession::default())
         .await
         .unwrap()
         .id;

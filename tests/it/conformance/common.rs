@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use agent_client_protocol_schema::v1::SessionUpdate;
-use sessionstore::model::ToolsHost;
+use sessionstore::model::{NewSession, ToolsHost};
 use sessionstore::store::Outgoing;
 use sessionstore::{MessageId, SessionId, Store};
 
@@ -18,7 +18,10 @@ use crate::support::{Expect, HOST, stderr};
 /// A new session's id.
 pub async fn session(store: &Store, tools: ToolsHost) -> SessionId {
     store
-        .create_session(None, tools)
+        .create_session(NewSession {
+            tools_host: tools,
+            ..NewSession::default()
+        })
         .await
         .expect("a session is created")
         .id

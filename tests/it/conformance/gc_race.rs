@@ -5,7 +5,7 @@
 //! rolled back, but a file it removed would stay removed.
 
 use sessionstore::Error;
-use sessionstore::model::ToolsHost;
+use sessionstore::model::NewSession;
 use sessionstore::store::Outgoing;
 
 use crate::support::{Bin, TestStore, conformance, json, stderr};
@@ -15,7 +15,7 @@ conformance!(gc_with_a_concurrent_attach_and_send_loses_no_referenced_file);
 async fn gc_with_a_concurrent_attach_and_send_loses_no_referenced_file(b: TestStore) {
     let store = b.open().await;
     let session = store
-        .create_session(None, ToolsHost::Local)
+        .create_session(NewSession::default())
         .await
         .unwrap()
         .id;

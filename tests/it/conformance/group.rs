@@ -2,7 +2,7 @@
 //! a member refused inside its group is refused alone while the others commit.
 
 use agent_client_protocol_schema::v1::SessionUpdate;
-use sessionstore::model::ToolsHost;
+use sessionstore::model::NewSession;
 use sessionstore::{Error, Store};
 
 use crate::support::{TestStore, conformance, user_text};
@@ -32,7 +32,7 @@ async fn sessions(store: &Store, n: usize) -> Vec<sessionstore::SessionId> {
     for _ in 0..n {
         ids.push(
             store
-                .create_session(None, ToolsHost::Local)
+                .create_session(NewSession::default())
                 .await
                 .unwrap()
                 .id,

@@ -7,15 +7,17 @@
 use std::collections::HashSet;
 
 use sessionstore::lifecycle::import::ImportId;
-use sessionstore::lifecycle::{DeletionStatus, SessionCursor};
-use sessionstore::model::{Delivery, ToolsHost};
+use sessionstore::lifecycle::{DeleteOptions, DeletionStatus, Export, ListQuery, SessionCursor};
+use sessionstore::model::{Delivery, TitleSource, ToolsHost};
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
 use super::common::{
     entry_ids, export, ids_named, moved, parse_update, restored_paths, seeded, session,
 };
-use crate::support::{Expect, TestStore, assert_one_line_error, conformance, json, stderr, stdout};
+use crate::support::{
+    Expect, TestStore, all_sessions, assert_one_line_error, conformance, json, stderr, stdout,
+};
 
 conformance!(
     a_cursor_walk_sees_each_session_once_in_order,
@@ -53,7 +55,14 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: TestStore) {
     let mut cursor: Option<SessionCursor> = None;
     let mut pages = 0;
     loop {
-        let page = store.list_sessions_page(5, cursor).await.unwrap();
+        let page = store
+            .list_sessions(ListQuery {
+                limit: 5,
+                cursor,
+                ..ListQuery::default()
+            })
+            .await
+            .unwrap();
         assert!(page.sessions.len() <= 5);
         pages += 1;
         seen.extend(ids(&page));
@@ -74,7 +83,13 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: TestStore) {
     assert_eq!(seen, newest_first, "each session once, newest first");
 
     // News moves a session to the front, and a later page does not show it again.
-    let first = store.list_sessions_page(3, None).await.unwrap();
+    let first = store
+        .list_sessions(ListQuery {
+            limit: 3,
+            ..ListQuery::default()
+        })
+        .await
+        .unwrap();
     let shown = ids(&first);
     store.send(shown[1], Outgoing::user("again")).await.unwrap();
     let unseen = before[3];
@@ -82,7 +97,14 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: TestStore) {
     let mut rest = Vec::new();
     let mut cursor = first.next_cursor;
     while let Some(c) = cursor {
-        let page = store.list_sessions_page(7, Some(c)).await.unwrap();
+        let page = store
+            .list_sessions(ListQuery {
+                limit: 7,
+                cursor: Some(c),
+                ..ListQuery::default()
+            })
+            .await
+            .unwrap();
         rest.extend(ids(&page));
         cursor = page.next_cursor;
     }
@@ -107,7 +129,13 @@ async fn a_cursor_walk_sees_each_session_once_in_order(b: TestStore) {
         "neither updated session shows again on a later page"
     );
     assert_eq!(
-        ids(&store.list_sessions_page(2, None).await.unwrap()),
+        ids(&store
+            .list_sessions(ListQuery {
+                limit: 2,
+                ..ListQuery::default()
+            })
+            .await
+            .unwrap()),
         [unseen, shown[1]]
     );
 
@@ -220,7 +248,10 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: TestStore) {
         .await
         .unwrap();
     let archive = b.dir.path().join("gone.tar");
-    store.export_archive(gone, archive.clone()).await.unwrap();
+    store
+        .export(gone, archive.clone(), Export::default())
+        .await
+        .unwrap();
     let sid = gone.to_string();
     let folder = b.configured().join(&sid);
     assert!(folder.join("café chart.png").is_file());
@@ -236,7 +267,10 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: TestStore) {
     assert!(err.contains(&unknown), "{err}");
     assert!(folder.is_dir());
 
-    let report = store.delete_sessions(vec![gone]).await.unwrap();
+    let report = store
+        .delete_sessions(vec![gone], DeleteOptions::default())
+        .await
+        .unwrap();
     let deleted = &report.sessions[0];
     assert_eq!(deleted.status, DeletionStatus::Deleted);
     assert_eq!(
@@ -375,7 +409,10 @@ async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: TestStor
     std::fs::create_dir_all(&legacy).unwrap();
     std::fs::write(legacy.join("legacy-orphan.txt"), b"old").unwrap();
     let deleted = session(&store, ToolsHost::Local).await;
-    store.delete_sessions(vec![deleted]).await.unwrap();
+    store
+        .delete_sessions(vec![deleted], DeleteOptions::default())
+        .await
+        .unwrap();
     // An attach that raced the delete left a folder behind.
     std::fs::create_dir_all(root.join(deleted.to_string())).unwrap();
     std::fs::write(root.join(deleted.to_string()).join("late.txt"), b"late!").unwrap();
@@ -553,14 +590,17 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: TestStor
         "{err}"
     );
     assert_eq!(
-        store.list_sessions().await.unwrap().len(),
+        all_sessions(&store).await.unwrap().len(),
         4,
         "the refused forks made no session"
     );
 
     // The origin goes; the fork restores as before, from its own folder, and keeps
     // its rows and its words.
-    let report = store.delete_sessions(vec![origin]).await.unwrap();
+    let report = store
+        .delete_sessions(vec![origin], DeleteOptions::default())
+        .await
+        .unwrap();
     assert_eq!(report.sessions[0].status, DeletionStatus::Deleted);
     assert!(!b.configured().join(origin.to_string()).exists());
     std::fs::remove_dir_all(b.legacy().join(origin.to_string())).unwrap();
@@ -586,7 +626,10 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: TestStor
         );
     }
     let listed: HashSet<SessionId> = store
-        .list_sessions_page(10, None)
+        .list_sessions(ListQuery {
+            limit: 10,
+            ..ListQuery::default()
+        })
         .await
         .unwrap()
         .sessions
@@ -662,7 +705,10 @@ async fn search_finds_titles_messages_and_agent_text(b: TestStore) {
             .is_empty()
     );
     // A rename replaces the title's text; a continued agent message its text.
-    store.rename_session(s, "kiwi plans".into()).await.unwrap();
+    store
+        .set_title(s, "kiwi plans".into(), TitleSource::Explicit)
+        .await
+        .unwrap();
     let titles = |hits: Vec<sessionstore::SearchHit>| {
         hits.into_iter().filter(|h| h.source == "title").count()
     };
@@ -818,7 +864,10 @@ fn restored_as(on: &TestStore, session: SessionId, ids: &[String], format: &str)
 async fn hits_of_equal_rank_come_oldest_first_on_both_engines(b: TestStore) {
     let store = b.open().await;
     let s = session(&store, ToolsHost::Local).await;
-    store.rename_session(s, "zebra".into()).await.unwrap();
+    store
+        .set_title(s, "zebra".into(), TitleSource::Explicit)
+        .await
+        .unwrap();
     store.send(s, Outgoing::user("zebra")).await.unwrap();
     store
         .record(
@@ -951,7 +1000,10 @@ async fn a_long_streamed_answer_is_sealed_found_whole_and_erased_with_its_sessio
         streaming_of(abandoned) > 0,
         "and left another session's alone"
     );
-    store.delete_sessions(vec![abandoned]).await.unwrap();
+    store
+        .delete_sessions(vec![abandoned], DeleteOptions::default())
+        .await
+        .unwrap();
     assert_eq!(streaming_of(abandoned), 0, "deleted with its session");
     let body = |items: Vec<sessionstore::model::Item>| items[0].body.to_json();
     assert_eq!(
@@ -979,7 +1031,10 @@ async fn a_long_streamed_answer_is_sealed_found_whole_and_erased_with_its_sessio
     assert_eq!(hits.len(), 1, "one hit an item: {hits:?}");
     assert!(store.verify().await.unwrap().ok());
 
-    store.delete_sessions(vec![streamed]).await.unwrap();
+    store
+        .delete_sessions(vec![streamed], DeleteOptions::default())
+        .await
+        .unwrap();
     let left = b
         .raw_query(&format!(
             "SELECT count(*) FROM search_entries WHERE entry_id LIKE '{item}%'"
@@ -1143,7 +1198,7 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
          WHERE kind = 'tool_call'",
     )
     .unwrap();
-    let sessions = store.list_sessions().await.unwrap().len();
+    let sessions = all_sessions(&store).await.unwrap().len();
     let folders = std::fs::read_dir(b.configured()).unwrap().count();
     let err = store.fork_session(s, None, None).await.unwrap_err();
     assert!(matches!(err, Error::LogMismatch { .. }), "{err}");
@@ -1158,7 +1213,7 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
     let line = assert_one_line_error(&out);
     assert!(line.contains("differs from its event log"), "{line}");
     assert!(!refused.exists());
-    assert_eq!(store.list_sessions().await.unwrap().len(), sessions);
+    assert_eq!(all_sessions(&store).await.unwrap().len(), sessions);
     assert_eq!(std::fs::read_dir(b.configured()).unwrap().count(), folders);
     let leftovers: Vec<_> = std::fs::read_dir(b.dir.path())
         .unwrap()

@@ -14,7 +14,7 @@ mod store;
 mod tls;
 mod usage;
 
-use sessionstore::model::ToolsHost;
+use sessionstore::model::{NewSession, ToolsHost};
 use sessionstore::store::Outgoing;
 
 mod multihost;
@@ -49,7 +49,7 @@ over_tls!(
 /// database before writing, with `schema_damaged` and exit 3.
 async fn a_defanged_append_only_guard_is_reported_and_refuses_writes(b: TestStore) {
     let store = b.open().await;
-    store.create_session(None, ToolsHost::Local).await.unwrap();
+    store.create_session(NewSession::default()).await.unwrap();
     drop(store);
     let defang = if b.is_postgres() {
         "CREATE OR REPLACE FUNCTION events_no_update() RETURNS trigger \
@@ -88,7 +88,7 @@ async fn a_defanged_append_only_guard_is_reported_and_refuses_writes(b: TestStor
 /// table is made again without it, as a hand-made migration might.
 async fn a_dropped_unique_constraint_is_reported_and_refuses_writes(b: TestStore) {
     let store = b.open().await;
-    store.create_session(None, ToolsHost::Local).await.unwrap();
+    store.create_session(NewSession::default()).await.unwrap();
     drop(store);
     use sessionstore::model::ProblemKind;
     let differs = format!(
@@ -292,7 +292,10 @@ async fn the_binary_migrates_then_writes_and_reads(b: TestStore) {
 async fn a_session_restores_in_a_fresh_store_with_paths_that_read_back(b: TestStore) {
     let store = b.open().await;
     let session = store
-        .create_session(Some("conformance".into()), ToolsHost::Local)
+        .create_session(NewSession {
+            title: Some("conformance".into()),
+            ..NewSession::default()
+        })
         .await
         .unwrap();
     let stored = store
@@ -322,7 +325,7 @@ async fn a_session_restores_in_a_fresh_store_with_paths_that_read_back(b: TestSt
 
 async fn the_event_log_refuses_to_be_rewritten(b: TestStore) {
     let store = b.open().await;
-    store.create_session(None, ToolsHost::Local).await.unwrap();
+    store.create_session(NewSession::default()).await.unwrap();
     drop(store);
     for (statement, refusal) in [
         (

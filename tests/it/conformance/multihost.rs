@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sessionstore::attachments::{AttachmentUri, Roots};
+use sessionstore::model::NewSession;
 use sessionstore::store::Outgoing;
 use sessionstore::{Config, SessionId, Store};
 
@@ -213,10 +214,7 @@ async fn eight_writers_in_two_processes_lose_nothing_and_never_fail(b: TestStore
     let store = b.open().await;
     let mut sessions = Vec::new();
     for _ in 0..SESSIONS {
-        let s = store
-            .create_session(None, sessionstore::model::ToolsHost::Local)
-            .await
-            .unwrap();
+        let s = store.create_session(NewSession::default()).await.unwrap();
         store
             .attach(s.id, "shared.txt".into(), b"shared".to_vec())
             .await

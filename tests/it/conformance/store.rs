@@ -9,7 +9,7 @@ use std::process::Output;
 
 use agent_client_protocol_schema::v1::SessionUpdate;
 use sessionstore::dispatch::{Memo, Mode};
-use sessionstore::model::{Delivery, ProblemKind, ToolsHost};
+use sessionstore::model::{Delivery, NewSession, ProblemKind, TitleSource, ToolsHost};
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
@@ -55,7 +55,13 @@ fn expect_from_binary(session: SessionId, name: &str, bytes: &[u8]) -> Expect {
 
 async fn every_change_writes_its_event_in_order(b: TestStore) {
     let store = b.open().await;
-    let s = store.create_session(None, ToolsHost::Ssh).await.unwrap();
+    let s = store
+        .create_session(NewSession {
+            tools_host: ToolsHost::Ssh,
+            ..NewSession::default()
+        })
+        .await
+        .unwrap();
     let m = store
         .send(s.id, user_text("first question\nmore"))
         .await
@@ -196,7 +202,10 @@ async fn queued_messages_wait_for_a_drain_that_marks_them_delivered(b: TestStore
 async fn a_rename_is_an_event_and_an_unknown_session_is_named(b: TestStore) {
     let store = b.open().await;
     let s = store
-        .create_session(Some("before".into()), ToolsHost::Local)
+        .create_session(NewSession {
+            title: Some("before".into()),
+            ..NewSession::default()
+        })
         .await
         .unwrap();
     // A given title is not replaced by the first message.
@@ -205,7 +214,10 @@ async fn a_rename_is_an_event_and_an_unknown_session_is_named(b: TestStore) {
         store.session(s.id).await.unwrap().title.as_deref(),
         Some("before")
     );
-    store.rename_session(s.id, "after".into()).await.unwrap();
+    store
+        .set_title(s.id, "after".into(), TitleSource::Explicit)
+        .await
+        .unwrap();
     assert_eq!(
         store.session(s.id).await.unwrap().title.as_deref(),
         Some("after")
@@ -229,7 +241,10 @@ async fn a_rename_is_an_event_and_an_unknown_session_is_named(b: TestStore) {
     assert!(store.verify().await.unwrap().ok());
 
     let ghost = SessionId::new();
-    let err = store.rename_session(ghost, "x".into()).await.unwrap_err();
+    let err = store
+        .set_title(ghost, "x".into(), TitleSource::Explicit)
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, Error::SessionNotFound(id) if id == ghost),
         "{err:?}"

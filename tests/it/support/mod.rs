@@ -414,3 +414,26 @@ pub fn latest_version() -> i64 {
         .parse()
         .expect("a numbered migration")
 }
+
+/// Every session of `store`, archived ones too, walked a page at a time (the store
+/// hands out no unbounded list).
+pub async fn all_sessions(
+    store: &sessionstore::Store,
+) -> sessionstore::Result<Vec<sessionstore::lifecycle::SessionSummary>> {
+    use sessionstore::lifecycle::{ListQuery, MAX_PAGE};
+    let (mut all, mut cursor) = (Vec::new(), None);
+    loop {
+        let query = ListQuery {
+            limit: MAX_PAGE,
+            cursor,
+            archived: Some(sessionstore::model::ArchiveFilter::Include),
+            ..ListQuery::default()
+        };
+        let page = store.list_sessions(query).await?;
+        all.extend(page.sessions);
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            return Ok(all);
+        }
+    }
+}

@@ -18,7 +18,7 @@ use std::process::Output;
 use sessionstore::attachments::{Roots, StoredAttachment};
 use sessionstore::config::Database;
 use sessionstore::dispatch::{Memo, Mode};
-use sessionstore::model::{Message, ToolsHost};
+use sessionstore::model::{Message, NewSession, ToolsHost};
 use sessionstore::oracle::ReadCounter;
 use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{Config, SessionId, Store};
@@ -369,7 +369,10 @@ impl TestStore {
     /// A new session whose tools run on `tools`; its id.
     pub async fn session_with(&self, tools: ToolsHost) -> SessionId {
         self.store()
-            .create_session(None, tools)
+            .create_session(NewSession {
+                tools_host: tools,
+                ..NewSession::default()
+            })
             .await
             .expect("a session is created")
             .id
