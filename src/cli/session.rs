@@ -4,6 +4,7 @@
 
 use anyhow::Result;
 use clap::Subcommand;
+use sessionstore::store::Access;
 
 use sessionstore::attachments::human_size;
 use sessionstore::lifecycle::{CursorError, DEFAULT_PAGE, MAX_PAGE, SessionCursor, SessionPage};
@@ -164,7 +165,7 @@ async fn list(
     archived: Option<ArchiveFilter>,
 ) -> Result<()> {
     // Listing never creates a database: with none yet, there is nothing to list.
-    let page = match Store::open_read_only(config).await {
+    let page = match Store::open_as(config, Access::ReadOnly).await {
         Ok(store) => {
             store
                 .list_sessions_in(limit, cursor, None, archived)
@@ -208,7 +209,7 @@ async fn list(
 }
 
 async fn show(config: Config, json: bool, id: SessionId) -> Result<()> {
-    let store = Store::open_read_only(config).await?;
+    let store = Store::open_as(config, Access::ReadOnly).await?;
     let session = store.session(id).await?;
     let messages = store.messages(id).await?;
     let turns = store.turns(id).await?;
@@ -278,7 +279,7 @@ async fn show(config: Config, json: bool, id: SessionId) -> Result<()> {
 /// session first, as a proxy opening it would, so a session open in a proxy is
 /// refused before anything changes.
 async fn archive(config: Config, json: bool, ids: Vec<SessionId>, archived: bool) -> Result<()> {
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_as(config, Access::Existing).await?;
     let mut claims = Vec::new();
     if archived {
         for id in &ids {
@@ -317,7 +318,7 @@ async fn archive(config: Config, json: bool, ids: Vec<SessionId>, archived: bool
 }
 
 async fn rename(config: Config, json: bool, id: SessionId, title: String) -> Result<()> {
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_as(config, Access::Existing).await?;
     store.rename_session(id, title).await?;
     let session = store.session(id).await?;
     if json {

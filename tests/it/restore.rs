@@ -2,6 +2,7 @@
 //! every path comes from a live read under whatever roots the new store was given; the
 //! database itself never holds a path, a root or a directory.
 
+use sessionstore::store::Verify;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -141,7 +142,7 @@ async fn restore_after_moving_the_whole_data_directory() {
         &files,
         &new.join("attachments").join(s.to_string()),
     );
-    assert!(store.verify().await.unwrap().ok());
+    assert!(store.verify(Verify::Check).await.unwrap().after.ok());
 }
 
 #[tokio::test]
