@@ -12,7 +12,7 @@
 //! use sessionstore::format::{Format, StreamWriter};
 //! use sessionstore::history::{Replay, Values};
 //! use sessionstore::model::{Delivery, NewSession};
-//! use sessionstore::store::{Dispatched, Prompt, PromptBlock, Upload};
+//! use sessionstore::store::{Access, Dispatched, Prompt, PromptBlock, Upload};
 //! use sessionstore::{Config, DAEMON_ATTACHMENT_CONTEXT_META_KEY, Store};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -54,7 +54,7 @@
 //! drop(store);
 //!
 //! // Later, in a fresh process: restore as a stream, each item written as it comes.
-//! let store = Store::open_read_only(config).await?;
+//! let store = Store::open_as(config, Access::ReadOnly).await?;
 //! let mut items = store.restore(session.id, 64 << 20, Replay::whole()).await?;
 //! let mut out = StreamWriter::begin(Vec::new(), Format::AcpUpdates, session.id, "")?;
 //! while let Some(item) = items.next().await {
@@ -68,15 +68,15 @@
 //! # }
 //! ```
 //!
-//! The public face is what a daemon embedding the store needs: `Store` (which also
-//! reaches migrations and `verify`), `Config`, the records, the errors, attachments and
+//! The public face is what a daemon embedding the store needs: `Store` (and its
+//! `verify`), `maintenance` (migrations, encryption keys), `Config`, the records, the errors, attachments and
 //! the pure conversions. The SQL (`db`), the event projection and the probe's insides
 //! stay crate-private. Cargo features carry what a daemon may not want: `acp` (the one
 //! ACP session layer, behind `sessionstore acp` and `proxy`), `probe` (`run_probe`, and
 //! `tempfile`), `postgres`, and the command line's own `cli`; all are on by default.
 //! `testkit`, for the crate's own tests, makes the test hooks public: `oracle` (what
-//! the contracts say, shared by the probe and the tests) and
-//! `Store::open_with_read_observer`.
+//! the contracts say, shared by the probe and the tests) and `testkit` (a store that
+//! reports its attachment reads, and its writer's commit figures).
 
 #[cfg(feature = "acp")]
 pub mod acp;
@@ -91,6 +91,7 @@ pub mod format;
 pub mod history;
 pub mod ids;
 pub mod lifecycle;
+pub mod maintenance;
 pub mod model;
 pub mod openai;
 #[cfg(any(feature = "probe", feature = "testkit"))]
@@ -99,6 +100,8 @@ pub(crate) mod projection;
 pub mod redact;
 pub mod replay;
 pub mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod turns;
 
 pub use config::Config;

@@ -24,6 +24,8 @@ use cli::{parse_message, parse_session};
 use sessionstore::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode};
 use sessionstore::format::{Format, StreamWriter};
 use sessionstore::history::Replay;
+use sessionstore::maintenance::{self, Migration};
+use sessionstore::store::{Access, Verify};
 use sessionstore::{Backup, Config, EntryId, MessageId, SessionId, Store, focus};
 
 #[derive(Parser)]
@@ -502,12 +504,17 @@ async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {
     } else {
         Backup::Make
     };
-    let report = if args.dry_run {
-        Store::migration_plan(&config).await?
-    } else if args.encrypt || args.rekey {
+    let report = if (args.encrypt || args.rekey) && !args.dry_run {
         change_key(&config, &args, backup).await?
     } else {
-        Store::migrate(&config, backup).await?
+        maintenance::migrate(
+            &config,
+            Migration {
+                backup,
+                dry_run: args.dry_run,
+            },
+        )
+        .await?
     };
     if json {
         return print_json(&report);
@@ -577,7 +584,7 @@ async fn change_key(
         .into());
     }
     if args.encrypt {
-        return Ok(Store::encrypt(config, backup).await?);
+        return Ok(maintenance::change_key(config, maintenance::NewKey::Encrypt, backup).await?);
     }
     let new = args
         .new_key_file
@@ -591,7 +598,7 @@ async fn change_key(
             )
         })?;
     let new = sessionstore::config::DatabaseKey::read_file(&new)?;
-    Ok(Store::rekey(config, new, backup).await?)
+    Ok(maintenance::change_key(config, maintenance::NewKey::Rekey(new), backup).await?)
 }
 
 #[cfg(not(feature = "encryption"))]
@@ -608,7 +615,7 @@ async fn change_key(
     .into())
 }
 async fn dispatch(config: Config, args: DispatchArgs) -> Result<()> {
-    let store = Store::open_read_only(config).await?;
+    let store = Store::open_as(config, Access::ReadOnly).await?;
     let format = match args.format {
         DispatchFormat::FocusHint => {
             // The hint never sees attachments, so none is read for it.
@@ -629,7 +636,7 @@ async fn dispatch(config: Config, args: DispatchArgs) -> Result<()> {
 }
 
 async fn drain(config: Config, args: DrainArgs) -> Result<()> {
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_as(config, Access::Existing).await?;
     let drained = store
         .drain(
             args.session,
@@ -655,7 +662,7 @@ async fn drain(config: Config, args: DrainArgs) -> Result<()> {
 
 async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     // This process has opened no store yet: the restore is in a fresh one.
-    let store = Store::open_read_only(config).await?;
+    let store = Store::open_as(config, Access::ReadOnly).await?;
     let replay = match (args.tail, args.from) {
         (Some(n), _) => Replay::Tail(n),
         (None, Some(entry)) => Replay::From(entry),
@@ -689,7 +696,7 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
 }
 
 async fn events(config: Config, args: EventsArgs) -> Result<()> {
-    let store = Store::open_read_only(config).await?;
+    let store = Store::open_as(config, Access::ReadOnly).await?;
     let lines = store
         .events(args.session)
         .await?
@@ -704,11 +711,11 @@ async fn events(config: Config, args: EventsArgs) -> Result<()> {
 /// found a problem (a warning is none).
 async fn verify(config: Config, json: bool, key_file: Option<PathBuf>) -> Result<ExitCode> {
     let sharing = config.sharing;
-    let store = Store::open_read_only(config).await?;
+    let store = Store::open_as(config, Access::ReadOnly).await?;
     let progress = cli::logging::spinner("verifying");
-    let report = store.verify().await;
+    let report = store.verify(Verify::Check).await;
     progress.finish_and_clear();
-    let mut report = report?;
+    let mut report = report?.after;
     if let Some(key) = key_file {
         report
             .warnings
@@ -748,9 +755,9 @@ async fn verify(config: Config, json: bool, key_file: Option<PathBuf>) -> Result
 /// where they disagree with it, after a backup, and prints what it found, what it
 /// rebuilt and what could not be rebuilt; non-zero when something could not.
 async fn repair(config: Config, json: bool) -> Result<ExitCode> {
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_as(config, Access::Existing).await?;
     let progress = cli::logging::spinner("repairing");
-    let report = store.repair().await;
+    let report = store.verify(Verify::Repair).await;
     progress.finish_and_clear();
     let report = report?;
     if json {

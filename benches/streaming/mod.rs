@@ -117,7 +117,7 @@ fn appending(store: &Store, rt: &Runtime, sessions: usize, each: usize) -> Appen
                     .id,
             );
         }
-        let before = store.write_stats();
+        let before = sessionstore::testkit::write_stats(store);
         let start = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
         for id in ids {
@@ -143,7 +143,7 @@ fn appending(store: &Store, rt: &Runtime, sessions: usize, each: usize) -> Appen
             latencies.extend(done.unwrap());
         }
         let took = start.elapsed().as_secs_f64();
-        let after = store.write_stats();
+        let after = sessionstore::testkit::write_stats(store);
         Appended {
             writes_per_s: (after.writes - before.writes) as f64 / took,
             commits_per_s: (after.commits - before.commits) as f64 / took,

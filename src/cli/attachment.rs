@@ -3,6 +3,7 @@
 //! back through the store's safe read. Never opens an attachment file itself and never
 //! prints where a file lives.
 
+use sessionstore::store::Access;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
@@ -64,7 +65,7 @@ pub async fn attach(config: Config, json: bool, args: AttachArgs) -> Result<()> 
         progress.inc(1);
     }
     progress.set_message("storing");
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_as(config, Access::Existing).await?;
     let stored = store.attach_all(args.session, uploads).await;
     progress.finish_and_clear();
     let stored = stored?;
@@ -84,7 +85,7 @@ pub async fn run(config: Config, json: bool, command: AttachmentCommand) -> Resu
 }
 
 async fn list(config: Config, json: bool, session: SessionId) -> Result<()> {
-    let store = Store::open_read_only(config).await?;
+    let store = Store::open_as(config, Access::ReadOnly).await?;
     let entries = store.attachments_of(session).await?;
     if json {
         let values: Vec<serde_json::Value> = entries
@@ -144,7 +145,7 @@ async fn list(config: Config, json: bool, session: SessionId) -> Result<()> {
 async fn get(config: Config, json: bool, uri: String, out: Option<PathBuf>) -> Result<()> {
     let uri = AttachmentUri::parse(&uri).map_err(sessionstore::Error::from)?;
     let sharing = config.sharing;
-    let store = Store::open_read_only(config).await?;
+    let store = Store::open_as(config, Access::ReadOnly).await?;
     let download = store.download(uri.clone()).await?;
     let Some(out) = out else {
         let mut stdout = std::io::stdout().lock();

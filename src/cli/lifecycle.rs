@@ -3,6 +3,7 @@
 //! progress bar for the steps of delete and gc. Never forks, searches, packs, unpacks
 //! or removes anything itself: the store does, and an archive is checked there.
 
+use sessionstore::store::Access;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -82,7 +83,7 @@ pub async fn fork(
     at: Option<MessageId>,
     title: Option<String>,
 ) -> Result<()> {
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_as(config, Access::Existing).await?;
     let progress = spinner("forking");
     let forked = store.fork_session(id, at, title).await;
     progress.finish_and_clear();
@@ -96,7 +97,7 @@ pub async fn fork(
 
 /// Human output is one line a hit: session, message (or `title`), snippet escaped.
 pub async fn search(config: Config, json: bool, args: SearchArgs) -> Result<()> {
-    let store = Store::open_read_only(config).await?;
+    let store = Store::open_as(config, Access::ReadOnly).await?;
     let progress = spinner("searching");
     let hits = store.search(args.query, args.session, args.limit).await;
     progress.finish_and_clear();
@@ -122,7 +123,7 @@ pub async fn search(config: Config, json: bool, args: SearchArgs) -> Result<()> 
 }
 
 pub async fn export(config: Config, json: bool, args: ExportArgs) -> Result<()> {
-    let store = Store::open_read_only(config).await?;
+    let store = Store::open_as(config, Access::ReadOnly).await?;
     let progress = spinner("exporting");
     let redaction = match args.no_redact {
         true => sessionstore::config::Redaction::Off,
@@ -216,9 +217,9 @@ fn progress() -> Progress {
 pub async fn delete(config: Config, json: bool, ids: Vec<SessionId>, run: Run) -> Result<()> {
     // A dry run only reads, so it never migrates or writes the database.
     let store = if run.is_dry() {
-        Store::open_read_only(config).await?
+        Store::open_as(config, Access::ReadOnly).await?
     } else {
-        Store::open_existing(config).await?
+        Store::open_as(config, Access::Existing).await?
     };
     let options = DeleteOptions {
         run,
@@ -271,9 +272,9 @@ pub async fn delete(config: Config, json: bool, ids: Vec<SessionId>, run: Run) -
 pub async fn gc(config: Config, json: bool, args: GcArgs) -> Result<()> {
     let run = dry_run(args.dry_run);
     let store = if run.is_dry() {
-        Store::open_read_only(config).await?
+        Store::open_as(config, Access::ReadOnly).await?
     } else {
-        Store::open_existing(config).await?
+        Store::open_as(config, Access::Existing).await?
     };
     let report = store
         .gc(GcOptions {
@@ -329,9 +330,9 @@ pub struct RedactArgs {
 pub async fn redact(config: Config, json: bool, args: RedactArgs) -> Result<()> {
     let run = dry_run(args.dry_run);
     let store = if run.is_dry() {
-        Store::open_read_only(config).await?
+        Store::open_as(config, Access::ReadOnly).await?
     } else {
-        Store::open_existing(config).await?
+        Store::open_as(config, Access::Existing).await?
     };
     let report = store
         .redact_stored(RedactOptions {

@@ -4,6 +4,7 @@
 //! a batch at a time: the input is never held whole. It prints what was recorded and
 //! never records anything itself.
 
+use sessionstore::store::Access;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Seek, Write};
 use std::path::PathBuf;
@@ -146,7 +147,7 @@ impl UpdateSource for Spool {
 pub async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> {
     let spool = Spool::read(std::io::stdin().lock(), args.session)?;
     let lines = spool.lines();
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_as(config, Access::Existing).await?;
     let recorded = match store.record(args.session, spool).await {
         // The store numbers the updates it was given from 1; blank lines were skipped,
         // so its number maps back to the input's line.

@@ -2,6 +2,7 @@
 //! file (`--text-file`), with its references, persisted through `Store::send`. Never
 //! reads an attachment; the store checks each reference.
 
+use sessionstore::store::Access;
 use std::io::Read;
 use std::path::PathBuf;
 
@@ -79,7 +80,7 @@ pub async fn send(config: Config, json: bool, args: SendArgs) -> Result<()> {
         .map(|text| AttachmentUri::parse(text).map_err(sessionstore::Error::from))
         .collect::<Result<Vec<_>, _>>()?;
     let text = body(&args)?;
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_as(config, Access::Existing).await?;
     let outgoing = Outgoing {
         role: args.role,
         text,

@@ -4,6 +4,7 @@
 
 use anyhow::Result;
 use clap::Subcommand;
+use sessionstore::store::Access;
 
 use sessionstore::attachments::human_size;
 use sessionstore::lifecycle::{
@@ -172,7 +173,7 @@ async fn list(
     archived: Option<ArchiveFilter>,
 ) -> Result<()> {
     // Listing never creates a database: with none yet, there is nothing to list.
-    let page = match Store::open_read_only(config).await {
+    let page = match Store::open_as(config, Access::ReadOnly).await {
         Ok(store) => {
             let query = ListQuery {
                 limit,
@@ -220,7 +221,7 @@ async fn list(
 }
 
 async fn show(config: Config, json: bool, id: SessionId) -> Result<()> {
-    let store = Store::open_read_only(config).await?;
+    let store = Store::open_as(config, Access::ReadOnly).await?;
     let session = store.session(id).await?;
     let messages = store.messages(id).await?;
     let turns = store.turns(id).await?;
@@ -290,7 +291,7 @@ async fn show(config: Config, json: bool, id: SessionId) -> Result<()> {
 /// session first, as a proxy opening it would, so a session open in a proxy is
 /// refused before anything changes.
 async fn archive(config: Config, json: bool, ids: Vec<SessionId>, archived: bool) -> Result<()> {
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_as(config, Access::Existing).await?;
     let mut claims = Vec::new();
     if archived {
         for id in &ids {
@@ -329,7 +330,7 @@ async fn archive(config: Config, json: bool, ids: Vec<SessionId>, archived: bool
 }
 
 async fn rename(config: Config, json: bool, id: SessionId, title: String) -> Result<()> {
-    let store = Store::open_existing(config).await?;
+    let store = Store::open_as(config, Access::Existing).await?;
     store.set_title(id, title, TitleSource::Explicit).await?;
     let session = store.session(id).await?;
     if json {

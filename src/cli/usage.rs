@@ -4,6 +4,7 @@
 use anyhow::Result;
 use clap::Args;
 use sessionstore::model::{SessionUsage, TokenSums, UsageReport, UsageTotal};
+use sessionstore::store::Access;
 use sessionstore::store::Since;
 use sessionstore::{Config, Error, SessionId, Store};
 
@@ -31,7 +32,7 @@ pub async fn usage(config: Config, json: bool, args: UsageArgs) -> Result<()> {
         .map(Since::parse)
         .transpose()
         .map_err(|e| Usage(format!("--since: {e}")))?;
-    let report = match Store::open_read_only(config).await {
+    let report = match Store::open_as(config, Access::ReadOnly).await {
         Ok(store) => store.usage(args.session, since).await?,
         // With no database yet nothing ran, unless sessions were named.
         Err(Error::NoDatabase(_)) if args.session.is_empty() => UsageReport {

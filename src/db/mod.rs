@@ -273,10 +273,11 @@ fn finish_key_change(
     Ok(report)
 }
 
-/// How a store may use its database file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a store may use its database file (`Store::open_as`); `Create` by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Access {
     /// Read and write, creating and migrating the database as needed.
+    #[default]
     Create,
     /// Read and write a database that exists (a missing or empty file is refused),
     /// migrating it first.

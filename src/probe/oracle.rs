@@ -52,7 +52,7 @@ impl ReadCounter {
                 .entry(uri.to_string())
                 .or_default() += 1;
         });
-        let store = Store::open_with_read_observer(config, observer).await?;
+        let store = Store::open_observing_reads(config, observer).await?;
         Ok((store, counter))
     }
 

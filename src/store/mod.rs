@@ -13,9 +13,7 @@ use crate::attachments::{
 };
 use crate::config::Config;
 use crate::db::turns::Recorded;
-use crate::db::{
-    self, Access, Db, queries, schema::Backup, schema::MigrationReport, verify::VerifyReport,
-};
+use crate::db::{self, Db, queries, verify::VerifyReport};
 use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement};
 use crate::error::{Error, Result};
 use crate::history;
@@ -28,6 +26,7 @@ mod prompt;
 mod proxied;
 mod usage;
 
+pub use crate::db::Access;
 pub use claim::SessionClaim;
 pub(crate) use prompt::redact_message;
 pub use prompt::{Prompt, PromptBlock};
@@ -47,6 +46,17 @@ pub struct Store {
     /// The buffers of encodings no block holds any more, for the next dispatch or
     /// restore: at most [`RECYCLED_BYTES`].
     recycler: Arc<dispatch::Recycler>,
+}
+
+/// What `Store::verify` does: only check (the default), or also repair what it can.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Verify {
+    /// Check the store and write nothing.
+    #[default]
+    Check,
+    /// Check, and when rows or the search index disagree with the event log, back the
+    /// database up and make them again from the log (SQLite only), then check again.
+    Repair,
 }
 
 /// How many bytes of unused encoding buffers a store keeps for reuse: enough for the
@@ -127,49 +137,40 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// Opening a store and its schema: open (creating, existing only, read-only),
-/// migrate, encrypt and rekey, and what the store was opened with.
+/// Opening a store: open (creating, existing only, read-only), and what the store was
+/// opened with. Migrating and changing a key, which need no open store, are the free
+/// functions of [`crate::maintenance`].
 impl Store {
     /// Opens the database (migrating it first, refusing a newer or foreign file) and
-    /// the attachment roots named by `config`.
+    /// the attachment roots named by `config`: `open_as(config, Access::Create)`.
     pub async fn open(config: Config) -> Result<Store> {
-        Store::open_as(config, None, Access::Create).await
+        Store::open_as(config, Access::Create).await
     }
 
-    /// Like `open`, but refuses to create a database that does not exist yet: for
-    /// commands that write to an existing store, where a mistyped path must not look
-    /// like an empty store.
-    pub async fn open_existing(config: Config) -> Result<Store> {
-        Store::open_as(config, None, Access::Existing).await
+    /// Opens the store `config` names as `access` says: creating it as needed
+    /// (`Create`, as `open`), an existing database only (`Existing`: for commands that
+    /// write to an existing store, where a mistyped path must not look like an empty
+    /// store), or for reading only (`ReadOnly`: nothing is written to the file or
+    /// beside it, a database that is missing, empty or needs a migration is refused,
+    /// pointing at `sessionstore migrate`, and writes on the store fail).
+    pub async fn open_as(config: Config, access: Access) -> Result<Store> {
+        Store::open_observed(config, None, access).await
     }
 
-    /// Opens the database for reading only: nothing is written to the file or beside
-    /// it, and a database that is missing, empty or needs a migration is refused
-    /// (pointing at `sessionstore migrate`). Writes on such a store fail.
-    pub async fn open_read_only(config: Config) -> Result<Store> {
-        Store::open_as(config, None, Access::ReadOnly).await
-    }
-
-    /// Like `open`, telling `observer` of every attachment read (tests and the probe
-    /// count reads this way). The observed store is the same one that writes. A test
-    /// hook: public with the `testkit` feature, crate-private for the probe.
-    #[cfg(feature = "testkit")]
-    pub async fn open_with_read_observer(config: Config, observer: ReadObserver) -> Result<Store> {
-        Store::open_as(config, Some(observer), Access::Create).await
-    }
-
-    /// `open_with_read_observer` for the probe in a build without `testkit`.
-    #[cfg(all(feature = "probe", not(feature = "testkit")))]
-    pub(crate) async fn open_with_read_observer(
+    /// `open_as`, telling `observer` of every attachment read (tests and the probe
+    /// count reads this way; `testkit::open_observing_reads`). The observed store is
+    /// the same one that writes.
+    #[cfg(any(feature = "probe", feature = "testkit"))]
+    pub(crate) async fn open_observing_reads(
         config: Config,
         observer: ReadObserver,
     ) -> Result<Store> {
-        Store::open_as(config, Some(observer), Access::Create).await
+        Store::open_observed(config, Some(observer), Access::Create).await
     }
 
     /// The one attachment store is always built from `config.roots`, so reads and
     /// writes share one set of roots.
-    async fn open_as(
+    async fn open_observed(
         config: Config,
         observer: Option<ReadObserver>,
         access: Access,
@@ -204,51 +205,6 @@ impl Store {
             config: Arc::new(config),
             recycler: dispatch::Recycler::new(RECYCLED_BYTES),
         })
-    }
-
-    /// Applies pending migrations to the database `config` names (with its key, when
-    /// encrypted), creating an SQLite file if needed and refusing a newer or foreign
-    /// database without writing to it. `open` does the same; this is for a caller that
-    /// only wants the schema brought up to date. With `Backup::Make`, an SQLite
-    /// database that already has a schema is first copied to `<db>.v<N>.bak`.
-    ///
-    /// On PostgreSQL no copy is taken: the pending migrations run in one transaction,
-    /// which applies them all or none.
-    pub async fn migrate(config: &Config, backup: Backup) -> Result<MigrationReport> {
-        let config = config.clone();
-        blocking(move || db::migrate(&config, backup)).await
-    }
-
-    /// What `migrate` would apply, read without writing a byte (a missing file is
-    /// not created).
-    pub async fn migration_plan(config: &Config) -> Result<MigrationReport> {
-        let config = config.clone();
-        blocking(move || db::migration_plan(&config)).await
-    }
-
-    /// Encrypts the plain SQLite database `config` names with `config.key` (cargo
-    /// feature `encryption`), then applies pending migrations. The database is copied
-    /// into a new encrypted file that then takes its place, so no plaintext copy is
-    /// made; with `Backup::Make` that encrypted copy is also kept as `<db>.v<N>.bak`.
-    /// Nothing else may have the database open meanwhile (`Error::Busy`).
-    #[cfg(feature = "encryption")]
-    pub async fn encrypt(config: &Config, backup: Backup) -> Result<MigrationReport> {
-        let config = config.clone();
-        blocking(move || db::encrypt(&config, backup)).await
-    }
-
-    /// Gives the encrypted SQLite database `config` names (and keys) the key `new`
-    /// (cargo feature `encryption`), then applies pending migrations. With
-    /// `Backup::Make` it is first copied to `<db>.v<N>.bak`, encrypted with `new`, so
-    /// the old key opens no copy. Nothing else may have the database open meanwhile.
-    #[cfg(feature = "encryption")]
-    pub async fn rekey(
-        config: &Config,
-        new: crate::config::DatabaseKey,
-        backup: Backup,
-    ) -> Result<MigrationReport> {
-        let config = config.clone();
-        blocking(move || db::rekey(&config, &new, backup)).await
     }
 
     pub fn config(&self) -> &Config {
@@ -290,10 +246,9 @@ impl Store {
         }
     }
 
-    /// How the store's writer has shared its commits so far: for the tests and the
-    /// benches (feature `testkit`), which check that commits are shared.
+    /// How the store's writer has shared its commits so far (`testkit::write_stats`).
     #[cfg(feature = "testkit")]
-    pub fn write_stats(&self) -> db::group::WriteStats {
+    pub(crate) fn write_stats(&self) -> db::group::WriteStats {
         self.writer.as_ref().map(|w| w.stats()).unwrap_or_default()
     }
 
@@ -544,16 +499,36 @@ impl Store {
         .await
     }
 
+    /// The integrity check (`db::verify`), and, with `Verify::Repair`, the repair of
+    /// what it finds (`verify --repair`; see [`Verify`]). With `Verify::Check` nothing
+    /// is written: the report's `after` is the check, `found` its problems, and nothing
+    /// is rebuilt or backed up.
+    pub async fn verify(&self, how: Verify) -> Result<db::repair::RepairReport> {
+        match how {
+            Verify::Check => {
+                let after = self.check().await?;
+                Ok(db::repair::RepairReport {
+                    backup: None,
+                    rebuilt: Vec::new(),
+                    search_rebuilt: false,
+                    found: after.problems.clone(),
+                    after,
+                })
+            }
+            Verify::Repair => self.repair().await,
+        }
+    }
+
     /// The integrity check (`db::verify`), and, as warnings that are no problem, the
     /// database files more exposed than this store would make them.
-    pub async fn verify(&self) -> Result<VerifyReport> {
+    async fn check(&self) -> Result<VerifyReport> {
         let mut report = self.with_read(db::verify::verify).await?;
         let config = self.config.clone();
         report.warnings = blocking(move || Ok(db::verify::exposures(&config))).await?;
         Ok(report)
     }
 
-    /// `verify --repair`: runs [`Store::verify`], and when it finds rows that disagree
+    /// `Verify::Repair`: runs the check, and when it finds rows that disagree
     /// with the event log (or a search index that disagrees with the rows), backs the
     /// database up (`<db>.v<N>.bak`, as a migration does), makes the rows of each such
     /// session again from its log and the search index from the rows, in one write,
@@ -564,8 +539,8 @@ impl Store {
     /// a store with something to rebuild is `Error::RepairUnsupported`.
     /// The repaired sessions are best left unwritten by other processes meanwhile: a
     /// writer that remembered a session's tail would not know it was rebuilt.
-    pub async fn repair(&self) -> Result<db::repair::RepairReport> {
-        let found = self.verify().await?;
+    async fn repair(&self) -> Result<db::repair::RepairReport> {
+        let found = self.check().await?;
         let plan = db::repair::Plan::of(&found);
         if plan.is_empty() {
             return Ok(db::repair::RepairReport {
@@ -608,7 +583,7 @@ impl Store {
             })
         })
         .await?;
-        let after = self.verify().await?;
+        let after = self.check().await?;
         Ok(db::repair::RepairReport {
             backup: Some(backup),
             rebuilt,

@@ -3,6 +3,7 @@
 //! well-behaved client never sends. Every child is killed when its test ends and every
 //! conversation has a timeout, so a hang fails rather than sticks.
 
+use sessionstore::store::Access;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout};
@@ -201,7 +202,7 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
 
     // What was stored: the text as typed, two references, and no path anywhere.
     let session = store_id(&id);
-    let store = Store::open_read_only(t.config.clone())
+    let store = Store::open_as(t.config.clone(), Access::ReadOnly)
         .await
         .expect("the database opens for reading");
     let messages = store.messages(session).await.expect("the messages read");
@@ -312,7 +313,7 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
     // The fork's replay: the original prompt with the fork's own references, read
     // under its own folder of the moved root, then the prompt sent to the fork.
     let fork_folder = moved_root.join(&*fork.0);
-    let store = Store::open_read_only(t.config.clone())
+    let store = Store::open_as(t.config.clone(), Access::ReadOnly)
         .await
         .expect("the database opens for reading");
     let fork_messages = store
@@ -515,7 +516,7 @@ async fn prompts_need_an_open_session_and_resume_replays_nothing() {
     .await;
     assert!(taken(&updates).is_empty(), "resume replays nothing");
     agent.kill();
-    let store = Store::open_read_only(t.config.clone())
+    let store = Store::open_as(t.config.clone(), Access::ReadOnly)
         .await
         .expect("a store");
     let messages = store.messages(session.id).await.expect("messages");
@@ -592,7 +593,7 @@ async fn refused_prompts_store_nothing() {
     let session = store_id(&id);
     let files = files_in(&root.join(session.to_string()));
     assert_eq!(files, ["attachment.pdf"], "refused prompts left no files");
-    let store = Store::open_read_only(t.config.clone())
+    let store = Store::open_as(t.config.clone(), Access::ReadOnly)
         .await
         .expect("a store");
     let messages = store.messages(session).await.expect("messages");
@@ -649,7 +650,7 @@ async fn client_blocks_are_kept_as_sent_in_order() {
     let session = store_id(&id);
     let files = files_in(&root.join(session.to_string()));
     assert_eq!(files, ["attachment.png"], "only the image is the store's");
-    let store = Store::open_read_only(t.config.clone())
+    let store = Store::open_as(t.config.clone(), Access::ReadOnly)
         .await
         .expect("a store");
     let messages = store.messages(session).await.expect("messages");
@@ -793,7 +794,7 @@ async fn the_wire_is_json_rpc_and_errors_keep_the_connection_up() {
         "closing stdin ends the agent cleanly: {status:?}"
     );
     assert!(!agent.stderr().contains("panicked"));
-    let store = Store::open_read_only(t.config.clone())
+    let store = Store::open_as(t.config.clone(), Access::ReadOnly)
         .await
         .expect("a store");
     let made = store
@@ -1488,7 +1489,7 @@ async fn in_front_of_an_agent_titles_follow_their_source_and_archiving_cancels_t
         .count();
     assert_eq!(cancels, 1);
 
-    let store = Store::open_read_only(t.config.clone())
+    let store = Store::open_as(t.config.clone(), Access::ReadOnly)
         .await
         .expect("a store");
     let id: SessionId = session.parse().unwrap();

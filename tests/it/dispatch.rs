@@ -4,6 +4,7 @@
 //! mid-turn messages wait for a drain, and `send` refuses what it cannot resolve.
 
 use sessionstore::store::Drain;
+use sessionstore::store::Verify;
 use std::path::Path;
 
 use serde_json::Value;
@@ -402,7 +403,7 @@ async fn mid_turn_messages_wait_for_drain_and_degrade_there() {
     // Delivered now, it is the latest user message.
     let d = dispatch(&h, s, Mode::Degrade).await.unwrap();
     assert_eq!(d.message.id, queued.id);
-    assert!(h.store().verify().await.unwrap().ok());
+    assert!(h.store().verify(Verify::Check).await.unwrap().after.ok());
 }
 
 #[tokio::test]
@@ -911,7 +912,7 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
     }
     // The event log still says what was sent, so verify catches the edit (naming the
     // row that does not parse, and still checking the rest).
-    let report = h.store().verify().await.unwrap();
+    let report = h.store().verify(Verify::Check).await.unwrap().after;
     assert!(!report.ok());
     assert!(
         report
@@ -935,7 +936,7 @@ async fn a_reference_edited_behind_the_stores_back_never_reaches_another_session
     let err = h.store().collect_restore(s).await.unwrap_err();
     assert!(matches!(err, Error::DamagedRow { .. }), "{err:?}");
     drop(conn);
-    let repaired = h.store().repair().await.unwrap();
+    let repaired = h.store().verify(Verify::Repair).await.unwrap();
     assert!(repaired.ok(), "{:?}", repaired.after.problems);
     assert_eq!(repaired.rebuilt, [s]);
     let restored = h.store().collect_restore(s).await.unwrap();

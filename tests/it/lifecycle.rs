@@ -7,6 +7,7 @@
 //! `conformance::lifecycle` (and the gc race in `conformance::gc_race`), which run on
 //! SQLite too.
 
+use sessionstore::store::Verify;
 use std::path::{Path, PathBuf};
 
 use agent_client_protocol_schema::v1::SessionUpdate;
@@ -195,7 +196,7 @@ async fn a_deleted_sessions_text_is_gone_from_the_database_files() {
         t.store().session(gone).await,
         Err(Error::SessionNotFound(_))
     ));
-    let verified = t.store().verify().await.unwrap();
+    let verified = t.store().verify(Verify::Check).await.unwrap().after;
     assert!(verified.ok(), "{:?}", verified.problems);
     assert_eq!(verified.tombstones, 1);
     let (at, events): (String, i64) = t

@@ -2,6 +2,7 @@
 //! them, reading commands never write or migrate (and work on a read-only copy), and
 //! only `migrate` and `session new` turn an empty file into a database.
 
+use sessionstore::store::{Access, Verify};
 use std::path::Path;
 use std::process::Output;
 
@@ -427,7 +428,9 @@ async fn a_read_only_store_sees_what_a_writer_commits_after_it_opened() {
     let wal = t.dir.path().join("sessions.db-wal");
     assert!(!wal.exists(), "the store closed and removed its -wal");
 
-    let reader = Store::open_read_only(t.config.clone()).await.unwrap();
+    let reader = Store::open_as(t.config.clone(), Access::ReadOnly)
+        .await
+        .unwrap();
     assert_eq!(all_sessions(&reader).await.unwrap().len(), 1);
     assert!(!wal.exists(), "reading made no side file");
 
@@ -460,7 +463,9 @@ async fn reads_stay_whole_while_writers_come_and_go() {
     let store = t.open().await;
     store.create_session(NewSession::default()).await.unwrap();
     drop(store);
-    let reader = Store::open_read_only(t.config.clone()).await.unwrap();
+    let reader = Store::open_as(t.config.clone(), Access::ReadOnly)
+        .await
+        .unwrap();
     let config = t.config.clone();
     let writers = tokio::spawn(async move {
         for _ in 0..20 {
@@ -473,7 +478,7 @@ async fn reads_stay_whole_while_writers_come_and_go() {
         let n = all_sessions(&reader).await.unwrap().len();
         assert!(n >= last, "a read went back in time: {n} after {last}");
         last = n;
-        let report = reader.verify().await.unwrap();
+        let report = reader.verify(Verify::Check).await.unwrap().after;
         assert!(report.ok(), "{:?}", report.problems);
     }
     writers.await.unwrap();

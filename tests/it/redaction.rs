@@ -6,6 +6,7 @@
 //! live is untouched, uploaded files stay byte-exact, and `export` redacts even a store
 //! kept with redaction off.
 
+use sessionstore::store::Access;
 use std::path::Path;
 
 use sessionstore::redact::Kind;
@@ -495,7 +496,7 @@ mod fronts {
                     id.clone(),
                     vec![crate::proxy::text_block(&text)],
                 ));
-                let store = sessionstore::Store::open_read_only(config)
+                let store = sessionstore::Store::open_as(config, Access::ReadOnly)
                     .await
                     .expect("the store opens");
                 let session = store_id(&id);

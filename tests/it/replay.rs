@@ -4,6 +4,7 @@
 //! from a live read after the roots moved, and every `acp-updates` line a
 //! `SessionNotification` the schema crate accepts.
 
+use sessionstore::store::Access;
 use std::path::Path;
 
 use agent_client_protocol_schema::rpc::{JsonRpcMessage, Notification};
@@ -96,23 +97,29 @@ async fn the_v2_fixture_restores_its_turn_in_every_format() {
     ];
     // Reading never upgrades: the fixture is brought to this build's schema first,
     // as a user would, when a later migration exists.
-    Store::migrate(
+    sessionstore::maintenance::migrate(
         &crate::support::config_in(t.dir.path()),
-        sessionstore::Backup::Skip,
+        sessionstore::maintenance::Migration {
+            backup: sessionstore::Backup::Skip,
+            dry_run: false,
+        },
     )
     .await
     .unwrap();
-    let store = Store::open_read_only(Config {
-        database: db.clone().into(),
-        roots: sessionstore::attachments::Roots {
-            configured: attachments.clone(),
-            legacy: vec![legacy.clone()],
+    let store = Store::open_as(
+        Config {
+            database: db.clone().into(),
+            roots: sessionstore::attachments::Roots {
+                configured: attachments.clone(),
+                legacy: vec![legacy.clone()],
+            },
+            host: sessionstore::config::host_name(),
+            sharing: Default::default(),
+            key: None,
+            redaction: Default::default(),
         },
-        host: sessionstore::config::host_name(),
-        sharing: Default::default(),
-        key: None,
-        redaction: Default::default(),
-    })
+        Access::ReadOnly,
+    )
     .await
     .unwrap();
     let restored = store.collect_restore(sid.parse().unwrap()).await.unwrap();

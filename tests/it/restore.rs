@@ -3,6 +3,7 @@
 //! database itself never holds a path, a root or a directory.
 
 use sessionstore::store::Drain;
+use sessionstore::store::Verify;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -142,7 +143,7 @@ async fn restore_after_moving_the_whole_data_directory() {
         &files,
         &new.join("attachments").join(s.to_string()),
     );
-    assert!(store.verify().await.unwrap().ok());
+    assert!(store.verify(Verify::Check).await.unwrap().after.ok());
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 //! `acp-updates` lines parsed back into `SessionNotification`s, a refusal that writes
 //! nothing, and a replay that runs only a little ahead of its reader.
 
+use sessionstore::store::Access;
 use sessionstore::store::Drain;
 use std::time::Duration;
 
@@ -91,7 +92,7 @@ async fn varied_session(t: &TestStore) -> SessionId {
 async fn reader(t: &TestStore) -> Store {
     let mut config = t.config.clone();
     config.host = sessionstore::config::host_name();
-    Store::open_read_only(config).await.unwrap()
+    Store::open_as(config, Access::ReadOnly).await.unwrap()
 }
 
 fn update_lines(session: SessionId, history: &[Dispatched]) -> Vec<SessionNotification> {

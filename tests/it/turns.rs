@@ -6,6 +6,7 @@
 use agent_client_protocol_schema::v1::SessionUpdate;
 use sessionstore::lifecycle::DeleteOptions;
 use sessionstore::store::Outgoing;
+use sessionstore::store::{Access, Verify};
 use sessionstore::turns::Refusal;
 use sessionstore::{Error, SessionId};
 
@@ -105,7 +106,7 @@ async fn messages_and_items_share_one_history_across_batches() {
     let bodies: Vec<String> = items.iter().map(|i| i.body.to_json()).collect();
     assert!(bodies[1].contains(r#""status":"completed""#), "{bodies:?}");
     assert!(bodies[2].contains(r#""text":"All green.""#), "{bodies:?}");
-    let report = t.store().verify().await.unwrap();
+    let report = t.store().verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "{:?}", report.problems);
     assert_eq!(report.items, 4);
 }
@@ -159,7 +160,7 @@ async fn a_session_recorded_by_another_process_in_between_is_read_again() {
         items[0].body.to_json()
     );
     assert!(items[2].body.to_json().contains(r#""text":"five""#));
-    let report = t.store().verify().await.unwrap();
+    let report = t.store().verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "{:?}", report.problems);
     // And this store's own other writes (a send) are seen the same way.
     t.send(s, Outgoing::user("thanks")).await;
@@ -169,7 +170,7 @@ async fn a_session_recorded_by_another_process_in_between_is_read_again() {
         kinds[3..],
         ["message:user".to_owned(), "agent_message".to_owned()]
     );
-    assert!(t.store().verify().await.unwrap().ok());
+    assert!(t.store().verify(Verify::Check).await.unwrap().after.ok());
 }
 
 /// The memo's idea of what the next chunk continues is a fresh read's: the last
@@ -231,7 +232,7 @@ async fn batches_recorded_with_and_without_the_writers_memo_make_the_same_histor
         bodies(t.store().items(remembered).await.unwrap()),
         bodies(t.store().items(fresh).await.unwrap())
     );
-    let report = t.store().verify().await.unwrap();
+    let report = t.store().verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "{:?}", report.problems);
     // And what a fresh read makes of it: "a b " is one message, "c d " another.
     let texts: Vec<String> = t
@@ -430,7 +431,7 @@ async fn a_long_record_is_written_in_batches_of_one_write() {
     let events = t.store().events(s).await.unwrap();
     let turns = events.iter().filter(|e| e.kind == "turn_recorded").count();
     assert_eq!(turns, updates.len().div_ceil(RECORD_BATCH));
-    assert!(t.store().verify().await.unwrap().ok());
+    assert!(t.store().verify(Verify::Check).await.unwrap().after.ok());
 
     // The same updates in one batch, through the library, replay the same lines.
     let one = t.session().await;
@@ -533,7 +534,7 @@ async fn a_streamed_message_grows_by_parts_and_is_sealed_once_its_turn_ends() {
         let text = crate::support::restore_text(t.store(), streamed, format).await;
         assert_eq!(text, other, "{format:?}");
     }
-    let report = t.store().verify().await.unwrap();
+    let report = t.store().verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "{:?}", report.problems);
     assert!(
         found(&t, streamed, "w0").await,
@@ -565,7 +566,7 @@ async fn a_streamed_message_grows_by_parts_and_is_sealed_once_its_turn_ends() {
         found(&t, streamed, "w30").await,
         "the whole message is indexed once it ends"
     );
-    let report = t.store().verify().await.unwrap();
+    let report = t.store().verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "{:?}", report.problems);
 }
 
@@ -645,7 +646,7 @@ async fn a_long_answer_is_sealed_in_segments_cut_between_words() {
         1,
         "one hit an item, whichever segments match: {hits:?}"
     );
-    let report = t.store().verify().await.unwrap();
+    let report = t.store().verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "{:?}", report.problems);
 }
 
@@ -732,7 +733,7 @@ async fn only_the_last_item_of_a_session_has_parts_waiting() {
     for session in streamed {
         assert_eq!(bodies(&t, session).await[..expected.len()], expected[..]);
     }
-    let report = t.store().verify().await.unwrap();
+    let report = t.store().verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "{:?}", report.problems);
 }
 
@@ -789,7 +790,7 @@ async fn sealed_text_waits_for_an_idle_writer_and_every_search_that_can_write_fi
     let s = recorded(&store).await;
     let segments = count(&t, "item_parts");
     assert!(segments >= 2, "{segments} segments");
-    let report = store.verify().await.unwrap();
+    let report = store.verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "while some may wait: {:?}", report.problems);
     let started = std::time::Instant::now();
     while waiting(&t) > 0 {
@@ -844,8 +845,10 @@ async fn sealed_text_waits_for_an_idle_writer_and_every_search_that_can_write_fi
     list(&conn);
     assert_eq!(matches(&t, "word0000"), 1, "only the other session's");
 
-    let reader = Store::open_read_only(t.config.clone()).await.unwrap();
-    let report = reader.verify().await.unwrap();
+    let reader = Store::open_as(t.config.clone(), Access::ReadOnly)
+        .await
+        .unwrap();
+    let report = reader.verify(Verify::Check).await.unwrap().after;
     assert!(
         report.ok(),
         "a waiting segment is no problem: {:?}",
@@ -869,7 +872,7 @@ async fn sealed_text_waits_for_an_idle_writer_and_every_search_that_can_write_fi
         .unwrap();
     assert_eq!(hits.len(), 1, "a store that can write finds it: {hits:?}");
     assert_eq!(waiting(&t), 0);
-    let report = store.verify().await.unwrap();
+    let report = store.verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "{:?}", report.problems);
     drop(store);
 
@@ -909,16 +912,19 @@ async fn sealed_text_waits_for_an_idle_writer_and_every_search_that_can_write_fi
         .await
         .unwrap();
     assert_eq!(waiting(&t), 0);
-    let report = store.verify().await.unwrap();
+    let report = store.verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "{:?}", report.problems);
 }
 
 /// What `verify` finds in the fixture's database, read by a read-only store.
 async fn problems(t: &TestStore) -> String {
-    let reader = sessionstore::Store::open_read_only(t.config.clone())
+    let reader = sessionstore::Store::open_as(t.config.clone(), Access::ReadOnly)
         .await
         .unwrap();
-    format!("{:?}", reader.verify().await.unwrap().problems)
+    format!(
+        "{:?}",
+        reader.verify(Verify::Check).await.unwrap().after.problems
+    )
 }
 
 /// `record` writes outside the store's writer (one write for the whole input), so it

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::store::Dispatched;
+use crate::store::{Access, Verify};
 
 impl Probe {
     /// Restores the session through a new store and checks the replay.
@@ -228,7 +229,12 @@ impl Probe {
         }
         let outcome = check::nothing_persisted_holds_a_path(&self.known, sent, &sessions, &records);
         self.record("no-path-in-display-title-references", outcome);
-        let report = self.store.verify().await.step("verify the database")?;
+        let report = self
+            .store
+            .verify(Verify::Check)
+            .await
+            .step("verify the database")?
+            .after;
         self.record(
             "event-log-matches-tables",
             check::log_matches_tables(&report),
@@ -336,7 +342,7 @@ impl Probe {
             .await
             .step("send the message after the turn")?;
 
-        let fresh = Store::open_read_only(self.config.clone())
+        let fresh = Store::open_as(self.config.clone(), Access::ReadOnly)
             .await
             .step("open a fresh store to replay the turn")?;
         let mut stream = fresh

@@ -4,6 +4,7 @@
 //! gives what the SQLite copy gives in every format, and what the committed
 //! snapshots hold. It never writes inside `tests/fixtures`.
 
+use sessionstore::store::Access;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -71,14 +72,17 @@ impl Copy {
     /// A store on the database `db` with this copy's roots, naming the host as the
     /// snapshots do.
     async fn store_on(&self, db: &str) -> Store {
-        Store::open_read_only(Config {
-            database: db.into(),
-            roots: self.roots(),
-            host: "snapshot-host".into(),
-            sharing: Default::default(),
-            key: None,
-            redaction: Default::default(),
-        })
+        Store::open_as(
+            Config {
+                database: db.into(),
+                roots: self.roots(),
+                host: "snapshot-host".into(),
+                sharing: Default::default(),
+                key: None,
+                redaction: Default::default(),
+            },
+            Access::ReadOnly,
+        )
         .await
         .expect("the store opens for reading")
     }

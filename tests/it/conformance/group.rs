@@ -3,6 +3,7 @@
 
 use agent_client_protocol_schema::v1::SessionUpdate;
 use sessionstore::model::NewSession;
+use sessionstore::store::Verify;
 use sessionstore::{Error, Store};
 
 use crate::support::{TestStore, conformance, user_text};
@@ -46,7 +47,7 @@ async fn sessions(store: &Store, n: usize) -> Vec<sessionstore::SessionId> {
 async fn concurrent_writes_of_many_sessions_share_commits(b: TestStore) {
     let store = b.open().await;
     let ids = sessions(&store, 32).await;
-    let before = store.write_stats();
+    let before = sessionstore::testkit::write_stats(&store);
     let mut tasks = tokio::task::JoinSet::new();
     for (n, id) in ids.iter().copied().enumerate() {
         let store = store.clone();
@@ -61,7 +62,7 @@ async fn concurrent_writes_of_many_sessions_share_commits(b: TestStore) {
     while let Some(done) = tasks.join_next().await {
         done.unwrap().unwrap();
     }
-    let after = store.write_stats();
+    let after = sessionstore::testkit::write_stats(&store);
     let writes = after.writes - before.writes;
     let commits = after.commits - before.commits;
     assert_eq!(writes, 32 * 9, "{after:?}");
@@ -112,6 +113,6 @@ async fn a_refused_member_of_a_group_is_refused_alone(b: TestStore) {
         let items = store.items(id).await.unwrap();
         assert_eq!(items.len(), 1 - n % 2, "session {n}: {items:?}");
     }
-    let verified = store.verify().await.unwrap();
+    let verified = store.verify(Verify::Check).await.unwrap().after;
     assert!(verified.problems.is_empty(), "{:?}", verified.problems);
 }

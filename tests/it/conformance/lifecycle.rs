@@ -4,6 +4,7 @@
 //! erasure from its files; the two search syntaxes), the body says so and checks each
 //! engine's own promise.
 
+use sessionstore::store::Verify;
 use std::collections::HashSet;
 
 use sessionstore::lifecycle::import::ImportId;
@@ -307,7 +308,7 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: TestStore) {
         let want = if table == "tombstones" { "1" } else { "0" };
         assert_eq!(left, [[Some(want.to_owned())]], "{table}");
     }
-    let verified = store.verify().await.unwrap();
+    let verified = store.verify(Verify::Check).await.unwrap().after;
     assert!(verified.ok(), "{:?}", verified.problems);
     assert_eq!((verified.sessions, verified.tombstones), (1, 1));
     if !b.is_postgres() {
@@ -338,7 +339,7 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: TestStore) {
         imported.session.id, gone,
         "--keep-id does not take a deleted id"
     );
-    assert!(store.verify().await.unwrap().ok());
+    assert!(store.verify(Verify::Check).await.unwrap().after.ok());
     let listed = json(&b.run(&["session", "list", "--json"]));
     let listed: Vec<&str> = listed["sessions"]
         .as_array()
@@ -367,7 +368,7 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: TestStore) {
         "INSERT INTO tombstones VALUES ('{live}', '2026-01-01T00:00:00.000000000Z', 0, 0, 0, 0)"
     ))
     .unwrap();
-    let report = store.verify().await.unwrap();
+    let report = store.verify(Verify::Check).await.unwrap().after;
     assert!(
         report.problems.iter().any(|p| p.kind()
             == sessionstore::model::ProblemKind::DeletedButPresent
@@ -528,7 +529,7 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: TestStor
         events[0].payload["forkedFrom"]["session"],
         origin.to_string()
     );
-    assert!(store.verify().await.unwrap().ok());
+    assert!(store.verify(Verify::Check).await.unwrap().after.ok());
 
     let want: Vec<Expect> = files.iter().map(|f| moved(f, fork)).collect();
     let fork_folder = b.configured().join(fork.to_string());
@@ -637,7 +638,7 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: TestStor
         .map(|s| s.id)
         .collect();
     assert_eq!(listed, HashSet::from([fork, branch, other]));
-    let verified = store.verify().await.unwrap();
+    let verified = store.verify(Verify::Check).await.unwrap().after;
     assert!(verified.ok(), "{:?}", verified.problems);
 }
 
@@ -911,7 +912,7 @@ async fn export_then_import_restores_the_same_history(b: TestStore) {
     let imported = json(&other.run(&["import", archive.to_str().unwrap(), "--keep-id", "--json"]));
     assert_eq!(imported["id"], s.to_string());
     let there = other.open().await;
-    assert!(there.verify().await.unwrap().ok());
+    assert!(there.verify(Verify::Check).await.unwrap().after.ok());
     assert_eq!(
         there.queued_messages(s).await.unwrap().len(),
         1,
@@ -953,7 +954,7 @@ async fn export_then_import_restores_the_same_history(b: TestStore) {
         let folder = b.configured().join(new.to_string());
         assert!(paths.iter().all(|p| p.starts_with(&folder)), "{paths:?}");
     }
-    let verified = store.verify().await.unwrap();
+    let verified = store.verify(Verify::Check).await.unwrap().after;
     assert!(verified.ok(), "{:?}", verified.problems);
     assert_eq!(verified.sessions, 3);
 }
@@ -1029,7 +1030,7 @@ async fn a_long_streamed_answer_is_sealed_found_whole_and_erased_with_its_sessio
         .await
         .unwrap();
     assert_eq!(hits.len(), 1, "one hit an item: {hits:?}");
-    assert!(store.verify().await.unwrap().ok());
+    assert!(store.verify(Verify::Check).await.unwrap().after.ok());
 
     store
         .delete_sessions(vec![streamed], DeleteOptions::default())
@@ -1041,7 +1042,7 @@ async fn a_long_streamed_answer_is_sealed_found_whole_and_erased_with_its_sessio
         ))
         .unwrap();
     assert_eq!(left[0][0].as_deref(), Some("0"));
-    assert!(store.verify().await.unwrap().ok());
+    assert!(store.verify(Verify::Check).await.unwrap().after.ok());
 }
 
 /// The entries a restore hands on (delivered messages and items), in history order,
@@ -1119,7 +1120,7 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
     let mut queued = Outgoing::user("queued at the end");
     queued.mid_turn = true;
     store.send(s, queued).await.unwrap();
-    assert!(store.verify().await.unwrap().ok());
+    assert!(store.verify(Verify::Check).await.unwrap().after.ok());
 
     let archive = b.dir.path().join("long.tar");
     let said = export(|args| b.run(args), &s.to_string(), &archive);
@@ -1131,7 +1132,7 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
     let imported = json(&other.run(&["import", archive.to_str().unwrap(), "--keep-id", "--json"]));
     assert_eq!(imported["id"], s.to_string(), "{imported}");
     let there = other.open().await;
-    assert!(there.verify().await.unwrap().ok());
+    assert!(there.verify(Verify::Check).await.unwrap().after.ok());
     assert_eq!(there.queued_messages(s).await.unwrap().len(), 2);
     let (here, away) = (
         delivered_ids(&store, s).await,
@@ -1190,7 +1191,7 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
     assert_eq!(delivered_ids(&store, at.session.id).await.len(), 1 + before);
     let last = store.items(at.session.id).await.unwrap().pop().unwrap();
     assert!(last.seq < seq);
-    assert!(store.verify().await.unwrap().ok());
+    assert!(store.verify(Verify::Check).await.unwrap().after.ok());
 
     // A tool call edited behind the log: neither copy is made, and nothing is left.
     b.raw_execute(
@@ -1271,8 +1272,8 @@ async fn messages_kept_apart_by_a_tool_call_update_stay_apart_in_a_fork_and_an_i
         );
         assert_eq!(origin, restored_as(&other, s, &away, format), "{format}");
     }
-    assert!(store.verify().await.unwrap().ok());
-    assert!(there.verify().await.unwrap().ok());
+    assert!(store.verify(Verify::Check).await.unwrap().after.ok());
+    assert!(there.verify(Verify::Check).await.unwrap().after.ok());
 }
 
 /// Issue 47, item 1, on both engines through the binary: `session archive` and

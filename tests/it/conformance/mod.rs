@@ -16,6 +16,7 @@ mod usage;
 
 use sessionstore::model::{NewSession, ToolsHost};
 use sessionstore::store::Outgoing;
+use sessionstore::store::Verify;
 
 mod multihost;
 
@@ -170,7 +171,7 @@ async fn a_long_text_of_distinct_words_is_stored_and_found(b: TestStore) {
     assert_eq!(store.message(sent.id).await.unwrap().display_text, text);
     let hits = store.search("w2aq".into(), Some(s), 10).await.unwrap();
     assert!(hits.iter().any(|h| h.source == "message"), "{hits:?}");
-    assert!(store.verify().await.unwrap().ok());
+    assert!(store.verify(Verify::Check).await.unwrap().after.ok());
 }
 
 /// PostgreSQL's text cannot hold U+0000, which SQLite keeps. On PostgreSQL such a
@@ -193,7 +194,7 @@ async fn a_nul_character_is_kept_by_sqlite_and_refused_whole_by_postgres(b: Test
         let sent = sent.unwrap();
         assert_eq!(sent.display_text, "before \0 after");
     }
-    assert!(store.verify().await.unwrap().ok());
+    assert!(store.verify(Verify::Check).await.unwrap().after.ok());
 }
 
 /// README's tour and its fork, search and export/import examples, as written, with
@@ -305,7 +306,7 @@ async fn a_session_restores_in_a_fresh_store_with_paths_that_read_back(b: TestSt
     let mut out = Outgoing::user("read these notes");
     out.attach = vec![stored.uri.clone()];
     store.send(session.id, out).await.unwrap();
-    assert!(store.verify().await.unwrap().ok());
+    assert!(store.verify(Verify::Check).await.unwrap().after.ok());
     drop(store);
 
     let fresh = b.open().await;

@@ -4,6 +4,7 @@
 //! configured and the legacy root, and a restore larger than its memo budget. It never
 //! checks what only one engine promises without saying so.
 
+use sessionstore::store::Verify;
 use sessionstore::store::{Dispatched, Drain};
 use std::process::Output;
 
@@ -90,7 +91,7 @@ async fn every_change_writes_its_event_in_order(b: TestStore) {
     assert_eq!(messages.iter().map(|m| m.seq).collect::<Vec<_>>(), [1, 2]);
     assert_eq!(messages[0].id, m.id);
     assert!(messages.iter().all(|m| m.state == Delivery::Delivered));
-    let report = store.verify().await.unwrap();
+    let report = store.verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "{:?}", report.problems);
     assert_eq!((report.sessions, report.messages, report.events), (1, 2, 5));
 
@@ -195,7 +196,7 @@ async fn queued_messages_wait_for_a_drain_that_marks_them_delivered(b: TestStore
     let again = b.run(&["drain", "--session", &sid]);
     assert!(again.status.success(), "{}", stderr(&again));
     assert_eq!(stdout(&again).trim(), "[]");
-    let report = store.verify().await.unwrap();
+    let report = store.verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "{:?}", report.problems);
 }
 
@@ -238,7 +239,7 @@ async fn a_rename_is_an_event_and_an_unknown_session_is_named(b: TestStore) {
         store.session(s.id).await.unwrap().title.as_deref(),
         Some("the third")
     );
-    assert!(store.verify().await.unwrap().ok());
+    assert!(store.verify(Verify::Check).await.unwrap().after.ok());
 
     let ghost = SessionId::new();
     let err = store
@@ -320,7 +321,7 @@ async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: TestStore) {
     );
     let messages = store.messages(s).await.unwrap();
     assert_eq!(messages.iter().map(|m| m.seq).collect::<Vec<_>>(), [1, 8]);
-    let verified = store.verify().await.unwrap();
+    let verified = store.verify(Verify::Check).await.unwrap().after;
     assert!(verified.ok(), "{:?}", verified.problems);
     assert_eq!(verified.items, 6);
     drop(store);
@@ -419,7 +420,7 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: TestStore) {
         )
         .await
         .unwrap();
-    assert!(store.verify().await.unwrap().ok());
+    assert!(store.verify(Verify::Check).await.unwrap().after.ok());
     let out = b.run(&["verify"]);
     assert!(out.status.success(), "{}", stdout(&out));
 
@@ -436,7 +437,7 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: TestStore) {
         b.raw_query("SELECT display_text FROM messages").unwrap(),
         [[Some("edited later".to_owned())]]
     );
-    let report = store.verify().await.unwrap();
+    let report = store.verify(Verify::Check).await.unwrap().after;
     assert!(!report.ok());
     assert!(
         report
@@ -498,7 +499,7 @@ async fn verify_catches_rows_edited_behind_the_logs_back(b: TestStore) {
         sessionstore::ids::MessageId::new()
     ))
     .unwrap();
-    let report = store.verify().await.unwrap();
+    let report = store.verify(Verify::Check).await.unwrap().after;
     assert!(
         report
             .problems

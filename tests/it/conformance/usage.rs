@@ -4,6 +4,7 @@
 use serde_json::json;
 use sessionstore::model::{ToolsHost, TurnEnd, TurnUsage};
 use sessionstore::store::Since;
+use sessionstore::store::Verify;
 use sessionstore::turns::Update;
 
 use super::common::session;
@@ -80,7 +81,7 @@ async fn a_turns_tokens_and_a_sessions_cost_are_recorded_and_summed(b: TestStore
     assert_eq!(none.sessions[0].turns, 0);
     assert_eq!(none.total.tokens, Default::default());
     assert_eq!(none.sessions[0].cost, report.sessions[0].cost);
-    let report = store.verify().await.unwrap();
+    let report = store.verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "{:?}", report.problems);
     drop(store);
 

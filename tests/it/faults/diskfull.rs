@@ -4,6 +4,7 @@
 //! (`SESSIONSTORE_TEST_FULL_DISK`: every commit fails as on a full disk; any machine)
 //! and on a real small filesystem (a tmpfs the test mounts, where the machine lets it).
 
+use sessionstore::store::Access;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -63,7 +64,7 @@ fn a_full_disk_mid_turn(t: &TestStore, env: &[(&str, &Path)], disk: &dyn Disk) {
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let store = Store::open_read_only(t.config.clone()).await.unwrap();
+        let store = Store::open_as(t.config.clone(), Access::ReadOnly).await.unwrap();
         let id: SessionId = session.parse().unwrap();
         let turns = store.turns(id).await.unwrap();
         // The refused turn may have no turn row at all (its prompt could not be

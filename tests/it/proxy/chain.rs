@@ -6,6 +6,7 @@
 //! proxy's own story: a prompt with attachments, a new chain on the same store, a load
 //! that replays with live paths, a fork at a cursor, an archive.
 
+use sessionstore::store::{Access, Verify};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -264,7 +265,7 @@ fn the_component_speaks_to_its_successor_through_the_envelope() {
     // The turn is recorded as a child agent's: the prompt, and the agent's message.
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     rt.block_on(async {
-        let store = sessionstore::Store::open_read_only(s.t.config.clone())
+        let store = sessionstore::Store::open_as(s.t.config.clone(), Access::ReadOnly)
             .await
             .expect("the store");
         let stored = store.session(session).await.expect("the session");
@@ -597,11 +598,15 @@ async fn a_conductor_chain_runs_the_proxys_story() {
     assert_eq!(ids(&listed), [id.0.to_string()], "{listed}");
     assert_eq!(ids(&only), [fork.to_string()], "{only}");
 
-    let store = sessionstore::Store::open_read_only(s.t.config.clone())
+    let store = sessionstore::Store::open_as(s.t.config.clone(), Access::ReadOnly)
         .await
         .expect("the store");
     let stored = store.session(session).await.expect("the session");
     assert_eq!(stored.agent.expect("an agent binding").agent, AGENT_NAME);
-    let report = store.verify().await.expect("verify runs");
+    let report = store
+        .verify(Verify::Check)
+        .await
+        .expect("verify runs")
+        .after;
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }

@@ -4,6 +4,7 @@
 //! again (the agent, which lost its state, is told the conversation with the new
 //! paths), listed, forked twice, and a fork deleted.
 
+use sessionstore::store::{Access, Verify};
 use std::path::Path;
 
 use agent_client_protocol::UntypedMessage;
@@ -412,7 +413,11 @@ async fn a_session_survives_a_kill_and_a_moved_root_then_is_listed_forked_and_de
     let stored = store.session(session).await.expect("the session");
     assert_eq!(stored.cwd.as_deref(), s.cwd.to_str());
     assert_eq!(stored.agent.expect("an agent binding").agent, AGENT_NAME);
-    let report = store.verify().await.expect("verify runs");
+    let report = store
+        .verify(Verify::Check)
+        .await
+        .expect("verify runs")
+        .after;
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert_schema_accepts(&seen, &s.report);
 }
@@ -473,7 +478,7 @@ async fn a_client_that_gives_no_cwd_gets_the_proxys_own() {
         .cloned()
         .expect("the session is listed");
     assert_eq!(row["cwd"], given[0]["cwd"], "{row}");
-    let store = sessionstore::Store::open_read_only(s.t.config.clone())
+    let store = sessionstore::Store::open_as(s.t.config.clone(), Access::ReadOnly)
         .await
         .expect("a store");
     let session = store

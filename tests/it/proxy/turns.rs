@@ -3,6 +3,7 @@
 //! a prompt sent while a turn runs (queued, then delivered), and a proxy killed
 //! mid-turn (the turn kept without an end, and replayed).
 
+use sessionstore::store::{Access, Verify};
 use std::os::unix::process::ExitStatusExt;
 use std::sync::{Arc, Mutex};
 
@@ -47,7 +48,11 @@ fn kinds_of(events: &[Value]) -> Vec<&str> {
 }
 
 async fn verified(store: &Store) {
-    let report = store.verify().await.expect("verify runs");
+    let report = store
+        .verify(Verify::Check)
+        .await
+        .expect("verify runs")
+        .after;
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
@@ -227,7 +232,7 @@ async fn a_prompt_sent_during_a_turn_is_queued_and_that_turn_is_answered_before_
                 vec![text_block("then ask for permission")],
             ));
             // Stored queued while the first turn runs.
-            let store = Store::open_read_only(config)
+            let store = Store::open_as(config, Access::ReadOnly)
                 .await
                 .expect("the store opens");
             let mut stored = vec![];
@@ -326,7 +331,7 @@ async fn a_proxy_killed_mid_turn_leaves_the_turn_interrupted_and_replayable() {
             let _hanging =
                 cx.send_request(PromptRequest::new(id.clone(), vec![text_block("hang on")]));
             // Killed once what the turn said so far is durable.
-            let store = Store::open_read_only(config)
+            let store = Store::open_as(config, Access::ReadOnly)
                 .await
                 .expect("the store opens");
             let start = std::time::Instant::now();

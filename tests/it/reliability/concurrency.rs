@@ -3,6 +3,7 @@
 //! write is looked up afterwards, and commit latencies are reported. It never retries
 //! on the writers' behalf.
 
+use sessionstore::store::{Access, Verify};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,7 @@ fn child() {
     let writes: usize = var("SESSIONSTORE_CONC_WRITES").parse().expect("a count");
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     rt.block_on(async {
-        let store = Store::open_existing(config_in(std::path::Path::new(&dir)))
+        let store = Store::open_as(config_in(std::path::Path::new(&dir)), Access::Existing)
             .await
             .expect("the store opens");
         let tasks: Vec<_> = sessions
@@ -130,7 +131,7 @@ fn writers_in_processes(total: usize, writers: usize, processes: usize) {
             stored.insert(m.id.to_string());
         }
     }
-    let report = rt.block_on(t.store().verify()).unwrap();
+    let report = rt.block_on(t.store().verify(Verify::Check)).unwrap().after;
     latencies.sort();
     let lost = acked.difference(&stored).count();
     println!(

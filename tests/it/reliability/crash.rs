@@ -2,6 +2,7 @@
 //! its commit returned; the parent SIGKILLs it at random moments and then checks that
 //! every acknowledged write survived and the database is whole. It never repairs.
 
+use sessionstore::store::{Access, Verify};
 use std::collections::HashSet;
 use std::io::BufRead;
 use std::path::Path;
@@ -32,7 +33,7 @@ fn child() {
         .expect("a session id");
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     rt.block_on(async {
-        let store = Store::open_existing(config_in(&dir))
+        let store = Store::open_as(config_in(&dir), Access::Existing)
             .await
             .expect("the store opens");
         for n in 0..100_000u32 {
@@ -131,7 +132,7 @@ fn kills_mid_send(kills: usize) {
     }
     integrity_ok(&t.db_path());
     let store = rt.block_on(Store::open(t.config.clone())).unwrap();
-    let report = rt.block_on(store.verify()).unwrap();
+    let report = rt.block_on(store.verify(Verify::Check)).unwrap().after;
     assert!(report.ok(), "verify after the kills: {:?}", report.problems);
     let stored: HashSet<String> = rt
         .block_on(store.messages(session))
