@@ -33,15 +33,11 @@ impl Store {
         .await
     }
 
-    /// Ends a running turn: its stop reason as the agent answered, or its failure. A
-    /// turn never ended is one that was interrupted (its proxy stopped mid-turn).
-    pub async fn end_turn(&self, session: SessionId, turn: TurnId, end: TurnEnd) -> Result<()> {
-        self.end_turn_with_usage(session, turn, end, None).await
-    }
-
-    /// [`Store::end_turn`] with the tokens the agent reported for the turn (the
-    /// `usage` of its answer), recorded in the turn's end event and its row.
-    pub async fn end_turn_with_usage(
+    /// Ends a running turn: its stop reason as the agent answered, or its failure, and
+    /// the tokens the agent reported for it (the `usage` of its answer, if any),
+    /// recorded in the turn's end event and its row. A turn never ended is one that
+    /// was interrupted (its proxy stopped mid-turn).
+    pub async fn end_turn(
         &self,
         session: SessionId,
         turn: TurnId,

@@ -552,6 +552,7 @@ async fn a_streamed_message_grows_by_parts_and_is_sealed_once_its_turn_ends() {
             sessionstore::model::TurnEnd::Stopped {
                 stop_reason: "end_turn".to_owned(),
             },
+            None,
         )
         .await
         .unwrap();

@@ -246,9 +246,7 @@ impl Proxy {
             .as_ref()
             .ok()
             .and_then(crate::model::TurnUsage::of_answer);
-        self.store
-            .end_turn_with_usage(session, turn.id, end, usage)
-            .await?;
+        self.store.end_turn(session, turn.id, end, usage).await?;
         flushed?;
         outcome
     }

@@ -56,10 +56,7 @@ async fn a_turns_tokens_and_a_sessions_cost_are_recorded_and_summed(b: TestStore
         let end = TurnEnd::Stopped {
             stop_reason: "end_turn".to_owned(),
         };
-        store
-            .end_turn_with_usage(a, turn.id, end, *usage)
-            .await
-            .unwrap();
+        store.end_turn(a, turn.id, end, *usage).await.unwrap();
     }
     let turns = store.turns(a).await.unwrap();
     assert_eq!(
