@@ -154,6 +154,51 @@ impl ItemsTouched {
 /// Long histories: replay from a point (the last entries, or from an id) and
 /// recording a long input in batches.
 impl Store {
+    /// Records ACP session updates from the agent (its messages, thoughts, tool
+    /// calls, plans and session-level updates, and updates of kinds the schema does
+    /// not know, kept opaque) in one write, all or nothing: a refused update (a
+    /// `user_message_chunk`, a kind that is not history, an update for a tool call
+    /// never recorded) stores nothing, and is `Error::UpdateRefused` with its place
+    /// in the input (numbered from 1). `updates` is one of:
+    ///
+    /// - a `Vec` of updates (or of what converts into one): one batch, written with
+    ///   one event;
+    /// - [`Values`], the JSON an agent sent (the `update` of each
+    ///   `session/update`), each read as `record` reads an input line, one batch;
+    /// - any [`UpdateSource`] (such as [`Batches`]), a long input
+    ///   read and written a batch of at most [`RECORD_BATCH`] at a time,
+    ///   each with its own `turn_recorded` event, so it is never held whole.
+    ///
+    /// With redaction on (`Config::redaction`) a message streamed in its chunks is
+    /// redacted as one text: within the batch for a `Vec` or `Values`, but not
+    /// across calls (the proxy carries a message's tail from batch to batch), and
+    /// across the batches of an `UpdateSource`.
+    pub async fn record(
+        &self,
+        session: SessionId,
+        updates: impl Into<Updates>,
+    ) -> Result<Recorded> {
+        match updates.into().0 {
+            Input::Batch(mut updates) => {
+                if self.config().redaction.is_on() {
+                    updates = crate::store::redacted_whole(updates);
+                }
+                self.write_record(move |tx, tails| {
+                    crate::db::turns::record_remembered(tx, tails, &session, &updates)
+                })
+                .await
+            }
+            Input::Values(mut updates) => {
+                if self.config().redaction.is_on() {
+                    updates = crate::store::redacted_whole(updates);
+                }
+                self.record_json(session, std::sync::Arc::new(updates))
+                    .await
+            }
+            Input::Source(source) => self.record_batches(session, source).await,
+        }
+    }
+
     /// Restores a session as a stream of items in history order, read forward from
     /// its tables, the store's projection of the event log: every delivered message
     /// as its row holds it, its references replayed through the resolver as the reader

@@ -8,7 +8,7 @@ use super::sql::{DbError, Row, Tx, args};
 
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId, TurnId};
-use crate::model::{EventPayload, SessionFigures, Setting, Turn, TurnEnd, TurnUsage};
+use crate::model::{EventPayload, Setting, Turn, TurnEnd, TurnUsage};
 
 /// Begins a turn delivering `messages` (the first one's place in the history is the
 /// turn's).
@@ -220,58 +220,4 @@ pub fn settings(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Setting>> {
         },
     )
     .map_err(sql("read settings"))
-}
-
-/// A session's figures as its row holds them (`cost_*`, `context_*`).
-pub fn figures(conn: &Tx<'_>, session: &SessionId) -> Result<SessionFigures> {
-    conn.query_row(
-        "SELECT cost_amount, cost_currency, context_used, context_size
-         FROM sessions WHERE id = ?1",
-        args![session.to_string()],
-        |row| {
-            let cost = match (row.get::<Option<f64>>(0)?, row.get::<Option<String>>(1)?) {
-                (Some(amount), Some(currency)) => Some(crate::model::Cost { amount, currency }),
-                _ => None,
-            };
-            let count = |i: usize| -> Result<Option<u64>, DbError> {
-                row.get::<Option<i64>>(i)?
-                    .map(|n| u64::try_from(n).map_err(|e| DbError::column(i, e)))
-                    .transpose()
-            };
-            let context = match (count(2)?, count(3)?) {
-                (Some(used), Some(size)) => Some(crate::model::Context { used, size }),
-                _ => None,
-            };
-            Ok(SessionFigures { cost, context })
-        },
-    )
-    .map_err(sql("read a session's usage figures"))?
-    .ok_or(Error::SessionNotFound(*session))
-}
-
-/// Writes a session's figures into its row (no event: the `turn_recorded` event of the
-/// `usage_update` that gave them is theirs).
-pub fn set_figures(conn: &Tx<'_>, session: &SessionId, figures: &SessionFigures) -> Result<()> {
-    let too_big = |_| Error::OutOfRange {
-        what: "a session's context size",
-    };
-    let (used, size) = match figures.context {
-        Some(c) => (
-            Some(i64::try_from(c.used).map_err(too_big)?),
-            Some(i64::try_from(c.size).map_err(too_big)?),
-        ),
-        None => (None, None),
-    };
-    let (amount, currency) = match &figures.cost {
-        Some(c) => (Some(c.amount), Some(c.currency.as_str())),
-        None => (None, None),
-    };
-    conn.execute(
-        "UPDATE sessions SET cost_amount = ?2, cost_currency = ?3, context_used = ?4,
-                context_size = ?5
-         WHERE id = ?1",
-        args![session.to_string(), amount, currency, used, size],
-    )
-    .map_err(sql("record a session's usage figures"))?;
-    Ok(())
 }

@@ -155,7 +155,7 @@ pub(crate) fn write_session(conn: &Tx<'_>, p: &Projection) -> Result<()> {
         ],
     )
     .map_err(sql("rebuild a session's rows"))?;
-    super::proxied::set_figures(conn, &s.id, &p.figures)?;
+    super::usage::set_figures(conn, &s.id, &p.figures)?;
     for t in &p.turns {
         let k = super::proxied::token_columns(t.usage.as_ref())?;
         let (state, stop_reason, failure) = match &t.end {

@@ -908,9 +908,9 @@ fn record_known(
     // The session's cost and context follow its latest `usage_update` (the
     // projection takes them from this batch's event the same way).
     if turns::reports_usage(batch) {
-        let mut figures = super::proxied::figures(conn, session)?;
+        let mut figures = super::usage::figures(conn, session)?;
         turns::take_figures(&mut figures, batch);
-        super::proxied::set_figures(conn, session, &figures)?;
+        super::usage::set_figures(conn, session, &figures)?;
     }
     // A streamed message that this batch ended (something else came after it) is
     // folded into its row now, once.

@@ -317,7 +317,7 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
             Ok((
                 turns,
                 super::proxied::settings(conn, &session.id)?,
-                super::proxied::figures(conn, &session.id)?,
+                super::usage::figures(conn, &session.id)?,
             ))
         });
         let proxied = match proxied {
@@ -752,7 +752,7 @@ pub(crate) fn check_session(conn: &Tx<'_>, session: &Session) -> Result<()> {
             let events = queries::events(conn, &id)?;
             let turns = super::proxied::turns(conn, &id)?;
             let settings = super::proxied::settings(conn, &id)?;
-            let figures = super::proxied::figures(conn, &id)?;
+            let figures = super::usage::figures(conn, &id)?;
             let (expected, mut problems) = crate::projection::replay(id, &events);
             if let Some(expected) = &expected {
                 problems.extend(compare(session, &messages, expected));
@@ -833,7 +833,7 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
     let Ok(settings) = super::proxied::settings(conn, &id) else {
         return Ok(None);
     };
-    let Ok(figures) = super::proxied::figures(conn, &id) else {
+    let Ok(figures) = super::usage::figures(conn, &id) else {
         return Ok(None);
     };
     let (expected, mut problems) = replayer.finish();

@@ -16,7 +16,6 @@ use crate::db::turns::Recorded;
 use crate::db::{self, Db, queries, verify::VerifyReport};
 use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement};
 use crate::error::{Error, Result};
-use crate::history;
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, Event, Item, Message, NewSession, Role, Session, TitleSource};
 use crate::turns::Update;
@@ -362,54 +361,10 @@ impl Store {
 /// Recording the agent's side of a turn (its messages, thoughts, tool calls, plans),
 /// all or nothing per batch.
 impl Store {
-    /// Records ACP session updates from the agent (its messages, thoughts, tool
-    /// calls, plans and session-level updates, and updates of kinds the schema does
-    /// not know, kept opaque) in one write, all or nothing: a refused update (a
-    /// `user_message_chunk`, a kind that is not history, an update for a tool call
-    /// never recorded) stores nothing, and is `Error::UpdateRefused` with its place
-    /// in the input (numbered from 1). `updates` is one of:
-    ///
-    /// - a `Vec` of updates (or of what converts into one): one batch, written with
-    ///   one event;
-    /// - [`history::Values`], the JSON an agent sent (the `update` of each
-    ///   `session/update`), each read as `record` reads an input line, one batch;
-    /// - any [`history::UpdateSource`] (such as [`history::Batches`]), a long input
-    ///   read and written a batch of at most [`history::RECORD_BATCH`] at a time,
-    ///   each with its own `turn_recorded` event, so it is never held whole.
-    ///
-    /// With redaction on (`Config::redaction`) a message streamed in its chunks is
-    /// redacted as one text: within the batch for a `Vec` or `Values`, but not
-    /// across calls (the proxy carries a message's tail from batch to batch), and
-    /// across the batches of an `UpdateSource`.
-    pub async fn record(
-        &self,
-        session: SessionId,
-        updates: impl Into<history::Updates>,
-    ) -> Result<Recorded> {
-        match updates.into().0 {
-            history::Input::Batch(mut updates) => {
-                if self.config.redaction.is_on() {
-                    updates = redacted_whole(updates);
-                }
-                self.write_record(move |tx, tails| {
-                    db::turns::record_remembered(tx, tails, &session, &updates)
-                })
-                .await
-            }
-            history::Input::Values(mut updates) => {
-                if self.config.redaction.is_on() {
-                    updates = redacted_whole(updates);
-                }
-                self.record_json(session, Arc::new(updates)).await
-            }
-            history::Input::Source(source) => self.record_batches(session, source).await,
-        }
-    }
-
     /// A write that records, through the writer with its memo of where each session's
     /// history ends (`db::turns::Tails`); a store with no writer (read-only) refuses
     /// it as it refuses every write.
-    async fn write_record(
+    pub(crate) async fn write_record(
         &self,
         mut work: impl FnMut(&db::Tx<'_>, &mut db::turns::Tails) -> Result<Recorded> + Send + 'static,
     ) -> Result<Recorded> {
@@ -422,7 +377,7 @@ impl Store {
         }
     }
 
-    /// [`Store::record`] of [`history::Values`] the caller keeps (the proxy takes a refused
+    /// [`Store::record`] of [`crate::history::Values`] the caller keeps (the proxy takes a refused
     /// one out and records the rest), redacted by the caller when redaction is on (the
     /// proxy's recorder carries a streamed message's tail from batch to batch). Each is read into its ACP type by the writer, as
     /// part of the write, rather than by the caller's task.
@@ -947,7 +902,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 
 /// A batch recorded on its own, redacted: a message streamed in its chunks is redacted
 /// as one text and ends with the batch (one update in, one out).
-fn redacted_whole<T: crate::redact::Chunk>(updates: Vec<T>) -> Vec<T> {
+pub(crate) fn redacted_whole<T: crate::redact::Chunk>(updates: Vec<T>) -> Vec<T> {
     let mut streams = crate::redact::Streams::default();
     let (mut out, _) = streams.pass(updates);
     streams.end(&mut out);

@@ -233,7 +233,7 @@ impl Agent {
     /// A successor's is the `agentInfo.name` it answered `initialize` with.
     pub fn name(&self) -> Option<String> {
         if self.successor {
-            return Some(super::successor::name(self.current().as_deref()));
+            return Some(name(self.current().as_deref()));
         }
         self.command.as_ref().map(AgentCommand::name)
     }
@@ -349,7 +349,7 @@ impl Proxy {
         if self.agent.successor {
             // The conductor owns the agent: it is reached once, never restarted here.
             if starts.last_start.is_some() {
-                return Err(super::successor::gone());
+                return Err(gone());
             }
             starts.generation += 1;
             let running = self.reach_successor(starts.generation, initialize).await?;
@@ -540,4 +540,22 @@ fn advertise(result: &mut Value) {
             sessions.insert(served.to_owned(), Value::Object(Default::default()));
         }
     }
+}
+
+/// How a session's binding names a successor: the `agentInfo.name` it answered
+/// `initialize` with (the agent at the end of the chain), else `successor`.
+pub(super) fn name(running: Option<&Running>) -> String {
+    running
+        .and_then(|r| r.initialized()["agentInfo"]["name"].as_str())
+        .filter(|name| !name.is_empty())
+        .unwrap_or("successor")
+        .to_owned()
+}
+
+/// What a request that needs the agent gets once the successor is gone (the
+/// conductor closed the connection, or never got as far as initializing it).
+pub(super) fn gone() -> Failure {
+    Failure::internal(
+        "the successor in the conductor's chain is gone; the conductor, which owns it, starts the chain again",
+    )
 }

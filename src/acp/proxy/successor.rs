@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use super::agent::Running;
+use super::agent::{Running, gone, name};
 use super::link::Link;
 use super::rpc::{Kind, Message, code};
 use super::{Failure, Proxy};
@@ -31,24 +31,6 @@ use super::{Failure, Proxy};
 pub const SUCCESSOR: &str = "proxy/successor";
 /// How a conductor initializes a component that has a successor.
 pub const INITIALIZE: &str = "proxy/initialize";
-
-/// How a session's binding names a successor: the `agentInfo.name` it answered
-/// `initialize` with (the agent at the end of the chain), else `successor`.
-pub(super) fn name(running: Option<&Running>) -> String {
-    running
-        .and_then(|r| r.initialized()["agentInfo"]["name"].as_str())
-        .filter(|name| !name.is_empty())
-        .unwrap_or("successor")
-        .to_owned()
-}
-
-/// What a request that needs the agent gets once the successor is gone (the
-/// conductor closed the connection, or never got as far as initializing it).
-pub(super) fn gone() -> Failure {
-    Failure::internal(
-        "the successor in the conductor's chain is gone; the conductor, which owns it, starts the chain again",
-    )
-}
 
 /// The answer to a plain `initialize` with no agent behind: the proxy needs one, or a
 /// conductor around it.
