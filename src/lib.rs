@@ -33,7 +33,7 @@
 //!     ],
 //!     delivery: Delivery::Delivered,
 //! };
-//! let message = store.send_prompt(session.id, prompt).await?;
+//! let message = store.send(session.id, prompt).await?;
 //!
 //! // What the model gets: the file's block carries where it was read, now.
 //! let dispatched = store

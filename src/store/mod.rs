@@ -28,7 +28,7 @@ mod usage;
 pub use crate::db::Access;
 pub use claim::SessionClaim;
 pub(crate) use prompt::redact_message;
-pub use prompt::{Prompt, PromptBlock};
+pub use prompt::{Prompt, PromptBlock, ToSend};
 pub use usage::Since;
 
 /// The one handle on a session store: the database pool and the one attachment store

@@ -1,7 +1,7 @@
-//! Storing a user's message: `send` (text and references to uploads already stored) and
-//! `send_prompt` (a prompt as an ACP client sends it: its files uploaded and the
+//! Storing a user's message with `send`: an [`Outgoing`] (text and references to uploads
+//! already stored) or a [`Prompt`] (as an ACP client sends it: its files uploaded and the
 //! message that refers to them stored as one step, its blocks kept in the order sent).
-//! Both check every reference the way a read would before anything is written, and
+//! Both are checked every reference the way a read would before anything is written, and
 //! write the message with its event in one write; nothing else persists a reference.
 
 use agent_client_protocol_schema::v1::Meta;
@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::model::{Delivery, Message, MessageBlock, NewMessage, NewReference, Role};
 
-/// A prompt as an ACP client sends it, for [`Store::send_prompt`]: its blocks in order,
+/// A prompt as an ACP client sends it, for [`Store::send`]: its blocks in order,
 /// delivered now or queued for the next drain (a prompt sent while a turn runs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prompt {
@@ -40,13 +40,51 @@ pub enum PromptBlock {
 
 /// Sending: a message that refers to stored files, or a prompt whose files are stored
 /// with it as one step. Every message goes through the one check-and-write here.
+/// What [`Store::send`] stores: an [`Outgoing`] message or a [`Prompt`].
+pub enum ToSend {
+    Outgoing(Outgoing),
+    Prompt(Prompt),
+}
+
+impl From<Outgoing> for ToSend {
+    fn from(message: Outgoing) -> ToSend {
+        ToSend::Outgoing(message)
+    }
+}
+
+impl From<Prompt> for ToSend {
+    fn from(prompt: Prompt) -> ToSend {
+        ToSend::Prompt(prompt)
+    }
+}
+
 impl Store {
-    /// Checks every reference before persisting anything: the URI parses, names this
-    /// session, and opens now, the way a read would, which fills the stored name, MIME
-    /// type and size without reading the whole file. Then the message is stored,
-    /// delivered or queued, with its event. The checks and the write are one trip to
-    /// the blocking pool, and the session is looked up inside the write.
-    pub async fn send(&self, session: SessionId, send: Outgoing) -> Result<Message> {
+    /// Stores a user's message, checked before anything persists.
+    ///
+    /// An [`Outgoing`] refers to uploads already stored: every reference is checked
+    /// first (the URI parses, names this session, and opens now, the way a read would,
+    /// which fills the stored name, MIME type and size without reading the whole
+    /// file); then the message is stored, delivered or queued, with its event. The
+    /// checks and the write are one trip to the blocking pool, and the session is
+    /// looked up inside the write.
+    ///
+    /// A [`Prompt`] is stored as one user message: each upload becomes an attachment
+    /// of the session (stored under the configured root, named safely), the message
+    /// refers to them in the order they came, between its texts and the client's own
+    /// blocks, and it is checked and written as an `Outgoing` is. If the message is
+    /// refused, the uploads this call stored are removed again: nothing of a refused
+    /// prompt stays.
+    pub async fn send(&self, session: SessionId, message: impl Into<ToSend>) -> Result<Message> {
+        match message.into() {
+            ToSend::Outgoing(message) => self.send_outgoing(session, message).await,
+            ToSend::Prompt(prompt) => self
+                .send_prompt_as_given(session, prompt)
+                .await
+                .map(|(stored, _)| stored),
+        }
+    }
+
+    async fn send_outgoing(&self, session: SessionId, send: Outgoing) -> Result<Message> {
         if send.role != Role::User && (!send.attach.is_empty() || send.mid_turn) {
             return Err(Error::RoleCannotAttach { role: send.role });
         }
@@ -80,19 +118,7 @@ impl Store {
             .map(|(stored, _)| stored)
     }
 
-    /// Stores a prompt as one user message: each upload becomes an attachment of the
-    /// session (stored under the configured root, named safely), the message refers to
-    /// them in the order they came, between its texts and the client's own blocks,
-    /// and it is checked and written as `send` checks and writes. If the message is
-    /// refused, the uploads this call stored are removed again: nothing of a refused
-    /// prompt stays.
-    pub async fn send_prompt(&self, session: SessionId, prompt: Prompt) -> Result<Message> {
-        self.send_prompt_as_given(session, prompt)
-            .await
-            .map(|(stored, _)| stored)
-    }
-
-    /// [`Store::send_prompt`], giving back beside the message as stored (redacted)
+    /// [`Store::send`] of a [`Prompt`], giving back beside the message as stored (redacted)
     /// the same message as it was given, for its first delivery (the proxy's).
     pub(crate) async fn send_prompt_as_given(
         &self,
