@@ -16,7 +16,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use cli::attachment::{AttachArgs, AttachmentCommand};
 use cli::errors::{EXIT_CODES, Usage};
-use cli::output::{count, emit, print_json, terminal_line};
+use cli::output::{emit, print_json, terminal_line};
 use cli::paths::Global;
 use cli::send::SendArgs;
 use cli::session::SessionCommand;
@@ -25,7 +25,7 @@ use sessionstore::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode};
 use sessionstore::format::{Format, StreamWriter};
 use sessionstore::history::Replay;
 use sessionstore::maintenance::{self, Migration};
-use sessionstore::store::{Access, Verify};
+use sessionstore::store::Access;
 use sessionstore::{Backup, Config, EntryId, MessageId, SessionId, Store, focus};
 
 #[derive(Parser)]
@@ -70,7 +70,7 @@ enum Command {
     /// Print a session's event log, one JSON object a line (--json changes nothing)
     Events(EventsArgs),
     /// Check the database's integrity and its tables against the event log
-    Verify(VerifyArgs),
+    Verify(cli::verify::VerifyArgs),
     /// Remove, under the configured root, uploads no message refers to, deleted
     /// sessions' folders and killed uploads' temporary files
     Gc(cli::lifecycle::GcArgs),
@@ -225,15 +225,6 @@ struct RestoreArgs {
     /// where it starts
     #[arg(long, value_name = "ID", value_parser = cli::parse_entry)]
     from: Option<EntryId>,
-}
-
-#[derive(Args)]
-struct VerifyArgs {
-    /// Rebuild the tables and the search index from the event log where they disagree
-    /// with it, after a backup (`<db>.v<N>.bak`); exits 0 when the store is consistent
-    /// afterwards, 1 naming what could not be rebuilt
-    #[arg(long)]
-    repair: bool,
 }
 
 #[derive(Args)]
@@ -420,8 +411,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Drain(args) => drain(config, args).await?,
         Command::Restore(args) => restore(config, args).await?,
         Command::Events(args) => events(config, args).await?,
-        Command::Verify(args) if args.repair => return repair(config, json).await,
-        Command::Verify(_) => return verify(config, json, cli.global.key_path()).await,
+        Command::Verify(args) if args.repair => return cli::verify::repair(config, json).await,
+        Command::Verify(_) => {
+            return cli::verify::verify(config, json, cli.global.key_path()).await;
+        }
         #[cfg(feature = "acp")]
         Command::Acp(args) => acp(config, args).await?,
         #[cfg(feature = "acp")]
@@ -704,111 +697,6 @@ async fn events(config: Config, args: EventsArgs) -> Result<()> {
         .map(serde_json::to_string)
         .collect::<Result<Vec<_>, _>>()?;
     emit(&lines.join("\n"))
-}
-
-/// Prints the report, with warnings about the database's files and the key file
-/// (`key_file`) when they are open to more than the sharing allows; non-zero when it
-/// found a problem (a warning is none).
-async fn verify(config: Config, json: bool, key_file: Option<PathBuf>) -> Result<ExitCode> {
-    let sharing = config.sharing;
-    let store = Store::open_as(config, Access::ReadOnly).await?;
-    let progress = cli::logging::spinner("verifying");
-    let report = store.verify(Verify::Check).await;
-    progress.finish_and_clear();
-    let mut report = report?.after;
-    if let Some(key) = key_file {
-        report
-            .warnings
-            .extend(sessionstore::privacy::key_file_exposure(&key, sharing));
-    }
-    if json {
-        print_json(&report)?;
-    } else {
-        // Warnings are no problem: the exit status stays as it is.
-        let mut lines: Vec<String> = report
-            .warnings
-            .iter()
-            .map(|w| format!("warning: {}", terminal_line(&w.to_string())))
-            .chain(report.problems.iter().map(|p| format!("problem: {p}")))
-            .collect();
-        lines.push(format!(
-            "{}, {}, {}: {}",
-            count(report.sessions, "session", "sessions"),
-            count(report.messages, "message", "messages"),
-            count(report.events, "event", "events"),
-            if report.ok() {
-                "ok".to_owned()
-            } else {
-                count(report.problems.len(), "problem", "problems")
-            }
-        ));
-        emit(&lines.join("\n"))?;
-    }
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
-}
-
-/// `verify --repair`: rebuilds the tables and the search index from the event log
-/// where they disagree with it, after a backup, and prints what it found, what it
-/// rebuilt and what could not be rebuilt; non-zero when something could not.
-async fn repair(config: Config, json: bool) -> Result<ExitCode> {
-    let store = Store::open_as(config, Access::Existing).await?;
-    let progress = cli::logging::spinner("repairing");
-    let report = store.verify(Verify::Repair).await;
-    progress.finish_and_clear();
-    let report = report?;
-    if json {
-        print_json(&report)?;
-    } else {
-        let mut lines: Vec<String> = report
-            .found
-            .iter()
-            .map(|p| format!("problem: {p}"))
-            .collect();
-        if let Some(backup) = &report.backup {
-            lines.push(format!(
-                "backup: {}",
-                terminal_line(&backup.display().to_string())
-            ));
-        }
-        lines.extend(
-            report
-                .rebuilt
-                .iter()
-                .map(|s| format!("rebuilt: session {s}, from its event log")),
-        );
-        if report.search_rebuilt {
-            lines.push("rebuilt: the search index, from the rows".to_owned());
-        }
-        lines.extend(
-            report
-                .after
-                .problems
-                .iter()
-                .map(|p| format!("not rebuilt: {p}")),
-        );
-        let after = &report.after;
-        lines.push(format!(
-            "{}, {}, {}: {}",
-            count(after.sessions, "session", "sessions"),
-            count(after.messages, "message", "messages"),
-            count(after.events, "event", "events"),
-            if after.ok() {
-                "ok".to_owned()
-            } else {
-                count(after.problems.len(), "problem left", "problems left")
-            }
-        ));
-        emit(&lines.join("\n"))?;
-    }
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
 }
 
 /// Prints the probe's report (one line per check, or JSON); non-zero when a check failed.

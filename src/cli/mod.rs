@@ -1,5 +1,5 @@
 //! The command line's pieces beside `main.rs`: one file per command group (`session`,
-//! `attachment`, `send`, `record`, `paths`, `lifecycle` for fork, search, export, import and gc), output and escaping (`output`), errors and exit
+//! `attachment`, `send`, `record`, `paths`, `lifecycle` for fork, search, export, import and gc, `usage`, `verify`), output and escaping (`output`), errors and exit
 //! codes (`errors`), logs and progress (`logging`), and the argument parsers they
 //! share. Never holds behaviour the library lacks.
 
@@ -14,6 +14,7 @@ pub mod record;
 pub mod send;
 pub mod session;
 pub mod usage;
+pub mod verify;
 
 use sessionstore::{EntryId, IdError, MessageId, SessionId};
 
