@@ -162,6 +162,17 @@ pub fn dry_run(flag: bool) -> Run {
     if flag { Run::DryRun } else { Run::Apply }
 }
 
+/// The store a command that may be a dry run works on: a dry run only reads, so it
+/// never migrates or writes the database; a real run needs one that exists.
+async fn open_for(config: Config, run: Run) -> sessionstore::Result<Store> {
+    let access = if run.is_dry() {
+        Access::ReadOnly
+    } else {
+        Access::Existing
+    };
+    Store::open_as(config, access).await
+}
+
 pub async fn import(config: Config, json: bool, args: ImportArgs) -> Result<()> {
     let store = Store::open(config).await?;
     let progress = spinner("importing");
@@ -215,12 +226,7 @@ fn progress() -> Progress {
 }
 
 pub async fn delete(config: Config, json: bool, ids: Vec<SessionId>, run: Run) -> Result<()> {
-    // A dry run only reads, so it never migrates or writes the database.
-    let store = if run.is_dry() {
-        Store::open_as(config, Access::ReadOnly).await?
-    } else {
-        Store::open_as(config, Access::Existing).await?
-    };
+    let store = open_for(config, run).await?;
     let options = DeleteOptions {
         run,
         progress: progress(),
@@ -271,11 +277,7 @@ pub async fn delete(config: Config, json: bool, ids: Vec<SessionId>, run: Run) -
 
 pub async fn gc(config: Config, json: bool, args: GcArgs) -> Result<()> {
     let run = dry_run(args.dry_run);
-    let store = if run.is_dry() {
-        Store::open_as(config, Access::ReadOnly).await?
-    } else {
-        Store::open_as(config, Access::Existing).await?
-    };
+    let store = open_for(config, run).await?;
     let report = store
         .gc(GcOptions {
             run,
@@ -329,11 +331,7 @@ pub struct RedactArgs {
 /// opens the database read-only, as `session delete --dry-run` does.
 pub async fn redact(config: Config, json: bool, args: RedactArgs) -> Result<()> {
     let run = dry_run(args.dry_run);
-    let store = if run.is_dry() {
-        Store::open_as(config, Access::ReadOnly).await?
-    } else {
-        Store::open_as(config, Access::Existing).await?
-    };
+    let store = open_for(config, run).await?;
     let report = store
         .redact_stored(RedactOptions {
             sessions: args.sessions,
