@@ -1060,14 +1060,14 @@ impl Wire {
         Wire { stdin, lines }
     }
 
-    fn send(&mut self, line: &str) {
+    pub(crate) fn send(&mut self, line: &str) {
         use std::io::Write;
         writeln!(self.stdin, "{line}").expect("the peer reads");
         self.stdin.flush().expect("the peer reads");
     }
 
     /// The next line, which must be JSON.
-    fn next(&self) -> serde_json::Value {
+    pub(crate) fn next(&self) -> serde_json::Value {
         let line = self.lines.recv_timeout(TIMEOUT).expect("a line in time");
         serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("stdout is JSON-RPC only: {line:?}: {e}"))

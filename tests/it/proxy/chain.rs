@@ -9,7 +9,7 @@
 use sessionstore::store::{Access, Verify};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use agent_client_protocol::UntypedMessage;
 use agent_client_protocol::v1::schema::{
@@ -20,47 +20,29 @@ use sessionstore::SessionId;
 use sessionstore::model::ItemBody;
 
 use super::{
-    AGENT, AGENT_NAME, ProxyProcess, Seen, Setup, TIMEOUT, attachments, call, client, data_block,
+    AGENT, AGENT_NAME, ProxyProcess, Seen, Setup, attachments, call, client, data_block,
     image_block, initialize, notes_block, prompt_text, store_id, text_block, wait_ended,
 };
 use crate::support::{Expect, check_attachment, context_of};
 
-/// Raw JSON-RPC lines over a process's pipes, the test on the other end.
-struct Wire {
-    stdin: ChildStdin,
-    lines: std::sync::mpsc::Receiver<String>,
-}
+/// Raw JSON-RPC over a process's pipes (the `acp` tests' `Wire`), with what the
+/// component's tests ask of it: messages sent as values, wrapped requests, answers.
+struct Wire(crate::acp::Wire);
 
 impl Wire {
     fn over(child: &mut Child) -> Wire {
-        use std::io::BufRead;
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Wire { stdin, lines }
+        Wire(crate::acp::Wire::over(child))
     }
 
-    fn send(&mut self, message: Value) {
-        use std::io::Write;
-        let mut message = message;
+    /// Sends one message, `jsonrpc` added.
+    fn send(&mut self, mut message: Value) {
         message["jsonrpc"] = json!("2.0");
-        writeln!(self.stdin, "{message}").expect("the proxy reads");
-        self.stdin.flush().expect("the proxy reads");
+        self.0.send(&message.to_string());
     }
 
     /// The next line, which must be one JSON-RPC message.
     fn next(&self) -> Value {
-        let line = self.lines.recv_timeout(TIMEOUT).expect("a line in time");
-        assert!(!line.contains('\n'));
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"))
+        self.0.next()
     }
 
     /// The next message, which must be a `proxy/successor` request wrapping `method`:
