@@ -5,10 +5,11 @@
 //! `session/resume` or `session/load` while it still knows the session, else a new
 //! agent session that is told the conversation so far with its next prompt. With
 //! nothing behind the proxy a session has no agent side, and each method is the
-//! store's part of it alone.
+//! store's part of it alone. The map of open sessions and ids is `sessions/map.rs`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+mod map;
+
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
@@ -19,289 +20,11 @@ use crate::acp::LIST_PAGE;
 use crate::ids::SessionId;
 use crate::lifecycle::{DeleteOptions, ListQuery, SessionCursor};
 use crate::model::{AgentBinding, ArchiveFilter, NewSession, TitleSource, ToolsHost};
-use crate::store::SessionClaim;
+pub(crate) use map::{Open, Sessions};
 
 /// The `_meta` key under which `session/fork` names the message (or recorded item) to
 /// fork at: ACP v1's fork has no field for it.
 pub const FORK_AT_META_KEY: &str = "sessionstore/forkAt";
-
-#[derive(Default)]
-pub(crate) struct Sessions {
-    inner: Mutex<Inner>,
-}
-
-#[derive(Default)]
-struct Inner {
-    open: HashMap<SessionId, Open>,
-    /// The agent's session ids in the running generation, to the store's.
-    by_agent: HashMap<String, SessionId>,
-    /// Requests the client sent that went on to the agent, by the client's id (as JSON
-    /// text), with the id they went under: how `$/cancel_request` is translated.
-    forwarded: HashMap<String, u64>,
-    permissions: HashMap<u64, Permission>,
-    next_ticket: u64,
-}
-
-/// A session open on this connection.
-pub(crate) struct Open {
-    /// The agent side: its session id, and the generation of the agent that has it.
-    pub agent: Option<(String, u64)>,
-    /// The client's words for bringing the agent side up again: the working directory
-    /// and MCP servers of its `session/new`, `load` or `resume`.
-    pub setup: Value,
-    /// The agent side has not seen the history: the next prompt carries it.
-    pub fresh: bool,
-    /// The agent side is the agent's own session, resumed or loaded: its history holds
-    /// the attachment paths of reads made back then, which a moved root may have made
-    /// stale, so the next prompt carries each earlier attachment's path read now.
-    pub stale_paths: bool,
-    /// The agent is replaying the session (its own `session/load`): its updates are
-    /// not the record and are not relayed.
-    pub agent_replaying: bool,
-    /// Held while the agent side is brought up, so a prompt and a setting arriving
-    /// together bring it up once.
-    pub bringing_up: Arc<tokio::sync::Mutex<()>>,
-    /// When the agent last sent anything for the session (an update, a request):
-    /// what `--agent-timeout` measures from.
-    pub last_heard: std::time::Instant,
-    /// How many requests of the agent for the session wait on the client.
-    pub asking: usize,
-    /// This process's claim on the session: another proxy asking for it is refused
-    /// while the session is open here. Released when the session is closed, deleted
-    /// or the client goes (or the process ends).
-    pub claim: SessionClaim,
-}
-
-/// A permission request from the agent still waiting for the client.
-struct Permission {
-    session: SessionId,
-    generation: u64,
-    agent_id: Value,
-    answered: bool,
-}
-
-/// A request of the agent waiting on the client (see `Sessions::asking`).
-pub(crate) struct Asking {
-    sessions: Arc<Sessions>,
-    session: SessionId,
-}
-
-impl Drop for Asking {
-    fn drop(&mut self) {
-        self.sessions.with_open(&self.session, |o| {
-            o.asking = o.asking.saturating_sub(1);
-            o.last_heard = std::time::Instant::now();
-        });
-    }
-}
-
-/// Names a tracked permission request.
-pub(crate) struct Ticket(u64);
-
-impl Sessions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // Every change here is a few map operations made together under the lock and
-        // none can panic midway; a panic elsewhere leaves the maps usable.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn is_open(&self, session: &SessionId) -> bool {
-        self.lock().open.contains_key(session)
-    }
-
-    fn open(
-        &self,
-        session: SessionId,
-        claim: SessionClaim,
-        setup: Value,
-        agent: Option<(String, u64)>,
-        fresh: bool,
-    ) {
-        let mut inner = self.lock();
-        if let Some((agent_id, _)) = &agent {
-            inner.by_agent.insert(agent_id.clone(), session);
-        }
-        inner.open.insert(
-            session,
-            Open {
-                agent,
-                setup,
-                fresh,
-                stale_paths: false,
-                agent_replaying: false,
-                bringing_up: Arc::new(tokio::sync::Mutex::new(())),
-                last_heard: std::time::Instant::now(),
-                asking: 0,
-                claim,
-            },
-        );
-    }
-
-    fn close(&self, session: &SessionId) -> Option<Open> {
-        let mut inner = self.lock();
-        let open = inner.open.remove(session)?;
-        if let Some((agent_id, _)) = &open.agent {
-            inner.by_agent.remove(agent_id);
-        }
-        Some(open)
-    }
-
-    /// The client went: every session it had open is closed, their claims released.
-    pub fn close_all(&self) {
-        let mut inner = self.lock();
-        inner.open.clear();
-        inner.by_agent.clear();
-    }
-
-    /// The agent sent something for `session`.
-    pub fn heard_from(&self, session: &SessionId) {
-        self.with_open(session, |o| o.last_heard = std::time::Instant::now());
-    }
-
-    /// The agent asked the client something for `session`: until the guard is
-    /// dropped (the client answered, or went), the agent is waiting, not silent.
-    pub fn asking(self: &Arc<Self>, session: SessionId) -> Asking {
-        self.with_open(&session, |o| {
-            o.asking += 1;
-            o.last_heard = std::time::Instant::now();
-        });
-        Asking {
-            sessions: self.clone(),
-            session,
-        }
-    }
-
-    /// Runs `f` on an open session's state.
-    pub fn with_open<T>(&self, session: &SessionId, f: impl FnOnce(&mut Open) -> T) -> Option<T> {
-        self.lock().open.get_mut(session).map(f)
-    }
-
-    /// The agent of `generation` is gone: every agent side it held is, too, and its
-    /// permission requests need no answer any more.
-    pub fn agent_ended(&self, generation: u64) {
-        let mut inner = self.lock();
-        let Inner {
-            open,
-            by_agent,
-            permissions,
-            ..
-        } = &mut *inner;
-        for state in open.values_mut() {
-            if let Some((agent_id, g)) = &state.agent
-                && *g == generation
-            {
-                by_agent.remove(agent_id);
-                state.agent = None;
-                state.agent_replaying = false;
-            }
-        }
-        permissions.retain(|_, p| p.generation != generation);
-    }
-
-    /// The store session a message from `agent` names, if it names one this
-    /// connection carries in that agent's generation.
-    pub fn store_session(&self, agent_session: &str, agent: &Running) -> Option<SessionId> {
-        let inner = self.lock();
-        let session = *inner.by_agent.get(agent_session)?;
-        let state = inner.open.get(&session)?;
-        matches!(&state.agent, Some((_, g)) if *g == agent.generation).then_some(session)
-    }
-
-    /// The agent's session id for the session a client message names, when the message
-    /// names one: a session that is not open here is refused, one whose agent side is
-    /// not up in `agent`'s generation is `None` (the caller brings it up first, or
-    /// relays the message as it is).
-    pub fn client_to_agent(
-        &self,
-        message: &Message,
-        agent: &Running,
-    ) -> Result<Option<String>, Failure> {
-        let Some(id) = message.session_id() else {
-            return Ok(None);
-        };
-        let session = parse_session(id)?;
-        let inner = self.lock();
-        let Some(state) = inner.open.get(&session) else {
-            return Err(not_open(session));
-        };
-        Ok(match &state.agent {
-            Some((agent_id, g)) if *g == agent.generation => Some(agent_id.clone()),
-            _ => None,
-        })
-    }
-
-    /// Translates the session id of a message from the agent into the store's, and
-    /// says which session it was (`None`: the message names none this connection
-    /// carries, and goes on as it is).
-    pub fn agent_to_client(&self, message: &mut Message, agent: &Running) -> Option<SessionId> {
-        let session = self.store_session(message.session_id()?, agent)?;
-        message.set_session_id(&session.to_string());
-        Some(session)
-    }
-
-    /// Translates the session id in the result of a relayed request.
-    pub fn agent_to_client_result(&self, answer: &mut Message, agent: &Running) {
-        if answer.outcome().is_ok() {
-            self.agent_to_client(answer, agent);
-        }
-    }
-
-    pub fn track_forwarded(&self, client_id: &Value, agent_id: u64) {
-        self.lock()
-            .forwarded
-            .insert(client_id.to_string(), agent_id);
-    }
-
-    pub fn untrack_forwarded(&self, client_id: &Value) {
-        self.lock().forwarded.remove(&client_id.to_string());
-    }
-
-    /// The id a client request went to the agent under, while it waits there.
-    pub fn forwarded(&self, client_id: &Value) -> Option<u64> {
-        self.lock().forwarded.get(&client_id.to_string()).copied()
-    }
-
-    /// Tracks a permission request from the agent for `session`.
-    pub fn permission_asked(&self, session: SessionId, agent: &Running, agent_id: Value) -> Ticket {
-        let mut inner = self.lock();
-        inner.next_ticket += 1;
-        let ticket = inner.next_ticket;
-        inner.permissions.insert(
-            ticket,
-            Permission {
-                session,
-                generation: agent.generation,
-                agent_id,
-                answered: false,
-            },
-        );
-        Ticket(ticket)
-    }
-
-    /// The client answered: true when the agent still waits for that answer (the
-    /// request was not answered `cancelled` meanwhile).
-    pub fn permission_answered(&self, ticket: &Ticket) -> bool {
-        match self.lock().permissions.remove(&ticket.0) {
-            Some(p) => !p.answered,
-            None => false,
-        }
-    }
-
-    /// The agent ids of the permission requests still waiting for `session`, marked
-    /// answered: a cancellation answers them `cancelled` itself.
-    pub fn cancel_permissions(&self, session: &SessionId) -> Vec<Value> {
-        let mut inner = self.lock();
-        inner
-            .permissions
-            .values_mut()
-            .filter(|p| p.session == *session && !p.answered)
-            .map(|p| {
-                p.answered = true;
-                p.agent_id.clone()
-            })
-            .collect()
-    }
-}
 
 impl Proxy {
     /// `session/new`: an agent session first (when one runs behind), then the store
@@ -946,12 +669,12 @@ pub(super) fn session_of(params: &Value) -> Result<SessionId, Failure> {
     }
 }
 
-fn parse_session(id: &str) -> Result<SessionId, Failure> {
+pub(super) fn parse_session(id: &str) -> Result<SessionId, Failure> {
     id.parse::<SessionId>()
         .map_err(|e| Failure::new(code::RESOURCE_NOT_FOUND, format!("no session {id:?}: {e}")))
 }
 
-fn not_open(session: SessionId) -> Failure {
+pub(super) fn not_open(session: SessionId) -> Failure {
     Failure::invalid_params(format!(
         "session {session} is not open on this connection: call session/new, session/load or \
          session/resume first"
