@@ -107,10 +107,10 @@ pub mod turns;
 pub use config::Config;
 #[cfg(feature = "testkit")]
 pub use db::group::WriteStats;
+pub use db::items::Recorded;
 pub use db::repair::RepairReport;
 pub use db::schema::{Backup, MigrationReport};
 pub use db::search::Hit as SearchHit;
-pub use db::turns::Recorded;
 pub use db::verify::VerifyReport;
 pub use dispatch::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
 pub use error::{Error, Result};

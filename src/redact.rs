@@ -206,7 +206,7 @@ impl Stream {
         }
         // Cut between words when there is a space near: what is written then ends a
         // word, as the store's sealed segments of a long message like to (a
-        // segment is cut between words, `db::turns`).
+        // segment is cut between words, `db::items`).
         if let Some(space) = self.pending[..cut].rfind(char::is_whitespace)
             && cut - space <= WORD_SLACK
         {

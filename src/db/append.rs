@@ -35,7 +35,7 @@ pub fn append_event(
 
 /// [`append_event`] of a payload already written as JSON (`body`, of kind `kind`),
 /// as `session_seq` when the caller knows the session's next one (the writer's memo,
-/// `turns::Tails`), else the next after the session's last.
+/// `items::Tails`), else the next after the session's last.
 pub(crate) fn append_event_json(
     conn: &Tx<'_>,
     session: &SessionId,

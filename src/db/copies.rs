@@ -80,7 +80,7 @@ impl Appender {
             Entry::Message(message, state) => {
                 self.last_text = None;
                 self.flush(conn)?;
-                super::turns::settle(conn, &self.session)?;
+                super::items::settle(conn, &self.session)?;
                 super::queries::insert_message(conn, &self.session, message, *state)?;
             }
             // A copy carries history, not cost: the origin's `usage_update`s (what its
@@ -133,7 +133,7 @@ impl Appender {
 
     fn flush(&mut self, conn: &Tx<'_>) -> Result<()> {
         if !self.pending.is_empty() {
-            super::turns::record(conn, &self.session, &self.pending)?;
+            super::items::record(conn, &self.session, &self.pending)?;
             self.pending.clear();
         }
         Ok(())

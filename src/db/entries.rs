@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::append::next_seq;
 use super::error::sql;
 use super::sql::{Tx, args};
-use super::{queries, turns};
+use super::{items, queries};
 
 use crate::error::Result;
 use crate::ids::{EntryId, SessionId};
@@ -18,17 +18,17 @@ use crate::model::Delivery;
 use crate::projection::{Entry, Replayer};
 
 /// The messages in `state` (`None`: every message, queued ones too) and the items
-/// whose seq is in `seqs`, in history order; `made` as [`turns::items_in`] takes it,
+/// whose seq is in `seqs`, in history order; `made` as [`items::items_in`] takes it,
 /// kept from page to page.
 pub fn page_of(
     conn: &Tx<'_>,
     session: &SessionId,
     seqs: std::ops::Range<i64>,
     state: Option<Delivery>,
-    made: &mut turns::Made,
+    made: &mut items::Made,
 ) -> Result<Vec<Entry>> {
     let messages = queries::messages_in(conn, session, state, seqs.clone())?;
-    let items = turns::items_in(conn, session, seqs, made)?;
+    let items = items::items_in(conn, session, seqs, made)?;
     let mut out = Vec::with_capacity(messages.len() + items.len());
     let mut messages = messages.into_iter().peekable();
     let mut items = items.into_iter().peekable();
@@ -123,10 +123,10 @@ pub fn seq_of_acp_message(conn: &Tx<'_>, session: &SessionId, id: &str) -> Resul
         message_id: Option<std::borrow::Cow<'a, str>>,
     }
     const PAGE: i64 = 256;
-    let mut made = turns::Made::default();
+    let mut made = items::Made::default();
     let mut after = 0;
     loop {
-        let page = turns::message_texts(conn, session, after, PAGE, &mut made)?;
+        let page = items::message_texts(conn, session, after, PAGE, &mut made)?;
         let Some(&(last, _)) = page.last() else {
             return Ok(None);
         };

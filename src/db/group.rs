@@ -19,7 +19,7 @@
 //! commit's time, a few milliseconds with one fsync, plus at most that.
 //!
 //! The writer also keeps a memo of where each session's history ends
-//! (`turns::Tails`), handed to the writes that record; a group that did not commit
+//! (`items::Tails`), handed to the writes that record; a group that did not commit
 //! clears it.
 
 use std::any::Any;
@@ -29,7 +29,7 @@ use std::sync::mpsc;
 
 use tokio::sync::oneshot;
 
-use super::turns::Tails;
+use super::items::Tails;
 use super::{Db, Tx};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
@@ -105,7 +105,7 @@ impl GroupWriter {
     }
 
     /// [`GroupWriter::write`] of a write that also reads and keeps the writer's memo of
-    /// the sessions it recorded for (`turns::Tails`).
+    /// the sessions it recorded for (`items::Tails`).
     pub async fn write_remembering<T: Send + 'static>(
         &self,
         session: Option<SessionId>,

@@ -101,7 +101,7 @@ pub fn end_turn(
     };
     append_event(conn, session, &payload, &at)?;
     // The turn's last agent message is done streaming: fold its parts into its row.
-    super::turns::settle(conn, session)?;
+    super::items::settle(conn, session)?;
     Ok(())
 }
 

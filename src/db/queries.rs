@@ -233,7 +233,7 @@ pub(crate) fn insert_message_row(
 /// [`insert_message`] for a session the caller has just read in this transaction.
 /// Statements are cached on the connection (a send runs the same few every time),
 /// and the message returned is built from what was written rather than read back.
-/// A streamed agent message it follows must be sealed first (`turns::settle`).
+/// A streamed agent message it follows must be sealed first (`items::settle`).
 pub fn insert_message_for(
     conn: &Tx<'_>,
     current: &Session,

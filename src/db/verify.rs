@@ -8,7 +8,7 @@ use rusqlite::Connection;
 
 use super::error::sql;
 use super::sql::{Tx, args};
-use crate::db::turns as queries_turns;
+use crate::db::items as queries_items;
 use crate::db::{SqliteFile, entries, queries, schema};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
@@ -162,7 +162,7 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
         queries::each_event(conn, &session.id, |event| replayer.apply(event))?;
         let (expected, problems) = replayer.finish();
         report.problems.extend(problems);
-        let items = match queries_turns::items(conn, &session.id) {
+        let items = match queries_items::items(conn, &session.id) {
             Ok(items) => Some(items),
             Err(e) => {
                 report.problems.push(
@@ -614,7 +614,7 @@ pub(crate) fn check_session(conn: &Tx<'_>, session: &Session) -> Result<()> {
         None => {
             let id = session.id;
             let messages = queries::messages(conn, &id, None)?;
-            let items = queries_turns::items(conn, &id)?;
+            let items = queries_items::items(conn, &id)?;
             let events = queries::events(conn, &id)?;
             let turns = super::proxied::turns(conn, &id)?;
             let settings = super::proxied::settings(conn, &id)?;
@@ -656,7 +656,7 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
     let (mut messages, mut items) = (0usize, 0usize);
     let mut log = entries::LogPages::new(conn, &id)?;
     let mut lo = 1;
-    let mut made = super::turns::Made::default();
+    let mut made = super::items::Made::default();
     while lo <= last {
         let hi = lo.saturating_add(ROW_PAGE);
         let Ok(page) = entries::page_of(conn, &id, lo..hi, None, &mut made) else {

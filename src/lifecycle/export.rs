@@ -175,7 +175,7 @@ impl Store {
                     };
                     put(&mut w, heading(&row))?;
                     let last = crate::db::entries::last_seq(tx, &session)?;
-                    let mut made = crate::db::turns::Made::default();
+                    let mut made = crate::db::items::Made::default();
                     for lo in (1..=last).step_by(256) {
                         let page = crate::db::entries::page_of(
                             tx,

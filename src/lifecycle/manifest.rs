@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Redaction;
 use crate::db::sql::Tx;
-use crate::db::{entries, queries, turns};
+use crate::db::{entries, items, queries};
 use crate::error::{Error, Result};
 use crate::ids::{ItemId, SessionId};
 use crate::model::{Event, Message, Session, Setting};
@@ -165,9 +165,9 @@ pub(super) fn write(
     raw(out, "],\"items\":[")?;
     let mut comma = Comma::default();
     let mut items = 0;
-    let mut made = turns::Made::default();
+    let mut made = items::Made::default();
     for lo in (1..=last).step_by(PAGE as usize) {
-        for item in turns::items_in(tx, id, lo..lo.saturating_add(PAGE), &mut made)? {
+        for item in items::items_in(tx, id, lo..lo.saturating_add(PAGE), &mut made)? {
             raw(out, comma.next())?;
             let archived = ArchivedItem::from_item(&item);
             match redacting {

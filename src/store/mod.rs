@@ -12,7 +12,7 @@ use crate::attachments::{
     StoredAttachment,
 };
 use crate::config::Config;
-use crate::db::turns::Recorded;
+use crate::db::items::Recorded;
 use crate::db::{self, Db, queries, verify::VerifyReport};
 use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement};
 use crate::error::{Error, Result};
@@ -364,16 +364,16 @@ impl Store {
 /// all or nothing per batch.
 impl Store {
     /// A write that records, through the writer with its memo of where each session's
-    /// history ends (`db::turns::Tails`); a store with no writer (read-only) refuses
+    /// history ends (`db::items::Tails`); a store with no writer (read-only) refuses
     /// it as it refuses every write.
     pub(crate) async fn write_record(
         &self,
-        mut work: impl FnMut(&db::Tx<'_>, &mut db::turns::Tails) -> Result<Recorded> + Send + 'static,
+        mut work: impl FnMut(&db::Tx<'_>, &mut db::items::Tails) -> Result<Recorded> + Send + 'static,
     ) -> Result<Recorded> {
         match &self.writer {
             Some(writer) => writer.write_remembering(None, work).await,
             None => {
-                self.with_write(move |tx| work(tx, &mut db::turns::Tails::default()))
+                self.with_write(move |tx| work(tx, &mut db::items::Tails::default()))
                     .await
             }
         }
@@ -401,7 +401,7 @@ impl Store {
                 .collect::<Result<Vec<_>>>()
         };
         self.write_record(move |tx, tails| {
-            db::turns::record_remembered(tx, tails, &session, &read()?)
+            db::items::record_remembered(tx, tails, &session, &read()?)
         })
         .await
     }
@@ -410,7 +410,7 @@ impl Store {
     pub async fn items(&self, session: SessionId) -> Result<Vec<Item>> {
         self.with_read(move |tx| {
             queries::get_session(tx, &session)?;
-            db::turns::items(tx, &session)
+            db::items::items(tx, &session)
         })
         .await
     }

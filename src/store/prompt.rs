@@ -277,7 +277,7 @@ impl Store {
                     attachments.still_there(&dirs, &session, &reference.uri, root)?;
                 }
                 // A streamed agent message this one follows has ended: seal it first.
-                crate::db::turns::settle(tx, &session)?;
+                crate::db::items::settle(tx, &session)?;
                 queries::insert_message_for(tx, &current, &message, state)
             })
             .await?;

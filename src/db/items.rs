@@ -1,8 +1,10 @@
-//! Reads and writes of recorded turn items (agent messages and thoughts, tool calls,
-//! plans, session-level updates). A recorded batch writes its items and its
+//! Reads and writes of recorded turn items, the `items` table family (`items`,
+//! `item_parts`, `streaming_parts`): agent messages and thoughts, tool calls, plans,
+//! session-level updates. A recorded batch writes its items and its
 //! `turn_recorded` event in the caller's transaction; the merge itself is
 //! `crate::turns`, so this file only loads what it needs and stores what it returns.
-//! Reading items is `read.rs`; sealing a streamed message into segments, `seal.rs`.
+//! Reading items is `items/read.rs`; sealing a streamed message into segments,
+//! `items/seal.rs`.
 
 mod read;
 mod seal;
