@@ -12,7 +12,7 @@ use std::time::SystemTime;
 
 use super::AttachmentError;
 use super::disk::{self, Beneath, EntryKind};
-use super::store::{AttachmentStore, RootKind, SessionDirs, Swept};
+use super::roots::{AttachmentStore, RootKind, SessionDirs, Swept};
 use super::uri::AttachmentUri;
 use crate::ids::SessionId;
 

@@ -4,14 +4,15 @@
 //!
 //! Map: `name` (pure: upload name → stored name), `uri` (pure: `attachment:///` URIs),
 //! `mime` (pure: type from extension and magic bytes), `disk` (descriptor-relative,
-//! symlink-refusing opens and no-overwrite writes), `store` (roots, `AttachmentStore`),
+//! symlink-refusing opens and no-overwrite writes), `roots` (`AttachmentStore`: uploads
+//! written under the configured root, URIs read from the roots in order),
 //! `gc` (session folders and their files as a collector sees them, removal beneath).
 
 mod disk;
 mod gc;
 mod mime;
 mod name;
-mod store;
+mod roots;
 mod uri;
 
 use std::path::PathBuf;
@@ -23,10 +24,10 @@ pub use mime::{SNIFF_BYTES, mime_for, mime_from_head};
 pub use name::{MAX_NAME_BYTES, numbered_name, sanitize_name};
 // The read observer is a test hook: public only with the `testkit` feature.
 #[cfg(not(feature = "testkit"))]
-pub(crate) use store::ReadObserver;
+pub(crate) use roots::ReadObserver;
 #[cfg(feature = "testkit")]
-pub use store::ReadObserver;
-pub use store::{
+pub use roots::ReadObserver;
+pub use roots::{
     AttachmentStore, Checked, Download, Listed, Resolved, RootKind, Roots, SessionDirs,
     StoredAttachment, Swept, UPLOAD_GRACE,
 };

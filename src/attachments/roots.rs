@@ -1,6 +1,7 @@
-//! The attachment store: writes uploads under the configured root and resolves URIs
-//! against the configured root, then the legacy roots; it never searches another
-//! session folder or another name, and never reports a path it did not read from.
+//! The attachment store over its roots (`AttachmentStore`): writes uploads under the
+//! configured root and resolves URIs against the configured root, then the legacy
+//! roots; it never searches another session folder or another name, and never
+//! reports a path it did not read from.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
