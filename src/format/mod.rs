@@ -15,7 +15,7 @@
 //! each from its one shared buffer.
 
 mod acp;
-mod openai;
+mod openai_writer;
 
 use std::io::{self, Write};
 
@@ -32,7 +32,7 @@ pub use acp::{
     RestoreObject, SESSION_PROMPT, SESSION_UPDATE, message_update, notification_line, prompt_frame,
     prompt_request, recorded_updates, replay_complete, replay_notice, session_updates,
 };
-use openai::Api;
+use openai_writer::Api;
 
 /// What a stream is written as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,8 +127,10 @@ impl<W: Write> StreamWriter<W> {
                 }
                 Some((opening, vec![]))
             }
-            Format::OpenaiChat => openai::ends(&mut scratch, Api::Chat, model, metadata),
-            Format::OpenaiResponses => openai::ends(&mut scratch, Api::Responses, model, metadata),
+            Format::OpenaiChat => openai_writer::ends(&mut scratch, Api::Chat, model, metadata),
+            Format::OpenaiResponses => {
+                openai_writer::ends(&mut scratch, Api::Responses, model, metadata)
+            }
         };
         // Only a model name holding the writers' own placeholder (a random nonce after
         // a control character) can make a document that cannot be cut.
@@ -210,7 +212,7 @@ impl<W: Write> StreamWriter<W> {
                     return Ok(());
                 };
                 comma(out, &mut self.first)?;
-                openai::assistant_text(out, api, &blocks)
+                openai_writer::assistant_text(out, api, &blocks)
             }
         }
     }
@@ -239,7 +241,7 @@ impl<W: Write> StreamWriter<W> {
             },
             Format::OpenaiChat | Format::OpenaiResponses => {
                 comma(out, &mut self.first)?;
-                openai::message(out, scratch, api, m)
+                openai_writer::message(out, scratch, api, m)
             }
         }
     }

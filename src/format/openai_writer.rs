@@ -1,4 +1,4 @@
-//! The OpenAI requests written one message at a time: each message is the one
+//! The writer of OpenAI requests, one message at a time: each message is the one
 //! conversion's typed message (`openai::chat_message`, `responses_message`), built with
 //! a placeholder for each large field, serialized, and written with each encoding
 //! from its shared buffer. No IO besides the given writer.
