@@ -21,6 +21,7 @@ use crate::ids::SessionId;
 use crate::lifecycle::{DeleteOptions, ListQuery, SessionCursor};
 use crate::model::{AgentBinding, ArchiveFilter, NewSession, TitleSource, ToolsHost};
 pub(crate) use map::{Open, Sessions};
+use map::{not_open, parse_session};
 
 /// The `_meta` key under which `session/fork` names the message (or recorded item) to
 /// fork at: ACP v1's fork has no field for it.
@@ -667,16 +668,4 @@ pub(super) fn session_of(params: &Value) -> Result<SessionId, Failure> {
         Value::String(id) => parse_session(id),
         _ => Err(Failure::invalid_params("sessionId must be a string")),
     }
-}
-
-pub(super) fn parse_session(id: &str) -> Result<SessionId, Failure> {
-    id.parse::<SessionId>()
-        .map_err(|e| Failure::new(code::RESOURCE_NOT_FOUND, format!("no session {id:?}: {e}")))
-}
-
-pub(super) fn not_open(session: SessionId) -> Failure {
-    Failure::invalid_params(format!(
-        "session {session} is not open on this connection: call session/new, session/load or \
-         session/resume first"
-    ))
 }

@@ -10,8 +10,7 @@ use serde_json::Value;
 
 use super::super::Failure;
 use super::super::agent::Running;
-use super::super::rpc::Message;
-use super::{not_open, parse_session};
+use super::super::rpc::{Message, code};
 use crate::ids::SessionId;
 use crate::store::SessionClaim;
 
@@ -291,4 +290,16 @@ impl Sessions {
             })
             .collect()
     }
+}
+
+pub(super) fn parse_session(id: &str) -> Result<SessionId, Failure> {
+    id.parse::<SessionId>()
+        .map_err(|e| Failure::new(code::RESOURCE_NOT_FOUND, format!("no session {id:?}: {e}")))
+}
+
+pub(super) fn not_open(session: SessionId) -> Failure {
+    Failure::invalid_params(format!(
+        "session {session} is not open on this connection: call session/new, session/load or \
+         session/resume first"
+    ))
 }
