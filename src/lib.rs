@@ -85,7 +85,6 @@ pub mod config;
 pub(crate) mod db;
 pub mod dispatch;
 pub mod error;
-pub(crate) mod files;
 pub mod focus;
 pub mod format;
 pub mod history;
@@ -94,6 +93,7 @@ pub mod lifecycle;
 pub mod maintenance;
 pub mod model;
 pub mod openai;
+pub(crate) mod permissions;
 #[cfg(any(feature = "probe", feature = "testkit"))]
 mod probe;
 pub(crate) mod projection;

@@ -169,7 +169,7 @@ pub(super) fn create_session_dir(
     session: &str,
     sharing: Sharing,
 ) -> Result<OwnedFd, Beneath> {
-    crate::files::create_dir_all(root, sharing).map_err(Beneath::Io)?;
+    crate::permissions::create_dir_all(root, sharing).map_err(Beneath::Io)?;
     let root_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let root_fd = rustix::fs::open(root, root_flags, Mode::empty())?;
     let created = match rustix::fs::mkdirat(

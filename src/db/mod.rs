@@ -137,9 +137,9 @@ fn ensure_file(db: &SqliteFile) -> Result<()> {
         cause,
     };
     if let Some(parent) = db.path.parent() {
-        crate::files::create_dir_all(parent, db.sharing).map_err(io)?;
+        crate::permissions::create_dir_all(parent, db.sharing).map_err(io)?;
     }
-    match crate::files::create_new(&db.path, db.sharing) {
+    match crate::permissions::create_new(&db.path, db.sharing) {
         Ok(_) => Ok(()),
         // Another opener made it first (or it was there): theirs, left as it is.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),

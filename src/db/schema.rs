@@ -605,7 +605,7 @@ impl Partial {
                 std::process::id()
             );
             let path = dir.join(name);
-            match crate::files::create_new(&path, sharing) {
+            match crate::permissions::create_new(&path, sharing) {
                 Ok(file) => return Ok(Partial { path, file }),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),

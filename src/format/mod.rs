@@ -14,7 +14,7 @@
 //! as it is (its alphabet needs no JSON escape), a text through serde_json's escaping,
 //! each from its one shared buffer.
 
-mod acp;
+mod acp_writer;
 mod openai_writer;
 
 use std::io::{self, Write};
@@ -27,7 +27,7 @@ use crate::model::{Item, Turn, TurnEnd};
 use crate::replay::ReplayItem;
 use crate::turns;
 
-pub use acp::{
+pub use acp_writer::{
     OpaqueNotification, REPLAY_META_KEY, RecordedEntry, Replayed, RestoreEntry, RestoreMessage,
     RestoreObject, SESSION_PROMPT, SESSION_UPDATE, message_update, notification_line, prompt_frame,
     prompt_request, recorded_updates, replay_complete, replay_notice, session_updates,
@@ -74,7 +74,7 @@ pub struct StreamWriter<W: Write> {
     /// Where a message's shape is serialized before it is written, when no kept
     /// shell serves it.
     scratch: Scratch,
-    kept: acp::Kept,
+    kept: acp_writer::Kept,
     /// The session's turns that did not end with `end_turn` (cancelled, failed,
     /// interrupted), in history order: the `acp-updates` lines of their entries say so
     /// under `_meta` ([`TURN_META_KEY`]).
@@ -112,9 +112,9 @@ impl<W: Write> StreamWriter<W> {
         let mut scratch = Scratch::default();
         let metadata = partial.map(replay_metadata);
         let ends = match format {
-            Format::AcpRestore => acp::restore_ends(&mut scratch, session, partial.copied()),
+            Format::AcpRestore => acp_writer::restore_ends(&mut scratch, session, partial.copied()),
             Format::AcpBlocks => {
-                acp::ends(&mut scratch, &[crate::dispatch::shell::placeholder_block()])
+                acp_writer::ends(&mut scratch, &[crate::dispatch::shell::placeholder_block()])
             }
             Format::AcpUpdates => {
                 let mut opening = Vec::new();
@@ -148,7 +148,7 @@ impl<W: Write> StreamWriter<W> {
             first: true,
             closing,
             scratch,
-            kept: acp::Kept::default(),
+            kept: acp_writer::Kept::default(),
             marked: Vec::new(),
         })
     }
@@ -206,7 +206,7 @@ impl<W: Write> StreamWriter<W> {
             // `dispatch` and `drain` hand over messages only; a block array has no
             // place for a tool call or a plan.
             Format::AcpBlocks => Ok(()),
-            Format::AcpUpdates => acp::recorded_lines(out, self.session, item, meta),
+            Format::AcpUpdates => acp_writer::recorded_lines(out, self.session, item, meta),
             Format::OpenaiChat | Format::OpenaiResponses => {
                 let Some(blocks) = turns::model_text(&item.body) else {
                     return Ok(());
@@ -226,7 +226,7 @@ impl<W: Write> StreamWriter<W> {
         match self.format {
             Format::AcpRestore => {
                 comma(out, &mut self.first)?;
-                acp::restore_message(out, &mut self.kept, m)
+                acp_writer::restore_message(out, &mut self.kept, m)
             }
             Format::AcpBlocks => {
                 for part in &m.parts {
@@ -236,8 +236,8 @@ impl<W: Write> StreamWriter<W> {
                 Ok(())
             }
             Format::AcpUpdates => match meta {
-                None => acp::message_lines(out, &mut self.kept, self.session, m),
-                Some(meta) => acp::marked_message_lines(out, self.session, m, meta),
+                None => acp_writer::message_lines(out, &mut self.kept, self.session, m),
+                Some(meta) => acp_writer::marked_message_lines(out, self.session, m, meta),
             },
             Format::OpenaiChat | Format::OpenaiResponses => {
                 comma(out, &mut self.first)?;

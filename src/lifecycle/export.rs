@@ -250,7 +250,7 @@ fn write_replacing(
     temp_name.push(file_name);
     temp_name.push(format!(".{}.partial", uuid::Uuid::now_v7().simple()));
     let temp = out.with_file_name(temp_name);
-    let file = crate::files::create_new(&temp, sharing).map_err(io_at(out))?;
+    let file = crate::permissions::create_new(&temp, sharing).map_err(io_at(out))?;
     let result = file
         .try_clone()
         .map_err(io_at(out))

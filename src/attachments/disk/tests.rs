@@ -14,7 +14,7 @@ fn entries(dir: &Path) -> Vec<String> {
 /// keeps its own.
 #[test]
 fn folders_uploads_and_temporaries_get_the_sharing_mode_whatever_the_umask() {
-    use crate::files::tests::{mode_of, with_umask};
+    use crate::permissions::tests::{mode_of, with_umask};
     for umask in [0o000, 0o022, 0o077] {
         for sharing in [Sharing::Owner, Sharing::Group] {
             let tmp = tempfile::tempdir().unwrap();
@@ -48,7 +48,10 @@ fn folders_uploads_and_temporaries_get_the_sharing_mode_whatever_the_umask() {
     )
     .unwrap();
     create_session_dir(tmp.path(), "s", Sharing::Owner).unwrap();
-    assert_eq!(crate::files::tests::mode_of(&tmp.path().join("s")), 0o755);
+    assert_eq!(
+        crate::permissions::tests::mode_of(&tmp.path().join("s")),
+        0o755
+    );
 }
 
 #[test]

@@ -147,7 +147,7 @@ fn an_upgrade_first_copies_the_database_and_the_copy_opens_as_it_was() {
 /// the database it copies (which a copy of the file would take), whatever the umask.
 #[test]
 fn a_backup_gets_the_sharing_mode_not_the_databases() {
-    use crate::files::tests::{mode_of, with_umask};
+    use crate::permissions::tests::{mode_of, with_umask};
     use std::os::unix::fs::PermissionsExt;
     for sharing in [Sharing::Owner, Sharing::Group] {
         let dir = tempfile::tempdir().unwrap();
