@@ -13,6 +13,7 @@ pub mod copies;
 pub mod entries;
 pub mod error;
 pub mod group;
+pub mod pages;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod proxied;

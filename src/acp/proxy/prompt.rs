@@ -22,6 +22,7 @@ use super::{Failure, Proxy};
 use crate::dispatch::{Memo, Mode, ModelMessage, Part};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, TurnEnd};
+use crate::store::pages::whole;
 use crate::store::{Prompt, PromptBlock, Upload};
 
 /// How many updates the recorder writes in one batch at most: all that wait, up to
@@ -204,7 +205,7 @@ impl Proxy {
         client_id: &Value,
         params: &Value,
     ) -> Result<Value, Failure> {
-        let queued = self.store.queued_messages(session).await?;
+        let queued = whole(|q| self.store.messages(session, Some(Delivery::Queued), q)).await?;
         let ids: Vec<MessageId> = queued.iter().map(|m| m.id).collect();
         if ids.is_empty() {
             return Ok(json!({ "stopReason": "end_turn" }));
@@ -462,7 +463,7 @@ impl Proxy {
         point: Option<crate::history::Replay>,
     ) -> Result<(), Failure> {
         let budget = crate::dispatch::DEFAULT_MEMO_BUDGET;
-        let turns = self.store.turns(session).await?;
+        let turns = whole(|q| self.store.turns(session, q)).await?;
         let marked = point.is_some();
         let mut stream = self
             .store
@@ -861,7 +862,7 @@ mod tests {
                     .unwrap();
                 from = to;
             }
-            let items = store.items(session).await.unwrap();
+            let items = whole(|q| store.items(session, q)).await.unwrap();
             histories.push(items.iter().map(|i| i.body.to_json()).collect::<Vec<_>>());
         }
         assert!(
