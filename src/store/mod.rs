@@ -37,6 +37,15 @@ pub use usage::Since;
 
 /// The one handle on a session store: the database pool and the one attachment store
 /// that both writes uploads and reads them back, over the roots in `config`.
+///
+/// Its methods, by file: opening, sessions and messages one at a time, recording,
+/// dispatch and drain here; a session's history read back a page at a time
+/// (`messages`, `items`, `events`, `turns`: no call returns a collection that grows
+/// with a history) in `pages.rs`; `send` in `prompt.rs`; files in `files.rs`; search
+/// and verify in `check.rs`; a proxied session's binding, turns and settings in
+/// `proxied.rs`; claims in `claim.rs`; `usage` in `usage.rs`; `record` and `restore`
+/// in [`crate::history`]; listing, fork, export, import, delete, gc and redact in
+/// [`crate::lifecycle`].
 #[derive(Clone)]
 pub struct Store {
     /// Every write of the store's sessions goes through this one writer (group
