@@ -22,8 +22,7 @@ use super::{Failure, Proxy};
 use crate::dispatch::{Memo, Mode, ModelMessage, Part};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, TurnEnd};
-use crate::store::pages::whole;
-use crate::store::{Prompt, PromptBlock, Upload};
+use crate::store::{Prompt, PromptBlock, Upload, pages::whole};
 
 /// How many updates the recorder writes in one batch at most: all that wait, up to
 /// the queue's size.
