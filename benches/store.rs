@@ -64,6 +64,7 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode};
 use sessionstore::lifecycle::ListQuery;
 use sessionstore::model::{NewSession, Role};
+use sessionstore::store::Upload;
 use tokio::runtime::Runtime;
 use workload::{Fixture, MIB, raw_connection};
 
@@ -615,8 +616,10 @@ fn backend_side(
         .id;
     let files: Vec<_> = (0..4)
         .map(|i| {
-            rt.block_on(store.attach(session, format!("f{i}.bin"), workload::noise(64 * 1024, i)))
+            let upload = Upload::new(format!("f{i}.bin"), workload::noise(64 * 1024, i));
+            rt.block_on(store.attach(session, vec![upload]))
                 .expect("attach")
+                .remove(0)
                 .uri
         })
         .collect();

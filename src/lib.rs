@@ -76,7 +76,8 @@
 //! `tempfile`), `postgres`, and the command line's own `cli`; all are on by default.
 //! `testkit`, for the crate's own tests, makes the test hooks public: `oracle` (what
 //! the contracts say, shared by the probe and the tests) and `testkit` (a store that
-//! reports its attachment reads, and its writer's commit figures).
+//! reports its attachment reads, its writer's commit figures, and every page of a paged
+//! read at once).
 
 #[cfg(feature = "acp")]
 pub mod acp;

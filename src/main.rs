@@ -25,7 +25,7 @@ use sessionstore::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode};
 use sessionstore::format::{Format, StreamWriter};
 use sessionstore::history::Replay;
 use sessionstore::maintenance::{self, Migration};
-use sessionstore::store::Access;
+use sessionstore::store::{Access, PageQuery};
 use sessionstore::{Backup, Config, EntryId, MessageId, SessionId, Store, focus};
 
 #[derive(Parser)]
@@ -663,7 +663,7 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     };
     // The turns are read first: once the stream has started, its dispatch may log a
     // degraded attachment, and a failure after that would make two lines of one error.
-    let turns = store.turns(args.session).await?;
+    let turns = cli::whole(|q| store.turns(args.session, q)).await?;
     let format: Format = args.format.into();
     // A session that cannot be restored (unknown, deleted, or rows that do not read
     // at its start) is refused here, before anything is written; a row that does not
@@ -690,13 +690,26 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
 
 async fn events(config: Config, args: EventsArgs) -> Result<()> {
     let store = Store::open_as(config, Access::ReadOnly).await?;
-    let lines = store
-        .events(args.session)
-        .await?
-        .iter()
-        .map(serde_json::to_string)
-        .collect::<Result<Vec<_>, _>>()?;
-    emit(&lines.join("\n"))
+    // A page at a time, each event on its line as it is read.
+    let mut query = PageQuery::first(sessionstore::lifecycle::MAX_PAGE);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut any = false;
+    loop {
+        let page = store.events(args.session, query).await?;
+        for event in &page.entries {
+            any = true;
+            writeln!(out, "{}", serde_json::to_string(event)?)
+                .context("cannot write the output")?;
+        }
+        match page.next {
+            Some(next) => query = PageQuery::after(Some(next), sessionstore::lifecycle::MAX_PAGE),
+            None => break,
+        }
+    }
+    if !any {
+        writeln!(out).context("cannot write the output")?;
+    }
+    out.flush().context("cannot write the output")
 }
 
 /// Prints the probe's report (one line per check, or JSON); non-zero when a check failed.

@@ -13,7 +13,7 @@ use sessionstore::dispatch::{DEFAULT_MEMO_BUDGET, Memo, Mode, ModelMessage, Part
 use sessionstore::format::{Format, StreamWriter};
 use sessionstore::lifecycle::ListQuery;
 use sessionstore::model::{NewSession, Role};
-use sessionstore::store::{Dispatched, Outgoing};
+use sessionstore::store::{Dispatched, Outgoing, Upload};
 use sessionstore::{Config, SessionId, Store};
 use tokio::runtime::Runtime;
 
@@ -98,9 +98,13 @@ impl Fixture {
     }
 
     pub fn attach(&self, rt: &Runtime, name: &str, bytes: Vec<u8>) -> AttachmentUri {
-        rt.block_on(self.store.attach(self.session, name.to_owned(), bytes))
-            .expect("attach")
-            .uri
+        rt.block_on(
+            self.store
+                .attach(self.session, vec![Upload::new(name, bytes)]),
+        )
+        .expect("attach")
+        .remove(0)
+        .uri
     }
 
     pub fn send(&self, rt: &Runtime, role: Role, text: &str, attach: &[AttachmentUri]) {

@@ -66,7 +66,7 @@ pub async fn attach(config: Config, json: bool, args: AttachArgs) -> Result<()> 
     }
     progress.set_message("storing");
     let store = Store::open_as(config, Access::Existing).await?;
-    let stored = store.attach_all(args.session, uploads).await;
+    let stored = store.attach(args.session, uploads).await;
     progress.finish_and_clear();
     let stored = stored?;
     if json {

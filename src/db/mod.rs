@@ -14,6 +14,7 @@ pub mod entries;
 pub mod error;
 pub mod group;
 pub mod items;
+pub mod pages;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod proxied;

@@ -121,7 +121,7 @@ pub(crate) fn token_columns(usage: Option<&TurnUsage>) -> Result<[Option<i64>; 6
     Ok(out)
 }
 
-fn turn_from_row(row: &Row<'_>) -> Result<Turn, DbError> {
+pub(super) fn turn_from_row(row: &Row<'_>) -> Result<Turn, DbError> {
     let messages: String = row.get(3)?;
     let state: String = row.get(4)?;
     let stop_reason: Option<String> = row.get(5)?;
@@ -172,13 +172,17 @@ fn usage_from_row(row: &Row<'_>, at: usize) -> Result<Option<TurnUsage>, DbError
     Ok((usage != TurnUsage::default()).then_some(usage))
 }
 
-/// A session's turns, in history order.
+/// The columns `turn_from_row` reads, in its order.
+pub(super) const TURN_COLUMNS: &str = "id, session_id, seq, messages, state, stop_reason, \
+    failure, started_at, ended_at, input_tokens, output_tokens, thought_tokens, \
+    cached_read_tokens, cached_write_tokens, total_tokens";
+
+/// A session's turns, in history order (two turns from one message by when they began).
 pub fn turns(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Turn>> {
     conn.query_map(
-        "SELECT id, session_id, seq, messages, state, stop_reason, failure, started_at, ended_at,
-                input_tokens, output_tokens, thought_tokens, cached_read_tokens,
-                cached_write_tokens, total_tokens
-         FROM turns WHERE session_id = ?1 ORDER BY seq, started_at",
+        &format!(
+            "SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ?1 ORDER BY seq, started_at, id"
+        ),
         args![session.to_string()],
         turn_from_row,
     )

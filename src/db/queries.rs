@@ -560,7 +560,7 @@ pub fn latest_delivered_user_message(
 
 /// An event row, its payload read by `payload` (which may refuse text that is not
 /// JSON, as a conversion failure of that column).
-fn event_from_row<P>(
+pub(super) fn event_from_row<P>(
     row: &Row<'_>,
     payload: impl Fn(String) -> serde_json::Result<P>,
 ) -> Result<Event<P>, DbError> {
@@ -575,11 +575,11 @@ fn event_from_row<P>(
     })
 }
 
-fn json_value(text: String) -> serde_json::Result<serde_json::Value> {
+pub(super) fn json_value(text: String) -> serde_json::Result<serde_json::Value> {
     serde_json::from_str(&text)
 }
 
-const EVENT_COLUMNS: &str = "seq, session_id, session_seq, kind, payload, created_at";
+pub(super) const EVENT_COLUMNS: &str = "seq, session_id, session_seq, kind, payload, created_at";
 
 pub fn events(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Event>> {
     session_events(conn, session, json_value)

@@ -34,6 +34,7 @@
 //! messages, its text verbatim, their attachments from a live read).
 
 use crate::store::Drain;
+use crate::store::pages::whole;
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -53,9 +54,9 @@ use crate::config::{self, Config};
 use crate::dispatch::{DEFAULT_MEMO_BUDGET, Memo, Mode};
 use crate::format::{Format, StreamWriter};
 use crate::ids::SessionId;
-use crate::model::{NewSession, Role, ToolsHost};
+use crate::model::{Delivery, NewSession, Role, ToolsHost};
 use crate::openai;
-use crate::store::{Dispatched, Outgoing, Store};
+use crate::store::{Dispatched, Outgoing, Store, Upload};
 
 /// The blocks of the scenario's first delivery, to compare with the replay.
 struct FirstDelivery {
@@ -197,8 +198,14 @@ impl Probe {
     /// The session's (messages, events), to see that a refusal stored nothing.
     async fn counts(&self) -> Result<(usize, usize), Failure> {
         let s = self.known.session;
-        let messages = self.store.messages(s).await.step("list messages")?.len();
-        let events = self.store.events(s).await.step("list events")?.len();
+        let messages = whole(|q| self.store.messages(s, None, q))
+            .await
+            .step("list messages")?
+            .len();
+        let events = whole(|q| self.store.events(s, q))
+            .await
+            .step("list events")?
+            .len();
         Ok((messages, events))
     }
 
@@ -249,9 +256,10 @@ impl Probe {
             let uri = match spec.place {
                 Place::Configured => {
                     let stored = store
-                        .attach(session, spec.upload.to_owned(), spec.bytes.to_vec())
+                        .attach(session, vec![Upload::new(spec.upload, spec.bytes)])
                         .await
-                        .step("store an attachment")?;
+                        .step("store an attachment")?
+                        .remove(0);
                     stored_names.push((spec, stored.name));
                     stored.uri
                 }
@@ -398,9 +406,7 @@ impl Probe {
             .into_iter()
             .map(Dispatched::from)
             .collect::<Vec<_>>();
-        let still_queued = self
-            .store
-            .queued_messages(s)
+        let still_queued = whole(|q| self.store.messages(s, Some(Delivery::Queued), q))
             .await
             .step("list queued messages")?;
         let outcome = check::queued_by_drain(
@@ -508,9 +514,10 @@ impl Probe {
             .id;
         let note = self
             .store
-            .attach(ssh, "ssh note.txt".to_owned(), b"remote tools\n".to_vec())
+            .attach(ssh, vec![Upload::new("ssh note.txt", b"remote tools\n")])
             .await
-            .step("store an attachment in the ssh session")?;
+            .step("store an attachment in the ssh session")?
+            .remove(0);
         let send = Outgoing {
             attach: vec![note.uri],
             ..Outgoing::user("read the note")

@@ -52,9 +52,10 @@ impl Store {
         blocking(move || Ok(attachments.download(&session, &uri)?)).await
     }
 
-    /// Stores several uploads for a session that exists, all or none: if one fails,
-    /// the ones already stored by this call are removed again.
-    pub async fn attach_all(
+    /// Stores uploads under the configured root for a session that exists, all or
+    /// none: if one fails, the ones already stored by this call are removed again.
+    /// One stored attachment per upload, in order.
+    pub async fn attach(
         &self,
         session: SessionId,
         uploads: Vec<Upload>,
@@ -77,22 +78,5 @@ impl Store {
             Ok(stored)
         })
         .await
-    }
-
-    /// Stores an upload under the configured root, for a session that exists.
-    pub async fn attach(
-        &self,
-        session: SessionId,
-        upload_name: String,
-        bytes: Vec<u8>,
-    ) -> Result<StoredAttachment> {
-        let upload = Upload {
-            name: upload_name,
-            bytes,
-        };
-        let mut stored = self.attach_all(session, vec![upload]).await?;
-        Ok(stored
-            .pop()
-            .expect("attach_all stores exactly one attachment per upload"))
     }
 }

@@ -17,24 +17,35 @@ use crate::db::{self, Db, queries, verify::VerifyReport};
 use crate::dispatch::{self, Memo, Mode, ModelMessage, Placement};
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, SessionId};
-use crate::model::{Delivery, Event, Item, Message, NewSession, Role, Session, TitleSource};
+use crate::model::{Delivery, Message, NewSession, Role, Session, TitleSource};
 use crate::turns::Update;
 
 mod check;
 mod claim;
 mod files;
+pub(crate) mod pages;
 mod prompt;
 mod proxied;
 mod usage;
 
 pub use crate::db::Access;
 pub use claim::SessionClaim;
+pub use pages::{Cursor, Page, PageQuery};
 pub(crate) use prompt::redact_message;
 pub use prompt::{Prompt, PromptBlock, ToSend};
 pub use usage::Since;
 
 /// The one handle on a session store: the database pool and the one attachment store
 /// that both writes uploads and reads them back, over the roots in `config`.
+///
+/// Its methods, by file: opening, sessions and messages one at a time, recording,
+/// dispatch and drain here; a session's history read back a page at a time
+/// (`messages`, `items`, `events`, `turns`: no call returns a collection that grows
+/// with a history) in `pages.rs`; `send` in `prompt.rs`; files in `files.rs`; search
+/// and verify in `check.rs`; a proxied session's binding, turns and settings in
+/// `proxied.rs`; claims in `claim.rs`; `usage` in `usage.rs`; `record` and `restore`
+/// in [`crate::history`]; listing, fork, export, import, delete, gc and redact in
+/// [`crate::lifecycle`].
 #[derive(Clone)]
 pub struct Store {
     /// Every write of the store's sessions goes through this one writer (group
@@ -267,8 +278,8 @@ impl Store {
     }
 }
 
-/// Sessions and their messages: create, rename, read, mark delivered, and the event
-/// log.
+/// Sessions and their messages: create, rename, read, mark delivered (a session's
+/// history is read back a page at a time: `pages`).
 impl Store {
     /// Creates a session as `new` describes it: a title (a blank one is none, so the
     /// first message can still name the session), where its tools run, and, for a
@@ -330,33 +341,9 @@ impl Store {
             .await
     }
 
-    pub async fn messages(&self, session: SessionId) -> Result<Vec<Message>> {
-        self.with_read(move |tx| {
-            queries::get_session(tx, &session)?;
-            queries::messages(tx, &session, None)
-        })
-        .await
-    }
-
-    pub async fn queued_messages(&self, session: SessionId) -> Result<Vec<Message>> {
-        self.with_read(move |tx| {
-            queries::get_session(tx, &session)?;
-            queries::messages(tx, &session, Some(Delivery::Queued))
-        })
-        .await
-    }
-
     pub async fn message(&self, id: MessageId) -> Result<Message> {
         self.with_read(move |tx| queries::get_message(tx, &id))
             .await
-    }
-
-    pub async fn events(&self, session: SessionId) -> Result<Vec<Event>> {
-        self.with_read(move |tx| {
-            queries::get_session(tx, &session)?;
-            queries::events(tx, &session)
-        })
-        .await
     }
 }
 
@@ -402,15 +389,6 @@ impl Store {
         };
         self.write_record(move |tx, tails| {
             db::items::record_remembered(tx, tails, &session, &read()?)
-        })
-        .await
-    }
-
-    /// A session's recorded turn items, in history order.
-    pub async fn items(&self, session: SessionId) -> Result<Vec<Item>> {
-        self.with_read(move |tx| {
-            queries::get_session(tx, &session)?;
-            db::items::items(tx, &session)
         })
         .await
     }
@@ -567,6 +545,14 @@ pub struct Upload {
 }
 
 impl Upload {
+    /// An upload of `bytes` under the name `name`.
+    pub fn new(name: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Upload {
+        Upload {
+            name: name.into(),
+            bytes: bytes.into(),
+        }
+    }
+
     /// Reads a file the user named for upload, as `name` or else under the file's own
     /// name. Only a regular file of at most [`MAX_ATTACHMENT_BYTES`] is taken: the
     /// checks are made on the opened file (opened non-blocking, so a FIFO cannot hang

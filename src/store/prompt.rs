@@ -152,7 +152,7 @@ impl Store {
                 PromptBlock::Verbatim(block) => content.push(MessageBlock::Verbatim { block }),
             }
         }
-        let stored = self.attach_all(session, uploads).await?;
+        let stored = self.attach(session, uploads).await?;
         let message = Unchecked {
             role: Role::User,
             display_text: texts.join("\n"),

@@ -55,15 +55,6 @@ impl Store {
             .await
     }
 
-    /// A session's turns, in history order.
-    pub async fn turns(&self, session: SessionId) -> Result<Vec<Turn>> {
-        self.with_read(move |tx| {
-            queries::get_session(tx, &session)?;
-            proxied::turns(tx, &session)
-        })
-        .await
-    }
-
     /// Records a client setting the agent took: `method` with its `params` (without
     /// the session id), replacing the earlier one of its kind (a config option's
     /// setting is one kind per option).

@@ -25,6 +25,7 @@ use sessionstore::model::{NewSession, Role};
 use sessionstore::store::Outgoing;
 use sessionstore::{SessionId, Store};
 
+use crate::support::Whole;
 use crate::support::{Bin, Expect, PNG, TestStore, check_attachment, config_in};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -205,7 +206,10 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
     let store = Store::open_as(t.config.clone(), Access::ReadOnly)
         .await
         .expect("the database opens for reading");
-    let messages = store.messages(session).await.expect("the messages read");
+    let messages = store
+        .all_messages(session)
+        .await
+        .expect("the messages read");
     assert_eq!(messages.len(), 1);
     let message = &messages[0];
     assert_eq!(message.role, Role::User);
@@ -317,7 +321,7 @@ async fn a_real_client_records_a_prompt_and_reloads_it_from_a_moved_root() {
         .await
         .expect("the database opens for reading");
     let fork_messages = store
-        .messages(store_id(&fork))
+        .all_messages(store_id(&fork))
         .await
         .expect("the fork's messages");
     assert_eq!(fork_messages.len(), 2);
@@ -519,7 +523,7 @@ async fn prompts_need_an_open_session_and_resume_replays_nothing() {
     let store = Store::open_as(t.config.clone(), Access::ReadOnly)
         .await
         .expect("a store");
-    let messages = store.messages(session.id).await.expect("messages");
+    let messages = store.all_messages(session.id).await.expect("messages");
     let texts: Vec<&str> = messages.iter().map(|m| m.display_text.as_str()).collect();
     assert_eq!(
         texts,
@@ -596,7 +600,7 @@ async fn refused_prompts_store_nothing() {
     let store = Store::open_as(t.config.clone(), Access::ReadOnly)
         .await
         .expect("a store");
-    let messages = store.messages(session).await.expect("messages");
+    let messages = store.all_messages(session).await.expect("messages");
     assert_eq!(messages.len(), 1);
     assert_eq!(messages[0].refs[0].stored_name, "attachment.pdf");
 }
@@ -653,7 +657,7 @@ async fn client_blocks_are_kept_as_sent_in_order() {
     let store = Store::open_as(t.config.clone(), Access::ReadOnly)
         .await
         .expect("a store");
-    let messages = store.messages(session).await.expect("messages");
+    let messages = store.all_messages(session).await.expect("messages");
     assert_eq!(messages.len(), 1);
     assert_eq!(messages[0].display_text, "look\nagain");
     assert_eq!(messages[0].refs.len(), 1);
@@ -839,7 +843,7 @@ async fn a_history(store: &Store) -> sessionstore::model::Session {
         .await
         .expect("an assistant message");
     let notes = store
-        .attach(session.id, "notes.txt".into(), b"budget: 42\n".to_vec())
+        .attach_one(session.id, "notes.txt".into(), b"budget: 42\n".to_vec())
         .await
         .expect("an upload");
     let mut second = Outgoing::user("second question");
@@ -1493,7 +1497,7 @@ async fn in_front_of_an_agent_titles_follow_their_source_and_archiving_cancels_t
         .await
         .expect("a store");
     let id: SessionId = session.parse().unwrap();
-    let turns = store.turns(id).await.expect("turns");
+    let turns = store.all_turns(id).await.expect("turns");
     assert_eq!(turns.len(), 3);
     assert_eq!(turns[2].state(), "cancelled", "{:?}", turns[2]);
     drop(store);

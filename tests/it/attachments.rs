@@ -10,6 +10,7 @@ use sessionstore::model::NewSession;
 use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
+use crate::support::Whole;
 use crate::support::{TestStore, block_json};
 
 async fn session(t: &TestStore) -> SessionId {
@@ -68,7 +69,7 @@ async fn a_file_over_the_limit_is_refused_by_its_size_before_it_is_read() {
         "{e:?}"
     );
     assert!(!e.to_string().contains('\n'), "{e}");
-    assert!(t.store().messages(s).await.unwrap().is_empty());
+    assert!(t.store().all_messages(s).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -78,7 +79,7 @@ async fn an_upload_over_the_limit_is_refused_and_leaves_no_file() {
     let too_big = usize::try_from(MAX_ATTACHMENT_BYTES + 1).expect("64 MiB fits in usize");
     let e = t
         .store()
-        .attach(s, "big.bin".to_owned(), vec![b'x'; too_big])
+        .attach_one(s, "big.bin".to_owned(), vec![b'x'; too_big])
         .await
         .unwrap_err();
     match &e {
@@ -110,7 +111,7 @@ async fn an_extensionless_text_file_is_plain_text_and_reaches_the_model_as_text(
     let readme = "# sessionstore\n\nStores sessions. Café ☕\n";
     let stored = t
         .store()
-        .attach(s, "README".to_owned(), readme.as_bytes().to_vec())
+        .attach_one(s, "README".to_owned(), readme.as_bytes().to_vec())
         .await
         .unwrap();
     assert_eq!(stored.name, "README");
@@ -123,7 +124,7 @@ async fn an_extensionless_text_file_is_plain_text_and_reaches_the_model_as_text(
     // Binary bytes under a name with no extension stay binary.
     let data = t
         .store()
-        .attach(s, "data".to_owned(), b"\x00\x01\xff\xfe".to_vec())
+        .attach_one(s, "data".to_owned(), b"\x00\x01\xff\xfe".to_vec())
         .await
         .unwrap();
     assert_eq!(data.mime, "application/octet-stream");

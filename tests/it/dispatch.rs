@@ -16,6 +16,7 @@ use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{Error, SessionId, Store};
 
 use crate::restored::CollectRestore;
+use crate::support::Whole;
 use crate::support::{
     Expect, PNG, TestStore, assert_one_line_error, block_json, blocks, check_attachment,
     context_line, context_of, json, new_session, parse_uri, stdout,
@@ -384,7 +385,7 @@ async fn mid_turn_messages_wait_for_drain_and_degrade_there() {
         h.store().message(queued.id).await.unwrap().state,
         Delivery::Delivered
     );
-    let events = h.store().events(s).await.unwrap();
+    let events = h.store().all_events(s).await.unwrap();
     let delivered: Vec<&Value> = events
         .iter()
         .filter(|e| e.kind == "message_delivered")
@@ -424,7 +425,7 @@ async fn a_strict_drain_that_cannot_read_leaves_the_message_queued() {
         .await
         .unwrap();
     std::fs::remove_file(h.folder_in(h.configured(), s).join("lose.txt")).unwrap();
-    let events_before = h.store().events(s).await.unwrap().len();
+    let events_before = h.store().all_events(s).await.unwrap().len();
 
     let err = h
         .store()
@@ -442,7 +443,7 @@ async fn a_strict_drain_that_cannot_read_leaves_the_message_queued() {
         .map(|m| m.id)
         .collect();
     assert_eq!(still, [queued.id]);
-    assert_eq!(h.store().events(s).await.unwrap().len(), events_before);
+    assert_eq!(h.store().all_events(s).await.unwrap().len(), events_before);
 
     // A degrading drain still delivers it, text and notice.
     let drained = h
@@ -484,7 +485,7 @@ async fn display_text_title_and_references_never_hold_a_path() {
 
     let session = h.store().session(s).await.unwrap();
     assert_eq!(session.title.as_deref(), Some("Look at photo.png please"));
-    let messages = h.store().messages(s).await.unwrap();
+    let messages = h.store().all_messages(s).await.unwrap();
     let shown: Vec<&str> = messages.iter().map(|m| m.display_text.as_str()).collect();
     assert_eq!(
         shown,
@@ -494,7 +495,7 @@ async fn display_text_title_and_references_never_hold_a_path() {
     for value in [
         serde_json::to_value(&session).unwrap(),
         serde_json::to_value(&messages).unwrap(),
-        serde_json::to_value(h.store().events(s).await.unwrap()).unwrap(),
+        serde_json::to_value(h.store().all_events(s).await.unwrap()).unwrap(),
     ] {
         let text = value.to_string();
         assert!(!text.contains(&dir), "{text}");
@@ -609,7 +610,7 @@ async fn send_refuses_bad_references_and_stores_nothing() {
     }
     let theirs = parse_uri(&theirs.uri);
     let missing = AttachmentUri::new(s, "missing.txt");
-    let events_before = h.store().events(s).await.unwrap().len();
+    let events_before = h.store().all_events(s).await.unwrap().len();
     for bad in [theirs.clone(), missing.clone()] {
         let err = h
             .store()
@@ -634,9 +635,9 @@ async fn send_refuses_bad_references_and_stores_nothing() {
             );
         }
         assert!(!err.to_string().contains('\n'), "{err}");
-        assert!(h.store().messages(s).await.unwrap().is_empty(), "{bad}");
+        assert!(h.store().all_messages(s).await.unwrap().is_empty(), "{bad}");
         assert_eq!(
-            h.store().events(s).await.unwrap().len(),
+            h.store().all_events(s).await.unwrap().len(),
             events_before,
             "{bad}"
         );
@@ -663,9 +664,9 @@ async fn send_refuses_bad_references_and_stores_nothing() {
         ),
         "{err:?}"
     );
-    assert!(h.store().messages(s).await.unwrap().is_empty());
-    assert!(h.store().messages(other).await.unwrap().is_empty());
-    assert_eq!(h.store().events(s).await.unwrap().len(), events_before);
+    assert!(h.store().all_messages(s).await.unwrap().is_empty());
+    assert!(h.store().all_messages(other).await.unwrap().is_empty());
+    assert_eq!(h.store().all_events(s).await.unwrap().len(), events_before);
     assert_eq!(h.store().session(s).await.unwrap().title, None);
 }
 
@@ -962,7 +963,7 @@ async fn an_svg_reaches_the_model_as_text_and_blank_text_gets_no_block() {
     let svg = "<svg xmlns='http://www.w3.org/2000/svg'><circle r='1'/></svg>";
     let stored = t
         .store()
-        .attach(s.id, "drawing.svg".into(), svg.as_bytes().to_vec())
+        .attach_one(s.id, "drawing.svg".into(), svg.as_bytes().to_vec())
         .await
         .unwrap();
     t.store()

@@ -8,7 +8,7 @@ use sessionstore::store::Outgoing;
 use sessionstore::{EntryId, SessionId};
 
 use crate::restored::CollectRestore;
-use crate::support::{RECORDED_TURN, TestStore, stderr, stdout};
+use crate::support::{RECORDED_TURN, TestStore, Whole, stderr, stdout};
 
 /// A session of a user message, a recorded turn (a thought, a plan, two tool calls
 /// and agent text: five items), a queued message and another user message.

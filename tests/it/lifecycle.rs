@@ -18,6 +18,7 @@ use sessionstore::store::Outgoing;
 use sessionstore::{Error, SessionId};
 
 use crate::restored::CollectRestore;
+use crate::support::Whole;
 use crate::support::{TestStore, all_sessions, assert_one_line_error, block_json, json, stderr};
 
 #[tokio::test]
@@ -468,7 +469,7 @@ async fn a_fork_keeps_a_reference_whose_file_is_gone_and_it_degrades_as_in_the_o
     std::fs::remove_file(h.folder_in(h.configured(), s).join("gone.txt")).unwrap();
     let forked = h.store().fork_session(s, None, None).await.unwrap();
     assert_eq!(forked.missing, ["gone.txt"]);
-    let m = &h.store().messages(forked.session.id).await.unwrap()[0];
+    let m = &h.store().all_messages(forked.session.id).await.unwrap()[0];
     assert_eq!(m.refs.len(), 1);
     let restored = h.store().collect_restore(forked.session.id).await.unwrap();
     assert!(
@@ -831,7 +832,7 @@ async fn every_kind_of_hostile_archive_is_refused_with_one_line_and_nothing_writ
         .import_archive(earlier, ImportId::New)
         .await
         .unwrap();
-    let messages = h.store().messages(imported.session.id).await.unwrap();
+    let messages = h.store().all_messages(imported.session.id).await.unwrap();
     assert_eq!(messages[0].display_text, "one file");
     h.store().import_archive(good, ImportId::New).await.unwrap();
 }

@@ -12,7 +12,7 @@ use std::path::Path;
 use sessionstore::redact::Kind;
 use sessionstore::redact::fresh::{Rng, fresh};
 
-use crate::support::{TestStore, json, stderr};
+use crate::support::{TestStore, Whole, json, stderr};
 
 /// Ordinary words around every secret, which must survive byte for byte.
 const BEFORE: &str = "the deploy notes say: ";
@@ -401,7 +401,10 @@ mod fronts {
         drop(proxy);
         nothing_secret_on_disk(&s.t.db_path(), &credentials);
         let store = s.t.open().await;
-        let messages = store.messages(store_id(&id)).await.expect("the messages");
+        let messages = store
+            .all_messages(store_id(&id))
+            .await
+            .expect("the messages");
         assert_eq!(messages.len(), credentials.len());
     }
 
@@ -501,7 +504,7 @@ mod fronts {
                     .expect("the store opens");
                 let session = store_id(&id);
                 let start = std::time::Instant::now();
-                while store.messages(session).await.expect("messages").len() < 2 {
+                while store.all_messages(session).await.expect("messages").len() < 2 {
                     assert!(start.elapsed() < std::time::Duration::from_secs(60));
                     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                 }

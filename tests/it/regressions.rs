@@ -9,6 +9,7 @@ use sessionstore::model::{Delivery, NewSession, Role};
 use sessionstore::store::{Outgoing, Upload};
 use sessionstore::{Error, SessionId};
 
+use crate::support::Whole;
 use crate::support::{Bin, PNG, TestStore, assert_one_line_error, json, stderr, stdout};
 
 /// A user message with `text` and references to `uris`.
@@ -224,7 +225,7 @@ async fn timestamps_have_one_width_so_they_sort_as_text() {
     for i in 0..20 {
         t.send(s, Outgoing::user(format!("m{i}"))).await;
     }
-    let events = t.store().events(s).await.unwrap();
+    let events = t.store().all_events(s).await.unwrap();
     for e in &events {
         // 2026-11-30T06:42:28.123456789Z: nine fraction digits, always.
         assert_eq!(e.created_at.len(), 30, "{}", e.created_at);
@@ -267,7 +268,7 @@ async fn a_multi_file_upload_that_fails_partway_keeps_nothing() {
     let too_big = vec![0u8; sessionstore::attachments::MAX_ATTACHMENT_BYTES as usize + 1];
     let err = t
         .store()
-        .attach_all(
+        .attach(
             s,
             vec![
                 Upload {

@@ -9,6 +9,7 @@ use sessionstore::store::{Dispatched, Drain};
 use sessionstore::{DAEMON_ATTACHMENT_CONTEXT_META_KEY, focus};
 
 use crate::support::TestStore;
+use crate::support::Whole;
 
 #[tokio::test]
 async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_model() {
@@ -21,7 +22,7 @@ async fn fifty_long_names_do_not_displace_the_question_but_all_paths_reach_the_m
         assert_eq!(name.chars().count(), 200);
         let stored = t
             .store()
-            .attach(s, name.clone(), format!("file {i}").into_bytes())
+            .attach_one(s, name.clone(), format!("file {i}").into_bytes())
             .await
             .unwrap();
         assert_eq!(stored.name, name);
@@ -109,7 +110,7 @@ async fn custom_command_and_mid_turn_hints_use_the_same_filtering() {
     let s = t.session().await;
     let stored = t
         .store()
-        .attach(s, "secret-plan.png".into(), crate::support::PNG.to_vec())
+        .attach_one(s, "secret-plan.png".into(), crate::support::PNG.to_vec())
         .await
         .unwrap();
     let custom = t

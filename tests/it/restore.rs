@@ -16,6 +16,7 @@ use sessionstore::{Config, SessionId, Store};
 use sessionstore::oracle::ReadCounter;
 
 use crate::restored::CollectRestore;
+use crate::support::Whole;
 use crate::support::{
     Bin, Expect, PNG, TestStore, block_json, blocks, check_attachment, config_in, context_of, json,
     new_session, parse_uri, stdout,
@@ -26,7 +27,7 @@ const BIN: &[u8] = b"\x7fELF\x00\x00\xff\xfe raw";
 
 async fn upload(store: &Store, s: SessionId, name: &str, bytes: &[u8]) -> Expect {
     let stored = store
-        .attach(s, name.to_owned(), bytes.to_vec())
+        .attach_one(s, name.to_owned(), bytes.to_vec())
         .await
         .unwrap();
     Expect {
@@ -371,7 +372,7 @@ async fn restore_leaves_display_text_title_and_references_path_free() {
     )
     .await;
     h.send_files(s, "follow-up", &[&img]).await;
-    let before = h.store().messages(s).await.unwrap();
+    let before = h.store().all_messages(s).await.unwrap();
 
     let restored = h.store().collect_restore(s).await.unwrap();
     assert_eq!(
@@ -380,7 +381,7 @@ async fn restore_leaves_display_text_title_and_references_path_free() {
     );
     let session = h.store().session(s).await.unwrap();
     assert_eq!(session, restored.session);
-    let after = h.store().messages(s).await.unwrap();
+    let after = h.store().all_messages(s).await.unwrap();
     assert_eq!(after, before, "restore changes nothing");
     let restored_messages: Vec<_> = restored
         .messages

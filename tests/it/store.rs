@@ -7,6 +7,7 @@ use sessionstore::model::NewSession;
 use sessionstore::store::Dispatched;
 use sessionstore::store::Verify;
 
+use crate::support::Whole;
 use crate::support::{TestStore, user_text};
 
 fn count(conn: &rusqlite::Connection, table: &str) -> i64 {
@@ -69,7 +70,7 @@ async fn concurrent_writers_wait_instead_of_failing() {
     }
     let seqs: Vec<i64> = t
         .store()
-        .messages(s.id)
+        .all_messages(s.id)
         .await
         .unwrap()
         .iter()

@@ -7,6 +7,7 @@ use sessionstore::store::Access;
 use sessionstore::store::Drain;
 use std::time::Duration;
 
+use crate::support::Whole;
 use agent_client_protocol_schema::rpc::{JsonRpcMessage, Notification};
 use agent_client_protocol_schema::v1::{
     ContentBlock, ContentChunk, MessageId as AcpMessageId, SessionNotification, SessionUpdate,
@@ -253,7 +254,7 @@ async fn the_replay_waits_for_its_reader() {
         let mut bytes = PNG.to_vec();
         bytes.extend(std::iter::repeat_n(i as u8, 1024 * 1024));
         let uri = store
-            .attach(s, format!("{i}.png"), bytes)
+            .attach_one(s, format!("{i}.png"), bytes)
             .await
             .unwrap()
             .uri;

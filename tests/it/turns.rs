@@ -10,6 +10,7 @@ use sessionstore::store::{Access, Verify};
 use sessionstore::turns::Refusal;
 use sessionstore::{Error, SessionId};
 
+use crate::support::Whole;
 use crate::support::{TestStore, json, stderr};
 
 fn update(value: serde_json::Value) -> SessionUpdate {
@@ -102,7 +103,7 @@ async fn messages_and_items_share_one_history_across_batches() {
             (6, "agent_message".to_owned()),
         ]
     );
-    let items = t.store().items(s).await.unwrap();
+    let items = t.store().all_items(s).await.unwrap();
     let bodies: Vec<String> = items.iter().map(|i| i.body.to_json()).collect();
     assert!(bodies[1].contains(r#""status":"completed""#), "{bodies:?}");
     assert!(bodies[2].contains(r#""text":"All green.""#), "{bodies:?}");
@@ -150,7 +151,7 @@ async fn a_session_recorded_by_another_process_in_between_is_read_again() {
             (3, "agent_message".to_owned()),
         ]
     );
-    let items = t.store().items(s).await.unwrap();
+    let items = t.store().all_items(s).await.unwrap();
     assert!(
         items[0]
             .body
@@ -229,15 +230,15 @@ async fn batches_recorded_with_and_without_the_writers_memo_make_the_same_histor
     };
     assert_eq!(history(&t, remembered), history(&t, fresh));
     assert_eq!(
-        bodies(t.store().items(remembered).await.unwrap()),
-        bodies(t.store().items(fresh).await.unwrap())
+        bodies(t.store().all_items(remembered).await.unwrap()),
+        bodies(t.store().all_items(fresh).await.unwrap())
     );
     let report = t.store().verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "{:?}", report.problems);
     // And what a fresh read makes of it: "a b " is one message, "c d " another.
     let texts: Vec<String> = t
         .store()
-        .items(remembered)
+        .all_items(remembered)
         .await
         .unwrap()
         .iter()
@@ -428,7 +429,7 @@ async fn a_long_record_is_written_in_batches_of_one_write() {
     let distinct: std::collections::HashSet<&&str> = listed.iter().collect();
     assert_eq!(distinct.len(), listed.len(), "each item listed once");
     assert_eq!(count(&t, "items"), listed.len() as i64);
-    let events = t.store().events(s).await.unwrap();
+    let events = t.store().all_events(s).await.unwrap();
     let turns = events.iter().filter(|e| e.kind == "turn_recorded").count();
     assert_eq!(turns, updates.len().div_ceil(RECORD_BATCH));
     assert!(t.store().verify(Verify::Check).await.unwrap().after.ok());
@@ -464,7 +465,7 @@ fn streaming(t: &TestStore) -> i64 {
 }
 
 async fn bodies(t: &TestStore, session: SessionId) -> Vec<String> {
-    let items = t.store().items(session).await.unwrap();
+    let items = t.store().all_items(session).await.unwrap();
     items.iter().map(|i| i.body.to_json()).collect()
 }
 
@@ -517,8 +518,10 @@ async fn a_streamed_message_grows_by_parts_and_is_sealed_once_its_turn_ends() {
         (whole.to_string(), streamed.to_string()),
         (asked_whole.id.to_string(), asked.id.to_string()),
         (
-            t.store().items(whole).await.unwrap()[0].id.to_string(),
-            t.store().items(streamed).await.unwrap()[0].id.to_string(),
+            t.store().all_items(whole).await.unwrap()[0].id.to_string(),
+            t.store().all_items(streamed).await.unwrap()[0]
+                .id
+                .to_string(),
         ),
     ];
     for format in [
@@ -627,7 +630,9 @@ async fn a_long_answer_is_sealed_in_segments_cut_between_words() {
         assert!(text.len() < 80 * 1024, "{}", text.len());
     }
     assert_eq!(bodies(&t, streamed).await[0], bodies(&t, whole).await[0]);
-    let item = t.store().items(streamed).await.unwrap()[0].id.to_string();
+    let item = t.store().all_items(streamed).await.unwrap()[0]
+        .id
+        .to_string();
     for word in ["word0000", "word2500", "word4999"] {
         let hits = t
             .store()

@@ -3,6 +3,7 @@
 
 use crate::history::{FORMATS, lines, recorded, restore_of, sent};
 use crate::restored::CollectRestore;
+use crate::support::Whole;
 use crate::support::{TestStore, all_sessions, stderr, stdout, user_text};
 use sessionstore::lifecycle::DeleteOptions;
 use sessionstore::model::{NewSession, TitleSource};
@@ -91,7 +92,7 @@ async fn a_reference_deleted_behind_its_back_is_caught() {
     let store = sessionstore::Store::open(t.config.clone()).await.unwrap();
     let s = store.create_session(NewSession::default()).await.unwrap();
     let stored = store
-        .attach(s.id, "kept.txt".into(), b"contents".to_vec())
+        .attach_one(s.id, "kept.txt".into(), b"contents".to_vec())
         .await
         .unwrap();
     store

@@ -29,9 +29,11 @@ use serde_json::{Value, json};
 use super::rpc::Message;
 use super::{Failure, Proxy};
 use crate::ids::{ItemId, MessageId, SessionId};
+use crate::lifecycle::MAX_PAGE;
 use crate::lifecycle::fork::Forked;
 use crate::model::{Delivery, ItemBody, Role};
 use crate::replay::ReplayItem;
+use crate::store::PageQuery;
 
 /// The session update a cursor is announced with.
 const CURSOR_UPDATE: &str = "cursor_update";
@@ -312,7 +314,6 @@ impl Proxy {
         if anchor.kind == "user_message" {
             return Err(unknown());
         }
-        let items = self.store.items(origin).await?;
         let named = |body: &ItemBody, item: ItemId| match (anchor.kind, body) {
             ("agent_message", ItemBody::AgentMessage(t))
             | ("agent_thought", ItemBody::AgentThought(t)) => match &t.message_id {
@@ -323,12 +324,21 @@ impl Proxy {
             _ => false,
         };
         // The last entry of that name: a message the agent sent under one id in two
-        // runs is after its last.
-        let item = items
-            .iter()
-            .rev()
-            .find(|i| named(&i.body, i.id))
-            .ok_or_else(unknown)?;
+        // runs is after its last. The history is read a page at a time, keeping only
+        // the last match so far.
+        let mut found = None;
+        let mut query = PageQuery::first(MAX_PAGE);
+        loop {
+            let page = self.store.items(origin, query).await?;
+            if let Some(last) = page.entries.into_iter().rfind(|i| named(&i.body, i.id)) {
+                found = Some(last);
+            }
+            match page.next {
+                Some(next) => query = PageQuery::after(Some(next), MAX_PAGE),
+                None => break,
+            }
+        }
+        let item = found.as_ref().ok_or_else(unknown)?;
         Ok(self.store.fork_session_at_item(origin, item, None).await?)
     }
 }

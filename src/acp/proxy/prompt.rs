@@ -25,7 +25,7 @@ use super::{Failure, Proxy};
 use crate::dispatch::{Memo, Mode, ModelMessage, Part};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, TurnEnd};
-use crate::store::{Prompt, PromptBlock, Upload};
+use crate::store::{Prompt, PromptBlock, Upload, pages::whole};
 use recorder::Recorder;
 
 /// The turns of this connection's sessions: which one runs, and the prompts queued
@@ -195,7 +195,7 @@ impl Proxy {
         client_id: &Value,
         params: &Value,
     ) -> Result<Value, Failure> {
-        let queued = self.store.queued_messages(session).await?;
+        let queued = whole(|q| self.store.messages(session, Some(Delivery::Queued), q)).await?;
         let ids: Vec<MessageId> = queued.iter().map(|m| m.id).collect();
         if ids.is_empty() {
             return Ok(json!({ "stopReason": "end_turn" }));
@@ -453,7 +453,7 @@ impl Proxy {
         point: Option<crate::history::Replay>,
     ) -> Result<(), Failure> {
         let budget = crate::dispatch::DEFAULT_MEMO_BUDGET;
-        let turns = self.store.turns(session).await?;
+        let turns = whole(|q| self.store.turns(session, q)).await?;
         let marked = point.is_some();
         let mut stream = self
             .store

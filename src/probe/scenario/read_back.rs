@@ -218,12 +218,12 @@ impl Probe {
         }
         let mut records = Vec::new();
         for session in &sessions {
-            let messages = self
-                .store
-                .messages(session.id)
+            let messages = whole(|q| self.store.messages(session.id, None, q))
                 .await
                 .step("list messages")?;
-            let events = self.store.events(session.id).await.step("list events")?;
+            let events = whole(|q| self.store.events(session.id, q))
+                .await
+                .step("list events")?;
             records.push(serde_json::to_string(&messages).unwrap_or_default());
             records.push(serde_json::to_string(&events).unwrap_or_default());
         }
@@ -301,9 +301,10 @@ impl Probe {
             .step("create a session for the recorded turn")?
             .id;
         let note = store
-            .attach(s, "lunch note.txt".to_owned(), TURN_NOTE.to_vec())
+            .attach(s, vec![Upload::new("lunch note.txt", TURN_NOTE)])
             .await
-            .step("store the recorded turn's attachment")?;
+            .step("store the recorded turn's attachment")?
+            .remove(0);
         let question = Outgoing {
             attach: vec![note.uri],
             ..Outgoing::user(TURN_QUESTION)

@@ -13,6 +13,7 @@ use sessionstore::store::Outgoing;
 use sessionstore::{MessageId, SessionId, Store};
 
 use crate::restored::CollectRestore;
+use crate::support::Whole;
 use crate::support::{Expect, HOST, stderr};
 
 /// A new session's id.
@@ -41,8 +42,8 @@ pub fn expect(session: SessionId, name: &str, bytes: &[u8]) -> Expect {
 /// The ids of a session's messages and recorded items, in history order: an import
 /// keeps the session's id (with `--keep-id`) and gives these new ones.
 pub async fn entry_ids(store: &Store, s: SessionId) -> Vec<String> {
-    let messages = store.messages(s).await.expect("the messages read");
-    let items = store.items(s).await.expect("the items read");
+    let messages = store.all_messages(s).await.expect("the messages read");
+    let items = store.all_items(s).await.expect("the items read");
     let mut entries: Vec<(i64, String)> = messages
         .iter()
         .map(|m| (m.seq, m.id.to_string()))
@@ -123,7 +124,7 @@ pub async fn seeded(store: &Store, legacy_root: &Path) -> (SessionId, Vec<Expect
     let mut uris = Vec::new();
     for f in &files[..2] {
         let stored = store
-            .attach(s, f.name.clone(), f.bytes.clone())
+            .attach_one(s, f.name.clone(), f.bytes.clone())
             .await
             .expect("the file is stored");
         uris.push(stored.uri);

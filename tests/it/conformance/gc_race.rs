@@ -8,6 +8,7 @@ use sessionstore::Error;
 use sessionstore::model::NewSession;
 use sessionstore::store::Outgoing;
 
+use crate::support::Whole;
 use crate::support::{Bin, TestStore, conformance, json, stderr};
 
 conformance!(gc_with_a_concurrent_attach_and_send_loses_no_referenced_file);
@@ -40,7 +41,7 @@ async fn gc_with_a_concurrent_attach_and_send_loses_no_referenced_file(b: TestSt
     let (mut sent, mut refused) = (0, 0);
     for i in 0..rounds {
         let stored = match store
-            .attach(
+            .attach_one(
                 session,
                 format!("f{i}.txt"),
                 format!("file {i}").into_bytes(),
@@ -63,7 +64,7 @@ async fn gc_with_a_concurrent_attach_and_send_loses_no_referenced_file(b: TestSt
     let runs = gc_loop.join().unwrap();
     // One more gc after everything settled must keep every reference too.
     json(&b.run(&["gc", "--grace", "0", "--json"]));
-    let messages = store.messages(session).await.unwrap();
+    let messages = store.all_messages(session).await.unwrap();
     assert_eq!(messages.len(), sent, "{refused} refused, {runs} gc runs");
     for m in &messages {
         for r in &m.refs {

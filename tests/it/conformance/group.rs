@@ -6,6 +6,7 @@ use sessionstore::model::NewSession;
 use sessionstore::store::Verify;
 use sessionstore::{Error, Store};
 
+use crate::support::Whole;
 use crate::support::{TestStore, conformance, user_text};
 
 conformance!(
@@ -71,7 +72,7 @@ async fn concurrent_writes_of_many_sessions_share_commits(b: TestStore) {
         "no commit was shared: {commits} for {writes} writes"
     );
     for (n, id) in ids.iter().copied().enumerate() {
-        let items = store.items(id).await.unwrap();
+        let items = store.all_items(id).await.unwrap();
         assert_eq!(items.len(), 1, "the chunks coalesce into one message");
         let sessionstore::model::ItemBody::AgentMessage(message) = &items[0].body else {
             panic!("not an agent message: {:?}", items[0].body);
@@ -79,7 +80,7 @@ async fn concurrent_writes_of_many_sessions_share_commits(b: TestStore) {
         let text = serde_json::to_string(&message.content).unwrap();
         let expected: String = (0..8).map(|i| format!("{n}.{i} ")).collect();
         assert!(text.contains(&expected), "{text}");
-        assert_eq!(store.messages(id).await.unwrap().len(), 1);
+        assert_eq!(store.all_messages(id).await.unwrap().len(), 1);
     }
 }
 
@@ -110,7 +111,7 @@ async fn a_refused_member_of_a_group_is_refused_alone(b: TestStore) {
         }
     }
     for (n, id) in ids.iter().copied().enumerate() {
-        let items = store.items(id).await.unwrap();
+        let items = store.all_items(id).await.unwrap();
         assert_eq!(items.len(), 1 - n % 2, "session {n}: {items:?}");
     }
     let verified = store.verify(Verify::Check).await.unwrap().after;

@@ -16,6 +16,7 @@ use sessionstore::{Error, SessionId};
 use super::common::{
     entry_ids, export, ids_named, moved, parse_update, restored_paths, seeded, session,
 };
+use crate::support::Whole;
 use crate::support::{
     Expect, TestStore, all_sessions, assert_one_line_error, conformance, json, stderr, stdout,
 };
@@ -261,7 +262,7 @@ async fn delete_leaves_a_tombstone_and_never_gives_the_id_again(b: TestStore) {
     assert_eq!(planned["sessions"][0]["status"], "would_delete");
     assert_eq!(planned["sessions"][0]["files"], 2);
     assert!(folder.is_dir(), "a dry run deletes nothing");
-    assert_eq!(store.messages(gone).await.unwrap().len(), 3);
+    assert_eq!(store.all_messages(gone).await.unwrap().len(), 3);
     // An unknown id fails the whole call before anything goes.
     let unknown = SessionId::new().to_string();
     let err = assert_one_line_error(&b.run(&["session", "delete", &sid, &unknown]));
@@ -396,11 +397,11 @@ async fn gc_removes_only_what_no_one_needs_under_the_configured_root(b: TestStor
     let root = b.configured();
     let live = session(&store, ToolsHost::Local).await;
     let kept = store
-        .attach(live, "kept.txt".into(), b"referenced".to_vec())
+        .attach_one(live, "kept.txt".into(), b"referenced".to_vec())
         .await
         .unwrap();
     store
-        .attach(live, "orphan.txt".into(), b"nobody refers".to_vec())
+        .attach_one(live, "orphan.txt".into(), b"nobody refers".to_vec())
         .await
         .unwrap();
     let mut out = Outgoing::user("see");
@@ -511,7 +512,7 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: TestStor
     );
     assert_eq!((forked.linked, forked.copied), (2, 1), "{forked:?}");
     assert!(forked.missing.is_empty(), "{forked:?}");
-    let messages = store.messages(fork).await.unwrap();
+    let messages = store.all_messages(fork).await.unwrap();
     let texts: Vec<&str> = messages.iter().map(|m| m.display_text.as_str()).collect();
     assert_eq!(
         texts,
@@ -521,10 +522,10 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: TestStor
     for r in messages.iter().flat_map(|m| &m.refs) {
         assert_eq!(r.uri.session(), fork, "{}", r.uri);
     }
-    let items = store.items(fork).await.unwrap();
+    let items = store.all_items(fork).await.unwrap();
     assert_eq!(items.len(), 1);
     assert_eq!(items[0].seq, 2, "the reply keeps its place");
-    let events = store.events(fork).await.unwrap();
+    let events = store.all_events(fork).await.unwrap();
     assert_eq!(
         events[0].payload["forkedFrom"]["session"],
         origin.to_string()
@@ -556,11 +557,11 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: TestStor
         store.session(branch).await.unwrap().title.as_deref(),
         Some("a branch")
     );
-    let messages = store.messages(branch).await.unwrap();
+    let messages = store.all_messages(branch).await.unwrap();
     assert_eq!(messages.len(), 1);
     assert_eq!(messages[0].display_text, "compare the mango chart");
     assert!(
-        store.items(branch).await.unwrap().is_empty(),
+        store.all_items(branch).await.unwrap().is_empty(),
         "the reply came after"
     );
     // Only the first message's files are placed.
@@ -570,7 +571,7 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: TestStor
         .collect();
     names.sort();
     assert_eq!(names, [files[0].name.clone(), files[1].name.clone()]);
-    let events = store.events(branch).await.unwrap();
+    let events = store.all_events(branch).await.unwrap();
     assert_eq!(
         events[0].payload["forkedFrom"]["message"],
         ids[0].to_string()
@@ -607,8 +608,8 @@ async fn a_fork_restores_from_its_own_folder_and_outlives_its_origin(b: TestStor
     std::fs::remove_dir_all(b.legacy().join(origin.to_string())).unwrap();
     let again = restored_paths(&store, fork, &want).await;
     assert_eq!(again, paths);
-    assert_eq!(store.messages(fork).await.unwrap().len(), 2);
-    assert_eq!(store.items(fork).await.unwrap().len(), 1);
+    assert_eq!(store.all_messages(fork).await.unwrap().len(), 2);
+    assert_eq!(store.all_items(fork).await.unwrap().len(), 1);
     let hits = store.search("papaya".into(), None, 10).await.unwrap();
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!(hits[0].session_id, fork);
@@ -677,7 +678,7 @@ async fn search_finds_titles_messages_and_agent_text(b: TestStore) {
     assert_eq!(papaya.len(), 1);
     assert_eq!(papaya[0].source, "agent_message");
     assert!(papaya[0].snippet.contains("[papaya]"), "{papaya:?}");
-    let item = store.items(s).await.unwrap()[0].id.to_string();
+    let item = store.all_items(s).await.unwrap()[0].id.to_string();
     assert_eq!(papaya[0].message_id.as_deref(), Some(item.as_str()));
     assert_eq!(
         store.search("lychee".into(), None, 10).await.unwrap().len(),
@@ -918,7 +919,7 @@ async fn export_then_import_restores_the_same_history(b: TestStore) {
         1,
         "queued stays queued"
     );
-    assert_eq!(there.items(s).await.unwrap().len(), 1);
+    assert_eq!(there.all_items(s).await.unwrap().len(), 1);
     let (here, away) = (entry_ids(&store, s).await, entry_ids(&there, s).await);
     for format in ["acp", "acp-updates", "openai", "openai-responses"] {
         let restore = |on: &TestStore, ids: &[String]| {
@@ -1008,8 +1009,8 @@ async fn a_long_streamed_answer_is_sealed_found_whole_and_erased_with_its_sessio
     assert_eq!(streaming_of(abandoned), 0, "deleted with its session");
     let body = |items: Vec<sessionstore::model::Item>| items[0].body.to_json();
     assert_eq!(
-        body(store.items(streamed).await.unwrap()),
-        body(store.items(whole).await.unwrap())
+        body(store.all_items(streamed).await.unwrap()),
+        body(store.all_items(whole).await.unwrap())
     );
     let segments = b
         .raw_query(&format!(
@@ -1018,7 +1019,7 @@ async fn a_long_streamed_answer_is_sealed_found_whole_and_erased_with_its_sessio
         .unwrap();
     let segments: i64 = segments[0][0].as_deref().unwrap().parse().unwrap();
     assert!(segments >= 3, "{segments} segments");
-    let item = store.items(streamed).await.unwrap()[0].id.to_string();
+    let item = store.all_items(streamed).await.unwrap()[0].id.to_string();
     let hits = store
         .search("piece5999".into(), Some(streamed), 10)
         .await
@@ -1048,8 +1049,8 @@ async fn a_long_streamed_answer_is_sealed_found_whole_and_erased_with_its_sessio
 /// The entries a restore hands on (delivered messages and items), in history order,
 /// after the session's own id: what names them alike in two sessions' output.
 async fn delivered_ids(store: &sessionstore::Store, s: SessionId) -> Vec<String> {
-    let messages = store.messages(s).await.unwrap();
-    let items = store.items(s).await.unwrap();
+    let messages = store.all_messages(s).await.unwrap();
+    let items = store.all_items(s).await.unwrap();
     let mut entries: Vec<(i64, String)> = messages
         .iter()
         .filter(|m| m.state == Delivery::Delivered)
@@ -1071,7 +1072,7 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
     let store = b.open().await;
     let s = session(&store, ToolsHost::Local).await;
     let notes = store
-        .attach(s, "guava notes.txt".into(), b"guava facts".to_vec())
+        .attach_one(s, "guava notes.txt".into(), b"guava facts".to_vec())
         .await
         .unwrap();
     let mut first = Outgoing::user("start the guava log");
@@ -1189,7 +1190,7 @@ async fn a_long_history_is_exported_imported_and_forked_a_page_at_a_time(b: Test
         .count()
         + 1;
     assert_eq!(delivered_ids(&store, at.session.id).await.len(), 1 + before);
-    let last = store.items(at.session.id).await.unwrap().pop().unwrap();
+    let last = store.all_items(at.session.id).await.unwrap().pop().unwrap();
     assert!(last.seq < seq);
     assert!(store.verify(Verify::Check).await.unwrap().after.ok());
 

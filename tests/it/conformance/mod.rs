@@ -19,11 +19,13 @@ use sessionstore::store::Outgoing;
 use sessionstore::store::Verify;
 
 mod multihost;
+mod pages;
 
 use self::common::session;
 use crate::restored::CollectRestore;
 use crate::support::{
-    Expect, TestStore, block_json, check_attachment, conformance, json, over_tls, stderr, stdout,
+    Expect, TestStore, Whole, block_json, check_attachment, conformance, json, over_tls, stderr,
+    stdout,
 };
 
 conformance!(
@@ -184,9 +186,9 @@ async fn a_nul_character_is_kept_by_sqlite_and_refused_whole_by_postgres(b: Test
         let err = sent.unwrap_err();
         assert_eq!(err.kind(), "database", "{err}");
         assert!(!err.to_string().contains('\n'), "{err}");
-        assert!(store.messages(s).await.unwrap().is_empty());
+        assert!(store.all_messages(s).await.unwrap().is_empty());
         assert_eq!(
-            store.events(s).await.unwrap().len(),
+            store.all_events(s).await.unwrap().len(),
             1,
             "only the session's creation"
         );
@@ -300,7 +302,7 @@ async fn a_session_restores_in_a_fresh_store_with_paths_that_read_back(b: TestSt
         .await
         .unwrap();
     let stored = store
-        .attach(session.id, "notes.txt".into(), b"the notes".to_vec())
+        .attach_one(session.id, "notes.txt".into(), b"the notes".to_vec())
         .await
         .unwrap();
     let mut out = Outgoing::user("read these notes");

@@ -13,6 +13,7 @@ use sessionstore::model::NewSession;
 use sessionstore::store::Outgoing;
 use sessionstore::{Config, SessionId, Store};
 
+use crate::support::Whole;
 use crate::support::{
     Bin, Expect, PNG, TestStore, check_attachment, conformance, count, json, percentile, stderr,
     stdout,
@@ -219,7 +220,7 @@ async fn eight_writers_in_two_processes_lose_nothing_and_never_fail(b: TestStore
     for _ in 0..SESSIONS {
         let s = store.create_session(NewSession::default()).await.unwrap();
         store
-            .attach(s.id, "shared.txt".into(), b"shared".to_vec())
+            .attach_one(s.id, "shared.txt".into(), b"shared".to_vec())
             .await
             .unwrap();
         sessions.push(s.id);
@@ -301,7 +302,7 @@ async fn eight_writers_in_two_processes_lose_nothing_and_never_fail(b: TestStore
     for s in &sessions {
         let acked = acked.get(s).map(Vec::as_slice).unwrap_or_default();
         assert_eq!(acked.len(), per_session, "every write was acknowledged");
-        let messages = store.messages(*s).await.unwrap();
+        let messages = store.all_messages(*s).await.unwrap();
         let stored: Vec<String> = messages.iter().map(|m| m.id.to_string()).collect();
         let distinct: HashSet<&String> = stored.iter().collect();
         assert_eq!(distinct.len(), stored.len(), "a message is stored twice");
@@ -315,7 +316,7 @@ async fn eight_writers_in_two_processes_lose_nothing_and_never_fail(b: TestStore
         assert_eq!(seqs, want, "the history runs 1..n with no gap or repeat");
         // The session's own event numbers run 1..n as well, with one append per
         // message among them.
-        let events = store.events(*s).await.unwrap();
+        let events = store.all_events(*s).await.unwrap();
         let event_seqs: Vec<i64> = events.iter().map(|e| e.session_seq).collect();
         let want: Vec<i64> = (1..=events.len() as i64).collect();
         assert_eq!(event_seqs, want);

@@ -16,6 +16,7 @@ use sessionstore::{Error, SessionId};
 
 use super::common::{expect, session};
 use crate::restored::CollectRestore;
+use crate::support::Whole;
 use crate::support::{
     Expect, RECORDED_TURN, TestStore, block_json, check_attachment, conformance, json, queued_text,
     roles, stderr, stdout, user_text,
@@ -70,7 +71,7 @@ async fn every_change_writes_its_event_in_order(b: TestStore) {
     let q = store.send(s.id, queued_text("mid-turn")).await.unwrap();
     assert_eq!(q.state, Delivery::Queued);
     store.mark_delivered(s.id, vec![q.id]).await.unwrap();
-    let events = store.events(s.id).await.unwrap();
+    let events = store.all_events(s.id).await.unwrap();
     assert_eq!(
         kinds(&events),
         [
@@ -87,7 +88,7 @@ async fn every_change_writes_its_event_in_order(b: TestStore) {
     assert_eq!(session.title.as_deref(), Some("first question"));
     assert_eq!(session.tools_host, ToolsHost::Ssh);
     assert!(session.updated_at > s.updated_at, "{session:?}");
-    let messages = store.messages(s.id).await.unwrap();
+    let messages = store.all_messages(s.id).await.unwrap();
     assert_eq!(messages.iter().map(|m| m.seq).collect::<Vec<_>>(), [1, 2]);
     assert_eq!(messages[0].id, m.id);
     assert!(messages.iter().all(|m| m.state == Delivery::Delivered));
@@ -111,7 +112,7 @@ async fn queued_messages_wait_for_a_drain_that_marks_them_delivered(b: TestStore
     let s = session(&store, ToolsHost::Local).await;
     store.send(s, Outgoing::user("start")).await.unwrap();
     let stored = store
-        .attach(s, "later.txt".into(), b"mid-turn notes".to_vec())
+        .attach_one(s, "later.txt".into(), b"mid-turn notes".to_vec())
         .await
         .unwrap();
     let mut first = Outgoing::user("one more thing");
@@ -159,7 +160,7 @@ async fn queued_messages_wait_for_a_drain_that_marks_them_delivered(b: TestStore
     assert_eq!(kind, "text");
     assert!(path.starts_with(b.configured()), "{path:?}");
     assert!(store.queued_messages(s).await.unwrap().is_empty());
-    let events = store.events(s).await.unwrap();
+    let events = store.all_events(s).await.unwrap();
     assert_eq!(
         kinds(&events)
             .iter()
@@ -223,7 +224,7 @@ async fn a_rename_is_an_event_and_an_unknown_session_is_named(b: TestStore) {
         store.session(s.id).await.unwrap().title.as_deref(),
         Some("after")
     );
-    let events = store.events(s.id).await.unwrap();
+    let events = store.all_events(s.id).await.unwrap();
     let last = events.last().unwrap();
     assert_eq!(last.kind, "session_renamed");
     assert_eq!(last.payload["title"], "after");
@@ -256,7 +257,7 @@ async fn a_rename_is_an_event_and_an_unknown_session_is_named(b: TestStore) {
         "{err:?}"
     );
     assert_eq!(err.to_string(), format!("no session {ghost}"));
-    let err = store.events(ghost).await.unwrap_err();
+    let err = store.all_events(ghost).await.unwrap_err();
     assert_eq!(err.to_string(), format!("no session {ghost}"));
 }
 
@@ -265,7 +266,7 @@ async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: TestStore) {
     let s = session(&store, ToolsHost::Local).await;
     let sid = s.to_string();
     let stored = store
-        .attach(s, "notes.txt".into(), b"budget: 42\n".to_vec())
+        .attach_one(s, "notes.txt".into(), b"budget: 42\n".to_vec())
         .await
         .unwrap();
     let mut question = Outgoing::user("What is the budget?");
@@ -295,7 +296,7 @@ async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: TestStore) {
     assert_eq!(report.items.len(), 2);
     store.send(s, Outgoing::user("thanks")).await.unwrap();
 
-    let items = store.items(s).await.unwrap();
+    let items = store.all_items(s).await.unwrap();
     let item_kinds: Vec<(i64, &str)> = items.iter().map(|i| (i.seq, i.body.kind())).collect();
     assert_eq!(
         item_kinds,
@@ -319,7 +320,7 @@ async fn a_whole_turn_is_recorded_and_restores_in_every_format(b: TestStore) {
         "{:?}",
         items[4]
     );
-    let messages = store.messages(s).await.unwrap();
+    let messages = store.all_messages(s).await.unwrap();
     assert_eq!(messages.iter().map(|m| m.seq).collect::<Vec<_>>(), [1, 8]);
     let verified = store.verify(Verify::Check).await.unwrap().after;
     assert!(verified.ok(), "{:?}", verified.problems);
@@ -517,11 +518,11 @@ async fn dispatch_gives_paths_that_read_back_from_the_configured_and_legacy_root
     let store = b.open().await;
     let s = session(&store, ToolsHost::Managed).await;
     let png = store
-        .attach(s, "café chart.png".into(), crate::support::PNG.to_vec())
+        .attach_one(s, "café chart.png".into(), crate::support::PNG.to_vec())
         .await
         .unwrap();
     let notes = store
-        .attach(s, "notes 日本.txt".into(), b"kiwi notes".to_vec())
+        .attach_one(s, "notes 日本.txt".into(), b"kiwi notes".to_vec())
         .await
         .unwrap();
     // A file that lives only in the legacy root, as after the store was moved.
@@ -631,7 +632,10 @@ async fn a_restore_larger_than_its_memo_budget_reads_evicted_files_again(b: Test
             .map(|j| (j as u8) ^ i.wrapping_mul(37))
             .collect();
         let name = format!("part {i}.bin");
-        let stored = store.attach(s, name.clone(), bytes.clone()).await.unwrap();
+        let stored = store
+            .attach_one(s, name.clone(), bytes.clone())
+            .await
+            .unwrap();
         files.push((stored.uri, expect(s, &name, &bytes)));
     }
     for i in 0..15 {

@@ -8,6 +8,7 @@ use sessionstore::store::Verify;
 use sessionstore::turns::Update;
 
 use super::common::session;
+use crate::support::Whole;
 use crate::support::{TestStore, conformance, json as json_of, user_text};
 
 conformance!(a_turns_tokens_and_a_sessions_cost_are_recorded_and_summed);
@@ -58,7 +59,7 @@ async fn a_turns_tokens_and_a_sessions_cost_are_recorded_and_summed(b: TestStore
         };
         store.end_turn(a, turn.id, end, *usage).await.unwrap();
     }
-    let turns = store.turns(a).await.unwrap();
+    let turns = store.all_turns(a).await.unwrap();
     assert_eq!(
         turns.iter().map(|t| t.usage).collect::<Vec<_>>(),
         usages.to_vec()

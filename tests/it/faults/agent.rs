@@ -12,12 +12,13 @@ use sessionstore::model::TurnEnd;
 
 use super::{Proxy, prompt, verified};
 use crate::support::TestStore;
+use crate::support::Whole;
 
 /// The ends of the session's turns, in order, as the store has them.
 async fn turn_ends(t: &TestStore, session: &str) -> Vec<Option<TurnEnd>> {
     let session: SessionId = session.parse().unwrap();
     let store = t.open().await;
-    let turns = store.turns(session).await.unwrap();
+    let turns = store.all_turns(session).await.unwrap();
     turns.into_iter().map(|turn| turn.end).collect()
 }
 

@@ -13,6 +13,7 @@ use sessionstore::SessionId;
 
 use super::{Proxy, prompt, verified};
 use crate::support::TestStore;
+use crate::support::Whole;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_that_goes_mid_turn_leaves_the_session_whole_and_loadable() {
@@ -48,7 +49,7 @@ async fn a_client_that_goes_mid_turn_leaves_the_session_whole_and_loadable() {
     let store = t.open().await;
     let id: SessionId = session.parse().unwrap();
     let states: Vec<String> = store
-        .turns(id)
+        .all_turns(id)
         .await
         .unwrap()
         .iter()

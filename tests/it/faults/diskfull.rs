@@ -15,6 +15,7 @@ use sessionstore::{Config, SessionId, Store};
 
 use super::{Proxy, prompt, verified};
 use crate::support::TestStore;
+use crate::support::Whole;
 
 /// What a test does to the disk: make writes fail, and give room back.
 trait Disk {
@@ -66,7 +67,7 @@ fn a_full_disk_mid_turn(t: &TestStore, env: &[(&str, &Path)], disk: &dyn Disk) {
     rt.block_on(async {
         let store = Store::open_as(t.config.clone(), Access::ReadOnly).await.unwrap();
         let id: SessionId = session.parse().unwrap();
-        let turns = store.turns(id).await.unwrap();
+        let turns = store.all_turns(id).await.unwrap();
         // The refused turn may have no turn row at all (its prompt could not be
         // stored) or one that did not end well; the acknowledged ones are whole.
         let ended = turns
@@ -76,7 +77,7 @@ fn a_full_disk_mid_turn(t: &TestStore, env: &[(&str, &Path)], disk: &dyn Disk) {
         assert_eq!(ended, 2, "{turns:?}");
         assert!(turns.iter().filter(|t| t.state() != "ended").count() <= 1, "{turns:?}");
         let text: String = store
-            .items(id)
+            .all_items(id)
             .await
             .unwrap()
             .iter()

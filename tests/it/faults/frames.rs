@@ -8,6 +8,7 @@ use sessionstore::acp::proxy::FRAME_LIMIT;
 
 use super::{Proxy, prompt, verified};
 use crate::support::TestStore;
+use crate::support::Whole;
 
 /// How much a line that never ends streams before it is ended: well over twice the
 /// bound below, so a proxy that held it would be seen.
@@ -124,7 +125,7 @@ async fn bad_frames_from_the_agent_are_refused_and_the_turn_goes_on() {
     );
     let store = t.open().await;
     let id = session.parse().unwrap();
-    let turns = store.turns(id).await.unwrap();
+    let turns = store.all_turns(id).await.unwrap();
     assert!(
         turns.iter().all(|turn| turn.state() == "ended"),
         "{turns:?}"

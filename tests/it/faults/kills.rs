@@ -13,6 +13,7 @@ use sessionstore::SessionId;
 use sessionstore::model::Role;
 
 use super::{Proxy, prompt, verified};
+use crate::support::Whole;
 use crate::support::{Rng, TestStore, count};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -83,9 +84,9 @@ async fn a_proxy_killed_mid_turn_loses_nothing_it_acknowledged() {
     );
     let store = t.open().await;
     let id: SessionId = session.parse().unwrap();
-    let messages = store.messages(id).await.unwrap();
-    let turns = store.turns(id).await.unwrap();
-    let items = store.items(id).await.unwrap();
+    let messages = store.all_messages(id).await.unwrap();
+    let turns = store.all_turns(id).await.unwrap();
+    let items = store.all_items(id).await.unwrap();
     let items_after = |message: &sessionstore::model::Message| {
         let until = messages
             .iter()

@@ -23,6 +23,7 @@ use super::{
     AGENT, AGENT_NAME, ProxyProcess, Seen, Setup, attachments, call, client, data_block,
     image_block, initialize, notes_block, prompt_text, store_id, text_block, wait_ended,
 };
+use crate::support::Whole;
 use crate::support::{Expect, check_attachment, context_of};
 
 /// Raw JSON-RPC over a process's pipes (the `acp` tests' `Wire`), with what the
@@ -255,7 +256,7 @@ fn the_component_speaks_to_its_successor_through_the_envelope() {
             stored.agent.expect("bound to the successor").agent,
             "hand-agent"
         );
-        let items = store.items(session).await.expect("the items");
+        let items = store.all_items(session).await.expect("the items");
         assert!(
             items
                 .iter()

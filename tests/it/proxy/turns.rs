@@ -18,6 +18,7 @@ use super::{
     AGENT_NAME, Seen, Setup, assert_schema_accepts, call, client, connection, eventually,
     open_session, prompt_text, store_id, text_block, wait_ended,
 };
+use crate::support::Whole;
 
 /// Whether the client has seen the agent think `text` (the test agent's sign that a
 /// `hang` turn has begun).
@@ -125,7 +126,7 @@ async fn a_cancelled_turn_answers_cancelled_and_is_stored_so() {
 
     // The store: two turns ended `cancelled`, then one ended; as the binary shows it.
     let store = s.t.open().await;
-    let turns = store.turns(session).await.expect("the turns");
+    let turns = store.all_turns(session).await.expect("the turns");
     let states: Vec<&str> = turns.iter().map(|t| t.state()).collect();
     assert_eq!(states, ["cancelled", "cancelled", "ended"]);
     verified(&store).await;
@@ -201,7 +202,7 @@ async fn a_crashed_agent_fails_the_turn_and_is_started_again_for_the_next_prompt
 
     // The store: the crashed turn failed, naming the agent; the next one ended.
     let store = s.t.open().await;
-    let turns = store.turns(session).await.expect("the turns");
+    let turns = store.all_turns(session).await.expect("the turns");
     let states: Vec<&str> = turns.iter().map(|t| t.state()).collect();
     assert_eq!(states, ["failed", "ended"]);
     match &turns[0].end {
@@ -242,7 +243,7 @@ async fn a_prompt_sent_during_a_turn_is_queued_and_that_turn_is_answered_before_
                     start.elapsed() < super::TIMEOUT,
                     "the second prompt is stored"
                 );
-                stored = store.messages(session).await.expect("the messages");
+                stored = store.all_messages(session).await.expect("the messages");
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
             assert_eq!(stored[1].display_text, "then ask for permission");
@@ -287,9 +288,9 @@ async fn a_prompt_sent_during_a_turn_is_queued_and_that_turn_is_answered_before_
     // The store: the second message delivered after the first turn ended, by a turn
     // of its own.
     let store = s.t.open().await;
-    let messages = store.messages(session).await.expect("the messages");
+    let messages = store.all_messages(session).await.expect("the messages");
     assert!(messages.iter().all(|m| m.state == Delivery::Delivered));
-    let turns = store.turns(session).await.expect("the turns");
+    let turns = store.all_turns(session).await.expect("the turns");
     let states: Vec<&str> = turns.iter().map(|t| t.state()).collect();
     assert_eq!(states, ["cancelled", "ended"]);
     assert_eq!(turns[0].messages, [messages[0].id]);
@@ -335,7 +336,12 @@ async fn a_proxy_killed_mid_turn_leaves_the_turn_interrupted_and_replayable() {
                 .await
                 .expect("the store opens");
             let start = std::time::Instant::now();
-            while store.items(session).await.expect("the items").is_empty() {
+            while store
+                .all_items(session)
+                .await
+                .expect("the items")
+                .is_empty()
+            {
                 assert!(start.elapsed() < super::TIMEOUT, "the thought is recorded");
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
@@ -360,11 +366,11 @@ async fn a_proxy_killed_mid_turn_leaves_the_turn_interrupted_and_replayable() {
 
     // The store: a turn with no end, its thought kept, and nothing wrong.
     let store = s.t.open().await;
-    let turns = store.turns(session).await.expect("the turns");
+    let turns = store.all_turns(session).await.expect("the turns");
     assert_eq!(turns.len(), 1);
     assert_eq!(turns[0].state(), "interrupted");
     assert_eq!(turns[0].end, None);
-    let items = store.items(session).await.expect("the items");
+    let items = store.all_items(session).await.expect("the items");
     assert_eq!(items.len(), 1, "{items:?}");
     match &items[0].body {
         ItemBody::AgentThought(text) => {
@@ -394,7 +400,12 @@ async fn a_proxy_killed_mid_turn_leaves_the_turn_interrupted_and_replayable() {
     .await;
     assert_eq!(next, StopReason::EndTurn);
     assert!(proxy.wait().success());
-    let turns = s.t.open().await.turns(session).await.expect("the turns");
+    let turns =
+        s.t.open()
+            .await
+            .all_turns(session)
+            .await
+            .expect("the turns");
     let replayed: Vec<(&str, &str)> = replay
         .iter()
         .map(|m| {
@@ -419,7 +430,12 @@ async fn a_proxy_killed_mid_turn_leaves_the_turn_interrupted_and_replayable() {
         assert_eq!(mark["id"], turns[0].id.to_string(), "{m}");
     }
     assert_schema_accepts(&seen, &s.report);
-    let turns = s.t.open().await.turns(session).await.expect("the turns");
+    let turns =
+        s.t.open()
+            .await
+            .all_turns(session)
+            .await
+            .expect("the turns");
     let states: Vec<&str> = turns.iter().map(|t| t.state()).collect();
     assert_eq!(states, ["interrupted", "ended"]);
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use sessionstore::store::Outgoing;
 use sessionstore::{SessionId, Store};
 
+use crate::support::Whole;
 use crate::support::{Bin, TestStore, config_in, count, percentile};
 
 const CHILD: &str = "reliability::concurrency::child";
@@ -127,7 +128,7 @@ fn writers_in_processes(total: usize, writers: usize, processes: usize) {
     }
     let mut stored = HashSet::new();
     for s in &sessions {
-        for m in rt.block_on(t.store().messages(*s)).unwrap() {
+        for m in rt.block_on(t.store().all_messages(*s)).unwrap() {
             stored.insert(m.id.to_string());
         }
     }

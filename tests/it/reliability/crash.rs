@@ -13,6 +13,7 @@ use std::time::Duration;
 use sessionstore::store::Outgoing;
 use sessionstore::{SessionId, Store};
 
+use crate::support::Whole;
 use crate::support::{Bin, Rng, TestStore, config_in, count};
 
 const CHILD: &str = "reliability::crash::child";
@@ -51,7 +52,7 @@ fn child() {
                 "attach" => {
                     let size: usize = var("SESSIONSTORE_CRASH_SIZE").parse().expect("a size");
                     let stored = store
-                        .attach(session, "big.bin".to_owned(), pattern(size))
+                        .attach_one(session, "big.bin".to_owned(), pattern(size))
                         .await
                         .expect("an upload succeeds");
                     println!("ACK {}", stored.name);
@@ -135,7 +136,7 @@ fn kills_mid_send(kills: usize) {
     let report = rt.block_on(store.verify(Verify::Check)).unwrap().after;
     assert!(report.ok(), "verify after the kills: {:?}", report.problems);
     let stored: HashSet<String> = rt
-        .block_on(store.messages(session))
+        .block_on(store.all_messages(session))
         .unwrap()
         .iter()
         .map(|m| {

@@ -14,6 +14,7 @@ use sessionstore::SessionId;
 use sessionstore::dispatch::{Memo, Mode};
 use sessionstore::store::Outgoing;
 
+use crate::support::Whole;
 use crate::support::{TestStore, count};
 
 const SENTINEL: &[u8] = b"SENTINEL-7f3a9c-never-show-this";
@@ -242,7 +243,7 @@ async fn crafted_uris_are_refused_and_store_nothing() {
         format!("attachment:///{s}/%zz"),
         "".to_owned(),
     ];
-    let before = t.store().messages(s).await.unwrap().len();
+    let before = t.store().all_messages(s).await.unwrap().len();
     let mut accepted = Vec::new();
     for uri in &uris {
         // The library takes URIs parsed; a text that does not parse is refused there.
@@ -266,7 +267,7 @@ async fn crafted_uris_are_refused_and_store_nothing() {
         assert_ne!(cli.status.code(), Some(101), "{uri:?}");
         assert!(!leaks(&String::from_utf8_lossy(&cli.stderr)), "{uri:?}");
     }
-    let after = t.store().messages(s).await.unwrap().len();
+    let after = t.store().all_messages(s).await.unwrap().len();
     println!(
         "hostile/uris: uris {}, accepted {}, escapes 0",
         uris.len(),
@@ -329,7 +330,7 @@ async fn planted_symlinks_are_never_followed() {
     // An upload into a symlinked folder is refused, and writes nothing into the decoy.
     assert!(
         t.store()
-            .attach(s, "new.txt".into(), b"x".to_vec())
+            .attach_one(s, "new.txt".into(), b"x".to_vec())
             .await
             .is_err()
     );

@@ -6,6 +6,7 @@
 
 mod bin;
 mod store;
+mod whole;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -16,6 +17,7 @@ use sessionstore::oracle::ContextLine;
 pub use bin::{Bin, db_arg};
 pub use store::{HOST, TestStore, config_in, postgres_tls_url, postgres_url, skipped_tls_notice};
 pub(crate) use store::{conformance, over_tls};
+pub(crate) use whole::Whole;
 
 /// A user message as typed, with no references.
 pub fn user_text(t: &str) -> sessionstore::store::Outgoing {

@@ -25,6 +25,7 @@ use sessionstore::{Config, SessionId, Store};
 use tempfile::TempDir;
 
 use super::{Bin, Expect, parse_uri};
+use crate::support::Whole;
 
 /// The variable that names the server the PostgreSQL suite runs on.
 const POSTGRES_VAR: &str = "SESSIONSTORE_TEST_POSTGRES";
@@ -282,7 +283,7 @@ impl TestStore {
     /// time), for a test that edits bodies as text; a row with parts is left as it is.
     /// Returns how many rows changed.
     pub async fn write_out_bodies(&self, session: SessionId) -> usize {
-        let items = self.store().items(session).await.unwrap();
+        let items = self.store().all_items(session).await.unwrap();
         let conn = self.raw();
         let mut changed = 0;
         for item in items {
@@ -380,7 +381,7 @@ impl TestStore {
 
     pub async fn upload(&self, session: SessionId, name: &str, bytes: &[u8]) -> StoredAttachment {
         self.store()
-            .attach(session, name.to_owned(), bytes.to_vec())
+            .attach_one(session, name.to_owned(), bytes.to_vec())
             .await
             .expect("the upload is stored")
     }

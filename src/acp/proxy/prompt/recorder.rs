@@ -268,7 +268,9 @@ mod tests {
                     .unwrap();
                 from = to;
             }
-            let items = store.items(session).await.unwrap();
+            let items = crate::store::pages::whole(|q| store.items(session, q))
+                .await
+                .unwrap();
             histories.push(items.iter().map(|i| i.body.to_json()).collect::<Vec<_>>());
         }
         assert!(

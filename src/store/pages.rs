@@ -1,0 +1,241 @@
+//! A session's history read back a page at a time: its messages, recorded items,
+//! events and turns, each page read from the database on its own (never the whole
+//! history read and then cut), with a cursor naming where the next one starts.
+
+use std::marker::PhantomData;
+
+use super::Store;
+use crate::db::pages::{self, TurnKey};
+use crate::db::queries;
+use crate::error::Result;
+use crate::ids::SessionId;
+use crate::lifecycle::{DEFAULT_PAGE, MAX_PAGE};
+use crate::model::{Delivery, Event, Item, Message, Turn};
+
+/// One page of a session's history, and where the next one starts (`None` on the last
+/// page, so a caller reading everything stops without asking for an empty page).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub entries: Vec<T>,
+    pub next: Option<Cursor<T>>,
+}
+
+/// Where a page starts: just after the entry it was made from, by that entry's place
+/// in the history (its `seq`; an event's `session_seq`; a turn's `seq`, start time
+/// and id), so entries added between two pages neither shift the later pages nor show
+/// twice. Typed by what it pages through; opaque to callers.
+pub struct Cursor<T> {
+    key: Key,
+    of: PhantomData<fn() -> T>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Key {
+    Seq(i64),
+    Turn(TurnKey),
+}
+
+impl<T> Clone for Cursor<T> {
+    fn clone(&self) -> Self {
+        Cursor {
+            key: self.key.clone(),
+            of: PhantomData,
+        }
+    }
+}
+
+impl<T> PartialEq for Cursor<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl<T> Eq for Cursor<T> {}
+
+impl<T> std::fmt::Debug for Cursor<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Cursor").field(&self.key).finish()
+    }
+}
+
+/// Which page to read: at most `limit` entries (clamped to 1..=[`MAX_PAGE`]) after
+/// `after` (from the start when `None`). `Default`: the first page of
+/// [`DEFAULT_PAGE`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageQuery<T> {
+    pub after: Option<Cursor<T>>,
+    pub limit: usize,
+}
+
+impl<T> Default for PageQuery<T> {
+    fn default() -> Self {
+        PageQuery {
+            after: None,
+            limit: DEFAULT_PAGE,
+        }
+    }
+}
+
+impl<T> PageQuery<T> {
+    /// The first page, of at most `limit` entries.
+    pub fn first(limit: usize) -> Self {
+        PageQuery { after: None, limit }
+    }
+
+    /// The page of at most `limit` entries after `cursor` (a page's `next`), or the
+    /// first one when `None`.
+    pub fn after(cursor: Option<Cursor<T>>, limit: usize) -> Self {
+        PageQuery {
+            after: cursor,
+            limit,
+        }
+    }
+
+    fn seq(&self) -> i64 {
+        match &self.after {
+            Some(Cursor {
+                key: Key::Seq(seq), ..
+            }) => *seq,
+            _ => 0,
+        }
+    }
+
+    fn turn(&self) -> Option<&TurnKey> {
+        match &self.after {
+            Some(Cursor {
+                key: Key::Turn(key),
+                ..
+            }) => Some(key),
+            _ => None,
+        }
+    }
+
+    /// The limit the page is read with: one past the page, to know whether another
+    /// follows.
+    fn probe(&self) -> usize {
+        self.limit.clamp(1, MAX_PAGE) + 1
+    }
+}
+
+/// An entry's place in the history, which a cursor after it names.
+trait Keyed {
+    fn key(&self) -> Key;
+}
+
+impl Keyed for Message {
+    fn key(&self) -> Key {
+        Key::Seq(self.seq)
+    }
+}
+
+impl Keyed for Item {
+    fn key(&self) -> Key {
+        Key::Seq(self.seq)
+    }
+}
+
+impl<P> Keyed for Event<P> {
+    fn key(&self) -> Key {
+        Key::Seq(self.session_seq)
+    }
+}
+
+impl Keyed for Turn {
+    fn key(&self) -> Key {
+        Key::Turn(TurnKey {
+            seq: self.seq,
+            started_at: self.started_at.clone(),
+            id: self.id,
+        })
+    }
+}
+
+/// A page from entries read one past its limit.
+fn page<T: Keyed>(mut entries: Vec<T>, probe: usize) -> Page<T> {
+    let more = entries.len() >= probe;
+    entries.truncate(probe - 1);
+    let next = more.then(|| entries.last()).flatten().map(|last| Cursor {
+        key: last.key(),
+        of: PhantomData,
+    });
+    Page { entries, next }
+}
+
+/// Reading a session's history back, a page at a time. Each call refuses a session
+/// that does not exist; an `after` past the end gives an empty page.
+impl Store {
+    /// A page of a session's messages in history order: all of them, or only those
+    /// in one delivery state (`Some(Delivery::Queued)`: the mid-turn queue).
+    pub async fn messages(
+        &self,
+        session: SessionId,
+        state: Option<Delivery>,
+        query: PageQuery<Message>,
+    ) -> Result<Page<Message>> {
+        let (after, probe) = (query.seq(), query.probe());
+        let read = self
+            .with_read(move |tx| {
+                queries::get_session(tx, &session)?;
+                pages::messages(tx, &session, state, after, probe)
+            })
+            .await?;
+        Ok(page(read, probe))
+    }
+
+    /// A page of a session's recorded turn items, in history order.
+    pub async fn items(&self, session: SessionId, query: PageQuery<Item>) -> Result<Page<Item>> {
+        let (after, probe) = (query.seq(), query.probe());
+        let read = self
+            .with_read(move |tx| {
+                queries::get_session(tx, &session)?;
+                pages::items(tx, &session, after, probe)
+            })
+            .await?;
+        Ok(page(read, probe))
+    }
+
+    /// A page of a session's event log, in log order.
+    pub async fn events(&self, session: SessionId, query: PageQuery<Event>) -> Result<Page<Event>> {
+        let (after, probe) = (query.seq(), query.probe());
+        let read = self
+            .with_read(move |tx| {
+                queries::get_session(tx, &session)?;
+                pages::events(tx, &session, after, probe)
+            })
+            .await?;
+        Ok(page(read, probe))
+    }
+
+    /// A page of a session's turns (a proxied session's prompts and how each ended),
+    /// in history order.
+    pub async fn turns(&self, session: SessionId, query: PageQuery<Turn>) -> Result<Page<Turn>> {
+        let probe = query.probe();
+        let read = self
+            .with_read(move |tx| {
+                queries::get_session(tx, &session)?;
+                pages::turns(tx, &session, query.turn(), probe)
+            })
+            .await?;
+        Ok(page(read, probe))
+    }
+}
+
+/// Every entry `read` pages through, page after page of [`MAX_PAGE`], for a caller
+/// that truly needs them all at once (the probe, a proxy's turns to mark in a replay,
+/// tests through `testkit::whole`).
+pub(crate) async fn whole<T, F, Fut>(mut read: F) -> Result<Vec<T>>
+where
+    F: FnMut(PageQuery<T>) -> Fut,
+    Fut: std::future::Future<Output = Result<Page<T>>>,
+{
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let page = read(PageQuery::after(after, MAX_PAGE)).await?;
+        all.extend(page.entries);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return Ok(all),
+        }
+    }
+}
