@@ -4,7 +4,6 @@
 //! what the tables say and `verify --repair` can write them (`db::repair`). A restore
 //! reads the tables and replays nothing.
 
-use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use agent_client_protocol_schema::v1::ToolCallId;
@@ -14,8 +13,8 @@ use serde::Deserialize;
 use crate::attachments::AttachmentUri;
 use crate::ids::{ItemId, MessageId, SessionId};
 use crate::model::{
-    Delivery, Event, EventPayload, Item, ItemBody, Message, MessageBlock, Problem, ProblemKind,
-    Session, SessionFigures, Setting, Turn,
+    Delivery, Event, EventPayload, Item, ItemBody, Message, Problem, ProblemKind, Session,
+    SessionFigures, Setting, Turn,
 };
 use crate::turns::{self, Refusal, Slot, State, Update};
 
@@ -36,99 +35,28 @@ pub struct Projection {
 
 /// An event payload as the log was read: a parsed JSON value, or the text itself.
 pub trait Payload {
-    /// `kind` is the event row's own `kind` column: a hint for choosing a decoder,
-    /// never a substitute for the payload's own `kind` field. `uris` holds the URIs
-    /// this replay has parsed so far, for a decoder that can reuse them.
-    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<Decoded>;
-}
-
-/// A decoded payload. A `turn_recorded` payload read from text comes with its updates
-/// already read ([`Update::from_text`]), and its [`EventPayload`] holds none: the
-/// payload's own values would be built only to be read again.
-#[derive(Debug)]
-pub enum Decoded {
-    Payload(EventPayload),
-    Recorded {
-        updates: Result<Vec<Update>, Refusal>,
-        items: Vec<crate::model::CreatedItem>,
-    },
-}
-
-impl Decoded {
-    /// The payload, and for a `turn_recorded` its updates read (from its values if it
-    /// was decoded as values); the payload's own `updates` are then empty.
-    pub fn split(self) -> (EventPayload, Option<Result<Vec<Update>, Refusal>>) {
-        match self {
-            Decoded::Payload(EventPayload::TurnRecorded { updates, items }) => (
-                EventPayload::TurnRecorded {
-                    updates: Vec::new(),
-                    items,
-                },
-                Some(updates.iter().map(Update::from_value).collect()),
-            ),
-            Decoded::Payload(payload) => (payload, None),
-            Decoded::Recorded { updates, items, .. } => (
-                EventPayload::TurnRecorded {
-                    updates: Vec::new(),
-                    items,
-                },
-                Some(updates),
-            ),
-        }
-    }
-}
-
-impl From<EventPayload> for Decoded {
-    fn from(payload: EventPayload) -> Decoded {
-        Decoded::Payload(payload)
-    }
+    fn decode(&self) -> serde_json::Result<EventPayload>;
 }
 
 impl Payload for serde_json::Value {
     /// Deserialized from the borrowed value: cloning each payload first would copy the
     /// whole log once more.
-    fn decode(&self, _kind: &str, _uris: &mut Uris) -> serde_json::Result<Decoded> {
-        EventPayload::deserialize(self).map(Decoded::from)
+    fn decode(&self) -> serde_json::Result<EventPayload> {
+        EventPayload::deserialize(self)
     }
 }
 
 /// A payload read as text and owned (a page of the log).
 impl Payload for String {
-    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<Decoded> {
-        self.as_str().decode(kind, uris)
+    fn decode(&self) -> serde_json::Result<EventPayload> {
+        serde_json::from_str(self)
     }
 }
 
-/// A payload as the text the log holds, borrowed from the row it was read from, so
-/// that a replay decodes each one once, straight into its [`EventPayload`].
+/// A payload as the text the log holds, borrowed from the row it was read from.
 impl Payload for &str {
-    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<Decoded> {
-        // The tagged, flattened `EventPayload` is decoded through serde's buffered
-        // content, twice over; most of a log is `message_appended`, which a plain
-        // struct decodes straight from the text, its references' URIs parsed once per
-        // distinct text. Whatever the plain way refuses goes the general way, so what
-        // is accepted, and every error, stay the same.
-        if kind == "message_appended"
-            && let Ok(plain) = serde_json::from_str::<PlainAppended>(self)
-            && let Some(message) = plain.message(uris)
-        {
-            return Ok(EventPayload::MessageAppended { message }.into());
-        }
-        // A long record's log is mostly `turn_recorded`: its updates are left as text
-        // by the first read and each read once, straight into its update.
-        if kind == "turn_recorded"
-            && let Ok(plain) = serde_json::from_str::<PlainRecorded>(self)
-        {
-            return Ok(Decoded::Recorded {
-                updates: plain
-                    .updates
-                    .iter()
-                    .map(|update| Update::from_text(update.get()))
-                    .collect(),
-                items: plain.items,
-            });
-        }
-        serde_json::from_str::<EventPayload>(self).map(Decoded::from)
+    fn decode(&self) -> serde_json::Result<EventPayload> {
+        serde_json::from_str(self)
     }
 }
 
@@ -160,96 +88,6 @@ impl Uris {
             self.next = (self.next + 1) % Self::MOST;
         }
         Some(uri)
-    }
-}
-
-/// The `message_appended` tag, and no other.
-#[derive(Deserialize)]
-enum AppendedTag {
-    #[serde(rename = "message_appended")]
-    MessageAppended,
-}
-
-/// The `turn_recorded` tag, and no other.
-#[derive(Deserialize)]
-enum RecordedTag {
-    #[serde(rename = "turn_recorded")]
-    TurnRecorded,
-}
-
-/// A `turn_recorded` payload with its fields listed directly, unknown fields ignored
-/// as the tagged form ignores them.
-#[derive(Deserialize)]
-struct PlainRecorded<'a> {
-    #[allow(dead_code)]
-    kind: RecordedTag,
-    #[serde(borrow)]
-    updates: Vec<&'a serde_json::value::RawValue>,
-    items: Vec<crate::model::CreatedItem>,
-}
-
-/// A `message_appended` payload with its fields listed directly: the same fields as
-/// [`crate::model::AppendedMessage`] plus the tag, unknown fields ignored as the
-/// flattened form ignores them.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PlainAppended<'a> {
-    #[allow(dead_code)]
-    kind: AppendedTag,
-    id: MessageId,
-    seq: i64,
-    role: crate::model::Role,
-    display_text: String,
-    model_text: Option<String>,
-    transcript: Option<String>,
-    state: Delivery,
-    #[serde(borrow)]
-    refs: Vec<PlainReference<'a>>,
-    #[serde(default)]
-    content: Option<Vec<MessageBlock>>,
-}
-
-/// [`crate::model::Reference`] with its URI left as text (borrowed from the payload
-/// where it holds no escape), to be parsed through [`Uris`].
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PlainReference<'a> {
-    ordinal: u32,
-    #[serde(borrow)]
-    uri: Cow<'a, str>,
-    stored_name: String,
-    mime_type: String,
-    size: u64,
-}
-
-impl PlainAppended<'_> {
-    /// The message, or `None` when a URI does not parse (the general decoder then
-    /// reports it in its own words).
-    fn message(self, uris: &mut Uris) -> Option<crate::model::AppendedMessage> {
-        let refs = self
-            .refs
-            .into_iter()
-            .map(|r| {
-                Some(crate::model::Reference {
-                    ordinal: r.ordinal,
-                    uri: uris.parse(&r.uri)?,
-                    stored_name: r.stored_name,
-                    mime_type: r.mime_type,
-                    size: r.size,
-                })
-            })
-            .collect::<Option<Vec<_>>>()?;
-        Some(crate::model::AppendedMessage {
-            id: self.id,
-            seq: self.seq,
-            role: self.role,
-            display_text: self.display_text,
-            model_text: self.model_text,
-            transcript: self.transcript,
-            state: self.state,
-            refs,
-            content: self.content,
-        })
     }
 }
 
@@ -398,7 +236,6 @@ pub struct Replayer {
     turns: Vec<Turn>,
     settings: Vec<Setting>,
     figures: SessionFigures,
-    uris: Uris,
 }
 
 impl Replayer {
@@ -419,7 +256,6 @@ impl Replayer {
             turns: Vec::new(),
             settings: Vec::new(),
             figures: SessionFigures::default(),
-            uris: Uris::default(),
         }
     }
 
@@ -469,8 +305,8 @@ impl Replayer {
                 .with_event(event.seq),
             );
         }
-        let (payload, read) = match event.payload.decode(&event.kind, &mut self.uris) {
-            Ok(decoded) => decoded.split(),
+        let payload = match event.payload.decode() {
+            Ok(payload) => payload,
             Err(e) => {
                 problems.push(
                     Problem::new(
@@ -659,7 +495,10 @@ impl Replayer {
                     ),
                 }
             }
-            EventPayload::TurnRecorded { items: created, .. } => {
+            EventPayload::TurnRecorded {
+                updates,
+                items: created,
+            } => {
                 if session.is_none() {
                     problems.push(
                         Problem::new(
@@ -674,8 +513,7 @@ impl Replayer {
                         .with_event(event.seq),
                     );
                 }
-                // (`split` reads the updates of every `turn_recorded`.)
-                let read = read.unwrap_or(Ok(Vec::new()));
+                let read: Result<Vec<_>, _> = updates.iter().map(Update::from_value).collect();
                 if let Ok(updates) = &read {
                     crate::turns::take_figures(&mut self.figures, updates);
                 }
