@@ -210,7 +210,7 @@ impl Store {
     /// degrade; queued messages stay queued. The rows are read a page at a time in one
     /// snapshot, as the reader takes the items, so neither the time to the first item
     /// nor what is held grows with the history. A row that does not read, met before
-    /// the first batch (16 items) is handed over, makes this call fail; one met later
+    /// the first batch (1,024 items at most) is handed over, makes this call fail; one met later
     /// ends the stream with the error, after the items before it. Write the items as
     /// they come (a `format::StreamWriter`) rather than collect them.
     ///
@@ -303,10 +303,8 @@ impl Store {
     }
 }
 
-/// How many history seqs a page of rows covers: the first page is small, so the
-/// first entry costs little, and each next one twice the last, up to the most.
-const ENTRY_PAGE_FIRST: i64 = 16;
-const ENTRY_PAGE_MOST: i64 = 256;
+/// How many history seqs a page of rows covers.
+const ENTRY_PAGE: i64 = 256;
 
 /// Reads a session's delivered history forward from its rows, from `point` on, a page
 /// at a time, and hands each entry to `sink` as its row holds it: the tables are the
@@ -365,10 +363,9 @@ pub(crate) fn produce(
     let mut head = Some(row);
     // The event whose updates the rows of the last page named (V12), kept for the next.
     let mut made = turns::Made::default();
-    let (mut lo, mut page) = (from, ENTRY_PAGE_FIRST);
+    let mut lo = from;
     while lo <= last {
-        let hi = lo.saturating_add(page);
-        page = (page * 2).min(ENTRY_PAGE_MOST);
+        let hi = lo.saturating_add(ENTRY_PAGE);
         let entries = entries::page_of(tx, &session, lo..hi, Some(Delivery::Delivered), &mut made)?;
         lo = hi;
         for entry in entries {
