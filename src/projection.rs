@@ -10,7 +10,6 @@ use agent_client_protocol_schema::v1::ToolCallId;
 
 use serde::Deserialize;
 
-use crate::attachments::AttachmentUri;
 use crate::ids::{ItemId, MessageId, SessionId};
 use crate::model::{
     Delivery, Event, EventPayload, Item, ItemBody, Message, Problem, ProblemKind, Session,
@@ -57,37 +56,6 @@ impl Payload for String {
 impl Payload for &str {
     fn decode(&self) -> serde_json::Result<EventPayload> {
         serde_json::from_str(self)
-    }
-}
-
-/// The URIs a replay (or a read of reference rows) parsed last, by their text: a
-/// history refers to the same few files again and again, and a parse checks every part of a URI (about 1,100
-/// instructions), where a comparison with the last few texts costs a few dozen. It
-/// keeps the [`Uris::MOST`] latest, replacing the oldest.
-#[derive(Default)]
-pub struct Uris {
-    recent: Vec<(Box<str>, AttachmentUri)>,
-    /// Where the next new URI goes once `recent` is full.
-    next: usize,
-}
-
-impl Uris {
-    const MOST: usize = 16;
-
-    /// The URI `text` spells, or `None` when it does not parse.
-    pub(crate) fn parse(&mut self, text: &str) -> Option<AttachmentUri> {
-        if let Some((_, uri)) = self.recent.iter().find(|(seen, _)| **seen == *text) {
-            return Some(uri.clone());
-        }
-        let uri = AttachmentUri::parse(text).ok()?;
-        let entry = (text.into(), uri.clone());
-        if self.recent.len() < Self::MOST {
-            self.recent.push(entry);
-        } else {
-            self.recent[self.next] = entry;
-            self.next = (self.next + 1) % Self::MOST;
-        }
-        Some(uri)
     }
 }
 
@@ -1117,6 +1085,3 @@ pub fn compare_turns(
     }
     problems
 }
-
-#[cfg(test)]
-mod tests;
