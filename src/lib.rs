@@ -10,7 +10,8 @@
 //! ```
 //! use sessionstore::dispatch::{Memo, Mode};
 //! use sessionstore::format::{Format, StreamWriter};
-//! use sessionstore::history::{Replay, Values};
+//! use sessionstore::record::Values;
+//! use sessionstore::restore::Replay;
 //! use sessionstore::model::{Delivery, NewSession};
 //! use sessionstore::store::{Access, Dispatched, Prompt, PromptBlock, Upload};
 //! use sessionstore::{Config, DAEMON_ATTACHMENT_CONTEXT_META_KEY, Store};
@@ -88,7 +89,6 @@ pub mod error;
 pub(crate) mod files;
 pub mod focus;
 pub mod format;
-pub mod history;
 pub mod ids;
 pub mod lifecycle;
 pub mod maintenance;
@@ -97,8 +97,9 @@ pub mod openai;
 #[cfg(any(feature = "probe", feature = "testkit"))]
 mod probe;
 pub(crate) mod projection;
+pub mod record;
 pub mod redact;
-pub mod replay;
+pub mod restore;
 pub mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -127,6 +128,20 @@ pub use store::{SessionClaim, Store};
 /// `DatabaseKey`, a PostgreSQL URL's `Tls`): whether an SQLite file is encrypted, and
 /// the warnings `verify` and `paths` give about database files more exposed than the
 /// store would make them.
+/// The paths `record` and `restore` items had before those modules were named for
+/// their jobs, for callers that still name them.
+#[doc(hidden)]
+pub mod history {
+    pub use crate::record::{Batches, RECORD_BATCH, UpdateSource, Updates, Values};
+    pub use crate::restore::{Partial, Replay};
+}
+
+/// See [`history`].
+#[doc(hidden)]
+pub mod replay {
+    pub use crate::restore::{Partial, ReplayItem, RestoreStream};
+}
+
 pub mod privacy {
     pub use crate::db::cipher::{Encryption, encryption_of};
     pub use crate::db::schema::KeyChange;

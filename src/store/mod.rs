@@ -379,7 +379,7 @@ impl Store {
         }
     }
 
-    /// [`Store::record`] of [`crate::history::Values`] the caller keeps (the proxy takes a refused
+    /// [`Store::record`] of [`crate::record::Values`] the caller keeps (the proxy takes a refused
     /// one out and records the rest), redacted by the caller when redaction is on (the
     /// proxy's recorder carries a streamed message's tail from batch to batch). Each is read into its ACP type by the writer, as
     /// part of the write, rather than by the caller's task.
