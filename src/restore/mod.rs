@@ -62,7 +62,7 @@ impl Store {
     /// degrade; queued messages stay queued. The rows are read a page at a time in one
     /// snapshot, as the reader takes the items, so neither the time to the first item
     /// nor what is held grows with the history. A row that does not read, met before
-    /// the first batch (1,024 items at most) is handed over, makes this call fail; one met later
+    /// the first batch (16 items) is handed over, makes this call fail; one met later
     /// ends the stream with the error, after the items before it. Write the items as
     /// they come (a `format::StreamWriter`) rather than collect them.
     ///

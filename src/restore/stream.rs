@@ -36,9 +36,12 @@ pub enum ReplayItem {
 /// costs one wake-up per batch rather than one per message while memory stays bounded
 /// by a few batches.
 const BATCH_BYTES: u64 = 4 * 1024 * 1024;
-/// A batch's item cap, so a long history is handed over in a few wake-ups; what the
+/// The first batch's item cap: small, so the first item reaches the reader soon.
+/// Each later batch may hold four times as many, up to [`BATCH_ITEMS_MAX`], so a long
+/// history is handed over in a few wake-ups rather than one per 64 messages; what the
 /// items hold (encodings and their parts' texts) is bounded by [`BATCH_BYTES`].
-const BATCH_ITEMS: usize = 1024;
+const BATCH_ITEMS_FIRST: usize = 16;
+const BATCH_ITEMS_MAX: usize = 1024;
 
 /// What a replay from a point says about itself, where a whole replay says nothing:
 /// the entry it starts at (`None` when it holds no entry) and how many entries of the
@@ -89,7 +92,7 @@ impl RestoreStream {
     /// Runs `produce` on a blocking thread: it reads the history and hands each
     /// entry to its [`Sink`], which dispatches it (messages through `resolver`, with
     /// one memo) and hands it over in batches. The stream is handed back with the
-    /// first batch (its first [`BATCH_ITEMS`] items, or all of a shorter
+    /// first batch (its first [`BATCH_ITEMS_FIRST`] items, or all of a shorter
     /// history once `produce` is done with it), so an error found before then refuses
     /// the restore before any item exists; an error after that ends the stream, after
     /// the items that came before it. One thread reads
@@ -242,12 +245,24 @@ impl<R: Resolver> Sink for Feed<R> {
 /// Items waiting to be handed over, and the bytes made for them: the distinct
 /// encodings they hold (an encoding shared by several items counts once: it is one
 /// buffer) and the texts of their parts (each part's own copy).
-#[derive(Default)]
 struct Batch {
     items: Vec<ReplayItem>,
+    /// How many items this batch may hold.
+    cap: usize,
     /// Addresses of the encodings counted so far, only to recognise a shared one.
     seen: HashSet<usize>,
     bytes: u64,
+}
+
+impl Default for Batch {
+    fn default() -> Batch {
+        Batch {
+            items: Vec::new(),
+            cap: BATCH_ITEMS_FIRST,
+            seen: HashSet::new(),
+            bytes: 0,
+        }
+    }
 }
 
 impl Batch {
@@ -275,12 +290,13 @@ impl Batch {
             }
         }
         self.items.push(item);
-        self.bytes >= BATCH_BYTES || self.items.len() >= BATCH_ITEMS
+        self.bytes >= BATCH_BYTES || self.items.len() >= self.cap
     }
 
     fn take(&mut self) -> Vec<ReplayItem> {
         self.seen.clear();
         self.bytes = 0;
+        self.cap = (self.cap * 4).min(BATCH_ITEMS_MAX);
         std::mem::take(&mut self.items)
     }
 }
@@ -348,7 +364,10 @@ mod tests {
     fn long_texts_cut_a_batch_by_their_bytes() {
         let session = SessionId::new();
         let reply = "a".repeat(150_000);
-        let mut batch = Batch::default();
+        let mut batch = Batch {
+            cap: BATCH_ITEMS_MAX,
+            ..Batch::default()
+        };
         let mut held = 0;
         let full = loop {
             held += 1;
