@@ -652,7 +652,7 @@ fn backend_side(
                 .restore(
                     session,
                     sessionstore::dispatch::DEFAULT_MEMO_BUDGET,
-                    sessionstore::history::Replay::Whole,
+                    sessionstore::restore::Replay::Whole,
                 )
                 .await
                 .expect("restore");

@@ -136,7 +136,7 @@ fn run(rt: &Runtime, workload: &str, dir: &Path, n: usize) {
                     "content": {"type": "text", "text": format!("{i:020} chunk of a streamed answer. ")}});
                 rt.block_on(
                     f.store
-                        .record(f.session, sessionstore::history::Values(vec![chunk])),
+                        .record(f.session, sessionstore::record::Values(vec![chunk])),
                 )
                 .expect("record");
             }

@@ -10,7 +10,8 @@
 //! ```
 //! use sessionstore::dispatch::{Memo, Mode};
 //! use sessionstore::format::{Format, StreamWriter};
-//! use sessionstore::history::{Replay, Values};
+//! use sessionstore::record::Values;
+//! use sessionstore::restore::Replay;
 //! use sessionstore::model::{Delivery, NewSession};
 //! use sessionstore::store::{Access, Dispatched, Prompt, PromptBlock, Upload};
 //! use sessionstore::{Config, DAEMON_ATTACHMENT_CONTEXT_META_KEY, Store};
@@ -88,7 +89,6 @@ pub mod dispatch;
 pub mod error;
 pub mod focus;
 pub mod format;
-pub mod history;
 pub mod ids;
 pub mod lifecycle;
 pub mod maintenance;
@@ -98,8 +98,9 @@ pub(crate) mod permissions;
 #[cfg(any(feature = "probe", feature = "testkit"))]
 mod probe;
 pub(crate) mod projection;
+pub mod record;
 pub mod redact;
-pub mod replay;
+pub mod restore;
 pub mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;

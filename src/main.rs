@@ -23,8 +23,8 @@ use cli::session::SessionCommand;
 use cli::{parse_message, parse_session};
 use sessionstore::dispatch::{self, DEFAULT_MEMO_BUDGET, Memo, Mode};
 use sessionstore::format::{Format, StreamWriter};
-use sessionstore::history::Replay;
 use sessionstore::maintenance::{self, Migration};
+use sessionstore::restore::Replay;
 use sessionstore::store::{Access, PageQuery};
 use sessionstore::{Backup, Config, EntryId, MessageId, SessionId, Store, focus};
 

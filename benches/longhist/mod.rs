@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use sessionstore::dispatch::DEFAULT_MEMO_BUDGET;
 use sessionstore::format::{Format, StreamWriter};
-use sessionstore::history::Replay;
 use sessionstore::model::Role;
+use sessionstore::restore::Replay;
 use tokio::runtime::Runtime;
 
 use crate::workload::{Fixture, MIB, raw_connection};
@@ -53,7 +53,7 @@ fn build(rt: &Runtime, f: &Fixture, items: usize) -> u64 {
             .collect();
         rt.block_on(
             f.store
-                .record(f.session, sessionstore::history::Batches(batch)),
+                .record(f.session, sessionstore::record::Batches(batch)),
         )
         .expect("record");
     }

@@ -78,7 +78,7 @@ fn build(rt: &Runtime, dir: &std::path::Path, items: usize) -> Fixture {
             .collect();
         rt.block_on(
             f.store
-                .record(f.session, sessionstore::history::Batches(batch)),
+                .record(f.session, sessionstore::record::Batches(batch)),
         )
         .expect("record");
     }

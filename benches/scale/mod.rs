@@ -81,7 +81,7 @@ fn build(rt: &Runtime, f: &Fixture, items: usize) {
             .collect();
         rt.block_on(
             f.store
-                .record(f.session, sessionstore::history::Batches(batch)),
+                .record(f.session, sessionstore::record::Batches(batch)),
         )
         .expect("record");
     }

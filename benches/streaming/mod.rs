@@ -129,7 +129,7 @@ fn appending(store: &Store, rt: &Runtime, sessions: usize, each: usize) -> Appen
                     store
                         .record(
                             id,
-                            sessionstore::history::Values(vec![chunk(&format!("piece {i} "))]),
+                            sessionstore::record::Values(vec![chunk(&format!("piece {i} "))]),
                         )
                         .await
                         .expect("recorded");

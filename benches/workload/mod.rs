@@ -257,7 +257,7 @@ pub fn restore_store(rt: &Runtime, f: &Fixture) {
             .restore(
                 f.session,
                 DEFAULT_MEMO_BUDGET,
-                sessionstore::history::Replay::Whole,
+                sessionstore::restore::Replay::Whole,
             )
             .await
             .expect("restore");

@@ -9,7 +9,7 @@
 
 pub mod proxy;
 
-use crate::history::Replay;
+use crate::restore::Replay;
 use proxy::Failure;
 
 /// How many sessions one `session/list` answer holds: the store's default page (ACP

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use sessionstore::history::{RECORD_BATCH, UpdateSource};
+use sessionstore::record::{RECORD_BATCH, UpdateSource};
 use sessionstore::{Config, Error, SessionId, Store};
 
 use super::output::{count, emit, print_json};

@@ -6,9 +6,9 @@
 use super::sql::Tx;
 
 use crate::error::Result;
-use crate::history::RECORD_BATCH;
 use crate::ids::SessionId;
 use crate::model::{Delivery, ForkedFrom, ItemBody, NewMessage, Setting};
+use crate::record::RECORD_BATCH;
 use crate::turns::Update;
 use agent_client_protocol_schema::v1::{
     SessionUpdate, ToolCallId, ToolCallUpdate, ToolCallUpdateFields,

@@ -211,7 +211,7 @@ pub fn record(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<Re
 }
 
 /// An item a batch created or changed, and what a caller that records several
-/// batches in one write needs to list each item once (`crate::history`).
+/// batches in one write needs to list each item once (`crate::record`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Touched {
     pub(crate) id: ItemId,

@@ -27,9 +27,6 @@ pub mod schema;
 pub mod search;
 pub mod sessions;
 pub mod sql;
-/// The old name of `items`, left for `history.rs` alone (its three `db::turns` paths),
-/// which another change rewrites: when it names `db::items`, this line goes.
-pub(crate) use items as turns;
 pub mod usage;
 pub mod verify;
 

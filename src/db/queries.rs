@@ -13,7 +13,6 @@ use crate::model::{
     AgentBinding, AppendedMessage, Delivery, Event, EventPayload, Message, MessageBlock,
     NewSession, Reference, Session, TitleSource,
 };
-use crate::projection::Uris;
 
 fn session_from_row(row: &Row<'_>) -> Result<Session, DbError> {
     let agent: Option<String> = row.get(6)?;
@@ -411,17 +410,11 @@ pub(crate) fn insert_reference(conn: &Tx<'_>, message: &str, reference: &Referen
     Ok(())
 }
 
-/// A reference row from column `at` on; its URI through `uris`, which a read of many
-/// rows keeps (a history refers to the same few files again and again).
-fn reference_from_row(row: &Row<'_>, at: usize, uris: &mut Uris) -> Result<Reference, DbError> {
-    let uri = match row.with_text(at + 1, |text| Ok(text.and_then(|t| uris.parse(t))))? {
-        Some(uri) => uri,
-        // What does not parse is refused with the parse's own words.
-        None => row.parsed(at + 1)?,
-    };
+/// A reference row from column `at` on.
+fn reference_from_row(row: &Row<'_>, at: usize) -> Result<Reference, DbError> {
     Ok(Reference {
         ordinal: row.get(at)?,
-        uri,
+        uri: row.parsed(at + 1)?,
         stored_name: row.get(at + 2)?,
         mime_type: row.get(at + 3)?,
         // A negative size was not written by this store: refused like any other row
@@ -436,7 +429,7 @@ fn load_refs(conn: &Tx<'_>, message: &mut Message) -> Result<()> {
             "SELECT ordinal, uri, stored_name, mime_type, size FROM message_refs
              WHERE message_id = ?1 ORDER BY ordinal",
             args![message.id.to_string()],
-            |row| reference_from_row(row, 0, &mut Uris::default()),
+            |row| reference_from_row(row, 0),
         )
         .map_err(sql("read references"))?;
     Ok(())
@@ -491,7 +484,6 @@ pub fn messages_in(
     // Every reference of those messages in one query, in message order, rather than
     // one query per message: a long history has thousands of messages.
     let mut at = 0;
-    let mut uris = Uris::default();
     conn.for_each(
         "SELECT r.message_id, r.ordinal, r.uri, r.stored_name, r.mime_type, r.size
          FROM message_refs r JOIN messages m ON m.id = r.message_id
@@ -508,7 +500,7 @@ pub fn messages_in(
                 return Ok(());
             };
             at += found;
-            out[at].refs.push(reference_from_row(row, 1, &mut uris)?);
+            out[at].refs.push(reference_from_row(row, 1)?);
             Ok(())
         },
     )

@@ -19,10 +19,10 @@ use serde::ser::SerializeSeq;
 use super::json;
 use crate::dispatch::shell::{self, Hole, Scratch, Shell};
 use crate::dispatch::{ModelMessage, Part};
-use crate::history::Partial;
 use crate::ids::{ItemId, MessageId, SessionId};
 use crate::model::{Item, ItemBody, Message, Role};
-use crate::replay::ReplayItem;
+use crate::restore::Partial;
+use crate::restore::ReplayItem;
 use crate::turns;
 
 /// The method of a replay's notifications.

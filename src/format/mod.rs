@@ -21,10 +21,10 @@ use std::io::{self, Write};
 
 use crate::dispatch::ModelMessage;
 use crate::dispatch::shell::Scratch;
-use crate::history::Partial;
 use crate::ids::SessionId;
 use crate::model::{Item, Turn, TurnEnd};
-use crate::replay::ReplayItem;
+use crate::restore::Partial;
+use crate::restore::ReplayItem;
 use crate::turns;
 
 pub use acp_writer::{

@@ -25,7 +25,7 @@ use crate::dispatch::{
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, Message, Role, ToolsHost};
 use crate::openai::{ChatRequest, ResponsesRequest, chat_request, responses_request};
-use crate::replay::ReplayItem;
+use crate::restore::ReplayItem;
 use crate::store::Dispatched;
 
 const HOSTILE: &str = "quote \" back \\ nl \n tab \t nul \u{0} bell \u{7} sep \u{2028} bidi \u{202E} é 日本 😀 </script>";

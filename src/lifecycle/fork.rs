@@ -10,11 +10,11 @@ use crate::attachments::AttachmentUri;
 use crate::db::copies::{self, Entry, NewSession};
 use crate::db::sql::Tx;
 use crate::error::{Error, Result};
-use crate::history::Replay;
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, ForkedFrom, Message, NewMessage, NewReference, Session};
 use crate::projection::Entry as HistoryEntry;
-use crate::replay::{Partial, Sink};
+use crate::restore::Replay;
+use crate::restore::{Partial, Sink};
 use crate::store::blocking;
 
 /// A fork as made: the new session, and how its files got there.
@@ -131,7 +131,7 @@ impl Store {
             db.read_once(|tx| {
                 let row = crate::db::queries::get_session(tx, &origin)?;
                 crate::db::verify::check_session(tx, &row)?;
-                crate::history::produce(tx, origin, &Replay::Whole, &mut cut)
+                crate::restore::produce(tx, origin, &Replay::Whole, &mut cut)
             })?;
             Ok(cut)
         })
@@ -204,7 +204,7 @@ impl Store {
                     appender: copies::Appender::new(fork),
                     redacting,
                 };
-                crate::history::produce(tx, origin, &Replay::Whole, &mut into)?;
+                crate::restore::produce(tx, origin, &Replay::Whole, &mut into)?;
                 into.appender.finish(tx)?;
                 crate::db::queries::get_session(tx, &fork)
             });

@@ -22,7 +22,7 @@ use crate::attachments::AttachmentUri;
 use crate::db::verify::VerifyReport;
 use crate::error::Error;
 use crate::model::{ItemBody, Role, Session};
-use crate::replay::ReplayItem;
+use crate::restore::ReplayItem;
 use crate::store::Dispatched;
 
 /// A dispatch's user messages, which alone carry references.

@@ -44,7 +44,7 @@ pub use usage::Since;
 /// with a history) in `pages.rs`; `send` in `prompt.rs`; files in `files.rs`; search
 /// and verify in `check.rs`; a proxied session's binding, turns and settings in
 /// `proxied.rs`; claims in `claim.rs`; `usage` in `usage.rs`; `record` and `restore`
-/// in [`crate::history`]; listing, fork, export, import, delete, gc and redact in
+/// in [`crate::record`] and [`crate::restore`]; listing, fork, export, import, delete, gc and redact in
 /// [`crate::lifecycle`].
 #[derive(Clone)]
 pub struct Store {
@@ -366,7 +366,7 @@ impl Store {
         }
     }
 
-    /// [`Store::record`] of [`crate::history::Values`] the caller keeps (the proxy takes a refused
+    /// [`Store::record`] of [`crate::record::Values`] the caller keeps (the proxy takes a refused
     /// one out and records the rest), redacted by the caller when redaction is on (the
     /// proxy's recorder carries a streamed message's tail from batch to batch). Each is read into its ACP type by the writer, as
     /// part of the write, rather than by the caller's task.

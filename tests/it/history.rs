@@ -3,7 +3,7 @@
 //! where a whole restore says nothing, and refuse an id the delivered history does
 //! not hold; the library gives the same through `Store::restore`.
 
-use sessionstore::history::Replay;
+use sessionstore::restore::Replay;
 use sessionstore::store::Outgoing;
 use sessionstore::{EntryId, SessionId};
 
@@ -137,8 +137,8 @@ async fn the_library_replays_from_the_same_point() {
     let mut ids = Vec::new();
     while let Some(item) = stream.next().await {
         ids.push(match item.unwrap() {
-            sessionstore::replay::ReplayItem::Message(m) => EntryId::from(m.message.id),
-            sessionstore::replay::ReplayItem::Recorded(i) => EntryId::from(i.id),
+            sessionstore::restore::ReplayItem::Message(m) => EntryId::from(m.message.id),
+            sessionstore::restore::ReplayItem::Recorded(i) => EntryId::from(i.id),
             other => panic!("{other:?}"),
         });
     }
@@ -256,7 +256,7 @@ pub(crate) async fn recorded(t: &TestStore, n: usize) -> SessionId {
         })
         .collect();
     t.store()
-        .record(s, sessionstore::history::Batches(updates))
+        .record(s, sessionstore::record::Batches(updates))
         .await
         .unwrap();
     s
@@ -282,7 +282,7 @@ async fn the_log_is_keyed_a_batch_at_a_time_and_reads_the_same_keyed_or_not() {
         let store = t.store().clone();
         async move {
             store
-                .record(s, sessionstore::history::Values(vec![update]))
+                .record(s, sessionstore::record::Values(vec![update]))
                 .await
                 .unwrap()
         }
@@ -416,7 +416,7 @@ async fn a_large_event_is_keyed_at_once_with_the_events_before_it() {
     t.store()
         .record(
             s,
-            sessionstore::history::Values(vec![
+            sessionstore::record::Values(vec![
                 serde_json::json!({"sessionUpdate": "agent_message_chunk",
                 "content": {"type": "text", "text": long}}),
             ]),

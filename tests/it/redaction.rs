@@ -137,7 +137,7 @@ fn record_redacts_every_kind_even_split_across_two_chunks() {
     let credentials = credentials();
     // The first secret's two halves fall on either side of the first batch's end
     // (`RECORD_BATCH` updates): the tail held back crosses into the next write.
-    let mut lines: Vec<serde_json::Value> = (1..sessionstore::history::RECORD_BATCH)
+    let mut lines: Vec<serde_json::Value> = (1..sessionstore::record::RECORD_BATCH)
         .map(|_| {
             serde_json::json!({"sessionUpdate": "agent_thought_chunk",
                 "content": {"type": "text", "text": "ordinary thinking "}})

@@ -9,7 +9,7 @@ use agent_client_protocol_schema::v1::ContentBlock;
 use sessionstore::dispatch::DEFAULT_MEMO_BUDGET;
 use sessionstore::format::{RecordedEntry, RestoreEntry, RestoreMessage, RestoreObject};
 use sessionstore::model::{Item, Role, Session};
-use sessionstore::replay::ReplayItem;
+use sessionstore::restore::ReplayItem;
 use sessionstore::store::Dispatched;
 use sessionstore::{SessionId, Store};
 
@@ -54,7 +54,7 @@ impl CollectRestore for Store {
         memo_budget: u64,
     ) -> sessionstore::Result<Restored> {
         let mut stream = self
-            .restore(session, memo_budget, sessionstore::history::Replay::Whole)
+            .restore(session, memo_budget, sessionstore::restore::Replay::Whole)
             .await?;
         let mut restored = Restored {
             session: stream.session().clone(),

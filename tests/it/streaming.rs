@@ -15,7 +15,7 @@ use agent_client_protocol_schema::v1::{
 use sessionstore::dispatch::{DEFAULT_MEMO_BUDGET, Memo, Mode};
 use sessionstore::model::{NewSession, Role, ToolsHost};
 use sessionstore::openai::{chat_request, responses_request};
-use sessionstore::replay::ReplayItem;
+use sessionstore::restore::ReplayItem;
 use sessionstore::store::{Dispatched, Outgoing};
 use sessionstore::{SessionId, Store};
 
@@ -265,7 +265,7 @@ async fn the_replay_waits_for_its_reader() {
         store.send(s, out).await.unwrap();
     }
     let mut stream = store
-        .restore(s, DEFAULT_MEMO_BUDGET, sessionstore::history::Replay::Whole)
+        .restore(s, DEFAULT_MEMO_BUDGET, sessionstore::restore::Replay::Whole)
         .await
         .unwrap();
     let Some(Ok(ReplayItem::Message(first))) = stream.next().await else {

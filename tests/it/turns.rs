@@ -215,7 +215,7 @@ async fn batches_recorded_with_and_without_the_writers_memo_make_the_same_histor
     let remembered = t.session().await;
     for batch in &batches {
         t.store()
-            .record(remembered, sessionstore::history::Values(batch.clone()))
+            .record(remembered, sessionstore::record::Values(batch.clone()))
             .await
             .unwrap();
     }
@@ -370,7 +370,7 @@ fn record_reads_lines_checks_them_all_and_names_a_bad_one() {
 /// the same updates recorded in one batch do.
 #[tokio::test]
 async fn a_long_record_is_written_in_batches_of_one_write() {
-    use sessionstore::history::RECORD_BATCH;
+    use sessionstore::record::RECORD_BATCH;
     let t = TestStore::new().await;
     let s = t.session().await;
     let chunks = 2 * RECORD_BATCH + 150;

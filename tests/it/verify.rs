@@ -207,14 +207,14 @@ async fn a_long_history_is_checked_across_pages_and_an_edit_deep_in_it_is_named(
             "messageId": format!("a{i}"), "content": {"type": "text", "text": format!("answer {i}")}}))
     }));
     store
-        .record(s, sessionstore::history::Batches(first))
+        .record(s, sessionstore::record::Batches(first))
         .await
         .unwrap();
     let waiting = store.send(s, queued).await.unwrap();
     store
         .record(
             s,
-            sessionstore::history::Batches(vec![update(
+            sessionstore::record::Batches(vec![update(
                 serde_json::json!({"sessionUpdate": "tool_call_update",
                 "toolCallId": "long", "status": "completed"}),
             )]),
@@ -338,7 +338,7 @@ async fn a_search_index_that_disagrees_with_its_rows_is_caught() {
     store
         .record(
             s,
-            sessionstore::history::Values(vec![
+            sessionstore::record::Values(vec![
                 serde_json::json!({"sessionUpdate": "agent_message_chunk", "messageId": "a",
                 "content": {"type": "text", "text": "the answer"}}),
             ]),
@@ -431,7 +431,7 @@ async fn an_item_row_in_other_words_restores_the_same_and_verify_names_an_edited
     .map(|v| sessionstore::turns::Update::from_value(&v).unwrap())
     .collect();
     t.store()
-        .record(s, sessionstore::history::Batches(other_kinds))
+        .record(s, sessionstore::record::Batches(other_kinds))
         .await
         .unwrap();
     let items = 46;
@@ -569,7 +569,7 @@ async fn a_row_that_names_its_update_is_read_from_it_and_verify_names_an_edited_
         t.store()
             .record(
                 s,
-                sessionstore::history::Batches(batch.into_iter().map(update).collect::<Vec<_>>()),
+                sessionstore::record::Batches(batch.into_iter().map(update).collect::<Vec<_>>()),
             )
             .await
             .unwrap();

@@ -32,7 +32,7 @@ use crate::ids::{ItemId, MessageId, SessionId};
 use crate::lifecycle::MAX_PAGE;
 use crate::lifecycle::fork::Forked;
 use crate::model::{Delivery, ItemBody, Role};
-use crate::replay::ReplayItem;
+use crate::restore::ReplayItem;
 use crate::store::PageQuery;
 
 /// The session update a cursor is announced with.

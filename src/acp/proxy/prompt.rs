@@ -450,7 +450,7 @@ impl Proxy {
     pub(super) async fn replay_to_client(
         self: &Arc<Self>,
         session: SessionId,
-        point: Option<crate::history::Replay>,
+        point: Option<crate::restore::Replay>,
     ) -> Result<(), Failure> {
         let budget = crate::dispatch::DEFAULT_MEMO_BUDGET;
         let turns = whole(|q| self.store.turns(session, q)).await?;

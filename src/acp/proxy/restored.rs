@@ -16,7 +16,7 @@ use super::{Failure, Proxy};
 use crate::dispatch::{ModelMessage, Part};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{ItemBody, Role};
-use crate::replay::ReplayItem;
+use crate::restore::ReplayItem;
 
 /// How many bytes of attachment contents (encoded, as the agent gets them) the
 /// restored conversation carries at most; past it, attachments are given by their
@@ -45,7 +45,7 @@ impl Proxy {
     ) -> Result<Vec<ContentBlock>, Failure> {
         let mut stream = self
             .store
-            .restore(session, MEMO_BUDGET, crate::history::Replay::Whole)
+            .restore(session, MEMO_BUDGET, crate::restore::Replay::Whole)
             .await?;
         let mut out = Conversation {
             blocks: Vec::new(),
@@ -78,7 +78,7 @@ impl Proxy {
     ) -> Result<Vec<ContentBlock>, Failure> {
         let mut stream = self
             .store
-            .restore(session, MEMO_BUDGET, crate::history::Replay::Whole)
+            .restore(session, MEMO_BUDGET, crate::restore::Replay::Whole)
             .await?;
         let mut seen = std::collections::HashSet::new();
         let mut contexts = Vec::new();

@@ -20,7 +20,7 @@ use super::{
 use crate::attachments::AttachmentUri;
 use crate::ids::SessionId;
 use crate::model::{ItemBody, Message, Role};
-use crate::replay::ReplayItem;
+use crate::restore::ReplayItem;
 use crate::store::Dispatched;
 
 fn user_message(refs: &[&AttachmentUri]) -> Message {

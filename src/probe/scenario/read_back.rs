@@ -347,7 +347,7 @@ impl Probe {
             .await
             .step("open a fresh store to replay the turn")?;
         let mut stream = fresh
-            .restore(s, DEFAULT_MEMO_BUDGET, crate::history::Replay::Whole)
+            .restore(s, DEFAULT_MEMO_BUDGET, crate::restore::Replay::Whole)
             .await
             .step("replay the recorded turn")?;
         let written = |e: std::io::Error| Failure::Step(format!("cannot write acp-updates: {e}"));
@@ -412,11 +412,11 @@ async fn restored_messages(
     session: SessionId,
 ) -> crate::error::Result<Vec<Dispatched>> {
     let mut stream = store
-        .restore(session, DEFAULT_MEMO_BUDGET, crate::history::Replay::Whole)
+        .restore(session, DEFAULT_MEMO_BUDGET, crate::restore::Replay::Whole)
         .await?;
     let mut messages = Vec::new();
     while let Some(item) = stream.next().await {
-        if let crate::replay::ReplayItem::Message(m) = item? {
+        if let crate::restore::ReplayItem::Message(m) = item? {
             messages.push(Dispatched::from(m));
         }
     }

@@ -129,7 +129,7 @@ pub async fn restore_text(
         .restore(
             session,
             sessionstore::dispatch::DEFAULT_MEMO_BUDGET,
-            sessionstore::history::Replay::Whole,
+            sessionstore::restore::Replay::Whole,
         )
         .await
         .expect("the restore starts");

@@ -4,20 +4,22 @@
 //! what the tables say and `verify --repair` can write them (`db::repair`). A restore
 //! reads the tables and replays nothing.
 
-use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use agent_client_protocol_schema::v1::ToolCallId;
 
 use serde::Deserialize;
 
-use crate::attachments::AttachmentUri;
 use crate::ids::{ItemId, MessageId, SessionId};
 use crate::model::{
-    Delivery, Event, EventPayload, Item, ItemBody, Message, MessageBlock, Problem, ProblemKind,
-    Session, SessionFigures, Setting, Turn,
+    Delivery, Event, EventPayload, Item, ItemBody, Message, Problem, ProblemKind, Session,
+    SessionFigures, Setting, Turn,
 };
 use crate::turns::{self, Refusal, Slot, State, Update};
+
+mod compare;
+
+pub use compare::{Meet, compare, compare_figures, compare_items, compare_turns, session_problem};
 
 /// A session as its event log describes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,220 +38,28 @@ pub struct Projection {
 
 /// An event payload as the log was read: a parsed JSON value, or the text itself.
 pub trait Payload {
-    /// `kind` is the event row's own `kind` column: a hint for choosing a decoder,
-    /// never a substitute for the payload's own `kind` field. `uris` holds the URIs
-    /// this replay has parsed so far, for a decoder that can reuse them.
-    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<Decoded>;
-}
-
-/// A decoded payload. A `turn_recorded` payload read from text comes with its updates
-/// already read ([`Update::from_text`]), and its [`EventPayload`] holds none: the
-/// payload's own values would be built only to be read again.
-#[derive(Debug)]
-pub enum Decoded {
-    Payload(EventPayload),
-    Recorded {
-        updates: Result<Vec<Update>, Refusal>,
-        items: Vec<crate::model::CreatedItem>,
-    },
-}
-
-impl Decoded {
-    /// The payload, and for a `turn_recorded` its updates read (from its values if it
-    /// was decoded as values); the payload's own `updates` are then empty.
-    pub fn split(self) -> (EventPayload, Option<Result<Vec<Update>, Refusal>>) {
-        match self {
-            Decoded::Payload(EventPayload::TurnRecorded { updates, items }) => (
-                EventPayload::TurnRecorded {
-                    updates: Vec::new(),
-                    items,
-                },
-                Some(updates.iter().map(Update::from_value).collect()),
-            ),
-            Decoded::Payload(payload) => (payload, None),
-            Decoded::Recorded { updates, items, .. } => (
-                EventPayload::TurnRecorded {
-                    updates: Vec::new(),
-                    items,
-                },
-                Some(updates),
-            ),
-        }
-    }
-}
-
-impl From<EventPayload> for Decoded {
-    fn from(payload: EventPayload) -> Decoded {
-        Decoded::Payload(payload)
-    }
+    fn decode(&self) -> serde_json::Result<EventPayload>;
 }
 
 impl Payload for serde_json::Value {
     /// Deserialized from the borrowed value: cloning each payload first would copy the
     /// whole log once more.
-    fn decode(&self, _kind: &str, _uris: &mut Uris) -> serde_json::Result<Decoded> {
-        EventPayload::deserialize(self).map(Decoded::from)
+    fn decode(&self) -> serde_json::Result<EventPayload> {
+        EventPayload::deserialize(self)
     }
 }
 
 /// A payload read as text and owned (a page of the log).
 impl Payload for String {
-    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<Decoded> {
-        self.as_str().decode(kind, uris)
+    fn decode(&self) -> serde_json::Result<EventPayload> {
+        serde_json::from_str(self)
     }
 }
 
-/// A payload as the text the log holds, borrowed from the row it was read from, so
-/// that a replay decodes each one once, straight into its [`EventPayload`].
+/// A payload as the text the log holds, borrowed from the row it was read from.
 impl Payload for &str {
-    fn decode(&self, kind: &str, uris: &mut Uris) -> serde_json::Result<Decoded> {
-        // The tagged, flattened `EventPayload` is decoded through serde's buffered
-        // content, twice over; most of a log is `message_appended`, which a plain
-        // struct decodes straight from the text, its references' URIs parsed once per
-        // distinct text. Whatever the plain way refuses goes the general way, so what
-        // is accepted, and every error, stay the same.
-        if kind == "message_appended"
-            && let Ok(plain) = serde_json::from_str::<PlainAppended>(self)
-            && let Some(message) = plain.message(uris)
-        {
-            return Ok(EventPayload::MessageAppended { message }.into());
-        }
-        // A long record's log is mostly `turn_recorded`: its updates are left as text
-        // by the first read and each read once, straight into its update.
-        if kind == "turn_recorded"
-            && let Ok(plain) = serde_json::from_str::<PlainRecorded>(self)
-        {
-            return Ok(Decoded::Recorded {
-                updates: plain
-                    .updates
-                    .iter()
-                    .map(|update| Update::from_text(update.get()))
-                    .collect(),
-                items: plain.items,
-            });
-        }
-        serde_json::from_str::<EventPayload>(self).map(Decoded::from)
-    }
-}
-
-/// The URIs a replay (or a read of reference rows) parsed last, by their text: a
-/// history refers to the same few files again and again, and a parse checks every part of a URI (about 1,100
-/// instructions), where a comparison with the last few texts costs a few dozen. It
-/// keeps the [`Uris::MOST`] latest, replacing the oldest.
-#[derive(Default)]
-pub struct Uris {
-    recent: Vec<(Box<str>, AttachmentUri)>,
-    /// Where the next new URI goes once `recent` is full.
-    next: usize,
-}
-
-impl Uris {
-    const MOST: usize = 16;
-
-    /// The URI `text` spells, or `None` when it does not parse.
-    pub(crate) fn parse(&mut self, text: &str) -> Option<AttachmentUri> {
-        if let Some((_, uri)) = self.recent.iter().find(|(seen, _)| **seen == *text) {
-            return Some(uri.clone());
-        }
-        let uri = AttachmentUri::parse(text).ok()?;
-        let entry = (text.into(), uri.clone());
-        if self.recent.len() < Self::MOST {
-            self.recent.push(entry);
-        } else {
-            self.recent[self.next] = entry;
-            self.next = (self.next + 1) % Self::MOST;
-        }
-        Some(uri)
-    }
-}
-
-/// The `message_appended` tag, and no other.
-#[derive(Deserialize)]
-enum AppendedTag {
-    #[serde(rename = "message_appended")]
-    MessageAppended,
-}
-
-/// The `turn_recorded` tag, and no other.
-#[derive(Deserialize)]
-enum RecordedTag {
-    #[serde(rename = "turn_recorded")]
-    TurnRecorded,
-}
-
-/// A `turn_recorded` payload with its fields listed directly, unknown fields ignored
-/// as the tagged form ignores them.
-#[derive(Deserialize)]
-struct PlainRecorded<'a> {
-    #[allow(dead_code)]
-    kind: RecordedTag,
-    #[serde(borrow)]
-    updates: Vec<&'a serde_json::value::RawValue>,
-    items: Vec<crate::model::CreatedItem>,
-}
-
-/// A `message_appended` payload with its fields listed directly: the same fields as
-/// [`crate::model::AppendedMessage`] plus the tag, unknown fields ignored as the
-/// flattened form ignores them.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PlainAppended<'a> {
-    #[allow(dead_code)]
-    kind: AppendedTag,
-    id: MessageId,
-    seq: i64,
-    role: crate::model::Role,
-    display_text: String,
-    model_text: Option<String>,
-    transcript: Option<String>,
-    state: Delivery,
-    #[serde(borrow)]
-    refs: Vec<PlainReference<'a>>,
-    #[serde(default)]
-    content: Option<Vec<MessageBlock>>,
-}
-
-/// [`crate::model::Reference`] with its URI left as text (borrowed from the payload
-/// where it holds no escape), to be parsed through [`Uris`].
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PlainReference<'a> {
-    ordinal: u32,
-    #[serde(borrow)]
-    uri: Cow<'a, str>,
-    stored_name: String,
-    mime_type: String,
-    size: u64,
-}
-
-impl PlainAppended<'_> {
-    /// The message, or `None` when a URI does not parse (the general decoder then
-    /// reports it in its own words).
-    fn message(self, uris: &mut Uris) -> Option<crate::model::AppendedMessage> {
-        let refs = self
-            .refs
-            .into_iter()
-            .map(|r| {
-                Some(crate::model::Reference {
-                    ordinal: r.ordinal,
-                    uri: uris.parse(&r.uri)?,
-                    stored_name: r.stored_name,
-                    mime_type: r.mime_type,
-                    size: r.size,
-                })
-            })
-            .collect::<Option<Vec<_>>>()?;
-        Some(crate::model::AppendedMessage {
-            id: self.id,
-            seq: self.seq,
-            role: self.role,
-            display_text: self.display_text,
-            model_text: self.model_text,
-            transcript: self.transcript,
-            state: self.state,
-            refs,
-            content: self.content,
-        })
+    fn decode(&self) -> serde_json::Result<EventPayload> {
+        serde_json::from_str(self)
     }
 }
 
@@ -398,7 +208,6 @@ pub struct Replayer {
     turns: Vec<Turn>,
     settings: Vec<Setting>,
     figures: SessionFigures,
-    uris: Uris,
 }
 
 impl Replayer {
@@ -419,7 +228,6 @@ impl Replayer {
             turns: Vec::new(),
             settings: Vec::new(),
             figures: SessionFigures::default(),
-            uris: Uris::default(),
         }
     }
 
@@ -469,8 +277,8 @@ impl Replayer {
                 .with_event(event.seq),
             );
         }
-        let (payload, read) = match event.payload.decode(&event.kind, &mut self.uris) {
-            Ok(decoded) => decoded.split(),
+        let payload = match event.payload.decode() {
+            Ok(payload) => payload,
             Err(e) => {
                 problems.push(
                     Problem::new(
@@ -659,7 +467,10 @@ impl Replayer {
                     ),
                 }
             }
-            EventPayload::TurnRecorded { items: created, .. } => {
+            EventPayload::TurnRecorded {
+                updates,
+                items: created,
+            } => {
                 if session.is_none() {
                     problems.push(
                         Problem::new(
@@ -674,8 +485,7 @@ impl Replayer {
                         .with_event(event.seq),
                     );
                 }
-                // (`split` reads the updates of every `turn_recorded`.)
-                let read = read.unwrap_or(Ok(Vec::new()));
+                let read: Result<Vec<_>, _> = updates.iter().map(Update::from_value).collect();
                 if let Ok(updates) = &read {
                     crate::turns::take_figures(&mut self.figures, updates);
                 }
@@ -904,381 +714,3 @@ fn replay_turn<P>(
         }
     }
 }
-
-/// How an entry's row differs from what the log says it holds, if it does: the
-/// problem [`compare`] or [`compare_items`] names for it.
-pub fn entry_problem(session: SessionId, have: &Entry, want: &Entry) -> Option<Problem> {
-    if have == want {
-        return None;
-    }
-    Some(match (have, want) {
-        (Entry::Message(have), Entry::Message(want)) => Problem::new(
-            ProblemKind::ChangedRow,
-            format!(
-                "message {} differs from its event log ({})",
-                want.id,
-                message_differences(have, want)
-            ),
-        )
-        .with_session(session)
-        .with_message(want.id),
-        (Entry::Item(have), Entry::Item(want)) if have.id == want.id => Problem::new(
-            ProblemKind::ChangedRow,
-            format!(
-                "{} item {} differs from its event log ({})",
-                want.body.kind(),
-                want.id,
-                item_differences(have, want)
-            ),
-        )
-        .with_session(session)
-        .with_item(want.id),
-        _ => Problem::new(
-            ProblemKind::ChangedRow,
-            format!(
-                "the history entry at seq {} is {} in the table but {} in the event log",
-                want.seq(),
-                entry_name(have),
-                entry_name(want)
-            ),
-        )
-        .with_session(session),
-    })
-}
-
-/// Rows and the log's finished entries met by id, whichever comes first waiting for
-/// the other: the log mostly finishes an entry just after its row is read, so what
-/// waits is the few entries the log keeps open. `verify` meets every row.
-pub struct Meet {
-    session: SessionId,
-    rows: HashMap<crate::ids::EntryId, Entry>,
-    logged: HashMap<crate::ids::EntryId, Entry>,
-}
-
-impl Meet {
-    pub fn new(session: SessionId) -> Meet {
-        Meet {
-            session,
-            rows: HashMap::new(),
-            logged: HashMap::new(),
-        }
-    }
-
-    /// A row: compared now if the log is done with its entry, else kept until it is.
-    pub fn row(&mut self, row: &Entry) -> Option<Problem> {
-        match self.logged.remove(&row.id()) {
-            Some(want) => entry_problem(self.session, row, &want),
-            None => {
-                self.rows.insert(row.id(), row.clone());
-                None
-            }
-        }
-    }
-
-    /// An entry the log is done with.
-    pub fn logged(&mut self, want: Entry) -> Option<Problem> {
-        match self.rows.remove(&want.id()) {
-            Some(row) => entry_problem(self.session, &row, &want),
-            None => {
-                self.logged.insert(want.id(), want);
-                None
-            }
-        }
-    }
-
-    /// What never met: rows no event records, entries of the log with no row, in
-    /// history order.
-    pub fn finish(self) -> Vec<Problem> {
-        let session = self.session;
-        let mut problems: Vec<(i64, Problem)> = self
-            .logged
-            .values()
-            .map(|want| (want.seq(), missing_entry(session, want)))
-            .chain(
-                self.rows
-                    .values()
-                    .map(|row| (row.seq(), unlogged_entry(session, row))),
-            )
-            .collect();
-        problems.sort_by_key(|(seq, _)| *seq);
-        problems.into_iter().map(|(_, p)| p).collect()
-    }
-}
-
-/// A row of the delivered history that no event records ([`Entry`] counterpart of
-/// the `UnloggedRow` problems of [`compare`]).
-pub fn unlogged_entry(session: SessionId, have: &Entry) -> Problem {
-    let problem = Problem::new(
-        ProblemKind::UnloggedRow,
-        format!(
-            "{} is in the table but no event records it",
-            entry_name(have)
-        ),
-    )
-    .with_session(session);
-    match have {
-        Entry::Message(m) => problem.with_message(m.id),
-        Entry::Item(i) => problem.with_item(i.id),
-    }
-}
-
-/// An entry the log delivers that has no row.
-pub fn missing_entry(session: SessionId, want: &Entry) -> Problem {
-    let problem = Problem::new(
-        ProblemKind::MissingRow,
-        format!(
-            "{} is in the event log but not in the table",
-            entry_name(want)
-        ),
-    )
-    .with_session(session);
-    match want {
-        Entry::Message(m) => problem.with_message(m.id),
-        Entry::Item(i) => problem.with_item(i.id),
-    }
-}
-
-fn entry_name(entry: &Entry) -> String {
-    match entry {
-        Entry::Message(m) => format!("message {}", m.id),
-        Entry::Item(i) => format!("{} item {}", i.body.kind(), i.id),
-    }
-}
-
-/// The names of the fields that differ, joined for a problem's words.
-fn differing(checks: &[(bool, &str)]) -> String {
-    checks
-        .iter()
-        .filter(|(differs, _)| *differs)
-        .map(|(_, name)| *name)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn item_differences(have: &Item, want: &Item) -> String {
-    let checks = [
-        (have.seq != want.seq, "seq"),
-        (have.body.kind() != want.body.kind(), "kind"),
-        (have.body != want.body, "content"),
-        (have.created_at != want.created_at, "created time"),
-        (have.updated_at != want.updated_at, "updated time"),
-    ];
-    differing(&checks)
-}
-
-/// Names every way the items table differs from what the event log says it should
-/// hold: a tool-call row edited behind the log's back shows up here.
-pub fn compare_items(session: &Session, rows: &[Item], expected: &Projection) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let about = |kind, item: &Item, detail: String| {
-        Problem::new(kind, detail)
-            .with_session(session.id)
-            .with_item(item.id)
-    };
-    for want in &expected.items {
-        match rows.iter().find(|i| i.id == want.id) {
-            None => problems.push(about(
-                ProblemKind::MissingRow,
-                want,
-                format!(
-                    "{} item {} is in the event log but not in the table",
-                    want.body.kind(),
-                    want.id
-                ),
-            )),
-            Some(have) if have != want => problems.push(about(
-                ProblemKind::ChangedRow,
-                want,
-                format!(
-                    "{} item {} differs from its event log ({})",
-                    want.body.kind(),
-                    want.id,
-                    item_differences(have, want)
-                ),
-            )),
-            Some(_) => {}
-        }
-    }
-    for have in rows {
-        if !expected.items.iter().any(|i| i.id == have.id) {
-            problems.push(about(
-                ProblemKind::UnloggedRow,
-                have,
-                format!(
-                    "{} item {} is in the table but no event records it",
-                    have.body.kind(),
-                    have.id
-                ),
-            ));
-        }
-    }
-    problems
-}
-
-/// How a session's row differs from what its log says, if it does.
-pub fn session_problem(session: &Session, want: &Session) -> Option<Problem> {
-    let mut fields = Vec::new();
-    if session.title != want.title {
-        fields.push("title");
-    }
-    if session.title_source != want.title_source {
-        fields.push("title source");
-    }
-    if session.archived != want.archived {
-        fields.push("archived");
-    }
-    if session.tools_host != want.tools_host {
-        fields.push("tools host");
-    }
-    if session.cwd != want.cwd {
-        fields.push("working directory");
-    }
-    if session.agent != want.agent {
-        fields.push("agent");
-    }
-    if session.created_at != want.created_at {
-        fields.push("created time");
-    }
-    if session.updated_at != want.updated_at {
-        fields.push("updated time");
-    }
-    (!fields.is_empty()).then(|| {
-        Problem::new(
-            ProblemKind::ChangedRow,
-            format!(
-                "table row differs from its event log ({})",
-                fields.join(", ")
-            ),
-        )
-        .with_session(session.id)
-    })
-}
-
-/// Names every way the tables' rows differ from what the event log says they should be.
-pub fn compare(session: &Session, rows: &[Message], expected: &Projection) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let about = |kind, message: MessageId, detail: String| {
-        Problem::new(kind, detail)
-            .with_session(session.id)
-            .with_message(message)
-    };
-    problems.extend(session_problem(session, &expected.session));
-    // Rows and the log both list messages in history order, so the same index is
-    // tried first: a consistent session is compared in one pass, not in n² lookups.
-    fn find(list: &[Message], at: usize, id: MessageId) -> Option<&Message> {
-        list.get(at)
-            .filter(|m| m.id == id)
-            .or_else(|| list.iter().find(|m| m.id == id))
-    }
-    for (at, want) in expected.messages.iter().enumerate() {
-        match find(rows, at, want.id) {
-            None => problems.push(about(
-                ProblemKind::MissingRow,
-                want.id,
-                format!(
-                    "message {} is in the event log but not in the table",
-                    want.id
-                ),
-            )),
-            Some(have) if have != want => problems.push(about(
-                ProblemKind::ChangedRow,
-                want.id,
-                format!(
-                    "message {} differs from its event log ({})",
-                    want.id,
-                    message_differences(have, want)
-                ),
-            )),
-            Some(_) => {}
-        }
-    }
-    for (at, have) in rows.iter().enumerate() {
-        if find(&expected.messages, at, have.id).is_none() {
-            problems.push(about(
-                ProblemKind::UnloggedRow,
-                have.id,
-                format!(
-                    "message {} is in the table but no event records it",
-                    have.id
-                ),
-            ));
-        }
-    }
-    problems
-}
-
-fn message_differences(have: &Message, want: &Message) -> String {
-    let checks = [
-        (have.seq != want.seq, "seq"),
-        (have.role != want.role, "role"),
-        (have.display_text != want.display_text, "display text"),
-        (have.model_text != want.model_text, "model text"),
-        (have.transcript != want.transcript, "transcript"),
-        (have.state != want.state, "delivery state"),
-        (have.created_at != want.created_at, "created time"),
-        (have.refs != want.refs, "references"),
-        (have.content != want.content, "block order"),
-    ];
-    differing(&checks)
-}
-
-/// Names a session's cost and context figures if its row holds others than its log
-/// says.
-pub fn compare_figures(
-    session: &Session,
-    figures: &SessionFigures,
-    expected: &Projection,
-) -> Option<Problem> {
-    (*figures != expected.figures).then(|| {
-        Problem::new(
-            ProblemKind::ChangedRow,
-            format!(
-                "session {}'s cost and context differ from its event log's",
-                session.id
-            ),
-        )
-        .with_session(session.id)
-    })
-}
-
-/// Names every way a session's turns and settings differ from what its log says.
-pub fn compare_turns(
-    session: &Session,
-    turns: &[Turn],
-    settings: &[Setting],
-    expected: &Projection,
-) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let about = |kind, detail: String| Problem::new(kind, detail).with_session(session.id);
-    for want in &expected.turns {
-        match turns.iter().find(|t| t.id == want.id) {
-            None => problems.push(about(
-                ProblemKind::MissingRow,
-                format!("turn {} is in the event log but not in the table", want.id),
-            )),
-            Some(have) if have != want => problems.push(about(
-                ProblemKind::ChangedRow,
-                format!("turn {} differs from its event log", want.id),
-            )),
-            Some(_) => {}
-        }
-    }
-    for have in turns {
-        if !expected.turns.iter().any(|t| t.id == have.id) {
-            problems.push(about(
-                ProblemKind::UnloggedRow,
-                format!("turn {} is in the table but no event records it", have.id),
-            ));
-        }
-    }
-    if settings != expected.settings.as_slice() {
-        problems.push(about(
-            ProblemKind::ChangedRow,
-            "the settings differ from the event log's".to_owned(),
-        ));
-    }
-    problems
-}
-
-#[cfg(test)]
-mod tests;
