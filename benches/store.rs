@@ -42,6 +42,12 @@
 //!   page of 100,000 sessions against that of 100, and a search for a word in 100 items
 //!   of a million-item session against the same in a 1,000-item one (`scale/mod.rs`).
 
+/// The command line's allocator, so the store measured here runs as the binary does;
+/// the baselines run on it too.
+#[cfg(feature = "cli")]
+#[path = "../src/cli/allocator.rs"]
+mod allocator;
+
 mod longhist;
 mod process;
 mod redact;

@@ -3,6 +3,7 @@
 //! codes (`errors`), logs and progress (`logging`), and the argument parsers they
 //! share. Never holds behaviour the library lacks.
 
+mod allocator;
 pub mod attachment;
 pub mod errors;
 pub mod lifecycle;
