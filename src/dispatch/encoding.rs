@@ -3,12 +3,28 @@
 
 use std::sync::Arc;
 
+use super::Recycler;
+
 /// An encoding shared by every block made from one read. It wraps the `String` the
 /// encoding was made in, so sharing it costs no copy: an `Arc<str>` made from a
 /// `String` copies every byte into a new allocation, which for a 16 MiB image is
-/// 21 MB copied and a second buffer faulted in.
+/// 21 MB copied and a second buffer faulted in. An encoding made in a recycled buffer
+/// gives that buffer back when the last block holding it is dropped.
 #[derive(Clone)]
-pub struct SharedStr(Arc<String>);
+pub struct SharedStr(Arc<Kept>);
+
+struct Kept {
+    text: String,
+    home: Option<Arc<Recycler>>,
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if let Some(home) = self.home.take() {
+            home.give(std::mem::take(&mut self.text));
+        }
+    }
+}
 
 impl SharedStr {
     /// Whether both are the one buffer (not merely equal text).
@@ -19,12 +35,27 @@ impl SharedStr {
     /// The text as a `String`: moved out when this is its last holder, else copied
     /// into a string of exactly its length.
     pub fn into_string(self) -> String {
-        Arc::try_unwrap(self.0).unwrap_or_else(|shared| String::from(shared.as_str()))
+        match Arc::try_unwrap(self.0) {
+            Ok(mut kept) => {
+                // Moved out, the buffer is the caller's; nothing goes back to a recycler.
+                kept.home = None;
+                std::mem::take(&mut kept.text)
+            }
+            Err(shared) => String::from(shared.text.as_str()),
+        }
     }
 
-    /// The bytes the buffer holds.
+    /// The bytes the buffer holds, which for a recycled one may exceed its text.
     pub(crate) fn capacity(&self) -> usize {
-        self.0.capacity()
+        self.0.text.capacity()
+    }
+
+    /// `text`, to be given back to `home` once no block holds it.
+    fn recycled(text: String, home: Arc<Recycler>) -> SharedStr {
+        SharedStr(Arc::new(Kept {
+            text,
+            home: Some(home),
+        }))
     }
 }
 
@@ -39,7 +70,7 @@ impl Eq for SharedStr {}
 impl std::ops::Deref for SharedStr {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
+        &self.0.text
     }
 }
 
@@ -57,7 +88,7 @@ impl std::fmt::Display for SharedStr {
 
 impl From<String> for SharedStr {
     fn from(text: String) -> SharedStr {
-        SharedStr(Arc::new(text))
+        SharedStr(Arc::new(Kept { text, home: None }))
     }
 }
 
@@ -69,7 +100,16 @@ impl From<&str> for SharedStr {
 
 /// Standard base64 with padding, as the `base64` crate writes it, by a SIMD encoder
 /// (picked at run time for the CPU): a large attachment's encoding is most of what a
-/// dispatch or a restore spends its time on.
-pub(crate) fn encode_base64(bytes: &[u8]) -> SharedStr {
-    base64_simd::STANDARD.encode_to_string(bytes).into()
+/// dispatch or a restore spends its time on. The buffer comes from `recycler` when
+/// there is one.
+pub(crate) fn encode_base64(bytes: &[u8], recycler: Option<&Arc<Recycler>>) -> SharedStr {
+    let base64 = base64_simd::STANDARD;
+    match recycler {
+        Some(home) => {
+            let mut buffer = home.take(base64.encoded_length(bytes.len()));
+            base64.encode_append(bytes, &mut buffer);
+            SharedStr::recycled(buffer, home.clone())
+        }
+        None => base64.encode_to_string(bytes).into(),
+    }
 }

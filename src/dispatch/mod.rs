@@ -5,7 +5,8 @@
 //! never persisted.
 //!
 //! The rooms: `memo.rs` (the budgeted memo), `encoding.rs` (the shared encoding and the
-//! base64 encoder), `kinds.rs` (image, text or blob), `context.rs` (the path context and its escaping), `blocks.rs` (parts
+//! base64 encoder), `recycle.rs` (encoding buffers kept for reuse), `kinds.rs` (image,
+//! text or blob), `context.rs` (the path context and its escaping), `blocks.rs` (parts
 //! and the one builder of their ACP blocks), `shell.rs` (a typed value serialized with
 //! placeholders and cut around them, how the writers in `format` write what the
 //! builders build).
@@ -26,6 +27,7 @@ mod context;
 mod encoding;
 mod kinds;
 mod memo;
+mod recycle;
 pub(crate) mod shell;
 
 pub use blocks::{Attached, ModelMessage, Part, attachment_block, live_link};
@@ -34,6 +36,7 @@ pub use encoding::SharedStr;
 pub(crate) use encoding::encode_base64;
 use kinds::{is_image, is_text};
 pub use memo::{DEFAULT_MEMO_BUDGET, Memo};
+pub use recycle::Recycler;
 
 /// The `_meta` key under which every attachment block carries its path context.
 pub const DAEMON_ATTACHMENT_CONTEXT_META_KEY: &str = "daemon/attachmentContext";
@@ -42,6 +45,30 @@ pub const DAEMON_ATTACHMENT_CONTEXT_META_KEY: &str = "daemon/attachmentContext";
 /// real one; tests wrap it to count reads.
 pub trait Resolver: Send + Sync {
     fn read(&self, session: &SessionId, uri: &AttachmentUri) -> Result<Resolved, AttachmentError>;
+
+    /// Where the encodings of this resolver's reads take their buffers from and give
+    /// them back to; none by default.
+    fn recycler(&self) -> Option<&Arc<Recycler>> {
+        None
+    }
+}
+
+/// A resolver whose reads are encoded into buffers kept by `recycler`: what a
+/// [`crate::Store`] dispatches and restores through.
+#[derive(Clone)]
+pub struct Recycling<R> {
+    pub resolver: R,
+    pub recycler: Arc<Recycler>,
+}
+
+impl<R: Resolver> Resolver for Recycling<R> {
+    fn read(&self, session: &SessionId, uri: &AttachmentUri) -> Result<Resolved, AttachmentError> {
+        self.resolver.read(session, uri)
+    }
+
+    fn recycler(&self) -> Option<&Arc<Recycler>> {
+        Some(&self.recycler)
+    }
 }
 
 impl Resolver for AttachmentStore {
@@ -113,8 +140,9 @@ impl Content {
         }
     }
 
-    /// The bytes the encoding's buffer holds: its capacity. What a memo's budget and a
-    /// restore's batches count, so a budget bounds memory rather than text.
+    /// The bytes the encoding's buffer holds: its capacity, which for a recycled
+    /// buffer may be up to twice its text. What a memo's budget and a restore's
+    /// batches count, so a budget bounds memory rather than text.
     pub fn held_bytes(&self) -> u64 {
         self.text().capacity() as u64
     }
@@ -136,17 +164,22 @@ impl Content {
 }
 
 impl Prepared {
-    fn from_read(uri: &AttachmentUri, read: Resolved) -> Prepared {
+    fn from_read(
+        uri: &AttachmentUri,
+        read: Resolved,
+        recycler: Option<&Arc<Recycler>>,
+    ) -> Prepared {
+        let b64 = |bytes: &[u8]| encode_base64(bytes, recycler);
         let content = if is_image(&read.mime) {
-            Content::Image(encode_base64(&read.bytes))
+            Content::Image(b64(&read.bytes))
         } else if is_text(&read.mime, &read.name) {
             // The read's own buffer becomes the text when it is UTF-8: no copy.
             match String::from_utf8(read.bytes) {
                 Ok(text) => Content::Text(text.into()),
-                Err(e) => Content::Blob(encode_base64(e.as_bytes())),
+                Err(e) => Content::Blob(b64(e.as_bytes())),
             }
         } else {
-            Content::Blob(encode_base64(&read.bytes))
+            Content::Blob(b64(&read.bytes))
         };
         Prepared::new(read.name, uri.clone(), read.mime, read.path, content)
     }
@@ -255,7 +288,7 @@ pub fn resolve(resolver: &dyn Resolver, memo: &Memo, message: &Message) -> Reads
             None => {
                 let read = resolver
                     .read(&message.session_id, &reference.uri)
-                    .map(|r| Arc::new(Prepared::from_read(&reference.uri, r)))
+                    .map(|r| Arc::new(Prepared::from_read(&reference.uri, r, resolver.recycler())))
                     .map_err(|e| Unreadable {
                         name: reference.stored_name.clone(),
                         uri: reference.uri.clone(),

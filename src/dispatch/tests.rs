@@ -12,24 +12,57 @@ proptest! {
     #[test]
     fn simd_base64_is_the_base64_crates_output(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
         prop_assert_eq!(
-            &*encode_base64(&bytes),
+            &*encode_base64(&bytes, None),
             base64::engine::general_purpose::STANDARD.encode(&bytes)
         );
     }
 }
 
-/// Large buffers, past the SIMD block sizes: the same text as the `base64` crate's.
+/// A memo's budget counts the buffer an encoding holds, which for a recycled one
+/// may be up to twice its text: the budget bounds memory, not text.
 #[test]
-fn simd_base64_agrees_on_large_buffers() {
+fn a_memo_counts_a_recycled_buffer_whole() {
+    let recycler = Recycler::new(64 << 20);
+    recycler.give(String::with_capacity(2 << 20));
+    let bytes = vec![7u8; 900_000];
+    let encoded = encode_base64(&bytes, Some(&recycler));
+    assert_eq!(encoded.len(), 1_200_000);
+    let content = Content::Blob(encoded);
+    assert_eq!(content.held_bytes(), 2 << 20, "the recycled buffer, whole");
+    let memo = Memo::with_budget(3 << 20);
+    let session = SessionId::new();
+    for name in ["a.bin", "b.bin"] {
+        let uri = AttachmentUri::new(session, name);
+        let prepared = Prepared::new(
+            name.into(),
+            uri.clone(),
+            "application/octet-stream".into(),
+            PathBuf::from("/nowhere").join(name),
+            content.clone(),
+        );
+        memo.insert(&uri, Arc::new(prepared));
+    }
+    assert_eq!(memo.used(), 2 << 20, "the second entry evicted the first");
+}
+
+/// Into a fresh buffer and into recycled ones that held a longer and a shorter
+/// encoding before: the same text, with nothing of the old one left.
+#[test]
+fn simd_base64_agrees_on_large_buffers_recycled_or_not() {
     let noise = |len: u32, seed: u32| -> Vec<u8> {
         (0..len)
             .map(|i| (i.wrapping_add(seed).wrapping_mul(2654435761) >> 13) as u8)
             .collect()
     };
+    let recycler = Recycler::new(64 << 20);
     for (len, seed) in [(3 << 20, 1), (200_000, 2), (3 << 20, 3), (2_500_000, 4)] {
         let bytes = noise(len + 2, seed);
         let want = base64::engine::general_purpose::STANDARD.encode(&bytes);
-        assert_eq!(&*encode_base64(&bytes), want);
+        assert_eq!(&*encode_base64(&bytes, None), want);
+        let recycled = encode_base64(&bytes, Some(&recycler));
+        assert_eq!(&*recycled, want);
+        drop(recycled);
+        assert!(recycler.held() >= want.len(), "given back when dropped");
     }
 }
 
@@ -329,7 +362,7 @@ fn blob_data(block: &ContentBlock) -> &str {
 #[test]
 fn a_sole_holder_moves_its_encoding_into_its_block_and_others_copy_it_exactly() {
     let session = SessionId::new();
-    let encoded = encode_base64(&[9u8; 3000]);
+    let encoded = encode_base64(&[9u8; 3000], None);
     let buffer = encoded.as_ptr();
     let part = blob_part(session, encoded);
     let typed = part.to_block();

@@ -44,6 +44,9 @@ pub struct Store {
     pub(crate) db: Db,
     pub(crate) attachments: AttachmentStore,
     config: Arc<Config>,
+    /// The buffers of encodings no block holds any more, for the next dispatch or
+    /// restore: at most [`RECYCLED_BYTES`].
+    recycler: Arc<dispatch::Recycler>,
 }
 
 /// What `Store::verify` does: only check (the default), or also repair what it can.
@@ -56,6 +59,10 @@ pub enum Verify {
     /// database up and make them again from the log (SQLite only), then check again.
     Repair,
 }
+
+/// How many bytes of unused encoding buffers a store keeps for reuse: enough for the
+/// files of a typical turn, small beside the memo's default budget.
+pub const RECYCLED_BYTES: usize = 16 * 1024 * 1024;
 
 /// A message as `send` receives it: what the user typed and the URIs it refers to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,6 +204,7 @@ impl Store {
             db,
             attachments,
             config: Arc::new(config),
+            recycler: dispatch::Recycler::new(RECYCLED_BYTES),
         })
     }
 
@@ -409,9 +417,13 @@ impl Store {
 /// Giving messages to a model: select, dispatch (typed blocks or shared parts),
 /// drain the mid-turn queue, and restore a whole session as a stream.
 impl Store {
-    /// The attachment store as dispatch reads through it.
-    pub(crate) fn resolver(&self) -> AttachmentStore {
-        self.attachments.clone()
+    /// The attachment store as dispatch reads through it, encoding into this store's
+    /// recycled buffers.
+    pub(crate) fn resolver(&self) -> dispatch::Recycling<AttachmentStore> {
+        dispatch::Recycling {
+            resolver: self.attachments.clone(),
+            recycler: self.recycler.clone(),
+        }
     }
 
     fn placement(&self, session: &Session) -> Placement {
