@@ -151,8 +151,7 @@ impl Store {
                 if self.config().redaction.is_on() {
                     updates = crate::store::redacted_whole(updates);
                 }
-                self.record_json(session, std::sync::Arc::new(updates))
-                    .await
+                self.record_json(session, &updates).await
             }
             Input::Source(source) => self.record_batches(session, source).await,
         }

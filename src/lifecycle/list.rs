@@ -2,8 +2,7 @@
 //! names the last session shown by its `(updated_at, id)` key. It never holds the
 //! whole list and never reads attachment files.
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64_simd::URL_SAFE_NO_PAD;
 use serde::Serialize;
 
 use crate::error::Result;
@@ -66,7 +65,7 @@ impl std::fmt::Display for SessionCursor {
             ArchiveFilter::Exclude => format!("{}|{}", self.updated_at, self.id),
             other => format!("{}|{}|{other}", self.updated_at, self.id),
         };
-        f.write_str(&URL_SAFE_NO_PAD.encode(raw))
+        f.write_str(&URL_SAFE_NO_PAD.encode_to_string(raw))
     }
 }
 
@@ -77,7 +76,7 @@ impl std::str::FromStr for SessionCursor {
         let err = || CursorError {
             input: s.to_owned(),
         };
-        let bytes = URL_SAFE_NO_PAD.decode(s).map_err(|_| err())?;
+        let bytes = URL_SAFE_NO_PAD.decode_to_vec(s).map_err(|_| err())?;
         let raw = String::from_utf8(bytes).map_err(|_| err())?;
         // Neither the id nor the filter has a `|`, so the last one or two separate
         // them from the timestamp; a filter's name is no id.
@@ -215,8 +214,8 @@ mod tests {
             "{text}"
         );
         assert_eq!(text.parse::<SessionCursor>().unwrap(), cursor);
-        let no_id = URL_SAFE_NO_PAD.encode("2026-01-01|not-an-id");
-        let no_time = URL_SAFE_NO_PAD.encode(format!("|{}", SessionId::new()));
+        let no_id = URL_SAFE_NO_PAD.encode_to_string("2026-01-01|not-an-id");
+        let no_time = URL_SAFE_NO_PAD.encode_to_string(format!("|{}", SessionId::new()));
         for bad in ["", "!!", "abc", no_id.as_str(), no_time.as_str(), "a b"] {
             let e = bad.parse::<SessionCursor>().unwrap_err();
             assert_eq!(e.input, bad);

@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 
 use agent_client_protocol_schema::v1::ContentBlock;
-use base64::Engine;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -509,7 +508,7 @@ pub(super) fn vision_request(k: &Known, restored: &[Dispatched]) -> Outcome {
         image_url: openai::ImageUrl {
             url: openai::DataUrl::new(
                 "image/png",
-                base64::engine::general_purpose::STANDARD.encode(UPLOADS[IMAGE].bytes),
+                base64_simd::STANDARD.encode_to_string(UPLOADS[IMAGE].bytes),
             ),
         },
     };

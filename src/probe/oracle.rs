@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_client_protocol_schema::v1::{ContentBlock, EmbeddedResourceResource, Meta};
-use base64::Engine;
 use serde_json::{Value, json};
 
 use crate::attachments::ReadObserver;
@@ -228,9 +227,9 @@ impl<'a> Attached<'a> {
     pub fn bytes(&self) -> Result<Vec<u8>, String> {
         match self.kind {
             Kind::Text => Ok(self.payload.as_bytes().to_vec()),
-            Kind::Image | Kind::Blob => base64::engine::general_purpose::STANDARD
-                .decode(self.payload)
-                .map_err(|e| format!("the block for {} is not base64: {e}", self.uri)),
+            Kind::Image | Kind::Blob => base64_simd::STANDARD
+                .decode_to_vec(self.payload)
+                .map_err(|_| format!("the block for {} is not base64", self.uri)),
         }
     }
 
@@ -360,9 +359,9 @@ pub fn expected_responses(chat: &Value) -> Value {
 /// The bytes an image, file or text part of a chat request carries.
 pub fn part_bytes(part: &ChatPart) -> Result<Vec<u8>, String> {
     let from_data_url = |url: &crate::openai::DataUrl| {
-        base64::engine::general_purpose::STANDARD
-            .decode(&*url.base64)
-            .map_err(|e| e.to_string())
+        base64_simd::STANDARD
+            .decode_to_vec(&*url.base64)
+            .map_err(|_| "not base64".to_owned())
     };
     match part {
         ChatPart::Text { text } => Ok(text.as_bytes().to_vec()),

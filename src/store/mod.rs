@@ -368,27 +368,25 @@ impl Store {
 
     /// [`Store::record`] of [`crate::record::Values`] the caller keeps (the proxy takes a refused
     /// one out and records the rest), redacted by the caller when redaction is on (the
-    /// proxy's recorder carries a streamed message's tail from batch to batch). Each is read into its ACP type by the writer, as
-    /// part of the write, rather than by the caller's task.
+    /// proxy's recorder carries a streamed message's tail from batch to batch). Each is
+    /// read into its ACP type here, on the caller's task, before the write is queued.
     pub(crate) async fn record_json(
         &self,
         session: SessionId,
-        updates: Arc<Vec<serde_json::Value>>,
+        updates: &[serde_json::Value],
     ) -> Result<Recorded> {
-        let read = move || {
-            updates
-                .iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    Update::from_value(v).map_err(|refusal| Error::UpdateRefused {
-                        line: i + 1,
-                        refusal,
-                    })
+        let updates = updates
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                Update::from_value(v).map_err(|refusal| Error::UpdateRefused {
+                    line: i + 1,
+                    refusal,
                 })
-                .collect::<Result<Vec<_>>>()
-        };
+            })
+            .collect::<Result<Vec<_>>>()?;
         self.write_record(move |tx, tails| {
-            db::items::record_remembered(tx, tails, &session, &read()?)
+            db::items::record_remembered(tx, tails, &session, &updates)
         })
         .await
     }

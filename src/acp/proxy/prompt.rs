@@ -533,11 +533,10 @@ fn client_prompt(blocks: Vec<Value>) -> Result<Prompt, Failure> {
             Failure::invalid_params(format!("prompt block {i} is not a content block: {e}"))
         })?;
         let decoded = |data: &str| {
-            use base64::Engine;
-            base64::engine::general_purpose::STANDARD
-                .decode(data.trim())
-                .map_err(|e| {
-                    Failure::invalid_params(format!("prompt block {i} is not valid base64: {e}"))
+            base64_simd::STANDARD
+                .decode_to_vec(data.trim())
+                .map_err(|_| {
+                    Failure::invalid_params(format!("prompt block {i} is not valid base64"))
                 })
         };
         let upload = |name: String, bytes: Vec<u8>, meta| PromptBlock::Upload {

@@ -171,14 +171,10 @@ fn first_cut(batch: &[Value]) -> Option<usize> {
 async fn record_batch(
     store: &crate::Store,
     session: SessionId,
-    batch: Vec<Value>,
+    mut batch: Vec<Value>,
 ) -> Result<(), Failure> {
-    // Read into ACP types by the store's writer (`record_json`); shared with it, so a
-    // refused update is taken out here and the rest recorded without a copy made for
-    // every batch.
-    let mut batch = Arc::new(batch);
     loop {
-        match store.record_json(session, batch.clone()).await {
+        match store.record_json(session, &batch).await {
             Ok(_) => return Ok(()),
             Err(crate::Error::UpdateRefused { line, refusal })
                 if line >= 1 && line <= batch.len() =>
@@ -186,7 +182,7 @@ async fn record_batch(
                 tracing::warn!(
                     "left out an update the store refused for session {session}: {refusal}"
                 );
-                Arc::make_mut(&mut batch).remove(line - 1);
+                batch.remove(line - 1);
                 if batch.is_empty() {
                     return Ok(());
                 }
