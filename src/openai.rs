@@ -1,7 +1,7 @@
 //! OpenAI Chat Completions, Responses and Vision Bridge requests, and the one
 //! conversion that makes them from ACP content: from the blocks of a conversation
 //! (`chat_request`, `responses_request`) or from a dispatched message's parts
-//! (`chat_message`, `responses_message`), both read as the same [`Piece`]s, so the two
+//! (`chat_message`, `responses_message`), both read as the same `Piece`s, so the two
 //! cannot differ; the streaming writer in `format` serializes these same messages.
 //! Pure: no IO, no HTTP, and it never computes a path (a path reaches the model only
 //! inside a block's `_meta` context string, which dispatch wrote from a live read).

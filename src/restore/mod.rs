@@ -54,7 +54,7 @@ impl Store {
     /// Restores a session as a stream of items in history order, read forward from
     /// its tables, the store's projection of the event log: every delivered message
     /// as its row holds it, its references replayed through the resolver as the reader
-    /// asks for it (one memo of `memo_budget` bytes, [`dispatch::DEFAULT_MEMO_BUDGET`]
+    /// asks for it (one memo of `memo_budget` bytes, [`crate::dispatch::DEFAULT_MEMO_BUDGET`]
     /// by default: each distinct file is read once while it fits, and read again when
     /// evicted), and each recorded turn item as its row holds it. A restore trusts
     /// the rows: whether they agree with the log is `verify`'s to check, once, and

@@ -68,7 +68,7 @@ pub struct ProxyOptions {
     /// their own are listed.
     pub cwd: PathBuf,
     /// How many bytes of attachment contents a fresh agent session is given with the
-    /// restored conversation (paths are always given): [`restored::CONTENT_BUDGET`].
+    /// restored conversation (paths are always given): `restored::CONTENT_BUDGET`.
     pub restored_content_budget: usize,
     /// How long a turn's agent may send nothing before the turn is ended with an
     /// error to the client and marked failed; `None` (the default) waits for as long
