@@ -663,7 +663,7 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     };
     // The turns are read first: once the stream has started, its dispatch may log a
     // degraded attachment, and a failure after that would make two lines of one error.
-    let turns = cli::whole(|q| store.turns(args.session, q)).await?;
+    let turns = sessionstore::store::whole(|q| store.turns(args.session, q)).await?;
     let format: Format = args.format.into();
     // A session that cannot be restored (unknown, deleted, or rows that do not read
     // at its start) is refused here, before anything is written; a row that does not

@@ -18,13 +18,3 @@ pub async fn open_observing_reads(config: Config, observer: ReadObserver) -> Res
 pub fn write_stats(store: &Store) -> WriteStats {
     store.write_stats()
 }
-
-/// Every entry a paged read gives, page after page (`|q| store.events(session, q)`):
-/// what a test compares with what it wrote.
-pub async fn whole<T, F, Fut>(read: F) -> Result<Vec<T>>
-where
-    F: FnMut(crate::store::PageQuery<T>) -> Fut,
-    Fut: std::future::Future<Output = Result<crate::store::Page<T>>>,
-{
-    crate::store::pages::whole(read).await
-}

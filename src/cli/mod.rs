@@ -16,8 +16,6 @@ pub mod session;
 pub mod usage;
 pub mod verify;
 
-use sessionstore::lifecycle::MAX_PAGE;
-use sessionstore::store::{Page, PageQuery};
 use sessionstore::{EntryId, IdError, MessageId, SessionId};
 
 /// A session id as the store prints it; upper-case hex is taken too, since a UUID's
@@ -51,23 +49,4 @@ pub fn parse_entry(text: &str) -> Result<EntryId, String> {
 
 fn invalid(kind: &str, text: &str) -> String {
     format!("invalid {kind} id {text:?}: expected a UUID like 0190b3c2-7d4e-7abc-8def-0123456789ab")
-}
-
-/// Every entry of a paged read (`|q| store.turns(id, q)`), page after page: for output
-/// that is one document of the whole history (`session show --json`).
-pub async fn whole<T, F, Fut>(mut read: F) -> sessionstore::Result<Vec<T>>
-where
-    F: FnMut(PageQuery<T>) -> Fut,
-    Fut: std::future::Future<Output = sessionstore::Result<Page<T>>>,
-{
-    let mut all = Vec::new();
-    let mut after = None;
-    loop {
-        let page = read(PageQuery::after(after, MAX_PAGE)).await?;
-        all.extend(page.entries);
-        match page.next {
-            Some(next) => after = Some(next),
-            None => return Ok(all),
-        }
-    }
 }

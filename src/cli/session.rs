@@ -223,8 +223,8 @@ async fn list(
 async fn show(config: Config, json: bool, id: SessionId) -> Result<()> {
     let store = Store::open_as(config, Access::ReadOnly).await?;
     let session = store.session(id).await?;
-    let messages = super::whole(|q| store.messages(id, None, q)).await?;
-    let turns = super::whole(|q| store.turns(id, q)).await?;
+    let messages = sessionstore::store::whole(|q| store.messages(id, None, q)).await?;
+    let turns = sessionstore::store::whole(|q| store.turns(id, q)).await?;
     if json {
         let mut shown = serde_json::json!({ "session": session, "messages": messages });
         // Only a session a proxy carried has turns; others print as they always have.

@@ -34,7 +34,7 @@
 //! messages, its text verbatim, their attachments from a live read).
 
 use crate::store::Drain;
-use crate::store::pages::whole;
+use crate::store::whole;
 use std::collections::BTreeSet;
 use std::path::Path;
 

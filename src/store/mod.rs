@@ -30,7 +30,7 @@ mod usage;
 
 pub use crate::db::Access;
 pub use claim::SessionClaim;
-pub use pages::{Cursor, Page, PageQuery};
+pub use pages::{Cursor, Page, PageQuery, whole};
 pub(crate) use prompt::redact_message;
 pub use prompt::{Prompt, PromptBlock, ToSend};
 pub use usage::Since;

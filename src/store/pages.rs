@@ -220,10 +220,11 @@ impl Store {
     }
 }
 
-/// Every entry `read` pages through, page after page of [`MAX_PAGE`], for a caller
-/// that truly needs them all at once (the probe, a proxy's turns to mark in a replay,
-/// tests through `testkit::whole`).
-pub(crate) async fn whole<T, F, Fut>(mut read: F) -> Result<Vec<T>>
+/// Every entry `read` pages through (`|q| store.turns(id, q)`), page after page of
+/// [`MAX_PAGE`], for a caller that truly needs them all at once: one document of the
+/// whole history (`session show --json`), a proxy's turns to mark in a replay, a test
+/// comparing what it wrote.
+pub async fn whole<T, F, Fut>(mut read: F) -> Result<Vec<T>>
 where
     F: FnMut(PageQuery<T>) -> Fut,
     Fut: std::future::Future<Output = Result<Page<T>>>,

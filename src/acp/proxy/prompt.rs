@@ -25,7 +25,7 @@ use super::{Failure, Proxy};
 use crate::dispatch::{Memo, Mode, ModelMessage, Part};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, TurnEnd};
-use crate::store::{Prompt, PromptBlock, Upload, pages::whole};
+use crate::store::{Prompt, PromptBlock, Upload, whole};
 use recorder::Recorder;
 
 /// The turns of this connection's sessions: which one runs, and the prompts queued

@@ -1,10 +1,10 @@
-//! A session's whole history read back page after page (`testkit::whole`), for tests
+//! A session's whole history read back page after page (`store::whole`), for tests
 //! that compare all of it with what they wrote, and one upload stored on its own.
 
 use sessionstore::attachments::StoredAttachment;
 use sessionstore::model::{Delivery, Event, Item, Message, Turn};
 use sessionstore::store::Upload;
-use sessionstore::testkit::whole;
+use sessionstore::store::whole;
 use sessionstore::{Result, SessionId, Store};
 
 /// `Store`'s paged reads, every page of them at once.

@@ -264,7 +264,7 @@ mod tests {
                     .unwrap();
                 from = to;
             }
-            let items = crate::store::pages::whole(|q| store.items(session, q))
+            let items = crate::store::whole(|q| store.items(session, q))
                 .await
                 .unwrap();
             histories.push(items.iter().map(|i| i.body.to_json()).collect::<Vec<_>>());
