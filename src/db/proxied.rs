@@ -153,22 +153,7 @@ fn usage_from_row(row: &Row<'_>, at: usize) -> Result<Option<TurnUsage>, DbError
             .map(|n| u64::try_from(n).map_err(|e| DbError::column(at + i, e)))
             .transpose()?;
     }
-    let [
-        input_tokens,
-        output_tokens,
-        thought_tokens,
-        cached_read_tokens,
-        cached_write_tokens,
-        total_tokens,
-    ] = kinds;
-    let usage = TurnUsage {
-        input_tokens,
-        output_tokens,
-        thought_tokens,
-        cached_read_tokens,
-        cached_write_tokens,
-        total_tokens,
-    };
+    let usage = TurnUsage::from_kinds(kinds);
     Ok((usage != TurnUsage::default()).then_some(usage))
 }
 

@@ -54,6 +54,18 @@ impl TurnUsage {
             self.total_tokens,
         ]
     }
+
+    /// From the kinds in column order.
+    pub fn from_kinds(k: [Option<u64>; 6]) -> TurnUsage {
+        TurnUsage {
+            input_tokens: k[0],
+            output_tokens: k[1],
+            thought_tokens: k[2],
+            cached_read_tokens: k[3],
+            cached_write_tokens: k[4],
+            total_tokens: k[5],
+        }
+    }
 }
 
 /// What a session's latest `usage_update` said: its context window (`used` of
