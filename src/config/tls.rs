@@ -39,11 +39,6 @@ impl SslMode {
             _ => return None,
         })
     }
-
-    /// Whether a connection in this mode is encrypted whatever the server offers.
-    pub fn requires_tls(self) -> bool {
-        !matches!(self, SslMode::Disable | SslMode::Prefer)
-    }
 }
 
 impl fmt::Display for SslMode {

@@ -220,38 +220,20 @@ pub fn compare_items(session: &Session, rows: &[Item], expected: &Projection) ->
 
 /// How a session's row differs from what its log says, if it does.
 pub fn session_problem(session: &Session, want: &Session) -> Option<Problem> {
-    let mut fields = Vec::new();
-    if session.title != want.title {
-        fields.push("title");
-    }
-    if session.title_source != want.title_source {
-        fields.push("title source");
-    }
-    if session.archived != want.archived {
-        fields.push("archived");
-    }
-    if session.tools_host != want.tools_host {
-        fields.push("tools host");
-    }
-    if session.cwd != want.cwd {
-        fields.push("working directory");
-    }
-    if session.agent != want.agent {
-        fields.push("agent");
-    }
-    if session.created_at != want.created_at {
-        fields.push("created time");
-    }
-    if session.updated_at != want.updated_at {
-        fields.push("updated time");
-    }
+    let fields = differing(&[
+        (session.title != want.title, "title"),
+        (session.title_source != want.title_source, "title source"),
+        (session.archived != want.archived, "archived"),
+        (session.tools_host != want.tools_host, "tools host"),
+        (session.cwd != want.cwd, "working directory"),
+        (session.agent != want.agent, "agent"),
+        (session.created_at != want.created_at, "created time"),
+        (session.updated_at != want.updated_at, "updated time"),
+    ]);
     (!fields.is_empty()).then(|| {
         Problem::new(
             ProblemKind::ChangedRow,
-            format!(
-                "table row differs from its event log ({})",
-                fields.join(", ")
-            ),
+            format!("table row differs from its event log ({fields})"),
         )
         .with_session(session.id)
     })
