@@ -1,5 +1,4 @@
-//! Identifier newtypes shared by every layer; parsing here is the only place a raw id
-//! string becomes typed, and nothing here touches the database or the disk.
+//! Identifier newtypes; parsing here is the only place a raw id string becomes typed.
 
 use std::fmt;
 use std::str::FromStr;
@@ -17,20 +16,17 @@ pub struct SessionId(Uuid);
 #[serde(transparent)]
 pub struct MessageId(Uuid);
 
-/// A recorded turn item's id (an agent message, a thought, a tool call, a plan or a
-/// session-level update): a UUID v7, unique across sessions.
+/// A recorded turn item's id: a UUID v7, unique across sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ItemId(Uuid);
 
-/// A turn's id: one prompt's round with the agent, from the prompt to its answer (the
-/// proxy records them). A UUID v7.
+/// A turn's id (one prompt's round with the agent): a UUID v7.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct TurnId(Uuid);
 
-/// A history entry's id, as a replay point names it: a message's or a recorded item's
-/// (both UUIDs, unique across sessions, so the id alone says which entry).
+/// A history entry's id, a message's or an item's (unique, so the id alone says which).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct EntryId(Uuid);
@@ -88,8 +84,7 @@ macro_rules! uuid_id {
         impl FromStr for $ty {
             type Err = IdError;
 
-            /// Only the canonical hyphenated form is accepted, so an id always has
-            /// exactly one spelling: the one in the database and in folder names.
+            /// Only the canonical hyphenated form: an id has exactly one spelling.
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 let err = || IdError {
                     kind: $kind,
