@@ -89,8 +89,7 @@ pub enum Database {
 }
 
 impl Database {
-    /// What `--db` names. A file whose name really begins with `postgres://` is
-    /// `Database::Sqlite` built by hand.
+    /// What `--db` names (a file named `postgres://…` is a `Database::Sqlite` by hand).
     pub fn parse(name: impl Into<OsString>) -> Database {
         let name = name.into();
         match name.to_str().and_then(PostgresUrl::new) {

@@ -74,8 +74,7 @@ pub enum Error {
     #[error(transparent)]
     Dispatch(#[from] DispatchError),
 
-    /// `record` refused a batch at the 1-based `line` of its first bad update; nothing
-    /// of the batch was stored.
+    /// `record` refused a batch at the 1-based `line` of its first bad update.
     #[error("line {line}: {refusal}")]
     UpdateRefused {
         line: usize,
@@ -191,8 +190,7 @@ pub enum Error {
         known: i64,
         unknown: Vec<String>,
     },
-    /// A writing command found the schema differing from its migrations', and touched
-    /// nothing.
+    /// A writing command found the schema not its migrations', and touched nothing.
     #[error(
         "database {path} does not have the schema its migrations make: {}; nothing was \
          written to it (`sessionstore verify` reports every difference)",
@@ -282,8 +280,7 @@ pub enum Error {
     Shared(std::sync::Arc<Error>),
 }
 
-/// What to do about a database that may be encrypted, with or without the feature
-/// that opens one.
+/// What to do about a database that may be encrypted.
 fn needs_key_advice() -> &'static str {
     if cfg!(feature = "encryption") {
         "name its key with --key-file (or SESSIONSTORE_KEY_FILE)"

@@ -9,15 +9,13 @@ use crate::db::{
 use crate::error::Result;
 use crate::store::blocking;
 
-/// How `migrate` runs; by default it applies the migrations, backing the database up
-/// first.
+/// How `migrate` runs (default: back up, then apply).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Migration {
     /// With `Backup::Make`, an SQLite database that already has a schema is first
     /// copied to `<db>.v<N>.bak` (`migrate --no-backup`: `Skip`).
     pub backup: Backup,
-    /// Only say what would be applied, reading without writing a byte (a missing file
-    /// is not created; `migrate --dry-run`).
+    /// Only say what would be applied, writing nothing (`migrate --dry-run`).
     pub dry_run: bool,
 }
 

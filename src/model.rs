@@ -1,5 +1,4 @@
-//! The store's records as plain data, no IO; the tables are a projection of the
-//! event payloads here.
+//! The store's records as plain data; the tables are a projection of the event payloads.
 
 use std::fmt;
 use std::str::FromStr;
@@ -46,8 +45,7 @@ macro_rules! text_enum {
     };
 }
 
-/// A text that names none of the values a record's field may take (a role, a tools
-/// host, a delivery state), with the ones it may.
+/// A text that names none of the values a record's field may take, with those it may.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {what} {value:?}: expected one of {expected}")]
 pub struct UnknownValue {
@@ -215,8 +213,7 @@ pub enum MessageBlock {
         #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
         meta: Option<acp::Meta>,
     },
-    /// The reference of this ordinal, with the block's own `_meta` (the path context
-    /// is added at each dispatch).
+    /// The reference of this ordinal, with the block's own `_meta`.
     Reference {
         ordinal: u32,
         #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
@@ -300,8 +297,7 @@ pub enum EventPayload {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<TurnUsage>,
     },
-    /// A client setting the agent took (`session/set_mode`, …): its params less the
-    /// session id.
+    /// A client setting the agent took: its params less the session id.
     SettingRecorded {
         #[serde(flatten)]
         setting: Setting,
@@ -370,8 +366,7 @@ impl EventPayload {
     }
 }
 
-/// A message as its `message_appended` event records it (the event row carries the
-/// session and time).
+/// A message as its `message_appended` event records it (less session and time).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AppendedMessage {
@@ -483,8 +478,7 @@ pub enum ItemBody {
     Opaque(serde_json::Value),
 }
 
-/// A coalesced agent message or thought: adjacent text joined, other content a block
-/// of its own.
+/// A coalesced agent message or thought: adjacent text joined into one block.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentText {
@@ -534,8 +528,7 @@ impl PlainText<'_> {
     }
 }
 
-/// An [`AgentText`] body whose blocks are all plain text ([`PlainText`]), read
-/// directly; anything else is left to `AgentText`'s own read.
+/// An [`AgentText`] body of [`PlainText`] blocks only, read directly.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct PlainAgentText<'a> {

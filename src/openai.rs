@@ -31,8 +31,7 @@ pub struct ChatRequest {
     pub metadata: Option<std::collections::BTreeMap<String, String>>,
 }
 
-/// One message of a Chat Completions request. Only user messages carry content parts:
-/// assistant and system messages convert to text only.
+/// One message of a Chat Completions request; only user messages carry content parts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum ChatMessage {
@@ -219,8 +218,7 @@ pub fn chat_request<T: Turn>(model: &str, conversation: &[T]) -> ChatRequest {
     }
 }
 
-/// The Responses API request for a conversation, with the same parts and context rule as
-/// [`chat_request`].
+/// The Responses API request for a conversation, with [`chat_request`]'s parts.
 #[must_use]
 pub fn responses_request<T: Turn>(model: &str, conversation: &[T]) -> ResponsesRequest {
     ResponsesRequest {
@@ -432,8 +430,7 @@ fn responses_of<'a>(role: Role, pieces: impl Iterator<Item = Piece<'a>>) -> Resp
     }
 }
 
-/// The writers' form of [`chat_message`] and [`responses_message`]: each large field a
-/// placeholder, for `dispatch::shell` to cut.
+/// [`chat_message`] and [`responses_message`] with placeholders for `dispatch::shell`.
 pub(crate) fn chat_message_with_placeholders(m: &ModelMessage) -> ChatMessage {
     chat_of(
         m.message.role,

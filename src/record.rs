@@ -21,8 +21,7 @@ pub const RECORD_BATCH: usize = 128;
 /// may run more than once (PostgreSQL retries a transaction that lost a race), so
 /// `batches` starts from the first update every time it is called.
 pub trait UpdateSource: Send + 'static {
-    /// Calls `each` with the updates in order, in batches of at most
-    /// [`RECORD_BATCH`], stopping at the first error `each` returns.
+    /// Calls `each` with batches of at most [`RECORD_BATCH`], stopping at its first error.
     fn batches(&mut self, each: &mut dyn FnMut(Vec<Update>) -> Result<()>) -> Result<()>;
 }
 
@@ -46,8 +45,7 @@ impl UpdateSource for Batches {
     }
 }
 
-/// Updates as the JSON an agent sent (the `update` of each `session/update`), each
-/// read as `record` reads an input line.
+/// Updates as the JSON an agent sent, each read as `record` reads an input line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Values(pub Vec<serde_json::Value>);
 

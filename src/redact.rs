@@ -9,8 +9,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-/// A kind of secret, with the id that stands for it in `[REDACTED:<id>]` and in
-/// reports.
+/// A kind of secret, with its id in `[REDACTED:<id>]` and in reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     AwsAccessKeyId,
@@ -139,8 +138,7 @@ pub fn find(text: &str) -> Vec<Found> {
     found
 }
 
-/// `text` with each secret replaced by `[REDACTED:<kind>]`; borrowed when there is
-/// none.
+/// `text` with each secret replaced by `[REDACTED:<kind>]`; borrowed when none.
 pub fn redact(text: &str) -> Cow<'_, str> {
     let found = find(text);
     if found.is_empty() {

@@ -162,8 +162,7 @@ impl From<SessionUpdate> for Update {
     }
 }
 
-/// Reads one input line: a bare update, or a `session/update` notification whose
-/// `sessionId` must be `session`.
+/// Reads one input line: a bare update, or a `session/update` notification of `session`.
 pub fn parse_line(line: &str, session: SessionId) -> Result<Update, Refusal> {
     let value: serde_json::Value = serde_json::from_str(line).map_err(|e| Refusal::NotJson {
         detail: e.to_string(),
@@ -216,8 +215,7 @@ pub(crate) enum Slot {
     New(usize),
 }
 
-/// What of a history a batch may change: a last message a chunk may continue, and
-/// the tool calls it names.
+/// What of a history a batch may change: the last message, and the tool calls it names.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct State {
     pub(crate) tail: Option<(ItemId, ItemBody)>,

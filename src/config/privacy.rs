@@ -76,8 +76,7 @@ impl DatabaseKey {
         Ok(DatabaseKey(key))
     }
 
-    /// Reads the key file at `path`: `Error::KeyFile` if unreadable, `Error::BadKeyFile`
-    /// if it holds no key.
+    /// Reads the key file at `path` (`Error::KeyFile`, or `BadKeyFile` if no key).
     pub fn read_file(path: &Path) -> Result<DatabaseKey> {
         let unreadable = |cause| Error::KeyFile {
             path: path.to_owned(),

@@ -211,8 +211,7 @@ fn decide(
     })
 }
 
-/// Whether every host the driver would try (and any `hostaddr`) is a Unix socket or
-/// a loopback address.
+/// Whether every host (and `hostaddr`) is a Unix socket or a loopback address.
 fn all_local(config: &postgres::Config) -> bool {
     let loopback_name = |name: &str| {
         name.eq_ignore_ascii_case("localhost")

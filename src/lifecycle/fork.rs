@@ -213,8 +213,7 @@ impl Store {
     }
 }
 
-/// The first read of a fork: the files its messages up to `upto` refer to, the
-/// last entry's seq and the last message's id.
+/// The first read of a fork: its files, last entry's seq and last message's id.
 struct Cut {
     upto: i64,
     last: i64,

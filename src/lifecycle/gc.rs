@@ -17,8 +17,7 @@ use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::store::{Store, blocking};
 
-/// The default age before gc takes an unreferenced upload: an upload about to be sent
-/// is safe.
+/// The default age before gc takes an upload: one about to be sent is safe.
 pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
 
 #[derive(Debug, Clone)]

@@ -1,5 +1,4 @@
-//! Sessions a page at a time, most recently updated first, with an opaque cursor. It
-//! never holds the whole list and never reads attachment files.
+//! Sessions a page at a time, most recently updated first, with an opaque cursor.
 
 use base64_simd::URL_SAFE_NO_PAD;
 use serde::Serialize;

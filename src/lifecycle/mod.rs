@@ -22,8 +22,7 @@ pub use list::{
 pub use progress::{Progress, Step};
 pub use redact::{RedactOptions, RedactReport, RedactedSession, SkippedSession};
 
-/// Whether an operation removes things, or only reports what it would (a read-only
-/// store is then enough).
+/// Whether an operation removes things, or only reports (a read-only store suffices).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Run {
     #[default]

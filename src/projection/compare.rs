@@ -1,5 +1,4 @@
-//! What a projection of the log and the tables' rows are compared by: each
-//! difference named as the `Problem` `verify` reports (and `import` checks).
+//! A projection compared with the tables' rows, each difference a `Problem`.
 
 use std::collections::HashMap;
 
@@ -8,8 +7,7 @@ use crate::model::{Item, Message, Problem, ProblemKind, Session, SessionFigures,
 
 use super::{Entry, Projection};
 
-/// How an entry's row differs from what the log says it holds, if it does: the
-/// problem [`compare`] or [`compare_items`] names for it.
+/// How an entry's row differs from what the log says it holds, if it does.
 pub fn entry_problem(session: SessionId, have: &Entry, want: &Entry) -> Option<Problem> {
     if have == want {
         return None;
@@ -89,8 +87,7 @@ impl Meet {
         }
     }
 
-    /// What never met: rows no event records, entries of the log with no row, in
-    /// history order.
+    /// What never met, in history order.
     pub fn finish(self) -> Vec<Problem> {
         let session = self.session;
         let mut problems: Vec<(i64, Problem)> = self
@@ -169,8 +166,7 @@ fn item_differences(have: &Item, want: &Item) -> String {
     differing(&checks)
 }
 
-/// Names every way the items table differs from what the event log says it should
-/// hold: a tool-call row edited behind the log's back shows up here.
+/// Names every way the items table differs from what the event log says.
 pub fn compare_items(session: &Session, rows: &[Item], expected: &Projection) -> Vec<Problem> {
     let mut problems = Vec::new();
     let about = |kind, item: &Item, detail: String| {
@@ -307,8 +303,7 @@ fn message_differences(have: &Message, want: &Message) -> String {
     differing(&checks)
 }
 
-/// Names a session's cost and context figures if its row holds others than its log
-/// says.
+/// Names a session's cost and context figures if they differ from its log's.
 pub fn compare_figures(
     session: &Session,
     figures: &SessionFigures,

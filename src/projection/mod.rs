@@ -227,8 +227,7 @@ impl Replayer {
         self.entries.retired.drain(..)
     }
 
-    /// The log has no more events: every entry still open is done, and handed over
-    /// (in history order) by the next [`Replayer::take_retired`].
+    /// The log ended: every open entry goes to the next [`Replayer::take_retired`].
     pub fn close(&mut self) {
         let (messages, items) = self.entries.drain();
         let mut rest: Vec<Entry> = messages
@@ -548,8 +547,7 @@ impl Replayer {
         }
     }
 
-    /// The projection and every problem found in the log. For a windowed replay its
-    /// messages and items are the entries not handed over yet.
+    /// The projection (for a windowed replay, the entries not handed over) and problems.
     pub fn finish(mut self) -> (Option<Projection>, Vec<Problem>) {
         let session_id = self.session_id;
         if self.session.is_none() {

@@ -16,8 +16,7 @@ use crate::ids::{EntryId, SessionId};
 use crate::model::Delivery;
 use crate::store::Store;
 
-/// Where a replay starts. Entries are counted as `restore --format acp` shows them:
-/// the delivered messages and the recorded items, in the history's one order.
+/// Where a replay starts; entries are the delivered messages and recorded items.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Replay {
     /// The whole history.
@@ -27,8 +26,7 @@ pub enum Replay {
     Tail(u64),
     /// From this entry (a delivered message or a recorded item), inclusive.
     From(EntryId),
-    /// From a `messageId` as an ACP client saw it in a replay (see
-    /// [`Replay::from_acp_message`]), inclusive.
+    /// From an ACP `messageId` ([`Replay::from_acp_message`]), inclusive.
     AcpMessage(String),
 }
 

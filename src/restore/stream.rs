@@ -126,8 +126,7 @@ impl RestoreStream {
         });
         let (session, partial) = match loaded.await {
             Ok(loaded) => loaded?,
-            // The thread ended without a word: it panicked while loading, and the
-            // join error carries the panic's message.
+            // The thread panicked while loading; the join error carries its message.
             Err(_) => {
                 return Err(Error::Task(match producer.await {
                     Err(e) => e.to_string(),
@@ -258,8 +257,7 @@ impl Batch {
         for part in parts {
             match part {
                 dispatch::Part::Text(text) => self.bytes += text.len() as u64,
-                // A client's own block (a link, a file it embedded) is counted by what
-                // it holds, as its JSON.
+                // A client's own block is counted by its JSON.
                 dispatch::Part::Verbatim(block) => {
                     self.bytes += serde_json::to_vec(block).map_or(0, |v| v.len() as u64)
                 }
