@@ -108,32 +108,8 @@ impl fmt::Display for Database {
     }
 }
 
-impl From<OsString> for Database {
-    fn from(name: OsString) -> Database {
-        Database::parse(name)
-    }
-}
-
-impl From<PathBuf> for Database {
-    fn from(name: PathBuf) -> Database {
-        Database::parse(name)
-    }
-}
-
-impl From<&Path> for Database {
-    fn from(name: &Path) -> Database {
-        Database::parse(name)
-    }
-}
-
-impl From<String> for Database {
-    fn from(name: String) -> Database {
-        Database::parse(name)
-    }
-}
-
-impl From<&str> for Database {
-    fn from(name: &str) -> Database {
+impl<T: Into<OsString>> From<T> for Database {
+    fn from(name: T) -> Database {
         Database::parse(name)
     }
 }
