@@ -6,43 +6,6 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// A session's id: a UUID v7, stored and printed as hyphenated lowercase text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct SessionId(Uuid);
-
-/// A message's id: a UUID v7, unique across sessions so `--message` needs no session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct MessageId(Uuid);
-
-/// A recorded turn item's id: a UUID v7, unique across sessions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ItemId(Uuid);
-
-/// A turn's id (one prompt's round with the agent): a UUID v7.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct TurnId(Uuid);
-
-/// A history entry's id, a message's or an item's (unique, so the id alone says which).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct EntryId(Uuid);
-
-impl From<MessageId> for EntryId {
-    fn from(id: MessageId) -> EntryId {
-        EntryId(id.0)
-    }
-}
-
-impl From<ItemId> for EntryId {
-    fn from(id: ItemId) -> EntryId {
-        EntryId(id.0)
-    }
-}
-
 /// Position of an event in the global, append-only event log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -57,7 +20,12 @@ pub struct IdError {
 }
 
 macro_rules! uuid_id {
-    ($ty:ident, $kind:literal) => {
+    ($(#[$doc:meta])* $ty:ident, $kind:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $ty(Uuid);
+
         impl $ty {
             /// A fresh, time-ordered id.
             pub fn new() -> Self {
@@ -102,11 +70,38 @@ macro_rules! uuid_id {
     };
 }
 
-uuid_id!(SessionId, "session");
-uuid_id!(MessageId, "message");
-uuid_id!(ItemId, "item");
-uuid_id!(TurnId, "turn");
-uuid_id!(EntryId, "history entry");
+uuid_id!(
+    /// A session's id: a UUID v7, stored and printed as hyphenated lowercase text.
+    SessionId, "session"
+);
+uuid_id!(
+    /// A message's id: a UUID v7, unique across sessions so `--message` needs no session.
+    MessageId, "message"
+);
+uuid_id!(
+    /// A recorded turn item's id: a UUID v7, unique across sessions.
+    ItemId, "item"
+);
+uuid_id!(
+    /// A turn's id (one prompt's round with the agent): a UUID v7.
+    TurnId, "turn"
+);
+uuid_id!(
+    /// A history entry's id, a message's or an item's (unique, so the id alone says which).
+    EntryId, "history entry"
+);
+
+impl From<MessageId> for EntryId {
+    fn from(id: MessageId) -> EntryId {
+        EntryId(id.0)
+    }
+}
+
+impl From<ItemId> for EntryId {
+    fn from(id: ItemId) -> EntryId {
+        EntryId(id.0)
+    }
+}
 
 impl fmt::Display for EventSeq {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
