@@ -91,8 +91,9 @@ pub(super) const REPLY: &str = "The menu lists soba and tempura; your notes agre
 pub(super) const MID_TURN: &str = "Also compare the second version of my notes.";
 pub(super) const TRANSCRIPT: &str = "and tell me which one is cheaper";
 
-/// The recorded turn's agent answer, sent as these chunks and back joined verbatim (no
-/// temporary root in it, so the audit still finds no path).
+/// The recorded turn's session: a question with one attachment, the agent's answer (sent
+/// as these chunks, back joined verbatim; it names no temporary root, so the audit still
+/// finds no path) and a tool call, then a follow-up.
 pub(super) const TURN_QUESTION: &str = "Summarize my lunch note.";
 pub(super) const TURN_NOTE: &[u8] = "soba 蕎麦 at noon\n".as_bytes();
 pub(super) const AGENT_TEXT: [&str; 2] =
