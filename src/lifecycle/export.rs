@@ -212,10 +212,7 @@ fn append<W: Write>(
     header.set_mode(0o600);
     header.set_mtime(0);
     tar.append_data(&mut header, name, std::io::Read::take(bytes, size))
-        .map_err(|cause| Error::WriteFile {
-            path: PathBuf::from(name),
-            cause,
-        })
+        .map_err(io_at(Path::new(name)))
 }
 
 /// Writes a new file beside `out` (mode of `sharing`), syncs it and renames it over
@@ -225,9 +222,11 @@ fn write_replacing(
     sharing: crate::config::Sharing,
     write: impl FnOnce(std::fs::File) -> Result<()>,
 ) -> Result<()> {
-    let file_name = out.file_name().ok_or_else(|| Error::WriteFile {
-        path: out.to_owned(),
-        cause: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"),
+    let file_name = out.file_name().ok_or_else(|| {
+        io_at(out)(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a file name",
+        ))
     })?;
     let mut temp_name = std::ffi::OsString::from(".");
     temp_name.push(file_name);
