@@ -1,10 +1,6 @@
-//! Where things live: the database (an SQLite file or a PostgreSQL server, told apart
-//! once, where its name comes in), the configured and legacy attachment roots, the
-//! daemon's host name, and what protects them (`privacy`: who may read the files the
-//! store makes, an encrypted database's key; `tls`: a PostgreSQL connection's TLS). A
-//! value, handed to the store, so a store opened later can be given other roots;
-//! nothing here is ever written to the database, and neither a connection string's
-//! password nor a key is ever shown by anything here.
+//! Where things live (the database, the attachment roots, the host name) and what
+//! protects them (`privacy`, `tls`). A value handed to the store, never written to the
+//! database; nothing here ever shows a password or a key.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -29,12 +25,10 @@ pub struct Config {
     pub host: String,
     /// Who may read what the store creates: the owner only unless told otherwise.
     pub sharing: Sharing,
-    /// The key of an encrypted SQLite database (cargo feature `encryption`), or `None`
-    /// for a plain one. A PostgreSQL database takes none.
+    /// The key of an encrypted SQLite database (feature `encryption`); `None`: plain.
     pub key: Option<DatabaseKey>,
-    /// Whether secrets in what the store keeps as text are replaced by
-    /// `[REDACTED:<kind>]` before anything is written (`crate::redact`): on unless
-    /// told otherwise. Attachment files are never rewritten either way.
+    /// Whether secrets in stored text become `[REDACTED:<kind>]` before anything is
+    /// written (default on); attachment files are never rewritten.
     pub redaction: Redaction,
 }
 
@@ -83,11 +77,9 @@ impl Config {
     }
 }
 
-/// The database a store works on. Told apart once, where its name comes in (`--db`,
-/// `SESSIONSTORE_DB`, a caller's text through [`Database::parse`] or `From`): a
-/// `postgres://` or `postgresql://` connection string names a database on a
-/// PostgreSQL server, anything else the path of an SQLite file. Shown (`Display`) as
-/// the file's path, or as the connection string with its password replaced by `***`.
+/// The database a store works on, told apart once where its name comes in: a
+/// `postgres://` or `postgresql://` string names a PostgreSQL database, anything else an
+/// SQLite file. Shown with any password replaced by `***`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Database {
     /// An SQLite database file (created by the commands that create one).
@@ -97,8 +89,7 @@ pub enum Database {
 }
 
 impl Database {
-    /// What `--db` names. A file whose name really begins with `postgres://` is
-    /// `Database::Sqlite` built by hand.
+    /// What `--db` names (a file named `postgres://…` is a `Database::Sqlite` by hand).
     pub fn parse(name: impl Into<OsString>) -> Database {
         let name = name.into();
         match name.to_str().and_then(PostgresUrl::new) {
@@ -117,40 +108,15 @@ impl fmt::Display for Database {
     }
 }
 
-impl From<OsString> for Database {
-    fn from(name: OsString) -> Database {
+impl<T: Into<OsString>> From<T> for Database {
+    fn from(name: T) -> Database {
         Database::parse(name)
     }
 }
 
-impl From<PathBuf> for Database {
-    fn from(name: PathBuf) -> Database {
-        Database::parse(name)
-    }
-}
-
-impl From<&Path> for Database {
-    fn from(name: &Path) -> Database {
-        Database::parse(name)
-    }
-}
-
-impl From<String> for Database {
-    fn from(name: String) -> Database {
-        Database::parse(name)
-    }
-}
-
-impl From<&str> for Database {
-    fn from(name: &str) -> Database {
-        Database::parse(name)
-    }
-}
-
-/// A PostgreSQL connection string. `Display` and `Debug` show it with every password
-/// it carries (in its user part or as a `password=` parameter) replaced by `***`; only
-/// [`PostgresUrl::as_str`] gives it whole, to connect with. It is checked as a
-/// connection string when a store connects (`Error::ConnectionString`), not here.
+/// A PostgreSQL connection string, shown (`Display`, `Debug`) with every password
+/// replaced by `***`; only [`PostgresUrl::as_str`] gives it whole. Checked when a store
+/// connects, not here.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct PostgresUrl(String);
 
@@ -162,14 +128,12 @@ impl PostgresUrl {
             .then_some(PostgresUrl(url))
     }
 
-    /// The whole connection string, password included: for connecting, never for
-    /// showing.
+    /// The whole string, password included: for connecting, never for showing.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
-    /// `text` (a driver's message about this server) with every password this string
-    /// carries replaced, should the driver ever repeat what it was given.
+    /// A driver's message with every password this string carries replaced.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn scrub(&self, text: &str) -> String {
         scrub_secrets(&self.0, text)
@@ -221,9 +185,8 @@ pub(crate) fn redact(url: &str) -> String {
     format!("{scheme}://{creds}{after}")
 }
 
-/// A URL's `user[:password]` part and what follows it, split where the driver splits
-/// them: at the first `@` (a password may hold `/`, `?` or `:`; the driver ends it only
-/// at an `@`).
+/// A URL's `user[:password]` part and the rest, split at the first `@`, as the driver
+/// does (a password may hold `/`, `?` or `:`).
 fn credentials(rest: &str) -> (Option<&str>, &str) {
     match rest.split_once('@') {
         Some((creds, after)) => (Some(creds), after),
@@ -231,8 +194,7 @@ fn credentials(rest: &str) -> (Option<&str>, &str) {
     }
 }
 
-/// The passwords a connection string carries (in its user part, or as a
-/// `password=` parameter), as written.
+/// The passwords a connection string carries, as written.
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 fn secrets(url: &str) -> Vec<String> {
     let Some((_, rest)) = url.split_once("://") else {
@@ -282,8 +244,7 @@ pub fn default_data_dir() -> Result<PathBuf> {
         .ok_or(Error::NoDataDir)
 }
 
-/// The kernel's name for this host (`uname`); the `HOSTNAME` variable, then
-/// `localhost`, when it is empty or not text.
+/// The kernel's name for this host, else `HOSTNAME`, else `localhost`.
 pub fn host_name() -> String {
     let uname = rustix::system::uname();
     uname

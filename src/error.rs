@@ -1,12 +1,7 @@
-//! The library's public error type: one variant per condition a caller may act on,
-//! carrying the ids, URIs and paths involved, so a daemon matches on what happened
-//! rather than on wording. Never does IO; never formats a cause into its own message.
-//!
-//! Each message is one lowercase line. A variant that wraps a foreign cause (an I/O or
-//! SQLite error) reports it as `source()` and does not repeat it, so printing the chain
-//! (`{err}: {source}: …`, as the binary does) holds every cause exactly once. A
-//! database driver's error is such a cause, held as a [`DatabaseCause`], which names
-//! no driver type; turning a driver's error into an `Error` is `db`'s business.
+//! The public error type: one variant per condition a caller may act on, with the ids,
+//! URIs and paths involved. Each message is one lowercase line; a wrapped cause is
+//! `source()`, never repeated in the message, so a printed chain holds each cause once.
+//! A driver's error is a [`DatabaseCause`], which names no driver type.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -47,9 +42,7 @@ pub enum Error {
         message: MessageId,
         session: SessionId,
     },
-    /// Another process (another proxy) holds the session's claim
-    /// ([`crate::Store::claim_session`]); it can be taken once that process lets go of
-    /// it or ends.
+    /// Another process holds the session's claim ([`crate::Store::claim_session`]).
     #[error("session {session} is open elsewhere: another process holds it")]
     SessionOpenElsewhere { session: SessionId },
     /// A turn delivers at least one message.
@@ -81,9 +74,7 @@ pub enum Error {
     #[error(transparent)]
     Dispatch(#[from] DispatchError),
 
-    /// `record` refused a batch: `line` is the 1-based position of the first update it
-    /// could not take (one update a line, as the command line reads them). Nothing of
-    /// the batch was stored.
+    /// `record` refused a batch at the 1-based `line` of its first bad update.
     #[error("line {line}: {refusal}")]
     UpdateRefused {
         line: usize,
@@ -93,8 +84,7 @@ pub enum Error {
     /// A search query FTS5 cannot take; `reason` is FTS5's own words for it.
     #[error("cannot search for {query:?}: {reason}")]
     SearchQuery { query: String, reason: String },
-    /// An archive `import` will not take (unsafe, inconsistent or over a limit);
-    /// nothing was written.
+    /// An archive `import` will not take; nothing was written.
     #[error("archive refused: {reason}")]
     ArchiveRefused { reason: String },
     /// A session to fork or export has nothing the operation could carry.
@@ -145,8 +135,7 @@ pub enum Error {
     /// A role, tools host or delivery state that is none of the known ones.
     #[error(transparent)]
     UnknownValue(#[from] UnknownValue),
-    /// A file or folder under the configured root that `session delete` or `gc`
-    /// meant to remove could not be looked at or removed.
+    /// A file or folder `session delete` or `gc` could not look at or remove.
     #[error("cannot clean up {path}")]
     Cleanup {
         path: PathBuf,
@@ -159,8 +148,7 @@ pub enum Error {
     // Configuration.
     #[error("cannot find the user's data directory: set --db and --attachments-root")]
     NoDataDir,
-    /// A model is given paths as text; a root that is not UTF-8 could only be given as
-    /// a lossy copy that names some other file.
+    /// A root that is not UTF-8: a model's text path would name some other file.
     #[error("attachment root {root:?} is not valid UTF-8, so its paths cannot be given to a model")]
     RootNotUtf8 { root: PathBuf },
 
@@ -188,8 +176,7 @@ pub enum Error {
     /// A PostgreSQL connection string that does not parse (shown without its password).
     #[error("{url} is not a valid PostgreSQL connection string: {detail}")]
     ConnectionString { url: String, detail: String },
-    /// No connection to the PostgreSQL server: it did not answer, or refused the user
-    /// or the database. Trying again may work, so this is a failure, not a refusal.
+    /// No connection to the PostgreSQL server; a failure, not a refusal (a retry may work).
     #[error("cannot connect to {url}: {detail}")]
     Unreachable { url: String, detail: String },
     #[error(
@@ -203,8 +190,7 @@ pub enum Error {
         known: i64,
         unknown: Vec<String>,
     },
-    /// A writing command found tables, indexes or triggers missing, changed or added
-    /// against what the database's own migrations make, and touched nothing.
+    /// A writing command found the schema not its migrations', and touched nothing.
     #[error(
         "database {path} does not have the schema its migrations make: {}; nothing was \
          written to it (`sessionstore verify` reports every difference)",
@@ -236,8 +222,8 @@ pub enum Error {
     /// A key file that holds no key; nothing was opened with it.
     #[error("key file {path} does not hold a key: {reason}")]
     BadKeyFile { path: PathBuf, reason: &'static str },
-    /// An encrypted database that does not open with the key given (or a file that is
-    /// no database at all, which SQLCipher cannot tell apart); nothing was touched.
+    /// A database that does not open with the key given (or no database: SQLCipher
+    /// cannot tell); nothing was touched.
     #[error("cannot open {path}: wrong key, or not a sessionstore database")]
     WrongKey { path: PathBuf },
     /// A file that is not plain SQLite, given no key: it may be an encrypted database.
@@ -259,8 +245,7 @@ pub enum Error {
     /// A key given where none can be used.
     #[error("cannot use a database key: {reason}")]
     EncryptionUnavailable { reason: &'static str },
-    /// `migrate --encrypt` or `--rekey` found its result wrong and kept the database as
-    /// it was.
+    /// `migrate --encrypt` or `--rekey` found its result wrong and kept the database.
     #[error("cannot change the encryption of {path}: {reason}; it was left as it was")]
     EncryptionChange { path: PathBuf, reason: String },
     #[error("migration failed, schema left as it was: {0}")]
@@ -289,15 +274,13 @@ pub enum Error {
     Pool(#[source] DatabaseCause),
     #[error("background task failed: {0}")]
     Task(String),
-    /// One failure told to every write of a group that it undid (a commit that
-    /// failed, the disk full): the same error, shared. Its kind, refusal and words are
-    /// those of the error it holds.
+    /// One failure shared by every write of a group it undid; kind, refusal and words
+    /// are the held error's.
     #[error(transparent)]
     Shared(std::sync::Arc<Error>),
 }
 
-/// What to do about a database that may be encrypted, with or without the feature
-/// that opens one.
+/// What to do about a database that may be encrypted.
 fn needs_key_advice() -> &'static str {
     if cfg!(feature = "encryption") {
         "name its key with --key-file (or SESSIONSTORE_KEY_FILE)"
@@ -325,8 +308,7 @@ fn within_session(session: SessionId, problems: &[Problem]) -> String {
 }
 
 impl Error {
-    /// A stable, machine-readable name for the condition, in snake_case: what a
-    /// front end prints under `--json` and what a daemon can log or branch on.
+    /// A stable snake_case name for the condition (`--json`, logs, branching).
     pub fn kind(&self) -> &'static str {
         match self {
             Error::SessionNotFound(_) => "session_not_found",
@@ -387,11 +369,8 @@ impl Error {
         }
     }
 
-    /// Whether the store refused its input as unsafe or not its own, rather than
-    /// failing at something it tried: a newer or foreign database, an unsafe name or
-    /// URI, a reference of another session, an unreadable reference in strict mode, a
-    /// key that does not open the database or a key file that holds none.
-    /// Retrying the same call cannot succeed; the command line exits 3 for these.
+    /// Whether the store refused its input as unsafe or not its own, rather than failing
+    /// at something it tried: a retry cannot succeed; the command line exits 3.
     pub fn is_refused(&self) -> bool {
         match self {
             Error::Shared(e) => e.is_refused(),
@@ -416,10 +395,8 @@ impl Error {
     }
 }
 
-/// What a database driver said when a statement, a transaction or a connection failed:
-/// its words and its own causes, unchanged, behind a type that names no driver, so a
-/// new version of rusqlite, postgres or r2d2 changes no type a caller sees. It is the
-/// `source()` of the `Error` that holds it.
+/// A database driver's error, unchanged, behind a type that names no driver (a new
+/// driver version changes no public type); the `source()` of its `Error`.
 pub struct DatabaseCause(Box<dyn std::error::Error + Send + Sync>);
 
 impl DatabaseCause {
@@ -427,8 +404,7 @@ impl DatabaseCause {
         DatabaseCause(Box::new(cause))
     }
 
-    /// The driver's own error, for `db`, which decides what a driver's code means
-    /// (a lost race to retry, say).
+    /// The driver's own error, for `db` to read its code (a lost race to retry, say).
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
         self.0.downcast_ref()

@@ -9,9 +9,7 @@ pub const TRUNCATION_MARKER: &str = "…[truncated]";
 
 const SEPARATOR: &str = "\n\n";
 
-/// The focus hint for a stored message. Normal, custom-command and drained mid-turn
-/// messages all come through here, so they are filtered the same way: only the display
-/// text, the expansion and the transcript are read, never the references.
+/// The focus hint for a stored message, of every kind alike: never its references.
 #[must_use]
 pub fn focus_hint_for(message: &crate::model::Message) -> String {
     focus_hint(
@@ -24,16 +22,10 @@ const EXPANDED_LABEL: &str = "Custom command:\n";
 // The same label the main model sees over a transcript, so both read it alike.
 use crate::dispatch::TRANSCRIPT_LABEL;
 
-/// The focus hint for a vision request: the user's question, then the expanded
-/// custom-command text, then the audio transcription, each after a blank line and the
-/// later two under a label; empty pieces are left out.
-///
-/// The hint holds at most [`FOCUS_HINT_LIMIT`] chars. When the pieces do not fit, the text
-/// is cut from its end, so the transcript goes first, then the expanded text, and the
-/// question last; the cut falls on a char boundary and [`TRUNCATION_MARKER`] (counted in
-/// the limit) is appended. A label is kept whole, and only when at least one char of its
-/// piece fits after it; otherwise it is dropped with its separator, so a hint never ends
-/// on a bare heading.
+/// The focus hint for a vision request: the question, then the expansion and the
+/// transcript under their labels, empty pieces left out. At most [`FOCUS_HINT_LIMIT`]
+/// chars: cut from the end (transcript first, question last) on a char boundary, with
+/// [`TRUNCATION_MARKER`]; a label is kept only with at least one char of its piece.
 #[must_use]
 pub fn focus_hint(question: &str, expanded: Option<&str>, transcript: Option<&str>) -> String {
     let mut segments: Vec<Segment<'_>> = Vec::with_capacity(5);

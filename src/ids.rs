@@ -1,51 +1,10 @@
-//! Identifier newtypes shared by every layer; parsing here is the only place a raw id
-//! string becomes typed, and nothing here touches the database or the disk.
+//! Identifier newtypes; parsing here is the only place a raw id string becomes typed.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
-
-/// A session's id: a UUID v7, stored and printed as hyphenated lowercase text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct SessionId(Uuid);
-
-/// A message's id: a UUID v7, unique across sessions so `--message` needs no session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct MessageId(Uuid);
-
-/// A recorded turn item's id (an agent message, a thought, a tool call, a plan or a
-/// session-level update): a UUID v7, unique across sessions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ItemId(Uuid);
-
-/// A turn's id: one prompt's round with the agent, from the prompt to its answer (the
-/// proxy records them). A UUID v7.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct TurnId(Uuid);
-
-/// A history entry's id, as a replay point names it: a message's or a recorded item's
-/// (both UUIDs, unique across sessions, so the id alone says which entry).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct EntryId(Uuid);
-
-impl From<MessageId> for EntryId {
-    fn from(id: MessageId) -> EntryId {
-        EntryId(id.0)
-    }
-}
-
-impl From<ItemId> for EntryId {
-    fn from(id: ItemId) -> EntryId {
-        EntryId(id.0)
-    }
-}
 
 /// Position of an event in the global, append-only event log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -61,7 +20,12 @@ pub struct IdError {
 }
 
 macro_rules! uuid_id {
-    ($ty:ident, $kind:literal) => {
+    ($(#[$doc:meta])* $ty:ident, $kind:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $ty(Uuid);
+
         impl $ty {
             /// A fresh, time-ordered id.
             pub fn new() -> Self {
@@ -88,8 +52,7 @@ macro_rules! uuid_id {
         impl FromStr for $ty {
             type Err = IdError;
 
-            /// Only the canonical hyphenated form is accepted, so an id always has
-            /// exactly one spelling: the one in the database and in folder names.
+            /// Only the canonical hyphenated form: an id has exactly one spelling.
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 let err = || IdError {
                     kind: $kind,
@@ -107,11 +70,38 @@ macro_rules! uuid_id {
     };
 }
 
-uuid_id!(SessionId, "session");
-uuid_id!(MessageId, "message");
-uuid_id!(ItemId, "item");
-uuid_id!(TurnId, "turn");
-uuid_id!(EntryId, "history entry");
+uuid_id!(
+    /// A session's id: a UUID v7, stored and printed as hyphenated lowercase text.
+    SessionId, "session"
+);
+uuid_id!(
+    /// A message's id: a UUID v7, unique across sessions so `--message` needs no session.
+    MessageId, "message"
+);
+uuid_id!(
+    /// A recorded turn item's id: a UUID v7, unique across sessions.
+    ItemId, "item"
+);
+uuid_id!(
+    /// A turn's id (one prompt's round with the agent): a UUID v7.
+    TurnId, "turn"
+);
+uuid_id!(
+    /// A history entry's id, a message's or an item's (unique, so the id alone says which).
+    EntryId, "history entry"
+);
+
+impl From<MessageId> for EntryId {
+    fn from(id: MessageId) -> EntryId {
+        EntryId(id.0)
+    }
+}
+
+impl From<ItemId> for EntryId {
+    fn from(id: ItemId) -> EntryId {
+        EntryId(id.0)
+    }
+}
 
 impl fmt::Display for EventSeq {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,11 +1,6 @@
-//! sessionstore: the backing store of an agent daemon's restorable sessions. See
-//! ARCHITECTURE.md for the module map and the invariants each module keeps.
-//!
-//! A daemon's loop: open the store, take the user's prompt with its files (stored
-//! under the attachment root, the message referring to them by URI, as one step),
-//! dispatch it (each file read now, its absolute path beside it in the block's
-//! `_meta`), record what the agent streams back, and, in a later process, restore the
-//! session as a stream rather than a collection.
+//! sessionstore: the backing store of an agent daemon's restorable sessions (module
+//! map and invariants: ARCHITECTURE.md). A daemon's loop: store a prompt with its
+//! files, dispatch it, record the agent's answer, later restore it as a stream.
 //!
 //! ```
 //! use sessionstore::dispatch::{Memo, Mode};
@@ -69,16 +64,9 @@
 //! # }
 //! ```
 //!
-//! The public face is what a daemon embedding the store needs: `Store` (and its
-//! `verify`), `maintenance` (migrations, encryption keys), `Config`, the records, the errors, attachments and
-//! the pure conversions. The SQL (`db`), the event projection and the probe's insides
-//! stay crate-private. Cargo features carry what a daemon may not want: `acp` (the one
-//! ACP session layer, behind `sessionstore acp` and `proxy`), `probe` (`run_probe`, and
-//! `tempfile`), `postgres`, and the command line's own `cli`; all are on by default.
-//! `testkit`, for the crate's own tests, makes the test hooks public: `oracle` (what
-//! the contracts say, shared by the probe and the tests) and `testkit` (a store that
-//! reports its attachment reads, its writer's commit figures, and every page of a paged
-//! read at once).
+//! The public face is what an embedding daemon needs; the SQL (`db`), the projection
+//! and the probe's insides stay crate-private. Features: `acp`, `probe`, `postgres`,
+//! `cli` (all default); `testkit` makes the test hooks (`oracle`, `testkit`) public.
 
 #[cfg(feature = "acp")]
 pub mod acp;
@@ -125,10 +113,8 @@ pub use probe::run_probe_on_postgres;
 pub use probe::{Check, ProbeError, ProbeReport, run_probe};
 pub use store::{SessionClaim, Store};
 
-/// What protects a store's data, beyond the settings in `config` (`Sharing`,
-/// `DatabaseKey`, a PostgreSQL URL's `Tls`): whether an SQLite file is encrypted, and
-/// the warnings `verify` and `paths` give about database files more exposed than the
-/// store would make them.
+/// What protects a store's data beyond `config`'s settings: an SQLite file's
+/// encryption, and the warnings about database files more exposed than the store makes.
 pub mod privacy {
     pub use crate::db::cipher::{Encryption, encryption_of};
     pub use crate::db::schema::KeyChange;

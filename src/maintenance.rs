@@ -1,7 +1,5 @@
-//! Work on a store's database that needs no open store, and is best done with none
-//! open: bringing its schema up to date, and encrypting or rekeying it. Free functions
-//! of the `Config` that names the database, not `Store` methods, since there is no
-//! `Store` to call them on (and `change_key` refuses a database anything holds open).
+//! Work on a database best done with no store open (migrating, encrypting, rekeying):
+//! free functions of its `Config`, not `Store` methods.
 
 use crate::config::Config;
 use crate::db::{
@@ -11,15 +9,13 @@ use crate::db::{
 use crate::error::Result;
 use crate::store::blocking;
 
-/// How `migrate` runs; by default it applies the migrations, backing the database up
-/// first.
+/// How `migrate` runs (default: back up, then apply).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Migration {
     /// With `Backup::Make`, an SQLite database that already has a schema is first
     /// copied to `<db>.v<N>.bak` (`migrate --no-backup`: `Skip`).
     pub backup: Backup,
-    /// Only say what would be applied, reading without writing a byte (a missing file
-    /// is not created; `migrate --dry-run`).
+    /// Only say what would be applied, writing nothing (`migrate --dry-run`).
     pub dry_run: bool,
 }
 
@@ -32,14 +28,9 @@ impl Default for Migration {
     }
 }
 
-/// Applies pending migrations to the database `config` names (with its key, when
-/// encrypted), creating an SQLite file if needed and refusing a newer or foreign
-/// database without writing to it. `Store::open` does the same; this is for a caller
-/// that only wants the schema brought up to date, or (`dry_run`) to know what that
-/// would apply.
-///
-/// On PostgreSQL no copy is taken: the pending migrations run in one transaction,
-/// which applies them all or none.
+/// Applies pending migrations to the database `config` names, as `Store::open` does,
+/// creating an SQLite file if needed and refusing a newer or foreign one unwritten. On
+/// PostgreSQL no copy is taken: one transaction applies them all or none.
 pub async fn migrate(config: &Config, how: Migration) -> Result<MigrationReport> {
     let config = config.clone();
     if how.dry_run {
@@ -59,14 +50,10 @@ pub enum NewKey {
     Rekey(crate::config::DatabaseKey),
 }
 
-/// Encrypts the plain SQLite database `config` names with `config.key`
-/// (`NewKey::Encrypt`), or gives the encrypted one a new key (`NewKey::Rekey`), then
-/// applies pending migrations (cargo feature `encryption`). Encrypting copies the
-/// database into a new encrypted file that then takes its place, so no plaintext copy
-/// is made; with `Backup::Make` that encrypted copy is also kept as `<db>.v<N>.bak`.
-/// Rekeying with `Backup::Make` first copies the database to `<db>.v<N>.bak`,
-/// encrypted with the new key, so the old key opens no copy. Nothing else may have the
-/// database open meanwhile (`Error::Busy`).
+/// Encrypts the plain SQLite database `config` names with `config.key`, or rekeys an
+/// encrypted one, then migrates (feature `encryption`). Encrypting writes a new file
+/// that takes its place (no plaintext copy); a `Backup::Make` backup is encrypted with
+/// the new key, so the old key opens no copy. Nothing else may hold it (`Error::Busy`).
 #[cfg(feature = "encryption")]
 pub async fn change_key(config: &Config, key: NewKey, backup: Backup) -> Result<MigrationReport> {
     let config = config.clone();

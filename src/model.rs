@@ -1,6 +1,4 @@
-//! The store's records: sessions, messages, references and events, as plain data.
-//! Nothing here does IO; the database layer reads and writes these, and the event
-//! payloads here are the record that the tables are a projection of.
+//! The store's records as plain data; the tables are a projection of the event payloads.
 
 use std::fmt;
 use std::str::FromStr;
@@ -47,8 +45,7 @@ macro_rules! text_enum {
     };
 }
 
-/// A text that names none of the values a record's field may take (a role, a tools
-/// host, a delivery state), with the ones it may.
+/// A text that names none of the values a record's field may take, with those it may.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {what} {value:?}: expected one of {expected}")]
 pub struct UnknownValue {
@@ -66,17 +63,14 @@ text_enum!(
     Role, "role" { User => "user", Assistant => "assistant", System => "system" }
 );
 text_enum!(
-    /// Who gave a session's title. An `explicit` one (a client's `session/set_title`,
-    /// `session rename`, `session new --title`) stays until the next explicit one; one
-    /// from the `agent` (its `session_info_update`) or the first user `message` gives
-    /// way to any later title.
+    /// Who gave a session's title: an `explicit` one stays until the next explicit
+    /// one; the `agent`'s or the first user `message`'s gives way to any later title.
     TitleSource, "title source" { Explicit => "explicit", Agent => "agent", Message => "message" }
 );
 
 impl TitleSource {
-    /// Whether a title from `self` replaces the title in force, which came from
-    /// `current` (`None`: no title, or one written before titles had a source, which
-    /// is kept as if explicit).
+    /// Whether a title from `self` replaces one from `current` (`None`: no title, or
+    /// one older than title sources, kept as if explicit).
     pub fn replaces(self, current: Option<TitleSource>, has_title: bool) -> bool {
         match self {
             TitleSource::Explicit => true,
@@ -88,9 +82,7 @@ impl TitleSource {
 }
 
 text_enum!(
-    /// Which sessions a listing takes by their archive state (ACP's
-    /// `SessionArchiveFilter`): those not archived (the default), both, or only the
-    /// archived ones.
+    /// Which sessions a listing takes by archive state (ACP's `SessionArchiveFilter`).
     ArchiveFilter, "archive filter" { Exclude => "exclude", Include => "include", Only => "only" }
 );
 
@@ -115,8 +107,7 @@ pub struct Session {
     pub tools_host: ToolsHost,
     pub created_at: String,
     pub updated_at: String,
-    /// The working directory the client gave for the session (an ACP client's
-    /// `cwd`): the client's words, kept as given, not a path of the store's.
+    /// The client's `cwd`, kept as given: not a path of the store's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
     /// The agent a proxy ran the session with, and the agent's own id for it.
@@ -130,8 +121,7 @@ pub struct Session {
     pub archived: bool,
 }
 
-/// What finds a session's agent side again: the agent's name (its program's file
-/// name) and the agent's own id for the session.
+/// What finds a session's agent side again: the agent's program name and its own id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct AgentBinding {
     pub agent: String,
@@ -172,8 +162,7 @@ pub struct SessionSummary {
     pub updated_at: String,
     /// Messages of every role and state.
     pub messages: u64,
-    /// The size of each distinct attachment the session's messages refer to, summed,
-    /// as recorded when the references were sent (no file is read).
+    /// The recorded sizes of the distinct attachments referred to, summed (no file read).
     pub attachment_bytes: u64,
     /// The working directory its client gave, for a session an ACP client opened.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -181,8 +170,7 @@ pub struct SessionSummary {
     pub archived: bool,
 }
 
-/// A message's link to one attachment. There is no path here, by design: the path is
-/// found by a live read at dispatch time.
+/// A message's link to one attachment. No path, by design: dispatch reads it live.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Reference {
@@ -208,18 +196,14 @@ pub struct Message {
     pub state: Delivery,
     pub created_at: String,
     pub refs: Vec<Reference>,
-    /// A prompt's blocks in the order the client sent them, for a message stored
-    /// from an ACP prompt; `None` for one made by `send`, whose order is its text,
-    /// its transcript, then its references.
+    /// An ACP prompt's blocks in the order sent; `None` for a `send`, whose order is
+    /// text, transcript, references.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Vec<MessageBlock>>,
 }
 
-/// One block of a stored prompt, in the order sent: what the message keeps of it.
-/// Attachments are kept as references (their files are read again at each dispatch,
-/// so their paths are always a live read's); the client's own blocks that the store
-/// does not take apart (`resource_link`s, `file://` resources, audio) are kept as the
-/// client sent them.
+/// One block of a stored prompt. Attachments are kept as references (read again at
+/// each dispatch); client blocks the store does not take apart are kept verbatim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum MessageBlock {
@@ -229,15 +213,13 @@ pub enum MessageBlock {
         #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
         meta: Option<acp::Meta>,
     },
-    /// The attachment the message's reference of this ordinal names, with the client
-    /// block's own `_meta` (the path context is added at each dispatch).
+    /// The reference of this ordinal, with the block's own `_meta`.
     Reference {
         ordinal: u32,
         #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
         meta: Option<acp::Meta>,
     },
-    /// A client block kept verbatim, as the JSON it came as (fields this store does
-    /// not know included).
+    /// A client block kept as the JSON it came as, unknown fields included.
     Verbatim { block: serde_json::Value },
 }
 
@@ -296,8 +278,7 @@ pub enum EventPayload {
         )]
         title_source: Option<TitleSource>,
     },
-    /// The session's agent side is (now) this agent's session: a proxy started a new
-    /// one for it.
+    /// A proxy started a new agent session for this session.
     AgentBound {
         agent: AgentBinding,
     },
@@ -312,20 +293,17 @@ pub enum EventPayload {
         id: TurnId,
         #[serde(flatten)]
         end: TurnEnd,
-        /// The tokens the agent's answer reported for the turn (its `usage`); absent
-        /// where it reported none, and in events written before usage was recorded.
+        /// The `usage` the agent's answer reported; absent if none, or in older events.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<TurnUsage>,
     },
-    /// A client setting the agent took (`session/set_mode`, `set_model`,
-    /// `set_config_option`), as its params were, without the session id.
+    /// A client setting the agent took: its params less the session id.
     SettingRecorded {
         #[serde(flatten)]
         setting: Setting,
     },
-    /// A title, from `source` (absent in events written before V16). One that does
-    /// not replace the title in force ([`TitleSource::replaces`]) is recorded and
-    /// changes nothing.
+    /// A title, from `source` (absent before V16); one that does not replace the title
+    /// in force ([`TitleSource::replaces`]) changes nothing.
     SessionRenamed {
         title: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -342,24 +320,20 @@ pub enum EventPayload {
     MessageDelivered {
         id: MessageId,
     },
-    /// A batch of ACP session updates, each as received, and the items it created
-    /// (in order) with their ids and places in the session's history. Updates that
-    /// continued or merged into an earlier item name no new item: replaying the batch
-    /// through `turns::apply` finds them.
+    /// A batch of ACP session updates as received, and the items it created in order.
+    /// Updates merged into an earlier item name none: `turns::apply` finds them.
     TurnRecorded {
         updates: Vec<serde_json::Value>,
         items: Vec<CreatedItem>,
     },
-    /// `sessionstore redact` rewrote this session's earlier events and rows with the
-    /// secrets found in them replaced: how many of each kind (its id), never a value.
-    /// It changes no row but the session's last change.
+    /// `sessionstore redact` rewrote this session: how many secrets of each kind went,
+    /// never a value. It changes no row but the session's last change.
     SessionRedacted {
         redacted: std::collections::BTreeMap<String, u64>,
     },
 }
 
-/// The session and the message a fork was cut at (`None` when the fork took a
-/// history with no delivered message, or an empty one).
+/// The session and message a fork was cut at (`None`: no delivered message).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForkedFrom {
     pub session: SessionId,
@@ -392,8 +366,7 @@ impl EventPayload {
     }
 }
 
-/// A message as its `message_appended` event records it: everything but the session
-/// and time, which the event row itself carries.
+/// A message as its `message_appended` event records it (less session and time).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AppendedMessage {
@@ -413,8 +386,7 @@ pub struct AppendedMessage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum TurnEnd {
-    /// The agent answered the prompt with this `stopReason` (`end_turn`,
-    /// `cancelled`, …), as it said it.
+    /// The agent's `stopReason` (`end_turn`, `cancelled`, …), as it said it.
     Stopped {
         #[serde(rename = "stopReason")]
         stop_reason: String,
@@ -423,9 +395,8 @@ pub enum TurnEnd {
     Failed { reason: String },
 }
 
-/// A turn as the store keeps it: where it began, which messages it delivered, and how
-/// it ended. A turn with no end is one that was interrupted (its proxy was killed), or
-/// one a proxy is running now.
+/// A turn: where it began, the messages it delivered, how it ended. One with no end
+/// was interrupted, or is running now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Turn {
@@ -456,9 +427,8 @@ impl Turn {
     }
 }
 
-/// A client setting, the latest of its kind: `method` (`session/set_mode`, …), `key`
-/// (the config option's id for `session/set_config_option`, empty otherwise) and the
-/// request's params without the session id.
+/// A client setting, the latest of its kind: `key` is the config option's id for
+/// `session/set_config_option` (else empty), `params` lack the session id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Setting {
     pub method: String,
@@ -467,9 +437,8 @@ pub struct Setting {
     pub params: serde_json::Value,
 }
 
-/// One entry of the event log. The payload is JSON; callers get it as a
-/// `serde_json::Value`, while restore reads it as text and decodes it straight into
-/// an [`EventPayload`] (building a `Value` first cost more than the rest of the check).
+/// One entry of the event log. Callers get the payload as a `Value`; restore decodes
+/// its text straight into an [`EventPayload`] (a `Value` first cost more than the check).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Event<P = serde_json::Value> {
@@ -481,8 +450,7 @@ pub struct Event<P = serde_json::Value> {
     pub created_at: String,
 }
 
-/// A recorded part of a turn, with its place in the session's history: `seq` is shared
-/// with messages, so messages and items are one sequence.
+/// A recorded part of a turn; `seq` is shared with messages: one sequence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Item {
     pub id: ItemId,
@@ -504,16 +472,13 @@ pub enum ItemBody {
     /// A `tool_call` with every `tool_call_update` for it merged in.
     ToolCall(ToolCall),
     Plan(Plan),
-    /// A session-level update (`available_commands_update`, `current_mode_update`,
-    /// `session_info_update`, `config_option_update`), stored as given.
+    /// A session-level update (`current_mode_update`, …), stored as given.
     Session(SessionUpdate),
-    /// An update of a kind this store does not know (a newer agent's), kept as it
-    /// came and replayed as it came.
+    /// An update of a kind this store does not know, kept and replayed as it came.
     Opaque(serde_json::Value),
 }
 
-/// A coalesced agent message or thought: adjacent text joined into one block, other
-/// content (images, resources) a block of its own.
+/// A coalesced agent message or thought: adjacent text joined into one block.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentText {
@@ -522,9 +487,8 @@ pub struct AgentText {
     pub content: Vec<ContentBlock>,
 }
 
-/// `T` read from a JSON object and nothing else: serde's derived read of a struct also
-/// takes an array of its fields in order, which the general reads of the ACP types
-/// this stands in for refuse (a block `["text", "a"]`).
+/// `T` read from a JSON object only: serde's derived read also takes an array of the
+/// fields, which the ACP types this stands in for refuse.
 pub(crate) struct Object<T>(pub(crate) T);
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
@@ -545,11 +509,10 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
     }
 }
 
-/// A content block that is plain text and nothing else, read directly from its JSON
-/// (a `ContentBlock` is tagged, which serde reads through a buffer of the whole
-/// object). Any other field, annotations and `_meta` included, makes it refuse, so
-/// that where it reads, `ContentBlock`'s own read gives the same block. Its `type` is
-/// read as a string, not as a serde enum, which would also take `{"text": null}`.
+/// A plain text content block read directly (serde reads a tagged `ContentBlock`
+/// through a buffer). Any other field makes it refuse, so where it reads,
+/// `ContentBlock`'s read gives the same block; `type` is a string, as an enum would
+/// also take `{"text": null}`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PlainText<'a> {
@@ -565,8 +528,7 @@ impl PlainText<'_> {
     }
 }
 
-/// An [`AgentText`] body whose blocks are all plain text ([`PlainText`]), read
-/// directly; anything else is left to `AgentText`'s own read.
+/// An [`AgentText`] body of [`PlainText`] blocks only, read directly.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct PlainAgentText<'a> {
@@ -576,9 +538,8 @@ struct PlainAgentText<'a> {
     content: Vec<Object<PlainText<'a>>>,
 }
 
-/// Reads a JSON array of content blocks (a streamed part, a sealed segment): one of
-/// plain text blocks only (any stream's) directly, anything else, and every error,
-/// through `ContentBlock`'s own read, which gives the same blocks where both read.
+/// Reads a JSON array of content blocks: plain text only directly, anything else
+/// (errors too) through `ContentBlock`'s own read, which agrees where both read.
 pub(crate) fn content_blocks(json: &str) -> serde_json::Result<Vec<ContentBlock>> {
     if let Ok(plain) = serde_json::from_str::<Vec<Object<PlainText>>>(json)
         && let Some(blocks) = plain
@@ -652,8 +613,7 @@ impl ItemBody {
     }
 }
 
-/// An item's body as its `body` column holds it: the ACP value it keeps, serialized
-/// as that type serializes.
+/// An item's `body` column: the ACP value it keeps, as that type serializes.
 struct BodyJson<'a>(&'a ItemBody);
 
 impl Serialize for BodyJson<'_> {

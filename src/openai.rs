@@ -1,10 +1,7 @@
 //! OpenAI Chat Completions, Responses and Vision Bridge requests, and the one
-//! conversion that makes them from ACP content: from the blocks of a conversation
-//! (`chat_request`, `responses_request`) or from a dispatched message's parts
-//! (`chat_message`, `responses_message`), both read as the same `Piece`s, so the two
-//! cannot differ; the streaming writer in `format` serializes these same messages.
-//! Pure: no IO, no HTTP, and it never computes a path (a path reaches the model only
-//! inside a block's `_meta` context string, which dispatch wrote from a live read).
+//! conversion from ACP content: a conversation's blocks or a dispatched message's parts,
+//! both read as the same `Piece`s. Pure, and it never computes a path (a path reaches
+//! the model only in the `_meta` context dispatch wrote from a live read).
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
@@ -34,8 +31,7 @@ pub struct ChatRequest {
     pub metadata: Option<std::collections::BTreeMap<String, String>>,
 }
 
-/// One message of a Chat Completions request. Only user messages carry content parts:
-/// assistant and system messages convert to text only.
+/// One message of a Chat Completions request; only user messages carry content parts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum ChatMessage {
@@ -66,10 +62,8 @@ pub struct FileData {
     pub file_data: DataUrl,
 }
 
-/// A `data:<mime>;base64,<base64>` URL, holding the base64 it carries as a
-/// [`SharedStr`]: a request made from dispatched parts shares each encoding with the
-/// memo rather than copying it into a URL string, and serializes the URL straight
-/// from it (serde_json's `collect_str` streams the `Display` text).
+/// A `data:<mime>;base64,<base64>` URL whose base64 is a [`SharedStr`] shared with the
+/// memo, not copied; serialized straight from it (`collect_str`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataUrl {
     pub mime: String,
@@ -121,9 +115,8 @@ pub struct ResponsesRequest {
     pub metadata: Option<std::collections::BTreeMap<String, String>>,
 }
 
-/// One input message of a Responses request (the API's `EasyInputMessage`, with its
-/// optional `"type": "message"` written out). Assistant and system messages take string
-/// content: the API refuses `input_*` parts on an assistant message.
+/// One input message of a Responses request (`EasyInputMessage`). Assistant and system
+/// messages take string content: the API refuses `input_*` parts there.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum ResponsesMessage {
@@ -196,9 +189,7 @@ impl From<ChatPart> for ResponsesPart {
     }
 }
 
-/// One turn of a conversation as the request builders read it: who spoke, and the
-/// blocks they said. The builders borrow the blocks and copy only what a request
-/// holds (each encoding once).
+/// One turn of a conversation as the request builders read (borrow) it.
 pub trait Turn {
     fn role(&self) -> Role;
     fn blocks(&self) -> &[ContentBlock];
@@ -227,8 +218,7 @@ pub fn chat_request<T: Turn>(model: &str, conversation: &[T]) -> ChatRequest {
     }
 }
 
-/// The Responses API request for a conversation, with the same parts and context rule as
-/// [`chat_request`].
+/// The Responses API request for a conversation, with [`chat_request`]'s parts.
 #[must_use]
 pub fn responses_request<T: Turn>(model: &str, conversation: &[T]) -> ResponsesRequest {
     ResponsesRequest {
@@ -241,10 +231,8 @@ pub fn responses_request<T: Turn>(model: &str, conversation: &[T]) -> ResponsesR
     }
 }
 
-/// One dispatched message as a Chat Completions message, made by the same conversion
-/// as [`chat_request`]'s from the message's parts: every image and blob shares its
-/// encoding with the part (a text file's contents are copied, as a request's text is
-/// a `String`).
+/// One dispatched message as a Chat Completions message, by [`chat_request`]'s
+/// conversion; images and blobs share their encoding with the part.
 #[must_use]
 pub fn chat_message(m: &ModelMessage) -> ChatMessage {
     chat_of(
@@ -262,9 +250,8 @@ pub fn responses_message(m: &ModelMessage) -> ResponsesMessage {
     )
 }
 
-/// The Vision Bridge request: one user message holding the focus hint and every image
-/// block's bytes. Path contexts, names and non-image attachments are left out on purpose:
-/// the vision model only describes pictures, and the hint must stay the user's words.
+/// The Vision Bridge request: the focus hint and every image. Contexts, names and other
+/// attachments are left out: the model only describes pictures, the hint stays the user's.
 #[must_use]
 pub fn vision_request(model: &str, hint: &str, blocks: &[ContentBlock]) -> ChatRequest {
     let hint_part = (!hint.is_empty()).then(|| ChatPart::Text {
@@ -285,8 +272,7 @@ pub fn vision_request(model: &str, hint: &str, blocks: &[ContentBlock]) -> ChatR
     }
 }
 
-/// One block as the conversion reads it, whichever form it came in: its path context
-/// (from the block's own `_meta`, or the part's) and what it holds.
+/// One block as the conversion reads it, whichever form: its path context and content.
 pub(crate) struct Piece<'a> {
     context: Option<&'a str>,
     body: Body<'a>,
@@ -304,13 +290,11 @@ enum Body<'a> {
         data: Payload<'a>,
         filename: Cow<'a, str>,
     },
-    /// What a request has no part for (audio, resource links): left out, with its
-    /// context, so no context is left without the content it describes.
+    /// What a request has no part for: left out with its context.
     Other,
 }
 
-/// A large field as a request takes it: borrowed from a block (copied into the
-/// request), shared with a part, or the writers' placeholder (see `dispatch::shell`).
+/// A large field: borrowed from a block, shared with a part, or the writers' placeholder.
 #[derive(Clone, Copy)]
 enum Payload<'a> {
     Borrowed(&'a str),
@@ -394,8 +378,7 @@ impl<'a> Piece<'a> {
                 data: payload(data),
             },
             Content::Text(text) => Body::TextFile(payload(text)),
-            // The context's JSON line names the file by its stored name; the part has
-            // that name already, so the context is not parsed for it.
+            // The part has the stored name already: the context is not parsed for it.
             Content::Blob(data) => Body::Blob {
                 mime: &p.mime,
                 data: payload(data),
@@ -447,8 +430,7 @@ fn responses_of<'a>(role: Role, pieces: impl Iterator<Item = Piece<'a>>) -> Resp
     }
 }
 
-/// The writers' form of [`chat_message`] and [`responses_message`]: each large field a
-/// placeholder, for `dispatch::shell` to cut.
+/// [`chat_message`] and [`responses_message`] with placeholders for `dispatch::shell`.
 pub(crate) fn chat_message_with_placeholders(m: &ModelMessage) -> ChatMessage {
     chat_of(
         m.message.role,
@@ -472,10 +454,8 @@ pub(crate) fn assistant_responses(blocks: &[ContentBlock]) -> ResponsesMessage {
     responses_of(Role::Assistant, blocks.iter().map(Piece::of_block))
 }
 
-/// Content parts of one user message: each block's content part, preceded by a text part
-/// with its path context when the block carries one. Blocks dispatch never produces
-/// (audio, resource links) have no part here and are skipped together with any context,
-/// so no context is left without the content it describes.
+/// Content parts of one user message: each block's part, after a text part with its
+/// path context if it has one. Blocks with no part are skipped with their context.
 fn user_parts<'a>(pieces: impl Iterator<Item = Piece<'a>>) -> Vec<ChatPart> {
     let mut parts = Vec::new();
     for piece in pieces {

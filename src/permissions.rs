@@ -1,8 +1,6 @@
-//! Files and folders the store creates outside an attachment folder (the database and
-//! the folders above it, backups, export archives), made with the mode `Sharing`
-//! names whatever the umask: the umask can only take bits away, and a group setting
-//! needs bits it may have taken, so the mode is set again on the open descriptor. It
-//! never changes the mode of anything it did not just create.
+//! Files and folders the store creates outside an attachment folder, with `Sharing`'s
+//! mode whatever the umask (which may have taken bits a group setting needs): the mode
+//! is set again on the open descriptor. Never changes what it did not just create.
 
 use std::fs::File;
 use std::io;
@@ -14,8 +12,7 @@ use rustix::fs::{Mode, OFlags};
 
 use crate::config::Sharing;
 
-/// Creates the file `path`, which must not exist yet (`O_EXCL`), for writing, with the
-/// file mode of `sharing`.
+/// Creates the file `path` (`O_EXCL`) for writing, with the file mode of `sharing`.
 pub(crate) fn create_new(path: &Path, sharing: Sharing) -> io::Result<File> {
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -27,14 +24,13 @@ pub(crate) fn create_new(path: &Path, sharing: Sharing) -> io::Result<File> {
     Ok(file)
 }
 
-/// Sets the mode of a file or folder this process has just created, through its open
-/// descriptor, so the umask has no say and no other file can be changed in its place.
+/// Sets the mode of what this process just created through its open descriptor, so no
+/// other file can be changed in its place.
 pub(crate) fn set_mode(fd: impl AsFd, mode: u32) -> io::Result<()> {
     rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)).map_err(io::Error::from)
 }
 
-/// Creates `path` and every missing folder above it with the folder mode of
-/// `sharing`; folders that already exist are left as they are.
+/// Creates `path` and missing folders above it with `sharing`'s folder mode.
 pub(crate) fn create_dir_all(path: &Path, sharing: Sharing) -> io::Result<()> {
     if path.as_os_str().is_empty() || path.is_dir() {
         return Ok(());

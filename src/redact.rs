@@ -1,11 +1,7 @@
-//! Secrets in text: which kinds are found, where, and the text with each replaced by
-//! `[REDACTED:<kind>]`. Pure functions of the text given, and a [`Stream`] that does
-//! the same across a message streamed in chunks. It stores nothing and reads no file.
-//!
-//! The rules are the formats the issuers publish (key prefixes and lengths), written
-//! as one regular expression so a text is scanned once. A rule that names its secret
-//! by what precedes it (an AWS secret access key after its key name, a password in a
-//! URL's user information) replaces only the secret.
+//! Secrets in text, replaced by `[REDACTED:<kind>]`: pure functions, and a [`Stream`]
+//! across a message streamed in chunks. The rules are the issuers' published formats,
+//! one regular expression so a text is scanned once; a rule that finds its secret by
+//! what precedes it (a key name, a URL's user part) replaces only the secret.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -13,8 +9,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-/// A kind of secret, with the id that stands for it in `[REDACTED:<id>]` and in
-/// reports.
+/// A kind of secret, with its id in `[REDACTED:<id>]` and in reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     AwsAccessKeyId,
@@ -86,8 +81,7 @@ impl std::fmt::Display for Kind {
     }
 }
 
-/// The longest secret a [`Stream`] holds back for: a PEM block of an 8,192-bit RSA
-/// key is about 6.5 KB; token formats are far shorter.
+/// The longest secret a [`Stream`] holds back for (an 8,192-bit RSA PEM block).
 pub const LONGEST: usize = 8 * 1024;
 
 /// How much further back than [`LONGEST`] a stream may cut, to cut after a space.
@@ -122,8 +116,7 @@ static RULES: LazyLock<Regex> = LazyLock::new(|| {
 pub struct Found {
     pub kind: Kind,
     pub range: Range<usize>,
-    /// What the rule read to find it: the secret and, for a rule that names it by
-    /// what precedes it, that too. A stream holds all of it back together.
+    /// What the rule read to find it, with any name before it: a stream holds it back whole.
     pub read: Range<usize>,
 }
 
@@ -145,8 +138,7 @@ pub fn find(text: &str) -> Vec<Found> {
     found
 }
 
-/// `text` with each secret replaced by `[REDACTED:<kind>]`; borrowed when there is
-/// none.
+/// `text` with each secret replaced by `[REDACTED:<kind>]`; borrowed when none.
 pub fn redact(text: &str) -> Cow<'_, str> {
     let found = find(text);
     if found.is_empty() {

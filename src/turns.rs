@@ -1,7 +1,6 @@
-//! Whole turns from ACP session updates: which updates are kept, coalescing agent
-//! message and thought chunks, and merging tool-call updates into their calls. Pure:
-//! no IO and no SQL. `record` applies it to what the tables hold and `projection`
-//! to what the event log holds, so the two can only agree.
+//! Whole turns from ACP session updates: which are kept, chunks coalesced, tool-call
+//! updates merged. Pure; `record` applies it to the tables and `projection` to the
+//! log, so the two can only agree.
 
 use std::collections::HashMap;
 
@@ -35,9 +34,8 @@ pub enum Refusal {
     OtherSession { found: String, session: SessionId },
 }
 
-/// One update as a turn is recorded from: an ACP `SessionUpdate`, or an update of a
-/// kind the schema in use does not know (a newer agent's), kept as the JSON it came
-/// as so that it replays as it came.
+/// One update: an ACP `SessionUpdate`, or one of a kind the schema does not know, kept
+/// as the JSON it came as so it replays as it came.
 #[derive(Debug, Clone, PartialEq)]
 // Known updates are the common case; boxing them would cost an allocation each.
 #[allow(clippy::large_enum_variant)]
@@ -46,8 +44,8 @@ pub enum Update {
     Opaque(serde_json::Value),
 }
 
-/// The `sessionUpdate` kinds of the schema in use: an update of any other kind is
-/// opaque. One of these that does not read as its kind is refused, not kept opaque.
+/// The known `sessionUpdate` kinds; one that does not read as its kind is refused,
+/// any other kind is kept opaque.
 const KNOWN_KINDS: &[&str] = &[
     "user_message_chunk",
     "agent_message_chunk",
@@ -70,12 +68,9 @@ const KNOWN_KINDS: &[&str] = &[
 ];
 
 impl Update {
-    /// Reads one update (the `update` of a `session/update` notification): a chunk
-    /// of plain text (what a streaming agent sends hundreds of a second) straight
-    /// into its `SessionUpdate`, as [`Update::from_text`] reads one, since the
-    /// general read of a tagged enum from a `Value` copies the object into a buffer
-    /// first and costs several times as much; anything else, and every refusal,
-    /// through the general read.
+    /// Reads one update (a `session/update`'s `update`): a plain text chunk directly,
+    /// as [`Update::from_text`] does (the general read of a tagged enum buffers the
+    /// object and costs several times as much); anything else through the general read.
     pub fn from_value(value: &serde_json::Value) -> Result<Update, Refusal> {
         if let Some(update) = crate::model::Object::<PlainChunk>::deserialize(value)
             .ok()
@@ -103,11 +98,9 @@ impl Update {
             })
     }
 
-    /// Reads one update from its JSON text: a chunk of plain text (the bulk of any
-    /// long history) straight into its `SessionUpdate`, skipping the `Value` tree
-    /// [`Update::from_value`] reads from, which costs about as much again; anything
-    /// else, and every error, through the general read of a `Value`, so what is read
-    /// and each refusal are the same either way.
+    /// Reads one update from its JSON text: a plain text chunk directly, skipping the
+    /// `Value` tree; anything else, and every error, through the general read, so the
+    /// update and each refusal are the same either way.
     pub fn from_text(text: &str) -> Result<Update, Refusal> {
         if let Some(update) = serde_json::from_str::<crate::model::Object<PlainChunk>>(text)
             .ok()
@@ -133,12 +126,10 @@ impl Update {
     }
 }
 
-/// A chunk update whose content is one plain text block and which holds nothing
-/// else: the one shape [`Update::from_text`] reads directly. Any other field, a
-/// duplicate one, annotations or `_meta` make it refuse, and the general read takes
-/// over; where it reads, the general read gives the same update (no annotations, no
-/// `_meta`, the `messageId` as given). The kind is read as a string, not as a serde
-/// enum, which would also take `{"agent_message_chunk": null}`.
+/// A chunk of one plain text block and nothing else: the shape [`Update::from_text`]
+/// reads directly. Any other or duplicate field makes it refuse, so where it reads
+/// the general read agrees. The kind is a string: an enum would also take
+/// `{"agent_message_chunk": null}`.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct PlainChunk<'a> {
@@ -171,9 +162,7 @@ impl From<SessionUpdate> for Update {
     }
 }
 
-/// Reads one input line: a bare update object, or a whole `session/update` JSON-RPC
-/// notification whose `sessionId` must be `session`. An update of a kind the schema
-/// does not know is kept opaque.
+/// Reads one input line: a bare update, or a `session/update` notification of `session`.
 pub fn parse_line(line: &str, session: SessionId) -> Result<Update, Refusal> {
     let value: serde_json::Value = serde_json::from_str(line).map_err(|e| Refusal::NotJson {
         detail: e.to_string(),
@@ -226,8 +215,7 @@ pub(crate) enum Slot {
     New(usize),
 }
 
-/// What of a session's history a batch may change: its last entry, when that is an
-/// agent message or thought a chunk may continue, and the tool calls it names.
+/// What of a history a batch may change: the last message, and the tool calls it names.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct State {
     pub(crate) tail: Option<(ItemId, ItemBody)>,
@@ -242,9 +230,8 @@ pub(crate) struct Outcome {
     pub(crate) created: usize,
     /// The agent message or thought a later chunk may continue, if the batch ends on one.
     pub(crate) tail: Option<Slot>,
-    /// For each item the batch creates, in creation order: the index of the one update
-    /// that made it, or `None` once a later update of the batch changed it. Such an item
-    /// is what [`made_by`] gives for that update alone.
+    /// For each item created, in order: the one update that made it (what [`made_by`]
+    /// gives for it alone), or `None` once a later update changed it.
     pub(crate) made_by: Vec<Option<usize>>,
 }
 
@@ -264,8 +251,7 @@ pub(crate) fn tool_call_ids(updates: &[Update]) -> Vec<acp::ToolCallId> {
     ids
 }
 
-/// Applies a batch to `state`, all or nothing: the first update that cannot be taken
-/// is refused with its index, and nothing of the batch counts.
+/// Applies a batch to `state`, all or nothing: the first update refused, with its index.
 pub(crate) fn apply(mut state: State, updates: &[Update]) -> Result<Outcome, (usize, Refusal)> {
     let mut out = Outcome::default();
     let mut index: HashMap<Slot, usize> = HashMap::new();
@@ -358,10 +344,8 @@ pub(crate) fn apply(mut state: State, updates: &[Update]) -> Result<Outcome, (us
                 create(&mut out, &mut index, i, ItemBody::Session(update.clone()));
             }
             SessionUpdate::UsageUpdate(_) => {
-                // Kept for the replay as the update it came as, under the `opaque`
-                // kind the items table already allows (its `kind` has no
-                // `usage_update`, and the usage work adds no migration); the session's
-                // figures follow it (`take_figures`).
+                // Kept as it came under the `opaque` kind (the items table's `kind`
+                // has no `usage_update`); the figures follow it (`take_figures`).
                 create(
                     &mut out,
                     &mut index,
@@ -381,9 +365,8 @@ pub(crate) fn apply(mut state: State, updates: &[Update]) -> Result<Outcome, (us
     Ok(out)
 }
 
-/// Takes into `figures` what the `usage_update`s among `updates` say, in order: the
-/// latest context window, and the latest cost (an update without one leaves it as it
-/// was). The store's write of a batch and the projection of its event both use it.
+/// Takes into `figures` the latest context window and cost the `usage_update`s say
+/// (one without a cost leaves it); the write and the projection both use it.
 pub(crate) fn take_figures(figures: &mut crate::model::SessionFigures, updates: &[Update]) {
     use crate::model::{Context, Cost};
     for update in updates {
@@ -420,8 +403,7 @@ fn continues(text: &AgentText, chunk: &ContentChunk) -> bool {
     chunk.message_id.is_none() || chunk.message_id == text.message_id
 }
 
-/// Adjacent text joins the text block before it when nothing else about the two
-/// differs; any other content is a block of its own.
+/// Adjacent text joins the text block before it when nothing else differs.
 pub(crate) fn push_content(content: &mut Vec<ContentBlock>, block: ContentBlock) {
     if let (Some(ContentBlock::Text(last)), ContentBlock::Text(next)) = (content.last_mut(), &block)
         && last.annotations == next.annotations
@@ -497,10 +479,8 @@ fn touch(
     out.items.len() - 1
 }
 
-/// The item `update` makes when it is the first update of a batch with nothing
-/// before it: what a row that names the update as its maker holds ([`Outcome::made_by`]).
-/// `None` for an update that makes no item of its own (a `tool_call_update`, a user's
-/// chunk, a kind that is not recorded).
+/// The item `update` makes first in a batch with nothing before it (what a row naming
+/// it as its maker holds, [`Outcome::made_by`]); `None` if it makes no item.
 pub(crate) fn made_by(update: &Update) -> Option<ItemBody> {
     let mut outcome = apply(State::default(), std::slice::from_ref(update)).ok()?;
     match outcome.items.pop() {
@@ -509,10 +489,8 @@ pub(crate) fn made_by(update: &Update) -> Option<ItemBody> {
     }
 }
 
-/// How a recorded item replays to a client that loads the session: the updates an
-/// ACP agent sends for it on `session/load`. An agent message or thought is one chunk
-/// per content block, under its `messageId`; a tool call is one `tool_call` in its
-/// merged final state; plans and session-level updates are sent as stored.
+/// The updates an ACP agent sends for a recorded item on `session/load`: a chunk per
+/// content block of a message, one merged `tool_call`, anything else as stored.
 pub fn replay_updates(body: &ItemBody) -> Vec<Update> {
     let chunks = |text: &AgentText| -> Vec<ContentChunk> {
         text.content
@@ -536,10 +514,8 @@ pub fn replay_updates(body: &ItemBody) -> Vec<Update> {
     }
 }
 
-/// What a model request carries of a recorded item: an agent message as assistant
-/// text (its text blocks only). Thoughts, tool calls, plans and session-level updates
-/// are the agent's own working and the client's state, not conversation, so they
-/// are left out (`None`).
+/// What a model request carries of an item: an agent message's text blocks; the
+/// rest is the agent's working or the client's state, not conversation (`None`).
 pub fn model_text(body: &ItemBody) -> Option<Vec<ContentBlock>> {
     let ItemBody::AgentMessage(text) = body else {
         return None;

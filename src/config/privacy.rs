@@ -1,7 +1,6 @@
-//! What the store protects and how, as settings: who may read the files it creates
-//! (`Sharing`), and the key of an encrypted SQLite database (`DatabaseKey`, read from
-//! a file the user protects, never from a command line). Reading a key file is the
-//! only IO here; a key never shows (`Debug` hides it) and is zeroed when dropped.
+//! Protection settings: who may read the files the store creates (`Sharing`) and an
+//! encrypted SQLite database's key (`DatabaseKey`, from a file, never a command line).
+//! A key never shows and is zeroed when dropped.
 
 use std::fmt;
 use std::io::Read;
@@ -9,18 +8,15 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
-/// Who may read and write what the store creates: the database, its side files and
-/// backups, attachment folders and files, export archives and the temporary files of
-/// each. Files and folders that already exist are never changed; `verify` and `paths`
-/// warn about a database whose files allow more than this.
+/// Who may read and write what the store creates; existing files are never changed
+/// (`verify` and `paths` warn about database files that allow more).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Sharing {
     /// The owner only: files `0600`, folders `0700`, whatever the umask.
     #[default]
     Owner,
-    /// The owner and the file's group: files `0660`, folders `2770` (set-group-ID,
-    /// so what is made inside takes the folder's group), whatever the umask. For a
-    /// shared mount where daemons run as different users of one group.
+    /// The owner and the group: files `0660`, folders `2770` (set-group-ID, so what is
+    /// made inside takes the folder's group), whatever the umask.
     Group,
 }
 
@@ -41,8 +37,7 @@ impl Sharing {
         }
     }
 
-    /// The permission bits of `mode` that give access to someone this setting leaves
-    /// out: the group's and others' for `Owner`, others' for `Group`.
+    /// The bits of `mode` that give access to someone this setting leaves out.
     pub fn excess(self, mode: u32) -> u32 {
         match self {
             Sharing::Owner => mode & 0o077,
@@ -54,21 +49,17 @@ impl Sharing {
 /// The length of a key in bytes: SQLCipher's raw keys are 256 bits.
 const KEY_BYTES: usize = 32;
 
-/// More than any key file needs (64 hex digits and a line break); a larger file is not
-/// a key file, and is not read further.
+/// More than any key file needs; a larger file is not read further.
 const MAX_KEY_FILE: u64 = 4096;
 
-/// The 256-bit key of an encrypted SQLite database, used as SQLCipher's raw key (no
-/// passphrase derivation, so opening a connection costs no key stretching). It is read
-/// from a file holding 64 hexadecimal digits (a trailing line break allowed), never
-/// given on a command line. `Debug` shows no digit of it, and its bytes are zeroed when
-/// it is dropped.
+/// The 256-bit key of an encrypted SQLite database, SQLCipher's raw key (no key
+/// stretching per connection), read from a file of 64 hex digits. `Debug` shows no digit
+/// of it; its bytes are zeroed when dropped.
 #[derive(Clone, PartialEq, Eq)]
 pub struct DatabaseKey([u8; KEY_BYTES]);
 
 impl DatabaseKey {
-    /// The key a key file's text holds: 64 hexadecimal digits, either case, with
-    /// whitespace around them allowed and nothing else.
+    /// The key a key file's text holds: 64 hex digits, whitespace around them allowed.
     pub fn from_hex(text: &str) -> std::result::Result<DatabaseKey, &'static str> {
         let digits = text.trim_ascii().as_bytes();
         if digits.len() != 2 * KEY_BYTES {
@@ -85,9 +76,7 @@ impl DatabaseKey {
         Ok(DatabaseKey(key))
     }
 
-    /// Reads the key in the file at `path` (`--key-file`, `SESSIONSTORE_KEY_FILE`).
-    /// A file that cannot be read is `Error::KeyFile`; one that holds no key is
-    /// `Error::BadKeyFile`, refused.
+    /// Reads the key file at `path` (`Error::KeyFile`, or `BadKeyFile` if no key).
     pub fn read_file(path: &Path) -> Result<DatabaseKey> {
         let unreadable = |cause| Error::KeyFile {
             path: path.to_owned(),
@@ -123,8 +112,7 @@ impl DatabaseKey {
         Ok(DatabaseKey(key))
     }
 
-    /// The key as SQLCipher reads a raw key: `x'<64 hex digits>'`. Only `db` asks for
-    /// it, to key a connection; whoever holds the string keeps it from any log.
+    /// The key as SQLCipher reads a raw key, for `db` only: keep it from any log.
     #[cfg_attr(not(feature = "encryption"), allow(dead_code))]
     pub(crate) fn sqlcipher_literal(&self) -> Secret {
         let mut text = String::with_capacity(2 * KEY_BYTES + 3);
@@ -190,8 +178,7 @@ impl Drop for Secret {
     }
 }
 
-/// Overwrites `bytes` with zeros in a way the optimizer keeps, although the memory is
-/// about to be freed.
+/// Zeroes `bytes` in a way the optimizer keeps, though the memory is about to be freed.
 fn zero(bytes: &mut [u8]) {
     bytes.fill(0);
     std::hint::black_box(bytes);

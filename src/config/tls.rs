@@ -1,9 +1,7 @@
-//! How a connection to a PostgreSQL server is protected, from its connection string:
-//! `sslmode` and `sslrootcert` are taken out of the string (the driver knows neither
-//! `verify-ca`, `verify-full` nor `sslrootcert`) before the driver reads the rest, and
-//! a string without `sslmode` gets `prefer` for a local server and `require` for any
-//! other. It connects to nothing and reads no file; `db::postgres::tls` builds the
-//! TLS connector from what this decides.
+//! A PostgreSQL connection's TLS, from its string: `sslmode` and `sslrootcert` are
+//! taken out before the driver (which knows neither) reads the rest; without `sslmode`,
+//! a local server gets `prefer`, any other `require`. No IO: `db::postgres::tls` builds
+//! the connector.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -41,11 +39,6 @@ impl SslMode {
             _ => return None,
         })
     }
-
-    /// Whether a connection in this mode is encrypted whatever the server offers.
-    pub fn requires_tls(self) -> bool {
-        !matches!(self, SslMode::Disable | SslMode::Prefer)
-    }
 }
 
 impl fmt::Display for SslMode {
@@ -66,13 +59,11 @@ impl fmt::Display for SslMode {
 pub enum TlsChoice {
     /// `sslmode` in the string.
     Given,
-    /// `sslmode=require` with `sslrootcert`: the certificate is checked against that
-    /// authority, as libpq does.
+    /// `sslmode=require` with `sslrootcert`: checked against that authority, as libpq does.
     RequireWithRootCert,
     /// No `sslmode`, and every host a Unix socket or a loopback address.
     LocalDefault,
-    /// No `sslmode`, and a host that is not local: TLS is required (and checked
-    /// against `sslrootcert` when the string names one).
+    /// No `sslmode`, and a host that is not local: TLS required.
     RemoteDefault,
 }
 
@@ -81,8 +72,7 @@ pub enum TlsChoice {
 #[serde(rename_all = "camelCase")]
 pub struct Tls {
     pub mode: SslMode,
-    /// The PEM file of the certificate authorities a server's certificate is checked
-    /// against (`sslrootcert`), for `verify-ca` and `verify-full`.
+    /// The certificate authorities' PEM file (`sslrootcert`).
     pub root_cert: Option<PathBuf>,
     pub chosen: TlsChoice,
 }
@@ -111,10 +101,8 @@ impl PostgresUrl {
         Ok(self.driver_config()?.1)
     }
 
-    /// The driver's configuration for this string (with `sslmode` and `sslrootcert`
-    /// taken out and the driver's own mode set from them) and the TLS it asks for. A
-    /// string that does not parse, or asks for TLS this store cannot give, is
-    /// `Error::ConnectionString`, shown without its password.
+    /// The driver's configuration for this string and the TLS it asks for; one that does
+    /// not parse or asks for TLS this store cannot give is `Error::ConnectionString`.
     pub(crate) fn driver_config(&self) -> Result<(postgres::Config, Tls)> {
         let refuse = |detail: String| Error::ConnectionString {
             url: self.to_string(),
@@ -140,9 +128,8 @@ impl PostgresUrl {
     }
 }
 
-/// `url` without its `sslmode` and `sslrootcert` parameters, and their values
-/// (percent-decoded). Every other parameter stays as written. A parameter given twice
-/// is refused rather than one of them silently winning.
+/// `url` without its `sslmode` and `sslrootcert` parameters, and their decoded values;
+/// one given twice is refused rather than one silently winning.
 fn split_tls(url: &str) -> std::result::Result<(String, Option<SslMode>, Option<PathBuf>), String> {
     let Some((base, query)) = url.split_once('?') else {
         return Ok((url.to_owned(), None, None));
@@ -197,9 +184,8 @@ fn split_tls(url: &str) -> std::result::Result<(String, Option<SslMode>, Option<
     Ok((rest, mode, root))
 }
 
-/// The mode a connection gets. Without `sslmode`, a server that is not local gets
-/// `require` (checked against `sslrootcert` when one is named): a session sent in
-/// clear across a network is what this guards against.
+/// The mode a connection gets: without `sslmode`, a server that is not local gets
+/// `require`, so no session crosses a network in clear.
 fn decide(
     given: Option<SslMode>,
     root_cert: Option<PathBuf>,
@@ -225,8 +211,7 @@ fn decide(
     })
 }
 
-/// Whether every host the driver would try is a Unix socket or a loopback address
-/// (`localhost`, `127.0.0.0/8`, `::1`), with any `hostaddr` loopback too.
+/// Whether every host (and `hostaddr`) is a Unix socket or a loopback address.
 fn all_local(config: &postgres::Config) -> bool {
     let loopback_name = |name: &str| {
         name.eq_ignore_ascii_case("localhost")

@@ -1,8 +1,6 @@
-//! `session delete`: a session's rows, references, items and events erased in one
-//! write that first leaves its tombstone, then its folder under the configured root
-//! removed. Legacy roots are read-only to the store: their files are reported, never
-//! touched. It never deletes a session it cannot name, and never leaves rows without
-//! a tombstone or a tombstone beside rows.
+//! `session delete`: a session erased in one write that leaves its tombstone, then its
+//! folder removed (legacy roots' files reported, never touched). Never rows without a
+//! tombstone, or a tombstone beside rows.
 
 use std::path::PathBuf;
 
@@ -57,23 +55,18 @@ pub struct DeleteOptions {
 pub struct DeleteReport {
     pub dry_run: bool,
     pub sessions: Vec<DeletedSession>,
-    /// Whether the write-ahead log was checkpointed and truncated after the erasure,
-    /// so no copy of the deleted rows stays in it. `false` when a reader held an old
-    /// snapshot past the busy timeout: the next checkpoint finishes the job. On
-    /// PostgreSQL: whether the tables were vacuumed after the erasure (which reclaims
-    /// the rows' space but does not zero it).
+    /// Whether the WAL was truncated after the erasure (`false`: a reader held an old
+    /// snapshot; the next checkpoint finishes); on PostgreSQL, whether the tables were
+    /// vacuumed (space reclaimed, not zeroed).
     pub erased: bool,
 }
 
 /// Lifecycle: deleting a session, its rows, log and files, leaving a tombstone.
 impl Store {
-    /// Deletes each session named: in one write, each gets its tombstone (id, time,
-    /// counts, no content) and loses its rows and events, with SQLite's secure delete
-    /// on and the WAL truncated after, so none of its text stays in the database
-    /// files. Then its folder under the configured root is removed. A session deleted
-    /// before is reported as such (and a folder it left is removed); an id that names
-    /// no session and no tombstone fails the whole call before anything changes.
-    /// With `Run::DryRun` in `options`, reports what would go and changes nothing.
+    /// Deletes each session named: in one write (secure delete, WAL truncated after)
+    /// each gets its tombstone (id, time, counts, no content) and loses its rows and
+    /// events; then its folder is removed. Deleting twice is reported, not an error; an
+    /// unknown id fails the call before anything changes.
     pub async fn delete_sessions(
         &self,
         ids: Vec<SessionId>,

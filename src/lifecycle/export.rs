@@ -1,8 +1,6 @@
-//! `Store::export`: one session written to one file, either a self-contained tar archive (a JSON manifest first, then every
-//! attachment file as `files/<stored name>`) or a readable markdown transcript. The
-//! archive holds no path of this machine; the transcript names attachments by stored
-//! name only. The output is written beside its name and renamed into place, so a
-//! failed export leaves no partial file.
+//! `Store::export`: one session to a self-contained tar archive (manifest, then
+//! `files/<stored name>`) or a markdown transcript; neither holds a path of this
+//! machine. Written beside its name and renamed into place: no partial file.
 
 use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
@@ -33,14 +31,12 @@ pub struct Exported {
     pub missing: Vec<String>,
 }
 
-/// What [`Store::export`] writes: the file's format, its text redacted or not.
-/// `Default`: an archive, redacted.
+/// What [`Store::export`] writes (`Default`: an archive, redacted).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Export {
     pub format: ExportFormat,
-    /// With [`Redaction::On`] every secret found in the text is replaced, even from a
-    /// store kept with redaction off; attachment files are copied byte for byte either
-    /// way.
+    /// [`Redaction::On`] replaces every secret in the text, whatever the store's
+    /// setting; attachment files are copied byte for byte either way.
     pub redaction: Redaction,
 }
 
@@ -56,20 +52,10 @@ pub enum ExportFormat {
 
 /// Lifecycle: exporting sessions with their files to an archive or a transcript.
 impl Store {
-    /// Writes `session` to `out` in `how.format`, redacted as `how.redaction` says:
-    ///
-    /// - [`ExportFormat::Archive`]: one tar archive, `manifest.json` (the session, its
-    ///   messages, recorded items and event log, settings and the list of files), then
-    ///   each attachment file the messages refer to, read the way dispatch reads it
-    ///   (the configured root, then the legacy roots). A file no root has is listed as
-    ///   missing; any other failed read fails the export.
-    /// - [`ExportFormat::Markdown`]: a transcript, the title then each message and
-    ///   recorded item in history order, a page of rows at a time, each entry redacted
-    ///   whole. Attachments are listed by stored name, never by path or URI, and no
-    ///   file is read.
-    ///
-    /// A failed export leaves nothing at `out`; an existing `out` is replaced only once
-    /// the new file is complete.
+    /// Writes `session` to `out` as `how` says. An archive holds `manifest.json` then
+    /// each attachment, read as dispatch reads it: one no root has is listed as missing,
+    /// any other failed read fails the export. A transcript reads no file and names
+    /// attachments by stored name. `out` is replaced only once the new file is complete.
     pub async fn export(&self, session: SessionId, out: PathBuf, how: Export) -> Result<Exported> {
         match how.format {
             ExportFormat::Archive => self.export_archive(session, out, how.redaction).await,
@@ -87,9 +73,8 @@ impl Store {
         let sharing = self.config().sharing;
         let db = self.db.clone();
         blocking(move || {
-            // The manifest goes first in the archive, and a tar entry's size comes
-            // before its bytes: it is written to an anonymous spool file, from one
-            // snapshot a page at a time, then copied in.
+            // The manifest goes first and a tar entry's size comes before its bytes:
+            // it is spooled to an anonymous file, a page at a time, then copied in.
             let mut spool = tempfile::tempfile().map_err(io_at(&out))?;
             let written = {
                 let mut w = std::io::BufWriter::new(&mut spool);
@@ -99,9 +84,8 @@ impl Store {
                     let settings = proxied::settings(tx, &session)?;
                     let io = io_at(&out);
                     manifest::write(tx, &row, &settings, &mut w, &io, redaction, |names| {
-                        // Files are read twice (once for the sizes, once to write)
-                        // rather than held together, so memory stays at one file
-                        // whatever the session holds.
+                        // Read twice (sizes, then bytes) rather than held together:
+                        // memory stays at one file.
                         let (mut files, mut missing) = (Vec::new(), Vec::new());
                         for name in names {
                             let uri = AttachmentUri::new(session, name);
@@ -228,23 +212,21 @@ fn append<W: Write>(
     header.set_mode(0o600);
     header.set_mtime(0);
     tar.append_data(&mut header, name, std::io::Read::take(bytes, size))
-        .map_err(|cause| Error::WriteFile {
-            path: PathBuf::from(name),
-            cause,
-        })
+        .map_err(io_at(Path::new(name)))
 }
 
-/// Writes a new file beside `out` with `write`, syncs it, and renames it over `out`;
-/// on any failure the temporary file is removed and `out` is left as it was. The file
-/// is made with the file mode of `sharing` (it holds a session), and keeps it as `out`.
+/// Writes a new file beside `out` (mode of `sharing`), syncs it and renames it over
+/// `out`; on any failure it is removed and `out` is left as it was.
 fn write_replacing(
     out: &Path,
     sharing: crate::config::Sharing,
     write: impl FnOnce(std::fs::File) -> Result<()>,
 ) -> Result<()> {
-    let file_name = out.file_name().ok_or_else(|| Error::WriteFile {
-        path: out.to_owned(),
-        cause: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"),
+    let file_name = out.file_name().ok_or_else(|| {
+        io_at(out)(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a file name",
+        ))
     })?;
     let mut temp_name = std::ffi::OsString::from(".");
     temp_name.push(file_name);
@@ -263,8 +245,7 @@ fn write_replacing(
     result
 }
 
-/// The transcript: a heading per entry, the text as typed (an expansion or a
-/// transcript under its own label), attachments by name.
+/// The transcript: a heading per entry, the text as typed, attachments by name.
 pub fn markdown(session: &Session, messages: &[Message], items: &[Item]) -> String {
     let mut entries: Vec<HistoryEntry> = messages
         .iter()

@@ -1,7 +1,6 @@
-//! `Store::fork_session`: a new session holding another's delivered history up to one
-//! message, recorded turns included, with its attachment files in its own folder and
-//! its own event log (which names where it came from). Never shares a row, an event or
-//! a URI with its origin, and never leaves the origin's files or rows changed.
+//! `Store::fork_session`: a new session with another's delivered history up to a point,
+//! its own files and log. Never shares a row, an event or a URI with its origin, and
+//! never changes the origin.
 
 use std::collections::BTreeSet;
 
@@ -24,23 +23,18 @@ pub struct Forked {
     pub session: Session,
     /// Files hard-linked from the origin's folder.
     pub linked: usize,
-    /// Files copied (another file system, no hard links, or a file found only in a
-    /// legacy root).
+    /// Files copied (no hard link possible, or only in a legacy root).
     pub copied: usize,
-    /// Stored names no root had: their references are kept and degrade on dispatch,
-    /// as they do in the origin.
+    /// Stored names no root had: kept, degrading on dispatch as in the origin.
     pub missing: Vec<String>,
 }
 
 /// Lifecycle: forking a session, whole or at a message.
 impl Store {
-    /// Forks `origin` into a new session holding its delivered history up to and
-    /// including message `at` (default: all of it), its recorded items in that span
-    /// included; queued messages stay behind. Every attachment the copied messages
-    /// refer to is placed in the fork's own folder under the configured root (a hard
-    /// link where the file system allows, else a copy), and the fork's references
-    /// name the fork's URIs. The rows and their events are one write; if it fails,
-    /// the files placed for it are removed again. `title` defaults to the origin's.
+    /// Forks `origin`'s delivered history up to and including message `at` (default:
+    /// all) into a new session; queued messages stay behind. Attachments are linked or
+    /// copied into the fork's folder; rows and events are one write, and if it fails
+    /// the files are removed. `title` defaults to the origin's.
     pub async fn fork_session(
         &self,
         origin: SessionId,
@@ -72,9 +66,7 @@ impl Store {
         self.fork_upto(origin, origin_read, upto, at, title).await
     }
 
-    /// Forks `origin` up to and including its recorded item `at` (an agent message,
-    /// thought or tool call a session cursor names), as [`Store::fork_session`] forks
-    /// at a message. `at` is one of `origin`'s items, as [`Store::items`] gave it.
+    /// [`Store::fork_session`] up to and including `origin`'s recorded item `at`.
     pub(crate) async fn fork_session_at_item(
         &self,
         origin: SessionId,
@@ -114,12 +106,9 @@ impl Store {
         at: Option<MessageId>,
         title: Option<String>,
     ) -> Result<Forked> {
-        // First the origin is checked against its log as `verify` checks it (a copy
-        // of rows edited behind the log would carry the damage where `verify` of the
-        // origin could no longer point at it), and its history is read as a restore
-        // reads it, up to the cut: which files the copied messages refer to, where
-        // the cut falls (an entry the origin gains later is not the fork's), and its
-        // last message. Only names are kept, never the history.
+        // The origin is checked against its log first (a copy of rows edited behind
+        // it would carry damage `verify` could no longer point at), then read up to the
+        // cut for its files, the cut's seq and last message; never the history.
         let db = self.db.clone();
         let cut = blocking(move || {
             let mut cut = Cut {
@@ -194,8 +183,7 @@ impl Store {
                     }
                 }
             }
-            // Then, in one write, the same history again, each entry written to the
-            // fork as the read hands it on.
+            // Then, in one write, each entry written to the fork as the read hands it on.
             let written = db.write(|tx| {
                 copies::create(tx, &new)?;
                 let mut into = CopyInto {
@@ -225,8 +213,7 @@ impl Store {
     }
 }
 
-/// The first read of a fork: the files its messages up to `upto` refer to, the
-/// last entry's seq and the last message's id.
+/// The first read of a fork: its files, last entry's seq and last message's id.
 struct Cut {
     upto: i64,
     last: i64,
@@ -256,8 +243,7 @@ struct CopyInto<'a, 'c> {
     tx: &'a Tx<'c>,
     upto: i64,
     appender: copies::Appender,
-    /// Whether the fork's text is redacted as it is written (its origin may have been
-    /// kept with redaction off).
+    /// Whether the fork's text is redacted as written (the origin's may not be).
     redacting: bool,
 }
 
@@ -297,8 +283,7 @@ fn redacted_item(body: crate::model::ItemBody) -> Result<crate::model::ItemBody>
     })
 }
 
-/// `m` as a new message of session `to`: the same texts, its references naming `to`'s
-/// URIs under the same stored names.
+/// `m` as a new message of `to`, its references naming `to`'s URIs.
 pub(crate) fn rewritten(m: &Message, to: SessionId) -> NewMessage {
     NewMessage {
         role: m.role,

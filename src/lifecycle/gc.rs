@@ -1,15 +1,10 @@
-//! `gc`: removes, under the configured root only, uploads no message refers to once
-//! they are older than a grace period, the folders of deleted sessions, and
-//! temporary files killed uploads left. It never touches a legacy root, never follows
-//! a symlink, and leaves alone every entry it cannot place (folders of sessions this
-//! database does not know, names no upload could have).
+//! `gc`: removes, under the configured root only, unreferenced uploads older than a
+//! grace period, deleted sessions' folders and killed uploads' temporaries. It never
+//! touches a legacy root, follows a symlink, or removes an entry it cannot place.
 //!
-//! Against a concurrent `send`, the decision and the removal of a session's
-//! unreferenced uploads happen inside one database write, under the lock `send`
-//! stores its references under; `send` checks again, inside its own write, that
-//! each file it refers to is still there. Whichever takes the lock first wins
-//! cleanly: gc sees the reference and keeps the file, or send sees the file gone and
-//! refuses with the usual unreadable-reference error.
+//! Against a concurrent `send`: a session's uploads are decided and removed inside one
+//! write, under the lock `send` stores its references under, and `send` checks inside
+//! its own write that each file is still there. Whichever locks first wins cleanly.
 
 use std::time::{Duration, SystemTime};
 
@@ -22,8 +17,7 @@ use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::store::{Store, blocking};
 
-/// How old an unreferenced upload (or a temporary file) must be before gc takes it,
-/// unless told otherwise: long enough that an upload about to be sent is safe.
+/// The default age before gc takes an upload: one about to be sent is safe.
 pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
 
 #[derive(Debug, Clone)]
@@ -71,8 +65,7 @@ pub struct GcReport {
     pub deleted_sessions: Tally,
     /// Temporary files of killed uploads, older than the grace period.
     pub leftovers: Tally,
-    /// Entries left alone: symlinks, folders of sessions this database does not know,
-    /// files no upload could have made.
+    /// Entries left alone: symlinks, unknown sessions' folders, names no upload makes.
     pub skipped: usize,
     /// Everything removed (or, in a dry run, that would be).
     pub total: Tally,
@@ -201,10 +194,8 @@ impl From<Error> for Collect {
     }
 }
 
-/// One live session's folder: its unreferenced uploads older than `cutoff` are
-/// decided and removed inside one write, so no `send` can store a reference to one
-/// of them in between. A dry run reads instead and removes nothing; it also counts
-/// the temporaries a real run would sweep.
+/// One live session's folder: unreferenced uploads older than `cutoff` decided and
+/// removed inside one write (no `send` in between); a dry run only counts.
 fn collect_live(
     db: &crate::db::Db,
     attachments: &crate::attachments::AttachmentStore,
@@ -250,9 +241,9 @@ fn collect_live(
             .into_inner()
             .expect("the read ran its closure at least once")?
     } else {
-        // On PostgreSQL the write may run again after losing a race: what an earlier
-        // run removed stays removed, so its count is kept; a database error is
-        // returned as the write's own, so that the race is seen and retried.
+        // On PostgreSQL the write may run again after a lost race: an earlier run's
+        // removals (and count) stay; a database error is returned as the write's own,
+        // so the race is retried.
         let mut removed = Tally::default();
         let mut outcome = None;
         let written = db.write_for(&id, |tx| match judge(tx, true) {

@@ -1,11 +1,8 @@
-//! `Store::import_archive`: an archive made by `export` back as a new session. The
-//! archive is untrusted input: the whole of it is checked (entry types, names, sizes,
-//! the manifest against the files and against its own event log) before anything is
-//! written, and a refusal is one line with nothing written. Then the files go through
-//! the attachment store and the rows through one write; a failure removes the files.
-//! The manifest is never held whole: its rows are spooled to anonymous temporary
-//! files as they parse (`manifest`), checked from there beside the replayed log, and
-//! written from there, an entry at a time.
+//! `Store::import_archive`: an exported archive back as a new session. The archive is
+//! untrusted: all of it is checked (entries, names, sizes, the manifest against the
+//! files and its own log) before anything is written; a refusal writes nothing. Then
+//! files, then rows in one write (a failure removes the files). The manifest is never
+//! held whole: its rows are spooled to temporary files as they parse (`manifest`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -23,9 +20,8 @@ use crate::store::blocking;
 use super::manifest::{self, Rows, Spool, Spooled};
 use super::manifest::{ARCHIVE_FORMAT, ARCHIVE_VERSION, ArchivedItem, FILES_DIR, MANIFEST_NAME};
 
-/// The largest manifest read. It is read a row at a time into spool files on disk,
-/// so this bounds what a hostile archive can make the import write there, not what it
-/// holds in memory; a session of a million recorded items makes well under a GiB.
+/// The largest manifest read: it bounds what a hostile archive makes the import spool
+/// to disk (memory holds a row at a time).
 pub const MAX_MANIFEST_BYTES: u64 = 16 * 1024 * 1024 * 1024;
 
 /// What an import made.
@@ -51,18 +47,16 @@ pub enum ImportId {
     /// A new id, always.
     #[default]
     New,
-    /// The archive's own id when no session has it and none had it (a deleted
-    /// session's id is never taken again); a new id otherwise.
+    /// The archive's id if no session has or had it (a deleted id is never reused).
     Keep,
 }
 
 /// Lifecycle: importing an exported archive.
 impl Store {
-    /// Imports the archive at `path` as a new session, under the id `id` says. Files are placed in the new
-    /// session's folder under the configured root and every reference names the new
-    /// session's URIs. Nothing is written unless the whole archive checks out. Its
-    /// text is redacted as it is read when the store redacts (an archive exported
-    /// with `--no-redact` may hold secrets); its files are stored byte for byte.
+    /// Imports the archive at `path` as a new session under the id `id` says, its
+    /// references renamed to the new session's URIs; nothing is written unless all of
+    /// it checks out. Its text is redacted as read when the store redacts; files are
+    /// stored byte for byte.
     pub async fn import_archive(&self, path: PathBuf, id: ImportId) -> Result<Imported> {
         let redaction = self.config().redaction;
         let checked = {

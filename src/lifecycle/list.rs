@@ -1,6 +1,4 @@
-//! Sessions a page at a time, most recently updated first, with an opaque cursor that
-//! names the last session shown by its `(updated_at, id)` key. It never holds the
-//! whole list and never reads attachment files.
+//! Sessions a page at a time, most recently updated first, with an opaque cursor.
 
 use base64_simd::URL_SAFE_NO_PAD;
 use serde::Serialize;
@@ -23,13 +21,9 @@ pub struct SessionPage {
     pub next_cursor: Option<SessionCursor>,
 }
 
-/// Where the next page starts: just after the session with this key in the order
-/// `updated_at DESC, id DESC`. Keyed on values rather than on a position, so a session
-/// added (or updated, which moves it to the front) between two pages neither shifts
-/// the later pages nor shows twice. It carries the listing's archive filter, so the
-/// next page lists what the first did. Printed as URL-safe base64 of `updated_at|id`
-/// (the default filter, `exclude`, as cursors were before there was one) or
-/// `updated_at|id|filter`; callers treat it as opaque.
+/// Where the next page starts: after this `(updated_at, id)` key, so a session added or
+/// updated between pages neither shifts them nor shows twice; it carries the archive
+/// filter. Printed as URL-safe base64 of `updated_at|id[|filter]`; opaque to callers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionCursor {
     pub(crate) updated_at: String,
@@ -108,17 +102,14 @@ impl Serialize for SessionCursor {
     }
 }
 
-/// What [`Store::list_sessions`] lists: one page of at most `limit` sessions (clamped
-/// to 1..=[`MAX_PAGE`]) after `cursor`, of one working directory when `cwd` says, and
-/// of one archive state. `Default`: the first page of [`DEFAULT_PAGE`], every working
-/// directory, archived sessions left out.
+/// What [`Store::list_sessions`] lists (`Default`: the first page of [`DEFAULT_PAGE`],
+/// every working directory, archived sessions left out).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListQuery {
     pub limit: usize,
     /// Where the page starts (from the start when `None`).
     pub cursor: Option<SessionCursor>,
-    /// Only the sessions in one working directory (an ACP client's `session/list` with
-    /// a `cwd`); every session when `None`.
+    /// Only the sessions in one working directory; all when `None`.
     pub cwd: Option<CwdFilter>,
     /// Which archive state: this, else the cursor's, else [`ArchiveFilter::Exclude`].
     pub archived: Option<ArchiveFilter>,
@@ -137,11 +128,9 @@ impl Default for ListQuery {
 
 /// Lifecycle: listing sessions a page at a time.
 impl Store {
-    /// One page of the sessions `query` takes, most recently updated first: at most
-    /// `query.limit` (clamped to 1..=[`MAX_PAGE`]), starting after `query.cursor`.
-    /// Recorded turns and every other event move a session's `updated_at`, so a
-    /// session with news comes first. To see every session, follow `next_cursor` until
-    /// it is `None`. Reading only: works on a store opened read-only.
+    /// One page of the sessions `query` takes, most recently updated (by any event)
+    /// first, at most `query.limit` (clamped to 1..=[`MAX_PAGE`]); follow `next_cursor`
+    /// until `None`. Reads only.
     pub async fn list_sessions(&self, query: ListQuery) -> Result<SessionPage> {
         let ListQuery {
             limit,
@@ -154,8 +143,7 @@ impl Store {
             .unwrap_or_default();
         let limit = limit.clamp(1, MAX_PAGE);
         let db = self.db().clone();
-        // One row past the page says whether another page follows, so the last page
-        // never hands out a cursor that leads to an empty one.
+        // One row past the page says whether another follows: no cursor to an empty page.
         let mut sessions = crate::store::blocking(move || {
             db.read(|tx| {
                 let after = cursor.as_ref().map(|c| (c.updated_at.as_str(), &c.id));
@@ -181,8 +169,7 @@ impl Store {
     }
 }
 
-/// Which sessions a listing takes by the working directory their client gave: those
-/// with `cwd`, and, when `unset_too`, those that have none.
+/// The sessions with `cwd`, and, when `unset_too`, those with none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CwdFilter {
     pub cwd: String,

@@ -1,9 +1,7 @@
-//! An archive's manifest as a stream, both ways, so that neither export nor import
-//! holds a history: export writes the session's rows and log into it a page at a
-//! time from one snapshot; import reads it one row at a time into three spool files
-//! (messages, items, events, one JSON line each, in anonymous owner-only temporary
-//! files), which its check and its write then read in history order side by side.
-//! The document is the one `Manifest` describes, whichever way it was made.
+//! An archive's manifest (the document `Manifest` describes) as a stream both ways, so
+//! neither export nor import holds a history: export writes it a page at a time from
+//! one snapshot; import spools its rows to three anonymous owner-only files, which its
+//! check and its write read side by side.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -32,8 +30,7 @@ pub const MANIFEST_NAME: &str = "manifest.json";
 /// Where attachment files sit in the archive: `files/<stored name>`.
 pub const FILES_DIR: &str = "files/";
 
-/// The archive's table of contents: the session, its rows and event log as this store
-/// reads them, and the files that follow with their sizes.
+/// The archive's table of contents: the session, its rows and log, the files that follow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Manifest {
@@ -45,11 +42,9 @@ pub struct Manifest {
     pub events: Vec<Event>,
     /// Every file the archive holds after the manifest, in archive order.
     pub files: Vec<ArchivedFile>,
-    /// Stored names the messages refer to that no root had at export time: their
-    /// references travel, and degrade on dispatch as they did in the origin.
+    /// Stored names no root had at export time: the references travel and degrade.
     pub missing: Vec<String>,
-    /// The client's settings of a proxied session (none in archives of other ones,
-    /// and of earlier versions).
+    /// The client's settings of a proxied session (absent in older archives).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub settings: Vec<Setting>,
 }
@@ -111,10 +106,7 @@ pub(super) struct Written {
     pub missing: Vec<String>,
 }
 
-/// Writes the manifest of `session` to `out` from `tx`, one page of rows or events at
-/// a time: the rows as this store reads them (messages queued or not, items), the
-/// whole event log, then what `files` says of the names the messages refer to (the
-/// files that follow, and the names no root had), and the client's settings. `io`
+/// Writes the manifest of `session` to `out`, a page of rows or events at a time; `io`
 /// turns a failed write into the export's error.
 pub(super) fn write(
     tx: &Tx<'_>,
@@ -234,8 +226,7 @@ fn redact_row(row: &mut serde_json::Value) {
     redact::value(row);
 }
 
-/// Redacts an archived item: its body (JSON text) whole, so a message's text is
-/// redacted as one, as its chunks made it.
+/// Redacts an archived item's body whole, so a message's text is redacted as one.
 fn redact_item(item: &mut serde_json::Value) {
     let Some(serde_json::Value::String(text)) = item.get_mut("body") else {
         return;
@@ -265,8 +256,7 @@ impl Comma {
     }
 }
 
-/// A value written as JSON through a `dyn Write` (serde's `Serialize` is not object
-/// safe).
+/// A value written as JSON through a `dyn Write` (`Serialize` is not object safe).
 mod erased {
     pub trait Json {
         fn write(&self, out: &mut dyn std::io::Write) -> std::io::Result<()>;
@@ -284,8 +274,7 @@ mod erased {
     }
 }
 
-/// One list of a manifest read by import, one JSON line a row in an anonymous
-/// temporary file (owner-only, unlinked from the start, so nothing is left behind).
+/// One list of a manifest, a JSON line a row in an anonymous (unlinked) owner-only file.
 pub(super) struct Spool {
     file: BufWriter<File>,
     pub count: u64,
@@ -306,8 +295,7 @@ impl Spool {
         Ok(())
     }
 
-    /// The rows from the first, in the order they came; each pass reads the file
-    /// again from its start, so the spool can be read as often as needed.
+    /// The rows from the first; each pass reads the file again from its start.
     pub fn rows<T: DeserializeOwned>(&mut self) -> Result<Rows<T>> {
         let unreadable = |cause| Error::Io {
             path: std::env::temp_dir(),
@@ -351,8 +339,7 @@ impl<T: DeserializeOwned> Iterator for Rows<T> {
     }
 }
 
-/// A manifest as import reads it: its small fields, and its three long lists
-/// spooled.
+/// A manifest as import reads it: its small fields, its three long lists spooled.
 pub(super) struct Spooled {
     pub format: String,
     pub version: u32,
@@ -365,9 +352,8 @@ pub(super) struct Spooled {
     pub settings: Vec<Setting>,
 }
 
-/// Reads a manifest from `input` one row at a time, with the rules the derived
-/// [`Manifest`] reader has (every field once, no unknown field, `settings` may be
-/// left out). An `Err` is why it does not parse, in serde's words.
+/// Reads a manifest one row at a time, by the derived [`Manifest`] reader's rules; an
+/// `Err` says why it does not parse, in serde's words.
 pub(super) fn read(input: impl Read, redaction: Redaction) -> std::result::Result<Spooled, String> {
     let mut de = serde_json::Deserializer::from_reader(BufReader::new(input));
     let mut spooled = de
@@ -386,8 +372,7 @@ pub(super) fn read(input: impl Read, redaction: Redaction) -> std::result::Resul
 
 use serde::Deserializer as _;
 
-/// The manifest's fields, in whatever order they come, redacted as they are spooled
-/// when redaction is on.
+/// The manifest's fields in any order, redacted as spooled when redaction is on.
 struct Fields(Redaction);
 
 impl<'de> Visitor<'de> for Fields {

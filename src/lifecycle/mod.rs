@@ -1,12 +1,6 @@
-//! Whole-session operations on a `Store`: listing by pages, deleting with erasure,
-//! collecting what no session needs any more on disk, fork (a new session from part of
-//! another, with its own files), export (one self-contained archive, or a readable
-//! markdown transcript), import (an untrusted archive back as a new session) and redact
-//! (the secrets already stored, replaced in place).
-//! Everything they write goes through `db` write functions with their events and
-//! through the attachment store; nothing here runs SQL or opens an attachment file
-//! itself, and nothing bypasses the event log: a deleted session leaves its tombstone
-//! in the same write that erases it.
+//! Whole-session operations on a `Store`: list, delete, gc, fork, export, import,
+//! redact. Everything they write goes through `db`'s write functions with their events
+//! and the attachment store: no SQL or attachment file here, nothing bypasses the log.
 
 mod delete;
 pub mod export;
@@ -28,9 +22,7 @@ pub use list::{
 pub use progress::{Progress, Step};
 pub use redact::{RedactOptions, RedactReport, RedactedSession, SkippedSession};
 
-/// Whether an operation that removes things (`delete_sessions`, `gc`) removes
-/// them, or only reports what it would remove and changes nothing (opening the store
-/// read-only is then enough).
+/// Whether an operation removes things, or only reports (a read-only store suffices).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Run {
     #[default]

@@ -1,5 +1,4 @@
-//! The hook a long command reports its progress through; it only carries counts, and
-//! never decides how (or whether) they are shown.
+//! The hook a long command reports its progress through: counts, never how shown.
 
 use std::sync::Arc;
 
@@ -11,9 +10,7 @@ pub struct Step {
     pub total: u64,
 }
 
-/// Told of each step of a long operation (a delete of many sessions, a gc over many
-/// folders), from the blocking thread doing the work. The command line draws it on a
-/// terminal once the operation has run for a second; a daemon can log it or ignore it.
+/// Told of each step of a long operation, from the blocking thread doing the work.
 #[derive(Clone)]
 pub struct Progress(Arc<dyn Fn(Step) + Send + Sync>);
 

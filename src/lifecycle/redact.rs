@@ -1,13 +1,8 @@
-//! `sessionstore redact`: the secrets already stored (before redaction existed, or
-//! with it off) found and replaced by `[REDACTED:<kind>]` in each session's events,
-//! rows and search entries, in place. Like erasure it is the documented exception to
-//! the append-only log, taken the same careful way: one write per session with
-//! SQLite's `secure_delete` on, the log's guard lifted and put back inside it
-//! (`db::redact`), an event appended saying how many secrets of each kind went (never
-//! a value), then the search index merged, the database written into fresh pages
-//! (`VACUUM`: stale copies in pages' unused space go too) and the WAL checkpointed
-//! and truncated. A
-//! session a running proxy holds is skipped; attachment files are never rewritten.
+//! `sessionstore redact`: secrets already stored replaced by `[REDACTED:<kind>]` in
+//! each session's events, rows and search entries, in place. Like erasure, the
+//! documented exception to the append-only log: one `secure_delete` write per session
+//! (`db::redact`) with an event counting what went (never a value), then the index
+//! merged, `VACUUM` and the WAL truncated. Attachment files are never rewritten.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,27 +23,23 @@ use crate::store::{Store, blocking};
 pub struct RedactOptions {
     /// The sessions to look through; none means every session.
     pub sessions: Vec<SessionId>,
-    /// `Run::DryRun` reports what would be redacted and changes nothing (a store
-    /// opened read-only is then enough).
+    /// `Run::DryRun` only reports (a read-only store is then enough).
     pub run: Run,
     pub progress: Progress,
 }
 
-/// What `redact` found, and what it did (see [`Store::redact_stored`]). Serialized,
-/// it is `redact --json`'s document: `sessions`, `skipped`, `backups`.
+/// What `redact` found and did; serialized, `redact --json`'s document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RedactReport {
     /// The sessions that held secrets: redacted, or in a dry run to be.
     pub sessions: Vec<RedactedSession>,
     pub skipped: Vec<SkippedSession>,
-    /// Backups the store made of this database earlier (`<db>.v<N>.bak`, from an
-    /// upgrade or a repair): copies that still hold whatever was redacted.
+    /// Earlier backups of this database (`<db>.v<N>.bak`): they still hold the secrets.
     pub backups: Vec<PathBuf>,
     #[serde(skip)]
     pub dry_run: bool,
-    /// Whether the WAL was checkpointed and truncated after the rewrite (SQLite), or
-    /// the tables vacuumed (PostgreSQL); `false` when a reader held an old snapshot:
-    /// the next checkpoint finishes the job. Always true when nothing was rewritten.
+    /// Whether the WAL was truncated (SQLite) or the tables vacuumed (PostgreSQL) after
+    /// the rewrite; `false` when a reader held an old snapshot. True if nothing changed.
     #[serde(skip)]
     pub erased: bool,
 }
@@ -71,9 +62,8 @@ pub struct SkippedSession {
 const OPEN_ELSEWHERE: &str = "open in a running proxy";
 const LOG_MISMATCH: &str = "its rows disagree with its event log: run verify";
 
-/// How many secrets of each kind a rewrite took out: the marks its new payloads hold
-/// beyond those the old ones held, summed over the session (a streamed message's text,
-/// and a mark already in it, may move from one event into the next).
+/// Secrets of each kind a rewrite took out: new payloads' marks less the old ones',
+/// summed over the session (a streamed message's marks may move between events).
 #[derive(Debug, Default)]
 struct Tally(BTreeMap<crate::redact::Kind, i64>);
 
@@ -96,44 +86,34 @@ impl Tally {
     }
 }
 
-/// One event's payload redacted by itself (`redact::payload`, as export does): the
-/// document, and whether it changed. `None` for a payload that does not parse, left
-/// for `verify` to name.
+/// One event's payload redacted by itself, as export does, and whether it changed;
+/// `None` when it does not parse (left for `verify` to name).
 fn alone(event: &Event<String>) -> Option<(Value, bool)> {
     let mut payload: Value = serde_json::from_str(&event.payload).ok()?;
     let changed = crate::redact::payload(&mut payload);
     Some((payload, changed))
 }
 
-/// The events a walk gives back, in the log's order, each with its new payload's text
-/// when it changed.
+/// Events a walk gives back in log order, each with its new payload if it changed.
 type Ready = Vec<(Event<String>, Option<String>)>;
 
-/// The log walked as the recorder redacts it on the way in: an agent's message or
-/// thought streamed across several `turn_recorded` events (two `record` runs, two of
-/// the proxy's writes) is redacted as one text (`redact::Streams`), so a secret split
-/// across them is found whole. Its held-back tail (less than twice `redact::LONGEST`
-/// bytes) is carried from event to event, and the event holding the open message's
-/// last chunk is held back until the next event: one that continues the message takes
-/// the text after the tail, one that ends it (an update that does not continue it,
-/// an event that adds to the history, the log's end) leaves the tail in that last
-/// chunk, where the recorder puts it. Events that leave the history alone ([`QUIET`])
-/// wait behind the held one. So one `turn_recorded` event at most is held, and a few
-/// small ones, never a whole message.
+/// The log walked as the recorder redacts it: a message streamed across several
+/// `turn_recorded` events is redacted as one text (`redact::Streams`), so a secret split
+/// across them is found whole. The event with the open message's last chunk is held
+/// until the next one, which continues the message or ends it (the tail then stays in
+/// that chunk, as the recorder puts it); [`QUIET`] events wait behind it. So at most
+/// one `turn_recorded` event and a few small ones are held, never a whole message.
 #[derive(Default)]
 struct Streamed {
     streams: crate::redact::Streams<Value>,
     held: Option<Held>,
-    /// Events after the held one that leave the history alone (a setting the client
-    /// changed while the agent streamed, say), so the message goes on across them as
-    /// its item does: given back after it, in order.
+    /// [`QUIET`] events after the held one, given back after it in order.
     after: Vec<(Event<String>, Option<String>)>,
     /// Given the texts of the chunks of each event made ready, when a scan compares.
     agree: Option<Agree>,
 }
 
-/// The kinds of event that change no entry of a session's history, so an agent's
-/// message recorded before one goes on in the next `turn_recorded` (`projection`).
+/// Event kinds that change no history entry: a message goes on across them (`projection`).
 const QUIET: &[&str] = &[
     "setting_recorded",
     "session_renamed",
@@ -142,8 +122,7 @@ const QUIET: &[&str] = &[
     "agent_bound",
 ];
 
-/// How many such events a streamed message goes on across at most; past that it ends
-/// (so a walk holds a bounded number of events).
+/// At most this many such events are held behind a message; past that it ends.
 const AFTER_MOST: usize = 64;
 
 /// A `turn_recorded` event held back, its updates redacted so far.
@@ -191,8 +170,7 @@ impl Streamed {
         self.next_read(event, doc)
     }
 
-    /// [`Streamed::next`] of an event whose payload was read already (`doc`: `None`
-    /// when it does not parse, or was not read: not a `turn_recorded` event).
+    /// [`Streamed::next`] with the payload read already (`None`: unparsed, or not read).
     fn next_read(&mut self, event: Option<Event<String>>, doc: Option<Value>) -> Ready {
         let mut ready = Vec::with_capacity(2);
         let Some(event) = event else {
@@ -259,10 +237,9 @@ impl Streamed {
     }
 }
 
-/// Whether two walks of a log give the same text of agent messages and thoughts, in
-/// order, read as each gives it (one may lag the other by a held event and a tail):
-/// the walk event by event and the streamed one agree unless a secret was split
-/// across events. Holds only the text one has given beyond the other.
+/// Whether the walk event by event and the streamed one give the same agent text
+/// (they differ only when a secret was split across events). Holds only the text one
+/// walk has given beyond the other.
 #[derive(Default)]
 struct Agree {
     alone: Vec<u8>,
@@ -304,20 +281,11 @@ impl Agree {
 
 /// Lifecycle: secrets already stored, redacted in place.
 impl Store {
-    /// Looks through the sessions named (every session when none is) for secrets in
-    /// what they store, and replaces each by `[REDACTED:<kind>]`: its events, the rows
-    /// made again from them, and their search entries, one write per session, with
-    /// an event recording how many of each kind went. A session a claim holds (a
-    /// running proxy has it open) is skipped, and so is one whose rows already
-    /// disagree with its log (`verify` names why). Afterwards an SQLite database
-    /// keeps no copy of what went: freed pages zeroed (`secure_delete`), the search
-    /// index merged, every page written afresh (`VACUUM`), the WAL checkpointed and
-    /// truncated; the report names the backups that still hold it. An id that names
-    /// no session fails the call before anything changes. Attachment files are never
-    /// rewritten. Each event is redacted by itself, as export does, unless a secret
-    /// runs across two recorded batches of a streamed message (a store kept with
-    /// redaction off): then the session's log is walked as the recorder streams it,
-    /// and the secret is found whole.
+    /// Replaces the secrets stored in the sessions named (all when none) by
+    /// `[REDACTED:<kind>]`, one write per session (see the module doc). Skipped: a
+    /// session a running proxy holds, one whose rows disagree with its log. An unknown
+    /// id fails before anything changes. Each event is redacted by itself, as export
+    /// does, unless a secret runs across a streamed message's batches (then streamed).
     pub async fn redact_stored(&self, options: RedactOptions) -> Result<RedactReport> {
         let RedactOptions {
             sessions,
@@ -441,11 +409,8 @@ impl Store {
     }
 }
 
-/// What the session holds, read: its rows checked against its log (as a fork or an
-/// export checks them), then how many secrets of each kind its log holds, and whether
-/// it is to be walked streamed (a secret split across events: [`Streamed`]); else
-/// each event is redacted by itself, and a message's chunks keep their texts unless
-/// a secret runs across them. The log is read once, and read again, both ways, only
+/// The session's rows checked against its log, then its secrets counted by kind, and
+/// whether it must be walked streamed. The log is read a second time, both ways, only
 /// when a streamed message goes on from one event into another.
 fn scan(db: &Db, id: &SessionId) -> Result<(BTreeMap<String, u64>, bool)> {
     db.read(|tx| {
@@ -471,10 +436,9 @@ fn scan(db: &Db, id: &SessionId) -> Result<(BTreeMap<String, u64>, bool)> {
     })
 }
 
-/// Whether an agent's message or thought may go on from one `turn_recorded` event
-/// into a later one: the first event's last update and the later one's first are
-/// chunks of the same kind and message id, with only events of [`QUIET`] kinds
-/// between. It errs towards yes (the recorder's test also compares the rest).
+/// Whether a message may go on from one `turn_recorded` event into a later one (last
+/// and first chunks of one kind and message id, only [`QUIET`] events between); errs
+/// towards yes.
 #[derive(Default)]
 struct Spans {
     last: Option<(String, Value)>,
@@ -557,9 +521,8 @@ fn scan_both(tx: &crate::db::Tx<'_>, id: &SessionId) -> Result<(BTreeMap<String,
     })
 }
 
-/// The session's log and rows rewritten in one write (streamed when `streamed`, see
-/// [`scan`]), and the event that records it; what went, and whether the WAL was
-/// truncated after.
+/// The session rewritten in one write with the event recording it; what went, and
+/// whether the WAL was truncated after.
 fn write(db: &Db, id: &SessionId, streamed: bool) -> Result<(BTreeMap<String, u64>, bool)> {
     db.erase(|tx| {
         let mut tally = Tally::default();

@@ -1,5 +1,4 @@
-//! What a check of the database found: `verify`, a replay of a session's log, an
-//! import's check of its archive, the schema check of a writing open.
+//! What a check of the database found (`verify`, a replay, an import, a schema check).
 
 use std::fmt;
 
@@ -7,9 +6,7 @@ use serde::Serialize;
 
 use crate::ids::{EventSeq, ItemId, MessageId, SessionId};
 
-/// What kind of inconsistency a check of the database found: `verify`, a restore's
-/// or a fork's replay of a session's log, an import's check of its archive, and the
-/// schema check a writing open makes.
+/// What kind of inconsistency a check of the database found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -18,8 +15,7 @@ pub enum ProblemKind {
     Integrity,
     /// A row points at a row that does not exist (a foreign key).
     DanglingReference,
-    /// A table, index, trigger, view, function or constraint that the database's
-    /// migrations make is missing (or, for a trigger, disabled).
+    /// A schema object the migrations make is missing (or a trigger disabled).
     SchemaMissing,
     /// A schema object differs from the one its migrations make.
     SchemaChanged,

@@ -52,10 +52,8 @@ fn plain_text_blocks_read_as_their_general_read_does() {
     }
 }
 
-/// A number reads back as the very float that was written, so a body read back
-/// from its row is the body that was written (`verify` compares them, and repair
-/// writes what the log made). Without serde_json's `float_roundtrip`, each of these
-/// read back one step away from what was written.
+/// A number reads back as the very float written (`verify` compares bodies); without
+/// serde_json's `float_roundtrip` each of these read back one step away.
 #[test]
 fn a_float_reads_back_as_the_float_that_was_written() {
     for x in [
@@ -78,9 +76,7 @@ fn a_float_reads_back_as_the_float_that_was_written() {
     }
 }
 
-/// A problem prints, and serializes, as the one line `verify` has always printed
-/// for it, whatever its kind puts first; a message that has named the session or
-/// the schema already gives the rest alone.
+/// A problem prints and serializes as the one line `verify` has always printed.
 #[test]
 fn a_problem_reads_as_verify_prints_it() {
     let session = SessionId::new();
@@ -167,10 +163,8 @@ fn an_explicit_title_stays_until_the_next_explicit_one() {
     );
 }
 
-/// A prompt answer's `usage` is read leniently (a kind that is not a count is not
-/// reported; an answer without one, or reporting nothing, has none), and a
-/// `turn_ended` event carries it only when there is one: an event written before
-/// reads as none.
+/// A prompt answer's `usage` is read leniently, and a `turn_ended` event carries it
+/// only when there is one (an older event reads as none).
 #[test]
 fn a_turns_usage_is_read_from_its_answer_and_kept_in_its_end_event() {
     let answer = serde_json::json!({"stopReason": "end_turn", "usage": {

@@ -1,12 +1,10 @@
-//! What sessions cost, as records: a turn's tokens by kind (`TurnUsage`), a session's
-//! latest cost and context (`SessionFigures`), and what `usage` reports of them.
+//! What sessions cost: a turn's tokens, a session's cost and context, `usage`'s report.
 
 use serde::{Deserialize, Serialize};
 
 use crate::ids::SessionId;
 
-/// The tokens an agent reported for one turn (the end-of-turn `usage` of its
-/// `session/prompt` answer), by kind; a kind it did not report is `None`, never 0.
+/// The tokens an agent reported for one turn, by kind; one not reported is `None`, never 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnUsage {
@@ -25,9 +23,8 @@ pub struct TurnUsage {
 }
 
 impl TurnUsage {
-    /// The `usage` of a `session/prompt` answer (its `result`), read leniently: each
-    /// kind that is a non-negative integer counts, anything else is not reported.
-    /// `None` when the answer carries no usage object, or one that reports nothing.
+    /// The `usage` of a `session/prompt` result, read leniently (non-negative integers
+    /// count); `None` when it reports nothing.
     pub fn of_answer(result: &serde_json::Value) -> Option<TurnUsage> {
         let usage = result.get("usage")?.as_object()?;
         let kind = |name: &str| usage.get(name).and_then(serde_json::Value::as_u64);
@@ -42,8 +39,7 @@ impl TurnUsage {
         (read != TurnUsage::default()).then_some(read)
     }
 
-    /// The kinds in the order of the `turns` columns (`input_tokens` …
-    /// `total_tokens`).
+    /// The kinds in the order of the `turns` columns.
     pub fn kinds(&self) -> [Option<u64>; 6] {
         [
             self.input_tokens,
@@ -68,9 +64,8 @@ impl TurnUsage {
     }
 }
 
-/// What a session's latest `usage_update` said: its context window (`used` of
-/// `size` tokens) and the latest cost the agent reported (ACP's `cost` is the
-/// session's running total; an update without one leaves it as it was).
+/// What a session's `usage_update`s said: the latest context window and the latest
+/// cost (ACP's running total).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SessionFigures {
     pub cost: Option<Cost>,
@@ -98,9 +93,8 @@ pub struct UsageReport {
     pub total: UsageTotal,
 }
 
-/// One session's usage: the turns counted (those that ran in it, from the report's
-/// start), the tokens they reported summed by kind, and the latest cost and context
-/// its agent reported.
+/// One session's usage: its turns from the report's start, their tokens summed, and
+/// the latest cost and context.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionUsage {
     pub id: SessionId,

@@ -354,35 +354,31 @@ fn vision_request_without_hint_has_images_only() {
     );
 }
 
-#[test]
-fn chat_request_is_accepted_by_official_client_types() {
-    let ours = serde_json::to_value(chat_request(MODEL, &sample_conversation()))
-        .expect("a request of strings serializes");
-    let theirs: async_openai::types::chat::CreateChatCompletionRequest =
-        serde_json::from_value(ours.clone()).expect("async-openai accepts the request");
+/// `ours` reads as async-openai's `T` and writes back unchanged.
+fn accepted_as<T: serde::de::DeserializeOwned + serde::Serialize>(ours: impl serde::Serialize) {
+    let ours = serde_json::to_value(ours).expect("a request of strings serializes");
+    let theirs: T = serde_json::from_value(ours.clone()).expect("async-openai accepts the request");
     let round_trip = serde_json::to_value(&theirs).expect("async-openai serializes");
     assert_eq!(round_trip, ours, "nothing lost in async-openai's types");
+}
+
+#[test]
+fn chat_request_is_accepted_by_official_client_types() {
+    use async_openai::types::chat::CreateChatCompletionRequest;
+    accepted_as::<CreateChatCompletionRequest>(chat_request(MODEL, &sample_conversation()));
 }
 
 #[test]
 fn vision_request_is_accepted_by_official_client_types() {
+    use async_openai::types::chat::CreateChatCompletionRequest;
     let blocks = vec![image("AAAA", "image/png", "attachment:///s/a.png", None)];
-    let ours = serde_json::to_value(vision_request(MODEL, "hint", &blocks))
-        .expect("a request of strings serializes");
-    let theirs: async_openai::types::chat::CreateChatCompletionRequest =
-        serde_json::from_value(ours.clone()).expect("async-openai accepts the request");
-    let round_trip = serde_json::to_value(&theirs).expect("async-openai serializes");
-    assert_eq!(round_trip, ours, "nothing lost in async-openai's types");
+    accepted_as::<CreateChatCompletionRequest>(vision_request(MODEL, "hint", &blocks));
 }
 
 #[test]
 fn responses_request_is_accepted_by_official_client_types() {
-    let ours = serde_json::to_value(responses_request(MODEL, &sample_conversation()))
-        .expect("a request of strings serializes");
-    let theirs: async_openai::types::responses::CreateResponse =
-        serde_json::from_value(ours.clone()).expect("async-openai accepts the request");
-    let round_trip = serde_json::to_value(&theirs).expect("async-openai serializes");
-    assert_eq!(round_trip, ours, "nothing lost in async-openai's types");
+    use async_openai::types::responses::CreateResponse;
+    accepted_as::<CreateResponse>(responses_request(MODEL, &sample_conversation()));
 }
 
 #[test]

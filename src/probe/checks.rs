@@ -1,9 +1,6 @@
-//! The probe's checks of how the store behaves: stored names, one read per reference,
-//! what only a drain reaches, refusals, the replay, degradation, what is persisted and
-//! the database audit. Pure functions, one per invariant, over what the scenario set up
-//! (`Known`) and what the store returned; `model_bound` has those of what a model
-//! gets. They do no IO of their own except reading back a path a model was given,
-//! which is what invariant 2 is about.
+//! The probe's checks of how the store behaves: pure functions, one per invariant, over
+//! `Known` and what the store returned (`model_bound` has what a model gets). No IO but
+//! reading back a path a model was given (invariant 2).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -586,11 +583,8 @@ pub(super) fn restored_from_moved_roots(
     ))
 }
 
-/// A recorded turn replayed by a fresh store: the user message, the agent's answer,
-/// its tool call and the next user message, in that order; the agent's text as it was
-/// sent, chunks joined; the tool call in its merged final state; the user message's
-/// attachment from a live read; and the `acp-updates` lines, each a
-/// `SessionNotification`, in the same order.
+/// A recorded turn replayed by a fresh store, in order: the agent's text as sent, the
+/// tool call merged, the attachment from a live read, the `acp-updates` lines alike.
 pub(super) fn recorded_turn_replays(
     t: &RecordedTurn,
     items: &[ReplayItem],
@@ -721,8 +715,7 @@ pub(super) fn db_text_has_no_path(audit: &PathAudit) -> Outcome {
     ))
 }
 
-/// `db`: the database file the store was opened on, which the audit must have read
-/// (a scan that found no file, or only empty ones, proves nothing).
+/// `db`: the database file, which the audit must have read (else it proves nothing).
 pub(super) fn db_file_has_no_path(audit: &PathAudit, db: &Path) -> Outcome {
     if let Some((path, needle)) = audit.file_hits.first() {
         return Err(format!("{path:?} holds {needle:?}"));
@@ -743,10 +736,8 @@ pub(super) fn db_file_has_no_path(audit: &PathAudit, db: &Path) -> Outcome {
     ))
 }
 
-/// The database file of an encrypted store holds none of the texts the probe sent, in
-/// its bytes or its side files' (and does not begin with SQLite's header), while the
-/// audit's read through the decrypting connection finds every one of them: the texts
-/// are there, and only the key reads them.
+/// An encrypted store's files hold none of the probe's texts (nor SQLite's header),
+/// while the decrypting audit finds every one: only the key reads them.
 pub(super) fn db_file_is_encrypted(audit: &PathAudit, texts: &[String], head: &[u8]) -> Outcome {
     ensure!(
         !head.starts_with(b"SQLite format 3\0"),

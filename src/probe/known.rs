@@ -1,7 +1,5 @@
-//! What the probe knows without asking the store: the files it stores and the texts
-//! it sends (constants the scenario uses and the checks judge against), and what the
-//! scenario hands the checks about its run (`Known`, `Sent`, `RecordedTurn`). It makes
-//! no store call and judges nothing; both `scenario` and the checks take from it.
+//! What the probe knows without asking the store: the files and texts it sends, and
+//! what the scenario hands the checks (`Known`, `Sent`, `RecordedTurn`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -93,10 +91,9 @@ pub(super) const REPLY: &str = "The menu lists soba and tempura; your notes agre
 pub(super) const MID_TURN: &str = "Also compare the second version of my notes.";
 pub(super) const TRANSCRIPT: &str = "and tell me which one is cheaper";
 
-/// The recorded turn's session: a user message with one attachment, the agent's
-/// answer (sent as these chunks, which must come back joined and verbatim: it names
-/// no temporary root, so the database audit still finds no path of the probe's) and
-/// a tool call, then the next user message.
+/// The recorded turn's session: a question with one attachment, the agent's answer (sent
+/// as these chunks, back joined verbatim; it names no temporary root, so the audit still
+/// finds no path) and a tool call, then a follow-up.
 pub(super) const TURN_QUESTION: &str = "Summarize my lunch note.";
 pub(super) const TURN_NOTE: &[u8] = "soba 蕎麦 at noon\n".as_bytes();
 pub(super) const AGENT_TEXT: [&str; 2] =
@@ -133,8 +130,8 @@ pub(super) struct Known {
     pub configured: PathBuf,
     pub legacy: PathBuf,
     pub files: Vec<Stored>,
-    /// The probe's directory (every root and the database are under it), as given
-    /// and resolved, and every path a context named: what nothing persisted may hold.
+    /// The probe's directory, as given and resolved, and every path a context named:
+    /// what nothing persisted may hold.
     pub needles: BTreeSet<String>,
 }
 

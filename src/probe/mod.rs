@@ -1,11 +1,7 @@
-//! `sessionstore probe`: a runner over one oracle. `scenario` sets up a store in a
-//! temporary directory and makes the store calls, `checks` (how the store behaved)
-//! and `model_bound` (what a model gets) judge what they returned, pure functions,
-//! one per invariant; `known` holds what both sides share (the files and texts, and
-//! what the scenario saw), `report` what a run prints, and `oracle` what the contract
-//! says, shared with the integration tests. Only the oracle is
-//! built without the `probe` feature (with `testkit`, for the tests); nothing here
-//! touches the user's data directory.
+//! `sessionstore probe`: `scenario` makes the store calls in a temporary directory;
+//! `checks` and `model_bound` judge what came back, one pure function per invariant;
+//! `known` is what both share, `report` what a run prints, `oracle` what the contract
+//! says (also the tests', through `testkit`). Never touches the user's data directory.
 
 /// Returns `Err(detail)` from a check when `cond` does not hold.
 #[cfg(feature = "probe")]

@@ -1,8 +1,5 @@
-//! The probe's checks of what a model gets from the restored history: one block per
-//! reference, the path context under its `_meta` key and what it may hold, the
-//! blocks' content, both OpenAI requests, the focus hint and the vision request. Pure
-//! functions like those in `checks`, whose block readers they share; their only IO is
-//! reading back a path a model was given (invariant 2).
+//! The probe's checks of what a model gets from the restored history, pure like
+//! `checks`; their only IO reads back a path a model was given (invariant 2).
 
 use std::path::{Path, PathBuf};
 
@@ -58,9 +55,8 @@ pub(super) fn one_block_per_reference(restored: &[Dispatched]) -> Outcome {
     Ok(format!("{refs} references gave {refs} blocks, in order"))
 }
 
-/// Every attachment block carries its context under the contract's key, and under
-/// no other: read from the blocks and from their JSON, never from the library's
-/// constant, which a block under another key would still match.
+/// Every attachment block carries its context under the contract's key and no other,
+/// read from the blocks and their JSON, never from the library's constant.
 pub(super) fn context_under_meta_key(restored: &[Dispatched]) -> Outcome {
     let mut n = 0;
     for block in restored.iter().flat_map(|d| &d.blocks) {
@@ -286,8 +282,7 @@ fn chat_contexts(chat: &ChatRequest) -> Vec<(oracle::ContextLine, Option<&ChatPa
     out
 }
 
-/// Reads each path the request gives the model back from disk (invariant 2 is about
-/// exactly that read).
+/// Reads each path the request gives the model back from disk (invariant 2).
 pub(super) fn paths_read_back(k: &Known, chat: &ChatRequest) -> Outcome {
     let contexts = chat_contexts(chat);
     for (line, next) in &contexts {
@@ -334,9 +329,8 @@ pub(super) fn paths_read_back(k: &Known, chat: &ChatRequest) -> Outcome {
     ))
 }
 
-/// Every path is where its file was put: the legacy-only file in the legacy root, the
-/// rest in the configured one. `legacy_copy_exists`: the configured root holds the
-/// legacy-only file too, which would make the check prove nothing.
+/// Every path is where its file was put; `legacy_copy_exists` (the configured root
+/// holds the legacy-only file too) would make the check prove nothing.
 pub(super) fn legacy_path(k: &Known, chat: &ChatRequest, legacy_copy_exists: bool) -> Outcome {
     let legacy = k.file(LEGACY);
     ensure!(

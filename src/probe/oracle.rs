@@ -1,7 +1,6 @@
-//! The oracle: what DESIGN.md says the store's output must be, worked out here without
-//! the code it judges, shared by the probe and the integration tests (which reach it as
-//! `sessionstore::oracle`, public only with the `testkit` feature). It never calls the conversions it checks
-//! (no `dispatch`, no `openai` builder) and keeps no state but a read counter.
+//! The oracle: what DESIGN.md says the store's output must be, worked out without the
+//! code it judges (no `dispatch`, no `openai` builder); shared by the probe and the
+//! tests (`sessionstore::oracle` with `testkit`). No state but a read counter.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,16 +21,14 @@ use crate::store::Store;
 
 pub use crate::db::audit::{CLIENT_CONTENT_COLUMNS, PATH_WORDS, PathAudit};
 
-/// The `_meta` key a block's path context rides under, as DESIGN.md spells it
-/// (invariant 3): written out here rather than taken from the library's constant, so
-/// that a block under another key fails the checks that read it.
+/// The `_meta` key of a block's path context as DESIGN.md spells it (invariant 3),
+/// not the library's constant, so a block under another key fails.
 pub const CONTEXT_META_KEY: &str = "daemon/attachmentContext";
 
 /// A complete 1×1 RGBA PNG: real magic bytes, IHDR, IDAT and IEND with valid CRCs.
 pub const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\x0dIDAT\x78\x9c\x63\xf8\xcf\xc0\xf0\x1f\x00\x05\x00\x01\xff\x89\x99\x3d\x1d\x00\x00\x00\x00IEND\xae\x42\x60\x82";
 
-/// Every attachment read a store made, successful or not, counted per URI; clones
-/// share the count. It rides on the store's own read observer.
+/// Every attachment read a store made, counted per URI (clones share the count).
 #[derive(Clone, Default)]
 pub struct ReadCounter(Arc<Mutex<HashMap<String, usize>>>);
 
@@ -89,8 +86,7 @@ impl ReadCounts {
     }
 }
 
-/// The URI the contract gives a stored name: RFC 3986 unreserved characters kept,
-/// every other byte of the UTF-8 name as `%XX`.
+/// The URI the contract gives a stored name: unreserved characters kept, other bytes `%XX`.
 pub fn expected_uri(session: SessionId, name: &str) -> String {
     let mut out = format!("attachment:///{session}/");
     for b in name.bytes() {
@@ -122,8 +118,7 @@ pub fn is_hidden(c: char) -> bool {
         )
 }
 
-/// The first hidden character of `text` other than a line break, which a
-/// multi-line text may hold.
+/// The first hidden character of `text` other than a line break.
 pub fn unescaped_hidden(text: &str) -> Option<char> {
     text.chars().find(|&c| c != '\n' && is_hidden(c))
 }
@@ -142,8 +137,7 @@ pub struct ContextLine {
     pub raw: String,
 }
 
-/// A context's one JSON line: an error unless exactly one line is a JSON object, and
-/// that object has exactly [`CONTEXT_KEYS`], each a string.
+/// A context's one JSON line: exactly one, with exactly [`CONTEXT_KEYS`], strings.
 pub fn parse_context(context: &str) -> Result<ContextLine, String> {
     let objects: Vec<(&str, serde_json::Map<String, Value>)> = context
         .lines()
@@ -277,9 +271,8 @@ pub fn text_of(block: &ContentBlock) -> Option<&str> {
     }
 }
 
-/// The Chat Completions request the contract describes for `conversation`, built from
-/// the blocks without the library's conversion: each attachment's context as a text
-/// part right before its image, text or file part.
+/// The Chat Completions request the contract describes for `conversation`: each
+/// attachment's context as a text part right before its part.
 pub fn expected_chat(
     model: &str,
     conversation: &[(Role, Vec<ContentBlock>)],
@@ -370,11 +363,8 @@ pub fn part_bytes(part: &ChatPart) -> Result<Vec<u8>, String> {
     }
 }
 
-/// Reads the database `config` names and the files beside it behind the store's back
-/// (an encrypted one through a connection keyed with `config.key`; or, for a
-/// `postgres://` URL, the tables of the schema it puts first on the search path), and
-/// reports every path-like column and every place one of `needles` is
-/// stored.
+/// Reads the database `config` names (and files beside it) behind the store's back and
+/// reports every path-like column and every place one of `needles` is stored.
 pub fn audit_database(config: &crate::Config, needles: &[String]) -> crate::Result<PathAudit> {
     crate::db::audit::audit(config, needles)
 }

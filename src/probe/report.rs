@@ -1,5 +1,4 @@
-//! What a probe run reports: one named check per line, and the error for a probe that
-//! could not run at all. It judges nothing itself.
+//! What a probe run reports: a named check per line, or why it could not run.
 
 use std::fmt;
 
@@ -83,8 +82,8 @@ impl fmt::Display for ProbeReport {
     }
 }
 
-/// The probe itself could not run: its temporary directory or a file it plants there
-/// failed. A check that fails is not this; it is a `FAIL` line in the report.
+/// The probe could not run (its temporary directory failed); a failed check is a
+/// `FAIL` line instead.
 #[derive(Debug, thiserror::Error)]
 #[error("probe cannot {action}: {error}")]
 pub struct ProbeError {

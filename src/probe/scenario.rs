@@ -1,14 +1,8 @@
-//! The probe's scenario: one isolated run of Store → Session → OpenAI request in a
-//! temporary directory of its own, making every store call and handing what came back
-//! to the checks (`checks`, `model_bound`), with what it set up in `known`. It never
-//! touches the user's data directory, never contacts a model or a network (but the
-//! PostgreSQL server it may be given, where it works in a schema of its own and drops
-//! it), and loads no personal data: every file it stores is made here.
-//!
-//! Besides the store calls it does the file work a test would: it writes a legacy root
-//! by hand (an older version wrote it), moves a file aside to make it missing, plants
-//! symlinks and look-alikes, and moves the roots. The database is read behind the
-//! store's back only through `db`'s audit.
+//! The probe's scenario: one isolated Store → Session → OpenAI request run in a
+//! temporary directory (or a scratch PostgreSQL schema it drops), every file made here;
+//! what came back goes to the checks with what it set up (`known`). It also does a
+//! test's file work (a legacy root, a missing file, symlinks, moved roots); the database
+//! is read behind the store's back only through `db`'s audit.
 //!
 //! Checks, in the order they run, with the DESIGN.md invariant each pins:
 //! `stored-names`; `duplicates-share-one-read` (6); `image-only-message`;
@@ -70,10 +64,9 @@ pub async fn run_probe() -> Result<ProbeReport, ProbeError> {
     run(None).await
 }
 
-/// Runs the probe with its database in a fresh schema of its own on the PostgreSQL
-/// server `server` names (`sessionstore_probe_<uuid>`), removed before this returns,
-/// whether the probe passed, failed or could not run. Its attachment roots are in a
-/// temporary directory, as for `run_probe`. The server must let it create a schema.
+/// Runs the probe with its database in a fresh schema (`sessionstore_probe_<uuid>`) on
+/// `server`, dropped before this returns whatever the outcome; the server must let it
+/// create a schema.
 #[cfg(feature = "postgres")]
 pub async fn run_probe_on_postgres(server: &str) -> Result<ProbeReport, ProbeError> {
     in_schema(server, |db| run(Some(db))).await
@@ -99,8 +92,7 @@ where
     Ok(report)
 }
 
-/// A server's error as the probe reports it: the error and each cause it does not
-/// already spell out, on one line.
+/// A server's error and each cause it does not already spell out, on one line.
 #[cfg(feature = "postgres")]
 fn server_failure(action: &str) -> impl FnOnce(crate::error::Error) -> ProbeError + '_ {
     move |e| {
@@ -144,8 +136,8 @@ async fn run(db: Option<std::path::PathBuf>) -> Result<ProbeReport, ProbeError> 
     Ok(ProbeReport::new(checks))
 }
 
-/// Why the scenario stopped: the probe's own IO failed, or a library step it needs
-/// for later checks returned an error (reported as a failed `scenario` check).
+/// Why the scenario stopped: its own IO failed, or a step later checks need returned an
+/// error (a failed `scenario` check).
 enum Failure {
     Setup(ProbeError),
     Step(String),

@@ -1,5 +1,4 @@
-//! What a projection of the log and the tables' rows are compared by: each
-//! difference named as the `Problem` `verify` reports (and `import` checks).
+//! A projection compared with the tables' rows, each difference a `Problem`.
 
 use std::collections::HashMap;
 
@@ -8,8 +7,7 @@ use crate::model::{Item, Message, Problem, ProblemKind, Session, SessionFigures,
 
 use super::{Entry, Projection};
 
-/// How an entry's row differs from what the log says it holds, if it does: the
-/// problem [`compare`] or [`compare_items`] names for it.
+/// How an entry's row differs from what the log says it holds, if it does.
 pub fn entry_problem(session: SessionId, have: &Entry, want: &Entry) -> Option<Problem> {
     if have == want {
         return None;
@@ -89,8 +87,7 @@ impl Meet {
         }
     }
 
-    /// What never met: rows no event records, entries of the log with no row, in
-    /// history order.
+    /// What never met, in history order.
     pub fn finish(self) -> Vec<Problem> {
         let session = self.session;
         let mut problems: Vec<(i64, Problem)> = self
@@ -169,8 +166,7 @@ fn item_differences(have: &Item, want: &Item) -> String {
     differing(&checks)
 }
 
-/// Names every way the items table differs from what the event log says it should
-/// hold: a tool-call row edited behind the log's back shows up here.
+/// Names every way the items table differs from what the event log says.
 pub fn compare_items(session: &Session, rows: &[Item], expected: &Projection) -> Vec<Problem> {
     let mut problems = Vec::new();
     let about = |kind, item: &Item, detail: String| {
@@ -220,38 +216,20 @@ pub fn compare_items(session: &Session, rows: &[Item], expected: &Projection) ->
 
 /// How a session's row differs from what its log says, if it does.
 pub fn session_problem(session: &Session, want: &Session) -> Option<Problem> {
-    let mut fields = Vec::new();
-    if session.title != want.title {
-        fields.push("title");
-    }
-    if session.title_source != want.title_source {
-        fields.push("title source");
-    }
-    if session.archived != want.archived {
-        fields.push("archived");
-    }
-    if session.tools_host != want.tools_host {
-        fields.push("tools host");
-    }
-    if session.cwd != want.cwd {
-        fields.push("working directory");
-    }
-    if session.agent != want.agent {
-        fields.push("agent");
-    }
-    if session.created_at != want.created_at {
-        fields.push("created time");
-    }
-    if session.updated_at != want.updated_at {
-        fields.push("updated time");
-    }
+    let fields = differing(&[
+        (session.title != want.title, "title"),
+        (session.title_source != want.title_source, "title source"),
+        (session.archived != want.archived, "archived"),
+        (session.tools_host != want.tools_host, "tools host"),
+        (session.cwd != want.cwd, "working directory"),
+        (session.agent != want.agent, "agent"),
+        (session.created_at != want.created_at, "created time"),
+        (session.updated_at != want.updated_at, "updated time"),
+    ]);
     (!fields.is_empty()).then(|| {
         Problem::new(
             ProblemKind::ChangedRow,
-            format!(
-                "table row differs from its event log ({})",
-                fields.join(", ")
-            ),
+            format!("table row differs from its event log ({fields})"),
         )
         .with_session(session.id)
     })
@@ -325,8 +303,7 @@ fn message_differences(have: &Message, want: &Message) -> String {
     differing(&checks)
 }
 
-/// Names a session's cost and context figures if its row holds others than its log
-/// says.
+/// Names a session's cost and context figures if they differ from its log's.
 pub fn compare_figures(
     session: &Session,
     figures: &SessionFigures,

@@ -1,8 +1,5 @@
-//! Replays a session's events into the rows its tables should hold, including the
-//! items of recorded turns (through `turns::apply`, the same merge `record` runs).
-//! Pure: it is given events and returns records, so `verify` can compare them with
-//! what the tables say and `verify --repair` can write them (`db::repair`). A restore
-//! reads the tables and replays nothing.
+//! Replays a session's events into the rows its tables should hold (turn items through
+//! `turns::apply`, as `record` does). Pure: `verify` compares, `verify --repair` writes.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -42,8 +39,7 @@ pub trait Payload {
 }
 
 impl Payload for serde_json::Value {
-    /// Deserialized from the borrowed value: cloning each payload first would copy the
-    /// whole log once more.
+    /// Read from the borrowed value: a clone would copy the whole log once more.
     fn decode(&self) -> serde_json::Result<EventPayload> {
         EventPayload::deserialize(self)
     }
@@ -72,9 +68,8 @@ struct History {
     last_item: Option<ItemId>,
 }
 
-/// One entry of the history that no later event can change: a delivered message, an
-/// item that is neither a tool call nor the last entry. A windowed replay hands these
-/// over as it goes ([`Replayer::take_retired`]); the rest are handed over by `finish`.
+/// An entry no later event can change (a delivered message, an item neither a tool call
+/// nor the last), handed over as a windowed replay goes ([`Replayer::take_retired`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Entry {
     Message(Message),
@@ -179,9 +174,8 @@ impl Entries {
     }
 }
 
-/// Folds one session's events, in `session_seq` order, into its expected rows, and
-/// names each inconsistency found in the log itself. The projection is kept even when
-/// the log has problems, so the tables can still be compared with what is there.
+/// Folds a session's events into its expected rows, naming each inconsistency in the
+/// log; the projection is kept even then, so the tables can still be compared.
 pub fn replay<P: Payload>(
     session_id: SessionId,
     events: &[Event<P>],
@@ -193,12 +187,9 @@ pub fn replay<P: Payload>(
     replayer.finish()
 }
 
-/// [`replay`] one event at a time, for a caller that reads the log as it goes and
-/// never holds it whole. [`Replayer::new`] keeps every entry for `finish` (`verify`
-/// of rows that do not read a page at a time compares them all);
-/// [`Replayer::windowed`] hands each entry over once no later event can change it
-/// (`verify` compares it with its row and lets it go, repair writes it), so what it
-/// holds is the entries still open, not the history.
+/// [`replay`] one event at a time, never holding the log. [`Replayer::new`] keeps every
+/// entry for `finish`; [`Replayer::windowed`] hands each over once no later event can
+/// change it, so it holds the entries still open, not the history.
 pub struct Replayer {
     session_id: SessionId,
     applied: i64,
@@ -231,14 +222,12 @@ impl Replayer {
         }
     }
 
-    /// The entries done since the last call, in the order they were done (history
-    /// order, but for a message delivered after later entries).
+    /// The entries done since the last call, in the order they were done.
     pub fn take_retired(&mut self) -> impl Iterator<Item = Entry> + '_ {
         self.entries.retired.drain(..)
     }
 
-    /// The log has no more events: every entry still open is done, and handed over
-    /// (in history order) by the next [`Replayer::take_retired`].
+    /// The log ended: every open entry goes to the next [`Replayer::take_retired`].
     pub fn close(&mut self) {
         let (messages, items) = self.entries.drain();
         let mut rest: Vec<Entry> = messages
@@ -558,8 +547,7 @@ impl Replayer {
         }
     }
 
-    /// The projection and every problem found in the log. For a windowed replay its
-    /// messages and items are the entries not handed over yet.
+    /// The projection (for a windowed replay, the entries not handed over) and problems.
     pub fn finish(mut self) -> (Option<Projection>, Vec<Problem>) {
         let session_id = self.session_id;
         if self.session.is_none() {

@@ -1,8 +1,6 @@
-//! Secrets in what the store keeps as JSON (ACP updates, client blocks, settings):
-//! every string value redacted except the ones that are not text a person or an agent
-//! wrote (inline base64, URIs, a resource's name, MIME types, ids, kinds), and
-//! [`Streams`], which redacts an agent's streamed message or thought as one text
-//! across the chunks and batches it comes in. Pure: no IO.
+//! Secrets in the store's JSON: every string value redacted except those no person or
+//! agent wrote (base64, URIs, resource names, MIME types, ids, kinds); [`Streams`]
+//! redacts a streamed message as one text across its chunks and batches. Pure.
 
 use serde_json::Value;
 
@@ -21,10 +19,8 @@ const NOT_TEXT: &[&str] = &[
     "type",
 ];
 
-/// Redacts every string in `value` that is text (see the module); true when one
-/// changed. Inline content's base64 (`data` beside a `mimeType`, a `blob`) and the
-/// `name` of a resource (beside its `uri`) are left as they are: the first becomes an
-/// attachment, which stays byte-exact, and the second is the file's name.
+/// Redacts every string in `value` that is text; true when one changed. Inline base64
+/// (it becomes a byte-exact attachment) and a resource's `name` are left as they are.
 pub fn value(value: &mut Value) -> bool {
     match value {
         Value::String(s) => match redact(s) {
@@ -65,8 +61,7 @@ pub fn object(map: &mut serde_json::Map<String, Value>) {
     }
 }
 
-/// A JSON document given as text, redacted whole as [`value`] redacts it (a message's
-/// text as one); `None` when it holds no secret, or does not parse.
+/// A JSON text redacted whole as [`value`] does; `None` if no secret or unparsed.
 pub fn json_text(text: &str) -> Option<String> {
     let mut document: Value = serde_json::from_str(text).ok()?;
     value(&mut document).then(|| document.to_string())
@@ -80,11 +75,9 @@ pub fn owned(text: String) -> String {
     }
 }
 
-/// An update as [`Streams`] sees it: a chunk of an agent's streamed text, or anything
-/// else, each redacted in place.
+/// An update as [`Streams`] sees it, redacted in place.
 pub trait Chunk: Clone + PartialEq {
-    /// The text of an agent message or thought chunk whose content is a text block;
-    /// `None` for anything else.
+    /// The text of an agent message or thought chunk of a text block, else `None`.
     fn text_mut(&mut self) -> Option<&mut String>;
     /// Redacts the whole update in place (for a chunk, the text it holds too).
     fn redact_whole(&mut self);
@@ -114,9 +107,8 @@ impl Chunk for Value {
 /// A streamed message or thought whose text is still coming.
 #[derive(Debug)]
 struct Open<T> {
-    /// Its last chunk with the text taken out: a chunk that equals it once its own
-    /// text is taken out continues the message (same kind, message id, annotations
-    /// and `_meta`).
+    /// Its last chunk, text taken out: a chunk equal to it without its text continues
+    /// the message.
     blank: T,
     stream: Stream,
     /// Where its last chunk is.
@@ -134,14 +126,11 @@ enum Last {
     Gone,
 }
 
-/// Redacts a session's updates as they are recorded, batch after batch: each update
-/// whole, except an agent's streamed text, which is redacted as one text across its
-/// chunks. A chunk is written with the text that is safe so far (often none), the
-/// rest held back (less than twice [`super::LONGEST`] bytes) until the message ends:
-/// the next update that does not continue it, or [`Streams::end`] (the batch, the
-/// turn or the input ended). Then the tail goes into the message's last chunk, or,
-/// when that was written with an earlier batch, into a chunk of its own placed right
-/// before what ended it, so it continues the same message.
+/// Redacts updates as they are recorded, batch after batch: an agent's streamed text
+/// as one text across its chunks. A chunk keeps the text safe so far, the rest (under
+/// twice [`super::LONGEST`] bytes) is held until the message ends, then goes into its
+/// last chunk, or, if that was written with an earlier batch, a chunk of its own right
+/// before what ended it.
 #[derive(Debug)]
 pub struct Streams<T> {
     open: Option<Open<T>>,
@@ -154,16 +143,14 @@ impl<T> Default for Streams<T> {
 }
 
 impl<T: Chunk> Streams<T> {
-    /// The batch redacted, and how many chunks of earlier batches' tails it starts
-    /// with (0 or 1), which the updates given do not count. The batch before it is
-    /// written already.
+    /// The batch redacted, and how many tail chunks of earlier batches it starts with
+    /// (0 or 1). The batch before it is written already.
     pub fn pass(&mut self, batch: Vec<T>) -> (Vec<T>, usize) {
         self.pass_after(&mut [], batch)
     }
 
-    /// [`Streams::pass`] while the caller still holds the batch passed before, unwritten
-    /// (`before`): a message whose last chunk is there and that `batch` ends gets its
-    /// tail there, and no chunk is added.
+    /// [`Streams::pass`] while the caller still holds the previous batch (`before`),
+    /// unwritten: a message ending there gets its tail there, no chunk added.
     pub fn pass_after(&mut self, before: &mut [T], batch: Vec<T>) -> (Vec<T>, usize) {
         let mut out = Vec::with_capacity(batch.len() + 1);
         let mut added = 0;
@@ -199,9 +186,8 @@ impl<T: Chunk> Streams<T> {
         (out, added)
     }
 
-    /// The open message ended after `out`, the batch last given back, not written
-    /// yet: its held-back text goes into its last chunk when that is in `out`, else
-    /// into a chunk of its own at `out`'s end (then true).
+    /// The open message ended after `out` (unwritten): its tail goes into its last
+    /// chunk if in `out`, else a chunk of its own at `out`'s end (then true).
     pub fn end(&mut self, out: &mut Vec<T>) -> bool {
         self.end_in(&mut [], out)
     }
@@ -270,9 +256,8 @@ impl Chunk for crate::turns::Update {
                 let mut v =
                     serde_json::to_value(&*known).expect("ACP schema values always serialize");
                 if value(&mut v) {
-                    // Strings replaced by strings read back as the same kind; should a
-                    // field ever refuse its new words, the update is kept as the JSON
-                    // it now is rather than with the secret.
+                    // Should a field refuse its new words, the update is kept as the
+                    // JSON it now is rather than with the secret.
                     *self = match serde::Deserialize::deserialize(&v) {
                         Ok(known) => Update::Known(known),
                         Err(_) => Update::Opaque(v),
@@ -283,12 +268,9 @@ impl Chunk for crate::turns::Update {
     }
 }
 
-/// Redacts an event's payload as a document, true when anything changed; a batch of
-/// recorded updates as the recorder would have (`redact::Streams`), so that a
-/// message streamed in chunks comes out as its item does: a secret split across two
-/// chunks of one batch is found. Export, import and `redact` use it alike; `redact`
-/// also walks a session's batches as one stream where a secret runs across two of
-/// them (`lifecycle::redact`).
+/// Redacts an event's payload, true when anything changed; a recorded batch as the
+/// recorder would (`Streams`), so a secret split across its chunks is found. Export,
+/// import and `redact` use it alike.
 pub fn payload(payload: &mut Value) -> bool {
     let Some(map) = payload.as_object_mut() else {
         return value(payload);

@@ -1,9 +1,7 @@
-//! Restore: a session's delivered history streamed out of its tables, whole or from
-//! a point (`Replay`: the last N entries, or from an entry's id), which says where it
-//! starts (`Partial`). The rows are read forward a page at a time (`produce`) and
-//! handed to the reader in batches (`stream`); a restore never compares them with the
-//! log (`verify`'s work). It runs no SQL itself (that is `db`) and reads no
-//! attachment file itself (that is `dispatch`, through the resolver).
+//! Restore: a session's delivered history streamed out of its tables, whole or from a
+//! point (`Replay`), read a page at a time (`produce`) and handed over in batches
+//! (`stream`). It never compares rows with the log (`verify`'s work), runs no SQL
+//! (`db`) and reads no attachment file (`dispatch`).
 
 mod stream;
 
@@ -18,8 +16,7 @@ use crate::ids::{EntryId, SessionId};
 use crate::model::Delivery;
 use crate::store::Store;
 
-/// Where a replay starts. Entries are counted as `restore --format acp` shows them:
-/// the delivered messages and the recorded items, in the history's one order.
+/// Where a replay starts; entries are the delivered messages and recorded items.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Replay {
     /// The whole history.
@@ -29,8 +26,7 @@ pub enum Replay {
     Tail(u64),
     /// From this entry (a delivered message or a recorded item), inclusive.
     From(EntryId),
-    /// From a `messageId` as an ACP client saw it in a replay (see
-    /// [`Replay::from_acp_message`]), inclusive.
+    /// From an ACP `messageId` ([`Replay::from_acp_message`]), inclusive.
     AcpMessage(String),
 }
 
@@ -40,38 +36,24 @@ impl Replay {
         Replay::Whole
     }
 
-    /// A replay from a `messageId` as an ACP client saw it in a replay: a user
-    /// message's id, which is the store's own, or the `messageId` an agent's
-    /// recorded message or thought carried, which is the agent's; the store's
-    /// id of a recorded item is taken too. It is found in the history when the
-    /// replay starts.
+    /// A replay from a `messageId` as an ACP client saw it: a user message's (the
+    /// store's id), an agent message's or thought's (the agent's), or an item's id.
     pub fn from_acp_message(message_id: &str) -> Replay {
         Replay::AcpMessage(message_id.to_owned())
     }
 }
 
 impl Store {
-    /// Restores a session as a stream of items in history order, read forward from
-    /// its tables, the store's projection of the event log: every delivered message
-    /// as its row holds it, its references replayed through the resolver as the reader
-    /// asks for it (one memo of `memo_budget` bytes, [`crate::dispatch::DEFAULT_MEMO_BUDGET`]
-    /// by default: each distinct file is read once while it fits, and read again when
-    /// evicted), and each recorded turn item as its row holds it. A restore trusts
-    /// the rows: whether they agree with the log is `verify`'s to check, once, and
-    /// `verify --repair` rebuilds them from it. References whose files are gone
-    /// degrade; queued messages stay queued. The rows are read a page at a time in one
-    /// snapshot, as the reader takes the items, so neither the time to the first item
-    /// nor what is held grows with the history. A row that does not read, met before
-    /// the first batch (16 items) is handed over, makes this call fail; one met later
-    /// ends the stream with the error, after the items before it. Write the items as
-    /// they come (a `format::StreamWriter`) rather than collect them.
+    /// Restores a session as a stream of items in history order, read from its rows
+    /// (trusted: `verify` checks them against the log) a page at a time in one
+    /// snapshot, so neither the time to the first item nor what is held grows with the
+    /// history. Messages' references are dispatched through one memo of `memo_budget`
+    /// bytes ([`crate::dispatch::DEFAULT_MEMO_BUDGET`] by default); gone files degrade.
+    /// A row that does not read fails the call before the first batch is handed over,
+    /// and ends the stream with its error after. Write the items as they come.
     ///
-    /// `replay` says where it starts: the whole history ([`Replay::whole`]), its
-    /// last N entries, the entries from one message or recorded item on
-    /// (inclusive), or from an ACP `messageId`. An id that is not in the delivered
-    /// history is `Error::ReplayPoint`, a `messageId` it does not hold
-    /// `Error::ReplayMessage`. The stream says where a partial replay starts
-    /// ([`RestoreStream::partial`]).
+    /// `replay` says where it starts; an id not in the delivered history is
+    /// `Error::ReplayPoint`, an unknown `messageId` `Error::ReplayMessage`.
     pub async fn restore(
         &self,
         session: SessionId,
@@ -95,13 +77,9 @@ impl Store {
 /// How many history seqs a page of rows covers.
 const ENTRY_PAGE: i64 = 256;
 
-/// Reads a session's delivered history forward from its rows, from `point` on, a page
-/// at a time, and hands each entry to `sink` as its row holds it: the tables are the
-/// store's projection of the event log, and checking them against it is `verify`'s
-/// work, done once, not on every read (`verify --repair` rebuilds what disagrees).
-/// What is held is a page of rows, never the history; time to the first entry is a
-/// page's, whatever the history's length. A row that does not read ends the output
-/// there with its error.
+/// Hands each entry of a session's delivered history from `point` on to `sink` as its
+/// row holds it, a page at a time (never the whole history); a row that does not read
+/// ends the output there with its error.
 pub(crate) fn produce(
     tx: &Tx<'_>,
     session: SessionId,

@@ -1,8 +1,6 @@
-//! Restore as a stream: a session's delivered history, one item at a time, user and
-//! assistant messages and recorded turn items merged in their one `seq` order, each
-//! message dispatched through one budgeted memo on a blocking thread and handed over
-//! through a bounded channel. It never holds the whole history's attachment content at
-//! once, and it never writes: output is the `format` writers' business.
+//! Restore as a stream: messages and turn items in their one `seq` order, each message
+//! dispatched through one budgeted memo on a blocking thread, handed over through a
+//! bounded channel. Never the whole history's content at once; it never writes.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -15,8 +13,7 @@ use crate::ids::EntryId;
 use crate::model::{Item, Session};
 use crate::projection::Entry;
 
-/// One item of a restored history, in history order. Non-exhaustive so that later
-/// kinds of history entry can join without breaking the writers that match on it.
+/// One item of a restored history (non-exhaustive: later kinds may join).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 // Messages are most of a history: boxing them would cost an allocation per item.
@@ -24,37 +21,29 @@ use crate::projection::Entry;
 pub enum ReplayItem {
     /// A delivered user or assistant message, with the parts the model gets for it.
     Message(ModelMessage),
-    /// A recorded turn item (an agent message or thought, a tool call in its merged
-    /// state, a plan, a session-level update), as stored. It refers to no attachment
-    /// file, so it passes through without a read. Boxed: an item is several times
-    /// the size of a message's handle, and messages are most of a history.
+    /// A recorded turn item as stored (no attachment to read). Boxed: several times a
+    /// message handle's size, and messages are most of a history.
     Recorded(Box<Item>),
 }
 
-/// Batches are cut at this many bytes made for their items (distinct encodings and
-/// the texts of their parts; see [`Batch`]) or at the item cap, so the hand-over
-/// costs one wake-up per batch rather than one per message while memory stays bounded
-/// by a few batches.
+/// Batches are cut at this many bytes made for their items ([`Batch`]) or at the item
+/// cap: one wake-up per batch, memory bounded by a few batches.
 const BATCH_BYTES: u64 = 4 * 1024 * 1024;
-/// The first batch's item cap: small, so the first item reaches the reader soon.
-/// Each later batch may hold four times as many, up to [`BATCH_ITEMS_MAX`], so a long
-/// history is handed over in a few wake-ups rather than one per 64 messages; what the
-/// items hold (encodings and their parts' texts) is bounded by [`BATCH_BYTES`].
+/// The first batch's item cap, small so the first item comes soon; each later one
+/// may hold four times as many, up to [`BATCH_ITEMS_MAX`].
 const BATCH_ITEMS_FIRST: usize = 16;
 const BATCH_ITEMS_MAX: usize = 1024;
 
-/// What a replay from a point says about itself, where a whole replay says nothing:
-/// the entry it starts at (`None` when it holds no entry) and how many entries of the
-/// history come before it. Serialized as `{"from","skipped"}`.
+/// Where a replay from a point starts (`None`: it holds no entry) and how many entries
+/// come before it. Serialized as `{"from","skipped"}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Partial {
     pub from: Option<EntryId>,
     pub skipped: u64,
 }
 
-/// A restore in progress. Items arrive in order through a channel of one batch, so
-/// the blocking side runs at most one batch ahead of the reader: memory is bounded by
-/// backpressure, not by the history's length. Dropping the stream stops the replay.
+/// A restore in progress, through a channel of one batch: the blocking side runs at
+/// most one batch ahead of the reader. Dropping the stream stops the replay.
 #[derive(Debug)]
 pub struct RestoreStream {
     session: Session,
@@ -69,8 +58,7 @@ impl RestoreStream {
         &self.session
     }
 
-    /// Where a replay from a point starts and how many entries it leaves out before
-    /// it; `None` for the whole history.
+    /// Where a replay from a point starts; `None` for the whole history.
     pub fn partial(&self) -> Option<&Partial> {
         self.partial.as_ref()
     }
@@ -89,14 +77,9 @@ impl RestoreStream {
         }
     }
 
-    /// Runs `produce` on a blocking thread: it reads the history and hands each
-    /// entry to its [`Sink`], which dispatches it (messages through `resolver`, with
-    /// one memo) and hands it over in batches. The stream is handed back with the
-    /// first batch (its first [`BATCH_ITEMS_FIRST`] items, or all of a shorter
-    /// history once `produce` is done with it), so an error found before then refuses
-    /// the restore before any item exists; an error after that ends the stream, after
-    /// the items that came before it. One thread reads
-    /// and dispatches, so a restore costs one hop to the blocking pool.
+    /// Runs `produce` on one blocking thread that reads and dispatches (one hop to the
+    /// pool). The stream is handed back with the first batch, so an error before it
+    /// refuses the restore; one after ends the stream after the items before it.
     pub(crate) async fn start(
         produce: impl FnOnce(&mut dyn Sink) -> Result<()> + Send + 'static,
         resolver: impl Resolver + 'static,
@@ -143,8 +126,7 @@ impl RestoreStream {
         });
         let (session, partial) = match loaded.await {
             Ok(loaded) => loaded?,
-            // The thread ended without a word: it panicked while loading, and the
-            // join error carries the panic's message.
+            // The thread panicked while loading; the join error carries its message.
             Err(_) => {
                 return Err(Error::Task(match producer.await {
                     Err(e) => e.to_string(),
@@ -161,8 +143,7 @@ impl RestoreStream {
     }
 }
 
-/// Where a restore's reader puts what it read: first the session and where a partial
-/// replay starts, then each entry in history order, each once it has been checked.
+/// Where a restore's reader puts what it read: the session once, then each entry.
 pub(crate) trait Sink {
     /// Called once, before the first entry.
     fn begin(&mut self, session: Session, partial: Option<Partial>);
@@ -242,9 +223,8 @@ impl<R: Resolver> Sink for Feed<R> {
     }
 }
 
-/// Items waiting to be handed over, and the bytes made for them: the distinct
-/// encodings they hold (an encoding shared by several items counts once: it is one
-/// buffer) and the texts of their parts (each part's own copy).
+/// Items waiting to be handed over, and the bytes made for them: distinct encodings
+/// (a shared one counts once) and their parts' texts.
 struct Batch {
     items: Vec<ReplayItem>,
     /// How many items this batch may hold.
@@ -277,8 +257,7 @@ impl Batch {
         for part in parts {
             match part {
                 dispatch::Part::Text(text) => self.bytes += text.len() as u64,
-                // A client's own block (a link, a file it embedded) is counted by what
-                // it holds, as its JSON.
+                // A client's own block is counted by its JSON.
                 dispatch::Part::Verbatim(block) => {
                     self.bytes += serde_json::to_vec(block).map_or(0, |v| v.len() as u64)
                 }

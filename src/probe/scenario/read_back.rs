@@ -1,7 +1,4 @@
-//! The scenario's second half: what it reads back. It restores the session in a new
-//! store, hands what a model gets to `model_bound`, degrades a dispatch, checks what
-//! persisted and what moving the roots leaves, replays a recorded turn, and reads the
-//! database behind the store's back through `db`'s audit.
+//! The scenario's second half: what it reads back, through new stores and `db`'s audit.
 
 use super::*;
 use crate::store::Dispatched;
@@ -284,10 +281,8 @@ impl Probe {
         Ok(())
     }
 
-    /// Records an agent turn (text in two chunks, a tool call and its update) between
-    /// two user messages in a session of its own, and replays it through a fresh
-    /// store: the items as the stream hands them over, and the `acp-updates` lines a
-    /// client loading the session would read.
+    /// Records an agent turn between two user messages in a session of its own, and
+    /// replays it through a fresh store, as items and as `acp-updates` lines.
     pub(super) async fn recorded_turn(&mut self) -> Result<Outcome, Failure> {
         let store = Store::open(self.config.clone())
             .await
@@ -404,9 +399,7 @@ impl Probe {
     }
 }
 
-/// The restored messages with their blocks, collected from the streamed restore: the
-/// probe's scenario is a few small files, and its checks judge whole blocks (a library
-/// caller writes the stream as it comes instead).
+/// The restored messages, collected: the probe's few small files, judged whole.
 async fn restored_messages(
     store: &Store,
     session: SessionId,
