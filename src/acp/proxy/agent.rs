@@ -1,13 +1,10 @@
 //! What runs behind the proxy ([`Behind`]), and the agent's lifetime there. A child
-//! agent is started on the client's `initialize` (with the client's own request), and
-//! if it exits or crashes, the requests waiting on it fail naming it, and the next
-//! request that needs it starts it again, after a pause that grows with each crash in
-//! a row, re-sending `initialize` and `authenticate` as the client sent them. Each
-//! start is a generation: a session's agent side belongs to one, and is brought up
-//! again in the next. With nothing behind (`sessionstore acp`) no agent ever starts,
-//! and `initialize` is answered with the proxy's own capabilities alone. The successor
-//! in a conductor's chain (`successor`) is reached once, on `proxy/initialize`, and
-//! never started again from here: the conductor owns it.
+//! agent is started on the client's `initialize`; if it ends, the requests waiting on
+//! it fail naming it, and the next request starts it again after a pause that grows
+//! with each crash in a row, re-sending the client's `initialize` and `authenticate`.
+//! Each start is a generation: a session's agent side belongs to one, and is brought
+//! up again in the next. A conductor's successor is reached once and never restarted
+//! from here: the conductor owns it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::child::{AgentCommand, Child};
-use super::frame::{Frame, FrameReader};
+use super::child::{self, AgentCommand};
+use super::frame::FrameReader;
 use super::link::Link;
 use super::rpc::{Message, code};
 use super::{FRAME_LIMIT, Failure, Proxy};
@@ -38,15 +35,13 @@ pub(crate) struct Capabilities {
     pub resume: bool,
     pub close: bool,
     pub delete: bool,
-    /// `session/archive` and `session/unarchive`.
     pub archive: bool,
-    /// `session/set_title`.
     pub title: bool,
     pub image: bool,
     pub audio: bool,
     pub embedded: bool,
-    /// The agent announced `DAEMON_ATTACHMENT_CONTEXT_META_KEY` under
-    /// `agentCapabilities._meta`: it reads each attachment's path context there.
+    /// The agent reads each attachment's path context under
+    /// `DAEMON_ATTACHMENT_CONTEXT_META_KEY` (announced in `agentCapabilities._meta`).
     pub reads_context: bool,
 }
 
@@ -82,11 +77,9 @@ pub(crate) struct Running {
     initialized: std::sync::OnceLock<(Value, Capabilities)>,
     name: String,
     alive: AtomicBool,
-    /// Told to end the process now (after its grace period ran out).
     kill: tokio::sync::Notify,
-    /// Told once the process has ended and been reaped.
     exited: tokio::sync::Notify,
-    /// How it ended, once it has: for the errors of the requests it left unanswered.
+    /// How it ended, for the errors of the requests it left unanswered.
     ended: Mutex<Option<String>>,
     /// Whether the next request starts the agent again once this one ended (a child;
     /// a conductor's successor is the conductor's to start).
@@ -95,7 +88,7 @@ pub(crate) struct Running {
 
 impl Running {
     /// A start of the agent that `link` reaches, not yet initialized, named `name` in
-    /// errors; for an agent that is not a child process (the successor in a chain).
+    /// errors.
     pub(super) fn reached(generation: u64, link: Link, name: String) -> Running {
         Running {
             generation,
@@ -110,14 +103,13 @@ impl Running {
         }
     }
 
-    /// Keeps the agent's `initialize` result, and the capabilities read from it.
     pub(super) fn set_initialized(&self, initialized: Value) {
         let caps = Capabilities::of(&initialized);
         let _ = self.initialized.set((initialized, caps));
     }
 
-    /// The agent is gone (`how`, for the errors of what it left unanswered): what
-    /// waits on it fails, and a stop waits no longer. The caller tells the sessions.
+    /// The agent is gone: what waits on it fails, and a stop waits no longer. The
+    /// caller tells the sessions.
     pub(super) fn mark_ended(&self, how: String) {
         *self.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(how);
         self.alive.store(false, Ordering::Release);
@@ -165,14 +157,11 @@ impl Running {
 pub enum Behind {
     /// An ACP agent started as a child process (`sessionstore proxy -- AGENT`).
     Child(AgentCommand),
-    /// Nothing (`sessionstore acp`): the store answers the session methods as it does
-    /// in front of an agent, a prompt is recorded and its turn ended `end_turn`, and a
-    /// method only an agent answers is not found.
+    /// Nothing (`sessionstore acp`): a prompt is recorded and its turn ended
+    /// `end_turn`, and a method only an agent answers is not found.
     Nothing,
     /// The successor in a conductor's proxy chain (`sessionstore proxy` with no
-    /// agent): reached through `proxy/successor` on the client's own connection, once
-    /// the conductor sent `proxy/initialize` (see `successor`). The conductor owns
-    /// the agent's lifetime: it is never restarted from here.
+    /// agent), reached through `proxy/successor` on the client's own connection.
     Successor,
 }
 
@@ -186,7 +175,6 @@ impl From<AgentCommand> for Behind {
 /// (`None` with nothing behind).
 pub(crate) struct Agent {
     command: Option<AgentCommand>,
-    /// Whether the agent is the successor in a conductor's chain ([`Behind::Successor`]).
     successor: bool,
     current: Mutex<Option<Arc<Running>>>,
     /// Held while an agent starts, so that requests arriving meanwhile wait for that
@@ -219,12 +207,10 @@ impl Agent {
         }
     }
 
-    /// Whether nothing runs behind the proxy: no agent will ever start.
     pub fn is_nothing(&self) -> bool {
         self.command.is_none() && !self.successor
     }
 
-    /// Whether the agent is the successor in a conductor's chain.
     pub fn is_successor(&self) -> bool {
         self.successor
     }
@@ -271,12 +257,9 @@ impl Agent {
 
 impl Proxy {
     /// Remembers the client's `initialize`, starts the agent with it, and answers with
-    /// the agent's result, patched to say what the proxy adds: load, list, resume,
-    /// close, delete, fork, archive, title and status served by the store, and image and embedded context
-    /// taken (the proxy converts them for an agent that takes neither). With nothing
-    /// behind, the answer is those additions alone, with version 1 (the one spoken
-    /// here; ACP has an agent answer a version it does not support with its own) and
-    /// the store's name.
+    /// the agent's result plus what the proxy adds ([`advertise`]). With nothing
+    /// behind, the answer is those additions alone, with version 1 (ACP has an agent
+    /// answer a version it does not support with its own) and the store's name.
     pub(super) async fn initialize(
         self: &Arc<Self>,
         id: Value,
@@ -304,8 +287,7 @@ impl Proxy {
         Ok(Message::result(id, result))
     }
 
-    /// `authenticate` goes to the agent as sent, and is remembered, so that a
-    /// restarted agent is authenticated the same way.
+    /// `authenticate`, remembered so that a restarted agent is authenticated again.
     pub(super) async fn authenticate(
         self: &Arc<Self>,
         id: Value,
@@ -394,25 +376,17 @@ impl Proxy {
             .command
             .as_ref()
             .ok_or_else(|| no_agent("a start"))?;
-        let child = Child::spawn(command).map_err(|e| {
+        let (mut process, stdin, stdout) = child::spawn(command).map_err(|e| {
             Failure::internal(format!("cannot start the agent {}: {e}", command.shown()))
         })?;
         tracing::info!(
             "started the agent {} (pid {})",
             command.shown(),
-            child.id().unwrap_or(0)
+            process.id().unwrap_or(0)
         );
-        let (mut process, stdin, stdout) = child.into_parts();
         let running = Arc::new(Running {
-            generation,
-            link: Link::new(stdin),
-            initialized: std::sync::OnceLock::new(),
-            name: command.name(),
-            alive: AtomicBool::new(true),
-            kill: tokio::sync::Notify::new(),
-            exited: tokio::sync::Notify::new(),
-            ended: Mutex::new(None),
             restarts: true,
+            ..Running::reached(generation, Link::new(stdin), command.name())
         });
         let proxy = self.clone();
         let reader = running.clone();
@@ -429,32 +403,12 @@ impl Proxy {
                 let Ok(Some(frame)) = frame else {
                     break;
                 };
-                let message = match frame {
-                    Frame::Oversized { len } => {
-                        tracing::warn!("refused a frame of {len} bytes from the agent");
-                        let refusal = Message::error(
-                            Value::Null,
-                            code::INVALID_REQUEST,
-                            format!(
-                                "a message of {len} bytes is over the {FRAME_LIMIT}-byte limit"
-                            ),
-                        );
-                        let _ = reader.link.send(&refusal).await;
-                        continue;
+                match super::read_message(frame, "agent") {
+                    Ok(message) => proxy.from_agent(&reader, message).await,
+                    Err(answer) => {
+                        let _ = reader.link.send(&answer).await;
                     }
-                    Frame::Line(line) => match Message::parse(line) {
-                        Ok(m) => m,
-                        Err(malformed) => {
-                            tracing::warn!(
-                                "the agent sent a malformed message: {}",
-                                malformed.message
-                            );
-                            let _ = reader.link.send(&Message::malformed(&malformed)).await;
-                            continue;
-                        }
-                    },
-                };
-                proxy.from_agent(&reader, message).await;
+                }
             }
             let how = match process.wait().await {
                 Ok(status) => match status.code() {
@@ -465,10 +419,7 @@ impl Proxy {
                 Err(e) => format!("ended ({e})"),
             };
             tracing::warn!("the agent {} {how}", reader.name);
-            *reader.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(how);
-            reader.alive.store(false, Ordering::Release);
-            reader.link.abandon_all();
-            reader.exited.notify_one();
+            reader.mark_ended(how);
             proxy.sessions.agent_ended(reader.generation);
         });
 
@@ -486,8 +437,7 @@ impl Proxy {
                 )));
             }
         };
-        let caps = Capabilities::of(&initialized);
-        let _ = running.initialized.set((initialized, caps));
+        running.set_initialized(initialized);
         if let Some(params) = authenticate {
             let answer = running
                 .link
@@ -502,8 +452,7 @@ impl Proxy {
     }
 }
 
-/// The answer to a request only an agent answers, with nothing behind the proxy: ACP
-/// has no such method here.
+/// The answer to a request only an agent answers, with nothing behind the proxy.
 pub(super) fn no_agent(what: &str) -> Failure {
     Failure::new(
         code::METHOD_NOT_FOUND,
@@ -511,7 +460,9 @@ pub(super) fn no_agent(what: &str) -> Failure {
     )
 }
 
-/// The proxy's own additions to the agent's `initialize` result.
+/// The proxy's own additions to the agent's `initialize` result: the session methods
+/// the store serves, and images and embedded context (converted for an agent that
+/// takes neither).
 fn advertise(result: &mut Value) {
     let Value::Object(result) = result else {
         return;
@@ -542,8 +493,7 @@ fn advertise(result: &mut Value) {
     }
 }
 
-/// How a session's binding names a successor: the `agentInfo.name` it answered
-/// `initialize` with (the agent at the end of the chain), else `successor`.
+/// How a session's binding names a successor: its `agentInfo.name`, else `successor`.
 pub(super) fn name(running: Option<&Running>) -> String {
     running
         .and_then(|r| r.initialized()["agentInfo"]["name"].as_str())
@@ -552,8 +502,7 @@ pub(super) fn name(running: Option<&Running>) -> String {
         .to_owned()
 }
 
-/// What a request that needs the agent gets once the successor is gone (the
-/// conductor closed the connection, or never got as far as initializing it).
+/// What a request that needs the agent gets once the successor is gone.
 pub(super) fn gone() -> Failure {
     Failure::internal(
         "the successor in the conductor's chain is gone; the conductor, which owns it, starts the chain again",

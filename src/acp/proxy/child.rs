@@ -40,47 +40,26 @@ impl AgentCommand {
     }
 }
 
-/// A running agent: its process and the two pipes the proxy speaks through.
-#[derive(Debug)]
-pub struct Child {
-    process: tokio::process::Child,
-    pub stdin: ChildStdin,
-    pub stdout: BufReader<ChildStdout>,
-}
-
-impl Child {
-    /// Starts `command`. A program that cannot be started is an error naming it.
-    pub fn spawn(command: &AgentCommand) -> io::Result<Child> {
-        let mut process = Command::new(&command.program)
-            .args(&command.args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            // A group of its own, so that stopping it reaches what it started too (an
-            // npm wrapper's real binary, say), and a signal meant for the proxy's own
-            // terminal group does not hit it first.
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()?;
-        let (Some(stdin), Some(stdout)) = (process.stdin.take(), process.stdout.take()) else {
-            return Err(io::Error::other("the agent's pipes were not set up"));
-        };
-        Ok(Child {
-            process,
-            stdin,
-            stdout: BufReader::with_capacity(64 * 1024, stdout),
-        })
-    }
-
-    /// The process id, for logs.
-    pub fn id(&self) -> Option<u32> {
-        self.process.id()
-    }
-
-    /// Splits the pipes from the process, which the caller keeps to wait on or kill.
-    pub fn into_parts(self) -> (Process, ChildStdin, BufReader<ChildStdout>) {
-        (Process(self.process), self.stdin, self.stdout)
-    }
+/// Starts `command`: its process, which the caller keeps to wait on or kill, and the
+/// two pipes the proxy speaks through. A program that cannot be started is an error
+/// naming it.
+pub fn spawn(command: &AgentCommand) -> io::Result<(Process, ChildStdin, BufReader<ChildStdout>)> {
+    let mut process = Command::new(&command.program)
+        .args(&command.args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        // A group of its own, so that stopping it reaches what it started too (an
+        // npm wrapper's real binary, say), and a signal meant for the proxy's own
+        // terminal group does not hit it first.
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()?;
+    let (Some(stdin), Some(stdout)) = (process.stdin.take(), process.stdout.take()) else {
+        return Err(io::Error::other("the agent's pipes were not set up"));
+    };
+    let stdout = BufReader::with_capacity(64 * 1024, stdout);
+    Ok((Process(process), stdin, stdout))
 }
 
 /// The agent's process once its pipes are handed out.
@@ -88,6 +67,11 @@ impl Child {
 pub struct Process(tokio::process::Child);
 
 impl Process {
+    /// The process id, for logs.
+    pub fn id(&self) -> Option<u32> {
+        self.0.id()
+    }
+
     /// Waits for the process to end. Its pipes closing is the first sign; this says how.
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
         self.0.wait().await

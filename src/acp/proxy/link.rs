@@ -37,13 +37,9 @@ impl Link {
     /// A link writing to `out` on a task of its own, which ends (closing `out`) once
     /// every handle on the link is dropped or `out` fails.
     pub fn new(out: impl AsyncWrite + Unpin + Send + 'static) -> Link {
-        let (queue, frames) = mpsc::channel(QUEUE_FRAMES);
+        let (link, frames) = Link::channel();
         tokio::spawn(write_all(out, frames));
-        Link {
-            queue: Mutex::new(Some(queue)),
-            next_id: AtomicU64::new(1),
-            waiting: Mutex::new(HashMap::new()),
-        }
+        link
     }
 
     /// A link whose frames are handed to the caller, as the receiver, rather than
@@ -86,16 +82,8 @@ impl Link {
     /// answer is the whole response, an error response included; `Gone` when the peer
     /// went away first.
     pub async fn request(&self, method: &str, params: Value) -> Result<Message, Gone> {
-        let (id, answer) = self.expect();
-        if self
-            .send(&Message::request(Value::from(id), method, params))
-            .await
-            .is_err()
-        {
-            self.forget(id);
-            return Err(Gone);
-        }
-        answer.await.map_err(|_| Gone)
+        let request = Message::request(Value::Null, method, params);
+        self.forward(request).await.1.await
     }
 
     /// Sends `message` as a request under a fresh id of this link (its own id is
@@ -109,7 +97,7 @@ impl Link {
         message.set_id(Value::from(id));
         let sent = self.send(&message).await;
         if sent.is_err() {
-            self.forget(id);
+            self.lock().remove(&id);
         }
         (id, async move {
             sent?;
@@ -123,10 +111,6 @@ impl Link {
         let (tx, rx) = oneshot::channel();
         self.lock().insert(id, tx);
         (id, rx)
-    }
-
-    fn forget(&self, id: u64) {
-        self.lock().remove(&id);
     }
 
     /// Hands a response read from this peer to the request that waits for it; the

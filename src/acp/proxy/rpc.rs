@@ -137,29 +137,24 @@ impl Message {
         }
     }
 
+    /// A message from the fields of a `json!` object.
+    fn object(message: Value) -> Message {
+        match message {
+            Value::Object(m) => Message(m),
+            _ => unreachable!("every constructor writes an object"),
+        }
+    }
+
     pub fn request(id: Value, method: &str, params: Value) -> Message {
-        let mut m = Map::new();
-        m.insert("jsonrpc".to_owned(), json!("2.0"));
-        m.insert("id".to_owned(), id);
-        m.insert("method".to_owned(), Value::String(method.to_owned()));
-        m.insert("params".to_owned(), params);
-        Message(m)
+        Message::object(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
     }
 
     pub fn notification(method: &str, params: Value) -> Message {
-        let mut m = Map::new();
-        m.insert("jsonrpc".to_owned(), json!("2.0"));
-        m.insert("method".to_owned(), Value::String(method.to_owned()));
-        m.insert("params".to_owned(), params);
-        Message(m)
+        Message::object(json!({"jsonrpc": "2.0", "method": method, "params": params}))
     }
 
     pub fn result(id: Value, result: Value) -> Message {
-        let mut m = Map::new();
-        m.insert("jsonrpc".to_owned(), json!("2.0"));
-        m.insert("id".to_owned(), id);
-        m.insert("result".to_owned(), result);
-        Message(m)
+        Message::object(json!({"jsonrpc": "2.0", "id": id, "result": result}))
     }
 
     pub fn error(id: Value, code: i64, message: impl Into<String>) -> Message {
@@ -168,11 +163,7 @@ impl Message {
 
     /// A response carrying `error` as it is (an error relayed from a peer).
     pub fn error_object(id: Value, error: Value) -> Message {
-        let mut m = Map::new();
-        m.insert("jsonrpc".to_owned(), json!("2.0"));
-        m.insert("id".to_owned(), id);
-        m.insert("error".to_owned(), error);
-        Message(m)
+        Message::object(json!({"jsonrpc": "2.0", "id": id, "error": error}))
     }
 
     /// The answer to a frame that was not a message.

@@ -1,20 +1,12 @@
-//! The agent as the successor in a conductor's proxy chain (`sessionstore proxy` with
-//! no agent, [`super::Behind::Successor`]): the third way to reach an agent, after a
-//! child process and nothing. The conductor (`agent-client-protocol-conductor`, or
-//! any other) starts the proxy as a component and initializes it with
-//! `proxy/initialize` (the params and the answer are `initialize`'s); everything the
-//! proxy sends its agent goes on the client's own connection wrapped in a
-//! `proxy/successor` envelope (`{"method","params"}`; a request's result or error
-//! comes back unchanged as the envelope's), and the conductor delivers what the
-//! successor sends the proxy (session updates, permission and `fs/*` requests) in the
-//! same envelope. Unwrapped, every message takes the paths a child agent's take: the
-//! successor is a [`Running`] agent whose link, instead of writing to a process, hands
-//! its frames here to be wrapped. The conductor owns the agent's lifetime: it is
-//! reached once, on `proxy/initialize`, and never restarted from here.
-//!
-//! The wire shapes are the schema's (`agent-client-protocol-schema` 1.17,
-//! `unstable_proxy_chains`, which the SDK turns on): a cancellation of a wrapped
-//! request names the envelope's id on this connection, and is never wrapped itself.
+//! The agent as the successor in a conductor's proxy chain ([`super::Behind::Successor`]).
+//! The conductor initializes the proxy with `proxy/initialize` (`initialize`'s params
+//! and answer); everything between the proxy and its agent goes on the client's own
+//! connection in a `proxy/successor` envelope (`{"method","params"}`; a request's
+//! result or error comes back unchanged as the envelope's). Unwrapped, every message
+//! takes a child agent's paths: the successor is a [`Running`] agent whose link hands
+//! its frames here to be wrapped. Wire shapes are schema 1.17's
+//! `unstable_proxy_chains`: a cancellation of a wrapped request names the envelope's
+//! id, and is never wrapped itself.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -52,16 +44,13 @@ pub(super) fn not_in_a_chain(method: &str) -> Failure {
     )
 }
 
-/// The ids of the requests to the successor still waiting: the id each has on the
-/// agent's link, and the id of its envelope on the client's connection (what a
-/// cancellation must name).
+/// The requests to the successor still waiting: each one's id on the agent's link, to
+/// the id of its envelope on the client's connection (what a cancellation names).
 type Wrapped = Arc<Mutex<HashMap<u64, Value>>>;
 
 impl Proxy {
-    /// Reaches the successor: an agent whose frames go out through
-    /// [`Proxy::to_successor`], initialized with the client's `initialize` params sent
-    /// through the envelope, as ACP asks of a proxy before it answers
-    /// `proxy/initialize`.
+    /// Reaches the successor, initialized through the envelope with the client's
+    /// `initialize` params, as ACP asks before a proxy answers `proxy/initialize`.
     pub(super) async fn reach_successor(
         self: &Arc<Self>,
         generation: u64,
@@ -98,11 +87,9 @@ impl Proxy {
     }
 
     /// Sends on the client's connection what the proxy writes to the successor: a
-    /// request or notification in the envelope (a request's answer handed back to the
-    /// agent's link under the id it went with), an answer to the successor's request
-    /// as it is (its id is the conductor's envelope's), and a cancellation of a
-    /// wrapped request as a cancellation of its envelope. Ends once the agent's link is
-    /// closed (the client went away); the successor is gone then.
+    /// request or notification in the envelope, an answer as it is (its id is the
+    /// conductor's envelope's), a cancellation as one of the envelope. Ends once the
+    /// agent's link is closed; the successor is gone then.
     async fn to_successor(
         self: Arc<Self>,
         running: Arc<Running>,
@@ -172,9 +159,9 @@ impl Proxy {
         self.sessions.agent_ended(running.generation);
     }
 
-    /// A `proxy/successor` request or notification from the conductor: what the
-    /// successor sent, unwrapped and taken as a child agent's message is. Outside a
-    /// chain, or before `proxy/initialize`, a request is refused.
+    /// A `proxy/successor` message from the conductor: what the successor sent,
+    /// unwrapped and taken as a child agent's. Outside a chain, or before
+    /// `proxy/initialize`, a request is refused.
     pub(super) async fn from_successor(self: &Arc<Self>, mut message: Message) {
         let request = match message.kind() {
             Kind::Request { id, .. } => Some(id.clone()),
@@ -229,8 +216,7 @@ impl Proxy {
     }
 }
 
-/// The envelope of a message to the successor: its method, and its params (taken out
-/// of it) where it has any.
+/// The envelope of a message to the successor: its method, and its params if any.
 fn envelope(method: &str, message: &mut Message) -> Value {
     let mut envelope = Map::new();
     envelope.insert("method".to_owned(), Value::String(method.to_owned()));
