@@ -1,14 +1,9 @@
-//! A prompt's turn through the proxy. The client's blocks become a stored user
-//! message (images, embedded resources and blobs as attachments of the session; the
-//! client's own files, `file://` resources and links, kept verbatim, in the order
-//! sent); the message is dispatched through the resolver, so each attachment reaches
-//! the agent with the path of a live read, converted for what the agent takes; the
-//! agent's updates are relayed at once and recorded as the turn; the answer is relayed
-//! only once everything the turn recorded is durable. A prompt that arrives while a
-//! turn runs is stored queued and delivered through the drain when that turn ends.
-//! With nothing behind the proxy a turn is the same begun-and-ended turn with nothing
-//! between: the prompt is stored and the turn ends `end_turn` once that is durable.
-//! The recorder of the agent's updates is `prompt/recorder.rs`.
+//! A prompt's turn through the proxy: the client's blocks stored as a user message,
+//! dispatched so each attachment reaches the agent with the path of a live read, the
+//! agent's updates relayed at once and recorded, and the answer relayed only once
+//! everything the turn recorded is durable. A prompt that arrives while a turn runs is
+//! stored queued and delivered when that turn ends. With nothing behind, a turn is
+//! the stored prompt alone, ended `end_turn`.
 
 mod recorder;
 
@@ -35,17 +30,15 @@ pub(crate) struct Turns {
     sessions: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<TurnState>>>>,
     recorders: Mutex<HashMap<SessionId, Recorder>>,
     /// Prompts as the client sent them, until their turn delivers them: the store
-    /// keeps them redacted, the agent gets them as they were. One stored by an
-    /// earlier proxy (queued, then delivered after a restart) is not here, and is
-    /// delivered as stored.
+    /// keeps them redacted, the agent gets them as they were.
     given: Mutex<HashMap<MessageId, crate::model::Message>>,
 }
 
 #[derive(Default)]
 struct TurnState {
     running: bool,
-    /// Prompts stored queued while the turn ran, waiting for the turn that delivers
-    /// them: each gets that turn's answer.
+    /// Prompts queued while the turn ran: each gets the answer of the turn that
+    /// delivers it.
     waiting: Vec<oneshot::Sender<Result<Value, Failure>>>,
 }
 
@@ -65,9 +58,8 @@ impl Turns {
 const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Proxy {
-    /// Cancels the session's running turn, if one runs on this connection, as a
-    /// client's `session/cancel` would, and waits (up to [`CANCEL_WAIT`]) for it to
-    /// end, its end recorded.
+    /// Cancels the session's running turn here, as `session/cancel` would, and waits
+    /// (up to [`CANCEL_WAIT`]) for its end to be recorded.
     pub(super) async fn cancel_turn(self: &Arc<Self>, session: SessionId) {
         let state = self.turns.state(session);
         if !state.lock().await.running {
@@ -84,7 +76,6 @@ impl Proxy {
         }
     }
 
-    /// `session/prompt`.
     pub(super) async fn prompt(
         self: &Arc<Self>,
         id: Value,
@@ -131,7 +122,7 @@ impl Proxy {
         Ok(Message::result(id, result?))
     }
 
-    /// Keeps a prompt as given for its delivery; the stored message.
+    /// Keeps a prompt as given for its delivery; returns the stored message.
     fn keep_given(
         &self,
         (stored, given): (crate::model::Message, crate::model::Message),
@@ -146,10 +137,9 @@ impl Proxy {
         stored
     }
 
-    /// Runs the turn for `messages` and returns its outcome, for the prompt that
-    /// started it. Prompts queued meanwhile are delivered by the turns that follow, on
-    /// a task of their own: the first prompt is answered as its turn ends, not once
-    /// theirs have.
+    /// Runs the turn for `messages` and returns its outcome. Prompts queued meanwhile
+    /// are delivered by turns on a task of their own, so the first prompt is answered
+    /// as its turn ends.
     async fn run_turns(
         self: &Arc<Self>,
         session: SessionId,
@@ -170,8 +160,8 @@ impl Proxy {
         first
     }
 
-    /// While prompts were queued, the turn that delivers them (answering those prompts
-    /// with its outcome); the session's turn stays running until none is left.
+    /// The turns that deliver queued prompts; the session's turn stays running until
+    /// none is left.
     async fn run_queued(self: Arc<Self>, session: SessionId, client_id: Value, params: Value) {
         let state = self.turns.state(session);
         loop {
@@ -204,10 +194,8 @@ impl Proxy {
         self.run_turn(session, client_id, params, ids).await
     }
 
-    /// One turn: marked begun, its messages dispatched and sent to the agent, the
-    /// agent's updates recorded as they come (by `agent_update`), the answer awaited
-    /// and, once the recorder has made everything before it durable, the turn marked
-    /// ended with its stop reason (or failed) and the answer returned.
+    /// One turn, marked begun; once the recorder has made everything before the
+    /// agent's answer durable, marked ended with its stop reason (or failed).
     async fn run_turn(
         self: &Arc<Self>,
         session: SessionId,
@@ -254,9 +242,7 @@ impl Proxy {
             messages.iter().map(|id| kept.remove(id)).collect()
         };
         if self.agent.is_nothing() {
-            // Nothing answers: the turn is the stored prompt alone. No dispatch either,
-            // since nothing would take its blocks (each read is made when a model is
-            // given the message, on the next restore or dispatch).
+            // Nothing answers, and nothing would take a dispatch's blocks.
             return Ok(json!({ "stopReason": "end_turn" }));
         }
         let (agent, agent_session) = self.agent_side(session).await?;
@@ -366,12 +352,9 @@ impl Proxy {
         }
     }
 
-    /// A `session/update` from the agent: relayed to the client at once; recorded
-    /// (before the turn's answer is relayed) when it is history. The agent's echo of
-    /// the user's message is not recorded again (the store has the message), notices
-    /// are not history, and what the agent replays for its own
-    /// `session/load` is neither relayed nor recorded (the store's replay is the
-    /// record). Update kinds the store does not know are kept as they came.
+    /// A `session/update` from the agent: relayed at once, and recorded when it is
+    /// history. What the agent replays for its own `session/load` is neither (the
+    /// store's replay is the record).
     pub(super) async fn agent_update(self: &Arc<Self>, agent: &Arc<Running>, mut message: Message) {
         let Some(session) = self.sessions.agent_to_client(&mut message, agent) else {
             tracing::debug!(
@@ -401,8 +384,7 @@ impl Proxy {
                 .and_then(|p| p["update"]["title"].as_str())
                 .filter(|t| !t.trim().is_empty())
         {
-            // The agent's title is recorded; it is the title in force unless an explicit
-            // one is there (`TitleSource::replaces`).
+            // In force unless an explicit title is there (`TitleSource::replaces`).
             if let Err(e) = self
                 .store
                 .set_title(session, title.to_owned(), crate::model::TitleSource::Agent)
@@ -443,9 +425,8 @@ impl Proxy {
             .clone()
     }
 
-    /// The history replayed to the client for `session/load`: the store's
-    /// `acp-updates` stream, written straight into the client's frames; from the
-    /// client's point (`_meta.replayFrom`, see `acp::replay_point`) when it gave one,
+    /// The history replayed to the client: the store's `acp-updates` stream written
+    /// straight into frames; from the client's `replayFrom` point when it gave one,
     /// then ended with the replay-complete marker.
     pub(super) async fn replay_to_client(
         self: &Arc<Self>,
@@ -512,19 +493,16 @@ impl Proxy {
     }
 }
 
-/// Whether an update kind is part of a session's history: everything but the echo of
-/// the user's message, notices, and what else the store never keeps. A `usage_update`
-/// is kept (replayed as it came; the session's cost and context follow it).
+/// Whether an update kind is part of a session's history: not the echo of the user's
+/// message (the store has it), nor notices. Unknown kinds are kept as they came.
 fn is_history(kind: &str) -> bool {
     !matches!(kind, "user_message_chunk" | "notice" | "")
 }
 
-/// The client's prompt as the store takes it: text with its `_meta`; images, embedded
-/// resources and blobs (but the client's own `file://` ones) as uploads named after
-/// their URI or MIME type; every other block (`resource_link`s, `file://` resources,
-/// audio, kinds this proxy does not know) kept as the JSON it came as. Each block must
-/// read as an ACP content block; one that does not refuses the whole prompt before
-/// anything is stored.
+/// The client's prompt as the store takes it: images, embedded resources and blobs
+/// (but `file://` ones) as uploads; other blocks but text kept as the JSON they came
+/// as. A block that is not an ACP content block refuses the prompt before anything
+/// is stored.
 fn client_prompt(blocks: Vec<Value>) -> Result<Prompt, Failure> {
     use agent_client_protocol_schema::v1::EmbeddedResourceResource as R;
     let mut out = Vec::with_capacity(blocks.len());
@@ -576,11 +554,10 @@ fn client_prompt(blocks: Vec<Value>) -> Result<Prompt, Failure> {
     })
 }
 
-/// A dispatched message as the agent takes it. Each attachment keeps its block with
-/// the path context in `_meta`; an agent that does not read `_meta` gets the context
-/// as a text block right before it; an agent that takes no images gets an image's
-/// context alone, and one that takes no embedded context gets a `resource_link` to the
-/// live path (with its context) instead of the embedded file.
+/// A dispatched message as the agent takes it: the path context as a text block
+/// before an attachment for an agent that does not read it in `_meta`; for an agent
+/// that takes no images the context alone, and without embedded context a
+/// `resource_link` to the live path.
 pub(crate) fn agent_blocks(message: &ModelMessage, caps: &Capabilities) -> Vec<ContentBlock> {
     let mut out = Vec::with_capacity(message.parts.len() * 2);
     for part in &message.parts {

@@ -1,10 +1,9 @@
-//! JSON-RPC 2.0 messages as the proxy relays them: each kept as the JSON object it
-//! came as, so that fields the proxy does not know survive the trip, classified by the
-//! keys it has, and patched in place (an id, a session id) where the proxy must. No IO.
+//! JSON-RPC 2.0 messages kept as the JSON objects they came as, so that fields the
+//! proxy does not know survive the trip, and patched in place where it must. No IO.
 
 use serde_json::{Map, Value, json};
 
-/// JSON-RPC's own error codes, and the ones ACP adds, as the proxy answers with them.
+/// JSON-RPC's error codes, and ACP's.
 pub mod code {
     pub const PARSE_ERROR: i64 = -32700;
     pub const INVALID_REQUEST: i64 = -32600;
@@ -15,7 +14,6 @@ pub mod code {
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
 }
 
-/// A message the proxy read, or is about to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Message(Map<String, Value>);
 
@@ -37,8 +35,8 @@ pub struct Malformed {
 }
 
 impl Message {
-    /// Reads one frame. A frame that is not JSON is a parse error; JSON that is not a
-    /// request, a notification or a response is an invalid request.
+    /// Reads one frame: a parse error if it is not JSON, an invalid request if it is not
+    /// a request, a notification or a response.
     pub fn parse(frame: &[u8]) -> Result<Message, Malformed> {
         let value: Value = serde_json::from_slice(frame).map_err(|e| Malformed {
             code: code::PARSE_ERROR,
@@ -137,7 +135,6 @@ impl Message {
         }
     }
 
-    /// A message from the fields of a `json!` object.
     fn object(message: Value) -> Message {
         match message {
             Value::Object(m) => Message(m),
