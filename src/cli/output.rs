@@ -1,6 +1,5 @@
 //! What the command line writes to stdout: flushed lines and JSON, and stored text made
-//! safe for a terminal (escaped, one line a row, long text cut with a marker). Never
-//! decides what to print; the commands do.
+//! safe for a terminal.
 
 use std::io::Write;
 
@@ -18,6 +17,14 @@ pub fn emit(text: &str) -> Result<()> {
 
 pub fn print_json<T: Serialize>(value: &T) -> Result<()> {
     emit(&serde_json::to_string(value)?)
+}
+
+/// A new entry's id: bare, or as `{"id": ...}` under `--json`.
+pub fn print_id(json: bool, id: impl std::fmt::Display + Serialize) -> Result<()> {
+    match json {
+        true => print_json(&serde_json::json!({ "id": id })),
+        false => emit(&id.to_string()),
+    }
 }
 
 /// How many characters of a title a listing shows.

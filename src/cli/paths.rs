@@ -1,10 +1,7 @@
-//! Where things live and what protects them: the global flags, their environment
-//! variables and defaults, resolved into a `Config` that remembers where each setting
-//! came from (the key file is read only by `Global::config`, for a command that opens
-//! the database), and the `paths` command that prints it all, with the warnings about
-//! database files more exposed than the store would make them. Never creates, opens or
-//! changes anything; `paths` reads no key and no database, only the first bytes of the
-//! database file (whether it is encrypted) and the files' modes.
+//! The global flags, their environment variables and defaults, resolved into a
+//! `Config` with where each setting came from, and the `paths` command that prints it.
+//! `paths` opens nothing: it reads only the database file's first bytes (whether it
+//! is encrypted) and the files' modes.
 
 use std::path::{Path, PathBuf};
 
@@ -317,10 +314,8 @@ struct Paths {
     warnings: Vec<Exposure>,
 }
 
-/// `sessionstore paths`: the database, whether it is encrypted (or the TLS of a
-/// PostgreSQL connection), the configured root and each legacy root, who may read what
-/// the store creates, where each setting came from, and warnings about database files
-/// more exposed than that.
+/// `sessionstore paths`: each location and setting, where it came from, and warnings
+/// about database files more exposed than the sharing allows.
 pub fn paths(global: &Global) -> Result<()> {
     let located = global.locate()?;
     let place = |p: &Path, source| {

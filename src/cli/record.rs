@@ -1,8 +1,6 @@
-//! `record`: ACP session updates from standard input, one a line. Every line is read
-//! and checked before the store is opened, and kept in a spool (a temporary file
-//! unlinked as soon as it is made, so nothing stays behind) that the store reads back
-//! a batch at a time: the input is never held whole. It prints what was recorded and
-//! never records anything itself.
+//! `record`: ACP session updates from standard input, one a line, each checked before
+//! the store is opened and kept in an unlinked temporary file the store reads back a
+//! batch at a time, so the input is never held whole.
 
 use sessionstore::store::Access;
 use std::fs::File;
@@ -141,9 +139,8 @@ impl UpdateSource for Spool {
     }
 }
 
-/// Every line is read and checked before the store is opened, and the store checks
-/// each batch before it writes it, in one write: a bad line stores nothing and is
-/// named by its number. Blank lines are skipped but still counted.
+/// A bad line stores nothing and is named by its number (blank lines are skipped but
+/// still counted).
 pub async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> {
     let spool = Spool::read(std::io::stdin().lock(), args.session)?;
     let lines = spool.lines();

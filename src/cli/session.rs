@@ -1,6 +1,5 @@
-//! `session new|list|show|rename|archive|unarchive|fork|delete`: argument types and printing. Human output shows
-//! stored text escaped, one line a row, long text cut with a marker; `--json` prints
-//! it whole. Never changes a session except through `Store`.
+//! `session ...`: argument types and printing. Human output shows stored text escaped
+//! and cut (`output::cell`); `--json` prints it whole.
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -13,7 +12,7 @@ use sessionstore::lifecycle::{
 use sessionstore::model::{ArchiveFilter, NewSession, Session, TitleSource, ToolsHost};
 use sessionstore::{Config, Error, SessionId, Store};
 
-use super::output::{TEXT_CHARS, TITLE_CHARS, cell, emit, print_json};
+use super::output::{TEXT_CHARS, TITLE_CHARS, cell, emit, print_id, print_json};
 use super::parse_session;
 
 #[derive(Subcommand)]
@@ -158,11 +157,7 @@ async fn new(
             ..NewSession::default()
         })
         .await?;
-    if json {
-        print_json(&serde_json::json!({ "id": session.id }))
-    } else {
-        emit(&session.id.to_string())
-    }
+    print_id(json, session.id)
 }
 
 async fn list(

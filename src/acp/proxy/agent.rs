@@ -277,10 +277,7 @@ impl Proxy {
             advertise(&mut result);
             return Ok(Message::result(id, result));
         }
-        {
-            let mut starts = self.agent.starting.lock().await;
-            starts.initialize = Some(params);
-        }
+        self.agent.starting.lock().await.initialize = Some(params);
         let running = self.running_agent().await?;
         let mut result = running.initialized().clone();
         advertise(&mut result);
@@ -291,7 +288,7 @@ impl Proxy {
     pub(super) async fn authenticate(
         self: &Arc<Self>,
         id: Value,
-        mut message: Message,
+        message: Message,
     ) -> Result<Message, Failure> {
         let params = message.params().cloned().unwrap_or(Value::Null);
         let running = self.running_agent().await?;
@@ -305,7 +302,6 @@ impl Proxy {
         }
         let mut answer = answer;
         answer.set_id(id);
-        let _ = message.take_params();
         Ok(answer)
     }
 

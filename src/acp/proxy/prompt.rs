@@ -208,16 +208,13 @@ impl Proxy {
         let outcome = self.turn_body(session, client_id, params, &messages).await;
         let flushed = self.recorder(session).flush().await;
         let end = match (&outcome, &flushed) {
-            (_, Err(e)) => TurnEnd::Failed {
-                reason: e.message.clone(),
-            },
             (Ok(result), Ok(())) => TurnEnd::Stopped {
                 stop_reason: result["stopReason"]
                     .as_str()
                     .unwrap_or("end_turn")
                     .to_owned(),
             },
-            (Err(e), Ok(())) => TurnEnd::Failed {
+            (_, Err(e)) | (Err(e), _) => TurnEnd::Failed {
                 reason: e.message.clone(),
             },
         };
@@ -393,26 +390,20 @@ impl Proxy {
                 tracing::warn!("cannot record the agent's title of session {session}: {e}");
             }
         }
-        if !(is_history(kind) && self.options.record_updates) {
-            let _ = self.client.send(&message).await;
-            if let Some(cursor) = cursor {
-                let _ = self.client.send(&cursor).await;
-            }
-            return;
-        }
-        // The frame for the client is written first, so the update itself can move to
-        // the recorder rather than be copied for it, and relayed before it is queued
-        // for recording, so that nothing of the recorder's stands before the relay.
-        let frame = message.to_bytes();
-        let update = message
-            .params_mut()
-            .and_then(|p| p.get_mut("update"))
-            .map_or(Value::Null, Value::take);
-        let _ = self.client.send_bytes(frame).await;
+        let record = is_history(kind) && self.options.record_updates;
+        // Relayed before it is queued for recording, so that nothing of the recorder's
+        // stands before the relay; then the update moves to the recorder, not copied.
+        let _ = self.client.send(&message).await;
         if let Some(cursor) = cursor {
             let _ = self.client.send(&cursor).await;
         }
-        self.recorder(session).record(update).await;
+        if record {
+            let update = message
+                .params_mut()
+                .and_then(|p| p.get_mut("update"))
+                .map_or(Value::Null, Value::take);
+            self.recorder(session).record(update).await;
+        }
     }
 
     fn recorder(self: &Arc<Self>, session: SessionId) -> Recorder {
@@ -461,10 +452,7 @@ impl Proxy {
             writer.item(&item).map_err(cannot)?;
             self.send_lines(std::mem::take(writer.get_mut())).await?;
             if let Some(cursor) = cursor {
-                self.client
-                    .send(&cursor)
-                    .await
-                    .map_err(|_| Failure::internal("the client went away during the replay"))?;
+                self.send_lines(cursor.to_bytes()).await?;
             }
         }
         // A partial replay's opening notice, when the stream held no item.
@@ -474,8 +462,7 @@ impl Proxy {
                 session,
                 partial.as_ref(),
             ));
-            let line = serde_json::to_vec(&complete)
-                .map_err(|e| Failure::internal(format!("cannot replay session {session}: {e}")))?;
+            let line = serde_json::to_vec(&complete).map_err(|e| cannot(e.into()))?;
             self.send_lines(line).await?;
         }
         Ok(())
