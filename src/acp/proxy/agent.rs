@@ -16,7 +16,7 @@ use super::child::{self, AgentCommand};
 use super::frame::FrameReader;
 use super::link::Link;
 use super::rpc::{Message, code};
-use super::{FRAME_LIMIT, Failure, Proxy};
+use super::{FRAME_LIMIT, Failure, Proxy, lock};
 use crate::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
 
 /// The pause before a restart after the first crash; it doubles with each crash in a
@@ -111,7 +111,7 @@ impl Running {
     /// The agent is gone: what waits on it fails, and a stop waits no longer. The
     /// caller tells the sessions.
     pub(super) fn mark_ended(&self, how: String) {
-        *self.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(how);
+        *lock(&self.ended) = Some(how);
         self.alive.store(false, Ordering::Release);
         self.link.abandon_all();
         self.exited.notify_one();
@@ -133,14 +133,16 @@ impl Running {
         self.alive.load(Ordering::Acquire)
     }
 
+    /// Sends a request and waits for its answer (an error response included).
+    pub async fn request(&self, method: &str, params: Value) -> Result<Message, Failure> {
+        let answer = self.link.request(method, params).await;
+        answer.map_err(|_| self.gone_error())
+    }
+
     /// The error a request gets when this agent went away before answering it.
     pub fn gone_error(&self) -> Failure {
-        let how = self
-            .ended
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .unwrap_or_else(|| "exited".to_owned());
+        let how = lock(&self.ended).clone();
+        let how = how.unwrap_or_else(|| "exited".to_owned());
         let next = match self.restarts {
             true => "the next request starts it again",
             false => "its conductor starts the chain again",
@@ -226,17 +228,13 @@ impl Agent {
 
     /// The running agent, if there is one now (no start).
     pub fn current(&self) -> Option<Arc<Running>> {
-        self.lock_current().clone().filter(|a| a.is_alive())
-    }
-
-    fn lock_current(&self) -> std::sync::MutexGuard<'_, Option<Arc<Running>>> {
-        self.current.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.current).clone().filter(|a| a.is_alive())
     }
 
     /// Stops the agent: its input is closed, it gets a moment to exit, then it is
     /// killed (dropping the process kills it).
     pub async fn stop(&self) {
-        let Some(running) = self.lock_current().take() else {
+        let Some(running) = lock(&self.current).take() else {
             return;
         };
         running.link.close();
@@ -292,11 +290,7 @@ impl Proxy {
     ) -> Result<Message, Failure> {
         let params = message.params().cloned().unwrap_or(Value::Null);
         let running = self.running_agent().await?;
-        let answer = running
-            .link
-            .request("authenticate", params.clone())
-            .await
-            .map_err(|_| running.gone_error())?;
+        let answer = running.request("authenticate", params.clone()).await?;
         if answer.outcome().is_ok() {
             self.agent.starting.lock().await.authenticate = Some(params);
         }
@@ -332,7 +326,7 @@ impl Proxy {
             starts.generation += 1;
             let running = self.reach_successor(starts.generation, initialize).await?;
             starts.last_start = Some(Instant::now());
-            *self.agent.lock_current() = Some(running.clone());
+            *lock(&self.agent.current) = Some(running.clone());
             return Ok(running);
         }
         if let Some(last) = starts.last_start {
@@ -357,7 +351,7 @@ impl Proxy {
         let running = self
             .start(generation, initialize, starts.authenticate.clone())
             .await?;
-        *self.agent.lock_current() = Some(running.clone());
+        *lock(&self.agent.current) = Some(running.clone());
         Ok(running)
     }
 
@@ -419,11 +413,7 @@ impl Proxy {
             proxy.sessions.agent_ended(reader.generation);
         });
 
-        let answer = running
-            .link
-            .request("initialize", initialize)
-            .await
-            .map_err(|_| running.gone_error())?;
+        let answer = running.request("initialize", initialize).await?;
         let initialized = match answer.outcome() {
             Ok(result) => result.clone(),
             Err(error) => {
@@ -435,11 +425,7 @@ impl Proxy {
         };
         running.set_initialized(initialized);
         if let Some(params) = authenticate {
-            let answer = running
-                .link
-                .request("authenticate", params)
-                .await
-                .map_err(|_| running.gone_error())?;
+            let answer = running.request("authenticate", params).await?;
             if let Err(error) = answer.outcome() {
                 tracing::warn!("the restarted agent refused authenticate: {error}");
             }

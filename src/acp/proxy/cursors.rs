@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::{Value, json};
 
 use super::rpc::Message;
-use super::{Failure, Proxy};
+use super::{Failure, Proxy, lock};
 use crate::ids::{ItemId, MessageId, SessionId};
 use crate::lifecycle::MAX_PAGE;
 use crate::lifecycle::fork::Forked;
@@ -125,7 +125,7 @@ impl Cursors {
     /// A turn begins: no agent message goes on past its prompt.
     pub fn turn_begins(&self, session: SessionId) {
         if self.on() {
-            self.lock().remove(&session);
+            lock(&self.tails).remove(&session);
         }
     }
 
@@ -150,7 +150,7 @@ impl Cursors {
         if !self.on() {
             return Relay::Pass(None);
         }
-        let mut tails = self.lock();
+        let mut tails = lock(&self.tails);
         match kind {
             "agent_message_chunk" | "agent_thought_chunk" => {
                 let thought = kind == "agent_thought_chunk";
@@ -212,10 +212,6 @@ impl Cursors {
                 Relay::Pass(None)
             }
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Tail>> {
-        self.tails.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

@@ -12,6 +12,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::frame::write_frame;
+use super::lock;
 use super::rpc::Message;
 
 /// How many frames may wait for a peer before a writer waits.
@@ -58,19 +59,14 @@ impl Link {
 
     /// Queues a frame already written as one line of JSON.
     pub async fn send_bytes(&self, frame: Vec<u8>) -> Result<(), Gone> {
-        let queue = self
-            .queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or(Gone)?;
+        let queue = lock(&self.queue).clone().ok_or(Gone)?;
         queue.send(frame).await.map_err(|_| Gone)
     }
 
     /// Closes the link: what is queued is still written, then the output is closed
     /// (for an agent, its standard input: the sign to exit). Later sends are `Gone`.
     pub fn close(&self) {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).take();
+        lock(&self.queue).take();
     }
 
     /// Sends a request under a fresh id of this link and waits for its answer. The
@@ -127,9 +123,7 @@ impl Link {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<Message>>> {
-        // Each change to the map is one insert or remove: a panic elsewhere cannot
-        // leave it half-made.
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.waiting)
     }
 }
 

@@ -424,6 +424,12 @@ impl Proxy {
     }
 }
 
+/// Locks one of the proxy's mutexes, poisoned or not: each change under them is a few
+/// map operations that cannot panic midway, so a panic elsewhere leaves them whole.
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A request the proxy answers with an error: the JSON-RPC error object the client
 /// gets.
 #[derive(Debug, Clone, PartialEq)]
@@ -478,16 +484,10 @@ impl From<crate::Error> for Failure {
             e if e.is_refused() => code::INVALID_PARAMS,
             _ => code::INTERNAL_ERROR,
         };
-        let kind = e.kind();
-        let mut message = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
-        }
+        let chain = std::iter::successors(Some(&e as &dyn std::error::Error), |c| c.source());
+        let message = chain.map(|c| c.to_string()).collect::<Vec<_>>().join(": ");
         Failure {
-            data: Some(serde_json::json!({ "kind": kind })),
+            data: Some(serde_json::json!({ "kind": e.kind() })),
             ..Failure::new(code, message)
         }
     }

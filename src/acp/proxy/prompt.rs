@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::agent::{Capabilities, Running};
 use super::rpc::{Message, code};
-use super::{Failure, Proxy};
+use super::{Failure, Proxy, lock};
 use crate::dispatch::{Memo, Mode, ModelMessage, Part};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, TurnEnd};
@@ -44,12 +44,7 @@ struct TurnState {
 
 impl Turns {
     fn state(&self, session: SessionId) -> Arc<tokio::sync::Mutex<TurnState>> {
-        self.sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(session)
-            .or_default()
-            .clone()
+        lock(&self.sessions).entry(session).or_default().clone()
     }
 }
 
@@ -128,11 +123,7 @@ impl Proxy {
         (stored, given): (crate::model::Message, crate::model::Message),
     ) -> crate::model::Message {
         if given != stored {
-            self.turns
-                .given
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(stored.id, given);
+            lock(&self.turns.given).insert(stored.id, given);
         }
         stored
     }
@@ -235,7 +226,7 @@ impl Proxy {
         messages: &[MessageId],
     ) -> Result<Value, Failure> {
         let mut given: Vec<Option<crate::model::Message>> = {
-            let mut kept = self.turns.given.lock().unwrap_or_else(|p| p.into_inner());
+            let mut kept = lock(&self.turns.given);
             messages.iter().map(|id| kept.remove(id)).collect()
         };
         if self.agent.is_nothing() {
@@ -407,10 +398,7 @@ impl Proxy {
     }
 
     fn recorder(self: &Arc<Self>, session: SessionId) -> Recorder {
-        self.turns
-            .recorders
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.turns.recorders)
             .entry(session)
             .or_insert_with(|| Recorder::start(self.store.clone(), session))
             .clone()

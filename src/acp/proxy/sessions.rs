@@ -38,11 +38,7 @@ impl Proxy {
             true => (json!({}), None),
             false => {
                 let agent = self.running_agent().await?;
-                let answer = agent
-                    .link
-                    .request("session/new", params.clone())
-                    .await
-                    .map_err(|_| agent.gone_error())?;
+                let answer = agent.request("session/new", params.clone()).await?;
                 let result = match answer.outcome() {
                     Ok(result) => result.clone(),
                     Err(_) => {
@@ -243,20 +239,16 @@ impl Proxy {
         message: Message,
     ) -> Result<Message, Failure> {
         let params = message.params().unwrap_or(&Value::Null);
-        let not_found = |what: &str| Failure {
-            data: Some(json!({ "sessionId": params["sessionId"] })),
-            ..Failure::new(code::RESOURCE_NOT_FOUND, what)
+        let with_id = |f: Failure| match f.code {
+            code::RESOURCE_NOT_FOUND => Failure {
+                data: Some(json!({ "sessionId": params["sessionId"] })),
+                ..f
+            },
+            _ => f,
         };
-        let session = match session_of(params) {
-            Ok(session) => session,
-            Err(f) if f.code == code::RESOURCE_NOT_FOUND => return Err(not_found(&f.message)),
-            Err(f) => return Err(f),
-        };
-        match self.store.session(session).await {
-            Ok(_) => {}
-            Err(e @ crate::Error::SessionNotFound(_)) => return Err(not_found(&e.to_string())),
-            Err(e) => return Err(e.into()),
-        }
+        let session = session_of(params).map_err(with_id)?;
+        let stored = self.store.session(session).await;
+        stored.map_err(|e| with_id(e.into()))?;
         let open = self.sessions.is_open(&session) || self.store.session_claimed(session).await?;
         let status = if open { "open" } else { "saved" };
         Ok(Message::result(id, json!({ "status": status })))
@@ -386,11 +378,7 @@ impl Proxy {
         let (agent, agent_session) = self.agent_side(session).await?;
         message.set_session_id(&agent_session);
         let params = message.params().cloned().unwrap_or(Value::Null);
-        let answer = agent
-            .link
-            .request(method, params.clone())
-            .await
-            .map_err(|_| agent.gone_error())?;
+        let answer = agent.request(method, params.clone()).await?;
         if answer.outcome().is_ok() {
             let mut kept = params;
             if let Value::Object(kept) = &mut kept {
@@ -493,57 +481,46 @@ impl Proxy {
             .with_open(&session, |o| o.setup.clone())
             .ok_or_else(|| not_open(session))?;
         let name = self.agent.name().unwrap_or_default();
-        let known = binding.filter(|b| b.agent == name);
-        if let Some(binding) = known {
+        let caps = agent.caps();
+        let method = caps
+            .resume
+            .then_some("session/resume")
+            .or(caps.load.then_some("session/load"));
+        if let Some(binding) = binding.filter(|b| b.agent == name)
+            && let Some(method) = method
+        {
             let mut params = setup.clone();
             params["sessionId"] = Value::String(binding.session.clone());
-            let method = if agent.caps().resume {
-                Some("session/resume")
-            } else if agent.caps().load {
-                Some("session/load")
-            } else {
-                None
-            };
-            if let Some(method) = method {
+            self.sessions.with_open(&session, |o| {
+                o.agent = Some((binding.session.clone(), agent.generation));
+                o.agent_replaying = method == "session/load";
+            });
+            self.sessions
+                .lock()
+                .by_agent
+                .insert(binding.session.clone(), session);
+            let answer = agent.request(method, params).await?;
+            self.sessions
+                .with_open(&session, |o| o.agent_replaying = false);
+            if let Ok(result) = answer.outcome() {
                 self.sessions.with_open(&session, |o| {
-                    o.agent = Some((binding.session.clone(), agent.generation));
-                    o.agent_replaying = method == "session/load";
+                    o.fresh = false;
+                    o.stale_paths = true;
                 });
-                self.sessions
-                    .lock()
-                    .by_agent
-                    .insert(binding.session.clone(), session);
-                let answer = agent
-                    .link
-                    .request(method, params)
-                    .await
-                    .map_err(|_| agent.gone_error())?;
-                self.sessions
-                    .with_open(&session, |o| o.agent_replaying = false);
-                if let Ok(result) = answer.outcome() {
-                    self.sessions.with_open(&session, |o| {
-                        o.fresh = false;
-                        o.stale_paths = true;
-                    });
-                    let mut result = result.clone();
-                    strip_session_id(&mut result);
-                    return Ok(result);
-                }
-                tracing::info!(
-                    "the agent no longer knows session {session} ({method} refused); starting it a new agent session"
-                );
-                let mut inner = self.sessions.lock();
-                inner.by_agent.remove(&binding.session);
-                if let Some(o) = inner.open.get_mut(&session) {
-                    o.agent = None;
-                }
+                let mut result = result.clone();
+                strip_session_id(&mut result);
+                return Ok(result);
+            }
+            tracing::info!(
+                "the agent no longer knows session {session} ({method} refused); starting it a new agent session"
+            );
+            let mut inner = self.sessions.lock();
+            inner.by_agent.remove(&binding.session);
+            if let Some(o) = inner.open.get_mut(&session) {
+                o.agent = None;
             }
         }
-        let answer = agent
-            .link
-            .request("session/new", setup)
-            .await
-            .map_err(|_| agent.gone_error())?;
+        let answer = agent.request("session/new", setup).await?;
         let mut result = match answer.outcome() {
             Ok(result) => result.clone(),
             Err(error) => {

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use super::agent::{Running, gone, name};
 use super::link::Link;
 use super::rpc::{Kind, Message, code};
-use super::{Failure, Proxy};
+use super::{Failure, Proxy, lock};
 
 /// The envelope of a message to or from the successor.
 pub const SUCCESSOR: &str = "proxy/successor";
@@ -177,12 +177,10 @@ impl Proxy {
             false => Err(not_in_a_chain(SUCCESSOR)),
         };
         let mut envelope = message.take_params();
-        let inner = match envelope.get("method").and_then(Value::as_str) {
-            Some(method) => Ok(method.to_owned()),
-            None => Err(Failure::invalid_params(
-                "a proxy/successor envelope names the wrapped message's method",
-            )),
-        };
+        let inner = envelope.get("method").and_then(Value::as_str);
+        let inner = inner.map(str::to_owned).ok_or_else(|| {
+            Failure::invalid_params("a proxy/successor envelope names the wrapped message's method")
+        });
         let (running, method) = match running.and_then(|r| inner.map(|m| (r, m))) {
             Ok(reached) => reached,
             Err(failure) => {
@@ -198,17 +196,13 @@ impl Proxy {
                 return;
             }
         };
-        let params = envelope
-            .get_mut("params")
-            .map(Value::take)
-            .filter(|p| !p.is_null());
-        let has_params = params.is_some();
-        let params = params.unwrap_or(Value::Null);
+        let params = envelope.get_mut("params").map_or(Value::Null, Value::take);
+        let omitted = params.is_null();
         let mut unwrapped = match request {
             Some(id) => Message::request(id, &method, params),
             None => Message::notification(&method, params),
         };
-        if !has_params {
+        if omitted {
             // Omitted and `null` mean the same: no params, as the successor sent it.
             let _ = unwrapped.take_params();
         }
@@ -225,9 +219,4 @@ fn envelope(method: &str, message: &mut Message) -> Value {
         envelope.insert("params".to_owned(), params);
     }
     Value::Object(envelope)
-}
-
-fn lock(wrapped: &Wrapped) -> std::sync::MutexGuard<'_, HashMap<u64, Value>> {
-    // Each change is one insert or remove: a panic elsewhere leaves nothing half-made.
-    wrapped.lock().unwrap_or_else(|p| p.into_inner())
 }

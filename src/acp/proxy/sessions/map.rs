@@ -83,9 +83,7 @@ pub(crate) struct Ticket(u64);
 
 impl Sessions {
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // Every change here is a few map operations made together under the lock and
-        // none can panic midway; a panic elsewhere leaves the maps usable.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        super::super::lock(&self.inner)
     }
 
     pub fn is_open(&self, session: &SessionId) -> bool {
