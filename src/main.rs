@@ -514,26 +514,23 @@ async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {
         Some(sessionstore::privacy::KeyChange::Rekeyed) => format!("{db}: given its new key;"),
         None => format!("{db}:"),
     };
-    if args.dry_run && !report.pending.is_empty() {
-        emit(&format!(
-            "{db} would apply {}; schema at version {}",
-            report.pending.join(", "),
-            report.current
-        ))
+    let (what, copy) = if args.dry_run && !report.pending.is_empty() {
+        (
+            format!("would apply {}", report.pending.join(", ")),
+            String::new(),
+        )
     } else if report.applied.is_empty() {
-        emit(&format!(
-            "{db} nothing to apply; schema at version {}{}",
-            report.current,
-            kept(&report)
-        ))
+        ("nothing to apply".to_owned(), kept(&report))
     } else {
-        emit(&format!(
-            "{db} applied {}; schema at version {}{}",
-            report.applied.join(", "),
-            report.current,
-            kept(&report)
-        ))
-    }
+        (
+            format!("applied {}", report.applied.join(", ")),
+            kept(&report),
+        )
+    };
+    emit(&format!(
+        "{db} {what}; schema at version {}{copy}",
+        report.current
+    ))
 }
 
 /// Where the copy taken first is, for `migrate`'s line.

@@ -54,6 +54,11 @@ pub fn cell(text: &str, max: usize) -> String {
     line
 }
 
+/// A session's title as a cell, or `(untitled)`.
+pub fn title_cell(title: Option<&str>) -> String {
+    title.map_or_else(|| "(untitled)".to_owned(), |t| cell(t, TITLE_CHARS))
+}
+
 /// Text from outside (an error's chain, clap's message) for a terminal: each line's
 /// control and invisible characters escaped, the line breaks kept.
 pub fn terminal_lines(text: &str) -> String {

@@ -16,7 +16,7 @@ use super::child::{self, AgentCommand};
 use super::frame::FrameReader;
 use super::link::Link;
 use super::rpc::{Message, code};
-use super::{FRAME_LIMIT, Failure, Proxy, lock};
+use super::{Answer, FRAME_LIMIT, Failure, Proxy, lock};
 use crate::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
 
 /// The pause before a restart after the first crash; it doubles with each crash in a
@@ -134,7 +134,7 @@ impl Running {
     }
 
     /// Sends a request and waits for its answer (an error response included).
-    pub async fn request(&self, method: &str, params: Value) -> Result<Message, Failure> {
+    pub async fn request(&self, method: &str, params: Value) -> Answer {
         let answer = self.link.request(method, params).await;
         answer.map_err(|_| self.gone_error())
     }
@@ -258,11 +258,7 @@ impl Proxy {
     /// the agent's result plus what the proxy adds ([`advertise`]). With nothing
     /// behind, the answer is those additions alone, with version 1 (ACP has an agent
     /// answer a version it does not support with its own) and the store's name.
-    pub(super) async fn initialize(
-        self: &Arc<Self>,
-        id: Value,
-        mut message: Message,
-    ) -> Result<Message, Failure> {
+    pub(super) async fn initialize(self: &Arc<Self>, id: Value, mut message: Message) -> Answer {
         let mut params = message.take_params();
         self.cursors.take_capability(&mut params);
         if self.agent.is_nothing() {
@@ -283,11 +279,7 @@ impl Proxy {
     }
 
     /// `authenticate`, remembered so that a restarted agent is authenticated again.
-    pub(super) async fn authenticate(
-        self: &Arc<Self>,
-        id: Value,
-        message: Message,
-    ) -> Result<Message, Failure> {
+    pub(super) async fn authenticate(self: &Arc<Self>, id: Value, message: Message) -> Answer {
         let params = message.params().cloned().unwrap_or(Value::Null);
         let running = self.running_agent().await?;
         let answer = running.request("authenticate", params.clone()).await?;
@@ -318,39 +310,37 @@ impl Proxy {
                 "the client has not sent initialize yet",
             ));
         };
-        if self.agent.successor {
+        starts.generation += 1;
+        let generation = starts.generation;
+        let running = if self.agent.successor {
             // The conductor owns the agent: it is reached once, never restarted here.
             if starts.last_start.is_some() {
                 return Err(gone());
             }
-            starts.generation += 1;
-            let running = self.reach_successor(starts.generation, initialize).await?;
+            let running = self.reach_successor(generation, initialize).await?;
             starts.last_start = Some(Instant::now());
-            *lock(&self.agent.current) = Some(running.clone());
-            return Ok(running);
-        }
-        if let Some(last) = starts.last_start {
-            // A restart: the one before crashed, or exited.
-            if last.elapsed() >= STEADY_RUN {
-                starts.crashes_in_a_row = 0;
+            running
+        } else {
+            if let Some(last) = starts.last_start {
+                // A restart: the one before crashed, or exited.
+                if last.elapsed() >= STEADY_RUN {
+                    starts.crashes_in_a_row = 0;
+                }
+                starts.crashes_in_a_row += 1;
+                let pause = FIRST_PAUSE
+                    .saturating_mul(1 << starts.crashes_in_a_row.saturating_sub(1).min(16))
+                    .min(MAX_PAUSE);
+                tracing::warn!(
+                    "starting the agent {} again in {} ms",
+                    self.agent.name().unwrap_or_default(),
+                    pause.as_millis()
+                );
+                tokio::time::sleep(pause).await;
             }
-            starts.crashes_in_a_row += 1;
-            let pause = FIRST_PAUSE
-                .saturating_mul(1 << starts.crashes_in_a_row.saturating_sub(1).min(16))
-                .min(MAX_PAUSE);
-            tracing::warn!(
-                "starting the agent {} again in {} ms",
-                self.agent.name().unwrap_or_default(),
-                pause.as_millis()
-            );
-            tokio::time::sleep(pause).await;
-        }
-        starts.last_start = Some(Instant::now());
-        starts.generation += 1;
-        let generation = starts.generation;
-        let running = self
-            .start(generation, initialize, starts.authenticate.clone())
-            .await?;
+            starts.last_start = Some(Instant::now());
+            let authenticate = starts.authenticate.clone();
+            self.start(generation, initialize, authenticate).await?
+        };
         *lock(&self.agent.current) = Some(running.clone());
         Ok(running)
     }

@@ -270,12 +270,7 @@ impl Proxy {
 
     /// The table of the requests a client sends. The session methods are answered here
     /// whatever runs behind; the rest are the agent's (not found with nothing behind).
-    async fn client_request(
-        self: &Arc<Self>,
-        method: &str,
-        id: Value,
-        message: Message,
-    ) -> Result<Message, Failure> {
+    async fn client_request(self: &Arc<Self>, method: &str, id: Value, message: Message) -> Answer {
         match method {
             "initialize" if self.agent.is_successor() => Err(successor::needs_an_agent()),
             "initialize" => self.initialize(id, message).await,
@@ -306,11 +301,7 @@ impl Proxy {
 
     /// A request the proxy does not handle: to the agent, its session id translated,
     /// and the agent's answer back under the client's id.
-    async fn relay_request(
-        self: &Arc<Self>,
-        id: Value,
-        mut message: Message,
-    ) -> Result<Message, Failure> {
+    async fn relay_request(self: &Arc<Self>, id: Value, mut message: Message) -> Answer {
         let agent = self.running_agent().await?;
         if let Some(session) = self.sessions.client_to_agent(&message, &agent)? {
             message.set_session_id(&session);
@@ -423,6 +414,9 @@ impl Proxy {
         let _ = agent.link.send(&answer).await;
     }
 }
+
+/// What a request the proxy handles gets: the answer to relay, or an error.
+type Answer = Result<Message, Failure>;
 
 /// Locks one of the proxy's mutexes, poisoned or not: each change under them is a few
 /// map operations that cannot panic midway, so a panic elsewhere leaves them whole.

@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::agent::{Capabilities, Running};
 use super::rpc::{Message, code};
-use super::{Failure, Proxy, lock};
+use super::{Answer, Failure, Proxy, lock};
 use crate::dispatch::{Memo, Mode, ModelMessage, Part};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, TurnEnd};
@@ -71,11 +71,7 @@ impl Proxy {
         }
     }
 
-    pub(super) async fn prompt(
-        self: &Arc<Self>,
-        id: Value,
-        mut message: Message,
-    ) -> Result<Message, Failure> {
+    pub(super) async fn prompt(self: &Arc<Self>, id: Value, mut message: Message) -> Answer {
         let mut params = message.take_params();
         // The request's shape first, as for any method: then whether its session is.
         let Value::Array(blocks) = params.get_mut("prompt").map_or(Value::Null, Value::take) else {

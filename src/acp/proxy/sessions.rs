@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::agent::Running;
 use super::rpc::{Message, code};
-use super::{Failure, Proxy};
+use super::{Answer, Failure, Proxy};
 use crate::acp::LIST_PAGE;
 use crate::ids::SessionId;
 use crate::lifecycle::{DeleteOptions, ListQuery, SessionCursor};
@@ -27,11 +27,7 @@ pub const FORK_AT_META_KEY: &str = "sessionstore/forkAt";
 impl Proxy {
     /// `session/new`: an agent session first, then the store session bound to it; the
     /// client sees the store's id and the agent's modes, models and config options.
-    pub(super) async fn new_session(
-        self: &Arc<Self>,
-        id: Value,
-        mut message: Message,
-    ) -> Result<Message, Failure> {
+    pub(super) async fn new_session(self: &Arc<Self>, id: Value, mut message: Message) -> Answer {
         let mut params = message.take_params();
         let cwd = self.client_cwd(&mut params)?;
         let (mut result, agent) = match self.agent.is_nothing() {
@@ -81,7 +77,7 @@ impl Proxy {
         id: Value,
         mut message: Message,
         replay: bool,
-    ) -> Result<Message, Failure> {
+    ) -> Answer {
         let mut params = message.take_params();
         let session = session_of(&params)?;
         self.client_cwd(&mut params)?;
@@ -114,11 +110,7 @@ impl Proxy {
 
     /// `session/list`: the store's sessions, most recently updated first, a page at a
     /// time, filtered by the client's working directory.
-    pub(super) async fn list_sessions(
-        self: &Arc<Self>,
-        id: Value,
-        message: Message,
-    ) -> Result<Message, Failure> {
+    pub(super) async fn list_sessions(self: &Arc<Self>, id: Value, message: Message) -> Answer {
         let params = message.params().cloned().unwrap_or(Value::Null);
         let cursor = params["cursor"]
             .as_str()
@@ -183,7 +175,7 @@ impl Proxy {
         id: Value,
         message: Message,
         archived: bool,
-    ) -> Result<Message, Failure> {
+    ) -> Answer {
         let session = session_param(&message)?;
         let stored = self.store.session(session).await?;
         let claim = match archived {
@@ -209,11 +201,7 @@ impl Proxy {
 
     /// `session/set_title`: an explicit title, which stays until the next explicit one;
     /// the answer is the title stored. An agent that takes titles gets it too.
-    pub(super) async fn set_title(
-        self: &Arc<Self>,
-        id: Value,
-        message: Message,
-    ) -> Result<Message, Failure> {
+    pub(super) async fn set_title(self: &Arc<Self>, id: Value, message: Message) -> Answer {
         let params = message.params().unwrap_or(&Value::Null);
         let session = session_of(params)?;
         let Value::String(title) = &params["title"] else {
@@ -233,11 +221,7 @@ impl Proxy {
     /// `session/status`: `open` while a client holds the session, here or in another
     /// proxy (a probe of its claim), else `saved`. An unknown session is not found,
     /// its id in `data`.
-    pub(super) async fn session_status(
-        self: &Arc<Self>,
-        id: Value,
-        message: Message,
-    ) -> Result<Message, Failure> {
+    pub(super) async fn session_status(self: &Arc<Self>, id: Value, message: Message) -> Answer {
         let params = message.params().unwrap_or(&Value::Null);
         let with_id = |f: Failure| match f.code {
             code::RESOURCE_NOT_FOUND => Failure {
@@ -290,11 +274,7 @@ impl Proxy {
         Some(open)
     }
 
-    pub(super) async fn close_session(
-        self: &Arc<Self>,
-        id: Value,
-        message: Message,
-    ) -> Result<Message, Failure> {
+    pub(super) async fn close_session(self: &Arc<Self>, id: Value, message: Message) -> Answer {
         let session = session_param(&message)?;
         self.store.session(session).await?;
         self.close_open(session).await;
@@ -302,11 +282,7 @@ impl Proxy {
     }
 
     /// `session/delete`, in the agent too where it can. Deleting twice succeeds.
-    pub(super) async fn delete_session(
-        self: &Arc<Self>,
-        id: Value,
-        message: Message,
-    ) -> Result<Message, Failure> {
+    pub(super) async fn delete_session(self: &Arc<Self>, id: Value, message: Message) -> Answer {
         let session = session_param(&message)?;
         let stored = self.store.session(session).await.ok();
         // A session another proxy carries is not deleted under it: its claim is taken
@@ -327,11 +303,7 @@ impl Proxy {
 
     /// `session/fork`: the whole delivered history, or up to the entry a `cursorId` or
     /// `_meta` names; the fork's fresh agent side is told the conversation.
-    pub(super) async fn fork_session(
-        self: &Arc<Self>,
-        id: Value,
-        mut message: Message,
-    ) -> Result<Message, Failure> {
+    pub(super) async fn fork_session(self: &Arc<Self>, id: Value, mut message: Message) -> Answer {
         let mut params = message.take_params();
         let origin = session_of(&params)?;
         self.client_cwd(&mut params)?;
@@ -373,7 +345,7 @@ impl Proxy {
         id: Value,
         method: &str,
         mut message: Message,
-    ) -> Result<Message, Failure> {
+    ) -> Answer {
         let session = session_param(&message)?;
         let (agent, agent_session) = self.agent_side(session).await?;
         message.set_session_id(&agent_session);
