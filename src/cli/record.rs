@@ -29,9 +29,7 @@ struct Spool {
     file: File,
     dir: PathBuf,
     session: SessionId,
-    /// For each blank line, how many updates came before it.
-    blanks: Vec<usize>,
-    updates: usize,
+    lines: LineMap,
 }
 
 impl Spool {
@@ -64,21 +62,13 @@ impl Spool {
             .into_inner()
             .map_err(|e| e.into_error())
             .with_context(|| format!("cannot write a temporary file in {}", dir.display()))?;
+        let lines = LineMap { blanks, updates };
         Ok(Spool {
             file,
             dir,
             session,
-            blanks,
-            updates,
+            lines,
         })
-    }
-
-    /// Where each update's line is, kept once the spool itself has gone to the store.
-    fn lines(&self) -> LineMap {
-        LineMap {
-            blanks: self.blanks.clone(),
-            updates: self.updates,
-        }
     }
 }
 
@@ -143,7 +133,8 @@ impl UpdateSource for Spool {
 /// still counted).
 pub async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> {
     let spool = Spool::read(std::io::stdin().lock(), args.session)?;
-    let lines = spool.lines();
+    // Where each update's line is, kept once the spool itself has gone to the store.
+    let lines = spool.lines.clone();
     let store = Store::open_as(config, Access::Existing).await?;
     let recorded = match store.record(args.session, spool).await {
         // The store numbers the updates it was given from 1; blank lines were skipped,
@@ -167,7 +158,9 @@ pub async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> 
 
 /// Update numbers (from 1) to input lines: an update is on its own number plus the
 /// blank lines before it.
+#[derive(Clone)]
 struct LineMap {
+    /// For each blank line, how many updates came before it.
     blanks: Vec<usize>,
     updates: usize,
 }
