@@ -217,9 +217,9 @@ fn read_message(frame: Frame<'_>, peer: &str) -> Result<Message, Message> {
                 format!("a message of {len} bytes is over the {FRAME_LIMIT}-byte limit"),
             ))
         }
-        Frame::Line(line) => Message::parse(line).map_err(|malformed| {
-            tracing::warn!("the {peer} sent a malformed message: {}", malformed.message);
-            Message::malformed(&malformed)
+        Frame::Line(line) => Message::parse(line).map_err(|m| {
+            tracing::warn!("the {peer} sent a malformed message: {}", m.message);
+            Message::error(m.id, m.code, m.message)
         }),
     }
 }

@@ -163,11 +163,6 @@ impl Message {
         Message::object(json!({"jsonrpc": "2.0", "id": id, "error": error}))
     }
 
-    /// The answer to a frame that was not a message.
-    pub fn malformed(m: &Malformed) -> Message {
-        Message::error(m.id.clone(), m.code, m.message.clone())
-    }
-
     /// The message as one line of JSON, without its line ending.
     pub fn to_bytes(&self) -> Vec<u8> {
         serde_json::to_vec(&self.0).expect("a JSON object always serializes")
