@@ -1,8 +1,6 @@
-//! The `sessionstore` command line: argument types, and one function per command.
-//! All behaviour lives in the library; `cli/` holds the command groups, output,
-//! errors and logs. Errors become one line on stderr and a non-zero exit, and
-//! arguments are checked before any database is opened, so a refused command writes
-//! nothing.
+//! The `sessionstore` command line: argument types, and one function per command; the
+//! behaviour lives in the library. Arguments are checked before any database is
+//! opened, so a refused command writes nothing.
 
 mod cli;
 
@@ -304,8 +302,8 @@ fn mode(strict: bool) -> Mode {
     if strict { Mode::Strict } else { Mode::Degrade }
 }
 
-/// Starts writing `format` to stdout, buffered. Encodings go from the memo's buffers
-/// to stdout as each message comes, so no whole rendering is ever held.
+/// Starts writing `format` to stdout, buffered, as each message comes: no whole
+/// rendering is ever held.
 fn output(format: Format, session: SessionId, model: &str) -> Result<Output> {
     let out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
     StreamWriter::begin(out, format, session, model).context("cannot write the output")
@@ -447,9 +445,8 @@ fn missing_feature(command: &str, feature: &str) -> anyhow::Error {
     .into()
 }
 
-/// Serves until the client closes standard input: the one session layer, as
-/// `proxy` runs it, with no agent behind. Standard output carries the protocol alone,
-/// so nothing else here prints to it.
+/// Serves until the client closes standard input: the proxy with no agent behind.
+/// Standard output carries the protocol alone.
 #[cfg(feature = "acp")]
 async fn acp(config: Config, args: AcpArgs) -> Result<()> {
     use sessionstore::acp::proxy::{Behind, ProxyOptions, run_stdio};
@@ -466,8 +463,7 @@ async fn acp(config: Config, args: AcpArgs) -> Result<()> {
 }
 
 /// Runs the agent behind the store until the client closes standard input. Standard
-/// output carries only the protocol; logs and the agent's own standard error go to
-/// standard error.
+/// output carries only the protocol.
 #[cfg(feature = "acp")]
 async fn proxy(config: Config, args: ProxyArgs) -> Result<()> {
     use sessionstore::acp::proxy::{AgentCommand, Behind, ProxyOptions, run_stdio};
@@ -518,26 +514,23 @@ async fn migrate(config: Config, json: bool, args: MigrateArgs) -> Result<()> {
         Some(sessionstore::privacy::KeyChange::Rekeyed) => format!("{db}: given its new key;"),
         None => format!("{db}:"),
     };
-    if args.dry_run && !report.pending.is_empty() {
-        emit(&format!(
-            "{db} would apply {}; schema at version {}",
-            report.pending.join(", "),
-            report.current
-        ))
+    let (what, copy) = if args.dry_run && !report.pending.is_empty() {
+        (
+            format!("would apply {}", report.pending.join(", ")),
+            String::new(),
+        )
     } else if report.applied.is_empty() {
-        emit(&format!(
-            "{db} nothing to apply; schema at version {}{}",
-            report.current,
-            kept(&report)
-        ))
+        ("nothing to apply".to_owned(), kept(&report))
     } else {
-        emit(&format!(
-            "{db} applied {}; schema at version {}{}",
-            report.applied.join(", "),
-            report.current,
-            kept(&report)
-        ))
-    }
+        (
+            format!("applied {}", report.applied.join(", ")),
+            kept(&report),
+        )
+    };
+    emit(&format!(
+        "{db} {what}; schema at version {}{copy}",
+        report.current
+    ))
 }
 
 /// Where the copy taken first is, for `migrate`'s line.
@@ -715,29 +708,22 @@ async fn events(config: Config, args: EventsArgs) -> Result<()> {
 /// Prints the probe's report (one line per check, or JSON); non-zero when a check failed.
 #[cfg(feature = "probe")]
 async fn probe(json: bool, server: Option<&str>) -> Result<ExitCode> {
-    let progress = cli::logging::spinner("probing");
-    let report = match server {
-        None => sessionstore::run_probe().await,
-        #[cfg(feature = "postgres")]
-        Some(server) => sessionstore::run_probe_on_postgres(server).await,
-        #[cfg(not(feature = "postgres"))]
-        Some(_) => {
-            progress.finish_and_clear();
-            return Err(
-                Usage("this sessionstore was built without the `postgres` feature".into()).into(),
-            );
+    let report = cli::logging::spinning("probing", async {
+        match server {
+            None => Ok::<_, anyhow::Error>(sessionstore::run_probe().await?),
+            #[cfg(feature = "postgres")]
+            Some(server) => Ok(sessionstore::run_probe_on_postgres(server).await?),
+            #[cfg(not(feature = "postgres"))]
+            Some(_) => Err(anyhow::Error::from(Usage(
+                "this sessionstore was built without the `postgres` feature".into(),
+            ))),
         }
-    };
-    progress.finish_and_clear();
-    let report = report?;
+    })
+    .await?;
     if json {
         print_json(&report)?;
     } else {
         emit(&report.to_string())?;
     }
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(cli::errors::status(report.ok()))
 }

@@ -1,33 +1,24 @@
-//! The ACP session layer: the session methods (`initialize`, `session/new`, `load`,
-//! `resume`, `list`, `close`, `delete`, `fork`, prompt recording, replay from a point)
-//! implemented once, in `proxy`, on its own bounded JSON-RPC transport. `sessionstore
-//! proxy -- AGENT` runs it in front of an agent child; `sessionstore acp` runs it with
-//! nothing behind (`proxy::Behind::Nothing`), so each prompt is recorded as the proxy
-//! records it and answered `end_turn`. This module holds what the layer reads from a
-//! client beside the wire: the `replayFrom` point and an upload's name. Nothing here
-//! stores or reads anything itself: every row and file goes through `Store`.
+//! The ACP session layer (`proxy`), run in front of an agent (`sessionstore proxy`)
+//! or with nothing behind (`sessionstore acp`), and what it reads from a client beside
+//! the wire: the `replayFrom` point and an upload's name. Every row and file goes
+//! through `Store`.
 
 pub mod proxy;
 
 use crate::restore::Replay;
 use proxy::Failure;
 
-/// How many sessions one `session/list` answer holds: the store's default page (ACP
-/// lets a client pass a cursor but not a page size).
+/// How many sessions one `session/list` answer holds (ACP has no page size).
 pub const LIST_PAGE: usize = crate::lifecycle::DEFAULT_PAGE;
 
-/// The `_meta` key of `session/load` and `session/resume` under which a client puts
-/// ACP v2's `replayFrom` cursor, which the v1 schema has no field for: moving to v2
-/// is taking it out of `_meta`.
+/// The `_meta` key of `session/load` and `session/resume` holding ACP v2's
+/// `replayFrom` cursor, which v1 has no field for.
 pub const REPLAY_FROM_META_KEY: &str = "replayFrom";
 
-/// Where a replay a client asked for starts, read from `_meta.replayFrom` in v2's
-/// shapes: `{"type":"start"}` (the whole history), `{"type":"message","messageId"}`
-/// (from that message, inclusive: a user message's id, or the `messageId` an agent's
-/// message carried; see `Replay::from_acp_message`), or this store's
-/// `{"type":"_tail","count":N}` (the last N entries). `None` when there is no
-/// `replayFrom`; any other cursor is invalid params, as v2 requires, rather than
-/// another replay.
+/// Where a replay starts, from `_meta.replayFrom` in v2's shapes: `{"type":"start"}`,
+/// `{"type":"message","messageId"}` (inclusive; see `Replay::from_acp_message`) or this
+/// store's `{"type":"_tail","count":N}`. Any other cursor is invalid params, as v2
+/// requires, rather than another replay.
 pub(crate) fn replay_point(
     meta: Option<&serde_json::Map<String, serde_json::Value>>,
 ) -> Result<Option<Replay>, Failure> {
@@ -81,10 +72,9 @@ fn last_segment(uri: &str) -> Option<String> {
     (!name.is_empty()).then(|| name.to_owned())
 }
 
-/// An extension for a MIME type: the subtype itself when it is one of the type's
-/// extensions (`png`, `pdf`), else a usual choice for the common types whose subtype is
-/// not (mime_guess lists `text/plain`'s extensions alphabetically, starting at `asm`),
-/// else the first one mime_guess knows.
+/// An extension for a MIME type: the subtype when it is one of the type's extensions,
+/// else a usual choice for common types (mime_guess lists `text/plain`'s
+/// alphabetically, from `asm`), else the first one mime_guess knows.
 fn extension_for(mime: &str) -> Option<&'static str> {
     let essence = mime.split(';').next()?.trim().to_ascii_lowercase();
     let usual = match essence.as_str() {

@@ -1,7 +1,5 @@
-//! `attach`, `attachment list` and `attachment get`: storing files, listing a
-//! session's files with the messages that refer to them, and handing one file's bytes
-//! back through the store's safe read. Never opens an attachment file itself and never
-//! prints where a file lives.
+//! `attach`, `attachment list` and `attachment get`, through the store's safe read:
+//! never opens an attachment file itself, and never prints where a file lives.
 
 use sessionstore::store::Access;
 use std::io::Write;

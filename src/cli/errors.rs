@@ -1,7 +1,5 @@
-//! How a failed command ends: clap's own message for a usage error, one line (or one
-//! JSON object under `--json`) on stderr for anything else, a quiet exit when the
-//! reader of stdout went away, and the exit codes 0, 1, 2 and 3. Never retries or
-//! recovers; the commands decide what failed.
+//! How a failed command ends: clap's message for a usage error, else one line (or one
+//! JSON object under `--json`) on stderr, and the exit codes.
 
 use std::process::ExitCode;
 
@@ -23,6 +21,15 @@ Exit codes:
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Usage(pub String);
+
+/// 0 when a check found nothing wrong, 1 when it did.
+pub fn status(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
 
 /// Whether `--json` is among the arguments, for a usage error, where clap could not
 /// say.

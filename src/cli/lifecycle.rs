@@ -1,7 +1,5 @@
-//! `session fork`, `session delete`, `search`, `export`, `import`, `gc` and `redact`: argument
-//! types and printing, with a spinner while fork, search, export and import run and a
-//! progress bar for the steps of delete and gc. Never forks, searches, packs, unpacks
-//! or removes anything itself: the store does, and an archive is checked there.
+//! `session fork`, `session delete`, `search`, `export`, `import`, `gc` and `redact`:
+//! argument types and printing, with a spinner or a progress bar while they run.
 
 use sessionstore::store::Access;
 use std::path::PathBuf;
@@ -19,8 +17,8 @@ use sessionstore::lifecycle::{
 };
 use sessionstore::{Config, MessageId, SessionId, Store};
 
-use super::logging::{self, spinner};
-use super::output::{cell, count, emit, print_json, terminal_line};
+use super::logging::{self, spinning};
+use super::output::{cell, count, emit, print_id, print_json, terminal_line};
 use super::parse_session;
 
 /// How many characters of a snippet a hit's line shows.
@@ -84,24 +82,18 @@ pub async fn fork(
     title: Option<String>,
 ) -> Result<()> {
     let store = Store::open_as(config, Access::Existing).await?;
-    let progress = spinner("forking");
-    let forked = store.fork_session(id, at, title).await;
-    progress.finish_and_clear();
-    let forked = forked?;
-    if json {
-        print_json(&serde_json::json!({ "id": forked.session.id }))
-    } else {
-        emit(&forked.session.id.to_string())
-    }
+    let forked = spinning("forking", store.fork_session(id, at, title)).await?;
+    print_id(json, forked.session.id)
 }
 
 /// Human output is one line a hit: session, message (or `title`), snippet escaped.
 pub async fn search(config: Config, json: bool, args: SearchArgs) -> Result<()> {
     let store = Store::open_as(config, Access::ReadOnly).await?;
-    let progress = spinner("searching");
-    let hits = store.search(args.query, args.session, args.limit).await;
-    progress.finish_and_clear();
-    let hits = hits?;
+    let hits = spinning(
+        "searching",
+        store.search(args.query, args.session, args.limit),
+    )
+    .await?;
     if json {
         return print_json(&hits);
     }
@@ -124,7 +116,6 @@ pub async fn search(config: Config, json: bool, args: SearchArgs) -> Result<()> 
 
 pub async fn export(config: Config, json: bool, args: ExportArgs) -> Result<()> {
     let store = Store::open_as(config, Access::ReadOnly).await?;
-    let progress = spinner("exporting");
     let redaction = match args.no_redact {
         true => sessionstore::config::Redaction::Off,
         false => sessionstore::config::Redaction::On,
@@ -136,9 +127,7 @@ pub async fn export(config: Config, json: bool, args: ExportArgs) -> Result<()> 
         },
         redaction,
     };
-    let exported = store.export(args.session, args.out, how).await;
-    progress.finish_and_clear();
-    let exported = exported?;
+    let exported = spinning("exporting", store.export(args.session, args.out, how)).await?;
     if json {
         return print_json(&exported);
     }
@@ -175,20 +164,13 @@ async fn open_for(config: Config, run: Run) -> sessionstore::Result<Store> {
 
 pub async fn import(config: Config, json: bool, args: ImportArgs) -> Result<()> {
     let store = Store::open(config).await?;
-    let progress = spinner("importing");
     let id = if args.keep_id {
         ImportId::Keep
     } else {
         ImportId::New
     };
-    let imported = store.import_archive(args.file, id).await;
-    progress.finish_and_clear();
-    let imported = imported?;
-    if json {
-        print_json(&serde_json::json!({ "id": imported.session.id }))
-    } else {
-        emit(&imported.session.id.to_string())
-    }
+    let imported = spinning("importing", store.import_archive(args.file, id)).await?;
+    print_id(json, imported.session.id)
 }
 
 #[derive(Args)]

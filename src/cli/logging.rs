@@ -1,5 +1,4 @@
-//! Logs and progress on stderr: the `tracing` subscriber (`RUST_LOG`, `-v`, `-q`) and
-//! `indicatif` spinners, which draw only when both stdout and stderr are terminals.
+//! Logs and progress on stderr (spinners only when stdout and stderr are terminals).
 //! Never writes to stdout, and never logs a file's contents.
 
 use std::fmt;
@@ -77,6 +76,14 @@ pub fn spinner(message: &str) -> ProgressBar {
     }
     bar.enable_steady_tick(Duration::from_millis(120));
     bar
+}
+
+/// Awaits `work` with a [`spinner`] showing `message`, cleared at the end.
+pub async fn spinning<T>(message: &str, work: impl Future<Output = T>) -> T {
+    let progress = spinner(message);
+    let done = work.await;
+    progress.finish_and_clear();
+    done
 }
 
 /// A bar counting `len` steps, hidden like [`spinner`].

@@ -1,7 +1,5 @@
-//! The command line's pieces beside `main.rs`: one file per command group (`session`,
-//! `attachment`, `send`, `record`, `paths`, `lifecycle` for fork, search, export, import and gc, `usage`, `verify`), output and escaping (`output`), errors and exit
-//! codes (`errors`), logs and progress (`logging`), and the argument parsers they
-//! share. Never holds behaviour the library lacks.
+//! The command line's pieces beside `main.rs`: a file per command group, output,
+//! errors, logs, and the argument parsers they share. No behaviour the library lacks.
 
 mod allocator;
 pub mod attachment;

@@ -1,6 +1,5 @@
 //! What the command line writes to stdout: flushed lines and JSON, and stored text made
-//! safe for a terminal (escaped, one line a row, long text cut with a marker). Never
-//! decides what to print; the commands do.
+//! safe for a terminal.
 
 use std::io::Write;
 
@@ -18,6 +17,14 @@ pub fn emit(text: &str) -> Result<()> {
 
 pub fn print_json<T: Serialize>(value: &T) -> Result<()> {
     emit(&serde_json::to_string(value)?)
+}
+
+/// A new entry's id: bare, or as `{"id": ...}` under `--json`.
+pub fn print_id(json: bool, id: impl std::fmt::Display + Serialize) -> Result<()> {
+    match json {
+        true => print_json(&serde_json::json!({ "id": id })),
+        false => emit(&id.to_string()),
+    }
 }
 
 /// How many characters of a title a listing shows.
@@ -45,6 +52,11 @@ pub fn cell(text: &str, max: usize) -> String {
         ));
     }
     line
+}
+
+/// A session's title as a cell, or `(untitled)`.
+pub fn title_cell(title: Option<&str>) -> String {
+    title.map_or_else(|| "(untitled)".to_owned(), |t| cell(t, TITLE_CHARS))
 }
 
 /// Text from outside (an error's chain, clap's message) for a terminal: each line's

@@ -1,10 +1,7 @@
-//! Where things live and what protects them: the global flags, their environment
-//! variables and defaults, resolved into a `Config` that remembers where each setting
-//! came from (the key file is read only by `Global::config`, for a command that opens
-//! the database), and the `paths` command that prints it all, with the warnings about
-//! database files more exposed than the store would make them. Never creates, opens or
-//! changes anything; `paths` reads no key and no database, only the first bytes of the
-//! database file (whether it is encrypted) and the files' modes.
+//! The global flags, their environment variables and defaults, resolved into a
+//! `Config` with where each setting came from, and the `paths` command that prints it.
+//! `paths` opens nothing: it reads only the database file's first bytes (whether it
+//! is encrypted) and the files' modes.
 
 use std::path::{Path, PathBuf};
 
@@ -87,8 +84,7 @@ impl Source {
     }
 }
 
-/// The configuration and where each of its settings came from. `config.key` is not
-/// read yet: `key_file` names where it is.
+/// The configuration and where each setting came from; the key is not read yet.
 pub struct Located {
     pub config: Config,
     pub db: Source,
@@ -105,8 +101,7 @@ fn env_var(name: &str) -> Option<std::ffi::OsString> {
     std::env::var_os(name).filter(|v| !v.is_empty())
 }
 
-/// A flag's value, else the variable's, with where it came from. The variable's
-/// text is parsed here, where it comes in, as clap parses the flag's.
+/// A flag's value, else the variable's, with where it came from.
 fn pick<T: Clone + From<std::ffi::OsString>>(flag: &Option<T>, var: &str) -> (Option<T>, Source) {
     match (flag, env_var(var)) {
         (Some(p), _) => (Some(p.clone()), Source::Flag),
@@ -215,8 +210,7 @@ impl Global {
         pick(&self.key_file, "SESSIONSTORE_KEY_FILE").0
     }
 
-    /// The configuration a command opens the database with: `locate`'s, with the key
-    /// read from its file.
+    /// The configuration a command opens the database with, its key read.
     pub fn config(&self) -> Result<Config> {
         let located = self.locate()?;
         let mut config = located.config;
@@ -238,8 +232,7 @@ impl Global {
     }
 }
 
-/// A path as the commands will use it: relative paths are taken against the current
-/// directory, as the store takes them.
+/// A path as the store will use it: a relative one against the current directory.
 fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_owned())
 }
@@ -277,16 +270,13 @@ struct EncryptionReport {
     key_source: Source,
 }
 
-/// Whether stored text is redacted.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct RedactionReport {
-    /// `on` or `off`.
     mode: &'static str,
     source: Source,
 }
 
-/// Who may read what the store creates.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct SharingReport {
@@ -317,10 +307,8 @@ struct Paths {
     warnings: Vec<Exposure>,
 }
 
-/// `sessionstore paths`: the database, whether it is encrypted (or the TLS of a
-/// PostgreSQL connection), the configured root and each legacy root, who may read what
-/// the store creates, where each setting came from, and warnings about database files
-/// more exposed than that.
+/// `sessionstore paths`: each location and setting, where it came from, and warnings
+/// about database files more exposed than the sharing allows.
 pub fn paths(global: &Global) -> Result<()> {
     let located = global.locate()?;
     let place = |p: &Path, source| {

@@ -1,8 +1,6 @@
-//! `record`: ACP session updates from standard input, one a line. Every line is read
-//! and checked before the store is opened, and kept in a spool (a temporary file
-//! unlinked as soon as it is made, so nothing stays behind) that the store reads back
-//! a batch at a time: the input is never held whole. It prints what was recorded and
-//! never records anything itself.
+//! `record`: ACP session updates from standard input, one a line, each checked before
+//! the store is opened and kept in an unlinked temporary file the store reads back a
+//! batch at a time, so the input is never held whole.
 
 use sessionstore::store::Access;
 use std::fs::File;
@@ -31,9 +29,7 @@ struct Spool {
     file: File,
     dir: PathBuf,
     session: SessionId,
-    /// For each blank line, how many updates came before it.
-    blanks: Vec<usize>,
-    updates: usize,
+    lines: LineMap,
 }
 
 impl Spool {
@@ -66,21 +62,13 @@ impl Spool {
             .into_inner()
             .map_err(|e| e.into_error())
             .with_context(|| format!("cannot write a temporary file in {}", dir.display()))?;
+        let lines = LineMap { blanks, updates };
         Ok(Spool {
             file,
             dir,
             session,
-            blanks,
-            updates,
+            lines,
         })
-    }
-
-    /// Where each update's line is, kept once the spool itself has gone to the store.
-    fn lines(&self) -> LineMap {
-        LineMap {
-            blanks: self.blanks.clone(),
-            updates: self.updates,
-        }
     }
 }
 
@@ -141,12 +129,12 @@ impl UpdateSource for Spool {
     }
 }
 
-/// Every line is read and checked before the store is opened, and the store checks
-/// each batch before it writes it, in one write: a bad line stores nothing and is
-/// named by its number. Blank lines are skipped but still counted.
+/// A bad line stores nothing and is named by its number (blank lines are skipped but
+/// still counted).
 pub async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> {
     let spool = Spool::read(std::io::stdin().lock(), args.session)?;
-    let lines = spool.lines();
+    // Where each update's line is, kept once the spool itself has gone to the store.
+    let lines = spool.lines.clone();
     let store = Store::open_as(config, Access::Existing).await?;
     let recorded = match store.record(args.session, spool).await {
         // The store numbers the updates it was given from 1; blank lines were skipped,
@@ -170,7 +158,9 @@ pub async fn record(config: Config, json: bool, args: RecordArgs) -> Result<()> 
 
 /// Update numbers (from 1) to input lines: an update is on its own number plus the
 /// blank lines before it.
+#[derive(Clone)]
 struct LineMap {
+    /// For each blank line, how many updates came before it.
     blanks: Vec<usize>,
     updates: usize,
 }

@@ -1,6 +1,5 @@
-//! `send`: a message's text from the command line, standard input (`--text -`) or a
-//! file (`--text-file`), with its references, persisted through `Store::send`. Never
-//! reads an attachment; the store checks each reference.
+//! `send`: a message's text from the command line, standard input or a file, with its
+//! references, persisted through `Store::send`.
 
 use sessionstore::store::Access;
 use std::io::Read;
@@ -14,7 +13,7 @@ use sessionstore::model::Role;
 use sessionstore::store::Outgoing;
 use sessionstore::{Config, SessionId, Store};
 
-use super::output::{emit, print_json};
+use super::output::print_id;
 use super::parse_session;
 
 #[derive(Args)]
@@ -90,9 +89,5 @@ pub async fn send(config: Config, json: bool, args: SendArgs) -> Result<()> {
         mid_turn: args.mid_turn,
     };
     let message = store.send(args.session, outgoing).await?;
-    if json {
-        print_json(&serde_json::json!({ "id": message.id }))
-    } else {
-        emit(&message.id.to_string())
-    }
+    print_id(json, message.id)
 }

@@ -1,6 +1,5 @@
-//! `session new|list|show|rename|archive|unarchive|fork|delete`: argument types and printing. Human output shows
-//! stored text escaped, one line a row, long text cut with a marker; `--json` prints
-//! it whole. Never changes a session except through `Store`.
+//! `session ...`: argument types and printing. Human output shows stored text escaped
+//! and cut (`output::cell`); `--json` prints it whole.
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -10,10 +9,10 @@ use sessionstore::attachments::human_size;
 use sessionstore::lifecycle::{
     CursorError, DEFAULT_PAGE, ListQuery, MAX_PAGE, SessionCursor, SessionPage,
 };
-use sessionstore::model::{ArchiveFilter, NewSession, Session, TitleSource, ToolsHost};
+use sessionstore::model::{ArchiveFilter, NewSession, TitleSource, ToolsHost};
 use sessionstore::{Config, Error, SessionId, Store};
 
-use super::output::{TEXT_CHARS, TITLE_CHARS, cell, emit, print_json};
+use super::output::{TEXT_CHARS, TITLE_CHARS, cell, emit, print_id, print_json, title_cell};
 use super::parse_session;
 
 #[derive(Subcommand)]
@@ -136,13 +135,6 @@ pub async fn run(config: Config, json: bool, command: SessionCommand) -> Result<
     }
 }
 
-fn title(s: &Session) -> String {
-    match &s.title {
-        Some(t) => cell(t, TITLE_CHARS),
-        None => "(untitled)".to_owned(),
-    }
-}
-
 async fn new(
     config: Config,
     json: bool,
@@ -158,11 +150,7 @@ async fn new(
             ..NewSession::default()
         })
         .await?;
-    if json {
-        print_json(&serde_json::json!({ "id": session.id }))
-    } else {
-        emit(&session.id.to_string())
-    }
+    print_id(json, session.id)
 }
 
 async fn list(
@@ -196,10 +184,7 @@ async fn list(
         .sessions
         .iter()
         .map(|s| {
-            let title = match &s.title {
-                Some(t) => cell(t, TITLE_CHARS),
-                None => "(untitled)".to_owned(),
-            };
+            let title = title_cell(s.title.as_deref());
             let archived = if s.archived { "  (archived)" } else { "" };
             format!(
                 "{}  {}  {}  {}  {}  {title}{archived}",
@@ -237,7 +222,7 @@ async fn show(config: Config, json: bool, id: SessionId) -> Result<()> {
         "{}  {}  {}",
         session.id,
         session.tools_host,
-        title(&session)
+        title_cell(session.title.as_deref())
     );
     if session.archived {
         text.push_str("\n  archived");
@@ -336,6 +321,10 @@ async fn rename(config: Config, json: bool, id: SessionId, title: String) -> Res
     if json {
         print_json(&serde_json::json!({ "id": session.id, "title": session.title }))
     } else {
-        emit(&format!("{}  {}", session.id, self::title(&session)))
+        emit(&format!(
+            "{}  {}",
+            session.id,
+            title_cell(session.title.as_deref())
+        ))
     }
 }

@@ -9,7 +9,7 @@ use sessionstore::store::Since;
 use sessionstore::{Config, Error, SessionId, Store};
 
 use super::errors::Usage;
-use super::output::{TITLE_CHARS, cell, emit, print_json};
+use super::output::{cell, emit, print_json, title_cell};
 use super::parse_session;
 
 #[derive(Args)]
@@ -118,9 +118,6 @@ fn row(s: &SessionUsage, tokens: [String; 6]) -> [String; 11] {
         }),
         s.context
             .map_or("-".to_owned(), |c| format!("{}/{}", c.used, c.size)),
-        match &s.title {
-            Some(t) => cell(t, TITLE_CHARS),
-            None => "(untitled)".to_owned(),
-        },
+        title_cell(s.title.as_deref()),
     ]
 }

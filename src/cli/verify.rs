@@ -7,8 +7,10 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Args;
 use sessionstore::store::{Access, Verify};
-use sessionstore::{Config, Store};
+use sessionstore::{Config, Store, VerifyReport};
 
+use super::errors::status;
+use super::logging::spinning;
 use super::output::{count, emit, print_json, terminal_line};
 
 #[derive(Args)]
@@ -26,10 +28,9 @@ pub struct VerifyArgs {
 pub async fn verify(config: Config, json: bool, key_file: Option<PathBuf>) -> Result<ExitCode> {
     let sharing = config.sharing;
     let store = Store::open_as(config, Access::ReadOnly).await?;
-    let progress = super::logging::spinner("verifying");
-    let report = store.verify(Verify::Check).await;
-    progress.finish_and_clear();
-    let mut report = report?.after;
+    let mut report = spinning("verifying", store.verify(Verify::Check))
+        .await?
+        .after;
     if let Some(key) = key_file {
         report
             .warnings
@@ -45,24 +46,10 @@ pub async fn verify(config: Config, json: bool, key_file: Option<PathBuf>) -> Re
             .map(|w| format!("warning: {}", terminal_line(&w.to_string())))
             .chain(report.problems.iter().map(|p| format!("problem: {p}")))
             .collect();
-        lines.push(format!(
-            "{}, {}, {}: {}",
-            count(report.sessions, "session", "sessions"),
-            count(report.messages, "message", "messages"),
-            count(report.events, "event", "events"),
-            if report.ok() {
-                "ok".to_owned()
-            } else {
-                count(report.problems.len(), "problem", "problems")
-            }
-        ));
+        lines.push(summary(&report, ""));
         emit(&lines.join("\n"))?;
     }
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(status(report.ok()))
 }
 
 /// `verify --repair`: rebuilds the tables and the search index from the event log
@@ -70,10 +57,7 @@ pub async fn verify(config: Config, json: bool, key_file: Option<PathBuf>) -> Re
 /// rebuilt and what could not be rebuilt; non-zero when something could not.
 pub async fn repair(config: Config, json: bool) -> Result<ExitCode> {
     let store = Store::open_as(config, Access::Existing).await?;
-    let progress = super::logging::spinner("repairing");
-    let report = store.verify(Verify::Repair).await;
-    progress.finish_and_clear();
-    let report = report?;
+    let report = spinning("repairing", store.verify(Verify::Repair)).await?;
     if json {
         print_json(&report)?;
     } else {
@@ -104,23 +88,24 @@ pub async fn repair(config: Config, json: bool) -> Result<ExitCode> {
                 .iter()
                 .map(|p| format!("not rebuilt: {p}")),
         );
-        let after = &report.after;
-        lines.push(format!(
-            "{}, {}, {}: {}",
-            count(after.sessions, "session", "sessions"),
-            count(after.messages, "message", "messages"),
-            count(after.events, "event", "events"),
-            if after.ok() {
-                "ok".to_owned()
-            } else {
-                count(after.problems.len(), "problem left", "problems left")
-            }
-        ));
+        lines.push(summary(&report.after, " left"));
         emit(&lines.join("\n"))?;
     }
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(status(report.ok()))
+}
+
+/// The last line: what was checked, and `ok` or how many problems there are (`left`).
+fn summary(report: &VerifyReport, left: &str) -> String {
+    format!(
+        "{}, {}, {}: {}",
+        count(report.sessions, "session", "sessions"),
+        count(report.messages, "message", "messages"),
+        count(report.events, "event", "events"),
+        if report.ok() {
+            "ok".to_owned()
+        } else {
+            let n = report.problems.len();
+            count(n, &format!("problem{left}"), &format!("problems{left}"))
+        }
+    )
 }

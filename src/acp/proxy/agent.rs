@@ -1,13 +1,10 @@
 //! What runs behind the proxy ([`Behind`]), and the agent's lifetime there. A child
-//! agent is started on the client's `initialize` (with the client's own request), and
-//! if it exits or crashes, the requests waiting on it fail naming it, and the next
-//! request that needs it starts it again, after a pause that grows with each crash in
-//! a row, re-sending `initialize` and `authenticate` as the client sent them. Each
-//! start is a generation: a session's agent side belongs to one, and is brought up
-//! again in the next. With nothing behind (`sessionstore acp`) no agent ever starts,
-//! and `initialize` is answered with the proxy's own capabilities alone. The successor
-//! in a conductor's chain (`successor`) is reached once, on `proxy/initialize`, and
-//! never started again from here: the conductor owns it.
+//! agent is started on the client's `initialize`; if it ends, the requests waiting on
+//! it fail naming it, and the next request starts it again after a pause that grows
+//! with each crash in a row, re-sending the client's `initialize` and `authenticate`.
+//! Each start is a generation: a session's agent side belongs to one, and is brought
+//! up again in the next. A conductor's successor is reached once and never restarted
+//! from here: the conductor owns it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::child::{AgentCommand, Child};
-use super::frame::{Frame, FrameReader};
+use super::child::{self, AgentCommand};
+use super::frame::FrameReader;
 use super::link::Link;
 use super::rpc::{Message, code};
-use super::{FRAME_LIMIT, Failure, Proxy};
+use super::{Answer, FRAME_LIMIT, Failure, Proxy, lock};
 use crate::DAEMON_ATTACHMENT_CONTEXT_META_KEY;
 
 /// The pause before a restart after the first crash; it doubles with each crash in a
@@ -38,15 +35,13 @@ pub(crate) struct Capabilities {
     pub resume: bool,
     pub close: bool,
     pub delete: bool,
-    /// `session/archive` and `session/unarchive`.
     pub archive: bool,
-    /// `session/set_title`.
     pub title: bool,
     pub image: bool,
     pub audio: bool,
     pub embedded: bool,
-    /// The agent announced `DAEMON_ATTACHMENT_CONTEXT_META_KEY` under
-    /// `agentCapabilities._meta`: it reads each attachment's path context there.
+    /// The agent reads each attachment's path context under
+    /// `DAEMON_ATTACHMENT_CONTEXT_META_KEY` (announced in `agentCapabilities._meta`).
     pub reads_context: bool,
 }
 
@@ -82,11 +77,9 @@ pub(crate) struct Running {
     initialized: std::sync::OnceLock<(Value, Capabilities)>,
     name: String,
     alive: AtomicBool,
-    /// Told to end the process now (after its grace period ran out).
     kill: tokio::sync::Notify,
-    /// Told once the process has ended and been reaped.
     exited: tokio::sync::Notify,
-    /// How it ended, once it has: for the errors of the requests it left unanswered.
+    /// How it ended, for the errors of the requests it left unanswered.
     ended: Mutex<Option<String>>,
     /// Whether the next request starts the agent again once this one ended (a child;
     /// a conductor's successor is the conductor's to start).
@@ -95,7 +88,7 @@ pub(crate) struct Running {
 
 impl Running {
     /// A start of the agent that `link` reaches, not yet initialized, named `name` in
-    /// errors; for an agent that is not a child process (the successor in a chain).
+    /// errors.
     pub(super) fn reached(generation: u64, link: Link, name: String) -> Running {
         Running {
             generation,
@@ -110,16 +103,15 @@ impl Running {
         }
     }
 
-    /// Keeps the agent's `initialize` result, and the capabilities read from it.
     pub(super) fn set_initialized(&self, initialized: Value) {
         let caps = Capabilities::of(&initialized);
         let _ = self.initialized.set((initialized, caps));
     }
 
-    /// The agent is gone (`how`, for the errors of what it left unanswered): what
-    /// waits on it fails, and a stop waits no longer. The caller tells the sessions.
+    /// The agent is gone: what waits on it fails, and a stop waits no longer. The
+    /// caller tells the sessions.
     pub(super) fn mark_ended(&self, how: String) {
-        *self.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(how);
+        *lock(&self.ended) = Some(how);
         self.alive.store(false, Ordering::Release);
         self.link.abandon_all();
         self.exited.notify_one();
@@ -141,14 +133,16 @@ impl Running {
         self.alive.load(Ordering::Acquire)
     }
 
+    /// Sends a request and waits for its answer (an error response included).
+    pub async fn request(&self, method: &str, params: Value) -> Answer {
+        let answer = self.link.request(method, params).await;
+        answer.map_err(|_| self.gone_error())
+    }
+
     /// The error a request gets when this agent went away before answering it.
     pub fn gone_error(&self) -> Failure {
-        let how = self
-            .ended
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .unwrap_or_else(|| "exited".to_owned());
+        let how = lock(&self.ended).clone();
+        let how = how.unwrap_or_else(|| "exited".to_owned());
         let next = match self.restarts {
             true => "the next request starts it again",
             false => "its conductor starts the chain again",
@@ -165,14 +159,11 @@ impl Running {
 pub enum Behind {
     /// An ACP agent started as a child process (`sessionstore proxy -- AGENT`).
     Child(AgentCommand),
-    /// Nothing (`sessionstore acp`): the store answers the session methods as it does
-    /// in front of an agent, a prompt is recorded and its turn ended `end_turn`, and a
-    /// method only an agent answers is not found.
+    /// Nothing (`sessionstore acp`): a prompt is recorded and its turn ended
+    /// `end_turn`, and a method only an agent answers is not found.
     Nothing,
     /// The successor in a conductor's proxy chain (`sessionstore proxy` with no
-    /// agent): reached through `proxy/successor` on the client's own connection, once
-    /// the conductor sent `proxy/initialize` (see `successor`). The conductor owns
-    /// the agent's lifetime: it is never restarted from here.
+    /// agent), reached through `proxy/successor` on the client's own connection.
     Successor,
 }
 
@@ -186,7 +177,6 @@ impl From<AgentCommand> for Behind {
 /// (`None` with nothing behind).
 pub(crate) struct Agent {
     command: Option<AgentCommand>,
-    /// Whether the agent is the successor in a conductor's chain ([`Behind::Successor`]).
     successor: bool,
     current: Mutex<Option<Arc<Running>>>,
     /// Held while an agent starts, so that requests arriving meanwhile wait for that
@@ -219,12 +209,10 @@ impl Agent {
         }
     }
 
-    /// Whether nothing runs behind the proxy: no agent will ever start.
     pub fn is_nothing(&self) -> bool {
         self.command.is_none() && !self.successor
     }
 
-    /// Whether the agent is the successor in a conductor's chain.
     pub fn is_successor(&self) -> bool {
         self.successor
     }
@@ -240,17 +228,13 @@ impl Agent {
 
     /// The running agent, if there is one now (no start).
     pub fn current(&self) -> Option<Arc<Running>> {
-        self.lock_current().clone().filter(|a| a.is_alive())
-    }
-
-    fn lock_current(&self) -> std::sync::MutexGuard<'_, Option<Arc<Running>>> {
-        self.current.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.current).clone().filter(|a| a.is_alive())
     }
 
     /// Stops the agent: its input is closed, it gets a moment to exit, then it is
     /// killed (dropping the process kills it).
     pub async fn stop(&self) {
-        let Some(running) = self.lock_current().take() else {
+        let Some(running) = lock(&self.current).take() else {
             return;
         };
         running.link.close();
@@ -271,17 +255,10 @@ impl Agent {
 
 impl Proxy {
     /// Remembers the client's `initialize`, starts the agent with it, and answers with
-    /// the agent's result, patched to say what the proxy adds: load, list, resume,
-    /// close, delete, fork, archive, title and status served by the store, and image and embedded context
-    /// taken (the proxy converts them for an agent that takes neither). With nothing
-    /// behind, the answer is those additions alone, with version 1 (the one spoken
-    /// here; ACP has an agent answer a version it does not support with its own) and
-    /// the store's name.
-    pub(super) async fn initialize(
-        self: &Arc<Self>,
-        id: Value,
-        mut message: Message,
-    ) -> Result<Message, Failure> {
+    /// the agent's result plus what the proxy adds ([`advertise`]). With nothing
+    /// behind, the answer is those additions alone, with version 1 (ACP has an agent
+    /// answer a version it does not support with its own) and the store's name.
+    pub(super) async fn initialize(self: &Arc<Self>, id: Value, mut message: Message) -> Answer {
         let mut params = message.take_params();
         self.cursors.take_capability(&mut params);
         if self.agent.is_nothing() {
@@ -294,36 +271,23 @@ impl Proxy {
             advertise(&mut result);
             return Ok(Message::result(id, result));
         }
-        {
-            let mut starts = self.agent.starting.lock().await;
-            starts.initialize = Some(params);
-        }
+        self.agent.starting.lock().await.initialize = Some(params);
         let running = self.running_agent().await?;
         let mut result = running.initialized().clone();
         advertise(&mut result);
         Ok(Message::result(id, result))
     }
 
-    /// `authenticate` goes to the agent as sent, and is remembered, so that a
-    /// restarted agent is authenticated the same way.
-    pub(super) async fn authenticate(
-        self: &Arc<Self>,
-        id: Value,
-        mut message: Message,
-    ) -> Result<Message, Failure> {
+    /// `authenticate`, remembered so that a restarted agent is authenticated again.
+    pub(super) async fn authenticate(self: &Arc<Self>, id: Value, message: Message) -> Answer {
         let params = message.params().cloned().unwrap_or(Value::Null);
         let running = self.running_agent().await?;
-        let answer = running
-            .link
-            .request("authenticate", params.clone())
-            .await
-            .map_err(|_| running.gone_error())?;
+        let answer = running.request("authenticate", params.clone()).await?;
         if answer.outcome().is_ok() {
             self.agent.starting.lock().await.authenticate = Some(params);
         }
         let mut answer = answer;
         answer.set_id(id);
-        let _ = message.take_params();
         Ok(answer)
     }
 
@@ -346,40 +310,38 @@ impl Proxy {
                 "the client has not sent initialize yet",
             ));
         };
-        if self.agent.successor {
+        starts.generation += 1;
+        let generation = starts.generation;
+        let running = if self.agent.successor {
             // The conductor owns the agent: it is reached once, never restarted here.
             if starts.last_start.is_some() {
                 return Err(gone());
             }
-            starts.generation += 1;
-            let running = self.reach_successor(starts.generation, initialize).await?;
+            let running = self.reach_successor(generation, initialize).await?;
             starts.last_start = Some(Instant::now());
-            *self.agent.lock_current() = Some(running.clone());
-            return Ok(running);
-        }
-        if let Some(last) = starts.last_start {
-            // A restart: the one before crashed, or exited.
-            if last.elapsed() >= STEADY_RUN {
-                starts.crashes_in_a_row = 0;
+            running
+        } else {
+            if let Some(last) = starts.last_start {
+                // A restart: the one before crashed, or exited.
+                if last.elapsed() >= STEADY_RUN {
+                    starts.crashes_in_a_row = 0;
+                }
+                starts.crashes_in_a_row += 1;
+                let pause = FIRST_PAUSE
+                    .saturating_mul(1 << starts.crashes_in_a_row.saturating_sub(1).min(16))
+                    .min(MAX_PAUSE);
+                tracing::warn!(
+                    "starting the agent {} again in {} ms",
+                    self.agent.name().unwrap_or_default(),
+                    pause.as_millis()
+                );
+                tokio::time::sleep(pause).await;
             }
-            starts.crashes_in_a_row += 1;
-            let pause = FIRST_PAUSE
-                .saturating_mul(1 << starts.crashes_in_a_row.saturating_sub(1).min(16))
-                .min(MAX_PAUSE);
-            tracing::warn!(
-                "starting the agent {} again in {} ms",
-                self.agent.name().unwrap_or_default(),
-                pause.as_millis()
-            );
-            tokio::time::sleep(pause).await;
-        }
-        starts.last_start = Some(Instant::now());
-        starts.generation += 1;
-        let generation = starts.generation;
-        let running = self
-            .start(generation, initialize, starts.authenticate.clone())
-            .await?;
-        *self.agent.lock_current() = Some(running.clone());
+            starts.last_start = Some(Instant::now());
+            let authenticate = starts.authenticate.clone();
+            self.start(generation, initialize, authenticate).await?
+        };
+        *lock(&self.agent.current) = Some(running.clone());
         Ok(running)
     }
 
@@ -394,25 +356,17 @@ impl Proxy {
             .command
             .as_ref()
             .ok_or_else(|| no_agent("a start"))?;
-        let child = Child::spawn(command).map_err(|e| {
+        let (mut process, stdin, stdout) = child::spawn(command).map_err(|e| {
             Failure::internal(format!("cannot start the agent {}: {e}", command.shown()))
         })?;
         tracing::info!(
             "started the agent {} (pid {})",
             command.shown(),
-            child.id().unwrap_or(0)
+            process.id().unwrap_or(0)
         );
-        let (mut process, stdin, stdout) = child.into_parts();
         let running = Arc::new(Running {
-            generation,
-            link: Link::new(stdin),
-            initialized: std::sync::OnceLock::new(),
-            name: command.name(),
-            alive: AtomicBool::new(true),
-            kill: tokio::sync::Notify::new(),
-            exited: tokio::sync::Notify::new(),
-            ended: Mutex::new(None),
             restarts: true,
+            ..Running::reached(generation, Link::new(stdin), command.name())
         });
         let proxy = self.clone();
         let reader = running.clone();
@@ -429,32 +383,12 @@ impl Proxy {
                 let Ok(Some(frame)) = frame else {
                     break;
                 };
-                let message = match frame {
-                    Frame::Oversized { len } => {
-                        tracing::warn!("refused a frame of {len} bytes from the agent");
-                        let refusal = Message::error(
-                            Value::Null,
-                            code::INVALID_REQUEST,
-                            format!(
-                                "a message of {len} bytes is over the {FRAME_LIMIT}-byte limit"
-                            ),
-                        );
-                        let _ = reader.link.send(&refusal).await;
-                        continue;
+                match super::read_message(frame, "agent") {
+                    Ok(message) => proxy.from_agent(&reader, message).await,
+                    Err(answer) => {
+                        let _ = reader.link.send(&answer).await;
                     }
-                    Frame::Line(line) => match Message::parse(line) {
-                        Ok(m) => m,
-                        Err(malformed) => {
-                            tracing::warn!(
-                                "the agent sent a malformed message: {}",
-                                malformed.message
-                            );
-                            let _ = reader.link.send(&Message::malformed(&malformed)).await;
-                            continue;
-                        }
-                    },
-                };
-                proxy.from_agent(&reader, message).await;
+                }
             }
             let how = match process.wait().await {
                 Ok(status) => match status.code() {
@@ -465,18 +399,11 @@ impl Proxy {
                 Err(e) => format!("ended ({e})"),
             };
             tracing::warn!("the agent {} {how}", reader.name);
-            *reader.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(how);
-            reader.alive.store(false, Ordering::Release);
-            reader.link.abandon_all();
-            reader.exited.notify_one();
+            reader.mark_ended(how);
             proxy.sessions.agent_ended(reader.generation);
         });
 
-        let answer = running
-            .link
-            .request("initialize", initialize)
-            .await
-            .map_err(|_| running.gone_error())?;
+        let answer = running.request("initialize", initialize).await?;
         let initialized = match answer.outcome() {
             Ok(result) => result.clone(),
             Err(error) => {
@@ -486,14 +413,9 @@ impl Proxy {
                 )));
             }
         };
-        let caps = Capabilities::of(&initialized);
-        let _ = running.initialized.set((initialized, caps));
+        running.set_initialized(initialized);
         if let Some(params) = authenticate {
-            let answer = running
-                .link
-                .request("authenticate", params)
-                .await
-                .map_err(|_| running.gone_error())?;
+            let answer = running.request("authenticate", params).await?;
             if let Err(error) = answer.outcome() {
                 tracing::warn!("the restarted agent refused authenticate: {error}");
             }
@@ -502,8 +424,7 @@ impl Proxy {
     }
 }
 
-/// The answer to a request only an agent answers, with nothing behind the proxy: ACP
-/// has no such method here.
+/// The answer to a request only an agent answers, with nothing behind the proxy.
 pub(super) fn no_agent(what: &str) -> Failure {
     Failure::new(
         code::METHOD_NOT_FOUND,
@@ -511,7 +432,9 @@ pub(super) fn no_agent(what: &str) -> Failure {
     )
 }
 
-/// The proxy's own additions to the agent's `initialize` result.
+/// The proxy's own additions to the agent's `initialize` result: the session methods
+/// the store serves, and images and embedded context (converted for an agent that
+/// takes neither).
 fn advertise(result: &mut Value) {
     let Value::Object(result) = result else {
         return;
@@ -542,8 +465,7 @@ fn advertise(result: &mut Value) {
     }
 }
 
-/// How a session's binding names a successor: the `agentInfo.name` it answered
-/// `initialize` with (the agent at the end of the chain), else `successor`.
+/// How a session's binding names a successor: its `agentInfo.name`, else `successor`.
 pub(super) fn name(running: Option<&Running>) -> String {
     running
         .and_then(|r| r.initialized()["agentInfo"]["name"].as_str())
@@ -552,8 +474,7 @@ pub(super) fn name(running: Option<&Running>) -> String {
         .to_owned()
 }
 
-/// What a request that needs the agent gets once the successor is gone (the
-/// conductor closed the connection, or never got as far as initializing it).
+/// What a request that needs the agent gets once the successor is gone.
 pub(super) fn gone() -> Failure {
     Failure::internal(
         "the successor in the conductor's chain is gone; the conductor, which owns it, starts the chain again",

@@ -1,7 +1,6 @@
-//! The agent behind the proxy, as a child process: started from the command line the
-//! proxy was given, with its standard input and output piped to the proxy and its
-//! standard error left as the proxy's own (so its logs reach whoever runs the proxy,
-//! and never the protocol). The process is killed when the proxy lets go of it.
+//! The agent behind the proxy as a child process: its standard input and output piped
+//! to the proxy, its standard error the proxy's own (never the protocol). The process
+//! is killed when the proxy lets go of it.
 
 use std::ffi::OsString;
 use std::io;
@@ -11,7 +10,7 @@ use std::process::{ExitStatus, Stdio};
 use tokio::io::BufReader;
 use tokio::process::{ChildStdin, ChildStdout, Command};
 
-/// How the agent is started: a program and its arguments, as given after `--`.
+/// The agent's program and arguments, as given after `--`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentCommand {
     pub program: OsString,
@@ -19,9 +18,8 @@ pub struct AgentCommand {
 }
 
 impl AgentCommand {
-    /// The agent's name as the store keeps it beside a session: the program's file
-    /// name (`codex-acp` for `/usr/lib/node_modules/.bin/codex-acp`), so a session is
-    /// found again when the same agent is installed elsewhere.
+    /// The agent's name as a session's binding keeps it: the program's file name, so a
+    /// session is found again when the same agent is installed elsewhere.
     pub fn name(&self) -> String {
         Path::new(&self.program)
             .file_name()
@@ -30,7 +28,6 @@ impl AgentCommand {
             .into_owned()
     }
 
-    /// The command line as it may be shown in a log or an error.
     pub fn shown(&self) -> String {
         std::iter::once(&self.program)
             .chain(&self.args)
@@ -40,47 +37,26 @@ impl AgentCommand {
     }
 }
 
-/// A running agent: its process and the two pipes the proxy speaks through.
-#[derive(Debug)]
-pub struct Child {
-    process: tokio::process::Child,
-    pub stdin: ChildStdin,
-    pub stdout: BufReader<ChildStdout>,
-}
-
-impl Child {
-    /// Starts `command`. A program that cannot be started is an error naming it.
-    pub fn spawn(command: &AgentCommand) -> io::Result<Child> {
-        let mut process = Command::new(&command.program)
-            .args(&command.args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            // A group of its own, so that stopping it reaches what it started too (an
-            // npm wrapper's real binary, say), and a signal meant for the proxy's own
-            // terminal group does not hit it first.
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()?;
-        let (Some(stdin), Some(stdout)) = (process.stdin.take(), process.stdout.take()) else {
-            return Err(io::Error::other("the agent's pipes were not set up"));
-        };
-        Ok(Child {
-            process,
-            stdin,
-            stdout: BufReader::with_capacity(64 * 1024, stdout),
-        })
-    }
-
-    /// The process id, for logs.
-    pub fn id(&self) -> Option<u32> {
-        self.process.id()
-    }
-
-    /// Splits the pipes from the process, which the caller keeps to wait on or kill.
-    pub fn into_parts(self) -> (Process, ChildStdin, BufReader<ChildStdout>) {
-        (Process(self.process), self.stdin, self.stdout)
-    }
+/// Starts `command`: its process, which the caller keeps to wait on or kill, and the
+/// two pipes the proxy speaks through. A program that cannot be started is an error
+/// naming it.
+pub fn spawn(command: &AgentCommand) -> io::Result<(Process, ChildStdin, BufReader<ChildStdout>)> {
+    let mut process = Command::new(&command.program)
+        .args(&command.args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        // A group of its own, so that stopping it reaches what it started too (an
+        // npm wrapper's real binary, say), and a signal meant for the proxy's own
+        // terminal group does not hit it first.
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()?;
+    let (Some(stdin), Some(stdout)) = (process.stdin.take(), process.stdout.take()) else {
+        return Err(io::Error::other("the agent's pipes were not set up"));
+    };
+    let stdout = BufReader::with_capacity(64 * 1024, stdout);
+    Ok((Process(process), stdin, stdout))
 }
 
 /// The agent's process once its pipes are handed out.
@@ -88,13 +64,16 @@ impl Child {
 pub struct Process(tokio::process::Child);
 
 impl Process {
-    /// Waits for the process to end. Its pipes closing is the first sign; this says how.
+    pub fn id(&self) -> Option<u32> {
+        self.0.id()
+    }
+
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
         self.0.wait().await
     }
 
-    /// Asks the process group to end (SIGTERM), and kills it outright (SIGKILL) if it
-    /// has not ended after `grace`; then reaps the process.
+    /// SIGTERM to the process group, SIGKILL if it has not ended after `grace`; then
+    /// reaps the process.
     pub async fn terminate(&mut self, grace: std::time::Duration) {
         if let Some(pid) = self
             .0

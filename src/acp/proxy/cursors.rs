@@ -1,24 +1,15 @@
-//! Session cursors (ACP schema 1.20's `unstable_session_cursors`): the positions in a
-//! session's timeline a client can fork at. The schema crate in use (1.17, pinned by
-//! the SDK) has none of it, so it is read and written here as JSON, in 1.20's shapes.
+//! Session cursors (ACP schema 1.20's `unstable_session_cursors`, written here as JSON:
+//! the schema crate in use is 1.17): the positions a client can fork at.
 //!
-//! A client that announces `clientCapabilities.session.cursors` gets, right after the
-//! update that first names it, one `cursor_update` per agent message and thought (by
-//! the `messageId` the message is relayed with), per tool call (by its `toolCallId`)
-//! and, in a replay, per user message (by the store's message id, which its replayed
-//! chunks carry): position `after`, capabilities `{"fork":{}}`. One per message, sent
-//! with its first chunk: ACP has no end of a message (only the next entry or the
-//! turn's end says so), an anchor `after` a message is after the whole of it however
-//! long it grows, and a cursor per chunk would double the stream for nothing. An agent
-//! chunk that comes with no `messageId` is relayed (and so recorded) with one the proxy
-//! gives its message: the one change made to a relayed update, and only for such a
-//! client. A replayed agent message recorded with none (before, or for another client)
-//! is replayed under its item's id. A cursor's id names what it anchors
-//! (`agent_message:<messageId>`, `agent_thought:…`, `tool_call:<toolCallId>`,
-//! `user_message:<store message id>`), so the store finds the entry from the id alone,
-//! across restarts of the proxy; `session/fork` with a `cursorId` forks up to and
-//! including that entry. The agent's own `cursor_update`s are never relayed, and the
-//! capability is not passed on to it: the store owns forks.
+//! A client that announces `clientCapabilities.session.cursors` gets one
+//! `cursor_update` (position `after`) per agent message, thought and tool call, and in
+//! a replay per user message, right after the update that first names it: ACP has no
+//! end of a message, and an anchor `after` a message covers it however long it grows.
+//! An agent chunk with no `messageId` is relayed (and recorded) with one the proxy
+//! gives its message, the one change made to a relayed update. A cursor's id names
+//! its entry (`agent_message:<messageId>`, `tool_call:<toolCallId>`, ...), so a fork
+//! finds it across restarts. The agent's own `cursor_update`s are never relayed, nor
+//! the capability passed on: the store owns forks.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -27,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::{Value, json};
 
 use super::rpc::Message;
-use super::{Failure, Proxy};
+use super::{Failure, Proxy, lock};
 use crate::ids::{ItemId, MessageId, SessionId};
 use crate::lifecycle::MAX_PAGE;
 use crate::lifecycle::fork::Forked;
@@ -38,10 +29,9 @@ use crate::store::PageQuery;
 /// The session update a cursor is announced with.
 const CURSOR_UPDATE: &str = "cursor_update";
 
-/// What this connection knows of cursors: whether its client announced them, and,
-/// for each session, the agent message or thought the next chunk continues (as the
-/// store decides it: the same kind, and the same `messageId` or none, with nothing
-/// recorded between but updates of tool calls).
+/// Whether the client announced cursors, and per session the agent message or thought
+/// the next chunk continues (as the store cuts them: the same kind and `messageId` or
+/// none, with only tool call updates between).
 #[derive(Default)]
 pub(crate) struct Cursors {
     announced: AtomicBool,
@@ -105,15 +95,12 @@ impl Anchor<'_> {
 }
 
 impl Cursors {
-    /// Whether the client announced cursors.
     pub fn on(&self) -> bool {
         self.announced.load(Ordering::Acquire)
     }
 
-    /// The client's `initialize` params: whether it announces
-    /// `clientCapabilities.session.cursors` is remembered, and the capability taken
-    /// out (with the `session` object, if nothing else is left in it) before the
-    /// params go on to the agent.
+    /// Remembers whether the client's `initialize` params announce cursors, and takes
+    /// the capability out (with `session`, if left empty) before they go to the agent.
     pub fn take_capability(&self, params: &mut Value) {
         let Some(caps) = params
             .get_mut("clientCapabilities")
@@ -135,18 +122,16 @@ impl Cursors {
         self.announced.store(announced, Ordering::Release);
     }
 
-    /// A turn begins: its prompt is the session's latest entry, so no agent message
-    /// goes on past it.
+    /// A turn begins: no agent message goes on past its prompt.
     pub fn turn_begins(&self, session: SessionId) {
         if self.on() {
-            self.lock().remove(&session);
+            lock(&self.tails).remove(&session);
         }
     }
 
-    /// An update from the agent for `session`, before it is relayed: the agent's own
-    /// cursors are dropped; for a client that announced cursors, a chunk without a
-    /// `messageId` is given its message's, and the first update of each agent
-    /// message, thought and tool call brings its cursor.
+    /// An update from the agent, before it is relayed: the agent's own cursors are
+    /// dropped; with cursors on, a chunk is given its message's `messageId`, and the
+    /// first update of each entry brings its cursor.
     pub fn relayed(&self, session: SessionId, message: &mut Message) -> Relay {
         let Some(update) = message
             .params_mut()
@@ -165,7 +150,7 @@ impl Cursors {
         if !self.on() {
             return Relay::Pass(None);
         }
-        let mut tails = self.lock();
+        let mut tails = lock(&self.tails);
         match kind {
             "agent_message_chunk" | "agent_thought_chunk" => {
                 let thought = kind == "agent_thought_chunk";
@@ -228,15 +213,11 @@ impl Cursors {
             }
         }
     }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Tail>> {
-        self.tails.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
-/// One entry of a replay to a client that announced cursors, before it is written: an
-/// agent message or thought recorded with no `messageId` is replayed under its item's
-/// id. The cursor that follows the entry's lines, if it has one.
+/// One entry of a replay with cursors on, before it is written: an agent message
+/// recorded with no `messageId` is replayed under its item's id. The cursor to follow
+/// the entry, if it has one.
 pub(crate) fn replayed(session: SessionId, item: &mut ReplayItem) -> Option<Message> {
     let (kind, id) = match item {
         ReplayItem::Message(m) => {
@@ -274,10 +255,8 @@ pub(crate) fn replayed(session: SessionId, item: &mut ReplayItem) -> Option<Mess
 }
 
 impl Proxy {
-    /// `session/fork` of `origin` at the cursor `cursor` (its `cursorId` param): up to
-    /// and including the entry the cursor names. A cursor that names no entry of the
-    /// session (or is not a string) is invalid params; the session's own absence is
-    /// not found, as for any fork.
+    /// `session/fork` of `origin` up to and including the entry `cursor` names; a
+    /// cursor that names no entry of the session is invalid params.
     pub(super) async fn fork_at_cursor(
         &self,
         origin: SessionId,
@@ -323,9 +302,8 @@ impl Proxy {
             ("tool_call", ItemBody::ToolCall(call)) => &*call.tool_call_id.0 == anchor.id,
             _ => false,
         };
-        // The last entry of that name: a message the agent sent under one id in two
-        // runs is after its last. The history is read a page at a time, keeping only
-        // the last match so far.
+        // The last entry of that name (an agent may reuse an id in two runs), read a
+        // page at a time.
         let mut found = None;
         let mut query = PageQuery::first(MAX_PAGE);
         loop {

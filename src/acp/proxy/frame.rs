@@ -1,7 +1,6 @@
-//! Newline-delimited JSON-RPC frames over a byte stream, read with a bound: a line
-//! longer than the limit is reported by its length and never held whole, so a peer
-//! that sends an endless line cannot grow the proxy's memory. It knows nothing of
-//! JSON; `rpc` reads what a frame says.
+//! Newline-delimited frames over a byte stream, read with a bound: a line longer than
+//! the limit is reported by its length and never held, so a peer that sends an
+//! endless line cannot grow the proxy's memory.
 
 use std::io;
 
@@ -16,15 +15,10 @@ pub enum Frame<'a> {
     Oversized { len: u64 },
 }
 
-/// Reads frames one at a time from `inner`, holding at most `limit` bytes of a line.
-///
-/// Every line is gathered in one buffer the reader keeps, so a frame costs no
-/// allocation of its own. Past [`LONG_LINE`] the buffer is given room for the whole
-/// limit at once rather than doubled, and it keeps that room while the reader lives:
-/// a peer that sent one long line may send another, and an allocator that hands a
-/// freed block of that size back to the system late (mimalloc, when the block is
-/// freed on another thread than the one that took it) would otherwise hold two. So a
-/// reader holds at most one frame's worth of memory, whatever it is sent.
+/// Reads frames one at a time from `inner`, holding at most `limit` bytes of a line,
+/// in one buffer it keeps. Past [`LONG_LINE`] the buffer keeps room for the whole
+/// limit while the reader lives: an allocator that returns a freed block late
+/// (mimalloc, freed on another thread) would otherwise hold two for the next long line.
 #[derive(Debug)]
 pub struct FrameReader<R> {
     inner: R,
@@ -32,11 +26,9 @@ pub struct FrameReader<R> {
     line: Vec<u8>,
 }
 
-/// Past this length a line is given room for the whole limit at once: an allocator
-/// that copies a large block into a larger one keeps both resident for a moment, and
-/// a line near the limit would cost several times the limit on its way. The room is
-/// only address space until bytes are written into it; what a long line wrote stays
-/// resident while the reader lives (one frame at most, see [`FrameReader`]).
+/// Past this length a line is given room for the whole limit at once rather than
+/// doubled: copying a large block into a larger one keeps both resident for a moment.
+/// The room is only address space until written.
 const LONG_LINE: usize = 1 << 20;
 
 impl<R: AsyncBufRead + Unpin> FrameReader<R> {
@@ -49,8 +41,7 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     }
 
     /// The next non-blank frame, or `None` at the end of the stream. A last line
-    /// without a line ending is still a frame: a peer that exits after writing it
-    /// meant it.
+    /// without a line ending is still a frame.
     pub async fn next(&mut self) -> io::Result<Option<Frame<'_>>> {
         Ok(match self.line().await? {
             Gathered::End => None,
@@ -112,16 +103,13 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
 
 /// What [`FrameReader::line`] found.
 enum Gathered {
-    /// The end of the stream, after the last non-blank line.
     End,
-    /// A line, held whole in the reader's buffer.
     Whole,
-    /// A line of this many bytes, over the limit; none of them kept.
     Oversized(u64),
 }
 
-/// Makes room in `line` for `more` bytes, which the caller has checked keep it within
-/// `limit`: past [`LONG_LINE`], room for the whole limit at once.
+/// Makes room in `line` for `more` bytes (within `limit`): past [`LONG_LINE`], room
+/// for the whole limit at once.
 fn grow(line: &mut Vec<u8>, more: usize, limit: usize) {
     let want = line.len() + more;
     debug_assert!(want <= limit, "a line is never gathered past the limit");

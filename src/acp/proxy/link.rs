@@ -1,7 +1,6 @@
-//! One side of the proxy's conversation, as the proxy writes to it: a bounded queue of
-//! frames in front of a writer task (so a slow reader slows whoever writes to it
-//! instead of piling frames up), and the requests the proxy sent on it that wait for
-//! their answers. Reading is the caller's: it hands each response it reads to
+//! One peer as the proxy writes to it: a bounded queue of frames in front of a writer
+//! task (so a slow reader slows the writers instead of piling frames up), and the
+//! requests sent on it that wait for answers, which the caller's reader hands to
 //! [`Link::answered`].
 
 use std::collections::HashMap;
@@ -13,17 +12,16 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::frame::write_frame;
+use super::lock;
 use super::rpc::Message;
 
-/// How many frames may wait for a peer before a writer waits: enough to ride out a
-/// pause, small enough that a peer that stops reading holds back the proxy at once.
+/// How many frames may wait for a peer before a writer waits.
 pub const QUEUE_FRAMES: usize = 64;
 
 /// The peer went away: its writer stopped, or it never answered before it did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gone;
 
-/// A peer the proxy writes to.
 #[derive(Debug)]
 pub struct Link {
     /// `None` once the link is closed: the writer then drains what is queued and
@@ -34,22 +32,16 @@ pub struct Link {
 }
 
 impl Link {
-    /// A link writing to `out` on a task of its own, which ends (closing `out`) once
-    /// every handle on the link is dropped or `out` fails.
+    /// A link writing to `out` on a task of its own, which closes `out` once the link
+    /// is closed or dropped.
     pub fn new(out: impl AsyncWrite + Unpin + Send + 'static) -> Link {
-        let (queue, frames) = mpsc::channel(QUEUE_FRAMES);
+        let (link, frames) = Link::channel();
         tokio::spawn(write_all(out, frames));
-        Link {
-            queue: Mutex::new(Some(queue)),
-            next_id: AtomicU64::new(1),
-            waiting: Mutex::new(HashMap::new()),
-        }
+        link
     }
 
-    /// A link whose frames are handed to the caller, as the receiver, rather than
-    /// written: for a peer reached through another connection (the successor in a
-    /// conductor's chain, whose frames are wrapped on the client's). The receiver ends
-    /// once the link is closed and every handle on it dropped.
+    /// A link whose frames are handed to the receiver rather than written: for a peer
+    /// reached through another connection (the successor in a conductor's chain).
     pub fn channel() -> (Link, mpsc::Receiver<Vec<u8>>) {
         let (queue, frames) = mpsc::channel(QUEUE_FRAMES);
         let link = Link {
@@ -67,40 +59,26 @@ impl Link {
 
     /// Queues a frame already written as one line of JSON.
     pub async fn send_bytes(&self, frame: Vec<u8>) -> Result<(), Gone> {
-        let queue = self
-            .queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or(Gone)?;
+        let queue = lock(&self.queue).clone().ok_or(Gone)?;
         queue.send(frame).await.map_err(|_| Gone)
     }
 
     /// Closes the link: what is queued is still written, then the output is closed
     /// (for an agent, its standard input: the sign to exit). Later sends are `Gone`.
     pub fn close(&self) {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).take();
+        lock(&self.queue).take();
     }
 
     /// Sends a request under a fresh id of this link and waits for its answer. The
     /// answer is the whole response, an error response included; `Gone` when the peer
     /// went away first.
     pub async fn request(&self, method: &str, params: Value) -> Result<Message, Gone> {
-        let (id, answer) = self.expect();
-        if self
-            .send(&Message::request(Value::from(id), method, params))
-            .await
-            .is_err()
-        {
-            self.forget(id);
-            return Err(Gone);
-        }
-        answer.await.map_err(|_| Gone)
+        let request = Message::request(Value::Null, method, params);
+        self.forward(request).await.1.await
     }
 
-    /// Sends `message` as a request under a fresh id of this link (its own id is
-    /// replaced) and waits for the answer, as [`Link::request`] does. Returns the id
-    /// it went under too, so a cancellation can name it.
+    /// Sends `message` as a request under a fresh id of this link, and returns that id
+    /// (for a cancellation) with the answer to wait for.
     pub async fn forward(
         &self,
         mut message: Message,
@@ -109,7 +87,7 @@ impl Link {
         message.set_id(Value::from(id));
         let sent = self.send(&message).await;
         if sent.is_err() {
-            self.forget(id);
+            self.lock().remove(&id);
         }
         (id, async move {
             sent?;
@@ -117,7 +95,6 @@ impl Link {
         })
     }
 
-    /// A fresh id, and where its answer will arrive.
     fn expect(&self) -> (u64, oneshot::Receiver<Message>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -125,12 +102,8 @@ impl Link {
         (id, rx)
     }
 
-    fn forget(&self, id: u64) {
-        self.lock().remove(&id);
-    }
-
-    /// Hands a response read from this peer to the request that waits for it; the
-    /// response comes back when no request of this link has that id.
+    /// Hands a response read from this peer to the request that waits for it, or back
+    /// when none does.
     pub fn answered(&self, response: Message) -> Option<Message> {
         let id = response.id().and_then(Value::as_u64);
         let waiter = id.and_then(|id| self.lock().remove(&id));
@@ -150,14 +123,12 @@ impl Link {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<Message>>> {
-        // Each change to the map is one insert or remove: a panic elsewhere cannot
-        // leave it half-made.
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.waiting)
     }
 }
 
-/// Writes queued frames to `out`, flushing whenever the queue runs dry, so frames that
-/// come in a burst go out in one write and a lone frame is never held back.
+/// Writes queued frames to `out`, flushing whenever the queue runs dry: a burst goes
+/// out in one write and a lone frame is never held back.
 async fn write_all(mut out: impl AsyncWrite + Unpin, mut frames: mpsc::Receiver<Vec<u8>>) {
     while let Some(frame) = frames.recv().await {
         if write_frame(&mut out, &frame).await.is_err() {

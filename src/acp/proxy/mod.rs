@@ -1,28 +1,11 @@
-//! The one ACP session layer: the store as an ACP proxy. Toward the client (an
-//! editor) it is an agent on standard input and output; behind it runs an agent it
-//! starts as a child (`sessionstore proxy -- AGENT`), toward which it is the client,
-//! the successor in a conductor's chain (`sessionstore proxy`, reached through
-//! `proxy/successor` on the client's own connection), or nothing (`sessionstore
-//! acp`). Every message passes through, unknown fields and extension methods
-//! included, with session ids translated between the store's (what the client sees)
-//! and the agent's. What the proxy handles itself it patches as JSON:
-//! prompts are stored and dispatched through the resolver, so each attachment reaches
-//! the agent with the path of a live read; the agent's updates are recorded as the
-//! turn; `session/load`, `list`, `resume`, `close`, `delete`, `fork`, `archive`,
-//! `unarchive`, `set_title` and `status` are served by the store (the session
-//! authority), which tells an agent that archives or takes titles itself. Each method is answered in one place, whatever runs behind
-//! (`Proxy::client_request` is the table); with nothing behind, a prompt is recorded
-//! as it would be in front of an agent and its turn ends `end_turn`. Everything it
-//! keeps goes through `Store`'s public API; it stores nothing itself.
-//!
-//! Rooms: `frame` (bounded line reading), `rpc` (messages as JSON objects), `link` (a
-//! peer's outgoing queue and the requests waiting on it), `child` (the agent process),
-//! `agent` (what runs behind; the agent's lifetime: start, restart, its capabilities),
-//! `sessions` (the session methods and the id map), `prompt` (a prompt's turn: store,
-//! dispatch, record), `restored` (what a fresh agent session is told of the
-//! conversation so far), `successor` (the agent as the successor in a conductor's
-//! chain, reached through `proxy/successor` on the client's connection), `cursors`
-//! (ACP 1.20's session cursors, as JSON).
+//! The one ACP session layer: the store as an ACP proxy. Toward the client it is an
+//! agent on standard input and output; behind it runs a child agent, the successor in
+//! a conductor's chain, or nothing (`Behind`). Every message passes through, unknown
+//! fields and extension methods included, with session ids translated between the
+//! store's (what the client sees) and the agent's; what the proxy handles itself it
+//! patches as JSON. The session methods are served by the store, the session
+//! authority, whatever runs behind (`Proxy::client_request` is the table). Everything
+//! it keeps goes through `Store`'s public API.
 
 mod agent;
 mod child;
@@ -51,33 +34,27 @@ use link::Link;
 use rpc::{Kind, Message, code};
 use sessions::Sessions;
 
-/// The largest frame the proxy reads from either side: a prompt holding the largest
-/// attachment the store accepts, base64-encoded, with room for its JSON around it. A
-/// longer line is refused without being held.
+/// The largest frame the proxy reads from either side: the largest attachment,
+/// base64-encoded, with room for its JSON. A longer line is refused without being held.
 pub const FRAME_LIMIT: usize =
     (crate::attachments::MAX_ATTACHMENT_BYTES as usize / 3 + 1) * 4 + 1024 * 1024;
 
 /// How the proxy is run.
 #[derive(Debug, Clone)]
 pub struct ProxyOptions {
-    /// What runs behind the proxy: an agent it starts, a conductor's successor, or
-    /// nothing.
     pub behind: Behind,
-    /// The proxy's own working directory: the default for a client that gives none
-    /// (the store keeps none for such a session), and where sessions with none of
-    /// their own are listed.
+    /// The default for a client that gives no working directory (the store keeps none
+    /// for such a session), and where sessions with none of their own are listed.
     pub cwd: PathBuf,
     /// How many bytes of attachment contents a fresh agent session is given with the
-    /// restored conversation (paths are always given): `restored::CONTENT_BUDGET`.
+    /// restored conversation (paths are always given).
     pub restored_content_budget: usize,
     /// How long a turn's agent may send nothing before the turn is ended with an
-    /// error to the client and marked failed; `None` (the default) waits for as long
-    /// as the agent takes, a cancellation being the client's way out. Time spent
-    /// waiting on the client (a permission request) does not count.
+    /// error and marked failed; `None` waits as long as it takes. Time spent waiting
+    /// on the client (a permission request) does not count.
     pub agent_timeout: Option<std::time::Duration>,
-    /// Whether the agent's updates are recorded (the default). Off, the proxy is the
-    /// relay alone (prompts are still stored and dispatched): the baseline the
-    /// streaming benchmarks measure recording against, never what a user runs.
+    /// Off, the proxy only relays the agent's updates (prompts are still stored): the
+    /// streaming benchmarks' baseline, never what a user runs.
     pub record_updates: bool,
 }
 
@@ -104,9 +81,8 @@ pub(crate) struct Proxy {
     cursors: cursors::Cursors,
 }
 
-/// Serves one client on standard input and output until it closes its end, with the
-/// agent (if one runs behind) started on its `initialize`. The agent is stopped when
-/// the client goes.
+/// Serves one client on standard input and output until it closes its end; the agent
+/// is started on its `initialize` and stopped when the client goes.
 pub async fn run_stdio(store: Store, options: ProxyOptions) -> std::io::Result<()> {
     let (input, read) = stdin();
     let (output, written) = stdout();
@@ -119,10 +95,9 @@ const POLLED_SOCKET: &str = "a socket, polled";
 const POLLED_PIPE: &str = "a pipe, polled";
 const BLOCKING: &str = "neither a socket nor a pipe, on a blocking thread";
 
-/// Standard input as the proxy reads it: a pipe or a socket (how editors start their
-/// agents: a pipe from Rust's `Command`, a socket from Node's `spawn`) read by the
-/// runtime's own poller, anything else (a file, a terminal) through tokio's `stdin`,
-/// which hands each read to a blocking thread.
+/// Standard input as the proxy reads it: a pipe or a socket (as editors start agents)
+/// through the runtime's poller, anything else through tokio's `stdin`, which hands
+/// each read to a blocking thread.
 fn stdin() -> (Box<dyn tokio::io::AsyncRead + Unpin + Send>, &'static str) {
     #[cfg(unix)]
     match polled(std::io::stdin()) {
@@ -212,33 +187,14 @@ pub async fn run(
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
-        let message = match frame {
-            Frame::Oversized { len } => {
-                tracing::warn!("refused a frame of {len} bytes from the client");
-                let answer = Message::error(
-                    Value::Null,
-                    code::INVALID_REQUEST,
-                    format!("a message of {len} bytes is over the {FRAME_LIMIT}-byte limit"),
-                );
+        let message = match read_message(frame, "client") {
+            Ok(message) => message,
+            Err(answer) => {
                 if proxy.client.send(&answer).await.is_err() {
                     break Ok(());
                 }
                 continue;
             }
-            Frame::Line(line) => match Message::parse(line) {
-                Ok(message) => message,
-                Err(malformed) => {
-                    if proxy
-                        .client
-                        .send(&Message::malformed(&malformed))
-                        .await
-                        .is_err()
-                    {
-                        break Ok(());
-                    }
-                    continue;
-                }
-            },
         };
         proxy.from_client(message).await;
     };
@@ -247,6 +203,25 @@ pub async fn run(
     proxy.sessions.close_all();
     proxy.agent.stop().await;
     ended
+}
+
+/// A frame read from `peer` as a message, or the error answer it gets instead: a frame
+/// over [`FRAME_LIMIT`], or one that is not a JSON-RPC message.
+fn read_message(frame: Frame<'_>, peer: &str) -> Result<Message, Message> {
+    match frame {
+        Frame::Oversized { len } => {
+            tracing::warn!("refused a frame of {len} bytes from the {peer}");
+            Err(Message::error(
+                Value::Null,
+                code::INVALID_REQUEST,
+                format!("a message of {len} bytes is over the {FRAME_LIMIT}-byte limit"),
+            ))
+        }
+        Frame::Line(line) => Message::parse(line).map_err(|m| {
+            tracing::warn!("the {peer} sent a malformed message: {}", m.message);
+            Message::error(m.id, m.code, m.message)
+        }),
+    }
 }
 
 impl Proxy {
@@ -293,16 +268,9 @@ impl Proxy {
         }
     }
 
-    /// The table of the requests a client sends: where each is answered. The session
-    /// methods are answered here whatever runs behind (each handler does with no agent
-    /// what it does with one, less the agent's part); the rest are the agent's, and
-    /// with nothing behind there is no such method.
-    async fn client_request(
-        self: &Arc<Self>,
-        method: &str,
-        id: Value,
-        message: Message,
-    ) -> Result<Message, Failure> {
+    /// The table of the requests a client sends. The session methods are answered here
+    /// whatever runs behind; the rest are the agent's (not found with nothing behind).
+    async fn client_request(self: &Arc<Self>, method: &str, id: Value, message: Message) -> Answer {
         match method {
             "initialize" if self.agent.is_successor() => Err(successor::needs_an_agent()),
             "initialize" => self.initialize(id, message).await,
@@ -333,11 +301,7 @@ impl Proxy {
 
     /// A request the proxy does not handle: to the agent, its session id translated,
     /// and the agent's answer back under the client's id.
-    async fn relay_request(
-        self: &Arc<Self>,
-        id: Value,
-        mut message: Message,
-    ) -> Result<Message, Failure> {
+    async fn relay_request(self: &Arc<Self>, id: Value, mut message: Message) -> Answer {
         let agent = self.running_agent().await?;
         if let Some(session) = self.sessions.client_to_agent(&message, &agent)? {
             message.set_session_id(&session);
@@ -352,9 +316,8 @@ impl Proxy {
         Ok(answer)
     }
 
-    /// The table of the notifications a client sends. With nothing behind, none has
-    /// anywhere to go: a cancellation has no turn to stop (a turn ends as soon as it is
-    /// recorded), and the rest are dropped.
+    /// The table of the notifications a client sends; with nothing behind, each is
+    /// dropped (a turn ends as soon as it is recorded, so there is nothing to cancel).
     async fn client_notification(self: &Arc<Self>, method: &str, mut message: Message) {
         match method {
             "session/cancel" => self.cancel(message).await,
@@ -452,6 +415,15 @@ impl Proxy {
     }
 }
 
+/// What a request the proxy handles gets: the answer to relay, or an error.
+type Answer = Result<Message, Failure>;
+
+/// Locks one of the proxy's mutexes, poisoned or not: each change under them is a few
+/// map operations that cannot panic midway, so a panic elsewhere leaves them whole.
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A request the proxy answers with an error: the JSON-RPC error object the client
 /// gets.
 #[derive(Debug, Clone, PartialEq)]
@@ -487,11 +459,8 @@ impl Failure {
     }
 }
 
-/// A store error as the client sees it: an unknown session is "resource not found",
-/// input the store will not take is "invalid params", a session another proxy
-/// carries is "invalid request", and the rest is an internal error. The message is the
-/// error and its causes on one line; `data.kind` is the store's stable name for the
-/// condition.
+/// A store error as the client sees it: the JSON-RPC code its kind maps to, the error
+/// and its causes on one line, and the store's stable `kind` in `data`.
 impl From<crate::Error> for Failure {
     fn from(e: crate::Error) -> Failure {
         use crate::Error;
@@ -509,16 +478,10 @@ impl From<crate::Error> for Failure {
             e if e.is_refused() => code::INVALID_PARAMS,
             _ => code::INTERNAL_ERROR,
         };
-        let kind = e.kind();
-        let mut message = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
-        }
+        let chain = std::iter::successors(Some(&e as &dyn std::error::Error), |c| c.source());
+        let message = chain.map(|c| c.to_string()).collect::<Vec<_>>().join(": ");
         Failure {
-            data: Some(serde_json::json!({ "kind": kind })),
+            data: Some(serde_json::json!({ "kind": e.kind() })),
             ..Failure::new(code, message)
         }
     }

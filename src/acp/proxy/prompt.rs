@@ -1,14 +1,9 @@
-//! A prompt's turn through the proxy. The client's blocks become a stored user
-//! message (images, embedded resources and blobs as attachments of the session; the
-//! client's own files, `file://` resources and links, kept verbatim, in the order
-//! sent); the message is dispatched through the resolver, so each attachment reaches
-//! the agent with the path of a live read, converted for what the agent takes; the
-//! agent's updates are relayed at once and recorded as the turn; the answer is relayed
-//! only once everything the turn recorded is durable. A prompt that arrives while a
-//! turn runs is stored queued and delivered through the drain when that turn ends.
-//! With nothing behind the proxy a turn is the same begun-and-ended turn with nothing
-//! between: the prompt is stored and the turn ends `end_turn` once that is durable.
-//! The recorder of the agent's updates is `prompt/recorder.rs`.
+//! A prompt's turn through the proxy: the client's blocks stored as a user message,
+//! dispatched so each attachment reaches the agent with the path of a live read, the
+//! agent's updates relayed at once and recorded, and the answer relayed only once
+//! everything the turn recorded is durable. A prompt that arrives while a turn runs is
+//! stored queued and delivered when that turn ends. With nothing behind, a turn is
+//! the stored prompt alone, ended `end_turn`.
 
 mod recorder;
 
@@ -21,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::agent::{Capabilities, Running};
 use super::rpc::{Message, code};
-use super::{Failure, Proxy};
+use super::{Answer, Failure, Proxy, lock};
 use crate::dispatch::{Memo, Mode, ModelMessage, Part};
 use crate::ids::{MessageId, SessionId};
 use crate::model::{Delivery, TurnEnd};
@@ -35,28 +30,21 @@ pub(crate) struct Turns {
     sessions: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<TurnState>>>>,
     recorders: Mutex<HashMap<SessionId, Recorder>>,
     /// Prompts as the client sent them, until their turn delivers them: the store
-    /// keeps them redacted, the agent gets them as they were. One stored by an
-    /// earlier proxy (queued, then delivered after a restart) is not here, and is
-    /// delivered as stored.
+    /// keeps them redacted, the agent gets them as they were.
     given: Mutex<HashMap<MessageId, crate::model::Message>>,
 }
 
 #[derive(Default)]
 struct TurnState {
     running: bool,
-    /// Prompts stored queued while the turn ran, waiting for the turn that delivers
-    /// them: each gets that turn's answer.
+    /// Prompts queued while the turn ran: each gets the answer of the turn that
+    /// delivers it.
     waiting: Vec<oneshot::Sender<Result<Value, Failure>>>,
 }
 
 impl Turns {
     fn state(&self, session: SessionId) -> Arc<tokio::sync::Mutex<TurnState>> {
-        self.sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(session)
-            .or_default()
-            .clone()
+        lock(&self.sessions).entry(session).or_default().clone()
     }
 }
 
@@ -65,9 +53,8 @@ impl Turns {
 const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Proxy {
-    /// Cancels the session's running turn, if one runs on this connection, as a
-    /// client's `session/cancel` would, and waits (up to [`CANCEL_WAIT`]) for it to
-    /// end, its end recorded.
+    /// Cancels the session's running turn here, as `session/cancel` would, and waits
+    /// (up to [`CANCEL_WAIT`]) for its end to be recorded.
     pub(super) async fn cancel_turn(self: &Arc<Self>, session: SessionId) {
         let state = self.turns.state(session);
         if !state.lock().await.running {
@@ -84,12 +71,7 @@ impl Proxy {
         }
     }
 
-    /// `session/prompt`.
-    pub(super) async fn prompt(
-        self: &Arc<Self>,
-        id: Value,
-        mut message: Message,
-    ) -> Result<Message, Failure> {
+    pub(super) async fn prompt(self: &Arc<Self>, id: Value, mut message: Message) -> Answer {
         let mut params = message.take_params();
         // The request's shape first, as for any method: then whether its session is.
         let Value::Array(blocks) = params.get_mut("prompt").map_or(Value::Null, Value::take) else {
@@ -131,25 +113,20 @@ impl Proxy {
         Ok(Message::result(id, result?))
     }
 
-    /// Keeps a prompt as given for its delivery; the stored message.
+    /// Keeps a prompt as given for its delivery; returns the stored message.
     fn keep_given(
         &self,
         (stored, given): (crate::model::Message, crate::model::Message),
     ) -> crate::model::Message {
         if given != stored {
-            self.turns
-                .given
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(stored.id, given);
+            lock(&self.turns.given).insert(stored.id, given);
         }
         stored
     }
 
-    /// Runs the turn for `messages` and returns its outcome, for the prompt that
-    /// started it. Prompts queued meanwhile are delivered by the turns that follow, on
-    /// a task of their own: the first prompt is answered as its turn ends, not once
-    /// theirs have.
+    /// Runs the turn for `messages` and returns its outcome. Prompts queued meanwhile
+    /// are delivered by turns on a task of their own, so the first prompt is answered
+    /// as its turn ends.
     async fn run_turns(
         self: &Arc<Self>,
         session: SessionId,
@@ -170,8 +147,8 @@ impl Proxy {
         first
     }
 
-    /// While prompts were queued, the turn that delivers them (answering those prompts
-    /// with its outcome); the session's turn stays running until none is left.
+    /// The turns that deliver queued prompts; the session's turn stays running until
+    /// none is left.
     async fn run_queued(self: Arc<Self>, session: SessionId, client_id: Value, params: Value) {
         let state = self.turns.state(session);
         loop {
@@ -204,10 +181,8 @@ impl Proxy {
         self.run_turn(session, client_id, params, ids).await
     }
 
-    /// One turn: marked begun, its messages dispatched and sent to the agent, the
-    /// agent's updates recorded as they come (by `agent_update`), the answer awaited
-    /// and, once the recorder has made everything before it durable, the turn marked
-    /// ended with its stop reason (or failed) and the answer returned.
+    /// One turn, marked begun; once the recorder has made everything before the
+    /// agent's answer durable, marked ended with its stop reason (or failed).
     async fn run_turn(
         self: &Arc<Self>,
         session: SessionId,
@@ -220,16 +195,13 @@ impl Proxy {
         let outcome = self.turn_body(session, client_id, params, &messages).await;
         let flushed = self.recorder(session).flush().await;
         let end = match (&outcome, &flushed) {
-            (_, Err(e)) => TurnEnd::Failed {
-                reason: e.message.clone(),
-            },
             (Ok(result), Ok(())) => TurnEnd::Stopped {
                 stop_reason: result["stopReason"]
                     .as_str()
                     .unwrap_or("end_turn")
                     .to_owned(),
             },
-            (Err(e), Ok(())) => TurnEnd::Failed {
+            (_, Err(e)) | (Err(e), _) => TurnEnd::Failed {
                 reason: e.message.clone(),
             },
         };
@@ -250,13 +222,11 @@ impl Proxy {
         messages: &[MessageId],
     ) -> Result<Value, Failure> {
         let mut given: Vec<Option<crate::model::Message>> = {
-            let mut kept = self.turns.given.lock().unwrap_or_else(|p| p.into_inner());
+            let mut kept = lock(&self.turns.given);
             messages.iter().map(|id| kept.remove(id)).collect()
         };
         if self.agent.is_nothing() {
-            // Nothing answers: the turn is the stored prompt alone. No dispatch either,
-            // since nothing would take its blocks (each read is made when a model is
-            // given the message, on the next restore or dispatch).
+            // Nothing answers, and nothing would take a dispatch's blocks.
             return Ok(json!({ "stopReason": "end_turn" }));
         }
         let (agent, agent_session) = self.agent_side(session).await?;
@@ -366,12 +336,9 @@ impl Proxy {
         }
     }
 
-    /// A `session/update` from the agent: relayed to the client at once; recorded
-    /// (before the turn's answer is relayed) when it is history. The agent's echo of
-    /// the user's message is not recorded again (the store has the message), notices
-    /// are not history, and what the agent replays for its own
-    /// `session/load` is neither relayed nor recorded (the store's replay is the
-    /// record). Update kinds the store does not know are kept as they came.
+    /// A `session/update` from the agent: relayed at once, and recorded when it is
+    /// history. What the agent replays for its own `session/load` is neither (the
+    /// store's replay is the record).
     pub(super) async fn agent_update(self: &Arc<Self>, agent: &Arc<Running>, mut message: Message) {
         let Some(session) = self.sessions.agent_to_client(&mut message, agent) else {
             tracing::debug!(
@@ -401,8 +368,7 @@ impl Proxy {
                 .and_then(|p| p["update"]["title"].as_str())
                 .filter(|t| !t.trim().is_empty())
         {
-            // The agent's title is recorded; it is the title in force unless an explicit
-            // one is there (`TitleSource::replaces`).
+            // In force unless an explicit title is there (`TitleSource::replaces`).
             if let Err(e) = self
                 .store
                 .set_title(session, title.to_owned(), crate::model::TitleSource::Agent)
@@ -411,41 +377,31 @@ impl Proxy {
                 tracing::warn!("cannot record the agent's title of session {session}: {e}");
             }
         }
-        if !(is_history(kind) && self.options.record_updates) {
-            let _ = self.client.send(&message).await;
-            if let Some(cursor) = cursor {
-                let _ = self.client.send(&cursor).await;
-            }
-            return;
-        }
-        // The frame for the client is written first, so the update itself can move to
-        // the recorder rather than be copied for it, and relayed before it is queued
-        // for recording, so that nothing of the recorder's stands before the relay.
-        let frame = message.to_bytes();
-        let update = message
-            .params_mut()
-            .and_then(|p| p.get_mut("update"))
-            .map_or(Value::Null, Value::take);
-        let _ = self.client.send_bytes(frame).await;
+        let record = is_history(kind) && self.options.record_updates;
+        // Relayed before it is queued for recording, so that nothing of the recorder's
+        // stands before the relay; then the update moves to the recorder, not copied.
+        let _ = self.client.send(&message).await;
         if let Some(cursor) = cursor {
             let _ = self.client.send(&cursor).await;
         }
-        self.recorder(session).record(update).await;
+        if record {
+            let update = message
+                .params_mut()
+                .and_then(|p| p.get_mut("update"))
+                .map_or(Value::Null, Value::take);
+            self.recorder(session).record(update).await;
+        }
     }
 
     fn recorder(self: &Arc<Self>, session: SessionId) -> Recorder {
-        self.turns
-            .recorders
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.turns.recorders)
             .entry(session)
             .or_insert_with(|| Recorder::start(self.store.clone(), session))
             .clone()
     }
 
-    /// The history replayed to the client for `session/load`: the store's
-    /// `acp-updates` stream, written straight into the client's frames; from the
-    /// client's point (`_meta.replayFrom`, see `acp::replay_point`) when it gave one,
+    /// The history replayed to the client: the store's `acp-updates` stream written
+    /// straight into frames; from the client's `replayFrom` point when it gave one,
     /// then ended with the replay-complete marker.
     pub(super) async fn replay_to_client(
         self: &Arc<Self>,
@@ -480,10 +436,7 @@ impl Proxy {
             writer.item(&item).map_err(cannot)?;
             self.send_lines(std::mem::take(writer.get_mut())).await?;
             if let Some(cursor) = cursor {
-                self.client
-                    .send(&cursor)
-                    .await
-                    .map_err(|_| Failure::internal("the client went away during the replay"))?;
+                self.send_lines(cursor.to_bytes()).await?;
             }
         }
         // A partial replay's opening notice, when the stream held no item.
@@ -493,8 +446,7 @@ impl Proxy {
                 session,
                 partial.as_ref(),
             ));
-            let line = serde_json::to_vec(&complete)
-                .map_err(|e| Failure::internal(format!("cannot replay session {session}: {e}")))?;
+            let line = serde_json::to_vec(&complete).map_err(|e| cannot(e.into()))?;
             self.send_lines(line).await?;
         }
         Ok(())
@@ -512,19 +464,16 @@ impl Proxy {
     }
 }
 
-/// Whether an update kind is part of a session's history: everything but the echo of
-/// the user's message, notices, and what else the store never keeps. A `usage_update`
-/// is kept (replayed as it came; the session's cost and context follow it).
+/// Whether an update kind is part of a session's history: not the echo of the user's
+/// message (the store has it), nor notices. Unknown kinds are kept as they came.
 fn is_history(kind: &str) -> bool {
     !matches!(kind, "user_message_chunk" | "notice" | "")
 }
 
-/// The client's prompt as the store takes it: text with its `_meta`; images, embedded
-/// resources and blobs (but the client's own `file://` ones) as uploads named after
-/// their URI or MIME type; every other block (`resource_link`s, `file://` resources,
-/// audio, kinds this proxy does not know) kept as the JSON it came as. Each block must
-/// read as an ACP content block; one that does not refuses the whole prompt before
-/// anything is stored.
+/// The client's prompt as the store takes it: images, embedded resources and blobs
+/// (but `file://` ones) as uploads; other blocks but text kept as the JSON they came
+/// as. A block that is not an ACP content block refuses the prompt before anything
+/// is stored.
 fn client_prompt(blocks: Vec<Value>) -> Result<Prompt, Failure> {
     use agent_client_protocol_schema::v1::EmbeddedResourceResource as R;
     let mut out = Vec::with_capacity(blocks.len());
@@ -576,11 +525,10 @@ fn client_prompt(blocks: Vec<Value>) -> Result<Prompt, Failure> {
     })
 }
 
-/// A dispatched message as the agent takes it. Each attachment keeps its block with
-/// the path context in `_meta`; an agent that does not read `_meta` gets the context
-/// as a text block right before it; an agent that takes no images gets an image's
-/// context alone, and one that takes no embedded context gets a `resource_link` to the
-/// live path (with its context) instead of the embedded file.
+/// A dispatched message as the agent takes it: the path context as a text block
+/// before an attachment for an agent that does not read it in `_meta`; for an agent
+/// that takes no images the context alone, and without embedded context a
+/// `resource_link` to the live path.
 pub(crate) fn agent_blocks(message: &ModelMessage, caps: &Capabilities) -> Vec<ContentBlock> {
     let mut out = Vec::with_capacity(message.parts.len() * 2);
     for part in &message.parts {

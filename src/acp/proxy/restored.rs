@@ -1,10 +1,8 @@
-//! What a fresh agent session is told of the conversation so far, before the first
-//! prompt it gets: the user's turns and the agent's answers as text, each attachment
-//! as its path context from a read made now, and attachment contents while they fit
-//! in a byte budget; and what an agent that resumed its own session is told: each
-//! earlier attachment's path context from a read made now, since the paths in its own
-//! history may name a root that has moved. Either precedes the prompt it is sent with
-//! and is never stored: the store's history is the record.
+//! What a fresh agent session is told of the conversation so far (text, each
+//! attachment's path context from a read made now, contents within a byte budget),
+//! and what an agent that resumed its own session is told (each earlier attachment's
+//! path read now: its history's may name a moved root). Either precedes the next
+//! prompt and is never stored.
 
 use std::sync::Arc;
 
@@ -18,13 +16,11 @@ use crate::ids::{MessageId, SessionId};
 use crate::model::{ItemBody, Role};
 use crate::restore::ReplayItem;
 
-/// How many bytes of attachment contents (encoded, as the agent gets them) the
-/// restored conversation carries at most; past it, attachments are given by their
-/// path context alone, which the agent's tools can open.
+/// How many bytes of attachment contents (encoded) the restored conversation carries
+/// at most; past it, attachments are given by their path context alone.
 pub const CONTENT_BUDGET: usize = 256 * 1024;
 
-/// The memo budget of the restore that builds the conversation: it reads each file
-/// once while it fits, and holds no more than this.
+/// The memo budget of the restore that builds the conversation.
 const MEMO_BUDGET: u64 = 16 * 1024 * 1024;
 
 const OPENING: &str = "[sessionstore] This conversation was restored: the agent's own session \
@@ -69,8 +65,7 @@ impl Proxy {
     }
 
     /// The path context of each attachment of `session` before `before`, once per
-    /// file, from reads made now: a text block saying why, then one text block per
-    /// context. Nothing when no earlier message had an attachment.
+    /// file, after a text block saying why; nothing when there is none.
     pub(super) async fn current_paths(
         self: &Arc<Self>,
         session: SessionId,

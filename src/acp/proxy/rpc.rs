@@ -1,10 +1,9 @@
-//! JSON-RPC 2.0 messages as the proxy relays them: each kept as the JSON object it
-//! came as, so that fields the proxy does not know survive the trip, classified by the
-//! keys it has, and patched in place (an id, a session id) where the proxy must. No IO.
+//! JSON-RPC 2.0 messages kept as the JSON objects they came as, so that fields the
+//! proxy does not know survive the trip, and patched in place where it must. No IO.
 
 use serde_json::{Map, Value, json};
 
-/// JSON-RPC's own error codes, and the ones ACP adds, as the proxy answers with them.
+/// JSON-RPC's error codes, and ACP's.
 pub mod code {
     pub const PARSE_ERROR: i64 = -32700;
     pub const INVALID_REQUEST: i64 = -32600;
@@ -15,7 +14,6 @@ pub mod code {
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
 }
 
-/// A message the proxy read, or is about to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Message(Map<String, Value>);
 
@@ -37,8 +35,8 @@ pub struct Malformed {
 }
 
 impl Message {
-    /// Reads one frame. A frame that is not JSON is a parse error; JSON that is not a
-    /// request, a notification or a response is an invalid request.
+    /// Reads one frame: a parse error if it is not JSON, an invalid request if it is not
+    /// a request, a notification or a response.
     pub fn parse(frame: &[u8]) -> Result<Message, Malformed> {
         let value: Value = serde_json::from_slice(frame).map_err(|e| Malformed {
             code: code::PARSE_ERROR,
@@ -137,29 +135,23 @@ impl Message {
         }
     }
 
+    fn object(message: Value) -> Message {
+        match message {
+            Value::Object(m) => Message(m),
+            _ => unreachable!("every constructor writes an object"),
+        }
+    }
+
     pub fn request(id: Value, method: &str, params: Value) -> Message {
-        let mut m = Map::new();
-        m.insert("jsonrpc".to_owned(), json!("2.0"));
-        m.insert("id".to_owned(), id);
-        m.insert("method".to_owned(), Value::String(method.to_owned()));
-        m.insert("params".to_owned(), params);
-        Message(m)
+        Message::object(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
     }
 
     pub fn notification(method: &str, params: Value) -> Message {
-        let mut m = Map::new();
-        m.insert("jsonrpc".to_owned(), json!("2.0"));
-        m.insert("method".to_owned(), Value::String(method.to_owned()));
-        m.insert("params".to_owned(), params);
-        Message(m)
+        Message::object(json!({"jsonrpc": "2.0", "method": method, "params": params}))
     }
 
     pub fn result(id: Value, result: Value) -> Message {
-        let mut m = Map::new();
-        m.insert("jsonrpc".to_owned(), json!("2.0"));
-        m.insert("id".to_owned(), id);
-        m.insert("result".to_owned(), result);
-        Message(m)
+        Message::object(json!({"jsonrpc": "2.0", "id": id, "result": result}))
     }
 
     pub fn error(id: Value, code: i64, message: impl Into<String>) -> Message {
@@ -168,16 +160,7 @@ impl Message {
 
     /// A response carrying `error` as it is (an error relayed from a peer).
     pub fn error_object(id: Value, error: Value) -> Message {
-        let mut m = Map::new();
-        m.insert("jsonrpc".to_owned(), json!("2.0"));
-        m.insert("id".to_owned(), id);
-        m.insert("error".to_owned(), error);
-        Message(m)
-    }
-
-    /// The answer to a frame that was not a message.
-    pub fn malformed(m: &Malformed) -> Message {
-        Message::error(m.id.clone(), m.code, m.message.clone())
+        Message::object(json!({"jsonrpc": "2.0", "id": id, "error": error}))
     }
 
     /// The message as one line of JSON, without its line ending.

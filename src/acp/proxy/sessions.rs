@@ -1,11 +1,8 @@
-//! The sessions the proxy carries: the map between the store's session ids (what the
-//! client sees) and the agent's, the session methods the store serves (`new`, `load`,
-//! `resume`, `list`, `close`, `delete`, `fork`) and the settings it records, and how a
-//! session's agent side is brought up again in a fresh agent: the agent's own
-//! `session/resume` or `session/load` while it still knows the session, else a new
-//! agent session that is told the conversation so far with its next prompt. With
-//! nothing behind the proxy a session has no agent side, and each method is the
-//! store's part of it alone. The map of open sessions and ids is `sessions/map.rs`.
+//! The session methods the store serves and the settings it records, and how a
+//! session's agent side is brought up again in a fresh agent: the agent's own resume
+//! or load while it still knows the session, else a new agent session told the
+//! conversation so far with its next prompt. With nothing behind, a session has no
+//! agent side. The map of open sessions and ids is `sessions/map.rs`.
 
 mod map;
 
@@ -15,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::agent::Running;
 use super::rpc::{Message, code};
-use super::{Failure, Proxy};
+use super::{Answer, Failure, Proxy};
 use crate::acp::LIST_PAGE;
 use crate::ids::SessionId;
 use crate::lifecycle::{DeleteOptions, ListQuery, SessionCursor};
@@ -28,25 +25,16 @@ use map::{not_open, parse_session};
 pub const FORK_AT_META_KEY: &str = "sessionstore/forkAt";
 
 impl Proxy {
-    /// `session/new`: an agent session first (when one runs behind), then the store
-    /// session bound to it with the client's working directory, as one write; the
+    /// `session/new`: an agent session first, then the store session bound to it; the
     /// client sees the store's id and the agent's modes, models and config options.
-    pub(super) async fn new_session(
-        self: &Arc<Self>,
-        id: Value,
-        mut message: Message,
-    ) -> Result<Message, Failure> {
+    pub(super) async fn new_session(self: &Arc<Self>, id: Value, mut message: Message) -> Answer {
         let mut params = message.take_params();
         let cwd = self.client_cwd(&mut params)?;
         let (mut result, agent) = match self.agent.is_nothing() {
             true => (json!({}), None),
             false => {
                 let agent = self.running_agent().await?;
-                let answer = agent
-                    .link
-                    .request("session/new", params.clone())
-                    .await
-                    .map_err(|_| agent.gone_error())?;
+                let answer = agent.request("session/new", params.clone()).await?;
                 let result = match answer.outcome() {
                     Ok(result) => result.clone(),
                     Err(_) => {
@@ -82,15 +70,14 @@ impl Proxy {
     }
 
     /// `session/load` (with `replay`) and `session/resume`: the store's history as
-    /// `session/update` notifications (for a load; every attachment with the path of a
-    /// read made now), then the agent side brought up, then the answer with the
-    /// agent's modes, models and config options.
+    /// `session/update` notifications (for a load), then the agent side brought up,
+    /// then the answer with what the agent said of it.
     pub(super) async fn load_session(
         self: &Arc<Self>,
         id: Value,
         mut message: Message,
         replay: bool,
-    ) -> Result<Message, Failure> {
+    ) -> Answer {
         let mut params = message.take_params();
         let session = session_of(&params)?;
         self.client_cwd(&mut params)?;
@@ -102,8 +89,7 @@ impl Proxy {
             true => None,
             false => Some(self.store.claim_session(session).await?),
         };
-        // A load replays the history; a resume only when the client asked for a
-        // point under `_meta` (v2's `replayFrom`, `acp::replay_point`).
+        // A resume replays only from a point the client asked for (v2's `replayFrom`).
         let point = crate::acp::replay_point(params.get("_meta").and_then(Value::as_object))?;
         if replay || point.is_some() {
             self.replay_to_client(session, point).await?;
@@ -123,13 +109,8 @@ impl Proxy {
     }
 
     /// `session/list`: the store's sessions, most recently updated first, a page at a
-    /// time; filtered by the client's working directory, where sessions that have none
-    /// count as the proxy's own.
-    pub(super) async fn list_sessions(
-        self: &Arc<Self>,
-        id: Value,
-        message: Message,
-    ) -> Result<Message, Failure> {
+    /// time, filtered by the client's working directory.
+    pub(super) async fn list_sessions(self: &Arc<Self>, id: Value, message: Message) -> Answer {
         let params = message.params().cloned().unwrap_or(Value::Null);
         let cursor = params["cursor"]
             .as_str()
@@ -186,17 +167,15 @@ impl Proxy {
         Ok(Message::result(id, result))
     }
 
-    /// `session/archive` (`archived`) and `session/unarchive`: the store's record, and
-    /// the agent's own where it archives (so its own lists agree). Archiving a session
-    /// open on this connection cancels its running turn and closes it, as the schema
-    /// asks; one another proxy carries is refused as open elsewhere. Both succeed on a
-    /// session already so; an unknown one is not found.
+    /// `session/archive` (`archived`) and `session/unarchive`, told to the agent too
+    /// where it archives. Archiving a session open here cancels its turn and closes it,
+    /// as the schema asks; one another proxy carries is refused as open elsewhere.
     pub(super) async fn archive_session(
         self: &Arc<Self>,
         id: Value,
         message: Message,
         archived: bool,
-    ) -> Result<Message, Failure> {
+    ) -> Answer {
         let session = session_param(&message)?;
         let stored = self.store.session(session).await?;
         let claim = match archived {
@@ -220,14 +199,9 @@ impl Proxy {
         Ok(Message::result(id, json!({})))
     }
 
-    /// `session/set_title`: an explicit title, trimmed (one of white space alone is
-    /// invalid params), which stays until the next explicit one; the answer is the
-    /// title stored. An agent that takes titles gets it too.
-    pub(super) async fn set_title(
-        self: &Arc<Self>,
-        id: Value,
-        message: Message,
-    ) -> Result<Message, Failure> {
+    /// `session/set_title`: an explicit title, which stays until the next explicit one;
+    /// the answer is the title stored. An agent that takes titles gets it too.
+    pub(super) async fn set_title(self: &Arc<Self>, id: Value, message: Message) -> Answer {
         let params = message.params().unwrap_or(&Value::Null);
         let session = session_of(params)?;
         let Value::String(title) = &params["title"] else {
@@ -244,38 +218,28 @@ impl Proxy {
         Ok(Message::result(id, json!({ "title": title })))
     }
 
-    /// `session/status`: `open` while a client holds the session, on this connection
-    /// or in another proxy (a probe of its claim, which takes nothing), else `saved`.
-    /// Changes nothing; an unknown session is not found, its id in `data`.
-    pub(super) async fn session_status(
-        self: &Arc<Self>,
-        id: Value,
-        message: Message,
-    ) -> Result<Message, Failure> {
+    /// `session/status`: `open` while a client holds the session, here or in another
+    /// proxy (a probe of its claim), else `saved`. An unknown session is not found,
+    /// its id in `data`.
+    pub(super) async fn session_status(self: &Arc<Self>, id: Value, message: Message) -> Answer {
         let params = message.params().unwrap_or(&Value::Null);
-        let not_found = |what: &str| Failure {
-            data: Some(json!({ "sessionId": params["sessionId"] })),
-            ..Failure::new(code::RESOURCE_NOT_FOUND, what)
+        let with_id = |f: Failure| match f.code {
+            code::RESOURCE_NOT_FOUND => Failure {
+                data: Some(json!({ "sessionId": params["sessionId"] })),
+                ..f
+            },
+            _ => f,
         };
-        let session = match session_of(params) {
-            Ok(session) => session,
-            Err(f) if f.code == code::RESOURCE_NOT_FOUND => return Err(not_found(&f.message)),
-            Err(f) => return Err(f),
-        };
-        match self.store.session(session).await {
-            Ok(_) => {}
-            Err(e @ crate::Error::SessionNotFound(_)) => return Err(not_found(&e.to_string())),
-            Err(e) => return Err(e.into()),
-        }
+        let session = session_of(params).map_err(with_id)?;
+        let stored = self.store.session(session).await;
+        stored.map_err(|e| with_id(e.into()))?;
         let open = self.sessions.is_open(&session) || self.store.session_claimed(session).await?;
         let status = if open { "open" } else { "saved" };
         Ok(Message::result(id, json!({ "status": status })))
     }
 
-    /// Tells the running agent of a change the store made to a session bound to it
-    /// (`binding`), with `params` and the agent's own session id, when the agent can
-    /// take `method` (`can` of its capabilities): so its own lists agree. Its answer
-    /// changes nothing here.
+    /// Tells the running agent of a change the store made to a session bound to it,
+    /// when it can take `method`, so its own lists agree. Its answer changes nothing.
     async fn tell_agent(
         self: &Arc<Self>,
         binding: Option<AgentBinding>,
@@ -293,8 +257,8 @@ impl Proxy {
         }
     }
 
-    /// Closes a session open on this connection, and its agent side where the agent
-    /// can close one; its state (and claim) is handed back.
+    /// Closes a session open here, and its agent side where the agent can; its state
+    /// (and claim) is handed back.
     async fn close_open(self: &Arc<Self>, session: SessionId) -> Option<Open> {
         let mut open = self.sessions.close(&session)?;
         if let Some((agent_session, generation)) = open.agent.take()
@@ -310,25 +274,15 @@ impl Proxy {
         Some(open)
     }
 
-    /// `session/close`: the agent side closed too, where the agent can close one.
-    pub(super) async fn close_session(
-        self: &Arc<Self>,
-        id: Value,
-        message: Message,
-    ) -> Result<Message, Failure> {
+    pub(super) async fn close_session(self: &Arc<Self>, id: Value, message: Message) -> Answer {
         let session = session_param(&message)?;
         self.store.session(session).await?;
         self.close_open(session).await;
         Ok(Message::result(id, json!({})))
     }
 
-    /// `session/delete`: the store deletes (rows, log, folder; a tombstone stays), and
-    /// the agent deletes its side too where it can. Deleting twice succeeds.
-    pub(super) async fn delete_session(
-        self: &Arc<Self>,
-        id: Value,
-        message: Message,
-    ) -> Result<Message, Failure> {
+    /// `session/delete`, in the agent too where it can. Deleting twice succeeds.
+    pub(super) async fn delete_session(self: &Arc<Self>, id: Value, message: Message) -> Answer {
         let session = session_param(&message)?;
         let stored = self.store.session(session).await.ok();
         // A session another proxy carries is not deleted under it: its claim is taken
@@ -347,14 +301,9 @@ impl Proxy {
         Ok(Message::result(id, json!({})))
     }
 
-    /// `session/fork`: the store forks (the whole delivered history, or up to the
-    /// entry a `cursorId` names, or the message named under `_meta`), and the fork gets a fresh agent side that
-    /// is told the conversation with its first prompt.
-    pub(super) async fn fork_session(
-        self: &Arc<Self>,
-        id: Value,
-        mut message: Message,
-    ) -> Result<Message, Failure> {
+    /// `session/fork`: the whole delivered history, or up to the entry a `cursorId` or
+    /// `_meta` names; the fork's fresh agent side is told the conversation.
+    pub(super) async fn fork_session(self: &Arc<Self>, id: Value, mut message: Message) -> Answer {
         let mut params = message.take_params();
         let origin = session_of(&params)?;
         self.client_cwd(&mut params)?;
@@ -389,23 +338,19 @@ impl Proxy {
         Ok(Message::result(id, result))
     }
 
-    /// `session/set_mode`, `set_model` and `set_config_option`: to the agent, and, once
-    /// it took them, recorded, so that a fresh agent side gets them again.
+    /// `session/set_mode`, `set_model` and `set_config_option`: to the agent, and once
+    /// it took them recorded, so that a fresh agent side gets them again.
     pub(super) async fn setting(
         self: &Arc<Self>,
         id: Value,
         method: &str,
         mut message: Message,
-    ) -> Result<Message, Failure> {
+    ) -> Answer {
         let session = session_param(&message)?;
         let (agent, agent_session) = self.agent_side(session).await?;
         message.set_session_id(&agent_session);
         let params = message.params().cloned().unwrap_or(Value::Null);
-        let answer = agent
-            .link
-            .request(method, params.clone())
-            .await
-            .map_err(|_| agent.gone_error())?;
+        let answer = agent.request(method, params.clone()).await?;
         if answer.outcome().is_ok() {
             let mut kept = params;
             if let Value::Object(kept) = &mut kept {
@@ -419,9 +364,8 @@ impl Proxy {
         Ok(answer)
     }
 
-    /// `session/cancel`: to the agent, and every permission request of the session
-    /// still waiting is answered `cancelled` (the turn's own answer, with its stop
-    /// reason, comes from the agent and is recorded as the turn ends).
+    /// `session/cancel`: to the agent, and the session's waiting permission requests
+    /// answered `cancelled` (the turn's own answer comes from the agent).
     pub(super) async fn cancel(self: &Arc<Self>, mut message: Message) {
         let Some(session) = message
             .session_id()
@@ -476,8 +420,7 @@ impl Proxy {
     }
 
     /// Brings the agent side of an open session up and answers with what the agent
-    /// said of it (modes, models, config options; no session id). With nothing behind
-    /// there is no agent side, and nothing to say of it.
+    /// said of it (no session id); `{}` with nothing behind.
     async fn bring_up(
         self: &Arc<Self>,
         session: SessionId,
@@ -510,57 +453,46 @@ impl Proxy {
             .with_open(&session, |o| o.setup.clone())
             .ok_or_else(|| not_open(session))?;
         let name = self.agent.name().unwrap_or_default();
-        let known = binding.filter(|b| b.agent == name);
-        if let Some(binding) = known {
+        let caps = agent.caps();
+        let method = caps
+            .resume
+            .then_some("session/resume")
+            .or(caps.load.then_some("session/load"));
+        if let Some(binding) = binding.filter(|b| b.agent == name)
+            && let Some(method) = method
+        {
             let mut params = setup.clone();
             params["sessionId"] = Value::String(binding.session.clone());
-            let method = if agent.caps().resume {
-                Some("session/resume")
-            } else if agent.caps().load {
-                Some("session/load")
-            } else {
-                None
-            };
-            if let Some(method) = method {
+            self.sessions.with_open(&session, |o| {
+                o.agent = Some((binding.session.clone(), agent.generation));
+                o.agent_replaying = method == "session/load";
+            });
+            self.sessions
+                .lock()
+                .by_agent
+                .insert(binding.session.clone(), session);
+            let answer = agent.request(method, params).await?;
+            self.sessions
+                .with_open(&session, |o| o.agent_replaying = false);
+            if let Ok(result) = answer.outcome() {
                 self.sessions.with_open(&session, |o| {
-                    o.agent = Some((binding.session.clone(), agent.generation));
-                    o.agent_replaying = method == "session/load";
+                    o.fresh = false;
+                    o.stale_paths = true;
                 });
-                self.sessions
-                    .lock()
-                    .by_agent
-                    .insert(binding.session.clone(), session);
-                let answer = agent
-                    .link
-                    .request(method, params)
-                    .await
-                    .map_err(|_| agent.gone_error())?;
-                self.sessions
-                    .with_open(&session, |o| o.agent_replaying = false);
-                if let Ok(result) = answer.outcome() {
-                    self.sessions.with_open(&session, |o| {
-                        o.fresh = false;
-                        o.stale_paths = true;
-                    });
-                    let mut result = result.clone();
-                    strip_session_id(&mut result);
-                    return Ok(result);
-                }
-                tracing::info!(
-                    "the agent no longer knows session {session} ({method} refused); starting it a new agent session"
-                );
-                let mut inner = self.sessions.lock();
-                inner.by_agent.remove(&binding.session);
-                if let Some(o) = inner.open.get_mut(&session) {
-                    o.agent = None;
-                }
+                let mut result = result.clone();
+                strip_session_id(&mut result);
+                return Ok(result);
+            }
+            tracing::info!(
+                "the agent no longer knows session {session} ({method} refused); starting it a new agent session"
+            );
+            let mut inner = self.sessions.lock();
+            inner.by_agent.remove(&binding.session);
+            if let Some(o) = inner.open.get_mut(&session) {
+                o.agent = None;
             }
         }
-        let answer = agent
-            .link
-            .request("session/new", setup)
-            .await
-            .map_err(|_| agent.gone_error())?;
+        let answer = agent.request("session/new", setup).await?;
         let mut result = match answer.outcome() {
             Ok(result) => result.clone(),
             Err(error) => {
@@ -621,11 +553,9 @@ fn agent_session_of(result: &Value) -> Result<String, Failure> {
 }
 
 impl Proxy {
-    /// The client's working directory: absolute, as ACP has it, and kept as the client
-    /// gave it (client content, not a path of the store's). A client that gives none
-    /// gets the proxy's own (`acp --cwd`, or where the proxy runs): it goes into the
-    /// request, for the agent and for bringing the agent side up again, but the store
-    /// keeps none for the session (`None`), which is listed under the proxy's own.
+    /// The client's working directory, absolute as ACP has it. A client that gives none
+    /// gets the proxy's own in the request (for the agent), but the store keeps none
+    /// for the session (`None`), which is listed under the proxy's own.
     fn client_cwd(&self, params: &mut Value) -> Result<Option<String>, Failure> {
         if params.is_null() {
             *params = json!({});
@@ -647,7 +577,7 @@ impl Proxy {
 }
 
 /// What of a `session/new`, `load` or `resume` request brings the agent side up again:
-/// everything but the session id (the working directory, MCP servers, `_meta`).
+/// everything but the session id.
 fn setup_of(params: &Value) -> Value {
     let mut setup = params.clone();
     if let Value::Object(s) = &mut setup {
@@ -661,8 +591,8 @@ fn session_param(message: &Message) -> Result<SessionId, Failure> {
     session_of(message.params().unwrap_or(&Value::Null))
 }
 
-/// The session a request's params name: a `sessionId` string is required (invalid
-/// params without one), and one that names no session of the store is not found.
+/// The session a request's params name: a `sessionId` string that is not a session
+/// id is not found.
 pub(super) fn session_of(params: &Value) -> Result<SessionId, Failure> {
     match &params["sessionId"] {
         Value::String(id) => parse_session(id),

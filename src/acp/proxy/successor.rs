@@ -1,20 +1,12 @@
-//! The agent as the successor in a conductor's proxy chain (`sessionstore proxy` with
-//! no agent, [`super::Behind::Successor`]): the third way to reach an agent, after a
-//! child process and nothing. The conductor (`agent-client-protocol-conductor`, or
-//! any other) starts the proxy as a component and initializes it with
-//! `proxy/initialize` (the params and the answer are `initialize`'s); everything the
-//! proxy sends its agent goes on the client's own connection wrapped in a
-//! `proxy/successor` envelope (`{"method","params"}`; a request's result or error
-//! comes back unchanged as the envelope's), and the conductor delivers what the
-//! successor sends the proxy (session updates, permission and `fs/*` requests) in the
-//! same envelope. Unwrapped, every message takes the paths a child agent's take: the
-//! successor is a [`Running`] agent whose link, instead of writing to a process, hands
-//! its frames here to be wrapped. The conductor owns the agent's lifetime: it is
-//! reached once, on `proxy/initialize`, and never restarted from here.
-//!
-//! The wire shapes are the schema's (`agent-client-protocol-schema` 1.17,
-//! `unstable_proxy_chains`, which the SDK turns on): a cancellation of a wrapped
-//! request names the envelope's id on this connection, and is never wrapped itself.
+//! The agent as the successor in a conductor's proxy chain ([`super::Behind::Successor`]).
+//! The conductor initializes the proxy with `proxy/initialize` (`initialize`'s params
+//! and answer); everything between the proxy and its agent goes on the client's own
+//! connection in a `proxy/successor` envelope (`{"method","params"}`; a request's
+//! result or error comes back unchanged as the envelope's). Unwrapped, every message
+//! takes a child agent's paths: the successor is a [`Running`] agent whose link hands
+//! its frames here to be wrapped. Wire shapes are schema 1.17's
+//! `unstable_proxy_chains`: a cancellation of a wrapped request names the envelope's
+//! id, and is never wrapped itself.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,7 +17,7 @@ use tokio::sync::mpsc;
 use super::agent::{Running, gone, name};
 use super::link::Link;
 use super::rpc::{Kind, Message, code};
-use super::{Failure, Proxy};
+use super::{Failure, Proxy, lock};
 
 /// The envelope of a message to or from the successor.
 pub const SUCCESSOR: &str = "proxy/successor";
@@ -52,16 +44,13 @@ pub(super) fn not_in_a_chain(method: &str) -> Failure {
     )
 }
 
-/// The ids of the requests to the successor still waiting: the id each has on the
-/// agent's link, and the id of its envelope on the client's connection (what a
-/// cancellation must name).
+/// The requests to the successor still waiting: each one's id on the agent's link, to
+/// the id of its envelope on the client's connection (what a cancellation names).
 type Wrapped = Arc<Mutex<HashMap<u64, Value>>>;
 
 impl Proxy {
-    /// Reaches the successor: an agent whose frames go out through
-    /// [`Proxy::to_successor`], initialized with the client's `initialize` params sent
-    /// through the envelope, as ACP asks of a proxy before it answers
-    /// `proxy/initialize`.
+    /// Reaches the successor, initialized through the envelope with the client's
+    /// `initialize` params, as ACP asks before a proxy answers `proxy/initialize`.
     pub(super) async fn reach_successor(
         self: &Arc<Self>,
         generation: u64,
@@ -98,11 +87,9 @@ impl Proxy {
     }
 
     /// Sends on the client's connection what the proxy writes to the successor: a
-    /// request or notification in the envelope (a request's answer handed back to the
-    /// agent's link under the id it went with), an answer to the successor's request
-    /// as it is (its id is the conductor's envelope's), and a cancellation of a
-    /// wrapped request as a cancellation of its envelope. Ends once the agent's link is
-    /// closed (the client went away); the successor is gone then.
+    /// request or notification in the envelope, an answer as it is (its id is the
+    /// conductor's envelope's), a cancellation as one of the envelope. Ends once the
+    /// agent's link is closed; the successor is gone then.
     async fn to_successor(
         self: Arc<Self>,
         running: Arc<Running>,
@@ -172,9 +159,9 @@ impl Proxy {
         self.sessions.agent_ended(running.generation);
     }
 
-    /// A `proxy/successor` request or notification from the conductor: what the
-    /// successor sent, unwrapped and taken as a child agent's message is. Outside a
-    /// chain, or before `proxy/initialize`, a request is refused.
+    /// A `proxy/successor` message from the conductor: what the successor sent,
+    /// unwrapped and taken as a child agent's. Outside a chain, or before
+    /// `proxy/initialize`, a request is refused.
     pub(super) async fn from_successor(self: &Arc<Self>, mut message: Message) {
         let request = match message.kind() {
             Kind::Request { id, .. } => Some(id.clone()),
@@ -190,12 +177,10 @@ impl Proxy {
             false => Err(not_in_a_chain(SUCCESSOR)),
         };
         let mut envelope = message.take_params();
-        let inner = match envelope.get("method").and_then(Value::as_str) {
-            Some(method) => Ok(method.to_owned()),
-            None => Err(Failure::invalid_params(
-                "a proxy/successor envelope names the wrapped message's method",
-            )),
-        };
+        let inner = envelope.get("method").and_then(Value::as_str);
+        let inner = inner.map(str::to_owned).ok_or_else(|| {
+            Failure::invalid_params("a proxy/successor envelope names the wrapped message's method")
+        });
         let (running, method) = match running.and_then(|r| inner.map(|m| (r, m))) {
             Ok(reached) => reached,
             Err(failure) => {
@@ -211,17 +196,13 @@ impl Proxy {
                 return;
             }
         };
-        let params = envelope
-            .get_mut("params")
-            .map(Value::take)
-            .filter(|p| !p.is_null());
-        let has_params = params.is_some();
-        let params = params.unwrap_or(Value::Null);
+        let params = envelope.get_mut("params").map_or(Value::Null, Value::take);
+        let omitted = params.is_null();
         let mut unwrapped = match request {
             Some(id) => Message::request(id, &method, params),
             None => Message::notification(&method, params),
         };
-        if !has_params {
+        if omitted {
             // Omitted and `null` mean the same: no params, as the successor sent it.
             let _ = unwrapped.take_params();
         }
@@ -229,8 +210,7 @@ impl Proxy {
     }
 }
 
-/// The envelope of a message to the successor: its method, and its params (taken out
-/// of it) where it has any.
+/// The envelope of a message to the successor: its method, and its params if any.
 fn envelope(method: &str, message: &mut Message) -> Value {
     let mut envelope = Map::new();
     envelope.insert("method".to_owned(), Value::String(method.to_owned()));
@@ -239,9 +219,4 @@ fn envelope(method: &str, message: &mut Message) -> Value {
         envelope.insert("params".to_owned(), params);
     }
     Value::Object(envelope)
-}
-
-fn lock(wrapped: &Wrapped) -> std::sync::MutexGuard<'_, HashMap<u64, Value>> {
-    // Each change is one insert or remove: a panic elsewhere leaves nothing half-made.
-    wrapped.lock().unwrap_or_else(|p| p.into_inner())
 }

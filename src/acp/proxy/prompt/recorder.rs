@@ -1,8 +1,6 @@
-//! The recorder of a session's updates: a task of its own per session that gathers
-//! what the agent streams for a short window and records it a batch at a time, so
-//! relaying never waits for a commit, cut so that the history is the same however the
-//! window cut the stream, redacted as one text per streamed message; a flush waits
-//! until everything before it is durable. It stores only through `Store`.
+//! The recorder of a session's updates: a task per session that gathers what the agent
+//! streams for a short window and records it a batch at a time, so relaying never
+//! waits for a commit; a flush waits until everything before it is durable.
 
 use std::sync::Arc;
 
@@ -12,22 +10,15 @@ use tokio::sync::{mpsc, oneshot};
 use super::super::Failure;
 use crate::ids::SessionId;
 
-/// How many updates the recorder writes in one batch at most: all that wait, up to
-/// the queue's size.
 const RECORD_BATCH: usize = RECORD_QUEUE;
-/// How long the recorder gathers a session's updates after the first before it writes
-/// them (a flush, the turn's end, writes at once). An agent streaming thousands of
-/// chunks a second then costs a couple of hundred commits a second rather than one a
-/// chunk, and what the client has seen runs ahead of what is durable by at most this
-/// plus the commit in progress. (2 ms until the `streaming` bench showed each commit's
-/// fixed cost holding recording to 0.67–0.78× the relay alone; BENCHMARKS.md, V13.)
+/// How long the recorder gathers updates after the first before it writes them (a
+/// flush writes at once): a couple of hundred commits a second rather than one a
+/// chunk, and what the client saw runs ahead of what is durable by at most this plus
+/// the commit in progress (BENCHMARKS.md, `streaming`).
 pub(crate) const RECORD_WINDOW: std::time::Duration = std::time::Duration::from_millis(5);
 /// How many updates may wait for the recorder before the agent's reader waits too.
 const RECORD_QUEUE: usize = 1024;
 
-/// Records a session's updates in order on a task of its own, a batch at a time, so
-/// that relaying never waits for a commit; `flush` waits until everything given to it
-/// before is durable.
 #[derive(Clone)]
 pub(crate) struct Recorder {
     queue: mpsc::Sender<Record>,
@@ -128,13 +119,10 @@ impl Recorder {
     }
 }
 
-/// Records what the window gathered as the same history it would make had each update
-/// been recorded alone, however the window cut the stream. Inside one batch an update
-/// of a tool call ends the agent message before it, so a chunk after it starts a new
-/// one; across batches the message stays the history's last entry and the next chunk
-/// continues it (as an editor shows it: the update changes the call in place). So a
-/// batch is cut after each `tool_call_update` that a chunk follows, which is the only
-/// place the two differ.
+/// Records what the window gathered as the history each update recorded alone makes.
+/// Inside a batch a tool call update ends the agent message before it, but across
+/// batches the next chunk continues it (the update changes the call in place), so a
+/// batch is cut after each `tool_call_update` that a chunk follows.
 async fn record_runs(
     store: &crate::Store,
     session: SessionId,

@@ -1,7 +1,6 @@
-//! The map of the sessions open on the proxy's connection: the store's session ids
-//! (what the client sees) to the agent's and back, the agent side each has, the
-//! client's requests forwarded to the agent, and the agent's permission requests
-//! still waiting on the client. A few map operations under one lock; no IO.
+//! The sessions open on the proxy's connection: store session ids to the agent's and
+//! back, the client's requests forwarded to the agent, and the agent's permission
+//! requests waiting on the client. A few map operations under one lock; no IO.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -35,29 +34,24 @@ pub(super) struct Inner {
 pub(crate) struct Open {
     /// The agent side: its session id, and the generation of the agent that has it.
     pub agent: Option<(String, u64)>,
-    /// The client's words for bringing the agent side up again: the working directory
-    /// and MCP servers of its `session/new`, `load` or `resume`.
+    /// The client's params for bringing the agent side up again.
     pub setup: Value,
     /// The agent side has not seen the history: the next prompt carries it.
     pub fresh: bool,
-    /// The agent side is the agent's own session, resumed or loaded: its history holds
-    /// the attachment paths of reads made back then, which a moved root may have made
-    /// stale, so the next prompt carries each earlier attachment's path read now.
+    /// The agent side is the agent's own session, resumed or loaded, whose attachment
+    /// paths a moved root may have made stale: the next prompt carries current ones.
     pub stale_paths: bool,
-    /// The agent is replaying the session (its own `session/load`): its updates are
-    /// not the record and are not relayed.
+    /// The agent is replaying the session (its own `session/load`): not relayed.
     pub agent_replaying: bool,
     /// Held while the agent side is brought up, so a prompt and a setting arriving
     /// together bring it up once.
     pub bringing_up: Arc<tokio::sync::Mutex<()>>,
-    /// When the agent last sent anything for the session (an update, a request):
-    /// what `--agent-timeout` measures from.
+    /// When the agent last sent anything for the session: `--agent-timeout`'s start.
     pub last_heard: std::time::Instant,
     /// How many requests of the agent for the session wait on the client.
     pub asking: usize,
-    /// This process's claim on the session: another proxy asking for it is refused
-    /// while the session is open here. Released when the session is closed, deleted
-    /// or the client goes (or the process ends).
+    /// This process's claim on the session, which refuses it to another proxy while
+    /// it is open here.
     pub claim: SessionClaim,
 }
 
@@ -89,9 +83,7 @@ pub(crate) struct Ticket(u64);
 
 impl Sessions {
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // Every change here is a few map operations made together under the lock and
-        // none can panic midway; a panic elsewhere leaves the maps usable.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        super::super::lock(&self.inner)
     }
 
     pub fn is_open(&self, session: &SessionId) -> bool {
@@ -196,10 +188,9 @@ impl Sessions {
         matches!(&state.agent, Some((_, g)) if *g == agent.generation).then_some(session)
     }
 
-    /// The agent's session id for the session a client message names, when the message
-    /// names one: a session that is not open here is refused, one whose agent side is
-    /// not up in `agent`'s generation is `None` (the caller brings it up first, or
-    /// relays the message as it is).
+    /// The agent's session id for the session a client message names: a session not
+    /// open here is refused, one whose agent side is not up in `agent`'s generation is
+    /// `None`.
     pub fn client_to_agent(
         &self,
         message: &Message,
@@ -220,8 +211,7 @@ impl Sessions {
     }
 
     /// Translates the session id of a message from the agent into the store's, and
-    /// says which session it was (`None`: the message names none this connection
-    /// carries, and goes on as it is).
+    /// says which session it was, if this connection carries it.
     pub fn agent_to_client(&self, message: &mut Message, agent: &Running) -> Option<SessionId> {
         let session = self.store_session(message.session_id()?, agent)?;
         message.set_session_id(&session.to_string());
