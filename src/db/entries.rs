@@ -14,7 +14,7 @@ use super::{items, queries};
 
 use crate::error::Result;
 use crate::ids::{EntryId, SessionId};
-use crate::model::Delivery;
+use crate::model::{Delivery, Event};
 use crate::projection::{Entry, Replayer};
 
 /// The messages in `state` (`None`: every message, queued ones too) and the items
@@ -145,12 +145,11 @@ pub fn seq_of_acp_message(conn: &Tx<'_>, session: &SessionId, id: &str) -> Resul
 const EVENT_PAGE_MOST: i64 = 256;
 const EVENT_PAGE_BYTES: usize = 256 * 1024;
 
-/// A session's log read into a [`Replayer`] a page at a time, as `verify` and
-/// repair need it. A page starts at one event and doubles while its payloads come
-/// to less than [`EVENT_PAGE_BYTES`], up to [`EVENT_PAGE_MOST`], and halves when they
-/// come to more: a sent message's event is a few hundred bytes, a long record's a
-/// batch of updates, so pages stay near a few hundred KiB, and so do the entries
-/// they finish before their rows are read.
+/// A session's log read a page at a time (`verify`, `redact`). A page starts at one
+/// event and doubles while its payloads come to less than [`EVENT_PAGE_BYTES`], up to
+/// [`EVENT_PAGE_MOST`], and halves when they come to more: a sent message's event is a
+/// few hundred bytes, a long record's a batch of updates, so pages stay near a few
+/// hundred KiB.
 pub struct LogPages {
     session: SessionId,
     next: i64,
@@ -175,10 +174,8 @@ impl LogPages {
         self.next > self.end
     }
 
-    /// Replays the next page into `replayer` and hands back the entries it
-    /// finished; once the log is done, every entry still open too, since nothing can
-    /// change it any more. The problems the replay found stay in `replayer`.
-    pub fn advance(&mut self, conn: &Tx<'_>, replayer: &mut Replayer) -> Result<Vec<Entry>> {
+    /// The next page of the log's events.
+    pub fn next_page(&mut self, conn: &Tx<'_>) -> Result<Vec<Event<String>>> {
         let (events, next) = queries::events_page(conn, &self.session, self.next, self.page)?;
         self.next = next;
         let bytes: usize = events.iter().map(|e| e.payload.len()).sum();
@@ -186,7 +183,14 @@ impl LogPages {
             true => (self.page * 2).min(EVENT_PAGE_MOST),
             false => (self.page / 2).max(1),
         };
-        for event in &events {
+        Ok(events)
+    }
+
+    /// Replays the next page into `replayer` and hands back the entries it finished
+    /// (once the log is done, every entry still open too). The problems the replay
+    /// found stay in `replayer`.
+    pub fn advance(&mut self, conn: &Tx<'_>, replayer: &mut Replayer) -> Result<Vec<Entry>> {
+        for event in &self.next_page(conn)? {
             replayer.apply(event);
         }
         if self.done() {

@@ -148,10 +148,7 @@ pub(super) fn turn_from_row(row: &Row<'_>) -> Result<Turn, DbError> {
 fn usage_from_row(row: &Row<'_>, at: usize) -> Result<Option<TurnUsage>, DbError> {
     let mut kinds = [None; 6];
     for (i, kind) in kinds.iter_mut().enumerate() {
-        *kind = row
-            .get::<Option<i64>>(at + i)?
-            .map(|n| u64::try_from(n).map_err(|e| DbError::column(at + i, e)))
-            .transpose()?;
+        *kind = row.get(at + i)?;
     }
     let usage = TurnUsage::from_kinds(kinds);
     Ok((usage != TurnUsage::default()).then_some(usage))

@@ -308,6 +308,14 @@ impl FromColumn for u64 {
     }
 }
 
+impl FromColumn for Option<u64> {
+    fn read(row: &Row<'_>, index: usize) -> DbResult<Self> {
+        row.int(index)?
+            .map(|n| u64::try_from(n).map_err(|e| DbError::column(index, e)))
+            .transpose()
+    }
+}
+
 impl FromColumn for usize {
     fn read(row: &Row<'_>, index: usize) -> DbResult<Self> {
         usize::try_from(i64::read(row, index)?).map_err(|e| DbError::column(index, e))
