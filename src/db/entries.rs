@@ -1,9 +1,6 @@
-//! A session's history (its messages and items) read a page at a time, for a restore
-//! and `verify`; its log read a page at a time, for `verify`; and what a replay from a
-//! point needs to find where it starts: the entry at a point and the number of entries
-//! before it. Every read costs what it reads, not what the history holds (the
-//! `(session_id, seq)` keys of messages, items and events, and the partial index on
-//! queued messages).
+//! A session's history and its log read a page at a time (restore, `verify`), and
+//! where a replay from a point starts. Every read costs what it reads, not what the
+//! history holds.
 
 use serde::Deserialize;
 
@@ -17,9 +14,8 @@ use crate::ids::{EntryId, SessionId};
 use crate::model::{Delivery, Event};
 use crate::projection::{Entry, Replayer};
 
-/// The messages in `state` (`None`: every message, queued ones too) and the items
-/// whose seq is in `seqs`, in history order; `made` as [`items::items_in`] takes it,
-/// kept from page to page.
+/// The messages in `state` (`None`: every one) and the items whose seq is in `seqs`,
+/// in history order; `made` kept from page to page.
 pub fn page_of(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -112,9 +108,8 @@ pub fn seq_of(conn: &Tx<'_>, session: &SessionId, entry: EntryId) -> Result<Opti
 }
 
 /// The seq of the first agent message or thought of `session` that carried the ACP
-/// `messageId` `id`. The id is inside the item's body, or, for a row with no body
-/// (V12), inside the update that made it, which no index holds: the items are read in
-/// order, a page at a time, until one matches.
+/// `messageId` `id`. No index holds it: the items are read a page at a time until one
+/// matches.
 pub fn seq_of_acp_message(conn: &Tx<'_>, session: &SessionId, id: &str) -> Result<Option<i64>> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]

@@ -291,7 +291,7 @@ pub enum Db {
 
 /// The database is PostgreSQL, which this binary was built without.
 #[cfg(not(feature = "postgres"))]
-fn no_postgres(url: &crate::config::PostgresUrl) -> Error {
+pub(crate) fn no_postgres(url: &crate::config::PostgresUrl) -> Error {
     Error::Unreachable {
         url: url.to_string(),
         detail: "this sessionstore was built without the `postgres` feature".to_owned(),

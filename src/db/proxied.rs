@@ -1,6 +1,5 @@
-//! Reads and writes of what a proxied session keeps beside its history: its turns
-//! (begun, ended or failed) and the client's settings (the latest of each). Each write
-//! appends its event in the caller's transaction, through `append`.
+//! What a proxied session keeps beside its history: its turns and the client's latest
+//! settings. Each write appends its event in the caller's transaction.
 
 use super::append::{append_event, now};
 use super::error::sql;
@@ -51,8 +50,7 @@ pub fn begin_turn(conn: &Tx<'_>, session: &SessionId, messages: &[MessageId]) ->
     })
 }
 
-/// Ends a running turn of `session`, with the tokens the agent reported for it. A turn
-/// that already ended is refused.
+/// Ends a running turn of `session`, with the tokens the agent reported for it.
 pub fn end_turn(
     conn: &Tx<'_>,
     session: &SessionId,

@@ -6,9 +6,9 @@
 //! session's rows are then made again from its rewritten log. It never touches
 //! attachment files.
 
+use super::entries::LogPages;
 use super::error::sql;
 use super::sql::{Engine, Tx, args};
-use super::entries::LogPages;
 use super::{repair, search};
 
 use crate::error::{Error, Result};
