@@ -270,39 +270,30 @@ fn unless_gone<T>(result: Result<T>) -> Result<Option<T>> {
     }
 }
 
-/// A private temporary folder, removed with what is in it when dropped.
-struct Scratch(PathBuf);
+/// A private (`0700`) temporary folder, removed with what is in it when dropped (a
+/// failure leaves a stray folder, never a wrong answer).
+struct Scratch(tempfile::TempDir);
 
 impl Scratch {
     /// Where the copy of the database goes.
     fn db(&self) -> PathBuf {
-        self.0.join("db")
+        self.0.path().join("db")
     }
 
     fn new(for_db: &Path) -> Result<Scratch> {
-        use std::os::unix::fs::DirBuilderExt;
-        let dir = std::env::temp_dir().join(format!("sessionstore-read-{}", uuid::Uuid::now_v7()));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("sessionstore-read-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()
             .map_err(|cause| Error::DatabaseIo {
                 path: for_db.to_owned(),
                 cause: std::io::Error::new(
                     cause.kind(),
-                    format!(
-                        "cannot make a folder to read a copy in, {}: {cause}",
-                        dir.display()
-                    ),
+                    format!("cannot make a folder to read a copy in: {cause}"),
                 ),
             })?;
         Ok(Scratch(dir))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        // A failure leaves a stray temporary folder, never a wrong answer.
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -35,34 +35,6 @@ pub enum DbError {
     },
 }
 
-impl fmt::Display for DbError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DbError::Sqlite(e) => e.fmt(f),
-            #[cfg(feature = "postgres")]
-            DbError::Postgres(e) => match e.as_db_error() {
-                // The server's own message, without the "db error: " prefix.
-                Some(db) => f.write_str(db.message()),
-                None => e.fmt(f),
-            },
-            DbError::Column { index, reason } => {
-                write!(f, "column {index} does not hold a valid value: {reason}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for DbError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            DbError::Sqlite(e) => e.source(),
-            #[cfg(feature = "postgres")]
-            DbError::Postgres(e) => std::error::Error::source(e),
-            DbError::Column { .. } => None,
-        }
-    }
-}
-
 impl From<rusqlite::Error> for DbError {
     fn from(e: rusqlite::Error) -> Self {
         DbError::Sqlite(e)
@@ -309,12 +281,6 @@ impl FromColumn for Option<u64> {
         row.int(index)?
             .map(|n| u64::try_from(n).map_err(|e| DbError::column(index, e)))
             .transpose()
-    }
-}
-
-impl FromColumn for usize {
-    fn read(row: &Row<'_>, index: usize) -> DbResult<Self> {
-        usize::try_from(i64::read(row, index)?).map_err(|e| DbError::column(index, e))
     }
 }
 

@@ -30,12 +30,6 @@ pub(crate) struct Conn {
     pub(super) statements: Statements,
 }
 
-impl std::fmt::Debug for Manager {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Manager").finish_non_exhaustive()
-    }
-}
-
 impl r2d2::ManageConnection for Manager {
     type Connection = Conn;
     type Error = postgres::Error;

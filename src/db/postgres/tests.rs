@@ -179,7 +179,7 @@ fn the_hand_written_checks_of_the_triggers_and_search_pass() {
     let mut client = Client::connect(url.as_str(), NoTls).unwrap();
     let checks = include_str!("../../../migrations-postgres/check.sql");
     if let Err(e) = client.batch_execute(checks) {
-        panic!("check.sql failed: {}", crate::db::sql::DbError::Postgres(e));
+        panic!("check.sql failed: {e:?}");
     }
     drop(client);
     schema.remove().unwrap();
