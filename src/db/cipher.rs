@@ -59,27 +59,25 @@ pub fn encryption_of(path: &Path) -> Encryption {
 /// Keys `conn`, just opened, with `key` (`None`: a plain file). A wrong key shows at
 /// the first statement that reads ([`opening`]).
 pub(crate) fn key(conn: &Connection, key: Option<&DatabaseKey>) -> rusqlite::Result<()> {
-    match key {
-        None => Ok(()),
-        Some(key) => apply(conn, key),
-    }
-}
-
-#[cfg(feature = "encryption")]
-fn apply(conn: &Connection, key: &DatabaseKey) -> rusqlite::Result<()> {
-    quiet();
+    let Some(key) = key else {
+        return Ok(());
+    };
     // The raw-key form (`x'…'`): no passphrase derivation, which would cost hundreds
     // of milliseconds per connection.
-    conn.pragma_update(None, "key", key.sqlcipher_literal().expose())
-}
-
-/// Never reached: `SqliteFile::of` refuses a key this build cannot use.
-#[cfg(not(feature = "encryption"))]
-fn apply(_: &Connection, _: &DatabaseKey) -> rusqlite::Result<()> {
-    Err(rusqlite::Error::SqliteFailure(
-        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISUSE),
-        Some("this sessionstore was built without the `encryption` feature".to_owned()),
-    ))
+    #[cfg(feature = "encryption")]
+    {
+        quiet();
+        conn.pragma_update(None, "key", key.sqlcipher_literal().expose())
+    }
+    // Never reached: `SqliteFile::of` refuses a key this build cannot use.
+    #[cfg(not(feature = "encryption"))]
+    {
+        let _ = (conn, key);
+        Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISUSE),
+            Some("this sessionstore was built without the `encryption` feature".to_owned()),
+        ))
+    }
 }
 
 /// Turns SQLCipher's process-wide log off: it writes lines to stderr for every page

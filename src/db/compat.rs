@@ -84,64 +84,29 @@ enum Token {
 /// `sql`'s tokens, with comments, string literals and quoted names left out (a word
 /// in them is not SQL), and `->`/`->>` as one punctuation each (`-` then `>`).
 fn tokens(sql: &str) -> Vec<Token> {
-    let chars: Vec<char> = sql.chars().collect();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied();
-        if c == '-' && next == Some('-') {
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
-        } else if c == '/' && next == Some('*') {
-            i += 2;
-            while i < chars.len() && !(chars[i] == '*' && chars.get(i + 1) == Some(&'/')) {
-                i += 1;
-            }
-            i += 2;
-        } else if let Some(close) = match c {
-            '\'' => Some('\''),
-            '"' => Some('"'),
-            '`' => Some('`'),
-            '[' => Some(']'),
-            _ => None,
-        } {
-            // A doubled quote inside is the quote itself: the scan goes on past it.
-            i += 1;
-            loop {
-                match chars.get(i) {
-                    None => break,
-                    Some(&q) if q == close && chars.get(i + 1) == Some(&close) && close != ']' => {
-                        i += 2;
-                    }
-                    Some(&q) if q == close => {
-                        i += 1;
-                        break;
-                    }
-                    Some(_) => i += 1,
+    // A comment, a quoted string or name (a doubled quote inside is the quote itself;
+    // an unclosed one runs to the end), a word or number, or one other character.
+    let token = regex::Regex::new(
+        r#"(?s)--[^\n]*|/\*.*?(?:\*/|$)|'(?:[^']|'')*'?|"(?:[^"]|"")*"?|`(?:[^`]|``)*`?|\[[^\]]*\]?|[\p{Alphabetic}\p{N}_$]+|\S"#,
+    )
+    .expect("a valid pattern");
+    token
+        .find_iter(sql)
+        .filter_map(|m| {
+            let text = m.as_str();
+            let first = text.chars().next()?;
+            match first {
+                '-' if text.starts_with("--") => None,
+                '/' if text.starts_with("/*") => None,
+                // A quoted string or name stands in the text as a word no list names.
+                '\'' | '"' | '`' | '[' => Some(Token::Word(String::new())),
+                c if c.is_alphanumeric() || c == '_' || c == '$' => {
+                    Some(Token::Word(text.to_lowercase()))
                 }
+                c => Some(Token::Punct(c)),
             }
-            // A quoted string or name stands in the text as a word no list names.
-            out.push(Token::Word(String::new()));
-        } else if c.is_alphanumeric() || c == '_' || c == '$' {
-            let start = i;
-            while i < chars.len()
-                && (chars[i].is_alphanumeric() || chars[i] == '_' || chars[i] == '$')
-            {
-                i += 1;
-            }
-            out.push(Token::Word(
-                chars[start..i].iter().collect::<String>().to_lowercase(),
-            ));
-        } else {
-            if !c.is_whitespace() {
-                out.push(Token::Punct(c));
-            }
-            i += 1;
-        }
-    }
-    out
+        })
+        .collect()
 }
 
 /// What of `sql` needs an SQLite newer than 3.37.2, each finding with the version.

@@ -26,19 +26,15 @@ pub fn page_of(
     let messages = queries::messages_in(conn, session, state, seqs.clone())?;
     let items = items::items_in(conn, session, seqs, made)?;
     let mut out = Vec::with_capacity(messages.len() + items.len());
-    let mut messages = messages.into_iter().peekable();
     let mut items = items.into_iter().peekable();
-    loop {
-        let entry = match (messages.peek(), items.peek()) {
-            (Some(m), Some(i)) if i.seq < m.seq => items.next().map(|i| Entry::Item(Box::new(i))),
-            (Some(_), _) => messages.next().map(Entry::Message),
-            (None, _) => items.next().map(|i| Entry::Item(Box::new(i))),
-        };
-        match entry {
-            Some(entry) => out.push(entry),
-            None => return Ok(out),
+    for message in messages {
+        while let Some(item) = items.next_if(|i| i.seq < message.seq) {
+            out.push(Entry::Item(Box::new(item)));
         }
+        out.push(Entry::Message(message));
     }
+    out.extend(items.map(|i| Entry::Item(Box::new(i))));
+    Ok(out)
 }
 
 /// The highest seq of the session's history, 0 when it has none.
