@@ -126,7 +126,7 @@ impl Appender {
 
     fn flush(&mut self, conn: &Tx<'_>) -> Result<()> {
         if !self.pending.is_empty() {
-            super::items::record(conn, &self.session, &self.pending)?;
+            super::items::record_batch(conn, &self.session, &self.pending)?;
             self.pending.clear();
         }
         Ok(())

@@ -48,15 +48,6 @@ pub fn postgres(action: &'static str) -> impl FnOnce(postgres::Error) -> Error {
     move |e| failed(action, DbError::Postgres(e))
 }
 
-/// The PostgreSQL error behind a failed statement (is a retry worth it?).
-#[cfg(feature = "postgres")]
-pub fn postgres_cause(e: &Error) -> Option<&postgres::Error> {
-    match e {
-        Error::Database { cause, .. } => cause.downcast_ref(),
-        _ => None,
-    }
-}
-
 /// A file SQLite will not open or read as a database, in SQLite's words.
 pub fn not_database(path: &Path, e: rusqlite::Error) -> Error {
     Error::NotDatabase {

@@ -151,7 +151,7 @@ impl Tails {
     }
 }
 
-/// [`record`] through the writer's memo: what it knows of the session is not read
+/// [`record_batch`] through the writer's memo: what it knows of the session is not read
 /// again, and what the batch leaves is remembered for the next one.
 pub(crate) fn record_remembered(
     conn: &Tx<'_>,
@@ -190,18 +190,6 @@ fn tool_call_in(
     )
 }
 
-/// Records a batch of updates for `session`: every update is checked and merged before
-/// anything is written, then the items and one `turn_recorded` event (the updates as
-/// received) are written in the caller's transaction.
-pub fn record(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<Recorded> {
-    get_session(conn, session)?;
-    let touched = record_batch(conn, session, batch)?;
-    Ok(Recorded {
-        recorded: batch.len(),
-        items: touched.into_iter().map(|t| t.id).collect(),
-    })
-}
-
 /// An item a batch created or changed, with what a caller recording several batches
 /// in one write needs to list each item once (`crate::record`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,8 +201,11 @@ pub(crate) struct Touched {
     pub(crate) tool_call: bool,
 }
 
-/// [`record`] of one batch, for a session the caller has checked (nothing for an empty
-/// batch): the items touched, in the order the batch first touched them.
+/// Records a batch of updates for a session the caller has checked: every update is
+/// checked and merged before anything is written, then the items and one
+/// `turn_recorded` event (the updates as received; none for an empty batch) are written
+/// in the caller's transaction. Returns the items touched, in the order the batch first
+/// touched them.
 pub(crate) fn record_batch(
     conn: &Tx<'_>,
     session: &SessionId,

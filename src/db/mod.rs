@@ -392,7 +392,7 @@ impl Db {
     pub fn is_retried(&self, e: &Error) -> bool {
         match self {
             #[cfg(feature = "postgres")]
-            Db::Postgres(_) => postgres::lost_race_at_all(e),
+            Db::Postgres(_) => postgres::lost_race(e, 0),
             _ => {
                 let _ = e;
                 false

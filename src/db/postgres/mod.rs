@@ -51,18 +51,16 @@ pub struct PgDb {
     read_only: bool,
 }
 
-/// Whether `e` is one of the races a write is run again for.
-pub(crate) fn lost_race_at_all(e: &Error) -> bool {
-    lost_race(e, 0)
-}
-
 /// Whether a failed transaction lost a race that running it again (after `attempt`
 /// runs) can win.
-fn lost_race(e: &Error, attempt: u32) -> bool {
-    let Some(cause) = super::error::postgres_cause(e) else {
+pub(crate) fn lost_race(e: &Error, attempt: u32) -> bool {
+    let Error::Database { cause, .. } = e else {
         return false;
     };
-    match cause.code() {
+    match cause
+        .downcast_ref::<postgres::Error>()
+        .and_then(|e| e.code())
+    {
         Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE => true,
         Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED => true,
         // Two writers that both computed the next sequence number of one session can
