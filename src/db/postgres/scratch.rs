@@ -13,15 +13,11 @@ use crate::error::Result;
 /// `schema` must be a plain identifier; the probe's and the tests' are.
 pub fn with_search_path(url: &str, schema: &str) -> String {
     let setting = format!("-c%20search_path%3D{schema}");
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let Some(query) = query else {
-        return format!("{base}?options={setting}");
+    let Some((base, query)) = url.split_once('?') else {
+        return format!("{url}?options={setting}");
     };
     let mut found = false;
-    let params: Vec<String> = query
+    let mut params: Vec<String> = query
         .split('&')
         .map(|param| match param.strip_prefix("options=") {
             Some(options) if !found => {
@@ -31,11 +27,10 @@ pub fn with_search_path(url: &str, schema: &str) -> String {
             _ => param.to_owned(),
         })
         .collect();
-    let mut query = params.join("&");
     if !found {
-        query.push_str(&format!("&options={setting}"));
+        params.push(format!("options={setting}"));
     }
-    format!("{base}?{query}")
+    format!("{base}?{}", params.join("&"))
 }
 
 /// Runs `f`, which uses a blocking client, on a thread of its own: the client runs a
