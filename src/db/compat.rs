@@ -8,9 +8,7 @@ use rusqlite::Connection;
 
 use super::schema::{build_reference, embedded, latest_version};
 
-/// Functions SQLite 3.37.2 does not have, with the version that brought each (the math
-/// functions are older, 3.35, but only in builds that enable them, which not every
-/// distribution's does).
+/// Functions SQLite 3.37.2 does not have, with the version that brought each.
 const NEWER_FUNCTIONS: &[(&str, &str)] = &[
     ("unixepoch", "3.38"),
     ("format", "3.38"),
@@ -29,29 +27,13 @@ const NEWER_FUNCTIONS: &[(&str, &str)] = &[
     ("percentile", "3.51"),
     ("percentile_cont", "3.51"),
     ("percentile_disc", "3.51"),
-    ("acos", "a build with math functions"),
-    ("asin", "a build with math functions"),
-    ("atan", "a build with math functions"),
-    ("atan2", "a build with math functions"),
-    ("ceil", "a build with math functions"),
-    ("ceiling", "a build with math functions"),
-    ("cos", "a build with math functions"),
-    ("degrees", "a build with math functions"),
-    ("exp", "a build with math functions"),
-    ("floor", "a build with math functions"),
-    ("ln", "a build with math functions"),
-    ("log", "a build with math functions"),
-    ("log10", "a build with math functions"),
-    ("log2", "a build with math functions"),
-    ("mod", "a build with math functions"),
-    ("pi", "a build with math functions"),
-    ("pow", "a build with math functions"),
-    ("power", "a build with math functions"),
-    ("radians", "a build with math functions"),
-    ("sin", "a build with math functions"),
-    ("sqrt", "a build with math functions"),
-    ("tan", "a build with math functions"),
-    ("trunc", "a build with math functions"),
+];
+
+/// The math functions: 3.35, but only in builds that enable them, which not every
+/// distribution's does.
+const MATH_FUNCTIONS: &[&str] = &[
+    "acos", "asin", "atan", "atan2", "ceil", "ceiling", "cos", "degrees", "exp", "floor", "ln",
+    "log", "log10", "log2", "mod", "pi", "pow", "power", "radians", "sin", "sqrt", "tan", "trunc",
 ];
 
 /// Word sequences SQLite 3.37.2 does not parse, with the version that brought each.
@@ -144,6 +126,9 @@ fn newer_features(sql: &str) -> Vec<String> {
             }
             if let Some((_, version)) = NEWER_FUNCTIONS.iter().find(|(f, _)| *f == w) {
                 found.push(format!("{w}() ({version})"));
+            }
+            if MATH_FUNCTIONS.contains(&w) {
+                found.push(format!("{w}() (a build with math functions)"));
             }
             if w.starts_with("jsonb") {
                 found.push(format!("{w}() (3.45)"));
