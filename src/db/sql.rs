@@ -434,6 +434,7 @@ impl<'t> Tx<'t> {
     pub fn insert_id(&self, insert: &str, key: &str, args: &[Value<'_>]) -> DbResult<Option<i64>> {
         match &self.0 {
             TxRef::Sqlite(conn) => {
+                let _ = key; // named only by PostgreSQL's RETURNING
                 self.execute(insert, args)?;
                 Ok(Some(conn.last_insert_rowid()))
             }
