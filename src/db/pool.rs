@@ -16,7 +16,6 @@ use rusqlite::Connection;
 use super::SqliteFile;
 use crate::error::Result;
 
-/// How many connections the pool keeps at most.
 const MAX_CONNECTIONS: u32 = 8;
 
 /// A pool of configured read-write connections to one database file; clones share it.

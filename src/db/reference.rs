@@ -46,7 +46,6 @@ fn built(version: i64) -> Result<Objects> {
     objects(&reference).map_err(failed)
 }
 
-/// The schema objects of the database `conn` is open on.
 pub(crate) fn objects(conn: &Connection) -> rusqlite::Result<Objects> {
     // `sqlite_stat*` tables are made by ANALYZE, which changes no behaviour.
     let mut stmt = conn.prepare(

@@ -16,7 +16,6 @@ use crate::db::sql::{DbError, Tx, args};
 /// The text a sealed segment holds at least before it is cut (a few rows a megabyte).
 /// A segment ends at a part that ends between words, or, past four times this, at any.
 pub(super) const SEGMENT_BYTES: usize = 64 * 1024;
-/// How many streamed parts sealing reads at a time.
 const SEAL_PAGE: i64 = 16;
 
 /// Whether sealing writes what is left of a message as a last, shorter segment (it
