@@ -1,9 +1,8 @@
 //! The path audit: reads a database behind the store's back (read-only, leaving no
 //! trace) and the files beside it, and reports every column named like a path and
 //! every stored value or file that holds one of the given strings. It judges nothing
-//! and writes nothing; the probe and the tests decide what a finding means. On
-//! PostgreSQL it reads the tables of the connection's schema; the files there are the
-//! server's, so only an SQLite audit reads files.
+//! and writes nothing. On PostgreSQL it reads the tables of the connection's schema
+//! (the files there are the server's).
 
 use std::path::{Path, PathBuf};
 
@@ -17,10 +16,9 @@ use crate::error::{Error, Result};
 /// Words that make a column look like it stores a location on disk.
 pub const PATH_WORDS: [&str; 7] = ["path", "root", "dir", "folder", "location", "file", "cwd"];
 
-/// The one column whose name says it holds a directory and that may: the working
-/// directory an ACP client gave for a session (`sessions.cwd`), which is the client's
-/// words, kept as given, like what a user typed. The store's own roots and attachment
-/// paths are never stored, and no other column is excused.
+/// The one column named like a path that may hold one: the working directory an ACP
+/// client gave (`sessions.cwd`), the client's words kept as given. The store's own
+/// roots and attachment paths are never stored.
 pub const CLIENT_CONTENT_COLUMNS: [&str; 1] = ["sessions.cwd"];
 
 /// What [`audit`] found.
@@ -44,21 +42,16 @@ pub struct PathAudit {
 }
 
 /// Audits the database `config` names for `needles` (empty needles match nothing): an
-/// SQLite file (read through a connection keyed with `config.key` when it is
-/// encrypted, so its tables are read as the store reads them) and the bytes of the
-/// files beside it, or the schema a `postgres://` URL puts first on its search path.
+/// SQLite file (keyed with `config.key`, so its tables read as the store reads them)
+/// and the bytes of the files beside it, or the schema a `postgres://` URL puts first
+/// on its search path.
 pub fn audit(config: &Config, needles: &[String]) -> Result<PathAudit> {
     let db = match &config.database {
         Database::Sqlite(path) => SqliteFile::of(path, config)?,
         #[cfg(feature = "postgres")]
         Database::Postgres(url) => return postgres::audit(url, needles),
         #[cfg(not(feature = "postgres"))]
-        Database::Postgres(url) => {
-            return Err(Error::Unreachable {
-                url: url.to_string(),
-                detail: "this sessionstore was built without the `postgres` feature".to_owned(),
-            });
-        }
+        Database::Postgres(url) => return Err(crate::db::no_postgres(url)),
     };
     let mut audit = readonly::read(&db, |tx| scan_tables(tx, needles))?;
     scan_files(&db.path, needles, &mut audit)?;
@@ -69,7 +62,7 @@ pub fn audit(config: &Config, needles: &[String]) -> Result<PathAudit> {
 mod postgres {
     use std::collections::BTreeMap;
 
-    use super::{CLIENT_CONTENT_COLUMNS, PATH_WORDS, PathAudit, find_needle};
+    use super::{PathAudit, find_needle, quoted};
     use crate::config::PostgresUrl;
     use crate::db::postgres::{connect, off_runtime};
     use crate::db::sql::DbError;
@@ -130,14 +123,7 @@ mod postgres {
                 audit.tables.push(table.clone());
                 let mut text = Vec::new();
                 for (name, is_text) in columns {
-                    let column = format!("{table}.{name}");
-                    let lower = name.to_lowercase();
-                    if PATH_WORDS.iter().any(|w| lower.contains(w))
-                        && !CLIENT_CONTENT_COLUMNS.contains(&column.as_str())
-                    {
-                        audit.path_columns.push(column.clone());
-                    }
-                    audit.columns.push(column);
+                    audit.add_column(table, name);
                     if *is_text {
                         text.push(format!("CAST({} AS TEXT)", quoted(name)));
                     }
@@ -162,10 +148,25 @@ mod postgres {
             Ok(audit)
         })
     }
+}
 
-    fn quoted(name: &str) -> String {
-        format!("\"{}\"", name.replace('"', "\"\""))
+impl PathAudit {
+    /// Lists `table.name`, and among the path columns when it is named like one.
+    fn add_column(&mut self, table: &str, name: &str) {
+        let column = format!("{table}.{name}");
+        let lower = name.to_lowercase();
+        if PATH_WORDS.iter().any(|w| lower.contains(w))
+            && !CLIENT_CONTENT_COLUMNS.contains(&column.as_str())
+        {
+            self.path_columns.push(column.clone());
+        }
+        self.columns.push(column);
     }
+}
+
+/// A table's or column's name as a quoted SQL identifier.
+fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 fn scan_tables(tx: &Transaction<'_>, needles: &[String]) -> Result<PathAudit> {
@@ -174,11 +175,11 @@ fn scan_tables(tx: &Transaction<'_>, needles: &[String]) -> Result<PathAudit> {
     let mut stmt = tx
         .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
         .map_err(failed)?;
-    audit.tables = stmt
-        .query_map([], |r| r.get::<_, String>(0))
-        .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+    let tables: Vec<String> = stmt
+        .query_map([], |r| r.get(0))
+        .and_then(|rows| rows.collect())
         .map_err(failed)?;
-    for table in &audit.tables {
+    for table in &tables {
         let mut stmt = tx
             .prepare("SELECT name FROM pragma_table_info(?1)")
             .map_err(failed)?;
@@ -187,18 +188,10 @@ fn scan_tables(tx: &Transaction<'_>, needles: &[String]) -> Result<PathAudit> {
             .and_then(|rows| rows.collect())
             .map_err(failed)?;
         for name in names {
-            let column = format!("{table}.{name}");
-            let lower = name.to_lowercase();
-            if PATH_WORDS.iter().any(|w| lower.contains(w))
-                && !CLIENT_CONTENT_COLUMNS.contains(&column.as_str())
-            {
-                audit.path_columns.push(column.clone());
-            }
-            audit.columns.push(column);
+            audit.add_column(table, &name);
         }
-        let quoted = format!("\"{}\"", table.replace('"', "\"\""));
         let mut stmt = tx
-            .prepare(&format!("SELECT * FROM {quoted}"))
+            .prepare(&format!("SELECT * FROM {}", quoted(table)))
             .map_err(failed)?;
         let width = stmt.column_count();
         let mut rows = stmt.query([]).map_err(failed)?;
@@ -216,6 +209,7 @@ fn scan_tables(tx: &Transaction<'_>, needles: &[String]) -> Result<PathAudit> {
             }
         }
     }
+    audit.tables = tables;
     Ok(audit)
 }
 

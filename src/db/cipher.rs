@@ -1,10 +1,8 @@
-//! SQLCipher (cargo feature `encryption`): keying a connection with its raw key before
-//! anything reads the file, SQLCipher's own log kept off stderr, a wrong key told from
-//! a plain or foreign file, and the two changes of a database's encryption: `encrypt`
-//! (a plain database exported into a new encrypted file that then takes its place)
-//! and `rekey`. Without the feature a key is refused. Nothing here ever writes a
-//! plaintext copy of an encrypted database: no `ATTACH` with an empty key is issued,
-//! and SQLite's online backup cannot copy between an encrypted and a plain file.
+//! SQLCipher (cargo feature `encryption`): keying a connection before anything reads
+//! the file, a wrong key told from a plain or foreign file, and the changes of a
+//! database's encryption (`change`). Without the feature a key is refused. Nothing here
+//! writes a plaintext copy of an encrypted database: no `ATTACH` with an empty key is
+//! issued, and SQLite's online backup cannot copy between an encrypted and a plain file.
 
 use std::io::Read;
 use std::path::Path;
@@ -15,9 +13,7 @@ use super::SqliteFile;
 use crate::config::DatabaseKey;
 use crate::error::Error;
 
-/// Whether an SQLite file is encrypted, from its first bytes (no key needed, nothing
-/// opened as a database): `paths` says it, and `verify` looks for plaintext backups
-/// beside an encrypted database.
+/// Whether an SQLite file is encrypted, from its first bytes (no key needed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Encryption {
@@ -60,36 +56,32 @@ pub fn encryption_of(path: &Path) -> Encryption {
     }
 }
 
-/// Keys `conn`, a connection just opened and not yet used, with `key`; nothing for a
-/// plain file (`None`). SQLCipher checks no key here: a wrong one shows at the first
-/// statement that reads (see [`opening`]).
+/// Keys `conn`, just opened, with `key` (`None`: a plain file). A wrong key shows at
+/// the first statement that reads ([`opening`]).
 pub(crate) fn key(conn: &Connection, key: Option<&DatabaseKey>) -> rusqlite::Result<()> {
-    match key {
-        None => Ok(()),
-        Some(key) => apply(conn, key),
+    let Some(key) = key else {
+        return Ok(());
+    };
+    // The raw-key form (`x'…'`): no passphrase derivation, which would cost hundreds
+    // of milliseconds per connection.
+    #[cfg(feature = "encryption")]
+    {
+        quiet();
+        conn.pragma_update(None, "key", key.sqlcipher_literal().expose())
+    }
+    // Never reached: `SqliteFile::of` refuses a key this build cannot use.
+    #[cfg(not(feature = "encryption"))]
+    {
+        let _ = (conn, key);
+        Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISUSE),
+            Some("this sessionstore was built without the `encryption` feature".to_owned()),
+        ))
     }
 }
 
-#[cfg(feature = "encryption")]
-fn apply(conn: &Connection, key: &DatabaseKey) -> rusqlite::Result<()> {
-    quiet();
-    // The raw-key form (`x'…'`): SQLCipher takes it as the key itself, with no
-    // passphrase derivation, which would cost hundreds of milliseconds per connection.
-    conn.pragma_update(None, "key", key.sqlcipher_literal().expose())
-}
-
-/// Never reached: `SqliteFile::of` refuses a key this build cannot use.
-#[cfg(not(feature = "encryption"))]
-fn apply(_: &Connection, _: &DatabaseKey) -> rusqlite::Result<()> {
-    Err(rusqlite::Error::SqliteFailure(
-        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISUSE),
-        Some("this sessionstore was built without the `encryption` feature".to_owned()),
-    ))
-}
-
-/// Turns SQLCipher's log off, once per process: at its default level it writes several
-/// lines to stderr for every page that does not decrypt, which would break the one-line
-/// error a wrong key gets. The setting is process-wide.
+/// Turns SQLCipher's process-wide log off: it writes lines to stderr for every page
+/// that does not decrypt, which would break the one-line error a wrong key gets.
 #[cfg(feature = "encryption")]
 fn quiet() {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -102,9 +94,8 @@ fn quiet() {
 }
 
 /// The error for a file that SQLite would not read: with a key, SQLCipher's "file is
-/// not a database" (and the "out of memory" a connection can give after it) means the
-/// key is wrong or the file is none of ours, which it cannot tell apart; anything else
-/// is SQLite's own words.
+/// not a database" (or the "out of memory" after it) means a wrong key or a foreign
+/// file, which it cannot tell apart.
 pub(crate) fn opening(db: &SqliteFile, e: rusqlite::Error) -> Error {
     let undecryptable = matches!(
         e.sqlite_error_code(),
@@ -119,9 +110,8 @@ pub(crate) fn opening(db: &SqliteFile, e: rusqlite::Error) -> Error {
     }
 }
 
-/// The refusal for a file without SQLite's header, or `None` to go on: given a key,
-/// SQLCipher decides at the first read; given none, a file shaped like an encrypted
-/// database is said to be one that may be encrypted, anything else is no database.
+/// The refusal for a file without SQLite's header, or `None` to go on (given a key,
+/// SQLCipher decides at the first read).
 pub(crate) fn without_header(db: &SqliteFile, len: u64) -> Option<Error> {
     if db.key.is_some() {
         return None;

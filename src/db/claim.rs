@@ -3,13 +3,12 @@
 //! beyond the bytes SQLite locks. The kernel drops it when its holder's process ends,
 //! however it ends. It writes no row, no byte of the file and no side file.
 //!
-//! Why OFD locks on one descriptor kept for the process's lifetime: a POSIX record lock
-//! (`F_SETLK`) belongs to the process, and closing any descriptor of a file drops every
-//! POSIX lock the process has on it, SQLite's own included; SQLite's locks guard its
-//! WAL and its last-connection cleanup, so no descriptor of the database may ever be
-//! closed under them. So the descriptor the claims lock through is opened once per
-//! database file and never closed, and claims of one process (which share it, and so
-//! do not conflict in the kernel) are told apart by the registry here.
+//! Why OFD locks on one descriptor kept for the process's lifetime: closing any
+//! descriptor of a file drops every POSIX record lock the process has on it, SQLite's
+//! own included (they guard its WAL and its last-connection cleanup). So the descriptor
+//! claims lock through is opened once per database file and never closed, and claims
+//! of one process (which share it, so the kernel sees no conflict) are told apart by
+//! the registry here.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -127,9 +126,7 @@ pub(crate) fn claim(path: &Path, session: SessionId) -> Result<SqliteClaim> {
 }
 
 /// Whether `session` is claimed on the database at `path`, by this process or another,
-/// found without taking the claim (`F_OFD_GETLK`), through the descriptor claims lock
-/// through (opened and kept as `claim` does, since no descriptor of the database may
-/// be closed).
+/// found without taking the claim (`F_OFD_GETLK`) through the claims' descriptor.
 pub(crate) fn is_claimed(path: &Path, session: SessionId) -> Result<bool> {
     let byte = byte_of(session);
     let mut registry = registry();
@@ -146,18 +143,7 @@ pub(crate) fn is_claimed(path: &Path, session: SessionId) -> Result<bool> {
 
 /// `F_OFD_GETLK` of one byte: whether another open file description holds it.
 fn held_elsewhere(file: &File, byte: i64) -> std::io::Result<bool> {
-    // SAFETY: `flock` is plain data; all-zero is a valid value, filled in below.
-    let mut range: libc::flock = unsafe { std::mem::zeroed() };
-    range.l_type = libc::F_WRLCK as libc::c_short;
-    range.l_whence = libc::SEEK_SET as libc::c_short;
-    range.l_start = byte;
-    range.l_len = 1;
-    // SAFETY: the descriptor is open for as long as `file` lives, and `range` is a
-    // valid `flock` the call may write to.
-    let done = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut range) };
-    if done == -1 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let range = fcntl(file, libc::F_OFD_GETLK, byte, libc::F_WRLCK)?;
     Ok(range.l_type != libc::F_UNLCK as libc::c_short)
 }
 
@@ -179,18 +165,28 @@ impl Drop for SqliteClaim {
 
 /// `F_OFD_SETLK` of one byte: taken at once or refused, never waited for.
 fn lock(file: &File, byte: i64, kind: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: `flock` is plain data; all-zero is a valid value, filled in below.
+    fcntl(file, libc::F_OFD_SETLK, byte, kind).map(drop)
+}
+
+/// The OFD lock command `command` on the one byte `byte`, of lock type `kind`; the
+/// range as the call left it.
+fn fcntl(
+    file: &File,
+    command: libc::c_int,
+    byte: i64,
+    kind: libc::c_int,
+) -> std::io::Result<libc::flock> {
+    // SAFETY: `flock` is plain data; all-zero is a valid value (OFD locks require
+    // `l_pid` to be 0), filled in below.
     let mut range: libc::flock = unsafe { std::mem::zeroed() };
     range.l_type = kind as libc::c_short;
     range.l_whence = libc::SEEK_SET as libc::c_short;
     range.l_start = byte;
     range.l_len = 1;
-    // OFD locks require `l_pid` to be 0, which `zeroed` made it.
     // SAFETY: the descriptor is open for as long as `file` lives, and `range` is a
-    // valid `flock` for the duration of the call.
-    let done = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &range) };
-    if done == -1 {
+    // valid `flock` the call may write to.
+    if unsafe { libc::fcntl(file.as_raw_fd(), command, &mut range) } == -1 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(())
+    Ok(range)
 }

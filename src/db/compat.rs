@@ -8,9 +8,7 @@ use rusqlite::Connection;
 
 use super::schema::{build_reference, embedded, latest_version};
 
-/// Functions SQLite 3.37.2 does not have, with the version that brought each (the math
-/// functions are older, 3.35, but only in builds that enable them, which not every
-/// distribution's does).
+/// Functions SQLite 3.37.2 does not have, with the version that brought each.
 const NEWER_FUNCTIONS: &[(&str, &str)] = &[
     ("unixepoch", "3.38"),
     ("format", "3.38"),
@@ -29,29 +27,13 @@ const NEWER_FUNCTIONS: &[(&str, &str)] = &[
     ("percentile", "3.51"),
     ("percentile_cont", "3.51"),
     ("percentile_disc", "3.51"),
-    ("acos", "a build with math functions"),
-    ("asin", "a build with math functions"),
-    ("atan", "a build with math functions"),
-    ("atan2", "a build with math functions"),
-    ("ceil", "a build with math functions"),
-    ("ceiling", "a build with math functions"),
-    ("cos", "a build with math functions"),
-    ("degrees", "a build with math functions"),
-    ("exp", "a build with math functions"),
-    ("floor", "a build with math functions"),
-    ("ln", "a build with math functions"),
-    ("log", "a build with math functions"),
-    ("log10", "a build with math functions"),
-    ("log2", "a build with math functions"),
-    ("mod", "a build with math functions"),
-    ("pi", "a build with math functions"),
-    ("pow", "a build with math functions"),
-    ("power", "a build with math functions"),
-    ("radians", "a build with math functions"),
-    ("sin", "a build with math functions"),
-    ("sqrt", "a build with math functions"),
-    ("tan", "a build with math functions"),
-    ("trunc", "a build with math functions"),
+];
+
+/// The math functions: 3.35, but only in builds that enable them, which not every
+/// distribution's does.
+const MATH_FUNCTIONS: &[&str] = &[
+    "acos", "asin", "atan", "atan2", "ceil", "ceiling", "cos", "degrees", "exp", "floor", "ln",
+    "log", "log10", "log2", "mod", "pi", "pow", "power", "radians", "sin", "sqrt", "tan", "trunc",
 ];
 
 /// Word sequences SQLite 3.37.2 does not parse, with the version that brought each.
@@ -84,64 +66,29 @@ enum Token {
 /// `sql`'s tokens, with comments, string literals and quoted names left out (a word
 /// in them is not SQL), and `->`/`->>` as one punctuation each (`-` then `>`).
 fn tokens(sql: &str) -> Vec<Token> {
-    let chars: Vec<char> = sql.chars().collect();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied();
-        if c == '-' && next == Some('-') {
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
-        } else if c == '/' && next == Some('*') {
-            i += 2;
-            while i < chars.len() && !(chars[i] == '*' && chars.get(i + 1) == Some(&'/')) {
-                i += 1;
-            }
-            i += 2;
-        } else if let Some(close) = match c {
-            '\'' => Some('\''),
-            '"' => Some('"'),
-            '`' => Some('`'),
-            '[' => Some(']'),
-            _ => None,
-        } {
-            // A doubled quote inside is the quote itself: the scan goes on past it.
-            i += 1;
-            loop {
-                match chars.get(i) {
-                    None => break,
-                    Some(&q) if q == close && chars.get(i + 1) == Some(&close) && close != ']' => {
-                        i += 2;
-                    }
-                    Some(&q) if q == close => {
-                        i += 1;
-                        break;
-                    }
-                    Some(_) => i += 1,
+    // A comment, a quoted string or name (a doubled quote inside is the quote itself;
+    // an unclosed one runs to the end), a word or number, or one other character.
+    let token = regex::Regex::new(
+        r#"(?s)--[^\n]*|/\*.*?(?:\*/|$)|'(?:[^']|'')*'?|"(?:[^"]|"")*"?|`(?:[^`]|``)*`?|\[[^\]]*\]?|[\p{Alphabetic}\p{N}_$]+|\S"#,
+    )
+    .expect("a valid pattern");
+    token
+        .find_iter(sql)
+        .filter_map(|m| {
+            let text = m.as_str();
+            let first = text.chars().next()?;
+            match first {
+                '-' if text.starts_with("--") => None,
+                '/' if text.starts_with("/*") => None,
+                // A quoted string or name stands in the text as a word no list names.
+                '\'' | '"' | '`' | '[' => Some(Token::Word(String::new())),
+                c if c.is_alphanumeric() || c == '_' || c == '$' => {
+                    Some(Token::Word(text.to_lowercase()))
                 }
+                c => Some(Token::Punct(c)),
             }
-            // A quoted string or name stands in the text as a word no list names.
-            out.push(Token::Word(String::new()));
-        } else if c.is_alphanumeric() || c == '_' || c == '$' {
-            let start = i;
-            while i < chars.len()
-                && (chars[i].is_alphanumeric() || chars[i] == '_' || chars[i] == '$')
-            {
-                i += 1;
-            }
-            out.push(Token::Word(
-                chars[start..i].iter().collect::<String>().to_lowercase(),
-            ));
-        } else {
-            if !c.is_whitespace() {
-                out.push(Token::Punct(c));
-            }
-            i += 1;
-        }
-    }
-    out
+        })
+        .collect()
 }
 
 /// What of `sql` needs an SQLite newer than 3.37.2, each finding with the version.
@@ -179,6 +126,9 @@ fn newer_features(sql: &str) -> Vec<String> {
             }
             if let Some((_, version)) = NEWER_FUNCTIONS.iter().find(|(f, _)| *f == w) {
                 found.push(format!("{w}() ({version})"));
+            }
+            if MATH_FUNCTIONS.contains(&w) {
+                found.push(format!("{w}() (a build with math functions)"));
             }
             if w.starts_with("jsonb") {
                 found.push(format!("{w}() (3.45)"));

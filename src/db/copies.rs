@@ -1,7 +1,6 @@
-//! Writes a whole session from a history handed to it (a fork's cut of another
-//! session, an imported archive) through the same write functions as `send` and
-//! `record`, so the new session's own event log replays to its rows. Never copies an
-//! event or a row id from anywhere: every row and event here is the new session's.
+//! Writes a whole session from a history handed to it (a fork, an import) through the
+//! same write functions as `send` and `record`, so its own log replays to its rows.
+//! Never copies an event or a row id: every row and event here is the new session's.
 
 use super::sql::Tx;
 
@@ -23,8 +22,7 @@ pub enum Entry {
     Item(Box<ItemBody>),
 }
 
-/// A session to create with a history: its id, what it is created as, where it was
-/// forked from, and the client settings it starts with.
+/// A session to create with a history.
 #[derive(Debug, Clone)]
 pub struct NewSession {
     pub id: SessionId,
@@ -44,13 +42,10 @@ pub fn create(conn: &Tx<'_>, session: &NewSession) -> Result<()> {
 }
 
 /// Appends entries, with their events, to the history of `session` (made by
-/// [`create`] in the same write), in history order: a message with its own event, and
-/// the updates of consecutive items gathered into one `record` of up to
-/// [`RECORD_BATCH`] updates (an item of more is a batch of its own; an item's updates
-/// are never split), as `Store::record` writes a long input; so a long
-/// history makes an event a batch, not an event an item, and what is held is one
-/// batch. [`Appender::finish`] writes what is still gathered; an appender dropped
-/// without it writes nothing more (its write is then abandoned anyway).
+/// [`create`] in the same write), in order: a message with its own event, the updates
+/// of consecutive items gathered into one `record` of up to [`RECORD_BATCH`] updates
+/// (an item's updates never split), so what is held is one batch. [`Appender::finish`]
+/// writes what is still gathered.
 pub struct Appender {
     session: SessionId,
     pending: Vec<Update>,
@@ -83,16 +78,14 @@ impl Appender {
                 super::items::settle(conn, &self.session)?;
                 super::queries::insert_message(conn, &self.session, message, *state)?;
             }
-            // A copy carries history, not cost: the origin's `usage_update`s (what its
-            // agent said the origin cost) are left out, so the copy's cost and context
-            // are its own agent's.
+            // A copy carries history, not cost: the origin's `usage_update`s are left out.
             Entry::Item(body) if crate::turns::is_usage(body) => {}
             Entry::Item(body) => {
                 let mut updates = crate::turns::replay_updates(body);
-                // Two agent messages (or thoughts) in a row were kept apart by an
-                // update of an earlier tool call between their chunks: written as
-                // their chunks alone, the second would continue the first. An update
-                // of the last tool call that changes nothing keeps them apart again.
+                // Two agent messages (or thoughts) in a row were kept apart by an update
+                // of an earlier tool call: written as chunks alone, the second would
+                // continue the first. An empty update of the last tool call keeps them
+                // apart again.
                 let text = matches!(
                     **body,
                     ItemBody::AgentMessage(_) | ItemBody::AgentThought(_)
@@ -133,7 +126,7 @@ impl Appender {
 
     fn flush(&mut self, conn: &Tx<'_>) -> Result<()> {
         if !self.pending.is_empty() {
-            super::items::record(conn, &self.session, &self.pending)?;
+            super::items::record_batch(conn, &self.session, &self.pending)?;
             self.pending.clear();
         }
         Ok(())

@@ -1,9 +1,6 @@
-//! A session's history (its messages and items) read a page at a time, for a restore
-//! and `verify`; its log read a page at a time, for `verify`; and what a replay from a
-//! point needs to find where it starts: the entry at a point and the number of entries
-//! before it. Every read costs what it reads, not what the history holds (the
-//! `(session_id, seq)` keys of messages, items and events, and the partial index on
-//! queued messages).
+//! A session's history and its log read a page at a time (restore, `verify`), and
+//! where a replay from a point starts. Every read costs what it reads, not what the
+//! history holds.
 
 use serde::Deserialize;
 
@@ -14,12 +11,11 @@ use super::{items, queries};
 
 use crate::error::Result;
 use crate::ids::{EntryId, SessionId};
-use crate::model::Delivery;
+use crate::model::{Delivery, Event};
 use crate::projection::{Entry, Replayer};
 
-/// The messages in `state` (`None`: every message, queued ones too) and the items
-/// whose seq is in `seqs`, in history order; `made` as [`items::items_in`] takes it,
-/// kept from page to page.
+/// The messages in `state` (`None`: every one) and the items whose seq is in `seqs`,
+/// in history order; `made` kept from page to page.
 pub fn page_of(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -30,19 +26,15 @@ pub fn page_of(
     let messages = queries::messages_in(conn, session, state, seqs.clone())?;
     let items = items::items_in(conn, session, seqs, made)?;
     let mut out = Vec::with_capacity(messages.len() + items.len());
-    let mut messages = messages.into_iter().peekable();
     let mut items = items.into_iter().peekable();
-    loop {
-        let entry = match (messages.peek(), items.peek()) {
-            (Some(m), Some(i)) if i.seq < m.seq => items.next().map(|i| Entry::Item(Box::new(i))),
-            (Some(_), _) => messages.next().map(Entry::Message),
-            (None, _) => items.next().map(|i| Entry::Item(Box::new(i))),
-        };
-        match entry {
-            Some(entry) => out.push(entry),
-            None => return Ok(out),
+    for message in messages {
+        while let Some(item) = items.next_if(|i| i.seq < message.seq) {
+            out.push(Entry::Item(Box::new(item)));
         }
+        out.push(Entry::Message(message));
     }
+    out.extend(items.map(|i| Entry::Item(Box::new(i))));
+    Ok(out)
 }
 
 /// The highest seq of the session's history, 0 when it has none.
@@ -112,9 +104,8 @@ pub fn seq_of(conn: &Tx<'_>, session: &SessionId, entry: EntryId) -> Result<Opti
 }
 
 /// The seq of the first agent message or thought of `session` that carried the ACP
-/// `messageId` `id`. The id is inside the item's body, or, for a row with no body
-/// (V12), inside the update that made it, which no index holds: the items are read in
-/// order, a page at a time, until one matches.
+/// `messageId` `id`. No index holds it: the items are read a page at a time until one
+/// matches.
 pub fn seq_of_acp_message(conn: &Tx<'_>, session: &SessionId, id: &str) -> Result<Option<i64>> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -145,12 +136,11 @@ pub fn seq_of_acp_message(conn: &Tx<'_>, session: &SessionId, id: &str) -> Resul
 const EVENT_PAGE_MOST: i64 = 256;
 const EVENT_PAGE_BYTES: usize = 256 * 1024;
 
-/// A session's log read into a [`Replayer`] a page at a time, as `verify` and
-/// repair need it. A page starts at one event and doubles while its payloads come
-/// to less than [`EVENT_PAGE_BYTES`], up to [`EVENT_PAGE_MOST`], and halves when they
-/// come to more: a sent message's event is a few hundred bytes, a long record's a
-/// batch of updates, so pages stay near a few hundred KiB, and so do the entries
-/// they finish before their rows are read.
+/// A session's log read a page at a time (`verify`, `redact`). A page starts at one
+/// event and doubles while its payloads come to less than [`EVENT_PAGE_BYTES`], up to
+/// [`EVENT_PAGE_MOST`], and halves when they come to more: a sent message's event is a
+/// few hundred bytes, a long record's a batch of updates, so pages stay near a few
+/// hundred KiB.
 pub struct LogPages {
     session: SessionId,
     next: i64,
@@ -175,10 +165,8 @@ impl LogPages {
         self.next > self.end
     }
 
-    /// Replays the next page into `replayer` and hands back the entries it
-    /// finished; once the log is done, every entry still open too, since nothing can
-    /// change it any more. The problems the replay found stay in `replayer`.
-    pub fn advance(&mut self, conn: &Tx<'_>, replayer: &mut Replayer) -> Result<Vec<Entry>> {
+    /// The next page of the log's events.
+    pub fn next_page(&mut self, conn: &Tx<'_>) -> Result<Vec<Event<String>>> {
         let (events, next) = queries::events_page(conn, &self.session, self.next, self.page)?;
         self.next = next;
         let bytes: usize = events.iter().map(|e| e.payload.len()).sum();
@@ -186,7 +174,14 @@ impl LogPages {
             true => (self.page * 2).min(EVENT_PAGE_MOST),
             false => (self.page / 2).max(1),
         };
-        for event in &events {
+        Ok(events)
+    }
+
+    /// Replays the next page into `replayer` and hands back the entries it finished
+    /// (once the log is done, every entry still open too). The problems the replay
+    /// found stay in `replayer`.
+    pub fn advance(&mut self, conn: &Tx<'_>, replayer: &mut Replayer) -> Result<Vec<Entry>> {
+        for event in &self.next_page(conn)? {
             replayer.apply(event);
         }
         if self.done() {

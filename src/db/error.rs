@@ -1,7 +1,6 @@
-//! The crate's `Error` from what a database driver said: a failed statement named by
-//! the action it was part of, a busy database told apart from other failures, a file
-//! SQLite will not open, a pool that gave no connection. The driver's error goes behind
-//! `source()` as an opaque `DatabaseCause`. It runs no statement and decides no retry.
+//! The crate's `Error` from what a database driver said, named by the action it was
+//! part of; the driver's error goes behind `source()` as an opaque `DatabaseCause`. It
+//! runs no statement and decides no retry.
 
 use std::path::Path;
 
@@ -43,21 +42,10 @@ pub fn sqlite(action: &'static str, cause: rusqlite::Error) -> Error {
     }
 }
 
-/// `failed` for a PostgreSQL error met outside a `Tx` (a transaction begun or
-/// committed, a catalog read on a client of its own).
+/// `failed` for a PostgreSQL error met outside a `Tx`.
 #[cfg(feature = "postgres")]
 pub fn postgres(action: &'static str) -> impl FnOnce(postgres::Error) -> Error {
     move |e| failed(action, DbError::Postgres(e))
-}
-
-/// The PostgreSQL error behind a failed statement, for deciding whether running the
-/// transaction again can help.
-#[cfg(feature = "postgres")]
-pub fn postgres_cause(e: &Error) -> Option<&postgres::Error> {
-    match e {
-        Error::Database { cause, .. } => cause.downcast_ref(),
-        _ => None,
-    }
 }
 
 /// A file SQLite will not open or read as a database, in SQLite's words.
@@ -77,9 +65,8 @@ pub fn pool(e: r2d2::Error) -> Error {
 mod tests {
     use super::*;
 
-    /// The driver's error goes behind `source()` with its words and causes as they
-    /// were, so the binary's one-line chain reads as before; a busy database is told
-    /// apart from other failures.
+    /// The driver's error goes behind `source()` with its words and causes; a busy
+    /// database is told apart.
     #[test]
     fn a_drivers_error_keeps_its_words_behind_an_opaque_cause() {
         let conn = rusqlite::Connection::open_in_memory().unwrap();

@@ -1,10 +1,7 @@
-//! Reads and writes of recorded turn items, the `items` table family (`items`,
-//! `item_parts`, `streaming_parts`): agent messages and thoughts, tool calls, plans,
-//! session-level updates. A recorded batch writes its items and its
-//! `turn_recorded` event in the caller's transaction; the merge itself is
-//! `crate::turns`, so this file only loads what it needs and stores what it returns.
-//! Reading items is `items/read.rs`; sealing a streamed message into segments,
-//! `items/seal.rs`.
+//! Writes of recorded turn items (`items`, `item_parts`, `streaming_parts`): a batch
+//! writes its items and its `turn_recorded` event in the caller's transaction. The
+//! merge itself is `crate::turns`; this file loads what it needs and stores what it
+//! returns. Reading is `items/read.rs`; sealing a streamed message, `items/seal.rs`.
 
 mod read;
 mod seal;
@@ -38,8 +35,8 @@ pub struct Recorded {
 }
 
 /// What of the session's history `batch` may change: the last entry when it is an
-/// agent message or thought, and the tool calls the batch names. The last entry is
-/// read unless the writer's memo knows it (`known`).
+/// agent message or thought (unless the writer's memo knows it), and the tool calls
+/// the batch names.
 fn state_for(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -82,9 +79,8 @@ fn state_for(
 }
 
 /// An agent message or thought with none of its content: only its kind and message id
-/// decide whether a chunk continues it, so a batch starts from this copy of the tail
-/// and what the outcome holds for it is then only what the batch appends, stored as
-/// one part (`record_batch`).
+/// decide whether a chunk continues it, so the outcome then holds only what the batch
+/// appends, stored as one part.
 fn empty_copy(body: ItemBody) -> ItemBody {
     match body {
         ItemBody::AgentMessage(text) => ItemBody::AgentMessage(AgentText {
@@ -101,8 +97,7 @@ fn empty_copy(body: ItemBody) -> ItemBody {
 
 /// What the store's writer remembers of a session it recorded for, so the next batch
 /// need not read it again: good while the session's last event is still `event` (every
-/// write of a session appends one, so another process's write, or a write of this one
-/// that went another way, shows as a later event and the memo is dropped).
+/// write of a session appends one, so any other write shows as a later event).
 #[derive(Debug, Clone)]
 pub(crate) struct Tail {
     /// The `session_seq` of the session's last event, and its `seq`.
@@ -121,8 +116,7 @@ pub(crate) struct Tail {
 #[derive(Debug, Default)]
 pub(crate) struct Tails(HashMap<SessionId, Tail>);
 
-/// How many sessions the memo holds at most (a few hundred bytes each); past that it
-/// starts again empty.
+/// How many sessions the memo holds at most; past that it starts again empty.
 const TAILS: usize = 4096;
 
 impl Tails {
@@ -137,9 +131,8 @@ impl Tails {
         let Some(tail) = self.0.remove(session) else {
             return Ok(None);
         };
-        // Another process may have written to the session since: any event of the
-        // session after the one remembered. The read walks only the events appended
-        // since then, by row id (the log's index by session lags, V13).
+        // Another process may have written to the session since: any later event. The
+        // read walks only the events appended since, by row id (V13).
         let later: Option<bool> = conn
             .query_row(
                 "SELECT EXISTS (SELECT 1 FROM events WHERE seq > ?1 AND session_id = ?2)",
@@ -158,7 +151,7 @@ impl Tails {
     }
 }
 
-/// [`record`] through the writer's memo: what it knows of the session is not read
+/// [`record_batch`] through the writer's memo: what it knows of the session is not read
 /// again, and what the batch leaves is remembered for the next one.
 pub(crate) fn record_remembered(
     conn: &Tx<'_>,
@@ -180,8 +173,7 @@ pub(crate) fn record_remembered(
     })
 }
 
-/// The tool call item of `session` that `id` names, if any, the update a row with no
-/// body names read through `made`.
+/// The tool call item of `session` that `id` names, if any.
 fn tool_call_in(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -198,20 +190,8 @@ fn tool_call_in(
     )
 }
 
-/// Records a batch of updates for `session`: every update is checked and merged before
-/// anything is written, then the items and one `turn_recorded` event (holding the
-/// updates as received) are written through `conn`, the caller's transaction.
-pub fn record(conn: &Tx<'_>, session: &SessionId, batch: &[Update]) -> Result<Recorded> {
-    get_session(conn, session)?;
-    let touched = record_batch(conn, session, batch)?;
-    Ok(Recorded {
-        recorded: batch.len(),
-        items: touched.into_iter().map(|t| t.id).collect(),
-    })
-}
-
-/// An item a batch created or changed, and what a caller that records several
-/// batches in one write needs to list each item once (`crate::record`).
+/// An item a batch created or changed, with what a caller recording several batches
+/// in one write needs to list each item once (`crate::record`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Touched {
     pub(crate) id: ItemId,
@@ -221,9 +201,11 @@ pub(crate) struct Touched {
     pub(crate) tool_call: bool,
 }
 
-/// [`record`] of one batch, for a session the caller has checked: its items and its
-/// one `turn_recorded` event, nothing for an empty batch. Returns the items touched,
-/// in the order the batch first touched them.
+/// Records a batch of updates for a session the caller has checked: every update is
+/// checked and merged before anything is written, then the items and one
+/// `turn_recorded` event (the updates as received; none for an empty batch) are written
+/// in the caller's transaction. Returns the items touched, in the order the batch first
+/// touched them.
 pub(crate) fn record_batch(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -233,7 +215,7 @@ pub(crate) fn record_batch(
 }
 
 /// [`record_batch`] from what is `known` of the session (read when `None`), giving
-/// what it leaves for the next batch when `remember` asks (`None` for an empty batch).
+/// what it leaves for the next batch when `remember` asks.
 fn record_known(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -264,7 +246,7 @@ fn record_known(
     let name_makers = conn.engine() == Engine::Sqlite;
     let mut parts = known.as_ref().and_then(|k| k.parts);
     // The new items' ids, in creation order, and the event that lists them, written
-    // first so that a row can name the bytes of the update that made it.
+    // before the items so that a row can name the bytes of its update (V12, V13).
     let created: Vec<CreatedItem> = (0..outcome.created)
         .map(|n| CreatedItem {
             id: ItemId::new(),
@@ -272,8 +254,6 @@ fn record_known(
         })
         .collect();
     let (payload, spans) = turn_recorded_json(batch, &created);
-    // Appended before the items, so that a row one of its updates made names it by
-    // its `seq` (V12, V13).
     let logged = append_event_json(conn, session, "turn_recorded", &payload, &at, Some(event))?.0;
     let mut touched = Vec::with_capacity(outcome.items.len());
     for (slot, body) in &outcome.items {
@@ -294,8 +274,8 @@ fn record_known(
                     .and_then(|update| spans.get(update))
                     .filter(|_| name_makers);
                 let int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-                // What one update made, and nothing changed: the row names it, with no
-                // body and no times of its own; any other row holds both.
+                // What one update made, unchanged: the row names it, with no body and
+                // no times of its own.
                 let (kept, named) = match made_by {
                     Some(&(start, length)) => (None, Some((logged, int(start), int(length)))),
                     None => (Some((json.as_str(), at.as_str())), None),
@@ -382,10 +362,10 @@ fn record_known(
         return Ok((touched, None));
     }
     // What the next batch continues is what a fresh read finds (`state_for`): the
-    // last entry of the history when it is an agent message or thought, whatever
-    // the batch ended with (a `tool_call_update` of an earlier call leaves the
-    // message before it last). That is the last item this batch created, or, when
-    // it created none, the stored tail, sealed here unless the batch continued it.
+    // history's last entry when it is an agent message or thought (a
+    // `tool_call_update` of an earlier call leaves the message before it last). That is
+    // the last item this batch created, or else the stored tail, sealed here unless the
+    // batch continued it.
     let item = match outcome.created.checked_sub(1) {
         Some(n) => {
             parts = Some((0, 0));
@@ -415,10 +395,9 @@ fn record_known(
     Ok((touched, Some(tail)))
 }
 
-/// The `turn_recorded` payload of `batch` as JSON, written straight from the updates
-/// rather than through a `serde_json::Value` of each: the same text
-/// `serde_json::to_string(&EventPayload::TurnRecorded { .. })` gives. With it, where
-/// each update's own text is in it (its first byte and length), in the batch's order.
+/// The `turn_recorded` payload of `batch` as JSON, written straight from the updates:
+/// the text `serde_json::to_string(&EventPayload::TurnRecorded { .. })` gives, and
+/// where each update's own text is in it (first byte, length).
 fn turn_recorded_json(batch: &[Update], created: &[CreatedItem]) -> (String, Vec<(usize, usize)>) {
     const ALWAYS: &str = "ACP schema values always serialize";
     let mut out: Vec<u8> = Vec::with_capacity(64 + 200 * batch.len());
@@ -442,10 +421,9 @@ fn turn_recorded_json(batch: &[Update], created: &[CreatedItem]) -> (String, Vec
     (String::from_utf8(out).expect(ALWAYS), spans)
 }
 
-/// Appends `content` to streamed item `id` as its next part, and gives that part's
-/// number and how many bytes of streamed parts now wait since the last sealed segment
-/// (its `streamed`), read unless `known` (the writer's memo). The first part to wait
-/// (none did) becomes the item's `streaming_from`.
+/// Appends `content` to streamed item `id` as its next part; gives that part's number
+/// and the bytes of parts now waiting since the last sealed segment (from `known`, the
+/// writer's memo, or read). The first part to wait becomes the item's `streaming_from`.
 fn append_part(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -488,9 +466,8 @@ fn append_part(
     Ok((last + 1, streamed))
 }
 
-/// A streamed item's last part and the bytes waiting since its last sealed segment:
-/// the last of its streaming parts (read back from the table's end to its
-/// `streaming_from`), or else its last sealed segment, with nothing waiting.
+/// A streamed item's last part and the bytes waiting since its last sealed segment: its
+/// last streaming part, or else its last sealed segment, with nothing waiting.
 fn last_part(conn: &Tx<'_>, session: &SessionId, id: &ItemId) -> Result<(i64, i64)> {
     let from: Option<Option<i64>> = conn
         .query_row(
@@ -529,9 +506,8 @@ mod tests {
     use crate::model::EventPayload;
 
     /// The payload written straight from the updates is the text the event's own
-    /// serialization gives, for every kind of update (known ones with optional fields
-    /// and `_meta`, opaque ones) and with and without created items; and the bytes it
-    /// gives for each update (what a row with no body names, V12) are that update's.
+    /// serialization gives, for every kind of update, with and without created items,
+    /// and the bytes it gives for each update are that update's.
     #[test]
     fn a_turn_recorded_payload_is_written_as_the_event_serializes() {
         let lines = [

@@ -1,6 +1,6 @@
-//! Every SQL statement of the crate lives under this module: connection set-up, the
-//! schema's migrations, the record reads and writes, and the integrity check. Its
-//! functions are synchronous and never touch attachment files.
+//! Every SQL statement of the crate lives under this module: connection set-up,
+//! migrations, record reads and writes, the integrity check. Its functions are
+//! synchronous and never touch attachment files.
 
 pub mod append;
 #[cfg(any(test, feature = "probe", feature = "testkit"))]
@@ -48,14 +48,13 @@ pub use sql::Tx;
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Settings every connection gets on open. `synchronous = FULL` syncs the WAL on each
-/// commit: see RELIABILITY.md for what a crash and a power cut can each lose.
+/// commit (RELIABILITY.md says what a crash and a power cut can each lose).
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    // Every statement of `db` runs through the connection's cache (`Tx`); a restore
-    // or a verify uses more than rusqlite's default 16 of them.
+    // Every statement runs through the cache (`Tx`); a restore uses more than 16.
     conn.set_prepared_statement_cache_capacity(64);
-    // Switching to WAL needs a moment of exclusive access; under a concurrent opener it
-    // can report busy before the busy handler applies, so it is retried briefly.
+    // Switching to WAL can report busy under a concurrent opener before the busy
+    // handler applies, so it is retried briefly.
     let mut tries = 0;
     loop {
         match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0)) {
@@ -77,9 +76,8 @@ fn is_busy(e: &rusqlite::Error) -> bool {
     )
 }
 
-/// An SQLite database file as the store opens it: where it is, the key it is encrypted
-/// with (`None` for a plain file), and who may read the files made for it (SQLite gives
-/// its side files the main file's own mode, so that is the mode to get right).
+/// An SQLite database file as the store opens it: its key (`None`: plain), and who may
+/// read the files made for it (SQLite gives side files the main file's mode).
 #[derive(Debug, Clone)]
 pub(crate) struct SqliteFile {
     pub(crate) path: PathBuf,
@@ -88,8 +86,8 @@ pub(crate) struct SqliteFile {
 }
 
 impl SqliteFile {
-    /// The file at `path` with `config`'s key and sharing, refusing a key this build
-    /// cannot use.
+    /// The file at `path` with `config`'s key and sharing; a key this build cannot use
+    /// is refused.
     pub(crate) fn of(path: &Path, config: &Config) -> Result<SqliteFile> {
         if config.key.is_some() && !cfg!(feature = "encryption") {
             return Err(Error::EncryptionUnavailable {
@@ -114,8 +112,7 @@ impl SqliteFile {
     }
 }
 
-/// The database `config` names, as an SQLite file, or `None` for PostgreSQL, which
-/// takes no key.
+/// The SQLite file `config` names, or `None` for PostgreSQL (which takes no key).
 pub(crate) fn sqlite_file(config: &Config) -> Result<Option<SqliteFile>> {
     match &config.database {
         Database::Sqlite(path) => SqliteFile::of(path, config).map(Some),
@@ -126,9 +123,8 @@ pub(crate) fn sqlite_file(config: &Config) -> Result<Option<SqliteFile>> {
     }
 }
 
-/// Makes the folders above the database, with the sharing's folder mode, and the file
-/// itself when it is missing, with its file mode: SQLite would make it `0644` less the
-/// umask, and its `-wal`, `-shm` and `-journal` copy that mode.
+/// Makes the folders above the database and the missing file with the sharing's
+/// modes: SQLite would make it `0644` less the umask, and its side files copy that.
 fn ensure_file(db: &SqliteFile) -> Result<()> {
     let io = |cause| Error::DatabaseIo {
         path: db.path.clone(),
@@ -145,10 +141,9 @@ fn ensure_file(db: &SqliteFile) -> Result<()> {
     }
 }
 
-/// Opens one configured read-write connection, creating the file if needed, after the
-/// read-only checks have said the file is safe to touch: among them, that a database
-/// with migrations applied has the schema they make, since switching it to WAL below
-/// is already a write.
+/// Opens one configured read-write connection, creating the file if needed, once the
+/// read-only checks said the file is safe to touch (a migrated database must have the
+/// schema its migrations make: switching it to WAL is already a write).
 pub(crate) fn open_checked(db: &SqliteFile) -> Result<Connection> {
     open_inspected(db, &schema::inspect(db)?)
 }
@@ -169,16 +164,15 @@ fn open_inspected(db: &SqliteFile, on_disk: &schema::OnDisk) -> Result<Connectio
     Ok(conn)
 }
 
-/// Applies pending migrations to the SQLite database `db` (creating it when missing),
-/// first copying a database that already has a schema unless told to `Skip`.
+/// Applies pending migrations to `db` (created when missing), first copying a database
+/// that has a schema unless told to `Skip`.
 fn migrate_file(db: &SqliteFile, backup: schema::Backup) -> Result<schema::MigrationReport> {
     let mut conn = open_checked(db)?;
     schema::migrate_conn(&mut conn, db, backup)
 }
 
-/// Applies pending migrations to the database `config` names, creating an SQLite file
-/// when missing. On PostgreSQL no copy is taken: the pending migrations run in one
-/// transaction.
+/// Applies pending migrations to the database `config` names. On PostgreSQL no copy
+/// is taken: the pending migrations run in one transaction.
 pub fn migrate(config: &Config, backup: schema::Backup) -> Result<schema::MigrationReport> {
     match (sqlite_file(config)?, &config.database) {
         (Some(db), _) => migrate_file(&db, backup),
@@ -190,8 +184,7 @@ pub fn migrate(config: &Config, backup: schema::Backup) -> Result<schema::Migrat
     }
 }
 
-/// What `migrate` would apply to the database `config` names, read without writing
-/// anything.
+/// What `migrate` would apply, read without writing anything.
 pub fn migration_plan(config: &Config) -> Result<schema::MigrationReport> {
     match (sqlite_file(config)?, &config.database) {
         (Some(db), _) => schema::plan(&db),
@@ -203,10 +196,9 @@ pub fn migration_plan(config: &Config) -> Result<schema::MigrationReport> {
     }
 }
 
-/// Encrypts the plain SQLite database `config` names with `config.key` (a copy
-/// encrypted first, which then takes the file's place, and kept as a backup unless
-/// told to `Skip`), then applies pending migrations without a second copy. Returns the
-/// migrations' report, with the backup and the change it made.
+/// Encrypts the plain SQLite database `config` names with `config.key` (an encrypted
+/// copy takes the file's place, kept as a backup unless told to `Skip`), then applies
+/// pending migrations without a second copy.
 #[cfg(feature = "encryption")]
 pub fn encrypt(config: &Config, backup: schema::Backup) -> Result<schema::MigrationReport> {
     let (db, key) = keyed(config)?;
@@ -221,9 +213,8 @@ pub fn encrypt(config: &Config, backup: schema::Backup) -> Result<schema::Migrat
     finish_key_change(&db, copy, schema::KeyChange::Encrypted, backup)
 }
 
-/// Changes the key of the encrypted SQLite database `config` names (and keys) to
-/// `new`, first copying it, encrypted with `new`, unless told to `Skip`; then applies
-/// pending migrations without a second copy.
+/// Changes the key of the encrypted database `config` names to `new` (first copying
+/// it, encrypted with `new`, unless told to `Skip`), then applies pending migrations.
 #[cfg(feature = "encryption")]
 pub fn rekey(
     config: &Config,
@@ -288,9 +279,8 @@ pub enum Access {
     ReadOnly,
 }
 
-/// The database a store works on: a pool of read-write connections, or a file read
-/// one transaction at a time through connections that leave no trace, or a
-/// PostgreSQL database.
+/// The database a store works on: a read-write pool, a file read through connections
+/// that leave no trace, or PostgreSQL.
 #[derive(Clone)]
 pub enum Db {
     ReadWrite(Pool),
@@ -301,7 +291,7 @@ pub enum Db {
 
 /// The database is PostgreSQL, which this binary was built without.
 #[cfg(not(feature = "postgres"))]
-fn no_postgres(url: &crate::config::PostgresUrl) -> Error {
+pub(crate) fn no_postgres(url: &crate::config::PostgresUrl) -> Error {
     Error::Unreachable {
         url: url.to_string(),
         detail: "this sessionstore was built without the `postgres` feature".to_owned(),
@@ -344,7 +334,6 @@ impl Db {
                 return Ok(Db::ReadOnly(Arc::new(db)));
             }
         }
-        // Migrated from what was just inspected, rather than inspecting the file again.
         let mut conn = open_inspected(&db, &on_disk)?;
         schema::migrate_conn(&mut conn, &db, schema::Backup::Make)?;
         drop(conn);
@@ -370,27 +359,18 @@ impl Db {
     }
 
     /// `write` for a closure that also touches `session`'s attachment files (send's
-    /// check that its uploads are still there, gc's removal of those no message
-    /// names): no two such writes of one session overlap. SQLite's write lock already
-    /// excludes every other write; on PostgreSQL a per-session advisory lock is held
-    /// from before the transaction's snapshot until after it commits.
+    /// check of its uploads, gc's removals): no two such writes of one session overlap.
+    /// SQLite's write lock excludes every other write; on PostgreSQL a per-session
+    /// advisory lock is held from before the snapshot until after the commit.
     pub fn write_for<T>(
         &self,
         session: &crate::ids::SessionId,
         f: impl FnMut(&Tx<'_>) -> Result<T>,
     ) -> Result<T> {
-        match self {
-            #[cfg(feature = "postgres")]
-            Db::Postgres(pg) => pg.write_for(session, f),
-            _ => {
-                let _ = session;
-                self.write(f)
-            }
-        }
+        self.write_for_sessions(std::slice::from_ref(session), f)
     }
 
-    /// `write` for a group of writes that touch the files of `sessions` (see
-    /// `write_for`): on PostgreSQL every session's advisory lock is held, taken in
+    /// [`Db::write_for`] of several sessions (a group commit's), their locks taken in
     /// order so that two groups cannot wait on each other.
     pub fn write_for_sessions<T>(
         &self,
@@ -412,7 +392,7 @@ impl Db {
     pub fn is_retried(&self, e: &Error) -> bool {
         match self {
             #[cfg(feature = "postgres")]
-            Db::Postgres(_) => postgres::lost_race_at_all(e),
+            Db::Postgres(_) => postgres::lost_race(e, 0),
             _ => {
                 let _ = e;
                 false
@@ -420,15 +400,10 @@ impl Db {
         }
     }
 
-    /// `write` with SQLite's `secure_delete` on, so the pages and cells it frees are
-    /// zeroed instead of keeping the deleted text, then a checkpoint that copies the
-    /// WAL into the main file and truncates it, so no older copy of those pages stays
-    /// in the WAL either. Returns whether that checkpoint completed: a reader that
-    /// keeps an old snapshot past the busy timeout leaves the WAL for a later one.
-    ///
-    /// On PostgreSQL the rows go in one transaction, then the tables they were in are
-    /// vacuumed so their space is reclaimed; see `postgres::PgDb::erase` for what that
-    /// does and does not promise.
+    /// `write` with SQLite's `secure_delete` on, so freed pages and cells are zeroed,
+    /// then a truncating checkpoint, so no older copy stays in the WAL. Returns whether
+    /// the checkpoint completed (a reader past the busy timeout leaves it for later).
+    /// On PostgreSQL, see `postgres::PgDb::erase`.
     pub fn erase<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<(T, bool)> {
         let pool = match self {
             Db::ReadWrite(pool) => pool,
@@ -443,25 +418,18 @@ impl Db {
         };
         pragma(&conn, true)?;
         let written = write(&mut conn, f);
-        // The pooled connection goes back as every other one is: without the cost of
-        // zeroing on each later write.
+        // The connection goes back to the pool without the cost of zeroing.
         let reset = pragma(&conn, false);
         let value = written?;
         reset?;
-        let busy: i64 = conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
-            .map_err(|e| crate::db::error::sqlite("checkpoint the erasure", e))?;
-        Ok((value, busy == 0))
+        Ok((value, checkpoint(&conn, "checkpoint the erasure")?))
     }
 
-    /// After a rewrite in place (`redact`): SQLite's `VACUUM`, which writes every
-    /// table into fresh pages, then a checkpoint that truncates the WAL. `secure_delete`
-    /// zeroes what a write frees, but not what earlier writes left in a page's unused
-    /// space (a page that split or became an interior page keeps the bytes of the
-    /// cells it moved), so a text rewritten in place can still sit there. `VACUUM`
-    /// keeps every row id (its copy goes row by row into empty tables), which the
-    /// search index's documents are keyed by. Returns whether the checkpoint
-    /// completed. PostgreSQL's `erase` vacuumed already: nothing to do.
+    /// After a rewrite in place (`redact`): SQLite's `VACUUM`, then a truncating
+    /// checkpoint. `secure_delete` does not zero what earlier writes left in a page's
+    /// unused space (a split page keeps the bytes of the cells it moved); `VACUUM`
+    /// rewrites every page and keeps every row id, which the search index is keyed by.
+    /// Returns whether the checkpoint completed. PostgreSQL's `erase` vacuumed already.
     pub fn rewrite_pages(&self) -> Result<bool> {
         let pool = match self {
             Db::ReadWrite(pool) => pool,
@@ -472,14 +440,10 @@ impl Db {
         let conn = pool.get()?;
         conn.execute_batch("VACUUM")
             .map_err(|e| crate::db::error::sqlite("vacuum the database", e))?;
-        let busy: i64 = conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
-            .map_err(|e| crate::db::error::sqlite("checkpoint the vacuum", e))?;
-        Ok(busy == 0)
+        checkpoint(&conn, "checkpoint the vacuum")
     }
 
-    /// `read` in one snapshot. On a read-only database `f` may run more than once,
-    /// when a writer changed the file while it was being read.
+    /// `read` in one snapshot. On a read-only database `f` may run more than once.
     pub fn read<T>(&self, f: impl Fn(&Tx<'_>) -> Result<T>) -> Result<T> {
         match self {
             Db::ReadWrite(pool) => read(&mut **pool.get()?, |tx| f(&Tx::sqlite(tx))),
@@ -490,7 +454,7 @@ impl Db {
     }
 
     /// [`Db::read`] for a reader that hands on what it reads before it ends (a
-    /// streamed restore), so it is never run twice: one snapshot, read once.
+    /// streamed restore): never run twice.
     pub fn read_once<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
         match self {
             Db::ReadWrite(pool) => read(&mut **pool.get()?, |tx| f(&Tx::sqlite(tx))),
@@ -499,6 +463,14 @@ impl Db {
             Db::Postgres(pg) => pg.read(f),
         }
     }
+}
+
+/// A truncating checkpoint: whether it completed.
+fn checkpoint(conn: &Connection, action: &'static str) -> Result<bool> {
+    let busy: i64 = conn
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+        .map_err(|e| crate::db::error::sqlite(action, e))?;
+    Ok(busy == 0)
 }
 
 /// Runs `f` in a transaction that takes the write lock up front (`BEGIN IMMEDIATE`),
@@ -530,9 +502,8 @@ mod tests {
     use super::*;
     use r2d2_sqlite::SqliteConnectionManager;
 
-    /// A panic inside a write closure unwinds through the transaction, whose drop rolls
-    /// it back, so the connection goes back to the pool in autocommit mode and the
-    /// next user of it neither inherits the half-done write nor finds the lock held.
+    /// A panic inside a write closure rolls the transaction back as it unwinds: the
+    /// pooled connection is in autocommit mode again and the lock is free.
     #[test]
     fn a_panic_inside_a_write_never_leaves_a_pooled_connection_mid_transaction() {
         let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,5 @@
 //! A session's history a page at a time: at most `limit` messages, items, events or
-//! turns after a key, each page one bounded statement (or two: the keys, then the
-//! rows between them) and never the whole history read and then cut.
+//! turns after a key, each page one or two bounded statements.
 
 use super::error::sql;
 use super::items::{Made, items_in};
@@ -12,8 +11,7 @@ use crate::error::Result;
 use crate::ids::{SessionId, TurnId};
 use crate::model::{Delivery, Event, Item, Message, Turn};
 
-/// The last seq of the rows `statement` keys (the next page's, in order): where a
-/// page of rows read by a seq range, with their parts or references, ends.
+/// The last seq `statement` gives: where a page read by a seq range ends.
 fn last_seq(
     conn: &Tx<'_>,
     what: &'static str,
@@ -82,8 +80,8 @@ pub fn events(conn: &Tx<'_>, session: &SessionId, after: i64, limit: usize) -> R
     .map_err(sql("read events"))
 }
 
-/// Where a page of turns starts: after the turn with this key in the order
-/// `seq, started_at, id` (two turns may begin from one message).
+/// Where a page of turns starts: after this key in the order `seq, started_at, id`
+/// (two turns may begin from one message).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnKey {
     pub seq: i64,

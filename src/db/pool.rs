@@ -1,16 +1,11 @@
-//! The read-write connection pool, and the promise that when the last handle on it is
-//! dropped, every one of its connections has been closed before that drop returns. It
-//! runs no SQL of its own beyond what `configure` sets on each new connection.
+//! The read-write connection pool, and the promise that dropping its last handle
+//! returns only once every connection is closed. It runs no SQL beyond `configure`.
 //!
-//! r2d2 opens connections on its own worker threads, and a worker keeps a strong
-//! reference to the pool for a moment after it hands a new connection over. When the
-//! store's own handle is dropped inside that moment, the pool (and with it every
-//! connection) is freed later, on the worker, and a command that exits right after its
-//! store is dropped can end the process before those connections close. SQLite then
-//! never runs the closing checkpoint that deletes `-wal` and `-shm`, so a command
-//! that failed leaves side files that were not there before. So each connection is
-//! counted while it is open, and dropping the last `Pool` waits for the count to reach
-//! zero.
+//! An r2d2 worker keeps a reference to the pool for a moment after it hands a new
+//! connection over; a store dropped inside that moment frees the pool later, on the
+//! worker, and a command that exits at once never runs SQLite's closing checkpoint,
+//! leaving `-wal` and `-shm` behind. So open connections are counted, and dropping the
+//! last `Pool` waits for the count to reach zero.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Condvar, Mutex};
@@ -21,11 +16,9 @@ use rusqlite::Connection;
 use super::SqliteFile;
 use crate::error::Result;
 
-/// How many connections the pool keeps at most.
 const MAX_CONNECTIONS: u32 = 8;
 
-/// A pool of configured read-write connections to one database file. Clones share it;
-/// dropping the last clone closes every connection before it returns.
+/// A pool of configured read-write connections to one database file; clones share it.
 #[derive(Clone)]
 pub struct Pool(Arc<Shared>);
 
@@ -109,9 +102,8 @@ impl r2d2::ManageConnection for Manager {
 }
 
 impl Pool {
-    /// Opens the pool's connections to `db`, each keyed (for an encrypted database)
-    /// and set up by `configure`. The caller has already checked and migrated the file,
-    /// so the key is known to open it.
+    /// A pool of connections to `db`, each keyed and set up by `configure`. The caller
+    /// has already checked and migrated the file.
     pub(super) fn open(db: &SqliteFile) -> Result<Pool> {
         let open = Arc::new(Open::default());
         let key = db.key.clone();
@@ -122,13 +114,9 @@ impl Pool {
             }),
             open: open.clone(),
         };
-        // A connection to a local file does not go stale while it waits in the pool,
-        // so none is tested as it is checked out (r2d2 would run an empty batch on it
-        // for every read and every group the writer commits: about 6,500 instructions
-        // a checkout, 5% of a one-chunk record).
-        // Connections are opened as they are first needed, not all at once: each
-        // parses the schema on its first statement, and a one-shot command that
-        // uses one connection paid for eight (r2d2 keeps `max_size` idle by default).
+        // A connection to a local file does not go stale, so none is tested at checkout
+        // (an empty batch each time: 5% of a one-chunk record). Connections open as first
+        // needed: each parses the schema, and a one-shot command uses one.
         let pool = r2d2::Pool::builder()
             .max_size(MAX_CONNECTIONS)
             .min_idle(Some(0))
@@ -160,10 +148,8 @@ impl Pool {
 impl Drop for Shared {
     fn drop(&mut self) {
         drop(self.pool.take());
-        // A worker that is still finishing a connect holds the last reference to the
-        // r2d2 pool and frees it within moments; the bound only guards against a
-        // connection checked out on a thread that outlived every handle, which the
-        // store never does (each blocking task holds a handle of its own).
+        // A worker finishing a connect frees the r2d2 pool within moments; the bound only
+        // guards against a connection held on a thread that outlived every handle.
         let count = self.open.lock();
         let _ = self
             .open
@@ -176,11 +162,8 @@ impl Drop for Shared {
 mod tests {
     use super::*;
 
-    /// The cause of issue 12's leftover side files: r2d2 frees its pool on a worker
-    /// thread when that worker held the last reference, so a process could exit with
-    /// connections still open and SQLite never deleted `-wal` and `-shm`. Dropping the
-    /// last handle must return only once every connection is closed and the side
-    /// files are gone, every time.
+    /// Issue 12's leftover side files: dropping the last handle returns only once every
+    /// connection is closed and `-wal` and `-shm` are gone, every time.
     #[test]
     fn dropping_the_last_pool_handle_closes_every_connection_before_returning() {
         let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,5 @@
-//! Reads and writes of what a proxied session keeps beside its history: its turns
-//! (begun, ended or failed) and the client's settings (the latest of each). Each write
-//! appends its event in the caller's transaction, through `append`.
+//! What a proxied session keeps beside its history: its turns and the client's latest
+//! settings. Each write appends its event in the caller's transaction.
 
 use super::append::{append_event, now};
 use super::error::sql;
@@ -51,8 +50,7 @@ pub fn begin_turn(conn: &Tx<'_>, session: &SessionId, messages: &[MessageId]) ->
     })
 }
 
-/// Ends a running turn of `session`, with the tokens the agent reported for it. A turn
-/// that already ended is refused.
+/// Ends a running turn of `session`, with the tokens the agent reported for it.
 pub fn end_turn(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -148,10 +146,7 @@ pub(super) fn turn_from_row(row: &Row<'_>) -> Result<Turn, DbError> {
 fn usage_from_row(row: &Row<'_>, at: usize) -> Result<Option<TurnUsage>, DbError> {
     let mut kinds = [None; 6];
     for (i, kind) in kinds.iter_mut().enumerate() {
-        *kind = row
-            .get::<Option<i64>>(at + i)?
-            .map(|n| u64::try_from(n).map_err(|e| DbError::column(at + i, e)))
-            .transpose()?;
+        *kind = row.get(at + i)?;
     }
     let usage = TurnUsage::from_kinds(kinds);
     Ok((usage != TurnUsage::default()).then_some(usage))

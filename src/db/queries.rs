@@ -1,6 +1,6 @@
 //! Reads and writes of sessions, messages, references and events. Each state change
-//! here writes its rows and appends its event through the same transaction; the event
-//! log is appended to through `append` and nothing here updates or deletes it.
+//! writes its rows and appends its event (through `append`) in one transaction; nothing
+//! here updates or deletes the log.
 
 use super::append::{append_event, next_seq, now};
 use super::error::sql;
@@ -39,9 +39,8 @@ fn session_from_row(row: &Row<'_>) -> Result<Session, DbError> {
 const SESSION_COLUMNS: &str = "id, title, tools_host, created_at, updated_at, cwd, agent, \
      agent_session, title_source, archived";
 
-/// Inserts a session with an id chosen by the caller (a fresh one; a fork's, made
-/// before its files were placed; an import's kept id), the client's working directory
-/// and agent binding where there are, and, for a fork, where it came from.
+/// Inserts a session with an id chosen by the caller (a fresh one, a fork's, an
+/// import's kept id) and, for a fork, where it came from.
 pub fn insert_session_as(
     conn: &Tx<'_>,
     id: SessionId,
@@ -130,9 +129,8 @@ pub fn rename_session(
     })
 }
 
-/// Archives (`archived`) or brings back a session, with its event; a session already
-/// in that state is left as it is and no event is written. Whether it changed is
-/// returned.
+/// Archives or brings back a session, with its event; returns whether it changed (a
+/// session already in that state gets no event).
 pub fn set_archived(conn: &Tx<'_>, id: &SessionId, archived: bool) -> Result<bool> {
     let current = get_session(conn, id)?;
     if current.archived == archived {
@@ -174,8 +172,8 @@ pub fn list_sessions(conn: &Tx<'_>) -> Result<Vec<Session>> {
     .map_err(sql("list sessions"))
 }
 
-/// Inserts a message and its references, then its event; a custom-titled session is
-/// left alone, an untitled one takes its title from the first user message.
+/// Inserts a message and its references, then its event; an untitled session takes
+/// its title from the first user message.
 pub fn insert_message(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -200,8 +198,7 @@ pub(crate) struct MessageRow<'a> {
     pub content: Option<&'a [crate::model::MessageBlock]>,
 }
 
-/// Writes the `messages` row alone (its references, search entry and event are the
-/// caller's).
+/// Writes the `messages` row alone (not its references, search entry or event).
 pub(crate) fn insert_message_row(
     conn: &Tx<'_>,
     row: &MessageRow<'_>,
@@ -229,10 +226,9 @@ pub(crate) fn insert_message_row(
     )
 }
 
-/// [`insert_message`] for a session the caller has just read in this transaction.
-/// Statements are cached on the connection (a send runs the same few every time),
-/// and the message returned is built from what was written rather than read back.
-/// A streamed agent message it follows must be sealed first (`items::settle`).
+/// [`insert_message`] for a session the caller has just read in this transaction; the
+/// message returned is built from what was written, not read back. A streamed agent
+/// message it follows must be sealed first (`items::settle`).
 pub fn insert_message_for(
     conn: &Tx<'_>,
     current: &Session,
@@ -286,8 +282,8 @@ pub fn insert_message_for(
         insert_reference(conn, &id_text, &reference)?;
         refs.push(reference);
     }
-    // The event is built from one copy of the message's parts and taken apart again
-    // into the message returned, rather than copying every text and reference twice.
+    // The event's copy of the message's parts becomes the message returned: no text
+    // is copied twice.
     let payload = EventPayload::MessageAppended {
         message: AppendedMessage {
             id,
@@ -417,8 +413,7 @@ fn reference_from_row(row: &Row<'_>, at: usize) -> Result<Reference, DbError> {
         uri: row.parsed(at + 1)?,
         stored_name: row.get(at + 2)?,
         mime_type: row.get(at + 3)?,
-        // A negative size was not written by this store: refused like any other row
-        // that does not parse, rather than read as 0.
+        // A negative size is refused like any other value that does not parse.
         size: row.get(at + 4)?,
     })
 }
@@ -481,8 +476,7 @@ pub fn messages_in(
     if out.is_empty() {
         return Ok(out);
     }
-    // Every reference of those messages in one query, in message order, rather than
-    // one query per message: a long history has thousands of messages.
+    // Every reference of those messages in one query, in message order.
     let mut at = 0;
     conn.for_each(
         "SELECT r.message_id, r.ordinal, r.uri, r.stored_name, r.mime_type, r.size
@@ -493,9 +487,8 @@ pub fn messages_in(
         args![session, state, seqs.start, seqs.end],
         |row| {
             let owner: MessageId = row.parsed(0)?;
-            // Both lists are in seq order, so the owner is this message or a later
-            // one. Outside a transaction a message could be added between the two
-            // queries; its references then have no message here and are left out.
+            // Both lists are in seq order: the owner is this message or a later one (or,
+            // outside a transaction, one added between the two queries: left out).
             let Some(found) = out[at..].iter().position(|m| m.id == owner) else {
                 return Ok(());
             };
@@ -508,8 +501,7 @@ pub fn messages_in(
     Ok(out)
 }
 
-/// Every reference a session's messages make, as (URI, message id) in message and
-/// reference order: which messages refer to which file.
+/// Every reference a session's messages make, as (URI, message id), in order.
 pub fn session_references(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -524,8 +516,7 @@ pub fn session_references(
     .map_err(sql("read references"))
 }
 
-/// The latest delivered user message of a session, if any: what `dispatch` takes by
-/// default, found without loading the rest of the history.
+/// The latest delivered user message of a session (what `dispatch` takes by default).
 pub fn latest_delivered_user_message(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -550,8 +541,7 @@ pub fn latest_delivered_user_message(
     }
 }
 
-/// An event row, its payload read by `payload` (which may refuse text that is not
-/// JSON, as a conversion failure of that column).
+/// An event row, its payload read by `payload`.
 pub(super) fn event_from_row<P>(
     row: &Row<'_>,
     payload: impl Fn(String) -> serde_json::Result<P>,
@@ -574,14 +564,20 @@ pub(super) fn json_value(text: String) -> serde_json::Result<serde_json::Value> 
 pub(super) const EVENT_COLUMNS: &str = "seq, session_id, session_seq, kind, payload, created_at";
 
 pub fn events(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Event>> {
-    session_events(conn, session, json_value)
+    conn.query_map(
+        &format!(
+            "SELECT {EVENT_COLUMNS} FROM session_events WHERE session_id = ?1 ORDER BY session_seq"
+        ),
+        args![session.to_string()],
+        |row| event_from_row(row, json_value),
+    )
+    .map_err(sql("read events"))
 }
 
-/// A session's events whose `session_seq` is in `from..from + count`, in log order:
-/// one page of a log read as it is replayed, and where the next page starts (past a
-/// gap in the numbering, which a damaged log may have, in one step). A range rather
-/// than a `LIMIT`: a bound `LIMIT` made SQLite prepare the statement again at every
-/// page.
+/// A session's events whose `session_seq` is in `from..from + count`, in log order,
+/// and where the next page starts (past a gap a damaged log may have, in one step). A
+/// range rather than a `LIMIT`: a bound `LIMIT` made SQLite prepare the statement again
+/// at every page.
 pub fn events_page(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -615,9 +611,8 @@ pub fn events_page(
     Ok((events, next.unwrap_or(i64::MAX)))
 }
 
-/// A session's events in log order, each handed to `f` with its payload borrowed
-/// from the row: nothing of the log is held beyond the event `f` is given (restore
-/// replays the log this way).
+/// A session's events in log order, each handed to `f` with its payload borrowed from
+/// the row: nothing of the log is held beyond the event `f` is given.
 pub fn each_event(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -641,21 +636,6 @@ pub fn each_event(
                 Ok(())
             })
         },
-    )
-    .map_err(sql("read events"))
-}
-
-fn session_events<P>(
-    conn: &Tx<'_>,
-    session: &SessionId,
-    payload: impl Fn(String) -> serde_json::Result<P>,
-) -> Result<Vec<Event<P>>> {
-    conn.query_map(
-        &format!(
-            "SELECT {EVENT_COLUMNS} FROM session_events WHERE session_id = ?1 ORDER BY session_seq"
-        ),
-        args![session.to_string()],
-        |row| event_from_row(row, &payload),
     )
     .map_err(sql("read events"))
 }

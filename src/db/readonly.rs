@@ -22,21 +22,14 @@ pub(crate) fn side_file(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The side files SQLite may open beside a database: its WAL, the WAL's shared-memory
-/// index, and a rollback journal.
 const SIDE_FILES: [&str; 3] = ["-wal", "-shm", "-journal"];
 
 /// Refuses a database whose `-wal`, `-shm` or `-journal` is there and is not a regular
-/// file: SQLite opens and reads them with blocking calls (a FIFO would make any
-/// command wait forever for a writer that never comes), and `copy_of` copies the
-/// `-wal`. The files looked at are those beside the path as given (what this module
-/// checks for and copies) and, when the path is a symbolic link, those beside the file
-/// it leads to (where SQLite, which resolves the link, looks for them).
-///
-/// A side file that is itself a symbolic link is refused too, wherever it leads: SQLite
-/// would follow it, so a dangling one would have a writer create a file elsewhere, and
-/// one leading to another database's WAL would mix the two. A side file that is not
-/// there is fine. Only `lstat` is called: nothing is opened.
+/// file (SQLite reads them with blocking calls: a FIFO would hang any command), looked
+/// for beside the path given and, for a symbolic link, beside its target, where SQLite
+/// looks. A side file that is a link is refused wherever it leads: a dangling one would
+/// have a writer create a file elsewhere, one to another database's WAL would mix the
+/// two. Only `lstat` is called.
 pub(crate) fn check_side_files(path: &Path) -> Result<()> {
     let mut bases = vec![path.to_owned()];
     if std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink())
@@ -83,14 +76,12 @@ fn not_regular(kind: &std::fs::FileType) -> Option<&'static str> {
 }
 
 /// Whether another connection may be writing (or crashed while writing): SQLite keeps
-/// a `-wal` file for as long as a WAL database is open, and a `-journal` while a
-/// rollback-mode write (such as the switch of a new file to WAL) is under way.
+/// a `-wal` while a WAL database is open, a `-journal` during a rollback-mode write.
 pub(crate) fn writer_present(path: &Path) -> bool {
     side_file(path, "-wal").exists() || side_file(path, "-journal").exists()
 }
 
-/// What identifies one version of the main file: a write to it (a checkpoint) moves
-/// its modification time, and a replacement changes its inode.
+/// One version of the main file: a checkpoint moves its times, a replacement its inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stamp {
     dev: u64,
@@ -119,64 +110,37 @@ impl Stamp {
 /// Runs `f` in one read transaction on a read-only connection that leaves no trace.
 ///
 /// A WAL database opened read-only the ordinary way gets `-wal` and `-shm` files
-/// beside it (and cannot be opened at all in a folder the user cannot write to). So
-/// when no writer is present, the main file is the whole database and is read through
-/// an `immutable` URI, which takes no lock and creates nothing. Immutable means SQLite
-/// trusts the file not to change: if a writer appeared during the read, or the main
-/// file changed under it, what was read may mix two versions, and the read is done
-/// again. With a writer present, its `-wal` holds committed data that must be read, so
-/// the connection is an ordinary read-only one, which uses the side files it found. An
-/// encrypted database is keyed before anything reads it, both ways.
-///
-/// A `-wal` with no `-shm` beside it has no live writer (a WAL connection keeps the
-/// `-shm` for as long as it is open): it is what a crashed writer left once its `-shm`
-/// was removed, or a copy of the two files. A read-only connection would build a new
-/// `-shm` beside it to read the WAL, so the two files are read from a private copy
-/// instead (see `copy_of`).
+/// beside it. So when no writer is present, the main file is the whole database and is
+/// read through an `immutable` URI, which takes no lock and creates nothing; SQLite
+/// then trusts the file not to change, so if a writer appeared or the main file changed
+/// during the read, what was read may mix two versions and the read is done again.
+/// With a writer present, its `-wal` holds committed data, so the connection is an
+/// ordinary read-only one. A `-wal` with no `-shm` has no live writer (a crash, or a
+/// copy of the two files): a read-only connection would build a `-shm` beside it, so
+/// the two are read from a private copy instead (`copy_of`).
 pub(crate) fn read<T>(db: &SqliteFile, f: impl Fn(&Transaction<'_>) -> Result<T>) -> Result<T> {
-    let path = db.path.as_path();
-    for _ in 0..MAX_TRIES {
-        if side_file(path, "-wal").exists() && !side_file(path, "-shm").exists() {
-            match copy_of(db)? {
-                Some(copy) => return super::read(&mut open(db, &copy.db(), false)?, &f),
-                None => continue,
-            }
-        }
-        if writer_present(path) {
-            let mut conn = open(db, path, false)?;
-            return super::read(&mut conn, &f);
-        }
-        let before = Stamp::of(path)?;
-        let mut conn = open(db, path, true)?;
-        let result = super::read(&mut conn, &f);
-        drop(conn);
-        if !writer_present(path) && Stamp::of(path)? == before {
-            return result;
-        }
-    }
-    Err(Error::DatabaseIo {
-        path: path.to_owned(),
-        cause: std::io::Error::other("it kept changing while being read; try again"),
-    })
+    read_in(db, false, f)
 }
 
-/// [`read`] for a reader that cannot be run again: a restore that streams what it
-/// reads as it goes, whose items are handed on before the read ends. With a writer
-/// present the connection is an ordinary read-only one, whose read transaction is a
-/// WAL snapshot; a `-wal` without its `-shm` is copied (again, until the copy is of
-/// files that did not change while it was made) and read once; otherwise the main
-/// file is read through an `immutable` URI, and if it changed under the read (a
-/// writer that came meanwhile checkpointed into it), the read ends with an error
-/// saying so, since what it already handed on cannot be taken back.
+/// [`read`] for a reader that hands on what it reads before the read ends (a streamed
+/// restore), so it runs once: if the main file changed under an immutable read, the
+/// read ends with an error saying so, since what it handed on cannot be taken back.
 pub(crate) fn read_once<T>(
     db: &SqliteFile,
     f: impl FnOnce(&Transaction<'_>) -> Result<T>,
 ) -> Result<T> {
+    let mut f = Some(f);
+    read_in(db, true, |tx| {
+        f.take().expect("each try that reads returns")(tx)
+    })
+}
+
+fn read_in<T>(
+    db: &SqliteFile,
+    once: bool,
+    mut f: impl FnMut(&Transaction<'_>) -> Result<T>,
+) -> Result<T> {
     let path = db.path.as_path();
-    let changed = || Error::DatabaseIo {
-        path: path.to_owned(),
-        cause: std::io::Error::other("it changed while being read; try again"),
-    };
     for _ in 0..MAX_TRIES {
         if side_file(path, "-wal").exists() && !side_file(path, "-shm").exists() {
             match copy_of(db)? {
@@ -185,33 +149,33 @@ pub(crate) fn read_once<T>(
             }
         }
         if writer_present(path) {
-            let mut conn = open(db, path, false)?;
-            return super::read(&mut conn, f);
+            return super::read(&mut open(db, path, false)?, f);
         }
         let before = Stamp::of(path)?;
-        let mut conn = open(db, path, true)?;
-        let result = super::read(&mut conn, f);
-        drop(conn);
-        if Stamp::of(path)? != before {
-            return Err(changed());
+        let result = super::read(&mut open(db, path, true)?, &mut f);
+        let unchanged = Stamp::of(path)? == before;
+        if once && !unchanged {
+            break;
         }
-        return result;
+        if once || (unchanged && !writer_present(path)) {
+            return result;
+        }
     }
-    Err(changed())
+    let cause = match once {
+        true => "it changed while being read; try again",
+        false => "it kept changing while being read; try again",
+    };
+    Err(Error::DatabaseIo {
+        path: path.to_owned(),
+        cause: std::io::Error::other(cause),
+    })
 }
 
 /// A copy of a database whose `-wal` has no `-shm`, and of that `-wal`, in a private
-/// folder (`0700`; the copies keep the files' modes) of the system's temporary
-/// directory, where SQLite may build the `-shm` it needs to read them; the folder is
-/// removed when the copy is dropped. This costs a copy of the database, which only
-/// this unusual state pays. `None` when the files changed while they were copied (a
-/// writer came), so the caller looks again; a copy of files that did not change is
-/// one state of the database, whatever happens to them later.
-///
-/// A `-wal` without its `-shm` is also what a writer's last connection leaves for a
-/// moment as it closes: SQLite removes the `-shm`, then the `-wal` it has just
-/// checkpointed. A `-wal` gone before or while it is copied is such a close, and is
-/// `None` too: looked at again, the main file holds everything.
+/// `0700` temporary folder where SQLite may build the `-shm` it needs, removed when
+/// dropped. `None` when the files changed while copied (a writer came) or the `-wal`
+/// went (a writer's last connection removes `-shm`, then `-wal`, as it closes): the
+/// caller looks again. A copy of files that did not change is one state of the database.
 fn copy_of(db: &SqliteFile) -> Result<Option<Scratch>> {
     let path = db.path.as_path();
     let wal = side_file(path, "-wal");
@@ -239,11 +203,9 @@ fn copy_of(db: &SqliteFile) -> Result<Option<Scratch>> {
     Ok(unchanged.then_some(scratch))
 }
 
-/// Copies `from` to the new file `to` with `from`'s mode, if `from` is a regular file
-/// (followed there through a symbolic link only when `follow`): it is opened without
-/// blocking and checked on the open descriptor, so a side file that became a FIFO or
-/// a link after `check_side_files` looked is refused, never waited on or followed.
-/// Errors are about `from`, except a refusal, which is about the database `db`.
+/// Copies the regular file `from` (through a link only when `follow`) to the new file
+/// `to` with its mode. Opened without blocking and checked on the descriptor, so a side
+/// file that became a FIFO or a link after `check_side_files` is refused, never waited on.
 fn copy_regular(db: &Path, from: &Path, to: &Path, follow: bool) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let io = |cause| Error::DatabaseIo {
@@ -308,48 +270,35 @@ fn unless_gone<T>(result: Result<T>) -> Result<Option<T>> {
     }
 }
 
-/// A private folder in the system's temporary directory, removed with what is in it
-/// when dropped.
-struct Scratch(PathBuf);
+/// A private (`0700`) temporary folder, removed with what is in it when dropped (a
+/// failure leaves a stray folder, never a wrong answer).
+struct Scratch(tempfile::TempDir);
 
 impl Scratch {
     /// Where the copy of the database goes.
     fn db(&self) -> PathBuf {
-        self.0.join("db")
+        self.0.path().join("db")
     }
 
     fn new(for_db: &Path) -> Result<Scratch> {
-        use std::os::unix::fs::DirBuilderExt;
-        let dir = std::env::temp_dir().join(format!("sessionstore-read-{}", uuid::Uuid::now_v7()));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("sessionstore-read-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()
             .map_err(|cause| Error::DatabaseIo {
                 path: for_db.to_owned(),
                 cause: std::io::Error::new(
                     cause.kind(),
-                    format!(
-                        "cannot make a folder to read a copy in, {}: {cause}",
-                        dir.display()
-                    ),
+                    format!("cannot make a folder to read a copy in: {cause}"),
                 ),
             })?;
         Ok(Scratch(dir))
     }
 }
 
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        // Nothing in it is of any use once the read is over; a failure to remove it
-        // leaves a stray folder in the temporary directory, never a wrong answer.
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A read-only connection to `file` (the database `db` names, or a copy of it), keyed
-/// with `db`'s key, its errors reported as about `db`.
-fn open(db: &SqliteFile, file: &Path, immutable: bool) -> Result<Connection> {
-    let path = file;
+/// A read-only connection to `path` (`db`'s file or a copy of it), keyed with `db`'s key.
+fn open(db: &SqliteFile, path: &Path, immutable: bool) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
@@ -365,8 +314,7 @@ fn open(db: &SqliteFile, file: &Path, immutable: bool) -> Result<Connection> {
     Ok(conn)
 }
 
-/// `file:<absolute path>?immutable=1`, the path percent-encoded as SQLite's URI
-/// parser expects.
+/// `file:<absolute path>?immutable=1`, the path percent-encoded for SQLite's URI parser.
 fn immutable_uri(path: &Path) -> Result<String> {
     const PATH: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
         .remove(b'/')

@@ -1,26 +1,20 @@
 //! `sessionstore redact`'s SQL: the one rewrite of the event log besides a session's
 //! erasure. Inside the caller's write, the trigger that refuses an UPDATE of `events`
-//! is lifted and put back exactly as it was (SQLite: dropped and made again from the
-//! text `sqlite_master` holds; PostgreSQL: disabled and enabled), so the schema
-//! `verify` compares is unchanged and nothing outside that write ever sees the log
-//! unguarded. The session's rows are then made again from its rewritten log, a page of
-//! events at a time, with their search entries. It never touches attachment files.
+//! is lifted and put back exactly as it was (SQLite: made again from the text
+//! `sqlite_master` holds; PostgreSQL: disabled and enabled), so the schema `verify`
+//! compares is unchanged and nothing outside that write sees the log unguarded. The
+//! session's rows are then made again from its rewritten log. It never touches
+//! attachment files.
 
+use super::entries::LogPages;
 use super::error::sql;
 use super::sql::{Engine, Tx, args};
-use super::{queries, repair, search};
+use super::{repair, search};
 
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::model::Event;
 use crate::projection::{Entry, Replayer};
-
-/// How many events a page of the log holds at most, and the payload bytes past which
-/// the next page is smaller (`entries::LogPages`' rule: a sent message's event is a
-/// few hundred bytes, a long record's a batch of updates, so a page stays near a few
-/// hundred KiB whatever the log holds).
-const PAGE_MOST: i64 = 256;
-const PAGE_BYTES: usize = 256 * 1024;
 
 /// Each event of `session`'s log in order, read a page at a time, handed to `f`.
 pub(crate) fn each_event_paged(
@@ -28,18 +22,9 @@ pub(crate) fn each_event_paged(
     session: &SessionId,
     mut f: impl FnMut(Event<String>) -> Result<()>,
 ) -> Result<()> {
-    let end = super::append::last_session_seq(conn, session)?;
-    let mut next = 1;
-    let mut page = 1;
-    while next <= end {
-        let (events, after) = queries::events_page(conn, session, next, page)?;
-        next = after;
-        let bytes: usize = events.iter().map(|e| e.payload.len()).sum();
-        page = match bytes < PAGE_BYTES {
-            true => (page * 2).min(PAGE_MOST),
-            false => (page / 2).max(1),
-        };
-        for event in events {
+    let mut log = LogPages::new(conn, session)?;
+    while !log.done() {
+        for event in log.next_page(conn)? {
             f(event)?;
         }
     }
@@ -92,15 +77,12 @@ impl Lifted {
     }
 }
 
-/// Rewrites `session`'s log and rows in `conn`'s write: each event through `redact`,
-/// which is given the log's events in order (then `None`: the log ended) and gives
-/// them back in the same order, each with its new payload's text when it changed; it
-/// may hold an event back until the next (a streamed message's tail moves into an
-/// earlier event's last chunk). Then every row of the session's history is made again
-/// from the rewritten log and indexed for search. The rows go first, while the log still holds what their delete triggers
-/// hand the search index. Returns how many events were rewritten; a log that does
-/// not replay whole is refused (`Error::LogMismatch`), so the caller's write rolls
-/// back.
+/// Rewrites `session`'s log and rows in `conn`'s write: `redact` is given the log's
+/// events in order (then `None`: the log ended) and gives them back in order, each with
+/// its new payload when it changed; it may hold an event back until the next. The rows
+/// are removed first, while the log still holds what their delete triggers hand the
+/// search index, then made again from the rewritten log. Returns how many events were
+/// rewritten; a log that does not replay whole is `Error::LogMismatch`.
 pub(crate) fn rewrite_session(
     conn: &Tx<'_>,
     session: &SessionId,

@@ -1,8 +1,7 @@
-//! The schema a database of each version should have, as `sqlite_master` records it:
-//! what `verify` and every writing open compare a file's schema with. The newest
-//! version's is read from a snapshot built into the binary (`reference-schema.json`,
-//! which a unit test keeps equal to what the migrations make); an older version's is
-//! made by running its migrations on an in-memory database. It never opens a file.
+//! The schema a database of each version should have, as `sqlite_master` records it,
+//! for `verify` and every writing open. The newest version's is a snapshot built into
+//! the binary (`reference-schema.json`, kept equal to what the migrations make by a
+//! test); an older one's is made by its migrations in memory. It never opens a file.
 
 use std::collections::BTreeMap;
 
@@ -12,14 +11,11 @@ use super::schema;
 use crate::error::Result;
 
 /// Schema objects as `sqlite_master` records them: `(type, name)` to `(table, sql)`,
-/// the SQL with runs of whitespace made one space (SQLite keeps the text as written,
-/// and layout is not a difference).
+/// the SQL's runs of whitespace made one space (layout is not a difference).
 pub(crate) type Objects = BTreeMap<(String, String), (String, Option<String>)>;
 
-/// The newest version's objects, as `objects` reads them from a database the
-/// migrations made: `{"version": N, "objects": [[type, name, table, sql], …]}`.
-/// Running fourteen migrations to rebuild it cost a one-shot command about 55 million
-/// instructions, more than half of a `send` (callgrind).
+/// The newest version's objects: `{"version": N, "objects": [[type, name, table,
+/// sql], …]}`. Running the migrations instead cost more than half of a one-shot `send`.
 const SNAPSHOT: &str = include_str!("reference-schema.json");
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -50,7 +46,6 @@ fn built(version: i64) -> Result<Objects> {
     objects(&reference).map_err(failed)
 }
 
-/// The schema objects of the database `conn` is open on.
 pub(crate) fn objects(conn: &Connection) -> rusqlite::Result<Objects> {
     // `sqlite_stat*` tables are made by ANALYZE, which changes no behaviour.
     let mut stmt = conn.prepare(
@@ -73,8 +68,7 @@ pub(crate) fn objects(conn: &Connection) -> rusqlite::Result<Objects> {
 mod tests {
     use super::*;
 
-    /// The snapshot is what the migrations make at the newest version, so a new
-    /// migration fails here until the snapshot is made again:
+    /// The snapshot is what the migrations make at the newest version:
     /// `SESSIONSTORE_BLESS=1 cargo test --lib reference` writes it; review the diff.
     #[test]
     fn the_snapshot_is_the_newest_schema_the_migrations_make() {

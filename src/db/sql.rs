@@ -1,14 +1,12 @@
-//! The seam between the store's SQL and the engine that runs it: one transaction type,
-//! `Tx`, that runs the same statement text on SQLite and on PostgreSQL, with `?N`
-//! placeholders, values of a few plain kinds, and rows read by column index. It knows
-//! nothing of the store's tables; the statements are the callers'.
+//! The seam between the store's SQL and the engine that runs it: `Tx` runs the same
+//! statement text on SQLite and on PostgreSQL, with values of a few plain kinds and
+//! rows read by column index. It knows nothing of the store's tables.
 //!
-//! Statements are written in the subset both engines share: `?N` placeholders (turned
-//! into `$N` for PostgreSQL), a new row's id through `Tx::insert_id` (not a `RETURNING`
-//! in the statement), `CAST(?N AS TEXT)` where PostgreSQL could not infer a
-//! parameter's type, and `CAST(… AS BIGINT)` around a sum. Where the engines truly
-//! differ (full-text search, the catalog), the caller asks `Tx::engine` and writes
-//! each statement.
+//! Statements are written in the subset both engines share: `?N` placeholders (`$N`
+//! for PostgreSQL), a new row's id through `Tx::insert_id`, `CAST(?N AS TEXT)` where
+//! PostgreSQL could not infer a parameter's type, `CAST(… AS BIGINT)` around a sum.
+//! Where the engines truly differ (full-text search, the catalog), the caller asks
+//! `Tx::engine`.
 
 #[cfg(feature = "postgres")]
 use std::cell::RefCell;
@@ -24,46 +22,17 @@ pub enum Engine {
     Postgres,
 }
 
-/// A failure of one statement, or a row whose column does not hold what the store
-/// wrote there. Callers name the action when they turn it into `Error`.
+/// A failure of one statement, or a column that does not hold what the store wrote
+/// there. Callers name the action when they turn it into `Error`.
 #[derive(Debug)]
 pub enum DbError {
     Sqlite(rusqlite::Error),
     #[cfg(feature = "postgres")]
     Postgres(postgres::Error),
-    /// A column that does not read as its type (a damaged or foreign row).
     Column {
         index: usize,
         reason: String,
     },
-}
-
-impl fmt::Display for DbError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DbError::Sqlite(e) => e.fmt(f),
-            #[cfg(feature = "postgres")]
-            DbError::Postgres(e) => match e.as_db_error() {
-                // The server's own message, without the "db error: " prefix.
-                Some(db) => f.write_str(db.message()),
-                None => e.fmt(f),
-            },
-            DbError::Column { index, reason } => {
-                write!(f, "column {index} does not hold a valid value: {reason}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for DbError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            DbError::Sqlite(e) => e.source(),
-            #[cfg(feature = "postgres")]
-            DbError::Postgres(e) => std::error::Error::source(e),
-            DbError::Column { .. } => None,
-        }
-    }
 }
 
 impl From<rusqlite::Error> for DbError {
@@ -221,8 +190,7 @@ impl Row<'_> {
         T::read(self, index)
     }
 
-    /// A text column parsed into one of the store's typed values; a value that does
-    /// not parse means the row was written by something other than this store.
+    /// A text column parsed into one of the store's typed values.
     pub fn parsed<T: std::str::FromStr>(&self, index: usize) -> DbResult<T>
     where
         T::Err: fmt::Display,
@@ -308,9 +276,11 @@ impl FromColumn for u64 {
     }
 }
 
-impl FromColumn for usize {
+impl FromColumn for Option<u64> {
     fn read(row: &Row<'_>, index: usize) -> DbResult<Self> {
-        usize::try_from(i64::read(row, index)?).map_err(|e| DbError::column(index, e))
+        row.int(index)?
+            .map(|n| u64::try_from(n).map_err(|e| DbError::column(index, e)))
+            .transpose()
     }
 }
 
@@ -361,8 +331,7 @@ impl FromColumn for Option<String> {
     }
 }
 
-/// One transaction, on either engine. Statements run in it in order; the code that
-/// made it commits it (see `db::write` and `db::read`).
+/// One transaction, on either engine; the code that made it commits it (`db::write`).
 pub struct Tx<'t>(TxRef<'t>);
 
 enum TxRef<'t> {
@@ -378,9 +347,8 @@ struct PgTx<'t> {
     statements: &'t mut Statements,
 }
 
-/// The statements a PostgreSQL connection has prepared, by their text as the store
-/// writes it. A statement is prepared once per connection and run by name after, so
-/// each run is one round trip to the server instead of two.
+/// The statements a PostgreSQL connection has prepared, by their text: each run after
+/// the first is one round trip to the server instead of two.
 #[cfg(feature = "postgres")]
 pub type Statements = HashMap<String, postgres::Statement>;
 
@@ -424,8 +392,8 @@ impl<'t> Tx<'t> {
         }
     }
 
-    /// The SQLite connection under this transaction, for what only SQLite has (its
-    /// pragmas and catalog); `None` on PostgreSQL.
+    /// The SQLite connection under this transaction (pragmas, catalog); `None` on
+    /// PostgreSQL.
     pub fn sqlite_conn(&self) -> Option<&rusqlite::Connection> {
         match self.0 {
             TxRef::Sqlite(conn) => Some(conn),
@@ -434,8 +402,7 @@ impl<'t> Tx<'t> {
         }
     }
 
-    /// Runs statements without parameters and without a cached statement (a
-    /// savepoint's, which each engine takes as a plain command).
+    /// Runs statements without parameters or a cached statement (a savepoint's).
     pub fn batch(&self, sql: &str) -> DbResult<()> {
         match &self.0 {
             TxRef::Sqlite(conn) => Ok(conn.execute_batch(sql)?),
@@ -461,13 +428,13 @@ impl<'t> Tx<'t> {
     }
 
     /// Runs an `INSERT … VALUES` of one row and gives the new row's `key`, which must be
-    /// the table's `INTEGER PRIMARY KEY` (its rowid): SQLite hands it back without a
-    /// result row, so it is read with `last_insert_rowid()` (a `RETURNING` there collects
-    /// its rows in an ephemeral in-memory table, opened and closed on every insert);
-    /// PostgreSQL needs the `RETURNING`. `None` only when PostgreSQL returned no row.
+    /// the table's `INTEGER PRIMARY KEY`: on SQLite through `last_insert_rowid()` (a
+    /// `RETURNING` there builds an ephemeral table on every insert), on PostgreSQL
+    /// through `RETURNING`. `None` only when PostgreSQL returned no row.
     pub fn insert_id(&self, insert: &str, key: &str, args: &[Value<'_>]) -> DbResult<Option<i64>> {
         match &self.0 {
             TxRef::Sqlite(conn) => {
+                let _ = key; // named only by PostgreSQL's RETURNING
                 self.execute(insert, args)?;
                 Ok(Some(conn.last_insert_rowid()))
             }
@@ -543,20 +510,17 @@ impl<'t> Tx<'t> {
             #[cfg(feature = "postgres")]
             TxRef::Postgres(tx) => {
                 use postgres::fallible_iterator::FallibleIterator;
-                // The rows come in as a stream; `f` may not run another statement on
-                // this transaction while they do (the borrow would panic), which no
-                // caller does.
+                // `f` may not run another statement on this transaction while the rows
+                // stream in (the borrow would panic); no caller does.
                 let mut guard = tx.borrow_mut();
                 let statement = guard.statement(sql)?;
                 let mut rows = guard.tx.query_raw(&statement, pg_args(args))?;
                 while let Some(row) = rows.next()? {
                     if !f(&Row(RowRef::Postgres(&row)))? {
                         // The server can fail a statement after its first rows (a
-                        // serialization failure found further into the scan, say).
-                        // Dropped unread, that error would be lost, the transaction
-                        // left aborted, and the next statement would fail instead,
-                        // as "current transaction is aborted", which no retry
-                        // recognizes. So the rest is read, and its error returned.
+                        // serialization failure further into the scan). Dropped unread,
+                        // that error would be lost and the next statement fail as
+                        // "current transaction is aborted", which no retry recognizes.
                         while rows.next()?.is_some() {}
                         break;
                     }
@@ -567,10 +531,8 @@ impl<'t> Tx<'t> {
     }
 }
 
-/// The server the unit tests that need PostgreSQL run on, named by
-/// `SESSIONSTORE_TEST_POSTGRES`; without it they pass without running. Here, at the
-/// bottom of `db`, so that a test of any file can reach it without an import that
-/// runs back up.
+/// The server the unit tests that need PostgreSQL run on (`SESSIONSTORE_TEST_POSTGRES`);
+/// without it they pass without running.
 #[cfg(all(test, feature = "postgres"))]
 pub(crate) fn test_server() -> Option<String> {
     std::env::var("SESSIONSTORE_TEST_POSTGRES")
@@ -585,8 +547,7 @@ fn pg_args<'a>(args: &'a [Value<'a>]) -> Vec<&'a (dyn postgres::types::ToSql + S
         .collect()
 }
 
-/// The statement with SQLite's `?N` placeholders as PostgreSQL's `$N`. Placeholders
-/// inside quoted text are left alone.
+/// The statement with SQLite's `?N` placeholders as PostgreSQL's `$N`, outside quotes.
 #[cfg(feature = "postgres")]
 pub(crate) fn postgres_text(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len());
@@ -617,10 +578,8 @@ mod tests {
         );
     }
 
-    /// An error the server sends after the first row of a statement reaches the
-    /// caller of `query_row`, which reads only that row, instead of leaving the
-    /// transaction aborted for the next statement to fail on. Runs on the server
-    /// named by `SESSIONSTORE_TEST_POSTGRES`, and passes without running otherwise.
+    /// An error the server sends after the first row reaches the caller of
+    /// `query_row`, instead of leaving the transaction aborted for the next statement.
     #[test]
     fn an_error_after_the_first_row_is_not_lost() {
         let Some(url) = super::test_server() else {

@@ -8,9 +8,9 @@ use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::model::{Context, Cost, SessionFigures, SessionUsage, TokenSums};
 
-/// One row a session: its turns begun at or after `since` (every turn when `None`),
-/// the sums of their token columns (NULL where none reported a kind), and the
-/// session's figures. `{filter}` is a condition on `s`.
+/// One row a session: its turns begun at or after `since` (all when `None`), the sums
+/// of their token columns (NULL where none reported a kind), and the session's figures.
+/// `{filter}` is a condition on `s`.
 const USAGE: &str = "
     SELECT s.id, s.title, count(t.id),
            CAST(sum(t.input_tokens) AS BIGINT), CAST(sum(t.output_tokens) AS BIGINT),
@@ -26,23 +26,11 @@ const USAGE: &str = "
      ORDER BY s.updated_at DESC, s.id DESC";
 
 fn usage_from_row(row: &Row<'_>) -> Result<SessionUsage, DbError> {
-    let count = |i: usize| -> Result<Option<u64>, DbError> {
-        row.get::<Option<i64>>(i)?
-            .map(|n| u64::try_from(n).map_err(|e| DbError::column(i, e)))
-            .transpose()
-    };
     let mut kinds = [None; 6];
     for (i, kind) in kinds.iter_mut().enumerate() {
-        *kind = count(3 + i)?;
+        *kind = row.get(3 + i)?;
     }
-    let cost = match (row.get::<Option<f64>>(9)?, row.get::<Option<String>>(10)?) {
-        (Some(amount), Some(currency)) => Some(Cost { amount, currency }),
-        _ => None,
-    };
-    let context = match (count(11)?, count(12)?) {
-        (Some(used), Some(size)) => Some(Context { used, size }),
-        _ => None,
-    };
+    let SessionFigures { cost, context } = figures_from_row(row, 9)?;
     Ok(SessionUsage {
         id: row.parsed(0)?,
         title: row.get(1)?,
@@ -91,25 +79,23 @@ pub fn figures(conn: &Tx<'_>, session: &SessionId) -> Result<SessionFigures> {
         "SELECT cost_amount, cost_currency, context_used, context_size
          FROM sessions WHERE id = ?1",
         args![session.to_string()],
-        |row| {
-            let cost = match (row.get::<Option<f64>>(0)?, row.get::<Option<String>>(1)?) {
-                (Some(amount), Some(currency)) => Some(crate::model::Cost { amount, currency }),
-                _ => None,
-            };
-            let count = |i: usize| -> Result<Option<u64>, DbError> {
-                row.get::<Option<i64>>(i)?
-                    .map(|n| u64::try_from(n).map_err(|e| DbError::column(i, e)))
-                    .transpose()
-            };
-            let context = match (count(2)?, count(3)?) {
-                (Some(used), Some(size)) => Some(crate::model::Context { used, size }),
-                _ => None,
-            };
-            Ok(SessionFigures { cost, context })
-        },
+        |row| figures_from_row(row, 0),
     )
     .map_err(sql("read a session's usage figures"))?
     .ok_or(Error::SessionNotFound(*session))
+}
+
+/// A session's figures from its four columns from `at` on, in the order above.
+fn figures_from_row(row: &Row<'_>, at: usize) -> Result<SessionFigures, DbError> {
+    let cost = match (row.get(at)?, row.get(at + 1)?) {
+        (Some(amount), Some(currency)) => Some(Cost { amount, currency }),
+        _ => None,
+    };
+    let context = match (row.get(at + 2)?, row.get(at + 3)?) {
+        (Some(used), Some(size)) => Some(Context { used, size }),
+        _ => None,
+    };
+    Ok(SessionFigures { cost, context })
 }
 
 /// Writes a session's figures into its row (no event: the `turn_recorded` event of the

@@ -1,7 +1,6 @@
 //! Changing a database's encryption, with the database to itself: `encrypt` exports a
-//! plain database into a new encrypted file (SQLCipher's `sqlcipher_export`) that then
-//! takes the database's name, and `rekey` re-encrypts an encrypted one in place
-//! (`PRAGMA rekey`). Each keeps its backup encrypted; neither writes a plaintext byte.
+//! plain database into a new encrypted file that takes its name, `rekey` re-encrypts
+//! in place. Each keeps its backup encrypted; neither writes a plaintext byte.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,20 +13,17 @@ use crate::db::schema::{self, Backup, OnDisk, Partial};
 use crate::db::verify::require_intact_schema;
 use crate::error::Result;
 
-/// How long a change of encryption waits for the database to be free. Not the busy
-/// timeout: another program that has it open would still have it open then, and the
-/// change must not run under it.
+/// How long a change of encryption waits for the database to be free: not the busy
+/// timeout, since a program that has it open would still have it open then.
 const WAIT_FOR_ALONE: Duration = Duration::from_millis(500);
 
 /// What a change of encryption tells whoever still has the database open.
 const ALONE: &str = "have the database to itself to change its encryption (stop every \
                      program that uses it, then run this again)";
 
-/// Encrypts the plain database `plain` with `key`: every table (the full-text index's
-/// included) is exported into a new file beside it, made with the sharing's mode and
-/// keyed before the first page is written, which is checked table by table and synced
-/// and then renamed over the database. With `Backup::Make` a copy of that encrypted
-/// file's bytes is kept as `<db>.v<N>.bak` first. Returns the backup's name.
+/// Encrypts the plain database `plain` with `key`: every table is exported into a new
+/// keyed file beside it, checked table by table, synced and renamed over the database.
+/// With `Backup::Make` a copy of the encrypted file is kept as `<db>.v<N>.bak` first.
 pub(crate) fn encrypt(
     plain: &SqliteFile,
     key: &DatabaseKey,
@@ -52,8 +48,7 @@ pub(crate) fn encrypt(
             "its folder's name is not UTF-8, which ATTACH needs",
         ))
     })?;
-    // Bound, never written into the statement's text; never an empty key, which would
-    // make the attached copy plain.
+    // Bound, never in the statement's text; never empty, which would make it plain.
     let literal = key.sqlcipher_literal();
     conn.execute(
         "ATTACH DATABASE ?1 AS encrypted KEY ?2",
@@ -81,22 +76,17 @@ pub(crate) fn encrypt(
         Backup::Make => Some(copy_file(&target, plain, schema::current(&applied))?),
         Backup::Skip => None,
     };
-    // The encrypted copy takes the database's name while this connection still holds
-    // the plain file's lock, so no writer can slip a commit into the plain file between
-    // the export and the rename. Its closing then removes the plain file's `-wal`
-    // (empty: checkpointed when the lock was taken), and the plain file goes with its
-    // last descriptor.
+    // Renamed while this connection holds the plain file's lock, so no writer can slip
+    // a commit in between; closing it removes the plain file's (empty) `-wal`.
     std::fs::rename(&target.path, path).map_err(&io)?;
     schema::sync_dir(schema::beside(path)).map_err(&io)?;
     drop(conn);
     Ok(copy)
 }
 
-/// Gives the encrypted database `db` (keyed with its current key) the key `new`, in
-/// place and in one transaction, then empties its WAL, so no page under the old key
-/// stays in it. With `Backup::Make` the database is first copied, encrypted with
-/// `new`, to `<db>.v<N>.bak`: no copy the old key opens is made. Returns the backup's
-/// name.
+/// Gives the encrypted database `db` the key `new`, in place and in one transaction,
+/// then empties its WAL of pages under the old key. With `Backup::Make` it is first
+/// copied, encrypted with `new`, to `<db>.v<N>.bak`.
 pub(crate) fn rekey(db: &SqliteFile, new: &DatabaseKey, backup: Backup) -> Result<Option<PathBuf>> {
     let path = db.path.as_path();
     let applied = match schema::inspect(db)? {
@@ -142,9 +132,8 @@ pub(crate) fn rekey(db: &SqliteFile, new: &DatabaseKey, backup: Backup) -> Resul
 }
 
 /// A read-write connection to `db` that has it to itself: locking mode `EXCLUSIVE`
-/// keeps the lock its first transaction takes until the connection closes, and that
-/// first transaction fails (`Error::Busy`) while any other connection has the database
-/// open, as a daemon that uses it would. Its WAL is then checkpointed and emptied.
+/// keeps its first transaction's lock until it closes, and that transaction fails
+/// (`Error::Busy`) while another connection has the database open. Its WAL is emptied.
 fn alone(db: &SqliteFile) -> Result<Connection> {
     let opening = |e| super::opening(db, e);
     let conn = Connection::open_with_flags(
@@ -164,9 +153,8 @@ fn alone(db: &SqliteFile) -> Result<Connection> {
 }
 
 /// Refuses an export whose copy does not hold as many rows as the database in every
-/// table, the full-text index's own tables included. The index itself, a virtual table
-/// (no pages of its own), is read through those tables: `sqlcipher_export` writes its
-/// schema row directly, which this connection has not loaded.
+/// table with pages (the full-text index through its own tables: `sqlcipher_export`
+/// writes its schema row directly, which this connection has not loaded).
 fn same_rows(conn: &Connection, path: &Path) -> Result<()> {
     let sql = |e| crate::db::error::sqlite("compare the encrypted copy with the database", e);
     let mut stmt = conn
@@ -203,9 +191,8 @@ fn same_rows(conn: &Connection, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A backup of `db` at schema `version` holding the bytes of the complete, synced,
-/// closed encrypted file `from`: a file of its own (a hard link would share the
-/// database's inode and change with it), made with the sharing's mode.
+/// A backup of `db` at schema `version` holding the bytes of the encrypted file
+/// `from`: a copy (a hard link would share the database's inode and change with it).
 fn copy_file(from: &Partial, db: &SqliteFile, version: i64) -> Result<PathBuf> {
     let io = io_error(&db.path);
     let mut copy = Partial::create(schema::beside(&db.path), db.sharing).map_err(&io)?;

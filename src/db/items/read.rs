@@ -1,6 +1,6 @@
-//! Reads of recorded turn items: an item row's columns, a row with no body (V12) read
-//! through the update it names (`Made`), a page of a session's items with their sealed
-//! and streaming parts folded in, and the texts of its agent messages. Never writes.
+//! Reads of recorded turn items: a row with no body (V12) read through the update it
+//! names (`Made`), a page of items with their parts folded in, the texts of agent
+//! messages. Never writes.
 
 use crate::error::Result;
 use crate::ids::{ItemId, SessionId};
@@ -11,14 +11,12 @@ use crate::db::error::sql;
 use crate::db::sql::{DbError, Row, Tx, args};
 
 /// An item row's ten columns, of `items i`. A row with no body (V12) has no times
-/// either: both are its event's, read with the update it names
-/// ([`UnreadItem::find_maker`]), not by a join, which would walk the event's payload
-/// to its last column for every row.
+/// either: both are its event's, read with its update ([`UnreadItem::find_maker`]), not
+/// by a join, which would walk the event's payload for every row.
 pub(super) const ITEM_COLUMNS: &str = "i.id, i.session_id, i.seq, i.kind, i.body, i.created_at,
      i.updated_at, i.made_by_event, i.made_by_start, i.made_by_length";
 
-/// An item row as [`ITEM_COLUMNS`] give it, its body (or, for a row with no body, its
-/// update and times) not yet read.
+/// An item row as [`ITEM_COLUMNS`] give it, its body not yet read.
 pub(super) fn row_of(row: &Row<'_>) -> Result<UnreadItem, DbError> {
     let times = |index: usize| -> Result<String, DbError> {
         row.get::<Option<String>>(index)?
@@ -51,8 +49,7 @@ pub(super) fn row_of(row: &Row<'_>) -> Result<UnreadItem, DbError> {
     })
 }
 
-/// The one item a query of [`ITEM_COLUMNS`] finds, if any, read whole (the update a row
-/// with no body names read through `made`).
+/// The one item a query of [`ITEM_COLUMNS`] finds, if any, read whole.
 pub(super) fn one_item(
     conn: &Tx<'_>,
     query: &str,
@@ -68,9 +65,9 @@ pub(super) fn one_item(
     row.read(conn, made).map(Some)
 }
 
-/// The agent messages and thoughts of `session` after seq `after`, at most `limit`, in
-/// history order: each seq with the JSON text of its body, or of the update that made
-/// it (V12, read through `made`). Both carry the ACP `messageId` at their top level.
+/// The agent messages and thoughts of `session` after seq `after`, at most `limit`:
+/// each seq with the JSON text of its body or of the update that made it (both carry
+/// the ACP `messageId` at their top level).
 pub(crate) fn message_texts(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -98,9 +95,7 @@ pub(crate) fn message_texts(
     Ok(texts)
 }
 
-/// A session's items in history order, each with its appended parts folded in (V6:
-/// an agent message that is still streaming keeps what each batch appended as a part
-/// of its own until it ends).
+/// A session's items in history order, each with its appended parts folded in.
 pub fn items(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Item>> {
     items_in(conn, session, 1..i64::MAX, &mut Made::default())
 }
@@ -110,16 +105,14 @@ pub fn items(conn: &Tx<'_>, session: &SessionId) -> Result<Vec<Item>> {
 enum Body {
     /// The body's JSON text.
     Text(String),
-    /// No body (V12): the item is what the update whose text is `length` bytes from
-    /// byte `start` of the payload of the session's event `event` (its `seq`, V13)
-    /// makes, not yet read.
+    /// No body (V12): the item is what the update at bytes `start..start + length` of
+    /// the payload of event `event` (its `seq`) makes, not yet read.
     MadeBy { event: i64, start: i64, length: i64 },
     /// That update's JSON text, read from its event.
     Update(String),
 }
 
-/// An item row, its body kept as the JSON text the row holds, or as the text of the
-/// update that made it, until it is read.
+/// An item row, its body kept as JSON text until it is read.
 #[derive(Debug)]
 pub(crate) struct UnreadItem {
     pub(crate) id: ItemId,
@@ -132,8 +125,8 @@ pub(crate) struct UnreadItem {
 }
 
 impl UnreadItem {
-    /// Reads the update a row with no body names, and the time of its event, which
-    /// is both of the item's times (one read of each event for a run of rows, `made`).
+    /// Reads the update a row with no body names, and its event's time, which is both
+    /// of the item's times.
     pub(crate) fn find_maker(&mut self, conn: &Tx<'_>, made: &mut Made) -> Result<()> {
         if let Body::MadeBy {
             event,
@@ -151,8 +144,7 @@ impl UnreadItem {
         Ok(())
     }
 
-    /// The row read as the item it holds (a row with no body reads its update
-    /// through `made`).
+    /// The row read as the item it holds.
     pub(crate) fn read(mut self, conn: &Tx<'_>, made: &mut Made) -> Result<Item> {
         self.find_maker(conn, made)?;
         let body = self.body().map_err(sql("read items"))?;
@@ -201,10 +193,9 @@ impl UnreadItem {
     }
 }
 
-/// The payload and time of one `turn_recorded` event, read for the item rows that name
-/// one of its updates (V12) and kept while the next rows name the same event: a page
-/// of a long history reads each event once, and cuts each update out of it by the
-/// bytes its row names, without parsing the rest.
+/// The payload and time of one `turn_recorded` event, kept while the next item rows
+/// name the same event: a page reads each event once and cuts each update out of it
+/// by the bytes its row names, without parsing the rest.
 #[derive(Debug, Default)]
 pub(crate) struct Made {
     event: Option<(SessionId, i64)>,
@@ -213,9 +204,8 @@ pub(crate) struct Made {
 }
 
 impl Made {
-    /// The JSON text of the update that is `length` bytes from byte `start` of the
-    /// payload of `session`'s event `event`. Bytes that are not an update's make an
-    /// error when the text is read as one, or an item that is not the log's.
+    /// The JSON text at bytes `start..start + length` of the payload of `session`'s
+    /// event `event`.
     fn update(
         &mut self,
         conn: &Tx<'_>,
@@ -260,18 +250,16 @@ impl Made {
     }
 }
 
-/// [`items`] whose seq is in `seqs`: one page of a long history. The updates rows
-/// with no body name are read through `made`, which a caller reading page after page
-/// keeps, so an event whose updates span pages is read once.
+/// [`items`] whose seq is in `seqs`: one page of a long history. A caller reading page
+/// after page keeps `made`, so an event whose updates span pages is read once.
 pub fn items_in(
     conn: &Tx<'_>,
     session: &SessionId,
     seqs: std::ops::Range<i64>,
     made: &mut Made,
 ) -> Result<Vec<Item>> {
-    // The page's rows, each with its sealed parts (content and time) and where its
-    // streaming parts start; read whole first, since the update a row with no body
-    // names is read by a statement of its own.
+    // The page's rows, each with its sealed parts and where its streaming parts start;
+    // read whole first, since a row's update is read by a statement of its own.
     type PageRow = (UnreadItem, Vec<(String, String)>, Option<i64>);
     let mut rows: Vec<PageRow> = Vec::new();
     conn.for_each(
@@ -323,7 +311,7 @@ pub fn items_in(
 }
 
 /// Folds one appended part (a JSON array of content blocks) onto `item` the way chunks
-/// coalesce, so the item reads as the whole message a single row would hold.
+/// coalesce.
 fn fold_part(item: &mut Item, part: &str, at: String) -> Result<(), String> {
     let blocks = crate::model::content_blocks(part)
         .map_err(|e| format!("an item part is not content: {e}"))?;

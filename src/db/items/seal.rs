@@ -13,28 +13,23 @@ use super::read::{ITEM_COLUMNS, Made, row_of};
 use crate::db::error::sql;
 use crate::db::sql::{DbError, Tx, args};
 
-/// The text a sealed segment holds at least before it is cut: large enough that a
-/// long answer is a few rows a megabyte, small enough that sealing and indexing hold
-/// little. A segment ends at a part that ends between words, or, past four times this
-/// with no such part, at any part.
+/// The text a sealed segment holds at least before it is cut (a few rows a megabyte).
+/// A segment ends at a part that ends between words, or, past four times this, at any.
 pub(super) const SEGMENT_BYTES: usize = 64 * 1024;
-/// How many streamed parts sealing reads at a time.
 const SEAL_PAGE: i64 = 16;
 
-/// Whether sealing writes what is left of a message as a last, shorter segment (its
-/// end: a later entry follows it, or its turn ended) or leaves that streaming.
+/// Whether sealing writes what is left of a message as a last, shorter segment (it
+/// ended) or leaves that streaming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Seal {
     Whole,
     WhatIsComplete,
 }
 
-/// Seals the streamed parts of `session`'s last item, if it has any (see
-/// [`seal_item`]): called when a later entry follows a streamed message or its turn
-/// ends. Only that item can have them: a batch appends parts only to the message that
-/// ends the history, and whatever follows it calls this first. So one probe of the
-/// session's last item (its `streaming_from`) tells whether there is anything to
-/// seal, however long the history.
+/// Seals the streamed parts of `session`'s last item, if it has any: called when a
+/// later entry follows a streamed message or its turn ends. Only that item can have
+/// them (parts go only to the message that ends the history, and whatever follows it
+/// calls this first), so one probe tells, however long the history.
 pub(crate) fn settle(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
     let last: Option<(String, Option<i64>)> = conn
         .query_row(
@@ -54,14 +49,11 @@ pub(crate) fn settle(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
 }
 
 /// Rewrites a streamed message's row content and its streamed parts, in order, as
-/// sealed segments of about [`SEGMENT_BYTES`] each (each indexed for search once
-/// the writer is idle),
-/// reading a page of parts at a time, so no step holds the whole message. Each
-/// segment ends where a part ends between words, so no word is split between two
-/// search entries, and is numbered by the last part it covers (deleted first), so
-/// segments and the parts still streaming sort as they came. `Seal::WhatIsComplete`
-/// leaves the parts after the last complete segment streaming; reading folds the
-/// pieces back into the same blocks either way.
+/// sealed segments of about [`SEGMENT_BYTES`], a page of parts at a time. A segment
+/// ends where a part ends between words (no word split between two search entries) and
+/// is numbered by the last part it covers, so segments and parts still streaming sort
+/// as they came. `Seal::WhatIsComplete` leaves the parts after the last complete
+/// segment streaming; reading folds the pieces back into the same blocks either way.
 pub(super) fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: Seal) -> Result<()> {
     let head = conn
         .query_row(
@@ -152,8 +144,7 @@ pub(super) fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: S
     }
     let streaming_from = segment.parts.first().map(|(row, _)| *row);
     // The row's content went into the first segment; the row keeps the message id and
-    // the time of the latest part sealed, and a row that named the update that made
-    // it (V12) now holds its body and times.
+    // the latest part's time, and a row with no body (V12) now holds one.
     let body = match body {
         ItemBody::AgentThought(_) => ItemBody::AgentThought(text),
         _ => ItemBody::AgentMessage(text),
@@ -170,22 +161,17 @@ pub(super) fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: S
     Ok(())
 }
 
-/// The blocks of a segment being made, the bytes of the JSON they came as (the
-/// measure `streamed_bytes` takes too), and the streamed parts they came from (none
-/// while they are only the row's content).
+/// The blocks of a segment being made, the bytes of the JSON they came as, and the
+/// streamed parts they came from (their ids, in order, with the bytes of each).
 struct Segment {
     blocks: Vec<ContentBlock>,
     size: usize,
-    /// The streamed parts it holds (their `streaming_parts` ids, in order), with the
-    /// bytes of each.
     parts: Vec<(i64, usize)>,
 }
 
 impl Segment {
-    /// Whether the segment is complete before `next` (the blocks of the part after
-    /// it): large enough, with the cut between words (its text ends in whitespace,
-    /// or the next begins with some, or either side is not text), or far too large to
-    /// wait for that.
+    /// Whether the segment is complete before `next` (the next part's blocks): large
+    /// enough, with the cut between words (or either side not text), or far too large.
     fn complete_before(&self, next: &[ContentBlock]) -> bool {
         let ends = match self.blocks.last() {
             Some(ContentBlock::Text(text)) => text.text.ends_with(char::is_whitespace),
@@ -198,9 +184,8 @@ impl Segment {
         self.size >= SEGMENT_BYTES && (ends || begins || self.size >= 4 * SEGMENT_BYTES)
     }
 
-    /// Writes the segment as sealed part `number` of item `id` (of `kind`) in place of
-    /// the streamed parts it covers, left to be indexed for search when the writer is
-    /// idle (V14), and starts the next one empty.
+    /// Writes the segment as sealed part `number` of item `id` in place of the
+    /// streamed parts it covers, and starts the next one empty.
     fn write(
         &mut self,
         conn: &Tx<'_>,

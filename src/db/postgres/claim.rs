@@ -1,12 +1,8 @@
-//! One owner per session on PostgreSQL: a claim is a session-level advisory lock
-//! (`pg_try_advisory_lock`) on a key derived from the schema and the session id, held
-//! on a connection of the claim's own. The server drops it when that connection ends:
-//! the claim released, or its process gone (the server notices a dead peer by its
-//! closed socket or, for a vanished host, the connection's keepalives). It writes no
-//! row.
-//!
-//! The blocking client lives on a thread of its own for the claim's whole life, since
-//! it cannot be dropped on a thread that drives async tasks (see `pool.rs`).
+//! One owner per session on PostgreSQL: a claim is a session-level advisory lock on a
+//! key derived from the schema and the session id, held on a connection of its own,
+//! which the server drops when that connection ends (its process gone: a closed socket
+//! or the keepalives). It writes no row. The blocking client lives on a thread of its
+//! own, since it cannot be dropped on an async one (see `pool.rs`).
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -22,19 +18,17 @@ use crate::ids::SessionId;
 const TRY_LOCK: &str = "SELECT pg_try_advisory_lock(hashtextextended(\
      'sessionstore session ' || current_schema() || ' ' || $1, 0))";
 
-/// The release, said to the server before the connection closes: a closed connection
-/// drops its locks only once the server has seen it go, which the client does not
-/// wait for, so without this a claim dropped and taken again at once could be refused.
+/// The release, said before the connection closes: the server drops a closed
+/// connection's locks only once it has seen it go, so a claim taken again at once
+/// could be refused.
 const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended(\
      'sessionstore session ' || current_schema() || ' ' || $1, 0))";
 
-/// How long dropping a claim waits for the server to confirm the release. A server
-/// that does not answer in time (gone, or cut off) is not waited for on the caller's
-/// thread, which may be an async one; the lock then ends with the connection.
+/// How long dropping a claim waits for the server to confirm the release (then the
+/// lock ends with the connection).
 const RELEASE_WAIT: Duration = Duration::from_secs(5);
 
-/// A session claimed on a PostgreSQL database; dropping it releases the lock and
-/// closes the claim's connection, waiting (up to `RELEASE_WAIT`) for the release.
+/// A session claimed on a PostgreSQL database; dropping it releases the lock.
 #[derive(Debug)]
 pub(crate) struct PgClaim {
     /// Dropped to tell the thread to release the lock and close its connection.
@@ -114,8 +108,7 @@ const HELD: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks \
 impl Drop for PgClaim {
     fn drop(&mut self) {
         drop(self.release.take());
-        // The release is one round trip; waiting for it means the session can be
-        // claimed again as soon as this returns.
+        // Waited for, so the session can be claimed again as soon as this returns.
         let _ = self.released.recv_timeout(RELEASE_WAIT);
     }
 }

@@ -1,9 +1,7 @@
-//! The store on a PostgreSQL server: transactions that serialize concurrent writers
-//! (serializable isolation, retried when PostgreSQL reports that a transaction lost a
-//! race) and read-only transactions for commands that only read, here; the connection
-//! pool (`pool`), the schema's migrations from `migrations-postgres/` with the same
-//! versions, names and refusals as the SQLite ones and the check of a schema against
-//! them (`schema`), and scratch schemas (`scratch`). It never touches attachment files.
+//! The store on a PostgreSQL server: serializable write transactions, run again when
+//! one lost a race, and read-only ones, here; the pool (`pool`), the migrations of
+//! `migrations-postgres/` and the schema check (`schema`), scratch schemas (`scratch`).
+//! It never touches attachment files.
 
 pub(crate) mod claim;
 mod pool;
@@ -20,7 +18,7 @@ use std::time::Duration;
 use postgres::IsolationLevel;
 use postgres::error::SqlState;
 
-use self::pool::{Conn, Manager, Pool, shown_path};
+use self::pool::{Conn, Pool, shown_path};
 use self::schema::{latest_version, migrate_client, read_history, refuse_unknown};
 use super::Access;
 use super::error::postgres as pg;
@@ -46,27 +44,23 @@ const RETRY_FOR: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 pub struct PgDb {
     pool: Pool,
-    /// Per-session locks of this process, taken before a connection (see
-    /// `write_locked`).
+    /// Per-session locks of this process, taken before a connection (`write_locked`).
     locks: Arc<std::sync::Mutex<std::collections::HashMap<i64, Arc<std::sync::Mutex<()>>>>>,
     /// The connection string without its password, for messages.
     shown: Arc<str>,
     read_only: bool,
 }
 
-/// Whether a failed transaction lost a race that running it again can win, given
-/// how many times it has already run again.
-/// Whether `e` is one of the races a write is run again for (a unique violation only
-/// its first few times, which `write_on` counts).
-pub(crate) fn lost_race_at_all(e: &Error) -> bool {
-    lost_race(e, 0)
-}
-
-fn lost_race(e: &Error, attempt: u32) -> bool {
-    let Some(cause) = super::error::postgres_cause(e) else {
+/// Whether a failed transaction lost a race that running it again (after `attempt`
+/// runs) can win.
+pub(crate) fn lost_race(e: &Error, attempt: u32) -> bool {
+    let Error::Database { cause, .. } = e else {
         return false;
     };
-    match cause.code() {
+    match cause
+        .downcast_ref::<postgres::Error>()
+        .and_then(|e| e.code())
+    {
         Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE => true,
         Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED => true,
         // Two writers that both computed the next sequence number of one session can
@@ -88,7 +82,7 @@ impl PgDb {
             read_only: access == Access::ReadOnly,
             locks: Default::default(),
         };
-        let mut conn = db.client()?;
+        let mut conn = db.pool.get()?;
         let client = &mut conn.client;
         let applied = read_history(client)?;
         refuse_unknown(&db.shown, applied.as_deref().unwrap_or(&[]))?;
@@ -114,9 +108,8 @@ impl PgDb {
             }
         }
         drop(conn);
-        // As on SQLite, a store that writes first checks that the schema is the one
-        // its migrations make: a dropped trigger or a rewritten trigger function would
-        // let the next write skip a guarantee.
+        // As on SQLite, a store that writes first checks its schema: a dropped trigger
+        // or a rewritten trigger function would let the next write skip a guarantee.
         if access != Access::ReadOnly {
             let problems = db.read(schema_problems)?;
             if !problems.is_empty() {
@@ -129,35 +122,21 @@ impl PgDb {
         Ok(db)
     }
 
-    fn client(&self) -> Result<r2d2::PooledConnection<Manager>> {
-        self.pool.get()
-    }
-
     /// Whether the store was opened only to read.
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }
 
     /// Runs `f` in a serializable transaction and commits it. PostgreSQL rolls back
-    /// a transaction whose outcome would differ from some serial order of the
-    /// transactions around it (two writers appending to one session, say); that one
-    /// is run again, from a fresh snapshot, until it commits or `RETRY_FOR` passes.
+    /// a transaction whose outcome would differ from some serial order of those around
+    /// it (two writers appending to one session, say); that one is run again, from a
+    /// fresh snapshot, until it commits or `RETRY_FOR` passes.
     pub fn write<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
-        self.write_locked(None, f)
+        self.write_locked(&[], f)
     }
 
-    /// `write_locked` under the advisory lock of `session`: a key folded from its id.
-    pub fn write_for<T>(
-        &self,
-        session: &crate::ids::SessionId,
-        f: impl FnMut(&Tx<'_>) -> Result<T>,
-    ) -> Result<T> {
-        let id = session.as_uuid().as_u128();
-        self.write_locked(Some((id ^ (id >> 64)) as i64), f)
-    }
-
-    /// `write_locked` under the advisory locks of every one of `sessions` (a group
-    /// commit's), taken in key order.
+    /// `write_locked` under the advisory lock of each of `sessions` (a key folded from
+    /// its id).
     pub fn write_for_all<T>(
         &self,
         sessions: &[crate::ids::SessionId],
@@ -172,27 +151,16 @@ impl PgDb {
             .collect();
         keys.sort_unstable();
         keys.dedup();
-        self.write_locked_all(&keys, f)
+        self.write_locked(&keys, f)
     }
 
-    /// `write` holding the advisory lock `key` from before its snapshot is taken
-    /// until after it commits, so two writes with the same key never overlap, and the
-    /// later one sees what the earlier one committed. For writes whose closure also
-    /// touches files (a send's check that its uploads are still there, gc's removal
-    /// of unreferenced ones): a serializable transaction that loses its race is rolled
-    /// back, but a file it removed stays removed.
+    /// `write` holding the advisory locks `keys` (sorted, without repeats, so two
+    /// writers cannot wait on each other) from before its snapshot until after it
+    /// commits: two writes with a key in common never overlap, and the later sees what
+    /// the earlier committed. For writes whose closure also touches files: a
+    /// transaction that loses its race is rolled back, but a file it removed stays
+    /// removed.
     pub fn write_locked<T>(
-        &self,
-        key: Option<i64>,
-        f: impl FnMut(&Tx<'_>) -> Result<T>,
-    ) -> Result<T> {
-        let keys: Vec<i64> = key.into_iter().collect();
-        self.write_locked_all(&keys, f)
-    }
-
-    /// [`PgDb::write_locked`] under every lock of `keys` (sorted, without repeats, so
-    /// that two writers taking several cannot wait on each other).
-    pub fn write_locked_all<T>(
         &self,
         keys: &[i64],
         mut f: impl FnMut(&Tx<'_>) -> Result<T>,
@@ -200,29 +168,27 @@ impl PgDb {
         if self.read_only {
             return Err(Error::ReadOnly(shown_path(&self.shown)));
         }
-        // Writers of one session in this process queue here, each without a
-        // connection, so that they cannot fill the pool waiting on the server's lock
-        // while every other session's work waits for a connection.
+        // Writers of one session in this process queue here, without a connection, so
+        // they cannot fill the pool waiting on the server's lock.
         let locals: Vec<(i64, Arc<std::sync::Mutex<()>>)> =
             keys.iter().map(|k| (*k, self.local_lock(*k))).collect();
         let queued: Vec<_> = locals
             .iter()
             .map(|(_, l)| l.lock().unwrap_or_else(|e| e.into_inner()))
             .collect();
-        let mut conn = self.client()?;
+        let mut conn = self.pool.get()?;
         for key in keys {
             conn.client
                 .execute("SELECT pg_advisory_lock($1)", &[key])
                 .map_err(pg("take a session's lock"))?;
         }
-        // A panic inside `f` must not return the connection to the pool still holding
-        // the session's lock: every later writer of the session would wait on it.
+        // A panic inside `f` must not return the connection to the pool still locked.
         let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             Self::write_on(&mut conn, &mut f)
         }));
         for key in keys {
-            // A connection that fails here is broken and leaves the pool, and the
-            // server lets go of a closed session's locks.
+            // A connection that fails here is broken: it leaves the pool, and the server
+            // lets go of a closed session's locks.
             let _ = conn.client.execute("SELECT pg_advisory_unlock($1)", &[key]);
         }
         drop(queued);
@@ -275,8 +241,8 @@ impl PgDb {
                 {
                     attempt += 1;
                     tracing::debug!("write lost a race (attempt {attempt}: {e}), running it again");
-                    // Back off a little, more each time, with jitter so that two
-                    // writers that collided do not collide again in step.
+                    // Back off more each time, with jitter so that two writers that
+                    // collided do not collide again in step.
                     let jitter = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.subsec_micros() % 3_000);
@@ -290,10 +256,9 @@ impl PgDb {
         }
     }
 
-    /// Runs `f` in one read-only snapshot (`REPEATABLE READ`, `READ ONLY`): it sees
-    /// one moment of the database and cannot write, whatever `f` runs.
+    /// Runs `f` in one read-only snapshot (`REPEATABLE READ`, `READ ONLY`).
     pub fn read<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
-        let mut conn = self.client()?;
+        let mut conn = self.pool.get()?;
         let Conn { client, statements } = &mut *conn;
         let tx = client
             .build_transaction()
@@ -306,14 +271,13 @@ impl PgDb {
         // Dropping the transaction rolls it back: it changed nothing to commit.
     }
 
-    /// `write`, then a plain `VACUUM` of the tables a session's rows live in, so the
-    /// space of the deleted rows is reclaimed rather than left for autovacuum. Unlike
-    /// SQLite's `secure_delete`, PostgreSQL does not zero freed space: the bytes stay
-    /// in the data files and the write-ahead log until they are overwritten. Returns
+    /// `write`, then a `VACUUM` of the tables a session's rows live in, so their space
+    /// is reclaimed now. Unlike SQLite's `secure_delete`, PostgreSQL does not zero freed
+    /// space: the bytes stay in the data files and the WAL until overwritten. Returns
     /// whether the vacuum ran.
     pub fn erase<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<(T, bool)> {
         let value = self.write(f)?;
-        let mut conn = self.client()?;
+        let mut conn = self.pool.get()?;
         let vacuumed = conn
             .client
             .batch_execute("VACUUM sessions, messages, message_refs, items, events, search_entries")

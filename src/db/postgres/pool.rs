@@ -1,9 +1,7 @@
-//! Connections to a PostgreSQL server: the r2d2 pool of blocking clients with each
-//! connection's prepared statements, over the TLS the connection string asks for
-//! (`tls`), the first connection made at once so a refusal is reported with its reason
-//! (and the log told whether it is encrypted), connections closed on a thread of their
-//! own, and a driver's words about a failed connection without the password. It runs
-//! no statement of the store's.
+//! Connections to a PostgreSQL server: the r2d2 pool of blocking clients with their
+//! prepared statements, the first connection made at once so a refusal is reported
+//! with its reason, connections closed on a thread of their own, and a driver's words
+//! without the password. It runs no statement of the store's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +20,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// r2d2_postgres's manager, with each connection's prepared statements kept beside it.
 pub(super) struct Manager {
     inner: PostgresConnectionManager<Connector>,
-    /// The connection `Pool::new` made to check the server, handed out as the pool's
-    /// first so that opening a store costs one handshake, not two.
+    /// The connection `Pool::new` made to check the server, handed out first.
     first: std::sync::Mutex<Option<Client>>,
 }
 
@@ -31,12 +28,6 @@ pub(super) struct Manager {
 pub(crate) struct Conn {
     pub(super) client: Client,
     pub(super) statements: Statements,
-}
-
-impl std::fmt::Debug for Manager {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Manager").finish_non_exhaustive()
-    }
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -64,8 +55,7 @@ impl r2d2::ManageConnection for Manager {
     }
 }
 
-/// The server `url` names could not be reached: its reason, as a store's pool
-/// reports one, without the password.
+/// The server `url` names could not be reached: its reason, without the password.
 pub fn unreachable(url: &str, e: &postgres::Error) -> Error {
     Error::Unreachable {
         url: redact(url),
@@ -73,11 +63,9 @@ pub fn unreachable(url: &str, e: &postgres::Error) -> Error {
     }
 }
 
-/// The connection pool. The `postgres` client is blocking and runs a small runtime of
-/// its own, which it cannot do on a thread that is already driving async tasks: a
-/// connection closed there panics. A store is often dropped on such a thread (the end
-/// of an async command), so the last handle closes the connections on a thread of
-/// its own, and waits for them to close before its drop returns.
+/// The connection pool. The blocking `postgres` client runs a runtime of its own, so a
+/// connection closed on a thread driving async tasks panics: the last handle closes
+/// the connections on a thread of its own, and waits for them.
 #[derive(Clone)]
 pub(super) struct Pool(Arc<PoolInner>);
 
@@ -91,9 +79,8 @@ struct PoolInner {
     url: PostgresUrl,
 }
 
-/// r2d2 keeps only the outermost words of a failed connection ("error connecting to
-/// server", "db error") and retries until its timeout; this keeps the whole of the
-/// last one (the system's reason, or the server's message) so the caller is told why.
+/// The whole of the last failed connection's error: r2d2 keeps only its outermost
+/// words ("db error") and retries until its timeout.
 #[derive(Debug, Clone, Default)]
 struct LastConnectError(Arc<std::sync::Mutex<Option<String>>>);
 
@@ -120,15 +107,13 @@ fn describe(error: &postgres::Error) -> String {
     text
 }
 
-/// How every connection to `url` is made, the pool's and a session claim's own: the
-/// driver's settings, the TLS the URL asks for and its connector. A string that does
-/// not parse is refused.
+/// How every connection to `url` is made (the pool's, a claim's): the driver's
+/// settings, the TLS the URL asks for and its connector.
 pub(super) fn client_config(url: &PostgresUrl) -> Result<(postgres::Config, Tls, Connector)> {
     let (mut config, tls) = url.driver_config()?;
     let connector = tls::connector(url, &tls)?;
-    // A server that takes the TCP connection and never answers (a stuck proxy, a
-    // wrong port) must not hang a command: connecting gives up in time, and a
-    // connection whose peer went away is noticed, unless the string says otherwise.
+    // A server that takes the TCP connection and never answers must not hang a
+    // command, and a peer that went away is noticed, unless the string says otherwise.
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
@@ -138,18 +123,14 @@ pub(super) fn client_config(url: &PostgresUrl) -> Result<(postgres::Config, Tls,
 }
 
 impl Pool {
-    /// A pool of at most `max_size` connections to `url`, none opened yet. A string
-    /// that does not parse is refused here, before any connection is tried.
+    /// A pool of at most `max_size` connections to `url`, opening its first.
     pub(super) fn new(url: &PostgresUrl, max_size: u32) -> Result<Pool> {
         let shown: Arc<str> = url.to_string().into();
         let (config, tls, connector) = client_config(url)?;
-        // One connection first, on a thread of its own (the blocking client cannot
-        // run on an async one): a server that refuses it, a missing database or a
-        // wrong password is reported at once with the reason, not after the pool has
-        // retried for its whole timeout. The driver times only the TCP connect; a
-        // server that accepts and then never answers is given up on here, and the
-        // attempt's thread is left to end with the process. The connection made is
-        // the pool's first.
+        // One connection first, on a thread of its own: a refusal, a missing database
+        // or a wrong password is reported at once with the reason, not after the pool's
+        // whole timeout. The driver times only the TCP connect; a server that never
+        // answers is given up on here, the attempt's thread left to end with the process.
         let (sent, answer) = std::sync::mpsc::channel();
         let attempt = config.clone();
         let attempt_tls = connector.clone();
@@ -224,8 +205,7 @@ impl Pool {
     }
 }
 
-/// Tells the log (at info) whether the first connection is encrypted, and in which
-/// mode: every connection of the pool is made the same way.
+/// Tells the log whether the first connection is encrypted (all are made alike).
 fn log_connection(shown: &str, tls: &Tls, encrypted: Option<bool>) {
     let mode = &tls.mode;
     match encrypted {

@@ -1,8 +1,6 @@
 //! Schemas of their own on a PostgreSQL server, for a store that must see no other
-//! (the probe's run, a test, a benchmark): a connection string with a schema first on
-//! its search path, the schema made and dropped on a connection of its own, and
-//! `off_runtime` for blocking clients used from async code. It touches no store's
-//! schema.
+//! (the probe's run, a test, a benchmark), and `off_runtime` for blocking clients used
+//! from async code. It touches no store's schema.
 
 use super::tls::connect;
 use crate::config::PostgresUrl;
@@ -15,15 +13,11 @@ use crate::error::Result;
 /// `schema` must be a plain identifier; the probe's and the tests' are.
 pub fn with_search_path(url: &str, schema: &str) -> String {
     let setting = format!("-c%20search_path%3D{schema}");
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let Some(query) = query else {
-        return format!("{base}?options={setting}");
+    let Some((base, query)) = url.split_once('?') else {
+        return format!("{url}?options={setting}");
     };
     let mut found = false;
-    let params: Vec<String> = query
+    let mut params: Vec<String> = query
         .split('&')
         .map(|param| match param.strip_prefix("options=") {
             Some(options) if !found => {
@@ -33,11 +27,10 @@ pub fn with_search_path(url: &str, schema: &str) -> String {
             _ => param.to_owned(),
         })
         .collect();
-    let mut query = params.join("&");
     if !found {
-        query.push_str(&format!("&options={setting}"));
+        params.push(format!("options={setting}"));
     }
-    format!("{base}?{query}")
+    format!("{base}?{}", params.join("&"))
 }
 
 /// Runs `f`, which uses a blocking client, on a thread of its own: the client runs a
@@ -49,8 +42,7 @@ pub fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
-/// Runs `sql` on a connection of its own to the server `url` names, outside any
-/// store, over the TLS the URL asks for: making and removing a scratch schema.
+/// Runs `sql` on a connection of its own to the server `url` names, outside any store.
 fn on_server(url: &str, sql: &str, action: &'static str) -> Result<()> {
     let url = PostgresUrl::new(url).ok_or_else(|| Error::ConnectionString {
         url: crate::config::redact(url),
@@ -62,23 +54,8 @@ fn on_server(url: &str, sql: &str, action: &'static str) -> Result<()> {
     })
 }
 
-/// Makes the schema `name` (a plain identifier) on the server `url` names.
-pub fn create_schema(url: &str, name: &str) -> Result<()> {
-    on_server(url, &format!("CREATE SCHEMA {name}"), "create a schema")
-}
-
-/// Removes the schema `name` and everything in it, if it is there.
-pub fn drop_schema(url: &str, name: &str) -> Result<()> {
-    on_server(
-        url,
-        &format!("DROP SCHEMA IF EXISTS {name} CASCADE"),
-        "drop a schema",
-    )
-}
-
-/// A schema of its own on a PostgreSQL server, for a store that must not see any other
-/// (the probe's run, a test, a benchmark), removed by `remove` or, at the latest, when
-/// this is dropped, a panic included.
+/// A schema of its own on a PostgreSQL server, removed by `remove` or, at the latest,
+/// when this is dropped, a panic included.
 pub struct ScratchSchema {
     server: String,
     name: String,
@@ -89,7 +66,7 @@ impl ScratchSchema {
     /// A new empty schema `<prefix>_<uuid>` on `server`.
     pub fn create(server: &str, prefix: &str) -> Result<ScratchSchema> {
         let name = format!("{prefix}_{}", uuid::Uuid::now_v7().simple());
-        create_schema(server, &name)?;
+        on_server(server, &format!("CREATE SCHEMA {name}"), "create a schema")?;
         Ok(ScratchSchema {
             server: server.to_owned(),
             name,
@@ -110,14 +87,19 @@ impl ScratchSchema {
     /// Drops the schema and everything in it now, saying whether that worked.
     pub fn remove(mut self) -> Result<()> {
         self.removed = true;
-        drop_schema(&self.server, &self.name)
+        self.drop_schema()
+    }
+
+    fn drop_schema(&self) -> Result<()> {
+        let sql = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name);
+        on_server(&self.server, &sql, "drop a schema")
     }
 }
 
 impl Drop for ScratchSchema {
     fn drop(&mut self) {
         if !self.removed {
-            let _ = drop_schema(&self.server, &self.name);
+            let _ = self.drop_schema();
         }
     }
 }

@@ -35,35 +35,32 @@ pub(crate) fn connector(url: &PostgresUrl, tls: &Tls) -> Result<Connector> {
         .with_safe_default_protocol_versions()
         .map_err(|e| refuse(format!("cannot set up TLS: {e}")))?;
     let roots = |path: &Path| roots(path).map_err(&refuse);
-    let config = match (tls.mode, &tls.root_cert) {
-        (SslMode::VerifyFull, Some(path)) => builder
-            .with_root_certificates(roots(path)?)
-            .with_no_client_auth(),
-        (SslMode::VerifyCa, Some(path)) => {
-            let chain = WebPkiServerVerifier::builder_with_provider(
-                Arc::new(roots(path)?),
-                provider.clone(),
-            )
-            .build()
-            .map_err(|e| {
-                refuse(format!(
-                    "cannot use the certificates of {}: {e}",
-                    path.display()
-                ))
-            })?;
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(SignedByCa(chain)))
-                .with_no_client_auth()
+    let chain = match (tls.mode, &tls.root_cert) {
+        (SslMode::VerifyFull, Some(path)) => {
+            let config = builder
+                .with_root_certificates(roots(path)?)
+                .with_no_client_auth();
+            return Ok(MakeRustlsConnect::new(config));
         }
+        (SslMode::VerifyCa, Some(path)) => Some(
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots(path)?), provider.clone())
+                .build()
+                .map_err(|e| {
+                    refuse(format!(
+                        "cannot use the certificates of {}: {e}",
+                        path.display()
+                    ))
+                })?,
+        ),
         (SslMode::VerifyCa | SslMode::VerifyFull, None) => {
             unreachable!("config::tls refuses verify-ca and verify-full without sslrootcert")
         }
-        (SslMode::Disable | SslMode::Prefer | SslMode::Require, _) => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Unchecked(provider)))
-            .with_no_client_auth(),
+        (SslMode::Disable | SslMode::Prefer | SslMode::Require, _) => None,
     };
+    let config = builder
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Verifier { provider, chain }))
+        .with_no_client_auth();
     Ok(MakeRustlsConnect::new(config))
 }
 
@@ -91,64 +88,19 @@ fn roots(path: &Path) -> std::result::Result<RootCertStore, String> {
     Ok(store)
 }
 
-/// `prefer` and `require`: the connection is encrypted, but whose certificate it is
-/// goes unchecked, as libpq does in these modes. The handshake's signatures are still
-/// checked, so the session key belongs to whoever holds that certificate's key.
+/// The check of a server's certificate. `prefer` and `require` (`chain` `None`): the
+/// connection is encrypted but whose certificate it is goes unchecked, as libpq does.
+/// `verify-ca`: the certificate must chain to `sslrootcert` and be valid now, but may
+/// name any host (webpki checks the chain before the name, so a name mismatch means a
+/// good chain). The handshake's signatures are checked either way, so the session key
+/// belongs to whoever holds the certificate's key.
 #[derive(Debug)]
-struct Unchecked(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Verifier {
+    provider: Arc<CryptoProvider>,
+    chain: Option<Arc<WebPkiServerVerifier>>,
 }
 
-/// `verify-ca`: the certificate must chain to `sslrootcert` and be valid now, but may
-/// name any host. webpki checks the chain before the name, so a name mismatch is only
-/// ever reported for a certificate whose chain is good.
-#[derive(Debug)]
-struct SignedByCa(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for SignedByCa {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -157,10 +109,10 @@ impl ServerCertVerifier for SignedByCa {
         ocsp: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -174,7 +126,8 @@ impl ServerCertVerifier for SignedByCa {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -183,11 +136,14 @@ impl ServerCertVerifier for SignedByCa {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
