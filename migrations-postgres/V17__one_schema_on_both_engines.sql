@@ -9,11 +9,13 @@
 --
 -- `events` loses its reference to `sessions`, as SQLite's did in V13, where it would
 -- scan the whole log for each deleted session (no index there starts with
--- `session_id`). The store keeps it true itself: each write runs alone on its
--- sessions (SQLite's one writer; here serializable, under the session's lock), an
--- event is appended to a session read in the same write, a delete takes the
--- session's events (found through the unique key) before its row, and `verify`
--- reports events of no session on both engines. Nothing here is a path.
+-- `session_id`). The store keeps it true itself: its writes are serializable on both
+-- engines (SQLite's one writer; SERIALIZABLE here), an event is appended only to a
+-- session read in the same write, a session's delete takes its events (found through
+-- the unique key, never by a cascade) before its row, and `verify` reports events of
+-- no session on both engines. `TRUNCATE sessions CASCADE`, which
+-- reached the log through that reference (V1), now leaves it whole, and
+-- `TRUNCATE events` is still refused (`check.sql`). Nothing here is a path.
 
 ALTER TABLE events DROP CONSTRAINT events_session_id_fkey;
 
