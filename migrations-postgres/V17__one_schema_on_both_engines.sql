@@ -13,9 +13,9 @@
 -- engines (SQLite's one writer; SERIALIZABLE here), an event is appended only to a
 -- session read in the same write, a session's delete takes its events (found through
 -- the unique key, never by a cascade) before its row, and `verify` reports events of
--- no session on both engines. `TRUNCATE sessions CASCADE`, which
--- reached the log through that reference (V1), now leaves it whole, and
--- `TRUNCATE events` is still refused (`check.sql`). Nothing here is a path.
+-- no session on both engines. `TRUNCATE sessions CASCADE`, which reached the log
+-- through that reference (V1), now leaves it whole, and `TRUNCATE events` is still
+-- refused (`check.sql`). Nothing here is a path.
 
 ALTER TABLE events DROP CONSTRAINT events_session_id_fkey;
 
