@@ -8,7 +8,7 @@ use crate::support::{Bin, TestStore, config_in, copy_tree, fixture, json, snapsh
 
 /// Every fixture version; a new released schema adds its folder here.
 const FIXTURES: &[&str] = &[
-    "v1", "v2", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15",
+    "v1", "v2", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16",
 ];
 
 /// `(type, name, sql)` of every schema object, and `(version, name, checksum)` of
@@ -886,6 +886,131 @@ fn the_v14_fixture_upgraded_indexes_and_deletes_as_concat_ws_and_the_arrows_did(
         let hits = json(&run(&["search", gone, "--json"]));
         assert_eq!(hits.as_array().unwrap().len(), 0, "{gone}: {hits}");
     }
+    let verified = run(&["verify"]);
+    assert!(verified.status.success(), "{verified:?}");
+}
+
+/// Every row of the store's data tables, as text, table by table (sorted), with where
+/// the log's AUTOINCREMENT counter stands.
+fn data_rows(db: &Path) -> Vec<(String, Vec<String>)> {
+    let conn =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    [
+        "sessions",
+        "messages",
+        "message_refs",
+        "events",
+        "event_keys",
+        "event_keys_upto",
+        "items",
+        "item_parts",
+        "streaming_parts",
+        "turns",
+        "settings",
+        "tombstones",
+    ]
+    .iter()
+    .map(|table| format!("SELECT * FROM {table}"))
+    .chain(["SELECT name, seq FROM sqlite_sequence WHERE name = 'events'".to_owned()])
+    .map(|sql| {
+        let mut stmt = conn.prepare(&sql).unwrap();
+        let columns = stmt.column_count();
+        let mut rows: Vec<String> = stmt
+            .query_map([], |r| {
+                (0..columns)
+                    .map(|i| {
+                        r.get::<_, rusqlite::types::Value>(i)
+                            .map(|v| format!("{v:?}"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(|v| v.join("|"))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        rows.sort();
+        (sql, rows)
+    })
+    .collect()
+}
+
+/// Issue 46: V17 makes both engines' schemas alike, which on SQLite changes no row.
+/// The V16 fixture (its log keyed part-way through its fourth session, a sealed
+/// segment left waiting to be indexed as a killed writer leaves it), upgraded: every
+/// row of every data table, the log's keys and counter included, is byte for byte what
+/// it was, and so is its backup, which opens as the V16 database it was; the second
+/// and fourth sessions restore as the binary that made them printed; the waiting
+/// segment is left out of a read-only search and found by the search of a store that
+/// can write; FTS5's index agrees with its rows, and `verify` is ok.
+#[test]
+fn the_v16_fixture_upgraded_keeps_every_row_and_finds_what_waited() {
+    let (dir, moved, _) = moved_fixture("v16");
+    let (two, four) = (
+        id_in(&moved, "second-session-id"),
+        id_in(&moved, "fourth-session-id"),
+    );
+    let run = |args: &[&str]| run_moved(dir.path(), &moved, args);
+    let db = moved.join("sessions.db");
+    let before = (schema(&db), data_rows(&db));
+    let waiting: Vec<String> = rusqlite::Connection::open(&db)
+        .unwrap()
+        .prepare("SELECT item_id || '/' || part FROM search_waiting")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(waiting.len(), 1);
+    let report = json(&run(&["migrate", "--json"]));
+    assert_eq!(
+        report["applied"],
+        serde_json::json!(crate::support::migration_names()[16..]),
+        "{report}"
+    );
+    let backup = PathBuf::from(report["backup"].as_str().unwrap());
+    assert_eq!(backup, moved.join("sessions.db.v16.bak"));
+    assert_eq!((schema(&backup), data_rows(&backup)), before);
+    assert_eq!(data_rows(&db), before.1);
+
+    restores_as_made(&moved, &run, &two, "");
+    restores_as_made(&moved, &run, &four, "fourth.");
+    // The segment still waits (V14 stays): a read-only search, which writes nothing,
+    // does not find it, and a store that can write indexes it before its search.
+    let hits = json(&run(&["search", "cormorant", "--json"]));
+    assert_eq!(hits, serde_json::json!([]));
+    let found = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let store = sessionstore::Store::open(moved_store(&moved))
+                .await
+                .unwrap();
+            store
+                .search("cormorant".to_owned(), None, 10)
+                .await
+                .unwrap()
+        });
+    assert!(
+        found.iter().any(|h| h.source == "agent_message"),
+        "{found:?}"
+    );
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let indexed: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM search_entries WHERE entry_id = ?1",
+            [&waiting[0]],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(indexed, 1, "the segment that waited is in the index");
+    conn.execute(
+        "INSERT INTO search (search, rank) VALUES ('integrity-check', 1)",
+        [],
+    )
+    .unwrap();
+    drop(conn);
     let verified = run(&["verify"]);
     assert!(verified.status.success(), "{verified:?}");
 }

@@ -184,3 +184,5 @@ fn the_hand_written_checks_of_the_triggers_and_search_pass() {
     drop(client);
     schema.remove().unwrap();
 }
+
+mod shapes;
