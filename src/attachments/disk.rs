@@ -4,6 +4,7 @@
 //! this never decides which root or name to try, never checks a path before opening
 //! it, and never changes the mode of what it did not make.
 
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -484,11 +485,17 @@ pub(super) fn regular_file_at(dir: &OwnedFd, name: &str) -> Result<(), Beneath> 
     }
 }
 
-/// The names of the regular files directly inside `dir`, in no particular order:
-/// no symlink, folder or upload temporary, and only names that are UTF-8. Nothing is
-/// opened; a caller reads each through [`peek_beneath`] like any other reference.
-pub(super) fn list_regular(dir: &OwnedFd) -> io::Result<Vec<String>> {
-    let mut names = Vec::new();
+/// The `limit` smallest names after `after` (byte order) of the regular files directly
+/// inside `dir` that `keep` accepts: no symlink, folder or upload temporary, only UTF-8
+/// names, nothing opened. A folder has no order, so it is read whole, but only `limit`
+/// names are kept and only a name that would be kept is looked at.
+pub(super) fn regular_after(
+    dir: &OwnedFd,
+    after: &str,
+    limit: usize,
+    keep: impl Fn(&str) -> bool,
+) -> io::Result<BTreeSet<String>> {
+    let mut names = BTreeSet::<String>::new();
     for entry in rustix::fs::Dir::read_from(dir)? {
         let entry = entry?;
         let name = entry.file_name();
@@ -496,12 +503,16 @@ pub(super) fn list_regular(dir: &OwnedFd) -> io::Result<Vec<String>> {
             continue;
         }
         let Ok(text) = name.to_str() else { continue };
-        if text == "." || text == ".." {
+        let beyond = names.len() >= limit && names.last().is_some_and(|l| text >= l.as_str());
+        if text == "." || text == ".." || text <= after || beyond || !keep(text) {
             continue;
         }
         match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
-                names.push(text.to_owned());
+                names.insert(text.to_owned());
+                if names.len() > limit {
+                    names.pop_last();
+                }
             }
             Ok(_) | Err(Errno::NOENT) => {}
             Err(e) => return Err(e.into()),

@@ -74,7 +74,7 @@ pub struct Download {
     pub name: String,
 }
 
-/// One file of a session as [`AttachmentStore::list`] finds it: no path, only which
+/// One file of a session as [`AttachmentStore::list_page`] finds it: no path, only which
 /// root it is in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
@@ -413,13 +413,19 @@ impl AttachmentStore {
         disk::remove_empty_dir(&self.roots.configured, &session.to_string());
     }
 
-    /// The files a session has in these roots, in the order reads would find them:
-    /// each stored name once, from the first root that has it (a legacy copy hidden
-    /// by a configured one is not listed), with the size and type a check of it gives.
-    /// Names the store could not have written, symlinks and upload temporaries are
-    /// left out, as a read would refuse them. Sorted by name.
-    pub fn list(&self, session: &SessionId) -> Result<Vec<Listed>, AttachmentError> {
-        let mut seen = std::collections::BTreeMap::new();
+    /// The first `limit` stored names after `after` (byte order) of a session's files
+    /// in these roots, each once, with the file as a read would find it: from the
+    /// first root whose copy checks (a legacy copy hidden by a configured one is not
+    /// listed), with its size and type, or `None` when it went between the listing and
+    /// the check. Names the store could not have written, symlinks and upload
+    /// temporaries are left out, as a read would refuse them.
+    pub fn list_page(
+        &self,
+        session: &SessionId,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Option<Listed>)>, AttachmentError> {
+        let mut folders = Vec::new();
         for (root, kind) in self.roots_in_order() {
             let folder = root.join(session.to_string());
             let io = |cause| AttachmentError::List {
@@ -435,28 +441,27 @@ impl AttachmentStore {
                 }
                 Err(Beneath::Io(e)) => return Err(io(e)),
             };
-            for name in disk::list_regular(&dir).map_err(io)? {
-                if seen.contains_key(&name) || sanitize_name(&name) != name {
-                    continue;
-                }
-                let head = disk::peek_beneath(&dir, &name, u64::MAX, SNIFF_BYTES);
-                let Ok((size, head)) = head else {
-                    // Gone or changed since the listing: a read would not find it here.
-                    continue;
-                };
-                seen.insert(
-                    name.clone(),
-                    Listed {
-                        uri: AttachmentUri::new(*session, &name),
-                        mime: mime_from_head(&name, &head, size),
-                        size,
-                        root: kind.clone(),
-                        name,
-                    },
-                );
-            }
+            let names = disk::regular_after(&dir, after, limit, is_stored_name);
+            folders.push((dir, kind, names.map_err(io)?));
         }
-        Ok(seen.into_values().collect())
+        let mut names: Vec<&String> = folders.iter().flat_map(|(_, _, n)| n).collect();
+        names.sort();
+        names.dedup();
+        names.truncate(limit);
+        let check = |name: &String| {
+            let in_folder = folders.iter().filter(|(_, _, n)| n.contains(name));
+            in_folder.into_iter().find_map(|(dir, kind, _)| {
+                let (size, head) = disk::peek_beneath(dir, name, u64::MAX, SNIFF_BYTES).ok()?;
+                Some(Listed {
+                    uri: AttachmentUri::new(*session, name),
+                    mime: mime_from_head(name, &head, size),
+                    size,
+                    root: kind.clone(),
+                    name: name.clone(),
+                })
+            })
+        };
+        Ok(names.into_iter().map(|n| (n.clone(), check(n))).collect())
     }
 
     /// Like [`AttachmentStore::read`], for a user download: no path in the result.

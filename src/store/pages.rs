@@ -1,10 +1,11 @@
 //! A session's history read back a page at a time: its messages, recorded items,
-//! events and turns, each page read from the database on its own (never the whole
-//! history read and then cut), with a cursor naming where the next one starts.
+//! events, turns and attachments, each page read on its own (never the whole history
+//! read and then cut), with a cursor naming where the next one starts.
 
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
-use super::Store;
+use super::{SessionAttachment, Store};
 use crate::db::pages::{self, TurnKey};
 use crate::db::queries;
 use crate::error::Result;
@@ -22,7 +23,7 @@ pub struct Page<T> {
 
 /// Where a page starts: just after the entry it was made from, by that entry's place
 /// in the history (its `seq`; an event's `session_seq`; a turn's `seq`, start time
-/// and id), so entries added between two pages neither shift the later pages nor show
+/// and id; an attachment's stored name), so entries added between two pages neither shift the later pages nor show
 /// twice. Typed by what it pages through; opaque to callers.
 pub struct Cursor<T> {
     key: Key,
@@ -33,6 +34,7 @@ pub struct Cursor<T> {
 enum Key {
     Seq(i64),
     Turn(TurnKey),
+    Name(String),
 }
 
 impl<T> Clone for Cursor<T> {
@@ -110,9 +112,19 @@ impl<T> PageQuery<T> {
         }
     }
 
+    pub(super) fn name(&self) -> &str {
+        match &self.after {
+            Some(Cursor {
+                key: Key::Name(name),
+                ..
+            }) => name,
+            _ => "",
+        }
+    }
+
     /// The limit the page is read with: one past the page, to know whether another
     /// follows.
-    fn probe(&self) -> usize {
+    pub(super) fn probe(&self) -> usize {
         self.limit.clamp(1, MAX_PAGE) + 1
     }
 }
@@ -159,6 +171,28 @@ fn page<T: Keyed>(mut entries: Vec<T>, probe: usize) -> Page<T> {
         of: PhantomData,
     });
     Page { entries, next }
+}
+
+/// A page of attachments from the stored names read one past its limit, in order: a
+/// name whose file went between the listing and its check, and that no message refers
+/// to, is left out but still counts for where the page ends.
+pub(super) fn named_page(
+    found: BTreeMap<String, SessionAttachment>,
+    probe: usize,
+) -> Page<SessionAttachment> {
+    let more = found.len() >= probe;
+    let kept: Vec<_> = found.into_iter().take(probe - 1).collect();
+    let next = more.then(|| kept.last()).flatten().map(|(name, _)| Cursor {
+        key: Key::Name(name.clone()),
+        of: PhantomData,
+    });
+    let entries = kept.into_iter().map(|(_, a)| a);
+    Page {
+        entries: entries
+            .filter(|a| a.file.is_some() || !a.messages.is_empty())
+            .collect(),
+        next,
+    }
 }
 
 /// Reading a session's history back, a page at a time. Each call refuses a session
