@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 
 use super::{SessionAttachment, Store};
 use crate::db::pages::{self, TurnKey};
-use crate::db::queries;
+use crate::db::{Tx, queries};
 use crate::error::Result;
 use crate::ids::SessionId;
 use crate::lifecycle::{DEFAULT_PAGE, MAX_PAGE};
@@ -206,48 +206,53 @@ impl Store {
         state: Option<Delivery>,
         query: PageQuery<Message>,
     ) -> Result<Page<Message>> {
-        let (after, probe) = (query.seq(), query.probe());
-        let read = self
-            .with_read(move |tx| {
-                queries::get_session(tx, &session)?;
-                pages::messages(tx, &session, state, after, probe)
-            })
-            .await?;
-        Ok(page(read, probe))
+        let after = query.seq();
+        self.page_of(session, &query, move |tx, probe| {
+            pages::messages(tx, &session, state, after, probe)
+        })
+        .await
     }
 
     /// A page of a session's recorded turn items, in history order.
     pub async fn items(&self, session: SessionId, query: PageQuery<Item>) -> Result<Page<Item>> {
-        let (after, probe) = (query.seq(), query.probe());
-        let read = self
-            .with_read(move |tx| {
-                queries::get_session(tx, &session)?;
-                pages::items(tx, &session, after, probe)
-            })
-            .await?;
-        Ok(page(read, probe))
+        let after = query.seq();
+        self.page_of(session, &query, move |tx, probe| {
+            pages::items(tx, &session, after, probe)
+        })
+        .await
     }
 
     /// A page of a session's event log, in log order.
     pub async fn events(&self, session: SessionId, query: PageQuery<Event>) -> Result<Page<Event>> {
-        let (after, probe) = (query.seq(), query.probe());
-        let read = self
-            .with_read(move |tx| {
-                queries::get_session(tx, &session)?;
-                pages::events(tx, &session, after, probe)
-            })
-            .await?;
-        Ok(page(read, probe))
+        let after = query.seq();
+        self.page_of(session, &query, move |tx, probe| {
+            pages::events(tx, &session, after, probe)
+        })
+        .await
     }
 
     /// A page of a session's turns (a proxied session's prompts and how each ended),
     /// in history order.
     pub async fn turns(&self, session: SessionId, query: PageQuery<Turn>) -> Result<Page<Turn>> {
+        let after = query.turn().cloned();
+        self.page_of(session, &query, move |tx, probe| {
+            pages::turns(tx, &session, after.as_ref(), probe)
+        })
+        .await
+    }
+
+    /// The page `read` gives, read one past its limit, of a session that exists.
+    async fn page_of<T: Keyed + Send + 'static>(
+        &self,
+        session: SessionId,
+        query: &PageQuery<T>,
+        read: impl Fn(&Tx<'_>, usize) -> Result<Vec<T>> + Send + 'static,
+    ) -> Result<Page<T>> {
         let probe = query.probe();
         let read = self
             .with_read(move |tx| {
                 queries::get_session(tx, &session)?;
-                pages::turns(tx, &session, query.turn(), probe)
+                read(tx, probe)
             })
             .await?;
         Ok(page(read, probe))
