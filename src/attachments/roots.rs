@@ -177,14 +177,7 @@ impl AttachmentStore {
         upload_name: &str,
         bytes: &[u8],
     ) -> Result<StoredAttachment, AttachmentError> {
-        let size = bytes.len() as u64;
-        if size > self.limit {
-            return Err(AttachmentError::UploadTooLarge {
-                name: upload_name.to_owned(),
-                size,
-                limit: self.limit,
-            });
-        }
+        let size = self.upload_size(upload_name, bytes)?;
         let name = sanitize_name(upload_name);
         let folder = self.roots.configured.join(session.to_string());
         let store_err = |path: PathBuf, source| AttachmentError::Store {
@@ -194,16 +187,7 @@ impl AttachmentStore {
         };
         let dir =
             disk::create_session_dir(&self.roots.configured, &session.to_string(), self.sharing)
-                .map_err(|e| {
-                    let source = match e {
-                        Beneath::Io(e) => e,
-                        Beneath::Missing => std::io::ErrorKind::NotFound.into(),
-                        Beneath::Refused(reason) => {
-                            std::io::Error::other(format!("the session folder {reason}"))
-                        }
-                    };
-                    store_err(folder.clone(), source)
-                })?;
+                .map_err(|e| store_err(folder.clone(), beneath_io(e)))?;
         // Best effort: a failed sweep must not fail the upload, and the next one retries.
         let _ = disk::sweep_upload_temps(&dir, UPLOAD_GRACE, std::time::SystemTime::now());
         let stored = disk::write_new(&dir, &name, bytes, disk::MAX_CLAIM_ATTEMPTS, self.sharing)
@@ -375,14 +359,7 @@ impl AttachmentStore {
         if sanitize_name(name) != name {
             return Err(store_err(std::io::Error::other("not a safe stored name")));
         }
-        let size = bytes.len() as u64;
-        if size > self.limit {
-            return Err(AttachmentError::UploadTooLarge {
-                name: name.to_owned(),
-                size,
-                limit: self.limit,
-            });
-        }
+        let size = self.upload_size(name, bytes)?;
         let dir =
             disk::create_session_dir(&self.roots.configured, &session.to_string(), self.sharing)
                 .map_err(|e| store_err(beneath_io(e)))?;
@@ -393,6 +370,19 @@ impl AttachmentStore {
             size,
             name: name.to_owned(),
         })
+    }
+
+    /// The size of an upload, refused over the limit before anything is written.
+    fn upload_size(&self, name: &str, bytes: &[u8]) -> Result<u64, AttachmentError> {
+        let size = bytes.len() as u64;
+        if size > self.limit {
+            return Err(AttachmentError::UploadTooLarge {
+                name: name.to_owned(),
+                size,
+                limit: self.limit,
+            });
+        }
+        Ok(size)
     }
 
     fn write_exact(
