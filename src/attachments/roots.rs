@@ -256,9 +256,8 @@ impl AttachmentStore {
     }
 
     /// Removes a file this store just wrote under the configured root, when a
-    /// multi-file upload fails partway. Best effort, and only that one name in that one
-    /// session folder: a stored name is a single path component, and removing a
-    /// symlink never touches what it points at.
+    /// multi-file upload fails partway: best effort, that one name in that one folder
+    /// (removing a symlink never touches what it points at).
     pub(crate) fn discard(&self, session: &SessionId, uri: &AttachmentUri) {
         if uri.session() != *session {
             return;
@@ -270,10 +269,9 @@ impl AttachmentStore {
     }
 
     /// Removes the temporary files that killed uploads left in `session`'s folder under
-    /// the configured root, when last changed more than `grace` ago. Uploads do this on
-    /// their own (with [`UPLOAD_GRACE`]) each time they write to a folder; this is the
-    /// same sweep for a caller that cleans up without uploading. A missing folder has
-    /// nothing to sweep; a folder that is a symlink is refused, never entered.
+    /// the configured root, when last changed more than `grace` ago: the sweep uploads
+    /// make (with [`UPLOAD_GRACE`]), for a caller that cleans up without uploading. A
+    /// folder that is a symlink is refused, never entered.
     pub fn sweep_leftovers(
         &self,
         session: &SessionId,
@@ -295,12 +293,10 @@ impl AttachmentStore {
     }
 
     /// Gives session `to` its own copy of the file `uri` names (a file of session
-    /// `from`), under the same stored name in `to`'s folder under the configured root:
-    /// a hard link when the file is in the configured root and the file system allows
-    /// one, else a copy of the bytes read from wherever a live read finds it (a legacy
-    /// root included), so the copy always lives under the configured root. The file is
-    /// opened and checked exactly as a read would be; an existing file in `to` is never
-    /// replaced. Returns whether it was linked.
+    /// `from`), under the same stored name under the configured root: a hard link when
+    /// the file is in the configured root and the file system allows one, else a copy
+    /// of the bytes a read finds. Opened and checked as a read is; an existing file in
+    /// `to` is never replaced. Returns whether it was linked.
     pub(crate) fn copy_into(
         &self,
         from: &SessionId,
@@ -340,10 +336,9 @@ impl AttachmentStore {
         Ok(false)
     }
 
-    /// Stores `bytes` as `<configured root>/<session>/<name>` under exactly that name,
-    /// which must already be a stored name (what [`sanitize_name`] leaves unchanged);
-    /// an existing file of that name is never replaced, and the call fails instead.
-    /// For restoring files whose references already name them (`import`).
+    /// Stores `bytes` under exactly `name`, which must already be a stored name, for
+    /// files whose references already name them (`import`); an existing file of that
+    /// name is never replaced, and the call fails instead.
     pub(crate) fn store_exact(
         &self,
         session: &SessionId,
