@@ -14,10 +14,7 @@ use agent_client_protocol_schema::v1::{
 };
 
 use super::shell::{self, Hole, Shell};
-use super::{
-    Content, Context, DAEMON_ATTACHMENT_CONTEXT_META_KEY, Placement, Prepared, SharedStr,
-    attachment_context,
-};
+use super::{Content, Context, DAEMON_ATTACHMENT_CONTEXT_META_KEY, Prepared, SharedStr};
 use crate::model::Message;
 
 /// Which of the three attachment blocks a read becomes.
@@ -94,13 +91,6 @@ fn block_from(p: &Prepared, context: &str, client: Option<&Meta>, data: String) 
         client,
         data,
     )
-}
-
-/// One content block for one prepared attachment, with its path context (a copy of
-/// its encoding).
-pub fn attachment_block(p: &Prepared, placement: &Placement) -> ContentBlock {
-    let data = p.content.text().to_string_exact();
-    block_from(p, &attachment_context(p, placement), None, data)
 }
 
 /// A `resource_link` to the file an attachment was read from, for an agent that takes

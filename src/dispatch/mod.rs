@@ -22,7 +22,7 @@ mod memo;
 mod recycle;
 pub(crate) mod shell;
 
-pub use blocks::{Attached, ModelMessage, Part, attachment_block, live_link};
+pub use blocks::{Attached, ModelMessage, Part, live_link};
 pub use context::{Context, attachment_context, degradation_notice, hidden_escaped, json_escaped};
 pub use encoding::SharedStr;
 pub(crate) use encoding::encode_base64;
