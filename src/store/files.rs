@@ -1,5 +1,4 @@
-//! A session's files through the store: what it refers to, downloads, and uploads
-//! that are not yet part of a message.
+//! A session's files through the store: listing, downloads, uploads.
 
 use super::*;
 

@@ -150,12 +150,10 @@ impl Store {
         Store::open_as(config, Access::Create).await
     }
 
-    /// Opens the store `config` names as `access` says: creating it as needed
-    /// (`Create`, as `open`), an existing database only (`Existing`: for commands that
-    /// write to an existing store, where a mistyped path must not look like an empty
-    /// store), or for reading only (`ReadOnly`: nothing is written to the file or
-    /// beside it, a database that is missing, empty or needs a migration is refused,
-    /// pointing at `sessionstore migrate`, and writes on the store fail).
+    /// Opens the store `config` names as `access` says (see [`Access`]): creating it as
+    /// needed, an existing database only (a mistyped path must not look like an empty
+    /// store), or for reading only (nothing written, a database that needs a migration
+    /// refused, writes on the store failing).
     pub async fn open_as(config: Config, access: Access) -> Result<Store> {
         Store::open_observed(config, None, access).await
     }
@@ -390,9 +388,8 @@ impl Store {
         }
     }
 
-    /// The user message a dispatch is for, without reading any file: `message` when
-    /// given (it must be a delivered user message of this session), else the latest
-    /// delivered user message. Queued mid-turn messages are reached only by a drain.
+    /// The user message a dispatch is for, without reading any file: `message` (a
+    /// delivered user message of this session) or the latest. Queued ones wait for a drain.
     pub async fn select(&self, session: SessionId, message: Option<MessageId>) -> Result<Message> {
         self.with_read(move |tx| selected(tx, session, message).map(|(_, m)| m))
             .await
@@ -450,12 +447,10 @@ impl Store {
             .await
     }
 
-    /// The queued mid-turn messages in order, as [`Store::dispatch`] gives each,
-    /// through the same resolver and memo as normal delivery. With
-    /// [`Drain::Prepare`] it changes nothing, so a caller can hand the blocks on
-    /// first and `mark_delivered` only once they got through; with
-    /// [`Drain::Commit`] it then marks them delivered (with their events) in one
-    /// write. A strict drain that cannot read a reference fails whole.
+    /// The queued mid-turn messages in order, as [`Store::dispatch`] gives each. With
+    /// [`Drain::Prepare`] it changes nothing, so a caller can hand the blocks on first
+    /// and `mark_delivered` once they got through; with [`Drain::Commit`] it marks them
+    /// delivered in one write. A strict drain that cannot read a reference fails whole.
     pub async fn drain(
         &self,
         session: SessionId,
@@ -520,11 +515,10 @@ impl Upload {
         }
     }
 
-    /// Reads a file the user named for upload, as `name` or else under the file's own
-    /// name. Only a regular file of at most [`MAX_ATTACHMENT_BYTES`] is taken: the
-    /// checks are made on the opened file (opened non-blocking, so a FIFO cannot hang
-    /// the call), and the read stops past the limit, so a file that grows while it is
-    /// read is refused rather than read without bound.
+    /// Reads a file the user named for upload, as `name` or else under its own name.
+    /// Only a regular file of at most [`MAX_ATTACHMENT_BYTES`] is taken, checked on the
+    /// opened file (opened non-blocking, so a FIFO cannot hang the call); the read stops
+    /// past the limit, so a file that grows while it is read is refused.
     pub async fn read_file(path: PathBuf, name: Option<String>) -> Result<Upload> {
         blocking(move || Upload::read_file_blocking(&path, name)).await
     }
