@@ -144,14 +144,6 @@ impl Serialize for Holes {
     }
 }
 
-/// A document's opening and closing, from its typed shape with one placeholder
-/// block where its entries go.
-pub(super) fn ends(scratch: &mut Scratch, shape: &impl Serialize) -> Option<(Vec<u8>, Vec<u8>)> {
-    let cut = scratch.cut(shape, [Hole::block()])?;
-    let (open, close) = cut.ends();
-    Some((open.to_vec(), close.to_vec()))
-}
-
 /// Shells a writer keeps from one message to the next: a restore message's for each
 /// role and number of parts, and a notification line's for each role, each with the
 /// message's id as one more hole, so a message costs a lookup rather than a

@@ -12,7 +12,7 @@ mod openai_writer;
 use std::io::{self, Write};
 
 use crate::dispatch::ModelMessage;
-use crate::dispatch::shell::{Scratch, placeholder_block};
+use crate::dispatch::shell::{Hole, Scratch, placeholder_block};
 use crate::ids::SessionId;
 use crate::model::{Item, Turn, TurnEnd};
 use crate::restore::Partial;
@@ -110,9 +110,9 @@ impl<W: Write> StreamWriter<W> {
                     partial: partial.copied(),
                     messages: [placeholder_block()],
                 };
-                acp_writer::ends(&mut scratch, &shape)
+                ends(&mut scratch, &shape, Hole::block())
             }
-            Format::AcpBlocks => acp_writer::ends(&mut scratch, &[placeholder_block()]),
+            Format::AcpBlocks => ends(&mut scratch, &[placeholder_block()], Hole::block()),
             Format::AcpUpdates => {
                 let mut opening = Vec::new();
                 if let Some(partial) = partial {
@@ -274,6 +274,18 @@ pub fn replay_metadata(partial: &Partial) -> std::collections::BTreeMap<String, 
         partial.skipped.to_string(),
     );
     metadata
+}
+
+/// A document's opening and closing, from its typed shape with one `hole` where its
+/// entries go.
+fn ends(
+    scratch: &mut Scratch,
+    shape: &impl serde::Serialize,
+    hole: Hole,
+) -> Option<(Vec<u8>, Vec<u8>)> {
+    let cut = scratch.cut(shape, [hole])?;
+    let (open, close) = cut.ends();
+    Some((open.to_vec(), close.to_vec()))
 }
 
 fn comma(out: &mut impl Write, first: &mut bool) -> io::Result<()> {
