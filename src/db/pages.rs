@@ -1,5 +1,5 @@
-//! A session's history a page at a time: at most `limit` messages, items, events,
-//! turns or referenced stored names after a key, each page one bounded statement (or two: the keys, then the
+//! A session's history a page at a time: at most `limit` messages, items, events or
+//! turns after a key, each page one bounded statement (or two: the keys, then the
 //! rows between them) and never the whole history read and then cut.
 
 use super::error::sql;
