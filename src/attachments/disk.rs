@@ -4,6 +4,7 @@
 //! this never decides which root or name to try, never checks a path before opening
 //! it, and never changes the mode of what it did not make.
 
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -232,27 +233,16 @@ pub(super) fn sweep_upload_temps(
         if !is_upload_temp(name.to_bytes()) {
             continue;
         }
-        let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => st,
-            // Another sweep or the upload itself got there first.
-            Err(Errno::NOENT) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            continue;
-        }
-        let changed = std::time::UNIX_EPOCH
-            + std::time::Duration::new(
-                u64::try_from(st.st_mtime).unwrap_or(0),
-                u32::try_from(st.st_mtime_nsec).unwrap_or(0),
-            );
-        if changed >= cutoff {
+        // `None`: another sweep or the upload itself got there first.
+        let Some(st) = look(dir, name)? else { continue };
+        let (kind, size, _, modified) = kind_and_time(&st);
+        if kind != EntryKind::File || modified >= cutoff {
             continue;
         }
         match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
             Ok(()) => {
                 removed.0 += 1;
-                removed.1 += u64::try_from(st.st_size).unwrap_or(0);
+                removed.1 += size;
             }
             Err(Errno::NOENT) => {}
             Err(e) => return Err(e.into()),
@@ -281,11 +271,8 @@ pub(super) fn link_beneath(
         Err(e) => return Err(e.into()),
     }
     let want = rustix::fs::fstat(opened)?;
-    let same = match rustix::fs::statat(to, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(got) => got.st_dev == want.st_dev && got.st_ino == want.st_ino,
-        Err(e) => return Err(e.into()),
-    };
-    if !same {
+    let got = rustix::fs::statat(to, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    if got.st_dev != want.st_dev || got.st_ino != want.st_ino {
         rustix::fs::unlinkat(to, name, AtFlags::empty())?;
         return Ok(false);
     }
@@ -310,8 +297,7 @@ pub(super) fn read_opened(file: &mut File, size: u64, limit: u64) -> io::Result<
 /// Removes the session folder `name` from `root` if it is empty; anything else (it
 /// holds files, it is gone, it is a symlink) leaves it as it is.
 pub(super) fn remove_empty_dir(root: &Path, name: &str) {
-    let root_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    if let Ok(root_fd) = rustix::fs::open(root, root_flags, Mode::empty()) {
+    if let Ok(root_fd) = open_root(root) {
         let _ = rustix::fs::unlinkat(&root_fd, name, AtFlags::REMOVEDIR);
     }
 }
@@ -340,7 +326,19 @@ pub(super) struct Entry {
     pub modified: std::time::SystemTime,
 }
 
-fn kind_and_time(st: &rustix::fs::Stat) -> (EntryKind, u64, std::time::SystemTime) {
+/// `name` in `dir` as `statat` sees it without following it; `None` when it is gone.
+fn look(dir: &OwnedFd, name: impl rustix::path::Arg) -> io::Result<Option<rustix::fs::Stat>> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What an entry is, its size, when it last changed (see [`Entry`]) and was modified.
+type Looked = (EntryKind, u64, std::time::SystemTime, std::time::SystemTime);
+
+fn kind_and_time(st: &rustix::fs::Stat) -> Looked {
     let at = |secs: i64, nanos: i64| {
         std::time::UNIX_EPOCH
             + std::time::Duration::new(
@@ -349,15 +347,21 @@ fn kind_and_time(st: &rustix::fs::Stat) -> (EntryKind, u64, std::time::SystemTim
             )
     };
     #[allow(clippy::unnecessary_cast)]
-    let changed = at(st.st_mtime as i64, st.st_mtime_nsec as i64)
-        .max(at(st.st_ctime as i64, st.st_ctime_nsec as i64));
+    let modified = at(st.st_mtime as i64, st.st_mtime_nsec as i64);
+    #[allow(clippy::unnecessary_cast)]
+    let changed = modified.max(at(st.st_ctime as i64, st.st_ctime_nsec as i64));
     let kind = match FileType::from_raw_mode(st.st_mode) {
         FileType::RegularFile => EntryKind::File,
         FileType::Symlink => EntryKind::Symlink,
         FileType::Directory => EntryKind::Dir,
         _ => EntryKind::Other,
     };
-    (kind, u64::try_from(st.st_size).unwrap_or(0), changed)
+    (
+        kind,
+        u64::try_from(st.st_size).unwrap_or(0),
+        changed,
+        modified,
+    )
 }
 
 /// Every entry of the open folder `dir` but `.` and `..`, each looked at with
@@ -372,18 +376,8 @@ pub(super) fn list_entries(dir: &OwnedFd) -> io::Result<Vec<Entry>> {
         if matches!(name.to_bytes(), b"." | b"..") {
             continue;
         }
-        let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => st,
-            Err(Errno::NOENT) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        let (mut kind, size, changed) = kind_and_time(&st);
-        #[allow(clippy::unnecessary_cast)]
-        let modified = std::time::UNIX_EPOCH
-            + std::time::Duration::new(
-                u64::try_from(st.st_mtime as i64).unwrap_or(0),
-                u32::try_from(st.st_mtime_nsec as i64).unwrap_or(0),
-            );
+        let Some(st) = look(dir, name)? else { continue };
+        let (mut kind, size, changed, modified) = kind_and_time(&st);
         if kind == EntryKind::File && is_upload_temp(name.to_bytes()) {
             kind = EntryKind::UploadTemp;
         }
@@ -418,12 +412,10 @@ pub(super) fn remove_file_if_older(
     name: &std::ffi::OsStr,
     cutoff: std::time::SystemTime,
 ) -> io::Result<Option<u64>> {
-    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(Errno::NOENT) => return Ok(None),
-        Err(e) => return Err(e.into()),
+    let Some(st) = look(dir, name)? else {
+        return Ok(None);
     };
-    let (kind, size, changed) = kind_and_time(&st);
+    let (kind, size, changed, _) = kind_and_time(&st);
     if kind != EntryKind::File || changed >= cutoff {
         return Ok(None);
     }
@@ -440,12 +432,10 @@ pub(super) fn remove_file_if_older(
 /// parent's descriptor, so a folder swapped for a link mid-way is refused, not
 /// entered.
 pub(super) fn remove_tree(parent: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<(usize, u64)> {
-    let st = match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(Errno::NOENT) => return Ok((0, 0)),
-        Err(e) => return Err(e.into()),
+    let Some(st) = look(parent, name)? else {
+        return Ok((0, 0));
     };
-    let (kind, size, _) = kind_and_time(&st);
+    let (kind, size, _, _) = kind_and_time(&st);
     if kind != EntryKind::Dir {
         return match rustix::fs::unlinkat(parent, name, AtFlags::empty()) {
             Ok(()) => Ok((1, if kind == EntryKind::Symlink { 0 } else { size })),
@@ -484,11 +474,17 @@ pub(super) fn regular_file_at(dir: &OwnedFd, name: &str) -> Result<(), Beneath> 
     }
 }
 
-/// The names of the regular files directly inside `dir`, in no particular order:
-/// no symlink, folder or upload temporary, and only names that are UTF-8. Nothing is
-/// opened; a caller reads each through [`peek_beneath`] like any other reference.
-pub(super) fn list_regular(dir: &OwnedFd) -> io::Result<Vec<String>> {
-    let mut names = Vec::new();
+/// The `limit` smallest names after `after` (byte order) of the regular files directly
+/// inside `dir` that `keep` accepts: no symlink, folder or upload temporary, only UTF-8
+/// names, nothing opened. A folder has no order, so it is read whole, but only `limit`
+/// names are kept and only a name that would be kept is looked at.
+pub(super) fn regular_after(
+    dir: &OwnedFd,
+    after: &str,
+    limit: usize,
+    keep: impl Fn(&str) -> bool,
+) -> io::Result<BTreeSet<String>> {
+    let mut names = BTreeSet::<String>::new();
     for entry in rustix::fs::Dir::read_from(dir)? {
         let entry = entry?;
         let name = entry.file_name();
@@ -496,15 +492,16 @@ pub(super) fn list_regular(dir: &OwnedFd) -> io::Result<Vec<String>> {
             continue;
         }
         let Ok(text) = name.to_str() else { continue };
-        if text == "." || text == ".." {
+        let beyond = names.len() >= limit && names.last().is_some_and(|l| text >= l.as_str());
+        if text == "." || text == ".." || text <= after || beyond || !keep(text) {
             continue;
         }
-        match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
-                names.push(text.to_owned());
+        let regular = |st: rustix::fs::Stat| kind_and_time(&st).0 == EntryKind::File;
+        if look(dir, name)?.is_some_and(regular) {
+            names.insert(text.to_owned());
+            if names.len() > limit {
+                names.pop_last();
             }
-            Ok(_) | Err(Errno::NOENT) => {}
-            Err(e) => return Err(e.into()),
         }
     }
     Ok(names)

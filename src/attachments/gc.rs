@@ -7,7 +7,8 @@
 use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::io;
-use std::path::PathBuf;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::AttachmentError;
@@ -46,15 +47,14 @@ pub(crate) struct SessionFolder {
     pub is_link: bool,
 }
 
-fn refused(path: PathBuf, reason: &str) -> io::Error {
-    io::Error::other(format!("{path:?} {reason}"))
-}
-
-fn beneath_err(path: PathBuf, e: Beneath) -> io::Error {
-    match e {
-        Beneath::Io(e) => e,
-        Beneath::Missing => io::ErrorKind::NotFound.into(),
-        Beneath::Refused(reason) => refused(path, reason),
+/// The folder at `path` as `open` opens it, `None` when it is missing; a refusal is an
+/// error naming the path.
+fn opened(path: &Path, open: fn(&Path) -> Result<OwnedFd, Beneath>) -> io::Result<Option<OwnedFd>> {
+    match open(path) {
+        Ok(dir) => Ok(Some(dir)),
+        Err(Beneath::Missing) => Ok(None),
+        Err(Beneath::Io(e)) => Err(e),
+        Err(Beneath::Refused(reason)) => Err(io::Error::other(format!("{path:?} {reason}"))),
     }
 }
 
@@ -63,11 +63,8 @@ impl AttachmentStore {
     /// links in their place), and how many other entries there are (left alone). A
     /// missing root has none.
     pub(crate) fn session_folders(&self) -> io::Result<(Vec<SessionFolder>, usize)> {
-        let root = &self.roots().configured;
-        let dir = match disk::open_root(root) {
-            Ok(dir) => dir,
-            Err(Beneath::Missing) => return Ok((vec![], 0)),
-            Err(e) => return Err(beneath_err(root.clone(), e)),
+        let Some(dir) = opened(&self.roots().configured, disk::open_root)? else {
+            return Ok((vec![], 0));
         };
         let mut folders = Vec::new();
         let mut others = 0;
@@ -94,10 +91,8 @@ impl AttachmentStore {
     /// folder. A folder that is a symlink is refused, never entered.
     pub(crate) fn folder_files(&self, session: &SessionId) -> io::Result<Vec<FolderFile>> {
         let folder = self.roots().configured.join(session.to_string());
-        let dir = match disk::open_session_dir(&folder) {
-            Ok(dir) => dir,
-            Err(Beneath::Missing) => return Ok(vec![]),
-            Err(e) => return Err(beneath_err(folder, e)),
+        let Some(dir) = opened(&folder, disk::open_session_dir)? else {
+            return Ok(vec![]);
         };
         Ok(disk::list_entries(&dir)?
             .into_iter()
@@ -138,10 +133,8 @@ impl AttachmentStore {
         cutoff: SystemTime,
     ) -> io::Result<Option<u64>> {
         let folder = self.roots().configured.join(session.to_string());
-        let dir = match disk::open_session_dir(&folder) {
-            Ok(dir) => dir,
-            Err(Beneath::Missing) => return Ok(None),
-            Err(e) => return Err(beneath_err(folder, e)),
+        let Some(dir) = opened(&folder, disk::open_session_dir)? else {
+            return Ok(None);
         };
         disk::remove_file_if_older(&dir, OsStr::new(name), cutoff)
     }
@@ -149,11 +142,8 @@ impl AttachmentStore {
     /// Removes `session`'s folder under the configured root with everything in it (a
     /// link in its place is removed as a link). Legacy roots are never touched.
     pub(crate) fn remove_session_folder(&self, session: &SessionId) -> io::Result<Swept> {
-        let root = &self.roots().configured;
-        let dir = match disk::open_root(root) {
-            Ok(dir) => dir,
-            Err(Beneath::Missing) => return Ok(Swept::default()),
-            Err(e) => return Err(beneath_err(root.clone(), e)),
+        let Some(dir) = opened(&self.roots().configured, disk::open_root)? else {
+            return Ok(Swept::default());
         };
         let (files, bytes) = disk::remove_tree(&dir, OsStr::new(&session.to_string()))?;
         Ok(Swept { files, bytes })
@@ -182,12 +172,10 @@ impl AttachmentStore {
     }
 
     /// Whether the file `uri` names is still a regular file in the root where `check`
-    /// found it: one `statat` beneath the session folder, nothing read or followed.
-    /// `send` repeats this inside its write, while it holds the lock gc removes files
-    /// under, so a reference is never stored to a file gc has just taken. The folder
-    /// `dirs` holds open from that check is looked in again rather than reopened by
-    /// its path (gc unlinks beneath that same folder), so the repeat costs one system
-    /// call and no path is built unless there is something to report.
+    /// found it: one `statat` beneath the session folder `dirs` holds open from that
+    /// check, nothing read or followed. `send` repeats this inside its write, under the
+    /// lock gc removes files under, so a reference is never stored to a file gc has
+    /// just taken.
     pub(crate) fn still_there(
         &self,
         dirs: &SessionDirs,

@@ -1,12 +1,6 @@
 //! Attachments on disk: stored names, attachment URIs, MIME types, and the one place
 //! that reads and writes attachment files; it never touches the database and never
 //! builds a path from a default root (a path always comes from the read that succeeded).
-//!
-//! Map: `name` (pure: upload name → stored name), `uri` (pure: `attachment:///` URIs),
-//! `mime` (pure: type from extension and magic bytes), `disk` (descriptor-relative,
-//! symlink-refusing opens and no-overwrite writes), `roots` (`AttachmentStore`: uploads
-//! written under the configured root, URIs read from the roots in order),
-//! `gc` (session folders and their files as a collector sees them, removal beneath).
 
 mod disk;
 mod gc;

@@ -57,25 +57,31 @@ pub fn sanitize_name(upload: &str) -> String {
 /// could only trim trailing dots, replace an empty name, cut a long one, or rename a
 /// temporary-looking one.
 pub fn is_stored_name(name: &str) -> bool {
-    let unreserved = name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'));
-    if !unreserved {
+    if !name.bytes().all(is_unreserved) {
         return sanitize_name(name) == name;
     }
-    let looks_temporary = name
-        .get(..TEMPORARY_PREFIX.len())
-        .is_some_and(|start| start.eq_ignore_ascii_case(TEMPORARY_PREFIX));
-    !name.is_empty() && !name.ends_with('.') && name.len() <= MAX_NAME_BYTES && !looks_temporary
+    !name.is_empty()
+        && !name.ends_with('.')
+        && name.len() <= MAX_NAME_BYTES
+        && !looks_temporary(name)
 }
 
-/// `_upload-…` for a name that begins like the store's temporary files. Case is
-/// ignored, for file systems that ignore it; the dot is one byte, so the length holds.
+/// RFC 3986 unreserved bytes (`A-Z a-z 0-9 - . _ ~`): what a URI writes as they are.
+pub(super) fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+/// Whether `name` begins like the store's temporary files, in any case (for file
+/// systems that ignore it).
+fn looks_temporary(name: &str) -> bool {
+    name.get(..TEMPORARY_PREFIX.len())
+        .is_some_and(|start| start.eq_ignore_ascii_case(TEMPORARY_PREFIX))
+}
+
+/// `_upload-…` for a name that begins like the store's temporary files; the dot is one
+/// byte, so the length holds.
 fn unlike_temporary(name: String) -> String {
-    let looks_temporary = name
-        .get(..TEMPORARY_PREFIX.len())
-        .is_some_and(|start| start.eq_ignore_ascii_case(TEMPORARY_PREFIX));
-    if looks_temporary {
+    if looks_temporary(&name) {
         format!("_{}", &name[1..])
     } else {
         name

@@ -74,7 +74,7 @@ pub struct Download {
     pub name: String,
 }
 
-/// One file of a session as [`AttachmentStore::list`] finds it: no path, only which
+/// One file of a session as [`AttachmentStore::list_page`] finds it: no path, only which
 /// root it is in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
@@ -177,14 +177,7 @@ impl AttachmentStore {
         upload_name: &str,
         bytes: &[u8],
     ) -> Result<StoredAttachment, AttachmentError> {
-        let size = bytes.len() as u64;
-        if size > self.limit {
-            return Err(AttachmentError::UploadTooLarge {
-                name: upload_name.to_owned(),
-                size,
-                limit: self.limit,
-            });
-        }
+        let size = self.upload_size(upload_name, bytes)?;
         let name = sanitize_name(upload_name);
         let folder = self.roots.configured.join(session.to_string());
         let store_err = |path: PathBuf, source| AttachmentError::Store {
@@ -194,16 +187,7 @@ impl AttachmentStore {
         };
         let dir =
             disk::create_session_dir(&self.roots.configured, &session.to_string(), self.sharing)
-                .map_err(|e| {
-                    let source = match e {
-                        Beneath::Io(e) => e,
-                        Beneath::Missing => std::io::ErrorKind::NotFound.into(),
-                        Beneath::Refused(reason) => {
-                            std::io::Error::other(format!("the session folder {reason}"))
-                        }
-                    };
-                    store_err(folder.clone(), source)
-                })?;
+                .map_err(|e| store_err(folder.clone(), beneath_io(e)))?;
         // Best effort: a failed sweep must not fail the upload, and the next one retries.
         let _ = disk::sweep_upload_temps(&dir, UPLOAD_GRACE, std::time::SystemTime::now());
         let stored = disk::write_new(&dir, &name, bytes, disk::MAX_CLAIM_ATTEMPTS, self.sharing)
@@ -272,9 +256,8 @@ impl AttachmentStore {
     }
 
     /// Removes a file this store just wrote under the configured root, when a
-    /// multi-file upload fails partway. Best effort, and only that one name in that one
-    /// session folder: a stored name is a single path component, and removing a
-    /// symlink never touches what it points at.
+    /// multi-file upload fails partway: best effort, that one name in that one folder
+    /// (removing a symlink never touches what it points at).
     pub(crate) fn discard(&self, session: &SessionId, uri: &AttachmentUri) {
         if uri.session() != *session {
             return;
@@ -286,10 +269,9 @@ impl AttachmentStore {
     }
 
     /// Removes the temporary files that killed uploads left in `session`'s folder under
-    /// the configured root, when last changed more than `grace` ago. Uploads do this on
-    /// their own (with [`UPLOAD_GRACE`]) each time they write to a folder; this is the
-    /// same sweep for a caller that cleans up without uploading. A missing folder has
-    /// nothing to sweep; a folder that is a symlink is refused, never entered.
+    /// the configured root, when last changed more than `grace` ago: the sweep uploads
+    /// make (with [`UPLOAD_GRACE`]), for a caller that cleans up without uploading. A
+    /// folder that is a symlink is refused, never entered.
     pub fn sweep_leftovers(
         &self,
         session: &SessionId,
@@ -311,12 +293,10 @@ impl AttachmentStore {
     }
 
     /// Gives session `to` its own copy of the file `uri` names (a file of session
-    /// `from`), under the same stored name in `to`'s folder under the configured root:
-    /// a hard link when the file is in the configured root and the file system allows
-    /// one, else a copy of the bytes read from wherever a live read finds it (a legacy
-    /// root included), so the copy always lives under the configured root. The file is
-    /// opened and checked exactly as a read would be; an existing file in `to` is never
-    /// replaced. Returns whether it was linked.
+    /// `from`), under the same stored name under the configured root: a hard link when
+    /// the file is in the configured root and the file system allows one, else a copy
+    /// of the bytes a read finds. Opened and checked as a read is; an existing file in
+    /// `to` is never replaced. Returns whether it was linked.
     pub(crate) fn copy_into(
         &self,
         from: &SessionId,
@@ -356,10 +336,9 @@ impl AttachmentStore {
         Ok(false)
     }
 
-    /// Stores `bytes` as `<configured root>/<session>/<name>` under exactly that name,
-    /// which must already be a stored name (what [`sanitize_name`] leaves unchanged);
-    /// an existing file of that name is never replaced, and the call fails instead.
-    /// For restoring files whose references already name them (`import`).
+    /// Stores `bytes` under exactly `name`, which must already be a stored name, for
+    /// files whose references already name them (`import`); an existing file of that
+    /// name is never replaced, and the call fails instead.
     pub(crate) fn store_exact(
         &self,
         session: &SessionId,
@@ -375,14 +354,7 @@ impl AttachmentStore {
         if sanitize_name(name) != name {
             return Err(store_err(std::io::Error::other("not a safe stored name")));
         }
-        let size = bytes.len() as u64;
-        if size > self.limit {
-            return Err(AttachmentError::UploadTooLarge {
-                name: name.to_owned(),
-                size,
-                limit: self.limit,
-            });
-        }
+        let size = self.upload_size(name, bytes)?;
         let dir =
             disk::create_session_dir(&self.roots.configured, &session.to_string(), self.sharing)
                 .map_err(|e| store_err(beneath_io(e)))?;
@@ -393,6 +365,19 @@ impl AttachmentStore {
             size,
             name: name.to_owned(),
         })
+    }
+
+    /// The size of an upload, refused over the limit before anything is written.
+    fn upload_size(&self, name: &str, bytes: &[u8]) -> Result<u64, AttachmentError> {
+        let size = bytes.len() as u64;
+        if size > self.limit {
+            return Err(AttachmentError::UploadTooLarge {
+                name: name.to_owned(),
+                size,
+                limit: self.limit,
+            });
+        }
+        Ok(size)
     }
 
     fn write_exact(
@@ -413,13 +398,19 @@ impl AttachmentStore {
         disk::remove_empty_dir(&self.roots.configured, &session.to_string());
     }
 
-    /// The files a session has in these roots, in the order reads would find them:
-    /// each stored name once, from the first root that has it (a legacy copy hidden
-    /// by a configured one is not listed), with the size and type a check of it gives.
-    /// Names the store could not have written, symlinks and upload temporaries are
-    /// left out, as a read would refuse them. Sorted by name.
-    pub fn list(&self, session: &SessionId) -> Result<Vec<Listed>, AttachmentError> {
-        let mut seen = std::collections::BTreeMap::new();
+    /// The first `limit` stored names after `after` (byte order) of a session's files
+    /// in these roots, each once, with the file as a read would find it: from the
+    /// first root whose copy checks (a legacy copy hidden by a configured one is not
+    /// listed), with its size and type, or `None` when it went between the listing and
+    /// the check. Names the store could not have written, symlinks and upload
+    /// temporaries are left out, as a read would refuse them.
+    pub fn list_page(
+        &self,
+        session: &SessionId,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Option<Listed>)>, AttachmentError> {
+        let mut folders = Vec::new();
         for (root, kind) in self.roots_in_order() {
             let folder = root.join(session.to_string());
             let io = |cause| AttachmentError::List {
@@ -435,28 +426,27 @@ impl AttachmentStore {
                 }
                 Err(Beneath::Io(e)) => return Err(io(e)),
             };
-            for name in disk::list_regular(&dir).map_err(io)? {
-                if seen.contains_key(&name) || sanitize_name(&name) != name {
-                    continue;
-                }
-                let head = disk::peek_beneath(&dir, &name, u64::MAX, SNIFF_BYTES);
-                let Ok((size, head)) = head else {
-                    // Gone or changed since the listing: a read would not find it here.
-                    continue;
-                };
-                seen.insert(
-                    name.clone(),
-                    Listed {
-                        uri: AttachmentUri::new(*session, &name),
-                        mime: mime_from_head(&name, &head, size),
-                        size,
-                        root: kind.clone(),
-                        name,
-                    },
-                );
-            }
+            let names = disk::regular_after(&dir, after, limit, is_stored_name);
+            folders.push((dir, kind, names.map_err(io)?));
         }
-        Ok(seen.into_values().collect())
+        let mut names: Vec<&String> = folders.iter().flat_map(|(_, _, n)| n).collect();
+        names.sort();
+        names.dedup();
+        names.truncate(limit);
+        let check = |name: &String| {
+            let in_folder = folders.iter().filter(|(_, _, n)| n.contains(name));
+            in_folder.into_iter().find_map(|(dir, kind, _)| {
+                let (size, head) = disk::peek_beneath(dir, name, u64::MAX, SNIFF_BYTES).ok()?;
+                Some(Listed {
+                    uri: AttachmentUri::new(*session, name),
+                    mime: mime_from_head(name, &head, size),
+                    size,
+                    root: kind.clone(),
+                    name: name.clone(),
+                })
+            })
+        };
+        Ok(names.into_iter().map(|n| (n.clone(), check(n))).collect())
     }
 
     /// Like [`AttachmentStore::read`], for a user download: no path in the result.

@@ -7,7 +7,7 @@ use std::str::FromStr;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::name::{is_stored_name, sanitize_name};
+use super::name::{is_stored_name, is_unreserved, sanitize_name};
 use crate::ids::SessionId;
 
 const PREFIX: &str = "attachment:///";
@@ -173,11 +173,6 @@ fn decode_name(encoded: &str) -> Result<String, UriErrorKind> {
         return Err(UriErrorKind::DotOrEmpty);
     }
     Ok(name.into_owned())
-}
-
-/// The bytes [`ENCODED`] leaves as they are (RFC 3986 unreserved).
-fn is_unreserved(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
 }
 
 fn encode_name(name: &str) -> String {

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
 use sessionstore::attachments::{AttachmentUri, RootKind, human_size};
-use sessionstore::store::Upload;
+use sessionstore::store::{Upload, whole};
 use sessionstore::{Config, SessionId, Store};
 
 use super::errors::Usage;
@@ -84,7 +84,7 @@ pub async fn run(config: Config, json: bool, command: AttachmentCommand) -> Resu
 
 async fn list(config: Config, json: bool, session: SessionId) -> Result<()> {
     let store = Store::open_as(config, Access::ReadOnly).await?;
-    let entries = store.attachments_of(session).await?;
+    let entries = whole(|q| store.attachments_of(session, q)).await?;
     if json {
         let values: Vec<serde_json::Value> = entries
             .iter()

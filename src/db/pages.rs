@@ -7,8 +7,9 @@ use super::proxied::{TURN_COLUMNS, turn_from_row};
 use super::queries::{self, EVENT_COLUMNS, event_from_row, json_value};
 use super::sql::{Tx, Value, args};
 
+use crate::attachments::AttachmentUri;
 use crate::error::Result;
-use crate::ids::{SessionId, TurnId};
+use crate::ids::{MessageId, SessionId, TurnId};
 use crate::model::{Delivery, Event, Item, Message, Turn};
 
 /// The last seq `statement` gives: where a page read by a seq range ends.
@@ -110,4 +111,36 @@ pub fn turns(
         turn_from_row,
     )
     .map_err(sql("read turns"))
+}
+
+/// The references of `session`'s messages to the first `limit` stored names after
+/// `after` (byte order, as both engines compare these columns): each as its stored
+/// name, URI and message, by name, then in history order.
+pub fn references(
+    conn: &Tx<'_>,
+    session: &SessionId,
+    after: &str,
+    limit: usize,
+) -> Result<Vec<(String, AttachmentUri, MessageId)>> {
+    let names: Vec<String> = conn
+        .query_map(
+            "SELECT DISTINCT r.stored_name FROM message_refs r
+               JOIN messages m ON m.id = r.message_id
+             WHERE m.session_id = ?1 AND r.stored_name > ?2 ORDER BY r.stored_name LIMIT ?3",
+            args![session.to_string(), after, limit as i64],
+            |r| r.get(0),
+        )
+        .map_err(sql("read references"))?;
+    let Some(last) = names.last() else {
+        return Ok(vec![]);
+    };
+    conn.query_map(
+        "SELECT r.stored_name, r.uri, r.message_id FROM message_refs r
+           JOIN messages m ON m.id = r.message_id
+         WHERE m.session_id = ?1 AND r.stored_name > ?2 AND r.stored_name <= ?3
+         ORDER BY r.stored_name, m.seq, r.ordinal",
+        args![session.to_string(), after, last.as_str()],
+        |row| Ok((row.get(0)?, row.parsed(1)?, row.parsed(2)?)),
+    )
+    .map_err(sql("read references"))
 }

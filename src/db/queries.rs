@@ -6,7 +6,6 @@ use super::append::{append_event, next_seq, now};
 use super::error::sql;
 use super::sql::{DbError, Row, Tx, args};
 
-use crate::attachments::AttachmentUri;
 use crate::error::{Error, Result};
 use crate::ids::{EventSeq, MessageId, SessionId};
 use crate::model::{
@@ -499,21 +498,6 @@ pub fn messages_in(
     )
     .map_err(sql("read references"))?;
     Ok(out)
-}
-
-/// Every reference a session's messages make, as (URI, message id), in order.
-pub fn session_references(
-    conn: &Tx<'_>,
-    session: &SessionId,
-) -> Result<Vec<(AttachmentUri, MessageId)>> {
-    conn.query_map(
-        "SELECT r.uri, r.message_id FROM message_refs r
-         JOIN messages m ON m.id = r.message_id
-         WHERE m.session_id = ?1 ORDER BY m.seq, r.ordinal",
-        args![session.to_string()],
-        |row| Ok((row.parsed(0)?, row.parsed(1)?)),
-    )
-    .map_err(sql("read references"))
 }
 
 /// The latest delivered user message of a session (what `dispatch` takes by default).

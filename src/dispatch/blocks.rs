@@ -14,10 +14,7 @@ use agent_client_protocol_schema::v1::{
 };
 
 use super::shell::{self, Hole, Shell};
-use super::{
-    Content, Context, DAEMON_ATTACHMENT_CONTEXT_META_KEY, Placement, Prepared, SharedStr,
-    attachment_context,
-};
+use super::{Content, Context, DAEMON_ATTACHMENT_CONTEXT_META_KEY, Prepared, SharedStr};
 use crate::model::Message;
 
 /// Which of the three attachment blocks a read becomes.
@@ -84,17 +81,14 @@ fn block_of(
     }
 }
 
-/// One content block for one prepared attachment, with its path context (a copy of
-/// its encoding).
-pub fn attachment_block(p: &Prepared, placement: &Placement) -> ContentBlock {
-    let data = p.content.text().to_string_exact();
-    let context = attachment_context(p, placement);
+/// [`block_of`] for the read `p`, with `data` as its large field.
+fn block_from(p: &Prepared, context: &str, client: Option<&Meta>, data: String) -> ContentBlock {
     block_of(
         Kind::of(&p.content),
         &p.mime,
         p.uri_text(),
-        &context,
-        None,
+        context,
+        client,
         data,
     )
 }
@@ -177,15 +171,7 @@ impl Attached {
     fn with_shell<T>(&self, write: impl FnOnce(Option<&Shell>) -> T) -> T {
         let p = &self.prepared;
         let cut = || {
-            let kind = Kind::of(&p.content);
-            let block = block_of(
-                kind,
-                &p.mime,
-                p.uri_text(),
-                &self.context,
-                self.meta.as_ref(),
-                shell::placeholder(),
-            );
+            let block = block_from(p, &self.context, self.meta.as_ref(), shell::placeholder());
             Shell::cut(&block, &[Hole::String])
         };
         // A client block's own `_meta` makes a shell of its own (prompts from a proxy
@@ -202,16 +188,8 @@ impl Attached {
     }
 
     fn to_block(&self) -> ContentBlock {
-        let p = &self.prepared;
-        let data = p.content.text().to_string_exact();
-        block_of(
-            Kind::of(&p.content),
-            &p.mime,
-            p.uri_text(),
-            &self.context,
-            self.meta.as_ref(),
-            data,
-        )
+        let data = self.prepared.content.text().to_string_exact();
+        block_from(&self.prepared, &self.context, self.meta.as_ref(), data)
     }
 }
 

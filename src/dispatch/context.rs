@@ -3,7 +3,7 @@
 //! shared form of one read's context. Pure: it formats what a read reported and never
 //! builds a path itself.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use super::{Placement, Prepared, Unreadable};
 use crate::model::ToolsHost;
@@ -110,22 +110,13 @@ pub fn degradation_notice(unreadable: &[Unreadable]) -> String {
 }
 
 /// The path context of one read, shared by every block made from that read (one
-/// buffer, however many blocks repeat the reference), with its JSON string form
-/// written once, the first time a writer asks for it.
+/// buffer, however many blocks repeat the reference).
 #[derive(Clone)]
-pub struct Context(Arc<ContextText>);
-
-struct ContextText {
-    text: String,
-    json: OnceLock<String>,
-}
+pub struct Context(Arc<str>);
 
 impl Context {
     pub fn new(text: String) -> Context {
-        Context(Arc::new(ContextText {
-            text,
-            json: OnceLock::new(),
-        }))
+        Context(text.into())
     }
 
     /// Whether both are the one context (not merely equal text).
@@ -134,23 +125,14 @@ impl Context {
     }
 
     pub fn as_str(&self) -> &str {
-        &self.0.text
-    }
-
-    /// The context as a JSON string, quotes and escapes included: what serde_json
-    /// writes for it.
-    pub fn json(&self) -> &str {
-        self.0.json.get_or_init(|| {
-            // Serializing a string cannot fail.
-            serde_json::to_string(&self.0.text).unwrap_or_default()
-        })
+        &self.0
     }
 }
 
 impl std::ops::Deref for Context {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0.text
+        &self.0
     }
 }
 
@@ -163,12 +145,6 @@ impl PartialEq for Context {
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         std::fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-impl std::fmt::Display for Context {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -80,12 +80,6 @@ impl std::fmt::Debug for SharedStr {
     }
 }
 
-impl std::fmt::Display for SharedStr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self)
-    }
-}
-
 impl From<String> for SharedStr {
     fn from(text: String) -> SharedStr {
         SharedStr(Arc::new(Kept { text, home: None }))

@@ -29,77 +29,12 @@ pub(super) fn is_text(mime: &str, name: &str) -> bool {
         "application/x-httpd-php",
         "image/svg+xml",
     ];
-    const EXTENSIONS: &[&str] = &[
-        "rs",
-        "py",
-        "js",
-        "mjs",
-        "cjs",
-        "ts",
-        "tsx",
-        "jsx",
-        "go",
-        "c",
-        "h",
-        "cc",
-        "cpp",
-        "hpp",
-        "java",
-        "kt",
-        "kts",
-        "rb",
-        "sh",
-        "bash",
-        "zsh",
-        "fish",
-        "toml",
-        "yaml",
-        "yml",
-        "ini",
-        "cfg",
-        "conf",
-        "md",
-        "markdown",
-        "csv",
-        "tsv",
-        "sql",
-        "json",
-        "jsonl",
-        "xml",
-        "html",
-        "htm",
-        "css",
-        "scss",
-        "txt",
-        "log",
-        "swift",
-        "php",
-        "pl",
-        "lua",
-        "r",
-        "scala",
-        "cs",
-        "fs",
-        "hs",
-        "ml",
-        "ex",
-        "exs",
-        "erl",
-        "clj",
-        "vue",
-        "svelte",
-        "gradle",
-        "properties",
-        "env",
-        "tex",
-        "rst",
-        "diff",
-        "patch",
-        "proto",
-        "graphql",
-        "dockerfile",
-        "makefile",
-    ];
+    // Common source and text files, by lower-cased extension.
+    const EXTENSIONS: &str = "\
+        rs py js mjs cjs ts tsx jsx go c h cc cpp hpp java kt kts rb sh bash zsh fish \
+        toml yaml yml ini cfg conf md markdown csv tsv sql json jsonl xml html htm css \
+        scss txt log swift php pl lua r scala cs fs hs ml ex exs erl clj vue svelte \
+        gradle properties env tex rst diff patch proto graphql dockerfile makefile";
     if mime.starts_with("text/")
         || TYPES.contains(&mime)
         || mime.ends_with("+json")
@@ -109,5 +44,5 @@ pub(super) fn is_text(mime: &str, name: &str) -> bool {
     }
     let lower = name.to_lowercase();
     let ext = lower.rsplit_once('.').map_or(lower.as_str(), |(_, e)| e);
-    EXTENSIONS.contains(&ext)
+    EXTENSIONS.split(' ').any(|e| e == ext)
 }

@@ -1,15 +1,7 @@
 //! Dispatch: turns a message's references into model content blocks. IO happens first,
-//! through a `Resolver` and the memo (`resolve`); the conversion to parts and ACP
-//! blocks is pure (`to_parts`, `to_blocks`). A path given to the model is only ever the
-//! path of the read that produced the block's bytes; it is never rebuilt from a root,
-//! never persisted.
-//!
-//! The rooms: `memo.rs` (the budgeted memo), `encoding.rs` (the shared encoding and the
-//! base64 encoder), `recycle.rs` (encoding buffers kept for reuse), `kinds.rs` (image,
-//! text or blob), `context.rs` (the path context and its escaping), `blocks.rs` (parts
-//! and the one builder of their ACP blocks), `shell.rs` (a typed value serialized with
-//! placeholders and cut around them, how the writers in `format` write what the
-//! builders build).
+//! through a `Resolver` and the memo (`resolve`); the conversion to parts is pure
+//! (`to_parts`). A path given to the model is only ever the path of the read that
+//! produced the block's bytes; it is never rebuilt from a root, never persisted.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -30,7 +22,7 @@ mod memo;
 mod recycle;
 pub(crate) mod shell;
 
-pub use blocks::{Attached, ModelMessage, Part, attachment_block, live_link};
+pub use blocks::{Attached, ModelMessage, Part, live_link};
 pub use context::{Context, attachment_context, degradation_notice, hidden_escaped, json_escaped};
 pub use encoding::SharedStr;
 pub(crate) use encoding::encode_base64;
@@ -112,7 +104,7 @@ impl Clone for Prepared {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Content {
     /// Base64 of an image's bytes.
     Image(SharedStr),
@@ -327,10 +319,7 @@ pub struct Placement {
 
 /// Why a strict dispatch refused: every unreadable reference, by name and URI.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "message {message} has unreadable attachments: {}",
-    unreadable.iter().map(|u| format!("{} ({})", json_escaped(&u.name), u.reason)).collect::<Vec<_>>().join("; ")
-)]
+#[error("message {message} has unreadable attachments: {}", named(unreadable.iter()))]
 pub struct DispatchError {
     pub message: MessageId,
     pub unreadable: Vec<Unreadable>,
@@ -343,12 +332,7 @@ impl Prepared {
             && self.name == other.name
             && self.mime == other.mime
             && self.path == other.path
-            && match (&self.content, &other.content) {
-                (Content::Image(a), Content::Image(b))
-                | (Content::Text(a), Content::Text(b))
-                | (Content::Blob(a), Content::Blob(b)) => a == b,
-                _ => false,
-            }
+            && self.content == other.content
     }
 }
 
@@ -472,20 +456,6 @@ fn ordered_parts(
     with_unreadable(parts, unreadable, message, mode)
 }
 
-/// Pure: a message and the reads of its references become its content blocks, as
-/// [`to_parts`] orders them.
-pub fn to_blocks(
-    message: &Message,
-    reads: &[Result<Arc<Prepared>, Unreadable>],
-    placement: &Placement,
-    mode: Mode,
-) -> Result<Vec<ContentBlock>, DispatchError> {
-    Ok(to_parts(message, reads, placement, mode)?
-        .iter()
-        .map(Part::to_block)
-        .collect())
-}
-
 /// IO then conversion, for one message, as parts that share their encodings.
 pub fn dispatch_parts(
     resolver: &dyn Resolver,
@@ -510,37 +480,24 @@ fn warn_if_degraded(message: &Message, reads: &Reads, mode: Mode) {
     if mode != Mode::Degrade {
         return;
     }
-    let left_out: Vec<String> = reads
-        .iter()
-        .filter_map(|r| r.as_ref().err())
-        .map(|u| format!("{} ({})", json_escaped(&u.name), u.reason))
-        .collect();
+    let left_out: Vec<&Unreadable> = reads.iter().filter_map(|r| r.as_ref().err()).collect();
     if !left_out.is_empty() {
         tracing::warn!(
             "message {} was dispatched without {} unreadable attachment{}: {}",
             message.id,
             left_out.len(),
             if left_out.len() == 1 { "" } else { "s" },
-            left_out.join("; ")
+            named(left_out.into_iter())
         );
     }
 }
 
-/// IO then conversion, for one message.
-pub fn dispatch(
-    resolver: &dyn Resolver,
-    memo: &Memo,
-    message: &Message,
-    placement: &Placement,
-    mode: Mode,
-) -> Result<Vec<ContentBlock>, DispatchError> {
-    let reads = if message.role == Role::User {
-        resolve(resolver, memo, message)
-    } else {
-        vec![]
-    };
-    warn_if_degraded(message, &reads, mode);
-    to_blocks(message, &reads, placement, mode)
+/// Unreadable references by name and reason, as errors and logs give them.
+fn named<'a>(unreadable: impl Iterator<Item = &'a Unreadable>) -> String {
+    let named: Vec<String> = unreadable
+        .map(|u| format!("{} ({})", json_escaped(&u.name), u.reason))
+        .collect();
+    named.join("; ")
 }
 
 #[cfg(test)]

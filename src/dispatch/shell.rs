@@ -4,9 +4,6 @@
 //! written straight from its shared buffer. Pure: it serializes into memory and writes
 //! only to the writer it is given.
 //!
-//! This is how every wire format has one code path: a typed block, notification or
-//! request is built by one builder; a library caller gets it whole, and a writer
-//! serializes that same builder's value with the placeholder and splices the content.
 //! The placeholder is a string no store string can hold: it starts and ends with a
 //! control character (the store escapes every control character in the names and
 //! paths it writes into a context, and content never goes through a shell) and carries
@@ -252,19 +249,10 @@ fn is_base64(s: &str) -> bool {
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
 }
 
+/// Where `needle` first starts in `haystack`. Shells are small (a block's few hundred
+/// bytes, a message's texts), so a plain scan does.
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    // Shells are small (a block's few hundred bytes, a message's texts), and every
-    // placeholder starts with a backslash, which is rare in JSON outside escapes.
-    let first = *needle.first()?;
-    let mut from = 0;
-    while let Some(i) = haystack[from..].iter().position(|&b| b == first) {
-        let at = from + i;
-        if haystack[at..].starts_with(needle) {
-            return Some(at);
-        }
-        from = at + 1;
-    }
-    None
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 #[cfg(test)]

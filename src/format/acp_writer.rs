@@ -1,10 +1,8 @@
-//! The ACP shapes and their one builder each: the restore object and its entries
-//! (`RestoreObject`, `RestoreMessage`, `RecordedEntry`), the `session/update`
-//! notifications of a replay (`message_update`, `recorded_updates`, `notification_line`), and the
-//! `session/prompt` request frame (`prompt_frame`). A library caller gets the typed
-//! values; the writers serialize the same builders' values with a placeholder where a
-//! content block goes and write each block from its part (`Part::write_json`). No IO
-//! besides the given writer.
+//! The ACP shapes and their one builder each: the restore object and its entries, the
+//! `session/update` notifications of a replay, and the `session/prompt` request frame.
+//! A library caller gets the typed values; the writers serialize the same builders'
+//! values with a placeholder where a content block goes and write each block from its
+//! part (`Part::write_json`). No IO besides the given writer.
 
 use std::io::{self, Write};
 
@@ -146,28 +144,6 @@ impl Serialize for Holes {
     }
 }
 
-/// A document's opening and closing, from its typed shape with one placeholder
-/// block where its entries go.
-pub(super) fn ends(scratch: &mut Scratch, shape: &impl Serialize) -> Option<(Vec<u8>, Vec<u8>)> {
-    let cut = scratch.cut(shape, [Hole::block()])?;
-    let (open, close) = cut.ends();
-    Some((open.to_vec(), close.to_vec()))
-}
-
-/// The restore object's opening and closing for `session`.
-pub(super) fn restore_ends(
-    scratch: &mut Scratch,
-    session: SessionId,
-    partial: Option<Partial>,
-) -> Option<(Vec<u8>, Vec<u8>)> {
-    let shape = RestoreObject {
-        session_id: session,
-        partial,
-        messages: [shell::placeholder_block()],
-    };
-    ends(scratch, &shape)
-}
-
 /// Shells a writer keeps from one message to the next: a restore message's for each
 /// role and number of parts, and a notification line's for each role, each with the
 /// message's id as one more hole, so a message costs a lookup rather than a
@@ -304,14 +280,8 @@ impl Replayed {
     /// The whole notification in its JSON-RPC envelope, as it goes on the wire.
     pub fn write_line(&self, out: &mut impl Write) -> io::Result<()> {
         match self {
-            Replayed::Typed(n) => json(out, &notification_line(n.clone())),
-            Replayed::Opaque(n) => json(
-                out,
-                &JsonRpcMessage::wrap(Notification {
-                    method: SESSION_UPDATE.into(),
-                    params: Some(n),
-                }),
-            ),
+            Replayed::Typed(n) => json(out, &notification_line(n)),
+            Replayed::Opaque(n) => json(out, &notification_line(n)),
         }
     }
 }
@@ -389,10 +359,8 @@ pub fn replay_complete(session: SessionId, partial: Option<&Partial>) -> Session
     carrier(session, meta)
 }
 
-/// A notification in its JSON-RPC envelope, as it goes on the wire.
-pub fn notification_line(
-    notification: SessionNotification,
-) -> JsonRpcMessage<Notification<SessionNotification>> {
+/// A notification's params in its JSON-RPC envelope, as it goes on the wire.
+pub fn notification_line<P>(notification: P) -> JsonRpcMessage<Notification<P>> {
     JsonRpcMessage::wrap(Notification {
         method: SESSION_UPDATE.into(),
         params: Some(notification),
@@ -430,13 +398,7 @@ pub(super) fn message_lines(
         }
         None => {
             shell::written_whole();
-            for part in &m.parts {
-                if let Some(n) = message_update(session, &m.message, part.to_block()) {
-                    json(out, &notification_line(n))?;
-                    out.write_all(b"\n")?;
-                }
-            }
-            Ok(())
+            whole_message_lines(out, session, m, None)
         }
     }
 }
@@ -465,17 +427,17 @@ pub(super) fn recorded_lines(
     Ok(())
 }
 
-/// The lines of a message of a marked turn: [`message_update`] of each block with the
-/// turn's mark under `_meta`, written whole (a mark is rare, so it has no kept shell).
-pub(super) fn marked_message_lines(
+/// The lines of a message written whole: [`message_update`] of each block, with
+/// `meta` (a turn's mark: rare, so it has no kept shell) when there is one.
+pub(super) fn whole_message_lines(
     out: &mut impl Write,
     session: SessionId,
     m: &ModelMessage,
-    meta: agent_client_protocol_schema::v1::Meta,
+    meta: Option<agent_client_protocol_schema::v1::Meta>,
 ) -> io::Result<()> {
     for part in &m.parts {
         if let Some(mut n) = message_update(session, &m.message, part.to_block()) {
-            n.meta = Some(meta.clone());
+            n.meta.clone_from(&meta);
             json(out, &notification_line(n))?;
             out.write_all(b"\n")?;
         }

@@ -1,18 +1,10 @@
-//! Streaming writers of what the model gets, over any `io::Write`: the ACP restore
-//! object and block array, `acp-updates` lines, and the OpenAI Chat Completions and
-//! Responses requests, each written as `begin`, one `item` per history entry (a
-//! dispatched message or a recorded turn item), `finish`; and the ACP `session/prompt`
-//! request frame of a dispatched prompt (`prompt_frame`). Pure: they write only to the
-//! writer they are given and never read a file.
+//! Streaming writers of what the model gets, over any `io::Write`, each written as
+//! `begin`, one `item` per history entry, `finish`; and the ACP `session/prompt` frame
+//! (`prompt_frame`). Pure: they write only to the writer they are given.
 //!
-//! One code path per format: every document, message, line and block is the
-//! serialization of one typed value, made by the one builder a library caller gets it
-//! from (`acp::RestoreMessage`, `acp::message_update`, `openai::chat_message`,
-//! `Part::to_block`, ...). A writer builds that value with a placeholder for each
-//! content block or encoding, serializes it with serde_json, and writes the result cut
-//! at the placeholders with the content written in place (`dispatch::shell`): base64
-//! as it is (its alphabet needs no JSON escape), a text through serde_json's escaping,
-//! each from its one shared buffer.
+//! One code path per format: everything written is the serialization of the typed
+//! value a library caller gets from the same builder, cut at its placeholders with
+//! each encoding written from its one shared buffer (`dispatch::shell`).
 
 mod acp_writer;
 mod openai_writer;
@@ -20,7 +12,7 @@ mod openai_writer;
 use std::io::{self, Write};
 
 use crate::dispatch::ModelMessage;
-use crate::dispatch::shell::Scratch;
+use crate::dispatch::shell::{Hole, Scratch, placeholder_block};
 use crate::ids::SessionId;
 use crate::model::{Item, Turn, TurnEnd};
 use crate::restore::Partial;
@@ -112,10 +104,15 @@ impl<W: Write> StreamWriter<W> {
         let mut scratch = Scratch::default();
         let metadata = partial.map(replay_metadata);
         let ends = match format {
-            Format::AcpRestore => acp_writer::restore_ends(&mut scratch, session, partial.copied()),
-            Format::AcpBlocks => {
-                acp_writer::ends(&mut scratch, &[crate::dispatch::shell::placeholder_block()])
+            Format::AcpRestore => {
+                let shape = RestoreObject {
+                    session_id: session,
+                    partial: partial.copied(),
+                    messages: [placeholder_block()],
+                };
+                ends(&mut scratch, &shape, Hole::block())
             }
+            Format::AcpBlocks => ends(&mut scratch, &[placeholder_block()], Hole::block()),
             Format::AcpUpdates => {
                 let mut opening = Vec::new();
                 if let Some(partial) = partial {
@@ -156,8 +153,7 @@ impl<W: Write> StreamWriter<W> {
     /// Marks the `acp-updates` lines of the entries of `turns` that did not end with
     /// `end_turn` (each entry belongs to the latest turn that began at or before it);
     /// the other formats are unchanged.
-    pub fn marking_turns(mut self, turns: Vec<Turn>) -> StreamWriter<W> {
-        let mut turns = turns;
+    pub fn marking_turns(mut self, mut turns: Vec<Turn>) -> StreamWriter<W> {
         turns.sort_by_key(|t| t.seq);
         self.marked = turns;
         self
@@ -237,7 +233,7 @@ impl<W: Write> StreamWriter<W> {
             }
             Format::AcpUpdates => match meta {
                 None => acp_writer::message_lines(out, &mut self.kept, self.session, m),
-                Some(meta) => acp_writer::marked_message_lines(out, self.session, m, meta),
+                meta => acp_writer::whole_message_lines(out, self.session, m, meta),
             },
             Format::OpenaiChat | Format::OpenaiResponses => {
                 comma(out, &mut self.first)?;
@@ -278,6 +274,18 @@ pub fn replay_metadata(partial: &Partial) -> std::collections::BTreeMap<String, 
         partial.skipped.to_string(),
     );
     metadata
+}
+
+/// A document's opening and closing, from its typed shape with one `hole` where its
+/// entries go.
+fn ends(
+    scratch: &mut Scratch,
+    shape: &impl serde::Serialize,
+    hole: Hole,
+) -> Option<(Vec<u8>, Vec<u8>)> {
+    let cut = scratch.cut(shape, [hole])?;
+    let (open, close) = cut.ends();
+    Some((open.to_vec(), close.to_vec()))
 }
 
 fn comma(out: &mut impl Write, first: &mut bool) -> io::Result<()> {

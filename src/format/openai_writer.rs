@@ -45,7 +45,7 @@ pub(super) fn ends(
     metadata: Option<std::collections::BTreeMap<String, String>>,
 ) -> Option<(Vec<u8>, Vec<u8>)> {
     let placeholder = shell::placeholder();
-    let cut = match api {
+    match api {
         Api::Chat => {
             let shape = ChatRequest {
                 model: model.to_owned(),
@@ -54,7 +54,7 @@ pub(super) fn ends(
                 }],
                 metadata,
             };
-            scratch.cut(&shape, [Hole::Value(&CHAT_HOLE)])
+            super::ends(scratch, &shape, Hole::Value(&CHAT_HOLE))
         }
         Api::Responses => {
             let shape = ResponsesRequest {
@@ -65,11 +65,9 @@ pub(super) fn ends(
                 }],
                 metadata,
             };
-            scratch.cut(&shape, [Hole::Value(&RESPONSES_HOLE)])
+            super::ends(scratch, &shape, Hole::Value(&RESPONSES_HOLE))
         }
-    }?;
-    let (open, close) = cut.ends();
-    Some((open.to_vec(), close.to_vec()))
+    }
 }
 
 /// One dispatched message. A user message's attachments each hold one placeholder,

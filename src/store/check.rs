@@ -7,9 +7,7 @@ impl Store {
     /// Full-text search over titles, messages (display text, expansion, transcript)
     /// and recorded agent messages and thoughts, best-ranked first, optionally in one
     /// session. `query` is FTS5 syntax; one FTS5 cannot parse is
-    /// `Error::SearchQuery`. A store that can write first indexes the sealed text
-    /// still waiting for its writer to be idle; a read-only one does not see that
-    /// text until a writer has indexed it.
+    /// `Error::SearchQuery`.
     pub async fn search(
         &self,
         query: String,
@@ -17,10 +15,9 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<db::search::Hit>> {
         // Sealed text waits to be indexed until the writer is idle (V14); a store that
-        // can write indexes it first, so its own search finds what it recorded. A
-        // read-only store searches what a writer has indexed.
-        // It is still a search when that write fails (a full disk, a lock held too
-        // long): it finds what is indexed, and says so in the log.
+        // can write indexes it first, so its own search finds what it recorded (and
+        // still searches, saying so in the log, when that write fails). A read-only
+        // store searches what a writer has indexed.
         if self.writer.is_some()
             && self.db.defers_search()
             && self
@@ -43,21 +40,10 @@ impl Store {
     }
 
     /// The integrity check (`db::verify`), and, with `Verify::Repair`, the repair of
-    /// what it finds (`verify --repair`; see [`Verify`]). With `Verify::Check` nothing
-    /// is written: the report's `after` is the check, `found` its problems, and nothing
-    /// is rebuilt or backed up.
+    /// what it finds (`verify --repair`). With `Verify::Check` nothing is written.
     pub async fn verify(&self, how: Verify) -> Result<db::repair::RepairReport> {
         match how {
-            Verify::Check => {
-                let after = self.check().await?;
-                Ok(db::repair::RepairReport {
-                    backup: None,
-                    rebuilt: Vec::new(),
-                    search_rebuilt: false,
-                    found: after.problems.clone(),
-                    after,
-                })
-            }
+            Verify::Check => Ok(unrepaired(self.check().await?)),
             Verify::Repair => self.repair().await,
         }
     }
@@ -71,28 +57,18 @@ impl Store {
         Ok(report)
     }
 
-    /// `Verify::Repair`: runs the check, and when it finds rows that disagree
-    /// with the event log (or a search index that disagrees with the rows), backs the
-    /// database up (`<db>.v<N>.bak`, as a migration does), makes the rows of each such
-    /// session again from its log and the search index from the rows, in one write,
-    /// and runs `verify` again. The log itself is never changed: a problem of the log
-    /// (an event that does not replay), of the engine or of the schema is not rebuilt,
-    /// and stays in the report's `after`. Nothing is written, and no backup made, when
-    /// `verify` finds nothing to rebuild. Rows are rebuilt on SQLite only: on PostgreSQL
-    /// a store with something to rebuild is `Error::RepairUnsupported`.
-    /// The repaired sessions are best left unwritten by other processes meanwhile: a
-    /// writer that remembered a session's tail would not know it was rebuilt.
+    /// `Verify::Repair`: when the check finds rows (or a search index) that disagree
+    /// with the event log, backs the database up (`<db>.v<N>.bak`), makes those
+    /// sessions' rows again from their log and the index from the rows in one write,
+    /// and checks again. The log is never changed; what is not rebuilt stays in the
+    /// report's `after`. SQLite only: on PostgreSQL, something to rebuild is
+    /// `Error::RepairUnsupported`. Other writers had best leave the repaired sessions
+    /// alone meanwhile: one that remembered a session's tail would not know it changed.
     async fn repair(&self) -> Result<db::repair::RepairReport> {
         let found = self.check().await?;
         let plan = db::repair::Plan::of(&found);
         if plan.is_empty() {
-            return Ok(db::repair::RepairReport {
-                backup: None,
-                rebuilt: Vec::new(),
-                search_rebuilt: false,
-                found: found.problems.clone(),
-                after: found,
-            });
+            return Ok(unrepaired(found));
         }
         // Only SQLite's rows are rebuilt; a consistent PostgreSQL store has nothing to
         // repair and says so above.
@@ -134,5 +110,16 @@ impl Store {
             found: found.problems,
             after,
         })
+    }
+}
+
+/// A report of a check that rebuilt nothing and backed nothing up.
+fn unrepaired(after: VerifyReport) -> db::repair::RepairReport {
+    db::repair::RepairReport {
+        backup: None,
+        rebuilt: Vec::new(),
+        search_rebuilt: false,
+        found: after.problems.clone(),
+        after,
     }
 }

@@ -4,7 +4,6 @@
 
 use super::{Store, blocking};
 use crate::config::Database;
-use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
 
@@ -40,12 +39,8 @@ impl Store {
     /// about to open or has just made.
     pub async fn claim_session(&self, session: SessionId) -> Result<SessionClaim> {
         let database = self.config().database.clone();
-        let read_only = match &self.db {
-            Db::ReadOnly(_) => true,
-            #[cfg(feature = "postgres")]
-            Db::Postgres(db) => db.is_read_only(),
-            Db::ReadWrite(_) => false,
-        };
+        // A store opened for reading has no writer.
+        let read_only = self.writer.is_none();
         let held = blocking(move || match &database {
             Database::Sqlite(path) if read_only => Err(Error::ReadOnly(path.clone())),
             Database::Sqlite(path) => crate::db::claim::claim(path, session).map(Held::Sqlite),

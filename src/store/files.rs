@@ -1,45 +1,53 @@
-//! A session's files through the store: what it refers to, downloads, and uploads
-//! that are not yet part of a message.
+//! A session's files through the store: listing, downloads, uploads.
 
 use super::*;
 
 impl Store {
-    /// A session's attachments: every file its folders hold, as a read would find
-    /// them (configured root first), and every file its messages refer to, each with
-    /// the messages that refer to it. Sorted by stored name; reads no file whole.
-    pub async fn attachments_of(&self, session: SessionId) -> Result<Vec<SessionAttachment>> {
+    /// A page of a session's attachments, by stored name: the files its folders hold,
+    /// as a read would find them (configured root first), and the files its messages
+    /// refer to, each with the messages that refer to it. Each page is one bounded
+    /// query and a look at only its own names on disk; reads no file whole.
+    pub async fn attachments_of(
+        &self,
+        session: SessionId,
+        query: PageQuery<SessionAttachment>,
+    ) -> Result<Page<SessionAttachment>> {
+        let (after, probe) = (query.name().to_owned(), query.probe());
+        let from = after.clone();
         let refs = self
             .with_read(move |tx| {
                 queries::get_session(tx, &session)?;
-                queries::session_references(tx, &session)
+                db::pages::references(tx, &session, &from, probe)
             })
             .await?;
         let attachments = self.attachments.clone();
-        let files = blocking(move || Ok(attachments.list(&session)?)).await?;
-        let mut out: std::collections::BTreeMap<String, SessionAttachment> = files
-            .into_iter()
-            .map(|f| {
-                let entry = SessionAttachment {
-                    uri: f.uri.clone(),
-                    file: Some(f.clone()),
-                    messages: vec![],
-                };
-                (f.name, entry)
-            })
-            .collect();
-        for (uri, message) in refs {
-            let entry = out
-                .entry(uri.name().to_owned())
-                .or_insert_with(|| SessionAttachment {
-                    uri: uri.clone(),
-                    file: None,
-                    messages: vec![],
+        let files = blocking(move || Ok(attachments.list_page(&session, &after, probe)?)).await?;
+        let mut found = std::collections::BTreeMap::new();
+        for (name, file) in files {
+            let entry = SessionAttachment {
+                uri: AttachmentUri::new(session, &name),
+                file,
+                messages: vec![],
+            };
+            found.insert(name, entry);
+        }
+        for (name, uri, message) in refs {
+            if uri.name() != name {
+                return Err(Error::DamagedRow {
+                    action: "read references",
+                    detail: format!("{uri} is stored under another name, {name:?}"),
                 });
+            }
+            let entry = found.entry(name).or_insert_with(|| SessionAttachment {
+                uri,
+                file: None,
+                messages: vec![],
+            });
             if !entry.messages.contains(&message) {
                 entry.messages.push(message);
             }
         }
-        Ok(out.into_values().collect())
+        Ok(pages::named_page(found, probe))
     }
 
     /// The bytes of one attachment, read the way a dispatch reads it (the same roots,

@@ -36,16 +36,9 @@ pub use prompt::{Prompt, PromptBlock, ToSend};
 pub use usage::Since;
 
 /// The one handle on a session store: the database pool and the one attachment store
-/// that both writes uploads and reads them back, over the roots in `config`.
-///
-/// Its methods, by file: opening, sessions and messages one at a time, recording,
-/// dispatch and drain here; a session's history read back a page at a time
-/// (`messages`, `items`, `events`, `turns`: no call returns a collection that grows
-/// with a history) in `pages.rs`; `send` in `prompt.rs`; files in `files.rs`; search
-/// and verify in `check.rs`; a proxied session's binding, turns and settings in
-/// `proxied.rs`; claims in `claim.rs`; `usage` in `usage.rs`; `record` and `restore`
-/// in [`crate::record`] and [`crate::restore`]; listing, fork, export, import, delete, gc and redact in
-/// [`crate::lifecycle`].
+/// that both writes uploads and reads them back, over the roots in `config`. Its
+/// methods sit in the file of their job; none returns a collection that grows with a
+/// history (`pages`).
 #[derive(Clone)]
 pub struct Store {
     /// Every write of the store's sessions goes through this one writer (group
@@ -149,29 +142,24 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// Opening a store: open (creating, existing only, read-only), and what the store was
-/// opened with. Migrating and changing a key, which need no open store, are the free
-/// functions of [`crate::maintenance`].
+/// Opening a store, and what it was opened with (migrating and changing a key need
+/// no open store: [`crate::maintenance`]).
 impl Store {
-    /// Opens the database (migrating it first, refusing a newer or foreign file) and
-    /// the attachment roots named by `config`: `open_as(config, Access::Create)`.
+    /// `open_as(config, Access::Create)`: migrates first, refuses a newer or foreign file.
     pub async fn open(config: Config) -> Result<Store> {
         Store::open_as(config, Access::Create).await
     }
 
-    /// Opens the store `config` names as `access` says: creating it as needed
-    /// (`Create`, as `open`), an existing database only (`Existing`: for commands that
-    /// write to an existing store, where a mistyped path must not look like an empty
-    /// store), or for reading only (`ReadOnly`: nothing is written to the file or
-    /// beside it, a database that is missing, empty or needs a migration is refused,
-    /// pointing at `sessionstore migrate`, and writes on the store fail).
+    /// Opens the store `config` names as `access` says (see [`Access`]): creating it as
+    /// needed, an existing database only (a mistyped path must not look like an empty
+    /// store), or for reading only (nothing written, a database that needs a migration
+    /// refused, writes on the store failing).
     pub async fn open_as(config: Config, access: Access) -> Result<Store> {
         Store::open_observed(config, None, access).await
     }
 
-    /// `open_as`, telling `observer` of every attachment read (tests and the probe
-    /// count reads this way; `testkit::open_observing_reads`). The observed store is
-    /// the same one that writes.
+    /// `open_as`, telling `observer` of every attachment read of the one store that
+    /// also writes (how tests and the probe count reads).
     #[cfg(any(feature = "probe", feature = "testkit"))]
     pub(crate) async fn open_observing_reads(
         config: Config,
@@ -278,8 +266,7 @@ impl Store {
     }
 }
 
-/// Sessions and their messages: create, rename, read, mark delivered (a session's
-/// history is read back a page at a time: `pages`).
+/// Sessions and their messages, one at a time.
 impl Store {
     /// Creates a session as `new` describes it: a title (a blank one is none, so the
     /// first message can still name the session), where its tools run, and, for a
@@ -351,8 +338,7 @@ impl Store {
 /// all or nothing per batch.
 impl Store {
     /// A write that records, through the writer with its memo of where each session's
-    /// history ends (`db::items::Tails`); a store with no writer (read-only) refuses
-    /// it as it refuses every write.
+    /// history ends (`db::items::Tails`); a read-only store refuses it like any write.
     pub(crate) async fn write_record(
         &self,
         mut work: impl FnMut(&db::Tx<'_>, &mut db::items::Tails) -> Result<Recorded> + Send + 'static,
@@ -366,10 +352,9 @@ impl Store {
         }
     }
 
-    /// [`Store::record`] of [`crate::record::Values`] the caller keeps (the proxy takes a refused
-    /// one out and records the rest), redacted by the caller when redaction is on (the
-    /// proxy's recorder carries a streamed message's tail from batch to batch). Each is
-    /// read into its ACP type here, on the caller's task, before the write is queued.
+    /// [`Store::record`] of values the caller keeps and redacts (the proxy's recorder
+    /// carries a streamed message's tail from batch to batch). Each is read into its
+    /// ACP type here, on the caller's task, before the write is queued.
     pub(crate) async fn record_json(
         &self,
         session: SessionId,
@@ -392,8 +377,7 @@ impl Store {
     }
 }
 
-/// Giving messages to a model: select, dispatch (typed blocks or shared parts),
-/// drain the mid-turn queue, and restore a whole session as a stream.
+/// Giving messages to a model: select, dispatch, drain the mid-turn queue.
 impl Store {
     /// The attachment store as dispatch reads through it, encoding into this store's
     /// recycled buffers.
@@ -404,31 +388,30 @@ impl Store {
         }
     }
 
-    fn placement(&self, session: &Session) -> Placement {
-        placement(&self.config.host, session)
-    }
-
-    /// The user message a dispatch is for, without reading any file: `message` when
-    /// given (it must be a delivered user message of this session), else the latest
-    /// delivered user message. Queued mid-turn messages are reached only by a drain.
+    /// The user message a dispatch is for, without reading any file: `message` (a
+    /// delivered user message of this session) or the latest. Queued ones wait for a drain.
     pub async fn select(&self, session: SessionId, message: Option<MessageId>) -> Result<Message> {
         self.with_read(move |tx| selected(tx, session, message).map(|(_, m)| m))
             .await
     }
 
-    /// Reads the session and the user message a dispatch is for in one snapshot, then
-    /// runs `dispatch` on them on the same blocking thread: one hop to the pool.
-    async fn dispatching<T: Send + 'static>(
+    /// Reads the session and the message to dispatch (`select`) in one snapshot, then
+    /// dispatches it on the same blocking thread: one hop to the pool.
+    async fn dispatching(
         &self,
-        session: SessionId,
-        message: Option<MessageId>,
-        dispatch: impl FnOnce(&Placement, Message) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
+        select: impl Fn(&db::Tx<'_>) -> Result<(Session, Message)> + Send + 'static,
+        mode: Mode,
+        memo: Memo,
+    ) -> Result<ModelMessage> {
         let db = self.db.clone();
         let host = self.config.host.clone();
+        let resolver = self.resolver();
         blocking(move || {
-            let (current, message) = db.read(move |tx| selected(tx, session, message))?;
-            dispatch(&placement(&host, &current), message)
+            let (current, message) = db.read(select)?;
+            let placement = placement(&host, &current);
+            Ok(dispatch::dispatch_parts(
+                &resolver, &memo, message, &placement, mode,
+            )?)
         })
         .await
     }
@@ -444,24 +427,15 @@ impl Store {
         mode: Mode,
         memo: Memo,
     ) -> Result<ModelMessage> {
-        let db = self.db.clone();
-        let host = self.config.host.clone();
-        let resolver = self.resolver();
-        blocking(move || {
-            let current = db.read(move |tx| queries::get_session(tx, &session))?;
-            let placement = placement(&host, &current);
-            Ok(dispatch::dispatch_parts(
-                &resolver, &memo, message, &placement, mode,
-            )?)
-        })
-        .await
+        let select =
+            move |tx: &db::Tx<'_>| Ok((queries::get_session(tx, &session)?, message.clone()));
+        self.dispatching(select, mode, memo).await
     }
 
     /// What the model gets for one delivered user message (default: the latest), as
-    /// parts that share their encodings with `memo`, for a writer in `format`.
-    /// Changes nothing; reads go through `memo`. [`Dispatched::from`] turns it into
-    /// ACP blocks, each encoding moved into its block when nothing else (`memo`,
-    /// with every clone of it the caller let go, is let go here) keeps its read.
+    /// parts that share their encodings with `memo`. Changes nothing.
+    /// [`Dispatched::from`] turns it into ACP blocks, moving each encoding into its
+    /// block when nothing else (`memo` is let go here) keeps its read.
     pub async fn dispatch(
         &self,
         session: SessionId,
@@ -469,21 +443,14 @@ impl Store {
         mode: Mode,
         memo: Memo,
     ) -> Result<ModelMessage> {
-        let resolver = self.resolver();
-        self.dispatching(session, message, move |placement, message| {
-            Ok(dispatch::dispatch_parts(
-                &resolver, &memo, message, placement, mode,
-            )?)
-        })
-        .await
+        self.dispatching(move |tx| selected(tx, session, message), mode, memo)
+            .await
     }
 
-    /// The queued mid-turn messages in order, as [`Store::dispatch`] gives each,
-    /// through the same resolver and memo as normal delivery. With
-    /// [`Drain::Prepare`] it changes nothing, so a caller can hand the blocks on
-    /// first and `mark_delivered` only once they got through; with
-    /// [`Drain::Commit`] it then marks them delivered (with their events) in one
-    /// write. A strict drain that cannot read a reference fails whole.
+    /// The queued mid-turn messages in order, as [`Store::dispatch`] gives each. With
+    /// [`Drain::Prepare`] it changes nothing, so a caller can hand the blocks on first
+    /// and `mark_delivered` once they got through; with [`Drain::Commit`] it marks them
+    /// delivered in one write. A strict drain that cannot read a reference fails whole.
     pub async fn drain(
         &self,
         session: SessionId,
@@ -501,7 +468,7 @@ impl Store {
         if queued.is_empty() {
             return Ok(vec![]);
         }
-        let placement = self.placement(&current);
+        let placement = placement(&self.config.host, &current);
         let resolver = self.resolver();
         let drained = blocking(move || {
             queued
@@ -522,8 +489,7 @@ impl Store {
     }
 }
 
-/// What [`Store::drain`] does besides reading: nothing (the default), or mark what
-/// it read delivered.
+/// What [`Store::drain`] does besides reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Drain {
     /// Changes nothing: the caller marks the messages delivered once they got through.
@@ -534,8 +500,7 @@ pub enum Drain {
     Commit,
 }
 
-/// A file handed to the store to keep: the upload's own name (made safe when stored)
-/// and its bytes.
+/// A file handed to the store to keep: its own name (made safe when stored), bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upload {
     pub name: String,
@@ -543,7 +508,6 @@ pub struct Upload {
 }
 
 impl Upload {
-    /// An upload of `bytes` under the name `name`.
     pub fn new(name: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Upload {
         Upload {
             name: name.into(),
@@ -551,11 +515,10 @@ impl Upload {
         }
     }
 
-    /// Reads a file the user named for upload, as `name` or else under the file's own
-    /// name. Only a regular file of at most [`MAX_ATTACHMENT_BYTES`] is taken: the
-    /// checks are made on the opened file (opened non-blocking, so a FIFO cannot hang
-    /// the call), and the read stops past the limit, so a file that grows while it is
-    /// read is refused rather than read without bound.
+    /// Reads a file the user named for upload, as `name` or else under its own name.
+    /// Only a regular file of at most [`MAX_ATTACHMENT_BYTES`] is taken, checked on the
+    /// opened file (opened non-blocking, so a FIFO cannot hang the call); the read stops
+    /// past the limit, so a file that grows while it is read is refused.
     pub async fn read_file(path: PathBuf, name: Option<String>) -> Result<Upload> {
         blocking(move || Upload::read_file_blocking(&path, name)).await
     }

@@ -1,12 +1,13 @@
 //! A session's history read back a page at a time: its messages, recorded items,
-//! events and turns, each page read from the database on its own (never the whole
-//! history read and then cut), with a cursor naming where the next one starts.
+//! events, turns and attachments, each page read on its own (never the whole history
+//! read and then cut), with a cursor naming where the next one starts.
 
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
-use super::Store;
+use super::{SessionAttachment, Store};
 use crate::db::pages::{self, TurnKey};
-use crate::db::queries;
+use crate::db::{Tx, queries};
 use crate::error::Result;
 use crate::ids::SessionId;
 use crate::lifecycle::{DEFAULT_PAGE, MAX_PAGE};
@@ -22,7 +23,7 @@ pub struct Page<T> {
 
 /// Where a page starts: just after the entry it was made from, by that entry's place
 /// in the history (its `seq`; an event's `session_seq`; a turn's `seq`, start time
-/// and id), so entries added between two pages neither shift the later pages nor show
+/// and id; an attachment's stored name), so entries added between two pages neither shift the later pages nor show
 /// twice. Typed by what it pages through; opaque to callers.
 pub struct Cursor<T> {
     key: Key,
@@ -33,6 +34,7 @@ pub struct Cursor<T> {
 enum Key {
     Seq(i64),
     Turn(TurnKey),
+    Name(String),
 }
 
 impl<T> Clone for Cursor<T> {
@@ -110,9 +112,19 @@ impl<T> PageQuery<T> {
         }
     }
 
+    pub(super) fn name(&self) -> &str {
+        match &self.after {
+            Some(Cursor {
+                key: Key::Name(name),
+                ..
+            }) => name,
+            _ => "",
+        }
+    }
+
     /// The limit the page is read with: one past the page, to know whether another
     /// follows.
-    fn probe(&self) -> usize {
+    pub(super) fn probe(&self) -> usize {
         self.limit.clamp(1, MAX_PAGE) + 1
     }
 }
@@ -161,6 +173,28 @@ fn page<T: Keyed>(mut entries: Vec<T>, probe: usize) -> Page<T> {
     Page { entries, next }
 }
 
+/// A page of attachments from the stored names read one past its limit, in order: a
+/// name whose file went between the listing and its check, and that no message refers
+/// to, is left out but still counts for where the page ends.
+pub(super) fn named_page(
+    found: BTreeMap<String, SessionAttachment>,
+    probe: usize,
+) -> Page<SessionAttachment> {
+    let more = found.len() >= probe;
+    let kept: Vec<_> = found.into_iter().take(probe - 1).collect();
+    let next = more.then(|| kept.last()).flatten().map(|(name, _)| Cursor {
+        key: Key::Name(name.clone()),
+        of: PhantomData,
+    });
+    let entries = kept.into_iter().map(|(_, a)| a);
+    Page {
+        entries: entries
+            .filter(|a| a.file.is_some() || !a.messages.is_empty())
+            .collect(),
+        next,
+    }
+}
+
 /// Reading a session's history back, a page at a time. Each call refuses a session
 /// that does not exist; an `after` past the end gives an empty page.
 impl Store {
@@ -172,48 +206,53 @@ impl Store {
         state: Option<Delivery>,
         query: PageQuery<Message>,
     ) -> Result<Page<Message>> {
-        let (after, probe) = (query.seq(), query.probe());
-        let read = self
-            .with_read(move |tx| {
-                queries::get_session(tx, &session)?;
-                pages::messages(tx, &session, state, after, probe)
-            })
-            .await?;
-        Ok(page(read, probe))
+        let after = query.seq();
+        self.page_of(session, &query, move |tx, probe| {
+            pages::messages(tx, &session, state, after, probe)
+        })
+        .await
     }
 
     /// A page of a session's recorded turn items, in history order.
     pub async fn items(&self, session: SessionId, query: PageQuery<Item>) -> Result<Page<Item>> {
-        let (after, probe) = (query.seq(), query.probe());
-        let read = self
-            .with_read(move |tx| {
-                queries::get_session(tx, &session)?;
-                pages::items(tx, &session, after, probe)
-            })
-            .await?;
-        Ok(page(read, probe))
+        let after = query.seq();
+        self.page_of(session, &query, move |tx, probe| {
+            pages::items(tx, &session, after, probe)
+        })
+        .await
     }
 
     /// A page of a session's event log, in log order.
     pub async fn events(&self, session: SessionId, query: PageQuery<Event>) -> Result<Page<Event>> {
-        let (after, probe) = (query.seq(), query.probe());
-        let read = self
-            .with_read(move |tx| {
-                queries::get_session(tx, &session)?;
-                pages::events(tx, &session, after, probe)
-            })
-            .await?;
-        Ok(page(read, probe))
+        let after = query.seq();
+        self.page_of(session, &query, move |tx, probe| {
+            pages::events(tx, &session, after, probe)
+        })
+        .await
     }
 
     /// A page of a session's turns (a proxied session's prompts and how each ended),
     /// in history order.
     pub async fn turns(&self, session: SessionId, query: PageQuery<Turn>) -> Result<Page<Turn>> {
+        let after = query.turn().cloned();
+        self.page_of(session, &query, move |tx, probe| {
+            pages::turns(tx, &session, after.as_ref(), probe)
+        })
+        .await
+    }
+
+    /// The page `read` gives, read one past its limit, of a session that exists.
+    async fn page_of<T: Keyed + Send + 'static>(
+        &self,
+        session: SessionId,
+        query: &PageQuery<T>,
+        read: impl Fn(&Tx<'_>, usize) -> Result<Vec<T>> + Send + 'static,
+    ) -> Result<Page<T>> {
         let probe = query.probe();
         let read = self
             .with_read(move |tx| {
                 queries::get_session(tx, &session)?;
-                pages::turns(tx, &session, query.turn(), probe)
+                read(tx, probe)
             })
             .await?;
         Ok(page(read, probe))

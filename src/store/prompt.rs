@@ -38,8 +38,6 @@ pub enum PromptBlock {
     Verbatim(serde_json::Value),
 }
 
-/// Sending: a message that refers to stored files, or a prompt whose files are stored
-/// with it as one step. Every message goes through the one check-and-write here.
 /// What [`Store::send`] stores: an [`Outgoing`] message or a [`Prompt`].
 pub enum ToSend {
     Outgoing(Outgoing),
@@ -59,21 +57,12 @@ impl From<Prompt> for ToSend {
 }
 
 impl Store {
-    /// Stores a user's message, checked before anything persists.
-    ///
-    /// An [`Outgoing`] refers to uploads already stored: every reference is checked
-    /// first (the URI parses, names this session, and opens now, the way a read would,
-    /// which fills the stored name, MIME type and size without reading the whole
-    /// file); then the message is stored, delivered or queued, with its event. The
-    /// checks and the write are one trip to the blocking pool, and the session is
-    /// looked up inside the write.
-    ///
-    /// A [`Prompt`] is stored as one user message: each upload becomes an attachment
-    /// of the session (stored under the configured root, named safely), the message
-    /// refers to them in the order they came, between its texts and the client's own
-    /// blocks, and it is checked and written as an `Outgoing` is. If the message is
-    /// refused, the uploads this call stored are removed again: nothing of a refused
-    /// prompt stays.
+    /// Stores a user's message, delivered or queued, with its event. Every reference
+    /// is checked first: it names this session and opens now, the way a read would,
+    /// which gives the stored name, MIME type and size without reading the whole file.
+    /// A [`Prompt`]'s uploads become attachments of the session, referred to in the
+    /// order they came; if its message is refused they are removed again, so nothing
+    /// of a refused prompt stays.
     pub async fn send(&self, session: SessionId, message: impl Into<ToSend>) -> Result<Message> {
         match message.into() {
             ToSend::Outgoing(message) => self.send_outgoing(session, message).await,
@@ -105,15 +94,15 @@ impl Store {
         } else {
             Delivery::Delivered
         };
-        let message = Unchecked {
+        let message = NewMessage {
             role: send.role,
             display_text: send.text,
             model_text: expanded,
             transcript,
-            attach: send.attach,
+            refs: vec![],
             content: None,
         };
-        self.store_message(session, message, state)
+        self.store_message(session, message, send.attach, state)
             .await
             .map(|(stored, _)| stored)
     }
@@ -153,23 +142,23 @@ impl Store {
             }
         }
         let stored = self.attach(session, uploads).await?;
-        let message = Unchecked {
+        let message = NewMessage {
             role: Role::User,
             display_text: texts.join("\n"),
             model_text: None,
             transcript: None,
-            attach: stored.iter().map(|s| s.uri.clone()).collect(),
+            refs: vec![],
             content: Some(content),
         };
-        let sent = self.store_message(session, message, delivery).await;
+        let attach = stored.iter().map(|s| s.uri.clone()).collect();
+        let sent = self.store_message(session, message, attach, delivery).await;
         if sent.is_err() {
             self.discard_uploads(session, stored).await;
         }
         sent
     }
 
-    /// Removes uploads a refused message would have referred to, which no message
-    /// refers to (they were stored by the same call).
+    /// Removes uploads this call stored for a message that was refused.
     pub(crate) async fn discard_uploads(&self, session: SessionId, stored: Vec<StoredAttachment>) {
         let attachments = self.attachments.clone();
         let _ = blocking(move || {
@@ -181,34 +170,21 @@ impl Store {
         .await;
     }
 
-    /// The checks and the write that every stored message goes through: the
-    /// references are checked on a blocking thread (a message without any skips
-    /// that), then the message is written through the store's writer.
+    /// The checks and the write every stored message goes through: `attach` becomes
+    /// the message's references once checked on a blocking thread (skipped when there
+    /// are none), then the message is written through the store's writer.
     async fn store_message(
         &self,
         session: SessionId,
-        message: Unchecked,
+        mut message: NewMessage,
+        attach: Vec<AttachmentUri>,
         state: Delivery,
     ) -> Result<(Message, Message)> {
-        let Unchecked {
-            role,
-            display_text,
-            model_text,
-            transcript,
-            attach,
-            content,
-        } = message;
         let attachments = self.attachments.clone();
         // The files are looked at before the write is queued, so no writer waits on a
-        // slow disk; a refusal is reported only once the session is known to exist,
-        // so an unknown session is named as such first.
+        // slow disk.
         let (dirs, refs, roots, refused) = if attach.is_empty() {
-            (
-                crate::attachments::SessionDirs::default(),
-                vec![],
-                vec![],
-                None,
-            )
+            Default::default()
         } else {
             let attachments = attachments.clone();
             blocking(move || {
@@ -249,14 +225,7 @@ impl Store {
         // The write may run more than once (a group runs again when one of its
         // members is refused, or when PostgreSQL retries it), so it borrows what it
         // writes.
-        let mut message = NewMessage {
-            role,
-            display_text,
-            model_text,
-            transcript,
-            refs,
-            content,
-        };
+        message.refs = refs;
         let given = self.config.redaction.is_on().then(|| {
             let given = (
                 message.display_text.clone(),
@@ -317,14 +286,4 @@ pub(crate) fn redact_message(message: &mut NewMessage) {
             }
         }
     }
-}
-
-/// A message before its references are checked.
-struct Unchecked {
-    role: Role,
-    display_text: String,
-    model_text: Option<String>,
-    transcript: Option<String>,
-    attach: Vec<AttachmentUri>,
-    content: Option<Vec<MessageBlock>>,
 }

@@ -1,8 +1,6 @@
-//! What a session carried by an ACP proxy keeps beside its history: the client's
-//! working directory and the agent binding it is created with (and rebound to when a
-//! fresh agent session replaces the old one), its turns from prompt to answer, and the
-//! client's settings to give a fresh agent session again. Each change is one write with
-//! its event.
+//! What a session carried by an ACP proxy keeps beside its history: its agent binding,
+//! its turns from prompt to answer, and the client's settings to give a fresh agent
+//! session again. Each change is one write with its event.
 
 use super::Store;
 use crate::db::{proxied, queries};
@@ -10,8 +8,6 @@ use crate::error::Result;
 use crate::ids::{MessageId, SessionId, TurnId};
 use crate::model::{AgentBinding, Setting, Turn, TurnEnd};
 
-/// Sessions carried for an agent (the proxy's): working directory and agent binding,
-/// turns begun and ended, and the settings a client changed.
 impl Store {
     /// Binds a session to another agent session (a fresh one replacing the one its
     /// agent no longer knows).

@@ -64,49 +64,6 @@ impl TestStore {
 }
 
 #[test]
-fn reads_from_the_configured_root() {
-    let t = TestStore::new(1);
-    let stored = t.store.store(&t.session, "notes.txt", b"hello").unwrap();
-    assert_eq!(stored.name, "notes.txt");
-    assert_eq!(stored.mime, "text/plain");
-    assert_eq!(stored.size, 5);
-    let r = t.read(&stored.uri).unwrap();
-    assert_eq!(&*r.bytes, b"hello");
-    assert_eq!(r.root, RootKind::Configured);
-    assert_eq!(r.path, t.configured_folder().join("notes.txt"));
-    assert!(r.path.is_absolute());
-    assert_eq!(std::fs::read(&r.path).unwrap(), b"hello");
-    assert_eq!(r.mime, "text/plain");
-    assert_eq!(r.name, "notes.txt");
-}
-
-#[test]
-fn falls_back_to_a_legacy_root_when_the_configured_copy_is_missing() {
-    let t = TestStore::new(2);
-    let uri = t.plant(&t.legacy_folder(1), "old.txt", b"legacy bytes");
-    let r = t.read(&uri).unwrap();
-    assert_eq!(&*r.bytes, b"legacy bytes");
-    assert_eq!(r.root, RootKind::Legacy(1));
-    assert_eq!(r.path, t.legacy_folder(1).join("old.txt"));
-    assert_eq!(std::fs::read(&r.path).unwrap(), b"legacy bytes");
-
-    // An existing configured session folder without the file still falls back.
-    t.plant(&t.configured_folder(), "other.txt", b"x");
-    assert_eq!(t.read(&uri).unwrap().root, RootKind::Legacy(1));
-}
-
-#[test]
-fn the_configured_copy_wins_when_both_exist() {
-    let t = TestStore::new(1);
-    t.plant(&t.legacy_folder(0), "both.txt", b"legacy");
-    let uri = t.plant(&t.configured_folder(), "both.txt", b"configured");
-    let r = t.read(&uri).unwrap();
-    assert_eq!(&*r.bytes, b"configured");
-    assert_eq!(r.root, RootKind::Configured);
-    assert_eq!(r.path, t.configured_folder().join("both.txt"));
-}
-
-#[test]
 fn stores_with_different_roots_resolve_after_a_move() {
     let t = TestStore::new(0);
     let stored = t.store.store(&t.session, "moved.txt", b"moving").unwrap();

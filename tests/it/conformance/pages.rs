@@ -1,13 +1,14 @@
 //! A session's history read back a page at a time (`Store::messages`, `items`,
-//! `events`, `turns`): a history longer than a page comes back whole, in order, each
+//! `events`, `turns`, `attachments_of`): a history longer than a page comes back whole, in order, each
 //! entry once, and equal to what was written; a cursor past the end gives an empty
 //! last page.
 
 use std::future::Future;
 
 use serde_json::json;
+use sessionstore::attachments::RootKind;
 use sessionstore::model::{Delivery, ItemBody, ToolsHost, TurnEnd};
-use sessionstore::store::{Page, PageQuery};
+use sessionstore::store::{Outgoing, Page, PageQuery, Upload, whole};
 use sessionstore::turns::Update;
 use sessionstore::{Error, Result};
 
@@ -17,6 +18,7 @@ use crate::support::{TestStore, Whole, conformance, queued_text, user_text};
 conformance!(
     a_history_longer_than_a_page_reads_back_whole_a_page_at_a_time,
     a_cursor_past_the_end_gives_an_empty_last_page,
+    attachments_read_a_page_at_a_time_come_back_whole_by_stored_name,
 );
 
 /// Every page of `read` at `limit` entries a page: each page full but the last, the
@@ -145,5 +147,96 @@ async fn a_cursor_past_the_end_gives_an_empty_last_page(b: TestStore) {
     assert_eq!(past.unwrap().entries, vec![]);
     let unknown = sessionstore::SessionId::new();
     let refused = store.turns(unknown, PageQuery::default()).await;
+    assert!(matches!(refused, Err(Error::SessionNotFound(id)) if id == unknown));
+}
+
+/// A session's attachments read three at a time come back as one read of them all
+/// gives them, by stored name, though the URIs' percent-encoded order differs (`é.txt`
+/// after `z.txt` by name, before it by URI): its uploads, a legacy copy (hidden by a
+/// configured one of the same name), a referenced file gone from disk, each once with
+/// the messages that refer to it. A cursor past the end gives an empty last page.
+async fn attachments_read_a_page_at_a_time_come_back_whole_by_stored_name(b: TestStore) {
+    let b = b.with_legacy();
+    let store = b.open().await;
+    let s = session(&store, ToolsHost::Local).await;
+    let names = [
+        "b.txt", "z.txt", "é.txt", "a b.txt", "a!b.txt", "c.txt", "d.txt",
+    ];
+    let uploads = names
+        .iter()
+        .map(|n| Upload::new(*n, n.as_bytes()))
+        .collect();
+    let stored = store.attach(s, uploads).await.expect("uploads stored");
+    let refer = |text: &str, files: &[usize]| {
+        let mut out = Outgoing::user(text);
+        out.attach = files.iter().map(|&i| stored[i].uri.clone()).collect();
+        out
+    };
+    let first = store.send(s, refer("first", &[0, 2])).await.unwrap();
+    let second = store.send(s, refer("second", &[2, 5, 2])).await.unwrap();
+    let folder = |root: &std::path::Path| root.join(s.to_string());
+    std::fs::remove_file(folder(&b.config.roots.configured).join("c.txt")).unwrap();
+    let legacy = folder(&b.config.roots.legacy[0]);
+    std::fs::create_dir_all(&legacy).unwrap();
+    std::fs::write(legacy.join("legacy.txt"), "old").unwrap();
+    std::fs::write(legacy.join("b.txt"), "an older b").unwrap();
+
+    let paged_all = paged(|q| store.attachments_of(s, q), 3).await;
+    let listed: Vec<_> = paged_all.iter().map(|a| a.uri.name()).collect();
+    let by_name = [
+        "a b.txt",
+        "a!b.txt",
+        "b.txt",
+        "c.txt",
+        "d.txt",
+        "legacy.txt",
+        "z.txt",
+        "é.txt",
+    ];
+    assert_eq!(listed, by_name);
+    let mut by_uri: Vec<_> = paged_all.iter().map(|a| a.uri.to_string()).collect();
+    by_uri.sort();
+    let uris: Vec<_> = paged_all.iter().map(|a| a.uri.to_string()).collect();
+    assert_ne!(by_uri, uris, "the URIs' order is not the names' order");
+    assert_eq!(
+        paged_all,
+        whole(|q| store.attachments_of(s, q)).await.unwrap()
+    );
+    let one = store
+        .attachments_of(s, PageQuery::first(1000))
+        .await
+        .unwrap();
+    assert_eq!((one.entries, one.next), (paged_all.clone(), None));
+
+    let entry = |name: &str| paged_all.iter().find(|a| a.uri.name() == name).unwrap();
+    let root = |name: &str| entry(name).file.as_ref().map(|f| f.root.clone());
+    assert_eq!(root("b.txt"), Some(RootKind::Configured));
+    assert_eq!(entry("b.txt").file.as_ref().unwrap().size, 5);
+    assert_eq!(root("legacy.txt"), Some(RootKind::Legacy(0)));
+    assert_eq!(root("c.txt"), None);
+    assert_eq!(entry("c.txt").messages, vec![second.id]);
+    assert_eq!(entry("é.txt").messages, vec![first.id, second.id]);
+    assert_eq!(entry("d.txt").messages, vec![]);
+
+    let short = session(&store, ToolsHost::Local).await;
+    store
+        .attach(short, vec![Upload::new("a.txt", "x")])
+        .await
+        .unwrap();
+    let six = store.attachments_of(s, PageQuery::first(6)).await.unwrap();
+    let after_six = six.next.expect("a next page");
+    let past = store
+        .attachments_of(short, PageQuery::after(Some(after_six.clone()), 3))
+        .await
+        .unwrap();
+    assert_eq!((past.entries, past.next), (vec![], None));
+    let last = store
+        .attachments_of(s, PageQuery::after(Some(after_six), 3))
+        .await
+        .unwrap();
+    assert_eq!(last.entries, paged_all[6..].to_vec());
+    assert_eq!(last.next, None);
+    let unknown = sessionstore::SessionId::new();
+    let refused = store.attachments_of(unknown, PageQuery::default()).await;
     assert!(matches!(refused, Err(Error::SessionNotFound(id)) if id == unknown));
 }
