@@ -10,9 +10,10 @@ use crate::db::items as queries_items;
 use crate::db::{SqliteFile, entries, queries, schema};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
-use crate::model::{Problem, ProblemKind, Session};
+use crate::model::{Problem, ProblemKind, Session, SessionFigures, Setting, Turn};
 use crate::projection::{
-    Entry, Meet, Replayer, compare, compare_figures, compare_items, compare_turns, session_problem,
+    Entry, Meet, Projection, Replayer, compare, compare_figures, compare_items, compare_turns,
+    session_problem,
 };
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -123,20 +124,21 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
         }
         // A row this store could not have written (a URI that does not parse, a
         // negative size) is a finding to report, not a reason to stop checking.
+        let unreadable = |what: &str, e: &Error| {
+            Problem::new(
+                ProblemKind::UnreadableRows,
+                format!(
+                    "session {} has {what} that do not parse ({})",
+                    session.id,
+                    with_cause(e)
+                ),
+            )
+            .with_session(session.id)
+        };
         let rows = match queries::messages(conn, &session.id, None) {
             Ok(rows) => rows,
             Err(e) => {
-                report.problems.push(
-                    Problem::new(
-                        ProblemKind::UnreadableRows,
-                        format!(
-                            "session {} has rows that do not parse ({})",
-                            session.id,
-                            with_cause(&e)
-                        ),
-                    )
-                    .with_session(session.id),
-                );
+                report.problems.push(unreadable("rows", &e));
                 // Its rows still count as its own, not as rows of no session.
                 let count: i64 = conn
                     .query_row(
@@ -158,41 +160,14 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
         let items = match queries_items::items(conn, &session.id) {
             Ok(items) => Some(items),
             Err(e) => {
-                report.problems.push(
-                    Problem::new(
-                        ProblemKind::UnreadableRows,
-                        format!(
-                            "session {} has item rows that do not parse ({})",
-                            session.id,
-                            with_cause(&e)
-                        ),
-                    )
-                    .with_session(session.id),
-                );
+                report.problems.push(unreadable("item rows", &e));
                 None
             }
         };
-        let proxied = super::proxied::turns(conn, &session.id).and_then(|turns| {
-            Ok((
-                turns,
-                super::proxied::settings(conn, &session.id)?,
-                super::usage::figures(conn, &session.id)?,
-            ))
-        });
-        let proxied = match proxied {
+        let proxied = match proxied_rows(conn, &session.id) {
             Ok(proxied) => Some(proxied),
             Err(e) => {
-                report.problems.push(
-                    Problem::new(
-                        ProblemKind::UnreadableRows,
-                        format!(
-                            "session {} has turn or setting rows that do not parse ({})",
-                            session.id,
-                            with_cause(&e)
-                        ),
-                    )
-                    .with_session(session.id),
-                );
+                report.problems.push(unreadable("turn or setting rows", &e));
                 None
             }
         };
@@ -203,13 +178,10 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
                     .problems
                     .extend(compare_items(session, items, &expected));
             }
-            if let Some((turns, settings, figures)) = &proxied {
+            if let Some(proxied) = &proxied {
                 report
                     .problems
-                    .extend(compare_turns(session, turns, settings, &expected));
-                report
-                    .problems
-                    .extend(compare_figures(session, figures, &expected));
+                    .extend(compare_proxied(session, proxied, &expected));
             }
         }
     }
@@ -408,79 +380,58 @@ fn search_problems(conn: &Connection) -> Result<Vec<Problem>> {
     } else {
         (0, 0, 0)
     };
-    let one_or_many = |n: i64, one: &str, many: &str| {
-        if n == 1 {
-            one.to_owned()
-        } else {
-            format!("{n} {many}")
-        }
-    };
     let found = [
         (
             items,
-            one_or_many(
-                items,
-                "1 agent message or thought has no document in it (a search that matches it \
-                 may fail, or miss it)",
-                "agent messages or thoughts have no document in it (a search that matches \
-                 them may fail, or miss them)",
-            ),
+            "1 agent message or thought has no document in it (a search that matches it \
+             may fail, or miss it)",
+            "agent messages or thoughts have no document in it (a search that matches \
+             them may fail, or miss them)",
         ),
         (
             entries,
-            one_or_many(
-                entries,
-                "1 title, message or sealed segment has no document in it (a search that \
-                 matches it may fail, or miss it)",
-                "titles, messages or sealed segments have no document in it (a search that \
-                 matches them may fail, or miss them)",
-            ),
+            "1 title, message or sealed segment has no document in it (a search that \
+             matches it may fail, or miss it)",
+            "titles, messages or sealed segments have no document in it (a search that \
+             matches them may fail, or miss them)",
         ),
         (
             documents,
-            one_or_many(
-                documents,
-                "1 document names no row (its words would match whatever row takes its id)",
-                "documents name no row (their words would match whatever rows take their ids)",
-            ),
+            "1 document names no row (its words would match whatever row takes its id)",
+            "documents name no row (their words would match whatever rows take their ids)",
         ),
         (
             named,
-            one_or_many(
-                named,
-                "1 entry names a title, message or sealed segment that is gone",
-                "entries name a title, message or sealed segment that is gone",
-            ),
+            "1 entry names a title, message or sealed segment that is gone",
+            "entries name a title, message or sealed segment that is gone",
         ),
         (
             unindexed,
-            one_or_many(
-                unindexed,
-                "1 sealed segment is neither indexed nor waiting to be (no search finds it)",
-                "sealed segments are neither indexed nor waiting to be (no search finds them)",
-            ),
+            "1 sealed segment is neither indexed nor waiting to be (no search finds it)",
+            "sealed segments are neither indexed nor waiting to be (no search finds them)",
         ),
         (
             doubled,
-            one_or_many(
-                doubled,
-                "1 sealed segment is indexed and also listed as waiting to be",
-                "sealed segments are indexed and also listed as waiting to be",
-            ),
+            "1 sealed segment is indexed and also listed as waiting to be",
+            "sealed segments are indexed and also listed as waiting to be",
         ),
         (
             gone,
-            one_or_many(
-                gone,
-                "1 segment waiting to be indexed is gone",
-                "segments waiting to be indexed are gone",
-            ),
+            "1 segment waiting to be indexed is gone",
+            "segments waiting to be indexed are gone",
         ),
     ];
     Ok(found
         .into_iter()
-        .filter(|(n, _)| *n > 0)
-        .map(|(_, what)| Problem::new(ProblemKind::SearchIndex, format!("search index: {what}")))
+        .filter(|(n, _, _)| *n > 0)
+        .map(|(n, one, many)| {
+            let what = if n == 1 {
+                one.to_owned()
+            } else {
+                format!("{n} {many}")
+            };
+            Problem::new(ProblemKind::SearchIndex, format!("search index: {what}"))
+        })
         .collect())
 }
 
@@ -589,15 +540,12 @@ pub(crate) fn check_session(conn: &Tx<'_>, session: &Session) -> Result<()> {
             let messages = queries::messages(conn, &id, None)?;
             let items = queries_items::items(conn, &id)?;
             let events = queries::events(conn, &id)?;
-            let turns = super::proxied::turns(conn, &id)?;
-            let settings = super::proxied::settings(conn, &id)?;
-            let figures = super::usage::figures(conn, &id)?;
+            let proxied = proxied_rows(conn, &id)?;
             let (expected, mut problems) = crate::projection::replay(id, &events);
             if let Some(expected) = &expected {
                 problems.extend(compare(session, &messages, expected));
                 problems.extend(compare_items(session, &items, expected));
-                problems.extend(compare_turns(session, &turns, &settings, expected));
-                problems.extend(compare_figures(session, &figures, expected));
+                problems.extend(compare_proxied(session, &proxied, expected));
             }
             problems
         }
@@ -663,13 +611,7 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
     if count("messages")? != messages || count("items")? != items {
         return Ok(None);
     }
-    let Ok(turns) = super::proxied::turns(conn, &id) else {
-        return Ok(None);
-    };
-    let Ok(settings) = super::proxied::settings(conn, &id) else {
-        return Ok(None);
-    };
-    let Ok(figures) = super::usage::figures(conn, &id) else {
+    let Ok(proxied) = proxied_rows(conn, &id) else {
         return Ok(None);
     };
     let (expected, mut problems) = replayer.finish();
@@ -679,8 +621,23 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
         problems.extend(session_problem(session, &expected.session));
         problems.append(&mut found);
         problems.extend(meet.finish());
-        problems.extend(compare_turns(session, &turns, &settings, expected));
-        problems.extend(compare_figures(session, &figures, expected));
+        problems.extend(compare_proxied(session, &proxied, expected));
     }
     Ok(Some((problems, messages)))
+}
+
+type Proxied = (Vec<Turn>, Vec<Setting>, SessionFigures);
+
+/// A session's turn, setting and usage rows.
+fn proxied_rows(conn: &Tx<'_>, id: &SessionId) -> Result<Proxied> {
+    let turns = super::proxied::turns(conn, id)?;
+    let settings = super::proxied::settings(conn, id)?;
+    Ok((turns, settings, super::usage::figures(conn, id)?))
+}
+
+fn compare_proxied(session: &Session, rows: &Proxied, expected: &Projection) -> Vec<Problem> {
+    let (turns, settings, figures) = rows;
+    let mut problems = compare_turns(session, turns, settings, expected);
+    problems.extend(compare_figures(session, figures, expected));
+    problems
 }
