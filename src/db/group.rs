@@ -87,8 +87,7 @@ impl GroupWriter {
         self.write_remembering(session, move |tx, _| work(tx)).await
     }
 
-    /// [`GroupWriter::write`] of a write that also reads and keeps the writer's memo of
-    /// the sessions it recorded for (`items::Tails`).
+    /// [`GroupWriter::write`] with the writer's memo of session tails (`items::Tails`).
     pub async fn write_remembering<T: Send + 'static>(
         &self,
         session: Option<SessionId>,
@@ -133,8 +132,7 @@ impl Drop for GroupWriter {
 }
 
 fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats) {
-    // How many writes the last group held: that many writers were waiting on it,
-    // and each is likely to write again as soon as it hears back.
+    // The last group's writers are likely to write again as soon as they hear back.
     let mut last = 1;
     let mut tails = Tails::default();
     let mut search = Waiting::default();
@@ -174,8 +172,7 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats) {
     // writer never saw (another process's, killed before its writer indexed them).
     search.look(&db);
     search.index(&db, None);
-    // How well commits were shared, for whoever reads the log (the streaming bench
-    // reads this line of the proxy's).
+    // The streaming bench reads this line of the proxy's.
     tracing::info!(
         "the store's writer made {} commits for {} writes",
         stats.commits.load(Ordering::Relaxed),
@@ -233,11 +230,9 @@ impl Waiting {
         }
     }
 
-    /// What the writer does next: a write that has arrived, first; else, while
-    /// segments wait, a step of indexing once no write has arrived for
-    /// [`SEARCH_IDLE`], and step after step until one does; once a segment has waited
-    /// [`SEARCH_LAG`], steps and groups in turn; `Closed` once every handle of the
-    /// store is gone.
+    /// A write that has arrived first; while segments wait, index steps after
+    /// [`SEARCH_IDLE`] without a write, or in turn with groups once one waited
+    /// [`SEARCH_LAG`]; `Closed` once every handle is gone.
     fn next(&mut self, jobs: &mpsc::Receiver<Job>) -> Next {
         let next = self.choose(jobs);
         if matches!(next, Next::Job(_)) {
@@ -292,8 +287,7 @@ impl Waiting {
         }
     }
 
-    /// Indexes up to `most` waiting segments (every one with `None`) in one
-    /// transaction, then looks again.
+    /// Indexes up to `most` waiting segments in one transaction, then looks again.
     fn index(&mut self, db: &Db, most: Option<usize>) {
         if self.since.is_none() {
             return;
@@ -471,11 +465,6 @@ mod tests {
         }
     }
 
-    /// With nothing to index the writer takes writes as they come; with segments
-    /// waiting, a write that has arrived goes first, a step of indexing follows
-    /// [`SEARCH_IDLE`] without one, and steps follow each other until one arrives;
-    /// once a segment has waited [`SEARCH_LAG`], steps and writes take turns however
-    /// many writes wait; with every handle gone it is closed.
     #[test]
     fn the_writer_indexes_when_idle_and_in_turn_with_writes_once_text_waited_too_long() {
         let (queue, jobs) = mpsc::channel();
