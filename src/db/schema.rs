@@ -388,16 +388,13 @@ fn migrate_locked(
         .unwrap_or_default();
     refuse_unknown(path, &applied, migrations)?;
     let before = current(&applied);
-    let copy = if backup == Backup::Make
-        && !applied.is_empty()
-        && !pending(migrations, &applied).is_empty()
-    {
+    // Each key check scans tables: only when there is something to apply.
+    let check = !pending(migrations, &applied).is_empty();
+    let copy = if backup == Backup::Make && !applied.is_empty() && check {
         Some(back_up(db, before)?)
     } else {
         None
     };
-    // Each key check scans tables: only when there is something to apply.
-    let check = !pending(migrations, &applied).is_empty();
     let keys = |tx: &rusqlite::Transaction<'_>| {
         broken_keys(tx).map_err(|e| crate::db::error::sqlite("check foreign keys", e))
     };
