@@ -62,7 +62,7 @@ fn label(m: &Migration) -> String {
     format!("V{}__{}", m.version(), m.name())
 }
 
-fn latest(migrations: &[Migration]) -> i64 {
+pub(crate) fn latest(migrations: &[Migration]) -> i64 {
     migrations
         .iter()
         .map(|m| i64::from(m.version()))

@@ -27,11 +27,7 @@ fn migrations() -> Vec<Migration> {
 }
 
 pub fn latest_version() -> i64 {
-    migrations()
-        .iter()
-        .map(|m| i64::from(m.version()))
-        .max()
-        .unwrap_or(0)
+    crate::db::schema::latest(&migrations())
 }
 
 /// refinery's history in the connection's schema, or `None` when there is none.
