@@ -58,7 +58,7 @@ pub(crate) fn embedded() -> Vec<Migration> {
     migrations
 }
 
-fn label(m: &Migration) -> String {
+pub(crate) fn label(m: &Migration) -> String {
     format!("V{}__{}", m.version(), m.name())
 }
 
@@ -85,7 +85,7 @@ pub(crate) fn current(applied: &[Applied]) -> i64 {
     applied.iter().map(|a| a.version).max().unwrap_or(0)
 }
 
-fn pending<'m>(migrations: &'m [Migration], applied: &[Applied]) -> Vec<&'m Migration> {
+pub(crate) fn pending<'m>(migrations: &'m [Migration], applied: &[Applied]) -> Vec<&'m Migration> {
     migrations
         .iter()
         .filter(|m| !applied.iter().any(|a| a.version == i64::from(m.version())))

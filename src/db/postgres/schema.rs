@@ -7,7 +7,7 @@ use refinery::Migration;
 use super::pool::{Pool, shown_path};
 use crate::config::PostgresUrl;
 use crate::db::error::{postgres as pg, sql};
-use crate::db::schema::{Applied, MigrationReport, current};
+use crate::db::schema::{Applied, MigrationReport, current, label, pending};
 use crate::db::sql::{Tx, args};
 use crate::error::{Error, Result};
 use crate::model::{Problem, ProblemKind};
@@ -95,11 +95,7 @@ pub(super) fn migrate_client(client: &mut Client, shown: &str) -> Result<Migrati
                 }
                 Error::Migration(text)
             })?;
-        let applied: Vec<String> = report
-            .applied_migrations()
-            .iter()
-            .map(|m| format!("V{}__{}", m.version(), m.name()))
-            .collect();
+        let applied = report.applied_migrations().iter().map(label).collect();
         let after = read_history(client)?.unwrap_or_default();
         Ok(MigrationReport {
             applied,
@@ -128,14 +124,13 @@ pub fn plan(url: &PostgresUrl) -> Result<MigrationReport> {
     let mut client = pool.get()?;
     let applied = read_history(&mut client.client)?.unwrap_or_default();
     refuse_unknown(&shown, &applied)?;
-    let pending = migrations()
-        .iter()
-        .filter(|m| !applied.iter().any(|a| a.version == i64::from(m.version())))
-        .map(|m| format!("V{}__{}", m.version(), m.name()))
-        .collect();
+    let migrations = migrations();
     Ok(MigrationReport {
         applied: vec![],
-        pending,
+        pending: pending(&migrations, &applied)
+            .into_iter()
+            .map(label)
+            .collect(),
         current: current(&applied),
         backup: None,
         encryption: None,
