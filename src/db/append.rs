@@ -1,9 +1,6 @@
-//! The event log's one way in and the history's numbering: the next place in a
-//! session's history (which messages and items share), the append of an event with
-//! its per-session sequence number, the log's index by session (SQLite's
-//! `event_keys`, V13, written a batch at a time as the log grows), and the timestamps
-//! they carry. A leaf of `db`: it reads no record and never updates or deletes an
-//! event.
+//! The event log's one way in: appends with per-session sequence numbers, the history's
+//! numbering, and SQLite's index by session (`event_keys`, V13, written in batches). A
+//! leaf of `db`: it reads no record and never updates or deletes an event.
 
 use super::error::sql;
 use super::sql::{DbError, Engine, Tx, args};
@@ -22,7 +19,6 @@ pub fn now() -> String {
         .expect("a UTC timestamp always formats with a fixed-width pattern")
 }
 
-/// Appends one event for `session`, giving it the next per-session sequence number.
 pub fn append_event(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -33,9 +29,8 @@ pub fn append_event(
     append_event_json(conn, session, payload.kind(), &body, at, None)
 }
 
-/// [`append_event`] of a payload already written as JSON (`body`, of kind `kind`),
-/// as `session_seq` when the caller knows the session's next one (the writer's memo,
-/// `items::Tails`), else the next after the session's last.
+/// [`append_event`] of JSON already written, at `session_seq` when the caller knows
+/// it (`items::Tails`), else after the session's last.
 pub(crate) fn append_event_json(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -71,24 +66,17 @@ pub(crate) fn append_event_json(
     Ok(EventSeq(seq))
 }
 
-/// How many events the log's index by session (`event_keys`, SQLite's V13) may lag
-/// behind the log: the unkeyed events are found by scanning what follows the keyed
-/// ones, so this bounds that scan, while the keys of that many events, written
-/// together, share their pages among the sessions that were writing.
+/// How far `event_keys` may lag the log: bounds the scan of the unkeyed end, while
+/// keys written together share their pages among the writing sessions.
 pub(crate) const UNKEYED_AT_MOST: i64 = 1024;
 
-/// The payload bytes of an event that is keyed at once, with every event before it: a
-/// read of a session's log sorts the unkeyed events' rows, payloads and all, so large
-/// ones would cost every read that sorts them (`longhist`: 100,000 items recorded
-/// through `Store::record` of an `UpdateSource`, about 500 events of up to 45 KB, all unkeyed, made
-/// `--tail 100` 39 times slower), while keying at once costs a commit a leaf or two,
-/// which only many small commits (group commit's one-chunk events, a few hundred
-/// bytes) cannot afford. So the unkeyed end sorts at most 1,024 events of under 8 KiB.
+/// An event this large is keyed at once, with all before it: reads sort the unkeyed
+/// end's rows, payloads and all, so large ones would slow every read (see BENCHMARKS,
+/// `longhist`); only many small commits cannot afford the extra leaf or two.
 pub(crate) const KEYED_AT_ONCE_BYTES: usize = 8 * 1024;
 
-/// Keys every unkeyed event once the newest, `seq` (`bytes` of payload), is
-/// [`UNKEYED_AT_MOST`] past the keyed ones or [`KEYED_AT_ONCE_BYTES`] long (SQLite
-/// only: PostgreSQL's `events` keeps its own index).
+/// Keys every unkeyed event once `seq` is [`UNKEYED_AT_MOST`] past the keyed ones or
+/// [`KEYED_AT_ONCE_BYTES`] long (SQLite only: PostgreSQL's `events` is its own index).
 fn key_events_when_due(conn: &Tx<'_>, seq: i64, bytes: usize) -> Result<()> {
     if bytes >= KEYED_AT_ONCE_BYTES {
         return key_events(conn);
@@ -106,8 +94,7 @@ fn key_events_when_due(conn: &Tx<'_>, seq: i64, bytes: usize) -> Result<()> {
     Ok(())
 }
 
-/// Adds the keys of every event past `event_keys_upto` to `event_keys`, sorted so
-/// that each session's go in together, and moves the end past them. A second event
+/// Keys every event past `event_keys_upto`, each session's together. A second event
 /// at a session's `session_seq` is refused here, as the old unique index refused it.
 pub(crate) fn key_events(conn: &Tx<'_>) -> Result<()> {
     conn.execute(
@@ -129,9 +116,8 @@ pub(crate) fn key_events(conn: &Tx<'_>) -> Result<()> {
 /// The `session_seq` of a session's last event (0 for none).
 pub(crate) fn last_session_seq(conn: &Tx<'_>, session: &SessionId) -> Result<i64> {
     let statement = match conn.engine() {
-        // The newest unkeyed event of the session, found walking back from the log's
-        // end (a session that is writing has one near it), else its highest key: a
-        // session's log takes its places in the order of the events' `seq`.
+        // Its newest unkeyed event (walking back from the end, where a writing session
+        // has one), else its highest key: places follow the events' `seq`.
         Engine::Sqlite => {
             "SELECT coalesce(
                  (SELECT session_seq FROM events

@@ -1,26 +1,13 @@
-//! Group commit: every write a store makes for its sessions (sends, recorded updates,
-//! turns, settings, renames) goes through one writer thread, which runs all the writes
-//! that gathered while the previous commit was being made in one transaction and
-//! commits them together, so the cost of a commit (an fsync) is shared by every
-//! session writing at once. Each write is a member of its group: a write that is
-//! refused (a send whose file is gone, a record with an update the store will not
-//! take) is rolled back alone and the others commit (the group is run again with each
-//! member in a savepoint of its own, which a group with no refusal does without); a
-//! PostgreSQL transaction that lost a race to another host's runs every member again,
-//! as one write's retry does. A caller's future resolves once its group
-//! committed: what it wrote is durable.
+//! Group commit: one writer thread runs every write that gathered during the previous
+//! commit in one transaction, so a commit's fsync is shared. A refused member is rolled
+//! back alone (the group reruns with savepoints); a PostgreSQL group that lost a race
+//! reruns whole. A caller's future resolves once its group committed: it is durable.
 //!
-//! A write that arrives while nothing is being committed starts a group at once, so a
-//! lone writer waits for nothing but its own commit, and writes that arrive during a
-//! commit wait for at most that one commit before theirs. When the last group held
-//! more writers than have arrived, the group waits up to [`GATHER`] for them (they
-//! heard back a moment ago and are likely to write again), so a busy daemon's groups
-//! stay whole instead of alternating small and large. The commit window is one
-//! commit's time, a few milliseconds with one fsync, plus at most that.
-//!
-//! The writer also keeps a memo of where each session's history ends
-//! (`items::Tails`), handed to the writes that record; a group that did not commit
-//! clears it.
+//! A write arriving while nothing commits starts a group at once; one arriving during a
+//! commit waits for at most that commit. When the last group held more writers than
+//! have arrived, the group waits up to [`GATHER`] for them, so a busy daemon's groups
+//! stay whole. The writer's memo of each session's tail (`items::Tails`) is cleared by
+//! a group that did not commit.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -34,27 +21,24 @@ use super::{Db, Tx};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
 
-/// How many writes one group takes at most: enough to share a commit among every
-/// session of a busy daemon, few enough that one transaction stays short.
+/// Enough to share a commit across a busy daemon, few enough to keep a transaction short.
 const MAX_MEMBERS: usize = 256;
 
-/// How long a group waits at most for the writers of the last group to write again
-/// (they heard back from it a moment ago) before it commits with fewer: far less than
-/// a commit, so a writer waits for at most one commit window and this.
+/// How long a group waits for the last group's writers to write again: far less than
+/// a commit, so a writer waits at most one commit window and this.
 const GATHER: std::time::Duration = std::time::Duration::from_micros(300);
 
 type Work = Box<dyn FnMut(&Tx<'_>, &mut Tails) -> Result<Box<dyn Any + Send>> + Send>;
 
 struct Job {
-    /// The session whose files the write also touches (a send), whose writes must not
-    /// overlap across processes on PostgreSQL (see `Db::write_for`).
+    /// A send's session, whose writes must not overlap across processes on PostgreSQL
+    /// (see `Db::write_for`).
     session: Option<SessionId>,
     work: Work,
     done: oneshot::Sender<Result<Box<dyn Any + Send>>>,
 }
 
-/// What the writer has done: how many groups it committed and how many writes they
-/// held, for the tests and the benches to see how well commits are shared.
+/// For tests and benches: how well commits are shared.
 #[cfg(feature = "testkit")]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WriteStats {
@@ -62,9 +46,8 @@ pub struct WriteStats {
     pub writes: u64,
 }
 
-/// The writer of one store: a thread that owns the commits. Dropping the last handle
-/// stops the thread after the writes already queued, and waits for it, so the
-/// database is closed on the thread that dropped the store.
+/// Dropping the last handle stops the thread after the queued writes and joins it, so
+/// the database is closed on the thread that dropped the store.
 pub(crate) struct GroupWriter {
     queue: Option<mpsc::Sender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -104,8 +87,7 @@ impl GroupWriter {
         self.write_remembering(session, move |tx, _| work(tx)).await
     }
 
-    /// [`GroupWriter::write`] of a write that also reads and keeps the writer's memo of
-    /// the sessions it recorded for (`items::Tails`).
+    /// [`GroupWriter::write`] with the writer's memo of session tails (`items::Tails`).
     pub async fn write_remembering<T: Send + 'static>(
         &self,
         session: Option<SessionId>,
@@ -150,8 +132,7 @@ impl Drop for GroupWriter {
 }
 
 fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats) {
-    // How many writes the last group held: that many writers were waiting on it,
-    // and each is likely to write again as soon as it hears back.
+    // The last group's writers are likely to write again as soon as they hear back.
     let mut last = 1;
     let mut tails = Tails::default();
     let mut search = Waiting::default();
@@ -191,8 +172,7 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats) {
     // writer never saw (another process's, killed before its writer indexed them).
     search.look(&db);
     search.index(&db, None);
-    // How well commits were shared, for whoever reads the log (the streaming bench
-    // reads this line of the proxy's).
+    // The streaming bench reads this line of the proxy's.
     tracing::info!(
         "the store's writer made {} commits for {} writes",
         stats.commits.load(Ordering::Relaxed),
@@ -200,36 +180,27 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats) {
     );
 }
 
-/// How long the writer has had no write to make before it indexes sealed segments
-/// that wait (V14): longer than the gaps between a streaming turn's groups (the
-/// proxy gathers updates for 5 ms), so a stream is recorded before its text is
-/// indexed, and short enough that a search after the turn ends rarely waits for it.
+/// Idle time before waiting segments are indexed (V14): longer than a streaming turn's
+/// gaps (5 ms), short enough that a search after the turn rarely waits.
 const SEARCH_IDLE: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// How long a segment waits at most while the writer is never idle that long (a
-/// daemon that streams without pause): from then on the writer indexes a step at a
-/// time between its groups until nothing waits.
+/// The longest a segment waits on a never-idle writer; then steps alternate with groups.
 const SEARCH_LAG: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// How many segments one indexing transaction takes: about half a megabyte of text,
-/// a few milliseconds of a write that arrives meanwhile waiting.
+/// About half a megabyte: a write arriving meanwhile waits a few milliseconds.
 const SEARCH_STEP: usize = 8;
 
-/// What the writer knows of the segments waiting to be indexed: since when some have
-/// waited, as it last looked (after each group), and when it may try again after an
-/// indexing transaction failed (a full disk).
+/// Segments waiting to be indexed, as last looked, and when to retry a failed step.
 #[derive(Debug, Default)]
 struct Waiting {
     since: Option<std::time::Instant>,
     retry_at: Option<std::time::Instant>,
     /// Indexing step after step while no write arrives (the writer was idle).
     stepping: bool,
-    /// The last thing done was a step made because a segment waited too long: a
-    /// write that waits goes next, so the two take turns.
+    /// The last step was for a segment that waited too long: a write goes next.
     lagged: bool,
 }
 
-/// What the writer does next.
 enum Next {
     Job(Job),
     Index,
@@ -237,8 +208,7 @@ enum Next {
 }
 
 impl Waiting {
-    /// Looks whether anything waits (a single probe of a small table), in a read of
-    /// its own; after a group, the group's own transaction tells ([`commit`]).
+    /// One probe of a small table; after a group, its own transaction tells ([`commit`]).
     fn look(&mut self, db: &Db) {
         if !db.defers_search() {
             return;
@@ -260,11 +230,9 @@ impl Waiting {
         }
     }
 
-    /// What the writer does next: a write that has arrived, first; else, while
-    /// segments wait, a step of indexing once no write has arrived for
-    /// [`SEARCH_IDLE`], and step after step until one does; once a segment has waited
-    /// [`SEARCH_LAG`], steps and groups in turn; `Closed` once every handle of the
-    /// store is gone.
+    /// A write that has arrived first; while segments wait, index steps after
+    /// [`SEARCH_IDLE`] without a write, or in turn with groups once one waited
+    /// [`SEARCH_LAG`]; `Closed` once every handle is gone.
     fn next(&mut self, jobs: &mpsc::Receiver<Job>) -> Next {
         let next = self.choose(jobs);
         if matches!(next, Next::Job(_)) {
@@ -319,8 +287,7 @@ impl Waiting {
         }
     }
 
-    /// Indexes up to `most` waiting segments (every one with `None`) in one
-    /// transaction, then looks again.
+    /// Indexes up to `most` waiting segments in one transaction, then looks again.
     fn index(&mut self, db: &Db, most: Option<usize>) {
         if self.since.is_none() {
             return;
@@ -337,10 +304,8 @@ impl Waiting {
     }
 }
 
-/// The fault-injection hook of the tests (feature `testkit` only): while the file
-/// named by `SESSIONSTORE_TEST_FULL_DISK` exists, every group fails as SQLite fails
-/// a commit on a full disk (`SQLITE_FULL`), so a test can fill and free "the disk" of
-/// a store it runs in a child process, on either engine.
+/// Test hook: while `SESSIONSTORE_TEST_FULL_DISK`'s file exists, every group fails
+/// with `SQLITE_FULL`, on either engine.
 #[cfg(feature = "testkit")]
 fn disk_full_injected() -> Option<Error> {
     // The variable is read once per process; the flag file is looked at per commit.
@@ -364,10 +329,8 @@ fn disk_full_injected() -> Option<Error> {
     None
 }
 
-/// Runs one group in one transaction, each member in a savepoint, and hands each
-/// member its answer once the transaction committed. Returns whether sealed text
-/// waits to be indexed as the committed group left it (`None` if it did not commit),
-/// looked up in its own transaction rather than in a read of its own.
+/// Answers each member once the group committed. Returns whether sealed text waits,
+/// read in the group's own transaction (`None` if it did not commit).
 fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) -> Option<bool> {
     if let Some(full) = disk_full_injected() {
         let full = Arc::new(full);
@@ -381,12 +344,9 @@ fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) -> Opt
     sessions.sort();
     sessions.dedup();
     let mut answers: Vec<Option<Result<Box<dyn Any + Send>>>> = Vec::new();
-    // Each member runs in a savepoint of its own only when one of them is refused:
-    // savepoints cost (FTS5 flushes its pending terms at every one), and refusals are
-    // rare. So the group runs first without them; a refused member rolls that whole
-    // attempt back, and the group runs again, carefully, each member in its savepoint
-    // (every write may run more than once: a PostgreSQL group that lost a race runs
-    // again too).
+    // Savepoints cost (FTS5 flushes its terms at each) and refusals are rare: the
+    // group runs without them first; a refusal rolls it back and it reruns with a
+    // savepoint per member (a write may run more than once anyway: PostgreSQL retries).
     let refused = std::cell::Cell::new(false);
     let mut careful = false;
     // Every run of the group after its first follows one that was rolled back.
@@ -505,11 +465,6 @@ mod tests {
         }
     }
 
-    /// With nothing to index the writer takes writes as they come; with segments
-    /// waiting, a write that has arrived goes first, a step of indexing follows
-    /// [`SEARCH_IDLE`] without one, and steps follow each other until one arrives;
-    /// once a segment has waited [`SEARCH_LAG`], steps and writes take turns however
-    /// many writes wait; with every handle gone it is closed.
     #[test]
     fn the_writer_indexes_when_idle_and_in_turn_with_writes_once_text_waited_too_long() {
         let (queue, jobs) = mpsc::channel();

@@ -1,8 +1,6 @@
-//! `verify --repair`: the rows of each session `verify` found disagreeing with its event
-//! log made again from that log (the projection `projection::Replayer` derives, the
-//! one `verify` compares with), then the search index made again from the rows, in one
-//! write after a backup. It writes rows only: never an event (the log is the record and
-//! stays as it is), never an attachment file. SQLite only.
+//! `verify --repair`: after a backup, in one write, rebuilds from its log each session
+//! whose rows `verify` found disagreeing, then the search index from the rows. Writes
+//! rows only, never an event or an attachment file.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -18,10 +16,8 @@ use crate::projection::{Projection, Replayer};
 
 use super::verify::VerifyReport;
 
-/// What `verify --repair` did: the backup made first (`None` when `verify` found
-/// nothing to repair), the sessions whose rows were made again from their logs, and
-/// the report of the `verify` run afterwards, whose problems are what could not be
-/// rebuilt.
+/// `backup` is `None` when there was nothing to repair; `after`'s problems are what
+/// could not be rebuilt.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RepairReport {
     pub backup: Option<PathBuf>,
@@ -40,9 +36,8 @@ impl RepairReport {
     }
 }
 
-/// What a repair will rebuild, from the problems `verify` found: the sessions with a
-/// problem of their rows that their log can answer, and the search index when anything
-/// it reads from changes or it disagrees with the rows itself.
+/// The sessions whose rows their log can answer, and whether the search index is
+/// rebuilt (when anything it reads changes, or it disagrees with the rows).
 pub(crate) struct Plan {
     pub(crate) sessions: Vec<SessionId>,
     pub(crate) search: bool,
@@ -79,9 +74,7 @@ impl Plan {
     }
 }
 
-/// Makes the rows of `session` again from its event log, in `conn`'s write: a log
-/// that does not replay whole (a problem of the log itself) is left as it is, and
-/// `false` says so; the rows are then what `verify` names afterwards.
+/// `false` when the log does not replay whole: the rows are left for `verify` to name.
 pub(crate) fn rebuild_session(conn: &Tx<'_>, session: &SessionId) -> Result<bool> {
     let mut replayer = Replayer::new(*session);
     queries::each_event(conn, session, |event| replayer.apply(event))?;
@@ -94,8 +87,7 @@ pub(crate) fn rebuild_session(conn: &Tx<'_>, session: &SessionId) -> Result<bool
     Ok(true)
 }
 
-/// Every row of the session's history, turns and settings (not the session's own row,
-/// which the rest refers to, nor its events).
+/// Not the session's own row (the rest refers to it), nor its events.
 pub(crate) fn remove_rows(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
     let id = session.to_string();
     for statement in [
@@ -119,9 +111,7 @@ pub(crate) fn remove_rows(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
     Ok(())
 }
 
-/// The rows `projection` says the session holds: its own row's columns, each message
-/// with its references, each item whole (its body and times in its row: no parts, no
-/// update named), each turn and setting.
+/// Items are written whole: no parts, no update named.
 fn write_rows(conn: &Tx<'_>, p: &Projection) -> Result<()> {
     for m in &p.messages {
         write_message(conn, m)?;
@@ -132,8 +122,7 @@ fn write_rows(conn: &Tx<'_>, p: &Projection) -> Result<()> {
     write_session(conn, p)
 }
 
-/// The rows of `p` that are not entries: the session's own row's columns, its turns
-/// and settings.
+/// The session's own columns, its turns and settings.
 pub(crate) fn write_session(conn: &Tx<'_>, p: &Projection) -> Result<()> {
     let s = &p.session;
     let id = s.id.to_string();
@@ -252,10 +241,8 @@ pub(crate) fn write_item(conn: &Tx<'_>, item: &Item) -> Result<()> {
     Ok(())
 }
 
-/// Makes FTS5's documents what the rows hold now (SQLite), before rows are removed: a
-/// row's delete trigger takes its terms out by handing FTS5 the text the row holds,
-/// and FTS5 refuses (as a malformed database) to take out terms a document does not
-/// have, which is what a row edited behind the store's back would hand it.
+/// Before rows are removed: a delete trigger hands FTS5 the row's text, and FTS5
+/// calls the database malformed if a row edited behind the store's back disagrees.
 pub(crate) fn align_search(conn: &Tx<'_>) -> Result<()> {
     if conn.engine() != Engine::Sqlite {
         return Ok(());
@@ -265,10 +252,8 @@ pub(crate) fn align_search(conn: &Tx<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Makes the search index again from the rows (SQLite): an entry for each title,
-/// message and sealed segment of an agent message or thought (those that have one
-/// keep it, those that name nothing go), nothing left waiting, and FTS5's `rebuild`,
-/// which reads every document's text afresh from the rows through `search_text`.
+/// An entry for each title, message and sealed segment (existing ones kept, dangling
+/// ones gone), nothing waiting, then FTS5's `rebuild` through `search_text`.
 pub(crate) fn rebuild_search(conn: &Tx<'_>) -> Result<()> {
     if conn.engine() != Engine::Sqlite {
         return Ok(());

@@ -1,8 +1,6 @@
-//! The schema's versions: embedded refinery migrations, the refusals of files that are
-//! not ours to touch (not SQLite, truncated, another program's, newer, or older than a
-//! reading command may use), the backup taken before an upgrade, and applying pending
-//! migrations under one write lock. It never edits a migration and never writes to a
-//! database it has refused.
+//! Schema versions: embedded migrations, refusing files not ours to touch, the backup
+//! before an upgrade, and applying pending migrations under one write lock. A refused
+//! database is never written.
 
 use std::path::{Path, PathBuf};
 
@@ -26,13 +24,11 @@ pub const HISTORY_TABLE: &str = "refinery_schema_history";
 /// What `migrate` did, or with `dry_run` would do.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct MigrationReport {
-    /// Migrations applied by this call, as `V<N>__<name>`; empty for a dry run.
+    /// Applied by this call, as `V<N>__<name>`; empty for a dry run.
     pub applied: Vec<String>,
-    /// Migrations still pending after this call (only a dry run leaves any).
+    /// Still pending after this call (only a dry run leaves any).
     pub pending: Vec<String>,
-    /// The schema version the database is at after this call.
     pub current: i64,
-    /// Where the copy of the database taken before the upgrade went, if one was made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backup: Option<PathBuf>,
     /// The change of encryption made first (`migrate --encrypt`, `--rekey`), if any.
@@ -40,22 +36,18 @@ pub struct MigrationReport {
     pub encryption: Option<KeyChange>,
 }
 
-/// A change of a database's encryption.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KeyChange {
-    /// A plain database was encrypted.
     Encrypted,
-    /// An encrypted database was given a new key.
     Rekeyed,
 }
 
-/// Whether an upgrade first copies a database that already has a schema.
+/// Whether an upgrade first copies a database that has a schema to `<db>.v<N>.bak`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backup {
-    /// Copy it to `<db>.v<N>.bak` (N: the version it had) before applying anything.
     Make,
-    /// Apply the migrations with no copy (`migrate --no-backup`).
+    /// `migrate --no-backup`.
     Skip,
 }
 
@@ -66,11 +58,11 @@ pub(crate) fn embedded() -> Vec<Migration> {
     migrations
 }
 
-fn label(m: &Migration) -> String {
+pub(crate) fn label(m: &Migration) -> String {
     format!("V{}__{}", m.version(), m.name())
 }
 
-fn latest(migrations: &[Migration]) -> i64 {
+pub(crate) fn latest(migrations: &[Migration]) -> i64 {
     migrations
         .iter()
         .map(|m| i64::from(m.version()))
@@ -78,32 +70,29 @@ fn latest(migrations: &[Migration]) -> i64 {
         .unwrap_or(0)
 }
 
-/// The newest schema version this binary knows.
 pub fn latest_version() -> i64 {
     latest(&embedded())
 }
 
-/// One applied row of refinery's history table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Applied {
     pub(crate) version: i64,
     pub(crate) name: String,
 }
 
-/// The version a history puts a database at (0 for none).
+/// 0 for no history.
 pub(crate) fn current(applied: &[Applied]) -> i64 {
     applied.iter().map(|a| a.version).max().unwrap_or(0)
 }
 
-/// The migrations of `migrations` that `applied` lacks, in version order.
-fn pending<'m>(migrations: &'m [Migration], applied: &[Applied]) -> Vec<&'m Migration> {
+pub(crate) fn pending<'m>(migrations: &'m [Migration], applied: &[Applied]) -> Vec<&'m Migration> {
     migrations
         .iter()
         .filter(|m| !applied.iter().any(|a| a.version == i64::from(m.version())))
         .collect()
 }
 
-/// Reads the history without writing anything. `None` when the table does not exist.
+/// Reads the history without writing. `None` when the table does not exist.
 pub(crate) fn read_history(conn: &Connection) -> rusqlite::Result<Option<Vec<Applied>>> {
     let exists: Option<i64> = conn
         .query_row(
@@ -127,25 +116,19 @@ pub(crate) fn read_history(conn: &Connection) -> rusqlite::Result<Option<Vec<App
     rows.collect::<rusqlite::Result<Vec<_>>>().map(Some)
 }
 
-/// What is at a database path, once it has passed the checks that refuse it.
 #[derive(Debug)]
 pub(crate) enum OnDisk {
     Missing,
-    /// A file of no bytes: SQLite would make it a database on first write.
+    /// No bytes: SQLite would make it a database on first write.
     Empty,
-    /// A SQLite database, with the sessionstore migrations applied to it so far (none
-    /// for a database with no tables at all).
+    /// The migrations applied so far (none for a database with no tables).
     Database(Vec<Applied>),
 }
 
-/// Looks at the file `db` without writing a byte or creating a side file, and refuses
-/// it when it is not a regular file, not a SQLite database, shorter than its own header
-/// says, a database of another program, or newer than this binary; or, with a key, when
-/// it is plain or does not open with that key, and without one, when it may be
-/// encrypted. (SQLite itself reads a 1-byte file as an empty database, and would
-/// overwrite it.) Whatever the main file, a `-wal`, `-shm` or `-journal` beside it that
-/// is not a regular file is refused before anything opens it
-/// (`readonly::check_side_files`): every command, reading or writing, passes here first.
+/// Every command passes here first. Without writing a byte or making a side file,
+/// refuses what is not a regular SQLite file of ours at most this binary's version,
+/// truncated, or keyed wrongly (SQLite would take a 1-byte file as empty and overwrite
+/// it), and any `-wal`/`-shm`/`-journal` beside it that is not a regular file.
 pub(crate) fn inspect(db: &SqliteFile) -> Result<OnDisk> {
     let path = db.path.as_path();
     let refuse = |detail: &str| Error::NotDatabase {
@@ -199,12 +182,9 @@ pub(crate) fn inspect(db: &SqliteFile) -> Result<OnDisk> {
     }
 }
 
-/// Refuses a file that does not start with SQLite's header, or that is shorter than
-/// the page count its header records (a truncated copy). The length is only checked
-/// while no writer is present: a live writer's file may be mid-checkpoint. With a key,
-/// a file with SQLite's header is plain and refused, and one without it is left to
-/// SQLCipher (whose pages, the first included, are encrypted: a truncated one fails
-/// its first read); without a key, one that may be encrypted is said to be.
+/// Refuses a file without SQLite's header or shorter than its header's page count; the
+/// length only while no writer is present (a live file may be mid-checkpoint). With a
+/// key, a headerless file is left to SQLCipher, whose truncated file fails its first read.
 fn check_header(db: &SqliteFile, len: u64) -> Result<()> {
     use std::io::Read;
     let path = db.path.as_path();
@@ -253,8 +233,7 @@ fn check_header(db: &SqliteFile, len: u64) -> Result<()> {
     Ok(())
 }
 
-/// Refuses a database that is not at this binary's latest schema: for commands that
-/// only read, which never migrate and so must not work on an older schema.
+/// For reading commands, which never migrate: refuses any schema but the latest.
 pub(crate) fn require_current(path: &Path, applied: &[Applied]) -> Result<()> {
     let migrations = embedded();
     if pending(&migrations, applied).is_empty() {
@@ -267,8 +246,7 @@ pub(crate) fn require_current(path: &Path, applied: &[Applied]) -> Result<()> {
     })
 }
 
-/// Refuses a history holding a migration `migrations` does not have (by version and
-/// name): a schema newer than this binary, or another program's.
+/// Refuses a history with a migration (version and name) not in `migrations`.
 pub(crate) fn refuse_unknown(
     path: &Path,
     applied: &[Applied],
@@ -336,8 +314,7 @@ impl Query<Vec<Migration>> for Locked<'_> {
 
 impl Migrate for Locked<'_> {}
 
-/// What a migration run would apply, read without writing a byte (a missing file is
-/// not created).
+/// What a migration run would apply, without writing a byte.
 pub(crate) fn plan(db: &SqliteFile) -> Result<MigrationReport> {
     let applied = match inspect(db)? {
         OnDisk::Database(applied) => applied,
@@ -356,9 +333,8 @@ pub(crate) fn plan(db: &SqliteFile) -> Result<MigrationReport> {
     })
 }
 
-/// Applies pending migrations on an open read-write connection, atomically: all of
-/// them and their history rows commit together, or nothing does. Concurrent callers
-/// queue on the write lock; the second finds nothing left to apply.
+/// Applies pending migrations and their history rows in one transaction. Concurrent
+/// callers queue on the write lock; the second finds nothing left to apply.
 pub(crate) fn migrate_conn(
     conn: &mut Connection,
     db: &SqliteFile,
@@ -374,11 +350,9 @@ pub(crate) fn migrate_with(
     migrations: &[Migration],
     backup: Backup,
 ) -> Result<MigrationReport> {
-    // A migration that makes a table anew (V5, V12) drops the old one while rows of
-    // other tables still refer to it, and those refer to the new one once it takes the
-    // old name. With foreign keys enforced, the drop itself counts every such row as
-    // broken, and the setting cannot change inside a transaction; so the migrations
-    // run with it off, and `migrate_locked` checks the keys before they commit.
+    // A migration that remakes a table (V5, V12) drops the old one while other rows
+    // still refer to it; enforced keys would call them broken, and the pragma cannot
+    // change inside a transaction. So keys are off, and `migrate_locked` checks them.
     conn.execute_batch("PRAGMA foreign_keys = OFF")
         .map_err(|e| crate::db::error::sqlite("prepare to migrate", e))?;
     let migrated = migrate_locked(conn, db, migrations, backup);
@@ -390,16 +364,14 @@ pub(crate) fn migrate_with(
     Ok(report)
 }
 
-/// How many rows refer to a row that is not there, by their foreign keys.
 fn broken_keys(conn: &Connection) -> rusqlite::Result<i64> {
     conn.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
         r.get(0)
     })
 }
 
-/// [`migrate_with`] once foreign keys are not enforced: every key is checked before
-/// the migrations commit, and a migration that leaves more rows referring to nothing
-/// than there were before it is refused, with nothing applied.
+/// Refuses, with nothing applied, migrations that leave more broken foreign keys
+/// than there were before.
 fn migrate_locked(
     conn: &mut Connection,
     db: &SqliteFile,
@@ -416,17 +388,13 @@ fn migrate_locked(
         .unwrap_or_default();
     refuse_unknown(path, &applied, migrations)?;
     let before = current(&applied);
-    let copy = if backup == Backup::Make
-        && !applied.is_empty()
-        && !pending(migrations, &applied).is_empty()
-    {
+    // Each key check scans tables: only when there is something to apply.
+    let check = !pending(migrations, &applied).is_empty();
+    let copy = if backup == Backup::Make && !applied.is_empty() && check {
         Some(back_up(db, before)?)
     } else {
         None
     };
-    // The keys are read (each a scan of the tables that have them) only when there
-    // is something to apply, and before it only when there are rows already.
-    let check = !pending(migrations, &applied).is_empty();
     let keys = |tx: &rusqlite::Transaction<'_>| {
         broken_keys(tx).map_err(|e| crate::db::error::sqlite("check foreign keys", e))
     };
@@ -458,15 +426,10 @@ fn migrate_locked(
     })
 }
 
-/// Copies the database `db`, at schema `version`, to `<db>.v<version>.bak` (or
-/// `<db>.v<version>.<n>.bak` when that name is taken: a backup is never overwritten),
-/// with SQLite's online backup API. An encrypted database's copy is encrypted with the
-/// same key (the backup API cannot copy an encrypted database into a plain file).
-///
-/// The caller holds the write lock, so nothing can commit meanwhile: the copy is the
-/// database exactly as the upgrade found it. It is read through a second connection
-/// because SQLite will not back up from a connection inside a write transaction; in
-/// WAL mode that reader sees the last commit.
+/// Copies `db` to a new `<db>.v<version>[.<n>].bak` (never overwritten), keyed like
+/// it. The caller holds the write lock, so the copy is the database as the upgrade
+/// found it; a second connection reads it, as SQLite will not back up from a
+/// connection inside a write transaction.
 pub(crate) fn back_up(db: &SqliteFile, version: i64) -> Result<PathBuf> {
     let failed = |e| crate::db::error::sqlite("back up the database", e);
     let source = Connection::open_with_flags(
@@ -479,11 +442,8 @@ pub(crate) fn back_up(db: &SqliteFile, version: i64) -> Result<PathBuf> {
     back_up_from(&source, db, db.key.as_ref(), version)
 }
 
-/// Copies what `source` (a connection to `db` in no transaction) reads into a new
-/// backup of `db` at schema `version`, encrypted with `key` (`None` for a plain
-/// database). The copy is written to a temporary file beside the database with the
-/// sharing's file mode, synced, and only then given its name, so a crash leaves no
-/// half-written backup under a backup's name.
+/// Writes what `source` reads into a synced temporary file, and only then names it,
+/// so a crash leaves no half-written backup under a backup's name.
 pub(crate) fn back_up_from(
     source: &Connection,
     db: &SqliteFile,
@@ -500,8 +460,7 @@ pub(crate) fn back_up_from(
         let mut copy = Connection::open(&temp.path).map_err(failed)?;
         cipher::key(&copy, key).map_err(failed)?;
         let backup = rusqlite::backup::Backup::new(source, &mut copy).map_err(failed)?;
-        // Copies every page in one step; the lock held by the caller means no writer
-        // can make the source busy.
+        // One step; the caller's lock means no writer can make the source busy.
         loop {
             match backup.step(-1).map_err(failed)? {
                 rusqlite::backup::StepResult::Done => break,
@@ -517,9 +476,8 @@ pub(crate) fn back_up_from(
     link_backup(&temp, &db.path, version)
 }
 
-/// The backups beside the database at `path` (`<db>.v<N>.bak` and the like: every
-/// file named after it and ending in `.bak`), sorted; none when the folder cannot be
-/// read. What `redact` names as still holding what it removed.
+/// Every `<db>.*.bak` beside `path`, sorted (none when the folder cannot be read):
+/// what `redact` names as still holding what it removed.
 pub(crate) fn backups(path: &Path) -> Vec<PathBuf> {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return Vec::new();
@@ -541,7 +499,6 @@ pub(crate) fn backups(path: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// The folder a database file is in, where its backups and temporary files go.
 pub(crate) fn beside(path: &Path) -> &Path {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -549,10 +506,8 @@ pub(crate) fn beside(path: &Path) -> &Path {
     }
 }
 
-/// Gives the complete, synced copy `temp` the first free backup name of the database
-/// at `path` at schema `version`: `<db>.v<version>.bak`, then `.1.bak`, `.2.bak`... A
-/// hard link never replaces what is there; the partial name goes when `temp` is
-/// dropped.
+/// Links `temp` to the first free `<db>.v<version>[.<n>].bak`: a hard link never
+/// replaces what is there.
 pub(crate) fn link_backup(temp: &Partial, path: &Path, version: i64) -> Result<PathBuf> {
     let io = |cause: std::io::Error| Error::DatabaseIo {
         path: path.to_owned(),
@@ -577,16 +532,12 @@ pub(crate) fn link_backup(temp: &Partial, path: &Path, version: i64) -> Result<P
     unreachable!("some numbered backup name is free")
 }
 
-/// Makes a folder's new or renamed entries durable.
 pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir).and_then(|d| d.sync_all())
 }
 
-/// A backup being written: a file made with `O_EXCL` beside the database under a name
-/// no stored file takes, with the sharing's file mode whatever the umask (SQLite
-/// keeps the mode of a file that exists, and gives its side files that mode too),
-/// removed when dropped (by then it is linked to its real name, or the backup failed).
-/// Hand-made rather than `tempfile`, which only the probe needs.
+/// A backup being written, made with `O_EXCL` and the sharing's mode whatever the
+/// umask (SQLite keeps an existing file's mode for its side files); removed on drop.
 pub(crate) struct Partial {
     pub(crate) path: PathBuf,
     pub(crate) file: std::fs::File,
@@ -620,8 +571,7 @@ impl Drop for Partial {
     }
 }
 
-/// Builds, in `conn` (a fresh in-memory database), the schema the migrations up to
-/// `version` make: what `verify` compares a database's schema with.
+/// Builds in `conn` the schema up to `version`, which `verify` compares against.
 pub(crate) fn build_reference(conn: &mut Connection, version: i64) -> Result<()> {
     let migrations: Vec<Migration> = embedded()
         .into_iter()

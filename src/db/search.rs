@@ -1,13 +1,8 @@
-//! Full-text queries over the index (`search`), its merge for an erasure, and, on
-//! SQLite, its entries for each message, item and sealed segment written, in the
-//! statements after the row's own (V7: FTS5 flushes its index to disk at every
-//! statement savepoint, which a trigger's statement opens). PostgreSQL's triggers
-//! write its entries. Deletes and titles are still indexed by triggers on both
-//! engines. Since V10 the SQLite index keeps no copy of the text: it reads it from each
-//! entry's row through the view `search_text`, and takes an entry out given the text
-//! the row held before it changed. Since V11 an item is indexed under its own row id
-//! (above zero) and `search_entries` names only titles, messages and sealed segments
-//! (ids below zero); on PostgreSQL `search_entries` names every entry, as V4 made it.
+//! Full-text search, its merge for an erasure, and SQLite's index entries, written in
+//! statements after the row's own (V7: FTS5 flushes at every statement savepoint, which
+//! a trigger opens); PostgreSQL's triggers write its entries, and deletes and titles
+//! are triggers on both. SQLite's index reads text from the rows via `search_text`
+//! (V10); items are indexed under their row id (> 0), other entries below zero (V11).
 
 use serde::Serialize;
 
@@ -19,9 +14,7 @@ use crate::ids::{ItemId, SessionId};
 pub const MATCH_START: &str = "[";
 pub const MATCH_END: &str = "]";
 
-/// One hit: the session, the message or recorded item the text belongs to (none for a
-/// session's title), where it came from, a snippet with the matches marked, and
-/// FTS5's bm25 rank (lower is better).
+/// `rank` is bm25's: lower is better.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Hit {
@@ -34,9 +27,8 @@ pub struct Hit {
     pub rank: f64,
 }
 
-/// Runs an FTS5 `query` (its own syntax: words, "phrases", AND/OR/NOT, prefix*),
-/// best-ranked first. A query FTS5 cannot parse is `Error::SearchQuery`, one line
-/// in FTS5's words, never the SQL around it.
+/// Best-ranked first. A query FTS5 cannot parse is `Error::SearchQuery`, one line in
+/// FTS5's words, never the SQL around it.
 pub fn search(
     conn: &Tx<'_>,
     query: &str,
@@ -51,20 +43,11 @@ pub fn search(
     }
     let statement = match conn.engine() {
         Engine::Sqlite => {
-            // A sealed segment of a long agent message (V6) is an entry of its own,
-            // `<item id>/<part>`: one hit an item, its best-ranked entry's (SQLite
-            // takes the bare columns from the row `min` chose). The snippet is made
-            // only for the hits kept, in one more pass over the matches that makes
-            // nothing for the others (`+rowid`: a filter, not one lookup a hit, which
-            // would open the index's every segment again for each): making a snippet
-            // costs far more than ranking, and a common word may match far more
-            // entries than the limit keeps.
-            // An id above zero is an item's row, one below zero an entry's (V11); a
-            // hit whose row is gone (its terms left behind by a row edited behind
-            // the store's back, V10) names nothing and is dropped. Hits of equal
-            // rank go oldest first by the id they name (UUIDv7s, made in time
-            // order), on both engines: no engine's own row ids say that across
-            // entries and items.
+            // One hit per item: its best segment's (SQLite takes bare columns from the
+            // row `min` chose). Snippets, far dearer than ranking, are made only for
+            // the hits kept, in one pass filtered by `+rowid` (a lookup per hit would
+            // reopen every segment). A hit whose row is gone (V10) is dropped. Equal
+            // ranks go oldest first by the UUIDv7 they name, on both engines.
             "WITH hits AS MATERIALIZED (
                  SELECT coalesce(i.session_id, e.session_id) AS session_id,
                         coalesce(i.id, substr(e.entry_id, 1, 36)) AS entry,
@@ -159,12 +142,9 @@ fn query_error(query: &str, e: DbError) -> Error {
     }
 }
 
-/// Rewrites the index as one segment holding only live entries (FTS5's `optimize`).
-/// A deleted row leaves its terms in the segments that held it, under a delete marker
-/// that itself repeats them, until a merge drops both; so does every earlier version
-/// of a renamed title or a continued agent message. An erasure runs this in its own
-/// transaction, on a connection with `secure_delete` on, so the pages the old segments
-/// free are zeroed. It costs a rewrite of the whole index, once per erasure.
+/// FTS5's `optimize`: deleted or replaced text stays in old segments (and their
+/// delete markers) until a merge. An erasure runs it with `secure_delete` on, so the
+/// freed pages are zeroed.
 pub fn purge_deleted(conn: &Tx<'_>) -> Result<()> {
     if conn.engine() == Engine::Sqlite {
         conn.execute("INSERT INTO search (search) VALUES ('optimize')", args![])
@@ -173,9 +153,8 @@ pub fn purge_deleted(conn: &Tx<'_>) -> Result<()> {
     Ok(())
 }
 
-/// The text of an agent message's or thought's content blocks as the index holds it:
-/// the text blocks of the JSON array at `$path` in `$json` joined by newlines (V4's
-/// expression), as SQL text with the two parameters named.
+/// SQL for the text blocks of the JSON array at `$path` in `$json`, joined by
+/// newlines: V4's expression, as the index holds agent text.
 macro_rules! blocks_text {
     ($json:literal, $path:literal) => {
         concat!(
@@ -188,15 +167,12 @@ macro_rules! blocks_text {
     };
 }
 
-/// Inserts the search entry `?2` of source `?3` in session `?1` under the id below the
-/// lowest, never above zero (V11: an id above zero is an item's row id).
+/// Under the id below the lowest, never above zero (V11: those are items' row ids).
 pub(crate) const NEW_ENTRY: &str = "INSERT INTO search_entries (id, session_id, entry_id, source)
      VALUES ((SELECT min(coalesce(min(id), 0), 0) - 1 FROM search_entries), ?1, ?2, ?3)";
 
-/// Adds the index entry `entry` of `source` in `session`, under the id below the
-/// lowest (V11); `body` is the statement that writes its text (`last_insert_rowid()`
-/// names the entry) with its arguments. Each statement writes one row and fires no
-/// trigger, so neither opens a savepoint (V7).
+/// `body` writes the text (`last_insert_rowid()` names the entry). Each statement
+/// writes one row and fires no trigger, so neither opens a savepoint (V7).
 fn add(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -279,11 +255,8 @@ pub fn index_segment(
     )
 }
 
-/// Leaves a sealed segment just inserted (`<item id>/<part>`) of an agent message or
-/// thought to be indexed later, when the writer is idle ([`index_waiting`], V14):
-/// tokenizing 64 KiB and flushing its terms is most of what recording a fast stream
-/// costs, and nobody searches a turn while it streams. PostgreSQL's triggers index it
-/// as it is written.
+/// Leaves a sealed segment for the idle writer ([`index_waiting`], V14): tokenizing
+/// is most of a fast stream's cost, and nobody searches a turn while it streams.
 pub fn defer_segment(
     conn: &Tx<'_>,
     session: &SessionId,
@@ -316,13 +289,9 @@ pub fn anything_waiting(conn: &Tx<'_>) -> Result<bool> {
     .map(|waiting| waiting.unwrap_or(false))
 }
 
-/// Indexes up to `most` of the sealed segments that wait (all of them with `None`), of
-/// session `of` or of every session,
-/// each as [`index_segment`] would have when it was sealed, and takes them off the
-/// list; returns how many it took. A listed segment that is gone (its session's
-/// delete takes both, so a row left by hand), or already indexed (`verify` names
-/// both), or named by ids that do not parse, is only taken off, with a warning for
-/// the last, so that no row can stop every later one from being indexed.
+/// Indexes up to `most` waiting segments as [`index_segment`] would have; returns how
+/// many it took off. One gone, already indexed or unparsable is only taken off (the
+/// last with a warning), so no row can stop every later one from being indexed.
 pub fn index_waiting(conn: &Tx<'_>, of: Option<&SessionId>, most: Option<usize>) -> Result<usize> {
     if conn.engine() != Engine::Sqlite {
         return Ok(0);
@@ -367,11 +336,8 @@ pub fn index_waiting(conn: &Tx<'_>, of: Option<&SessionId>, most: Option<usize>)
     Ok(waiting.len())
 }
 
-/// Gives an item whose body is about to be rewritten its new text, if it is indexed:
-/// called before the row changes, since the index (V10) takes an entry's old terms out
-/// given the text it indexed, which `search_text` reads from the row as it still is.
-/// Both statements find the item's row id (V11) by its id, and do nothing for an item
-/// that is not there.
+/// Called before the row changes: the index (V10) takes old terms out given the text
+/// `search_text` reads from the row as it still is. Nothing for an item not there.
 pub fn reindex_item(conn: &Tx<'_>, item: &ItemId, kind: &str, body: &str) -> Result<()> {
     if conn.engine() != Engine::Sqlite || !indexed(kind) {
         return Ok(());

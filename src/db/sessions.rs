@@ -1,7 +1,6 @@
-//! Sessions as a whole: the paged listing, deletion with its tombstone, and what gc
-//! asks of the database (whether a folder's session is live or deleted, which stored
-//! names a session refers to). It never touches attachment files; the one place
-//! events are deleted is `erase`, after the tombstone that permits it.
+//! Sessions as a whole: paged listing, deletion with its tombstone, and gc's questions.
+//! It never touches attachment files; events are deleted only by `erase`, after the
+//! tombstone that permits it.
 
 use std::collections::HashSet;
 
@@ -11,8 +10,7 @@ use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::model::{ArchiveFilter, Problem, ProblemKind, SessionSummary};
 
-/// Columns of a summary: the session, its message count, and the bytes of the
-/// distinct attachments its messages refer to (by URI, each counted once).
+/// A summary's columns; attachment bytes count each distinct URI once.
 const SUMMARY: &str = "
     SELECT s.id, s.title, s.tools_host, s.created_at, s.updated_at,
            (SELECT count(*) FROM messages m WHERE m.session_id = s.id),
@@ -37,20 +35,16 @@ fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary, DbError> {
     })
 }
 
-/// Which sessions a listing takes by their working directory: those with `cwd`, and,
-/// when `unset_too`, those a client never gave one (they count as the lister's own).
+/// Sessions with `cwd`, and with `unset_too` those without one (the lister's own).
 #[derive(Debug, Clone, Copy)]
 pub struct CwdFilter<'a> {
     pub cwd: &'a str,
     pub unset_too: bool,
 }
 
-/// Up to `limit` sessions in the order `updated_at DESC, id DESC`, after the one whose
-/// key (`updated_at`, id) is `after`, of the archive state `archived` asks for.
-/// The row-value comparison walks the `sessions_by_updated (updated_at, id)` index
-/// (or, for one archive state, `sessions_by_archived (archived, updated_at, id)`,
-/// which the state as a literal lets the planner pick) backwards from the cursor, so
-/// a page costs the same wherever it starts.
+/// A page in `updated_at DESC, id DESC` order after the cursor `after`. The row-value
+/// comparison walks `sessions_by_updated` (or `sessions_by_archived`, which a literal
+/// archive state lets the planner pick) back from the cursor: every page costs the same.
 pub fn page(
     conn: &Tx<'_>,
     limit: usize,
@@ -66,8 +60,7 @@ pub fn page(
     let limit = i64::try_from(limit).map_err(|_| Error::OutOfRange {
         what: "a page size",
     })?;
-    // The filter's two parameters (the directory, and whether sessions with none
-    // count): no directory means every session.
+    // No directory means every session.
     let (dir, unset_too) = match cwd {
         Some(f) => (Some(f.cwd), i64::from(f.unset_too)),
         None => (None, 1),
@@ -98,7 +91,6 @@ pub fn page(
     rows.map_err(sql("list sessions"))
 }
 
-/// How much of a session there is (or was, for a tombstone).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counts {
     pub messages: u64,
@@ -129,7 +121,6 @@ pub fn counts(conn: &Tx<'_>, id: &SessionId) -> Result<Counts> {
     .ok_or(Error::SessionNotFound(*id))
 }
 
-/// What the database knows of a session id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum State {
     Live,
@@ -173,8 +164,7 @@ pub fn state(conn: &Tx<'_>, id: &SessionId) -> Result<State> {
     Ok(tomb.unwrap_or(State::Unknown))
 }
 
-/// Whether `id` names a session or a deleted one: either way a new session cannot
-/// take it.
+/// Live or deleted: either way a new session cannot take `id`.
 pub fn id_taken(conn: &Tx<'_>, id: &SessionId) -> Result<bool> {
     conn.query_row(
         "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)
@@ -186,11 +176,8 @@ pub fn id_taken(conn: &Tx<'_>, id: &SessionId) -> Result<bool> {
     .map(|taken| taken.unwrap_or(false))
 }
 
-/// Erases a live session: writes its tombstone first (the `events_no_delete` trigger
-/// lets a session's events go only once it has one), then deletes its references,
-/// messages, items, events and the session row, children before parents. Returns
-/// what went. Run on a connection with `secure_delete` on, so the freed space is
-/// zeroed rather than left holding the text.
+/// Writes the tombstone first (`events_no_delete` lets events go only then), then
+/// deletes children before parents. Run with `secure_delete` on: freed pages are zeroed.
 pub fn erase(conn: &Tx<'_>, id: &SessionId, at: &str) -> Result<Counts> {
     let counts = counts(conn, id)?;
     let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
@@ -250,8 +237,7 @@ pub fn erase(conn: &Tx<'_>, id: &SessionId, at: &str) -> Result<Counts> {
     ] {
         conn.execute(statement, args![id]).map_err(sql(action))?;
     }
-    // PostgreSQL's `events` is its own index, and it indexes each segment as it is
-    // written.
+    // PostgreSQL's `events` is its own index, and it indexes segments as written.
     if conn.engine() == Engine::Sqlite {
         conn.execute("DELETE FROM event_keys WHERE session_id = ?1", args![id])
             .map_err(sql("delete a session's keys in the log"))?;
@@ -264,8 +250,7 @@ pub fn erase(conn: &Tx<'_>, id: &SessionId, at: &str) -> Result<Counts> {
     Ok(counts)
 }
 
-/// The stored names a live session's messages refer to: what gc must keep in its
-/// folder under the configured root.
+/// What gc must keep in a live session's folder.
 pub fn referenced_names(conn: &Tx<'_>, id: &SessionId) -> Result<HashSet<String>> {
     let names = conn
         .query_map(

@@ -1,8 +1,6 @@
-//! The integrity check: SQLite's own, the schema against the one its migrations make,
-//! then the tables against the event log, which is the record they are a projection
-//! of; and the warnings `verify` and `paths` give about database files more exposed
-//! than the store would make them (wide modes, plaintext backups beside an encrypted
-//! database). It reads only, reports every problem, and changes no file's mode.
+//! The integrity check: SQLite's own, the schema against its migrations', then the
+//! tables against the event log they project; plus exposure warnings. It reads only,
+//! reports every problem, and changes no file's mode.
 
 use rusqlite::Connection;
 
@@ -12,9 +10,10 @@ use crate::db::items as queries_items;
 use crate::db::{SqliteFile, entries, queries, schema};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
-use crate::model::{Problem, ProblemKind, Session};
+use crate::model::{Problem, ProblemKind, Session, SessionFigures, Setting, Turn};
 use crate::projection::{
-    Entry, Meet, Replayer, compare, compare_figures, compare_items, compare_turns, session_problem,
+    Entry, Meet, Projection, Replayer, compare, compare_figures, compare_items, compare_turns,
+    session_problem,
 };
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -26,11 +25,9 @@ pub struct VerifyReport {
     pub events: usize,
     /// Deleted sessions: each left a tombstone and no rows or events.
     pub tombstones: usize,
-    /// Every inconsistency found, each with its kind and the ids it is about; each
-    /// prints (and serializes) as one line of words.
+    /// Each prints (and serializes) as one line of words.
     pub problems: Vec<Problem>,
-    /// Database files more exposed than the store would make them: warnings, not
-    /// problems (`ok` does not look at them). Left out of the JSON when there are none.
+    /// Warnings, not problems: `ok` ignores them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Exposure>,
 }
@@ -44,9 +41,8 @@ impl VerifyReport {
     }
 }
 
-/// What only the engine can tell: SQLite's integrity and foreign-key checks and its
-/// schema against the migrations'; PostgreSQL keeps its own pages and foreign keys
-/// whole, so there only the schema objects are checked.
+/// What only the engine can tell: SQLite's integrity, foreign keys and schema;
+/// PostgreSQL keeps pages and keys whole, so only its schema is checked.
 fn engine_problems(tx: &Tx<'_>) -> Result<Vec<Problem>> {
     let Some(conn) = tx.sqlite_conn() else {
         #[cfg(feature = "postgres")]
@@ -94,8 +90,7 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
     };
 
     let sessions = queries::list_sessions(conn)?;
-    // Each session's log is read by itself, a row at a time (`each_event`), rather
-    // than the whole log at once: a long history's events are never all in memory.
+    // A session's log a row at a time: a long history is never all in memory.
     let events: i64 = conn
         .query_row("SELECT count(*) FROM events", args![], |r| r.get(0))
         .map_err(sql("count events"))?
@@ -120,9 +115,8 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
         );
     }
     for session in &sessions {
-        // Read a page at a time and met with the log as it replays; a session whose
-        // rows do not all read that way is read whole below, which names what is
-        // wrong with them.
+        // A page at a time against the replaying log; a session whose rows do not
+        // read that way is read whole below, which names what is wrong.
         if let Some((problems, messages)) = windowed(conn, session)? {
             report.problems.extend(problems);
             report.messages += messages;
@@ -130,20 +124,21 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
         }
         // A row this store could not have written (a URI that does not parse, a
         // negative size) is a finding to report, not a reason to stop checking.
+        let unreadable = |what: &str, e: &Error| {
+            Problem::new(
+                ProblemKind::UnreadableRows,
+                format!(
+                    "session {} has {what} that do not parse ({})",
+                    session.id,
+                    with_cause(e)
+                ),
+            )
+            .with_session(session.id)
+        };
         let rows = match queries::messages(conn, &session.id, None) {
             Ok(rows) => rows,
             Err(e) => {
-                report.problems.push(
-                    Problem::new(
-                        ProblemKind::UnreadableRows,
-                        format!(
-                            "session {} has rows that do not parse ({})",
-                            session.id,
-                            with_cause(&e)
-                        ),
-                    )
-                    .with_session(session.id),
-                );
+                report.problems.push(unreadable("rows", &e));
                 // Its rows still count as its own, not as rows of no session.
                 let count: i64 = conn
                     .query_row(
@@ -165,41 +160,14 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
         let items = match queries_items::items(conn, &session.id) {
             Ok(items) => Some(items),
             Err(e) => {
-                report.problems.push(
-                    Problem::new(
-                        ProblemKind::UnreadableRows,
-                        format!(
-                            "session {} has item rows that do not parse ({})",
-                            session.id,
-                            with_cause(&e)
-                        ),
-                    )
-                    .with_session(session.id),
-                );
+                report.problems.push(unreadable("item rows", &e));
                 None
             }
         };
-        let proxied = super::proxied::turns(conn, &session.id).and_then(|turns| {
-            Ok((
-                turns,
-                super::proxied::settings(conn, &session.id)?,
-                super::usage::figures(conn, &session.id)?,
-            ))
-        });
-        let proxied = match proxied {
+        let proxied = match proxied_rows(conn, &session.id) {
             Ok(proxied) => Some(proxied),
             Err(e) => {
-                report.problems.push(
-                    Problem::new(
-                        ProblemKind::UnreadableRows,
-                        format!(
-                            "session {} has turn or setting rows that do not parse ({})",
-                            session.id,
-                            with_cause(&e)
-                        ),
-                    )
-                    .with_session(session.id),
-                );
+                report.problems.push(unreadable("turn or setting rows", &e));
                 None
             }
         };
@@ -210,13 +178,10 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
                     .problems
                     .extend(compare_items(session, items, &expected));
             }
-            if let Some((turns, settings, figures)) = &proxied {
+            if let Some(proxied) = &proxied {
                 report
                     .problems
-                    .extend(compare_turns(session, turns, settings, &expected));
-                report
-                    .problems
-                    .extend(compare_figures(session, figures, &expected));
+                    .extend(compare_proxied(session, proxied, &expected));
             }
         }
     }
@@ -263,10 +228,9 @@ pub fn verify(conn: &Tx<'_>) -> Result<VerifyReport> {
     Ok(report)
 }
 
-/// Where the log's index by session (`event_keys`, V13) disagrees with the log: an
-/// event at or below `event_keys_upto` with no key of its own, a key of no such
-/// event (or of one above `upto`), and a place in a session's log that two events
-/// take. A key that is missing hides its event from every read of the session.
+/// Where `event_keys` (V13) disagrees with the log: an event up to `event_keys_upto`
+/// without a key (hidden from every read of its session), a key of no such event, or
+/// two events at one place in a session's log.
 fn key_problems(conn: &Connection) -> Result<Vec<Problem>> {
     let failed = |e| crate::db::error::sqlite("check the log's index", e);
     let present: i64 = conn
@@ -332,22 +296,11 @@ fn key_problems(conn: &Connection) -> Result<Vec<Problem>> {
     Ok(problems)
 }
 
-/// What SQLite's integrity check cannot see in the full-text index (V11 on): a row it
-/// should index and does not, a document of no row, or an entry naming a row that is
-/// gone. Every agent message and thought is indexed under its item's row id, and
-/// every title, message and sealed segment under its entry's id, each as it is
-/// written, so the index's documents (one `search_docsize` row each, an empty text
-/// included) are exactly those ids, and each entry names a row that is there. A row
-/// missing its document can make a search that matches it fail as malformed, or miss
-/// it; a document of no row matches for whatever row later takes its id. FTS5's own
-/// `'integrity-check'` would also compare each document's terms, but it is a write,
-/// which `verify` never makes; a row's text edited behind the store is found by the
-/// log check instead. Each count walks one table with a keyed look-up a row, so it
-/// holds no more in memory for a longer history. Skipped below V11 (whose index had
-/// another shape; a read refuses such a file anyway) or when the tables are not there
-/// (the schema check names what is missing). Since V14 a sealed segment is indexed
-/// or waits to be (`search_waiting`), never both, and a waiting row names a segment
-/// that is there.
+/// What SQLite's integrity check cannot see in the full-text index (V11 on): a row
+/// missing its document (a matching search may fail as malformed), a document of no
+/// row (it matches whatever later takes its id), an entry naming a gone row, and
+/// (V14) a segment both indexed and waiting. FTS5's `'integrity-check'` is a write, so
+/// it is not used; each count walks one table with keyed look-ups, in bounded memory.
 fn search_problems(conn: &Connection) -> Result<Vec<Problem>> {
     let failed = |e| crate::db::error::sqlite("check the search index", e);
     let version = schema::read_history(conn)
@@ -427,87 +380,64 @@ fn search_problems(conn: &Connection) -> Result<Vec<Problem>> {
     } else {
         (0, 0, 0)
     };
-    let one_or_many = |n: i64, one: &str, many: &str| {
-        if n == 1 {
-            one.to_owned()
-        } else {
-            format!("{n} {many}")
-        }
-    };
     let found = [
         (
             items,
-            one_or_many(
-                items,
-                "1 agent message or thought has no document in it (a search that matches it \
-                 may fail, or miss it)",
-                "agent messages or thoughts have no document in it (a search that matches \
-                 them may fail, or miss them)",
-            ),
+            "1 agent message or thought has no document in it (a search that matches it \
+             may fail, or miss it)",
+            "agent messages or thoughts have no document in it (a search that matches \
+             them may fail, or miss them)",
         ),
         (
             entries,
-            one_or_many(
-                entries,
-                "1 title, message or sealed segment has no document in it (a search that \
-                 matches it may fail, or miss it)",
-                "titles, messages or sealed segments have no document in it (a search that \
-                 matches them may fail, or miss them)",
-            ),
+            "1 title, message or sealed segment has no document in it (a search that \
+             matches it may fail, or miss it)",
+            "titles, messages or sealed segments have no document in it (a search that \
+             matches them may fail, or miss them)",
         ),
         (
             documents,
-            one_or_many(
-                documents,
-                "1 document names no row (its words would match whatever row takes its id)",
-                "documents name no row (their words would match whatever rows take their ids)",
-            ),
+            "1 document names no row (its words would match whatever row takes its id)",
+            "documents name no row (their words would match whatever rows take their ids)",
         ),
         (
             named,
-            one_or_many(
-                named,
-                "1 entry names a title, message or sealed segment that is gone",
-                "entries name a title, message or sealed segment that is gone",
-            ),
+            "1 entry names a title, message or sealed segment that is gone",
+            "entries name a title, message or sealed segment that is gone",
         ),
         (
             unindexed,
-            one_or_many(
-                unindexed,
-                "1 sealed segment is neither indexed nor waiting to be (no search finds it)",
-                "sealed segments are neither indexed nor waiting to be (no search finds them)",
-            ),
+            "1 sealed segment is neither indexed nor waiting to be (no search finds it)",
+            "sealed segments are neither indexed nor waiting to be (no search finds them)",
         ),
         (
             doubled,
-            one_or_many(
-                doubled,
-                "1 sealed segment is indexed and also listed as waiting to be",
-                "sealed segments are indexed and also listed as waiting to be",
-            ),
+            "1 sealed segment is indexed and also listed as waiting to be",
+            "sealed segments are indexed and also listed as waiting to be",
         ),
         (
             gone,
-            one_or_many(
-                gone,
-                "1 segment waiting to be indexed is gone",
-                "segments waiting to be indexed are gone",
-            ),
+            "1 segment waiting to be indexed is gone",
+            "segments waiting to be indexed are gone",
         ),
     ];
     Ok(found
         .into_iter()
-        .filter(|(n, _)| *n > 0)
-        .map(|(_, what)| Problem::new(ProblemKind::SearchIndex, format!("search index: {what}")))
+        .filter(|(n, _, _)| *n > 0)
+        .map(|(n, one, many)| {
+            let what = if n == 1 {
+                one.to_owned()
+            } else {
+                format!("{n} {many}")
+            };
+            Problem::new(ProblemKind::SearchIndex, format!("search index: {what}"))
+        })
         .collect())
 }
 
-/// A problem for each session with streamed parts that no item holds: parts still
-/// waiting belong to the item that names them, from its `streaming_from` on (V9).
-/// `streaming_parts` has no foreign keys (each deleted row would scan it), so this is
-/// what finds a part an erasure left behind, or one written under no live item; the
-/// table holds only what still streams, so reading it whole costs little.
+/// Sessions with streamed parts no item holds from its `streaming_from` on (V9).
+/// `streaming_parts` has no foreign keys (each delete would scan it), so this finds
+/// what an erasure left; it holds only what still streams, so reading it is cheap.
 fn stray_streaming_parts(conn: &Tx<'_>) -> Result<Vec<Problem>> {
     let strays: Vec<(String, i64)> = conn
         .query_map(
@@ -539,8 +469,7 @@ fn stray_streaming_parts(conn: &Tx<'_>) -> Result<Vec<Problem>> {
         .collect())
 }
 
-/// An error and its immediate cause, as one finding's text: the cause is what names
-/// the column or value that did not parse.
+/// An error and its cause, which names the column or value that did not parse.
 fn with_cause(e: &Error) -> String {
     match std::error::Error::source(e) {
         Some(cause) => format!("{e}: {cause}"),
@@ -548,11 +477,9 @@ fn with_cause(e: &Error) -> String {
     }
 }
 
-/// Refuses, before a writing command touches it, a database whose schema is not the
-/// one its own migrations make. A dropped table would only fail the write midway,
-/// after the open had already switched a rollback-journal file to WAL and so rewritten
-/// its header; a dropped trigger would let the next write skip a guarantee. Read
-/// through a connection that leaves no trace.
+/// Before a write, refuses a schema unlike its migrations': a dropped table would
+/// fail only midway, after the open rewrote the header for WAL; a dropped trigger
+/// would let the write skip a guarantee.
 pub(crate) fn require_intact_schema(db: &SqliteFile) -> Result<()> {
     let problems = super::readonly::read(db, |tx| schema_problems(tx))?;
     if problems.is_empty() {
@@ -564,9 +491,8 @@ pub(crate) fn require_intact_schema(db: &SqliteFile) -> Result<()> {
     })
 }
 
-/// Compares the database's tables, indexes, triggers and views with those of a fresh
-/// in-memory database migrated to the same version, naming each difference: a dropped
-/// trigger would let the append-only event log be edited with no row out of place.
+/// Names each difference from a fresh database at the same version: a dropped
+/// trigger would let the append-only log be edited with no row out of place.
 fn schema_problems(conn: &Connection) -> Result<Vec<Problem>> {
     let failed = |e| crate::db::error::sqlite("compare the schema", e);
     let version = schema::read_history(conn)
@@ -602,10 +528,8 @@ fn schema_problems(conn: &Connection) -> Result<Vec<Problem>> {
     Ok(problems)
 }
 
-/// The check a copy of one session (an export) makes first: every row against its
-/// log, as `verify` checks it, a page at a time; `Error::LogMismatch` names what
-/// differs. A copy of a session edited behind its log would carry the damage where
-/// `verify` of the origin could no longer point at it.
+/// An export's first check, each row against the log as `verify` does: a copy would
+/// carry damage where `verify` of the origin could no longer point at it.
 pub(crate) fn check_session(conn: &Tx<'_>, session: &Session) -> Result<()> {
     let problems = match windowed(conn, session)? {
         Some((problems, _)) => problems,
@@ -616,15 +540,12 @@ pub(crate) fn check_session(conn: &Tx<'_>, session: &Session) -> Result<()> {
             let messages = queries::messages(conn, &id, None)?;
             let items = queries_items::items(conn, &id)?;
             let events = queries::events(conn, &id)?;
-            let turns = super::proxied::turns(conn, &id)?;
-            let settings = super::proxied::settings(conn, &id)?;
-            let figures = super::usage::figures(conn, &id)?;
+            let proxied = proxied_rows(conn, &id)?;
             let (expected, mut problems) = crate::projection::replay(id, &events);
             if let Some(expected) = &expected {
                 problems.extend(compare(session, &messages, expected));
                 problems.extend(compare_items(session, &items, expected));
-                problems.extend(compare_turns(session, &turns, &settings, expected));
-                problems.extend(compare_figures(session, &figures, expected));
+                problems.extend(compare_proxied(session, &proxied, expected));
             }
             problems
         }
@@ -641,12 +562,9 @@ pub(crate) fn check_session(conn: &Tx<'_>, session: &Session) -> Result<()> {
 /// How many seqs a page of `windowed`'s rows covers.
 const ROW_PAGE: i64 = 256;
 
-/// One session, every row checked against its log, a page of rows and a page of
-/// events at a time ([`Meet`]), so what is held is the entries the log keeps open, not
-/// the history: the problems found (the log's own,
-/// then the rows') and the messages read. `None` when a row does not parse or a row
-/// is outside the pages read (a seq edited out of range): the caller then reads the
-/// session whole.
+/// One session's rows against its log, a page at a time ([`Meet`]): the problems
+/// (the log's, then the rows') and messages read. `None` when a row does not parse or
+/// lies outside the pages (a seq edited out of range): the caller reads it whole.
 fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, usize)>> {
     let id = session.id;
     let last = entries::last_seq(conn, &id)?;
@@ -693,13 +611,7 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
     if count("messages")? != messages || count("items")? != items {
         return Ok(None);
     }
-    let Ok(turns) = super::proxied::turns(conn, &id) else {
-        return Ok(None);
-    };
-    let Ok(settings) = super::proxied::settings(conn, &id) else {
-        return Ok(None);
-    };
-    let Ok(figures) = super::usage::figures(conn, &id) else {
+    let Ok(proxied) = proxied_rows(conn, &id) else {
         return Ok(None);
     };
     let (expected, mut problems) = replayer.finish();
@@ -709,8 +621,23 @@ fn windowed(conn: &Tx<'_>, session: &Session) -> Result<Option<(Vec<Problem>, us
         problems.extend(session_problem(session, &expected.session));
         problems.append(&mut found);
         problems.extend(meet.finish());
-        problems.extend(compare_turns(session, &turns, &settings, expected));
-        problems.extend(compare_figures(session, &figures, expected));
+        problems.extend(compare_proxied(session, &proxied, expected));
     }
     Ok(Some((problems, messages)))
+}
+
+type Proxied = (Vec<Turn>, Vec<Setting>, SessionFigures);
+
+/// A session's turn, setting and usage rows.
+fn proxied_rows(conn: &Tx<'_>, id: &SessionId) -> Result<Proxied> {
+    let turns = super::proxied::turns(conn, id)?;
+    let settings = super::proxied::settings(conn, id)?;
+    Ok((turns, settings, super::usage::figures(conn, id)?))
+}
+
+fn compare_proxied(session: &Session, rows: &Proxied, expected: &Projection) -> Vec<Problem> {
+    let (turns, settings, figures) = rows;
+    let mut problems = compare_turns(session, turns, settings, expected);
+    problems.extend(compare_figures(session, figures, expected));
+    problems
 }

@@ -1,7 +1,5 @@
-//! The PostgreSQL schema: the migrations of `migrations-postgres/` with the same
-//! versions, names and refusals as the SQLite ones, applied in one transaction under
-//! an advisory lock, and the check that a schema is the one its migrations make. It
-//! reads and writes no record.
+//! PostgreSQL's migrations (same versions, names and refusals as SQLite's), applied in
+//! one transaction under an advisory lock, and the schema check. It touches no record.
 
 use postgres::Client;
 use refinery::Migration;
@@ -9,7 +7,7 @@ use refinery::Migration;
 use super::pool::{Pool, shown_path};
 use crate::config::PostgresUrl;
 use crate::db::error::{postgres as pg, sql};
-use crate::db::schema::{Applied, MigrationReport, current};
+use crate::db::schema::{Applied, MigrationReport, current, label, pending};
 use crate::db::sql::{Tx, args};
 use crate::error::{Error, Result};
 use crate::model::{Problem, ProblemKind};
@@ -21,20 +19,15 @@ mod embedded {
 /// A key for the advisory lock that makes concurrent `migrate` runs take turns.
 const MIGRATION_LOCK: i64 = 0x5e55_1075_70e0_0001;
 
-/// The migrations for PostgreSQL compiled into this binary, in version order.
+/// In version order.
 fn migrations() -> Vec<Migration> {
     let mut all = embedded::migrations::runner().get_migrations().clone();
     all.sort_by_key(|m| m.version());
     all
 }
 
-/// The newest schema version this binary knows for PostgreSQL.
 pub fn latest_version() -> i64 {
-    migrations()
-        .iter()
-        .map(|m| i64::from(m.version()))
-        .max()
-        .unwrap_or(0)
+    crate::db::schema::latest(&migrations())
 }
 
 /// refinery's history in the connection's schema, or `None` when there is none.
@@ -70,9 +63,8 @@ pub(super) fn refuse_unknown(shown: &str, applied: &[Applied]) -> Result<()> {
     crate::db::schema::refuse_unknown(&shown_path(shown), applied, &migrations())
 }
 
-/// Applies what is pending in one transaction (PostgreSQL's DDL is transactional, so
-/// a failed migration leaves the schema as it was), under an advisory lock so that
-/// two hosts starting at once take turns.
+/// One transaction (DDL is transactional: a failure leaves the schema as it was),
+/// under an advisory lock so two hosts starting at once take turns.
 pub(super) fn migrate_client(client: &mut Client, shown: &str) -> Result<MigrationReport> {
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
@@ -103,11 +95,7 @@ pub(super) fn migrate_client(client: &mut Client, shown: &str) -> Result<Migrati
                 }
                 Error::Migration(text)
             })?;
-        let applied: Vec<String> = report
-            .applied_migrations()
-            .iter()
-            .map(|m| format!("V{}__{}", m.version(), m.name()))
-            .collect();
+        let applied = report.applied_migrations().iter().map(label).collect();
         let after = read_history(client)?.unwrap_or_default();
         Ok(MigrationReport {
             applied,
@@ -122,9 +110,7 @@ pub(super) fn migrate_client(client: &mut Client, shown: &str) -> Result<Migrati
     result
 }
 
-/// `sessionstore migrate --db postgres://…`: connects and applies what is pending.
-/// No copy is taken first: the migrations run in one transaction and either all
-/// apply or none does.
+/// `migrate --db postgres://…`: no backup, as all migrations apply or none does.
 pub fn migrate(url: &PostgresUrl) -> Result<MigrationReport> {
     let pool = Pool::new(url, 1)?;
     let mut conn = pool.get()?;
@@ -138,24 +124,22 @@ pub fn plan(url: &PostgresUrl) -> Result<MigrationReport> {
     let mut client = pool.get()?;
     let applied = read_history(&mut client.client)?.unwrap_or_default();
     refuse_unknown(&shown, &applied)?;
-    let pending = migrations()
-        .iter()
-        .filter(|m| !applied.iter().any(|a| a.version == i64::from(m.version())))
-        .map(|m| format!("V{}__{}", m.version(), m.name()))
-        .collect();
+    let migrations = migrations();
     Ok(MigrationReport {
         applied: vec![],
-        pending,
+        pending: pending(&migrations, &applied)
+            .into_iter()
+            .map(label)
+            .collect(),
         current: current(&applied),
         backup: None,
         encryption: None,
     })
 }
 
-/// The tables and triggers the applied migrations make, read from their own text, and
-/// the constraints and indexes they make (`CATALOG`), against what the connection's
-/// schema has: a dropped trigger would let the append-only log be edited with no row
-/// out of place, a dropped unique constraint would let two appends take one place.
+/// Tables and triggers (from the migrations' text) and constraints and indexes
+/// (`CATALOG`) against the schema: a dropped trigger would let the log be edited, a
+/// dropped unique constraint two appends take one place.
 pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<Problem>> {
     let version: i64 = tx
         .query_row(
@@ -264,14 +248,9 @@ pub fn schema_problems(tx: &Tx<'_>) -> Result<Vec<Problem>> {
     Ok(problems)
 }
 
-/// The constraints (primary key, unique, foreign key, check, exclusion) and indexes
-/// the newest migrations make, as this server words them: `catalog.txt`, captured
-/// from a freshly migrated schema by `tests::the_catalog_file_is_what_the_migrations_make`
-/// (which `SESSIONSTORE_BLESS=1` rewrites). They are taken from the server rather than
-/// read from the migrations' text, as tables and triggers are, because their names and
-/// definitions are the server's: an inline `UNIQUE (session_id, session_seq)` is named
-/// `events_session_id_session_seq_key` by PostgreSQL, and a `CHECK (x IN (…))` comes
-/// back as `x = ANY (ARRAY[…])`.
+/// The newest migrations' constraints and indexes as the server words them (it names
+/// inline constraints and rewrites `IN (…)` as `= ANY (ARRAY[…])`), captured by
+/// `tests::the_catalog_file_is_what_the_migrations_make` (`SESSIONSTORE_BLESS=1`).
 pub(super) const CATALOG: &str = include_str!("catalog.txt");
 
 /// Constraints and indexes by (kind, table, name), to their definitions.
@@ -304,9 +283,8 @@ fn expected_catalog() -> (i64, Catalog) {
     (version, catalog)
 }
 
-/// The constraints and indexes of the connection's schema (refinery's own table
-/// aside), in `CATALOG`'s terms. An index is described without its schema's name,
-/// which `pg_get_indexdef` always puts before the table's.
+/// In `CATALOG`'s terms, refinery's table aside; an index without the schema name
+/// `pg_get_indexdef` prefixes.
 fn catalog(tx: &Tx<'_>) -> Result<Catalog> {
     let rows = |statement, action| {
         tx.query_map(statement, args![], |r| {
@@ -365,9 +343,8 @@ pub(super) fn catalog_text(tx: &Tx<'_>, version: i64) -> Result<String> {
     Ok(text)
 }
 
-/// Each constraint and index missing, changed or added against `CATALOG`. Only for
-/// the version the file describes, the newest: an older schema is never checked, as
-/// a writing open migrates it first and a reading one refuses it.
+/// Differences from `CATALOG`, at its (newest) version only: an older schema is
+/// migrated by a writing open and refused by a reading one.
 fn catalog_problems(tx: &Tx<'_>, version: i64) -> Result<Vec<Problem>> {
     let (described, want) = expected_catalog();
     if version != described {
@@ -406,9 +383,7 @@ fn squeeze(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Each `CREATE [OR REPLACE] FUNCTION name(…) … AS $$ body $$` of a migration, as
-/// (name, body with its whitespace squeezed); a later one of the same name replaces
-/// an earlier one.
+/// Each `CREATE [OR REPLACE] FUNCTION` as (name, squeezed body); later ones replace.
 fn function_bodies(sql: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut rest = sql;

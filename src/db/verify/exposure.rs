@@ -1,6 +1,5 @@
-//! The warnings `verify` and `paths` give about database files more exposed than the
-//! store would make them: wide modes, plaintext backups beside an encrypted database.
-//! Never a problem, and never fixed by the store itself.
+//! Warnings from `verify` and `paths` about database files more exposed than the store
+//! would make them. Never a problem, and never fixed by the store itself.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -9,9 +8,7 @@ use crate::config::{Config, Database, Sharing};
 use crate::db::cipher::{Encryption, encryption_of};
 use crate::db::schema;
 
-/// A database file more exposed than the store would make it, found by `verify` and
-/// `paths`: a warning saying how to fix it, never a problem, and never fixed by the
-/// store itself. Serializes as `{path, kind, message}`.
+/// Serializes as `{path, kind, message}`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Exposure {
     pub path: PathBuf,
@@ -23,11 +20,9 @@ pub struct Exposure {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExposureKind {
-    /// Its mode lets in someone the sharing setting leaves out (the database, a side
-    /// file, a backup, or the key file).
+    /// Its mode lets in someone the sharing setting leaves out.
     WideMode,
-    /// A plain copy of the database (a backup from before it was encrypted) beside an
-    /// encrypted database.
+    /// A plain backup beside an encrypted database.
     PlaintextBackup,
 }
 
@@ -37,10 +32,7 @@ impl std::fmt::Display for Exposure {
     }
 }
 
-/// The warnings about the SQLite database `config` names (none for PostgreSQL, whose
-/// files are the server's): each of its files (the database, `-wal`, `-shm`,
-/// `-journal`, `<db>.v<N>.bak` backups) whose mode lets in someone `config.sharing`
-/// leaves out, and, when the database is encrypted, each backup that is not.
+/// None for PostgreSQL, whose files are the server's.
 pub fn exposures(config: &Config) -> Vec<Exposure> {
     let Database::Sqlite(db) = &config.database else {
         return vec![];
@@ -65,13 +57,11 @@ pub fn exposures(config: &Config) -> Vec<Exposure> {
     found
 }
 
-/// The warning about a key file whose mode lets in someone `sharing` leaves out.
 pub fn key_file_exposure(path: &Path, sharing: Sharing) -> Option<Exposure> {
     wide_mode(path, sharing, "the key file")
 }
 
-/// The database file and every file of its beside it, in name order, each with
-/// whether it is a backup: the main file first.
+/// The main file first, then its side files and backups (flagged) in name order.
 fn database_files(db: &Path) -> Vec<(PathBuf, bool)> {
     let Some(name) = db.file_name().map(|n| n.to_owned()) else {
         return vec![];
@@ -97,8 +87,6 @@ fn database_files(db: &Path) -> Vec<(PathBuf, bool)> {
     files
 }
 
-/// The warning for a regular file at `path` whose mode lets in someone `sharing`
-/// leaves out; `what` says whose file it is.
 fn wide_mode(path: &Path, sharing: Sharing, what: &str) -> Option<Exposure> {
     let meta = std::fs::symlink_metadata(path).ok()?;
     if !meta.is_file() {
