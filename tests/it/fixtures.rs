@@ -215,24 +215,7 @@ fn v1_rows(db: &Path) -> Vec<(String, Vec<String>)> {
     ]
     .iter()
     .map(|(table, columns)| {
-        let mut stmt = conn
-            .prepare(&format!("SELECT {columns} FROM {table}"))
-            .unwrap();
-        let columns = stmt.column_count();
-        let mut rows: Vec<String> = stmt
-            .query_map([], |r| {
-                (0..columns)
-                    .map(|i| {
-                        r.get::<_, rusqlite::types::Value>(i)
-                            .map(|v| format!("{v:?}"))
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(|v| v.join("|"))
-            })
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        rows.sort();
+        let rows = sorted_rows(&conn, &format!("SELECT {columns} FROM {table}"));
         (table.to_string(), rows)
     })
     .collect()
@@ -914,22 +897,7 @@ fn data_rows(db: &Path) -> Vec<(String, Vec<String>)> {
     .map(|table| format!("SELECT * FROM {table}"))
     .chain(["SELECT name, seq FROM sqlite_sequence WHERE name = 'events'".to_owned()])
     .map(|sql| {
-        let mut stmt = conn.prepare(&sql).unwrap();
-        let columns = stmt.column_count();
-        let mut rows: Vec<String> = stmt
-            .query_map([], |r| {
-                (0..columns)
-                    .map(|i| {
-                        r.get::<_, rusqlite::types::Value>(i)
-                            .map(|v| format!("{v:?}"))
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(|v| v.join("|"))
-            })
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        rows.sort();
+        let rows = sorted_rows(&conn, &sql);
         (sql, rows)
     })
     .collect()
@@ -1238,4 +1206,25 @@ fn store_indexed_fixture(name: &str, version: usize) {
     .unwrap();
     let verified = run(&["verify"]);
     assert!(verified.status.success(), "{verified:?}");
+}
+
+/// Every row a query returns, each as its values joined by `|`, sorted.
+fn sorted_rows(conn: &rusqlite::Connection, sql: &str) -> Vec<String> {
+    let mut stmt = conn.prepare(sql).unwrap();
+    let columns = stmt.column_count();
+    let mut rows: Vec<String> = stmt
+        .query_map([], |r| {
+            (0..columns)
+                .map(|i| {
+                    r.get::<_, rusqlite::types::Value>(i)
+                        .map(|v| format!("{v:?}"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(|v| v.join("|"))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    rows.sort();
+    rows
 }
