@@ -177,8 +177,6 @@ impl Store {
                 if !held.is_empty() {
                     write(held)?;
                 }
-                // Outside the store's writer, which would not index it: indexed here.
-                crate::db::search::index_waiting(tx, Some(&session), None)?;
                 Ok(Recorded {
                     recorded,
                     items: std::mem::take(&mut listed.ids),

@@ -116,12 +116,9 @@ impl Appender {
         Ok(())
     }
 
-    /// Writes the gathered updates, if any, and indexes for search the segments the
-    /// new session's copy sealed (a fork or an import is one write outside the store's writer, which
-    /// would not know they wait: V14).
+    /// Writes the gathered updates, if any.
     pub fn finish(mut self, conn: &Tx<'_>) -> Result<()> {
-        self.flush(conn)?;
-        super::search::index_waiting(conn, Some(&self.session), None).map(drop)
+        self.flush(conn)
     }
 
     fn flush(&mut self, conn: &Tx<'_>) -> Result<()> {

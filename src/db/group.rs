@@ -135,173 +135,39 @@ fn run(db: Db, jobs: mpsc::Receiver<Job>, stats: &Stats) {
     // The last group's writers are likely to write again as soon as they hear back.
     let mut last = 1;
     let mut tails = Tails::default();
-    let mut search = Waiting::default();
-    search.look(&db);
-    loop {
-        match search.next(&jobs) {
-            Next::Closed => break,
-            Next::Index => search.index(&db, Some(SEARCH_STEP)),
-            Next::Job(first) => {
-                let mut group = vec![first];
-                let deadline = std::time::Instant::now() + GATHER;
-                while group.len() < MAX_MEMBERS {
-                    match jobs.try_recv() {
+    // Opened at once (a read of nothing), so a daemon holds its files from its start.
+    if let Err(e) = db.read(|tx| {
+        tx.query_row("SELECT 1", super::sql::args![], |r| r.get::<i64>(0))
+            .map_err(super::error::sql("open the database"))
+    }) {
+        tracing::debug!("cannot open the database yet: {e}");
+    }
+    while let Ok(first) = jobs.recv() {
+        let mut group = vec![first];
+        let deadline = std::time::Instant::now() + GATHER;
+        while group.len() < MAX_MEMBERS {
+            match jobs.try_recv() {
+                Ok(job) => group.push(job),
+                Err(mpsc::TryRecvError::Disconnected) => break,
+                Err(mpsc::TryRecvError::Empty) if group.len() >= last => break,
+                Err(mpsc::TryRecvError::Empty) => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    match jobs.recv_timeout(left) {
                         Ok(job) => group.push(job),
-                        Err(mpsc::TryRecvError::Disconnected) => break,
-                        Err(mpsc::TryRecvError::Empty) if group.len() >= last => break,
-                        Err(mpsc::TryRecvError::Empty) => {
-                            let left =
-                                deadline.saturating_duration_since(std::time::Instant::now());
-                            match jobs.recv_timeout(left) {
-                                Ok(job) => group.push(job),
-                                Err(_) => break,
-                            }
-                        }
+                        Err(_) => break,
                     }
-                }
-                last = group.len();
-                match commit(&db, group, &mut tails, stats) {
-                    Some(waiting) => search.saw(waiting),
-                    None => search.look(&db),
                 }
             }
         }
+        last = group.len();
+        commit(&db, group, &mut tails, stats);
     }
-    // The store is closing: what waits is indexed now, so a search in the next process
-    // finds it, whether or not that process writes. Looked up first, for rows this
-    // writer never saw (another process's, killed before its writer indexed them).
-    search.look(&db);
-    search.index(&db, None);
     // The streaming bench reads this line of the proxy's.
     tracing::info!(
         "the store's writer made {} commits for {} writes",
         stats.commits.load(Ordering::Relaxed),
         stats.writes.load(Ordering::Relaxed)
     );
-}
-
-/// Idle time before waiting segments are indexed (V14): longer than a streaming turn's
-/// gaps (5 ms), short enough that a search after the turn rarely waits.
-const SEARCH_IDLE: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// The longest a segment waits on a never-idle writer; then steps alternate with groups.
-const SEARCH_LAG: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// About half a megabyte: a write arriving meanwhile waits a few milliseconds.
-const SEARCH_STEP: usize = 8;
-
-/// Segments waiting to be indexed, as last looked, and when to retry a failed step.
-#[derive(Debug, Default)]
-struct Waiting {
-    since: Option<std::time::Instant>,
-    retry_at: Option<std::time::Instant>,
-    /// Indexing step after step while no write arrives (the writer was idle).
-    stepping: bool,
-    /// The last step was for a segment that waited too long: a write goes next.
-    lagged: bool,
-}
-
-enum Next {
-    Job(Job),
-    Index,
-    Closed,
-}
-
-impl Waiting {
-    /// One probe of a small table; after a group, its own transaction tells ([`commit`]).
-    fn look(&mut self, db: &Db) {
-        if !db.defers_search() {
-            return;
-        }
-        match db.read(super::search::anything_waiting) {
-            Ok(waiting) => self.saw(waiting),
-            // Background work: a damaged or full database is the foreground write's to
-            // report, in its one line; this says it only in the debug log.
-            Err(e) => tracing::debug!("cannot look for segments to index for search: {e}"),
-        }
-    }
-
-    /// Whether anything waits, as the writer last saw.
-    fn saw(&mut self, waiting: bool) {
-        if waiting {
-            self.since.get_or_insert_with(std::time::Instant::now);
-        } else {
-            self.since = None;
-        }
-    }
-
-    /// A write that has arrived first; while segments wait, index steps after
-    /// [`SEARCH_IDLE`] without a write, or in turn with groups once one waited
-    /// [`SEARCH_LAG`]; `Closed` once every handle is gone.
-    fn next(&mut self, jobs: &mpsc::Receiver<Job>) -> Next {
-        let next = self.choose(jobs);
-        if matches!(next, Next::Job(_)) {
-            // A write ends the idle steps.
-            self.stepping = false;
-        }
-        next
-    }
-
-    fn choose(&mut self, jobs: &mpsc::Receiver<Job>) -> Next {
-        let received = |r: std::result::Result<Job, mpsc::RecvTimeoutError>| match r {
-            Ok(job) => Some(Next::Job(job)),
-            Err(mpsc::RecvTimeoutError::Disconnected) => Some(Next::Closed),
-            Err(mpsc::RecvTimeoutError::Timeout) => None,
-        };
-        loop {
-            let Some(since) = self.since else {
-                self.stepping = false;
-                return jobs.recv().map_or(Next::Closed, Next::Job);
-            };
-            // A step that failed (a full disk) is tried again a second later.
-            if let Some(at) = self.retry_at {
-                let now = std::time::Instant::now();
-                if now < at {
-                    match received(jobs.recv_timeout(at - now)) {
-                        Some(next) => return next,
-                        None => continue,
-                    }
-                }
-                self.retry_at = None;
-            }
-            // Too long a wait: a step, then a write if one waits, and so on in turn,
-            // however busy the writer.
-            if since.elapsed() >= SEARCH_LAG && !self.lagged {
-                self.lagged = true;
-                return Next::Index;
-            }
-            self.lagged = false;
-            match jobs.try_recv() {
-                Ok(job) => return Next::Job(job),
-                Err(mpsc::TryRecvError::Disconnected) => return Next::Closed,
-                Err(mpsc::TryRecvError::Empty) => {}
-            }
-            if self.stepping {
-                return Next::Index;
-            }
-            if let Some(next) = received(jobs.recv_timeout(SEARCH_IDLE)) {
-                return next;
-            }
-            self.stepping = true;
-            return Next::Index;
-        }
-    }
-
-    /// Indexes up to `most` waiting segments in one transaction, then looks again.
-    fn index(&mut self, db: &Db, most: Option<usize>) {
-        if self.since.is_none() {
-            return;
-        }
-        match db.write(|tx| super::search::index_waiting(tx, None, most)) {
-            // A step that took fewer than it could took the last.
-            Ok(took) if most.is_some_and(|most| took < most) => self.since = None,
-            Ok(_) => self.look(db),
-            Err(e) => {
-                tracing::debug!("cannot index sealed text for search yet: {e}");
-                self.retry_at = Some(std::time::Instant::now() + std::time::Duration::from_secs(1));
-            }
-        }
-    }
 }
 
 /// Test hook: while `SESSIONSTORE_TEST_FULL_DISK`'s file exists, every group fails
@@ -329,17 +195,15 @@ fn disk_full_injected() -> Option<Error> {
     None
 }
 
-/// Answers each member once the group committed. Returns whether sealed text waits,
-/// read in the group's own transaction (`None` if it did not commit).
-fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) -> Option<bool> {
+/// Answers each member once the group committed.
+fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) {
     if let Some(full) = disk_full_injected() {
         let full = Arc::new(full);
         for job in group {
             let _ = job.done.send(Err(Error::Shared(full.clone())));
         }
-        return None;
+        return;
     }
-    let waiting = std::cell::Cell::new(None);
     let mut sessions: Vec<SessionId> = group.iter().filter_map(|j| j.session).collect();
     sessions.sort();
     sessions.dedup();
@@ -390,9 +254,6 @@ fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) -> Opt
                         }
                     }
                 }
-                // Never the group's failure: what the probe cannot read, `look` tries
-                // again after the commit.
-                waiting.set(super::search::anything_waiting(tx).ok());
                 Ok(())
             })
         }));
@@ -435,75 +296,5 @@ fn commit(db: &Db, mut group: Vec<Job>, tails: &mut Tails, stats: &Stats) -> Opt
                 .unwrap_or_else(|| Err(Error::Task("a write of a group was not run".to_owned()))),
         };
         let _ = job.done.send(answer);
-    }
-    if failure.is_some() {
-        None
-    } else {
-        waiting.get()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::{Duration, Instant};
-
-    fn job() -> Job {
-        let (done, _) = oneshot::channel();
-        Job {
-            session: None,
-            work: Box::new(|_, _| Ok(Box::new(()) as Box<dyn Any + Send>)),
-            done,
-        }
-    }
-
-    fn named(next: &Next) -> &'static str {
-        match next {
-            Next::Job(_) => "write",
-            Next::Index => "index",
-            Next::Closed => "closed",
-        }
-    }
-
-    #[test]
-    fn the_writer_indexes_when_idle_and_in_turn_with_writes_once_text_waited_too_long() {
-        let (queue, jobs) = mpsc::channel();
-        let mut w = Waiting::default();
-        queue.send(job()).unwrap();
-        assert_eq!(named(&w.next(&jobs)), "write");
-
-        w.since = Some(Instant::now());
-        queue.send(job()).unwrap();
-        assert_eq!(named(&w.next(&jobs)), "write");
-        let t = Instant::now();
-        assert_eq!(named(&w.next(&jobs)), "index");
-        assert!(t.elapsed() >= SEARCH_IDLE, "{:?}", t.elapsed());
-        assert!(w.stepping);
-        assert_eq!(named(&w.next(&jobs)), "index");
-        queue.send(job()).unwrap();
-        assert_eq!(named(&w.next(&jobs)), "write");
-        assert!(!w.stepping, "a write ends the idle steps");
-
-        w.since = Instant::now().checked_sub(SEARCH_LAG + Duration::from_secs(1));
-        assert!(w.since.is_some(), "the clock goes back a minute");
-        for _ in 0..3 {
-            queue.send(job()).unwrap();
-        }
-        let order: Vec<&str> = (0..6).map(|_| named(&w.next(&jobs))).collect();
-        assert_eq!(
-            order,
-            ["index", "write", "index", "write", "index", "write"]
-        );
-
-        // A failed step waits a second before the next; a write still goes at once.
-        w.retry_at = Some(Instant::now() + Duration::from_secs(1));
-        w.stepping = true;
-        queue.send(job()).unwrap();
-        assert_eq!(named(&w.next(&jobs)), "write");
-        assert!(!w.stepping, "a write ends the idle steps");
-
-        w.since = None;
-        drop(queue);
-        assert_eq!(named(&w.next(&jobs)), "closed");
     }
 }

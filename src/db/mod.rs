@@ -340,12 +340,6 @@ impl Db {
         Ok(Db::ReadWrite(Pool::open(&db)?))
     }
 
-    /// Whether sealed segments wait to be indexed by this database's writer (V14): an
-    /// SQLite file open for writing. PostgreSQL indexes each as it is written.
-    pub fn defers_search(&self) -> bool {
-        matches!(self, Db::ReadWrite(_))
-    }
-
     /// `write` on a pooled connection; refused on a read-only database. On
     /// PostgreSQL `f` may run more than once: a transaction that lost a race with
     /// another writer is rolled back and run again.

@@ -88,9 +88,6 @@ pub(crate) fn rewrite_session(
     session: &SessionId,
     mut redact: impl FnMut(Option<Event<String>>) -> Vec<(Event<String>, Option<String>)>,
 ) -> Result<u64> {
-    // What waits to be indexed is indexed first: a delete hands the index the text
-    // of each row it takes out, which must be the text it took in.
-    search::index_waiting(conn, Some(session), None)?;
     repair::remove_rows(conn, session)?;
     let guard = lift_guard(conn)?;
     let mut replayer = Replayer::windowed(*session);

@@ -95,16 +95,11 @@ pub(crate) fn remove_rows(conn: &Tx<'_>, session: &SessionId) -> Result<()> {
              (SELECT id FROM messages WHERE session_id = ?1)",
         "DELETE FROM messages WHERE session_id = ?1",
         "DELETE FROM streaming_parts WHERE session_id = ?1",
-        "DELETE FROM search_waiting WHERE session_id = ?1",
         "DELETE FROM item_parts WHERE session_id = ?1",
         "DELETE FROM items WHERE session_id = ?1",
         "DELETE FROM turns WHERE session_id = ?1",
         "DELETE FROM settings WHERE session_id = ?1",
     ] {
-        // PostgreSQL indexes each segment as it is written: it has no waiting list.
-        if statement.contains("search_waiting") && conn.engine() != Engine::Sqlite {
-            continue;
-        }
         conn.execute(statement, args![id])
             .map_err(sql("remove a session's rows to rebuild them"))?;
     }
@@ -296,8 +291,6 @@ pub(crate) fn rebuild_search(conn: &Tx<'_>) -> Result<()> {
         conn.execute(super::search::NEW_ENTRY, args![session, entry, source])
             .map_err(sql("rebuild the search index"))?;
     }
-    conn.execute("DELETE FROM search_waiting", args![])
-        .map_err(sql("rebuild the search index"))?;
     conn.execute("INSERT INTO search (search) VALUES ('rebuild')", args![])
         .map_err(sql("rebuild the search index"))?;
     Ok(())

@@ -237,15 +237,10 @@ pub fn erase(conn: &Tx<'_>, id: &SessionId, at: &str) -> Result<Counts> {
     ] {
         conn.execute(statement, args![id]).map_err(sql(action))?;
     }
-    // PostgreSQL's `events` is its own index, and it indexes segments as written.
+    // PostgreSQL's `events` is its own index.
     if conn.engine() == Engine::Sqlite {
         conn.execute("DELETE FROM event_keys WHERE session_id = ?1", args![id])
             .map_err(sql("delete a session's keys in the log"))?;
-        conn.execute(
-            "DELETE FROM search_waiting WHERE session_id = ?1",
-            args![id],
-        )
-        .map_err(sql("delete a session's segments waiting to be indexed"))?;
     }
     Ok(counts)
 }

@@ -298,9 +298,9 @@ fn key_problems(conn: &Connection) -> Result<Vec<Problem>> {
 
 /// What SQLite's integrity check cannot see in the full-text index (V11 on): a row
 /// missing its document (a matching search may fail as malformed), a document of no
-/// row (it matches whatever later takes its id), an entry naming a gone row, and
-/// (V14) a segment both indexed and waiting. FTS5's `'integrity-check'` is a write, so
-/// it is not used; each count walks one table with keyed look-ups, in bounded memory.
+/// row (it matches whatever later takes its id), an entry naming a gone row, and a
+/// sealed segment not indexed. FTS5's `'integrity-check'` is a write, so it is not
+/// used; each count walks one table with keyed look-ups, in bounded memory.
 fn search_problems(conn: &Connection) -> Result<Vec<Problem>> {
     let failed = |e| crate::db::error::sqlite("check the search index", e);
     let version = schema::read_history(conn)
@@ -350,36 +350,12 @@ fn search_problems(conn: &Connection) -> Result<Vec<Problem>> {
                                 AND p.part = CAST(substr(e.entry_id, 38) AS INTEGER))
          END",
     )?;
-    let waiting_table: i64 = count(
-        "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'search_waiting'",
+    let unindexed = count(
+        "SELECT count(*) FROM item_parts p JOIN items i ON i.id = p.item_id
+         WHERE p.sealed = 1 AND i.kind IN ('agent_message', 'agent_thought')
+           AND NOT EXISTS (SELECT 1 FROM search_entries e
+                           WHERE e.entry_id = p.item_id || '/' || p.part)",
     )?;
-    let (unindexed, doubled, gone) = if waiting_table == 1 {
-        (
-            count(
-                "SELECT count(*) FROM item_parts p JOIN items i ON i.id = p.item_id
-                 WHERE p.sealed = 1 AND i.kind IN ('agent_message', 'agent_thought')
-                   AND NOT EXISTS (SELECT 1 FROM search_entries e
-                                   WHERE e.entry_id = p.item_id || '/' || p.part)
-                   AND NOT EXISTS (SELECT 1 FROM search_waiting w
-                                   WHERE w.session_id = p.session_id
-                                     AND w.item_id = p.item_id AND w.part = p.part)",
-            )?,
-            count(
-                "SELECT count(*) FROM search_waiting w
-                 WHERE EXISTS (SELECT 1 FROM search_entries e
-                               WHERE e.entry_id = w.item_id || '/' || w.part)",
-            )?,
-            count(
-                "SELECT count(*) FROM search_waiting w
-                 WHERE NOT EXISTS (SELECT 1 FROM item_parts p
-                                   WHERE p.session_id = w.session_id
-                                     AND p.item_id = w.item_id AND p.part = w.part
-                                     AND p.sealed = 1)",
-            )?,
-        )
-    } else {
-        (0, 0, 0)
-    };
     let found = [
         (
             items,
@@ -407,18 +383,8 @@ fn search_problems(conn: &Connection) -> Result<Vec<Problem>> {
         ),
         (
             unindexed,
-            "1 sealed segment is neither indexed nor waiting to be (no search finds it)",
-            "sealed segments are neither indexed nor waiting to be (no search finds them)",
-        ),
-        (
-            doubled,
-            "1 sealed segment is indexed and also listed as waiting to be",
-            "sealed segments are indexed and also listed as waiting to be",
-        ),
-        (
-            gone,
-            "1 segment waiting to be indexed is gone",
-            "segments waiting to be indexed are gone",
+            "1 sealed segment is not indexed (no search finds it)",
+            "sealed segments are not indexed (no search finds them)",
         ),
     ];
     Ok(found

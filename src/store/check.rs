@@ -14,22 +14,6 @@ impl Store {
         session: Option<SessionId>,
         limit: u32,
     ) -> Result<Vec<db::search::Hit>> {
-        // Sealed text waits to be indexed until the writer is idle (V14); a store that
-        // can write indexes it first, so its own search finds what it recorded (and
-        // still searches, saying so in the log, when that write fails). A read-only
-        // store searches what a writer has indexed.
-        if self.writer.is_some()
-            && self.db.defers_search()
-            && self
-                .with_read(db::search::anything_waiting)
-                .await
-                .unwrap_or(false)
-            && let Err(e) = self
-                .with_write(|tx| db::search::index_waiting(tx, None, None))
-                .await
-        {
-            tracing::warn!("searched without the sealed text still waiting to be indexed: {e}");
-        }
         self.with_read(move |tx| {
             if let Some(s) = &session {
                 queries::get_session(tx, s)?;

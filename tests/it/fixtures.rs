@@ -903,17 +903,27 @@ fn data_rows(db: &Path) -> Vec<(String, Vec<String>)> {
     .collect()
 }
 
-/// Issue 46: V17 makes both engines' schemas alike, which on SQLite changes no row.
-/// The V16 fixture (its log keyed part-way through its fourth session, a sealed
+/// Issue 46: V17 makes both engines' schemas alike, and V18 undoes V14 (sealed text
+/// indexed when the writer is idle); neither changes a row of the store's data. The
+/// V16 and V17 fixtures (the log keyed part-way through the fourth session, a sealed
 /// segment left waiting to be indexed as a killed writer leaves it), upgraded: every
 /// row of every data table, the log's keys and counter included, is byte for byte what
-/// it was, and so is its backup, which opens as the V16 database it was; the second
-/// and fourth sessions restore as the binary that made them printed; the waiting
-/// segment is left out of a read-only search and found by the search of a store that
-/// can write; FTS5's index agrees with its rows, and `verify` is ok.
+/// it was, and so is the backup, which opens as the database it was; the second and
+/// fourth sessions restore as the binary that made them printed; the segment that
+/// waited is indexed, and found by a read-only search; FTS5's index agrees with its
+/// rows, and `verify` is ok.
 #[test]
-fn the_v16_fixture_upgraded_keeps_every_row_and_finds_what_waited() {
-    let (dir, moved, _) = moved_fixture("v16");
+fn the_v16_fixture_upgraded_keeps_every_row_and_indexes_what_waited() {
+    upgraded_keeps_every_row_and_indexes_what_waited(16);
+}
+
+#[test]
+fn the_v17_fixture_upgraded_keeps_every_row_and_indexes_what_waited() {
+    upgraded_keeps_every_row_and_indexes_what_waited(17);
+}
+
+fn upgraded_keeps_every_row_and_indexes_what_waited(version: usize) {
+    let (dir, moved, _) = moved_fixture(&format!("v{version}"));
     let (two, four) = (
         id_in(&moved, "second-session-id"),
         id_in(&moved, "fourth-session-id"),
@@ -933,36 +943,24 @@ fn the_v16_fixture_upgraded_keeps_every_row_and_finds_what_waited() {
     let report = json(&run(&["migrate", "--json"]));
     assert_eq!(
         report["applied"],
-        serde_json::json!(crate::support::migration_names()[16..]),
+        serde_json::json!(crate::support::migration_names()[version..]),
         "{report}"
     );
     let backup = PathBuf::from(report["backup"].as_str().unwrap());
-    assert_eq!(backup, moved.join("sessions.db.v16.bak"));
+    assert_eq!(backup, moved.join(format!("sessions.db.v{version}.bak")));
     assert_eq!((schema(&backup), data_rows(&backup)), before);
     assert_eq!(data_rows(&db), before.1);
 
     restores_as_made(&moved, &run, &two, "");
     restores_as_made(&moved, &run, &four, "fourth.");
-    // The segment still waits (V14 stays): a read-only search, which writes nothing,
-    // does not find it, and a store that can write indexes it before its search.
+    // V18 indexed the segment that waited (V14 undone): a read-only search finds it.
     let hits = json(&run(&["search", "cormorant", "--json"]));
-    assert_eq!(hits, serde_json::json!([]));
-    let found = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let store = sessionstore::Store::open(moved_store(&moved))
-                .await
-                .unwrap();
-            store
-                .search("cormorant".to_owned(), None, 10)
-                .await
-                .unwrap()
-        });
     assert!(
-        found.iter().any(|h| h.source == "agent_message"),
-        "{found:?}"
+        hits.as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["source"] == "agent_message"),
+        "{hits}"
     );
     let conn = rusqlite::Connection::open(&db).unwrap();
     let indexed: i64 = conn

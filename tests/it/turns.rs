@@ -4,7 +4,6 @@
 //! behind the log is checked on both engines in `conformance::store`.
 
 use agent_client_protocol_schema::v1::SessionUpdate;
-use sessionstore::lifecycle::DeleteOptions;
 use sessionstore::store::Outgoing;
 use sessionstore::store::{Access, Verify};
 use sessionstore::turns::Refusal;
@@ -743,183 +742,71 @@ async fn only_the_last_item_of_a_session_has_parts_waiting() {
     assert!(report.ok(), "{:?}", report.problems);
 }
 
-/// A sealed segment is indexed for search once the store's writer is idle, not in the
-/// write that seals it (V14): until then it waits in `search_waiting`, and it is
-/// always one or the other. A writer that has been idle a moment indexes what waits
-/// with no search asking; a store that closes indexes what still waits; a segment a
-/// killed process left waiting is not seen by a read-only search (which writes
-/// nothing), and is found by a search of the next store that can write. `verify`
-/// counts a waiting segment as no problem, and names a segment indexed and waiting
-/// at once, a waiting row whose segment is gone, and a segment neither indexed nor
-/// waiting. Deleting a session takes its waiting rows.
+/// A sealed segment is indexed for search in the write that seals it (V17 undid V14's
+/// waiting for an idle writer): right after the write that sealed the answer, a
+/// read-only store finds its first and last segments, and `verify` is ok; a segment
+/// taken out of the index behind the store's back is named by `verify`.
 #[tokio::test]
-async fn sealed_text_waits_for_an_idle_writer_and_every_search_that_can_write_finds_it() {
+async fn sealed_text_is_indexed_in_the_write_that_seals_it() {
     use sessionstore::Store;
     use sessionstore::model::NewSession;
     let t = TestStore::empty();
-    let waiting = |t: &TestStore| count(t, "search_waiting");
-    let matches = |t: &TestStore, word: &str| -> i64 {
-        t.raw()
-            .query_row(
-                "SELECT count(*) FROM search WHERE search MATCH ?1",
-                [word],
-                |r| r.get(0),
-            )
-            .unwrap()
-    };
     let chunks: Vec<SessionUpdate> = (0..3000)
         .map(|i| text_chunk(&format!("word{i:04} and some more text to fill it up ")))
         .collect();
-    // A new session of `store` with the whole answer recorded and sealed.
-    let recorded = |store: &Store| {
-        let store = store.clone();
-        let chunks = chunks.clone();
-        async move {
-            let s = store
-                .create_session(NewSession::default())
-                .await
-                .unwrap()
-                .id;
-            for batch in chunks.chunks(10) {
-                store.record(s, batch.to_vec()).await.unwrap();
-            }
-            store
-                .send(s, Outgoing::user("next"))
-                .await
-                .expect("the next message seals the answer");
-            s
-        }
-    };
-
-    // A writer left alone indexes what waits, with no search asking.
     let store = Store::open(t.config.clone()).await.unwrap();
-    let s = recorded(&store).await;
+    let s = store
+        .create_session(NewSession::default())
+        .await
+        .unwrap()
+        .id;
+    for batch in chunks.chunks(10) {
+        store.record(s, batch.to_vec()).await.unwrap();
+    }
+    store
+        .send(s, Outgoing::user("next"))
+        .await
+        .expect("the next message seals the answer");
     let segments = count(&t, "item_parts");
     assert!(segments >= 2, "{segments} segments");
-    let report = store.verify(Verify::Check).await.unwrap().after;
-    assert!(report.ok(), "while some may wait: {:?}", report.problems);
-    let started = std::time::Instant::now();
-    while waiting(&t) > 0 {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(20),
-            "{} segments still wait for an idle writer",
-            waiting(&t)
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert_eq!(matches(&t, "word0000"), 1, "the first segment is indexed");
-    assert_eq!(matches(&t, "word2999"), 1, "the last segment is indexed");
-
-    // A store that closes indexes what still waits: a second session recorded and
-    // the store dropped at once.
-    recorded(&store).await;
-    drop(store);
-    assert_eq!(waiting(&t), 0, "the closing store indexed what waited");
-    assert_eq!(matches(&t, "word1500"), 2, "both sessions' text is indexed");
-
-    // A process killed before its writer was idle leaves its last segment waiting:
-    // made here by taking one segment's entry out of the index and listing it.
-    let conn = t.raw();
-    let (item, part): (String, i64) = conn
-        .query_row(
-            "SELECT item_id, part FROM item_parts WHERE session_id = ?1
-             ORDER BY part LIMIT 1",
-            [s.to_string()],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
-    let entry = format!("{item}/{part}");
-    let unindex = |conn: &rusqlite::Connection| {
-        conn.execute(
-            "INSERT INTO search (search, rowid, body)
-             SELECT 'delete', id, body FROM search_text
-             WHERE id = (SELECT id FROM search_entries WHERE entry_id = ?1)",
-            [&entry],
-        )
-        .unwrap();
-        conn.execute("DELETE FROM search_entries WHERE entry_id = ?1", [&entry])
-            .unwrap();
-    };
-    let list = |conn: &rusqlite::Connection| {
-        conn.execute(
-            "INSERT INTO search_waiting (session_id, item_id, part) VALUES (?1, ?2, ?3)",
-            rusqlite::params![s.to_string(), item, part],
-        )
-        .unwrap();
-    };
-    unindex(&conn);
-    list(&conn);
-    assert_eq!(matches(&t, "word0000"), 1, "only the other session's");
 
     let reader = Store::open_as(t.config.clone(), Access::ReadOnly)
         .await
         .unwrap();
+    for word in ["word0000", "word2999"] {
+        let hits = reader.search(word.to_owned(), Some(s), 10).await.unwrap();
+        assert_eq!(hits.len(), 1, "{word}: {hits:?}");
+    }
     let report = reader.verify(Verify::Check).await.unwrap().after;
-    assert!(
-        report.ok(),
-        "a waiting segment is no problem: {:?}",
-        report.problems
-    );
-    let hits = reader
-        .search("word0000".to_owned(), Some(s), 10)
-        .await
-        .unwrap();
-    assert!(
-        hits.is_empty(),
-        "a read-only search indexes nothing: {hits:?}"
-    );
-    assert_eq!(waiting(&t), 1, "and writes nothing");
-    drop(reader);
-
-    let store = Store::open(t.config.clone()).await.unwrap();
-    let hits = store
-        .search("word0000".to_owned(), Some(s), 10)
-        .await
-        .unwrap();
-    assert_eq!(hits.len(), 1, "a store that can write finds it: {hits:?}");
-    assert_eq!(waiting(&t), 0);
-    let report = store.verify(Verify::Check).await.unwrap().after;
     assert!(report.ok(), "{:?}", report.problems);
+    drop(reader);
     drop(store);
 
-    // What verify names, each made behind the store's back and then undone.
-    list(&conn);
-    assert!(
-        problems(&t).await.contains("indexed and also listed"),
-        "{}",
-        problems(&t).await
-    );
-    unindex(&conn);
-    assert!(problems(&t).await.contains("[]"), "{}", problems(&t).await);
-    conn.execute("DELETE FROM search_waiting", []).unwrap();
-    assert!(
-        problems(&t).await.contains("neither indexed nor waiting"),
-        "{}",
-        problems(&t).await
-    );
-    list(&conn);
+    let conn = t.raw();
+    let entry: String = conn
+        .query_row(
+            "SELECT item_id || '/' || part FROM item_parts WHERE session_id = ?1
+             ORDER BY part LIMIT 1",
+            [s.to_string()],
+            |r| r.get(0),
+        )
+        .unwrap();
     conn.execute(
-        "INSERT INTO search_waiting (session_id, item_id, part) VALUES (?1, ?2, 999999)",
-        rusqlite::params![s.to_string(), item],
+        "INSERT INTO search (search, rowid, body)
+         SELECT 'delete', id, body FROM search_text
+         WHERE id = (SELECT id FROM search_entries WHERE entry_id = ?1)",
+        [&entry],
     )
     .unwrap();
+    conn.execute("DELETE FROM search_entries WHERE entry_id = ?1", [&entry])
+        .unwrap();
     assert!(
-        problems(&t).await.contains("waiting to be indexed is gone"),
+        problems(&t)
+            .await
+            .contains("1 sealed segment is not indexed"),
         "{}",
         problems(&t).await
     );
-    conn.execute("DELETE FROM search_waiting WHERE part = 999999", [])
-        .unwrap();
-
-    // Deleting the session takes its waiting row.
-    let store = Store::open(t.config.clone()).await.unwrap();
-    store
-        .delete_sessions(vec![s], DeleteOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(waiting(&t), 0);
-    let report = store.verify(Verify::Check).await.unwrap().after;
-    assert!(report.ok(), "{:?}", report.problems);
 }
 
 /// What `verify` finds in the fixture's database, read by a read-only store.
@@ -933,9 +820,9 @@ async fn problems(t: &TestStore) -> String {
     )
 }
 
-/// `record` writes outside the store's writer (one write for the whole input), so it
-/// indexes what it sealed in that write (V14): a read-only `search` right after it
-/// finds a word of every segment, and nothing is left waiting.
+/// `record` writes outside the store's writer (one write for the whole input), and
+/// indexes what it sealed in that write: a read-only `search` right after it finds a
+/// word of every segment.
 #[test]
 fn a_long_answer_recorded_by_the_command_line_is_found_by_its_search() {
     let t = TestStore::empty();
@@ -957,7 +844,6 @@ fn a_long_answer_recorded_by_the_command_line_is_found_by_its_search() {
         "sealed while recorded: {}",
         count(&t, "item_parts")
     );
-    assert_eq!(count(&t, "search_waiting"), 0);
     for word in ["okapi0000", "okapi2000"] {
         let hits = json(&t.run(&["search", word, "--json"]));
         assert_eq!(hits.as_array().map(Vec::len), Some(1), "{word}: {hits}");

@@ -185,7 +185,7 @@ impl Segment {
     }
 
     /// Writes the segment as sealed part `number` of item `id` in place of the
-    /// streamed parts it covers, and starts the next one empty.
+    /// streamed parts it covers, indexed for search, and starts the next one empty.
     fn write(
         &mut self,
         conn: &Tx<'_>,
@@ -209,7 +209,7 @@ impl Segment {
             args![session.to_string(), id.to_string(), number, content, at],
         )
         .map_err(sql("write a sealed segment"))?;
-        crate::db::search::defer_segment(conn, session, id, number, kind)?;
+        crate::db::search::index_segment(conn, session, id, number, kind, &content)?;
         *self = Segment {
             blocks: Vec::new(),
             size: 0,

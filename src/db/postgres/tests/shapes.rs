@@ -210,10 +210,10 @@ const SQLITE_ONLY: &[&str] = &["event_keys", "event_keys_upto"];
 /// the same columns in the same order, the same nullability, keys, references and
 /// indexes, and as many checks on each table (what each check says is the engines'
 /// own wording; `catalog.txt` and the reference schema pin that). What may differ is
-/// named, and must be there: the search index (every object named `search*`, with
-/// SQLite's `search_waiting`, V14, left out of both), and the log's index by session,
-/// SQLite's `event_keys` and `event_keys_upto` against PostgreSQL's
-/// `UNIQUE (session_id, session_seq)` on `events`. Nothing else may differ.
+/// named, and must be there: the search index (every object named `search*`, left
+/// out of both), and the log's index by session, SQLite's `event_keys` and
+/// `event_keys_upto` against PostgreSQL's `UNIQUE (session_id, session_seq)` on
+/// `events`. Nothing else may differ.
 #[test]
 fn both_engines_hold_the_same_tables_columns_and_constraints() {
     let Some(server) = test_server() else {
