@@ -478,17 +478,18 @@ pub fn messages_in(
     // Every reference of those messages in one query, in message order.
     let mut at = 0;
     conn.for_each(
-        "SELECT r.message_id, r.ordinal, r.uri, r.stored_name, r.mime_type, r.size
+        "SELECT m.seq, r.ordinal, r.uri, r.stored_name, r.mime_type, r.size
          FROM message_refs r JOIN messages m ON m.id = r.message_id
          WHERE m.session_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR m.state = ?2)
            AND m.seq >= ?3 AND m.seq < ?4
          ORDER BY m.seq, r.ordinal",
         args![session, state, seqs.start, seqs.end],
         |row| {
-            let owner: MessageId = row.parsed(0)?;
+            // The owner by its seq (unique in the session), not its id: no id to parse.
+            let owner: i64 = row.get(0)?;
             // Both lists are in seq order: the owner is this message or a later one (or,
             // outside a transaction, one added between the two queries: left out).
-            let Some(found) = out[at..].iter().position(|m| m.id == owner) else {
+            let Some(found) = out[at..].iter().position(|m| m.seq == owner) else {
                 return Ok(());
             };
             at += found;
