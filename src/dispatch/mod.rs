@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
+use foldhash::fast::RandomState as FastState;
+
 use agent_client_protocol_schema::v1::{ContentBlock, Meta, TextContent};
 use serde::Deserialize;
 
@@ -266,8 +268,10 @@ pub type Reads = Vec<Result<Arc<Prepared>, Unreadable>>;
 /// at most once, however often it repeats and whether or not the memo keeps it;
 /// across calls only successes are memoized, within the memo's budget.
 pub fn resolve(resolver: &dyn Resolver, memo: &Memo, message: &Message) -> Reads {
-    // Keyed by the parsed URI itself: no text is built per reference.
-    let mut seen: HashMap<&AttachmentUri, Result<Arc<Prepared>, Unreadable>> = HashMap::new();
+    // Keyed by the parsed URI itself: no text is built per reference (foldhash, as the
+    // memo's).
+    let mut seen: HashMap<&AttachmentUri, Result<Arc<Prepared>, Unreadable>, FastState> =
+        HashMap::default();
     let mut out = Vec::with_capacity(message.refs.len());
     for reference in &message.refs {
         let key = &reference.uri;
