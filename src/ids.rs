@@ -19,6 +19,21 @@ pub struct IdError {
     pub input: String,
 }
 
+/// The UUID `s` spells if it is in the one canonical spelling (hyphenated lower-case:
+/// what `Display` prints), checked without encoding it back (restore parses thousands
+/// of ids): at 36 bytes the parser takes only the hyphenated form, in either case.
+fn canonical_uuid(s: &str) -> Option<Uuid> {
+    let bytes: &[u8; uuid::fmt::Hyphenated::LENGTH] = s.as_bytes().try_into().ok()?;
+    // A fold, not `any`: no early exit, so the 36 bytes are checked a vector at a time.
+    if bytes
+        .iter()
+        .fold(false, |upper, b| upper | b.is_ascii_uppercase())
+    {
+        return None;
+    }
+    Uuid::try_parse(s).ok()
+}
+
 macro_rules! uuid_id {
     ($(#[$doc:meta])* $ty:ident, $kind:literal) => {
         $(#[$doc])*
@@ -58,13 +73,7 @@ macro_rules! uuid_id {
                     kind: $kind,
                     input: s.to_owned(),
                 };
-                let uuid = Uuid::try_parse(s).map_err(|_| err())?;
-                // Encoded on the stack: restore parses thousands of ids.
-                let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
-                if *uuid.hyphenated().encode_lower(&mut buf) != *s {
-                    return Err(err());
-                }
-                Ok(Self(uuid))
+                canonical_uuid(s).map(Self).ok_or_else(err)
             }
         }
     };
@@ -122,5 +131,15 @@ mod tests {
         assert!("../etc".parse::<SessionId>().is_err());
         let simple = id.as_uuid().simple().to_string();
         assert!(simple.parse::<SessionId>().is_err());
+        let braced = id.as_uuid().braced().to_string();
+        assert!(braced.parse::<SessionId>().is_err());
+        // The right length and characters, a hyphen one place off.
+        let text = id.to_string();
+        let moved = format!("{}{}-{}", &text[..8], &text[9..10], &text[10..]);
+        assert!(moved.parse::<SessionId>().is_err());
+        let max = Uuid::max().hyphenated().to_string();
+        assert_eq!(max.parse::<SessionId>().unwrap().as_uuid(), Uuid::max());
+        // One upper-case letter, the last, is enough to refuse it.
+        assert!(format!("{}F", &max[..35]).parse::<SessionId>().is_err());
     }
 }

@@ -6,6 +6,7 @@ use super::append::{append_event, next_seq, now};
 use super::error::sql;
 use super::sql::{DbError, Row, Tx, args};
 
+use crate::attachments::AttachmentUri;
 use crate::error::{Error, Result};
 use crate::ids::{EventSeq, MessageId, SessionId};
 use crate::model::{
@@ -405,12 +406,24 @@ pub(crate) fn insert_reference(conn: &Tx<'_>, message: &str, reference: &Referen
     Ok(())
 }
 
-/// A reference row from column `at` on.
-fn reference_from_row(row: &Row<'_>, at: usize) -> Result<Reference, DbError> {
+/// A reference row from column `at` on, of a message in `session` (`id` is its id as
+/// text: the URI the store writes for the stored name there is taken without a parse).
+fn reference_from_row(
+    row: &Row<'_>,
+    at: usize,
+    session: SessionId,
+    id: &str,
+) -> Result<Reference, DbError> {
+    let stored_name: String = row.get(at + 2)?;
+    let uri = row.with_text(at + 1, |uri| {
+        let uri = uri.ok_or_else(|| DbError::column(at + 1, "null"))?;
+        AttachmentUri::parse_of(uri, session, id, &stored_name)
+            .map_err(|e| DbError::column(at + 1, e))
+    })?;
     Ok(Reference {
         ordinal: row.get(at)?,
-        uri: row.parsed(at + 1)?,
-        stored_name: row.get(at + 2)?,
+        uri,
+        stored_name,
         mime_type: row.get(at + 3)?,
         // A negative size is refused like any other value that does not parse.
         size: row.get(at + 4)?,
@@ -418,12 +431,13 @@ fn reference_from_row(row: &Row<'_>, at: usize) -> Result<Reference, DbError> {
 }
 
 fn load_refs(conn: &Tx<'_>, message: &mut Message) -> Result<()> {
+    let (session, id) = (message.session_id, message.session_id.to_string());
     message.refs = conn
         .query_map(
             "SELECT ordinal, uri, stored_name, mime_type, size FROM message_refs
              WHERE message_id = ?1 ORDER BY ordinal",
             args![message.id.to_string()],
-            |row| reference_from_row(row, 0),
+            |row| reference_from_row(row, 0, session, &id),
         )
         .map_err(sql("read references"))?;
     Ok(())
@@ -458,7 +472,7 @@ pub fn messages_in(
     state: Option<Delivery>,
     seqs: std::ops::Range<i64>,
 ) -> Result<Vec<Message>> {
-    let session = session.to_string();
+    let (owner_session, session) = (*session, session.to_string());
     let state = state.map(Delivery::as_str);
     let mut out: Vec<Message> = conn
         .query_map(
@@ -478,21 +492,24 @@ pub fn messages_in(
     // Every reference of those messages in one query, in message order.
     let mut at = 0;
     conn.for_each(
-        "SELECT r.message_id, r.ordinal, r.uri, r.stored_name, r.mime_type, r.size
+        "SELECT m.seq, r.ordinal, r.uri, r.stored_name, r.mime_type, r.size
          FROM message_refs r JOIN messages m ON m.id = r.message_id
          WHERE m.session_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR m.state = ?2)
            AND m.seq >= ?3 AND m.seq < ?4
          ORDER BY m.seq, r.ordinal",
         args![session, state, seqs.start, seqs.end],
         |row| {
-            let owner: MessageId = row.parsed(0)?;
+            // The owner by its seq (unique in the session), not its id: no id to parse.
+            let owner: i64 = row.get(0)?;
             // Both lists are in seq order: the owner is this message or a later one (or,
             // outside a transaction, one added between the two queries: left out).
-            let Some(found) = out[at..].iter().position(|m| m.id == owner) else {
+            let Some(found) = out[at..].iter().position(|m| m.seq == owner) else {
                 return Ok(());
             };
             at += found;
-            out[at].refs.push(reference_from_row(row, 1)?);
+            out[at]
+                .refs
+                .push(reference_from_row(row, 1, owner_session, &session)?);
             Ok(())
         },
     )

@@ -29,7 +29,9 @@ struct Lru {
     used: u64,
     /// Bumped on every use, so the smallest tick is the least recently used entry.
     tick: u64,
-    entries: HashMap<AttachmentUri, Entry>,
+    /// foldhash, not SipHash: a restore looks every reference up here, and the keys are
+    /// the store's own URIs (no one picks them to collide).
+    entries: HashMap<AttachmentUri, Entry, foldhash::fast::RandomState>,
     by_age: BTreeMap<u64, AttachmentUri>,
 }
 
@@ -60,7 +62,7 @@ impl Memo {
                 budget,
                 used: 0,
                 tick: 0,
-                entries: HashMap::new(),
+                entries: Default::default(),
                 by_age: BTreeMap::new(),
             })),
         }

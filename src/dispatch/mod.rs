@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
+use foldhash::fast::RandomState as FastState;
+
 use agent_client_protocol_schema::v1::{ContentBlock, Meta, TextContent};
 use serde::Deserialize;
 
@@ -266,13 +268,21 @@ pub type Reads = Vec<Result<Arc<Prepared>, Unreadable>>;
 /// at most once, however often it repeats and whether or not the memo keeps it;
 /// across calls only successes are memoized, within the memo's budget.
 pub fn resolve(resolver: &dyn Resolver, memo: &Memo, message: &Message) -> Reads {
-    // Keyed by the parsed URI itself: no text is built per reference.
-    let mut seen: HashMap<&AttachmentUri, Result<Arc<Prepared>, Unreadable>> = HashMap::new();
-    let mut out = Vec::with_capacity(message.refs.len());
-    for reference in &message.refs {
+    // A repeat shares the first one's read, found by a scan of the references before it
+    // (a message has a few: no map to build per message), or past SCAN of them by a map
+    // of the first index of each URI (foldhash, as the memo's).
+    const SCAN: usize = 16;
+    let mut first: HashMap<&AttachmentUri, usize, FastState> = HashMap::default();
+    let mut out: Reads = Vec::with_capacity(message.refs.len());
+    for (i, reference) in message.refs.iter().enumerate() {
         let key = &reference.uri;
-        if let Some(done) = seen.get(key) {
-            out.push(done.clone());
+        let earlier = if message.refs.len() <= SCAN {
+            message.refs[..i].iter().position(|r| r.uri == *key)
+        } else {
+            Some(*first.entry(key).or_insert(i)).filter(|&j| j != i)
+        };
+        if let Some(j) = earlier {
+            out.push(out[j].clone());
             continue;
         }
         let read = match memo.get(key) {
@@ -293,7 +303,6 @@ pub fn resolve(resolver: &dyn Resolver, memo: &Memo, message: &Message) -> Reads
                 read
             }
         };
-        seen.insert(key, read.clone());
         out.push(read);
     }
     out

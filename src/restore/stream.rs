@@ -276,7 +276,9 @@ impl Batch {
         self.seen.clear();
         self.bytes = 0;
         self.cap = (self.cap * 4).min(BATCH_ITEMS_MAX);
-        std::mem::take(&mut self.items)
+        // Room for the next batch at once: grown a push at a time, its reallocations
+        // cost a restore more than its items' own.
+        std::mem::replace(&mut self.items, Vec::with_capacity(self.cap))
     }
 }
 
