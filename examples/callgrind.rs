@@ -23,7 +23,7 @@ use workload::Fixture;
 const USAGE: &str = "usage: callgrind setup DIR | callgrind WORKLOAD DIR N, where WORKLOAD is \
                      restore, restore-baseline, dispatch, dispatch-baseline, dispatch-typed, \
                      dispatch-typed-kept, dispatch-vec, sdk-send, sdk-baseline, frame, \
-                     send-text, send-refs, record-chunk or raw-append";
+                     send-text, send-refs, record-chunk, raw-append or restore-text";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -54,12 +54,58 @@ fn setup(rt: &Runtime, dir: &Path) {
     Fixture::create(rt, &folder("raw"));
     workload::build_restore(rt, &Fixture::create(rt, &folder("restore")));
     workload::build_dispatch(rt, &Fixture::create(rt, &folder("dispatch")));
+    build_text(rt, &Fixture::create(rt, &folder("text")));
+}
+
+/// The `restore-text` history, recorded text only: 10,000 agent messages of about 80
+/// bytes under a `messageId` each (`longhist`'s shape, a user message every 1,000),
+/// then one message streamed in 2,000 chunks of 100 at a time, ended by a user message.
+fn build_text(rt: &Runtime, f: &Fixture) {
+    let record = |batch: Vec<serde_json::Value>| {
+        rt.block_on(
+            f.store
+                .record(f.session, sessionstore::record::Values(batch)),
+        )
+        .expect("record");
+    };
+    for turn in 0..10 {
+        f.send(rt, Role::User, &format!("turn {turn}"), &[]);
+        record(
+            (turn * 1000..(turn + 1) * 1000)
+                .map(|i| {
+                    let text: String = format!("word{i:07} ").repeat(8).chars().take(80).collect();
+                    serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                        "messageId": format!("m-{i:09}"),
+                        "content": {"type": "text", "text": text}})
+                })
+                .collect(),
+        );
+    }
+    f.send(rt, Role::User, "stream", &[]);
+    for start in (0..2000).step_by(100) {
+        record(
+            (start..start + 100)
+                .map(|i| {
+                    serde_json::json!({"sessionUpdate": "agent_message_chunk",
+                        "content": {"type": "text", "text": format!("{i:020} chunk of a streamed answer. ")}})
+                })
+                .collect(),
+        );
+    }
+    f.send(rt, Role::User, "done", &[]);
 }
 
 fn run(rt: &Runtime, workload: &str, dir: &Path, n: usize) {
     match workload {
         "restore" => {
             let f = Fixture::open(rt, &dir.join("restore"));
+            for _ in 0..n {
+                workload::restore_store(rt, &f);
+            }
+        }
+        // A restore of recorded text only: the rows' bodies, parts and updates read back.
+        "restore-text" => {
+            let f = Fixture::open(rt, &dir.join("text"));
             for _ in 0..n {
                 workload::restore_store(rt, &f);
             }
