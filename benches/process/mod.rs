@@ -236,7 +236,7 @@ fn raw_attach(conn: &Connection, session: &str, root: &Path, upload: &Path, name
 }
 
 /// One transaction: the session, the event holding the updates, the merged agent
-/// message's row (indexed by its trigger, V18), and the session's new `updated_at`.
+/// message's row (indexed by its trigger, V19), and the session's new `updated_at`.
 fn raw_record(conn: &mut Connection, session: &str, updates: &Path) {
     let lines = std::fs::read_to_string(updates).expect("the updates");
     let updates: Vec<serde_json::Value> = lines

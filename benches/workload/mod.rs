@@ -133,7 +133,7 @@ pub fn raw_connection(path: &Path) -> Connection {
 }
 
 /// What `send` writes for a text-only user message, by hand: the session check, the
-/// message row (its search entry the trigger's, V18), its event, and the session's new
+/// message row (its search entry the trigger's, V19), its event, and the session's new
 /// `updated_at`, in one transaction.
 pub fn raw_append(conn: &mut Connection, session: &str, text: &str) {
     let tx = conn

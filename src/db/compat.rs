@@ -251,7 +251,7 @@ fn squeezed(text: &str) -> String {
 /// V4's trigger and then the store (V7 to V17) wrote with `concat_ws`: V15's spelling
 /// gives the same value and type for every mix of NULL, empty, newline-edged and
 /// NUL-holding texts (`substr`, which stops at a NUL, would not), and that spelling is
-/// the one in V15's view and trigger and in V18's insert trigger.
+/// the one in V15's view and trigger and in V19's insert trigger.
 #[test]
 fn v15s_join_of_a_messages_texts_is_what_concat_ws_gave() {
     let v15 = embedded()
@@ -266,14 +266,14 @@ fn v15s_join_of_a_messages_texts_is_what_concat_ws_gave() {
             "V15 joins {row}'s texts as {spelled}"
         );
     }
-    let v18 = embedded()
+    let v19 = embedded()
         .into_iter()
-        .find(|m| m.version() == 18)
-        .expect("V18 is embedded");
+        .find(|m| m.version() == 19)
+        .expect("V19 is embedded");
     let spelled = squeezed(&JOINED.replace("{}", "new"));
     assert!(
-        squeezed(v18.sql().expect("V18 is SQL")).contains(&spelled),
-        "V18 joins new's texts as {spelled}"
+        squeezed(v19.sql().expect("V19 is SQL")).contains(&spelled),
+        "V19 joins new's texts as {spelled}"
     );
     let conn = Connection::open_in_memory().unwrap();
     conn.execute_batch(
