@@ -236,7 +236,7 @@ fn raw_attach(conn: &Connection, session: &str, root: &Path, upload: &Path, name
 }
 
 /// One transaction: the session, the event holding the updates, the merged agent
-/// message's row and its search entry, and the session's new `updated_at`.
+/// message's row (indexed by its trigger, V18), and the session's new `updated_at`.
 fn raw_record(conn: &mut Connection, session: &str, updates: &Path) {
     let lines = std::fs::read_to_string(updates).expect("the updates");
     let updates: Vec<serde_json::Value> = lines
@@ -283,17 +283,6 @@ fn raw_record(conn: &mut Connection, session: &str, updates: &Path) {
         params![id, session, seq, body, at],
     )
     .expect("the item");
-    tx.execute(
-        "INSERT INTO search_entries (id, session_id, entry_id, source)
-         VALUES ((SELECT last_insert_rowid()), ?1, ?2, 'agent_message')",
-        params![session, id],
-    )
-    .expect("its search entry");
-    tx.execute(
-        "INSERT INTO search (rowid, body) VALUES (last_insert_rowid(), ?1)",
-        params![text],
-    )
-    .expect("indexed");
     tx.execute(
         "UPDATE sessions SET updated_at = ?2 WHERE id = ?1",
         params![session, at],

@@ -132,13 +132,9 @@ pub fn raw_connection(path: &Path) -> Connection {
     conn
 }
 
-/// A message's search entry `?2` in session `?1`, as the store makes one: under the id
-/// below the lowest, never above zero (V11: an id above zero is an item's row id).
-const MESSAGE_ENTRY: &str = "INSERT INTO search_entries (id, session_id, entry_id, source)
-     VALUES ((SELECT min(coalesce(min(id), 0), 0) - 1 FROM search_entries), ?1, ?2, 'message')";
-
 /// What `send` writes for a text-only user message, by hand: the session check, the
-/// message row, its event, and the session's new `updated_at`, in one transaction.
+/// message row (its search entry the trigger's, V18), its event, and the session's new
+/// `updated_at`, in one transaction.
 pub fn raw_append(conn: &mut Connection, session: &str, text: &str) {
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
@@ -164,13 +160,6 @@ pub fn raw_append(conn: &mut Connection, session: &str, text: &str) {
     )
     .and_then(|mut s| s.execute(params![id, session, seq, text, at]))
     .expect("insert a message");
-    // Its search entry, as the store writes one (V7).
-    tx.prepare_cached(MESSAGE_ENTRY)
-        .and_then(|mut s| s.execute(params![session, id]))
-        .expect("index a message");
-    tx.prepare_cached("INSERT INTO search (rowid, body) VALUES (last_insert_rowid(), ?1)")
-        .and_then(|mut s| s.execute(params![text]))
-        .expect("index a message");
     let payload = serde_json::json!({
         "kind": "message_appended",
         "message": {"id": id, "seq": seq, "role": "user", "displayText": text,
@@ -412,14 +401,6 @@ pub fn write_sessions(db: &Path, n: u32) {
                 rusqlite::params![message, id, at],
             )
             .expect("a message");
-            // Its search entry, as the store writes one (V7).
-            tx.execute(MESSAGE_ENTRY, rusqlite::params![id, message])
-                .expect("its search entry");
-            tx.execute(
-                "INSERT INTO search (rowid, body) VALUES (last_insert_rowid(), 'hello')",
-                [],
-            )
-            .expect("its search entry");
         }
     }
     // The store keys its log a batch at a time (V13); so many events at once it

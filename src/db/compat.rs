@@ -234,7 +234,7 @@ fn the_scan_finds_what_v14_used_and_each_kind_of_newer_feature() {
     );
 }
 
-/// `concat_ws(char(10), a, b, c)` as V15 spells it, with `{}` for the row (`old` or
+/// `concat_ws(char(10), a, b, c)` as V15 spells it, with `{}` for the row (`old`, `new` or
 /// `m`): a CASE on which text comes first, then `||`.
 const JOINED: &str = "CASE \
     WHEN {}.display_text IS NOT NULL THEN {}.display_text \
@@ -248,10 +248,10 @@ fn squeezed(text: &str) -> String {
 }
 
 /// The text a delete trigger hands FTS5 must be byte for byte the text indexed, which
-/// the store writes with `concat_ws` (`db::search::index_message`): V15's spelling gives
-/// the same value and type for every mix of NULL, empty, newline-edged and
+/// V4's trigger and then the store (V7 to V17) wrote with `concat_ws`: V15's spelling
+/// gives the same value and type for every mix of NULL, empty, newline-edged and
 /// NUL-holding texts (`substr`, which stops at a NUL, would not), and that spelling is
-/// the one in V15's view and trigger.
+/// the one in V15's view and trigger and in V18's insert trigger.
 #[test]
 fn v15s_join_of_a_messages_texts_is_what_concat_ws_gave() {
     let v15 = embedded()
@@ -266,6 +266,15 @@ fn v15s_join_of_a_messages_texts_is_what_concat_ws_gave() {
             "V15 joins {row}'s texts as {spelled}"
         );
     }
+    let v18 = embedded()
+        .into_iter()
+        .find(|m| m.version() == 18)
+        .expect("V18 is embedded");
+    let spelled = squeezed(&JOINED.replace("{}", "new"));
+    assert!(
+        squeezed(v18.sql().expect("V18 is SQL")).contains(&spelled),
+        "V18 joins new's texts as {spelled}"
+    );
     let conn = Connection::open_in_memory().unwrap();
     conn.execute_batch(
         "CREATE TABLE v (x);

@@ -265,7 +265,6 @@ fn record_known(
         match slot {
             Slot::New(n) => {
                 let CreatedItem { id, seq } = created[*n];
-                let json = body.to_json();
                 let made_by = outcome
                     .made_by
                     .get(*n)
@@ -276,10 +275,11 @@ fn record_known(
                 let int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
                 // What one update made, unchanged: the row names it, with no body and
                 // no times of its own.
-                let (kept, named) = match made_by {
+                let (json, named) = match made_by {
                     Some(&(start, length)) => (None, Some((logged, int(start), int(length)))),
-                    None => (Some((json.as_str(), at.as_str())), None),
+                    None => (Some(body.to_json()), None),
                 };
+                let kept = json.as_deref().map(|json| (json, at.as_str()));
                 conn.execute(
                     "INSERT INTO items
                        (id, session_id, seq, kind, tool_call_id, body, created_at, updated_at,
@@ -299,7 +299,6 @@ fn record_known(
                     ],
                 )
                 .map_err(sql("insert an item"))?;
-                super::search::index_item(conn, body.kind(), &json)?;
                 touched.push(Touched {
                     id,
                     created: true,
@@ -320,7 +319,6 @@ fn record_known(
                     }
                     _ => {
                         let json = body.to_json();
-                        super::search::reindex_item(conn, id, body.kind(), &json)?;
                         // A row that named the update that made it (V12) takes its
                         // creation time from that update's event.
                         conn.execute(

@@ -258,16 +258,6 @@ pub fn insert_message_for(
         },
     )
     .map_err(sql("insert a message"))?;
-    super::search::index_message(
-        conn,
-        session,
-        &id,
-        [
-            Some(message.display_text.as_str()),
-            message.model_text.as_deref(),
-            message.transcript.as_deref(),
-        ],
-    )?;
     let mut refs = Vec::with_capacity(message.refs.len());
     for (ordinal, r) in message.refs.iter().enumerate() {
         let reference = Reference {

@@ -8,8 +8,8 @@
 
 use super::entries::LogPages;
 use super::error::sql;
+use super::repair;
 use super::sql::{Engine, Tx, args};
-use super::{repair, search};
 
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
@@ -130,26 +130,10 @@ pub(crate) fn rewrite_session(
     Ok(rewritten)
 }
 
-/// One entry's row, with its references and search entry.
+/// One entry's row, with its references (its search entry is a trigger's, V18).
 fn write_entry(conn: &Tx<'_>, entry: &Entry) -> Result<()> {
     match entry {
-        Entry::Message(m) => {
-            repair::write_message(conn, m)?;
-            search::index_message(
-                conn,
-                &m.session_id,
-                &m.id,
-                [
-                    Some(m.display_text.as_str()),
-                    m.model_text.as_deref(),
-                    m.transcript.as_deref(),
-                ],
-            )
-        }
-        Entry::Item(item) => {
-            repair::write_item(conn, item)?;
-            // Right after its insert: it is indexed under the row id just given.
-            search::index_item(conn, item.body.kind(), &item.body.to_json())
-        }
+        Entry::Message(m) => repair::write_message(conn, m),
+        Entry::Item(item) => repair::write_item(conn, item),
     }
 }

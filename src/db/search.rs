@@ -1,14 +1,13 @@
-//! Full-text search, its merge for an erasure, and SQLite's index entries, written in
-//! statements after the row's own (V7: FTS5 flushes at every statement savepoint, which
-//! a trigger opens); PostgreSQL's triggers write its entries, and deletes and titles
-//! are triggers on both. SQLite's index reads text from the rows via `search_text`
-//! (V10); items are indexed under their row id (> 0), other entries below zero (V11).
+//! Full-text search and its merge for an erasure. Triggers write the index entries on
+//! both engines (SQLite's again since V18, which undid V7). SQLite's index reads text
+//! from the rows via `search_text` (V10); items are indexed under their row id (> 0),
+//! other entries below zero (V11).
 
 use serde::Serialize;
 
 use super::sql::{DbError, Engine, Tx, args};
 use crate::error::{Error, Result};
-use crate::ids::{ItemId, SessionId};
+use crate::ids::SessionId;
 
 /// Marks put around each matched term in a snippet: visible, and not HTML.
 pub const MATCH_START: &str = "[";
@@ -153,135 +152,6 @@ pub fn purge_deleted(conn: &Tx<'_>) -> Result<()> {
     Ok(())
 }
 
-/// SQL for the text blocks of the JSON array at `$path` in `$json`, joined by
-/// newlines: V4's expression, as the index holds agent text.
-macro_rules! blocks_text {
-    ($json:literal, $path:literal) => {
-        concat!(
-            "(SELECT group_concat(json_extract(value, '$.text'), char(10)) FROM json_each(",
-            $json,
-            ", ",
-            $path,
-            ") WHERE json_extract(value, '$.type') = 'text')"
-        )
-    };
-}
-
 /// Under the id below the lowest, never above zero (V11: those are items' row ids).
 pub(crate) const NEW_ENTRY: &str = "INSERT INTO search_entries (id, session_id, entry_id, source)
      VALUES ((SELECT min(coalesce(min(id), 0), 0) - 1 FROM search_entries), ?1, ?2, ?3)";
-
-/// `body` writes the text (`last_insert_rowid()` names the entry). Each statement
-/// writes one row and fires no trigger, so neither opens a savepoint (V7).
-fn add(
-    conn: &Tx<'_>,
-    session: &SessionId,
-    entry: &str,
-    source: &str,
-    body: &'static str,
-    args: &[super::sql::Value<'_>],
-) -> Result<()> {
-    conn.execute(NEW_ENTRY, args![session.to_string(), entry, source])
-        .map_err(super::error::sql("index for search"))?;
-    conn.execute(body, args)
-        .map_err(super::error::sql("index for search"))?;
-    Ok(())
-}
-
-/// Indexes a message just inserted: its display text, model text and transcript.
-pub fn index_message(
-    conn: &Tx<'_>,
-    session: &SessionId,
-    message: &crate::ids::MessageId,
-    texts: [Option<&str>; 3],
-) -> Result<()> {
-    if conn.engine() != Engine::Sqlite {
-        return Ok(());
-    }
-    let [display, model, transcript] = texts;
-    add(
-        conn,
-        session,
-        &message.to_string(),
-        "message",
-        "INSERT INTO search (rowid, body)
-         VALUES (last_insert_rowid(), concat_ws(char(10), ?1, ?2, ?3))",
-        args![display, model, transcript],
-    )
-}
-
-/// Indexes the item the statement before this one inserted, if it is an agent message
-/// or thought: under its row id (`last_insert_rowid()`, V11), with no entry of its own.
-pub fn index_item(conn: &Tx<'_>, kind: &str, body: &str) -> Result<()> {
-    if conn.engine() != Engine::Sqlite || !indexed(kind) {
-        return Ok(());
-    }
-    conn.execute(
-        concat!(
-            "INSERT INTO search (rowid, body) VALUES (last_insert_rowid(), ",
-            blocks_text!("?1", "'$.content'"),
-            ")"
-        ),
-        args![body],
-    )
-    .map_err(super::error::sql("index for search"))?;
-    Ok(())
-}
-
-/// Indexes a sealed segment just inserted (`<item id>/<part>`) of an agent message or
-/// thought, from the text blocks of its JSON array `content`, as an entry of its own.
-pub fn index_segment(
-    conn: &Tx<'_>,
-    session: &SessionId,
-    item: &ItemId,
-    part: i64,
-    kind: &str,
-    content: &str,
-) -> Result<()> {
-    if conn.engine() != Engine::Sqlite || !indexed(kind) {
-        return Ok(());
-    }
-    add(
-        conn,
-        session,
-        &format!("{item}/{part}"),
-        kind,
-        concat!(
-            "INSERT INTO search (rowid, body) VALUES (last_insert_rowid(), ",
-            blocks_text!("?1", "'$'"),
-            ")"
-        ),
-        args![content],
-    )
-}
-
-/// Called before the row changes: the index (V10) takes old terms out given the text
-/// `search_text` reads from the row as it still is. Nothing for an item not there.
-pub fn reindex_item(conn: &Tx<'_>, item: &ItemId, kind: &str, body: &str) -> Result<()> {
-    if conn.engine() != Engine::Sqlite || !indexed(kind) {
-        return Ok(());
-    }
-    let id = item.to_string();
-    conn.execute(
-        "INSERT INTO search (search, rowid, body)
-         SELECT 'delete', id, body FROM search_text
-         WHERE id = (SELECT rowid FROM items WHERE id = ?1)",
-        args![id],
-    )
-    .map_err(super::error::sql("index for search"))?;
-    conn.execute(
-        concat!(
-            "INSERT INTO search (rowid, body) SELECT rowid, ",
-            blocks_text!("?2", "'$.content'"),
-            " FROM items WHERE id = ?1"
-        ),
-        args![id, body],
-    )
-    .map_err(super::error::sql("index for search"))?;
-    Ok(())
-}
-
-/// Whether items of `kind` are indexed: agent messages and thoughts.
-fn indexed(kind: &str) -> bool {
-    matches!(kind, "agent_message" | "agent_thought")
-}

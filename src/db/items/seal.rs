@@ -74,7 +74,6 @@ pub(super) fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: S
     let (ItemBody::AgentMessage(mut text) | ItemBody::AgentThought(mut text)) = body.clone() else {
         return Ok(());
     };
-    let kind = body.kind();
     let mut segment = Segment {
         size: serde_json::to_string(&text.content).map_or(0, |json| json.len()),
         blocks: std::mem::take(&mut text.content),
@@ -110,7 +109,7 @@ pub(super) fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: S
                 && !segment.parts.is_empty()
                 && segment.complete_before(&blocks)
             {
-                segment.write(conn, session, id, kind, *previous, previous_at)?;
+                segment.write(conn, session, id, *previous, previous_at)?;
                 sealed_at = Some(previous_at.clone());
             }
             segment.size += size;
@@ -125,7 +124,7 @@ pub(super) fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: S
         && let Some((part, at)) = &last
         && !segment.parts.is_empty()
     {
-        segment.write(conn, session, id, kind, *part, at)?;
+        segment.write(conn, session, id, *part, at)?;
         sealed_at = Some(at.clone());
     }
     let Some(at) = sealed_at else {
@@ -150,7 +149,6 @@ pub(super) fn seal_item(conn: &Tx<'_>, session: &SessionId, id: &ItemId, seal: S
         _ => ItemBody::AgentMessage(text),
     };
     let json = body.to_json();
-    crate::db::search::reindex_item(conn, id, body.kind(), &json)?;
     conn.execute(
         "UPDATE items SET body = ?2, updated_at = ?3, streaming_from = ?4, created_at = ?5,
                           made_by_event = NULL, made_by_start = NULL, made_by_length = NULL
@@ -185,13 +183,13 @@ impl Segment {
     }
 
     /// Writes the segment as sealed part `number` of item `id` in place of the
-    /// streamed parts it covers, indexed for search, and starts the next one empty.
+    /// streamed parts it covers (indexed for search by its trigger, V18), and starts
+    /// the next one empty.
     fn write(
         &mut self,
         conn: &Tx<'_>,
         session: &SessionId,
         id: &ItemId,
-        kind: &str,
         number: i64,
         at: &str,
     ) -> Result<()> {
@@ -209,7 +207,6 @@ impl Segment {
             args![session.to_string(), id.to_string(), number, content, at],
         )
         .map_err(sql("write a sealed segment"))?;
-        crate::db::search::index_segment(conn, session, id, number, kind, &content)?;
         *self = Segment {
             blocks: Vec::new(),
             size: 0,
