@@ -293,7 +293,7 @@ fn restore(c: &mut Criterion, rt: &Runtime, report: &mut Report) {
         what: "restore: 1,000 messages x 2 refs over 8 files vs select + read + base64",
         baseline: "select + read + base64 per file",
         measured: "Store::restore to JSON",
-        target: Some(0.7),
+        target: Some(0.8),
         paired: Paired {
             rounds: 31,
             calls: 5,
