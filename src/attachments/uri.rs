@@ -87,27 +87,6 @@ impl AttachmentUri {
         &self.name
     }
 
-    /// [`AttachmentUri::parse`], for the cost of a comparison when `s` is the URI of
-    /// `name` in `session` (`id` is its id as text) and the name is written as it is:
-    /// what a restore reads in almost every reference row, beside its stored name.
-    pub(crate) fn parse_of(
-        s: &str,
-        session: SessionId,
-        id: &str,
-        name: &str,
-    ) -> Result<Self, UriError> {
-        let rest = s
-            .strip_prefix(PREFIX)
-            .and_then(|rest| rest.strip_prefix(id));
-        if rest.and_then(|rest| rest.strip_prefix('/')) == Some(name)
-            && name.bytes().all(is_unreserved)
-            && is_stored_name(name)
-        {
-            return Ok(Self::new(session, name));
-        }
-        Self::parse(s)
-    }
-
     /// Parses the one spelling [`fmt::Display`] produces, and nothing else.
     pub fn parse(s: &str) -> Result<Self, UriError> {
         let err = |kind| UriError {

@@ -6,7 +6,6 @@ use super::append::{append_event, next_seq, now};
 use super::error::sql;
 use super::sql::{DbError, Row, Tx, args};
 
-use crate::attachments::AttachmentUri;
 use crate::error::{Error, Result};
 use crate::ids::{EventSeq, MessageId, SessionId};
 use crate::model::{
@@ -396,24 +395,12 @@ pub(crate) fn insert_reference(conn: &Tx<'_>, message: &str, reference: &Referen
     Ok(())
 }
 
-/// A reference row from column `at` on, of a message in `session` (`id` is its id as
-/// text: the URI the store writes for the stored name there is taken without a parse).
-fn reference_from_row(
-    row: &Row<'_>,
-    at: usize,
-    session: SessionId,
-    id: &str,
-) -> Result<Reference, DbError> {
-    let stored_name: String = row.get(at + 2)?;
-    let uri = row.with_text(at + 1, |uri| {
-        let uri = uri.ok_or_else(|| DbError::column(at + 1, "null"))?;
-        AttachmentUri::parse_of(uri, session, id, &stored_name)
-            .map_err(|e| DbError::column(at + 1, e))
-    })?;
+/// A reference row from column `at` on.
+fn reference_from_row(row: &Row<'_>, at: usize) -> Result<Reference, DbError> {
     Ok(Reference {
         ordinal: row.get(at)?,
-        uri,
-        stored_name,
+        uri: row.parsed(at + 1)?,
+        stored_name: row.get(at + 2)?,
         mime_type: row.get(at + 3)?,
         // A negative size is refused like any other value that does not parse.
         size: row.get(at + 4)?,
@@ -421,13 +408,12 @@ fn reference_from_row(
 }
 
 fn load_refs(conn: &Tx<'_>, message: &mut Message) -> Result<()> {
-    let (session, id) = (message.session_id, message.session_id.to_string());
     message.refs = conn
         .query_map(
             "SELECT ordinal, uri, stored_name, mime_type, size FROM message_refs
              WHERE message_id = ?1 ORDER BY ordinal",
             args![message.id.to_string()],
-            |row| reference_from_row(row, 0, session, &id),
+            |row| reference_from_row(row, 0),
         )
         .map_err(sql("read references"))?;
     Ok(())
@@ -462,7 +448,7 @@ pub fn messages_in(
     state: Option<Delivery>,
     seqs: std::ops::Range<i64>,
 ) -> Result<Vec<Message>> {
-    let (owner_session, session) = (*session, session.to_string());
+    let session = session.to_string();
     let state = state.map(Delivery::as_str);
     let mut out: Vec<Message> = conn
         .query_map(
@@ -497,9 +483,7 @@ pub fn messages_in(
                 return Ok(());
             };
             at += found;
-            out[at]
-                .refs
-                .push(reference_from_row(row, 1, owner_session, &session)?);
+            out[at].refs.push(reference_from_row(row, 1)?);
             Ok(())
         },
     )

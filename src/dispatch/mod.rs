@@ -268,20 +268,14 @@ pub type Reads = Vec<Result<Arc<Prepared>, Unreadable>>;
 /// at most once, however often it repeats and whether or not the memo keeps it;
 /// across calls only successes are memoized, within the memo's budget.
 pub fn resolve(resolver: &dyn Resolver, memo: &Memo, message: &Message) -> Reads {
-    // A repeat shares the first one's read, found by a scan of the references before it
-    // (a message has a few: no map to build per message), or past SCAN of them by a map
-    // of the first index of each URI (foldhash, as the memo's).
-    const SCAN: usize = 16;
+    // A repeat shares the first one's read: keyed by the parsed URI itself, no text is
+    // built per reference (foldhash, as the memo's).
     let mut first: HashMap<&AttachmentUri, usize, FastState> = HashMap::default();
     let mut out: Reads = Vec::with_capacity(message.refs.len());
     for (i, reference) in message.refs.iter().enumerate() {
         let key = &reference.uri;
-        let earlier = if message.refs.len() <= SCAN {
-            message.refs[..i].iter().position(|r| r.uri == *key)
-        } else {
-            Some(*first.entry(key).or_insert(i)).filter(|&j| j != i)
-        };
-        if let Some(j) = earlier {
+        let j = *first.entry(key).or_insert(i);
+        if j != i {
             out.push(out[j].clone());
             continue;
         }
