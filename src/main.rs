@@ -14,7 +14,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use cli::attachment::{AttachArgs, AttachmentCommand};
 use cli::errors::{EXIT_CODES, Usage};
-use cli::output::{emit, print_json, terminal_line};
+use cli::output::{document, emit, print_json, terminal_line};
 use cli::paths::Global;
 use cli::send::SendArgs;
 use cli::session::SessionCommand;
@@ -305,11 +305,10 @@ fn mode(strict: bool) -> Mode {
 /// Starts writing `format` to stdout, buffered, as each message comes: no whole
 /// rendering is ever held.
 fn output(format: Format, session: SessionId, model: &str) -> Result<Output> {
-    let out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
-    StreamWriter::begin(out, format, session, model).context("cannot write the output")
+    StreamWriter::begin(document()?, format, session, model).context("cannot write the output")
 }
 
-type Output = StreamWriter<std::io::BufWriter<std::io::StdoutLock<'static>>>;
+type Output = StreamWriter<std::io::BufWriter<std::fs::File>>;
 
 /// Closes the document (with the newline a single JSON document ends with) and
 /// flushes, so a closed pipe or a full disk is reported rather than lost.
@@ -664,9 +663,8 @@ async fn restore(config: Config, args: RestoreArgs) -> Result<()> {
     let mut stream = store
         .restore(args.session, args.memo_budget, replay)
         .await?;
-    let out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
     let mut out = StreamWriter::begin_replay(
-        out,
+        document()?,
         format,
         args.session,
         &args.model.model,
