@@ -23,12 +23,7 @@ pub struct IdError {
 /// what `Display` prints), checked without encoding it back (restore parses thousands
 /// of ids): at 36 bytes the parser takes only the hyphenated form, in either case.
 fn canonical_uuid(s: &str) -> Option<Uuid> {
-    let bytes: &[u8; uuid::fmt::Hyphenated::LENGTH] = s.as_bytes().try_into().ok()?;
-    // A fold, not `any`: no early exit, so the 36 bytes are checked a vector at a time.
-    if bytes
-        .iter()
-        .fold(false, |upper, b| upper | b.is_ascii_uppercase())
-    {
+    if s.len() != uuid::fmt::Hyphenated::LENGTH || s.bytes().any(|b| b.is_ascii_uppercase()) {
         return None;
     }
     Uuid::try_parse(s).ok()

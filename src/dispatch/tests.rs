@@ -195,7 +195,7 @@ fn duplicates_in_one_message_share_a_read_even_with_no_budget() {
     assert!(memo.is_empty());
     let again = resolve(&store, &memo, &m);
     assert!(!SharedStr::ptr_eq(&encoded(&reads[0]), &encoded(&again[0])));
-    // So in a message of more references than a scan looks through.
+    // So in a message of many references, each repeated.
     let many: Vec<AttachmentUri> = (0..20).map(|i| uris[i % 3].clone()).collect();
     let reads = resolve(&store, &memo, &message(session, &many));
     for (i, read) in reads.iter().enumerate() {

@@ -742,7 +742,7 @@ async fn only_the_last_item_of_a_session_has_parts_waiting() {
     assert!(report.ok(), "{:?}", report.problems);
 }
 
-/// A sealed segment is indexed for search in the write that seals it (V17 undid V14's
+/// A sealed segment is indexed for search in the write that seals it (V18 undid V14's
 /// waiting for an idle writer): right after the write that sealed the answer, a
 /// read-only store finds its first and last segments, and `verify` is ok; a segment
 /// taken out of the index behind the store's back is named by `verify`.
